@@ -1,0 +1,5 @@
+import sys
+
+from moesim.cli import main
+
+sys.exit(main())

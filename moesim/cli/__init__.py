@@ -1,0 +1,72 @@
+"""The ``moesim`` command line.
+
+Each subcommand lives in its own module ``moesim.cli.<name>`` exposing
+``add_arguments(parser)`` and ``run(args) -> int``. A bad input raises
+:class:`moesim.errors.InputError`, which becomes one line on stderr and exit 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import importlib.util
+import sys
+
+from moesim import __version__
+from moesim.errors import InputError
+
+# name -> (module, one-line help). Modules are imported lazily so that a command
+# needing an optional extra (torch, dask) does not slow or break the others.
+COMMANDS: dict[str, tuple[str, str]] = {
+    "topology": ("moesim.cli.topology_cmd", "describe or draw a cluster topology"),
+    "flows": ("moesim.cli.flows_cmd", "run point-to-point flows through the network model"),
+    "collective": ("moesim.cli.collective_cmd", "simulate one collective on a topology"),
+    "run": ("moesim.cli.run_cmd", "simulate one training step of a scenario"),
+    "memory": ("moesim.cli.memory_cmd", "per-rank memory table of a scenario"),
+    "plot": ("moesim.cli.plot_cmd", "redraw a timeline from a run directory"),
+    "compare": ("moesim.cli.compare_cmd", "compare the summaries of two runs"),
+    "record": ("moesim.cli.record_cmd", "record a real torch MoE layer with torch.profiler"),
+    "ingest": ("moesim.cli.ingest_cmd", "read torch.profiler traces of an MoE layer"),
+    "calibrate": ("moesim.cli.calibrate_cmd", "fit compute and communication models to traces"),
+    "validate": ("moesim.cli.validate_cmd", "compare the simulator with recorded traces"),
+    "sweep": ("moesim.cli.sweep_cmd", "run a what-if grid of scenarios"),
+}
+
+
+def _available() -> dict[str, tuple[str, str]]:
+    found = {}
+    for name, (mod, help_) in COMMANDS.items():
+        if importlib.util.find_spec(mod) is not None:
+            found[name] = (mod, help_)
+    return found
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="moesim", description=__doc__.splitlines()[0])
+    parser.add_argument("--version", action="version", version=f"moesim {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for name, (mod, help_) in _available().items():
+        p = sub.add_parser(name, help=help_, description=help_)
+        importlib.import_module(mod).add_arguments(p)
+        p.set_defaults(_module=mod)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if not getattr(args, "command", None):
+        parser.print_help()
+        return 2
+    try:
+        return int(importlib.import_module(args._module).run(args) or 0)
+    except InputError as err:
+        print(f"moesim {args.command}: error: {err}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print(f"moesim {args.command}: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

@@ -1,0 +1,41 @@
+"""The interface every network model implements (ASTRA-sim style: small).
+
+A network model runs inside a simpy ``Environment``. It is built over a
+*link set* (anything with ``capacity_Bps``, ``latency_s``, ``link_names``,
+``link_kinds`` and ``route(src, dst, key) -> tuple[int, ...]``; a
+:class:`moesim.topology.Topology` is one).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any, Protocol
+
+import numpy as np
+import simpy
+
+
+class LinkSet(Protocol):
+    capacity_Bps: np.ndarray   # per directed link, bytes/s after efficiency
+    latency_s: np.ndarray      # per directed link, seconds
+    link_names: list[str]      # "u->v"
+    link_kinds: list[str]
+
+    def route(self, src: str, dst: str, key: int = 0) -> tuple[int, ...]:
+        """Link ids from src to dst (empty when src == dst). ``key`` picks among
+        equal-cost paths deterministically (ECMP)."""
+
+
+class NetworkModel(Protocol):
+    env: simpy.Environment
+
+    def transfer(self, src: str, dst: str, nbytes: float, key: int = 0, tag: Any = None) -> simpy.Event:
+        """Start a flow now; the event succeeds when its last byte is delivered
+        (bandwidth share over time, plus the sum of its path's link latencies)."""
+
+    def transfer_many(self, flows: Sequence[tuple[str, str, float]], key: int = 0,
+                      tag: Any = None) -> simpy.Event:
+        """Start several flows now; the event succeeds when all are delivered."""
+
+    def link_bytes(self) -> np.ndarray:
+        """Bytes carried so far per link."""
