@@ -1,0 +1,218 @@
+"""Benchmark of the flow-level network: the max-min solver and FlowNetwork growth.
+
+    python benchmarks/bench_network.py [--quick]
+
+Prints wall time (median of a few runs) and peak Python heap (tracemalloc) for
+1. one max-min solve of 10,000 concurrent random flows on a 256-GPU fat-tree,
+2. FlowNetwork simulating an all-to-all among 256 GPUs (65,280 flows at once),
+3. FlowNetwork on uniform random flow sets from 64 to 1024 GPUs, with the fitted
+   exponent of wall time against the number of flow events (starts + finishes).
+
+The topology is ``moesim.topology.load_topology("fat-tree", ...)`` when that
+package is importable, else the small leaf/spine graph below.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import time
+import tracemalloc
+from dataclasses import dataclass, field
+
+import numpy as np
+import simpy
+
+from moesim.network import FlowNetwork
+from moesim.network.maxmin import maxmin_pairs
+
+# Link figures for the fallback graph (REFERENCE.md): H100 NVSwitch 450 GB/s per
+# direction line rate; NDR 400 Gb/s IB NIC ~50 GB/s achieved (46-49 measured);
+# NVLink latency 3.33 µs, IB 2.8 µs same leaf (DeepSeek ISCA'25 Table 5).
+NVLINK_BPS = 450e9
+NIC_BPS = 50e9
+NVLINK_LAT_S = 3.33e-6
+IB_LAT_S = 2.8e-6
+
+
+@dataclass
+class LeafSpine:
+    """Fallback two-level fat-tree: 8 GPUs per node on an NVSwitch; rail-optimized
+    NICs (GPU i of every node on leaf i); every leaf wired to every spine."""
+
+    nodes: int
+    gpus_per_node: int = 8
+    spines: int = 8
+    capacity_Bps: np.ndarray = field(init=False)
+    latency_s: np.ndarray = field(init=False)
+    link_names: list[str] = field(init=False)
+    link_kinds: list[str] = field(init=False)
+
+    def __post_init__(self) -> None:
+        g, n, s = self.gpus_per_node, self.nodes, self.spines
+        self.gpus = [f"n{i}.gpu{j}" for i in range(n) for j in range(g)]
+        self._rank = {name: r for r, name in enumerate(self.gpus)}
+        names, kinds, caps, lats = [], [], [], []
+
+        def add(u: str, v: str, kind: str, cap: float, lat: float) -> int:
+            names.append(f"{u}->{v}")
+            kinds.append(kind)
+            caps.append(cap)
+            lats.append(lat)
+            return len(names) - 1
+
+        self._up_sw = [add(x, f"n{r // g}.nvsw", "nvlink", NVLINK_BPS, NVLINK_LAT_S / 2)
+                       for r, x in enumerate(self.gpus)]
+        self._dn_sw = [add(f"n{r // g}.nvsw", x, "nvlink", NVLINK_BPS, NVLINK_LAT_S / 2)
+                       for r, x in enumerate(self.gpus)]
+        self._up_leaf = [add(x, f"leaf{r % g}", "ib", NIC_BPS, IB_LAT_S / 2)
+                         for r, x in enumerate(self.gpus)]
+        self._dn_leaf = [add(f"leaf{r % g}", x, "ib", NIC_BPS, IB_LAT_S / 2)
+                         for r, x in enumerate(self.gpus)]
+        # leaf-spine links sized for full bisection: n NICs per leaf over s spines
+        ls = n * NIC_BPS / s
+        self._leaf_spine = [[add(f"leaf{i}", f"spine{k}", "ib", ls, 0.0) for k in range(s)]
+                            for i in range(g)]
+        self._spine_leaf = [[add(f"spine{k}", f"leaf{i}", "ib", ls, 0.0) for k in range(s)]
+                            for i in range(g)]
+        self.link_names, self.link_kinds = names, kinds
+        self.capacity_Bps = np.array(caps)
+        self.latency_s = np.array(lats)
+
+    def route(self, src: str, dst: str, key: int = 0) -> tuple[int, ...]:
+        a, b = self._rank[src], self._rank[dst]
+        g = self.gpus_per_node
+        if a == b:
+            return ()
+        if a // g == b // g:
+            return (self._up_sw[a], self._dn_sw[b])
+        if a % g == b % g:
+            return (self._up_leaf[a], self._dn_leaf[b])
+        k = (a + b + key) % self.spines  # deterministic ECMP choice
+        return (self._up_leaf[a], self._leaf_spine[a % g][k], self._spine_leaf[b % g][k],
+                self._dn_leaf[b])
+
+
+def make_topology(gpus: int, preset: str = "fat-tree"):
+    """A non-blocking fat-tree of ``gpus`` single-GPU hosts, 16 per leaf (or, with
+    ``preset="dgx-h100"``, gpus / 8 DGX servers on their rail-optimized fabric)."""
+    try:
+        from moesim.topology import load_topology
+    except ImportError:
+        return LeafSpine(nodes=max(1, gpus // 8)), "fallback leaf/spine, 8 GPUs per node"
+    if preset == "dgx-h100":
+        return load_topology("dgx-h100", nodes=gpus // 8), f"dgx-h100 x {gpus // 8}"
+    leaves = max(1, gpus // 16)
+    topo = load_topology("fat-tree", nodes=gpus, nodes_per_leaf=16, spines=max(1, leaves // 2),
+                         oversubscription=1.0)
+    return topo, f"fat-tree, {leaves} leaves"
+
+
+def measure(fn, repeats: int) -> tuple[float, float, object]:
+    """(median wall s, peak traced heap bytes, last result)."""
+    walls = []
+    result = None
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        result = fn()
+        walls.append(time.perf_counter() - t0)
+    tracemalloc.start()
+    fn()
+    peak = tracemalloc.get_traced_memory()[1]
+    tracemalloc.stop()
+    return statistics.median(walls), peak, result
+
+
+def bench_solver(rng: np.random.Generator, repeats: int) -> None:
+    topo, how = make_topology(256)
+    gpus = list(topo.gpus)
+    n = 10_000
+    src = rng.integers(0, len(gpus), n)
+    dst = (src + rng.integers(1, len(gpus), n)) % len(gpus)
+    paths = [topo.route(gpus[a], gpus[b], i) for i, (a, b) in enumerate(zip(src, dst, strict=True))]
+    pf = np.repeat(np.arange(n), [len(p) for p in paths])
+    pl = np.concatenate([np.asarray(p, dtype=np.int64) for p in paths])
+    wall, peak, rates = measure(lambda: maxmin_pairs(pf, pl, n, topo.capacity_Bps), repeats)
+    levels = len(np.unique(rates))
+    print(f"max-min solve, {n} flows ({len(pl)} flow-link pairs) on 256 GPUs [{how}]: "
+          f"{wall * 1e3:.1f} ms median of {repeats}, peak heap {peak / 2**20:.1f} MiB, "
+          f"{levels} distinct rate levels")
+
+
+def run_network(topo, flows: list[tuple[str, str, float]]) -> tuple[float, FlowNetwork]:
+    env = simpy.Environment()
+    net = FlowNetwork(env, topo)
+    net.transfer_many(flows)
+    env.run()
+    return env.now, net
+
+
+def bench_all_to_all(rng: np.random.Generator, repeats: int, preset: str, skewed: bool) -> None:
+    topo, how = make_topology(256, preset)
+    gpus = list(topo.gpus)
+    pairs = [(a, b) for a in gpus for b in gpus if a != b]
+    if skewed:   # MoE-like: tokens per pair ~ Poisson(128), 7392 B per token (fp8 + scales)
+        sizes = rng.poisson(128, len(pairs)) * 7392.0
+        label = "Poisson(128) x 7392 B"
+    else:
+        sizes = np.full(len(pairs), float(1 << 20))
+        label = "1 MiB each"
+    flows = [(a, b, s) for (a, b), s in zip(pairs, sizes, strict=True)]
+    wall, peak, (t_sim, net) = measure(lambda: run_network(topo, flows), repeats)
+    print(f"all-to-all 256 GPUs, {len(flows)} flows, {label} [{how}]: wall {wall:.2f} s "
+          f"median of {repeats}, peak heap {peak / 2**20:.1f} MiB, simulated {t_sim * 1e3:.3f} ms, "
+          f"{net.n_solves} solves")
+
+
+def bench_growth(rng: np.random.Generator, sizes: list[int], repeats: int) -> None:
+    events, walls = [], []
+    for gpus in sizes:
+        topo, how = make_topology(gpus)
+        names = list(topo.gpus)
+        n = 16 * gpus
+        src = rng.integers(0, gpus, n)
+        dst = (src + rng.integers(1, gpus, n)) % gpus
+        size = rng.uniform(1e5, 1e7, n)
+        starts = np.sort(rng.uniform(0, 1e-3, n))
+
+        def sim():
+            env = simpy.Environment()
+            net = FlowNetwork(env, topo)
+
+            def launch():
+                for i in range(n):
+                    if starts[i] > env.now:
+                        yield env.timeout(starts[i] - env.now)
+                    net.transfer(names[src[i]], names[dst[i]], size[i], key=i)
+
+            env.process(launch())
+            env.run()
+            return net
+
+        wall, peak, net = measure(sim, repeats)
+        events.append(2 * n)
+        walls.append(wall)
+        print(f"  {gpus:5d} GPUs, {n:6d} random flows (starts over 1 ms, 0.1-10 MB) [{how}]: "
+              f"wall {wall:.2f} s, {net.n_solves} solves, peak heap {peak / 2**20:.1f} MiB")
+    slope = np.polyfit(np.log(events), np.log(walls), 1)[0]
+    print(f"fitted exponent of wall time vs flow events: {slope:.2f}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--quick", action="store_true", help="fewer repeats, smaller growth range")
+    args = p.parse_args(argv)
+    rng = np.random.default_rng(0)
+    repeats = 1 if args.quick else 3
+    bench_solver(rng, repeats)
+    for preset in ("fat-tree", "dgx-h100"):
+        for skewed in (False, True):
+            bench_all_to_all(rng, repeats, preset, skewed)
+    print("FlowNetwork growth, uniform random flows:")
+    bench_growth(rng, [64, 128, 256] if args.quick else [64, 128, 256, 512, 1024], repeats)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

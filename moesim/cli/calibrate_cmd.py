@@ -1,0 +1,51 @@
+"""``moesim calibrate``: fit compute and communication models to recorded traces."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("trace_dirs", nargs="+", metavar="TRACE_DIR",
+                        help="directories written by moesim record (or any rank traces)")
+    parser.add_argument("-o", "--output", required=True, metavar="CALIB_JSON",
+                        help="calibration file to write")
+    parser.add_argument("--force", action="store_true", help="overwrite an existing file")
+    parser.add_argument("--backend", default=None,
+                        help="backend name to store (default: from the traces, else gloo)")
+
+
+def _backend(trace_dir: str) -> str | None:
+    routing = Path(trace_dir) / "routing.json"
+    try:
+        return str(json.loads(routing.read_text())["args"]["backend"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
+def run(args: argparse.Namespace) -> int:
+    from moesim.errors import InputError
+    from moesim.validation.calibrate import calibrate
+    from moesim.validation.calibration import save_calibration
+    from moesim.validation.ingest import ingest
+
+    out = Path(args.output)
+    if out.exists() and not args.force:  # check before the slow part
+        raise InputError(str(out), "-o", "a path that does not exist yet (or --force)", "exists")
+    sets = [ingest([d]) for d in args.trace_dirs]
+    backend = args.backend or _backend(args.trace_dirs[0]) or "gloo"
+    doc = calibrate(sets, list(args.trace_dirs), backend=backend)
+    save_calibration(doc, out, force=args.force)
+    g, m, c, f = doc["gemm"], doc["memory"], doc["comm"], doc["fit"]
+    print(f"gemm:   {g['flops_per_s'] / 1e9:.2f} GFLOP/s + {g['overhead_s'] * 1e6:.1f} µs/kernel"
+          f"  (R² {f['gemm']['r2']:.3f}, n={f['gemm']['n_samples']})")
+    print(f"memory: {m['bytes_per_s'] / 1e9:.2f} GB/s + {m['overhead_s'] * 1e6:.2f} µs/op"
+          f"  (R² {f['memory']['r2']:.3f}, n={f['memory']['n_samples']})")
+    print(f"comm:   {c['latency_s'] * 1e6:.1f} µs + bytes / {c['bandwidth_Bps'] / 1e9:.3f} GB/s"
+          f" ({c['backend']}, R² {f['comm']['r2']:.3f}, n={f['comm']['n_samples']})")
+    print("median |residual|/t: " + ", ".join(
+        f"{k} {f[k]['residuals']['median_rel']:.1%}" for k in ("gemm", "memory", "comm")))
+    print(f"wrote {out}")
+    return 0

@@ -1,0 +1,144 @@
+"""``moesim collective``: simulate one collective on a topology, nccl-tests style.
+
+Example::
+
+    moesim collective --topology dgx-h100 --nodes 2 --op all_reduce --bytes 1GiB
+    moesim collective --topology dgx-h100 --nodes 4 --op all_to_all --matrix m.json --json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+from typing import Any
+
+from moesim.collectives.algorithms import ALGOS, check_op_algo
+from moesim.collectives.simulate import MODELS, simulate_collective
+from moesim.errors import InputError
+from moesim.units import parse_bytes
+
+_CLI = "command line"
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--topology", required=True, metavar="FILE_OR_NAME",
+                   help="topology YAML file or preset name (e.g. dgx-h100)")
+    p.add_argument("--nodes", type=int, default=None, help="number of nodes (preset default if omitted)")
+    p.add_argument("--op", required=True,
+                   help="all_reduce | all_gather | reduce_scatter | broadcast | all_to_all "
+                        "| all_to_all_v | send_recv")
+    p.add_argument("--bytes", default=None, dest="size",
+                   help="size in nccl-tests' sense, e.g. 1GiB, 64MB, 4096 (bytes): per-rank "
+                        "buffer; total gathered size for all_gather/reduce_scatter")
+    p.add_argument("--algo", default=None,
+                   help="; ".join(f"{op}: {'|'.join(a)}" for op, a in ALGOS.items())
+                        + " (first is the default)")
+    p.add_argument("--ranks", default=None, help="ranks taking part, e.g. 0-7 or 0,2,4 (default all)")
+    p.add_argument("--root", type=int, default=None, help="broadcast root rank (default first)")
+    p.add_argument("--matrix", default=None, metavar="JSON",
+                   help="source x destination byte matrix (JSON list of rows, numbers in bytes "
+                        "or sizes like '2MiB'); makes all_to_all an all_to_all_v")
+    p.add_argument("--model", default="flow", help="network model: flow | analytical")
+    p.add_argument("--json", action="store_true", help="print the result as JSON")
+
+
+def parse_ranks(text: str) -> list[int]:
+    """``0-7``, ``0,2,4`` or a mix like ``0-3,8-11`` -> list of ranks."""
+    out: list[int] = []
+    try:
+        for part in text.split(","):
+            part = part.strip()
+            if "-" in part:
+                a, b = (int(x) for x in part.split("-", 1))
+                if b < a:
+                    raise ValueError(part)
+                out.extend(range(a, b + 1))
+            else:
+                out.append(int(part))
+    except ValueError:
+        raise InputError(_CLI, "--ranks", "ranks like 0-7 or 0,2,4", text) from None
+    return out
+
+
+def load_matrix(path: str) -> list[list[float]]:
+    """Read a byte matrix from JSON: a list of rows, or ``{"matrix": rows}``."""
+    try:
+        data: Any = json.loads(Path(path).read_text())
+    except OSError as err:
+        raise InputError(path, "", "a readable JSON file", err.strerror) from None
+    except json.JSONDecodeError as err:
+        raise InputError(path, "matrix", "valid JSON", f"{err.msg} at line {err.lineno}") from None
+    if isinstance(data, dict):
+        data = data.get("matrix")
+    if not isinstance(data, list) or not all(isinstance(row, list) for row in data):
+        raise InputError(path, "matrix", "a list of rows (lists of byte counts)", type(data).__name__)
+    rows = []
+    for i, row in enumerate(data):
+        vals = []
+        for j, v in enumerate(row):
+            try:
+                if isinstance(v, bool):
+                    raise ValueError(v)
+                vals.append(parse_bytes(v))
+            except (TypeError, ValueError):
+                raise InputError(path, f"matrix[{i}][{j}]", "a byte count >= 0", v) from None
+        rows.append(vals)
+    return rows
+
+
+def run(args: argparse.Namespace) -> int:
+    op = args.op
+    if op == "all_to_all" and args.matrix is not None:
+        op = "all_to_all_v"
+    algo = check_op_algo(op, args.algo)
+    if args.model not in MODELS:
+        raise InputError(_CLI, "--model", "one of " + ", ".join(MODELS), args.model)
+    matrix = None
+    nbytes = 0.0
+    if args.size is not None:
+        try:
+            nbytes = parse_bytes(args.size)
+        except ValueError as err:
+            raise InputError(_CLI, "--bytes", str(err).removeprefix("a size "), args.size) from None
+    elif op != "all_to_all_v":
+        raise InputError(_CLI, "--bytes", f"a size for {op} (e.g. 1GiB)", None)
+    if args.nodes is not None and args.nodes < 1:
+        raise InputError(_CLI, "--nodes", "a number of nodes >= 1", args.nodes)
+    ranks = parse_ranks(args.ranks) if args.ranks else None
+    if op == "all_to_all_v":
+        if args.matrix is None:
+            raise InputError(_CLI, "--matrix", "a JSON byte matrix for all_to_all_v", None)
+        matrix = load_matrix(args.matrix)
+
+    from moesim.topology import load_topology
+
+    params = {} if args.nodes is None else {"nodes": args.nodes}
+    topo = load_topology(args.topology, **params)
+    n = len(topo.gpus)
+    if ranks is not None:
+        bad = [r for r in ranks if not 0 <= r < n]
+        if bad:
+            raise InputError(_CLI, "--ranks", f"ranks in 0..{n - 1} ({n} GPUs)", bad[0])
+    if matrix is not None:
+        size = n if ranks is None else len(ranks)
+        if len(matrix) != size or any(len(row) != size for row in matrix):
+            raise InputError(args.matrix, "matrix", f"{size}x{size} (one row and column per rank)",
+                             f"{len(matrix)} rows of lengths {sorted({len(r) for r in matrix})}")
+    res = simulate_collective(topo, op, nbytes, algo=algo, ranks=ranks, model=args.model,
+                              matrix=matrix, root=args.root)
+    res.pop("wall_s")  # keep the output a function of the inputs only
+    res["topology"] = args.topology
+    res["nodes"] = getattr(topo, "n_nodes", None)
+    if args.json:
+        print(json.dumps(res, sort_keys=True))
+    else:
+        print(format_result(res))
+    return 0
+
+
+def format_result(res: dict) -> str:
+    return (f"{res['op']} {res['algo']} on {res['n']} ranks ({res['topology']}, "
+            f"{res['nodes']} nodes), {res['bytes'] / 2**20:.2f} MiB: "
+            f"{res['time_s'] * 1e3:.4f} ms, algbw {res['algbw_GBps']:.2f} GB/s, "
+            f"busbw {res['busbw_GBps']:.2f} GB/s ({res['model']} model, {res['flows']} flows)")

@@ -1,0 +1,41 @@
+"""``moesim record``: profile a real torch expert-parallel MoE layer."""
+
+from __future__ import annotations
+
+import argparse
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    from moesim.validation.record import RecordConfig
+
+    d = RecordConfig(outdir="")
+    parser.add_argument("outdir", metavar="OUTDIR", help="directory for rank{r}.json.gz + routing.json")
+    parser.add_argument("--world", type=int, default=d.world, help="processes (ranks)")
+    parser.add_argument("--skew", choices=["uniform", "zipf", "hot"], default=d.skew,
+                        help="router bias added to the logits")
+    parser.add_argument("--zipf-s", type=float, default=d.zipf_s, help="zipf exponent")
+    parser.add_argument("--hot-fraction", type=float, default=d.hot_fraction,
+                        help="target share of assignments for hot expert 0")
+    parser.add_argument("--hidden", type=int, default=d.hidden, help="model dim")
+    parser.add_argument("--ffn", type=int, default=d.ffn, help="expert FFN dim (SwiGLU)")
+    parser.add_argument("--experts", type=int, default=d.experts)
+    parser.add_argument("--top-k", type=int, default=d.top_k)
+    parser.add_argument("--tokens", type=int, default=d.tokens, help="tokens per rank per step")
+    parser.add_argument("--steps", type=int, default=d.steps, help="total steps (incl. warm-up)")
+    parser.add_argument("--warmup", type=int, default=d.warmup, help="untraced first steps")
+    parser.add_argument("--seed", type=int, default=d.seed)
+    parser.add_argument("--backend", choices=["gloo", "nccl"], default=d.backend)
+    parser.add_argument("--no-gzip", action="store_true", help="write plain rank{r}.json")
+    parser.add_argument("--force", action="store_true", help="write into a non-empty OUTDIR")
+
+
+def run(args: argparse.Namespace) -> int:
+    from moesim.validation.record import RecordConfig, record
+
+    cfg = RecordConfig(outdir=args.outdir, world=args.world, skew=args.skew, zipf_s=args.zipf_s,
+                       hot_fraction=args.hot_fraction, hidden=args.hidden, ffn=args.ffn,
+                       experts=args.experts, top_k=args.top_k, tokens=args.tokens,
+                       steps=args.steps, warmup=args.warmup, seed=args.seed,
+                       backend=args.backend, gzip=not args.no_gzip)
+    record(cfg, force=args.force)
+    return 0

@@ -1,0 +1,81 @@
+"""``moesim run SCENARIO``: simulate one training step and write what users look at.
+
+Writes summary.md, summary.json, trace.json (Perfetto), timeline.png, experts.png,
+links.png and stalls.csv into ``-o OUTDIR`` (default ``out/<scenario name>``);
+``--json`` prints the summary as JSON on stdout; ``--set key=value`` changes one
+scenario field for a what-if; ``--no-files`` only prints.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from moesim.trace.progress import Progress
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("scenario", help="scenario YAML file or shipped name (e.g. toy-cpu)")
+    p.add_argument("-o", "--out", default=None,
+                   help="output directory (default out/<scenario name>)")
+    p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+                   help="override one field, e.g. --set routing.kind=hot (repeatable)")
+    p.add_argument("--json", action="store_true", help="print the summary as JSON on stdout")
+    p.add_argument("--no-files", action="store_true", help="write no output files")
+    p.add_argument("--force", action="store_true",
+                   help="write into an output directory that holds other files")
+    p.add_argument("--quiet", action="store_true", help="no progress lines")
+
+
+def run(args: argparse.Namespace) -> int:
+    from moesim.engine.run import resolve_path, simulate
+    from moesim.trace.report import check_outdir, full_summary, jsonable, write_run_outputs
+
+    res = resolve_path(args.scenario, args.overrides)
+    for w in res.warnings:
+        print(f"moesim run: warning: {w}", file=sys.stderr)
+    out = None
+    if not args.no_files:
+        out = Path(args.out) if args.out else Path("out") / res.scenario.name
+        check_outdir(out, args.force, res.scenario.to_dict())
+    prog = Progress(0, f"simulating {res.scenario.name}", quiet=args.quiet)
+
+    def progress(stage: str, n: float) -> None:
+        if stage == "built":
+            prog.total = n
+        else:
+            prog.update(n)
+
+    result = simulate(res, progress=progress)
+    prog.close()
+    if out is not None:
+        write_run_outputs(result, out, force=True, quiet=args.quiet or args.json)
+    if args.json:
+        print(json.dumps(jsonable(full_summary(result)), indent=1))
+    else:
+        print(text_summary(result.summary, out))
+    return 0
+
+
+def text_summary(s: dict, out: Path | None) -> str:
+    b = s["breakdown_s"]
+    step = s["step_time_s"]
+    lines = [f"{s['scenario']}: step {step * 1e3:.3f} ms on {s['world']} GPUs, "
+             f"{s['tokens_per_s']:,.0f} tokens/s, MFU {s['mfu'] * 100:.1f} %"]
+    parts = [f"{k} {v * 1e3:.3f} ms ({v / step * 100:.1f} %)" for k, v in b.items()
+             if v > 0 and step > 0]
+    lines.append("  breakdown (mean over ranks): " + ", ".join(parts))
+    ex = s.get("experts", {})
+    if ex.get("max_over_mean"):
+        lines.append(f"  experts: max/mean load {ex['max_over_mean_max']:.2f}, "
+                     f"lb loss {ex['lb_loss_mean']:.3f}, dropped {ex['dropped_total']:,} tokens")
+    mem = s.get("memory", {})
+    if mem:
+        lines.append(f"  memory: peak {mem['peak_bytes_max'] / 1e9:.1f} GB of "
+                     f"{mem['capacity_bytes'] / 1e9:.1f} GB per GPU"
+                     + ("  ** OOM **" if mem["oom"] else ""))
+    if out is not None:
+        lines.append(f"  wrote {out}/ (summary.md, trace.json, timeline.png, ...)")
+    return "\n".join(lines)

@@ -1,0 +1,37 @@
+"""The compute-model interface: how long a kernel takes on a device.
+
+The engine asks a :class:`ComputeModel` for the duration of each :class:`Kernel`.
+The roofline model (``moesim.compute.roofline``) and a calibration fitted to
+recorded traces (``moesim.validation.calibration``) both implement it, so a
+scenario can name either.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Protocol
+
+
+@dataclass(frozen=True, slots=True)
+class Kernel:
+    """One kernel (or a fused group of ``count`` launches) on one rank.
+
+    ``flops`` and ``bytes`` (HBM traffic, read + written) are totals for the group.
+    For a GEMM, ``m`` is the token (row) dimension, ``n``/``k`` the weight dims;
+    the efficiency of small GEMMs (a cold expert with few tokens) depends on them.
+    """
+
+    name: str          # "expert_gemm", "attention", "router", "permute", "dense_gemm", "optimizer", ...
+    flops: float       # FLOP
+    bytes: float       # bytes moved to/from HBM
+    m: int = 0         # GEMM rows (tokens); 0 when not a GEMM
+    n: int = 0
+    k: int = 0
+    count: int = 1     # kernel launches this stands for (launch overhead is paid per launch)
+
+
+class ComputeModel(Protocol):
+    name: str
+
+    def time_s(self, kernel: Kernel) -> float:
+        """Seconds the kernel occupies the rank's compute stream."""

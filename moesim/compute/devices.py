@@ -1,0 +1,64 @@
+"""Accelerator catalog: peak FLOP/s, HBM size and bandwidth, kernel launch overhead.
+
+SI units: FLOP/s, bytes, bytes/s, seconds. Figures from /work/shared/REFERENCE.md
+("Devices" table), which takes them from the NVIDIA H100/H200/A100 datasheets and the
+DeepSeek-V3 report (H800). Dense (non-sparse) tensor-core peaks.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from moesim.errors import InputError
+from moesim.units import GB, TB, US
+
+# Kernel launch overhead is not in REFERENCE.md: a CUDA kernel launch costs a few µs of
+# host/driver latency; 4 µs is our assumption, meant to be replaced by a calibration.
+GPU_LAUNCH_OVERHEAD_S = 4 * US
+
+
+@dataclass(frozen=True, slots=True)
+class DeviceSpec:
+    name: str
+    peak_bf16_flops: float          # FLOP/s, dense bf16 tensor-core peak
+    hbm_bytes: float                # bytes of device memory
+    hbm_Bps: float                  # bytes/s, peak HBM bandwidth
+    peak_fp8_flops: float = 0.0     # FLOP/s, dense fp8 peak (0: none)
+    launch_overhead_s: float = GPU_LAUNCH_OVERHEAD_S   # seconds per kernel launch
+    calibrated_from: str = ""       # where measured figures came from, if measured
+    notes: str = ""
+
+
+DEVICES: dict[str, DeviceSpec] = {
+    # H100 SXM: 989 TFLOP/s bf16 dense, 80 GB, 3.35 TB/s (REFERENCE.md, NVIDIA H100
+    # datasheet); fp8 dense 1979 TFLOP/s (same datasheet, 2× bf16).
+    "H100": DeviceSpec("H100", 989e12, 80 * GB, 3.35 * TB, peak_fp8_flops=1979e12,
+                       notes="SXM5; NVLink 900 GB/s bidirectional"),
+    # H200 SXM: 989 TFLOP/s bf16, 141 GB, 4.8 TB/s (REFERENCE.md, NVIDIA H200 datasheet).
+    "H200": DeviceSpec("H200", 989e12, 141 * GB, 4.8 * TB, peak_fp8_flops=1979e12,
+                       notes="SXM; NVLink 900 GB/s bidirectional"),
+    # H800 SXM: ~989 TFLOP/s, 80 GB, ~3.35 TB/s (REFERENCE.md; DeepSeek-V3 report §3.2.2:
+    # same compute as H100, NVLink cut to 400 GB/s bidirectional).
+    "H800": DeviceSpec("H800", 989e12, 80 * GB, 3.35 * TB, peak_fp8_flops=1979e12,
+                       notes="SXM; NVLink 400 GB/s bidirectional"),
+    # A100 SXM 80GB: 312 TFLOP/s bf16, 80 GB, 2.04 TB/s (REFERENCE.md, NVIDIA A100
+    # datasheet); no fp8.
+    "A100": DeviceSpec("A100", 312e12, 80 * GB, 2.04 * TB,
+                       notes="SXM4 80GB; NVLink 600 GB/s bidirectional"),
+    # CPU: a placeholder to be calibrated (moesim calibrate) before its times are trusted.
+    # Defaults measured by moesim's author on the dev machine (AMD EPYC, 1 thread,
+    # torch 2.13 CPU, 2026-11-29): bf16 1024³ matmul 2.0e11 FLOP/s (fp32: 8.3e10),
+    # numpy copy 24 GB/s read+write; 64 GB nominal memory; ~10 µs per op dispatch (assumed).
+    "cpu": DeviceSpec("cpu", 2.0e11, 64 * GB, 24 * GB, launch_overhead_s=10 * US,
+                      calibrated_from="measured once, 1 thread, shared dev machine; recalibrate",
+                      notes="placeholder meant to be calibrated from recorded traces"),
+}
+
+
+def get_device(name: str, source: str = "<device>", field: str = "device") -> DeviceSpec:
+    """Look up a device by name (case-insensitive); InputError lists the valid ones."""
+    if isinstance(name, str):
+        for key, spec in DEVICES.items():
+            if key.lower() == name.lower():
+                return spec
+    raise InputError(source, field, f"one of {', '.join(DEVICES)}", name)

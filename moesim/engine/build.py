@@ -1,0 +1,442 @@
+"""Build every rank's op program for one training step (pure: no simpy).
+
+From the resolved scenario (layout, model, routing policy, compute model, pipeline
+schedule) this produces, for each global rank, the ordered ops of its streams:
+
+- ``compute``: kernels (durations from the compute model) and the collectives that
+  block it: TP all-reduce, EP dispatch/combine all-to-all-v, ZeRO-3 weight
+  all-gathers' consumers, pipeline receives;
+- ``comm``: data-parallel gradient buckets (all-reduce, or reduce-scatter with ZeRO)
+  that overlap backward, ZeRO-3 weight all-gathers prefetched one layer ahead, the
+  ZeRO-1/2 parameter all-gather after the optimizer;
+- ``pp``: eager pipeline sends of activations and gradients.
+
+Routing is sampled per (EP group, MoE layer, micro-batch) by
+:func:`moesim.gating.route_microbatch`; the same byte matrix is handed to every
+member of the group, so dispatch and combine are exact all-to-all-v exchanges.
+Expert popularity (which expert is hot) depends on (seed, step, layer) only, so it
+is shared by all data-parallel replicas; token sampling differs per EP group.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from moesim.collectives.communicator import CollectiveSpec
+from moesim.compute.base import ComputeModel, Kernel
+from moesim.engine.ops import Op
+from moesim.gating import make_placement, route_microbatch
+from moesim.memory import rank_params, split_layers
+from moesim.model import costs
+from moesim.schedule.pipeline import make_order
+
+ACT_BYTES = 2  # bf16 activations and gradients on the wire (Megatron default dtype)
+
+
+@dataclass
+class StepPlan:
+    programs: list[list[Op]]
+    moe_layers: list[int]                       # global indices of MoE layers
+    expert_tokens: np.ndarray                   # (moe_layers, E) assignments routed, pre-drop
+    expert_kept: np.ndarray                     # (moe_layers, E) computed
+    expert_dropped: np.ndarray                  # (moe_layers, E)
+    expert_capacity: np.ndarray                 # (moe_layers,) per-expert capacity (inf: none)
+    lb_loss: np.ndarray                         # (moe_layers,) mean over micro-batches/groups
+    rank_received: np.ndarray                   # (world, moe_layers) max tokens received per mb
+    model_flops: float                          # FLOP of all compute ops (optimizer excluded)
+    tokens_per_step: int                        # tokens of the global batch
+    hot_ranks: list[int] = field(default_factory=list)
+    inflight: list[int] = field(default_factory=list)  # activations alive per stage (mbs)
+
+
+class _Timer:
+    """Memoized kernel-list durations (identical layers cost the same)."""
+
+    def __init__(self, model: ComputeModel) -> None:
+        self.model = model
+        self.cache: dict[tuple, tuple[float, float]] = {}
+
+    def __call__(self, key: tuple, make) -> tuple[float, float]:
+        hit = self.cache.get(key)
+        if hit is None:
+            ks: list[Kernel] = make()
+            hit = self.cache[key] = (sum(self.model.time_s(k) for k in ks),
+                                     sum(k.flops for k in ks))
+        return hit
+
+
+def build_step(res, step: int = 0) -> StepPlan:
+    """Programs for every rank of ``res`` (a :class:`moesim.scenario.resolve.Resolved`)."""
+    return _Builder(res, step).build()
+
+
+class _Builder:
+    def __init__(self, res, step: int) -> None:
+        self.res = res
+        self.scn = scn = res.scenario
+        self.spec = res.model
+        self.lay = res.layout
+        self.step = step
+        sch, par = scn.schedule, scn.parallel
+        self.tp, self.pp, self.ep, self.dp = par.tp, par.pp, par.ep, self.lay.dp
+        self.zero = par.zero
+        self.v = par.vpp if sch.kind == "interleaved" else 1
+        self.m = sch.microbatches
+        self.seq = sch.seq_len
+        self.tokens = sch.micro_batch_size * sch.seq_len          # per DP rank per micro-batch
+        self.ep_tokens = max(1, self.tokens // self.tp)          # routed per rank (seq-parallel)
+        self.timer = _Timer(res.compute)
+        self.order = make_order(sch.kind, self.pp, self.m, self.v)
+        self.chunks = split_layers(self.spec.layers, self.pp * self.v)
+        self.moe_layers = [i for i in range(self.spec.layers) if self.spec.is_moe_layer(i)]
+        self.moe_index = {layer: j for j, layer in enumerate(self.moe_layers)}
+        self.gpn = scn.gpus_per_node
+        self.routing = res.routing
+        E = self.spec.n_experts
+        L = len(self.moe_layers)
+        self.placement = make_placement(E, self.ep, self.routing.replicate,
+                                        self.routing.replica_split, scn.source) if E else None
+        self.expert_tokens = np.zeros((L, E), dtype=np.int64)
+        self.expert_kept = np.zeros((L, E), dtype=np.int64)
+        self.expert_capacity = np.full(L, np.inf)
+        self.lb = np.zeros(L)
+        self.lb_n = np.zeros(L)
+        self.received = np.zeros((self.lay.world, L), dtype=np.int64)
+        self._routes: dict[tuple[int, int, int], object] = {}
+        self._specs: dict[tuple, CollectiveSpec] = {}
+        self._layer_start = -1
+        self.a2a_algo = "direct"
+        self.flops = 0.0
+
+    # ---------------------------------------------------------------- routing
+    def route(self, group_idx: int, group: tuple[int, ...], layer: int, mb: int):
+        key = (group_idx, layer, mb)
+        r = self._routes.get(key)
+        if r is None:
+            spec, scn = self.spec, self.scn
+            j = self.moe_index[layer]
+            r = route_microbatch(
+                self.routing, n_experts=spec.n_experts, top_k=spec.top_k,
+                tokens_per_rank=np.full(len(group), self.ep_tokens, dtype=np.int64),
+                placement=self.placement,
+                ranks_per_node=self._ep_ranks_per_node(group), hidden=spec.hidden,
+                dispatch_dtype=scn.routing.dispatch_dtype,
+                combine_dtype=scn.routing.combine_dtype, seed=scn.seed, step=self.step,
+                layer=j, microbatch=group_idx * self.m + mb, source=scn.source)
+            self._routes[key] = r
+            self.expert_tokens[j] += r.assign.sum(axis=0)
+            self.expert_kept[j] += r.expert_tokens
+            cap = float(r.capacity.max()) if r.capacity.size else np.inf
+            self.expert_capacity[j] = min(self.expert_capacity[j], cap * len(group))
+            self.lb[j] += r.lb_loss
+            self.lb_n[j] += 1
+            for pos, rank in enumerate(group):
+                self.received[rank, j] = max(self.received[rank, j], int(r.rank_tokens[pos]))
+        return r
+
+    def _ep_ranks_per_node(self, group: tuple[int, ...]) -> int | None:
+        if not self.gpn:
+            return None
+        hosts = [g // self.gpn for g in group]
+        counts = np.bincount(hosts)
+        counts = counts[counts > 0]
+        # node-limited routing needs consecutive EP ranks per node, equally many
+        if len(set(counts.tolist())) == 1 and hosts == sorted(hosts):
+            return int(counts[0])
+        return None
+
+    # ---------------------------------------------------------------- programs
+    def build(self) -> StepPlan:
+        world = self.lay.world
+        programs = [self._rank_program(r) for r in range(world)]
+        L = len(self.moe_layers)
+        kept = self.expert_kept
+        dropped = self.expert_tokens - kept
+        lb = np.divide(self.lb, np.maximum(self.lb_n, 1))
+        hot = self._hot_ranks()
+        from moesim.schedule.pipeline import inflight_microbatches
+        return StepPlan(
+            programs=programs, moe_layers=self.moe_layers, expert_tokens=self.expert_tokens,
+            expert_kept=kept, expert_dropped=dropped,
+            expert_capacity=self.expert_capacity if L else np.zeros(0),
+            lb_loss=lb, rank_received=self.received, model_flops=self.flops,
+            tokens_per_step=self.tokens * self.m * self.dp, hot_ranks=hot,
+            inflight=inflight_microbatches(self.order))
+
+    def _hot_ranks(self) -> list[int]:
+        if not self.moe_layers or self.received.size == 0:
+            return []
+        load = self.received.sum(axis=1)
+        if load.max() <= 0:
+            return []
+        mean = load[load > 0].mean()
+        return [int(r) for r in np.flatnonzero(load >= 1.2 * mean)]
+
+    def _rank_program(self, rank: int) -> list[Op]:
+        lay, p = self.lay, self.pp
+        stage = int(lay.coords["pp"][rank])
+        pp_group = lay.group_of(rank, "pp")
+        prog: list[Op] = []
+        self._layer_start = -1
+        last_bwd: dict[int, int] = {}    # layer -> index of its last backward op
+        for item in self.order[stage]:
+            vstage = item.chunk * p + stage
+            layers = list(self.chunks[vstage])
+            last_v = p * self.v - 1
+            if item.kind == "F":
+                if vstage > 0:
+                    src = pp_group[(vstage - 1) % p]
+                    prog.append(self._recv(src, ("act", item.mb, vstage, rank), item.mb, "fwd",
+                                           layers[0] if layers else -1))
+                if vstage == 0:
+                    self._compute(prog, "fwd.embedding", -1, item.mb, "fwd",
+                                  ("emb", "fwd"), lambda: costs.embedding_kernels(
+                                      self.spec, self.tokens, self.tp, "fwd"))
+                for layer in layers:
+                    self._layer(prog, rank, layer, item.mb, "fwd")
+                if vstage == last_v:
+                    self._compute(prog, "fwd.lm_head", -1, item.mb, "fwd", ("lm", "fwd"),
+                                  lambda: costs.lm_head_kernels(self.spec, self.tokens, self.tp,
+                                                                "fwd"))
+                else:
+                    dst = pp_group[(vstage + 1) % p]
+                    prog.append(self._send(prog, dst, ("act", item.mb, vstage + 1, dst), item.mb,
+                                           "fwd", layers[-1] if layers else -1))
+            else:
+                if vstage < last_v:
+                    src = pp_group[(vstage + 1) % p]
+                    prog.append(self._recv(src, ("grad", item.mb, vstage, rank), item.mb, "bwd",
+                                           layers[-1] if layers else -1))
+                else:
+                    self._compute(prog, "bwd.lm_head", -1, item.mb, "bwd", ("lm", "bwd"),
+                                  lambda: costs.lm_head_kernels(self.spec, self.tokens, self.tp,
+                                                                "bwd"))
+                for layer in reversed(layers):
+                    self._layer(prog, rank, layer, item.mb, "bwd")
+                    last_bwd[layer] = len(prog) - 1
+                if vstage > 0:
+                    dst = pp_group[(vstage - 1) % p]
+                    prog.append(self._send(prog, dst, ("grad", item.mb, vstage - 1, dst), item.mb,
+                                           "bwd", layers[0] if layers else -1))
+        self._gradients(prog, rank, stage, last_bwd)
+        return prog
+
+    # ---------------------------------------------------------------- pieces
+    def _compute(self, prog: list[Op], name: str, layer: int, mb: int, phase: str, key: tuple,
+                 make, deps: tuple[int, ...] = (), **kw) -> None:
+        t, fl = self.timer(key, make)
+        if name != "opt.adam":
+            self.flops += fl
+        prog.append(Op(stream="compute", kind="compute", name=name, duration_s=t, flops=fl,
+                       layer=layer, microbatch=mb, phase=phase, deps=deps, **kw))
+
+    def _recv(self, src: int, key: tuple, mb: int, phase: str, layer: int) -> Op:
+        return Op(stream="compute", kind="pp", name=f"{phase}.recv", recv_from=src, key=key,
+                  microbatch=mb, phase=phase, layer=layer)
+
+    def _send(self, prog: list[Op], dst: int, key: tuple, mb: int, phase: str,
+              layer: int) -> Op:
+        nbytes = self.tokens * self.spec.hidden * ACT_BYTES / self.tp
+        deps = (len(prog) - 1,) if prog else ()
+        return Op(stream="pp", kind="pp", name=f"{phase}.send", send_to=dst, key=key,
+                  nbytes=nbytes, microbatch=mb, phase=phase, layer=layer, deps=deps)
+
+    def _coll(self, prog: list[Op], kind: str, name: str, spec: CollectiveSpec, key: tuple,
+              layer: int, mb: int, phase: str, nbytes: float, stream: str = "compute",
+              deps: tuple[int, ...] = (), tokens: int = 0) -> None:
+        prog.append(Op(stream=stream, kind=kind, name=name, coll=spec, key=key, nbytes=nbytes,
+                       layer=layer, microbatch=mb, phase=phase, deps=deps, tokens=tokens))
+
+    def _spec(self, key: tuple, make) -> CollectiveSpec:
+        spec = self._specs.get(key)
+        if spec is None:
+            spec = self._specs[key] = make()
+        return spec
+
+    def _tp_allreduce(self, prog: list[Op], rank: int, layer: int, mb: int, phase: str,
+                      which: str) -> None:
+        if self.tp <= 1:
+            return
+        group = self.lay.group_of(rank, "tp")
+        nbytes = float(self.tokens * self.spec.hidden * ACT_BYTES)
+        spec = self._spec(("tp", group), lambda: CollectiveSpec("all_reduce", group, nbytes))
+        self._coll(prog, "tp", f"{phase}.tp_{which}", spec,
+                   ("tp", which, layer, mb, phase, group[0]), layer, mb, phase, nbytes)
+
+    def _layer(self, prog: list[Op], rank: int, layer: int, mb: int, phase: str) -> None:
+        spec, tp = self.spec, self.tp
+        moe = spec.is_moe_layer(layer)
+        deps: tuple[int, ...] = ()
+        if self.zero == 3 and self.dp > 1:
+            deps = self._zero3_gather(prog, rank, layer, mb, phase)
+        start = len(prog)
+        attn = ("attn", phase)
+        attn_k = lambda: [*costs.norm_kernels(spec, self.tokens, tp, phase),  # noqa: E731
+                          *costs.attention_kernels(spec, self.tokens, self.seq, tp, phase)]
+        if phase == "fwd":
+            self._compute(prog, "fwd.attn", layer, mb, phase, attn, attn_k, deps=deps)
+            self._tp_allreduce(prog, rank, layer, mb, phase, "attn")
+            if moe:
+                self._moe(prog, rank, layer, mb, phase)
+            else:
+                self._compute(prog, "fwd.ffn", layer, mb, phase, ("ffn", phase),
+                              lambda: costs.dense_ffn_kernels(spec, self.tokens, tp, phase))
+            self._tp_allreduce(prog, rank, layer, mb, phase, "mlp")
+        else:
+            self._tp_allreduce(prog, rank, layer, mb, phase, "mlp")
+            if moe:
+                self._moe(prog, rank, layer, mb, phase, deps=deps)
+                deps = ()
+            else:
+                self._compute(prog, "bwd.ffn", layer, mb, phase, ("ffn", phase),
+                              lambda: costs.dense_ffn_kernels(spec, self.tokens, tp, phase),
+                              deps=deps)
+                deps = ()
+            self._tp_allreduce(prog, rank, layer, mb, phase, "attn")
+            self._compute(prog, "bwd.attn", layer, mb, phase, attn, attn_k, deps=deps)
+        self._layer_start = start
+
+    def _moe(self, prog: list[Op], rank: int, layer: int, mb: int, phase: str,
+             deps: tuple[int, ...] = ()) -> None:
+        spec, tp = self.spec, self.tp
+        group = self.lay.group_of(rank, "ep")
+        pos = group.index(rank)
+        r = self.route(group[0], group, layer, mb)
+        k = spec.top_k if self.routing.top_k is None else self.routing.top_k
+        sent = self.ep_tokens * k
+        recv = int(r.rank_tokens[pos])
+        hid = spec.hidden
+        # backward traffic carries bf16 gradients with the forward's shapes reversed
+        grad_bpt = ACT_BYTES * hid
+        gkey = (group[0], layer, mb)
+        if phase == "fwd":
+            disp = self._spec(("disp",) + gkey, lambda: CollectiveSpec(
+                "all_to_all_v", group, matrix=r.dispatch_bytes, algo=self.a2a_algo))
+            comb = self._spec(("comb",) + gkey, lambda: CollectiveSpec(
+                "all_to_all_v", group, matrix=r.combine_bytes, algo=self.a2a_algo))
+        else:
+            disp = self._spec(("bdisp",) + gkey, lambda: CollectiveSpec(
+                "all_to_all_v", group, matrix=r.combine_tokens * float(grad_bpt),
+                algo=self.a2a_algo))
+            comb = self._spec(("bcomb",) + gkey, lambda: CollectiveSpec(
+                "all_to_all_v", group, matrix=r.dispatch_tokens * float(grad_bpt),
+                algo=self.a2a_algo))
+        local = r.rank_expert_tokens[pos]
+        experts = tuple(int(e) for e in np.flatnonzero(local))
+        hot = int(np.argmax(local)) if experts else -1
+        t_exp, f_exp = 0.0, 0.0
+        for e in experts:
+            t, f = self.timer(("expert", int(local[e]), phase),
+                              lambda n=int(local[e]): costs.expert_kernels(spec, n, phase))
+            t_exp += t
+            f_exp += f
+        self.flops += f_exp
+        exp_op = Op(stream="compute", kind="compute", name=f"{phase}.experts", duration_s=t_exp,
+                    flops=f_exp, layer=layer, microbatch=mb, phase=phase, tokens=recv,
+                    experts=experts, hot_expert=hot, hot_tokens=int(local[hot]) if hot >= 0 else 0)
+        pre = lambda: [*costs.router_kernels(spec, self.ep_tokens, phase),  # noqa: E731
+                       *costs.permute_kernels(spec, sent, phase)]
+        post = lambda: [*costs.unpermute_kernels(spec, sent, phase),  # noqa: E731
+                        *costs.shared_expert_kernels(spec, self.tokens, tp, phase)]
+        d_out = float(disp.matrix[pos].sum())
+        c_out = float(comb.matrix[pos].sum())
+        if phase == "fwd":
+            self._compute(prog, "fwd.router", layer, mb, phase, ("router", phase), pre, deps=deps)
+            self._coll(prog, "ep_dispatch", "fwd.dispatch", disp, ("disp",) + gkey, layer, mb,
+                       phase, d_out, tokens=sent)
+            prog.append(exp_op)
+            self._coll(prog, "ep_combine", "fwd.combine", comb, ("comb",) + gkey, layer, mb,
+                       phase, c_out, tokens=recv)
+            self._compute(prog, "fwd.unpermute", layer, mb, phase, ("post", phase), post)
+        else:
+            self._compute(prog, "bwd.unpermute", layer, mb, phase, ("post", phase), post,
+                          deps=deps)
+            self._coll(prog, "ep_combine", "bwd.combine", comb, ("bcomb",) + gkey, layer, mb,
+                       phase, c_out, tokens=sent)
+            prog.append(exp_op)
+            self._coll(prog, "ep_dispatch", "bwd.dispatch", disp, ("bdisp",) + gkey, layer, mb,
+                       phase, d_out, tokens=recv)
+            self._compute(prog, "bwd.router", layer, mb, phase, ("router", phase), pre)
+
+    # ---------------------------------------------------------------- ZeRO / DP
+    def _layer_param_bytes(self, layer: int) -> tuple[float, float]:
+        dense, expert = rank_params(self.spec, [layer], tp=self.tp, ep=self.ep, first=False,
+                                    last=False)
+        wb = self.spec.weight_bytes
+        return dense * wb, expert * wb
+
+    def _zero3_gather(self, prog: list[Op], rank: int, layer: int, mb: int,
+                      phase: str) -> tuple[int, ...]:
+        dense_b, expert_b = self._layer_param_bytes(layer)
+        g = self.lay.group_of(rank, "dp")
+        spec = self._spec(("z3", layer, g), lambda: CollectiveSpec("all_gather", g, dense_b))
+        gdeps = (self._layer_start,) if self._layer_start >= 0 else ()
+        idx = [len(prog)]
+        self._coll(prog, "zero", f"{phase}.zero3_gather", spec, ("z3", layer, mb, phase, g[0]),
+                   layer, mb, phase, dense_b, stream="comm", deps=gdeps)
+        eg = self.lay.group_of(rank, "edp")
+        if len(eg) > 1 and expert_b > 0:
+            espec = self._spec(("z3e", layer, eg),
+                               lambda: CollectiveSpec("all_gather", eg, expert_b))
+            idx.append(len(prog))
+            self._coll(prog, "zero", f"{phase}.zero3_gather_experts", espec,
+                       ("z3e", layer, mb, phase, eg[0]), layer, mb, phase, expert_b,
+                       stream="comm", deps=gdeps)
+        return tuple(idx)
+
+    def _gradients(self, prog: list[Op], rank: int, stage: int, last_bwd: dict[int, int]
+                   ) -> None:
+        lay = self.lay
+        dp_g, edp_g = lay.group_of(rank, "dp"), lay.group_of(rank, "edp")
+        first, last = stage == 0, stage == self.pp - 1
+        wb = self.spec.weight_bytes
+        extra_dense, _ = rank_params(self.spec, [], tp=self.tp, ep=self.ep, first=first,
+                                     last=last)
+        order = sorted(last_bwd, key=last_bwd.get)
+        bucket = self.scn.schedule.dp_bucket_bytes
+        overlap = self.scn.overlap.dp_overlap
+        end_bwd = max(last_bwd.values()) if last_bwd else len(prog) - 1
+        grad_op = "all_reduce" if self.zero == 0 else "reduce_scatter"
+        reduce_ops: list[int] = []
+        total_dense = total_expert = 0.0
+        acc_d = acc_e = 0.0
+        n_bucket = 0
+        for j, layer in enumerate(order):
+            d, e = self._layer_param_bytes(layer)
+            acc_d += d
+            acc_e += e
+            total_dense += d
+            total_expert += e
+            final = j == len(order) - 1
+            if final:
+                acc_d += extra_dense * wb
+                total_dense += extra_dense * wb
+            if acc_d + acc_e < bucket and not final:
+                continue
+            dep = (last_bwd[layer] if overlap else end_bwd,)
+            for grp, nbytes, tag in ((dp_g, acc_d, "dense"), (edp_g, acc_e, "experts")):
+                if len(grp) > 1 and nbytes > 0:
+                    spec = CollectiveSpec(grad_op, grp, nbytes)
+                    reduce_ops.append(len(prog))
+                    self._coll(prog, "dp", f"dp.bucket{n_bucket}.{tag}", spec,
+                               ("dp", tag, n_bucket, grp[0]), layer, -1, "bwd", nbytes,
+                               stream="comm", deps=dep)
+            n_bucket += 1
+            acc_d = acc_e = 0.0
+        # optimizer over this rank's shard of master weights (ZeRO>=1 shards them)
+        shard_d = total_dense / wb / (len(dp_g) if self.zero >= 1 else 1)
+        shard_e = total_expert / wb / (len(edp_g) if self.zero >= 1 else 1)
+        deps = tuple(reduce_ops) or ((end_bwd,) if end_bwd >= 0 else ())
+        opt_idx = len(prog)
+        self._compute(prog, "opt.adam", -1, -1, "opt", ("opt", shard_d + shard_e),
+                      lambda: costs.optimizer_kernels(shard_d + shard_e), deps=deps)
+        if self.zero in (1, 2):
+            for grp, nbytes, tag in ((dp_g, total_dense, "dense"), (edp_g, total_expert,
+                                                                   "experts")):
+                if len(grp) > 1 and nbytes > 0:
+                    spec = CollectiveSpec("all_gather", grp, nbytes)
+                    self._coll(prog, "zero", f"opt.param_gather.{tag}", spec,
+                               ("zgather", tag, grp[0]), -1, -1, "opt", nbytes, stream="comm",
+                               deps=(opt_idx,))

@@ -1,0 +1,136 @@
+"""Run per-rank op programs on simpy: the only place (with the network model and the
+communicator) where simulated time advances.
+
+One simpy process per (rank, stream) walks that stream's ops in order. Compute ops
+hold the stream for their duration; collective ops join the run's
+:class:`~moesim.collectives.Communicator`; pipeline sends are eager (the flow starts
+when the send is issued) and a receive waits for the message's delivery.
+Every wait on a late peer becomes a ``stall`` span (collectives) or a ``bubble``
+span (pipeline receives) naming the rank waited on and, where it was computing
+experts, the expert that made it late.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Sequence
+
+import simpy
+
+from moesim.engine.ops import Op
+from moesim.trace.spans import Span
+
+_EP_KINDS = ("ep_dispatch", "ep_combine")
+
+
+class Executor:
+    """Runs ``programs[rank] -> list[Op]`` once; collects spans."""
+
+    def __init__(self, env: simpy.Environment, network, communicator, gpus: Sequence[str],
+                 programs: Sequence[Sequence[Op]], progress=None) -> None:
+        self.env = env
+        self.net = network
+        self.comm = communicator
+        self.gpus = list(gpus)
+        self.programs = programs
+        self.spans: list[Span] = []
+        self._messages: dict[tuple, simpy.Event] = {}
+        # (rank, layer, microbatch, phase) -> (expert, tokens) of the rank's most loaded expert
+        self._hot: dict[tuple[int, int, int, str], tuple[int, int]] = {}
+        self.done: list[list[simpy.Event]] = []
+        self._progress = progress  # callable(stage, n_ops) or None
+
+    # -- public -----------------------------------------------------------------
+    def start(self) -> None:
+        env = self.env
+        for rank, prog in enumerate(self.programs):
+            events = [env.event() for _ in prog]
+            self.done.append(events)
+            streams: dict[str, list[int]] = defaultdict(list)
+            for i, op in enumerate(prog):
+                streams[op.stream].append(i)
+            for idxs in streams.values():
+                env.process(self._stream(rank, idxs))
+
+    def run(self) -> float:
+        self.start()
+        self.env.run()
+        unfinished = [(r, i) for r, evs in enumerate(self.done) for i, e in enumerate(evs)
+                      if not e.triggered]
+        if unfinished:
+            r, i = unfinished[0]
+            op = self.programs[r][i]
+            raise RuntimeError(
+                f"deadlock: {len(unfinished)} ops never ran; first: rank {r} op {i} "
+                f"{op.name} (layer {op.layer}, mb {op.microbatch}, key {op.key})")
+        return max((s.end_s for s in self.spans), default=0.0)
+
+    # -- internals --------------------------------------------------------------
+    def _message(self, key: tuple) -> simpy.Event:
+        ev = self._messages.get(key)
+        if ev is None:
+            ev = self._messages[key] = self.env.event()
+        return ev
+
+    def _stream(self, rank: int, idxs: list[int]):
+        env = self.env
+        prog = self.programs[rank]
+        done = self.done[rank]
+        for i in idxs:
+            op = prog[i]
+            if op.deps:
+                pending = [done[d] for d in op.deps if not done[d].triggered]
+                if pending:
+                    yield env.all_of(pending)
+            t0 = env.now
+            if op.coll is not None:
+                rec = yield self.comm.join(op.key, rank, op.coll)
+                self._collective_spans(rank, op, t0, rec)
+            elif op.send_to >= 0:
+                msg = self._message(op.key)
+                ev = self.net.transfer(self.gpus[rank], self.gpus[op.send_to], op.nbytes,
+                                       key=op.microbatch)
+                ev.callbacks.append(lambda _e, m=msg: m.succeed() if not m.triggered else None)
+                yield ev
+                self._span(rank, op, "pp", t0, env.now, bytes=op.nbytes, peers=(op.send_to,))
+            elif op.recv_from >= 0:
+                msg = self._message(op.key)
+                if not msg.triggered:
+                    yield msg
+                if env.now > t0:
+                    self._span(rank, op, "bubble", t0, env.now, waited_on=op.recv_from,
+                               reason=f"waiting for stage of rank {op.recv_from} ({op.name})")
+            else:
+                if op.duration_s > 0:
+                    yield env.timeout(op.duration_s)
+                if op.hot_expert >= 0:
+                    self._hot[(rank, op.layer, op.microbatch, op.phase)] = (op.hot_expert,
+                                                                           op.hot_tokens)
+                self._span(rank, op, op.kind, t0, env.now, tokens=op.tokens,
+                           experts=op.experts, flops=op.flops)
+            done[i].succeed()
+            if self._progress is not None:
+                self._progress("ops", 1)
+
+    def _collective_spans(self, rank: int, op: Op, t0: float, rec) -> None:
+        group = tuple(op.coll.group)
+        wait = max(0.0, float(rec.wait_s))
+        t_start = t0 + wait
+        if wait > 0:
+            b = int(rec.blocking_rank)
+            expert, tokens = self._hot.get((b, op.layer, op.microbatch, op.phase), (-1, 0))
+            if expert >= 0:
+                reason = f"rank {b} still computing hot expert {expert} ({tokens} tokens)"
+            else:
+                reason = f"rank {b} arrived late at {op.name}"
+            self._span(rank, op, "stall", t0, t_start, waited_on=b, expert=expert,
+                       tokens=tokens, reason=reason, peers=group)
+        self._span(rank, op, op.kind, t_start, max(t_start, float(rec.end_s)), bytes=op.nbytes,
+                   peers=group, tokens=op.tokens)
+
+    def _span(self, rank: int, op: Op, kind: str, start: float, end: float, **kw) -> None:
+        if end <= start and kind in ("stall", "bubble"):
+            return
+        self.spans.append(Span(rank=rank, stream=op.stream, kind=kind, name=op.name,
+                               start_s=start, end_s=end, layer=op.layer,
+                               microbatch=op.microbatch, phase=op.phase, **kw))

@@ -1,0 +1,143 @@
+"""One simulated training step, desmod-style lifecycle: build (resolve the scenario),
+elaborate (pure op programs), run (simpy), post-simulate (summary).
+
+``simulate(path_or_scenario, overrides)`` is what ``moesim run`` and sweeps call.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+import simpy
+
+from moesim.collectives.communicator import Communicator
+from moesim.engine.breakdown import breakdown
+from moesim.engine.build import StepPlan, build_step
+from moesim.engine.execute import Executor
+from moesim.memory import memory_per_rank, split_layers
+from moesim.network import AnalyticalNetwork, FlowNetwork
+from moesim.scenario import load_scenario
+from moesim.scenario.resolve import Resolved, resolve
+from moesim.trace.result import LinkStats, SimResult
+
+
+def resolve_path(path: str | Path, overrides: Sequence[str] = ()) -> Resolved:
+    return resolve(load_scenario(path, list(overrides)))
+
+
+def simulate(target: str | Path | Resolved, overrides: Sequence[str] = (), *,
+             record_series: bool = True, progress=None) -> SimResult:
+    """Simulate one step. ``target``: a scenario file/name or an already resolved one."""
+    t0 = time.perf_counter()
+    res = target if isinstance(target, Resolved) else resolve_path(target, overrides)
+    plan = build_step(res)
+    if progress:
+        progress("built", sum(len(p) for p in plan.programs))
+    env = simpy.Environment()
+    topo = res.topology
+    net_cls = FlowNetwork if res.scenario.cluster.network == "flow" else AnalyticalNetwork
+    net = (net_cls(env, topo, record_series=record_series) if net_cls is FlowNetwork
+           else net_cls(env, topo))
+    gpus = list(topo.gpus)
+    comm = Communicator(env, net, gpus, rank_host=[topo.host_of(g) for g in gpus])
+    ex = Executor(env, net, comm, gpus, plan.programs, progress=progress)
+    step = ex.run()
+    spans = sorted(ex.spans, key=lambda s: (s.rank, s.start_s, s.end_s))
+    links = LinkStats(names=list(topo.link_names), kinds=list(topo.link_kinds),
+                      capacity_Bps=np.asarray(topo.capacity_Bps, dtype=float),
+                      bytes=np.asarray(net.link_bytes(), dtype=float),
+                      series=net.series() if hasattr(net, "series") and record_series else {})
+    summary = summarize(res, plan, spans, step)
+    summary["sim_wall_s"] = time.perf_counter() - t0
+    return SimResult(
+        spans=spans, summary=summary, scenario=res.scenario.to_dict(),
+        n_ranks=res.layout.world, ranks_per_node=int(topo.gpus_per_node), step_time_s=step,
+        hot_ranks=plan.hot_ranks, expert_tokens=plan.expert_tokens,
+        expert_dropped=plan.expert_dropped, expert_capacity=plan.expert_capacity, links=links,
+        wall_s=time.perf_counter() - t0)
+
+
+def summarize(res: Resolved, plan: StepPlan, spans, step: float) -> dict:
+    """The JSON summary of a step (units in every key)."""
+    world = res.layout.world
+    mean, rows = breakdown(spans, world, step)
+    device = res.device
+    peak = float(getattr(device, "peak_bf16_flops", 0.0) or 0.0)
+    mfu = plan.model_flops / (step * world * peak) if step > 0 and peak > 0 else 0.0
+    per_rank = [{"rank": r, "stage": int(res.layout.coords["pp"][r]),
+                 "breakdown_s": row, "busy_s": step - row["idle"]} for r, row in enumerate(rows)]
+    return {
+        "scenario": res.scenario.name,
+        "world": world,
+        "step_time_s": step,
+        "tokens_per_step": plan.tokens_per_step,
+        "tokens_per_s": plan.tokens_per_step / step if step > 0 else 0.0,
+        "model_flops": plan.model_flops,
+        "mfu": mfu,
+        "breakdown_s": mean,
+        "per_rank": per_rank,
+        "experts": expert_summary(plan),
+        "memory": memory_summary(res, plan),
+        "hot_ranks": plan.hot_ranks,
+        "warnings": list(res.warnings),
+    }
+
+
+def expert_summary(plan: StepPlan) -> dict:
+    tok = plan.expert_tokens
+    if tok.size == 0:
+        return {"moe_layers": [], "tokens_per_expert": [], "dropped": [], "dropped_total": 0,
+                "lb_loss": [], "max_over_mean": []}
+    mean = tok.mean(axis=1)
+    mom = np.divide(tok.max(axis=1), mean, out=np.zeros(len(mean)), where=mean > 0)
+    return {
+        "moe_layers": plan.moe_layers,
+        "tokens_per_expert": tok.tolist(),
+        "kept_per_expert": plan.expert_kept.tolist(),
+        "dropped": plan.expert_dropped.tolist(),
+        "dropped_total": int(plan.expert_dropped.sum()),
+        "capacity_per_expert": [None if not np.isfinite(c) else float(c)
+                                for c in plan.expert_capacity],
+        "lb_loss": plan.lb_loss.tolist(),
+        "lb_loss_mean": float(plan.lb_loss.mean()),
+        "max_over_mean": mom.tolist(),
+        "max_over_mean_max": float(mom.max()),
+    }
+
+
+def memory_summary(res: Resolved, plan: StepPlan) -> dict:
+    scn, lay, spec = res.scenario, res.layout, res.model
+    sch = scn.schedule
+    v = scn.parallel.vpp if sch.kind == "interleaved" else 1
+    chunks = split_layers(spec.layers, lay.pp * v)
+    moe_pos = {layer: j for j, layer in enumerate(plan.moe_layers)}
+    dbpe = 1 + 4 / 128 if scn.routing.dispatch_dtype == "fp8" else 2.0
+    cache: dict[tuple, dict] = {}
+    rows = []
+    for r in range(lay.world):
+        s = int(lay.coords["pp"][r])
+        layers = [i for c in range(v) for i in chunks[c * lay.pp + s]]
+        recv = tuple(int(plan.rank_received[r, moe_pos[i]]) for i in layers if i in moe_pos)
+        key = (s, recv)
+        if key not in cache:
+            mb = memory_per_rank(
+                spec, micro_batch_tokens=sch.tokens_per_microbatch, seq_len=sch.seq_len,
+                tp=lay.tp, pp=lay.pp, ep=lay.ep, dp=lay.dp, zero=scn.parallel.zero, stage=s,
+                layers=layers, inflight_microbatches=max(1, plan.inflight[s] if plan.inflight
+                                                         else 1),
+                recompute=scn.memory.recompute, received_tokens=list(recv) or None,
+                dispatch_bytes_per_elem=dbpe, device=res.device, source=scn.source)
+            d = mb.as_dict()
+            cache[key] = {"peak_bytes": d["peak_bytes"], "oom": d["oom"],
+                          "by_category": {k: d[k] for k in ("weights", "gradients", "optimizer",
+                                                            "activations", "token_buffers",
+                                                            "recompute_workspace")},
+                          "capacity_bytes": d["capacity_bytes"]}
+        rows.append({"rank": r, "stage": s, **cache[key]})
+    cap = rows[0]["capacity_bytes"] if rows else 0.0
+    return {"per_rank": rows, "capacity_bytes": cap,
+            "peak_bytes_max": max((x["peak_bytes"] for x in rows), default=0.0),
+            "oom": any(x["oom"] for x in rows)}

@@ -1,0 +1,149 @@
+"""The entry point the step engine calls: route one micro-batch of one MoE layer.
+
+Randomness comes only from ``numpy.random.default_rng([seed, STREAM_ROUTE, step,
+layer, microbatch])`` (plus the popularity streams of :mod:`skew`), so a
+micro-batch's routing never depends on the order calls are made in, and the
+same arguments give identical arrays.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from moesim.errors import InputError
+from moesim.gating.balance import lb_loss
+from moesim.gating.config import RoutingConfig
+from moesim.gating.matrices import byte_matrices
+from moesim.gating.placement import Placement
+from moesim.gating.router import (
+    assign_counts,
+    assign_from_tokens,
+    assign_tokens,
+    capacity,
+    drop_tokens,
+    router_logits,
+    softmax,
+)
+from moesim.gating.skew import expert_shares, inclusion_probs
+
+STREAM_ROUTE = 0
+#: ``path: auto`` samples per token while tokens × experts is at most this
+#: (2**16: measured 7-13 ms CPU per call at the limit; the counts path takes ~1 ms
+#: there and ~2-12 ms at EP64 × 4096 tokens × 256 experts).
+TOKEN_PATH_LIMIT = 1 << 16
+#: tokens whose router logits are sampled for P_i on the counts path (jitter > 0)
+PROBE_TOKENS = 512
+
+
+@dataclass(frozen=True, eq=False)
+class MicrobatchRouting:
+    """Routing of one micro-batch of one MoE layer. Token counts are (token,
+    expert) assignments; bytes are float64. S = number of EP ranks (sources),
+    E = experts."""
+
+    assign: np.ndarray          # (S, E) int64 routed before dropping; rows sum to k·tokens
+    kept: np.ndarray            # (S, E) int64 after capacity
+    dropped: np.ndarray         # (S, E) int64 = assign - kept
+    capacity: np.ndarray        # (S,) float64 capacity per expert on each source (inf if none)
+    expert_tokens: np.ndarray   # (E,) int64 kept, summed over sources
+    rank_expert_tokens: np.ndarray  # (S, E) int64 tokens dst EP rank computes for expert e
+    rank_tokens: np.ndarray     # (S,) int64 tokens received per destination EP rank
+    dispatch_tokens: np.ndarray  # (S, S) int64 src × dst
+    combine_tokens: np.ndarray  # (S, S) int64 = dispatch_tokens.T
+    dispatch_bytes: np.ndarray  # (S, S) float64, bytes src sends to dst in dispatch
+    combine_bytes: np.ndarray   # (S, S) float64, bytes src sends to dst in combine
+    router_prob_mean: np.ndarray  # (E,) P_i, mean router probability
+    f: np.ndarray               # (E,) fraction of routed assignments per expert
+    lb_loss: float              # E · Σ f_i P_i
+    shares: np.ndarray          # (E,) target share of assignments per expert (q)
+    n_tokens: int               # tokens in the micro-batch (all sources)
+    top_k: int
+    path: str                   # "token" or "counts"
+
+
+def _check_node_limit(cfg: RoutingConfig, placement: Placement, ranks_per_node: int | None,
+                      top_k: int, source: str) -> np.ndarray | None:
+    if cfg.max_nodes is None or ranks_per_node is None:
+        return None
+    if isinstance(ranks_per_node, bool) or not isinstance(ranks_per_node, int) or ranks_per_node < 1:
+        raise InputError(source, "ranks_per_node", "an integer >= 1", ranks_per_node)
+    node = placement.node_of_expert(ranks_per_node)
+    per_node = np.sort(np.bincount(node))
+    per_node = per_node[per_node > 0]
+    if cfg.max_nodes >= per_node.size:
+        return None  # the limit cannot bind
+    if per_node[: cfg.max_nodes].sum() < top_k:
+        raise InputError(source, "routing.max_nodes",
+                         f"enough nodes that any {cfg.max_nodes} hold >= top_k={top_k} experts",
+                         cfg.max_nodes)
+    return node
+
+
+def route_microbatch(cfg: RoutingConfig, *, n_experts: int, top_k: int,
+                     tokens_per_rank: np.ndarray, placement: Placement,
+                     ranks_per_node: int | None, hidden: int, dispatch_dtype: str,
+                     combine_dtype: str, seed: int, step: int, layer: int, microbatch: int,
+                     source: str = "routing") -> MicrobatchRouting:
+    """Route one micro-batch. ``tokens_per_rank[s]``: tokens EP rank s holds;
+    ``layer``: MoE layer index; ``ranks_per_node``: consecutive EP ranks per node
+    (None: no node structure; node-limited routing and ``nearest`` replicas then
+    ignore nodes). ``cfg.top_k`` overrides ``top_k`` when set."""
+    k = int(cfg.top_k if cfg.top_k is not None else top_k)
+    t = np.asarray(tokens_per_rank)
+    if t.ndim != 1 or t.shape[0] != placement.ep or np.any(t < 0) or (
+            t.size and not np.all(t == np.floor(t))):
+        raise InputError(source, "tokens_per_rank",
+                         f"{placement.ep} non-negative integer token counts (one per EP rank)",
+                         t.tolist() if t.size < 20 else list(t.shape))
+    t = t.astype(np.int64)
+    if placement.n_experts != n_experts:
+        raise InputError(source, "placement", f"a placement of {n_experts} experts",
+                         placement.n_experts)
+    if not 1 <= k <= n_experts:
+        raise InputError(source, "routing.top_k", f"1 <= top_k <= {n_experts} experts", k)
+    node = _check_node_limit(cfg, placement, ranks_per_node, k, source)
+
+    q = expert_shares(cfg, n_experts, seed=seed, step=step, layer=layer, source=source)
+    pi = inclusion_probs(q, k, strict=cfg.kind == "hot", source=source)
+    rng = np.random.default_rng([seed, STREAM_ROUTE, step, layer, microbatch])
+    n_tok = int(t.sum())
+    path = cfg.path
+    if path == "auto":
+        path = "token" if n_tok * n_experts <= TOKEN_PATH_LIMIT else "counts"
+    cap = capacity(t, k, n_experts, cfg.capacity_factor)
+
+    if path == "token":
+        assign = np.zeros((t.size, n_experts), dtype=np.int64)
+        kept = np.zeros_like(assign)
+        psum = np.zeros(n_experts)
+        for s, ns in enumerate(t):
+            chosen = assign_tokens(rng, pi, int(ns), k, node, cfg.max_nodes)
+            logits = router_logits(rng, pi, k, int(ns), cfg.jitter)
+            probs = softmax(logits)
+            psum += probs.sum(axis=0)
+            assign[s] = assign_from_tokens(chosen, n_experts)
+            keep = drop_tokens(chosen, probs, cap[s], cfg.drop_policy)
+            kept[s] = np.bincount(chosen[keep], minlength=n_experts)
+        p_mean = psum / n_tok if n_tok else pi / k
+    else:
+        assign = assign_counts(rng, pi, t, k, node, cfg.max_nodes)
+        kept = np.minimum(assign, np.minimum(cap, assign.max(initial=0))[:, None]).astype(np.int64)
+        if cfg.jitter == 0.0:
+            p_mean = pi / k
+        else:
+            p_mean = softmax(router_logits(rng, pi, k, PROBE_TOKENS, cfg.jitter)).mean(axis=0)
+
+    dispatch, rank_expert = placement.split_counts(kept, ranks_per_node)
+    dbytes, cbytes = byte_matrices(dispatch, hidden, dispatch_dtype, combine_dtype, source)
+    tot = int(assign.sum())
+    f = assign.sum(axis=0) / tot if tot else np.zeros(n_experts)
+    return MicrobatchRouting(
+        assign=assign, kept=kept, dropped=assign - kept, capacity=cap,
+        expert_tokens=kept.sum(axis=0), rank_expert_tokens=rank_expert,
+        rank_tokens=dispatch.sum(axis=0), dispatch_tokens=dispatch,
+        combine_tokens=dispatch.T.copy(), dispatch_bytes=dbytes, combine_bytes=cbytes,
+        router_prob_mean=p_mean, f=f, lb_loss=lb_loss(f, p_mean), shares=q,
+        n_tokens=n_tok, top_k=k, path=path,
+    )

@@ -1,0 +1,108 @@
+"""Expert popularity: the target share of routed assignments per expert.
+
+``expert_shares(cfg, ...)`` returns, for one (step, layer), a vector q over
+experts with q >= 0 and sum q = 1: the expected fraction f_i of (token, expert)
+assignments that go to expert i. The router turns it into inclusion
+probabilities pi = k·q (a token picks an expert at most once, so pi <= 1; shares
+above 1/k are capped by water-filling, see :func:`inclusion_probs`).
+
+Randomness: the base shape (dirichlet draw) and the per-layer relabelling come
+from ``default_rng([seed, STREAM_LAYER, layer])``; the per-step relabelling and
+the random walk from ``default_rng([seed, STREAM_STEP, step, layer])`` — never
+from evaluation order.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from moesim.errors import InputError
+from moesim.gating.config import RoutingConfig
+from moesim.gating.sampling import cap_probs
+
+STREAM_LAYER = 1
+STREAM_STEP = 2
+STREAM_WALK = 3
+
+
+def hot_ids(cfg: RoutingConfig, n_experts: int, source: str = "routing") -> np.ndarray:
+    """The hot set as expert ids (before any drift relabelling)."""
+    if isinstance(cfg.hot_experts, int):
+        if cfg.hot_experts >= n_experts:
+            raise InputError(source, "routing.hot_experts",
+                             f"fewer hot experts than the {n_experts} experts", cfg.hot_experts)
+        return np.arange(cfg.hot_experts)
+    ids = np.asarray(cfg.hot_experts, dtype=np.int64)
+    if ids.max() >= n_experts:
+        raise InputError(source, "routing.hot_experts", f"expert ids < {n_experts}",
+                         list(cfg.hot_experts))
+    if len(ids) >= n_experts:
+        raise InputError(source, "routing.hot_experts",
+                         f"fewer hot experts than the {n_experts} experts", list(cfg.hot_experts))
+    return ids
+
+
+def base_shares(cfg: RoutingConfig, n_experts: int, seed: int, layer: int,
+                source: str = "routing") -> np.ndarray:
+    """Shares of one layer before drift. Expert 0 is the most popular for zipf."""
+    e = n_experts
+    if cfg.kind == "uniform":
+        return np.full(e, 1.0 / e)
+    if cfg.kind == "zipf":
+        w = 1.0 / np.arange(1, e + 1, dtype=float) ** cfg.zipf_s
+        return w / w.sum()
+    if cfg.kind == "hot":
+        ids = hot_ids(cfg, e, source)
+        q = np.full(e, (1.0 - cfg.hot_fraction) / (e - len(ids)))
+        q[ids] = cfg.hot_fraction / len(ids)
+        return q
+    if cfg.kind == "dirichlet":
+        rng = np.random.default_rng([seed, STREAM_LAYER, layer, 0])
+        return rng.dirichlet(np.full(e, cfg.alpha))
+    if cfg.kind == "file":
+        counts = cfg.counts or ()
+        where = cfg.file or source
+        if len(counts) != 1 and layer >= len(counts):
+            raise InputError(where, "routing.file",
+                             f"a row of counts for MoE layer {layer} (or a single row for all)",
+                             f"{len(counts)} rows")
+        row = np.asarray(counts[0] if len(counts) == 1 else counts[layer], dtype=float)
+        if row.size != e:
+            raise InputError(where, "routing.file", f"{e} expert columns", int(row.size))
+        return row / row.sum()
+    raise InputError(source, "routing.kind", "a known routing kind", cfg.kind)
+
+
+def expert_shares(cfg: RoutingConfig, n_experts: int, *, seed: int, step: int, layer: int,
+                  source: str = "routing") -> np.ndarray:
+    """Target share of assignments per expert for (step, layer), summing to 1."""
+    q = base_shares(cfg, n_experts, seed, layer, source)
+    if cfg.drift in ("layer", "walk"):
+        perm = np.random.default_rng([seed, STREAM_LAYER, layer, 1]).permutation(n_experts)
+        q = q[perm]
+    elif cfg.drift == "step":
+        perm = np.random.default_rng([seed, STREAM_STEP, step, layer]).permutation(n_experts)
+        q = q[perm]
+    if cfg.drift == "walk" and cfg.drift_rate > 0 and step > 0:
+        # ln q performs a Gaussian random walk, std drift_rate per step
+        rng = np.random.default_rng([seed, STREAM_WALK, layer])
+        walk = rng.standard_normal((step, n_experts)).sum(axis=0) * cfg.drift_rate
+        w = q * np.exp(walk - walk.max())
+        q = w / w.sum()
+    return q
+
+
+def inclusion_probs(q: np.ndarray, top_k: int, *, strict: bool, source: str = "routing",
+                    field: str = "routing.kind") -> np.ndarray:
+    """pi = k·q capped at 1 (water-filling). With ``strict`` (kind hot, where the
+    user asked for an exact share) a share above what k distinct picks allow is an
+    InputError instead."""
+    n_pos = int(np.count_nonzero(q > 0))
+    if n_pos < top_k:
+        raise InputError(source, field,
+                         f"at least top_k={top_k} experts with a non-zero share", n_pos)
+    if strict and np.any(q * top_k > 1.0 + 1e-12):
+        raise InputError(source, "routing.hot_fraction",
+                         f"a share per hot expert <= 1/top_k = {1.0 / top_k:.4g} "
+                         "(a token picks an expert at most once)", float(q.max()))
+    return cap_probs(q, top_k)

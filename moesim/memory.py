@@ -1,0 +1,235 @@
+"""Per-rank memory accounting: weights, gradients, optimizer states, activations and
+routed-token buffers, against the device's capacity. Pure arithmetic, bytes throughout.
+
+Static state (REFERENCE.md "Parallelism", mixed-precision Adam): 2 bytes bf16 weight
+(``spec.weight_bytes``) + 2 bytes bf16 gradient + 12 bytes fp32 master/m/v = 16 bytes
+per parameter. ZeRO-1 shards the 12 over the data-parallel group, ZeRO-2 also the
+gradients, ZeRO-3 also the weights.
+Non-expert parameters shard over DP; expert parameters over the expert-data-parallel
+group of size EDP = TP·DP/EP (Megatron-Core with expert tensor parallelism 1).
+
+Activations per layer per micro-batch (Korthikanti et al. 2022, "Reducing Activation
+Recomputation in Large Transformer Models", Eq. 2 with sequence parallelism): for T = s·b
+tokens, h hidden, a heads, t = tp,
+
+    dense layer = (34·T·h + 5·a·s·T) / t  bytes
+                = attention 11·T·h + 5·a·s·T, two layer norms 4·T·h, MLP 19·T·h.
+
+Adapted here: the MLP's 19·T·h (for a 2-matrix FFN of width 4h) generalises to
+ffn_bytes(f) = 2h + 2f·(3 if gated else 2) + h per token (input, up/gate outputs, the
+activation output, Korthikanti's 1-byte dropout mask), which is 19h at f = 4h. In an MoE
+layer the MLP term becomes: router fp32 probabilities 4·E per token, shared experts
+ffn_bytes(n_shared·shared_ffn)/t per token, the routed experts ffn_bytes(expert_ffn) per
+*received* token (a hot expert's rank receives more), and the expert outputs kept for the
+combine's backward, 2·h per routed assignment sent.
+
+Recomputation: "selective" drops the 5·a·s·T attention-score term (Korthikanti §4.2,
+also what FlashAttention stores); "full" keeps only each layer's input, 2·T·h/t, plus a
+workspace of one layer's activations while it is recomputed (Korthikanti §5).
+
+The caller says how many micro-batches' activations a stage holds
+(``inflight_microbatches``): GPipe keeps m, 1F1B at most p on the first stage
+(REFERENCE.md "Parallelism"). Routed-token buffers (dispatch/combine send and receive)
+live for one layer at a time and are counted once.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+
+from moesim.compute.devices import DeviceSpec
+from moesim.errors import InputError
+from moesim.model.params import (
+    attention_params,
+    embedding_params,
+    ffn_params,
+    layer_norm_params,
+    lm_head_params,
+    router_params,
+)
+from moesim.model.spec import ModelSpec
+
+GRAD_BYTES = 2        # bf16 gradient (REFERENCE.md: 2 + 2 + 12 = 16 bytes per parameter)
+OPTIMIZER_BYTES = 12  # fp32 master weight, Adam m and v
+ACT_BYTES = 2         # bf16 activations
+RECOMPUTE_MODES = ("none", "selective", "full")
+
+
+@dataclass(frozen=True, slots=True)
+class MemoryBreakdown:
+    """Bytes on one rank by category; ``peak_bytes`` is their sum."""
+
+    weights: float
+    gradients: float
+    optimizer: float
+    activations: float          # all in-flight micro-batches, all layers of the stage
+    token_buffers: float        # dispatch/combine send and receive buffers of one layer
+    recompute_workspace: float  # one layer's activations during full recomputation
+    capacity_bytes: float
+    dense_params: float         # parameters held before ZeRO-3 sharding (not bytes)
+    expert_params: float
+
+    @property
+    def peak_bytes(self) -> float:
+        return (self.weights + self.gradients + self.optimizer + self.activations
+                + self.token_buffers + self.recompute_workspace)
+
+    @property
+    def oom(self) -> bool:
+        return self.peak_bytes > self.capacity_bytes
+
+    def as_dict(self) -> dict[str, float | bool]:
+        return {**asdict(self), "peak_bytes": self.peak_bytes, "oom": self.oom}
+
+
+def split_layers(n_layers: int, pp: int) -> list[range]:
+    """Contiguous layers per pipeline stage; a remainder goes one each to stages 1, 2, ...
+    (stage 0 already holds the embedding)."""
+    base, extra = divmod(n_layers, pp)
+    out, start = [], 0
+    for stage in range(pp):
+        size = base + (1 if 1 <= stage <= extra else 0)
+        out.append(range(start, start + size))
+        start += size
+    return out
+
+
+def rank_params(spec: ModelSpec, layers: Sequence[int], *, tp: int, ep: int,
+                first: bool, last: bool) -> tuple[float, float]:
+    """(non-expert, expert) parameters one rank of this stage holds before ZeRO-3."""
+    attn = attention_params(spec)
+    dense = 0.0
+    expert = 0.0
+    for i in layers:
+        dense += attn.tp_split / tp + attn.replicated + layer_norm_params(spec)
+        if spec.is_moe_layer(i):
+            dense += router_params(spec)
+            dense += spec.n_shared_experts * ffn_params(spec, spec.shared_ffn) / tp
+            expert += spec.n_experts // ep * ffn_params(spec, spec.expert_ffn)
+        else:
+            dense += ffn_params(spec, spec.dense_ffn) / tp
+    if first:
+        dense += embedding_params(spec) / tp
+    if last:
+        dense += spec.hidden  # final norm
+        # a tied LM head needs its own copy of the embedding when it sits on another stage
+        dense += (embedding_params(spec) if spec.tied_embeddings and not first
+                  else lm_head_params(spec)) / tp
+    return dense, expert
+
+
+def ffn_act_bytes_per_token(spec: ModelSpec, width: int) -> float:
+    """Korthikanti's MLP term generalised: 2h + 2f·(3 if gated else 2) + h bytes/token."""
+    if width <= 0:
+        return 0.0
+    return 2 * spec.hidden + ACT_BYTES * width * (3 if spec.gated else 2) + spec.hidden
+
+
+def layer_activation_bytes(spec: ModelSpec, layer: int, tokens: int, seq_len: int, tp: int,
+                           recompute: str, received_tokens: float) -> float:
+    """Bytes one micro-batch of ``tokens`` tokens leaves alive in layer ``layer``."""
+    t_h = tokens * spec.hidden
+    if recompute == "full":
+        return ACT_BYTES * t_h / tp
+    attn = 11 * t_h + (5 * spec.heads * seq_len * tokens if recompute == "none" else 0)
+    total = attn + 4 * t_h
+    if spec.is_moe_layer(layer):
+        total += 4 * spec.n_experts * tokens                          # fp32 router probs
+        total += tokens * ffn_act_bytes_per_token(spec, spec.n_shared_experts * spec.shared_ffn)
+        total += ACT_BYTES * spec.top_k * t_h                        # outputs for combine bwd
+        return total / tp + received_tokens * ffn_act_bytes_per_token(spec, spec.expert_ffn)
+    return (total + tokens * ffn_act_bytes_per_token(spec, spec.dense_ffn)) / tp
+
+
+def _check(cond: bool, source: str, field: str, expected: str, got: object) -> None:
+    if not cond:
+        raise InputError(source, field, expected, got)
+
+
+def memory_per_rank(
+    spec: ModelSpec, *, micro_batch_tokens: int, seq_len: int, tp: int = 1, pp: int = 1,
+    ep: int = 1, dp: int = 1, zero: int = 0, stage: int = 0,
+    layers: Sequence[int] | None = None, inflight_microbatches: int = 1,
+    recompute: str = "none", received_tokens: float | Sequence[float] | None = None,
+    dispatch_bytes_per_elem: float = 2.0, device: DeviceSpec | None = None,
+    capacity_bytes: float | None = None, source: str = "<memory>",
+) -> MemoryBreakdown:
+    """Bytes on one rank of pipeline stage ``stage``.
+
+    ``micro_batch_tokens`` = sequences × seq_len of one micro-batch on this DP rank.
+    ``layers``: layer indices of the stage (default: :func:`split_layers`).
+    ``received_tokens``: routed token-assignments this rank's experts receive per MoE
+    layer (one number for all, or one per MoE layer of the stage); default balanced,
+    micro_batch_tokens/tp · top_k. ``dispatch_bytes_per_elem``: 2 for bf16, 1 + 4/128 for
+    fp8 with one fp32 scale per 128 values (REFERENCE.md, DeepSeek-V3). Capacity comes
+    from ``capacity_bytes``, else ``device.hbm_bytes``, else unlimited.
+    """
+    for name, value in (("tp", tp), ("pp", pp), ("ep", ep), ("dp", dp),
+                        ("inflight_microbatches", inflight_microbatches)):
+        _check(isinstance(value, int) and value >= 1, source, f"parallel.{name}",
+               "an integer >= 1", value)
+    _check(zero in (0, 1, 2, 3), source, "parallel.zero", "0, 1, 2 or 3", zero)
+    _check(recompute in RECOMPUTE_MODES, source, "parallel.recompute",
+           f"one of {', '.join(RECOMPUTE_MODES)}", recompute)
+    _check(spec.heads % tp == 0, source, "parallel.tp",
+           f"a divisor of the model's heads ({spec.heads})", tp)
+    _check(pp <= spec.layers, source, "parallel.pp", f"at most layers ({spec.layers})", pp)
+    if spec.moe:
+        _check(spec.n_experts % ep == 0, source, "parallel.ep",
+               f"a divisor of n_experts ({spec.n_experts})", ep)
+        _check((tp * dp) % ep == 0, source, "parallel.ep",
+               f"a divisor of tp·dp ({tp * dp}) (expert data parallel = tp·dp/ep)", ep)
+    _check(0 <= stage < pp, source, "parallel.stage", f"0 <= stage < pp ({pp})", stage)
+    _check(micro_batch_tokens >= 1 and seq_len >= 1, source, "micro_batch_tokens",
+           "micro_batch_tokens >= 1 and seq_len >= 1", (micro_batch_tokens, seq_len))
+    edp = max(tp * dp // ep, 1)
+    stage_layers = list(split_layers(spec.layers, pp)[stage] if layers is None else layers)
+    first, last = stage == 0, stage == pp - 1
+
+    dense, expert = rank_params(spec, stage_layers, tp=tp, ep=ep, first=first, last=last)
+    weights = spec.weight_bytes * (dense / dp + expert / edp if zero >= 3 else dense + expert)
+    grads = GRAD_BYTES * (dense / dp + expert / edp if zero >= 2 else dense + expert)
+    optim = OPTIMIZER_BYTES * (dense / dp + expert / edp if zero >= 1 else dense + expert)
+
+    moe_layers = [i for i in stage_layers if spec.is_moe_layer(i)]
+    sent = -(-micro_batch_tokens // tp) * spec.top_k  # assignments this rank dispatches
+    if received_tokens is None:
+        received = [float(sent)] * len(moe_layers)
+    elif isinstance(received_tokens, int | float):
+        received = [float(received_tokens)] * len(moe_layers)
+    else:
+        received = [float(r) for r in received_tokens]
+        _check(len(received) == len(moe_layers), source, "received_tokens",
+               f"one count per MoE layer of the stage ({len(moe_layers)})", len(received))
+    recv_of = dict(zip(moe_layers, received, strict=True))
+
+    def act(i: int, mode: str) -> float:
+        return layer_activation_bytes(spec, i, micro_batch_tokens, seq_len, tp, mode,
+                                      recv_of.get(i, 0.0))
+
+    per_mb = sum(act(i, recompute) for i in stage_layers)
+    t_h = micro_batch_tokens * spec.hidden / tp
+    if first:
+        per_mb += ACT_BYTES * t_h                      # embedding output
+    if last:
+        # final norm input (2·T·h/t) and fp32 logits for the loss (4·T·V/t)
+        per_mb += ACT_BYTES * t_h + 4 * micro_batch_tokens * spec.vocab / tp
+    workspace = 0.0
+    if recompute == "full" and stage_layers:
+        workspace = max(act(i, "none") for i in stage_layers)
+    buffers = 0.0
+    if moe_layers:
+        h = spec.hidden
+        buffers = max(
+            (sent + r) * h * dispatch_bytes_per_elem + (sent + r) * h * ACT_BYTES
+            for r in received
+        )
+    if capacity_bytes is None:
+        capacity_bytes = device.hbm_bytes if device is not None else float("inf")
+    return MemoryBreakdown(
+        weights=weights, gradients=grads, optimizer=optim,
+        activations=per_mb * inflight_microbatches, token_buffers=buffers,
+        recompute_workspace=workspace, capacity_bytes=float(capacity_bytes),
+        dense_params=dense, expert_params=expert,
+    )

@@ -1,0 +1,53 @@
+"""Named model presets. Dims from /work/shared/REFERENCE.md and the cited configs."""
+
+from __future__ import annotations
+
+from moesim.model.spec import ModelSpec
+
+# Mixtral 8x7B (REFERENCE.md "Models"; Mistral AI, "Mixtral of Experts", arXiv:2401.04088,
+# and the HF config mistralai/Mixtral-8x7B-v0.1): 32 layers, hidden 4096, 32 heads with
+# 8 KV heads of dim 128, vocab 32000, 8 experts top-2, expert FFN 14336 SwiGLU, untied
+# embeddings. ~46.7B total, ~12.9B active.
+MIXTRAL_8X7B = ModelSpec(
+    name="mixtral-8x7b", layers=32, hidden=4096, heads=32, kv_heads=8, head_dim=128,
+    vocab=32000, attention="gqa", dense_ffn=0, first_dense_layers=0, n_experts=8, top_k=2,
+    expert_ffn=14336, gated=True, tied_embeddings=False,
+)
+
+# DeepSeek-V3 (REFERENCE.md "Models"; DeepSeek-V3 Technical Report arXiv:2412.19437 §2,
+# §4.2 and the HF config deepseek-ai/DeepSeek-V3): 61 layers (the 1 MTP layer,
+# num_nextn_predict_layers = 1, is excluded: 671B counts the main model), first 3 dense
+# with FFN 18432, hidden 7168, 128 heads, MLA with q_lora_rank 1536, kv_lora_rank 512,
+# RoPE dim 64, nope dim 128, v head dim 128; 256 routed experts of FFN 2048, top-8,
+# 1 shared expert of FFN 2048; vocab 129280, untied embeddings. 671B total, 37B active.
+DEEPSEEK_V3 = ModelSpec(
+    name="deepseek-v3", layers=61, hidden=7168, heads=128, kv_heads=128, head_dim=192,
+    vocab=129280, attention="mla", q_lora_rank=1536, kv_lora_rank=512, qk_rope_dim=64,
+    qk_nope_dim=128, v_head_dim=128, dense_ffn=18432, first_dense_layers=3, n_experts=256,
+    top_k=8, expert_ffn=2048, n_shared_experts=1, shared_ffn=2048, gated=True,
+    tied_embeddings=False,
+)
+
+# Switch-Base with 128 experts (Fedus, Zoph, Shazeer, "Switch Transformers", JMLR 2022,
+# arXiv:2101.03961, Table 9: Switch-Base, 7B parameters, 128 experts, expert every other
+# layer, top-1 routing). Variant: the released checkpoint google/switch-base-128 (HF config:
+# d_model 768, d_ff 3072 ReLU (2 matrices), 12 heads of d_kv 64, 12 encoder + 12 decoder
+# layers, sparse step 2, vocab 32128, tied embeddings). moesim simulates a decoder-only
+# stack, so encoder and decoder are flattened into 24 layers, every 2nd one MoE (6 + 6 = 12
+# MoE layers, as in the checkpoint); decoder cross-attention (~28M parameters) is omitted.
+SWITCH_BASE = ModelSpec(
+    name="switch-base", layers=24, hidden=768, heads=12, kv_heads=12, head_dim=64,
+    vocab=32128, attention="mha", dense_ffn=3072, first_dense_layers=0, moe_layer_freq=2,
+    n_experts=128, top_k=1, expert_ffn=3072, gated=False, tied_embeddings=True,
+)
+
+# A toy model for fast CPU runs and tests (not a published model): 2 layers, hidden 512,
+# 8 heads of 64, 8 experts top-2 with SwiGLU FFN 1024, vocab 32000.
+TOY = ModelSpec(
+    name="toy", layers=2, hidden=512, heads=8, kv_heads=8, head_dim=64, vocab=32000,
+    attention="mha", dense_ffn=2048, n_experts=8, top_k=2, expert_ffn=1024, gated=True,
+)
+
+PRESETS: dict[str, ModelSpec] = {
+    s.name: s for s in (MIXTRAL_8X7B, DEEPSEEK_V3, SWITCH_BASE, TOY)
+}

@@ -1,0 +1,178 @@
+"""The model description: a frozen dataclass of dimensions, and its YAML loader.
+
+Sizes are counts (layers, heads, features); ``weight_bytes`` is bytes per weight
+element. Presets live in :mod:`moesim.model.presets`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Any
+
+from moesim.errors import InputError
+
+ATTENTION_KINDS = ("mha", "gqa", "mla")
+
+
+@dataclass(frozen=True, slots=True)
+class ModelSpec:
+    """Dimensions of a decoder-only (MoE) transformer.
+
+    Layer ``i`` (0-based) is an MoE layer when ``n_experts > 0``,
+    ``i >= first_dense_layers`` and ``(i - first_dense_layers) % moe_layer_freq ==
+    moe_layer_freq - 1``; every other layer has a dense FFN of width ``dense_ffn``.
+    """
+
+    name: str = "custom"
+    layers: int = 2                 # transformer blocks (MTP/auxiliary heads excluded)
+    hidden: int = 512               # model width h (features)
+    heads: int = 8                  # query heads a
+    kv_heads: int = 8               # key/value heads (== heads for MHA; ignored for MLA)
+    head_dim: int = 64              # features per head (MHA/GQA)
+    vocab: int = 32000              # vocabulary size V (tokens)
+    attention: str = "mha"          # "mha", "gqa" or "mla"
+    # Multi-head latent attention (DeepSeek-V2/V3) dims, used only when attention == "mla".
+    q_lora_rank: int = 0            # query compression width (0: no query compression)
+    kv_lora_rank: int = 0           # key/value compression width
+    qk_rope_dim: int = 0            # decoupled RoPE features per head
+    qk_nope_dim: int = 0            # non-RoPE query/key features per head
+    v_head_dim: int = 0             # value features per head
+    dense_ffn: int = 2048           # FFN width of dense layers (features)
+    first_dense_layers: int = 0     # leading layers with a dense FFN instead of MoE
+    moe_layer_freq: int = 1         # every k-th layer (after the dense ones) is MoE
+    n_experts: int = 8              # routed experts per MoE layer (0: dense model)
+    top_k: int = 2                  # routed experts per token
+    expert_ffn: int = 1024          # FFN width of one routed expert (features)
+    n_shared_experts: int = 0       # always-on shared experts per MoE layer
+    shared_ffn: int = 0             # FFN width of one shared expert (features)
+    gated: bool = True              # SwiGLU (3 matrices) if True, else 2-matrix FFN
+    tied_embeddings: bool = False   # LM head shares the embedding matrix
+    weight_bytes: int = 2           # bytes per weight element (2 = bf16)
+
+    @property
+    def moe(self) -> bool:
+        return self.n_experts > 0
+
+    def is_moe_layer(self, i: int) -> bool:
+        if not self.moe or i < self.first_dense_layers:
+            return False
+        return (i - self.first_dense_layers) % self.moe_layer_freq == self.moe_layer_freq - 1
+
+    @property
+    def n_moe_layers(self) -> int:
+        return sum(self.is_moe_layer(i) for i in range(self.layers))
+
+    @property
+    def ffn_matrices(self) -> int:
+        """Weight matrices per FFN: 3 for SwiGLU (gate, up, down), 2 otherwise."""
+        return 3 if self.gated else 2
+
+    @property
+    def q_dim(self) -> int:
+        """Query features (all heads) entering attention scores."""
+        if self.attention == "mla":
+            return self.heads * (self.qk_nope_dim + self.qk_rope_dim)
+        return self.heads * self.head_dim
+
+
+_FIELDS = {f.name: f for f in dataclasses.fields(ModelSpec)}
+_TYPES = {"str": str, "int": int, "bool": bool}
+
+
+def _check_type(name: str, value: Any, source: str) -> Any:
+    kind = _TYPES[str(_FIELDS[name].type)]
+    if kind is int:
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise InputError(source, f"model.{name}", "an integer", value)
+        if value < 0:
+            raise InputError(source, f"model.{name}", "an integer >= 0", value)
+    elif not isinstance(value, kind):
+        raise InputError(source, f"model.{name}", f"a {kind.__name__}", value)
+    return value
+
+
+def validate(spec: ModelSpec, source: str) -> ModelSpec:
+    """Check cross-field consistency; raise InputError naming the field."""
+    def bad(field: str, expected: str, got: Any) -> InputError:
+        return InputError(source, f"model.{field}", expected, got)
+
+    for name in ("layers", "hidden", "heads", "vocab", "moe_layer_freq", "weight_bytes"):
+        if getattr(spec, name) < 1:
+            raise bad(name, "an integer >= 1", getattr(spec, name))
+    if spec.attention not in ATTENTION_KINDS:
+        raise bad("attention", f"one of {', '.join(ATTENTION_KINDS)}", spec.attention)
+    if spec.attention == "mla":
+        for name in ("kv_lora_rank", "qk_nope_dim", "v_head_dim"):
+            if getattr(spec, name) < 1:
+                raise bad(name, "an integer >= 1 for mla attention", getattr(spec, name))
+    else:
+        if spec.head_dim < 1:
+            raise bad("head_dim", "an integer >= 1", spec.head_dim)
+        if spec.kv_heads < 1 or spec.heads % spec.kv_heads:
+            raise bad("kv_heads", f"a divisor of heads ({spec.heads})", spec.kv_heads)
+        if spec.attention == "mha" and spec.kv_heads != spec.heads:
+            raise bad("kv_heads", f"equal to heads ({spec.heads}) for mha", spec.kv_heads)
+    if spec.first_dense_layers > spec.layers:
+        raise bad("first_dense_layers", f"at most layers ({spec.layers})", spec.first_dense_layers)
+    if spec.moe:
+        if not 1 <= spec.top_k <= spec.n_experts:
+            raise bad("top_k", f"between 1 and n_experts ({spec.n_experts})", spec.top_k)
+        if spec.expert_ffn < 1:
+            raise bad("expert_ffn", "an integer >= 1", spec.expert_ffn)
+        if spec.n_shared_experts and spec.shared_ffn < 1:
+            raise bad("shared_ffn", "an integer >= 1 when n_shared_experts > 0", spec.shared_ffn)
+    if spec.n_moe_layers < spec.layers and spec.dense_ffn < 1:
+        raise bad("dense_ffn", "an integer >= 1 (the model has dense layers)", spec.dense_ffn)
+    return spec
+
+
+def model_from_dict(d: Any, source: str) -> ModelSpec:
+    """Build a ModelSpec from ``{"preset": name, **overrides}`` or explicit dims.
+
+    Raises InputError(source, "model.<field>", expected, got) on an unknown preset,
+    an unknown key, a wrong type or inconsistent dims.
+    """
+    if not isinstance(d, dict):
+        raise InputError(source, "model", "a mapping of model fields or {preset: NAME}", d)
+    fields = dict(d)
+    base = ModelSpec()
+    if "preset" in fields:
+        name = fields.pop("preset")
+        if not isinstance(name, str) or name not in _presets():
+            raise InputError(source, "model.preset", f"one of {', '.join(sorted(_presets()))}", name)
+        base = _presets()[name]
+    for key, value in fields.items():
+        if key not in _FIELDS:
+            raise InputError(
+                source, f"model.{key}", f"a model field ({', '.join(['preset', *_FIELDS])})", key
+            )
+        _check_type(key, value, source)
+    if "preset" not in d:
+        _require_explicit(fields, source)
+        fields.setdefault("kv_heads", fields["heads"])
+        fields.setdefault("head_dim", fields["hidden"] // max(fields["heads"], 1) or 1)
+        if not fields["n_experts"]:
+            fields.setdefault("top_k", 0)
+    return validate(dataclasses.replace(base, **fields), source)
+
+
+def _require_explicit(fields: dict, source: str) -> None:
+    """Without a preset, the dims that size the model must be given (no silent defaults)."""
+    required = ["layers", "hidden", "heads", "vocab", "n_experts"]
+    if fields.get("n_experts", 1):
+        required += ["top_k", "expert_ffn"]
+    if not fields.get("n_experts", 1) or fields.get("first_dense_layers", 0) \
+            or fields.get("moe_layer_freq", 1) > 1:
+        required.append("dense_ffn")
+    for key in required:
+        if key not in fields:
+            raise InputError(source, f"model.{key}",
+                             f"a value (no preset given, so {', '.join(required)} are required;"
+                             f" presets: {', '.join(sorted(_presets()))})")
+
+
+def _presets() -> dict[str, ModelSpec]:
+    from moesim.model.presets import PRESETS
+
+    return PRESETS

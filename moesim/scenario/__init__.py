@@ -1,0 +1,25 @@
+"""Scenarios: what to simulate (cluster, model, routing, layout, schedule)."""
+
+from moesim.scenario.load import (
+    SCENARIO_DIR,
+    apply_overrides,
+    build_scenario,
+    load_scenario,
+)
+from moesim.scenario.resolve import Resolved, load_cluster, resolve, scenario_layout
+from moesim.scenario.schema import (
+    ClusterConfig,
+    MemoryConfig,
+    OverlapConfig,
+    ParallelConfig,
+    RoutingSection,
+    Scenario,
+    ScheduleConfig,
+)
+
+__all__ = [
+    "SCENARIO_DIR", "Scenario", "ClusterConfig", "ParallelConfig", "ScheduleConfig",
+    "OverlapConfig", "MemoryConfig", "RoutingSection", "load_scenario", "build_scenario",
+    "apply_overrides", "scenario_layout", "load_cluster",
+    "Resolved", "resolve",
+]

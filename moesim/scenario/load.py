@@ -1,0 +1,276 @@
+"""Load a scenario YAML file into a validated :class:`Scenario`.
+
+``load_scenario(path, overrides)`` reads the file with ``yaml.safe_load``, applies
+``--set dotted.key=value`` overrides (value parsed as a YAML scalar or list),
+checks every field, then asks the owning modules to validate the free-form parts
+(model preset, routing policy, device, compute model, topology). Every problem is
+an :class:`InputError` naming the file, the ``section.field``, the expectation and
+what was found. Layout checks (tp*pp*dp = world, ep | dp, ep | experts) happen
+here too, so a scenario that loads is one the engine can run.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from moesim.errors import InputError
+from moesim.scenario.schema import (
+    DICT_SECTIONS,
+    DTYPES,
+    NETWORK_MODELS,
+    RECOMPUTE,
+    SCHEDULE_KINDS,
+    SECTIONS,
+    TOP_LEVEL,
+    ClusterConfig,
+    MemoryConfig,
+    OverlapConfig,
+    ParallelConfig,
+    RoutingSection,
+    Scenario,
+    ScheduleConfig,
+)
+
+SCENARIO_DIR = Path(__file__).resolve().parents[2] / "scenarios"
+
+# field -> (kind, detail). kinds: pos (int >= 1), nonneg (int >= 0), range (int in
+# detail), optpos (None or int >= 1), posnum (number > 0), bool, str, optstr,
+# choice (one of detail), order, dict.
+_RULES: dict[str, tuple[str, Any]] = {
+    "cluster.topology": ("str", None), "cluster.nodes": ("optpos", None),
+    "cluster.device": ("optstr", None), "cluster.network": ("choice", NETWORK_MODELS),
+    "cluster.params": ("dict", None),
+    "parallel.tp": ("pos", None), "parallel.pp": ("pos", None), "parallel.dp": ("optpos", None),
+    "parallel.ep": ("pos", None), "parallel.zero": ("range", (0, 3)), "parallel.vpp": ("pos", None),
+    "parallel.order": ("order", None),
+    "schedule.kind": ("choice", SCHEDULE_KINDS), "schedule.microbatches": ("pos", None),
+    "schedule.micro_batch_size": ("pos", None), "schedule.seq_len": ("pos", None),
+    "schedule.steps": ("pos", None), "schedule.dp_bucket_MB": ("posnum", None),
+    "schedule.zero3_prefetch": ("nonneg", None),
+    "overlap.ep_comm_overlap": ("bool", None), "overlap.dp_overlap": ("bool", None),
+    "overlap.tp_comm_overlap": ("bool", None),
+    "memory.recompute": ("choice", RECOMPUTE),
+    "routing.dispatch_dtype": ("choice", DTYPES), "routing.combine_dtype": ("choice", DTYPES),
+}
+
+
+def _field_names(section: str) -> list[str]:
+    return [f.name for f in dataclasses.fields(SECTIONS[section])]
+
+
+def _is_int(v: Any) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+def _check(src: str, key: str, v: Any) -> Any:
+    kind, detail = _RULES[key]
+    if kind == "pos" and not (_is_int(v) and v >= 1):
+        raise InputError(src, key, "an integer >= 1", v)
+    if kind == "nonneg" and not (_is_int(v) and v >= 0):
+        raise InputError(src, key, "an integer >= 0", v)
+    if kind == "range" and not (_is_int(v) and detail[0] <= v <= detail[1]):
+        raise InputError(src, key, f"an integer from {detail[0]} to {detail[1]}", v)
+    if kind == "optpos" and v is not None and not (_is_int(v) and v >= 1):
+        raise InputError(src, key, "an integer >= 1 (or omit it)", v)
+    if kind == "posnum" and (isinstance(v, bool) or not isinstance(v, int | float) or v <= 0):
+        raise InputError(src, key, "a number > 0", v)
+    if kind == "bool" and not isinstance(v, bool):
+        raise InputError(src, key, "true or false", v)
+    if kind == "str" and not (isinstance(v, str) and v):
+        raise InputError(src, key, "a non-empty string", v)
+    if kind == "optstr" and v is not None and not (isinstance(v, str) and v):
+        raise InputError(src, key, "a name (or omit it)", v)
+    if kind == "choice" and v not in detail:
+        raise InputError(src, key, f"one of {list(detail)}", v)
+    if kind == "dict" and not isinstance(v, dict):
+        raise InputError(src, key, "a mapping of key: value", v)
+    if kind == "order":
+        if not (isinstance(v, list | tuple) and sorted(map(str, v)) == ["dp", "ep", "pp", "tp"]):
+            raise InputError(src, key, "a list ordering tp, ep, dp, pp (innermost first)", v)
+        return tuple(v)
+    return v
+
+
+# ---------------------------------------------------------------- reading
+
+def _find(path: str | Path) -> Path:
+    p = Path(path)
+    if p.is_file():
+        return p
+    preset = SCENARIO_DIR / f"{p.name}.yaml"
+    if p.suffix == "" and p.parent == Path(".") and preset.is_file():
+        return preset
+    shipped = sorted(q.stem for q in SCENARIO_DIR.glob("*.yaml"))
+    raise InputError(str(path), "", f"an existing scenario file or one of {shipped}",
+                     "no such file")
+
+
+def _read(p: Path) -> dict:
+    try:
+        text = p.read_text()
+    except (OSError, UnicodeDecodeError) as err:
+        raise InputError(str(p), "", "a readable UTF-8 YAML file", str(err)) from None
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as err:
+        mark = getattr(err, "problem_mark", None)
+        where = f"line {mark.line + 1} column {mark.column + 1}" if mark else "YAML"
+        problem = getattr(err, "problem", None) or str(err).splitlines()[0]
+        raise InputError(str(p), where, "valid YAML", problem) from None
+    if data is None:
+        data = {}
+    if not isinstance(data, dict):
+        raise InputError(str(p), "", "a mapping of sections (name, cluster, model, ...)",
+                         type(data).__name__)
+    return data
+
+
+# ---------------------------------------------------------------- overrides
+
+def apply_overrides(data: dict, overrides: list[str] | tuple[str, ...] = ()) -> dict:
+    """Return a copy of ``data`` with each ``dotted.key=value`` applied.
+
+    The key must name a known section and, for fixed sections, one of its fields;
+    the value is parsed as YAML (``4``, ``true``, ``fp8``, ``[tp, ep, dp, pp]``).
+    """
+    out = _deepcopy(data)
+    for item in overrides:
+        if "=" not in item:
+            raise InputError("--set", item, "key=value (e.g. parallel.ep=4)", item)
+        key, raw = item.split("=", 1)
+        key = key.strip()
+        try:
+            value = yaml.safe_load(raw) if raw.strip() else None
+        except yaml.YAMLError:
+            raise InputError("--set", key, "a YAML scalar or list as value", raw) from None
+        parts = key.split(".")
+        if any(not p for p in parts):
+            raise InputError("--set", key, "a dotted key such as schedule.microbatches", key)
+        if parts[0] not in TOP_LEVEL:
+            raise InputError("--set", key, f"a key in one of the sections {list(TOP_LEVEL)}",
+                             parts[0])
+        if parts[0] in ("name", "seed") and len(parts) > 1:
+            raise InputError("--set", key, f"{parts[0]} is a plain value", key)
+        if parts[0] in SECTIONS:
+            if len(parts) < 2 or parts[1] not in _field_names(parts[0]):
+                raise InputError("--set", key,
+                                 f"one of the {parts[0]} keys {_field_names(parts[0])}",
+                                 parts[1] if len(parts) > 1 else key)
+            if len(parts) > 2 and parts[:2] != ["cluster", "params"]:
+                raise InputError("--set", key, f"{parts[0]}.{parts[1]} is a plain value", key)
+        node = out
+        for p in parts[:-1]:
+            if not isinstance(node.get(p), dict):
+                node[p] = {}
+            node = node[p]
+        node[parts[-1]] = value
+    return out
+
+
+def _deepcopy(x: Any) -> Any:
+    if isinstance(x, dict):
+        return {k: _deepcopy(v) for k, v in x.items()}
+    if isinstance(x, list):
+        return [_deepcopy(v) for v in x]
+    return x
+
+
+# ---------------------------------------------------------------- building
+
+def _section(src: str, data: dict, name: str) -> dict:
+    d = data.get(name, {})
+    if d is None:
+        d = {}
+    if not isinstance(d, dict):
+        raise InputError(src, name, "a mapping of key: value", d)
+    return d
+
+
+def _fixed(src: str, data: dict, name: str, cls: type) -> Any:
+    d = _section(src, data, name)
+    valid = _field_names(name)
+    kwargs = {}
+    for k, v in d.items():
+        if k not in valid:
+            raise InputError(src, f"{name}.{k}", f"one of the {name} keys {valid}", k)
+        kwargs[k] = _check(src, f"{name}.{k}", v)
+    return cls(**kwargs)
+
+
+def build_scenario(data: dict, source: str = "<scenario>", default_name: str = "scenario",
+                   resolve: bool = True) -> Scenario:
+    """Validate a raw dict (as read from YAML) into a :class:`Scenario`.
+
+    With ``resolve`` the owning modules check the model, routing, device, compute
+    and topology parts and the layout is checked against the cluster's world size.
+    """
+    src = source
+    for k in data:
+        if k not in TOP_LEVEL:
+            raise InputError(src, str(k), f"one of the sections {list(TOP_LEVEL)}", k)
+    name = data.get("name", default_name)
+    if not isinstance(name, str) or not name:
+        raise InputError(src, "name", "a non-empty string", name)
+    seed = data.get("seed", 0)
+    if not (_is_int(seed) and seed >= 0):
+        raise InputError(src, "seed", "an integer >= 0", seed)
+    for k in DICT_SECTIONS:
+        _section(src, data, k)
+    if not _section(src, data, "model"):
+        raise InputError(src, "model", "a model section, e.g. model: {preset: mixtral-8x7b}")
+    if "topology" not in _section(src, data, "cluster"):
+        raise InputError(src, "cluster.topology",
+                         "a topology preset name (topologies/*.yaml) or a YAML file path")
+    rdict = dict(_section(src, data, "routing"))
+    dtypes = {k: _check(src, f"routing.{k}", rdict.pop(k))
+              for k in ("dispatch_dtype", "combine_dtype") if k in rdict}
+    scn = Scenario(
+        name=name, seed=seed,
+        cluster=_fixed(src, data, "cluster", ClusterConfig),
+        model=_section(src, data, "model"),
+        routing=RoutingSection(policy=rdict, **dtypes),
+        parallel=_fixed(src, data, "parallel", ParallelConfig),
+        schedule=_fixed(src, data, "schedule", ScheduleConfig),
+        compute=_section(src, data, "compute"),
+        overlap=_fixed(src, data, "overlap", OverlapConfig),
+        memory=_fixed(src, data, "memory", MemoryConfig),
+        source=src,
+    )
+    _check_schedule(scn)
+    if resolve:
+        scn = _resolve(scn)
+    return scn
+
+
+def _check_schedule(scn: Scenario) -> None:
+    src, par, sch = scn.source, scn.parallel, scn.schedule
+    if par.vpp > 1 and sch.kind != "interleaved":
+        raise InputError(src, "parallel.vpp", "1 unless schedule.kind is interleaved", par.vpp)
+    if sch.kind == "interleaved":
+        if par.pp < 2:
+            raise InputError(src, "parallel.pp", "at least 2 stages for an interleaved schedule",
+                             par.pp)
+        if sch.microbatches % par.pp:
+            raise InputError(src, "schedule.microbatches",
+                             f"a multiple of parallel.pp={par.pp} for the interleaved schedule",
+                             sch.microbatches)
+
+
+def _resolve(scn: Scenario) -> Scenario:
+    """Fix the world size from the topology, check the layout, and let the owning
+    modules validate their sections (see :mod:`moesim.scenario.resolve`)."""
+    from moesim.scenario.resolve import resolve
+
+    return resolve(scn).scenario
+
+
+def load_scenario(path: str | Path, overrides: list[str] | tuple[str, ...] = (),
+                  resolve: bool = True) -> Scenario:
+    """Read, override, validate. ``path`` may be a file or a shipped scenario name."""
+    p = _find(path)
+    data = apply_overrides(_read(p), overrides)
+    return build_scenario(data, source=str(p), default_name=p.stem, resolve=resolve)

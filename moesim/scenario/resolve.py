@@ -1,0 +1,126 @@
+"""Resolve a scenario's named parts into objects: topology, layout, model, routing,
+device and compute model.
+
+The owning modules are imported lazily, so a scenario loads even while one of
+them is missing (that part then resolves to ``None``); an error inside an owning
+module is never hidden.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from moesim.errors import InputError
+from moesim.layout import Layout
+from moesim.scenario.schema import Scenario
+
+
+@dataclass(frozen=True)
+class Resolved:
+    scenario: Scenario          # with ``world``, ``gpus_per_node`` and ``parallel.dp`` filled in
+    layout: Layout
+    warnings: tuple[str, ...]   # e.g. a TP group crossing a node boundary
+    topology: Any = None        # moesim.topology.Topology
+    model: Any = None           # moesim.model.ModelSpec
+    routing: Any = None         # moesim.gating.RoutingConfig
+    device: Any = None          # moesim.compute.devices device
+    compute: Any = None         # moesim.compute.base.ComputeModel
+
+
+def _delegate(module: str, attr: str) -> Callable[..., Any] | None:
+    """``module.attr`` if the module exists, else None (a missing dependency *inside*
+    an existing module is re-raised)."""
+    try:
+        mod = importlib.import_module(module)
+    except ModuleNotFoundError as err:
+        if err.name and (module == err.name or module.startswith(err.name + ".")):
+            return None
+        raise
+    return getattr(mod, attr, None)
+
+
+def load_cluster(scn: Scenario) -> Any:
+    """The scenario's topology (``moesim.topology.load_topology``), or None if that
+    module is not available."""
+    load_topology = _delegate("moesim.topology", "load_topology")
+    if load_topology is None:
+        return None
+    name = scn.cluster.topology
+    p = Path(name)
+    if (p.suffix in (".yaml", ".yml") or "/" in name) and not p.is_absolute():
+        p = Path(scn.source).parent / p  # a relative path is relative to the scenario file
+        name = str(p) if p.is_file() else name
+    try:
+        return load_topology(name, **scn.cluster.topology_params())
+    except InputError as err:
+        if err.field:  # an error inside the topology file or its params names itself
+            raise
+        raise InputError(scn.source, "cluster.topology", err.expected, err.got) from None
+
+
+def scenario_layout(scn: Scenario) -> tuple[Layout, list[str]]:
+    """The scenario's :class:`Layout` and its warnings (e.g. TP crossing nodes)."""
+    par = scn.parallel
+    dp = par.dp
+    if dp is None:
+        if scn.world is None:
+            raise InputError(scn.source, "parallel.dp", "a data-parallel size (no topology to "
+                             "derive it from)", None)
+        dp = scn.world // (par.tp * par.pp)
+    world = scn.world if scn.world is not None else par.tp * par.pp * dp
+    layout = Layout(world=world, tp=par.tp, pp=par.pp, dp=dp, ep=par.ep, order=par.order,
+                    source=scn.source)
+    return layout, layout.warnings(scn.gpus_per_node)
+
+
+def resolve(scn: Scenario) -> Resolved:
+    """Check the scenario against its cluster and build every named part."""
+    src = scn.source
+    topo = load_cluster(scn)
+    world, gpn = scn.world, scn.gpus_per_node
+    if topo is not None:
+        world = len(topo.gpus)
+        gpn = getattr(topo, "gpus_per_node", None)
+    par = scn.parallel
+    if par.dp is None and world is not None:
+        if world % (par.tp * par.pp):
+            raise InputError(src, "parallel.pp", f"tp*pp to divide the world size {world} "
+                             f"(tp={par.tp})", par.pp)
+        par = dataclasses.replace(par, dp=world // (par.tp * par.pp))
+    scn = dataclasses.replace(scn, parallel=par, world=world, gpus_per_node=gpn)
+    layout, warns = scenario_layout(scn)
+    scn = dataclasses.replace(scn, world=layout.world, parallel=dataclasses.replace(
+        par, dp=layout.dp))
+
+    model = None
+    model_from_dict = _delegate("moesim.model", "model_from_dict")
+    if model_from_dict is not None:
+        model = model_from_dict(dict(scn.model), src)
+        if getattr(model, "n_experts", 0):
+            layout.check_experts(model.n_experts)
+        chunks = par.pp * par.vpp
+        if model.layers < chunks:
+            raise InputError(src, "parallel.pp", f"pp*vpp <= the model's {model.layers} "
+                             f"layers (vpp={par.vpp})", par.pp)
+
+    routing = None
+    routing_from_dict = _delegate("moesim.gating", "routing_from_dict")
+    if routing_from_dict is not None:
+        routing = routing_from_dict(dict(scn.routing.policy), src)
+
+    device = compute = None
+    name = scn.cluster.device or getattr(topo, "device", None)
+    get_device = _delegate("moesim.compute.devices", "get_device")
+    if get_device is not None and isinstance(name, str):
+        device = get_device(name, src, field="cluster.device")
+    elif get_device is not None and topo is not None and name is not None:
+        device = name  # the topology already holds a device object
+    compute_model_from_dict = _delegate("moesim.compute.roofline", "compute_model_from_dict")
+    if compute_model_from_dict is not None and device is not None:
+        compute = compute_model_from_dict(dict(scn.compute), src, device)
+    return Resolved(scn, layout, tuple(warns), topo, model, routing, device, compute)

@@ -1,0 +1,152 @@
+"""The scenario: frozen dataclasses, one per YAML section, with defaults and units.
+
+YAML keys are the field names below. Sizes at the edge are in MB (10^6 bytes,
+``dp_bucket_MB``); properties give SI values. ``model``, ``routing`` (apart from
+the two dtypes), ``compute`` and ``cluster.params`` are passed as plain dicts to
+the loaders that own them (``moesim.model``, ``moesim.gating``,
+``moesim.compute``, ``moesim.topology``), which validate them.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Any
+
+from moesim.layout import DEFAULT_ORDER
+from moesim.units import MB
+
+NETWORK_MODELS = ("flow", "analytical")
+DTYPES = ("bf16", "fp8", "fp16", "fp32")
+SCHEDULE_KINDS = ("gpipe", "1f1b", "interleaved")
+RECOMPUTE = ("none", "selective", "full")
+
+
+def _frozen(d: dict | None) -> MappingProxyType:
+    return MappingProxyType(dict(d or {}))
+
+
+@dataclass(frozen=True)
+class ClusterConfig:
+    topology: str = "dgx-h100"        # preset name in topologies/ or a path to a YAML file
+    nodes: int | None = None          # nodes, passed to the topology (None: its default)
+    device: str | None = None         # device catalog name (None: the topology's device)
+    network: str = "flow"             # flow (max-min sharing) | analytical (no contention)
+    params: Any = field(default_factory=dict)  # other topology parameters
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "params", _frozen(self.params))
+
+    def topology_params(self) -> dict:
+        out = dict(self.params)
+        if self.nodes is not None:
+            out["nodes"] = self.nodes
+        return out
+
+
+@dataclass(frozen=True)
+class ParallelConfig:
+    tp: int = 1                       # tensor parallel size
+    pp: int = 1                       # pipeline stages
+    dp: int | None = None             # data parallel size (None: world / (tp*pp))
+    ep: int = 1                       # expert parallel size, carved out of dp
+    zero: int = 0                     # ZeRO stage 0..3 over the data-parallel group
+    vpp: int = 1                      # virtual pipeline chunks per rank (interleaved)
+    order: tuple[str, ...] = DEFAULT_ORDER  # Megatron-Core rank order, innermost first
+
+
+@dataclass(frozen=True)
+class ScheduleConfig:
+    kind: str = "1f1b"                # gpipe | 1f1b | interleaved
+    microbatches: int = 1             # micro-batches per step per data-parallel replica
+    micro_batch_size: int = 1         # sequences per micro-batch
+    seq_len: int = 2048               # tokens per sequence
+    steps: int = 1                    # training steps to simulate
+    dp_bucket_MB: float = 25.0        # gradient bucket; 25 MB is torch DDP's bucket_cap_mb default
+    zero3_prefetch: int = 1           # ZeRO-3: layers whose weights are gathered ahead
+
+    @property
+    def dp_bucket_bytes(self) -> float:
+        return self.dp_bucket_MB * MB
+
+    @property
+    def tokens_per_microbatch(self) -> int:
+        return self.micro_batch_size * self.seq_len
+
+
+@dataclass(frozen=True)
+class OverlapConfig:
+    ep_comm_overlap: bool = False     # EP all-to-all of one micro-batch overlaps compute of another
+    dp_overlap: bool = True           # gradient buckets reduce while backward continues
+    tp_comm_overlap: bool = False     # TP collectives overlap GEMMs
+
+
+@dataclass(frozen=True)
+class MemoryConfig:
+    recompute: str = "none"           # activation recomputation: none | selective | full
+
+
+@dataclass(frozen=True)
+class RoutingSection:
+    """Routing policy (dict for ``moesim.gating.routing_from_dict``) plus wire dtypes."""
+
+    policy: Any = field(default_factory=dict)
+    dispatch_dtype: str = "bf16"      # tokens sent to experts (fp8 adds one scale per 128 values)
+    combine_dtype: str = "bf16"       # expert outputs sent back
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "policy", _frozen(self.policy))
+
+
+@dataclass(frozen=True)
+class Scenario:
+    name: str
+    seed: int = 0
+    cluster: ClusterConfig = field(default_factory=ClusterConfig)
+    model: Any = field(default_factory=dict)     # dict for moesim.model.model_from_dict
+    routing: RoutingSection = field(default_factory=RoutingSection)
+    parallel: ParallelConfig = field(default_factory=ParallelConfig)
+    schedule: ScheduleConfig = field(default_factory=ScheduleConfig)
+    compute: Any = field(default_factory=dict)   # dict for compute_model_from_dict
+    overlap: OverlapConfig = field(default_factory=OverlapConfig)
+    memory: MemoryConfig = field(default_factory=MemoryConfig)
+    source: str = "<scenario>"                   # file it came from (for error messages)
+    world: int | None = None                     # GPUs in the cluster, once resolved
+    gpus_per_node: int | None = None             # from the topology, once resolved
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "model", _frozen(self.model))
+        object.__setattr__(self, "compute", _frozen(self.compute))
+
+    def to_dict(self) -> dict:
+        """The full configuration, JSON-able (lists, dicts, scalars)."""
+        out = _plain(self)
+        r = out["routing"]
+        out["routing"] = {**r["policy"], "dispatch_dtype": r["dispatch_dtype"],
+                          "combine_dtype": r["combine_dtype"]}
+        return out
+
+
+def _plain(x: Any) -> Any:
+    if dataclasses.is_dataclass(x) and not isinstance(x, type):
+        return {f.name: _plain(getattr(x, f.name)) for f in dataclasses.fields(x)}
+    if isinstance(x, dict | MappingProxyType):
+        return {str(k): _plain(v) for k, v in x.items()}
+    if isinstance(x, list | tuple):
+        return [_plain(v) for v in x]
+    return x
+
+
+#: section name -> dataclass, for the sections with a fixed set of keys
+SECTIONS: dict[str, type] = {
+    "cluster": ClusterConfig,
+    "parallel": ParallelConfig,
+    "schedule": ScheduleConfig,
+    "overlap": OverlapConfig,
+    "memory": MemoryConfig,
+}
+#: sections that are free-form dicts validated by their owner
+DICT_SECTIONS = ("model", "compute")
+TOP_LEVEL = ("name", "seed", "cluster", "model", "routing", "parallel", "schedule", "compute",
+             "overlap", "memory")

@@ -1,0 +1,277 @@
+"""Plots of a simulated step. Each function takes data and a matplotlib Axes, draws,
+and returns the Axes; none touches pyplot's global state (use
+:func:`new_figure` for an Agg figure).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+import numpy as np
+from matplotlib.axes import Axes
+from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.figure import Figure
+from matplotlib.patches import Patch
+
+from moesim.trace.breakdown import rank_breakdown
+from moesim.trace.result import SimResult
+from moesim.trace.spans import COMM_KINDS, KINDS, Span
+
+KIND_COLORS = {
+    "compute": "#4C72B0", "ep_dispatch": "#55A868", "ep_combine": "#8FD694", "tp": "#8172B3",
+    "dp": "#937860", "pp": "#64B5CD", "zero": "#DA8BC3", "bubble": "#CCB974",
+    "stall": "#C44E52", "idle": "#EEEEEE",
+}
+MAX_ROWS = 64  # above this many ranks the timeline aggregates rows
+
+
+def new_figure(width_in: float = 12.0, height_in: float = 5.0, dpi: int = 110) -> Figure:
+    """A Figure on an Agg canvas, independent of pyplot."""
+    fig = Figure(figsize=(width_in, height_in), dpi=dpi)
+    FigureCanvasAgg(fig)
+    return fig
+
+
+def timeline_figsize(n_ranks: int, ranks_per_node: int = 1) -> tuple[float, float]:
+    """Figure size (inches) that keeps timeline rows readable: ~0.42 in per rank row,
+    ~0.22 in per aggregated row."""
+    if n_ranks <= MAX_ROWS:
+        return 14.0, 2.0 + 0.42 * n_ranks
+    return 14.0, 2.0 + 0.22 * len(timeline_rows(n_ranks, ranks_per_node))
+
+
+def _lane(sp: Span) -> int:
+    """0 compute, 1 communication, 2 waiting (stall/bubble)."""
+    if sp.kind in ("stall", "bubble"):
+        return 2
+    return 1 if sp.kind in COMM_KINDS else 0
+
+
+def timeline_rows(n_ranks: int, ranks_per_node: int, max_rows: int = MAX_ROWS) -> list[list[int]]:
+    """Ranks per row: one rank per row up to ``max_rows`` ranks, else one node per row, else
+    equal groups of nodes so that there are at most ``max_rows`` rows."""
+    if n_ranks <= max_rows:
+        return [[r] for r in range(n_ranks)]
+    rpn = max(1, ranks_per_node)
+    per = rpn * int(np.ceil(n_ranks / rpn / max_rows))
+    return [list(range(s, min(s + per, n_ranks))) for s in range(0, n_ranks, per)]
+
+
+def plot_timeline(result: SimResult, ax: Axes, ranks: Iterable[int] | None = None,
+                  layers: Iterable[int] | None = None, max_rows: int = MAX_ROWS,
+                  annotate: int = 3) -> Axes:
+    """Gantt chart, one row per rank: compute (top lane), communication by kind (middle),
+    bubble and stall (bottom). Hot-expert ranks are labelled in red; the ``annotate``
+    longest stalls are labelled with their blocking rank and expert. With more than
+    ``max_rows`` ranks, draws per node (or group of nodes) a stacked bar of the mean
+    fraction of the step in each kind instead."""
+    rank_list = sorted(set(range(result.n_ranks) if ranks is None else ranks))
+    layer_set = None if layers is None else set(layers)
+    rank_set = set(rank_list)
+    spans = [s for s in result.spans if s.rank in rank_set
+             and (layer_set is None or s.layer in layer_set)]
+    if len(rank_list) > max_rows:
+        return _timeline_aggregate(result, ax, rank_list, spans, max_rows)
+    row_of = {r: i for i, r in enumerate(rank_list)}
+    hot = set(result.hot_ranks)
+    lane_h, lane_y = 0.26, (0.08, 0.38, 0.68)
+    bars: dict[tuple[str, int], list[tuple[float, float]]] = {}
+    for sp in spans:
+        bars.setdefault((sp.kind, row_of[sp.rank] * 1 + 0), []).append(
+            (sp.start_s * 1e3, max(sp.dur_s * 1e3, 0.0)))
+    kinds_seen = []
+    for (kind, row), xs in sorted(bars.items()):
+        lane = _lane(Span(0, "", kind, "", 0, 0))
+        coll = ax.broken_barh(xs, (row + lane_y[lane], lane_h),
+                              facecolors=KIND_COLORS.get(kind, "grey"), edgecolor="none")
+        coll.set_gid(f"timeline:{kind}:{rank_list[row]}")
+        if kind not in kinds_seen:
+            kinds_seen.append(kind)
+    ax.set_yticks([i + 0.5 for i in range(len(rank_list))])
+    labels = [f"rank {r}" + (" (hot)" if r in hot else "") for r in rank_list]
+    ax.set_yticklabels(labels, fontsize=8 if len(rank_list) <= 16 else 6)
+    for tick, r in zip(ax.get_yticklabels(), rank_list, strict=True):
+        if r in hot:
+            tick.set_color("#C44E52")
+            tick.set_fontweight("bold")
+    ax.set_ylim(len(rank_list), 0)
+    t0 = min((s.start_s for s in spans), default=0.0) * 1e3
+    t1 = max((s.end_s for s in spans), default=result.step_time_s) * 1e3
+    ax.set_xlim(t0, t1 + 1e-9)
+    stalls = sorted((s for s in spans if s.kind == "stall"), key=lambda s: (-s.dur_s, s.rank))
+    for sp in stalls[:annotate]:
+        text = f"{sp.dur_s * 1e3:.2f} ms ← rank {sp.waited_on}" + (
+            f" e{sp.expert}" if sp.expert >= 0 else "")
+        ax.text((sp.start_s + sp.dur_s / 2) * 1e3, row_of[sp.rank] + lane_y[2] + lane_h / 2, text,
+                ha="center", va="center", fontsize=6.5, color="#7A1F22", clip_on=True,
+                bbox={"boxstyle": "round,pad=0.12", "fc": "white", "ec": "none", "alpha": 0.85})
+    for i, r in enumerate(rank_list):
+        if r in hot:
+            ax.axhspan(i, i + 1, color="#C44E52", alpha=0.07, lw=0, zorder=0)
+    if len(rank_list) > 1:
+        ax.hlines(range(1, len(rank_list)), *ax.get_xlim(), colors="#BBBBBB", lw=0.5)
+    ax.set_xlabel("time in step (ms)")
+    ax.set_ylabel("rank  (lanes: compute / comm / wait)")
+    what = f"layers {min(layer_set)}–{max(layer_set)}, " if layer_set else ""
+    ax.set_title(f"Step timeline: {what}{len(rank_list)} ranks, step {result.step_time_s * 1e3:.2f} ms"
+                 + (f"; hot-expert ranks {sorted(hot)[:8]}" if hot else ""))
+    order = [k for k in KINDS if k in kinds_seen]
+    ax.legend(handles=[Patch(color=KIND_COLORS[k], label=k) for k in order], loc="upper left",
+              bbox_to_anchor=(1.005, 1.0), fontsize=8, frameon=False)
+    ax.grid(axis="x", alpha=0.3)
+    return ax
+
+
+def _timeline_aggregate(result: SimResult, ax: Axes, rank_list: list[int], spans: list[Span],
+                        max_rows: int) -> Axes:
+    step = result.step_time_s
+    per_rank = rank_breakdown(spans, result.n_ranks, step)
+    rank_set = set(rank_list)
+    rows = [[r for r in grp if r in rank_set]
+            for grp in timeline_rows(result.n_ranks, result.ranks_per_node, max_rows)]
+    rows = [g for g in rows if g]
+    keys = [*KINDS, "idle"]
+    frac = np.zeros((len(rows), len(keys)))
+    for i, grp in enumerate(rows):
+        for j, k in enumerate(keys):
+            frac[i, j] = np.mean([per_rank[r]["breakdown_s"].get(k, 0.0) for r in grp]) / step
+    y = np.arange(len(rows))
+    left = np.zeros(len(rows))
+    for j, k in enumerate(keys):
+        if frac[:, j].any():
+            ax.barh(y, frac[:, j] * 100, left=left, height=0.85, color=KIND_COLORS[k], label=k)
+            left += frac[:, j] * 100
+    hot = set(result.hot_ranks)
+    rpn = max(1, result.ranks_per_node)
+    labels = [f"node {g[0] // rpn}" if len(g) <= rpn else f"nodes {g[0] // rpn}–{g[-1] // rpn}"
+              for g in rows]
+    step_lbl = max(1, len(rows) // 32)
+    ax.set_yticks(y[::step_lbl])
+    ax.set_yticklabels([lb + (" (hot)" if hot & set(rows[i]) else "")
+                        for i, lb in enumerate(labels)][::step_lbl], fontsize=7)
+    for tick, i in zip(ax.get_yticklabels(), range(0, len(rows), step_lbl), strict=True):
+        if hot & set(rows[i]):
+            tick.set_color("#C44E52")
+    ax.set_ylim(len(rows) - 0.5, -0.5)
+    ax.set_xlabel("share of step time, mean over the row's ranks (%; streams overlap, so >100% possible)")
+    ax.set_title(f"Step time by kind, aggregated: {len(rank_list)} ranks in {len(rows)} rows "
+                 f"({len(rows[0])} ranks each), step {step * 1e3:.2f} ms")
+    ax.legend(loc="upper left", bbox_to_anchor=(1.005, 1.0), fontsize=8, frameon=False)
+    return ax
+
+
+def plot_experts(result: SimResult, ax: Axes) -> Axes:
+    """Heat-map of tokens routed per expert (columns) per MoE layer (rows), with a colorbar;
+    cells over capacity get an ×, dropped tokens are written in the cell."""
+    tok = result.expert_tokens
+    if tok is None or np.size(tok) == 0:
+        ax.text(0.5, 0.5, "no expert routing data in this run", ha="center", va="center",
+                transform=ax.transAxes)
+        ax.set_axis_off()
+        return ax
+    tok = np.atleast_2d(np.asarray(tok, dtype=float))
+    n_layers, n_exp = tok.shape
+    im = ax.imshow(tok, aspect="auto", cmap="viridis", interpolation="nearest",
+                   extent=(-0.5, n_exp - 0.5, n_layers - 0.5, -0.5))
+    ax.figure.colorbar(im, ax=ax, label="tokens routed")
+    cap = None if result.expert_capacity is None else np.asarray(result.expert_capacity, float)
+    dropped = None if result.expert_dropped is None else np.atleast_2d(
+        np.asarray(result.expert_dropped, float))
+    if cap is not None and np.isfinite(cap).any():
+        over = np.argwhere(tok > cap[:, None])
+        if len(over):
+            ax.scatter(over[:, 1], over[:, 0], marker="x", color="red",
+                       s=40 if n_layers * n_exp <= 256 else 10,
+                       label="over capacity")
+    if n_layers * n_exp <= 64:  # small grid: write the count (and drops) in each cell
+        lo, hi = float(tok.min()), float(tok.max())
+        for (i, j), t in np.ndenumerate(tok):
+            d = 0.0 if dropped is None else float(dropped[i, j])
+            txt = f"{int(t)}" + (f"\n(-{int(d)} dropped)" if d > 0 else "")
+            dark = hi > lo and (t - lo) / (hi - lo) < 0.6  # viridis is dark at the low end
+            ax.text(j, i + 0.25, txt, ha="center", va="center", fontsize=8,
+                    color="white" if dark else "black")
+    mean = tok.mean()
+    ax.set_xlabel("expert")
+    ax.set_ylabel("MoE layer")
+    ax.set_xticks(range(0, n_exp, max(1, n_exp // 16)))
+    ax.set_yticks(range(0, n_layers, max(1, n_layers // 16)))
+    cap_txt = ""
+    if cap is not None and np.isfinite(cap).any():
+        cap_txt = f", capacity {int(np.nanmin(cap[np.isfinite(cap)]))} tokens"
+    drop_txt = f", dropped {int(dropped.sum())}" if dropped is not None else ""
+    ax.set_title(f"Tokens per expert: max/mean {tok.max() / mean if mean else 0:.2f}{cap_txt}{drop_txt}")
+    if ax.get_legend_handles_labels()[0]:
+        ax.legend(loc="upper left", bbox_to_anchor=(0.0, -0.12), fontsize=8, frameon=False)
+    return ax
+
+
+def link_group(name: str, kind: str) -> str:
+    """NVLink, PCIe, NIC (a link touching a NIC), leaf/spine (switch-to-switch), else kind."""
+    low = name.lower()
+    if "spine" in low:
+        return "leaf/spine"
+    if "nic" in low:
+        return "NIC"
+    if "leaf" in low:
+        return "leaf/spine"
+    return {"nvlink": "NVLink", "pcie": "PCIe", "ib": "NIC", "ethernet": "NIC"}.get(kind, kind)
+
+
+_GROUP_STYLE = {"NVLink": "#4C72B0", "PCIe": "#8172B3", "NIC": "#DD8452", "leaf/spine": "#55A868"}
+_GROUP_ORDER = {g: i for i, g in enumerate(_GROUP_STYLE)}
+
+
+def plot_links(result: SimResult, ax: Axes, top: int = 8) -> Axes:
+    """The ``top`` busiest links by bytes. With utilization series: utilization (%) over time
+    (ms), coloured by link group; without: mean utilization over the step (bytes / capacity /
+    step time) as horizontal bars, grouped by NVLink / NIC / leaf-spine."""
+    ls = result.links
+    if ls is None or len(ls.names) == 0:
+        ax.text(0.5, 0.5, "no link statistics in this run", ha="center", va="center",
+                transform=ax.transAxes)
+        ax.set_axis_off()
+        return ax
+    nbytes = np.asarray(ls.bytes, float)
+    cap = np.asarray(ls.capacity_Bps, float)
+    busiest = [int(i) for i in np.argsort(-nbytes, kind="stable")[:top] if nbytes[i] > 0]
+    groups = {i: link_group(ls.names[i], ls.kinds[i]) for i in busiest}
+
+    def order_key(i: int) -> tuple:
+        return (_GROUP_ORDER.get(groups[i], 9), groups[i], -nbytes[i])
+
+    step = result.step_time_s
+    if busiest and all(i in ls.series for i in busiest):
+        styles = ["-", "--", ":", "-."]
+        for k, i in enumerate(sorted(busiest, key=order_key)):
+            pts = list(ls.series[i])
+            if pts and pts[0][0] > 0:
+                pts.insert(0, (0.0, 0.0))  # no traffic before the first change point
+            t = [p[0] * 1e3 for p in pts] + [step * 1e3]
+            u = [p[1] / cap[i] * 100 for p in pts]
+            u = u + [u[-1] if u else 0.0]
+            ax.step(t, u, where="post", color=_GROUP_STYLE.get(groups[i], "grey"),
+                    linestyle=styles[k % 4], label=f"{groups[i]}: {ls.names[i]}")
+        ax.set_xlabel("time in step (ms)")
+        ax.set_ylabel("utilization (% of capacity)")
+        ax.set_ylim(0, 105)
+        ax.set_title(f"Utilization of the {len(busiest)} busiest links over the step")
+        ax.legend(loc="upper left", bbox_to_anchor=(1.005, 1.0), fontsize=7, frameon=False)
+        return ax
+    order = sorted(busiest, key=order_key)
+    util = [nbytes[i] / (cap[i] * step) * 100 if cap[i] > 0 and step > 0 else 0.0 for i in order]
+    y = np.arange(len(order))
+    ax.barh(y, util, color=[_GROUP_STYLE.get(groups[i], "grey") for i in order])
+    for yi, i, u in zip(y, order, util, strict=True):
+        ax.text(u, yi, f" {nbytes[i] / 1e9:.2f} GB @ {cap[i] / 1e9:.0f} GB/s", va="center",
+                fontsize=7)
+    ax.set_yticks(y)
+    ax.set_yticklabels([ls.names[i] for i in order], fontsize=7)
+    ax.set_ylim(len(order) - 0.5, -0.5)
+    ax.set_xlim(0, max([100.0, *util]) * 1.35)
+    ax.set_xlabel("mean utilization over the step (% = bytes / capacity / step time)")
+    ax.set_title(f"The {len(order)} busiest links (of {len(ls.names)})")
+    ax.legend(handles=[Patch(color=_GROUP_STYLE.get(g, "grey"), label=g)
+                       for g in dict.fromkeys(groups[i] for i in order)],
+              loc="lower right", fontsize=8)
+    return ax

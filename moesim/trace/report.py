@@ -1,0 +1,200 @@
+"""summary.md / summary.json and the files of a run directory.
+
+The engine produces ``result.summary`` (step time, throughput, MFU, breakdown,
+per-rank breakdown, experts, memory); :func:`full_summary` adds the stall top list,
+the critical path and the scenario echo, and :func:`write_run_outputs` writes every
+output file of a run.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import sys
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from moesim import __version__
+from moesim.errors import InputError
+from moesim.trace.chrome import write_chrome_trace
+from moesim.trace.plots import (
+    new_figure,
+    plot_experts,
+    plot_links,
+    plot_timeline,
+    timeline_figsize,
+)
+from moesim.trace.result import SimResult
+from moesim.trace.stalls import (
+    path_breakdown,
+    stall_table,
+    stall_totals,
+    top_stalls,
+    write_stalls_csv,
+)
+
+OUTPUT_FILES = ("summary.md", "summary.json", "trace.json", "timeline.png", "experts.png",
+                "links.png", "stalls.csv")
+
+
+def jsonable(obj: Any) -> Any:
+    """Plain JSON types from numpy arrays/scalars, tuples, sets; non-finite floats → None."""
+    if isinstance(obj, dict):
+        return {str(k): jsonable(v) for k, v in obj.items()}
+    if isinstance(obj, list | tuple | set):
+        return [jsonable(v) for v in obj]
+    if isinstance(obj, np.ndarray):
+        return jsonable(obj.tolist())
+    if isinstance(obj, np.integer | np.bool_):
+        return obj.item()
+    if isinstance(obj, float | np.floating):
+        f = float(obj)
+        return f if math.isfinite(f) else None
+    return obj
+
+
+def full_summary(result: SimResult, n_top: int = 10) -> dict:
+    """``result.summary`` plus ``stalls`` (total, per blocking rank/expert, top list),
+    ``critical_path``, ``scenario``, ``seed`` and ``moesim_version``."""
+    s = dict(result.summary)
+    rows = stall_table(result)
+    s["stalls"] = {**stall_totals(rows), "top": top_stalls(rows, n_top)}
+    s["critical_path"] = path_breakdown(result)
+    s["hot_ranks"] = list(result.hot_ranks)
+    s["n_ranks"] = result.n_ranks
+    s["ranks_per_node"] = result.ranks_per_node
+    s.setdefault("step_time_s", result.step_time_s)
+    s["scenario"] = result.scenario
+    if s.get("seed") is None:
+        s["seed"] = result.scenario.get("seed") if isinstance(result.scenario, dict) else None
+    s["moesim_version"] = __version__
+    s["wall_s"] = result.wall_s
+    return jsonable(s)
+
+
+def _ms(x: float | None) -> str:
+    return "—" if x is None else f"{x * 1e3:.3f}"
+
+
+def render_markdown(s: dict) -> str:
+    """A human-readable summary.md from a :func:`full_summary` dict."""
+    step = s.get("step_time_s") or 0.0
+    out = ["# moesim run summary", ""]
+    out += ["| metric | value |", "|---|---|", f"| step time | {_ms(step)} ms |"]
+    if s.get("tokens_per_s") is not None:
+        out.append(f"| throughput | {s['tokens_per_s']:,.0f} tokens/s |")
+    if s.get("mfu") is not None:
+        out.append(f"| MFU | {s['mfu'] * 100:.1f} % |")
+    out.append(f"| ranks | {s.get('n_ranks')} ({s.get('ranks_per_node')} per node) |")
+    out += ["", "## Time breakdown (mean over ranks)", "", "| kind | ms | % of step |", "|---|---|---|"]
+    for k, v in (s.get("breakdown_s") or {}).items():
+        pct = v / step * 100 if step else 0.0
+        out.append(f"| {k} | {_ms(v)} | {pct:.1f} |")
+    st = s.get("stalls") or {}
+    out += ["", "## Top stalls", "",
+            f"Total stall time, summed over ranks: {_ms(st.get('total_s', 0.0))} ms "
+            f"in {st.get('count', 0)} waits.", ""]
+    if st.get("top"):
+        out += ["| layer | phase | blocking rank | expert | tokens | ms (sum) | waits | cause |",
+                "|---|---|---|---|---|---|---|---|"]
+        for t in st["top"]:
+            reason = str(t["reason"]).replace("|", "\\|")
+            out.append(f"| {t['layer']} | {t['phase']} | {t['blocking_rank']} | {t['expert']} | "
+                       f"{t['tokens']} | {_ms(t['seconds'])} | {t['count']} | {reason} |")
+        out += ["", "By blocking rank (ms): " + ", ".join(
+            f"rank {k}: {_ms(v)}" for k, v in list(st.get("by_blocking_rank", {}).items())[:8]),
+            "By expert (ms): " + ", ".join(
+            f"expert {k}: {_ms(v)}" for k, v in list(st.get("by_expert", {}).items())[:8])]
+    cp = s.get("critical_path") or {}
+    if cp:
+        out += ["", "## Critical path", "",
+                f"Through ranks {cp.get('ranks')}; {_ms(cp.get('total_s'))} ms in all.", "",
+                "| kind | ms | % of step |", "|---|---|---|"]
+        for k, v in sorted(cp.get("by_kind", {}).items(), key=lambda kv: -kv[1]):
+            out.append(f"| {k} | {_ms(v)} | {v / step * 100 if step else 0:.1f} |")
+        if cp.get("by_expert"):
+            out += ["", "Expert compute on the path: " + ", ".join(
+                f"experts {k}: {_ms(v)} ms" for k, v in
+                sorted(cp["by_expert"].items(), key=lambda kv: -kv[1]))]
+    ex = s.get("experts") or {}
+    if ex:
+        out += ["", "## Expert load", ""]
+        dropped = ex.get("dropped")
+        if isinstance(dropped, list):
+            dropped = int(np.sum(dropped))
+        out += [f"- max/mean tokens per expert: {ex.get('max_over_mean')}",
+                f"- dropped tokens: {dropped}", f"- load-balancing loss: {ex.get('lb_loss')}"]
+    mem = s.get("memory") or {}
+    if mem:
+        out += ["", "## Memory", ""]
+        cap = mem.get("capacity_bytes")
+        per = mem.get("per_rank") or []
+        peak = max((p.get("peak_bytes", 0) for p in per), default=0)
+        out += [f"- peak per rank: {peak / 1e9:.2f} GB (max over ranks)",
+                f"- capacity: {cap / 1e9:.2f} GB" if cap else "- capacity: unknown",
+                f"- out of memory: {'YES' if mem.get('oom') else 'no'}"]
+    out += ["", "## Scenario", "", f"moesim {s.get('moesim_version')}, seed {s.get('seed')}", "",
+            "```json", json.dumps(s.get("scenario"), indent=1, sort_keys=True), "```", ""]
+    return "\n".join(out)
+
+
+def check_outdir(outdir: Path, force: bool, scenario: Any = None) -> None:
+    """Refuse (InputError) when ``outdir`` is a file; unless ``force``, also when it holds
+    files that are not moesim outputs, or the outputs of a run of a different scenario."""
+    if outdir.exists() and not outdir.is_dir():
+        raise InputError(str(outdir), "output directory", "a directory", "a file")
+    if not outdir.is_dir() or force:
+        return
+    foreign = sorted(p.name for p in outdir.iterdir() if p.name not in OUTPUT_FILES)
+    if foreign:
+        raise InputError(str(outdir), "output directory",
+                         "a new directory or one holding only moesim outputs (pass --force "
+                         "to write there anyway)", ", ".join(foreign[:5]))
+    old = outdir / "summary.json"
+    if old.is_file() and scenario is not None:
+        try:
+            old_scenario = json.loads(old.read_text()).get("scenario")
+        except (json.JSONDecodeError, AttributeError):
+            old_scenario = "<unreadable>"
+        if old_scenario != jsonable(scenario):
+            raise InputError(str(outdir), "output directory",
+                             "no outputs of a different scenario (pass --force to replace them)",
+                             "summary.json of another run")
+
+
+def write_run_outputs(result: SimResult, outdir: str | Path, *, force: bool = False,
+                      quiet: bool = False) -> list[Path]:
+    """Write summary.md, summary.json, trace.json, timeline.png, experts.png, links.png
+    and stalls.csv into ``outdir``; returns their paths."""
+    outdir = Path(outdir)
+    check_outdir(outdir, force, result.scenario)
+    outdir.mkdir(parents=True, exist_ok=True)
+    summary = full_summary(result)
+    paths = []
+    p = outdir / "summary.json"
+    p.write_text(json.dumps(summary, indent=1, allow_nan=False) + "\n")
+    paths.append(p)
+    p = outdir / "summary.md"
+    p.write_text(render_markdown(summary))
+    paths.append(p)
+    paths.append(write_chrome_trace(result, outdir / "trace.json"))
+    paths.append(write_stalls_csv(stall_table(result), outdir / "stalls.csv"))
+    fig = new_figure(*timeline_figsize(result.n_ranks, result.ranks_per_node))
+    plot_timeline(result, fig.add_subplot())
+    paths.append(save_figure(fig, outdir / "timeline.png"))
+    fig = new_figure(10, 5)
+    plot_experts(result, fig.add_subplot())
+    paths.append(save_figure(fig, outdir / "experts.png"))
+    fig = new_figure(11, 4.5)
+    plot_links(result, fig.add_subplot())
+    paths.append(save_figure(fig, outdir / "links.png"))
+    if not quiet:
+        print(f"wrote {len(paths)} files to {outdir}/", file=sys.stderr)
+    return paths
+
+
+def save_figure(fig: Any, path: Path) -> Path:
+    fig.savefig(path, bbox_inches="tight")
+    return path

@@ -1,0 +1,135 @@
+"""Fit compute and communication models to ingested traces (pure numpy, no torch).
+
+Three straight lines, each ``t = overhead + x / rate`` fitted by least squares on
+relative residuals (each sample weighted by 1/t, so a 20 µs kernel counts as much
+as a 20 ms one), with both coefficients kept >= 0:
+
+- GEMM: x = FLOPs (2·m·k·n per matmul; the innermost matmul op of each call);
+- memory-bound ops (router softmax/top-k, permutation, elementwise, optimizer):
+  x = bytes moved, estimated as all tensor inputs read + one output as large as the
+  largest input (``ingest._tensor_bytes``);
+- all-to-all: x = the busiest rank's off-rank bytes (max over ranks of bytes sent to
+  or received from other ranks), t = the *minimum* over ranks of the backend
+  worker's span of that collective. The rank that arrives last waits for nobody, so
+  its span is the transfer; the minimum needs no clock shared between ranks.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from moesim.errors import InputError
+from moesim.validation.ingest import TraceSet
+
+FORMAT = "moesim-calibration/1"
+
+
+@dataclass(frozen=True)
+class LineFit:
+    """``t = overhead_s + x * slope``; statistics on the unweighted times."""
+
+    overhead_s: float
+    slope: float          # seconds per unit of x
+    r2: float
+    n_samples: int
+    rms_s: float          # root mean square residual, s
+    max_rel: float        # largest |residual| / t
+    median_rel: float     # median |residual| / t
+
+    @property
+    def rate(self) -> float:
+        return 1.0 / self.slope if self.slope > 0 else float("inf")
+
+
+def fit_line(x: np.ndarray, t: np.ndarray, what: str = "samples") -> LineFit:
+    """Weighted (1/t) non-negative least squares of t = a + b·x."""
+    x = np.asarray(x, dtype=float)
+    t = np.asarray(t, dtype=float)
+    keep = t > 0
+    x, t = x[keep], t[keep]
+    if len(t) < 2 or np.ptp(x) <= 0:
+        raise InputError(what, "samples", "at least two samples of different size to fit "
+                         "t = overhead + size / rate", f"{len(t)} sample(s)")
+    w = 1.0 / t
+    a_mat = np.column_stack([np.ones_like(x), x]) * w[:, None]
+    (a, b), *_ = np.linalg.lstsq(a_mat, t * w, rcond=None)
+    if a < 0:   # overhead clamped to 0: fit the slope through the origin
+        a, b = 0.0, float(np.sum(w * w * x * t) / np.sum(w * w * x * x))
+    if b < 0:   # no size dependence: constant time
+        a, b = float(np.sum(w * w * t) / np.sum(w * w)), 0.0
+    pred = a + b * x
+    res = t - pred
+    ss_tot = float(np.sum((t - t.mean()) ** 2))
+    r2 = 1.0 - float(np.sum(res**2)) / ss_tot if ss_tot > 0 else 1.0
+    rel = np.abs(res) / t
+    return LineFit(float(a), float(b), r2, int(len(t)), float(np.sqrt(np.mean(res**2))),
+                   float(np.max(rel)), float(np.median(rel)))
+
+
+def gemm_samples(ts: TraceSet) -> tuple[np.ndarray, np.ndarray]:
+    """(FLOPs, seconds) of every matmul in every step of every rank."""
+    ops = [o for r in ts.ranks for s in r.steps for o in s.ops if o.kind == "gemm"]
+    return np.array([o.flops for o in ops]), np.array([o.dur_s for o in ops])
+
+
+def memory_samples(ts: TraceSet) -> tuple[np.ndarray, np.ndarray]:
+    ops = [o for r in ts.ranks for s in r.steps for o in s.ops if o.kind == "memory"]
+    return np.array([o.bytes for o in ops]), np.array([o.dur_s for o in ops])
+
+
+def comm_samples(ts: TraceSet) -> tuple[np.ndarray, np.ndarray]:
+    """(busiest rank's off-rank bytes, min over ranks of the span) per collective.
+
+    The k-th all-to-all of a step is the same collective on every rank (collectives
+    of one process group are issued in the same order everywhere)."""
+    xs, ts_ = [], []
+    for sid in ts.step_ids():
+        per_rank = [[o for o in ts.step(r, sid).ops if o.kind in ("all_to_all", "count_exchange")]
+                    for r in range(ts.world)]
+        if len({len(p) for p in per_rank}) != 1:
+            raise InputError(ts.ranks[0].source, f"ProfilerStep#{sid}",
+                             "the same number of all-to-alls on every rank",
+                             [len(p) for p in per_rank])
+        for k in range(len(per_rank[0])):
+            busiest = 0.0
+            for r, ops in enumerate(per_rank):
+                op = ops[k]
+                sent = sum(b for d, b in enumerate(op.send_bytes) if d != r)
+                recv = sum(b for s, b in enumerate(op.recv_bytes) if s != r)
+                busiest = max(busiest, sent, recv)
+            xs.append(busiest)
+            ts_.append(min(ops[k].work_dur_s for ops in per_rank))
+    return np.array(xs), np.array(ts_)
+
+
+def _fit_dict(f: LineFit) -> dict:
+    return {"r2": f.r2, "n_samples": f.n_samples,
+            "residuals": {"rms_s": f.rms_s, "max_rel": f.max_rel,
+                                                           "median_rel": f.median_rel}}
+
+
+def calibrate(sets: list[TraceSet], sources: list[str], backend: str = "gloo",
+              device: str = "cpu") -> dict:
+    """Fit all three models over the given recordings; returns the calibration JSON doc."""
+    def cat(fn):
+        xs, ts_ = zip(*(fn(s) for s in sets), strict=True)
+        return np.concatenate(xs), np.concatenate(ts_)
+
+    src = ", ".join(sources)
+    gemm = fit_line(*cat(gemm_samples), what=f"{src} (matmuls)")
+    mem = fit_line(*cat(memory_samples), what=f"{src} (memory-bound ops)")
+    comm = fit_line(*cat(comm_samples), what=f"{src} (all-to-alls)")
+    return {
+        "format": FORMAT,
+        "device": device,
+        "gemm": {"flops_per_s": gemm.rate, "overhead_s": gemm.overhead_s},
+        "memory": {"bytes_per_s": mem.rate, "overhead_s": mem.overhead_s},
+        "comm": {"latency_s": comm.overhead_s, "bandwidth_Bps": comm.rate, "backend": backend},
+        "fit": {"gemm": _fit_dict(gemm), "memory": _fit_dict(mem), "comm": _fit_dict(comm),
+                "method": "least squares on relative residuals (weights 1/t), "
+                          "coefficients >= 0; comm time = min over ranks of the "
+                          "collective's worker span"},
+        "sources": list(sources),
+    }

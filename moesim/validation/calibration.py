@@ -1,0 +1,102 @@
+"""A compute model fitted to recorded traces, and its file format.
+
+File (JSON, written by ``moesim calibrate``)::
+
+    {"format": "moesim-calibration/1", "device": "cpu",
+     "gemm":   {"flops_per_s": ..., "overhead_s": ...},
+     "memory": {"bytes_per_s": ..., "overhead_s": ...},
+     "comm":   {"latency_s": ..., "bandwidth_Bps": ..., "backend": "gloo"},
+     "fit": {...}, "sources": [...]}
+
+All values SI (s, FLOP/s, bytes/s).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass
+from pathlib import Path
+
+from moesim.compute.base import Kernel
+from moesim.errors import InputError
+from moesim.validation.calibrate import FORMAT
+
+
+@dataclass(frozen=True)
+class CommCalibration:
+    """Measured all-to-all cost: ``latency_s + bytes / bandwidth_Bps`` (bytes = the
+    busiest rank's off-rank traffic). A network model maps it onto its links."""
+
+    latency_s: float
+    bandwidth_Bps: float
+    backend: str
+
+    def all_to_all_s(self, busiest_rank_bytes: float) -> float:
+        return self.latency_s + busiest_rank_bytes / self.bandwidth_Bps
+
+
+@dataclass(frozen=True)
+class CalibratedComputeModel:
+    """``ComputeModel`` from a calibration: a GEMM (``m > 0`` or a name ending in
+    ``gemm``) costs ``overhead·count + flops/rate``; anything else
+    ``overhead·count + bytes/rate``."""
+
+    gemm_flops_per_s: float
+    gemm_overhead_s: float
+    memory_bytes_per_s: float
+    memory_overhead_s: float
+    comm: CommCalibration
+    device: str = "cpu"
+    name: str = "calibrated"
+
+    def time_s(self, kernel: Kernel) -> float:
+        if kernel.m > 0 or kernel.name.endswith("gemm"):
+            return kernel.count * self.gemm_overhead_s + kernel.flops / self.gemm_flops_per_s
+        return kernel.count * self.memory_overhead_s + kernel.bytes / self.memory_bytes_per_s
+
+
+def _num(doc: dict, src: str, section: str, key: str, positive: bool) -> float:
+    sec = doc.get(section)
+    val = sec.get(key) if isinstance(sec, dict) else None
+    ok = isinstance(val, int | float) and not isinstance(val, bool) and math.isfinite(val)
+    if not ok or val < 0 or (positive and val == 0):
+        raise InputError(src, f"{section}.{key}", "a finite number " + ("> 0" if positive
+                                                                         else ">= 0"), val)
+    return float(val)
+
+
+def model_from_dict(doc: dict, src: str = "calibration") -> CalibratedComputeModel:
+    if not isinstance(doc, dict) or doc.get("format") != FORMAT:
+        got = doc.get("format") if isinstance(doc, dict) else type(doc).__name__
+        raise InputError(src, "format", f'"{FORMAT}"', got)
+    comm = CommCalibration(_num(doc, src, "comm", "latency_s", False),
+                           _num(doc, src, "comm", "bandwidth_Bps", True),
+                           str(doc["comm"].get("backend", "")))
+    return CalibratedComputeModel(
+        _num(doc, src, "gemm", "flops_per_s", True), _num(doc, src, "gemm", "overhead_s", False),
+        _num(doc, src, "memory", "bytes_per_s", True),
+        _num(doc, src, "memory", "overhead_s", False), comm, str(doc.get("device", "")))
+
+
+def load_calibration(path: str | Path) -> CalibratedComputeModel:
+    """Read a calibration JSON; any problem is an :class:`InputError` naming the field."""
+    p = Path(path)
+    try:
+        doc = json.loads(p.read_text())
+    except OSError as err:
+        raise InputError(str(p), "", "a readable calibration file", str(err)) from err
+    except (UnicodeDecodeError, json.JSONDecodeError) as err:
+        raise InputError(str(p), "", "a JSON calibration file (moesim calibrate -o)",
+                         "not JSON") from err
+    return model_from_dict(doc, str(p))
+
+
+def save_calibration(doc: dict, path: str | Path, force: bool = False) -> Path:
+    """Write the calibration JSON; an existing file is kept unless ``force``."""
+    p = Path(path)
+    if p.exists() and not force:
+        raise InputError(str(p), "-o", "a path that does not exist yet (or --force)", "exists")
+    model_from_dict(doc, str(p))  # never write a file we could not read back
+    p.write_text(json.dumps(doc, indent=2) + "\n")
+    return p

@@ -1,0 +1,196 @@
+"""Record a real expert-parallel MoE layer under ``torch.profiler`` on N processes.
+
+``record(cfg)`` spawns ``cfg.world`` processes (gloo on CPU, nccl when CUDA is
+present), trains the layer of :mod:`moesim.validation.moe_layer` for ``cfg.steps``
+steps, and profiles the steps after ``cfg.warmup`` with a ``torch.profiler.schedule``;
+each profiled step appears as a ``ProfilerStep#N`` span. It writes
+
+- ``rank{r}.json.gz`` (or ``.json``): the Kineto trace of rank r;
+- ``routing.json``: tokens per expert per step and rank, the arguments, the torch
+  version and the host CPU.
+
+torch is imported here only; the rest of moesim runs without it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import socket
+import sys
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from moesim.errors import InputError
+
+
+@dataclass(frozen=True)
+class RecordConfig:
+    outdir: str
+    world: int = 2
+    skew: str = "uniform"
+    zipf_s: float = 1.2
+    hot_fraction: float = 0.5
+    hidden: int = 512
+    ffn: int = 1024
+    experts: int = 8
+    top_k: int = 2
+    tokens: int = 2048          # tokens per rank per step
+    steps: int = 6              # total training steps
+    warmup: int = 2             # steps before profiling (not in the trace)
+    seed: int = 0
+    backend: str = "gloo"
+    gzip: bool = True
+    lr: float = 1e-3
+
+    def check(self) -> None:
+        src = "command line"
+        if self.world < 1:
+            raise InputError(src, "--world", "a positive number of processes", self.world)
+        if self.skew not in ("uniform", "zipf", "hot"):
+            raise InputError(src, "--skew", "uniform, zipf or hot", self.skew)
+        if self.experts < 1 or self.experts % self.world:
+            raise InputError(src, "--experts", f"a positive multiple of --world {self.world}",
+                             self.experts)
+        if not 1 <= self.top_k <= self.experts:
+            raise InputError(src, "--top-k", f"between 1 and --experts {self.experts}", self.top_k)
+        for name in ("hidden", "ffn", "tokens"):
+            if getattr(self, name) < 1:
+                raise InputError(src, f"--{name}", "a positive integer", getattr(self, name))
+        if self.warmup < 0 or self.steps <= self.warmup:
+            raise InputError(src, "--steps", f"more than --warmup {self.warmup}", self.steps)
+        if not 0.0 < self.hot_fraction < 1.0:
+            raise InputError(src, "--hot-fraction", "a fraction in (0, 1)", self.hot_fraction)
+        if self.backend not in ("gloo", "nccl"):
+            raise InputError(src, "--backend", "gloo or nccl", self.backend)
+
+
+def host_info() -> dict:
+    """CPU model and core count of this host (for the provenance record)."""
+    model = platform.processor() or ""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                model = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    try:
+        load = [round(x, 2) for x in os.getloadavg()]
+    except OSError:
+        load = []
+    return {"cpu_model": model, "cpu_count": os.cpu_count(), "platform": platform.platform(),
+            "python": platform.python_version(), "loadavg_1_5_15min": load}
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _log(msg: str) -> None:
+    print(f"moesim record: {msg}", file=sys.stderr, flush=True)
+
+
+def _worker(rank: int, cfg: RecordConfig, port: int) -> None:
+    import torch
+    import torch.distributed as dist
+    from torch.profiler import ProfilerActivity, profile, record_function, schedule
+
+    from moesim.validation.moe_layer import ExpertParallelMoE, SkewSpec
+
+    torch.set_num_threads(1)  # two ranks on two cores: stable timings
+    cuda = cfg.backend == "nccl"
+    dist.init_process_group(cfg.backend, init_method=f"tcp://127.0.0.1:{port}",
+                            rank=rank, world_size=cfg.world)
+    device = torch.device(f"cuda:{rank % max(torch.cuda.device_count(), 1)}" if cuda else "cpu")
+    if cuda:
+        torch.cuda.set_device(device)
+    torch.manual_seed(cfg.seed)  # same weights on every rank for the router
+    skew = SkewSpec(cfg.skew, cfg.zipf_s, cfg.hot_fraction)
+    layer = ExpertParallelMoE(cfg.hidden, cfg.ffn, cfg.experts, cfg.top_k, cfg.world, rank,
+                              skew).to(device)
+    opt = torch.optim.SGD(layer.parameters(), lr=cfg.lr)
+    gen = torch.Generator().manual_seed(cfg.seed * 1000 + rank)
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
+    counts: list[list[int]] = []
+    ext = ".json.gz" if cfg.gzip else ".json"
+    out = Path(cfg.outdir) / f"rank{rank}{ext}"
+    sched = schedule(wait=0, warmup=cfg.warmup, active=cfg.steps - cfg.warmup, repeat=1)
+    with profile(activities=activities, schedule=sched, record_shapes=True,
+                 on_trace_ready=lambda p: p.export_chrome_trace(str(out))) as prof:
+        for step in range(cfg.steps):
+            # the layer input needs a gradient (it is the previous layer's output),
+            # so backward runs the dispatch-grad all-to-all too
+            x = torch.randn(cfg.tokens, cfg.hidden, generator=gen).to(device).requires_grad_()
+            with record_function("moe/forward"):
+                y = layer(x)
+                loss = (y.float() ** 2).mean()
+            with record_function("moe/backward"):
+                loss.backward()
+            with record_function("moe/optimizer"):
+                opt.step()
+                opt.zero_grad(set_to_none=True)
+            assert layer.last_counts is not None
+            counts.append([int(c) for c in layer.last_counts.tolist()])
+            prof.step()
+            if rank == 0:
+                _log(f"step {step + 1}/{cfg.steps} done"
+                     + (" (warm-up, not traced)" if step < cfg.warmup else ""))
+    dist.barrier()
+    dist.destroy_process_group()
+    part = Path(cfg.outdir) / f".routing{rank}.json"
+    part.write_text(json.dumps(counts))
+
+
+def record(cfg: RecordConfig, force: bool = False) -> Path:
+    """Run the recording; returns the output directory. Refuses a non-empty
+    ``cfg.outdir`` unless ``force`` (then only our own file names are replaced)."""
+    cfg.check()
+    outdir = Path(cfg.outdir)
+    if outdir.exists() and not outdir.is_dir():
+        raise InputError(str(outdir), "OUTDIR", "a directory (or a path that does not exist)",
+                         "a file")
+    if outdir.is_dir() and any(outdir.iterdir()) and not force:
+        raise InputError(str(outdir), "OUTDIR", "an empty or new directory (or --force)",
+                         "a non-empty directory")
+    try:
+        import torch
+        import torch.multiprocessing as mp
+    except ImportError as err:  # pragma: no cover - depends on the environment
+        raise InputError("command line", "record", "torch installed (pip install moesim[torch])",
+                         str(err)) from err
+    if cfg.backend == "nccl" and not torch.cuda.is_available():
+        raise InputError("command line", "--backend", "gloo (nccl needs CUDA)", cfg.backend)
+    outdir.mkdir(parents=True, exist_ok=True)
+    for old in [*outdir.glob("rank*.json"), *outdir.glob("rank*.json.gz")]:
+        old.unlink()
+    _log(f"{cfg.world} ranks, {cfg.backend}, skew {cfg.skew}, {cfg.steps} steps "
+         f"({cfg.warmup} warm-up) -> {outdir}")
+    mp.spawn(_worker, args=(cfg, _free_port()), nprocs=cfg.world, join=True)
+    per_rank = []
+    for r in range(cfg.world):
+        part = outdir / f".routing{r}.json"
+        per_rank.append(json.loads(part.read_text()))
+        part.unlink()
+    steps = []
+    for s in range(cfg.steps):
+        steps.append({
+            "step": s,
+            "traced": s >= cfg.warmup,
+            "profiler_step": s,  # ProfilerStep#N numbering starts at 0 with the first step
+            "tokens_per_expert_by_rank": [per_rank[r][s] for r in range(cfg.world)],
+        })
+    routing = {
+        "format": "moesim-routing/1",
+        "args": {k: v for k, v in asdict(cfg).items() if k != "outdir"},
+        "torch_version": torch.__version__,
+        "host": host_info(),
+        "dtype": "float32",
+        "steps": steps,
+    }
+    (outdir / "routing.json").write_text(json.dumps(routing, indent=1) + "\n")
+    _log(f"wrote {cfg.world} traces and routing.json to {outdir}")
+    return outdir

@@ -1,0 +1,129 @@
+"""Calibration: exact recovery from synthetic data, the file format, the model."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from moesim.cli import main
+from moesim.compute.base import Kernel
+from moesim.errors import InputError
+from moesim.validation.calibrate import calibrate, comm_samples, fit_line
+from moesim.validation.calibration import load_calibration, model_from_dict
+from moesim.validation.ingest import RankTrace, TracedOp, TraceSet, TraceStep
+from tests.test_ingest import write_trace_dir
+
+RATE, OVH = 2.0e11, 7e-6          # FLOP/s, s per GEMM
+MRATE, MOVH = 5.0e10, 1.5e-6      # bytes/s, s per memory op
+LAT, BW = 40e-6, 3.0e9            # s, bytes/s
+
+
+def test_fit_line_recovers_known_line():
+    x = np.array([1e6, 4e8, 2e9, 7e9, 3e10])
+    f = fit_line(x, OVH + x / RATE)
+    assert f.overhead_s == pytest.approx(OVH, rel=1e-9)
+    assert f.rate == pytest.approx(RATE, rel=1e-9)
+    assert f.r2 == pytest.approx(1.0) and f.n_samples == 5 and f.max_rel < 1e-9
+
+
+def test_fit_line_clamps_negative_overhead():
+    x = np.array([1.0, 2.0, 3.0])
+    f = fit_line(x, np.array([0.5, 1.5, 2.5]))     # unconstrained intercept would be -0.5
+    assert f.overhead_s == 0.0 and f.slope > 0
+
+
+def test_fit_line_needs_two_sizes():
+    with pytest.raises(InputError, match="two samples"):
+        fit_line(np.array([5.0, 5.0]), np.array([1.0, 1.1]))
+
+
+def _synthetic_set() -> TraceSet:
+    """Two ranks, two steps. Rank 1 reaches every all-to-all 0.3 ms late, so rank 0's
+    span is transfer + 0.3 ms of waiting and rank 1's is the pure transfer."""
+    ranks = []
+    for r in (0, 1):
+        steps = []
+        for sid, rows in ((0, (100, 300)), (1, (500, 50))):
+            ops = [TracedOp("gemm", "aten::mm", 0, OVH + f / RATE, flops=f)
+                   for f in (3e6, 8e8, 4e9 * (sid + 1))]
+            ops += [TracedOp("memory", "aten::mul", 0, MOVH + b / MRATE, bytes=b)
+                    for b in (1e3, 2e6 * (r + 1), 6e7)]
+            send = rows if r == 0 else rows[::-1]
+            recv = (rows[0], rows[0]) if r == 0 else (rows[1], rows[1])
+            row_bytes = 4096
+            # busiest rank's off-rank bytes (same for both ranks by construction)
+            busiest = max(rows[1], rows[0]) * row_bytes
+            ops += [TracedOp("count_exchange", "c10d::alltoall_base_", 0, 0, send_rows=(4, 4),
+                             recv_rows=(4, 4), row_bytes=8,
+                             work_dur_s=LAT + 32 / BW + (3e-4 if r == 0 else 0.0)),
+                    TracedOp("all_to_all", "c10d::alltoall_base_", 0, 0, role="dispatch",
+                             send_rows=send, recv_rows=recv, row_bytes=row_bytes,
+                             work_dur_s=LAT + busiest / BW + (3e-4 if r == 0 else 0.0))]
+            steps.append(TraceStep(r, sid, 1.0, tuple(ops)))
+        ranks.append(RankTrace(r, f"rank{r}", 2, tuple(steps)))
+    return TraceSet(tuple(ranks), hidden=1024, n_experts=4)
+
+
+def test_calibrate_recovers_all_three_models():
+    ts = _synthetic_set()
+    x, t = comm_samples(ts)
+    assert len(x) == 4 and x[0] == 32.0                      # count exchange: 4 × int64
+    doc = calibrate([ts], ["synthetic"], backend="gloo")
+    assert doc["format"] == "moesim-calibration/1"
+    assert doc["gemm"]["flops_per_s"] == pytest.approx(RATE, rel=1e-9)
+    assert doc["gemm"]["overhead_s"] == pytest.approx(OVH, rel=1e-9)
+    assert doc["memory"]["bytes_per_s"] == pytest.approx(MRATE, rel=1e-9)
+    assert doc["memory"]["overhead_s"] == pytest.approx(MOVH, rel=1e-9)
+    # min over ranks removes rank 0's 0.3 ms wait: the transfer line comes out exactly
+    assert doc["comm"]["latency_s"] == pytest.approx(LAT, rel=1e-9)
+    assert doc["comm"]["bandwidth_Bps"] == pytest.approx(BW, rel=1e-9)
+    assert doc["fit"]["gemm"]["n_samples"] == 12 and doc["fit"]["comm"]["r2"] == pytest.approx(1)
+    model = model_from_dict(json.loads(json.dumps(doc)))
+    assert model.comm.all_to_all_s(3e9) == pytest.approx(LAT + 1.0)
+
+
+def test_calibrated_model_times_known_kernels():
+    doc = calibrate([_synthetic_set()], ["synthetic"])
+    m = model_from_dict(doc)
+    gemm = Kernel("expert_gemm", flops=2 * 1000 * 4096 * 14336, bytes=0, m=1000, n=14336,
+                  k=4096, count=3)
+    assert m.time_s(gemm) == pytest.approx(3 * OVH + 2 * 1000 * 4096 * 14336 / RATE)
+    perm = Kernel("permute", flops=0, bytes=1e8, count=2)
+    assert m.time_s(perm) == pytest.approx(2 * MOVH + 1e8 / MRATE)   # 2 × 1.5 µs + 2 ms
+
+
+def test_cli_calibrate_writes_and_refuses_overwrite(tmp_path, capsys):
+    d = write_trace_dir(tmp_path / "t")
+    out = tmp_path / "calib.json"
+    assert main(["calibrate", str(d), "-o", str(out)]) == 0
+    assert "wrote" in capsys.readouterr().out
+    model = load_calibration(out)
+    assert model.comm.backend == "gloo" and model.gemm_flops_per_s > 0
+    before = out.read_bytes()
+    assert main(["calibrate", str(d), "-o", str(out)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and str(out) in err and "--force" in err
+    assert out.read_bytes() == before
+    assert main(["calibrate", str(d), "-o", str(out), "--force"]) == 0
+    assert out.read_bytes() == before          # same traces, same bytes
+
+
+@pytest.mark.parametrize("edit, field", [
+    (lambda d: d.update(format="other/1"), "format"),
+    (lambda d: d["gemm"].update(flops_per_s=-1.0), "gemm.flops_per_s"),
+    (lambda d: d["comm"].pop("bandwidth_Bps"), "comm.bandwidth_Bps"),
+    (lambda d: d.pop("memory"), "memory.bytes_per_s"),
+])
+def test_bad_calibration_file(tmp_path, edit, field):
+    doc = calibrate([_synthetic_set()], ["synthetic"])
+    edit(doc)
+    p = tmp_path / "c.json"
+    p.write_text(json.dumps(doc))
+    with pytest.raises(InputError) as err:
+        load_calibration(p)
+    assert err.value.field == field and err.value.source == str(p)
+    p.write_text("not json")
+    with pytest.raises(InputError, match="JSON"):
+        load_calibration(p)

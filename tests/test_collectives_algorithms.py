@@ -1,0 +1,195 @@
+"""Pure collective expansion: phases worked out by hand, and byte conservation."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from moesim.collectives.algorithms import (
+    ALGOS,
+    expand,
+    hierarchical_routes,
+    ring_broadcast,
+    tree_all_reduce,
+)
+from moesim.collectives.cost import bus_factor, busbw_Bps
+from moesim.errors import InputError
+
+
+def sent(phases):
+    out: dict[int, float] = {}
+    for ph in phases:
+        for s, _d, b in ph:
+            out[s] = out.get(s, 0.0) + b
+    return out
+
+
+def received(phases):
+    out: dict[int, float] = {}
+    for ph in phases:
+        for _s, d, b in ph:
+            out[d] = out.get(d, 0.0) + b
+    return out
+
+
+def test_ring_all_reduce_is_2n_minus_2_steps_of_s_over_n():
+    group = (4, 5, 6, 7)
+    phases = expand("all_reduce", group, 800.0)
+    assert len(phases) == 6
+    for ph in phases:
+        assert ph == [(4, 5, 200.0), (5, 6, 200.0), (6, 7, 200.0), (7, 4, 200.0)]
+
+
+def test_all_gather_and_reduce_scatter_n_minus_1_steps():
+    for op in ("all_gather", "reduce_scatter"):
+        phases = expand(op, (0, 2, 4), 300.0)
+        assert phases == [[(0, 2, 100.0), (2, 4, 100.0), (4, 0, 100.0)]] * 2
+
+
+def test_send_recv_single_transfer_and_single_rank_is_empty():
+    assert expand("send_recv", (3, 9), 5.0) == [[(3, 9, 5.0)]]
+    assert expand("all_reduce", (3,), 5.0) == []
+
+
+def test_ring_broadcast_pipeline_by_hand():
+    # 3 ranks, root 1, 2 chunks: 1->2 c0 | 1->2 c1, 2->0 c0 | 2->0 c1
+    phases = ring_broadcast((0, 1, 2), 10.0, root=1, chunks=2)
+    assert phases == [[(1, 2, 5.0)], [(1, 2, 5.0), (2, 0, 5.0)], [(2, 0, 5.0)]]
+
+
+@pytest.mark.parametrize("algo", ["ring", "tree"])
+@pytest.mark.parametrize("n", [2, 3, 5, 8])
+def test_broadcast_every_non_root_receives_s_once(algo, n):
+    group = tuple(range(10, 10 + n))
+    rec = received(expand("broadcast", group, 64.0, algo=algo, root=group[-1]))
+    assert rec == {r: pytest.approx(64.0) for r in group[:-1]}
+
+
+def test_tree_all_reduce_two_ranks_by_hand():
+    # tree 1 rooted at 0, tree 2 at 1; each half S/2 in k chunks of S/(2k).
+    # Step 0: reduce chunk 0 of both trees; steps 1..k-1: reduce chunk c and broadcast
+    # chunk c-1 (S/k each way); step k: broadcast the last chunks.
+    k = 8
+    phases = tree_all_reduce((0, 1), 16.0, chunks=k)
+    assert len(phases) == k + 1
+    assert phases[0] == [(0, 1, 1.0), (1, 0, 1.0)]
+    assert all(ph == [(0, 1, 2.0), (1, 0, 2.0)] for ph in phases[1:k])
+    assert phases[k] == [(0, 1, 1.0), (1, 0, 1.0)]
+
+
+@pytest.mark.parametrize("n", [2, 3, 4, 7, 8, 16])
+def test_tree_all_reduce_moves_2_n_minus_1_s_and_balances(n):
+    S = 1024.0
+    phases = expand("all_reduce", tuple(range(n)), S, algo="tree")
+    total = sum(b for ph in phases for _s, _d, b in ph)
+    # two trees of n-1 edges; each edge carries S/2 up (reduce) and S/2 down (broadcast)
+    assert total == pytest.approx(2 * (n - 1) * S)
+    # every rank receives the broadcast of both halves except as root: at least S/2
+    assert all(v >= S / 2 - 1e-9 for v in received(phases).values())
+    # mirrored trees: no rank sends or receives more than 2S (one tree's inner node with
+    # two children: S/2 up + 2 x S/2 down, plus S/2 as a leaf of the other tree); a
+    # single tree over the whole buffer would make an inner node send 3S
+    for per_rank in (sent(phases), received(phases)):
+        assert len(per_rank) == n
+        assert max(per_rank.values()) <= 2 * S + 1e-9
+        assert min(per_rank.values()) >= min(S, 2 * (n - 1) / n * S) - 1e-9
+
+
+def test_hierarchical_all_reduce_phases_by_hand():
+    S = 400.0
+    phases = expand("all_reduce", (0, 1, 2, 3), S, algo="hierarchical", rank_host=[0, 0, 1, 1])
+    intra = [(0, 1, 200.0), (1, 0, 200.0), (2, 3, 200.0), (3, 2, 200.0)]
+    inter = [(0, 2, 100.0), (1, 3, 100.0), (2, 0, 100.0), (3, 1, 100.0)]
+    assert phases == [intra, inter, inter, intra]
+
+
+def test_uniform_all_to_all_direct_is_one_phase_of_s_over_n():
+    phases = expand("all_to_all", (0, 1, 2, 3), 400.0)
+    assert len(phases) == 1
+    assert phases[0] == [(i, j, 100.0) for i in range(4) for j in range(4) if i != j]
+
+
+def _check_routes(group, m, hosts):
+    routes = hierarchical_routes(group, m, hosts)
+    pos = {r: i for i, r in enumerate(group)}
+    got = np.zeros_like(m)
+    for s, d, b, hops in routes:
+        assert hops[0] == s and hops[-1] == d and len(hops) in (2, 3)
+        assert len(set(hops)) == len(hops)
+        if len(hops) == 3:  # network leg to the same local index, then intra-node
+            assert hosts[hops[1]] == hosts[d] != hosts[s]
+        got[pos[s], pos[d]] += b
+    off = m * (1 - np.eye(len(group)))
+    np.testing.assert_allclose(got, off)  # every byte routed exactly once
+    phases = expand("all_to_all_v", group, matrix=m, algo="hierarchical", rank_host=hosts)
+    assert len(phases) == (0 if not off.any() else 1 if all(len(r[3]) == 2 for r in routes) else 2)
+    phases = phases + [[]] * (2 - len(phases))
+    assert all(hosts[s] == hosts[d] for s, d, _ in phases[1])  # phase 2 is NVLink only
+    # phase 1 aggregates per destination node: at most one network transfer per
+    # (source, destination node)
+    nets = [(s, hosts[d]) for s, d, _ in phases[0] if hosts[s] != hosts[d]]
+    assert len(nets) == len(set(nets))
+    # what each rank receives = what the matrix sends it + what it relays on
+    rec = received(phases)
+    for r in group:
+        fwd = sum(b for s, _d, b in phases[1] if s == r)
+        assert rec.get(r, 0.0) == pytest.approx(off[:, pos[r]].sum() + fwd)
+        assert sent(phases[:1]).get(r, 0.0) == pytest.approx(off[pos[r]].sum())
+    # network bytes = bytes whose source and destination nodes differ
+    cross = sum(m[pos[s], pos[d]] for s in group for d in group if hosts[s] != hosts[d])
+    assert sum(b for s, d, b in phases[0] if hosts[s] != hosts[d]) == pytest.approx(cross)
+    return phases
+
+
+def test_hierarchical_all_to_all_v_by_hand():
+    # node 0: ranks 0, 1; node 1: ranks 2, 3. Rank 0 sends 1 to 1, 10 to 2, 100 to 3.
+    m = np.zeros((4, 4))
+    m[0, 1], m[0, 2], m[0, 3] = 1, 10, 100
+    phases = _check_routes((0, 1, 2, 3), m, [0, 0, 1, 1])
+    # 0 -> 2 (its peer on node 1) carries 110 over the network, 0 -> 1 over NVLink;
+    # then 2 forwards 100 to 3
+    assert phases == [[(0, 1, 1.0), (0, 2, 110.0)], [(2, 3, 100.0)]]
+
+
+@settings(max_examples=40, deadline=None)
+@given(nodes=st.integers(1, 4), per=st.integers(1, 4), seed=st.integers(0, 2**31 - 1))
+def test_hierarchical_all_to_all_v_conserves_bytes(nodes, per, seed):
+    rng = np.random.default_rng(seed)
+    n = nodes * per
+    hosts = [r // per for r in range(n)]
+    perm = tuple(int(r) for r in rng.permutation(n))  # any group order
+    m = rng.integers(0, 5, size=(n, n)).astype(float) * 1000
+    _check_routes(perm, m, hosts)
+
+
+def test_bad_inputs_raise_input_error():
+    with pytest.raises(InputError, match="op"):
+        expand("all_scatter", (0, 1), 1.0)
+    with pytest.raises(InputError, match="algo"):
+        expand("all_gather", (0, 1), 1.0, algo="tree")
+    with pytest.raises(InputError, match="matrix"):
+        expand("all_to_all_v", (0, 1), matrix=[[0, 1, 2], [0, 0, 0]])
+    with pytest.raises(InputError, match="matrix"):
+        expand("all_to_all_v", (0, 1), matrix=[[0, -1], [0, 0]])
+    with pytest.raises(InputError, match="ranks"):
+        expand("all_reduce", (0, 1, 2), 8.0, algo="hierarchical", rank_host=[0, 0, 1])
+    with pytest.raises(InputError, match="root"):
+        expand("broadcast", (0, 1), 8.0, root=5)
+    with pytest.raises(InputError, match="ranks"):
+        expand("all_reduce", (0, 0), 8.0)
+
+
+def test_every_op_has_a_default_algo():
+    assert set(ALGOS) >= {"all_reduce", "all_gather", "reduce_scatter", "broadcast",
+                          "all_to_all", "all_to_all_v", "send_recv"}
+
+
+def test_bus_factors_nccl_tests():
+    assert bus_factor("all_reduce", 8) == pytest.approx(2 * 7 / 8)
+    assert bus_factor("all_gather", 8) == pytest.approx(7 / 8)
+    assert bus_factor("all_to_all", 4) == pytest.approx(3 / 4)
+    assert bus_factor("broadcast", 8) == 1.0
+    # 1 GB all-reduce on 8 ranks in 10 ms: algbw 100 GB/s, busbw 175 GB/s
+    assert busbw_Bps("all_reduce", 8, 1e9, 0.01) == pytest.approx(175e9)

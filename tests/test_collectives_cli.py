@@ -1,0 +1,133 @@
+"""``moesim collective`` and ``simulate_collective`` on real topology presets."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from moesim.cli import main
+from moesim.collectives import simulate_collective
+from moesim.topology import load_topology
+
+
+def run_json(capsys, *argv):
+    assert main(["collective", *argv, "--json"]) == 0
+    return json.loads(capsys.readouterr().out)
+
+
+def nvswitch_hop(topo):
+    """Bandwidth and latency of the GPU -> NVSwitch -> GPU path inside node 0."""
+    path = list(topo.route(topo.gpus[0], topo.gpus[1]))
+    return float(topo.capacity_Bps[path].min()), float(topo.latency_s[path].sum())
+
+
+def test_ring_all_reduce_one_dgx_matches_closed_form(capsys):
+    topo = load_topology("dgx-h100", nodes=1)
+    B, alpha = nvswitch_hop(topo)
+    S, n = 2**30, 8
+    res = run_json(capsys, "--topology", "dgx-h100", "--nodes", "1", "--op", "all_reduce",
+                   "--bytes", "1GiB")
+    # each ring step uses each GPU's up- and downlink once: no sharing
+    expect = 2 * (n - 1) / n * S / B + 2 * (n - 1) * alpha
+    assert res["time_s"] == pytest.approx(expect, rel=1e-9)
+    assert res["algbw_GBps"] == pytest.approx(S / expect / 1e9)
+    assert res["busbw_GBps"] == pytest.approx(S / expect / 1e9 * 2 * 7 / 8)
+    assert (res["op"], res["algo"], res["ranks"], res["bytes"]) == ("all_reduce", "ring",
+                                                                    list(range(8)), S)
+    assert res["flows"] == 2 * (n - 1) * n
+
+
+def test_all_gather_subset_ranks_and_readable_line(capsys):
+    topo = load_topology("dgx-h100", nodes=1)
+    B, alpha = nvswitch_hop(topo)
+    assert main(["collective", "--topology", "dgx-h100", "--nodes", "1", "--op", "all_gather",
+                 "--bytes", "64MB", "--ranks", "0,2,4-5"]) == 0
+    line = capsys.readouterr().out.strip()
+    assert "all_gather ring on 4 ranks" in line and " ms, algbw " in line and "GB/s" in line
+    res = run_json(capsys, "--topology", "dgx-h100", "--nodes", "1", "--op", "all_gather",
+                   "--bytes", "64MB", "--ranks", "0,2,4-5")
+    assert res["ranks"] == [0, 2, 4, 5]
+    assert res["time_s"] == pytest.approx(3 / 4 * 64e6 / B + 3 * alpha, rel=1e-9)
+
+
+def test_same_input_same_output_bytes(capsys):
+    argv = ["collective", "--topology", "dgx-h100", "--nodes", "2", "--op", "all_to_all",
+            "--bytes", "8MiB", "--algo", "hierarchical", "--json"]
+    outs = []
+    for _ in range(2):
+        assert main(argv) == 0
+        outs.append(capsys.readouterr().out)
+    assert outs[0] == outs[1]
+
+
+def test_matrix_file_all_to_all_v(tmp_path, capsys):
+    topo = load_topology("dgx-h100", nodes=2)
+    m = np.zeros((4, 4))
+    m[1:, 0] = 1e6  # three ranks send 1 MB each to rank 0 (= global rank 0)
+    f = tmp_path / "m.json"
+    f.write_text(json.dumps({"matrix": m.tolist()}))
+    res = run_json(capsys, "--topology", "dgx-h100", "--nodes", "2", "--op", "all_to_all",
+                   "--matrix", str(f), "--ranks", "0,1,8,9")
+    assert res["op"] == "all_to_all_v" and res["algo"] == "direct"
+    assert res["bytes"] == pytest.approx(3e6 / 4)  # nccl-tests S: mean bytes per rank
+    down = topo.route(topo.gpus[1], topo.gpus[0])[-1]  # rank 0's NVSwitch downlink
+    assert res["time_s"] >= 3e6 / topo.capacity_Bps[down]
+
+
+def test_hierarchical_all_to_all_uses_fewer_network_flows():
+    topo = load_topology("dgx-h100", nodes=4)
+    rng = np.random.default_rng(0)
+    m = rng.integers(1, 5, size=(32, 32)) * 1e5
+    d = simulate_collective(topo, "all_to_all", matrix=m, algo="direct")
+    h = simulate_collective(topo, "all_to_all", matrix=m, algo="hierarchical")
+    assert d["flows"] == 32 * 31
+    # phase 1: 3 remote nodes + 7 local peers per rank; phase 2: 7 local peers per relay
+    assert h["flows"] == 32 * (3 + 7) + 32 * 7
+    assert d["bytes"] == h["bytes"] == pytest.approx(m.sum() / 32)
+
+
+def test_analytical_model_runs(capsys):
+    res = run_json(capsys, "--topology", "dgx-h100", "--nodes", "1", "--op", "broadcast",
+                   "--bytes", "1MB", "--algo", "tree", "--model", "analytical")
+    assert res["model"] == "analytical" and res["time_s"] > 0
+    assert res["busbw_GBps"] == pytest.approx(res["algbw_GBps"])
+
+
+@pytest.mark.parametrize("extra, field", [
+    (["--op", "all_scatter", "--bytes", "1MB"], "op"),
+    (["--op", "all_gather", "--bytes", "1MB", "--algo", "tree"], "algo"),
+    (["--op", "all_reduce", "--bytes", "lots"], "--bytes"),
+    (["--op", "all_reduce"], "--bytes"),
+    (["--op", "all_reduce", "--bytes", "1MB", "--ranks", "0-8"], "--ranks"),
+    (["--op", "all_reduce", "--bytes", "1MB", "--ranks", "3-1"], "--ranks"),
+    (["--op", "all_reduce", "--bytes", "1MB", "--model", "packet"], "--model"),
+    (["--op", "all_reduce", "--bytes", "1MB", "--ranks", "0,1,8", "--algo", "hierarchical",
+      "--nodes", "2"], "ranks"),
+])
+def test_bad_flags_exit_2_with_one_line(capsys, extra, field):
+    assert main(["collective", "--topology", "dgx-h100", "--nodes", "1", *extra]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and field in err and "expected" in err
+
+
+@pytest.mark.parametrize("content, field", [
+    ("[[0, 1], [1, 0]]", "matrix"),              # 2x2 for 8 ranks
+    ("[[0, 1, 2]", "matrix"),                    # malformed JSON
+    ('{"rows": []}', "matrix"),                  # wrong shape of document
+    (json.dumps([[0] * 8] * 7 + [[0] * 7 + [-1]]), "matrix[7][7]"),  # negative
+])
+def test_bad_matrix_file_exit_2_naming_file_and_field(tmp_path, capsys, content, field):
+    f = tmp_path / "m.json"
+    f.write_text(content)
+    assert main(["collective", "--topology", "dgx-h100", "--nodes", "1", "--op", "all_to_all",
+                 "--matrix", str(f)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and str(f) in err and field in err
+
+
+def test_unknown_topology_exit_2(capsys):
+    assert main(["collective", "--topology", "no-such-cluster", "--op", "all_reduce",
+                 "--bytes", "1MB"]) == 2
+    assert "no-such-cluster" in capsys.readouterr().err

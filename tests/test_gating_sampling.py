@@ -1,0 +1,113 @@
+"""Sampling k distinct experts with exact inclusion probabilities (moesim.gating.sampling)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from moesim.gating.sampling import (
+    TICKS,
+    cap_probs,
+    sample_counts,
+    sample_sets,
+    sample_tokens,
+    to_ticks,
+)
+
+
+def test_cap_probs_hand_example():
+    # weights 10:1:...:1 over 8 experts, k = 2: 2·10/17 > 1, so expert 0 is capped
+    # at 1 and the other 7 share the remaining 1 equally: 1/7 each.
+    pi = cap_probs(np.array([10.0, 1, 1, 1, 1, 1, 1, 1]), 2)
+    assert pi[0] == 1.0
+    np.testing.assert_allclose(pi[1:], 1 / 7)
+    np.testing.assert_allclose(pi.sum(), 2.0)
+
+
+def test_cap_probs_uncapped_is_proportional():
+    pi = cap_probs(np.array([1.0, 2.0, 3.0, 4.0]), 1)
+    np.testing.assert_allclose(pi, [0.1, 0.2, 0.3, 0.4])
+
+
+def test_to_ticks_sums_exactly():
+    rng = np.random.default_rng(5)
+    pi = cap_probs(rng.random((50, 37)), 5)
+    q = to_ticks(pi, 5)
+    assert np.all(q.sum(axis=1) == 5 * TICKS)
+    assert np.all(q <= TICKS) and np.all(q >= 0)
+
+
+def test_tokens_pick_k_distinct_experts():
+    rng = np.random.default_rng(0)
+    pi = cap_probs(np.random.default_rng(1).dirichlet(np.full(16, 0.3)), 4)
+    chosen = sample_tokens(rng, np.broadcast_to(pi, (5000, 16)), 4)
+    assert chosen.shape == (5000, 4)
+    s = np.sort(chosen, axis=1)
+    assert np.all(np.diff(s, axis=1) > 0)  # distinct
+    assert chosen.min() >= 0 and chosen.max() < 16
+
+
+def test_certain_and_impossible_experts():
+    # pi = 1 means every token picks it; pi = 0 means none does.
+    pi = np.array([1.0, 0.0, 0.5, 0.5])
+    rng = np.random.default_rng(3)
+    chosen = sample_tokens(rng, np.broadcast_to(pi, (1000, 4)), 2)
+    counts = np.bincount(chosen.ravel(), minlength=4)
+    assert counts[0] == 1000 and counts[1] == 0 and counts[2] + counts[3] == 1000
+    c = sample_counts(rng, np.array([1000, 3, 0]), pi, 2)
+    assert c[:, 0].tolist() == [1000, 3, 0] and c[:, 1].tolist() == [0, 0, 0]
+
+
+def test_token_inclusion_matches_pi_within_binomial_bound():
+    # each expert's count over T tokens is Binomial(T, pi_e): |count - T·pi| < 5 sd
+    pi = np.array([0.6] + [0.2] * 7)  # k = 2
+    t = 40000
+    chosen = sample_tokens(np.random.default_rng(11), np.broadcast_to(pi, (t, 8)), 2)
+    counts = np.bincount(chosen.ravel(), minlength=8)
+    sd = np.sqrt(t * pi * (1 - pi))
+    assert np.all(np.abs(counts - t * pi) < 5 * sd)
+
+
+@pytest.mark.parametrize("shared", [True, False])
+def test_counts_conserve_tokens_and_respect_n(shared):
+    rng = np.random.default_rng(2)
+    n = rng.integers(0, 5000, size=40)
+    pi_rows = cap_probs(rng.dirichlet(np.full(64, 0.2), size=40), 8)
+    pi = pi_rows[0] if shared else pi_rows
+    c = sample_counts(rng, n, pi, 8)
+    assert c.shape == (40, 64) and c.dtype == np.int64
+    assert np.all(c.sum(axis=1) == 8 * n)
+    assert np.all(c >= 0) and np.all(c <= n[:, None])
+
+
+def test_counts_path_has_binomial_marginals_like_token_path():
+    # Both paths: count of expert e over n tokens ~ Binomial(n, pi_e).
+    # Over R = 3000 groups of n = 50, the sample mean is within 5 sd/sqrt(R) of n·pi
+    # and the sample variance within 15 % of n·pi·(1-pi).
+    pi = np.array([0.9, 0.5, 0.3, 0.2, 0.1])  # k = 2
+    r_, n = 3000, 50
+    c = sample_counts(np.random.default_rng(7), np.full(r_, n), pi, 2)
+    var = n * pi * (1 - pi)
+    assert np.all(np.abs(c.mean(axis=0) - n * pi) < 5 * np.sqrt(var / r_))
+    np.testing.assert_allclose(c.var(axis=0), var, rtol=0.15)
+    tok = sample_tokens(np.random.default_rng(8), np.broadcast_to(pi, (r_ * n, 5)), 2)
+    ct = np.stack([np.bincount(g.ravel(), minlength=5) for g in tok.reshape(r_, n, 2)])
+    assert np.all(np.abs(ct.mean(axis=0) - n * pi) < 5 * np.sqrt(var / r_))
+    np.testing.assert_allclose(ct.var(axis=0), var, rtol=0.15)
+
+
+def test_sample_sets_members_and_counts():
+    rng = np.random.default_rng(4)
+    rho = np.array([0.9, 0.6, 0.3, 0.2])  # k = 2 of 4 "nodes"
+    cnt, member = sample_sets(rng, np.array([100, 7]), rho, 2)
+    assert np.all(member.sum(axis=1) == 2)
+    assert cnt.sum(axis=1).tolist() == [100, 7]
+    per = cnt @ member
+    assert np.all(per.sum(axis=1) == 2 * np.array([100, 7]))
+
+
+def test_same_seed_same_draws():
+    pi = cap_probs(np.arange(1.0, 33.0), 4)
+    a = sample_counts(np.random.default_rng([1, 2, 3]), np.full(8, 999), pi, 4)
+    b = sample_counts(np.random.default_rng([1, 2, 3]), np.full(8, 999), pi, 4)
+    assert a.tobytes() == b.tobytes()

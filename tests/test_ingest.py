@@ -1,0 +1,218 @@
+"""Ingest of Kineto traces: a hand-written two-rank trace with known phases and bytes."""
+
+from __future__ import annotations
+
+import gzip
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from moesim.cli import main
+from moesim.validation.ingest import ingest
+
+H, E, T = 8, 4, 4          # hidden, experts, tokens per rank (top-2 → 8 rows per rank)
+SEND = {0: [3, 5], 1: [2, 6]}               # rows to rank 0, rank 1
+RECV = {0: [3, 2], 1: [5, 6]}               # rows from rank 0, rank 1
+LOCAL_M = {0: [2, 3], 1: [4, 7]}            # rows per local expert (sum = received)
+
+
+def _x(name, ts, dur, tid=1, cat="cpu_op", **args):
+    return {"ph": "X", "cat": cat, "name": name, "pid": 7, "tid": tid, "ts": ts, "dur": dur,
+            "args": args}
+
+
+def _a2a(ts, rows_in, rows_out, send, recv, typ="float", width=H):
+    dims = [[rows_out, width], [rows_in, width]] if width else [[rows_out], [rows_in]]
+    return _x("c10d::alltoall_base_", ts, 2, **{
+        "Input Dims": dims + [[], [], [], [], []],
+        "Input type": [typ, typ, "", "ScalarList", "ScalarList", "Scalar", "Scalar"],
+        "Concrete Inputs": ["", "", "", str(recv), str(send), "False", "-1"]})
+
+
+def _worker(ts, dur, rows_in, typ="float", width=H):
+    return _x("gloo:all_to_all", ts, dur, tid=2, cat="user_annotation",
+              **{"Input Dims": [[rows_in, width] if width else [rows_in]], "Input type": [typ]})
+
+
+def _mm(ts, dur, m, k, n, name="aten::mm"):
+    return _x(name, ts, dur, **{"Input Dims": [[m, k], [k, n]], "Input type": ["float", "float"]})
+
+
+def rank_events(rank: int, step_marks: bool = True, labels: bool = False) -> list[dict]:
+    """One step, times in µs. Phases by hand: backward starts at 300; dispatch is
+    issued at 60 and its worker ends at 100; combine issued at 200, worker ends at 260."""
+    rows_in, rows_out = sum(SEND[rank]), sum(RECV[rank])
+    m0, m1 = LOCAL_M[rank]
+    ev = [
+        _x("aten::normal_", 0, 5, **{"Input Dims": [[T, H]], "Input type": ["float"]}),
+        _x("aten::linear", 10, 20, **{"Input Dims": [[T, H], [E, H], []]}),
+        _x("aten::matmul", 11, 18, **{"Input Dims": [[T, H], [H, E]]}),
+        _mm(12, 16, T, H, E),                                             # router: n = E
+        _x("aten::softmax", 30, 5, **{"Input Dims": [[T, E], []], "Input type": ["float", ""]}),
+        _a2a(40, E, E, [], [], typ="long int", width=0),                 # count exchange
+        _worker(41, 9, E, typ="long int", width=0),
+        _a2a(60, rows_in, rows_out, SEND[rank], RECV[rank]),             # dispatch
+        _worker(61, 39, rows_in),
+        _mm(110, 20, m0, H, 16), _mm(130, 20, m0, 16, H),                # expert 0 up, down
+        _mm(150, 20, m1, H, 16), _mm(170, 20, m1, 16, H),                # expert 1
+        _a2a(200, rows_out, rows_in, RECV[rank], SEND[rank]),            # combine
+        _worker(201, 59, rows_out),
+        _x("autograd::engine::evaluate_function: MmBackward0", 300, 100),
+        _x("MmBackward0", 301, 98),
+        _mm(310, 80, m1, H, 16),
+        _a2a(450, rows_in, rows_out, SEND[rank], RECV[rank]),            # combine grad
+        _worker(451, 29, rows_in),
+        _a2a(500, rows_out, rows_in, RECV[rank], SEND[rank]),            # dispatch grad
+        _worker(501, 29, rows_out),
+        _x("c10d::barrier", 600, 10),                                    # extra ops
+        _x("Optimizer.step#SGD.step", 700, 50, cat="user_annotation"),
+        _x("aten::add_", 710, 20, **{"Input Dims": [[16, H], [16, H], []],
+                                     "Input type": ["float", "float", "Scalar"]}),
+        {"ph": "M", "name": "thread_name", "pid": 7, "tid": 1, "args": {"name": "main"}},
+    ]
+    if step_marks:
+        ev.append(_x("ProfilerStep#3", 0, 1000, cat="user_annotation"))
+    if labels:
+        ev.append(_x("moe/experts", 105, 90, cat="user_annotation"))
+    return ev
+
+
+def write_trace_dir(d: Path, gz: bool = True, **kw) -> Path:
+    d.mkdir(parents=True, exist_ok=True)
+    for r in (0, 1):
+        doc = {"distributedInfo": {"backend": "gloo", "rank": r, "world_size": 2},
+               "traceEvents": rank_events(r, **kw)}
+        raw = json.dumps(doc).encode()
+        if gz and r == 1:
+            (d / f"rank{r}.json.gz").write_bytes(gzip.compress(raw))
+        else:
+            (d / f"rank{r}.json").write_bytes(raw)
+    return d
+
+
+def test_phases_bytes_and_tokens_exact(tmp_path):
+    ts = ingest([str(write_trace_dir(tmp_path / "t"))])
+    assert (ts.world, ts.hidden, ts.n_experts, ts.step_ids()) == (2, H, E, [3])
+    s0 = ts.step(0, 3)
+    assert s0.phases == pytest.approx({
+        "forward_s": 288e-6,          # first matmul (12) → backward start (300)
+        "backward_s": 230e-6,         # 300 → dispatch-grad worker end (530)
+        "dispatch_s": 40e-6,          # issue 60 → worker end 100
+        "experts_s": 100e-6,          # dispatch end 100 → combine issue 200
+        "combine_s": 60e-6,           # 200 → 260
+        "combine_grad_s": 30e-6, "dispatch_grad_s": 30e-6}, abs=1e-12)
+    roles = [o.role for o in s0.ops if o.kind in ("all_to_all", "count_exchange")]
+    assert roles == ["count_exchange", "dispatch", "combine", "combine_grad", "dispatch_grad"]
+    # byte matrix: rows × hidden 8 × 4 bytes (float32)
+    np.testing.assert_array_equal(ts.byte_matrix(3, "dispatch"), [[96, 160], [64, 192]])
+    np.testing.assert_array_equal(ts.token_matrix(3, "combine"), [[3, 2], [5, 6]])
+    # conservation: what rank r receives from s is what s sent to r
+    np.testing.assert_array_equal(ts.token_matrix(3).T, [RECV[0], RECV[1]])
+    for r in (0, 1):
+        assert ts.step(r, 3).tokens_per_local_expert == tuple(LOCAL_M[r])
+        assert sum(LOCAL_M[r]) == sum(RECV[r])
+    # matmuls: innermost only (mm, not linear/matmul): router + 4 expert + 1 backward
+    gemms = [o for o in s0.ops if o.kind == "gemm"]
+    assert [o.role for o in gemms] == ["router", "expert", "expert", "expert", "expert", ""]
+    assert gemms[0].flops == 2 * T * H * E
+    # memory ops: softmax and optimizer add_, not normal_ (RNG) nor the barrier
+    mem = {o.name: o.bytes for o in s0.ops if o.kind == "memory"}
+    assert mem == {"aten::softmax": 2 * T * E * 4, "aten::add_": 3 * 16 * H * 4}
+
+
+def test_labels_used_and_missing_profiler_step(tmp_path):
+    ts = ingest([str(write_trace_dir(tmp_path / "t", gz=False, step_marks=False,
+                                     labels=True))])
+    assert ts.step_ids() == [0]                     # whole trace = one step
+    s1 = ts.step(1, 0)
+    assert s1.phases["experts_s"] == pytest.approx(90e-6)   # the moe/experts label
+    assert s1.phases["dispatch_s"] == pytest.approx(40e-6)
+
+
+def test_cli_ingest_text_and_json(tmp_path, capsys):
+    d = write_trace_dir(tmp_path / "t")
+    assert main(["ingest", str(d)]) == 0
+    out = capsys.readouterr().out
+    assert "2 ranks, hidden 8, 4 experts" in out
+    assert "dispatch [src→dst] (bytes): 96.000 160.000; 64.000 192.000" in out
+    assert main(["ingest", str(d / "rank0.json"), str(d / "rank1.json.gz"), "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["byte_matrices"]["3"]["dispatch"] == [[96, 160], [64, 192]]
+    assert doc["steps"][0]["phases"]["dispatch_s"] == pytest.approx(40e-6)
+
+
+def _one_line_error(capsys, argv, *needles):
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "Traceback" not in err
+    for n in needles:
+        assert n in err
+    return err
+
+
+def test_corrupt_traces_exit_2(tmp_path, capsys):
+    bad = tmp_path / "bad.json"
+    bad.write_text("{not json")
+    _one_line_error(capsys, ["ingest", str(bad)], str(bad), "JSON")
+    bad.write_text(json.dumps({"schemaVersion": 1}))
+    _one_line_error(capsys, ["ingest", str(bad)], str(bad), "traceEvents")
+    ev = [e for e in rank_events(0) if "alltoall" not in e["name"]]
+    bad.write_text(json.dumps({"traceEvents": ev}))
+    _one_line_error(capsys, ["ingest", str(bad)], str(bad), "all-to-all")
+    gz = tmp_path / "rank0.json.gz"
+    gz.write_bytes(b"\x1f\x8b" + b"garbage")
+    _one_line_error(capsys, ["ingest", str(gz)], str(gz), "gzip")
+    _one_line_error(capsys, ["ingest", str(tmp_path / "nope")], "nope", "expected")
+
+
+def test_record_param_comms_form(tmp_path):
+    """The NCCL-style form: split sizes in record_param_comms args, no c10d op."""
+    ev = []
+    for e in rank_events(0):
+        if e["name"] != "c10d::alltoall_base_":
+            ev.append(e)
+            continue
+        ci = e["args"]["Concrete Inputs"]
+        dims = e["args"]["Input Dims"]
+        width = dims[1][1] if len(dims[1]) > 1 else 1
+        typ = "Float" if e["args"]["Input type"][1] == "float" else "Long"
+        ev.append(_x("record_param_comms", e["ts"], e["dur"], **{
+            "Collective name": "all_to_allv", "dtype": typ, "Group size": 2,
+            "In msg nelems": dims[1][0] * width, "Out msg nelems": dims[0][0] * width,
+            "In split size": ci[4], "Out split size": ci[3]}))
+    p = tmp_path / "rank0.json"
+    p.write_text(json.dumps({"traceEvents": ev}))
+    ts = ingest([str(p)])
+    s = ts.step(0, 3)
+    assert [o.role for o in s.collectives()] == ["dispatch", "combine", "combine_grad",
+                                                 "dispatch_grad"]
+    assert s.role("dispatch").send_bytes == (96.0, 160.0)
+    assert s.phases["experts_s"] == pytest.approx(100e-6)
+
+
+SHIPPED = Path(__file__).resolve().parents[1] / "traces"
+
+
+@pytest.mark.parametrize("skew", ["uniform", "zipf", "hot"])
+def test_shipped_traces_conserve_tokens(skew):
+    d = SHIPPED / skew
+    if not d.is_dir():
+        pytest.skip("shipped traces not present")
+    routing = json.loads((d / "routing.json").read_text())
+    a = routing["args"]
+    ts = ingest([str(d)])
+    n_local = a["experts"] // a["world"]
+    assert ts.step_ids() == [s["step"] for s in routing["steps"] if s["traced"]]
+    for sid in ts.step_ids():
+        counts = np.array(routing["steps"][sid]["tokens_per_expert_by_rank"])  # [src, expert]
+        want = counts.reshape(a["world"], a["world"], n_local).sum(2)          # [src, dst]
+        np.testing.assert_array_equal(ts.token_matrix(sid), want)
+        np.testing.assert_array_equal(ts.token_matrix(sid, "combine"), want.T)
+        assert want.sum() == a["tokens"] * a["top_k"] * a["world"]
+        for r in range(a["world"]):
+            s = ts.step(r, sid)
+            assert len(s.collectives()) == 4 and len(s.collectives("count_exchange")) == 1
+            local = counts[:, r * n_local:(r + 1) * n_local].sum(0)
+            assert s.tokens_per_local_expert == tuple(local)

@@ -1,0 +1,118 @@
+"""Plot functions: they draw the expected rows/bars on a given Axes and return it."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from matplotlib.collections import PathCollection
+from matplotlib.container import BarContainer
+
+from moesim.trace.plots import (
+    new_figure,
+    plot_experts,
+    plot_links,
+    plot_timeline,
+    timeline_rows,
+)
+from tests.test_trace_fixtures import hot_expert_result, many_rank_result
+
+
+def _bar_collections(ax):
+    return [c for c in ax.collections if (c.get_gid() or "").startswith("timeline:")]
+
+
+def test_timeline_two_ranks():
+    res = hot_expert_result()
+    ax = new_figure().add_subplot()
+    assert plot_timeline(res, ax) is ax
+    labels = [t.get_text() for t in ax.get_yticklabels()]
+    assert labels == ["rank 0", "rank 1 (hot)"]
+    # one bar collection per (kind, rank): r0 compute/dispatch/combine/stall/dp, r1 3 kinds
+    assert len(_bar_collections(ax)) == 8
+    n_bars = sum(len(c.get_paths()) for c in _bar_collections(ax))
+    assert n_bars == len(res.spans)
+    texts = [t.get_text() for t in ax.texts]
+    assert texts == ["1.20 ms ← rank 1 e3"]
+    assert ax.get_xlabel() == "time in step (ms)"
+    assert {t.get_text() for t in ax.get_legend().get_texts()} == {
+        "compute", "ep_dispatch", "ep_combine", "dp", "stall"}
+
+
+def test_timeline_zoom_ranks_and_layers():
+    res = hot_expert_result()
+    ax = plot_timeline(res, new_figure().add_subplot(), ranks=[1], layers=[3])
+    assert [t.get_text() for t in ax.get_yticklabels()] == ["rank 1 (hot)"]
+    assert sum(len(c.get_paths()) for c in _bar_collections(ax)) == 5  # rank 1's layer-3 spans
+
+
+def test_timeline_8_ranks_one_row_each():
+    ax = plot_timeline(many_rank_result(8), new_figure().add_subplot())
+    assert len(ax.get_yticklabels()) == 8
+    assert len(ax.texts) == 3  # the three worst stalls are annotated
+
+
+def test_timeline_rows_grouping():
+    assert timeline_rows(8, 8) == [[r] for r in range(8)]
+    assert timeline_rows(128, 8) == [list(range(8 * i, 8 * i + 8)) for i in range(16)]
+    rows = timeline_rows(2048, 8)  # 256 nodes → groups of 4 nodes
+    assert len(rows) == 64 and rows[1] == list(range(32, 64))
+
+
+def test_timeline_2048_ranks_aggregates():
+    res = many_rank_result(2048, rpn=8, hot=3)
+    ax = plot_timeline(res, new_figure().add_subplot())
+    bars = [c for c in ax.containers if isinstance(c, BarContainer)]
+    assert [b.get_label() for b in bars] == ["compute", "ep_dispatch", "stall"]  # no idle
+    assert all(len(b) == 64 for b in bars)
+    # row 0 holds the hot rank 3: its mean stall share is 31 of 32 ranks × 50% of the step
+    stall = next(b for b in bars if b.get_label() == "stall")
+    assert stall[0].get_width() == pytest.approx(31 / 32 * 50)
+    assert stall[1].get_width() == pytest.approx(50)
+    assert "(hot)" in ax.get_yticklabels()[0].get_text()
+
+
+def test_experts_heatmap():
+    res = hot_expert_result()
+    fig = new_figure()
+    ax = fig.add_subplot()
+    assert plot_experts(res, ax) is ax
+    img = ax.get_images()[0]
+    np.testing.assert_array_equal(img.get_array(), res.expert_tokens)
+    assert len(fig.axes) == 2  # the heat-map and its colorbar
+    over = [c for c in ax.collections if isinstance(c, PathCollection)][0]
+    np.testing.assert_array_equal(over.get_offsets(), [[3, 0]])  # expert 3, layer 0 > capacity
+    assert [t.get_text() for t in ax.texts] == ["100", "100", "200", "600\n(-100 dropped)"]
+    assert "max/mean 2.40" in ax.get_title() and "capacity 500" in ax.get_title()
+
+
+def test_links_bars_without_series():
+    res = hot_expert_result()
+    ax = plot_links(res, new_figure().add_subplot(), top=8)
+    bars = ax.containers[0]
+    assert len(bars) == 3  # the PCIe link carried nothing
+    # grouped: NVLink first, then NIC; utilization = bytes / capacity / 4.5 ms
+    assert [t.get_text() for t in ax.get_yticklabels()] == ["gpu0->nvsw0", "gpu1->nvsw0",
+                                                            "nic0->leaf0"]
+    assert [b.get_width() for b in bars] == pytest.approx([2e8 / 450e9 / 4.5e-3 * 100,
+                                                           1e8 / 450e9 / 4.5e-3 * 100, 50.0])
+    ax2 = plot_links(res, new_figure().add_subplot(), top=1)
+    assert len(ax2.containers[0]) == 1
+
+
+def test_links_series():
+    res = hot_expert_result()
+    res.links.series = {0: [(0.0, 0.0), (1e-3, 450e9), (1.5e-3, 0.0)],
+                        1: [(0.0, 225e9)], 3: [(3.5e-3, 50e9), (4e-3, 0.0)]}
+    ax = plot_links(res, new_figure().add_subplot())
+    assert len(ax.lines) == 3
+    line0 = next(ln for ln in ax.lines if "gpu0->nvsw0" in ln.get_label())
+    assert max(line0.get_ydata()) == pytest.approx(100.0)
+    assert ax.get_ylabel() == "utilization (% of capacity)"
+
+
+def test_no_data_plots_say_so():
+    res = hot_expert_result()
+    res.expert_tokens = None
+    res.links = None
+    assert "no expert" in plot_experts(res, new_figure().add_subplot()).texts[0].get_text()
+    assert "no link" in plot_links(res, new_figure().add_subplot()).texts[0].get_text()

@@ -1,0 +1,101 @@
+"""Record a real world-2 torch run (tiny dims) and check it through ingest."""
+
+from __future__ import annotations
+
+import gzip
+import json
+
+import numpy as np
+import pytest
+
+from moesim.cli import main
+
+torch = pytest.importorskip("torch")
+
+ARGS = ["--world", "2", "--hidden", "32", "--ffn", "64", "--experts", "4", "--top-k", "2",
+        "--tokens", "64", "--steps", "3", "--warmup", "1", "--seed", "3"]
+ROLES = ["count_exchange", "dispatch", "combine", "combine_grad", "dispatch_grad"]
+
+
+@pytest.fixture(scope="module")
+def hot_run(tmp_path_factory):
+    out = tmp_path_factory.mktemp("rec") / "hot"
+    assert main(["record", str(out), "--skew", "hot", "--hot-fraction", "0.6", *ARGS]) == 0
+    return out
+
+
+@pytest.mark.slow
+def test_record_writes_traces_and_routing(hot_run):
+    assert sorted(p.name for p in hot_run.iterdir()) == ["rank0.json.gz", "rank1.json.gz",
+                                                        "routing.json"]
+    routing = json.loads((hot_run / "routing.json").read_text())
+    assert routing["args"]["skew"] == "hot" and routing["torch_version"] == torch.__version__
+    assert [s["traced"] for s in routing["steps"]] == [False, True, True]
+    for s in routing["steps"]:
+        for counts in s["tokens_per_expert_by_rank"]:
+            assert sum(counts) == 64 * 2          # tokens × top-k per rank
+
+
+@pytest.mark.slow
+def test_ingest_of_recording_conserves_tokens(hot_run):
+    from moesim.validation.ingest import ingest
+
+    routing = json.loads((hot_run / "routing.json").read_text())
+    ts = ingest([str(hot_run)])
+    assert ts.step_ids() == [1, 2] and ts.hidden == 32 and ts.n_experts == 4
+    for sid in ts.step_ids():
+        counts = np.array(routing["steps"][sid]["tokens_per_expert_by_rank"])   # [src, e]
+        want = counts.reshape(2, 2, 2).sum(2)                                   # [src, dst]
+        sent = ts.token_matrix(sid)
+        np.testing.assert_array_equal(sent, want)
+        recv = np.array([ts.step(r, sid).role("dispatch").recv_rows for r in (0, 1)])
+        np.testing.assert_array_equal(recv, sent.T)      # received = sent, per pair
+        assert sent.sum() == 2 * 64 * 2
+        # bytes = rows × hidden 32 × 4 (float32)
+        np.testing.assert_array_equal(ts.byte_matrix(sid), want * 32 * 4)
+        for r in (0, 1):
+            s = ts.step(r, sid)
+            assert [o.role for o in s.ops if o.kind != "gemm" and o.kind != "memory"] == ROLES
+            assert s.tokens_per_local_expert == tuple(counts[:, 2 * r:2 * r + 2].sum(0))
+            assert s.phases["forward_s"] > s.phases["experts_s"] > 0
+        # hot expert 0 lives on rank 0: rank 0 receives more tokens
+        assert sent[:, 0].sum() > sent[:, 1].sum()
+
+
+@pytest.mark.slow
+def test_inferred_roles_match_our_labels(hot_run):
+    """Ingest ignores the moe/* labels when inferring roles; they must agree."""
+    from moesim.validation.ingest import ingest
+
+    doc = json.loads(gzip.decompress((hot_run / "rank1.json.gz").read_bytes()))
+    names = {"moe/count_exchange": "count_exchange", "moe/dispatch": "dispatch",
+             "moe/combine": "combine", "moe/combine_grad": "combine_grad",
+             "moe/dispatch_grad": "dispatch_grad"}
+    labels = sorted((e["ts"], names[e["name"]]) for e in doc["traceEvents"]
+                    if e.get("name") in names)
+    ts = ingest([str(hot_run)])
+    inferred = [o.role for sid in ts.step_ids() for o in ts.step(1, sid).ops
+                if o.kind in ("all_to_all", "count_exchange")]
+    assert inferred == [role for _, role in labels]
+
+
+def test_record_refuses_non_empty_outdir(tmp_path, capsys):
+    (tmp_path / "mine.txt").write_text("keep me")
+    assert main(["record", str(tmp_path), *ARGS]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "--force" in err and str(tmp_path) in err
+    assert (tmp_path / "mine.txt").read_text() == "keep me"
+
+
+def test_record_rejects_layout_that_does_not_divide(tmp_path, capsys):
+    assert main(["record", str(tmp_path / "x"), "--world", "3", "--experts", "8"]) == 2
+    assert "--experts" in capsys.readouterr().err
+    assert not (tmp_path / "x").exists()
+
+
+@pytest.mark.slow
+def test_same_seed_same_routing(hot_run, tmp_path):
+    again = tmp_path / "again"
+    assert main(["record", str(again), "--skew", "hot", "--hot-fraction", "0.6", *ARGS]) == 0
+    steps = [json.loads((d / "routing.json").read_text())["steps"] for d in (hot_run, again)]
+    assert steps[0] == steps[1]
