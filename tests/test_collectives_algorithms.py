@@ -12,6 +12,7 @@ from moesim.collectives.algorithms import (
     expand,
     hierarchical_routes,
     ring_broadcast,
+    ring_orders,
     tree_all_reduce,
 )
 from moesim.collectives.cost import bus_factor, busbw_Bps
@@ -193,3 +194,28 @@ def test_bus_factors_nccl_tests():
     assert bus_factor("broadcast", 8) == 1.0
     # 1 GB all-reduce on 8 ranks in 10 ms: algbw 100 GB/s, busbw 175 GB/s
     assert busbw_Bps("all_reduce", 8, 1e9, 0.01) == pytest.approx(175e9)
+
+
+def test_ring_orders_one_ring_per_local_index_across_nodes():
+    hosts = [0, 0, 0, 1, 1, 1]
+    assert ring_orders((0, 1, 2), hosts) == [[0, 1, 2]]            # one node: one ring
+    assert ring_orders((0, 1, 2, 3, 4, 5), None) == [[0, 1, 2, 3, 4, 5]]
+    assert ring_orders((0, 1, 3, 5), hosts) == [[0, 1, 3, 5], [1, 0, 5, 3]]
+    rings = ring_orders((0, 1, 2, 3, 4, 5), hosts)
+    assert rings == [[0, 1, 2, 3, 4, 5], [1, 2, 0, 4, 5, 3], [2, 0, 1, 5, 3, 4]]
+    # each ring leaves node 0 from a different GPU and enters node 1 at a different one
+    exits = {(ring[2], ring[3]) for ring in rings}
+    assert {a for a, _ in exits} == {0, 1, 2} and {b for _, b in exits} == {3, 4, 5}
+    assert ring_orders((0, 1, 2, 3), [0, 0, 0, 1]) == [[0, 1, 2, 3]]  # uneven: one ring
+
+
+def test_multi_node_ring_all_reduce_splits_data_over_rings():
+    hosts = [0, 0, 1, 1]
+    phases = expand("all_reduce", (0, 1, 2, 3), 800.0, rank_host=hosts)
+    # 2 rings (0,1,2,3) and (1,0,3,2), 6 steps, each sending 800/4/2 = 100 per hop
+    assert len(phases) == 6
+    expect = sorted([(0, 1, 100.0), (1, 2, 100.0), (2, 3, 100.0), (3, 0, 100.0),
+                     (1, 0, 100.0), (0, 3, 100.0), (3, 2, 100.0), (2, 1, 100.0)])
+    assert all(ph == expect for ph in phases)
+    # total bytes are those of one ring: 2(n-1)/n · S per rank
+    assert sent(phases) == {r: pytest.approx(2 * 3 / 4 * 800.0) for r in range(4)}

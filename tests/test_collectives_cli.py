@@ -131,3 +131,27 @@ def test_unknown_topology_exit_2(capsys):
     assert main(["collective", "--topology", "no-such-cluster", "--op", "all_reduce",
                  "--bytes", "1MB"]) == 2
     assert "no-such-cluster" in capsys.readouterr().err
+
+
+def test_two_node_ring_all_reduce_spreads_over_every_nic():
+    import simpy
+
+    from moesim.collectives import CollectiveSpec, Communicator
+    from moesim.collectives.simulate import rank_hosts
+    from moesim.network import FlowNetwork
+
+    topo = load_topology("dgx-h100", nodes=2)
+    S, n, L = 2**30, 16, 8
+    env = simpy.Environment()
+    net = FlowNetwork(env, topo)
+    comm = Communicator(env, net, topo.gpus, rank_host=rank_hosts(topo))
+    spec = CollectiveSpec("all_reduce", tuple(range(n)), nbytes=S)
+    events = [comm.join("ar", r, spec) for r in range(n)]
+    env.run()
+    assert all(ev.processed for ev in events)
+    lb = net.link_bytes()
+    ib_out = [i for i, name in enumerate(topo.link_names)
+              if topo.link_kinds[i] == "ib" and ".nic" in name.split("->")[0]]
+    assert len(ib_out) == 2 * L  # one NIC uplink per GPU
+    # 8 rings, each crossing each way once per step: 2(n-1) steps of S/(n·L) per NIC
+    np.testing.assert_allclose(lb[ib_out], 2 * (n - 1) * S / (n * L))

@@ -227,3 +227,20 @@ def test_bad_call_arguments_raise_input_error(bad, field):
 def test_top_k_from_config_overrides_model():
     r = _route({"kind": "uniform", "top_k": 3}, k=2, tokens=10)
     assert r.top_k == 3 and np.all(r.assign.sum(axis=1) == 30)
+
+
+def test_node_limited_tokens_keep_inclusion_when_no_cap_binds():
+    # zipf s = 0.5 over 64 experts on 4 nodes of 16, top-8, M = 2: the hottest node
+    # holds 46 % of the shares, m_0 = 3.7 < k/M = 4, so rho = M·m/k is not capped and
+    # the two-stage design keeps each expert's inclusion at pi_e exactly: its count
+    # over T tokens is Binomial(T, pi_e), within 5 sd.
+    w = 1.0 / np.arange(1, 65) ** 0.5
+    pi = cap_probs(w, 8)
+    node = make_placement(64, 16).node_of_expert(4)
+    rho = node_probs(pi, node, 2)
+    assert rho.max() < 1.0
+    t = 20000
+    chosen = assign_tokens(np.random.default_rng(21), pi, t, 8, node, 2)
+    assert max(len(set(node[c])) for c in chosen) <= 2
+    counts = np.bincount(chosen.ravel(), minlength=64)
+    assert np.all(np.abs(counts - t * pi) < 5 * np.sqrt(t * pi * (1 - pi)))

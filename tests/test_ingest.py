@@ -216,3 +216,16 @@ def test_shipped_traces_conserve_tokens(skew):
             assert len(s.collectives()) == 4 and len(s.collectives("count_exchange")) == 1
             local = counts[:, r * n_local:(r + 1) * n_local].sum(0)
             assert s.tokens_per_local_expert == tuple(local)
+
+
+def test_ingest_and_calibrate_do_not_import_torch():
+    import subprocess
+    import sys
+
+    code = ("import argparse, importlib, sys, moesim.validation, moesim.validation.ingest, "
+            "moesim.validation.calibration, moesim.validation.record\n"
+            "for c in ('record', 'ingest', 'calibrate'):\n"
+            "    importlib.import_module(f'moesim.cli.{c}_cmd').add_arguments("
+            "argparse.ArgumentParser())\n"
+            "assert 'torch' not in sys.modules, 'torch imported'")
+    subprocess.run([sys.executable, "-c", code], check=True)

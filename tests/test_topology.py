@@ -7,6 +7,8 @@ import zlib
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from moesim.topology import load_topology, parse_topology
 from moesim.topology.routing import ClusterRouter, GraphRouter, find_unreachable
@@ -269,3 +271,23 @@ def test_routes_do_not_depend_on_python_hash_seed(tmp_path):
                            env={"PYTHONHASHSEED": seed, "PATH": ""}).stdout
             for seed in ("1", "2")}
     assert len(outs) == 1 and len(next(iter(outs))) > 100
+
+
+@settings(max_examples=30, deadline=None)
+@given(nodes=st.integers(2, 5), per_leaf=st.integers(1, 3), spines=st.integers(0, 3),
+       gpus=st.integers(1, 3), intra=st.sampled_from(["nvswitch", "none"]), rail=st.booleans(),
+       routing=st.sampled_from(["shortest", "ecmp", "rail"]))
+def test_structural_router_equals_graph_search_on_random_shapes(nodes, per_leaf, spines, gpus,
+                                                                 intra, rail, routing):
+    t = load_topology("dgx-h100", routing=routing, nodes=nodes, nodes_per_leaf=per_leaf,
+                      spines=spines, gpus_per_node=gpus, intra=intra, rail_optimized=rail)
+    search = GraphRouter(t.graph, routing)
+    for s in t.gpus:
+        for d in t.gpus:
+            assert t.route(s, d, 4) == search.route(s, d, 4)
+
+
+def test_device_name_comes_from_the_file():
+    assert load_topology("dgx-h800").device == "H800"
+    assert load_topology("fat-tree").device is None
+    assert load_topology("dgx-h100").describe()["device"] == "H100"

@@ -46,6 +46,7 @@ def test_text_output_has_counts_units_and_routes(capsys):
     out = capsys.readouterr().out
     assert "16 GPUs = 2 node(s) x 8 GPUs, routing rail" in out
     assert "nvlink   gpu-nvswitch          32      450.0  0.822    369.9   1.665" in out
+    assert "per node to the fabric: 8 links, 380.0 GB/s" in out  # 8 NICs x 47.5 GB/s
     assert "bisection" in out and "380.0 GB/s per direction" in out
     assert ("route n0.gpu0 -> n1.gpu7: n0.gpu0 -> n0.nvswitch -> n0.gpu7 -> n0.nic7 -> "
             "leaf0.rail7 -> n1.nic7 -> n1.gpu7 (6 links, 6.13 µs, bottleneck 47.5 GB/s)") in out

@@ -15,6 +15,14 @@ from tests.test_trace_fixtures import MS, hot_expert_result
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
 
+@pytest.fixture(scope="module")
+def run_dir(tmp_path_factory):
+    """One written run directory shared by the read-only CLI tests."""
+    out = tmp_path_factory.mktemp("shared") / "run"
+    write_run_outputs(hot_expert_result(), out, quiet=True)
+    return out
+
+
 def test_full_summary_adds_stalls_path_and_scenario():
     s = full_summary(hot_expert_result())
     assert s["stalls"]["total_s"] == pytest.approx(1.2 * MS)
@@ -54,8 +62,11 @@ def test_write_run_outputs(tmp_path):
     assert sum(float(r["seconds"]) for r in rows) == pytest.approx(
         sum(p["breakdown_s"]["stall"] for p in s["per_rank"]))
     # same run again into the same directory: allowed, same bytes for the data files
-    before = {n: (out / n).read_bytes() for n in ("summary.json", "trace.json", "stalls.csv")}
-    write_run_outputs(hot_expert_result(), out, quiet=True)
+    before = {n: (out / n).read_bytes()
+              for n in ("summary.json", "summary.md", "trace.json", "stalls.csv")}
+    again = hot_expert_result()
+    again.wall_s = 12.5  # a slower machine: outputs must not change
+    write_run_outputs(again, out, quiet=True)
     assert before == {n: (out / n).read_bytes() for n in before}
 
 
@@ -90,9 +101,8 @@ def test_refuses_file_as_outdir(tmp_path):
         write_run_outputs(hot_expert_result(), f, quiet=True)
 
 
-def test_plot_cli_zoom(tmp_path, capsys):
-    out = tmp_path / "run"
-    write_run_outputs(hot_expert_result(), out, quiet=True)
+def test_plot_cli_zoom(tmp_path, capsys, run_dir):
+    out = run_dir
     zoom = tmp_path / "zoom.png"
     assert main(["plot", str(out), "--ranks", "1", "--layers", "3-4", "-o", str(zoom)]) == 0
     assert zoom.read_bytes()[:8] == PNG_MAGIC
@@ -109,9 +119,8 @@ def test_plot_cli_zoom(tmp_path, capsys):
     (["--ranks", "0-9"], "ranks below 2"),
     (["--layers", "x-"], "--layers"),
 ])
-def test_plot_cli_bad_ranges(tmp_path, capsys, argv, needle):
-    out = tmp_path / "run"
-    write_run_outputs(hot_expert_result(), out, quiet=True)
+def test_plot_cli_bad_ranges(tmp_path, capsys, argv, needle, run_dir):
+    out = run_dir
     assert main(["plot", str(out), "-o", str(tmp_path / "z.png"), *argv]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and needle in err[0]

@@ -86,16 +86,53 @@ def ring_steps(group: Sequence[int], steps: int, chunk: float) -> list[Phase]:
     return _clean([list(one) for _ in range(steps)])
 
 
-def ring_all_reduce(group: Sequence[int], nbytes: float) -> list[Phase]:
-    """Reduce-scatter then all-gather: 2(n-1) steps of S/n to the ring successor."""
+def ring_orders(group: Sequence[int], rank_host: Sequence[int] | None = None) -> list[list[int]]:
+    """The rings (channels) a ring collective runs on.
+
+    One ring in group order, unless ``rank_host`` shows the group spanning several
+    nodes with L > 1 members on each: then L rings, ring c visiting every node's members
+    rotated by c, so each ring leaves a node from a different GPU and the L inter-node
+    hops ride L different NICs. NCCL does the same with its channels; one ring would
+    push all of the collective's inter-node bytes through one NIC (nccl-tests issue
+    267: a GPU's inter-node traffic rides its own NIC).
+    """
+    if rank_host is not None:
+        by_node: dict[int, list[int]] = {}
+        for r in group:
+            if not 0 <= r < len(rank_host):
+                raise InputError(_SRC, "ranks", f"ranks in 0..{len(rank_host) - 1}", r)
+            by_node.setdefault(int(rank_host[r]), []).append(r)
+        nodes = list(by_node.values())
+        L = len(nodes[0])
+        if len(nodes) > 1 and L > 1 and all(len(m) == L for m in nodes):
+            return [[r for m in nodes for r in m[c:] + m[:c]] for c in range(L)]
+    return [list(group)]
+
+
+def _multi_ring(group: Sequence[int], steps: int, nbytes: float,
+                rank_host: Sequence[int] | None) -> list[Phase]:
+    """``steps`` steps of every ring, each ring carrying 1/len(rings) of the data;
+    per step each member sends nbytes / (n · rings) to its successor in every ring."""
     n = len(group)
-    return ring_steps(group, 2 * (n - 1), nbytes / n) if n > 1 else []
+    if n < 2:
+        return []
+    rings = ring_orders(group, rank_host)
+    chunk = nbytes / n / len(rings)
+    one = [(ring[i], ring[(i + 1) % n], chunk) for ring in rings for i in range(n)]
+    return _clean([list(one) for _ in range(steps)])
 
 
-def ring_all_gather(group: Sequence[int], nbytes: float) -> list[Phase]:
+def ring_all_reduce(group: Sequence[int], nbytes: float,
+                    rank_host: Sequence[int] | None = None) -> list[Phase]:
+    """Reduce-scatter then all-gather: 2(n-1) steps of S/n to the ring successor
+    (split over the rings of :func:`ring_orders`)."""
+    return _multi_ring(group, 2 * (len(group) - 1), nbytes, rank_host)
+
+
+def ring_all_gather(group: Sequence[int], nbytes: float,
+                    rank_host: Sequence[int] | None = None) -> list[Phase]:
     """n-1 steps of S/n (S = total gathered size, nccl-tests convention)."""
-    n = len(group)
-    return ring_steps(group, n - 1, nbytes / n) if n > 1 else []
+    return _multi_ring(group, len(group) - 1, nbytes, rank_host)
 
 
 ring_reduce_scatter = ring_all_gather  # same traffic pattern, data flows the same way
@@ -328,12 +365,12 @@ def expand(op: str, group: Sequence[int], nbytes: float = 0.0, *, algo: str | No
         return _clean([[(group[0], group[1], nbytes)]])
     if op == "all_reduce":
         if algo == "ring":
-            return ring_all_reduce(group, nbytes)
+            return ring_all_reduce(group, nbytes, rank_host)
         if algo == "tree":
             return tree_all_reduce(group, nbytes)
         return hierarchical_all_reduce(group, nbytes, rank_host)  # type: ignore[arg-type]
     if op in ("all_gather", "reduce_scatter"):
-        return ring_all_gather(group, nbytes)
+        return ring_all_gather(group, nbytes, rank_host)
     if op == "broadcast":
         r = group[0] if root is None else int(root)
         return ring_broadcast(group, nbytes, r) if algo == "ring" else tree_broadcast(group, nbytes, r)

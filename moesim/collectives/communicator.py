@@ -86,6 +86,7 @@ class _State:
     pending: dict[int, int] = field(default_factory=dict)   # direct: undelivered flows per rank
     peers: dict[int, set[int]] = field(default_factory=dict)  # direct: nonzero partners
     matrix: np.ndarray | None = None
+    frozen: dict[int, float] | None = None  # last snapshot of arrivals handed out
     done: int = 0
 
 
@@ -142,13 +143,15 @@ class Communicator:
 
     def _record(self, st: _State, rank: int, relevant: Sequence[int], end: float) -> Any:
         own = st.arrivals[rank]
+        if st.frozen is None or len(st.frozen) != len(st.arrivals):
+            st.frozen = dict(st.arrivals)  # shared by records until another member arrives
         late = max(relevant, key=lambda r: (st.arrivals[r], st.order[r]), default=None)
         wait = 0.0
         blocking = -1
         if late is not None and st.arrivals[late] > own:
             wait = st.arrivals[late] - own
             blocking = late
-        return CollectiveRecord(rank=rank, arrivals=dict(st.arrivals), start_s=own + wait,
+        return CollectiveRecord(rank=rank, arrivals=st.frozen, start_s=own + wait,
                                 end_s=end, blocking_rank=blocking, wait_s=wait)
 
     def _finish(self, key: Hashable, st: _State, rank: int, relevant: Sequence[int]) -> None:

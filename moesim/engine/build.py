@@ -335,7 +335,8 @@ class _Builder:
         self.flops += f_exp
         exp_op = Op(stream="compute", kind="compute", name=f"{phase}.experts", duration_s=t_exp,
                     flops=f_exp, layer=layer, microbatch=mb, phase=phase, tokens=recv,
-                    experts=experts, hot_expert=hot, hot_tokens=int(local[hot]) if hot >= 0 else 0)
+                    experts=experts, expert_tokens=tuple(int(local[e]) for e in experts),
+                    hot_expert=hot, hot_tokens=int(local[hot]) if hot >= 0 else 0)
         pre = lambda: [*costs.router_kernels(spec, self.ep_tokens, phase),  # noqa: E731
                        *costs.permute_kernels(spec, sent, phase)]
         post = lambda: [*costs.unpermute_kernels(spec, sent, phase),  # noqa: E731

@@ -106,8 +106,10 @@ class Executor:
                 if op.hot_expert >= 0:
                     self._hot[(rank, op.layer, op.microbatch, op.phase)] = (op.hot_expert,
                                                                            op.hot_tokens)
+                extra = ({"expert_tokens": dict(zip(op.experts, op.expert_tokens, strict=True))}
+                         if op.expert_tokens else {})
                 self._span(rank, op, op.kind, t0, env.now, tokens=op.tokens,
-                           experts=op.experts, flops=op.flops)
+                           experts=op.experts, flops=op.flops, args=extra)
             done[i].succeed()
             if self._progress is not None:
                 self._progress("ops", 1)

@@ -29,6 +29,7 @@ class Op:
     phase: str = ""             # "fwd" | "bwd" | "opt"
     tokens: int = 0
     experts: tuple[int, ...] = ()
+    expert_tokens: tuple[int, ...] = ()  # tokens computed per expert in ``experts``
     flops: float = 0.0
     hot_expert: int = -1        # expert ops: the most-loaded local expert (for stall attribution)
     hot_tokens: int = 0         # its token count

@@ -17,7 +17,7 @@ from moesim.collectives.communicator import Communicator
 from moesim.engine.breakdown import breakdown
 from moesim.engine.build import StepPlan, build_step
 from moesim.engine.execute import Executor
-from moesim.memory import memory_per_rank, split_layers
+from moesim.memory_report import CATEGORIES, StageMemory
 from moesim.network import AnalyticalNetwork, FlowNetwork
 from moesim.scenario import load_scenario
 from moesim.scenario.resolve import Resolved, resolve
@@ -25,7 +25,7 @@ from moesim.trace.result import LinkStats, SimResult
 
 
 def resolve_path(path: str | Path, overrides: Sequence[str] = ()) -> Resolved:
-    return resolve(load_scenario(path, list(overrides)))
+    return resolve(load_scenario(path, list(overrides), resolve=False))
 
 
 def simulate(target: str | Path | Resolved, overrides: Sequence[str] = (), *,
@@ -109,35 +109,18 @@ def expert_summary(plan: StepPlan) -> dict:
 
 
 def memory_summary(res: Resolved, plan: StepPlan) -> dict:
-    scn, lay, spec = res.scenario, res.layout, res.model
-    sch = scn.schedule
-    v = scn.parallel.vpp if sch.kind == "interleaved" else 1
-    chunks = split_layers(spec.layers, lay.pp * v)
+    """Per-rank peak memory, with the tokens each rank's experts actually received."""
+    sm = StageMemory(res)
     moe_pos = {layer: j for j, layer in enumerate(plan.moe_layers)}
-    dbpe = 1 + 4 / 128 if scn.routing.dispatch_dtype == "fp8" else 2.0
-    cache: dict[tuple, dict] = {}
     rows = []
-    for r in range(lay.world):
-        s = int(lay.coords["pp"][r])
-        layers = [i for c in range(v) for i in chunks[c * lay.pp + s]]
-        recv = tuple(int(plan.rank_received[r, moe_pos[i]]) for i in layers if i in moe_pos)
-        key = (s, recv)
-        if key not in cache:
-            mb = memory_per_rank(
-                spec, micro_batch_tokens=sch.tokens_per_microbatch, seq_len=sch.seq_len,
-                tp=lay.tp, pp=lay.pp, ep=lay.ep, dp=lay.dp, zero=scn.parallel.zero, stage=s,
-                layers=layers, inflight_microbatches=max(1, plan.inflight[s] if plan.inflight
-                                                         else 1),
-                recompute=scn.memory.recompute, received_tokens=list(recv) or None,
-                dispatch_bytes_per_elem=dbpe, device=res.device, source=scn.source)
-            d = mb.as_dict()
-            cache[key] = {"peak_bytes": d["peak_bytes"], "oom": d["oom"],
-                          "by_category": {k: d[k] for k in ("weights", "gradients", "optimizer",
-                                                            "activations", "token_buffers",
-                                                            "recompute_workspace")},
-                          "capacity_bytes": d["capacity_bytes"]}
-        rows.append({"rank": r, "stage": s, **cache[key]})
-    cap = rows[0]["capacity_bytes"] if rows else 0.0
+    for r in range(res.layout.world):
+        s = int(res.layout.coords["pp"][r])
+        recv = [int(plan.rank_received[r, moe_pos[i]]) for i in sm.stage_layers(s)
+                if i in moe_pos]
+        d = sm.row(s, recv or None)
+        rows.append({"rank": r, "stage": s, "peak_bytes": d["peak_bytes"], "oom": d["oom"],
+                     "by_category": {k: d[k] for k in CATEGORIES}})
+    cap = sm.row(0)["capacity_bytes"]
     return {"per_rank": rows, "capacity_bytes": cap,
             "peak_bytes_max": max((x["peak_bytes"] for x in rows), default=0.0),
             "oom": any(x["oom"] for x in rows)}

@@ -128,7 +128,7 @@ def route_microbatch(cfg: RoutingConfig, *, n_experts: int, top_k: int,
             kept[s] = np.bincount(chosen[keep], minlength=n_experts)
         p_mean = psum / n_tok if n_tok else pi / k
     else:
-        assign = assign_counts(rng, pi, t, k, node, cfg.max_nodes)
+        assign = assign_counts(rng, pi, t, k)
         kept = np.minimum(assign, np.minimum(cap, assign.max(initial=0))[:, None]).astype(np.int64)
         if cfg.jitter == 0.0:
             p_mean = pi / k

@@ -15,9 +15,10 @@ close (zipf s=1, 256 experts on 8 nodes, M=4, top-8, 64 × 4096 tokens: measured
 max |f_i - pi_i/k| = 0.00014, the sampling noise of the unlimited router). Every token's experts lie on at most M nodes, exactly. Nodes
 are those of each expert's home rank (replicas are ignored for the limit).
 
-On the counts path all sources of one call share the circle orders (stage 1 over
-nodes, stage 2 per node set), which keeps every per-(source, expert) count
-binomial with the right mean while costing O(sets × experts) per call.
+The node limit is enforced on the per-token path. The counts path (large calls)
+samples per-(source, expert) counts from their marginal law with inclusion pi,
+which is what the two-stage design preserves; the within-token clustering of
+experts on <= M nodes does not change counts under per-assignment dispatch.
 
 Capacity and dropping (Megatron-Core, REFERENCE.md): capacity is per source rank
 and expert, ``ceil(tokens_on_source * k / E * capacity_factor)``; a source drops
@@ -33,7 +34,7 @@ import math
 
 import numpy as np
 
-from moesim.gating.sampling import cap_probs, sample_counts, sample_sets, sample_tokens
+from moesim.gating.sampling import cap_probs, sample_counts_fast, sample_tokens
 
 
 def capacity(tokens_per_rank: np.ndarray, top_k: int, n_experts: int,
@@ -83,27 +84,14 @@ def assign_tokens(rng: np.random.Generator, pi: np.ndarray, n_tokens: int, k: in
 
 
 def assign_counts(rng: np.random.Generator, pi: np.ndarray, tokens_per_rank: np.ndarray,
-                  k: int, node_of_expert: np.ndarray | None = None,
-                  max_nodes: int | None = None) -> np.ndarray:
-    """Counts path: (sources, E) assignments, row s summing to k·tokens[s].
+                  k: int) -> np.ndarray:
+    """Counts path: (sources, E) assignments, row s summing to exactly k·tokens[s],
+    each entry <= tokens[s] (:func:`sample_counts_fast`).
 
-    All sources share the circle orders of one call. Node-limited: stage 1 puts
-    each source's tokens into node sets (at most one set per elementary interval
-    of the node circle, shared by all sources); stage 2 samples, per node set,
-    the experts of that set's tokens over the experts on those nodes."""
-    t = np.asarray(tokens_per_rank, dtype=np.int64)
-    s_, e_ = t.shape[0], pi.shape[0]
-    if node_of_expert is None or max_nodes is None:
-        return sample_counts(rng, t, pi, k)
-    rho = node_probs(pi, node_of_expert, max_nodes)
-    m = int(round(rho.sum()))
-    cnt, member = sample_sets(rng, t, rho, m)  # (S, I), (I, nodes)
-    out = np.zeros((s_, e_), dtype=np.int64)
-    for i in np.flatnonzero(cnt.sum(axis=0) > 0):
-        cols = np.flatnonzero(member[i][node_of_expert])  # experts on the set's nodes
-        pi2 = _within_nodes(pi, rho, node_of_expert, member[i][None, :], k)[0]
-        out[:, cols] += sample_counts(rng, cnt[:, i], pi2[cols], k)
-    return out
+    The node limit is not applied here: under the per-assignment (Megatron)
+    dispatch it changes which experts share a token, not the per-(source, expert)
+    count law, whose mean stays n·pi_e (see the module docstring)."""
+    return sample_counts_fast(rng, np.asarray(tokens_per_rank, dtype=np.int64), pi, k)
 
 
 def assign_from_tokens(chosen: np.ndarray, n_experts: int) -> np.ndarray:

@@ -16,14 +16,17 @@ Two evaluations of the same design:
 
 * :func:`sample_tokens` — per token (its own random order and point); returns the
   (tokens, k) expert ids. O(tokens × experts).
-* :func:`sample_counts` — counts only: for a group of n tokens sharing one random
-  order, the n points fall into the elementary intervals between arc ends with
-  multinomial counts, and each expert's count is the sum over the intervals its
-  arc covers. O(experts log experts) per group, independent of n. Each expert's
-  count is Binomial(n, pi[e]) exactly, as in the per-token path, and the counts
-  sum to exactly k·n with every count <= n (so some assignment of k distinct
-  experts to each token realizes them). Only the joint law differs: tokens of
-  one group share the circle order.
+* :func:`sample_counts` — counts only, exact marginals: for a group of n tokens
+  sharing one random order, the n points fall into the elementary intervals
+  between arc ends with multinomial counts, and each expert's count is the sum
+  over the intervals its arc covers. Each count is Binomial(n, pi[e]) exactly and
+  the counts sum to exactly k·n with every count <= n (so some assignment of k
+  distinct experts to each token realizes them). Its joint law is poor: experts
+  whose arcs coincide on the circle get equal counts (with equal pi = k/E only
+  E/k distinct values), so it is only the fallback of:
+* :func:`sample_counts_fast` — counts with exact means and variances and a
+  rank-one approximation of the covariance, Gaussian for well-filled entries,
+  exact binomial for sparse ones, same invariants. O(groups × experts).
 """
 
 from __future__ import annotations
@@ -149,20 +152,82 @@ def sample_counts(rng: np.random.Generator, n: np.ndarray, pi: np.ndarray, k: in
     return _unorder(order, counts_o)
 
 
-def sample_sets(rng: np.random.Generator, n: np.ndarray, pi: np.ndarray, k: int
-                ) -> tuple[np.ndarray, np.ndarray]:
-    """Counts-level sampling that keeps which *sets* were drawn, all groups sharing
-    one circle order. ``n`` (R,) tokens per group, ``pi`` (E,). Returns ``cnt``
-    (R, E): tokens of each group whose point fell in elementary interval i, and
-    ``member`` (E, E) bool: whether interval i's set includes item j (exactly k
-    per interval). ``cnt @ member`` is a draw of :func:`sample_counts`."""
+#: entries whose binomial variance n·pi·(1-pi) is at least this are drawn from the
+#: Gaussian approximation; below it, exactly (5 sd fit inside [0, n])
+GAUSS_MIN_VAR = 25.0
+
+
+def _rank_one(d: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Solve a_e·(A - a_e) = d_e with A = Σ a_e per row (Newton on A).
+
+    Then M = diag(A·a) - a aᵀ has diagonal d and zero row sums: a per-token
+    covariance of inclusion indicators with exact variances pi(1 - pi) and a fixed
+    total. For equal d it is the exact covariance of a uniform random k-subset,
+    -d/(E-1) off the diagonal. Rows without a root (one entry's variance exceeding
+    all others') stop at the smallest admissible A."""
+    dmax = d.max(axis=1)
+    a_min = 2.0 * np.sqrt(dmax)
+    big_a = np.maximum(np.sqrt(d.sum(axis=1)), a_min)
+    for _ in range(40):
+        disc = np.sqrt(np.maximum(big_a[:, None] ** 2 - 4.0 * d, 0.0))
+        a = np.divide(2.0 * d, big_a[:, None] + disc, out=np.zeros_like(d),
+                      where=(big_a[:, None] + disc) > 0)
+        g = a.sum(axis=1) - big_a
+        dg = -np.sum(np.divide(a, disc, out=np.zeros_like(d), where=disc > 0), axis=1) - 1.0
+        new = np.maximum(big_a - g / dg, a_min)
+        if np.all(np.abs(new - big_a) <= 1e-12 * np.maximum(big_a, 1e-300)):
+            big_a = new
+            break
+        big_a = new
+    disc = np.sqrt(np.maximum(big_a[:, None] ** 2 - 4.0 * d, 0.0))
+    a = np.divide(2.0 * d, big_a[:, None] + disc, out=np.zeros_like(d),
+                  where=(big_a[:, None] + disc) > 0)
+    return a, big_a
+
+
+def sample_counts_fast(rng: np.random.Generator, n: np.ndarray, pi: np.ndarray,
+                       k: int) -> np.ndarray:
+    """Fast counts-level sampling with a realistic joint law. ``n`` (R,), ``pi``
+    (E,) or (R, E). Returns (R, E) int64 with rows summing to exactly ``k * n`` and
+    0 <= entries <= n.
+
+    Over n independent tokens the count of expert e is Binomial(n, pi_e) and the
+    counts' covariance is n times the per-token covariance of the inclusion
+    indicators, which has diagonal d = pi(1 - pi) and zero row sums (k picks per
+    token). Entries with n·d >= GAUSS_MIN_VAR are drawn from the Gaussian with
+    that mean and covariance n·(diag(A·a) - a aᵀ) (:func:`_rank_one`); the others
+    exactly, as independent binomials. The Gaussian part absorbs the total so the
+    row sums to k·n, and a randomized cumulative rounding (unbiased, sum-keeping)
+    makes integers. Rows that would leave [0, n] (beyond 5 sd) fall back to
+    :func:`sample_counts`. Cost O(R·E) Gaussian draws.
+    """
     n = np.asarray(n, dtype=np.int64).reshape(-1)
-    q = to_ticks(np.asarray(pi, dtype=float).reshape(1, -1), k)
-    order, qo, starts_o = _arc_starts(rng, q)
-    starts = _unorder(order, starts_o)[0]
-    a = np.sort(starts)
-    ends = np.append(a[1:], TICKS)
-    pvals = (ends - a).astype(float) / TICKS
-    cnt = rng.multinomial(n, pvals / pvals.sum())
-    member = ((a[:, None] - starts[None, :]) % TICKS) < q
-    return cnt.astype(np.int64), member
+    r_ = n.shape[0]
+    p = np.broadcast_to(np.asarray(pi, dtype=float), (r_, np.shape(pi)[-1]))
+    nf = n[:, None].astype(float)
+    d = p * (1.0 - p)
+    big = nf * d >= GAUSS_MIN_VAR
+    small = ~big & (p > 0)
+    out = np.zeros(p.shape, dtype=np.int64)
+    if small.any():
+        out[small] = rng.binomial(np.broadcast_to(n[:, None], p.shape)[small], p[small])
+    db = np.where(big, d, 0.0)
+    a, big_a = _rank_one(db)
+    s = np.sqrt(big_a[:, None] * a)
+    z = rng.standard_normal(p.shape)
+    proj = np.sum(np.divide(a, s, out=np.zeros_like(a), where=s > 0) * z, axis=1)
+    x = np.sqrt(nf) * (s * z - a * proj[:, None])
+    target = k * n - out.sum(axis=1)  # what the Gaussian entries must add up to
+    y = np.where(big, nf * p, 0.0) + x
+    vb = nf * db
+    sv = vb.sum(axis=1)
+    shift = np.divide(y.sum(axis=1) - target, sv, out=np.zeros(r_), where=sv > 0)
+    y = y - vb * shift[:, None]
+    # randomized cumulative rounding: differences of floor(C + u)
+    c = np.concatenate([np.zeros((r_, 1)), np.cumsum(y, axis=1)], axis=1)
+    c[:, -1] = target  # the exact total (removes float drift)
+    out += np.diff(np.floor(c + rng.random((r_, 1))), axis=1).astype(np.int64)
+    bad = (out.sum(axis=1) != k * n) | np.any(out < 0, axis=1) | np.any(out > n[:, None], axis=1)
+    if bad.any():
+        out[bad] = sample_counts(rng, n[bad], p[bad], k)
+    return out

@@ -41,6 +41,9 @@ from moesim.network.maxmin import maxmin_pairs
 FINISH_ATOL_S = 1e-12
 FINISH_RTOL = 1e-9
 
+#: flows within this relative margin of the change threshold are re-solved too
+_THRESHOLD_MARGIN = 1e-6
+
 SolveHook = Callable[[float, np.ndarray, np.ndarray, np.ndarray], None]
 
 
@@ -81,7 +84,8 @@ class FlowNetwork:
     """
 
     def __init__(self, env: simpy.Environment, links: LinkSet, *, record_series: bool = False,
-                 on_solve: SolveHook | None = None) -> None:
+                 on_solve: SolveHook | None = None, incremental: bool = True,
+                 coalesce_rtol: float = 0.0) -> None:
         self.env = env
         self.links = links
         self._cap = np.asarray(links.capacity_Bps, dtype=float)
@@ -89,12 +93,13 @@ class FlowNetwork:
         if np.any(~(self._cap > 0)) or np.any(~(self._lat >= 0)):
             raise ValueError("links need capacity_Bps > 0 and latency_s >= 0 on every link")
         self._n_links = len(self._cap)
-        self._routes: dict[tuple[str, str, int], tuple[np.ndarray, float]] = {}
+        self._routes: dict[tuple[str, str, int], np.ndarray] = {}
         # per flow slot
         self._rem = _Grow(float)       # bytes left to send as of self._t_last
         self._rate = _Grow(float)      # bytes/s since self._t_last
         self._size = _Grow(float)      # bytes of the flow
         self._plat = _Grow(float)      # sum of path latencies, s
+        self._start = _Grow(float)     # start time, s
         self._group = _Grow(np.int64)  # transfer group id
         self._alive = _Grow(bool)
         # (flow slot, link) pairs of every flow in a slot
@@ -111,7 +116,12 @@ class FlowNetwork:
         self._series: dict[int, list[tuple[float, float]]] = {}
         self._last_load = np.zeros(self._n_links)
         self._on_solve = on_solve
+        self._incremental = incremental
+        if not 0.0 <= coalesce_rtol < 1.0:
+            raise ValueError(f"coalesce_rtol must be in [0, 1), got {coalesce_rtol}")
+        self._coalesce_rtol = float(coalesce_rtol)
         self.n_solves = 0   # number of max-min solves run (for benchmarks)
+        self.n_resolved = 0  # flow rates recomputed, summed over solves
         self.n_flows = 0    # number of flows started with a non-empty path
 
     # ---- interface -------------------------------------------------------------
@@ -130,10 +140,10 @@ class FlowNetwork:
             nbytes = float(nbytes)
             if not nbytes >= 0 or nbytes == np.inf:
                 raise ValueError(f"flow {src}->{dst}: bytes must be finite and >= 0, got {nbytes}")
-            path, lat = self._route(src, dst, key)
+            path = self._route(src, dst, key)
             if len(path) == 0:
                 continue   # src == dst: delivered at once
-            self._pending.append((path, nbytes, lat, gid))
+            self._pending.append((path, nbytes, gid))
             count += 1
         if count == 0:
             ev.succeed(tag)
@@ -164,14 +174,13 @@ class FlowNetwork:
         return int(self._alive.v.sum())
 
     # ---- mechanics -------------------------------------------------------------
-    def _route(self, src: str, dst: str, key: int) -> tuple[np.ndarray, float]:
+    def _route(self, src: str, dst: str, key: int) -> np.ndarray:
         k = (src, dst, key)
-        hit = self._routes.get(k)
-        if hit is None:
+        path = self._routes.get(k)
+        if path is None:
             path = np.asarray(self.links.route(src, dst, key), dtype=np.int64)
-            hit = (path, float(self._lat[path].sum()) if len(path) else 0.0)
-            self._routes[k] = hit
-        return hit
+            self._routes[k] = path
+        return path
 
     def _on_kick(self, _ev: simpy.Event) -> None:
         self._kick_scheduled = False
@@ -181,23 +190,28 @@ class FlowNetwork:
         if version == self._version:
             self._step()
 
-    def _flush_pending(self) -> None:
-        if not self._pending:
-            return
-        paths, sizes, lats, gids = zip(*self._pending, strict=True)
-        self._pending = []
+    def _flush_pending(self) -> int:
+        """Move queued flows into slots; returns the first new slot."""
         first = self._rem.n
+        if not self._pending:
+            return first
+        paths, sizes, gids = zip(*self._pending, strict=True)
+        self._pending = []
         n_new = len(sizes)
         size = np.asarray(sizes, dtype=float)
         self._rem.extend(size)
         self._size.extend(size)
         self._rate.extend(np.zeros(n_new))
-        self._plat.extend(np.asarray(lats, dtype=float))
+        self._start.extend(np.full(n_new, self._t_last))
         self._group.extend(np.asarray(gids, dtype=np.int64))
         self._alive.extend(np.ones(n_new, dtype=bool))
         lens = np.fromiter((len(p) for p in paths), dtype=np.int64, count=n_new)
-        self._pf.extend(np.repeat(np.arange(first, first + n_new, dtype=np.int64), lens))
-        self._pl.extend(np.concatenate(paths))
+        local = np.repeat(np.arange(n_new, dtype=np.int64), lens)
+        links = np.concatenate(paths)
+        self._plat.extend(np.bincount(local, weights=self._lat[links], minlength=n_new))
+        self._pf.extend(local + first)
+        self._pl.extend(links)
+        return first
 
     def _step(self) -> None:
         self._version += 1   # any wake-up timer set before this step is now stale
@@ -206,13 +220,26 @@ class FlowNetwork:
         if dt > 0:
             self._rem.v[:] -= self._rate.v * dt
         self._t_last = now
-        self._flush_pending()
+        first_new = self._flush_pending()
         alive, rem, rate = self._alive.v, self._rem.v, self._rate.v
         tol = FINISH_ATOL_S + FINISH_RTOL * abs(now)
+        if self._coalesce_rtol > 0:
+            tol = tol + self._coalesce_rtol * (now - self._start.v)
         done = alive & (rem <= rate * tol)
+        new = np.zeros(len(alive), dtype=bool)
+        new[first_new:] = True
+        changed = np.zeros(self._n_links, dtype=bool)
+        r_done = np.inf
+        old_done = done & ~new
+        if old_done.any():  # running flows that finish: free their links
+            r_done = float(rate[old_done].min())
+            changed[self._pl.v[old_done[self._pf.v]]] = True
         if done.any():
             self._complete(np.flatnonzero(done))
-        self._solve(now)
+        new &= self._alive.v
+        if new.any() or old_done.any():
+            self._solve(now, changed, r_done, new)
+        self._maybe_compact()
         self._schedule_wake(now)
 
     def _complete(self, idx: np.ndarray) -> None:
@@ -231,7 +258,6 @@ class FlowNetwork:
                 self._deliver(groups, None)
             else:
                 self.env.timeout(float(value)).callbacks.append(partial(self._deliver, groups))
-        self._maybe_compact()
 
     def _mask_pairs(self, idx: np.ndarray) -> np.ndarray:
         mark = np.zeros(self._alive.n, dtype=bool)
@@ -251,7 +277,7 @@ class FlowNetwork:
         alive = self._alive.v
         n = len(alive)
         n_alive = int(alive.sum())
-        if n < 4096 or n_alive * 2 > n:
+        if n < 1024 or n_alive * 2 > n:
             return
         new_id = np.cumsum(alive) - 1
         keep_pair = alive[self._pf.v]
@@ -259,26 +285,67 @@ class FlowNetwork:
         self._pl.compact(keep_pair)
         self._pf.compact(keep_pair)
         self._pf.v[:] = pf
-        for arr in (self._rem, self._rate, self._size, self._plat, self._group):
+        for arr in (self._rem, self._rate, self._size, self._plat, self._start, self._group):
             arr.compact(alive)
         self._alive.compact(alive)
 
-    def _solve(self, now: float) -> None:
+    def _affected(self, pf: np.ndarray, pl: np.ndarray, changed: np.ndarray, r_done: float,
+                  new: np.ndarray) -> np.ndarray:
+        """Flows whose rate may change (bool per slot); all others keep their rate.
+
+        Max-min freezes flows in increasing order of rate, and a change at rate r
+        (a flow of rate r leaving, or a flow joining that will get at least r) leaves
+        the rounds below r untouched: flows slower than r keep their rates. The
+        affected flows are the new ones plus those at >= r reachable from the
+        changed links through links shared with other such flows.
+        """
+        threshold = r_done
+        if new.any():
+            # a new flow gets at least min over its links of capacity / flows there
+            on_new = new[pf]
+            cnt = np.bincount(pl, minlength=self._n_links)
+            lb = float(np.min(self._cap[pl[on_new]] / cnt[pl[on_new]]))
+            threshold = min(threshold, lb)
+            changed[pl[on_new]] = True
+        rate = self._rate.v
+        cand = (self._alive.v & (rate >= threshold * (1.0 - _THRESHOLD_MARGIN))) | new
+        cand_p = cand[pf]
+        affected = new.copy()
+        while True:
+            hit = cand_p & changed[pl] & ~affected[pf]
+            if not hit.any():
+                return affected
+            affected[pf[hit]] = True
+            changed[pl[affected[pf]]] = True
+
+    def _solve(self, now: float, changed: np.ndarray, r_done: float, new: np.ndarray) -> None:
         alive = self._alive.v
         keep = alive[self._pf.v]
         pf = self._pf.v[keep]
         pl = self._pl.v[keep]
-        rates = maxmin_pairs(pf, pl, len(alive), self._cap)
-        rates[~alive] = 0.0
-        self._rate.v[:] = rates
+        rate = self._rate.v
+        if self._incremental:
+            aff = self._affected(pf, pl, changed, r_done, new)
+            aff_p = aff[pf]
+            other = ~aff_p
+            load = np.bincount(pl[other], weights=rate[pf[other]], minlength=self._n_links)
+            residual = np.maximum(self._cap - load, self._cap * 1e-12)
+            idx = np.flatnonzero(aff)
+            rate[idx] = maxmin_pairs(pf[aff_p], pl[aff_p], len(alive), residual)[idx]
+            self.n_resolved += len(idx)
+        else:
+            rates = maxmin_pairs(pf, pl, len(alive), self._cap)
+            rates[~alive] = 0.0
+            rate[:] = rates
+            self.n_resolved += int(alive.sum())
         self.n_solves += 1
         if self._record:
-            load = np.bincount(pl, weights=rates[pf], minlength=self._n_links)
+            load = np.bincount(pl, weights=rate[pf], minlength=self._n_links)
             for link in np.flatnonzero(load != self._last_load).tolist():
                 self._series.setdefault(link, []).append((now, float(load[link])))
             self._last_load = load
         if self._on_solve is not None:
-            self._on_solve(now, pf, pl, rates)
+            self._on_solve(now, pf, pl, rate.copy())
 
     def _schedule_wake(self, now: float) -> None:
         alive = self._alive.v

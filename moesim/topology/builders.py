@@ -21,7 +21,8 @@ group; otherwise all NICs of a server go to the group's one leaf. Every leaf lin
 to every spine; spines exist when there is more than one leaf. A leaf's uplinks
 carry ``nodes_per_leaf * nics_per_leaf_port * nic bw / oversubscription`` in all,
 split evenly over the spines (parallel cables between one leaf and one spine are
-one link in the graph).
+one link in the graph). Leaf<->spine links share ``fabric_kind``, ``nic_efficiency``
+and have ``spine_latency_us``.
 """
 
 from __future__ import annotations

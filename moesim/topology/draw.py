@@ -9,7 +9,8 @@ from __future__ import annotations
 
 from matplotlib.axes import Axes
 from matplotlib.lines import Line2D
-from matplotlib.patches import Rectangle
+from matplotlib.patches import PathPatch, Rectangle
+from matplotlib.path import Path as MplPath
 
 from moesim.topology.graph import Topology
 
@@ -72,8 +73,14 @@ def draw_topology(topo: Topology, ax: Axes) -> Axes:
         kind = topo.link_kinds[lid]
         link_kinds.setdefault(kind, set()).add(round(float(topo.capacity_Bps[lid]) / 1e9, 1))
         (x0, y0), (x1, y1) = pos[u], pos[v]
-        ax.plot([x0, x1], [y0, y1], color=LINK_COLOR.get(kind, "#7f7f7f"), lw=0.8, alpha=0.6,
-                zorder=1)
+        color = LINK_COLOR.get(kind, "#7f7f7f")
+        if abs(y1 - y0) > 1:  # skips a layer: bend it so it does not run through a node there
+            ctrl = ((x0 + x1) / 2 + 0.6, (y0 + y1) / 2)
+            ax.add_patch(PathPatch(MplPath([(x0, y0), ctrl, (x1, y1)],
+                                           [MplPath.MOVETO, MplPath.CURVE3, MplPath.CURVE3]),
+                                   facecolor="none", edgecolor=color, lw=0.8, alpha=0.6, zorder=1))
+        else:
+            ax.plot([x0, x1], [y0, y1], color=color, lw=0.8, alpha=0.6, zorder=1)
     kinds_present = []
     for kind in LAYER:
         names = [n for n, k in g.nodes(data="kind") if k == kind]
@@ -96,7 +103,8 @@ def draw_topology(topo: Topology, ax: Axes) -> Axes:
     ax.legend(handles=handles, loc="upper left", bbox_to_anchor=(1.0, 1.0), fontsize=8,
               frameon=False)
     ax.set_title(f"{topo.name}: {topo.n_gpus} GPUs = {topo.n_nodes} node(s) x "
-                 f"{topo.gpus_per_node}, routing {topo.routing}; links in GB/s per direction")
+                 f"{topo.gpus_per_node}\nrouting {topo.routing}; link bandwidth in GB/s per "
+                 "direction, after efficiency", fontsize=10)
     ax.set_yticks(sorted({LAYER[k] for k in kinds_present}),
                   [" / ".join(k for k in kinds_present if LAYER[k] == y)
                    for y in sorted({LAYER[k] for k in kinds_present})], fontsize=8)

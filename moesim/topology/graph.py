@@ -11,6 +11,7 @@ efficiency), ``line_rate_Bps``, ``efficiency``, ``latency_s``, ``id`` (link id).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any, Protocol
 
 import networkx as nx
@@ -34,13 +35,15 @@ class Topology:
     ``router_factory(graph, link_id)`` builds the router once link ids exist.
     """
 
-    def __init__(self, name: str, graph: nx.DiGraph, routing: str, router_factory: Any,
+    def __init__(self, name: str, graph: nx.DiGraph, routing: str,
+                 router_factory: Callable[[nx.DiGraph, dict[tuple[str, str], int]], Router],
                  source: str = "", params: dict[str, Any] | None = None) -> None:
         self.name = name
         self.graph = graph
         self.routing = routing
         self.source = source
         self.params: dict[str, Any] = dict(params or {})
+        self.device: str | None = None  # GPU model (moesim.compute.devices name), if the file says
         gpus = [n for n, k in graph.nodes(data="kind") if k == "gpu"]
         gpus.sort(key=lambda n: (graph.nodes[n]["host"], graph.nodes[n]["local"]))
         self.gpus: list[str] = gpus
@@ -103,6 +106,7 @@ class Topology:
         return {
             "name": self.name,
             "routing": self.routing,
+            "device": self.device,
             "n_gpus": len(self.gpus),
             "n_nodes": self.n_nodes,
             "gpus_per_node": self.gpus_per_node,

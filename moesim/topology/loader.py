@@ -39,8 +39,9 @@ BUILDERS: dict[str, dict[str, Any]] = {
     "cluster": {},
     "fat_tree": {"intra": "none", "rail_optimized": False, "gpus_per_node": 1, "nic_attach": "gpu"},
 }
-_PRESET_KEYS = {"name", "builder", "routing", "params", "description"}
-_EXPLICIT_KEYS = {"name", "routing", "nodes", "links", "efficiency", "gpu_transit", "description"}
+_PRESET_KEYS = {"name", "builder", "routing", "params", "description", "device"}
+_EXPLICIT_KEYS = {"name", "routing", "nodes", "links", "efficiency", "gpu_transit", "description",
+                  "device"}
 
 
 def presets() -> list[str]:
@@ -153,6 +154,10 @@ def parse_topology(data: dict[str, Any], source: str, routing: str | None = None
     else:
         raise InputError(source, "builder", "a builder name (preset) or nodes and links "
                          "(explicit graph)", None)
+    device = data.get("device")
+    if device is not None and not isinstance(device, str):
+        raise InputError(source, "device", "a device name (moesim.compute.devices), e.g. H100", device)
+    topo.device = device
     bad = find_unreachable(topo.graph, topo.gpus, gpu_transit)
     if bad is not None:
         raise InputError(source, "links", "a path between every pair of GPUs",

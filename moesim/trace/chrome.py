@@ -222,8 +222,7 @@ def write_chrome_trace(result: SimResult, path: str | Path) -> Path:
 
 def _need(ev: dict, key: str, types: tuple, src: str, i: int) -> Any:
     if key not in ev or not isinstance(ev[key], types) or isinstance(ev[key], bool):
-        raise InputError(src, f"traceEvents[{i}].{key}", f"a {types[0].__name__}",
-                         ev.get(key, "<missing>"))
+        raise InputError(src, f"traceEvents[{i}].{key}", "a number (µs)", ev.get(key, "<missing>"))
     return ev[key]
 
 

@@ -26,21 +26,25 @@ def load_summary(run_dir: str | Path) -> dict:
     return data
 
 
+def _flat(x: list) -> list[float]:
+    out: list[float] = []
+    for v in x:
+        if isinstance(v, list):
+            out.extend(_flat(v))
+        elif isinstance(v, int | float) and not isinstance(v, bool):
+            out.append(float(v))
+    return out
+
+
+def _mean(xs: list[float]) -> float:
+    return sum(xs) / len(xs)
+
+
 def _num(x) -> float | None:
-    if isinstance(x, bool):
-        return float(x)
-    if isinstance(x, int | float):
+    if isinstance(x, bool | int | float):
         return float(x)
     if isinstance(x, list):  # e.g. dropped per layer × expert
-        flat = []
-        stack = list(x)
-        while stack:
-            v = stack.pop()
-            if isinstance(v, list):
-                stack.extend(v)
-            elif isinstance(v, int | float):
-                flat.append(v)
-        return float(sum(flat))
+        return float(sum(_flat(x)))
     return None
 
 
@@ -62,13 +66,22 @@ def metrics(s: dict) -> dict[str, float | None]:
         key = f"stall L{t['layer']} {t['phase']} ← rank {t['blocking_rank']} e{t['expert']} (ms)"
         m[key] = _num(t.get("seconds", 0.0)) * 1e3
     ex = s.get("experts") or {}
-    for k, label in (("max_over_mean", "expert max/mean"), ("dropped", "dropped tokens"),
-                     ("lb_loss", "lb loss")):
-        if k in ex:
-            m[label] = _num(ex[k])
+    for key, fallback, label, reduce in (
+            ("max_over_mean_max", "max_over_mean", "expert max/mean (worst layer)", max),
+            ("dropped_total", "dropped", "dropped tokens", sum),
+            ("lb_loss_mean", "lb_loss", "lb loss (mean over layers)", _mean)):
+        if ex.get(key) is not None:
+            m[label] = _num(ex[key])
+        elif isinstance(ex.get(fallback), list):
+            flat = _flat(ex[fallback])
+            m[label] = float(reduce(flat)) if flat else None
+        elif fallback in ex:
+            m[label] = _num(ex[fallback])
     mem = s.get("memory") or {}
     per = mem.get("per_rank") or []
-    if per:
+    if mem.get("peak_bytes_max") is not None:
+        m["peak memory, max rank (GB)"] = _num(mem["peak_bytes_max"]) / 1e9
+    elif per:
         m["peak memory, max rank (GB)"] = max(p.get("peak_bytes", 0) for p in per) / 1e9
     if "oom" in mem:
         m["OOM"] = float(bool(mem["oom"]))
@@ -83,23 +96,26 @@ def compare_summaries(a: dict, b: dict) -> list[dict]:
     for k in dict.fromkeys([*ma, *mb]):
         va, vb = ma.get(k), mb.get(k)
         d = None if va is None or vb is None else vb - va
+        if d is not None and abs(d) <= 1e-9 * max(abs(va), abs(vb)):
+            d = 0.0  # float noise from unit conversion, not a difference
         pct = None if d is None or not va else d / abs(va) * 100
         rows.append({"metric": k, "a": va, "b": vb, "delta": d, "delta_pct": pct})
     return rows
 
 
-def _fmt(x: float | None, pct: bool = False) -> str:
+def _fmt(x: float | None, pct: bool = False, sign: bool = False) -> str:
     if x is None:
         return "—"
     if pct:
         return f"{x:+.1f}%"
-    return f"{x:,.4g}" if abs(x) < 1e4 else f"{x:,.0f}"
+    s = "+" if sign else ""
+    return f"{x:{s},.4g}" if abs(x) < 1e4 else f"{x:{s},.0f}"
 
 
 def format_table(rows: list[dict], name_a: str = "A", name_b: str = "B") -> str:
     head = ("metric", name_a, name_b, "Δ", "Δ%")
     body = [(r["metric"], _fmt(r["a"]), _fmt(r["b"]),
-             "—" if r["delta"] is None else f"{r['delta']:+,.4g}", _fmt(r["delta_pct"], True))
+             _fmt(r["delta"], sign=True), _fmt(r["delta_pct"], True))
             for r in rows]
     w = [max(len(str(x[i])) for x in [head, *body]) for i in range(5)]
     lines = ["  ".join(str(c).ljust(w[0]) if i == 0 else str(c).rjust(w[i])

@@ -13,7 +13,7 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 from matplotlib.patches import Patch
 
-from moesim.trace.breakdown import rank_breakdown
+from moesim.engine.breakdown import breakdown
 from moesim.trace.result import SimResult
 from moesim.trace.spans import COMM_KINDS, KINDS, Span
 
@@ -36,7 +36,7 @@ def timeline_figsize(n_ranks: int, ranks_per_node: int = 1) -> tuple[float, floa
     """Figure size (inches) that keeps timeline rows readable: ~0.42 in per rank row,
     ~0.22 in per aggregated row."""
     if n_ranks <= MAX_ROWS:
-        return 14.0, 2.0 + 0.42 * n_ranks
+        return 14.0, max(3.0, 2.0 + 0.42 * n_ranks)
     return 14.0, 2.0 + 0.22 * len(timeline_rows(n_ranks, ranks_per_node))
 
 
@@ -61,10 +61,12 @@ def plot_timeline(result: SimResult, ax: Axes, ranks: Iterable[int] | None = Non
                   layers: Iterable[int] | None = None, max_rows: int = MAX_ROWS,
                   annotate: int = 3) -> Axes:
     """Gantt chart, one row per rank: compute (top lane), communication by kind (middle),
-    bubble and stall (bottom). Hot-expert ranks are labelled in red; the ``annotate``
+    bubble and stall (bottom); spans of the compute stream that are communication or waits
+    are drawn in their kind's lane. Hot-expert ranks are labelled in red; the ``annotate``
     longest stalls are labelled with their blocking rank and expert. With more than
     ``max_rows`` ranks, draws per node (or group of nodes) a stacked bar of the mean
-    fraction of the step in each kind instead."""
+    fraction of the step in each category of :func:`moesim.engine.breakdown.breakdown`
+    (exclusive, so each bar sums to 100 %) instead."""
     rank_list = sorted(set(range(result.n_ranks) if ranks is None else ranks))
     layer_set = None if layers is None else set(layers)
     rank_set = set(rank_list)
@@ -111,13 +113,19 @@ def plot_timeline(result: SimResult, ax: Axes, ranks: Iterable[int] | None = Non
     if len(rank_list) > 1:
         ax.hlines(range(1, len(rank_list)), *ax.get_xlim(), colors="#BBBBBB", lw=0.5)
     ax.set_xlabel("time in step (ms)")
-    ax.set_ylabel("rank  (lanes: compute / comm / wait)")
-    what = f"layers {min(layer_set)}–{max(layer_set)}, " if layer_set else ""
-    ax.set_title(f"Step timeline: {what}{len(rank_list)} ranks, step {result.step_time_s * 1e3:.2f} ms"
+    ax.set_ylabel("rank")
+    what = ""
+    if layer_set:
+        lo, hi = min(layer_set), max(layer_set)
+        what = f"layer {lo}, " if lo == hi else f"layers {lo}–{hi}, "
+    n = len(rank_list)
+    ax.set_title(f"Step timeline: {what}{n} rank{'s' if n != 1 else ''}, "
+                 f"step {result.step_time_s * 1e3:.2f} ms"
                  + (f"; hot-expert ranks {sorted(hot)[:8]}" if hot else ""))
     order = [k for k in KINDS if k in kinds_seen]
     ax.legend(handles=[Patch(color=KIND_COLORS[k], label=k) for k in order], loc="upper left",
-              bbox_to_anchor=(1.005, 1.0), fontsize=8, frameon=False)
+              bbox_to_anchor=(1.005, 1.0), fontsize=8, frameon=False,
+              title="lanes per rank:\ncompute / comm / wait", title_fontsize=7)
     ax.grid(axis="x", alpha=0.3)
     return ax
 
@@ -125,7 +133,7 @@ def plot_timeline(result: SimResult, ax: Axes, ranks: Iterable[int] | None = Non
 def _timeline_aggregate(result: SimResult, ax: Axes, rank_list: list[int], spans: list[Span],
                         max_rows: int) -> Axes:
     step = result.step_time_s
-    per_rank = rank_breakdown(spans, result.n_ranks, step)
+    per_rank = breakdown(spans, result.n_ranks, step)[1]
     rank_set = set(rank_list)
     rows = [[r for r in grp if r in rank_set]
             for grp in timeline_rows(result.n_ranks, result.ranks_per_node, max_rows)]
@@ -134,7 +142,7 @@ def _timeline_aggregate(result: SimResult, ax: Axes, rank_list: list[int], spans
     frac = np.zeros((len(rows), len(keys)))
     for i, grp in enumerate(rows):
         for j, k in enumerate(keys):
-            frac[i, j] = np.mean([per_rank[r]["breakdown_s"].get(k, 0.0) for r in grp]) / step
+            frac[i, j] = np.mean([per_rank[r].get(k, 0.0) for r in grp]) / step
     y = np.arange(len(rows))
     left = np.zeros(len(rows))
     for j, k in enumerate(keys):
@@ -153,7 +161,7 @@ def _timeline_aggregate(result: SimResult, ax: Axes, rank_list: list[int], spans
         if hot & set(rows[i]):
             tick.set_color("#C44E52")
     ax.set_ylim(len(rows) - 0.5, -0.5)
-    ax.set_xlabel("share of step time, mean over the row's ranks (%; streams overlap, so >100% possible)")
+    ax.set_xlabel("share of step time, mean over the row's ranks (%)")
     ax.set_title(f"Step time by kind, aggregated: {len(rank_list)} ranks in {len(rows)} rows "
                  f"({len(rows[0])} ranks each), step {step * 1e3:.2f} ms")
     ax.legend(loc="upper left", bbox_to_anchor=(1.005, 1.0), fontsize=8, frameon=False)

@@ -35,6 +35,8 @@ from moesim.trace.stalls import (
     write_stalls_csv,
 )
 
+#: keys left out of summary.json: wall-clock times differ between runs of the same seed
+WALL_CLOCK_KEYS = ("sim_wall_s", "wall_s")
 OUTPUT_FILES = ("summary.md", "summary.json", "trace.json", "timeline.png", "experts.png",
                 "links.png", "stalls.csv")
 
@@ -57,8 +59,11 @@ def jsonable(obj: Any) -> Any:
 
 def full_summary(result: SimResult, n_top: int = 10) -> dict:
     """``result.summary`` plus ``stalls`` (total, per blocking rank/expert, top list),
-    ``critical_path``, ``scenario``, ``seed`` and ``moesim_version``."""
-    s = dict(result.summary)
+    ``critical_path``, ``scenario``, ``seed`` and ``moesim_version``. The simulator's wall
+    time is left out so that the same scenario and seed give the same bytes."""
+    s = {k: v for k, v in result.summary.items() if k not in WALL_CLOCK_KEYS}
+    if isinstance(s.get("scenario"), str):
+        s["scenario_name"] = s["scenario"]
     rows = stall_table(result)
     s["stalls"] = {**stall_totals(rows), "top": top_stalls(rows, n_top)}
     s["critical_path"] = path_breakdown(result)
@@ -70,7 +75,6 @@ def full_summary(result: SimResult, n_top: int = 10) -> dict:
     if s.get("seed") is None:
         s["seed"] = result.scenario.get("seed") if isinstance(result.scenario, dict) else None
     s["moesim_version"] = __version__
-    s["wall_s"] = result.wall_s
     return jsonable(s)
 
 
@@ -81,7 +85,7 @@ def _ms(x: float | None) -> str:
 def render_markdown(s: dict) -> str:
     """A human-readable summary.md from a :func:`full_summary` dict."""
     step = s.get("step_time_s") or 0.0
-    out = ["# moesim run summary", ""]
+    out = ["# moesim run summary" + (f": {s['scenario_name']}" if s.get("scenario_name") else ""), ""]
     out += ["| metric | value |", "|---|---|", f"| step time | {_ms(step)} ms |"]
     if s.get("tokens_per_s") is not None:
         out.append(f"| throughput | {s['tokens_per_s']:,.0f} tokens/s |")
@@ -95,7 +99,8 @@ def render_markdown(s: dict) -> str:
     st = s.get("stalls") or {}
     out += ["", "## Top stalls", "",
             f"Total stall time, summed over ranks: {_ms(st.get('total_s', 0.0))} ms "
-            f"in {st.get('count', 0)} waits.", ""]
+            f"in {st.get('count', 0)} waits (stall spans; the breakdown above counts only "
+            "the part not hidden under compute).", ""]
     if st.get("top"):
         out += ["| layer | phase | blocking rank | expert | tokens | ms (sum) | waits | cause |",
                 "|---|---|---|---|---|---|---|---|"]
@@ -103,10 +108,11 @@ def render_markdown(s: dict) -> str:
             reason = str(t["reason"]).replace("|", "\\|")
             out.append(f"| {t['layer']} | {t['phase']} | {t['blocking_rank']} | {t['expert']} | "
                        f"{t['tokens']} | {_ms(t['seconds'])} | {t['count']} | {reason} |")
-        out += ["", "By blocking rank (ms): " + ", ".join(
+        out += ["", "- by blocking rank (ms): " + ", ".join(
             f"rank {k}: {_ms(v)}" for k, v in list(st.get("by_blocking_rank", {}).items())[:8]),
-            "By expert (ms): " + ", ".join(
-            f"expert {k}: {_ms(v)}" for k, v in list(st.get("by_expert", {}).items())[:8])]
+            "- by expert (ms): " + ", ".join(
+            (f"expert {k}: {_ms(v)}" if k != "-1" else f"no expert (late peer): {_ms(v)}")
+            for k, v in list(st.get("by_expert", {}).items())[:8])]
     cp = s.get("critical_path") or {}
     if cp:
         out += ["", "## Critical path", "",
@@ -120,24 +126,49 @@ def render_markdown(s: dict) -> str:
                 sorted(cp["by_expert"].items(), key=lambda kv: -kv[1]))]
     ex = s.get("experts") or {}
     if ex:
-        out += ["", "## Expert load", ""]
-        dropped = ex.get("dropped")
-        if isinstance(dropped, list):
-            dropped = int(np.sum(dropped))
-        out += [f"- max/mean tokens per expert: {ex.get('max_over_mean')}",
-                f"- dropped tokens: {dropped}", f"- load-balancing loss: {ex.get('lb_loss')}"]
+        out += ["", "## Expert load", "",
+                f"- max/mean tokens per expert (worst layer): "
+                f"{_scalar(ex, 'max_over_mean_max', 'max_over_mean', max)}",
+                f"- dropped tokens: {_scalar(ex, 'dropped_total', 'dropped', sum)}",
+                f"- load-balancing loss (mean over layers, 1 = balanced): "
+                f"{_scalar(ex, 'lb_loss_mean', 'lb_loss', np.mean)}"]
+        mom = ex.get("max_over_mean")
+        if isinstance(mom, list) and 1 < len(mom) <= 64:
+            out.append("- max/mean per MoE layer: " + ", ".join(f"{float(x):.2f}" for x in mom))
     mem = s.get("memory") or {}
     if mem:
         out += ["", "## Memory", ""]
         cap = mem.get("capacity_bytes")
         per = mem.get("per_rank") or []
-        peak = max((p.get("peak_bytes", 0) for p in per), default=0)
+        peak = mem.get("peak_bytes_max") or max((p.get("peak_bytes", 0) for p in per), default=0)
         out += [f"- peak per rank: {peak / 1e9:.2f} GB (max over ranks)",
                 f"- capacity: {cap / 1e9:.2f} GB" if cap else "- capacity: unknown",
                 f"- out of memory: {'YES' if mem.get('oom') else 'no'}"]
-    out += ["", "## Scenario", "", f"moesim {s.get('moesim_version')}, seed {s.get('seed')}", "",
+        worst = max(per, key=lambda p: p.get("peak_bytes", 0), default=None)
+        if worst and worst.get("by_category"):
+            out.append(f"- rank {worst.get('rank')} by category (GB): " + ", ".join(
+                f"{k} {v / 1e9:.2f}" for k, v in worst["by_category"].items()
+                if isinstance(v, int | float)))
+    name = s.get("scenario_name") or ""
+    out += ["", "## Scenario", "", f"{name} (moesim {s.get('moesim_version')}, seed {s.get('seed')})", "",
             "```json", json.dumps(s.get("scenario"), indent=1, sort_keys=True), "```", ""]
     return "\n".join(out)
+
+
+def _scalar(d: dict, key: str, fallback: str, reduce) -> str:
+    """A scalar statistic: ``d[key]``, else ``reduce`` over the list ``d[fallback]``."""
+    v = d.get(key)
+    if v is None:
+        raw = d.get(fallback)
+        if isinstance(raw, list):
+            flat = np.asarray(raw, dtype=float).ravel()
+            v = reduce(flat) if flat.size else None
+        else:
+            v = raw
+    if v is None:
+        return "—"
+    v = float(v)
+    return f"{v:,.0f}" if v.is_integer() and abs(v) >= 1 else f"{v:.3f}"
 
 
 def check_outdir(outdir: Path, force: bool, scenario: Any = None) -> None:

@@ -27,7 +27,7 @@ ISSUE_OPS = {"c10d::alltoall_base_", "c10d::alltoall_"}
 WORKER_RE = re.compile(r"^(gloo|nccl):all_to_all", re.IGNORECASE)
 
 
-@dataclass
+@dataclass(frozen=True)
 class Coll:
     """One all-to-all on one rank: rows sent to / received from each rank."""
 
@@ -35,6 +35,7 @@ class Coll:
     send: list[int]
     recv: list[int]
     row_bytes: int
+    width: int           # elements per row (the hidden size for token all-to-alls)
     tokens: bool
     end_s: float
     work_dur_s: float
@@ -89,5 +90,5 @@ def find_collectives(events: list[Event], world: int | None, source: str) -> lis
                     used.add(w.idx)
                     end, work = max(end, w.end_s), w.dur_s
                     break
-        out.append(Coll(ev, send, recv, row_bytes, tokens, end, work))
+        out.append(Coll(ev, send, recv, row_bytes, width, tokens, end, work))
     return out

@@ -31,7 +31,7 @@ is ``moe/experts`` or, unlabelled, combine start − dispatch end; ``forward_s``
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
@@ -214,12 +214,10 @@ def ingest_file(path: Path, world: int | None = None) -> tuple[RankTrace, int, i
     world = world or len(colls[0].send)
     rank = rank_of(doc, path)
     anc = ancestors(events)
-    by_idx = {e.idx: e for e in events}
     issue_ids = {c.issue.idx for c in colls}
     matmul_parent = {p for e in events if e.name in MATMULS for p in anc[e.idx]}
     has_child = {p for e in events for p in anc[e.idx][-1:]}
-    hidden = next(c.row_bytes // DTYPE_BYTES.get(c.issue.types[1] if c.issue.name != "record_param_comms"
-                  else str(c.issue.args.get("dtype")), 4) for c in colls if c.tokens)
+    hidden = next(c.width for c in colls if c.tokens)
     n_experts = 0
     steps = []
     for sid, t0, t1 in _steps(events):
@@ -250,7 +248,7 @@ def ingest_file(path: Path, world: int | None = None) -> tuple[RankTrace, int, i
         first_mm = None
         down_rows = []
         for e in inside:
-            if any(by_idx[p].idx in issue_ids for p in anc[e.idx]) or e.idx in issue_ids:
+            if e.idx in issue_ids or any(p in issue_ids for p in anc[e.idx]):
                 continue
             if e.name in MATMULS and e.idx not in matmul_parent:
                 dims = _gemm_dims(e)
@@ -260,7 +258,7 @@ def ingest_file(path: Path, world: int | None = None) -> tuple[RankTrace, int, i
                 first_mm = e if first_mm is None else first_mm
                 role = ""
                 if disp and e.end_s <= disp.issue.start_s and k == hidden:
-                    role, n_experts = "router", n
+                    role = "router?"        # the last such matmul is the router
                 elif disp and comb and disp.end_s <= e.start_s and e.end_s <= comb.issue.start_s:
                     role = "expert"
                     if n == hidden and k != hidden:
@@ -275,6 +273,11 @@ def ingest_file(path: Path, world: int | None = None) -> tuple[RankTrace, int, i
                     ops.append(TracedOp("memory", e.name, e.start_s - t0, e.dur_s,
                                         bytes=nbytes))
         ops.sort(key=lambda o: o.start_s)
+        cand = [i for i, o in enumerate(ops) if o.role == "router?"]
+        for i in cand:
+            ops[i] = replace(ops[i], role="router" if i == cand[-1] else "")
+        if cand:
+            n_experts = ops[cand[-1]].n
         phases = _phases(inside, roles, first_mm, bwd_start, bwd_ops)
         steps.append(TraceStep(rank if rank is not None else -1, sid, t1 - t0, tuple(ops),
                                phases, tuple(down_rows)))

@@ -14,11 +14,13 @@ torch is imported here only; the rest of moesim runs without it.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import platform
 import socket
 import sys
+import threading
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -92,6 +94,37 @@ def _free_port() -> int:
 
 def _log(msg: str) -> None:
     print(f"moesim record: {msg}", file=sys.stderr, flush=True)
+
+
+@contextlib.contextmanager
+def _filtered_stderr(drop: tuple[str, ...] = ("USDT:",)):
+    """Route fd 2 (inherited by spawned workers) through a pipe, dropping the lines
+    torch's profiler prints on start/stop (``USDT: ... profiler_start``)."""
+    try:
+        sys.stderr.flush()
+        saved = os.dup(2)
+    except (OSError, ValueError):  # no real fd 2 (embedded use): leave it alone
+        yield
+        return
+    r, w = os.pipe()
+    os.dup2(w, 2)
+    os.close(w)
+
+    def pump() -> None:
+        with os.fdopen(r, "rb") as src:
+            for line in src:
+                if not line.startswith(tuple(d.encode() for d in drop)):
+                    os.write(saved, line)
+
+    t = threading.Thread(target=pump, daemon=True)
+    t.start()
+    try:
+        yield
+    finally:
+        sys.stderr.flush()
+        os.dup2(saved, 2)   # closes our last copy of the pipe's write end
+        t.join(timeout=10)
+        os.close(saved)
 
 
 def _worker(rank: int, cfg: RecordConfig, port: int) -> None:
@@ -169,7 +202,8 @@ def record(cfg: RecordConfig, force: bool = False) -> Path:
         old.unlink()
     _log(f"{cfg.world} ranks, {cfg.backend}, skew {cfg.skew}, {cfg.steps} steps "
          f"({cfg.warmup} warm-up) -> {outdir}")
-    mp.spawn(_worker, args=(cfg, _free_port()), nprocs=cfg.world, join=True)
+    with _filtered_stderr():
+        mp.spawn(_worker, args=(cfg, _free_port()), nprocs=cfg.world, join=True)
     per_rank = []
     for r in range(cfg.world):
         part = outdir / f".routing{r}.json"

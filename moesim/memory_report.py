@@ -1,0 +1,102 @@
+"""Memory of each pipeline stage and rank of a resolved scenario (pure).
+
+Shared by ``moesim memory`` (one row per stage, balanced routing) and the step
+summary (one row per rank, with the tokens each rank's experts actually received,
+so the rank of a hot expert shows its larger token buffers). Activations alive come
+from the schedule (:func:`moesim.schedule.pipeline.make_order`): at a stage's peak,
+chunk ``c`` holds ``alive[c]`` micro-batches' activations of its own layers.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from moesim.errors import InputError
+from moesim.memory import memory_per_rank, split_layers
+from moesim.schedule.pipeline import make_order
+
+# bytes per element of the dispatched tokens: bf16 2; fp8 1 plus one fp32 scale per 128
+# values (REFERENCE.md, DeepSeek-V3: 7168 + 224 bytes per token for hidden 7168)
+DISPATCH_BYTES = {"bf16": 2.0, "fp16": 2.0, "fp32": 4.0, "fp8": 1.0 + 4.0 / 128}
+CATEGORIES = ("weights", "gradients", "optimizer", "activations", "token_buffers",
+              "recompute_workspace")
+
+
+class StageMemory:
+    """Memory rows of a resolved scenario; ``rank_row`` caches identical ranks."""
+
+    def __init__(self, res) -> None:
+        scn, lay = res.scenario, res.layout
+        if res.model is None or res.device is None:
+            raise InputError(scn.source, "model", "a model and device the memory model can "
+                             "read (moesim.model and moesim.compute.devices)", None)
+        self.res = res
+        sch, par = scn.schedule, scn.parallel
+        self.v = v = par.vpp if sch.kind == "interleaved" else 1
+        self.order = make_order(sch.kind, par.pp, sch.microbatches, v)
+        self.common = dict(
+            micro_batch_tokens=sch.tokens_per_microbatch, seq_len=sch.seq_len, tp=par.tp,
+            pp=par.pp, ep=par.ep, dp=lay.dp, zero=par.zero, recompute=scn.memory.recompute,
+            device=res.device, source=scn.source,
+            dispatch_bytes_per_elem=DISPATCH_BYTES[scn.routing.dispatch_dtype])
+        self.chunks = split_layers(res.model.layers, par.pp * v)  # virtual stage c*p + s
+        self._cache: dict[tuple, dict] = {}
+
+    def stage_layers(self, s: int) -> list[int]:
+        p = self.res.scenario.parallel.pp
+        return [i for c in range(self.v) for i in self.chunks[c * p + s]]
+
+    def peak_alive(self, s: int) -> tuple[int, list[int]]:
+        """(activation sets alive at the stage's peak, per chunk at that moment)."""
+        alive = [0] * self.v
+        best, best_alive, total = -1, alive[:], 0
+        for o in self.order[s]:
+            alive[o.chunk] += 1 if o.kind == "F" else -1
+            total += 1 if o.kind == "F" else -1
+            if total > best:
+                best, best_alive = total, alive[:]
+        return best, best_alive
+
+    def row(self, s: int, received: Sequence[int] | None = None) -> dict:
+        """Bytes of one rank of stage ``s``; ``received``: tokens its experts receive per
+        MoE layer of the stage (None: balanced routing)."""
+        key = (s, None if received is None else tuple(received))
+        hit = self._cache.get(key)
+        if hit is not None:
+            return hit
+        p = self.res.scenario.parallel.pp
+        spec = self.res.model
+        best, best_alive = self.peak_alive(s)
+        layers = self.stage_layers(s)
+        recv = list(received) if received else None
+        mem = memory_per_rank(spec, stage=s, layers=layers, inflight_microbatches=1,
+                              received_tokens=recv, **self.common)
+        acts = 0.0
+        for c in range(self.v):
+            if best_alive[c] > 0:
+                acts += memory_per_rank(spec, stage=s, layers=list(self.chunks[c * p + s]),
+                                        inflight_microbatches=best_alive[c],
+                                        **self.common).activations
+        d = mem.as_dict()
+        d["activations"] = acts
+        d["peak_bytes"] = sum(d[k] for k in CATEGORIES)
+        d["oom"] = d["peak_bytes"] > d["capacity_bytes"]
+        d["inflight"] = best
+        d["layers"] = len(layers)
+        self._cache[key] = d
+        return d
+
+
+def memory_table(res) -> dict:
+    """Per-stage memory of one rank (bytes, balanced routing), plus the layout."""
+    sm = StageMemory(res)
+    scn, lay = res.scenario, res.layout
+    sch, par = scn.schedule, scn.parallel
+    rows = []
+    for s in range(par.pp):
+        ranks = [g[s] for g in lay.pp_groups]
+        rows.append({"stage": s, "ranks": len(ranks), "first_rank": min(ranks), **sm.row(s)})
+    return {"scenario": scn.name, "source": scn.source, "device": res.device.name,
+            "layout": lay.describe(), "schedule": sch.kind, "microbatches": sch.microbatches,
+            "vpp": sm.v, "recompute": scn.memory.recompute, "zero": par.zero,
+            "warnings": list(res.warnings), "stages": rows}
