@@ -5,6 +5,7 @@
 Prints wall time (median of a few runs) and peak Python heap (tracemalloc) for
 1. one max-min solve of 10,000 concurrent random flows on a 256-GPU fat-tree,
 2. FlowNetwork simulating an all-to-all among 256 GPUs (65,280 flows at once),
+   equal sizes; then MoE-like skewed sizes, exact and with ``coalesce_rtol``,
 3. FlowNetwork on uniform random flow sets from 64 to 1024 GPUs, with the fitted
    exponent of wall time against the number of flow events (starts + finishes).
 
@@ -20,6 +21,7 @@ import sys
 import time
 import tracemalloc
 from dataclasses import dataclass, field
+from functools import partial
 
 import numpy as np
 import simpy
@@ -140,29 +142,65 @@ def bench_solver(rng: np.random.Generator, repeats: int) -> None:
           f"{levels} distinct rate levels")
 
 
-def run_network(topo, flows: list[tuple[str, str, float]]) -> tuple[float, FlowNetwork]:
+def run_network(topo, flows: list[tuple[str, str, float]],
+                coalesce_rtol: float = 0.0) -> tuple[float, FlowNetwork]:
     env = simpy.Environment()
-    net = FlowNetwork(env, topo)
+    net = FlowNetwork(env, topo, coalesce_rtol=coalesce_rtol)
     net.transfer_many(flows)
     env.run()
     return env.now, net
 
 
-def bench_all_to_all(rng: np.random.Generator, repeats: int, preset: str, skewed: bool) -> None:
-    topo, how = make_topology(256, preset)
+def all_to_all(topo, rng: np.random.Generator | None) -> list[tuple[str, str, float]]:
+    """Every GPU to every other: 1 MiB each, or (rng given) MoE-like skewed sizes:
+    tokens per pair ~ Poisson(128), 7392 B per token (DeepSeek-V3 fp8 dispatch:
+    7168 + 224 scale bytes, REFERENCE.md)."""
     gpus = list(topo.gpus)
     pairs = [(a, b) for a in gpus for b in gpus if a != b]
-    if skewed:   # MoE-like: tokens per pair ~ Poisson(128), 7392 B per token (fp8 + scales)
-        sizes = rng.poisson(128, len(pairs)) * 7392.0
-        label = "Poisson(128) x 7392 B"
-    else:
-        sizes = np.full(len(pairs), float(1 << 20))
-        label = "1 MiB each"
-    flows = [(a, b, s) for (a, b), s in zip(pairs, sizes, strict=True)]
+    if rng is None:
+        return [(a, b, float(1 << 20)) for a, b in pairs]
+    sizes = rng.poisson(128, len(pairs)) * 7392.0
+    return [(a, b, s) for (a, b), s in zip(pairs, sizes, strict=True)]
+
+
+def bench_all_to_all(repeats: int, preset: str) -> None:
+    topo, how = make_topology(256, preset)
+    flows = all_to_all(topo, None)
     wall, peak, (t_sim, net) = measure(lambda: run_network(topo, flows), repeats)
-    print(f"all-to-all 256 GPUs, {len(flows)} flows, {label} [{how}]: wall {wall:.2f} s "
-          f"median of {repeats}, peak heap {peak / 2**20:.1f} MiB, simulated {t_sim * 1e3:.3f} ms, "
+    print(f"all-to-all 256 GPUs, {len(flows)} flows of 1 MiB [{how}]: wall {wall:.2f} s "
+          f"median of {repeats}, peak heap {peak / 2**20:.1f} MiB, simulated {t_sim * 1e3:.4f} ms, "
           f"{net.n_solves} solves")
+
+
+def bench_skewed(gpus: int, rtols: list[float], repeats: int) -> None:
+    topo, how = make_topology(gpus, "dgx-h100")
+    flows = all_to_all(topo, np.random.default_rng(1))
+    exact = None
+    for rtol in rtols:
+        wall, peak, (t_sim, net) = measure(lambda r=rtol: run_network(topo, flows, r), repeats)
+        if rtol == 0.0:
+            exact = t_sim
+        err = f", {abs(t_sim - exact) / exact:.1e} off exact" if exact and rtol > 0 else ""
+        print(f"skewed all-to-all {gpus} GPUs, {len(flows)} flows [{how}], coalesce_rtol={rtol:g}: "
+              f"wall {wall:.2f} s median of {repeats}, peak heap {peak / 2**20:.1f} MiB, "
+              f"simulated {t_sim * 1e3:.4f} ms{err}, {net.n_solves} solves")
+
+
+def random_flows(topo, names: list[str], src: np.ndarray, dst: np.ndarray, size: np.ndarray,
+                 starts: np.ndarray) -> FlowNetwork:
+    """Simulate flow i from names[src[i]] to names[dst[i]] starting at starts[i] (sorted)."""
+    env = simpy.Environment()
+    net = FlowNetwork(env, topo)
+
+    def launch():
+        for i in range(len(starts)):
+            if starts[i] > env.now:
+                yield env.timeout(starts[i] - env.now)
+            net.transfer(names[src[i]], names[dst[i]], size[i], key=i)
+
+    env.process(launch())
+    env.run()
+    return net
 
 
 def bench_growth(rng: np.random.Generator, sizes: list[int], repeats: int) -> None:
@@ -170,33 +208,21 @@ def bench_growth(rng: np.random.Generator, sizes: list[int], repeats: int) -> No
     for gpus in sizes:
         topo, how = make_topology(gpus)
         names = list(topo.gpus)
-        n = 16 * gpus
+        n = 4 * gpus
         src = rng.integers(0, gpus, n)
         dst = (src + rng.integers(1, gpus, n)) % gpus
         size = rng.uniform(1e5, 1e7, n)
         starts = np.sort(rng.uniform(0, 1e-3, n))
 
-        def sim():
-            env = simpy.Environment()
-            net = FlowNetwork(env, topo)
-
-            def launch():
-                for i in range(n):
-                    if starts[i] > env.now:
-                        yield env.timeout(starts[i] - env.now)
-                    net.transfer(names[src[i]], names[dst[i]], size[i], key=i)
-
-            env.process(launch())
-            env.run()
-            return net
-
-        wall, peak, net = measure(sim, repeats)
+        wall, peak, net = measure(partial(random_flows, topo, names, src, dst, size, starts),
+                                  repeats)
         events.append(2 * n)
         walls.append(wall)
         print(f"  {gpus:5d} GPUs, {n:6d} random flows (starts over 1 ms, 0.1-10 MB) [{how}]: "
-              f"wall {wall:.2f} s, {net.n_solves} solves, peak heap {peak / 2**20:.1f} MiB")
+              f"wall {wall:.2f} s, {net.n_solves} solves, {net.n_resolved / net.n_solves:.0f} "
+              f"rates re-solved per solve, peak heap {peak / 2**20:.1f} MiB")
     slope = np.polyfit(np.log(events), np.log(walls), 1)[0]
-    print(f"fitted exponent of wall time vs flow events: {slope:.2f}")
+    print(f"fitted exponent of wall time vs flow events (starts + finishes): {slope:.2f}")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -207,10 +233,13 @@ def main(argv: list[str] | None = None) -> int:
     repeats = 1 if args.quick else 3
     bench_solver(rng, repeats)
     for preset in ("fat-tree", "dgx-h100"):
-        for skewed in (False, True):
-            bench_all_to_all(rng, repeats, preset, skewed)
-    print("FlowNetwork growth, uniform random flows:")
-    bench_growth(rng, [64, 128, 256] if args.quick else [64, 128, 256, 512, 1024], repeats)
+        bench_all_to_all(repeats, preset)
+    bench_skewed(64, [0.0, 1e-4, 1e-3, 1e-2], repeats)
+    bench_skewed(256, [1e-2] if args.quick else [1e-3, 1e-2], 1)
+    print("FlowNetwork growth, uniform random flows (4 per GPU), median of "
+          f"{1 if args.quick else 3}:")
+    bench_growth(rng, [64, 128, 256] if args.quick else [64, 128, 256, 512, 1024],
+                 1 if args.quick else 3)
     return 0
 
 

@@ -92,10 +92,12 @@ def test_uniform_loads_near_uniform(path):
     assert r.path == path
     counts = r.assign.sum(axis=0)
     assert np.all(np.abs(counts - 4096) < 5 * 55.4)
-    # lb_loss = 1 + E·Σ δf·δP; |δf| < 5·55.4/32768 = 0.0085, and P is within 0.01 of 1/8
-    # by symmetry (512 to 16384 noisy softmax samples), so |lb − 1| < 8·8·0.0085·0.01
-    assert np.all(np.abs(r.router_prob_mean - 1 / 8) < 0.01)
-    assert abs(r.lb_loss - 1.0) < 8 * 8 * 0.0085 * 0.01
+    # P_i = mean softmax of ln(1/8) + N(0, 1) noise; one token's softmax entry has sd
+    # 0.116 (measured over 2e5 draws), so over >= 128 probe tokens P_i is within 5 sd,
+    # 5·0.116/sqrt(128) = 0.052, of 1/8 (by symmetry). lb_loss = 1 + E·Σ δf_i·δP_i
+    # with |δf| < 5·55.4/32768 = 0.0085, so |lb − 1| < 8·8·0.0085·0.052 = 0.028.
+    assert np.all(np.abs(r.router_prob_mean - 1 / 8) < 0.052)
+    assert abs(r.lb_loss - 1.0) < 0.028
 
 
 @pytest.mark.parametrize("path", ["token", "counts"])
@@ -217,6 +219,8 @@ def test_same_seed_same_bytes_and_order_independence():
     ({"tokens_per_rank": [1, 2.5, 3, 4]}, "tokens_per_rank"),
     ({"k": 9}, "routing.top_k"),
     ({"disp": "int3"}, "dispatch_dtype"),
+    ({"seed": -1}, "seed"),
+    ({"layer": 1.5}, "layer"),
 ])
 def test_bad_call_arguments_raise_input_error(bad, field):
     with pytest.raises(InputError) as ei:

@@ -8,6 +8,7 @@ from matplotlib.collections import PathCollection
 from matplotlib.container import BarContainer
 
 from moesim.trace.plots import (
+    binned_utilization,
     new_figure,
     plot_experts,
     plot_links,
@@ -99,15 +100,29 @@ def test_links_bars_without_series():
     assert len(ax2.containers[0]) == 1
 
 
+def test_binned_utilization():
+    edges = np.linspace(0, 4.5e-3, 10)  # 9 bins of 0.5 ms
+    u = binned_utilization([(0.0, 0.0), (1e-3, 450e9), (1.5e-3, 0.0)], 450e9, edges)
+    np.testing.assert_allclose(u, [0, 0, 1, 0, 0, 0, 0, 0, 0], atol=1e-12)
+    # half a bin at full rate → 50 %; rate 0 before the first point
+    u = binned_utilization([(3.75e-3, 50e9)], 50e9, edges)
+    np.testing.assert_allclose(u, [0] * 7 + [0.5, 1.0], atol=1e-12)
+
+
 def test_links_series():
     res = hot_expert_result()
     res.links.series = {0: [(0.0, 0.0), (1e-3, 450e9), (1.5e-3, 0.0)],
                         1: [(0.0, 225e9)], 3: [(3.5e-3, 50e9), (4e-3, 0.0)]}
-    ax = plot_links(res, new_figure().add_subplot())
-    assert len(ax.lines) == 3
-    line0 = next(ln for ln in ax.lines if "gpu0->nvsw0" in ln.get_label())
-    assert max(line0.get_ydata()) == pytest.approx(100.0)
-    assert ax.get_ylabel() == "utilization (% of capacity)"
+    fig = new_figure()
+    ax = plot_links(res, fig.add_subplot(), bins=9)
+    img = ax.get_images()[0].get_array()
+    assert img.shape == (3, 9)  # 3 links carried bytes, 9 bins of 0.5 ms
+    np.testing.assert_allclose(img[0], [0, 0, 100, 0, 0, 0, 0, 0, 0], atol=1e-9)  # gpu0 NVLink
+    np.testing.assert_allclose(img[1], [50] * 9, atol=1e-9)                       # gpu1 NVLink
+    np.testing.assert_allclose(img[2], [0] * 7 + [100, 0], atol=1e-9)             # NIC
+    labels = [t.get_text() for t in ax.get_yticklabels()]
+    assert labels[0].startswith("NVLink: gpu0->nvsw0") and labels[2].startswith("NIC: nic0")
+    assert len(fig.axes) == 2  # with its colorbar
 
 
 def test_no_data_plots_say_so():

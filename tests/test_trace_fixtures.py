@@ -1,12 +1,18 @@
 """Hand-built SimResults shared by the trace/plot tests (no tests of its own besides the
 self-check of the fixture arithmetic).
 
-The 2-rank hot-expert step, times in ms (one MoE layer 3, micro-batch 1, forward):
+The 2-rank hot-expert step, times in ms (one MoE layer 3, micro-batch 1, forward). As
+in the engine, the blocking EP all-to-alls and their waits are on the compute stream;
+the DP all-reduce is on the comm stream, hidden under compute:
 
-    rank 0 compute: attn 0-1 | experts e0,e1 (200 tok) 1.5-2.3 |           | post 4.0-4.5
-    rank 0 comm:    dispatch 1-1.5 | STALL 2.3-3.5 (waits rank 1, e3) | combine 3.5-4.0 | dp 4.0-4.4
-    rank 1 compute: attn 0-1 | experts e2,e3 (800 tok, e3 hot: 600) 1.5-3.5 | post 4.0-4.5
-    rank 1 comm:    dispatch 1-1.5 |                      | combine 3.5-4.0
+    rank 0 compute: attn 0-1 | dispatch 1-1.5 | experts e0,e1 (200 tok) 1.5-2.3 |
+                    STALL 2.3-3.5 (waits on rank 1, expert 3) | combine 3.5-4.0 | post 4.0-4.5
+    rank 0 comm:    dp 4.0-4.4
+    rank 1 compute: attn 0-1 | dispatch 1-1.5 | experts e2,e3 (800 tok, e3 hot: 600) 1.5-3.5 |
+                    combine 3.5-4.0 | post 4.0-4.5
+
+Breakdown (engine rule, exclusive): rank 0 compute 2.3, ep_dispatch 0.5, stall 1.2,
+ep_combine 0.5 ms (dp hidden); rank 1 compute 3.5, ep_dispatch 0.5, ep_combine 0.5 ms.
 
 Step time 4.5 ms. Critical path: r1 attn 1.0 + r1 dispatch 0.5 + r1 experts 2.0 + r0
 combine 0.5 + r0 post 0.5 = 4.5 ms.
@@ -16,7 +22,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from moesim.trace.breakdown import rank_breakdown, step_breakdown
+from moesim.engine.breakdown import breakdown
 from moesim.trace.result import LinkStats, SimResult
 from moesim.trace.spans import Span
 
@@ -36,16 +42,16 @@ def hot_expert_spans() -> list[Span]:
     for r in (0, 1):
         spans += [
             _sp(r, "compute", "compute", "fwd.attn", 0.0, 1.0, flops=1e12),
-            _sp(r, "comm", "ep_dispatch", "dispatch", 1.0, 1.5, bytes=7.4e6, tokens=500,
+            _sp(r, "compute", "ep_dispatch", "dispatch", 1.0, 1.5, bytes=7.4e6, tokens=500,
                 peers=(0, 1)),
-            _sp(r, "comm", "ep_combine", "combine", 3.5, 4.0, bytes=1.4e7, tokens=500,
+            _sp(r, "compute", "ep_combine", "combine", 3.5, 4.0, bytes=1.4e7, tokens=500,
                 peers=(0, 1)),
             _sp(r, "compute", "compute", "fwd.post", 4.0, 4.5),
         ]
     spans += [
         _sp(0, "compute", "compute", "fwd.experts", 1.5, 2.3, tokens=200, experts=(0, 1)),
         _sp(1, "compute", "compute", "fwd.experts", 1.5, 3.5, tokens=800, experts=(2, 3)),
-        _sp(0, "comm", "stall", "combine.wait", 2.3, 3.5, waited_on=1, expert=3, tokens=600,
+        _sp(0, "compute", "stall", "combine.wait", 2.3, 3.5, waited_on=1, expert=3, tokens=600,
             peers=(0, 1), reason="expert 3 on rank 1 has 600 tokens (3.0x mean)"),
         _sp(0, "comm", "dp", "dp.bucket0", 4.0, 4.4, bytes=1e8, layer=-1, microbatch=-1,
             phase="bwd"),
@@ -54,10 +60,10 @@ def hot_expert_spans() -> list[Span]:
 
 
 def make_summary(spans, n_ranks, step_s, rpn, **extra) -> dict:
-    per_rank = rank_breakdown(spans, n_ranks, step_s)
-    s = {"step_time_s": step_s, "tokens_per_s": 500 / step_s, "mfu": 0.4,
-         "breakdown_s": step_breakdown(per_rank),
-         "per_rank": [{"rank": p["rank"], "breakdown_s": p["breakdown_s"]} for p in per_rank],
+    mean, rows = breakdown(spans, n_ranks, step_s)
+    s = {"scenario": "hand-built", "world": n_ranks, "step_time_s": step_s,
+         "tokens_per_s": 500 / step_s, "mfu": 0.4, "breakdown_s": mean,
+         "per_rank": [{"rank": r, "breakdown_s": row} for r, row in enumerate(rows)],
          "experts": {"tokens_per_expert": [[100, 100, 200, 600]], "dropped": 100,
                      "lb_loss": 1.6, "max_over_mean": 2.4},
          "memory": {"per_rank": [{"rank": r, "peak_bytes": 30e9 + r * 1e9,
@@ -89,12 +95,12 @@ def many_rank_result(n_ranks: int, rpn: int = 8, hot: int = 3) -> SimResult:
     spans = []
     for r in range(n_ranks):
         spans.append(Span(r, "compute", "compute", "fwd.attn", 0.0, 1 * MS, layer=0))
-        spans.append(Span(r, "comm", "ep_dispatch", "dispatch", 1 * MS, 1.5 * MS, layer=0))
+        spans.append(Span(r, "compute", "ep_dispatch", "dispatch", 1 * MS, 1.5 * MS, layer=0))
         if r == hot:
             spans.append(Span(r, "compute", "compute", "fwd.experts", 1.5 * MS, 3 * MS,
                               layer=0, experts=(r,), tokens=900))
         else:
-            spans.append(Span(r, "comm", "stall", "combine.wait", 1.5 * MS, 3 * MS, layer=0,
+            spans.append(Span(r, "compute", "stall", "combine.wait", 1.5 * MS, 3 * MS, layer=0,
                               waited_on=hot, expert=hot, tokens=900, reason="hot"))
     return SimResult(spans=spans, summary=make_summary(spans, n_ranks, 3 * MS, rpn),
                      scenario={"seed": 1}, n_ranks=n_ranks, ranks_per_node=rpn,
@@ -104,7 +110,8 @@ def many_rank_result(n_ranks: int, rpn: int = 8, hot: int = 3) -> SimResult:
 def test_fixture_arithmetic():
     res = hot_expert_result()
     pr = res.summary["per_rank"]
-    assert abs(pr[0]["breakdown_s"]["compute"] - 2.3 * MS) < 1e-12
-    assert abs(pr[0]["breakdown_s"]["stall"] - 1.2 * MS) < 1e-12
-    assert abs(pr[1]["breakdown_s"]["compute"] - 3.5 * MS) < 1e-12
-    assert pr[0]["breakdown_s"]["idle"] < 1e-12 and pr[1]["breakdown_s"]["idle"] < 1e-12
+    want = [{"compute": 2.3, "ep_dispatch": 0.5, "ep_combine": 0.5, "stall": 1.2},
+            {"compute": 3.5, "ep_dispatch": 0.5, "ep_combine": 0.5}]
+    for row, w in zip(pr, want, strict=True):
+        for k, v in row["breakdown_s"].items():
+            assert abs(v - w.get(k, 0.0) * MS) < 1e-12, (k, v)

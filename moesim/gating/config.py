@@ -104,7 +104,7 @@ def _num(d: dict, key: str, source: str, lo: float, hi: float = math.inf,
     v = d.get(key, default)
     if isinstance(v, bool) or not isinstance(v, int | float) or not math.isfinite(v):
         raise InputError(source, f"routing.{key}", "a finite number", v)
-    if False:
+    if v < lo or (lo_open and v == lo) or v > hi:
         rng = f"{'>' if lo_open else '>='} {lo}" + (f" and <= {hi}" if hi < math.inf else "")
         raise InputError(source, f"routing.{key}", f"a number {rng}", v)
     return float(v)

@@ -30,11 +30,11 @@ from moesim.gating.skew import expert_shares, inclusion_probs
 
 STREAM_ROUTE = 0
 #: ``path: auto`` samples per token while tokens × experts is at most this
-#: (2**16: measured 7-13 ms CPU per call at the limit; the counts path takes ~1 ms
-#: there and ~2-12 ms at EP64 × 4096 tokens × 256 experts).
+#: (2**16: measured 6.7 ms CPU per call at the limit; the counts path takes
+#: 2.5-3.5 ms at EP64 × 4096 tokens × 256 experts, top-8).
 TOKEN_PATH_LIMIT = 1 << 16
 #: tokens whose router logits are sampled for P_i on the counts path (jitter > 0)
-PROBE_TOKENS = 512
+PROBE_TOKENS = 128
 
 
 @dataclass(frozen=True, eq=False)
@@ -90,6 +90,9 @@ def route_microbatch(cfg: RoutingConfig, *, n_experts: int, top_k: int,
     ``layer``: MoE layer index; ``ranks_per_node``: consecutive EP ranks per node
     (None: no node structure; node-limited routing and ``nearest`` replicas then
     ignore nodes). ``cfg.top_k`` overrides ``top_k`` when set."""
+    for name, v in (("seed", seed), ("step", step), ("layer", layer), ("microbatch", microbatch)):
+        if isinstance(v, bool) or not isinstance(v, int | np.integer) or v < 0:
+            raise InputError(source, name, "an integer >= 0", v)
     k = int(cfg.top_k if cfg.top_k is not None else top_k)
     t = np.asarray(tokens_per_rank)
     if t.ndim != 1 or t.shape[0] != placement.ep or np.any(t < 0) or (

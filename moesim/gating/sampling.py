@@ -12,7 +12,7 @@ its arc length, exactly.
 Arcs are kept in integer *ticks* (``TICKS`` per unit) so that "exactly k" never
 depends on float rounding: tick counts sum to exactly ``k * TICKS``.
 
-Two evaluations of the same design:
+Three evaluations of the same design:
 
 * :func:`sample_tokens` — per token (its own random order and point); returns the
   (tokens, k) expert ids. O(tokens × experts).
@@ -212,7 +212,11 @@ def sample_counts_fast(rng: np.random.Generator, n: np.ndarray, pi: np.ndarray,
     if small.any():
         out[small] = rng.binomial(np.broadcast_to(n[:, None], p.shape)[small], p[small])
     db = np.where(big, d, 0.0)
-    a, big_a = _rank_one(db)
+    if np.ndim(pi) == 1 and np.all(big == big[0]):
+        a1, big_a1 = _rank_one(db[:1])  # the same for every row: solve once
+        a, big_a = np.broadcast_to(a1, p.shape), np.broadcast_to(big_a1, (r_,))
+    else:
+        a, big_a = _rank_one(db)
     s = np.sqrt(big_a[:, None] * a)
     z = rng.standard_normal(p.shape)
     proj = np.sum(np.divide(a, s, out=np.zeros_like(a), where=s > 0) * z, axis=1)

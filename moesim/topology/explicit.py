@@ -1,7 +1,7 @@
 """Explicit-graph topologies: a YAML list of nodes and links a user writes.
 
     nodes:
-      - {id: gpu0, kind: gpu, host: 0, local: 0}   # host/local: GPUs only, optional
+      - {id: gpu0, kind: gpu, host: 0, local: 0}   # host (any node), local (GPUs): optional
       - {id: sw0, kind: pcie_switch}
     links:                                          # both directions unless bidirectional: false
       - {src: gpu0, dst: sw0, kind: pcie, bandwidth_GBps: 32, latency_us: 0.5}

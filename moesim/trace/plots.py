@@ -77,10 +77,13 @@ def plot_timeline(result: SimResult, ax: Axes, ranks: Iterable[int] | None = Non
     row_of = {r: i for i, r in enumerate(rank_list)}
     hot = set(result.hot_ranks)
     lane_h, lane_y = 0.26, (0.08, 0.38, 0.68)
+    t0 = min((s.start_s for s in spans), default=0.0) * 1e3
+    t1 = max((s.end_s for s in spans), default=result.step_time_s) * 1e3
+    min_w = (t1 - t0) / 1500  # about one pixel: shorter spans are widened to stay visible
     bars: dict[tuple[str, int], list[tuple[float, float]]] = {}
     for sp in spans:
-        bars.setdefault((sp.kind, row_of[sp.rank] * 1 + 0), []).append(
-            (sp.start_s * 1e3, max(sp.dur_s * 1e3, 0.0)))
+        bars.setdefault((sp.kind, row_of[sp.rank]), []).append(
+            (sp.start_s * 1e3, max(sp.dur_s * 1e3, min_w)))
     kinds_seen = []
     for (kind, row), xs in sorted(bars.items()):
         lane = _lane(Span(0, "", kind, "", 0, 0))
@@ -97,15 +100,16 @@ def plot_timeline(result: SimResult, ax: Axes, ranks: Iterable[int] | None = Non
             tick.set_color("#C44E52")
             tick.set_fontweight("bold")
     ax.set_ylim(len(rank_list), 0)
-    t0 = min((s.start_s for s in spans), default=0.0) * 1e3
-    t1 = max((s.end_s for s in spans), default=result.step_time_s) * 1e3
     ax.set_xlim(t0, t1 + 1e-9)
     stalls = sorted((s for s in spans if s.kind == "stall"), key=lambda s: (-s.dur_s, s.rank))
     for sp in stalls[:annotate]:
         text = f"{sp.dur_s * 1e3:.2f} ms ← rank {sp.waited_on}" + (
             f" e{sp.expert}" if sp.expert >= 0 else "")
-        ax.text((sp.start_s + sp.dur_s / 2) * 1e3, row_of[sp.rank] + lane_y[2] + lane_h / 2, text,
-                ha="center", va="center", fontsize=6.5, color="#7A1F22", clip_on=True,
+        wide = sp.dur_s * 1e3 > 0.12 * (t1 - t0)  # label inside the bar, else right of it
+        x = (sp.start_s + sp.dur_s / 2) * 1e3 if wide else sp.end_s * 1e3 + 0.004 * (t1 - t0)
+        ax.text(x, row_of[sp.rank] + lane_y[2] + lane_h / 2, text,
+                ha="center" if wide else "left", va="center", fontsize=6.5, color="#7A1F22",
+                clip_on=True,
                 bbox={"boxstyle": "round,pad=0.12", "fc": "white", "ec": "none", "alpha": 0.85})
     for i, r in enumerate(rank_list):
         if r in hot:
@@ -230,10 +234,26 @@ _GROUP_STYLE = {"NVLink": "#4C72B0", "PCIe": "#8172B3", "NIC": "#DD8452", "leaf/
 _GROUP_ORDER = {g: i for i, g in enumerate(_GROUP_STYLE)}
 
 
-def plot_links(result: SimResult, ax: Axes, top: int = 8) -> Axes:
-    """The ``top`` busiest links by bytes. With utilization series: utilization (%) over time
-    (ms), coloured by link group; without: mean utilization over the step (bytes / capacity /
-    step time) as horizontal bars, grouped by NVLink / NIC / leaf-spine."""
+def binned_utilization(series: list[tuple[float, float]], capacity_Bps: float,
+                       edges: np.ndarray) -> np.ndarray:
+    """Mean utilization (0..1) in each bin between ``edges`` (s) of a piecewise-constant
+    rate series [(t_s, rate_Bps), ...] (rate 0 before its first point): bytes carried in
+    the bin / (capacity × bin width)."""
+    pts = sorted(series)
+    if not pts or capacity_Bps <= 0:
+        return np.zeros(len(edges) - 1)
+    t = np.array([p[0] for p in pts] + [max(edges[-1], pts[-1][0])], dtype=float)
+    r = np.array([p[1] for p in pts], dtype=float)
+    cum = np.concatenate([[0.0], np.cumsum(r * np.diff(t))])  # bytes carried up to t[k]
+    carried = np.interp(edges, t, cum, left=0.0)
+    return np.diff(carried) / (capacity_Bps * np.diff(edges))
+
+
+def plot_links(result: SimResult, ax: Axes, top: int = 8, bins: int = 300) -> Axes:
+    """The ``top`` busiest links by bytes, grouped by NVLink / PCIe / NIC / leaf-spine.
+    With utilization series: a heat-map, one row per link, of the mean utilization (% of
+    capacity) in ``bins`` time bins over the step; without: mean utilization over the
+    step (bytes / capacity / step time) as horizontal bars."""
     ls = result.links
     if ls is None or len(ls.names) == 0:
         ax.text(0.5, 0.5, "no link statistics in this run", ha="center", va="center",
@@ -250,21 +270,21 @@ def plot_links(result: SimResult, ax: Axes, top: int = 8) -> Axes:
 
     step = result.step_time_s
     if busiest and all(i in ls.series for i in busiest):
-        styles = ["-", "--", ":", "-."]
-        for k, i in enumerate(sorted(busiest, key=order_key)):
-            pts = list(ls.series[i])
-            if pts and pts[0][0] > 0:
-                pts.insert(0, (0.0, 0.0))  # no traffic before the first change point
-            t = [p[0] * 1e3 for p in pts] + [step * 1e3]
-            u = [p[1] / cap[i] * 100 for p in pts]
-            u = u + [u[-1] if u else 0.0]
-            ax.step(t, u, where="post", color=_GROUP_STYLE.get(groups[i], "grey"),
-                    linestyle=styles[k % 4], label=f"{groups[i]}: {ls.names[i]}")
-        ax.set_xlabel("time in step (ms)")
-        ax.set_ylabel("utilization (% of capacity)")
-        ax.set_ylim(0, 105)
-        ax.set_title(f"Utilization of the {len(busiest)} busiest links over the step")
-        ax.legend(loc="upper left", bbox_to_anchor=(1.005, 1.0), fontsize=7, frameon=False)
+        order = sorted(busiest, key=order_key)
+        edges = np.linspace(0.0, step, bins + 1)
+        util = np.array([binned_utilization(ls.series[i], cap[i], edges) for i in order]) * 100
+        im = ax.imshow(util, aspect="auto", cmap="magma", vmin=0, vmax=100,
+                       interpolation="nearest", extent=(0, step * 1e3, len(order) - 0.5, -0.5))
+        ax.figure.colorbar(im, ax=ax, label="utilization (% of capacity)", pad=0.01)
+        ax.set_yticks(range(len(order)))
+        ax.set_yticklabels([f"{groups[i]}: {ls.names[i]}  ({nbytes[i] / 1e9:.2f} GB @ "
+                            f"{cap[i] / 1e9:.0f} GB/s)" for i in order], fontsize=7)
+        for k in range(1, len(order)):
+            if groups[order[k]] != groups[order[k - 1]]:
+                ax.axhline(k - 0.5, color="white", lw=1.5)
+        ax.set_xlabel(f"time in step (ms); mean over {bins} bins of {step / bins * 1e3:.3g} ms")
+        ax.set_title(f"Utilization over time of the {len(order)} busiest links "
+                     f"(of {len(ls.names)}), grouped by kind")
         return ax
     order = sorted(busiest, key=order_key)
     util = [nbytes[i] / (cap[i] * step) * 100 if cap[i] > 0 and step > 0 else 0.0 for i in order]
