@@ -219,3 +219,20 @@ def test_multi_node_ring_all_reduce_splits_data_over_rings():
     assert all(ph == expect for ph in phases)
     # total bytes are those of one ring: 2(n-1)/n · S per rank
     assert sent(phases) == {r: pytest.approx(2 * 3 / 4 * 800.0) for r in range(4)}
+
+
+@settings(max_examples=30, deadline=None)
+@given(nodes=st.integers(1, 4), per=st.integers(1, 4), seed=st.integers(0, 2**31 - 1))
+def test_multi_ring_every_rank_sends_and_receives_one_rings_worth(nodes, per, seed):
+    rng = np.random.default_rng(seed)
+    n = nodes * per
+    hosts = [r // per for r in range(n)]
+    group = tuple(int(r) for r in rng.permutation(n))
+    for ring in ring_orders(group, hosts):
+        assert sorted(ring) == sorted(group)  # each ring visits every member once
+    S = 1000.0
+    phases = expand("all_reduce", group, S, rank_host=hosts)
+    if n > 1:
+        assert len(phases) == 2 * (n - 1)
+        assert sent(phases) == {r: pytest.approx(2 * (n - 1) / n * S) for r in group}
+        assert received(phases) == {r: pytest.approx(2 * (n - 1) / n * S) for r in group}

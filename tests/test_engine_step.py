@@ -149,3 +149,21 @@ def test_shipped_small_scenarios_run():
         r = simulate(res)
         assert r.step_time_s > 0
         assert r.summary["tokens_per_s"] > 0
+
+
+def test_ep_overlap_hides_all_to_all_behind_other_microbatch(tmp_path):
+    common = {"routing": {"kind": "uniform"},
+              "schedule": {"kind": "gpipe", "microbatches": 2, "seq_len": 2048}}
+    plain = simulate(scenario(tmp_path, **common))
+    over = simulate(scenario(tmp_path, **common), ["overlap.ep_comm_overlap=true"])
+    bp, bo = plain.summary["breakdown_s"], over.summary["breakdown_s"]
+    # same work, same bytes
+    assert bo["compute"] == pytest.approx(bp["compute"], rel=1e-12)
+    sent = lambda r: sum(s.bytes for s in r.spans if s.kind.startswith("ep_"))  # noqa: E731
+    assert sent(over) == pytest.approx(sent(plain))
+    # all-to-alls run on their own stream and are (mostly) hidden under compute
+    assert all(s.stream == "ep" for s in over.spans if s.kind.startswith("ep_"))
+    exposed = lambda b: b["ep_dispatch"] + b["ep_combine"]  # noqa: E731
+    assert exposed(bp) > 0
+    assert exposed(bo) < 0.5 * exposed(bp)
+    assert over.step_time_s < plain.step_time_s

@@ -111,3 +111,12 @@ def test_unknown_topology_exits_2(files, capsys) -> None:
     assert main(["flows", "--topology", "no-such-preset", "--flows", str(flows)]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "no-such-preset" in err
+
+
+def test_same_input_same_output_bytes(files, capsys) -> None:
+    topo, flows, _ = files
+    outs = []
+    for _ in range(2):
+        assert main(["flows", "--topology", str(topo), "--flows", str(flows), "--json"]) == 0
+        outs.append(capsys.readouterr().out)
+    assert outs[0] == outs[1]

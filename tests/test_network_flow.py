@@ -199,3 +199,47 @@ def test_negative_bytes_rejected() -> None:
 def test_bad_capacity_rejected() -> None:
     with pytest.raises(ValueError, match="capacity_Bps > 0"):
         FlowNetwork(simpy.Environment(), chain([0.0], [0.0]))
+
+
+@pytest.mark.parametrize(("rtol", "second"), [(0.0, 20.01), (1e-4, 20.01), (1e-2, 20.0)])
+def test_coalesce_rtol_completes_near_finishes_together(rtol, second) -> None:
+    # 1000 B and 1001 B share a 100 B/s link: both at 50 B/s, the first done at 20 s
+    # with 1 B left on the second: alone at 100 B/s it needs 0.01 s more. Its remaining
+    # time at t=20 under the shared rate is 1/50 = 0.02 s: within 1e-2 x its age (0.2 s)
+    # it completes at 20 s; not within 1e-4 x 20 = 0.002 s.
+    env = simpy.Environment()
+    net = FlowNetwork(env, chain([100.0], [0.0]), coalesce_rtol=rtol)
+    t = {}
+    for name, size in (("a", 1000.0), ("b", 1001.0)):
+        net.transfer("a", "b", size, tag=name).callbacks.append(
+            lambda e: t.__setitem__(e.value, env.now))
+    env.run()
+    assert t == {"a": pytest.approx(20.0, rel=1e-12), "b": pytest.approx(second, rel=1e-12)}
+    assert net.link_bytes().tolist() == [2001.0]
+    assert net.n_solves == (2 if rtol == 1e-2 else 3)
+
+
+def test_coalesce_rtol_out_of_range_rejected() -> None:
+    with pytest.raises(ValueError, match="coalesce_rtol"):
+        FlowNetwork(simpy.Environment(), chain([100.0], [0.0]), coalesce_rtol=1.0)
+
+
+class TwoPaths(TinyLinks):
+    """a->b over x (key even) or over y (key odd): links a->x, x->b, a->y, y->b."""
+
+    def route(self, src: str, dst: str, key: int = 0) -> tuple[int, ...]:
+        if src == dst:
+            return ()
+        return (0, 1) if key % 2 == 0 else (2, 3)
+
+
+@pytest.mark.parametrize(("keys", "end"), [((0, 1), 10.0), ((0, 2), 20.0)])
+def test_per_flow_key_picks_the_path(keys, end) -> None:
+    # two 1000 B flows a->b on 100 B/s links: on different paths (keys 0, 1) each runs
+    # alone (10 s); on the same path (keys 0, 2) they share it (20 s)
+    links = TwoPaths([("a", "x"), ("x", "b"), ("a", "y"), ("y", "b")], [100.0] * 4, [0.0] * 4)
+    env = simpy.Environment()
+    net = FlowNetwork(env, links)
+    ev = net.transfer_many([("a", "b", 1000.0, keys[0]), ("a", "b", 1000.0, keys[1])])
+    env.run()
+    assert ev.processed and env.now == pytest.approx(end, rel=1e-12)

@@ -137,6 +137,17 @@ def test_overlapping_spans_on_one_stream_get_extra_tracks():
     assert [s.stream for s in spans if s.kind == "tp"] == ["comm"]
 
 
+def test_numpy_values_in_span_args(tmp_path):
+    import numpy as np
+
+    res = hot_expert_result()
+    res.spans.append(Span(1, "comm", "dp", "dp.bucket1", 4.0 * MS, 4.2 * MS,
+                          args={"bucket_bytes": np.float64(1e6), "ids": np.arange(2)}))
+    spans = load_chrome_trace(write_chrome_trace(res, tmp_path / "t.json"))
+    extra = next(s.args for s in spans if s.name == "dp.bucket1")
+    assert extra == {"bucket_bytes": 1e6, "ids": [0, 1]}
+
+
 def test_same_result_same_bytes(tmp_path):
     a = write_chrome_trace(hot_expert_result(), tmp_path / "a.json").read_bytes()
     b = write_chrome_trace(hot_expert_result(), tmp_path / "b.json").read_bytes()

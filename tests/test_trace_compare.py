@@ -78,3 +78,15 @@ def test_cli_bad_run_dir(tmp_path, capsys, content):
     assert main(["compare", str(tmp_path / "a"), str(tmp_path / "b")]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "summary.json" in err[0]
+
+
+def test_b_only_stall_rows_sit_with_a_stall_rows():
+    def summ(*stalls):
+        return {"step_time_s": 1.0, "stalls": {"total_s": 1.0, "top": [
+            {"layer": lay, "phase": "fwd", "blocking_rank": r, "expert": r, "seconds": sec}
+            for lay, r, sec in stalls]}, "mfu": 0.5}
+    rows = compare_summaries(summ((0, 3, 0.5)), summ((1, 5, 0.25)))
+    assert [r["metric"] for r in rows] == [
+        "step time (ms)", "throughput (tokens/s)", "MFU (%)", "stall total, all ranks (ms)",
+        "stall L0 fwd ← rank 3 e3 (ms)", "stall L1 fwd ← rank 5 e5 (ms)"]
+    assert rows[-1]["b"] == pytest.approx(250.0) and rows[-1]["a"] is None

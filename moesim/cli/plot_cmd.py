@@ -52,6 +52,7 @@ def result_from_run_dir(run_dir: Path) -> SimResult:
     ex = summary.get("experts") or {}
     tok = ex.get("tokens_per_expert")
     dropped = ex.get("dropped")
+    cap = ex.get("capacity_per_expert")
     return SimResult(
         spans=spans, summary=summary, scenario=summary.get("scenario") or {}, n_ranks=n_ranks,
         ranks_per_node=int(other.get("ranks_per_node") or summary.get("ranks_per_node") or 1),
@@ -59,6 +60,8 @@ def result_from_run_dir(run_dir: Path) -> SimResult:
         hot_ranks=list(other.get("hot_ranks") or summary.get("hot_ranks") or []),
         expert_tokens=None if tok is None else np.asarray(tok, float),
         expert_dropped=np.asarray(dropped, float) if isinstance(dropped, list) else None,
+        expert_capacity=None if cap is None else np.array(
+            [np.inf if c is None else float(c) for c in cap]),
     )
 
 

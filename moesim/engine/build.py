@@ -20,7 +20,7 @@ is shared by all data-parallel replicas; token sampling differs per EP group.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
@@ -42,7 +42,8 @@ class StepPlan:
     expert_tokens: np.ndarray                   # (moe_layers, E) assignments routed, pre-drop
     expert_kept: np.ndarray                     # (moe_layers, E) computed
     expert_dropped: np.ndarray                  # (moe_layers, E)
-    expert_capacity: np.ndarray                 # (moe_layers,) per-expert capacity (inf: none)
+    expert_capacity: np.ndarray                 # (moe_layers,) per-expert capacity in the step
+                                                # (summed over sources and micro-batches; inf: none)
     lb_loss: np.ndarray                         # (moe_layers,) mean over micro-batches/groups
     rank_received: np.ndarray                   # (world, moe_layers) max tokens received per mb
     model_flops: float                          # FLOP of all compute ops (optimizer excluded)
@@ -128,8 +129,11 @@ class _Builder:
             self._routes[key] = r
             self.expert_tokens[j] += r.assign.sum(axis=0)
             self.expert_kept[j] += r.expert_tokens
-            cap = float(r.capacity.max()) if r.capacity.size else np.inf
-            self.expert_capacity[j] = min(self.expert_capacity[j], cap * len(group))
+            # capacity per expert summed over the sources and micro-batches of the step,
+            # comparable with expert_tokens (inf when there is no capacity factor)
+            cap = float(r.capacity.sum()) if r.capacity.size else np.inf
+            prev = self.expert_capacity[j]
+            self.expert_capacity[j] = cap if not np.isfinite(prev) else prev + cap
             self.lb[j] += r.lb_loss
             self.lb_n[j] += 1
             for pos, rank in enumerate(group):
@@ -175,53 +179,111 @@ class _Builder:
         return [int(r) for r in np.flatnonzero(load >= 1.2 * mean)]
 
     def _rank_program(self, rank: int) -> list[Op]:
-        lay, p = self.lay, self.pp
+        lay = self.lay
         stage = int(lay.coords["pp"][rank])
         pp_group = lay.group_of(rank, "pp")
         prog: list[Op] = []
         self._layer_start = -1
         last_bwd: dict[int, int] = {}    # layer -> index of its last backward op
+        overlap = self.scn.overlap.ep_comm_overlap and self.ep > 1
+        pending: tuple[int, int] | None = None  # (start index, micro-batch) of an unpaired item
         for item in self.order[stage]:
-            vstage = item.chunk * p + stage
-            layers = list(self.chunks[vstage])
-            last_v = p * self.v - 1
-            if item.kind == "F":
-                if vstage > 0:
-                    src = pp_group[(vstage - 1) % p]
-                    prog.append(self._recv(src, ("act", item.mb, vstage, rank), item.mb, "fwd",
-                                           layers[0] if layers else -1))
-                if vstage == 0:
-                    self._compute(prog, "fwd.embedding", -1, item.mb, "fwd",
-                                  ("emb", "fwd"), lambda: costs.embedding_kernels(
-                                      self.spec, self.tokens, self.tp, "fwd"))
-                for layer in layers:
-                    self._layer(prog, rank, layer, item.mb, "fwd")
-                if vstage == last_v:
-                    self._compute(prog, "fwd.lm_head", -1, item.mb, "fwd", ("lm", "fwd"),
-                                  lambda: costs.lm_head_kernels(self.spec, self.tokens, self.tp,
-                                                                "fwd"))
-                else:
-                    dst = pp_group[(vstage + 1) % p]
-                    prog.append(self._send(prog, dst, ("act", item.mb, vstage + 1, dst), item.mb,
-                                           "fwd", layers[-1] if layers else -1))
+            item_start = len(prog)
+            self._item(prog, rank, stage, pp_group, item, last_bwd)
+            if not overlap:
+                continue
+            self._ep_stream(prog, item_start)
+            if pending is not None and pending[1] != item.mb:
+                self._interleave(prog, pending[0], item_start, last_bwd)
+                pending = None
+                self._layer_start = -1
             else:
-                if vstage < last_v:
-                    src = pp_group[(vstage + 1) % p]
-                    prog.append(self._recv(src, ("grad", item.mb, vstage, rank), item.mb, "bwd",
-                                           layers[-1] if layers else -1))
-                else:
-                    self._compute(prog, "bwd.lm_head", -1, item.mb, "bwd", ("lm", "bwd"),
-                                  lambda: costs.lm_head_kernels(self.spec, self.tokens, self.tp,
-                                                                "bwd"))
-                for layer in reversed(layers):
-                    self._layer(prog, rank, layer, item.mb, "bwd")
-                    last_bwd[layer] = len(prog) - 1
-                if vstage > 0:
-                    dst = pp_group[(vstage - 1) % p]
-                    prog.append(self._send(prog, dst, ("grad", item.mb, vstage - 1, dst), item.mb,
-                                           "bwd", layers[0] if layers else -1))
+                pending = (item_start, item.mb)
         self._gradients(prog, rank, stage, last_bwd)
         return prog
+
+    # ---------------------------------------------------------------- EP overlap
+    @staticmethod
+    def _is_ep(op: Op) -> bool:
+        return op.coll is not None and op.kind in ("ep_dispatch", "ep_combine")
+
+    def _ep_stream(self, prog: list[Op], start: int) -> None:
+        """Move the EP all-to-alls of ``prog[start:]`` to their own stream, with the
+        data dependencies the compute stream's order used to give them."""
+        for i in range(start, len(prog)):
+            if self._is_ep(prog[i]):
+                prog[i] = replace(prog[i], stream="ep", deps=prog[i].deps + (i - 1,))
+                if i + 1 < len(prog):
+                    prog[i + 1] = replace(prog[i + 1], deps=prog[i + 1].deps + (i,))
+
+    def _interleave(self, prog: list[Op], a: int, b: int, last_bwd: dict[int, int]) -> None:
+        """Interleave two schedule items (``prog[a:b]`` and ``prog[b:]``, different
+        micro-batches) segment by segment, a segment ending at each EP all-to-all, so the
+        compute of one micro-batch runs while the other's tokens are on the wire
+        (DeepSeek-V3's overlap of computation and all-to-all, §3.2.1)."""
+        def segments(lo: int, hi: int) -> list[list[int]]:
+            out, cur = [], []
+            for i in range(lo, hi):
+                cur.append(i)
+                if self._is_ep(prog[i]):
+                    out.append(cur)
+                    cur = []
+            return out + ([cur] if cur else [])
+
+        sa, sb = segments(a, b), segments(b, len(prog))
+        order: list[int] = []
+        for k in range(max(len(sa), len(sb))):
+            order += sa[k] if k < len(sa) else []
+            order += sb[k] if k < len(sb) else []
+        where = {old: a + pos for pos, old in enumerate(order)}
+        prog[a:] = [replace(prog[old], deps=tuple(where.get(d, d) for d in prog[old].deps))
+                    for old in order]
+        for layer, idx in last_bwd.items():
+            if idx >= a:
+                last_bwd[layer] = where[idx]
+
+    # ---------------------------------------------------------------- one schedule item
+    def _item(self, prog: list[Op], rank: int, stage: int, pp_group, item,
+              last_bwd: dict[int, int]) -> None:
+        p = self.pp
+        vstage = item.chunk * p + stage
+        layers = list(self.chunks[vstage])
+        last_v = p * self.v - 1
+        if item.kind == "F":
+            if vstage > 0:
+                src = pp_group[(vstage - 1) % p]
+                prog.append(self._recv(src, ("act", item.mb, vstage, rank), item.mb, "fwd",
+                                       layers[0] if layers else -1))
+            if vstage == 0:
+                self._compute(prog, "fwd.embedding", -1, item.mb, "fwd",
+                              ("emb", "fwd"), lambda: costs.embedding_kernels(
+                                  self.spec, self.tokens, self.tp, "fwd"))
+            for layer in layers:
+                self._layer(prog, rank, layer, item.mb, "fwd")
+            if vstage == last_v:
+                self._compute(prog, "fwd.lm_head", -1, item.mb, "fwd", ("lm", "fwd"),
+                              lambda: costs.lm_head_kernels(self.spec, self.tokens, self.tp,
+                                                            "fwd"))
+            else:
+                dst = pp_group[(vstage + 1) % p]
+                prog.append(self._send(prog, dst, ("act", item.mb, vstage + 1, dst), item.mb,
+                                       "fwd", layers[-1] if layers else -1))
+        else:
+            if vstage < last_v:
+                src = pp_group[(vstage + 1) % p]
+                prog.append(self._recv(src, ("grad", item.mb, vstage, rank), item.mb, "bwd",
+                                       layers[-1] if layers else -1))
+            else:
+                self._compute(prog, "bwd.lm_head", -1, item.mb, "bwd", ("lm", "bwd"),
+                              lambda: costs.lm_head_kernels(self.spec, self.tokens, self.tp,
+                                                            "bwd"))
+            for layer in reversed(layers):
+                self._layer(prog, rank, layer, item.mb, "bwd")
+                last_bwd[layer] = len(prog) - 1
+            if vstage > 0:
+                dst = pp_group[(vstage - 1) % p]
+                prog.append(self._send(prog, dst, ("grad", item.mb, vstage - 1, dst), item.mb,
+                                       "bwd", layers[0] if layers else -1))
 
     # ---------------------------------------------------------------- pieces
     def _compute(self, prog: list[Op], name: str, layer: int, mb: int, phase: str, key: tuple,

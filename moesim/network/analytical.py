@@ -17,6 +17,7 @@ import numpy as np
 import simpy
 
 from moesim.network.base import LinkSet
+from moesim.network.flow import ROUTE_CACHE_MAX
 
 
 class AnalyticalNetwork:
@@ -40,6 +41,8 @@ class AnalyticalNetwork:
         k = (src, dst, key)
         hit = self._routes.get(k)
         if hit is None:
+            if len(self._routes) >= ROUTE_CACHE_MAX:
+                self._routes.clear()
             path = np.asarray(self.links.route(src, dst, key), dtype=np.int64)
             if len(path):
                 hit = (path, float(self._lat[path].sum()), float(self._cap[path].min()))
@@ -62,12 +65,17 @@ class AnalyticalNetwork:
 
     def transfer_many(self, flows: Sequence[tuple[str, str, float]], key: int = 0,
                       tag: Any = None) -> simpy.Event:
-        """Start several flows now; the event (value ``tag``) succeeds when all are delivered."""
+        """Start several flows now; the event (value ``tag``) succeeds when all are delivered.
+
+        Each flow is ``(src, dst, bytes)`` or ``(src, dst, bytes, key)``: a fourth
+        element picks that flow's ECMP path, overriding ``key``."""
         ev = self.env.event()
         longest = 0.0
-        for src, dst, nbytes in flows:
-            t = self.flow_time(src, dst, nbytes, key)
-            path = self._route(src, dst, key)[0]
+        for f in flows:
+            src, dst, nbytes = f[0], f[1], f[2]
+            fkey = f[3] if len(f) > 3 else key
+            t = self.flow_time(src, dst, nbytes, fkey)
+            path = self._route(src, dst, fkey)[0]
             if len(path) == 0:
                 continue   # src == dst: nothing crosses a link
             self.n_flows += 1

@@ -20,6 +20,15 @@ Mechanics (one simpy callback chain, no process per flow):
   of the current time complete together (their last bytes are at most that early).
   Delivery events of flows completing together with equal path latency share one
   simpy timeout.
+* Incremental re-solve (exact): max-min freezes flows in increasing order of
+  rate, so a change at rate r (a flow of rate r leaving, or a new flow, which is
+  guaranteed at least min over its links of capacity / flows there) leaves every
+  slower flow's rate as it was. Only the new flows and the flows at >= r reachable
+  from the changed links through shared links are re-solved, on the capacity the
+  others leave. ``incremental=False`` re-solves all running flows every time.
+* ``coalesce_rtol`` (default 0, exact) trades accuracy for speed: each step also
+  completes every flow whose remaining time is within ``coalesce_rtol`` of its age,
+  so it finishes at most that fraction of its duration early.
 
 Units: seconds, bytes, bytes/s.
 """
@@ -40,6 +49,9 @@ from moesim.network.maxmin import maxmin_pairs
 #: flows predicted to finish are completed together in one step.
 FINISH_ATOL_S = 1e-12
 FINISH_RTOL = 1e-9
+
+#: route arrays kept before the cache is cleared (memory bound)
+ROUTE_CACHE_MAX = 1 << 20
 
 #: flows within this relative margin of the change threshold are re-solved too
 _THRESHOLD_MARGIN = 1e-6
@@ -79,8 +91,11 @@ class FlowNetwork:
 
     ``record_series=True`` keeps, per link, the (t_s, rate_Bps) change points of its
     total load for plots (:meth:`series`). ``on_solve(now_s, pair_flow, pair_link,
-    rates_Bps)`` is called after each re-solve with the running flows' (flow, link)
-    pairs and the new per-slot rates (for checks in tests).
+    rates_Bps)`` is called after each re-solve with the running flows' (flow slot,
+    link) pairs and the per-slot rates (0 for finished slots), for checks in tests.
+    ``incremental`` (default True) re-solves only the flows a change can affect;
+    ``coalesce_rtol`` (default 0.0, exact) lets a flow complete up to that fraction of
+    its duration early so that nearby finishes share one re-solve (see module doc).
     """
 
     def __init__(self, env: simpy.Environment, links: LinkSet, *, record_series: bool = False,
@@ -106,7 +121,7 @@ class FlowNetwork:
         self._pf = _Grow(np.int64)
         self._pl = _Grow(np.int64)
         self._t_last = float(env.now)
-        self._pending: list[tuple[np.ndarray, float, float, int]] = []
+        self._pending: list[tuple[np.ndarray, float, int]] = []  # (path, bytes, group)
         self._groups: dict[int, list[Any]] = {}   # id -> [event, flows left, tag]
         self._next_group = 0
         self._version = 0
@@ -131,16 +146,20 @@ class FlowNetwork:
 
     def transfer_many(self, flows: Sequence[tuple[str, str, float]], key: int = 0,
                       tag: Any = None) -> simpy.Event:
-        """Start several flows now; the event (value ``tag``) succeeds when all are delivered."""
+        """Start several flows now; the event (value ``tag``) succeeds when all are delivered.
+
+        Each flow is ``(src, dst, bytes)`` or ``(src, dst, bytes, key)``: a fourth
+        element picks that flow's ECMP path, overriding ``key``."""
         ev = self.env.event()
         gid = self._next_group
         self._next_group += 1
         count = 0
-        for src, dst, nbytes in flows:
-            nbytes = float(nbytes)
+        for f in flows:
+            src, dst, nbytes = f[0], f[1], float(f[2])
+            fkey = f[3] if len(f) > 3 else key
             if not nbytes >= 0 or nbytes == np.inf:
                 raise ValueError(f"flow {src}->{dst}: bytes must be finite and >= 0, got {nbytes}")
-            path = self._route(src, dst, key)
+            path = self._route(src, dst, fkey)
             if len(path) == 0:
                 continue   # src == dst: delivered at once
             self._pending.append((path, nbytes, gid))
@@ -178,6 +197,8 @@ class FlowNetwork:
         k = (src, dst, key)
         path = self._routes.get(k)
         if path is None:
+            if len(self._routes) >= ROUTE_CACHE_MAX:
+                self._routes.clear()
             path = np.asarray(self.links.route(src, dst, key), dtype=np.int64)
             self._routes[k] = path
         return path
@@ -308,15 +329,19 @@ class FlowNetwork:
             threshold = min(threshold, lb)
             changed[pl[on_new]] = True
         rate = self._rate.v
-        cand = (self._alive.v & (rate >= threshold * (1.0 - _THRESHOLD_MARGIN))) | new
-        cand_p = cand[pf]
+        cand_p = ((self._alive.v & (rate >= threshold * (1.0 - _THRESHOLD_MARGIN))) | new)[pf]
+        f, ln = pf[cand_p], pl[cand_p]
         affected = new.copy()
-        while True:
-            hit = cand_p & changed[pl] & ~affected[pf]
-            if not hit.any():
-                return affected
-            affected[pf[hit]] = True
-            changed[pl[affected[pf]]] = True
+        while f.size:
+            on = changed[ln]
+            if not on.any():
+                break
+            affected[f[on]] = True
+            take = affected[f]
+            changed[ln[take]] = True     # every link of an affected flow is changed
+            keep = ~take
+            f, ln = f[keep], ln[keep]
+        return affected
 
     def _solve(self, now: float, changed: np.ndarray, r_done: float, new: np.ndarray) -> None:
         alive = self._alive.v

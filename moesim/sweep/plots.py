@@ -48,6 +48,8 @@ def label(metric: str) -> tuple[str, float]:
 
 
 def _fmt(v: Any) -> str:
+    if v is None or (isinstance(v, float) and np.isnan(v)):
+        return "none"     # e.g. capacity_factor null = no dropping
     return f"{v:g}" if isinstance(v, float) else str(v)
 
 
@@ -56,7 +58,7 @@ def plot_vs_skew(ax: Axes, agg: pd.DataFrame, skew: str, metric: str = "step_tim
     """``metric`` (mean over seeds, bars min..max) against ``skew``, a line per ``by``
     value. Other axes, if any, are averaged (their spread widens the bars)."""
     text, k = label(metric)
-    groups = [(None, agg)] if by is None else list(agg.groupby(by, sort=False))
+    groups = [(None, agg)] if by is None else list(agg.groupby(by, sort=False, dropna=False))
     for name, g in groups:
         g2 = g.groupby(skew, sort=True).agg(mean=(f"{metric}_mean", "mean"),
                                             lo=(f"{metric}_min", "min"),
@@ -81,12 +83,14 @@ def plot_heatmap(ax: Axes, agg: pd.DataFrame, x: str, y: str,
     """Mean ``metric`` over the ``x`` × ``y`` grid (other axes averaged), annotated;
     a missing cell (skipped or failed) is blank."""
     text, k = label(metric)
-    grid = agg.pivot_table(index=y, columns=x, values=f"{metric}_mean", aggfunc="mean",
-                           sort=False)
+    # axis values as labels, so that a null value (e.g. no capacity limit) keeps its row
+    lab = pd.DataFrame({x: agg[x].map(_fmt), y: agg[y].map(_fmt),
+                        "v": agg[f"{metric}_mean"]})
+    grid = lab.pivot_table(index=y, columns=x, values="v", aggfunc="mean", sort=False)
     vals = grid.to_numpy(dtype=float) * k
     im = ax.imshow(np.ma.masked_invalid(vals), aspect="auto", cmap="viridis", origin="lower")
-    ax.set_xticks(range(grid.shape[1]), [_fmt(c) for c in grid.columns], rotation=30)
-    ax.set_yticks(range(grid.shape[0]), [_fmt(c) for c in grid.index])
+    ax.set_xticks(range(grid.shape[1]), list(grid.columns), rotation=30)
+    ax.set_yticks(range(grid.shape[0]), list(grid.index))
     finite = vals[np.isfinite(vals)]
     mid = (finite.min() + finite.max()) / 2 if finite.size else 0.0
     for i in range(vals.shape[0]):
@@ -106,7 +110,7 @@ def plot_best_layout(ax: Axes, best: pd.DataFrame, skew: str, layout: list[str],
     """The best layout's mean ``metric`` per ``skew`` level (a line per ``by`` value),
     each point labelled with the winning layout values."""
     text, k = label(metric)
-    groups = [(None, best)] if by is None else list(best.groupby(by, sort=False))
+    groups = [(None, best)] if by is None else list(best.groupby(by, sort=False, dropna=False))
     for name, g in groups:
         g = g.sort_values(skew)
         x = g[skew].to_numpy(dtype=float)

@@ -137,7 +137,7 @@ def make_client(scheduler: str | None = None, workers: int | None = None,
                              "(tcp://host:port)", f"{scheduler}: {err}") from None
     n = workers if workers else max(1, os.cpu_count() or 1)
     cluster = LocalCluster(n_workers=n, threads_per_worker=1, processes=processes,
-                           dashboard_address=None)
+                           dashboard_address=":0")   # any free port: no clash on a shared machine
     return Client(cluster)
 
 

@@ -99,8 +99,15 @@ def format_value(v: Any) -> str:
         return "null"
     if isinstance(v, bool):
         return "true" if v else "false"
-    if isinstance(v, int | float):
+    if isinstance(v, int):
         return repr(v)
+    if isinstance(v, float):
+        if not math.isfinite(v):
+            return ".nan" if math.isnan(v) else (".inf" if v > 0 else "-.inf")
+        text = repr(v)
+        mant, _, exp = text.partition("e")
+        # YAML 1.1 reads 1e-07 as a string: the mantissa needs a dot (1.0e-07)
+        return f"{mant}.0e{exp}" if exp and "." not in mant else text
     if isinstance(v, list | tuple):
         return "[" + ", ".join(format_value(x) for x in v) + "]"
     return str(v)
@@ -196,6 +203,34 @@ def _scenario(src: str, raw: Any, base_dir: Path | None) -> str:
     return raw
 
 
+def _check_axis(src: str, scenario: str, base: tuple[str, ...], axis: Axis) -> None:
+    """An axis whose key is unknown, or all of whose values are rejected for that very
+    key (or for a key fixed in ``set``), is an error of the sweep file; a value rejected
+    for another reason (a layout that fails only with some other axes' values) is left
+    to its points, which are then skipped with the reason."""
+    from moesim.scenario.load import apply_overrides, load_scenario
+    from moesim.scenario.resolve import resolve
+
+    try:
+        apply_overrides({}, [f"{axis.key}={format_value(axis.values[0])}"])
+    except InputError as err:
+        raise InputError(src, f"axes.{axis.key}", err.expected, err.got) from None
+    base_keys = {b.split("=", 1)[0].strip() for b in base}
+    errors = []
+    for v in axis.values:
+        try:
+            resolve(load_scenario(scenario, [*base, f"{axis.key}={format_value(v)}"],
+                                  resolve=False))
+            return
+        except InputError as err:
+            if err.field != axis.key and err.field not in base_keys:
+                return
+            errors.append(err)
+    err = errors[0]
+    field = f"axes.{axis.key}" if err.field == axis.key else f"set: {err.field}"
+    raise InputError(src, field, err.expected, err.got)
+
+
 def parse_sweep(data: Any, source: str = "<sweep>", base_dir: Path | None = None,
                 default_name: str = "sweep", check_scenario: bool = True) -> SweepSpec:
     """Validate a loaded sweep mapping. With ``check_scenario`` the base scenario plus
@@ -239,12 +274,12 @@ def parse_sweep(data: Any, source: str = "<sweep>", base_dir: Path | None = None
             raise InputError(src, f"plots.{k}", "one of the axis keys", plots[k])
     base_seed = 0
     if check_scenario:
-        from moesim.scenario.load import apply_overrides, load_scenario
+        from moesim.scenario.load import load_scenario
 
         scn = load_scenario(scenario, list(raw_set), resolve=False)
         base_seed = scn.seed
-        for a in axes:   # key check only: values are checked per point (skipped if bad)
-            apply_overrides({}, [f"{a.key}={format_value(a.values[0])}"])
+        for a in axes:
+            _check_axis(src, scenario, tuple(raw_set), a)
     seeds = _seeds(src, data.get("seeds"), base_seed)
     desc = data.get("description", "")
     n = math.prod(len(a.values) for a in axes) if mode == "grid" else len(axes[0].values)

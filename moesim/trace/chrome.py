@@ -213,10 +213,20 @@ def chrome_trace(result: SimResult) -> dict[str, Any]:
     }
 
 
+def _json_default(obj: Any) -> Any:
+    """numpy scalars/arrays, tuples and sets that engines put in ``Span.args``."""
+    if hasattr(obj, "tolist"):
+        return obj.tolist()
+    if isinstance(obj, set | frozenset | tuple):
+        return sorted(obj) if isinstance(obj, set | frozenset) else list(obj)
+    return str(obj)
+
+
 def write_chrome_trace(result: SimResult, path: str | Path) -> Path:
     path = Path(path)
     # json.dumps (C encoder) is several times faster than streaming json.dump
-    path.write_text(json.dumps(chrome_trace(result), separators=(",", ":"), allow_nan=False))
+    path.write_text(json.dumps(chrome_trace(result), separators=(",", ":"), allow_nan=False,
+                               default=_json_default))
     return path
 
 

@@ -90,10 +90,17 @@ def metrics(s: dict) -> dict[str, float | None]:
 
 def compare_summaries(a: dict, b: dict) -> list[dict]:
     """Rows ``{metric, a, b, delta, delta_pct}`` for every metric in either summary, in
-    A's order then B's; missing values are None, Δ% is None when A is 0 or missing."""
+    A's order (B-only metrics next to their family); Δ = B - A, missing values are None,
+    Δ% is None when A is 0 or missing."""
     ma, mb = metrics(a), metrics(b)
     rows = []
-    for k in dict.fromkeys([*ma, *mb]):
+    keys = list(ma)
+    for k in mb:  # B-only metrics go next to A's of the same family (e.g. "stall L3 ...")
+        if k in ma:
+            continue
+        same = [i for i, x in enumerate(keys) if x.split()[0] == k.split()[0]]
+        keys.insert(same[-1] + 1 if same else len(keys), k)
+    for k in keys:
         va, vb = ma.get(k), mb.get(k)
         d = None if va is None or vb is None else vb - va
         if d is not None and abs(d) <= 1e-9 * max(abs(va), abs(vb)):

@@ -106,9 +106,12 @@ def plot_timeline(result: SimResult, ax: Axes, ranks: Iterable[int] | None = Non
         text = f"{sp.dur_s * 1e3:.2f} ms ← rank {sp.waited_on}" + (
             f" e{sp.expert}" if sp.expert >= 0 else "")
         wide = sp.dur_s * 1e3 > 0.12 * (t1 - t0)  # label inside the bar, else right of it
+        ha = "center" if wide else "left"
         x = (sp.start_s + sp.dur_s / 2) * 1e3 if wide else sp.end_s * 1e3 + 0.004 * (t1 - t0)
+        if not wide and x > t0 + 0.85 * (t1 - t0):  # near the right edge: left of the bar
+            ha, x = "right", sp.start_s * 1e3 - 0.004 * (t1 - t0)
         ax.text(x, row_of[sp.rank] + lane_y[2] + lane_h / 2, text,
-                ha="center" if wide else "left", va="center", fontsize=6.5, color="#7A1F22",
+                ha=ha, va="center", fontsize=6.5, color="#7A1F22",
                 clip_on=True,
                 bbox={"boxstyle": "round,pad=0.12", "fc": "white", "ec": "none", "alpha": 0.85})
     for i, r in enumerate(rank_list):
@@ -125,13 +128,17 @@ def plot_timeline(result: SimResult, ax: Axes, ranks: Iterable[int] | None = Non
     n = len(rank_list)
     ax.set_title(f"Step timeline: {what}{n} rank{'s' if n != 1 else ''}, "
                  f"step {result.step_time_s * 1e3:.2f} ms"
-                 + (f"; hot-expert ranks {sorted(hot)[:8]}" if hot else ""))
+                 + (f"; hot-expert ranks {_short_list(sorted(hot))}" if hot else ""))
     order = [k for k in KINDS if k in kinds_seen]
     ax.legend(handles=[Patch(color=KIND_COLORS[k], label=k) for k in order], loc="upper left",
               bbox_to_anchor=(1.005, 1.0), fontsize=8, frameon=False,
               title="lanes per rank:\ncompute / comm / wait", title_fontsize=7)
     ax.grid(axis="x", alpha=0.3)
     return ax
+
+
+def _short_list(xs: list[int], n: int = 8) -> str:
+    return ", ".join(map(str, xs[:n])) + (f", … ({len(xs)} in all)" if len(xs) > n else "")
 
 
 def _timeline_aggregate(result: SimResult, ax: Axes, rank_list: list[int], spans: list[Span],
@@ -189,19 +196,26 @@ def plot_experts(result: SimResult, ax: Axes) -> Axes:
     cap = None if result.expert_capacity is None else np.asarray(result.expert_capacity, float)
     dropped = None if result.expert_dropped is None else np.atleast_2d(
         np.asarray(result.expert_dropped, float))
-    if cap is not None and np.isfinite(cap).any():
-        over = np.argwhere(tok > cap[:, None])
+    # over capacity = tokens were dropped; without drop counts, compare with the capacity
+    # (the engine's capacity may be per micro-batch while tokens are per step)
+    over_mask = None
+    if dropped is not None and dropped.shape == tok.shape:
+        over_mask = dropped > 0
+    elif cap is not None and np.isfinite(cap).any():
+        over_mask = tok > cap[:, None]
+    if over_mask is not None:
+        over = np.argwhere(over_mask)
         if len(over):
             ax.scatter(over[:, 1], over[:, 0], marker="x", color="red",
                        s=40 if n_layers * n_exp <= 256 else 10,
-                       label="over capacity")
+                       label="over capacity (tokens dropped)")
     if n_layers * n_exp <= 64:  # small grid: write the count (and drops) in each cell
         lo, hi = float(tok.min()), float(tok.max())
         for (i, j), t in np.ndenumerate(tok):
             d = 0.0 if dropped is None else float(dropped[i, j])
             txt = f"{int(t)}" + (f"\n(-{int(d)} dropped)" if d > 0 else "")
             dark = hi > lo and (t - lo) / (hi - lo) < 0.6  # viridis is dark at the low end
-            ax.text(j, i + 0.25, txt, ha="center", va="center", fontsize=8,
+            ax.text(j, i + 0.25, txt, ha="center", va="center", fontsize=8 if n_exp <= 8 else 6,
                     color="white" if dark else "black")
     mean = tok.mean()
     ax.set_xlabel("expert")

@@ -168,7 +168,7 @@ def _scalar(d: dict, key: str, fallback: str, reduce) -> str:
     if v is None:
         return "—"
     v = float(v)
-    return f"{v:,.0f}" if v.is_integer() and abs(v) >= 1 else f"{v:.3f}"
+    return f"{v:,.0f}" if v.is_integer() else f"{v:.3f}"
 
 
 def check_outdir(outdir: Path, force: bool, scenario: Any = None) -> None:

@@ -1,8 +1,12 @@
 """Fit compute and communication models to ingested traces (pure numpy, no torch).
 
-Three straight lines, each ``t = overhead + x / rate`` fitted by least squares on
-relative residuals (each sample weighted by 1/t, so a 20 µs kernel counts as much
-as a 20 ms one), with both coefficients kept >= 0:
+Three straight lines, each ``t = overhead + x / rate`` with both coefficients kept
+>= 0. GEMMs and all-to-alls are fitted by least squares on relative residuals (each
+sample weighted by 1/t, so a 20 µs kernel counts as much as a 20 ms one); memory-bound
+ops by least absolute deviations (:func:`fit_line_lad`), because on a CPU a few of
+them are slowed 10-100x by page faults or a busy core and the many tiny ones would
+otherwise set the rate of the large ones. Plus the host's median gap between
+consecutive ops (``host.op_gap_s``), the per-op dispatch cost a replay adds:
 
 - GEMM: x = FLOPs (2·m·k·n per matmul; the innermost matmul op of each call);
 - memory-bound ops (router softmax/top-k, permutation, elementwise, optimizer):
@@ -68,6 +72,56 @@ def fit_line(x: np.ndarray, t: np.ndarray, what: str = "samples") -> LineFit:
                    float(np.max(rel)), float(np.median(rel)))
 
 
+def fit_line_lad(x: np.ndarray, t: np.ndarray, what: str = "samples",
+                 iterations: int = 50) -> LineFit:
+    """Least *absolute* deviations of t = a + b·x (a, b >= 0), by iteratively reweighted
+    least squares started from :func:`fit_line`. A median-type fit: a few samples slowed
+    by something else (a page fault, another process taking the core) do not pull the
+    line, and large ops set the rate in proportion to their size."""
+    start = fit_line(x, t, what)
+    x = np.asarray(x, dtype=float)
+    t = np.asarray(t, dtype=float)
+    keep = t > 0
+    x, t = x[keep], t[keep]
+
+    def cost(a: float, b: float) -> float:
+        return float(np.sum(np.abs(t - a - b * x)))
+
+    a, b = start.overhead_s, start.slope
+    best = cost(a, b)
+    floor = 1e-9 * float(np.median(t))
+    for _ in range(iterations):
+        w = 1.0 / np.maximum(np.abs(t - a - b * x), floor)
+        sw = np.sqrt(w)
+        (na, nb), *_ = np.linalg.lstsq(np.column_stack([np.ones_like(x), x]) * sw[:, None],
+                                       t * sw, rcond=None)
+        if na < 0:
+            na, nb = 0.0, float(np.sum(w * x * t) / np.sum(w * x * x))
+        if nb < 0:
+            na, nb = float(np.sum(w * t) / np.sum(w)), 0.0
+        c = cost(na, nb)
+        if c >= best * (1 - 1e-12):
+            break
+        a, b, best = float(na), float(nb), c
+    res = t - (a + b * x)
+    ss_tot = float(np.sum((t - t.mean()) ** 2))
+    r2 = 1.0 - float(np.sum(res**2)) / ss_tot if ss_tot > 0 else 1.0
+    rel = np.abs(res) / t
+    return LineFit(a, b, r2, int(len(t)), float(np.sqrt(np.mean(res**2))),
+                   float(np.max(rel)), float(np.median(rel)))
+
+
+def gap_samples(ts: TraceSet) -> np.ndarray:
+    """Host time between consecutive traced ops of a rank (next start − previous end,
+    >= 0): framework dispatch and the untraced Python between kernels."""
+    gaps = []
+    for r in ts.ranks:
+        for s in r.steps:
+            ends = np.maximum.accumulate([o.start_s + o.dur_s for o in s.ops]) if s.ops else []
+            gaps += [max(0.0, b.start_s - e) for e, b in zip(ends, s.ops[1:], strict=False)]
+    return np.array(gaps)
+
+
 def gemm_samples(ts: TraceSet) -> tuple[np.ndarray, np.ndarray]:
     """(FLOPs, seconds) of every matmul in every step of every rank."""
     ops = [o for r in ts.ranks for s in r.steps for o in s.ops if o.kind == "gemm"]
@@ -119,17 +173,23 @@ def calibrate(sets: list[TraceSet], sources: list[str], backend: str = "gloo",
 
     src = ", ".join(sources)
     gemm = fit_line(*cat(gemm_samples), what=f"{src} (matmuls)")
-    mem = fit_line(*cat(memory_samples), what=f"{src} (memory-bound ops)")
+    mem = fit_line_lad(*cat(memory_samples), what=f"{src} (memory-bound ops)")
     comm = fit_line(*cat(comm_samples), what=f"{src} (all-to-alls)")
+    gaps = np.concatenate([gap_samples(s) for s in sets])
+    op_gap = float(np.median(gaps)) if len(gaps) else 0.0
     return {
         "format": FORMAT,
         "device": device,
         "gemm": {"flops_per_s": gemm.rate, "overhead_s": gemm.overhead_s},
         "memory": {"bytes_per_s": mem.rate, "overhead_s": mem.overhead_s},
         "comm": {"latency_s": comm.overhead_s, "bandwidth_Bps": comm.rate, "backend": backend},
+        "host": {"op_gap_s": op_gap},
         "fit": {"gemm": _fit_dict(gemm), "memory": _fit_dict(mem), "comm": _fit_dict(comm),
-                "method": "least squares on relative residuals (weights 1/t), "
-                          "coefficients >= 0; comm time = min over ranks of the "
-                          "collective's worker span"},
+                "host": {"n_samples": int(len(gaps)),
+                         "mean_gap_s": float(np.mean(gaps)) if len(gaps) else 0.0},
+                "method": "gemm, comm: least squares on relative residuals (weights 1/t); "
+                          "memory: least absolute deviations; coefficients >= 0; comm time "
+                          "= min over ranks of the collective's worker span; host op gap = "
+                          "median time between consecutive ops of a rank"},
         "sources": list(sources),
     }

@@ -6,6 +6,7 @@ File (JSON, written by ``moesim calibrate``)::
      "gemm":   {"flops_per_s": ..., "overhead_s": ...},
      "memory": {"bytes_per_s": ..., "overhead_s": ...},
      "comm":   {"latency_s": ..., "bandwidth_Bps": ..., "backend": "gloo"},
+     "host":   {"op_gap_s": ...},          # optional (older files: 0)
      "fit": {...}, "sources": [...]}
 
 All values SI (s, FLOP/s, bytes/s).
@@ -49,6 +50,7 @@ class CalibratedComputeModel:
     comm: CommCalibration
     device: str = "cpu"
     name: str = "calibrated"
+    op_gap_s: float = 0.0   # host time between consecutive ops (dispatch), s; 0 if absent
 
     def time_s(self, kernel: Kernel) -> float:
         if kernel.m > 0 or kernel.name.endswith("gemm"):
@@ -73,10 +75,12 @@ def model_from_dict(doc: dict, src: str = "calibration") -> CalibratedComputeMod
     comm = CommCalibration(_num(doc, src, "comm", "latency_s", False),
                            _num(doc, src, "comm", "bandwidth_Bps", True),
                            str(doc["comm"].get("backend", "")))
+    gap = _num(doc, src, "host", "op_gap_s", False) if "host" in doc else 0.0
     return CalibratedComputeModel(
         _num(doc, src, "gemm", "flops_per_s", True), _num(doc, src, "gemm", "overhead_s", False),
         _num(doc, src, "memory", "bytes_per_s", True),
-        _num(doc, src, "memory", "overhead_s", False), comm, str(doc.get("device", "")))
+        _num(doc, src, "memory", "overhead_s", False), comm, str(doc.get("device", "")),
+        op_gap_s=gap)
 
 
 def load_calibration(path: str | Path) -> CalibratedComputeModel:

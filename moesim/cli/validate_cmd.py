@@ -1,0 +1,103 @@
+"""``moesim validate``: replay recorded MoE steps in the simulator; measured vs simulated."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+from pathlib import Path
+
+OUT_FILES = ("validation.json", "overlay.png")
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("trace_dir", metavar="TRACE_DIR",
+                        help="rank traces of one recording (a directory, as moesim ingest reads)")
+    parser.add_argument("--calibration", required=True, metavar="CALIB_JSON",
+                        help="calibration file (moesim calibrate -o); every simulated duration "
+                             "comes from it")
+    parser.add_argument("-o", "--output", metavar="OUTDIR",
+                        help="write validation.json and overlay.png (timeline) here")
+    parser.add_argument("--force", action="store_true",
+                        help="overwrite validation.json / overlay.png in OUTDIR")
+    parser.add_argument("--step", type=int, default=None,
+                        help="traced step drawn in overlay.png (default: the first)")
+    parser.add_argument("--json", action="store_true",
+                        help="print per-rank measured/simulated/error as JSON (seconds)")
+
+
+def text_table(doc: dict, trace_dir: str, calib: str) -> str:
+    from moesim.validation.validate import PHASES
+
+    lines = [f"{trace_dir} vs simulation with {calib}: {len(doc['ranks'])} ranks, "
+             f"steps {doc['steps']} (mean over steps)",
+             f"{'rank':>4}  {'phase':<11}{'measured ms':>12}{'simulated ms':>14}{'error':>9}"
+             f"{'step cv':>9}"]
+    for r in doc["ranks"]:
+        for p in PHASES:
+            err, cv = r["error"][p], r["measured_step_cv"][p]
+            lines.append(f"{r['rank']:>4}  {p:<11}{r['measured'][p] * 1e3:>12.3f}"
+                         f"{r['simulated'][p] * 1e3:>14.3f}"
+                         f"{'n/a' if err is None else f'{err:+.1%}':>9}"
+                         f"{'n/a' if cv is None else f'{cv:.1%}':>9}")
+    med = doc["median_abs_error"]
+    lines.append(f"median |error| over ranks and phases: {'n/a' if med is None else f'{med:.1%}'}"
+                 "  (error = (simulated - measured) / measured; step cv = std/mean of the "
+                 "measured phase over steps)")
+    return "\n".join(lines)
+
+
+def _overlay(v, step: int, path: Path, title: str) -> None:
+    from moesim.trace.plots import new_figure
+    from moesim.validation.overlay import plot_overlay
+
+    rows = [c for c in v.per_step if c.step == step]
+    meas = [s for c in rows for s in c.measured_spans]
+    sim = [s for c in rows for s in c.simulated_spans]
+    first = min((s.start_s for s in meas), default=0.0)
+    fig = new_figure(14.0, 1.6 + 0.9 * v.world)
+    ax = fig.add_subplot(1, 1, 1)
+    plot_overlay(meas, sim, ax, v.world, title=title, sim_offset_s=first)
+    fig.tight_layout()
+    fig.savefig(path)
+
+
+def run(args: argparse.Namespace) -> int:
+    from moesim.errors import InputError
+    from moesim.validation.calibration import load_calibration
+    from moesim.validation.ingest import ingest
+    from moesim.validation.validate import validate
+
+    model = load_calibration(args.calibration)
+    out = Path(args.output) if args.output else None
+    if out is not None:
+        if out.exists() and not out.is_dir():
+            raise InputError(str(out), "-o", "a directory (or a path to create)", "a file")
+        clash = [f for f in OUT_FILES if (out / f).exists()]
+        if clash and not args.force:
+            raise InputError(str(out / clash[0]), "-o", "an OUTDIR without validation.json / "
+                             "overlay.png (or --force)", "exists")
+    ts = ingest([args.trace_dir])
+    v = validate(ts, model, source=args.trace_dir)
+    step = v.steps[0] if args.step is None else args.step
+    if step not in v.steps:
+        raise InputError(args.trace_dir, "--step", f"one of the traced steps {list(v.steps)}",
+                         args.step)
+    doc = v.to_json()
+    doc["calibration"] = args.calibration
+    if out is not None:
+        out.mkdir(parents=True, exist_ok=True)
+        (out / "validation.json").write_text(json.dumps(doc, indent=1) + "\n")
+        med = doc["median_abs_error"]
+        _overlay(v, step, out / "overlay.png",
+                 f"{args.trace_dir} step {step}: measured vs simulated ({Path(args.calibration).name}"
+                 f"; median |error| {med:.1%})" if med is not None and math.isfinite(med)
+                 else f"{args.trace_dir} step {step}")
+    if args.json:
+        print(json.dumps({k: doc[k] for k in ("ranks", "median_abs_error", "steps", "averaging",
+                                              "units", "source", "calibration")}, indent=1))
+    else:
+        print(text_table(doc, args.trace_dir, args.calibration))
+        if out is not None:
+            print(f"wrote {out / 'validation.json'} and {out / 'overlay.png'}")
+    return 0
