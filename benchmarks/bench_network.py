@@ -111,19 +111,33 @@ def make_topology(gpus: int, preset: str = "fat-tree"):
     return topo, f"fat-tree, {leaves} leaves"
 
 
-def measure(fn, repeats: int) -> tuple[float, float, object]:
-    """(median wall s, peak traced heap bytes, last result)."""
-    walls = []
+@dataclass
+class Measured:
+    wall_s: float      # median wall time
+    cpu_s: float       # median process CPU time (robust on a shared machine)
+    peak_bytes: int    # peak traced Python heap (tracemalloc, one extra run)
+    result: object
+
+
+def measure(fn, repeats: int) -> Measured:
+    walls, cpus = [], []
     result = None
     for _ in range(repeats):
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
         result = fn()
         walls.append(time.perf_counter() - t0)
+        cpus.append(time.process_time() - c0)
     tracemalloc.start()
     fn()
     peak = tracemalloc.get_traced_memory()[1]
     tracemalloc.stop()
-    return statistics.median(walls), peak, result
+    return Measured(statistics.median(walls), statistics.median(cpus), peak, result)
+
+
+def timing(m: Measured, repeats: int, unit: str = "s") -> str:
+    k = 1e3 if unit == "ms" else 1.0
+    return (f"wall {m.wall_s * k:.2f} {unit} / cpu {m.cpu_s * k:.2f} {unit} (median of {repeats}), "
+            f"peak heap {m.peak_bytes / 2**20:.1f} MiB")
 
 
 def bench_solver(rng: np.random.Generator, repeats: int) -> None:
@@ -135,11 +149,10 @@ def bench_solver(rng: np.random.Generator, repeats: int) -> None:
     paths = [topo.route(gpus[a], gpus[b], i) for i, (a, b) in enumerate(zip(src, dst, strict=True))]
     pf = np.repeat(np.arange(n), [len(p) for p in paths])
     pl = np.concatenate([np.asarray(p, dtype=np.int64) for p in paths])
-    wall, peak, rates = measure(lambda: maxmin_pairs(pf, pl, n, topo.capacity_Bps), repeats)
-    levels = len(np.unique(rates))
+    m = measure(lambda: maxmin_pairs(pf, pl, n, topo.capacity_Bps), repeats)
+    levels = len(np.unique(m.result))
     print(f"max-min solve, {n} flows ({len(pl)} flow-link pairs) on 256 GPUs [{how}]: "
-          f"{wall * 1e3:.1f} ms median of {repeats}, peak heap {peak / 2**20:.1f} MiB, "
-          f"{levels} distinct rate levels")
+          f"{timing(m, repeats, 'ms')}, {levels} distinct rate levels")
 
 
 def run_network(topo, flows: list[tuple[str, str, float]],
@@ -166,10 +179,10 @@ def all_to_all(topo, rng: np.random.Generator | None) -> list[tuple[str, str, fl
 def bench_all_to_all(repeats: int, preset: str) -> None:
     topo, how = make_topology(256, preset)
     flows = all_to_all(topo, None)
-    wall, peak, (t_sim, net) = measure(lambda: run_network(topo, flows), repeats)
-    print(f"all-to-all 256 GPUs, {len(flows)} flows of 1 MiB [{how}]: wall {wall:.2f} s "
-          f"median of {repeats}, peak heap {peak / 2**20:.1f} MiB, simulated {t_sim * 1e3:.4f} ms, "
-          f"{net.n_solves} solves")
+    m = measure(lambda: run_network(topo, flows), repeats)
+    t_sim, net = m.result
+    print(f"all-to-all 256 GPUs, {len(flows)} flows of 1 MiB [{how}]: {timing(m, repeats)}, "
+          f"simulated {t_sim * 1e3:.4f} ms, {net.n_solves} solves")
 
 
 def bench_skewed(gpus: int, rtols: list[float], repeats: int) -> None:
@@ -177,13 +190,13 @@ def bench_skewed(gpus: int, rtols: list[float], repeats: int) -> None:
     flows = all_to_all(topo, np.random.default_rng(1))
     exact = None
     for rtol in rtols:
-        wall, peak, (t_sim, net) = measure(lambda r=rtol: run_network(topo, flows, r), repeats)
+        m = measure(lambda r=rtol: run_network(topo, flows, r), repeats)
+        t_sim, net = m.result
         if rtol == 0.0:
             exact = t_sim
         err = f", {abs(t_sim - exact) / exact:.1e} off exact" if exact and rtol > 0 else ""
         print(f"skewed all-to-all {gpus} GPUs, {len(flows)} flows [{how}], coalesce_rtol={rtol:g}: "
-              f"wall {wall:.2f} s median of {repeats}, peak heap {peak / 2**20:.1f} MiB, "
-              f"simulated {t_sim * 1e3:.4f} ms{err}, {net.n_solves} solves")
+              f"{timing(m, repeats)}, simulated {t_sim * 1e3:.4f} ms{err}, {net.n_solves} solves")
 
 
 def random_flows(topo, names: list[str], src: np.ndarray, dst: np.ndarray, size: np.ndarray,
@@ -204,7 +217,7 @@ def random_flows(topo, names: list[str], src: np.ndarray, dst: np.ndarray, size:
 
 
 def bench_growth(rng: np.random.Generator, sizes: list[int], repeats: int) -> None:
-    events, walls = [], []
+    events, walls, cpus = [], [], []
     for gpus in sizes:
         topo, how = make_topology(gpus)
         names = list(topo.gpus)
@@ -214,15 +227,17 @@ def bench_growth(rng: np.random.Generator, sizes: list[int], repeats: int) -> No
         size = rng.uniform(1e5, 1e7, n)
         starts = np.sort(rng.uniform(0, 1e-3, n))
 
-        wall, peak, net = measure(partial(random_flows, topo, names, src, dst, size, starts),
-                                  repeats)
+        m = measure(partial(random_flows, topo, names, src, dst, size, starts), repeats)
+        net = m.result
         events.append(2 * n)
-        walls.append(wall)
+        walls.append(m.wall_s)
+        cpus.append(m.cpu_s)
         print(f"  {gpus:5d} GPUs, {n:6d} random flows (starts over 1 ms, 0.1-10 MB) [{how}]: "
-              f"wall {wall:.2f} s, {net.n_solves} solves, {net.n_resolved / net.n_solves:.0f} "
-              f"rates re-solved per solve, peak heap {peak / 2**20:.1f} MiB")
-    slope = np.polyfit(np.log(events), np.log(walls), 1)[0]
-    print(f"fitted exponent of wall time vs flow events (starts + finishes): {slope:.2f}")
+              f"{timing(m, repeats)}, {net.n_solves} solves, "
+              f"{net.n_resolved / net.n_solves:.0f} rates re-solved per solve")
+    fit = [np.polyfit(np.log(events), np.log(t), 1)[0] for t in (walls, cpus)]
+    print(f"fitted exponent of time vs flow events (starts + finishes): wall {fit[0]:.2f}, "
+          f"cpu {fit[1]:.2f}")
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -243,3 +243,16 @@ def test_per_flow_key_picks_the_path(keys, end) -> None:
     ev = net.transfer_many([("a", "b", 1000.0, keys[0]), ("a", "b", 1000.0, keys[1])])
     env.run()
     assert ev.processed and env.now == pytest.approx(end, rel=1e-12)
+
+
+@pytest.mark.parametrize("cls", [FlowNetwork, AnalyticalNetwork])
+def test_rejected_batch_leaves_no_half_started_flows(cls) -> None:
+    # a bad size in a batch raises before any of its flows starts; the network goes on
+    env = simpy.Environment()
+    net = cls(env, chain([100.0], [0.0]))
+    with pytest.raises(ValueError):
+        net.transfer_many([("a", "b", 100.0), ("a", "b", float("nan"))])
+    ok = net.transfer("a", "b", 100.0)
+    env.run()
+    assert ok.processed and env.now == pytest.approx(1.0, rel=1e-12)
+    assert net.link_bytes().tolist() == [100.0]

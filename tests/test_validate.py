@@ -214,6 +214,7 @@ def test_cli_table_and_outdir(traces, tmp_path, capsys):
     assert (out / "validation.json").read_bytes() == before
     assert main(["validate", str(traces), "--calibration", str(calib), "-o", str(out),
                  "--force"]) == 0
+    assert (out / "validation.json").read_bytes() == before      # deterministic
 
 
 def _one_error_line(capsys) -> str:
@@ -281,3 +282,20 @@ def test_shipped_hot_trace_gives_finite_errors_and_the_stall():
         if c.rank == 1:
             st = [s for s in c.simulated_spans if s.kind == "stall" and s.name == "combine"]
             assert len(st) == 1 and st[0].waited_on == 0 and st[0].expert == 0
+
+
+def test_step_without_combine_or_unknown_step_exit_2(tmp_path, capsys):
+    d = tmp_path / "t"
+    d.mkdir()
+    for r in (0, 1):      # only the count exchange and the dispatch: no combine
+        ev = [e for e in rank_events(r) if e["ts"] < 300]
+        doc = {"distributedInfo": {"backend": "gloo", "rank": r, "world_size": 2},
+               "traceEvents": ev}
+        (d / f"rank{r}.json").write_text(json.dumps(doc))
+    calib = write_calib(tmp_path / "c.json")
+    assert main(["validate", str(d), "--calibration", str(calib)]) == 2
+    line = _one_error_line(capsys)
+    assert "rank0.json: ProfilerStep#1: expected a forward dispatch and combine" in line
+    good = write_traces(tmp_path / "good")
+    assert main(["validate", str(good), "--calibration", str(calib), "--step", "7"]) == 2
+    assert "--step" in _one_error_line(capsys)

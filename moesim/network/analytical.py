@@ -70,18 +70,20 @@ class AnalyticalNetwork:
         Each flow is ``(src, dst, bytes)`` or ``(src, dst, bytes, key)``: a fourth
         element picks that flow's ECMP path, overriding ``key``."""
         ev = self.env.event()
-        longest = 0.0
+        timed = []
         for f in flows:
             src, dst, nbytes = f[0], f[1], f[2]
             fkey = f[3] if len(f) > 3 else key
-            t = self.flow_time(src, dst, nbytes, fkey)
+            t = self.flow_time(src, dst, nbytes, fkey)   # validates before anything starts
             path = self._route(src, dst, fkey)[0]
-            if len(path) == 0:
-                continue   # src == dst: nothing crosses a link
-            self.n_flows += 1
+            if len(path):   # src == dst crosses no link
+                timed.append((t, path, float(nbytes)))
+        self.n_flows += len(timed)
+        longest = 0.0
+        for t, path, nbytes in timed:
             longest = max(longest, t)
             # each flow is credited to its links at its own delivery
-            self.env.timeout(t).callbacks.append(partial(self._credit, path, float(nbytes)))
+            self.env.timeout(t).callbacks.append(partial(self._credit, path, nbytes))
         if longest == 0.0:
             ev.succeed(tag)
         else:

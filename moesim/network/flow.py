@@ -153,17 +153,17 @@ class FlowNetwork:
         ev = self.env.event()
         gid = self._next_group
         self._next_group += 1
-        count = 0
+        queued = []
         for f in flows:
             src, dst, nbytes = f[0], f[1], float(f[2])
             fkey = f[3] if len(f) > 3 else key
             if not nbytes >= 0 or nbytes == np.inf:
                 raise ValueError(f"flow {src}->{dst}: bytes must be finite and >= 0, got {nbytes}")
             path = self._route(src, dst, fkey)
-            if len(path) == 0:
-                continue   # src == dst: delivered at once
-            self._pending.append((path, nbytes, gid))
-            count += 1
+            if len(path):   # src == dst crosses no link: delivered at once
+                queued.append((path, nbytes, gid))
+        count = len(queued)
+        self._pending.extend(queued)
         if count == 0:
             ev.succeed(tag)
             return ev

@@ -53,36 +53,33 @@ def maxmin_pairs(
     if np.any(po[1:] < po[:-1]):
         order = np.argsort(po, kind="stable")
         po, pl = po[order], pl[order]
-    # work on the links in use only, renumbered 0..n_used-1
-    used_links, pl = np.unique(pl, return_inverse=True)
-    cap = cap[used_links]
-    if np.any(cap <= 0):
+    if np.any(cap[pl] <= 0):
         raise ValueError("every link a flow crosses needs capacity_Bps > 0")
-    n_used = cap.shape[0]
-    frozen_load = np.zeros(n_used)  # sum of frozen flows' rates per link
-    with np.errstate(divide="ignore"):
-        while po.size:
-            # segments of consecutive pairs of one flow
-            new_flow = np.empty(po.size, dtype=bool)
-            new_flow[0] = True
-            np.not_equal(po[1:], po[:-1], out=new_flow[1:])
-            starts = np.flatnonzero(new_flow)
-            seg = np.cumsum(new_flow) - 1              # flow segment of each pair
-            cnt = np.bincount(pl, minlength=n_used)
-            share = np.maximum(cap - frozen_load, 0.0) / cnt   # inf on links with no flow
-            flow_min = np.minimum.reduceat(share[pl], starts)  # smallest share on each path
-            flow_min_p = flow_min[seg]
-            nbr = np.full(n_used, np.inf)
-            np.minimum.at(nbr, pl, flow_min_p)   # smallest share among links sharing a flow
-            bottleneck = share <= nbr * (1.0 + SAT_RTOL)
-            frozen = np.zeros(starts.size, dtype=bool)
-            frozen[seg[bottleneck[pl]]] = True
-            rates[po[starts[frozen]]] = flow_min[frozen]
-            frozen_p = frozen[seg]
-            frozen_load += np.bincount(pl[frozen_p], weights=flow_min_p[frozen_p],
-                                       minlength=n_used)
-            keep = ~frozen_p
-            po, pl = po[keep], pl[keep]
+    n_links = cap.shape[0]
+    frozen_load = np.zeros(n_links)
+    share = np.empty(n_links)
+    nbr = np.empty(n_links)
+    while po.size:
+        new_flow = np.empty(po.size, dtype=bool)
+        new_flow[0] = True
+        np.not_equal(po[1:], po[:-1], out=new_flow[1:])
+        starts = np.flatnonzero(new_flow)
+        seg_len = np.diff(np.append(starts, po.size))
+        cnt = np.bincount(pl, minlength=n_links)
+        share.fill(np.inf)
+        used = cnt > 0
+        share[used] = np.maximum(cap[used] - frozen_load[used], 0.0) / cnt[used]
+        flow_min = np.minimum.reduceat(share[pl], starts)
+        flow_min_p = np.repeat(flow_min, seg_len)
+        nbr.fill(np.inf)
+        np.minimum.at(nbr, pl, flow_min_p)
+        bottleneck = share <= nbr * (1.0 + SAT_RTOL)
+        frozen = np.logical_or.reduceat(bottleneck[pl], starts)
+        rates[po[starts[frozen]]] = flow_min[frozen]
+        frozen_p = np.repeat(frozen, seg_len)
+        frozen_load += np.bincount(pl[frozen_p], weights=flow_min_p[frozen_p], minlength=n_links)
+        keep = ~frozen_p
+        po, pl = po[keep], pl[keep]
     return rates
 
 

@@ -1,12 +1,20 @@
 """Fit compute and communication models to ingested traces (pure numpy, no torch).
 
 Three straight lines, each ``t = overhead + x / rate`` with both coefficients kept
->= 0. GEMMs and all-to-alls are fitted by least squares on relative residuals (each
-sample weighted by 1/t, so a 20 µs kernel counts as much as a 20 ms one); memory-bound
-ops by least absolute deviations (:func:`fit_line_lad`), because on a CPU a few of
-them are slowed 10-100x by page faults or a busy core and the many tiny ones would
-otherwise set the rate of the large ones. Plus the host's median gap between
-consecutive ops (``host.op_gap_s``), the per-op dispatch cost a replay adds:
+>= 0, plus a host term:
+
+- GEMMs and all-to-alls: least squares on relative residuals (each sample weighted by
+  1/t, so a 20 µs kernel counts as much as a 20 ms one);
+- memory-bound ops: the per-op overhead from that relative fit (small ops), and the
+  rate that makes the predicted total equal the measured total (:func:`fit_total`),
+  i.e. the *mean* time per byte. On a CPU a fraction of large elementwise ops pays
+  first-touch page faults of a fresh output (10-100x the typical time); the simulator
+  predicts mean phase times, and a sum of ops has the mean of the sum only if each
+  op's cost is its mean, not its typical (median) value;
+- host: ``op_gap_s``, the mean time between consecutive traced ops of a rank
+  (framework dispatch and untraced Python), which a replay adds per compute op.
+
+Samples:
 
 - GEMM: x = FLOPs (2·m·k·n per matmul; the innermost matmul op of each call);
 - memory-bound ops (router softmax/top-k, permutation, elementwise, optimizer):
@@ -72,42 +80,20 @@ def fit_line(x: np.ndarray, t: np.ndarray, what: str = "samples") -> LineFit:
                    float(np.max(rel)), float(np.median(rel)))
 
 
-def fit_line_lad(x: np.ndarray, t: np.ndarray, what: str = "samples",
-                 iterations: int = 50) -> LineFit:
-    """Least *absolute* deviations of t = a + b·x (a, b >= 0), by iteratively reweighted
-    least squares started from :func:`fit_line`. A median-type fit: a few samples slowed
-    by something else (a page fault, another process taking the core) do not pull the
-    line, and large ops set the rate in proportion to their size."""
-    start = fit_line(x, t, what)
+def fit_total(x: np.ndarray, t: np.ndarray, overhead_s: float) -> LineFit:
+    """Keep the per-op ``overhead_s`` and choose the rate so that the predicted total
+    equals the measured total: slope = (Σt − n·overhead) / Σx, >= 0. The mean time per
+    byte, rare slow samples included."""
     x = np.asarray(x, dtype=float)
     t = np.asarray(t, dtype=float)
     keep = t > 0
     x, t = x[keep], t[keep]
-
-    def cost(a: float, b: float) -> float:
-        return float(np.sum(np.abs(t - a - b * x)))
-
-    a, b = start.overhead_s, start.slope
-    best = cost(a, b)
-    floor = 1e-9 * float(np.median(t))
-    for _ in range(iterations):
-        w = 1.0 / np.maximum(np.abs(t - a - b * x), floor)
-        sw = np.sqrt(w)
-        (na, nb), *_ = np.linalg.lstsq(np.column_stack([np.ones_like(x), x]) * sw[:, None],
-                                       t * sw, rcond=None)
-        if na < 0:
-            na, nb = 0.0, float(np.sum(w * x * t) / np.sum(w * x * x))
-        if nb < 0:
-            na, nb = float(np.sum(w * t) / np.sum(w)), 0.0
-        c = cost(na, nb)
-        if c >= best * (1 - 1e-12):
-            break
-        a, b, best = float(na), float(nb), c
-    res = t - (a + b * x)
+    b = max(0.0, float(np.sum(t) - len(t) * overhead_s)) / float(np.sum(x))
+    res = t - (overhead_s + b * x)
     ss_tot = float(np.sum((t - t.mean()) ** 2))
     r2 = 1.0 - float(np.sum(res**2)) / ss_tot if ss_tot > 0 else 1.0
     rel = np.abs(res) / t
-    return LineFit(a, b, r2, int(len(t)), float(np.sqrt(np.mean(res**2))),
+    return LineFit(float(overhead_s), b, r2, int(len(t)), float(np.sqrt(np.mean(res**2))),
                    float(np.max(rel)), float(np.median(rel)))
 
 
@@ -173,10 +159,11 @@ def calibrate(sets: list[TraceSet], sources: list[str], backend: str = "gloo",
 
     src = ", ".join(sources)
     gemm = fit_line(*cat(gemm_samples), what=f"{src} (matmuls)")
-    mem = fit_line_lad(*cat(memory_samples), what=f"{src} (memory-bound ops)")
+    mem_x, mem_t = cat(memory_samples)
+    mem = fit_total(mem_x, mem_t, fit_line(mem_x, mem_t, f"{src} (memory-bound ops)").overhead_s)
     comm = fit_line(*cat(comm_samples), what=f"{src} (all-to-alls)")
     gaps = np.concatenate([gap_samples(s) for s in sets])
-    op_gap = float(np.median(gaps)) if len(gaps) else 0.0
+    op_gap = float(np.mean(gaps)) if len(gaps) else 0.0
     return {
         "format": FORMAT,
         "device": device,
@@ -186,10 +173,11 @@ def calibrate(sets: list[TraceSet], sources: list[str], backend: str = "gloo",
         "host": {"op_gap_s": op_gap},
         "fit": {"gemm": _fit_dict(gemm), "memory": _fit_dict(mem), "comm": _fit_dict(comm),
                 "host": {"n_samples": int(len(gaps)),
-                         "mean_gap_s": float(np.mean(gaps)) if len(gaps) else 0.0},
+                         "median_gap_s": float(np.median(gaps)) if len(gaps) else 0.0},
                 "method": "gemm, comm: least squares on relative residuals (weights 1/t); "
-                          "memory: least absolute deviations; coefficients >= 0; comm time "
-                          "= min over ranks of the collective's worker span; host op gap = "
-                          "median time between consecutive ops of a rank"},
+                          "memory: overhead from that fit, rate = total bytes / (total time - "
+                          "overhead per op); coefficients >= 0; "
+                          "comm time = min over ranks of the collective's worker span; host "
+                          "op gap = mean time between consecutive ops of a rank"},
         "sources": list(sources),
     }

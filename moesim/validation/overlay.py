@@ -45,7 +45,9 @@ def plot_overlay(measured: Sequence[Span], simulated: Sequence[Span], ax: Axes,
     ax.set_xlabel("time from step start (ms)")
     kinds = [k for k in ("compute", "ep_dispatch", "ep_combine", "stall")
              if any(s.kind == k for s in (*measured, *simulated))]
-    ax.legend(handles=[Patch(color=KIND_COLORS[k], label=k.replace("ep_", "")) for k in kinds],
+    names = {"stall": "stall (waiting for a peer)", "compute": "compute (GEMM, memory-bound)"}
+    ax.legend(handles=[Patch(color=KIND_COLORS[k], label=names.get(k, k.replace("ep_", "")))
+                       for k in kinds],
               loc="upper center", bbox_to_anchor=(0.5, -0.18), ncol=len(kinds), frameon=False)
     if title:
         ax.set_title(title)

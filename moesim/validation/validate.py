@@ -159,8 +159,8 @@ def op_windows(step: TraceStep, windows: dict[str, Interval]) -> dict[str, list[
 
 
 # --------------------------------------------------------------------------- phases
-def timeline_phases(step: TraceStep, iv: list[Interval], members: dict[str, list[int]]
-                    ) -> dict[str, float]:
+def timeline_phases(step: TraceStep, iv: list[Interval], members: dict[str, list[int]],
+                    source: str = "") -> dict[str, float]:
     """The five phases of one rank from op intervals ``iv[i] = (start, end)`` of
     ``step.ops[i]`` (a collective's start = the rank's arrival)."""
     def span(idx: list[int]) -> float:
@@ -168,8 +168,8 @@ def timeline_phases(step: TraceStep, iv: list[Interval], members: dict[str, list
 
     role = {o.role: i for i, o in reversed(list(enumerate(step.ops))) if o.kind == "all_to_all"}
     if "dispatch" not in role or "combine" not in role:
-        raise InputError(f"step {step.step} rank {step.rank}", "all-to-alls",
-                         "a forward dispatch and combine", sorted(role))
+        raise InputError(source or f"rank {step.rank}", f"ProfilerStep#{step.step}",
+                         "a forward dispatch and combine all-to-all", sorted(role))
     d, c = iv[role["dispatch"]], iv[role["combine"]]
     return {"forward_s": span(members["forward"]), "backward_s": span(members["backward"]),
             "dispatch_s": d[1] - d[0], "experts_s": c[0] - d[1], "combine_s": c[1] - c[0]}
@@ -252,8 +252,9 @@ def validate(ts: TraceSet, model: CalibratedComputeModel,
             s = ts.step(r, sid)
             members = op_windows(s, windows[(r, sid)])
             sim_iv = simulated_intervals(spans, programs[r], r)
+            src = ts.ranks[r].source
             rows.append(StepComparison(
-                r, sid, timeline_phases(s, measured_intervals(s), members),
-                timeline_phases(s, sim_iv, members), tuple(measured_spans(s, min_dur)),
+                r, sid, timeline_phases(s, measured_intervals(s), members, src),
+                timeline_phases(s, sim_iv, members, src), tuple(measured_spans(s, min_dur)),
                 tuple(sp for sp in spans if sp.rank == r)))
     return Validation(source, ts.world, steps, tuple(rows))
