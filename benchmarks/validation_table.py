@@ -1,16 +1,17 @@
 """Regenerate the validation-study table of docs/validation.md.
 
-    python benchmarks/validation_table.py                 # calibrate on traces/uniform,
-                                                          # validate uniform, zipf, hot
-    python benchmarks/validation_table.py --repeat traces/uniform /tmp/uniform2
+    python benchmarks/validation_table.py      # calibrate on traces/uniform; validate
+                                               # uniform, zipf, hot; noise from the repeats
+    python benchmarks/validation_table.py --repeat traces/hot traces/hot-repeat
 
 Calibrates in memory exactly as ``moesim calibrate traces/uniform -o calib.json`` does
 (same code), then runs ``moesim validate``'s code on each trace directory and prints a
-Markdown table: the signed error of each phase per rank ((simulated − measured) /
-measured of the means over the traced steps), the median |error| per trace, and the
-measured step-to-step variation (std/mean over steps, forward and backward).
-``--repeat A B`` also prints how much the measured phases of two recordings of the
-same configuration differ (the run-to-run noise, which bounds any error).
+Markdown table: per rank the signed error of each phase (median over the traced steps
+of (simulated − measured) / measured), the median |error| per trace, the measured
+step-to-step variation (std/mean over steps, forward and backward), and the run-to-run
+noise: for a trace given with ``--repeat TRACE OTHER`` (a second recording of the same
+configuration), the median over steps of (OTHER − TRACE) / TRACE of the measured
+forward / backward — the same statistic as the error, which cannot be smaller.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from pathlib import Path
 from moesim.validation.calibrate import calibrate
 from moesim.validation.calibration import model_from_dict
 from moesim.validation.ingest import ingest
+from moesim.validation.noise import run_to_run_noise
 from moesim.validation.validate import PHASES, validate
 
 SHORT = {"forward_s": "forward", "backward_s": "backward", "dispatch_s": "dispatch",
@@ -35,47 +37,52 @@ def _backend(trace_dir: str) -> str:
         return "gloo"
 
 
-def table(calib_dirs: list[str], trace_dirs: list[str]) -> str:
+def table(calib_dirs: list[str], trace_dirs: list[str],
+          repeats: dict[str, str] | None = None) -> str:
+    repeats = repeats or {}
     doc = calibrate([ingest([d]) for d in calib_dirs], calib_dirs, backend=_backend(calib_dirs[0]))
     model = model_from_dict(doc)
     head = ("| trace | role | rank | " + " | ".join(SHORT[p] for p in PHASES)
-            + " | median abs error | step cv fwd / bwd |")
-    lines = [f"calibration: {', '.join(calib_dirs)} (gemm {doc['gemm']['flops_per_s'] / 1e9:.1f}"
-             f" GFLOP/s + {doc['gemm']['overhead_s'] * 1e6:.0f} µs; memory "
-             f"{doc['memory']['bytes_per_s'] / 1e9:.2f} GB/s + "
-             f"{doc['memory']['overhead_s'] * 1e6:.2f} µs; comm "
-             f"{doc['comm']['latency_s'] * 1e6:.0f} µs + bytes / "
-             f"{doc['comm']['bandwidth_Bps'] / 1e9:.2f} GB/s; host gap "
-             f"{doc['host']['op_gap_s'] * 1e6:.0f} µs/op)", "",
+            + " | median abs error | step cv fwd / bwd | noise fwd / bwd |")
+    lines = [f"calibration: {', '.join(calib_dirs)} ({describe(doc)})", "",
              head, "|" + "---|" * (head.count("|") - 1)]
     for d in trace_dirs:
-        v = validate(ingest([d]), model, source=d)
+        ts = ingest([d])
+        v = validate(ts, model, source=d)
+        noise = run_to_run_noise(ts, ingest([repeats[d]]), repeats[d]) if d in repeats else None
         role = "fit" if d in calib_dirs else "prediction"
         med = v.median_abs_error()
         for r in range(v.world):
             err = v.error(r)
             cv = v.to_json()["ranks"][r]["measured_step_cv"]
             cells = " | ".join(f"{err[p]:+.1%}" for p in PHASES)
+            nz = ("—" if noise is None else
+                  f"{noise[r]['forward_s']:+.1%} / {noise[r]['backward_s']:+.1%}")
             lines.append(f"| {d if r == 0 else ''} | {role if r == 0 else ''} | {r} | {cells} | "
                          f"{f'{med:.1%}' if r == 0 else ''} | "
-                         f"{cv['forward_s']:.0%} / {cv['backward_s']:.0%} |")
+                         f"{cv['forward_s']:.0%} / {cv['backward_s']:.0%} | {nz} |")
+    for d, other in repeats.items():
+        lines.append("")
+        lines.append(repeat(d, other))
     return "\n".join(lines)
+
+
+def describe(doc: dict) -> str:
+    """One line of the calibration's coefficients, with units."""
+    g, m, c, h = doc["gemm"], doc["memory"], doc["comm"], doc["host"]
+    return (f"gemm {g['flops_per_s'] / 1e9:.1f} GFLOP/s + {g['overhead_s'] * 1e6:.0f} µs; "
+            f"memory {m['bytes_per_s'] / 1e9:.2f} GB/s + {m['overhead_s'] * 1e6:.2f} µs; "
+            f"comm {c['latency_s'] * 1e6:.0f} µs + bytes / {c['bandwidth_Bps'] / 1e9:.2f} GB/s; "
+            + ", ".join(f"host {k} {v * 1e6:.0f} µs" for k, v in h.items()))
 
 
 def repeat(a: str, b: str) -> str:
-    """Measured phases (mean over steps) of recording b relative to recording a."""
-    va, vb = (validate(ingest([d]), _null_model(d)) for d in (a, b))
-    lines = [f"run-to-run: measured phases of {b} relative to {a} (mean over steps)"]
-    for r in range(va.world):
-        ma, mb = va.mean(r, "measured"), vb.mean(r, "measured")
-        lines.append(f"  rank {r}: " + ", ".join(f"{SHORT[p]} {(mb[p] - ma[p]) / ma[p]:+.1%}"
-                                                 for p in PHASES))
+    """Run-to-run noise of every phase: median over steps of (b − a) / a, measured."""
+    noise = run_to_run_noise(ingest([a]), ingest([b]), b)
+    lines = [f"run-to-run noise: {b} against {a} (median over steps of (b - a) / a, measured)"]
+    for r, nz in enumerate(noise):
+        lines.append(f"  rank {r}: " + ", ".join(f"{SHORT[p]} {nz[p]:+.1%}" for p in PHASES))
     return "\n".join(lines)
-
-
-def _null_model(d: str):
-    # measured phases do not depend on the model; any valid calibration will do
-    return model_from_dict(calibrate([ingest([d])], [d]))
 
 
 def main() -> None:
@@ -83,12 +90,12 @@ def main() -> None:
     ap.add_argument("--calibrate", nargs="+", default=["traces/uniform"], metavar="DIR")
     ap.add_argument("--traces", nargs="+", default=["traces/uniform", "traces/zipf",
                                                     "traces/hot"], metavar="DIR")
-    ap.add_argument("--repeat", nargs=2, metavar=("DIR_A", "DIR_B"))
+    ap.add_argument("--repeat", nargs=2, action="append", metavar=("DIR", "OTHER_DIR"),
+                    help="a second recording of DIR's configuration (noise); repeatable")
     args = ap.parse_args()
-    print(table(args.calibrate, args.traces))
-    if args.repeat:
-        print()
-        print(repeat(*args.repeat))
+    repeats = dict(args.repeat) if args.repeat else {
+        d: f"{d}-repeat" for d in args.traces if Path(f"{d}-repeat").is_dir()}
+    print(table(args.calibrate, args.traces, repeats))
 
 
 if __name__ == "__main__":

@@ -155,3 +155,20 @@ def test_two_node_ring_all_reduce_spreads_over_every_nic():
     assert len(ib_out) == 2 * L  # one NIC uplink per GPU
     # 8 rings, each crossing each way once per step: 2(n-1) steps of S/(n·L) per NIC
     np.testing.assert_allclose(lb[ib_out], 2 * (n - 1) * S / (n * L))
+
+
+def test_benchmark_runs_on_a_tiny_cluster(capsys):
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[1] / "benchmarks" / "bench_collectives.py"
+    spec = importlib.util.spec_from_file_location("bench_collectives", path)
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    m = bench.skewed_matrix(16, 1e6, np.random.default_rng(0))
+    np.testing.assert_allclose(m.sum(axis=1), 1e6)  # every rank sends --per-rank bytes
+    np.testing.assert_array_equal(m, bench.skewed_matrix(16, 1e6, np.random.default_rng(0)))
+    assert bench.main(["--gpus", "16", "--sizes", "8,16", "--repeats", "1",
+                       "--algo", "hierarchical", "--per-rank", "1MiB"]) == 0
+    out = capsys.readouterr().out
+    assert "16 GPUs: 240 flows" in out  # 16·(1 + 7) + 16·7 and "fitted exponent" in out

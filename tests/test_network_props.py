@@ -121,3 +121,20 @@ def test_incremental_resolve_equals_full_resolve(case) -> None:
     assert inc.keys() == full.keys()
     for i in inc:
         assert inc[i] == pytest.approx(full[i], rel=1e-9, abs=1e-12)
+
+
+@settings(max_examples=25, deadline=None)
+@given(scenario())
+def test_flows_that_never_overlap_match_the_analytical_model(case) -> None:
+    # space the flows so that each ends before the next starts: no sharing, so the
+    # flow model must give exactly latency + bytes / bottleneck, like the analytical one
+    links, flows = case
+    ana_probe, _ = simulate(AnalyticalNetwork, links, [(0.0, s, d, b) for _, s, d, b in flows])
+    t, spaced = 0.0, []
+    for i, (_, src, dst, nbytes) in enumerate(flows):
+        spaced.append((t, src, dst, nbytes))
+        t += ana_probe[i] + 1.0
+    got, _ = simulate(FlowNetwork, links, spaced)
+    want, _ = simulate(AnalyticalNetwork, links, spaced)
+    for i in want:
+        assert got[i] == pytest.approx(want[i], rel=1e-12, abs=1e-12)

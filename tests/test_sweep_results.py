@@ -15,6 +15,7 @@ from matplotlib.figure import Figure  # noqa: E402
 from moesim.errors import InputError  # noqa: E402
 from moesim.sweep.plots import (  # noqa: E402
     choose,
+    plot_bars,
     plot_best_layout,
     plot_heatmap,
     plot_vs_skew,
@@ -148,3 +149,22 @@ def test_plots_return_axes_and_draw_the_data(tmp_path: Path):
     names = [p.name for p in write_sweep_plots(tmp_path, df, SPEC)]
     assert names == ["step_time.png", "stall_fraction.png", "heatmap.png", "best_layout.png"]
     assert all((tmp_path / n).stat().st_size > 1000 for n in names)
+
+
+def test_bars_for_a_categorical_axis(tmp_path: Path):
+    spec = parse_sweep({"scenario": "hot-expert", "seeds": [1, 2],
+                        "axes": {"cluster.topology": ["dgx-h100", "pcie-8gpu"]}}, "s.yaml",
+                       check_scenario=False)
+    recs = [{"point_id": p.point_id, "index": p.index, "values": dict(p.values), "seed": p.seed,
+             "status": "ok", "metrics": {"step_time_s": 0.010 * (p.index // 2 + 1) + 0.002 * p.seed,
+                                         "stall_fraction": 0.1}} for p in expand(spec)]
+    df = records_frame(recs, spec)
+    df.attrs["axes"] = ["cluster.topology"]
+    agg = aggregate(df, ["step_time_s"])
+    ax = Figure().add_subplot()
+    assert plot_bars(ax, agg, "cluster.topology") is ax
+    # dgx-h100: 12 and 14 ms -> 13; pcie-8gpu: 22 and 24 ms -> 23
+    assert [round(b.get_height(), 9) for b in ax.patches] == [13.0, 23.0]
+    assert [t.get_text() for t in ax.get_xticklabels()] == ["dgx-h100", "pcie-8gpu"]
+    names = [p.name for p in write_sweep_plots(tmp_path, df, spec)]
+    assert names == ["step_time.png", "stall_fraction.png"]

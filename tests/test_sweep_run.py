@@ -182,3 +182,17 @@ def test_kill_half_way_then_resume_every_point_once_and_equal_to_direct_run(tmp_
             assert row[f"breakdown_s.{k}"] == v
         assert row["experts.dropped_total"] == ref["experts"]["dropped_total"]
         assert row["memory.peak_bytes_max"] == ref["memory"]["peak_bytes_max"]
+
+
+def test_progress_lines_unless_quiet(tmp_path, client):
+    import io
+
+    spec = load_sweep(sweep_file(tmp_path, hf="[0.3]", seeds="[1, 2]"))
+    buf = io.StringIO()
+    run_sweep(spec, tmp_path / "p", client=client, stream=buf)
+    lines = buf.getvalue().splitlines()
+    assert lines and lines[0].startswith("moesim sweep tiny: ")
+    assert "100.0% (2/2)" in lines[-1]
+    buf = io.StringIO()
+    run_sweep(spec, tmp_path / "q", client=client, stream=buf, quiet=True)
+    assert buf.getvalue() == ""

@@ -1,11 +1,15 @@
-"""Sweep files: parsing, validation and grid/zip expansion (pure, no Dask, no simpy)."""
+"""Sweep files: parsing, validation and grid/zip expansion. Expansion tests are pure
+(no Dask, no simpy); validation tests also load the base scenario."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
+import numpy as np
 import pytest
 import yaml
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from moesim.errors import InputError
 from moesim.sweep.spec import expand, format_value, load_sweep, parse_sweep, point_id
@@ -119,3 +123,22 @@ def test_shipped_sweeps_load():
     for f in files:
         spec = load_sweep(f)
         assert len(expand(spec)) <= 200   # small enough for minutes on 2 cores
+
+
+@settings(max_examples=40, deadline=None)
+@given(lens=st.lists(st.integers(1, 4), min_size=1, max_size=3),
+       seeds=st.lists(st.integers(0, 50), min_size=1, max_size=3, unique=True),
+       zipped=st.booleans())
+def test_expansion_counts_and_unique_ids(lens, seeds, zipped):
+    keys = ["routing.zipf_s", "parallel.ep", "schedule.microbatches"][: len(lens)]
+    if zipped:
+        lens = [lens[0]] * len(lens)
+    axes = {k: [i + 1 for i in range(n)] for k, n in zip(keys, lens, strict=True)}
+    spec = spec_of(axes=axes, seeds=seeds, mode="zip" if zipped else "grid")
+    pts = expand(spec)
+    n = lens[0] if zipped else int(np.prod(lens))
+    assert len(pts) == n * len(seeds)
+    assert len({p.point_id for p in pts}) == len(pts)
+    for p in pts:   # every point carries each axis once, then its seed last
+        assert [o.split("=")[0] for o in p.overrides] == ["model.layers", *keys, "seed"]
+        assert p.overrides[-1] == f"seed={p.seed}"

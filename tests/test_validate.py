@@ -203,7 +203,7 @@ def test_cli_table_and_outdir(traces, tmp_path, capsys):
     assert main(["validate", str(traces), "--calibration", str(calib), "-o", str(out)]) == 0
     text = capsys.readouterr().out
     assert "measured ms" in text and "simulated ms" in text
-    assert "1 combine_s 1.350 1.250 -7.4% 0.0%" in [" ".join(ln.split()) for ln in text.splitlines()]
+    assert "1 combine_s 1.350 1.250 -7.4% -7.4% 0.0%" in [" ".join(ln.split()) for ln in text.splitlines()]
     doc = json.loads((out / "validation.json").read_text())
     assert doc["ranks"][0]["simulated"]["experts_s"] == pytest.approx(1600 * US)
     assert (out / "overlay.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

@@ -138,7 +138,8 @@ def run(args: argparse.Namespace) -> int:
 
 
 def format_result(res: dict) -> str:
+    nodes = f"{res['nodes']} node" + ("" if res["nodes"] == 1 else "s")
     return (f"{res['op']} {res['algo']} on {res['n']} ranks ({res['topology']}, "
-            f"{res['nodes']} nodes), {res['bytes'] / 2**20:.2f} MiB: "
+            f"{nodes}), {res['bytes'] / 2**20:.2f} MiB: "
             f"{res['time_s'] * 1e3:.4f} ms, algbw {res['algbw_GBps']:.2f} GB/s, "
             f"busbw {res['busbw_GBps']:.2f} GB/s ({res['model']} model, {res['flows']} flows)")

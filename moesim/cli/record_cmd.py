@@ -27,6 +27,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--backend", choices=["gloo", "nccl"], default=d.backend)
     parser.add_argument("--no-gzip", action="store_true", help="write plain rank{r}.json")
     parser.add_argument("--force", action="store_true", help="write into a non-empty OUTDIR")
+    parser.add_argument("--pin", action="store_true",
+                        help="pin rank r to its own CPU core (steadier timings)")
+    parser.add_argument("--nice", type=int, default=d.nice,
+                        help="niceness increment per rank, e.g. -15 (negative needs root)")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -36,6 +40,7 @@ def run(args: argparse.Namespace) -> int:
                        hot_fraction=args.hot_fraction, hidden=args.hidden, ffn=args.ffn,
                        experts=args.experts, top_k=args.top_k, tokens=args.tokens,
                        steps=args.steps, warmup=args.warmup, seed=args.seed,
-                       backend=args.backend, gzip=not args.no_gzip)
+                       backend=args.backend, gzip=not args.no_gzip, pin=args.pin,
+                       nice=args.nice)
     record(cfg, force=args.force)
     return 0

@@ -29,21 +29,25 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def text_table(doc: dict, trace_dir: str, calib: str) -> str:
     from moesim.validation.validate import PHASES
 
+    def pct(x: float | None) -> str:
+        return "n/a" if x is None else f"{x:+.1%}"
+
     lines = [f"{trace_dir} vs simulation with {calib}: {len(doc['ranks'])} ranks, "
-             f"steps {doc['steps']} (mean over steps)",
+             f"steps {doc['steps']} (medians over steps)",
              f"{'rank':>4}  {'phase':<11}{'measured ms':>12}{'simulated ms':>14}{'error':>9}"
-             f"{'step cv':>9}"]
+             f"{'mean err':>10}{'step cv':>9}"]
     for r in doc["ranks"]:
         for p in PHASES:
-            err, cv = r["error"][p], r["measured_step_cv"][p]
+            cv = r["measured_step_cv"][p]
             lines.append(f"{r['rank']:>4}  {p:<11}{r['measured'][p] * 1e3:>12.3f}"
-                         f"{r['simulated'][p] * 1e3:>14.3f}"
-                         f"{'n/a' if err is None else f'{err:+.1%}':>9}"
+                         f"{r['simulated'][p] * 1e3:>14.3f}{pct(r['error'][p]):>9}"
+                         f"{pct(r['mean']['error'][p]):>10}"
                          f"{'n/a' if cv is None else f'{cv:.1%}':>9}")
     med = doc["median_abs_error"]
-    lines.append(f"median |error| over ranks and phases: {'n/a' if med is None else f'{med:.1%}'}"
-                 "  (error = (simulated - measured) / measured; step cv = std/mean of the "
-                 "measured phase over steps)")
+    lines.append(f"median |error| over ranks and phases: {'n/a' if med is None else f'{med:.1%}'}")
+    lines.append("measured, simulated: medians over steps; error: median over steps of "
+                 "(simulated - measured) / measured; mean err: the same for the means; "
+                 "step cv: std/mean of the measured phase over steps")
     return "\n".join(lines)
 
 

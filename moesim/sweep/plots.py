@@ -4,6 +4,7 @@ and a matplotlib Axes, draws, and returns the Axes; none touches pyplot state.
 * :func:`plot_vs_skew`: a metric (step time, stall fraction, ...) against the skew
   axis, one line per value of a grouping axis (e.g. topology), error bars = spread
   (min..max) over seeds;
+* :func:`plot_bars`: a metric per value of a categorical axis (e.g. topology only);
 * :func:`plot_heatmap`: a metric over two axes;
 * :func:`plot_best_layout`: the best layout's metric per skew level, labelled with it.
 
@@ -105,6 +106,25 @@ def plot_heatmap(ax: Axes, agg: pd.DataFrame, x: str, y: str,
     return ax
 
 
+def plot_bars(ax: Axes, agg: pd.DataFrame, key: str, metric: str = "step_time_s") -> Axes:
+    """Mean ``metric`` per value of a (categorical) axis, bars = min..max over seeds;
+    other axes averaged."""
+    text, k = label(metric)
+    g = agg.groupby(key, sort=False, dropna=False).agg(
+        mean=(f"{metric}_mean", "mean"), lo=(f"{metric}_min", "min"),
+        hi=(f"{metric}_max", "max"))
+    y = g["mean"].to_numpy(dtype=float) * k
+    err = np.vstack([y - g["lo"].to_numpy(dtype=float) * k, g["hi"].to_numpy(dtype=float) * k - y])
+    x = np.arange(len(g))
+    ax.bar(x, y, yerr=np.clip(err, 0, None), capsize=3)
+    ax.set_xticks(x, [_fmt(v) for v in g.index], rotation=30)
+    ax.set_xlabel(key)
+    ax.set_ylabel(text)
+    ax.set_title(f"{text.split(' (')[0]} per {key}")
+    ax.grid(alpha=0.3, axis="y")
+    return ax
+
+
 def plot_best_layout(ax: Axes, best: pd.DataFrame, skew: str, layout: list[str],
                      metric: str = "step_time_s", by: str | None = None) -> Axes:
     """The best layout's mean ``metric`` per ``skew`` level (a line per ``by`` value),
@@ -165,11 +185,13 @@ def write_sweep_plots(outdir: str | Path, df: pd.DataFrame,
         fig.savefig(path)
         written.append(path)
 
-    if pd.api.types.is_numeric_dtype(agg[skew]):
-        for m, name in ((metric, "step_time.png"), ("stall_fraction", "stall_fraction.png")):
-            fig = new_figure(7, 4.5)
+    for m, name in ((metric, "step_time.png"), ("stall_fraction", "stall_fraction.png")):
+        fig = new_figure(7, 4.5)
+        if pd.api.types.is_numeric_dtype(agg[skew]):
             plot_vs_skew(fig.add_subplot(), agg, skew, m, by_line)
-            save(fig, name)
+        else:   # no numeric axis to draw against: bars per value
+            plot_bars(fig.add_subplot(), agg, skew, m)
+        save(fig, name)
     if c["heatmap"] and len(set(c["heatmap"])) == 2:
         fig = new_figure(7, 4.5)
         plot_heatmap(fig.add_subplot(), agg, c["heatmap"][0], c["heatmap"][1], metric)

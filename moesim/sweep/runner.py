@@ -177,6 +177,8 @@ def run_sweep(spec: SweepSpec, outdir: str | Path, *, scheduler: str | None = No
     if todo:
         own = client is None
         if own:
+            if workers is None and not scheduler:   # one per CPU, no more than points
+                workers = max(1, min(os.cpu_count() or 1, len(todo)))
             client = make_client(scheduler, workers, processes)
         prog = Progress(len(todo), f"moesim sweep {spec.name}", quiet=quiet, stream=stream,
                         interval_s=2.0, delay_s=0.0)
@@ -201,7 +203,11 @@ def run_sweep(spec: SweepSpec, outdir: str | Path, *, scheduler: str | None = No
                     report.ran += 1
                     if on_record:
                         on_record(rec)
-                    prog.update(1)
+                    before = prog.lines
+                    prog.update(1)   # a line at most every 2 s ...
+                    if not quiet and prog.lines == before and report.ran in (1, len(todo)):
+                        print(prog.line(), file=stream, flush=True)   # ... and first and last
+                        prog.lines += 1
         except KeyboardInterrupt:
             write_results(out, spec)   # what finished is on disk and in results.parquet
             raise
@@ -209,7 +215,6 @@ def run_sweep(spec: SweepSpec, outdir: str | Path, *, scheduler: str | None = No
             for f in futures:
                 if not f.done():
                     f.cancel()
-            prog.close()
             _close(client, own)
     final = write_results(out, spec)
     report.results_path = final.path

@@ -45,6 +45,8 @@ class RecordConfig:
     backend: str = "gloo"
     gzip: bool = True
     lr: float = 1e-3
+    pin: bool = False           # pin rank r to CPU core r (mod the cores this process may use)
+    nice: int = 0               # niceness increment for each rank (negative needs root)
 
     def check(self) -> None:
         src = "command line"
@@ -66,6 +68,8 @@ class RecordConfig:
             raise InputError(src, "--hot-fraction", "a fraction in (0, 1)", self.hot_fraction)
         if self.backend not in ("gloo", "nccl"):
             raise InputError(src, "--backend", "gloo or nccl", self.backend)
+        if not -20 <= self.nice <= 19:
+            raise InputError(src, "--nice", "a niceness increment in -20..19", self.nice)
 
 
 def host_info() -> dict:
@@ -84,6 +88,23 @@ def host_info() -> dict:
         load = []
     return {"cpu_model": model, "cpu_count": os.cpu_count(), "platform": platform.platform(),
             "python": platform.python_version(), "loadavg_1_5_15min": load}
+
+
+def _quiet_the_rank(rank: int, cfg: RecordConfig) -> dict:
+    """Apply ``cfg.nice`` and ``cfg.pin`` to this process (one rank); returns what was
+    actually applied (a lowered niceness needs root; pinning needs the affinity API)."""
+    done: dict = {}
+    if cfg.nice:
+        try:
+            done["nice"] = os.nice(cfg.nice)
+        except OSError as err:
+            done["nice_error"] = str(err)
+    if cfg.pin and hasattr(os, "sched_setaffinity"):
+        cores = sorted(os.sched_getaffinity(0))
+        core = cores[rank % len(cores)]
+        os.sched_setaffinity(0, {core})
+        done["core"] = core
+    return done
 
 
 def _free_port() -> int:
@@ -134,6 +155,7 @@ def _worker(rank: int, cfg: RecordConfig, port: int) -> None:
 
     from moesim.validation.moe_layer import ExpertParallelMoE, SkewSpec
 
+    quiet = _quiet_the_rank(rank, cfg)
     torch.set_num_threads(1)  # two ranks on two cores: stable timings
     cuda = cfg.backend == "nccl"
     dist.init_process_group(cfg.backend, init_method=f"tcp://127.0.0.1:{port}",
@@ -175,7 +197,7 @@ def _worker(rank: int, cfg: RecordConfig, port: int) -> None:
     dist.barrier()
     dist.destroy_process_group()
     part = Path(cfg.outdir) / f".routing{rank}.json"
-    part.write_text(json.dumps(counts))
+    part.write_text(json.dumps({"counts": counts, "process": quiet}))
 
 
 def record(cfg: RecordConfig, force: bool = False) -> Path:
@@ -200,14 +222,17 @@ def record(cfg: RecordConfig, force: bool = False) -> Path:
     outdir.mkdir(parents=True, exist_ok=True)
     for old in [*outdir.glob("rank*.json"), *outdir.glob("rank*.json.gz")]:
         old.unlink()
+    load_before = host_info()["loadavg_1_5_15min"]
     _log(f"{cfg.world} ranks, {cfg.backend}, skew {cfg.skew}, {cfg.steps} steps "
-         f"({cfg.warmup} warm-up) -> {outdir}")
+         f"({cfg.warmup} warm-up) -> {outdir}; load average {load_before}")
     with _filtered_stderr():
         mp.spawn(_worker, args=(cfg, _free_port()), nprocs=cfg.world, join=True)
-    per_rank = []
+    per_rank, processes = [], []
     for r in range(cfg.world):
         part = outdir / f".routing{r}.json"
-        per_rank.append(json.loads(part.read_text()))
+        doc = json.loads(part.read_text())
+        per_rank.append(doc["counts"])
+        processes.append(doc["process"])
         part.unlink()
     steps = []
     for s in range(cfg.steps):
@@ -217,11 +242,14 @@ def record(cfg: RecordConfig, force: bool = False) -> Path:
             "profiler_step": s,  # ProfilerStep#N numbering starts at 0 with the first step
             "tokens_per_expert_by_rank": [per_rank[r][s] for r in range(cfg.world)],
         })
+    host = host_info()
+    host["loadavg_before_1_5_15min"] = load_before
+    host["rank_processes"] = processes   # niceness / core each rank actually ran with
     routing = {
         "format": "moesim-routing/1",
         "args": {k: v for k, v in asdict(cfg).items() if k != "outdir"},
         "torch_version": torch.__version__,
-        "host": host_info(),
+        "host": host,
         "dtype": "float32",
         "steps": steps,
     }

@@ -15,8 +15,9 @@ simulated one (the executor's spans), so both use the same definition:
 The windows are ingest's: the ``moe/forward`` / ``moe/backward`` labels when present,
 else first matmul → backward start (first ``autograd::engine`` / ``*Backward*`` op) →
 end of the last autograd op or grad all-to-all. An op belongs to a window when its
-measured start lies in it. Per-step values are averaged over the traced steps; the
-error of a phase is ``(simulated − measured) / measured`` of those means.
+measured start lies in it. Per rank and phase the summary is the median over the
+traced steps (measured, simulated) and the median over steps of the per-step relative
+error ``(simulated − measured) / measured``; means are kept beside them.
 """
 
 from __future__ import annotations
@@ -60,6 +61,15 @@ class StepComparison:
 
 @dataclass(frozen=True)
 class Validation:
+    """Per-step comparisons of one recording. Summaries per rank and phase:
+
+    - :meth:`median` — median over the traced steps of the measured / simulated phase;
+    - :meth:`error` — median over the steps of the per-step relative error
+      ``(simulated − measured) / measured`` (the headline figure: robust to the few
+      steps a shared machine slows down);
+    - :meth:`mean` / :meth:`mean_error` — means over steps and the error of the means.
+    """
+
     source: str
     world: int
     steps: tuple[int, ...]
@@ -68,11 +78,24 @@ class Validation:
     def rows(self, rank: int) -> list[StepComparison]:
         return [c for c in self.per_step if c.rank == rank]
 
+    def series(self, rank: int, which: str) -> dict[str, list[float]]:
+        """Per phase, the rank's ``which`` ("measured"/"simulated") values in step order."""
+        rows = sorted(self.rows(rank), key=lambda c: c.step)
+        return {p: [getattr(c, which)[p] for c in rows] for p in PHASES}
+
     def mean(self, rank: int, which: str) -> dict[str, float]:
-        rows = self.rows(rank)
-        return {p: float(np.mean([getattr(c, which)[p] for c in rows])) for p in PHASES}
+        return {p: float(np.mean(v)) for p, v in self.series(rank, which).items()}
+
+    def median(self, rank: int, which: str) -> dict[str, float]:
+        return {p: float(np.median(v)) for p, v in self.series(rank, which).items()}
 
     def error(self, rank: int) -> dict[str, float]:
+        """Median over steps of ``(simulated − measured) / measured`` per phase."""
+        return median_relative_difference(self.series(rank, "measured"),
+                                          self.series(rank, "simulated"))
+
+    def mean_error(self, rank: int) -> dict[str, float]:
+        """``(simulated − measured) / measured`` of the means over steps."""
         return relative_error(self.mean(rank, "measured"), self.mean(rank, "simulated"))
 
     def median_abs_error(self) -> float:
@@ -83,20 +106,27 @@ class Validation:
     def to_json(self) -> dict:
         ranks = []
         for r in range(self.world):
-            meas = [c.measured for c in self.rows(r)]
+            meas = self.series(r, "measured")
             ranks.append({
-                "rank": r, "measured": self.mean(r, "measured"),
-                "simulated": self.mean(r, "simulated"),
+                "rank": r, "measured": self.median(r, "measured"),
+                "simulated": self.median(r, "simulated"),
                 "error": {p: _finite(e) for p, e in self.error(r).items()},
-                "measured_step_cv": {p: _cv([m[p] for m in meas]) for p in PHASES},
+                "mean": {"measured": self.mean(r, "measured"),
+                         "simulated": self.mean(r, "simulated"),
+                         "error": {p: _finite(e) for p, e in self.mean_error(r).items()}},
+                "measured_step_cv": {p: _cv(v) for p, v in meas.items()},
             })
         return {"source": self.source, "steps": list(self.steps),
-                "averaging": "mean over the traced steps; error = (simulated - measured) / "
-                             "measured of the means; measured_step_cv = std/mean of the "
-                             "measured phase over steps (run noise)",
+                "averaging": AVERAGING,
                 "units": "s", "ranks": ranks, "median_abs_error": _finite(self.median_abs_error()),
                 "per_step": [{"rank": c.rank, "step": c.step, "measured": c.measured,
                               "simulated": c.simulated} for c in self.per_step]}
+
+
+AVERAGING = ("measured, simulated: median over the traced steps; error: median over the "
+             "steps of (simulated - measured) / measured; mean: the same as means over steps "
+             "and the error of the means; measured_step_cv: std/mean of the measured phase "
+             "over steps; median_abs_error: median of |error| over ranks and phases")
 
 
 def _finite(x: float) -> float | None:
@@ -106,6 +136,22 @@ def _finite(x: float) -> float | None:
 def _cv(xs: list[float]) -> float | None:
     m = float(np.mean(xs))
     return float(np.std(xs) / m) if m > 0 else None
+
+
+def median_relative_difference(base: dict[str, list[float]],
+                               other: dict[str, list[float]]) -> dict[str, float]:
+    """Per phase, the median over steps of ``(other_i − base_i) / base_i`` (steps paired
+    in order; a step whose base value is 0 is skipped; nan when none is left). Used for
+    the simulation error (base = measured) and for the run-to-run noise of two
+    recordings (base = the first recording)."""
+    out = {}
+    for p, b in base.items():
+        o = other[p]
+        if len(o) != len(b):
+            raise ValueError(f"{p}: {len(b)} base steps but {len(o)} other steps")
+        rel = [(y - x) / x for x, y in zip(b, o, strict=True) if x > 0]
+        out[p] = float(np.median(rel)) if rel else float("nan")
+    return out
 
 
 def relative_error(measured: dict[str, float], simulated: dict[str, float]) -> dict[str, float]:
