@@ -69,7 +69,7 @@ def test_to_dict_round_trips(base, tmp_path):
     d = s.to_dict()
     json.dumps(d)  # JSON-able
     assert d["routing"] == {"kind": "zipf", "zipf_s": 0.5, "dispatch_dtype": "fp8",
-                            "combine_dtype": "bf16"}
+                            "combine_dtype": "bf16", "a2a_algo": "direct"}
     assert d["parallel"]["order"] == ["tp", "ep", "dp", "pp"]
     again = tmp_path / "again.yaml"
     d = {k: v for k, v in d.items() if k not in ("source", "world", "gpus_per_node")}

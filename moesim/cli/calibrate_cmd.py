@@ -45,6 +45,8 @@ def run(args: argparse.Namespace) -> int:
           f"  (R² {f['memory']['r2']:.3f}, n={f['memory']['n_samples']})")
     print(f"comm:   {c['latency_s'] * 1e6:.1f} µs + bytes / {c['bandwidth_Bps'] / 1e9:.3f} GB/s"
           f" ({c['backend']}, R² {f['comm']['r2']:.3f}, n={f['comm']['n_samples']})")
+    print("host:   " + ", ".join(f"{k} {v * 1e6:.1f} µs" for k, v in doc["host"].items())
+          + " (added to every replayed compute op)")
     print("median |residual|/t: " + ", ".join(
         f"{k} {f[k]['residuals']['median_rel']:.1%}" for k in ("gemm", "memory", "comm")))
     print(f"wrote {out}")

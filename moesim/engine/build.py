@@ -68,9 +68,10 @@ class _Timer:
         return hit
 
 
-def build_step(res, step: int = 0) -> StepPlan:
-    """Programs for every rank of ``res`` (a :class:`moesim.scenario.resolve.Resolved`)."""
-    return _Builder(res, step).build()
+def build_step(res, step: int | None = None) -> StepPlan:
+    """Programs for every rank of ``res`` (a :class:`moesim.scenario.resolve.Resolved`) for
+    training step ``step`` (default: the scenario's ``schedule.step``)."""
+    return _Builder(res, res.scenario.schedule.step if step is None else step).build()
 
 
 class _Builder:
@@ -107,8 +108,8 @@ class _Builder:
         self.received = np.zeros((self.lay.world, L), dtype=np.int64)
         self._routes: dict[tuple[int, int, int], object] = {}
         self._specs: dict[tuple, CollectiveSpec] = {}
-        self._layer_start = -1
-        self.a2a_algo = "direct"
+        self._layer_starts: list[int] = []
+        self.a2a_algo = scn.routing.a2a_algo
         self.flops = 0.0
 
     # ---------------------------------------------------------------- routing
@@ -183,7 +184,7 @@ class _Builder:
         stage = int(lay.coords["pp"][rank])
         pp_group = lay.group_of(rank, "pp")
         prog: list[Op] = []
-        self._layer_start = -1
+        self._layer_starts = []
         last_bwd: dict[int, int] = {}    # layer -> index of its last backward op
         overlap = self.scn.overlap.ep_comm_overlap and self.ep > 1
         pending: tuple[int, int] | None = None  # (start index, micro-batch) of an unpaired item
@@ -196,7 +197,7 @@ class _Builder:
             if pending is not None and pending[1] != item.mb:
                 self._interleave(prog, pending[0], item_start, last_bwd)
                 pending = None
-                self._layer_start = -1
+                self._layer_starts = []
             else:
                 pending = (item_start, item.mb)
         self._gradients(prog, rank, stage, last_bwd)
@@ -358,7 +359,7 @@ class _Builder:
                 deps = ()
             self._tp_allreduce(prog, rank, layer, mb, phase, "attn")
             self._compute(prog, "bwd.attn", layer, mb, phase, attn, attn_k, deps=deps)
-        self._layer_start = start
+        self._layer_starts.append(start)
 
     def _moe(self, prog: list[Op], rank: int, layer: int, mb: int, phase: str,
              deps: tuple[int, ...] = ()) -> None:
@@ -435,7 +436,10 @@ class _Builder:
         dense_b, expert_b = self._layer_param_bytes(layer)
         g = self.lay.group_of(rank, "dp")
         spec = self._spec(("z3", layer, g), lambda: CollectiveSpec("all_gather", g, dense_b))
-        gdeps = (self._layer_start,) if self._layer_start >= 0 else ()
+        # gather at most `zero3_prefetch` layers ahead of the layer computing
+        ahead = self.scn.schedule.zero3_prefetch
+        starts = self._layer_starts
+        gdeps = (starts[-ahead],) if len(starts) >= ahead else ()
         idx = [len(prog)]
         self._coll(prog, "zero", f"{phase}.zero3_gather", spec, ("z3", layer, mb, phase, g[0]),
                    layer, mb, phase, dense_b, stream="comm", deps=gdeps)

@@ -49,12 +49,12 @@ _RULES: dict[str, tuple[str, Any]] = {
     "parallel.order": ("order", None),
     "schedule.kind": ("choice", SCHEDULE_KINDS), "schedule.microbatches": ("pos", None),
     "schedule.micro_batch_size": ("pos", None), "schedule.seq_len": ("pos", None),
-    "schedule.steps": ("pos", None), "schedule.dp_bucket_MB": ("posnum", None),
-    "schedule.zero3_prefetch": ("nonneg", None),
+    "schedule.step": ("nonneg", None), "schedule.dp_bucket_MB": ("posnum", None),
+    "schedule.zero3_prefetch": ("pos", None),
     "overlap.ep_comm_overlap": ("bool", None), "overlap.dp_overlap": ("bool", None),
-    "overlap.tp_comm_overlap": ("bool", None),
     "memory.recompute": ("choice", RECOMPUTE),
     "routing.dispatch_dtype": ("choice", DTYPES), "routing.combine_dtype": ("choice", DTYPES),
+    "routing.a2a_algo": ("choice", ("direct", "hierarchical")),
 }
 
 
@@ -227,7 +227,7 @@ def build_scenario(data: dict, source: str = "<scenario>", default_name: str = "
                          "a topology preset name (topologies/*.yaml) or a YAML file path")
     rdict = dict(_section(src, data, "routing"))
     dtypes = {k: _check(src, f"routing.{k}", rdict.pop(k))
-              for k in ("dispatch_dtype", "combine_dtype") if k in rdict}
+              for k in ("dispatch_dtype", "combine_dtype", "a2a_algo") if k in rdict}
     scn = Scenario(
         name=name, seed=seed,
         cluster=_fixed(src, data, "cluster", ClusterConfig),

@@ -62,9 +62,9 @@ class ScheduleConfig:
     microbatches: int = 1             # micro-batches per step per data-parallel replica
     micro_batch_size: int = 1         # sequences per micro-batch
     seq_len: int = 2048               # tokens per sequence
-    steps: int = 1                    # training steps to simulate
+    step: int = 0                     # index of the training step simulated (routing drift)
     dp_bucket_MB: float = 25.0        # gradient bucket; 25 MB is torch DDP's bucket_cap_mb default
-    zero3_prefetch: int = 1           # ZeRO-3: layers whose weights are gathered ahead
+    zero3_prefetch: int = 1           # ZeRO-3: layers gathered ahead of the one computing (>= 1)
 
     @property
     def dp_bucket_bytes(self) -> float:
@@ -79,7 +79,6 @@ class ScheduleConfig:
 class OverlapConfig:
     ep_comm_overlap: bool = False     # EP all-to-all of one micro-batch overlaps compute of another
     dp_overlap: bool = True           # gradient buckets reduce while backward continues
-    tp_comm_overlap: bool = False     # TP collectives overlap GEMMs
 
 
 @dataclass(frozen=True)
@@ -94,6 +93,7 @@ class RoutingSection:
     policy: Any = field(default_factory=dict)
     dispatch_dtype: str = "bf16"      # tokens sent to experts (fp8 adds one scale per 128 values)
     combine_dtype: str = "bf16"       # expert outputs sent back
+    a2a_algo: str = "direct"          # direct (pairwise) | hierarchical (network, then NVLink)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "policy", _frozen(self.policy))
@@ -124,7 +124,7 @@ class Scenario:
         out = _plain(self)
         r = out["routing"]
         out["routing"] = {**r["policy"], "dispatch_dtype": r["dispatch_dtype"],
-                          "combine_dtype": r["combine_dtype"]}
+                          "combine_dtype": r["combine_dtype"], "a2a_algo": r["a2a_algo"]}
         return out
 
 

@@ -92,9 +92,22 @@ def host_info() -> dict:
 
 def _quiet_the_rank(rank: int, cfg: RecordConfig) -> dict:
     """Apply ``cfg.nice`` and ``cfg.pin`` to this process (one rank); returns what was
-    actually applied (a lowered niceness needs root; pinning needs the affinity API)."""
+    actually applied.
+
+    Linux with autogroup scheduling (``/proc/sys/kernel/sched_autogroup_enabled``)
+    shares the CPU fairly between *sessions* first, so a niceness only ranks
+    processes within one session. With ``nice`` set, the rank therefore starts its
+    own session (``setsid``) and gives that session's autogroup the niceness too; a
+    lowered niceness needs root. ``pin`` binds the rank to one core of those this
+    process may use (rank r → the r-th, modulo their number)."""
     done: dict = {}
     if cfg.nice:
+        try:
+            os.setsid()
+            Path("/proc/self/autogroup").write_text(str(cfg.nice))
+            done["autogroup"] = Path("/proc/self/autogroup").read_text().strip()
+        except OSError as err:
+            done["autogroup_error"] = str(err)
         try:
             done["nice"] = os.nice(cfg.nice)
         except OSError as err:
