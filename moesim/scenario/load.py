@@ -34,6 +34,7 @@ from moesim.scenario.schema import (
     Scenario,
     ScheduleConfig,
 )
+from moesim.yamlio import read_yaml
 
 SCENARIO_DIR = Path(__file__).resolve().parents[2] / "scenarios"
 
@@ -110,23 +111,7 @@ def _find(path: str | Path) -> Path:
 
 
 def _read(p: Path) -> dict:
-    try:
-        text = p.read_text()
-    except (OSError, UnicodeDecodeError) as err:
-        raise InputError(str(p), "", "a readable UTF-8 YAML file", str(err)) from None
-    try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as err:
-        mark = getattr(err, "problem_mark", None)
-        where = f"line {mark.line + 1} column {mark.column + 1}" if mark else "YAML"
-        problem = getattr(err, "problem", None) or str(err).splitlines()[0]
-        raise InputError(str(p), where, "valid YAML", problem) from None
-    if data is None:
-        data = {}
-    if not isinstance(data, dict):
-        raise InputError(str(p), "", "a mapping of sections (name, cluster, model, ...)",
-                         type(data).__name__)
-    return data
+    return read_yaml(p, "a mapping of sections (name, cluster, model, ...)", empty_ok=True)
 
 
 # ---------------------------------------------------------------- overrides

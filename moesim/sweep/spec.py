@@ -30,9 +30,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from moesim.errors import InputError
+from moesim.yamlio import read_yaml
 
 KEYS = ("name", "scenario", "set", "base_overrides", "mode", "axes", "seeds", "plots",
         "description")
@@ -293,17 +292,7 @@ def parse_sweep(data: Any, source: str = "<sweep>", base_dir: Path | None = None
 def load_sweep(path: str | Path, check_scenario: bool = True) -> SweepSpec:
     """Read and validate a sweep YAML file (``yaml.safe_load``)."""
     p = Path(path)
-    try:
-        text = p.read_text()
-    except (OSError, UnicodeDecodeError) as err:
-        raise InputError(str(p), "", "a readable UTF-8 sweep YAML file", str(err)) from None
-    try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as err:
-        mark = getattr(err, "problem_mark", None)
-        where = f"line {mark.line + 1} column {mark.column + 1}" if mark else "YAML"
-        raise InputError(str(p), where, "valid YAML",
-                         getattr(err, "problem", None) or str(err).splitlines()[0]) from None
+    data = read_yaml(p, "a sweep mapping (scenario, axes, ...)", empty_ok=True)
     return parse_sweep(data, str(p), p.parent, p.stem, check_scenario)
 
 

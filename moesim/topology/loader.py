@@ -18,8 +18,6 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from moesim.errors import InputError
 from moesim.topology.builders import (
     ClusterSpec,
@@ -30,6 +28,7 @@ from moesim.topology.builders import (
 from moesim.topology.explicit import build_explicit
 from moesim.topology.graph import Topology
 from moesim.topology.routing import ROUTINGS, ClusterRouter, GraphRouter, find_unreachable
+from moesim.yamlio import read_yaml as _read_yaml
 
 #: the repository's preset directory (``topologies/`` next to the package)
 PRESET_DIR = Path(__file__).resolve().parents[2] / "topologies"
@@ -65,18 +64,7 @@ def resolve(path_or_name: str | Path) -> Path:
 
 
 def read_yaml(path: Path) -> dict[str, Any]:
-    try:
-        data = yaml.safe_load(path.read_text())
-    except yaml.YAMLError as err:
-        mark = getattr(err, "problem_mark", None)
-        where = f"line {mark.line + 1}" if mark is not None else "document"
-        raise InputError(str(path), where, "valid YAML", str(getattr(err, "problem", err))) from None
-    except (OSError, UnicodeDecodeError) as err:
-        raise InputError(str(path), "", "a readable UTF-8 text file", str(err)) from None
-    if not isinstance(data, dict):
-        raise InputError(str(path), "", "a YAML mapping (builder/params or nodes/links)",
-                         type(data).__name__)
-    return data
+    return _read_yaml(path, "a YAML mapping (builder/params or nodes/links)")
 
 
 def _coerce(name: str, value: Any, typ: type, source: str) -> Any:
