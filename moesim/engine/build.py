@@ -27,6 +27,7 @@ import numpy as np
 from moesim.collectives.communicator import CollectiveSpec
 from moesim.compute.base import ComputeModel, Kernel
 from moesim.engine.ops import Op
+from moesim.engine.replicas import ReplicaMap, replica_map
 from moesim.gating import make_placement, route_microbatch
 from moesim.memory import rank_params, split_layers
 from moesim.model import costs
@@ -68,14 +69,25 @@ class _Timer:
         return hit
 
 
-def build_step(res, step: int | None = None) -> StepPlan:
+def build_step(res, step: int | None = None, *, replicas: str = "independent",
+               dedup: bool = False) -> StepPlan:
     """Programs for every rank of ``res`` (a :class:`moesim.scenario.resolve.Resolved`) for
-    training step ``step`` (default: the scenario's ``schedule.step``)."""
-    return _Builder(res, res.scenario.schedule.step if step is None else step).build()
+    training step ``step`` (default: the scenario's ``schedule.step``).
+
+    ``replicas="identical"``: every expert-data-parallel replica of an EP group samples
+    the same tokens (:mod:`moesim.engine.replicas`); ``dedup`` (identical only) then
+    builds programs for the representatives only (mirrors get an empty program) while
+    every statistic (expert tokens, FLOPs, tokens received per rank) still counts all
+    ranks."""
+    if dedup and replicas != "identical":
+        raise ValueError("dedup needs replicas='identical'")
+    return _Builder(res, res.scenario.schedule.step if step is None else step,
+                    replicas, dedup).build()
 
 
 class _Builder:
-    def __init__(self, res, step: int) -> None:
+    def __init__(self, res, step: int, replicas: str = "independent",
+                 dedup: bool = False) -> None:
         self.res = res
         self.scn = scn = res.scenario
         self.spec = res.model
@@ -111,10 +123,16 @@ class _Builder:
         self._layer_starts: list[int] = []
         self.a2a_algo = scn.routing.a2a_algo
         self.flops = 0.0
+        self.rmap: ReplicaMap | None = replica_map(self.lay) if replicas == "identical" else None
+        self.dedup = dedup
+        self._counted: set[tuple[int, int, int]] = set()
 
     # ---------------------------------------------------------------- routing
     def route(self, group_idx: int, group: tuple[int, ...], layer: int, mb: int):
-        key = (group_idx, layer, mb)
+        # identical replicas: the EP groups of one replica class share one sample, drawn
+        # under the representative's group index (so edp = 1 draws exactly as before)
+        canon = int(self.rmap.rep[group_idx]) if self.rmap is not None else group_idx
+        key = (canon, layer, mb)
         r = self._routes.get(key)
         if r is None:
             spec, scn = self.spec, self.scn
@@ -126,20 +144,30 @@ class _Builder:
                 ranks_per_node=self._ep_ranks_per_node(group), hidden=spec.hidden,
                 dispatch_dtype=scn.routing.dispatch_dtype,
                 combine_dtype=scn.routing.combine_dtype, seed=scn.seed, step=self.step,
-                layer=j, microbatch=group_idx * self.m + mb, source=scn.source)
+                layer=j, microbatch=canon * self.m + mb, source=scn.source)
             self._routes[key] = r
-            self.expert_tokens[j] += r.assign.sum(axis=0)
-            self.expert_kept[j] += r.expert_tokens
-            # capacity per expert summed over the sources and micro-batches of the step,
-            # comparable with expert_tokens (inf when there is no capacity factor)
-            cap = float(r.capacity.sum()) if r.capacity.size else np.inf
-            prev = self.expert_capacity[j]
-            self.expert_capacity[j] = cap if not np.isfinite(prev) else prev + cap
-            self.lb[j] += r.lb_loss
-            self.lb_n[j] += 1
-            for pos, rank in enumerate(group):
-                self.received[rank, j] = max(self.received[rank, j], int(r.rank_tokens[pos]))
+        if (group_idx, layer, mb) not in self._counted:
+            self._counted.add((group_idx, layer, mb))
+            groups = [group]
+            if self.dedup and self.rmap is not None:  # mirror groups are not built: count them
+                mir = [self.rmap.mirrors.get(int(x), ()) for x in group]
+                groups += [tuple(m[e] for m in mir) for e in range(len(mir[0]))]
+            for g in groups:
+                self._account(r, g, self.moe_index[layer])
         return r
+
+    def _account(self, r, group: tuple[int, ...], j: int) -> None:
+        self.expert_tokens[j] += r.assign.sum(axis=0)
+        self.expert_kept[j] += r.expert_tokens
+        # capacity per expert summed over the sources and micro-batches of the step,
+        # comparable with expert_tokens (inf when there is no capacity factor)
+        cap = float(r.capacity.sum()) if r.capacity.size else np.inf
+        prev = self.expert_capacity[j]
+        self.expert_capacity[j] = cap if not np.isfinite(prev) else prev + cap
+        self.lb[j] += r.lb_loss
+        self.lb_n[j] += 1
+        for pos, rank in enumerate(group):
+            self.received[rank, j] = max(self.received[rank, j], int(r.rank_tokens[pos]))
 
     def _ep_ranks_per_node(self, group: tuple[int, ...]) -> int | None:
         if not self.gpn:
@@ -155,7 +183,15 @@ class _Builder:
     # ---------------------------------------------------------------- programs
     def build(self) -> StepPlan:
         world = self.lay.world
-        programs = [self._rank_program(r) for r in range(world)]
+        programs: list[list[Op]] = []
+        for r in range(world):
+            if self.dedup and self.rmap is not None and not self.rmap.is_rep(r):
+                programs.append([])          # a mirror: its representative stands for it
+                continue
+            before = self.flops
+            programs.append(self._rank_program(r))
+            if self.dedup and self.rmap is not None:  # the mirrors do the same FLOPs
+                self.flops += (self.flops - before) * len(self.rmap.mirrors.get(r, ()))
         L = len(self.moe_layers)
         kept = self.expert_kept
         dropped = self.expert_tokens - kept

@@ -27,7 +27,8 @@ class Executor:
     """Runs ``programs[rank] -> list[Op]`` once; collects spans."""
 
     def __init__(self, env: simpy.Environment, network, communicator, gpus: Sequence[str],
-                 programs: Sequence[Sequence[Op]], progress=None) -> None:
+                 programs: Sequence[Sequence[Op]], progress=None,
+                 mirrors: dict[int, tuple[int, ...]] | None = None) -> None:
         self.env = env
         self.net = network
         self.comm = communicator
@@ -39,6 +40,11 @@ class Executor:
         self._hot: dict[tuple[int, int, int, str], tuple[int, int]] = {}
         self.done: list[list[simpy.Event]] = []
         self._progress = progress  # callable(stage, n_ops) or None
+        # representative rank -> the ranks it stands for (moesim.engine.replicas); a
+        # mirror in a collective's group joins it together with its representative
+        self.mirrors = mirrors or {}
+        self._mirror_cache: dict[tuple[int, tuple[int, ...]], tuple[int, ...]] = {}
+        self._pending_progress = 0
 
     # -- public -----------------------------------------------------------------
     def start(self) -> None:
@@ -55,6 +61,9 @@ class Executor:
     def run(self) -> float:
         self.start()
         self.env.run()
+        if self._progress is not None and self._pending_progress:
+            self._progress("ops", self._pending_progress)
+            self._pending_progress = 0
         unfinished = [(r, i) for r, evs in enumerate(self.done) for i, e in enumerate(evs)
                       if not e.triggered]
         if unfinished:
@@ -84,7 +93,11 @@ class Executor:
                     yield env.all_of(pending)
             t0 = env.now
             if op.coll is not None:
-                rec = yield self.comm.join(op.key, rank, op.coll)
+                ev = self.comm.join(op.key, rank, op.coll)
+                if self.mirrors:
+                    for m in self._mirrors_in(rank, op.coll.group):
+                        self.comm.join(op.key, m, op.coll)
+                rec = yield ev
                 self._collective_spans(rank, op, t0, rec)
             elif op.send_to >= 0:
                 msg = self._message(op.key)
@@ -112,7 +125,19 @@ class Executor:
                            experts=op.experts, flops=op.flops, args=extra)
             done[i].succeed()
             if self._progress is not None:
-                self._progress("ops", 1)
+                self._pending_progress += 1
+                if self._pending_progress >= 256:   # one call per 256 ops
+                    self._progress("ops", self._pending_progress)
+                    self._pending_progress = 0
+
+    def _mirrors_in(self, rank: int, group: tuple[int, ...]) -> tuple[int, ...]:
+        key = (rank, group)
+        hit = self._mirror_cache.get(key)
+        if hit is None:
+            members = set(group)
+            hit = self._mirror_cache[key] = tuple(m for m in self.mirrors.get(rank, ())
+                                                  if m in members)
+        return hit
 
     def _collective_spans(self, rank: int, op: Op, t0: float, rec) -> None:
         group = tuple(op.coll.group)

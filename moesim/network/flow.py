@@ -109,24 +109,25 @@ class FlowNetwork:
             raise ValueError("links need capacity_Bps > 0 and latency_s >= 0 on every link")
         self._n_links = len(self._cap)
         self._routes: dict[tuple[str, str, int], np.ndarray] = {}
-        # per flow slot
-        self._rem = _Grow(float)       # bytes left to send as of self._t_last
-        self._rate = _Grow(float)      # bytes/s since self._t_last
+        # per flow slot (a flow's bytes left are rem - rate * (t - tref) until its next change)
+        self._rem = _Grow(float)       # bytes left to send as of self._tref
+        self._tref = _Grow(float)      # time of the flow's last rate change, s
+        self._rate = _Grow(float)      # bytes/s since self._tref (0 once finished)
+        self._tfin = _Grow(float, np.inf)  # predicted time its last byte leaves (inf: none)
         self._size = _Grow(float)      # bytes of the flow
         self._plat = _Grow(float)      # sum of path latencies, s
         self._start = _Grow(float)     # start time, s
         self._group = _Grow(np.int64)  # transfer group id
         self._alive = _Grow(bool)
-        # (flow slot, link) pairs of every flow in a slot
+        # (flow slot, link) pairs of every flow in a slot, in slot order
         self._pf = _Grow(np.int64)
         self._pl = _Grow(np.int64)
-        self._t_last = float(env.now)
         self._pending: list[tuple[np.ndarray, float, int]] = []  # (path, bytes, group)
         self._groups: dict[int, list[Any]] = {}   # id -> [event, flows left, tag]
         self._next_group = 0
         self._version = 0
         self._kick_scheduled = False
-        self._done_bytes = np.zeros(self._n_links)
+        self._done_bytes = np.zeros(self._n_links)  # bytes of flows compacted away
         self._record = record_series
         self._series: dict[int, list[tuple[float, float]]] = {}
         self._last_load = np.zeros(self._n_links)
@@ -178,9 +179,9 @@ class FlowNetwork:
         """Bytes carried so far per link (completed flows plus progress of running ones)."""
         out = self._done_bytes.copy()
         if self._pf.n:
-            dt = float(self.env.now) - self._t_last
-            sent = self._size.v - (self._rem.v - self._rate.v * dt)
-            sent[~self._alive.v] = 0.0
+            now = float(self.env.now)
+            left = self._rem.v - self._rate.v * (now - self._tref.v)
+            sent = np.where(self._alive.v, self._size.v - left, self._size.v)
             out += np.bincount(self._pl.v, weights=sent[self._pf.v], minlength=self._n_links)
         return out
 
@@ -211,7 +212,7 @@ class FlowNetwork:
         if version == self._version:
             self._step()
 
-    def _flush_pending(self) -> int:
+    def _flush_pending(self, now: float) -> int:
         """Move queued flows into slots; returns the first new slot."""
         first = self._rem.n
         if not self._pending:
@@ -223,7 +224,9 @@ class FlowNetwork:
         self._rem.extend(size)
         self._size.extend(size)
         self._rate.extend(np.zeros(n_new))
-        self._start.extend(np.full(n_new, self._t_last))
+        self._tref.extend(np.full(n_new, now))
+        self._tfin.extend(np.full(n_new, np.inf))
+        self._start.extend(np.full(n_new, now))
         self._group.extend(np.asarray(gids, dtype=np.int64))
         self._alive.extend(np.ones(n_new, dtype=bool))
         lens = np.fromiter((len(p) for p in paths), dtype=np.int64, count=n_new)
@@ -237,76 +240,83 @@ class FlowNetwork:
     def _step(self) -> None:
         self._version += 1   # any wake-up timer set before this step is now stale
         now = float(self.env.now)
-        dt = now - self._t_last
-        if dt > 0:
-            self._rem.v[:] -= self._rate.v * dt
-        self._t_last = now
-        first_new = self._flush_pending()
-        alive, rem, rate = self._alive.v, self._rem.v, self._rate.v
+        first_new = self._flush_pending(now)
+        tfin = self._tfin.v
         tol = FINISH_ATOL_S + FINISH_RTOL * abs(now)
-        if self._coalesce_rtol > 0:
-            tol = tol + self._coalesce_rtol * (now - self._start.v)
-        done = alive & (rem <= rate * tol)
-        new = np.zeros(len(alive), dtype=bool)
-        new[first_new:] = True
-        changed = np.zeros(self._n_links, dtype=bool)
+        if self._coalesce_rtol > 0:   # also flows whose remaining time is <= rtol x age
+            old_done = np.flatnonzero(tfin[:first_new] - now
+                                      <= tol + self._coalesce_rtol * (now - self._start.v[:first_new]))
+        else:
+            old_done = np.flatnonzero(tfin[:first_new] <= now + tol)
+        new_zero = first_new + np.flatnonzero(self._size.v[first_new:] == 0.0)
         r_done = np.inf
-        old_done = done & ~new
-        if old_done.any():  # running flows that finish: free their links
-            r_done = float(rate[old_done].min())
-            changed[self._pl.v[old_done[self._pf.v]]] = True
-        if done.any():
-            self._complete(np.flatnonzero(done))
-        new &= self._alive.v
-        if new.any() or old_done.any():
+        changed = None
+        if len(old_done):   # running flows that finish: their links are freed
+            r_done = float(self._rate.v[old_done].min())
+            changed = np.zeros(self._n_links, dtype=bool)
+            changed[self._pl.v[self._mask_pairs(old_done)]] = True
+            self._complete(old_done)
+        if len(new_zero):   # zero bytes: delivered after the path latency alone
+            self._complete(new_zero)
+        has_new = first_new < self._alive.n and bool(self._alive.v[first_new:].any())
+        if has_new or changed is not None:
+            if changed is None:
+                changed = np.zeros(self._n_links, dtype=bool)
+            new = np.zeros(self._alive.n, dtype=bool)
+            if has_new:
+                new[first_new:] = self._alive.v[first_new:]
             self._solve(now, changed, r_done, new)
         self._maybe_compact()
         self._schedule_wake(now)
 
     def _complete(self, idx: np.ndarray) -> None:
-        pair_done = self._mask_pairs(idx)
-        self._done_bytes += np.bincount(self._pl.v[pair_done],
-                                        weights=self._size.v[self._pf.v[pair_done]],
-                                        minlength=self._n_links)
         self._alive.v[idx] = False
         self._rate.v[idx] = 0.0
-        self._rem.v[idx] = 0.0
-        lat = self._plat.v[idx]
-        gid = self._group.v[idx]
-        for value in np.unique(lat):
-            groups = gid[lat == value]
-            if value == 0:
-                self._deliver(groups, None)
+        self._tfin.v[idx] = np.inf
+        by_lat: dict[float, list[int]] = {}
+        for lat, g in zip(self._plat.v[idx].tolist(), self._group.v[idx].tolist(), strict=True):
+            by_lat.setdefault(lat, []).append(g)
+        for lat in sorted(by_lat):
+            if lat == 0:
+                self._deliver(by_lat[lat], None)
             else:
-                self.env.timeout(float(value)).callbacks.append(partial(self._deliver, groups))
+                self.env.timeout(lat).callbacks.append(partial(self._deliver, by_lat[lat]))
 
     def _mask_pairs(self, idx: np.ndarray) -> np.ndarray:
         mark = np.zeros(self._alive.n, dtype=bool)
         mark[idx] = True
         return mark[self._pf.v]
 
-    def _deliver(self, gids: np.ndarray, _ev: simpy.Event | None) -> None:
-        uniq, counts = np.unique(gids, return_counts=True)
-        for g, c in zip(uniq.tolist(), counts.tolist(), strict=True):
+    def _deliver(self, gids: list[int], _ev: simpy.Event | None) -> None:
+        finished = []
+        for g in gids:
             entry = self._groups[g]
-            entry[1] -= c
+            entry[1] -= 1
             if entry[1] == 0:
-                del self._groups[g]
-                entry[0].succeed(entry[2])
+                finished.append(g)
+        for g in sorted(finished):
+            entry = self._groups.pop(g)
+            entry[0].succeed(entry[2])
 
     def _maybe_compact(self) -> None:
         alive = self._alive.v
         n = len(alive)
-        n_alive = int(alive.sum())
-        if n < 1024 or n_alive * 2 > n:
+        if n < 1024:
             return
-        new_id = np.cumsum(alive) - 1
+        n_alive = int(np.count_nonzero(alive))
+        if n_alive * 2 > n:
+            return
         keep_pair = alive[self._pf.v]
+        dead_p = ~keep_pair   # finished flows leave: credit their bytes to their links
+        self._done_bytes += np.bincount(self._pl.v[dead_p], weights=self._size.v[self._pf.v[dead_p]],
+                                        minlength=self._n_links)
+        new_id = np.cumsum(alive) - 1
         pf = new_id[self._pf.v[keep_pair]]
         self._pl.compact(keep_pair)
         self._pf.compact(keep_pair)
         self._pf.v[:] = pf
-        for arr in (self._rem, self._rate, self._size, self._plat, self._start, self._group):
+        for arr in (self._rem, self._tref, self._rate, self._tfin, self._size, self._plat,
+                    self._start, self._group):
             arr.compact(alive)
         self._alive.compact(alive)
 
@@ -356,13 +366,17 @@ class FlowNetwork:
             load = np.bincount(pl[other], weights=rate[pf[other]], minlength=self._n_links)
             residual = np.maximum(self._cap - load, self._cap * 1e-12)
             idx = np.flatnonzero(aff)
-            rate[idx] = maxmin_pairs(pf[aff_p], pl[aff_p], len(alive), residual)[idx]
-            self.n_resolved += len(idx)
+            got = maxmin_pairs(pf[aff_p], pl[aff_p], len(alive), residual)[idx]
         else:
-            rates = maxmin_pairs(pf, pl, len(alive), self._cap)
-            rates[~alive] = 0.0
-            rate[:] = rates
-            self.n_resolved += int(alive.sum())
+            idx = np.flatnonzero(alive)
+            got = maxmin_pairs(pf, pl, len(alive), self._cap)[idx]
+        # bring the re-rated flows' bytes left up to now, then predict their finish
+        rem = self._rem.v[idx] - rate[idx] * (now - self._tref.v[idx])
+        self._rem.v[idx] = rem
+        self._tref.v[idx] = now
+        rate[idx] = got
+        self._tfin.v[idx] = now + rem / got   # got > 0: every used link has capacity > 0
+        self.n_resolved += len(idx)
         self.n_solves += 1
         if self._record:
             load = np.bincount(pl, weights=rate[pf], minlength=self._n_links)
@@ -373,9 +387,9 @@ class FlowNetwork:
             self._on_solve(now, pf, pl, rate.copy())
 
     def _schedule_wake(self, now: float) -> None:
-        alive = self._alive.v
-        if not alive.any():
+        if not self._tfin.n:
             return
-        rate = self._rate.v[alive]
-        delay = float(np.min(self._rem.v[alive] / rate))
-        self.env.timeout(max(delay, 0.0)).callbacks.append(partial(self._on_wake, self._version))
+        t = float(self._tfin.v.min())   # inf when nothing is sending
+        if t < np.inf:
+            self.env.timeout(max(t - now, 0.0)).callbacks.append(
+                partial(self._on_wake, self._version))

@@ -11,8 +11,13 @@ Three straight lines, each ``t = overhead + x / rate`` with both coefficients ke
   first-touch page faults of a fresh output (10-100x the typical time); the simulator
   predicts mean phase times, and a sum of ops has the mean of the sum only if each
   op's cost is its mean, not its typical (median) value;
-- host: ``op_gap_s``, the mean time between consecutive traced ops of a rank
-  (framework dispatch and untraced Python), which a replay adds per compute op.
+- host: the time between consecutive traced ops of a rank (framework dispatch and
+  untraced Python) per compute op, which a replay adds to each compute op; fitted
+  separately for the forward (``op_gap_forward_s``: ops issued one by one from
+  Python) and the backward (``op_gap_backward_s``: ops issued by the C++ autograd
+  engine, which dispatches faster), plus ``op_gap_s`` for both together:
+  total gap time / number of compute ops (so a replay of the calibration trace has
+  its measured total gap).
 
 Samples:
 
@@ -108,6 +113,24 @@ def gap_samples(ts: TraceSet) -> np.ndarray:
     return np.array(gaps)
 
 
+def host_gaps(ts: TraceSet) -> dict[str, tuple[float, int]]:
+    """(total gap s, compute ops) for ``forward``, ``backward`` and ``all``: every gap
+    (as :func:`gap_samples`) counts for the class of the op that follows it."""
+    out = {"forward": [0.0, 0], "backward": [0.0, 0], "all": [0.0, 0]}
+    for r in ts.ranks:
+        for s in r.steps:
+            end = -np.inf
+            for i, o in enumerate(s.ops):
+                cls = "backward" if o.backward else "forward"
+                gap = max(0.0, o.start_s - end) if i else 0.0
+                end = max(end, o.start_s + o.dur_s)
+                compute = o.kind in ("gemm", "memory")
+                for c in (cls, "all"):
+                    out[c][0] += gap
+                    out[c][1] += int(compute)
+    return {k: (float(v[0]), int(v[1])) for k, v in out.items()}
+
+
 def gemm_samples(ts: TraceSet) -> tuple[np.ndarray, np.ndarray]:
     """(FLOPs, seconds) of every matmul in every step of every rank."""
     ops = [o for r in ts.ranks for s in r.steps for o in s.ops if o.kind == "gemm"]
@@ -163,21 +186,30 @@ def calibrate(sets: list[TraceSet], sources: list[str], backend: str = "gloo",
     mem = fit_total(mem_x, mem_t, fit_line(mem_x, mem_t, f"{src} (memory-bound ops)").overhead_s)
     comm = fit_line(*cat(comm_samples), what=f"{src} (all-to-alls)")
     gaps = np.concatenate([gap_samples(s) for s in sets])
-    op_gap = float(np.mean(gaps)) if len(gaps) else 0.0
+    tot: dict[str, list[float]] = {}
+    for s in sets:
+        for k, (g, n) in host_gaps(s).items():
+            tot.setdefault(k, [0.0, 0])
+            tot[k][0] += g
+            tot[k][1] += n
+    per_op = {k: g / n if n else 0.0 for k, (g, n) in tot.items()}
     return {
         "format": FORMAT,
         "device": device,
         "gemm": {"flops_per_s": gemm.rate, "overhead_s": gemm.overhead_s},
         "memory": {"bytes_per_s": mem.rate, "overhead_s": mem.overhead_s},
         "comm": {"latency_s": comm.overhead_s, "bandwidth_Bps": comm.rate, "backend": backend},
-        "host": {"op_gap_s": op_gap},
+        "host": {"op_gap_s": per_op["all"], "op_gap_forward_s": per_op["forward"],
+                 "op_gap_backward_s": per_op["backward"]},
         "fit": {"gemm": _fit_dict(gemm), "memory": _fit_dict(mem), "comm": _fit_dict(comm),
                 "host": {"n_samples": int(len(gaps)),
+                         "compute_ops": {k: n for k, (_, n) in tot.items()},
                          "median_gap_s": float(np.median(gaps)) if len(gaps) else 0.0},
                 "method": "gemm, comm: least squares on relative residuals (weights 1/t); "
                           "memory: overhead from that fit, rate = total bytes / (total time - "
                           "overhead per op); coefficients >= 0; "
                           "comm time = min over ranks of the collective's worker span; host "
-                          "op gap = mean time between consecutive ops of a rank"},
+                          "op gap = total time between consecutive ops of a rank / compute "
+                          "ops, forward and backward apart"},
         "sources": list(sources),
     }

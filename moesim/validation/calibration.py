@@ -6,7 +6,8 @@ File (JSON, written by ``moesim calibrate``)::
      "gemm":   {"flops_per_s": ..., "overhead_s": ...},
      "memory": {"bytes_per_s": ..., "overhead_s": ...},
      "comm":   {"latency_s": ..., "bandwidth_Bps": ..., "backend": "gloo"},
-     "host":   {"op_gap_s": ...},          # optional (older files: 0)
+     "host":   {"op_gap_s": ..., "op_gap_forward_s": ..., "op_gap_backward_s": ...},
+               # optional (older files: 0); per-phase gaps default to op_gap_s
      "fit": {...}, "sources": [...]}
 
 All values SI (s, FLOP/s, bytes/s).
@@ -51,6 +52,13 @@ class CalibratedComputeModel:
     device: str = "cpu"
     name: str = "calibrated"
     op_gap_s: float = 0.0   # host time between consecutive ops (dispatch), s; 0 if absent
+    op_gap_forward_s: float | None = None    # forward ops (Python dispatch); None: op_gap_s
+    op_gap_backward_s: float | None = None   # backward ops (autograd engine); None: op_gap_s
+
+    def gap_s(self, backward: bool) -> float:
+        """Host time charged before one compute op of the forward / backward."""
+        g = self.op_gap_backward_s if backward else self.op_gap_forward_s
+        return self.op_gap_s if g is None else g
 
     def time_s(self, kernel: Kernel) -> float:
         if kernel.m > 0 or kernel.name.endswith("gemm"):
@@ -76,11 +84,14 @@ def model_from_dict(doc: dict, src: str = "calibration") -> CalibratedComputeMod
                            _num(doc, src, "comm", "bandwidth_Bps", True),
                            str(doc["comm"].get("backend", "")))
     gap = _num(doc, src, "host", "op_gap_s", False) if "host" in doc else 0.0
+    host = doc.get("host") if isinstance(doc.get("host"), dict) else {}
+    fwd, bwd = (_num(doc, src, "host", k, False) if k in host else None
+                for k in ("op_gap_forward_s", "op_gap_backward_s"))
     return CalibratedComputeModel(
         _num(doc, src, "gemm", "flops_per_s", True), _num(doc, src, "gemm", "overhead_s", False),
         _num(doc, src, "memory", "bytes_per_s", True),
         _num(doc, src, "memory", "overhead_s", False), comm, str(doc.get("device", "")),
-        op_gap_s=gap)
+        op_gap_s=gap, op_gap_forward_s=fwd, op_gap_backward_s=bwd)
 
 
 def load_calibration(path: str | Path) -> CalibratedComputeModel:

@@ -83,6 +83,7 @@ class TracedOp:
     recv_rows: tuple[int, ...] = ()  # rows from each source rank
     row_bytes: int = 0               # bytes per row (hidden × dtype size)
     work_dur_s: float = 0.0
+    backward: bool = False           # starts at or after the step's backward start
 
     @property
     def send_bytes(self) -> tuple[float, ...]:
@@ -273,6 +274,8 @@ def ingest_file(path: Path, world: int | None = None) -> tuple[RankTrace, int, i
                     ops.append(TracedOp("memory", e.name, e.start_s - t0, e.dur_s,
                                         bytes=nbytes))
         ops.sort(key=lambda o: o.start_s)
+        ops = [replace(o, backward=True) if o.start_s >= bwd_start - t0 - 1e-12 else o
+               for o in ops]
         cand = [i for i, o in enumerate(ops) if o.role == "router?"]
         for i in cand:
             ops[i] = replace(ops[i], role="router" if i == cand[-1] else "")

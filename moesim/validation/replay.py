@@ -8,8 +8,9 @@ exchange) becomes a collective Op carrying the trace's byte matrix, the same
 :class:`~moesim.collectives.CollectiveSpec` on every member. The measured durations
 (``TracedOp.dur_s``) are never read here.
 
-A compute op also pays the calibration's host gap (``op_gap_s``: framework dispatch
-between consecutive ops; 0 for calibrations without it).
+A compute op also pays the calibration's host gap (framework dispatch between
+consecutive ops: ``gap_s(op.backward)``, the forward or backward figure; 0 for
+calibrations without it).
 
 Op ``i`` of ``programs[rank]`` is ``TraceStep.ops[i]`` of that rank, and depends on op
 ``i - 1`` (the recorded layer runs one op at a time: all-to-alls are blocking calls).
@@ -131,7 +132,7 @@ def build_programs(ts: TraceSet, step: int, model: CalibratedComputeModel) -> li
                 kern = kernel_of(o)
                 is_expert = o.kind == "gemm" and (o.role == "expert" or backward)
                 prog.append(Op("compute", "compute", kern.name if o.kind == "gemm" else o.name,
-                               deps=deps, duration_s=model.op_gap_s + model.time_s(kern),
+                               deps=deps, duration_s=model.gap_s(o.backward) + model.time_s(kern),
                                phase="bwd" if backward else "fwd", flops=o.flops,
                                tokens=o.m, hot_expert=hot_e if is_expert else -1,
                                hot_tokens=hot_t if is_expert else 0))
