@@ -1,10 +1,11 @@
 """Regenerate the validation-study table of docs/validation.md.
 
-    python benchmarks/validation_table.py      # calibrate on traces/uniform; validate
-                                               # uniform, zipf, hot; noise from the repeats
+    python benchmarks/validation_table.py      # calibrate on the two uniform recordings;
+                                               # validate all five; noise from DIR-repeat
     python benchmarks/validation_table.py --repeat traces/hot traces/hot-repeat
 
-Calibrates in memory exactly as ``moesim calibrate traces/uniform -o calib.json`` does
+Calibrates in memory exactly as ``moesim calibrate traces/uniform traces/uniform-repeat
+-o calib.json`` does
 (same code), then runs ``moesim validate``'s code on each trace directory and prints a
 Markdown table: per rank the signed error of each phase (median over the traced steps
 of (simulated − measured) / measured), the median |error| per trace, the measured
@@ -87,9 +88,11 @@ def repeat(a: str, b: str) -> str:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--calibrate", nargs="+", default=["traces/uniform"], metavar="DIR")
-    ap.add_argument("--traces", nargs="+", default=["traces/uniform", "traces/zipf",
-                                                    "traces/hot"], metavar="DIR")
+    ap.add_argument("--calibrate", nargs="+", default=["traces/uniform", "traces/uniform-repeat"],
+                    metavar="DIR", help="calibration recordings (default: both uniform ones)")
+    ap.add_argument("--traces", nargs="+", default=["traces/uniform", "traces/uniform-repeat",
+                                                    "traces/zipf", "traces/hot",
+                                                    "traces/hot-repeat"], metavar="DIR")
     ap.add_argument("--repeat", nargs=2, action="append", metavar=("DIR", "OTHER_DIR"),
                     help="a second recording of DIR's configuration (noise); repeatable")
     args = ap.parse_args()

@@ -195,7 +195,7 @@ def test_record_param_comms_form(tmp_path):
 SHIPPED = Path(__file__).resolve().parents[1] / "traces"
 
 
-@pytest.mark.parametrize("skew", ["uniform", "zipf", "hot"])
+@pytest.mark.parametrize("skew", ["uniform", "zipf", "hot", "uniform-repeat", "hot-repeat"])
 def test_shipped_traces_conserve_tokens(skew):
     d = SHIPPED / skew
     if not d.is_dir():

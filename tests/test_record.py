@@ -99,3 +99,28 @@ def test_same_seed_same_routing(hot_run, tmp_path):
     assert main(["record", str(again), "--skew", "hot", "--hot-fraction", "0.6", *ARGS]) == 0
     steps = [json.loads((d / "routing.json").read_text())["steps"] for d in (hot_run, again)]
     assert steps[0] == steps[1]
+
+
+def test_record_rejects_out_of_range_nice(tmp_path, capsys):
+    assert main(["record", str(tmp_path / "x"), "--nice", "-40", *ARGS]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "--nice" in err and "-20..19" in err
+    assert not (tmp_path / "x").exists()
+
+
+def test_pin_binds_rank_r_to_the_rth_allowed_core(monkeypatch):
+    """Allowed cores {3, 5}: rank 0 → 3, rank 1 → 5, rank 2 → 3 (modulo); no niceness
+    change when nice is 0."""
+    import os
+
+    from moesim.validation.record import RecordConfig, _quiet_the_rank
+
+    calls = []
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {5, 3})
+    monkeypatch.setattr(os, "sched_setaffinity", lambda pid, cores: calls.append(cores))
+    monkeypatch.setattr(os, "nice", lambda inc: pytest.fail("nice called"))
+    cfg = RecordConfig(outdir="", pin=True)
+    assert [_quiet_the_rank(r, cfg) for r in (0, 1, 2)] == [{"core": 3}, {"core": 5},
+                                                            {"core": 3}]
+    assert calls == [{3}, {5}, {3}]
+    assert _quiet_the_rank(0, RecordConfig(outdir="")) == {}

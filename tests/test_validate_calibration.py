@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 
 import numpy as np
 import pytest
 
 from moesim.errors import InputError
-from moesim.validation.calibrate import calibrate, fit_total, gap_samples
+from moesim.validation.calibrate import calibrate, fit_total, gap_samples, host_gaps
 from moesim.validation.calibration import load_calibration, model_from_dict
 from moesim.validation.ingest import RankTrace, TracedOp, TraceSet, TraceStep
 from moesim.validation.validate import validate
@@ -38,11 +39,26 @@ def test_gap_samples_exact():
     np.testing.assert_allclose(gap_samples(_ops_set()), [2.0, 0.0, 0.5])
 
 
+def test_host_gaps_per_compute_op_forward_and_backward():
+    """The last two ops of _ops_set marked backward: forward gaps 2.0 over 2 compute
+    ops, backward 0 + 0.5 over 2; all: 2.5 over 4."""
+    ts = _ops_set()
+    step = ts.ranks[0].steps[0]
+    ops = tuple(replace(o, backward=i >= 2) for i, o in enumerate(step.ops))
+    ts = TraceSet((RankTrace(0, "r0", 1, (replace(step, ops=ops),)),), 8, 0)
+    assert host_gaps(ts) == {"forward": (2.0, 2), "backward": (0.5, 2), "all": (2.5, 4)}
+
+
 def test_host_gap_in_file_and_model(tmp_path):
     from tests.test_calibrate import _synthetic_set
     doc = calibrate([_synthetic_set()], ["synthetic"])
-    assert doc["host"]["op_gap_s"] == pytest.approx(float(np.mean(gap_samples(
-        _synthetic_set()))))
+    tot = host_gaps(_synthetic_set())
+    for key, cls in (("op_gap_s", "all"), ("op_gap_forward_s", "forward"),
+                     ("op_gap_backward_s", "backward")):
+        g, n = tot[cls]
+        assert doc["host"][key] == pytest.approx(g / n if n else 0.0)
+    m = model_from_dict(CALIB | {"host": {"op_gap_s": 2e-6, "op_gap_backward_s": 1e-6}})
+    assert (m.gap_s(False), m.gap_s(True)) == (2e-6, 1e-6)   # forward falls back to op_gap_s
     assert model_from_dict(CALIB | {"host": {"op_gap_s": 2e-6}}).op_gap_s == 2e-6
     assert model_from_dict(CALIB).op_gap_s == 0.0           # older files: no host gap
     p = tmp_path / "c.json"
@@ -63,3 +79,21 @@ def test_replay_adds_the_host_gap_to_each_compute_op(tmp_path):
     assert sim0["experts_s"] == pytest.approx((SIMULATED[0]["experts_s"] + 40) * US)
     assert sim0["forward_s"] == pytest.approx((SIMULATED[0]["forward_s"] + 60) * US)
     assert sim0["dispatch_s"] == pytest.approx(SIMULATED[0]["dispatch_s"] * US)
+
+
+def test_replay_charges_forward_and_backward_gaps_apart(tmp_path):
+    """Forward gap 10 µs, backward 1000 µs. Forward: 6 compute ops before the combine on
+    both ranks (+60 µs each, so the stall is unchanged). Backward: one matmul per rank
+    (ingest flags it backward: it starts after the autograd op at 2100 µs), so both
+    ranks' backward grows by exactly 1000 µs (rank 0's matmul 800 + 1000 sets the
+    dispatch-grad)."""
+    from moesim.validation.ingest import ingest
+    ts = ingest([str(write_traces(tmp_path / "t"))])
+    assert [o.backward for o in ts.step(0, 1).ops if o.kind == "gemm"] == [False] * 5 + [True]
+    host = {"op_gap_s": 0.0, "op_gap_forward_s": 10e-6, "op_gap_backward_s": 1000e-6}
+    v = validate(ts, model_from_dict(CALIB | {"host": host}))
+    for r in (0, 1):
+        sim = v.median(r, "simulated")
+        assert sim["forward_s"] == pytest.approx((SIMULATED[r]["forward_s"] + 60) * US)
+        assert sim["backward_s"] == pytest.approx((SIMULATED[r]["backward_s"] + 1000) * US)
+        assert sim["combine_s"] == pytest.approx(SIMULATED[r]["combine_s"] * US)

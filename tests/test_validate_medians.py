@@ -129,3 +129,28 @@ def test_noise_needs_the_same_number_of_steps(tmp_path):
     b = ingest([str(write_steps(tmp_path / "b", (1.0, 1.0)))])
     with pytest.raises(InputError, match="3 traced steps"):
         run_to_run_noise(a, b, "b")
+
+
+SHIPPED = Path(__file__).resolve().parents[1] / "traces"
+
+
+@pytest.mark.slow
+def test_shipped_hot_study_stall_and_noise():
+    """On the shipped hot recording, the cold rank 1 waits in the combine for rank 0
+    (hot expert 0) in the measurement and in the simulation alike; the noise of a
+    recording against itself is exactly 0 and against its repeat is finite."""
+    from moesim.validation.calibration import load_calibration
+
+    hot, rep = SHIPPED / "hot", SHIPPED / "hot-repeat"
+    if not (hot.is_dir() and rep.is_dir()):
+        pytest.skip("shipped traces not present")
+    ts = ingest([str(hot)])
+    v = validate(ts, load_calibration(SHIPPED / "calib-uniform-cpu.json"))
+    for which in ("measured", "simulated"):
+        cold, warm = v.median(1, which), v.median(0, which)
+        assert cold["combine_s"] > 10 * warm["combine_s"]      # the stall
+        assert cold["experts_s"] < warm["experts_s"] / 2       # fewer rows to compute
+    for r in range(2):
+        assert all(x == 0.0 for x in run_to_run_noise(ts, ts)[r].values())
+    noise = run_to_run_noise(ts, ingest([str(rep)]))
+    assert all(np.isfinite(noise[r][p]) for r in range(2) for p in ("forward_s", "backward_s"))

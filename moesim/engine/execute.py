@@ -38,7 +38,9 @@ class Executor:
         self._messages: dict[tuple, simpy.Event] = {}
         # (rank, layer, microbatch, phase) -> (expert, tokens) of the rank's most loaded expert
         self._hot: dict[tuple[int, int, int, str], tuple[int, int]] = {}
-        self.done: list[list[simpy.Event]] = []
+        # per rank: 1 when op i has finished; events only for ops someone waits on
+        self.finished: list[bytearray] = []
+        self._waiters: list[dict[int, simpy.Event]] = []
         self._progress = progress  # callable(stage, n_ops) or None
         # representative rank -> the ranks it stands for (moesim.engine.replicas); a
         # mirror in a collective's group joins it together with its representative
@@ -50,8 +52,8 @@ class Executor:
     def start(self) -> None:
         env = self.env
         for rank, prog in enumerate(self.programs):
-            events = [env.event() for _ in prog]
-            self.done.append(events)
+            self.finished.append(bytearray(len(prog)))
+            self._waiters.append({})
             streams: dict[str, list[int]] = defaultdict(list)
             for i, op in enumerate(prog):
                 streams[op.stream].append(i)
@@ -64,8 +66,8 @@ class Executor:
         if self._progress is not None and self._pending_progress:
             self._progress("ops", self._pending_progress)
             self._pending_progress = 0
-        unfinished = [(r, i) for r, evs in enumerate(self.done) for i, e in enumerate(evs)
-                      if not e.triggered]
+        unfinished = [(r, i) for r, fin in enumerate(self.finished) for i, f in enumerate(fin)
+                      if not f]
         if unfinished:
             r, i = unfinished[0]
             op = self.programs[r][i]
@@ -84,18 +86,30 @@ class Executor:
     def _stream(self, rank: int, idxs: list[int]):
         env = self.env
         prog = self.programs[rank]
-        done = self.done[rank]
+        fin = self.finished[rank]
+        waiters = self._waiters[rank]
         for i in idxs:
             op = prog[i]
             if op.deps:
-                pending = [done[d] for d in op.deps if not done[d].triggered]
+                pending = [d for d in op.deps if not fin[d]]
                 if pending:
-                    yield env.all_of(pending)
+                    evs = []
+                    for d in pending:
+                        ev = waiters.get(d)
+                        if ev is None:
+                            ev = waiters[d] = env.event()
+                        evs.append(ev)
+                    yield evs[0] if len(evs) == 1 else env.all_of(evs)
             t0 = env.now
             if op.coll is not None:
                 ev = self.comm.join(op.key, rank, op.coll)
                 if self.mirrors:
-                    for m in self._mirrors_in(rank, op.coll.group):
+                    mirrored = self._mirrors_in(rank, op.coll.group)
+                    if mirrored:   # a group with mirrors runs in full: no extra copies
+                        full = getattr(self.net, "full_keys", None)
+                        if full is not None:
+                            full.add(op.key)
+                    for m in mirrored:
                         self.comm.join(op.key, m, op.coll)
                 rec = yield ev
                 self._collective_spans(rank, op, t0, rec)
@@ -123,7 +137,10 @@ class Executor:
                          if op.expert_tokens else {})
                 self._span(rank, op, op.kind, t0, env.now, tokens=op.tokens,
                            experts=op.experts, flops=op.flops, args=extra)
-            done[i].succeed()
+            fin[i] = 1
+            ev = waiters.pop(i, None)
+            if ev is not None:
+                ev.succeed()
             if self._progress is not None:
                 self._pending_progress += 1
                 if self._pending_progress >= 256:   # one call per 256 ops

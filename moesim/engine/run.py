@@ -17,7 +17,7 @@ from moesim.collectives.communicator import Communicator
 from moesim.engine.breakdown import breakdown
 from moesim.engine.build import StepPlan, build_step
 from moesim.engine.execute import Executor
-from moesim.engine.replicas import replica_map, replicas_mode
+from moesim.engine.replicas import MirroredNetwork, replica_map, replicas_mode
 from moesim.memory_report import CATEGORIES, StageMemory
 from moesim.network import AnalyticalNetwork, FlowNetwork
 from moesim.scenario import load_scenario
@@ -31,14 +31,19 @@ def resolve_path(path: str | Path, overrides: Sequence[str] = ()) -> Resolved:
 
 def simulate(target: str | Path | Resolved, overrides: Sequence[str] = (), *,
              record_series: bool = True, progress=None, replicas: str | None = None,
-             dedup: bool = True) -> SimResult:
+             dedup: bool = True, mirror_traffic: bool = True,
+             coalesce_rtol: float = 0.0) -> SimResult:
     """Simulate one step. ``target``: a scenario file/name or an already resolved one.
 
     ``replicas``: ``independent`` or ``identical`` (default: the scenario's
     ``routing.replicas``, else independent); with ``identical`` and ``dedup`` (default)
     one representative per replica class is simulated (:mod:`moesim.engine.replicas`),
     ``dedup=False`` simulates every rank (the full-fidelity reference). Shortcuts taken
-    are listed in ``summary["shortcuts"]``."""
+    are listed in ``summary["shortcuts"]``. ``mirror_traffic`` (default) puts the
+    mirrors' EP/TP/PP flows on the network too (:class:`MirroredNetwork`), so replicas
+    contend for shared links as in the full run; False drops them (faster, measured
+    error in docs/scale.md). ``coalesce_rtol`` > 0 passes the flow network's coalescing
+    option (a flow may finish up to that fraction of its duration early; 0 = exact)."""
     t0 = time.perf_counter()
     res = target if isinstance(target, Resolved) else resolve_path(target, overrides)
     mode = replicas_mode(res.scenario, replicas)
@@ -50,9 +55,12 @@ def simulate(target: str | Path | Resolved, overrides: Sequence[str] = (), *,
     env = simpy.Environment()
     topo = res.topology
     net_cls = FlowNetwork if res.scenario.cluster.network == "flow" else AnalyticalNetwork
-    net = (net_cls(env, topo, record_series=record_series) if net_cls is FlowNetwork
-           else net_cls(env, topo))
+    net = (net_cls(env, topo, record_series=record_series, coalesce_rtol=coalesce_rtol)
+           if net_cls is FlowNetwork else net_cls(env, topo))
     gpus = list(topo.gpus)
+    if rmap is not None and mirror_traffic:
+        net = MirroredNetwork(net, {gpus[r]: tuple(gpus[m] for m in ms)
+                                    for r, ms in rmap.mirrors.items()})
     comm = Communicator(env, net, gpus, rank_host=[topo.host_of(g) for g in gpus])
     ex = Executor(env, net, comm, gpus, plan.programs, progress=progress,
                   mirrors=rmap.mirrors if rmap is not None else None)
@@ -64,7 +72,12 @@ def simulate(target: str | Path | Resolved, overrides: Sequence[str] = (), *,
                       series=net.series() if hasattr(net, "series") and record_series else {})
     summary = summarize(res, plan, spans, step, rep=None if rmap is None else rmap.rep)
     summary["replicas"] = mode
-    summary["shortcuts"] = shortcuts(res, rmap)
+    summary["shortcuts"] = shortcuts(res, rmap, mirror_traffic)
+    if coalesce_rtol > 0 and net_cls is FlowNetwork:
+        summary["shortcuts"].append({
+            "name": "coalesce_finishes", "coalesce_rtol": coalesce_rtol,
+            "detail": "flows finishing close together share one max-min re-solve",
+            "bound": f"every flow finishes at most {coalesce_rtol:.2%} of its duration early"})
     summary["sim_wall_s"] = time.perf_counter() - t0
     return SimResult(
         spans=spans, summary=summary, scenario=res.scenario.to_dict(),
@@ -74,18 +87,22 @@ def simulate(target: str | Path | Resolved, overrides: Sequence[str] = (), *,
         wall_s=time.perf_counter() - t0)
 
 
-def shortcuts(res: Resolved, rmap) -> list[dict]:
+def shortcuts(res: Resolved, rmap, mirror_traffic: bool = True) -> list[dict]:
     """What the run did not simulate one by one (empty: every rank simulated)."""
     if rmap is None:
         return []
     reps = len(rmap.representatives)
+    traffic = ("their EP/TP/PP flows are copied onto the network at the representative's "
+               "times" if mirror_traffic else
+               "their EP/TP/PP flows are left off the network (mirror_traffic=False)")
     return [{"name": "identical_replicas",
              "simulated_ranks": reps, "world": res.layout.world,
+             "mirror_traffic": mirror_traffic,
              "detail": (f"routing.replicas=identical: one representative per expert-data-"
-                        f"parallel class ({reps} of {res.layout.world} ranks); mirrors join "
-                        "data-parallel collectives with their representative, their EP/PP "
-                        "traffic and compute are not simulated and they report their "
-                        "representative's timeline"),
+                        f"parallel class ({reps} of {res.layout.world} ranks) runs the op "
+                        "program; mirrors join data-parallel collectives with their "
+                        f"representative; {traffic}; a mirror reports its representative's "
+                        "timeline"),
              "bound": "step time, breakdown and per-rank stalls within 1% of the full "
                       "simulation on the fidelity configurations (tests/test_scale_fidelity.py)"}]
 

@@ -43,7 +43,7 @@ import numpy as np
 import simpy
 
 from moesim.network.base import LinkSet
-from moesim.network.maxmin import maxmin_pairs
+from moesim.network.maxmin import CAP_FLOOR, maxmin_pairs
 
 #: absolute and relative tolerance (seconds, fraction of ``env.now``) within which
 #: flows predicted to finish are completed together in one step.
@@ -364,7 +364,7 @@ class FlowNetwork:
             aff_p = aff[pf]
             other = ~aff_p
             load = np.bincount(pl[other], weights=rate[pf[other]], minlength=self._n_links)
-            residual = np.maximum(self._cap - load, self._cap * 1e-12)
+            residual = np.maximum(self._cap - load, self._cap * CAP_FLOOR)
             idx = np.flatnonzero(aff)
             got = maxmin_pairs(pf[aff_p], pl[aff_p], len(alive), residual)[idx]
         else:

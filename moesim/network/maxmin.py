@@ -30,6 +30,18 @@ import numpy as np
 #: saturate in the same round (merges levels that differ only by rounding).
 SAT_RTOL = 1e-9
 
+#: a link's capacity left for its unfrozen flows is floored at this fraction of its
+#: capacity, so rounding (frozen load a hair above capacity) never gives a flow rate 0
+#: (it would never finish); a link may then carry 1e-12 of its capacity too much
+CAP_FLOOR = 1e-12
+
+#: problems with at most this many (flow, link) pairs are solved by the same rounds in
+#: plain Python (numpy's per-call overhead dominates there); the result is bit-identical
+SMALL_PAIRS = 40
+
+
+_CAP_MSG = "every link a flow crosses needs capacity_Bps > 0"
+
 
 def maxmin_pairs(
     pair_flow: np.ndarray,
@@ -50,37 +62,88 @@ def maxmin_pairs(
     rates = np.full(n_flows, np.inf)
     if po.size == 0:
         return rates
+    if po.size <= SMALL_PAIRS:
+        _maxmin_small(po.tolist(), pl.tolist(), cap, rates)
+        return rates
     if np.any(po[1:] < po[:-1]):
         order = np.argsort(po, kind="stable")
         po, pl = po[order], pl[order]
     if np.any(cap[pl] <= 0):
-        raise ValueError("every link a flow crosses needs capacity_Bps > 0")
+        raise ValueError(_CAP_MSG)
     n_links = cap.shape[0]
     frozen_load = np.zeros(n_links)
     share = np.empty(n_links)
-    nbr = np.empty(n_links)
-    while po.size:
-        new_flow = np.empty(po.size, dtype=bool)
-        new_flow[0] = True
-        np.not_equal(po[1:], po[:-1], out=new_flow[1:])
-        starts = np.flatnonzero(new_flow)
-        seg_len = np.diff(np.append(starts, po.size))
+    new_flow = np.empty(po.size, dtype=bool)   # pairs are sorted by flow: one segment each
+    new_flow[0] = True
+    np.not_equal(po[1:], po[:-1], out=new_flow[1:])
+    starts = np.flatnonzero(new_flow)
+    seg_len = np.diff(np.append(starts, po.size))
+    flow_ids = po[starts]
+    while pl.size:
         cnt = np.bincount(pl, minlength=n_links)
         share.fill(np.inf)
         used = cnt > 0
-        share[used] = np.maximum(cap[used] - frozen_load[used], 0.0) / cnt[used]
-        flow_min = np.minimum.reduceat(share[pl], starts)
+        share[used] = np.maximum(cap[used] - frozen_load[used], cap[used] * CAP_FLOOR) / cnt[used]
+        share_p = share[pl]
+        flow_min = np.minimum.reduceat(share_p, starts)
         flow_min_p = np.repeat(flow_min, seg_len)
-        nbr.fill(np.inf)
-        np.minimum.at(nbr, pl, flow_min_p)
-        bottleneck = share <= nbr * (1.0 + SAT_RTOL)
-        frozen = np.logical_or.reduceat(bottleneck[pl], starts)
-        rates[po[starts[frozen]]] = flow_min[frozen]
+        # a link is a local bottleneck when its share is (within SAT_RTOL) the smallest
+        # share on the path of every flow crossing it
+        not_bottleneck = np.zeros(n_links, dtype=bool)
+        not_bottleneck[pl[share_p > flow_min_p * (1.0 + SAT_RTOL)]] = True
+        frozen = np.logical_or.reduceat(~not_bottleneck[pl], starts)
+        rates[flow_ids[frozen]] = flow_min[frozen]
         frozen_p = np.repeat(frozen, seg_len)
         frozen_load += np.bincount(pl[frozen_p], weights=flow_min_p[frozen_p], minlength=n_links)
-        keep = ~frozen_p
-        po, pl = po[keep], pl[keep]
+        keep = ~frozen
+        flow_ids, seg_len = flow_ids[keep], seg_len[keep]
+        pl = pl[~frozen_p]
+        starts = np.cumsum(seg_len) - seg_len
     return rates
+
+
+def _maxmin_small(po: list[int], pl: list[int], cap: np.ndarray, rates: np.ndarray) -> None:
+    """The rounds of :func:`maxmin_pairs` in plain Python, with the same floating-point
+    operations in the same order (so the same rates to the last bit); writes ``rates``."""
+    flows: dict[int, list[int]] = {}
+    pairs = zip(po, pl, strict=True)
+    if any(a > b for a, b in zip(po, po[1:], strict=False)):   # same order as the stable sort by flow
+        pairs = sorted(pairs, key=lambda p: p[0])
+    for f, link in pairs:
+        flows.setdefault(f, []).append(link)
+    used = sorted(set(pl))
+    capv = dict(zip(used, cap[used].tolist(), strict=True))
+    if not all(c > 0 for c in capv.values()):
+        raise ValueError(_CAP_MSG)
+    frozen_load = dict.fromkeys(used, 0.0)
+    active = list(flows.items())
+    inf = float("inf")
+    while active:
+        cnt: dict[int, int] = {}
+        for _, links in active:
+            for link in links:
+                cnt[link] = cnt.get(link, 0) + 1
+        share = {link: max(capv[link] - frozen_load[link], capv[link] * CAP_FLOOR) / c
+                 for link, c in cnt.items()}
+        fmin = [min(share[link] for link in links) for _, links in active]
+        nbr: dict[int, float] = {}
+        for (_, links), m in zip(active, fmin, strict=True):
+            for link in links:
+                if m < nbr.get(link, inf):
+                    nbr[link] = m
+        bottleneck = {link for link, s in share.items() if s <= nbr.get(link, inf) * (1.0 + SAT_RTOL)}
+        added: dict[int, float] = {}
+        rest = []
+        for (f, links), m in zip(active, fmin, strict=True):
+            if any(link in bottleneck for link in links):
+                rates[f] = m
+                for link in links:
+                    added[link] = added.get(link, 0.0) + m
+            else:
+                rest.append((f, links))
+        for link, w in added.items():
+            frozen_load[link] += w
+        active = rest
 
 
 def maxmin_rates(indptr: np.ndarray, indices: np.ndarray, capacity_Bps: np.ndarray) -> np.ndarray:

@@ -1,13 +1,22 @@
-"""Validation against real torch runs: record, ingest, calibrate.
+"""Validation against real torch runs: record, ingest, calibrate, validate.
 
 Modules (torch is optional; only ``moe_layer`` and ``record`` import it, and
 only when called):
 
-- ``moe_layer``   an expert-parallel MoE layer in torch (all-to-all dispatch/combine)
-- ``record``      runs it on N processes under ``torch.profiler``
-- ``ingest``      parses Kineto (torch.profiler) JSON into :class:`TraceStep` data
-- ``calibrate``   least-squares fit of compute and communication models
-- ``calibration`` the fitted model (a ``ComputeModel``) and its file format
+- ``moe_layer``     an expert-parallel MoE layer in torch (all-to-all dispatch/combine)
+- ``record``        runs it on N processes under ``torch.profiler`` (optionally pinned and
+                    at raised priority), writes Kineto traces + ``routing.json``
+- ``kineto``        loads a Kineto JSON (gzip or not) into complete events; rank, world
+- ``collectives``   finds torch.distributed all-to-alls and their split sizes in events
+- ``ingest``        parses Kineto (torch.profiler) JSON into :class:`TraceStep` data
+- ``ingest_report`` the text table of ``moesim ingest``
+- ``calibrate``     least-squares fit of compute, communication and host-gap models
+- ``calibration``   the fitted model (a ``ComputeModel``) and its file format
+- ``replay``        traced steps → simulator op programs (pure; no trace durations)
+- ``validate``      simulates each traced step; measured vs simulated phases, medians
+                    over steps, relative errors
+- ``noise``         run-to-run noise of two recordings of one configuration
+- ``overlay``       plot of measured over simulated timelines on a matplotlib Axes
 """
 
 from __future__ import annotations
