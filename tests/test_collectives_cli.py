@@ -168,7 +168,9 @@ def test_benchmark_runs_on_a_tiny_cluster(capsys):
     m = bench.skewed_matrix(16, 1e6, np.random.default_rng(0))
     np.testing.assert_allclose(m.sum(axis=1), 1e6)  # every rank sends --per-rank bytes
     np.testing.assert_array_equal(m, bench.skewed_matrix(16, 1e6, np.random.default_rng(0)))
-    assert bench.main(["--gpus", "16", "--sizes", "8,16", "--repeats", "1",
-                       "--algo", "hierarchical", "--per-rank", "1MiB"]) == 0
+    assert bench.main(["--gpus", "16", "--sizes", "8,16", "--repeats", "1", "--exact-gpus", "16",
+                       "--rtols", "1e-2", "--algo", "hierarchical", "--per-rank", "1MiB"]) == 0
     out = capsys.readouterr().out
-    assert "16 GPUs: 240 flows" in out  # 16·(1 + 7) + 16·7 and "fitted exponent" in out
+    assert "16 GPUs, 240 flows, coalesce_rtol=0 (exact)" in out  # 16·(1 + 7) + 16·7
+    assert "16 GPUs, 240 flows, coalesce_rtol=0.01: wall median" in out
+    assert "fitted exponent" in out

@@ -57,7 +57,12 @@ def test_representatives_match_full_simulation(case):
                                    atol=1e-3 * step)
     assert per_rank(full, "stall").sum() > 0           # there is something to compare
     # statistics count every rank: routed tokens, FLOPs, per-rank memory
-    assert fast.summary["experts"] == full.summary["experts"]
+    fe, ue = fast.summary["experts"], full.summary["experts"]
+    for k in ue:   # counts exactly; the load-balancing loss up to summation order
+        if k.startswith("lb_loss"):
+            np.testing.assert_allclose(fe[k], ue[k], rtol=1e-12)
+        else:
+            assert fe[k] == ue[k], k
     assert fast.summary["model_flops"] == pytest.approx(full.summary["model_flops"], rel=1e-12)
     assert fast.summary["memory"] == full.summary["memory"]
 
@@ -82,7 +87,7 @@ def test_replica_map_follows_layout_groups():
 
 
 def test_identical_replicas_share_routing_and_mirrors_report_their_representative():
-    over = ["cluster.nodes=4", "model.layers=4", "schedule.microbatches=4"]   # 32 GPUs, edp 2
+    over = ["cluster.nodes=4", "model.layers=8", "schedule.microbatches=4"]   # 32 GPUs, edp 2
     r = simulate("mixtral-8x7b-64gpu", over, replicas="identical", record_series=False)
     assert r.n_ranks == 32
     rows = r.summary["per_rank"]

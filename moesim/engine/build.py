@@ -223,23 +223,56 @@ class _Builder:
         self._layer_starts = []
         last_bwd: dict[int, int] = {}    # layer -> index of its last backward op
         overlap = self.scn.overlap.ep_comm_overlap and self.ep > 1
-        pending: tuple[int, int] | None = None  # (start index, micro-batch) of an unpaired item
+        pending = None   # (start index in prog, schedule item) of an unpaired item
         for item in self.order[stage]:
             item_start = len(prog)
             self._item(prog, rank, stage, pp_group, item, last_bwd)
             if not overlap:
                 continue
             self._ep_stream(prog, item_start)
-            if pending is not None and pending[1] != item.mb:
+            if pending is not None and self._can_pair(stage, pending[1], item):
                 self._interleave(prog, pending[0], item_start, last_bwd)
                 pending = None
                 self._layer_starts = []
             else:
-                pending = (item_start, item.mb)
+                pending = (item_start, item)
         self._gradients(prog, rank, stage, last_bwd)
         return prog
 
     # ---------------------------------------------------------------- EP overlap
+    def _can_pair(self, stage: int, x, y) -> bool:
+        """Whether schedule items ``x`` then ``y`` (of one stage) may be interleaved.
+
+        Interleaving puts ``y``'s pipeline receive before ``x``'s pipeline send. When
+        both go to the same neighbour rank and that rank receives ``x``'s message
+        before it sends ``y``'s (e.g. GPipe's F(k), B(j) on adjacent stages),
+        each stage would wait for the other: such pairs stay sequential."""
+        if x.mb == y.mb or (x.kind, y.kind) == ("B", "F"):
+            # a forward after a backward: its receive would precede the gradient send the
+            # upstream stage needs before it sends that activation (found by the
+            # deadlock sweep in tests/test_engine_overlap.py)
+            return False
+        p, last_v = self.pp, self.pp * self.v - 1
+        vx, vy = x.chunk * p + stage, y.chunk * p + stage
+        nx = vx + 1 if x.kind == "F" else vx - 1          # where x sends
+        ny = vy - 1 if y.kind == "F" else vy + 1          # where y receives from
+        if not (0 <= nx <= last_v and 0 <= ny <= last_v) or nx % p != ny % p:
+            return True
+        pos = self._order_pos(nx % p)                    # the neighbour rank's order
+        got_x = pos.get((x.kind, x.mb, nx // p))         # it receives x's message
+        sent_y = pos.get((y.kind, y.mb, ny // p))        # it sends y's message
+        # sent_y right before got_x may itself be interleaved with it there (then the
+        # receive comes first): require a gap of one item
+        return got_x is None or sent_y is None or sent_y < got_x - 1
+
+    def _order_pos(self, stage: int) -> dict[tuple[str, int, int], int]:
+        cache = self.__dict__.setdefault("_pos_cache", {})
+        hit = cache.get(stage)
+        if hit is None:
+            hit = cache[stage] = {(it.kind, it.mb, it.chunk): i
+                                  for i, it in enumerate(self.order[stage])}
+        return hit
+
     @staticmethod
     def _is_ep(op: Op) -> bool:
         return op.coll is not None and op.kind in ("ep_dispatch", "ep_combine")

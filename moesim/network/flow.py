@@ -8,9 +8,13 @@ piecewise-constant rate) plus the sum of its path's link latencies.
 
 Mechanics (one simpy callback chain, no process per flow):
 
-* State is kept in numpy arrays indexed by flow slot: remaining bytes as of the
-  last change, current rate, size, path latency, and the id of the transfer group
-  whose event the flow belongs to. Paths are stored as (flow, link) pairs.
+* State is kept in numpy arrays indexed by flow slot: bytes left as of the flow's
+  last rate change (``tref``), current rate, predicted finish time, size, path
+  latency, and the id of the transfer group whose event the flow belongs to. A
+  flow's bytes and finish time are only recomputed when its own rate changes, so a
+  step costs work in the flows it re-rates, not in all running flows. Paths are
+  stored as (flow, link) pairs; finished flows' slots are compacted away once they
+  are half of all slots.
 * ``transfer``/``transfer_many`` only queue flows and schedule one zero-delay
   "kick" at the current time, so any number of flows started at the same
   simulated time (an all-to-all) cause one re-solve.
@@ -25,7 +29,10 @@ Mechanics (one simpy callback chain, no process per flow):
   guaranteed at least min over its links of capacity / flows there) leaves every
   slower flow's rate as it was. Only the new flows and the flows at >= r reachable
   from the changed links through shared links are re-solved, on the capacity the
-  others leave. ``incremental=False`` re-solves all running flows every time.
+  others leave. Small problems (at most ``maxmin.SMALL_PAIRS`` running (flow, link)
+  pairs) and changes where >= 90% of the running flows are candidates re-solve every
+  running flow instead (cheaper, and exact as well). ``incremental=False`` always
+  re-solves all running flows.
 * ``coalesce_rtol`` (default 0, exact) trades accuracy for speed: each step also
   completes every flow whose remaining time is within ``coalesce_rtol`` of its age,
   so it finishes at most that fraction of its duration early.
@@ -43,7 +50,8 @@ import numpy as np
 import simpy
 
 from moesim.network.base import LinkSet
-from moesim.network.maxmin import CAP_FLOOR, maxmin_pairs
+from moesim.network.incremental import affected_flows
+from moesim.network.maxmin import CAP_FLOOR, SMALL_PAIRS, maxmin_pairs
 
 #: absolute and relative tolerance (seconds, fraction of ``env.now``) within which
 #: flows predicted to finish are completed together in one step.
@@ -53,10 +61,12 @@ FINISH_RTOL = 1e-9
 #: route arrays kept before the cache is cleared (memory bound)
 ROUTE_CACHE_MAX = 1 << 20
 
-#: flows within this relative margin of the change threshold are re-solved too
-_THRESHOLD_MARGIN = 1e-6
-
 SolveHook = Callable[[float, np.ndarray, np.ndarray, np.ndarray], None]
+
+
+def _nonzero(mask: np.ndarray) -> np.ndarray:
+    """Indices of the true entries of a 1-D bool array (np.flatnonzero, less overhead)."""
+    return mask.nonzero()[0]
 
 
 class _Grow:
@@ -244,28 +254,22 @@ class FlowNetwork:
         tfin = self._tfin.v
         tol = FINISH_ATOL_S + FINISH_RTOL * abs(now)
         if self._coalesce_rtol > 0:   # also flows whose remaining time is <= rtol x age
-            old_done = np.flatnonzero(tfin[:first_new] - now
+            old_done = _nonzero(tfin[:first_new] - now
                                       <= tol + self._coalesce_rtol * (now - self._start.v[:first_new]))
         else:
-            old_done = np.flatnonzero(tfin[:first_new] <= now + tol)
-        new_zero = first_new + np.flatnonzero(self._size.v[first_new:] == 0.0)
+            old_done = _nonzero(tfin[:first_new] <= now + tol)
         r_done = np.inf
-        changed = None
         if len(old_done):   # running flows that finish: their links are freed
             r_done = float(self._rate.v[old_done].min())
-            changed = np.zeros(self._n_links, dtype=bool)
-            changed[self._pl.v[self._mask_pairs(old_done)]] = True
             self._complete(old_done)
-        if len(new_zero):   # zero bytes: delivered after the path latency alone
-            self._complete(new_zero)
-        has_new = first_new < self._alive.n and bool(self._alive.v[first_new:].any())
-        if has_new or changed is not None:
-            if changed is None:
-                changed = np.zeros(self._n_links, dtype=bool)
-            new = np.zeros(self._alive.n, dtype=bool)
-            if has_new:
-                new[first_new:] = self._alive.v[first_new:]
-            self._solve(now, changed, r_done, new)
+        has_new = False
+        if first_new < self._alive.n:
+            new_zero = first_new + _nonzero(self._size.v[first_new:] == 0.0)
+            if len(new_zero):   # zero bytes: delivered after the path latency alone
+                self._complete(new_zero)
+            has_new = bool(self._alive.v[first_new:].any())
+        if has_new or len(old_done):
+            self._solve(now, old_done, r_done, first_new if has_new else self._alive.n)
         self._maybe_compact()
         self._schedule_wake(now)
 
@@ -301,7 +305,7 @@ class FlowNetwork:
     def _maybe_compact(self) -> None:
         alive = self._alive.v
         n = len(alive)
-        if n < 1024:
+        if n < 64:
             return
         n_alive = int(np.count_nonzero(alive))
         if n_alive * 2 > n:
@@ -320,56 +324,31 @@ class FlowNetwork:
             arr.compact(alive)
         self._alive.compact(alive)
 
-    def _affected(self, pf: np.ndarray, pl: np.ndarray, changed: np.ndarray, r_done: float,
-                  new: np.ndarray) -> np.ndarray:
-        """Flows whose rate may change (bool per slot); all others keep their rate.
-
-        Max-min freezes flows in increasing order of rate, and a change at rate r
-        (a flow of rate r leaving, or a flow joining that will get at least r) leaves
-        the rounds below r untouched: flows slower than r keep their rates. The
-        affected flows are the new ones plus those at >= r reachable from the
-        changed links through links shared with other such flows.
-        """
-        threshold = r_done
-        if new.any():
-            # a new flow gets at least min over its links of capacity / flows there
-            on_new = new[pf]
-            cnt = np.bincount(pl, minlength=self._n_links)
-            lb = float(np.min(self._cap[pl[on_new]] / cnt[pl[on_new]]))
-            threshold = min(threshold, lb)
-            changed[pl[on_new]] = True
-        rate = self._rate.v
-        cand_p = ((self._alive.v & (rate >= threshold * (1.0 - _THRESHOLD_MARGIN))) | new)[pf]
-        f, ln = pf[cand_p], pl[cand_p]
-        affected = new.copy()
-        while f.size:
-            on = changed[ln]
-            if not on.any():
-                break
-            affected[f[on]] = True
-            take = affected[f]
-            changed[ln[take]] = True     # every link of an affected flow is changed
-            keep = ~take
-            f, ln = f[keep], ln[keep]
-        return affected
-
-    def _solve(self, now: float, changed: np.ndarray, r_done: float, new: np.ndarray) -> None:
+    def _solve(self, now: float, done: np.ndarray, r_done: float, first_new: int) -> None:
+        """Re-rate after flows ``done`` (slots) finished and slots ``first_new:`` started."""
         alive = self._alive.v
-        keep = alive[self._pf.v]
-        pf = self._pf.v[keep]
-        pl = self._pl.v[keep]
+        pf, pl = self._pf.v, self._pl.v   # all pairs, finished flows' too (they have rate 0)
         rate = self._rate.v
-        if self._incremental:
-            aff = self._affected(pf, pl, changed, r_done, new)
-            aff_p = aff[pf]
-            other = ~aff_p
-            load = np.bincount(pl[other], weights=rate[pf[other]], minlength=self._n_links)
-            residual = np.maximum(self._cap - load, self._cap * CAP_FLOOR)
-            idx = np.flatnonzero(aff)
-            got = maxmin_pairs(pf[aff_p], pl[aff_p], len(alive), residual)[idx]
+        keep = alive[pf]
+        aff = None
+        # a small problem is re-solved whole: cheaper than finding what it affects
+        if self._incremental and np.count_nonzero(keep) > SMALL_PAIRS:
+            changed = np.zeros(self._n_links, dtype=bool)
+            if len(done):
+                changed[pl[self._mask_pairs(done)]] = True
+            new = np.zeros(len(alive), dtype=bool)
+            new[first_new:] = alive[first_new:]
+            aff = affected_flows(pf, pl, self._cap, alive, rate, changed, r_done, new)
+        if aff is None:
+            idx = alive.nonzero()[0]
+            got = maxmin_pairs(pf[keep], pl[keep], len(alive), self._cap)[idx]
         else:
-            idx = np.flatnonzero(alive)
-            got = maxmin_pairs(pf, pl, len(alive), self._cap)[idx]
+            aff_p = aff[pf]
+            others = np.where(aff, 0.0, rate)   # finished flows have rate 0
+            load = np.bincount(pl, weights=others[pf], minlength=self._n_links)
+            residual = np.maximum(self._cap - load, self._cap * CAP_FLOOR)
+            idx = _nonzero(aff)
+            got = maxmin_pairs(pf[aff_p], pl[aff_p], len(alive), residual)[idx]
         # bring the re-rated flows' bytes left up to now, then predict their finish
         rem = self._rem.v[idx] - rate[idx] * (now - self._tref.v[idx])
         self._rem.v[idx] = rem
@@ -378,9 +357,11 @@ class FlowNetwork:
         self._tfin.v[idx] = now + rem / got   # got > 0: every used link has capacity > 0
         self.n_resolved += len(idx)
         self.n_solves += 1
+        if self._record or self._on_solve is not None:
+            pf, pl = pf[keep], pl[keep]
         if self._record:
             load = np.bincount(pl, weights=rate[pf], minlength=self._n_links)
-            for link in np.flatnonzero(load != self._last_load).tolist():
+            for link in _nonzero(load != self._last_load).tolist():
                 self._series.setdefault(link, []).append((now, float(load[link])))
             self._last_load = load
         if self._on_solve is not None:

@@ -19,7 +19,12 @@ far below the number of distinct rates.
 Links whose share is within a relative :data:`SAT_RTOL` of their neighbourhood's
 minimum count as local bottlenecks (merges shares that differ only by rounding);
 a flow is frozen at the smallest share on its path, so no link is ever loaded
-above its capacity.
+above its capacity (up to :data:`CAP_FLOOR` of it, the floor that keeps rounding from
+giving a flow rate 0).
+
+Problems of at most :data:`SMALL_PAIRS` pairs run the same rounds in plain Python
+(numpy's per-call overhead dominates there), with the same floating-point operations
+in the same order: the rates are bit-identical (tested).
 """
 
 from __future__ import annotations
