@@ -20,13 +20,14 @@ is shared by all data-parallel replicas; token sampling differs per EP group.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 
 import numpy as np
 
 from moesim.collectives.communicator import CollectiveSpec
 from moesim.compute.base import ComputeModel, Kernel
 from moesim.engine.ops import Op
+from moesim.engine.overlap import PairRule, ep_stream, interleave
 from moesim.engine.replicas import ReplicaMap, replica_map
 from moesim.gating import make_placement, route_microbatch
 from moesim.memory import rank_params, split_layers
@@ -103,6 +104,7 @@ class _Builder:
         self.ep_tokens = max(1, self.tokens // self.tp)          # routed per rank (seq-parallel)
         self.timer = _Timer(res.compute)
         self.order = make_order(sch.kind, self.pp, self.m, self.v)
+        self.pairs = PairRule(self.order, self.pp, self.v)
         self.chunks = split_layers(self.spec.layers, self.pp * self.v)
         self.moe_layers = [i for i in range(self.spec.layers) if self.spec.is_moe_layer(i)]
         self.moe_index = {layer: j for j, layer in enumerate(self.moe_layers)}
@@ -229,88 +231,15 @@ class _Builder:
             self._item(prog, rank, stage, pp_group, item, last_bwd)
             if not overlap:
                 continue
-            self._ep_stream(prog, item_start)
-            if pending is not None and self._can_pair(stage, pending[1], item):
-                self._interleave(prog, pending[0], item_start, last_bwd)
+            ep_stream(prog, item_start)
+            if pending is not None and self.pairs.can_pair(stage, pending[1], item):
+                interleave(prog, pending[0], item_start, last_bwd)
                 pending = None
                 self._layer_starts = []
             else:
                 pending = (item_start, item)
         self._gradients(prog, rank, stage, last_bwd)
         return prog
-
-    # ---------------------------------------------------------------- EP overlap
-    def _can_pair(self, stage: int, x, y) -> bool:
-        """Whether schedule items ``x`` then ``y`` (of one stage) may be interleaved.
-
-        Interleaving puts ``y``'s pipeline receive before ``x``'s pipeline send. When
-        both go to the same neighbour rank and that rank receives ``x``'s message
-        before it sends ``y``'s (e.g. GPipe's F(k), B(j) on adjacent stages),
-        each stage would wait for the other: such pairs stay sequential."""
-        if x.mb == y.mb or (x.kind, y.kind) == ("B", "F"):
-            # a forward after a backward: its receive would precede the gradient send the
-            # upstream stage needs before it sends that activation (found by the
-            # deadlock sweep in tests/test_engine_overlap.py)
-            return False
-        p, last_v = self.pp, self.pp * self.v - 1
-        vx, vy = x.chunk * p + stage, y.chunk * p + stage
-        nx = vx + 1 if x.kind == "F" else vx - 1          # where x sends
-        ny = vy - 1 if y.kind == "F" else vy + 1          # where y receives from
-        if not (0 <= nx <= last_v and 0 <= ny <= last_v) or nx % p != ny % p:
-            return True
-        pos = self._order_pos(nx % p)                    # the neighbour rank's order
-        got_x = pos.get((x.kind, x.mb, nx // p))         # it receives x's message
-        sent_y = pos.get((y.kind, y.mb, ny // p))        # it sends y's message
-        # sent_y right before got_x may itself be interleaved with it there (then the
-        # receive comes first): require a gap of one item
-        return got_x is None or sent_y is None or sent_y < got_x - 1
-
-    def _order_pos(self, stage: int) -> dict[tuple[str, int, int], int]:
-        cache = self.__dict__.setdefault("_pos_cache", {})
-        hit = cache.get(stage)
-        if hit is None:
-            hit = cache[stage] = {(it.kind, it.mb, it.chunk): i
-                                  for i, it in enumerate(self.order[stage])}
-        return hit
-
-    @staticmethod
-    def _is_ep(op: Op) -> bool:
-        return op.coll is not None and op.kind in ("ep_dispatch", "ep_combine")
-
-    def _ep_stream(self, prog: list[Op], start: int) -> None:
-        """Move the EP all-to-alls of ``prog[start:]`` to their own stream, with the
-        data dependencies the compute stream's order used to give them."""
-        for i in range(start, len(prog)):
-            if self._is_ep(prog[i]):
-                prog[i] = replace(prog[i], stream="ep", deps=prog[i].deps + (i - 1,))
-                if i + 1 < len(prog):
-                    prog[i + 1] = replace(prog[i + 1], deps=prog[i + 1].deps + (i,))
-
-    def _interleave(self, prog: list[Op], a: int, b: int, last_bwd: dict[int, int]) -> None:
-        """Interleave two schedule items (``prog[a:b]`` and ``prog[b:]``, different
-        micro-batches) segment by segment, a segment ending at each EP all-to-all, so the
-        compute of one micro-batch runs while the other's tokens are on the wire
-        (DeepSeek-V3's overlap of computation and all-to-all, §3.2.1)."""
-        def segments(lo: int, hi: int) -> list[list[int]]:
-            out, cur = [], []
-            for i in range(lo, hi):
-                cur.append(i)
-                if self._is_ep(prog[i]):
-                    out.append(cur)
-                    cur = []
-            return out + ([cur] if cur else [])
-
-        sa, sb = segments(a, b), segments(b, len(prog))
-        order: list[int] = []
-        for k in range(max(len(sa), len(sb))):
-            order += sa[k] if k < len(sa) else []
-            order += sb[k] if k < len(sb) else []
-        where = {old: a + pos for pos, old in enumerate(order)}
-        prog[a:] = [replace(prog[old], deps=tuple(where.get(d, d) for d in prog[old].deps))
-                    for old in order]
-        for layer, idx in last_bwd.items():
-            if idx >= a:
-                last_bwd[layer] = where[idx]
 
     # ---------------------------------------------------------------- one schedule item
     def _item(self, prog: list[Op], rank: int, stage: int, pp_group, item,
