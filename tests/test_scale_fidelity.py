@@ -106,4 +106,12 @@ def test_identical_replicas_share_routing_and_mirrors_report_their_representativ
 def test_unknown_replica_mode_is_an_input_error():
     with pytest.raises(InputError) as e:
         simulate("toy-cpu", replicas="clones")
-    assert "routing.replicas" in str(e.value)
+    assert "engine.replicas" in str(e.value)
+
+
+def test_engine_section_sets_replicas_and_coalescing():
+    r = simulate("toy-cpu", ["engine.replicas=identical", "engine.coalesce_rtol=0.01"])
+    assert r.summary["replicas"] == "identical"
+    with pytest.raises(InputError) as e:
+        simulate("toy-cpu", ["engine.coalesce_rtol=2"])
+    assert "engine.coalesce_rtol" in str(e.value)

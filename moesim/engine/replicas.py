@@ -64,12 +64,11 @@ def replica_map(layout) -> ReplicaMap:
 
 
 def replicas_mode(scenario, override: str | None = None) -> str:
-    """The replica mode: ``override`` if given, else the scenario's ``routing.replicas``
+    """The replica mode: ``override`` if given, else the scenario's ``engine.replicas``
     (default ``independent``). InputError names the field on a bad value."""
-    value = override if override is not None else scenario.routing.policy.get(
-        "replicas", "independent")
+    value = override if override is not None else scenario.engine.replicas
     if value not in REPLICA_MODES:
-        raise InputError(scenario.source, "routing.replicas", "one of " + ", ".join(REPLICA_MODES),
+        raise InputError(scenario.source, "engine.replicas", "one of " + ", ".join(REPLICA_MODES),
                          value)
     return str(value)
 

@@ -32,20 +32,28 @@ def resolve_path(path: str | Path, overrides: Sequence[str] = ()) -> Resolved:
 def simulate(target: str | Path | Resolved, overrides: Sequence[str] = (), *,
              record_series: bool = True, progress=None, replicas: str | None = None,
              dedup: bool = True, mirror_traffic: bool = True,
-             coalesce_rtol: float = 0.0) -> SimResult:
+             coalesce_rtol: float | None = None) -> SimResult:
     """Simulate one step. ``target``: a scenario file/name or an already resolved one.
 
     ``replicas``: ``independent`` or ``identical`` (default: the scenario's
-    ``routing.replicas``, else independent); with ``identical`` and ``dedup`` (default)
+    ``engine.replicas``, else independent); with ``identical`` and ``dedup`` (default)
     one representative per replica class is simulated (:mod:`moesim.engine.replicas`),
     ``dedup=False`` simulates every rank (the full-fidelity reference). Shortcuts taken
     are listed in ``summary["shortcuts"]``. ``mirror_traffic`` (default) puts the
     mirrors' EP/TP/PP flows on the network too (:class:`MirroredNetwork`), so replicas
     contend for shared links as in the full run; False drops them (faster, measured
     error in docs/scale.md). ``coalesce_rtol`` > 0 passes the flow network's coalescing
-    option (a flow may finish up to that fraction of its duration early; 0 = exact)."""
+    option (a flow may finish up to that fraction of its duration early; 0 = exact;
+    default: the scenario's ``engine.coalesce_rtol``). A scenario with ``engine.mode:
+    fast`` runs the analytical lockstep model instead (:mod:`moesim.engine.fast`)."""
     t0 = time.perf_counter()
     res = target if isinstance(target, Resolved) else resolve_path(target, overrides)
+    if res.scenario.engine.mode == "fast":
+        from moesim.engine.fast import simulate_fast
+
+        return simulate_fast(res, progress=progress)
+    if coalesce_rtol is None:
+        coalesce_rtol = res.scenario.engine.coalesce_rtol
     mode = replicas_mode(res.scenario, replicas)
     dedup = dedup and mode == "identical" and res.layout.edp > 1
     plan = build_step(res, replicas=mode, dedup=dedup)
@@ -98,7 +106,7 @@ def shortcuts(res: Resolved, rmap, mirror_traffic: bool = True) -> list[dict]:
     return [{"name": "identical_replicas",
              "simulated_ranks": reps, "world": res.layout.world,
              "mirror_traffic": mirror_traffic,
-             "detail": (f"routing.replicas=identical: one representative per expert-data-"
+             "detail": (f"engine.replicas=identical: one representative per expert-data-"
                         f"parallel class ({reps} of {res.layout.world} ranks) runs the op "
                         "program; mirrors join data-parallel collectives with their "
                         f"representative; {traffic}; a mirror reports its representative's "

@@ -27,6 +27,9 @@ from moesim.scenario.schema import (
     SECTIONS,
     TOP_LEVEL,
     ClusterConfig,
+    ENGINE_MODES,
+    REPLICA_MODES,
+    EngineConfig,
     MemoryConfig,
     OverlapConfig,
     ParallelConfig,
@@ -54,6 +57,8 @@ _RULES: dict[str, tuple[str, Any]] = {
     "schedule.zero3_prefetch": ("pos", None),
     "overlap.ep_comm_overlap": ("bool", None), "overlap.dp_overlap": ("bool", None),
     "memory.recompute": ("choice", RECOMPUTE),
+    "engine.mode": ("choice", ENGINE_MODES), "engine.replicas": ("choice", REPLICA_MODES),
+    "engine.coalesce_rtol": ("unit", None),
     "routing.dispatch_dtype": ("choice", DTYPES), "routing.combine_dtype": ("choice", DTYPES),
     "routing.a2a_algo": ("choice", ("direct", "hierarchical")),
 }
@@ -79,6 +84,9 @@ def _check(src: str, key: str, v: Any) -> Any:
         raise InputError(src, key, "an integer >= 1 (or omit it)", v)
     if kind == "posnum" and (isinstance(v, bool) or not isinstance(v, int | float) or v <= 0):
         raise InputError(src, key, "a number > 0", v)
+    if kind == "unit" and (isinstance(v, bool) or not isinstance(v, int | float)
+                           or not 0 <= v < 1):
+        raise InputError(src, key, "a number in [0, 1)", v)
     if kind == "bool" and not isinstance(v, bool):
         raise InputError(src, key, "true or false", v)
     if kind == "str" and not (isinstance(v, str) and v):
@@ -223,6 +231,7 @@ def build_scenario(data: dict, source: str = "<scenario>", default_name: str = "
         compute=_section(src, data, "compute"),
         overlap=_fixed(src, data, "overlap", OverlapConfig),
         memory=_fixed(src, data, "memory", MemoryConfig),
+        engine=_fixed(src, data, "engine", EngineConfig),
         source=src,
     )
     _check_schedule(scn)

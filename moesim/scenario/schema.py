@@ -86,6 +86,19 @@ class MemoryConfig:
     recompute: str = "none"           # activation recomputation: none | selective | full
 
 
+ENGINE_MODES = ("exact", "fast")
+REPLICA_MODES = ("independent", "identical")
+
+
+@dataclass(frozen=True)
+class EngineConfig:
+    """How the step is simulated (docs/scale.md, docs/fast-path.md)."""
+
+    mode: str = "exact"               # exact (simpy + flow network) | fast (analytical lockstep)
+    replicas: str = "independent"     # identical: DP replicas share token samples; one is simulated
+    coalesce_rtol: float = 0.0        # flow finishes within this fraction of their age coalesce (0 = exact)
+
+
 @dataclass(frozen=True)
 class RoutingSection:
     """Routing policy (dict for ``moesim.gating.routing_from_dict``) plus wire dtypes."""
@@ -111,6 +124,7 @@ class Scenario:
     compute: Any = field(default_factory=dict)   # dict for compute_model_from_dict
     overlap: OverlapConfig = field(default_factory=OverlapConfig)
     memory: MemoryConfig = field(default_factory=MemoryConfig)
+    engine: EngineConfig = field(default_factory=EngineConfig)
     source: str = "<scenario>"                   # file it came from (for error messages)
     world: int | None = None                     # GPUs in the cluster, once resolved
     gpus_per_node: int | None = None             # from the topology, once resolved
@@ -145,8 +159,9 @@ SECTIONS: dict[str, type] = {
     "schedule": ScheduleConfig,
     "overlap": OverlapConfig,
     "memory": MemoryConfig,
+    "engine": EngineConfig,
 }
 #: sections that are free-form dicts validated by their owner
 DICT_SECTIONS = ("model", "compute")
 TOP_LEVEL = ("name", "seed", "cluster", "model", "routing", "parallel", "schedule", "compute",
-             "overlap", "memory")
+             "overlap", "memory", "engine")
