@@ -167,3 +167,33 @@ def test_ep_overlap_hides_all_to_all_behind_other_microbatch(tmp_path):
     assert exposed(bp) > 0
     assert exposed(bo) < 0.5 * exposed(bp)
     assert over.step_time_s < plain.step_time_s
+
+
+def test_interleaved_bubble_shrinks_by_v(tmp_path):
+    """Interleaved 1F1B with v chunks: bubble (p-1)/v of a micro-batch's work, i.e.
+    a fraction (p-1)/(v*m + p-1) of the pipeline part of the step."""
+    topo = {
+        "name": "four",
+        "nodes": [{"id": f"g{i}", "kind": "gpu", "host": 0, "local": i} for i in range(4)]
+        + [{"id": "sw", "kind": "nvswitch"}],
+        "links": [{"src": f"g{i}", "dst": "sw", "kind": "nvlink", "bandwidth_GBps": 1e6,
+                   "latency_us": 1e-6} for i in range(4)],
+    }
+    (tmp_path / "four.yaml").write_text(yaml.safe_dump(topo))
+    p, m, v = 4, 8, 2
+    data = {
+        "name": "pipe", "cluster": {"topology": str(tmp_path / "four.yaml"), "device": "H100"},
+        "model": {"preset": "toy", "layers": 16, "n_experts": 0, "vocab": 8,
+                  "hidden": 4096, "dense_ffn": 16384, "heads": 32, "kv_heads": 32,
+                  "head_dim": 128},
+        "parallel": {"pp": p, "vpp": v},
+        "schedule": {"kind": "interleaved", "microbatches": m, "seq_len": 4096},
+    }
+    path = tmp_path / "inter.yaml"
+    path.write_text(yaml.safe_dump(data))
+    r = simulate(path)
+    work = [s for s in r.spans if s.kind == "compute" and s.phase in ("fwd", "bwd")]
+    t_pipe = max(s.end_s for s in work)
+    busy = [sum(s.dur_s for s in work if s.rank == rk) for rk in range(p)]
+    bubble = 1 - sum(busy) / p / t_pipe
+    assert bubble == pytest.approx((p - 1) / (v * m + p - 1), rel=0.02)
