@@ -423,6 +423,16 @@ class _Builder:
             self._compute(prog, "bwd.router", layer, mb, phase, ("router", phase), pre)
 
     # ---------------------------------------------------------------- ZeRO / DP
+    def _expert_dp_group(self, rank: int) -> tuple[int, ...]:
+        """Ranks holding the same experts as ``rank``: its expert-data-parallel group and,
+        with tp > 1, the TP peers too (experts are not tensor-split here: each TP rank's
+        EP group holds a full copy), matching the memory model's tp·dp/ep replicas."""
+        if self.tp == 1:
+            return self.lay.group_of(rank, "edp")
+        c = self.lay.coords
+        same = (c["ep"] == c["ep"][rank]) & (c["pp"] == c["pp"][rank])
+        return tuple(int(r) for r in np.flatnonzero(same))
+
     def _layer_param_bytes(self, layer: int) -> tuple[float, float]:
         dense, expert = rank_params(self.spec, [layer], tp=self.tp, ep=self.ep, first=False,
                                     last=False)
@@ -441,7 +451,7 @@ class _Builder:
         idx = [len(prog)]
         self._coll(prog, "zero", f"{phase}.zero3_gather", spec, ("z3", layer, mb, phase, g[0]),
                    layer, mb, phase, dense_b, stream="comm", deps=gdeps)
-        eg = self.lay.group_of(rank, "edp")
+        eg = self._expert_dp_group(rank)
         if len(eg) > 1 and expert_b > 0:
             espec = self._spec(("z3e", layer, eg),
                                lambda: CollectiveSpec("all_gather", eg, expert_b))
@@ -454,7 +464,7 @@ class _Builder:
     def _gradients(self, prog: list[Op], rank: int, stage: int, last_bwd: dict[int, int]
                    ) -> None:
         lay = self.lay
-        dp_g, edp_g = lay.group_of(rank, "dp"), lay.group_of(rank, "edp")
+        dp_g, edp_g = lay.group_of(rank, "dp"), self._expert_dp_group(rank)
         first, last = stage == 0, stage == self.pp - 1
         wb = self.spec.weight_bytes
         extra_dense, _ = rank_params(self.spec, [], tp=self.tp, ep=self.ep, first=first,
