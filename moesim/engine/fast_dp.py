@@ -9,9 +9,36 @@ from __future__ import annotations
 
 import numpy as np
 
-from moesim.collectives.algorithms import ring_orders
+from moesim.collectives.algorithms import expand, ring_orders
 from moesim.memory import rank_params
 from moesim.model import costs
+from moesim.network.maxmin import maxmin_pairs
+
+
+def _fill_per_byte(paths, size: np.ndarray, cap: np.ndarray) -> np.ndarray:
+    """When each flow of a phase (``size`` bytes) has sent its last byte under max-min
+    sharing, re-solved whenever flows finish (exact progressive filling, as the flow
+    network does; scaling every size scales every finish time alike)."""
+    n = len(paths)
+    flow = np.repeat(np.arange(n), [len(p) for p in paths])
+    link = np.concatenate([np.asarray(p, dtype=np.int64) for p in paths]) if n else flow
+    left = np.asarray(size, dtype=float).copy()
+    done = np.zeros(n)
+    alive = np.ones(n, dtype=bool)
+    t = 0.0
+    while alive.any():
+        keep = alive[flow]
+        ids = np.flatnonzero(alive)
+        remap = np.full(n, -1)
+        remap[ids] = np.arange(len(ids))
+        rates = maxmin_pairs(remap[flow[keep]], link[keep], len(ids), cap)
+        dt = float((left[ids] / rates).min())
+        left[ids] -= rates * dt
+        t += dt
+        fin = ids[left[ids] <= 1e-12 * np.asarray(size)[ids]]
+        done[fin] = t
+        alive[fin] = False
+    return done
 
 
 class RingCost:
@@ -20,27 +47,22 @@ class RingCost:
     def __init__(self, topo, gpus, rank_host) -> None:
         self.topo, self.gpus, self.rank_host = topo, list(gpus), list(rank_host)
         self.cap = np.asarray(topo.capacity_Bps, dtype=float)
-        self._k: dict[tuple[int, ...], tuple[float, float, int]] = {}
+        self._k: dict[tuple[int, ...], tuple[np.ndarray, np.ndarray, int]] = {}
 
-    def _step(self, group: tuple[int, ...]) -> tuple[float, float, int]:
+    def _step(self, group: tuple[int, ...]) -> tuple[np.ndarray, np.ndarray, int]:
         hit = self._k.get(group)
         if hit is None:
             rings = ring_orders(group, self.rank_host)
             n = len(group)
-            load: dict[int, float] = {}
-            paths = []
-            for ring in rings:
-                for i in range(n):
-                    path = self.topo.route(self.gpus[ring[i]], self.gpus[ring[(i + 1) % n]])
-                    paths.append(path)
-                    for lk in path:
-                        load[lk] = load.get(lk, 0.0) + 1.0
-            k = lat = 0.0
-            for path in paths:
-                if path:
-                    k = max(k, max(load[lk] / self.cap[lk] for lk in path))
-                    lat = max(lat, float(self.topo.latency_s[list(path)].sum()))
-            hit = self._k[group] = (k, lat, len(rings))
+            # one ring step with a 1-byte chunk, flows merged per pair as expand() does
+            step = expand("all_gather", group, float(n * len(rings)),
+                          rank_host=self.rank_host)[0]
+            flows = [(self.topo.route(self.gpus[a], self.gpus[b]), w) for a, b, w in step]
+            flows = [(p, w) for p, w in flows if p]
+            ks = _fill_per_byte([p for p, _ in flows], np.array([w for _, w in flows]),
+                                self.cap)
+            lats = np.array([float(self.topo.latency_s[list(p)].sum()) for p, _ in flows])
+            hit = self._k[group] = (np.asarray(ks), np.asarray(lats), len(rings))
         return hit
 
     def time(self, op: str, group: tuple[int, ...], nbytes: float) -> float:
@@ -49,7 +71,9 @@ class RingCost:
             return 0.0
         k, lat, rings = self._step(group)
         steps = 2 * (n - 1) if op == "all_reduce" else n - 1
-        return steps * (nbytes / n / rings * k + lat)
+        if len(k) == 0:
+            return 0.0
+        return steps * float((nbytes / n / rings * k + lat).max())
 
 
 def buckets(res, stage: int, layer_order: list[int]) -> list[tuple[int, float, float]]:
@@ -72,6 +96,21 @@ def buckets(res, stage: int, layer_order: list[int]) -> list[tuple[int, float, f
         out.append((layer, acc_d, acc_e))
         acc_d = acc_e = 0.0
     return out
+
+
+def _past_a2a(intervals, start: float, work: float) -> float:
+    """End of ``work`` seconds of a DP collective started at ``start`` that makes no
+    progress while its ranks' EP all-to-alls hold the NICs (max-min leaves a ring
+    flow 1/(k+1) of a NIC shared with k all-to-all flows; taken as 0)."""
+    t, left = start, work
+    for a, b in intervals:
+        if b <= t:
+            continue
+        if a >= t + left:
+            break
+        left -= max(0.0, a - t)
+        t = b
+    return t + left
 
 
 def gradient_phase(res, rings: RingCost, timer, stages: dict[int, dict], step_hint=None):
@@ -97,6 +136,12 @@ def gradient_phase(res, rings: RingCost, timer, stages: dict[int, dict], step_hi
     spec = res.model
     wb = spec.weight_bytes
 
+    busy = {}     # rank -> sorted EP all-to-all intervals of its last backward item
+    for st in stages.values():
+        a, e = st.get("ep_iv", (np.zeros((0, 0)), np.zeros((0, 0))))
+        for i, r in enumerate(st["ranks"]):
+            busy[int(r)] = sorted(zip(a[:, i].tolist(), e[:, i].tolist(), strict=True))
+
     def run_coll(kind, name_op, grp_kind, ranks_s, ready_at, nbytes_of, tag):
         done = {}
         for r in ranks_s:
@@ -110,21 +155,22 @@ def gradient_phase(res, rings: RingCost, timer, stages: dict[int, dict], step_hi
             ga = np.asarray(g)
             own = np.maximum(ready_at[ga], ready_cf[ga])
             start = own.max()
-            end = start + rings.time(name_op, tuple(g), nbytes)
+            end = _past_a2a(busy.get(g[0], ()), start,
+                            rings.time(name_op, tuple(g), nbytes))
             for x, o in zip(g, own, strict=True):
                 if start > o:
                     tails[x].append(("stall", float(o), float(start), "comm"))
                 tails[x].append((kind, float(start), float(end), "comm"))
             ready_cf[ga] = end
             done[g] = end
-    for s, ranks, lb, end, bks in per_stage:
+    for _s, ranks, lb, end, bks in per_stage:
         for layer, d_b, e_b in bks:
             ready = np.zeros(world)
             ready[ranks] = lb[layer] if overlap else end
             run_coll("dp", grad_op, "dp", ranks, ready, d_b, "dense")
             run_coll("dp", grad_op, "edp", ranks, ready, e_b, "experts")
     opt_end = np.zeros(world)
-    for s, ranks, lb, end, bks in per_stage:
+    for _s, ranks, _lb, end, bks in per_stage:
         tot_d = sum(b[1] for b in bks)
         tot_e = sum(b[2] for b in bks)
         dpn, edpn = lay.dp, lay.edp

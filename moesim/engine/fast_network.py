@@ -46,6 +46,45 @@ class _Incidence:
         self.cap = np.asarray(topo.capacity_Bps, dtype=float)[links]
         self.lat = lat
         self.n_links = len(links)
+        # (n*n, hops) local link ids, padded with n_links (a slot that is never busy)
+        hops = np.bincount(self.pair, minlength=n * n)
+        pad = np.full((n * n, max(int(hops.max(initial=0)), 1)), self.n_links, dtype=np.int64)
+        col = np.arange(len(self.pair)) - np.repeat(np.cumsum(hops) - hops, hops)
+        pad[self.pair, col] = self.link
+        self.pad_t = np.ascontiguousarray(pad.T).astype(np.intp)   # (hops, n*n)
+        from scipy.sparse import csr_matrix
+        self.inc = csr_matrix((np.ones(len(self.pair)), (self.link, self.pair)),
+                              shape=(self.n_links, n * n))
+
+    def finish(self, matrix: np.ndarray, arrivals: np.ndarray, k_max: int = 6) -> np.ndarray:
+        """Per member: when all its flows are done, flow i→j starting at
+        max(arrival_i, arrival_j). Each link drains like a work-conserving queue:
+        it is done at max over start thresholds τ of τ + (bytes of its flows starting
+        at or after τ) / capacity (``k_max`` thresholds: the distinct starts, or that
+        many quantiles of them including the first and the last); a flow is done when
+        the links of its path are, plus its path latency."""
+        n = self.n
+        flat = np.asarray(matrix, dtype=float).ravel()
+        a = np.asarray(arrivals, dtype=float)
+        start = np.maximum(a[:, None], a[None, :]).ravel()
+        live = flat > 0
+        if not live.any():
+            return a.copy()
+        taus = np.unique(a)                 # every start max(a_i, a_j) is an arrival
+        taus = taus[taus >= start[live].min()]
+        if len(taus) > k_max:
+            taus = taus[np.unique(np.linspace(0, len(taus) - 1, k_max).round().astype(int))]
+        w = np.where(start[None, :] >= taus[:, None], flat[None, :], 0.0)   # (K, n*n)
+        load = (self.inc @ w.T)                                              # (links, K)
+        drain = np.where(load > 0, taus[None, :] + load / self.cap[:, None], -np.inf)
+        f_link = np.append(drain.max(axis=1), -np.inf)
+        f_pair = f_link.take(self.pad_t[0])
+        for row in self.pad_t[1:]:      # max over the hops of each pair's path
+            np.maximum(f_pair, f_link.take(row), out=f_pair)
+        f_pair = np.maximum(f_pair, start) + self.lat
+        f_pair = np.where(live, f_pair, -np.inf).reshape(n, n)
+        end = np.maximum(f_pair.max(axis=1), f_pair.max(axis=0))
+        return np.maximum(end, a)
 
     def pair_times(self, matrix: np.ndarray) -> np.ndarray:
         """(n, n) seconds until flow i→j is done under the link bound (0: no flow)."""
@@ -82,6 +121,12 @@ class FastNetwork:
         sends and receives of a direct all-to-all-v with ``matrix`` are done."""
         t = self.incidence(group).pair_times(matrix)
         return np.maximum(t.max(axis=1), t.max(axis=0))
+
+    def a2a_finish(self, group: Sequence[int], matrix: np.ndarray,
+                   arrivals: np.ndarray) -> np.ndarray:
+        """Per member: end of a direct all-to-all-v whose members arrive at ``arrivals``
+        (see :meth:`_Incidence.finish`)."""
+        return self.incidence(group).finish(matrix, arrivals)
 
     def phases_time(self, phases) -> float:
         """Seconds of phases run one after the other, each charged its link bound."""

@@ -33,7 +33,8 @@ CATS = ("compute", "ep_dispatch", "ep_combine", "tp", "dp", "pp", "zero", "bubbl
 class RouteRec:
     """What the lockstep model needs of one routed micro-batch on one EP group."""
 
-    a2a: dict[str, np.ndarray]       # "fwd.dispatch", ... -> (n,) link-bound seconds
+    a2a: dict[str, np.ndarray]       # "fwd.dispatch", ... -> (n,) seconds (phased) or the
+                                     # (n, n) byte matrix (direct: timed at arrival)
     nz: np.ndarray                   # (n, n) bool: i and j exchange bytes
     exp_t: dict[str, np.ndarray]     # phase -> (n,) expert compute seconds
     exp_f: dict[str, float]          # phase -> expert FLOP summed over the group
@@ -51,6 +52,7 @@ class StageOut:
     end: np.ndarray | None = None          # end of the compute stream (n,)
     send_end: np.ndarray | None = None     # end of the last pipeline send (n,)
     flops: float = 0.0
+    ep_iv: list = field(default_factory=list)  # (start, end) (n,) of the last item's a2as
 
 
 class Chain:
@@ -73,10 +75,17 @@ class Chain:
     # ------------------------------------------------------------ spans
     def _span(self, s: int, kind: str, name: str, a, b, layer=-1, mb=-1, phase="",
               stream="compute", **kw) -> None:
-        for e in self.span_pos[s]:
+        pos = self.span_pos[s]
+        if not pos:
+            return
+        ranks = self.groups[s]
+        arrays = {k: v for k, v in kw.items() if isinstance(v, np.ndarray)}
+        for e in pos:
             if b[e] > a[e] or kind not in ("stall", "bubble"):
-                extra = {k: (v[e] if isinstance(v, np.ndarray) else v) for k, v in kw.items()}
-                self.spans.append(Span(rank=self.groups[s][e], stream=stream, kind=kind,
+                extra = dict(kw)
+                for k, v in arrays.items():
+                    extra[k] = v[e].item()
+                self.spans.append(Span(rank=ranks[e], stream=stream, kind=kind,
                                        name=name, start_s=float(a[e]), end_s=float(b[e]),
                                        layer=layer, microbatch=mb, phase=phase, **extra))
 
@@ -116,10 +125,19 @@ class Chain:
         peers = np.where(rec.nz, a[None, :], -np.inf)
         late = peers.argmax(axis=1)
         start = np.maximum(a, peers.max(axis=1))
-        dur = rec.a2a[name]
-        if self.budget > 0:
-            dur = np.maximum(0.0, dur - self.budget)
+        x = rec.a2a[name]
+        if x.ndim == 2:
+            dur = np.maximum(self.c.net.a2a_finish(self.groups[s], x, a), start) - start
+        else:
+            dur = x
+        if self.budget > 0:    # overlapped: the partner item's compute hides the first
+            stall = start - a  # `budget` seconds of this wait + transfer (ep stream)
+            total = np.maximum(0.0, stall + dur - self.budget)
+            start = a + np.maximum(0.0, stall - self.budget)
+            dur = a + total - start
         end = start + dur
+        self.after_a2a = end
+        self.out[s].ep_iv.append((start, end))
         acc = self.out[s].acc
         acc["stall"] += start - a
         acc[kind] += dur
@@ -207,6 +225,8 @@ class Chain:
         layers = list(c.chunks[vs])
         mb = item.mb
         self.budget = budget
+        if item.kind == "B":
+            self.out[s].ep_iv = []
         key = self._recv_key(s, item)
         spec, tok, tp = c.spec, c.tokens, c.tp
         out = self.out[s]
@@ -244,6 +264,22 @@ class Chain:
         self.budget = 0.0
         out.end = self.t[s].copy()
 
+    def pair(self, s: int, x, y, budget_x: float, budget_y: float) -> None:
+        """Two interleaved items run back to back; ``x``'s pipeline message leaves
+        when ``x``'s last segment would end in the exact builder's interleaving."""
+        self.last_send = None
+        self.item(s, x, budget_y)
+        sent, self.last_send = self.last_send, None
+        y0 = self.t[s].copy()
+        self.after_a2a = None
+        self.item(s, y, budget_x)
+        if sent is not None and sent[0] in self.msgs:
+            # x's last segment runs after y's last but one: it leaves y's last
+            # segment (the compute after y's last all-to-all) before the pair's end
+            key, d = sent
+            tail = self.t[s] - (y0 if self.after_a2a is None else self.after_a2a)
+            self.msgs[key] = np.maximum(self.msgs[key], self.t[s] - tail + d)
+
     def _send(self, s: int, dst_stage: int, key: tuple, mb: int, phase: str,
               layer: int) -> None:
         c = self.c
@@ -251,6 +287,7 @@ class Chain:
         src, dst = self.groups[s], self.groups[dst_stage]
         d = np.array([c.net.p2p_time(x, y, c.act_bytes) for x, y in zip(src, dst, strict=True)])
         self.msgs[key] = a + d
+        self.last_send = (key, d)
         self.out[s].send_end = a + d
         self._span(s, "pp", f"{phase}.send", a, a + d, layer, mb, phase, stream="pp",
                    bytes=c.act_bytes)
