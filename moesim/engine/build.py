@@ -26,11 +26,12 @@ import numpy as np
 
 from moesim.collectives.communicator import CollectiveSpec
 from moesim.compute.base import ComputeModel, Kernel
+from moesim.engine.grads import GradientOps
 from moesim.engine.ops import Op
 from moesim.engine.overlap import PairRule, ep_stream, interleave
 from moesim.engine.replicas import ReplicaMap, replica_map
 from moesim.gating import make_placement, route_microbatch
-from moesim.memory import rank_params, split_layers
+from moesim.memory import split_layers
 from moesim.model import costs
 from moesim.schedule.pipeline import make_order
 
@@ -86,7 +87,7 @@ def build_step(res, step: int | None = None, *, replicas: str = "independent",
                     replicas, dedup).build()
 
 
-class _Builder:
+class _Builder(GradientOps):
     def __init__(self, res, step: int, replicas: str = "independent",
                  dedup: bool = False) -> None:
         self.res = res
@@ -421,97 +422,3 @@ class _Builder:
             self._coll(prog, "ep_dispatch", "bwd.dispatch", disp, ("bdisp",) + gkey, layer, mb,
                        phase, d_out, tokens=recv)
             self._compute(prog, "bwd.router", layer, mb, phase, ("router", phase), pre)
-
-    # ---------------------------------------------------------------- ZeRO / DP
-    def _expert_dp_group(self, rank: int) -> tuple[int, ...]:
-        """Ranks holding the same experts as ``rank``: its expert-data-parallel group and,
-        with tp > 1, the TP peers too (experts are not tensor-split here: each TP rank's
-        EP group holds a full copy), matching the memory model's tp·dp/ep replicas."""
-        if self.tp == 1:
-            return self.lay.group_of(rank, "edp")
-        c = self.lay.coords
-        same = (c["ep"] == c["ep"][rank]) & (c["pp"] == c["pp"][rank])
-        return tuple(int(r) for r in np.flatnonzero(same))
-
-    def _layer_param_bytes(self, layer: int) -> tuple[float, float]:
-        dense, expert = rank_params(self.spec, [layer], tp=self.tp, ep=self.ep, first=False,
-                                    last=False)
-        wb = self.spec.weight_bytes
-        return dense * wb, expert * wb
-
-    def _zero3_gather(self, prog: list[Op], rank: int, layer: int, mb: int,
-                      phase: str) -> tuple[int, ...]:
-        dense_b, expert_b = self._layer_param_bytes(layer)
-        g = self.lay.group_of(rank, "dp")
-        spec = self._spec(("z3", layer, g), lambda: CollectiveSpec("all_gather", g, dense_b))
-        # gather at most `zero3_prefetch` layers ahead of the layer computing
-        ahead = self.scn.schedule.zero3_prefetch
-        starts = self._layer_starts
-        gdeps = (starts[-ahead],) if len(starts) >= ahead else ()
-        idx = [len(prog)]
-        self._coll(prog, "zero", f"{phase}.zero3_gather", spec, ("z3", layer, mb, phase, g[0]),
-                   layer, mb, phase, dense_b, stream="comm", deps=gdeps)
-        eg = self._expert_dp_group(rank)
-        if len(eg) > 1 and expert_b > 0:
-            espec = self._spec(("z3e", layer, eg),
-                               lambda: CollectiveSpec("all_gather", eg, expert_b))
-            idx.append(len(prog))
-            self._coll(prog, "zero", f"{phase}.zero3_gather_experts", espec,
-                       ("z3e", layer, mb, phase, eg[0]), layer, mb, phase, expert_b,
-                       stream="comm", deps=gdeps)
-        return tuple(idx)
-
-    def _gradients(self, prog: list[Op], rank: int, stage: int, last_bwd: dict[int, int]
-                   ) -> None:
-        lay = self.lay
-        dp_g, edp_g = lay.group_of(rank, "dp"), self._expert_dp_group(rank)
-        first, last = stage == 0, stage == self.pp - 1
-        wb = self.spec.weight_bytes
-        extra_dense, _ = rank_params(self.spec, [], tp=self.tp, ep=self.ep, first=first,
-                                     last=last)
-        order = sorted(last_bwd, key=last_bwd.get)
-        bucket = self.scn.schedule.dp_bucket_bytes
-        overlap = self.scn.overlap.dp_overlap
-        end_bwd = max(last_bwd.values()) if last_bwd else len(prog) - 1
-        grad_op = "all_reduce" if self.zero == 0 else "reduce_scatter"
-        reduce_ops: list[int] = []
-        total_dense = total_expert = 0.0
-        acc_d = acc_e = 0.0
-        n_bucket = 0
-        for j, layer in enumerate(order):
-            d, e = self._layer_param_bytes(layer)
-            acc_d += d
-            acc_e += e
-            total_dense += d
-            total_expert += e
-            final = j == len(order) - 1
-            if final:
-                acc_d += extra_dense * wb
-                total_dense += extra_dense * wb
-            if acc_d + acc_e < bucket and not final:
-                continue
-            dep = (last_bwd[layer] if overlap else end_bwd,)
-            for grp, nbytes, tag in ((dp_g, acc_d, "dense"), (edp_g, acc_e, "experts")):
-                if len(grp) > 1 and nbytes > 0:
-                    spec = CollectiveSpec(grad_op, grp, nbytes)
-                    reduce_ops.append(len(prog))
-                    self._coll(prog, "dp", f"dp.bucket{n_bucket}.{tag}", spec,
-                               ("dp", tag, n_bucket, grp[0]), layer, -1, "bwd", nbytes,
-                               stream="comm", deps=dep)
-            n_bucket += 1
-            acc_d = acc_e = 0.0
-        # optimizer over this rank's shard of master weights (ZeRO>=1 shards them)
-        shard_d = total_dense / wb / (len(dp_g) if self.zero >= 1 else 1)
-        shard_e = total_expert / wb / (len(edp_g) if self.zero >= 1 else 1)
-        deps = tuple(reduce_ops) or ((end_bwd,) if end_bwd >= 0 else ())
-        opt_idx = len(prog)
-        self._compute(prog, "opt.adam", -1, -1, "opt", ("opt", shard_d + shard_e),
-                      lambda: costs.optimizer_kernels(shard_d + shard_e), deps=deps)
-        if self.zero in (1, 2):
-            for grp, nbytes, tag in ((dp_g, total_dense, "dense"), (edp_g, total_expert,
-                                                                   "experts")):
-                if len(grp) > 1 and nbytes > 0:
-                    spec = CollectiveSpec("all_gather", grp, nbytes)
-                    self._coll(prog, "zero", f"opt.param_gather.{tag}", spec,
-                               ("zgather", tag, grp[0]), -1, -1, "opt", nbytes, stream="comm",
-                               deps=(opt_idx,))
