@@ -144,7 +144,13 @@ def _short_list(xs: list[int], n: int = 8) -> str:
 def _timeline_aggregate(result: SimResult, ax: Axes, rank_list: list[int], spans: list[Span],
                         max_rows: int) -> Axes:
     step = result.step_time_s
-    per_rank = breakdown(spans, result.n_ranks, step)[1]
+    # the summary's per-rank breakdown covers every rank even when spans were kept for a
+    # few ranks only (the fast path); the spans are the fallback
+    rows_s = (result.summary or {}).get("per_rank") or []
+    if len(rows_s) == result.n_ranks and all("breakdown_s" in r for r in rows_s):
+        per_rank = [r["breakdown_s"] for r in sorted(rows_s, key=lambda r: r["rank"])]
+    else:
+        per_rank = breakdown(spans, result.n_ranks, step)[1]
     rank_set = set(rank_list)
     rows = [[r for r in grp if r in rank_set]
             for grp in timeline_rows(result.n_ranks, result.ranks_per_node, max_rows)]
