@@ -56,7 +56,7 @@ def child(spec: dict) -> dict:
     walls, cpus, out = [], [], {}
     for _ in range(spec["repeat"]):
         t0, c0 = time.perf_counter(), time.process_time()
-        r = simulate(spec["scenario"], spec["overrides"], **kw)
+        r = simulate(spec["scenario"], ["engine.mode=exact", *spec["overrides"]], **kw)
         walls.append(time.perf_counter() - t0)
         cpus.append(time.process_time() - c0)
         sc = r.summary["shortcuts"]
@@ -68,7 +68,7 @@ def child(spec: dict) -> dict:
     peak_mb = None
     if spec["tracemalloc"]:
         tracemalloc.start()
-        r = simulate(spec["scenario"], spec["overrides"], **kw)
+        r = simulate(spec["scenario"], ["engine.mode=exact", *spec["overrides"]], **kw)
         peak_mb = tracemalloc.get_traced_memory()[1] / 1e6
         tracemalloc.stop()
         del r
