@@ -14,34 +14,7 @@ from moesim.model import costs, model_from_dict
 from moesim.scenario import load_scenario
 from moesim.scenario.resolve import resolve
 from moesim.trace.report import jsonable
-
-TWO_GPUS = {
-    "name": "two-gpus",
-    "nodes": [{"id": "g0", "kind": "gpu", "host": 0, "local": 0},
-              {"id": "g1", "kind": "gpu", "host": 0, "local": 1},
-              {"id": "sw", "kind": "nvswitch"}],
-    "links": [{"src": "g0", "dst": "sw", "kind": "nvlink", "bandwidth_GBps": 100, "latency_us": 1},
-              {"src": "g1", "dst": "sw", "kind": "nvlink", "bandwidth_GBps": 100, "latency_us": 1}],
-}
-
-
-def scenario(tmp_path, **over):
-    topo = tmp_path / "two.yaml"
-    topo.write_text(yaml.safe_dump(TWO_GPUS))
-    data = {
-        "name": "hand", "seed": 3,
-        "cluster": {"topology": str(topo), "device": "H100", "network": "flow"},
-        "model": {"preset": "toy", "layers": 1},
-        "routing": {"kind": "hot", "hot_experts": [0], "hot_fraction": 0.45},
-        "parallel": {"tp": 1, "pp": 1, "ep": 2},
-        "schedule": {"kind": "1f1b", "microbatches": 1, "micro_batch_size": 1, "seq_len": 512},
-        "compute": {"kind": "roofline"},
-    }
-    for k, v in over.items():
-        data[k] = {**data.get(k, {}), **v} if isinstance(v, dict) else v
-    path = tmp_path / "s.yaml"
-    path.write_text(yaml.safe_dump(data))
-    return path
+from tests._util import two_gpu_scenario
 
 
 def spans_of(result, rank, name):
@@ -49,7 +22,7 @@ def spans_of(result, rank, name):
 
 
 def test_cold_rank_waits_at_combine_for_the_hot_expert(tmp_path):
-    r = simulate(scenario(tmp_path))
+    r = simulate(two_gpu_scenario(tmp_path))
     spec = model_from_dict({"preset": "toy", "layers": 1}, "t")
     model = RooflineModel(get_device("H100"))
 
@@ -75,7 +48,7 @@ def test_cold_rank_waits_at_combine_for_the_hot_expert(tmp_path):
 
 
 def test_tokens_and_bytes_conserved(tmp_path):
-    r = simulate(scenario(tmp_path, routing={"capacity_factor": 1.0}))
+    r = simulate(two_gpu_scenario(tmp_path, routing={"capacity_factor": 1.0}))
     ex = r.summary["experts"]
     import numpy as np
     tok = np.array(ex["tokens_per_expert"])
@@ -97,7 +70,7 @@ def test_tokens_and_bytes_conserved(tmp_path):
 
 
 def test_same_seed_same_bytes_and_uniform_seed_changes_little(tmp_path):
-    path = scenario(tmp_path, routing={"kind": "uniform"})
+    path = two_gpu_scenario(tmp_path, routing={"kind": "uniform"})
     a = simulate(path)
     b = simulate(path)
     strip = lambda s: json.dumps(jsonable({k: v for k, v in s.items() if k != "sim_wall_s"}))  # noqa: E731
@@ -154,8 +127,8 @@ def test_shipped_small_scenarios_run():
 def test_ep_overlap_hides_all_to_all_behind_other_microbatch(tmp_path):
     common = {"routing": {"kind": "uniform"},
               "schedule": {"kind": "gpipe", "microbatches": 2, "seq_len": 2048}}
-    plain = simulate(scenario(tmp_path, **common))
-    over = simulate(scenario(tmp_path, **common), ["overlap.ep_comm_overlap=true"])
+    plain = simulate(two_gpu_scenario(tmp_path, **common))
+    over = simulate(two_gpu_scenario(tmp_path, **common), ["overlap.ep_comm_overlap=true"])
     bp, bo = plain.summary["breakdown_s"], over.summary["breakdown_s"]
     # same work, same bytes
     assert bo["compute"] == pytest.approx(bp["compute"], rel=1e-12)

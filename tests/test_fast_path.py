@@ -7,7 +7,6 @@ import json
 
 import numpy as np
 import pytest
-import yaml
 
 from moesim.collectives.simulate import simulate_collective
 from moesim.compute.devices import get_device
@@ -19,15 +18,7 @@ from moesim.engine.run import resolve_path, simulate
 from moesim.errors import InputError
 from moesim.model import costs, model_from_dict
 from moesim.trace.report import jsonable
-
-TWO_GPUS = {
-    "name": "two-gpus",
-    "nodes": [{"id": "g0", "kind": "gpu", "host": 0, "local": 0},
-              {"id": "g1", "kind": "gpu", "host": 0, "local": 1},
-              {"id": "sw", "kind": "nvswitch"}],
-    "links": [{"src": "g0", "dst": "sw", "kind": "nvlink", "bandwidth_GBps": 100, "latency_us": 1},
-              {"src": "g1", "dst": "sw", "kind": "nvlink", "bandwidth_GBps": 100, "latency_us": 1}],
-}
+from tests._util import two_gpu_scenario
 
 # DeepSeek-V3 shape small enough for the exact engine: 128 GPUs, PP2, EP16 over two
 # nodes (all-to-alls cross InfiniBand), ZeRO-1, 4 MoE layers, 4 micro-batches
@@ -39,21 +30,7 @@ FIDELITY = ["engine.mode=exact", "cluster.nodes=16", "parallel.pp=2", "parallel.
 
 
 def two_rank(tmp_path, **over):
-    topo = tmp_path / "two.yaml"
-    topo.write_text(yaml.safe_dump(TWO_GPUS))
-    data = {
-        "name": "hand", "seed": 3,
-        "cluster": {"topology": str(topo), "device": "H100", "network": "flow"},
-        "model": {"preset": "toy", "layers": 1},
-        "routing": {"kind": "hot", "hot_experts": [0], "hot_fraction": 0.45},
-        "parallel": {"tp": 1, "pp": 1, "ep": 2},
-        "schedule": {"kind": "1f1b", "microbatches": 1, "micro_batch_size": 1, "seq_len": 512},
-        "compute": {"kind": "roofline"},
-    }
-    data.update(over)
-    path = tmp_path / "s.yaml"
-    path.write_text(yaml.safe_dump(data))
-    return resolve_path(path)
+    return resolve_path(two_gpu_scenario(tmp_path, **over))
 
 
 def spans_of(result, rank, name, kind=None):

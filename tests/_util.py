@@ -1,0 +1,33 @@
+"""Shared test helpers: a hand-checkable 2-GPU scenario."""
+
+from __future__ import annotations
+
+import yaml
+
+TWO_GPUS = {
+    "name": "two-gpus",
+    "nodes": [{"id": "g0", "kind": "gpu", "host": 0, "local": 0},
+              {"id": "g1", "kind": "gpu", "host": 0, "local": 1},
+              {"id": "sw", "kind": "nvswitch"}],
+    "links": [{"src": "g0", "dst": "sw", "kind": "nvlink", "bandwidth_GBps": 100, "latency_us": 1},
+              {"src": "g1", "dst": "sw", "kind": "nvlink", "bandwidth_GBps": 100, "latency_us": 1}],
+}
+
+
+def two_gpu_scenario(tmp_path, **over):
+    topo = tmp_path / "two.yaml"
+    topo.write_text(yaml.safe_dump(TWO_GPUS))
+    data = {
+        "name": "hand", "seed": 3,
+        "cluster": {"topology": str(topo), "device": "H100", "network": "flow"},
+        "model": {"preset": "toy", "layers": 1},
+        "routing": {"kind": "hot", "hot_experts": [0], "hot_fraction": 0.45},
+        "parallel": {"tp": 1, "pp": 1, "ep": 2},
+        "schedule": {"kind": "1f1b", "microbatches": 1, "micro_batch_size": 1, "seq_len": 512},
+        "compute": {"kind": "roofline"},
+    }
+    for k, v in over.items():
+        data[k] = {**data.get(k, {}), **v} if isinstance(v, dict) else v
+    path = tmp_path / "s.yaml"
+    path.write_text(yaml.safe_dump(data))
+    return path
