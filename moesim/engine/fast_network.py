@@ -52,9 +52,6 @@ class _Incidence:
         col = np.arange(len(self.pair)) - np.repeat(np.cumsum(hops) - hops, hops)
         pad[self.pair, col] = self.link
         self.pad_t = np.ascontiguousarray(pad.T).astype(np.intp)   # (hops, n*n)
-        from scipy.sparse import csr_matrix
-        self.inc = csr_matrix((np.ones(len(self.pair)), (self.link, self.pair)),
-                              shape=(self.n_links, n * n))
 
     def finish(self, matrix: np.ndarray, arrivals: np.ndarray, k_max: int = 6) -> np.ndarray:
         """Per member: when all its flows are done, flow i→j starting at
@@ -75,7 +72,8 @@ class _Incidence:
         if len(taus) > k_max:
             taus = taus[np.unique(np.linspace(0, len(taus) - 1, k_max).round().astype(int))]
         w = np.where(start[None, :] >= taus[:, None], flat[None, :], 0.0)   # (K, n*n)
-        load = (self.inc @ w.T)                                              # (links, K)
+        load = np.stack([np.bincount(self.link, weights=wk[self.pair], minlength=self.n_links)
+                         for wk in w], axis=1)                               # (links, K)
         drain = np.where(load > 0, taus[None, :] + load / self.cap[:, None], -np.inf)
         f_link = np.append(drain.max(axis=1), -np.inf)
         f_pair = f_link.take(self.pad_t[0])
