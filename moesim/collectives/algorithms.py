@@ -97,12 +97,7 @@ def ring_orders(group: Sequence[int], rank_host: Sequence[int] | None = None) ->
     267: a GPU's inter-node traffic rides its own NIC).
     """
     if rank_host is not None:
-        by_node: dict[int, list[int]] = {}
-        for r in group:
-            if not 0 <= r < len(rank_host):
-                raise InputError(_SRC, "ranks", f"ranks in 0..{len(rank_host) - 1}", r)
-            by_node.setdefault(int(rank_host[r]), []).append(r)
-        nodes = list(by_node.values())
+        nodes = list(_members_by_node(group, rank_host).values())
         L = len(nodes[0])
         if len(nodes) > 1 and L > 1 and all(len(m) == L for m in nodes):
             return [[r for m in nodes for r in m[c:] + m[:c]] for c in range(L)]
@@ -233,16 +228,22 @@ def ring_broadcast(group: Sequence[int], nbytes: float, root: int,
 
 
 # ---------------------------------------------------------------- hierarchy
-def node_layout(group: Sequence[int], rank_host: Sequence[int]) -> list[list[int]]:
-    """Group members per node, in node order of first appearance; members keep group order.
-
-    Hierarchical algorithms need the same number of members on every node (the i-th
-    member of each node forms the inter-node group of local index i)."""
+def _members_by_node(group: Sequence[int], rank_host: Sequence[int]) -> dict[int, list[int]]:
+    """Node -> group members on it, nodes in order of first appearance, group order kept."""
     by_node: dict[int, list[int]] = {}
     for r in group:
         if not 0 <= r < len(rank_host):
             raise InputError(_SRC, "ranks", f"ranks in 0..{len(rank_host) - 1}", r)
         by_node.setdefault(int(rank_host[r]), []).append(r)
+    return by_node
+
+
+def node_layout(group: Sequence[int], rank_host: Sequence[int]) -> list[list[int]]:
+    """Group members per node, in node order of first appearance; members keep group order.
+
+    Hierarchical algorithms need the same number of members on every node (the i-th
+    member of each node forms the inter-node group of local index i)."""
+    by_node = _members_by_node(group, rank_host)
     nodes = list(by_node.values())
     sizes = {len(m) for m in nodes}
     if len(sizes) != 1:
