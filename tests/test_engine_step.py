@@ -80,37 +80,43 @@ def test_same_seed_same_bytes_and_uniform_seed_changes_little(tmp_path):
     assert c.step_time_s == pytest.approx(a.step_time_s, rel=0.05)
 
 
-def test_pipeline_bubble_matches_gpipe_and_1f1b_formula(tmp_path):
-    """Dense uniform stages, negligible communication: bubble = (p-1)/(m+p-1) of the step."""
+def measured_bubble(tmp_path, kind: str, p: int, m: int, v: int = 1):
+    """Run a dense model of uniform stages on p GPUs with negligible communication and
+    return (bubble fraction of the pipeline part of the step, result). The pipeline part
+    ends with the last backward (the optimizer after it is not in the formulas)."""
     topo = {
         "name": "four",
-        "nodes": [{"id": f"g{i}", "kind": "gpu", "host": 0, "local": i} for i in range(4)]
+        "nodes": [{"id": f"g{i}", "kind": "gpu", "host": 0, "local": i} for i in range(p)]
         + [{"id": "sw", "kind": "nvswitch"}],
         "links": [{"src": f"g{i}", "dst": "sw", "kind": "nvlink", "bandwidth_GBps": 1e6,
-                   "latency_us": 1e-6} for i in range(4)],
+                   "latency_us": 1e-6} for i in range(p)],
     }
-    (tmp_path / "four.yaml").write_text(yaml.safe_dump(topo))
+    (tmp_path / "pipe-topo.yaml").write_text(yaml.safe_dump(topo))
+    data = {
+        "name": "pipe", "cluster": {"topology": str(tmp_path / "pipe-topo.yaml"),
+                                    "device": "H100"},
+        # dense model, embedding/LM head negligible (vocab 8), layers big enough that
+        # kernel launch overheads are negligible
+        "model": {"preset": "toy", "layers": 2 * p * v, "n_experts": 0, "vocab": 8,
+                  "hidden": 4096, "dense_ffn": 16384, "heads": 32, "kv_heads": 32,
+                  "head_dim": 128},
+        "parallel": {"pp": p, "vpp": v},
+        "schedule": {"kind": kind, "microbatches": m, "seq_len": 4096},
+    }
+    path = tmp_path / f"{kind}.yaml"
+    path.write_text(yaml.safe_dump(data))
+    r = simulate(path)
+    work = [s for s in r.spans if s.kind == "compute" and s.phase in ("fwd", "bwd")]
+    t_pipe = max(s.end_s for s in work)
+    busy = [sum(s.dur_s for s in work if s.rank == rk) for rk in range(p)]
+    return 1 - sum(busy) / p / t_pipe, r
+
+
+def test_pipeline_bubble_matches_gpipe_and_1f1b_formula(tmp_path):
+    """Dense uniform stages, negligible communication: bubble = (p-1)/(m+p-1) of the step."""
     p, m = 4, 8
     for kind in ("gpipe", "1f1b"):
-        data = {
-            "name": "pipe", "cluster": {"topology": str(tmp_path / "four.yaml"), "device": "H100"},
-            # dense model, embedding/LM head negligible (vocab 8), layers big enough that
-            # kernel launch overheads are negligible
-            "model": {"preset": "toy", "layers": 8, "n_experts": 0, "vocab": 8,
-                      "hidden": 4096, "dense_ffn": 16384, "heads": 32, "kv_heads": 32,
-                      "head_dim": 128},
-            "parallel": {"pp": p},
-            "schedule": {"kind": kind, "microbatches": m, "seq_len": 4096},
-        }
-        path = tmp_path / f"{kind}.yaml"
-        path.write_text(yaml.safe_dump(data))
-        r = simulate(path)
-        # the pipeline part of the step: up to the end of the last backward (the optimizer
-        # step after it is not part of the bubble formula)
-        work = [s for s in r.spans if s.kind == "compute" and s.phase in ("fwd", "bwd")]
-        t_pipe = max(s.end_s for s in work)
-        busy = [sum(s.dur_s for s in work if s.rank == rk) for rk in range(p)]
-        bubble = 1 - sum(busy) / p / t_pipe
+        bubble, r = measured_bubble(tmp_path, kind, p, m)
         assert bubble == pytest.approx((p - 1) / (m + p - 1), rel=0.01)
         waits = sum(s.dur_s for s in r.spans if s.kind == "bubble")
         assert waits > 0 and all(s.kind != "stall" for s in r.spans)
@@ -145,28 +151,6 @@ def test_ep_overlap_hides_all_to_all_behind_other_microbatch(tmp_path):
 def test_interleaved_bubble_shrinks_by_v(tmp_path):
     """Interleaved 1F1B with v chunks: bubble (p-1)/v of a micro-batch's work, i.e.
     a fraction (p-1)/(v*m + p-1) of the pipeline part of the step."""
-    topo = {
-        "name": "four",
-        "nodes": [{"id": f"g{i}", "kind": "gpu", "host": 0, "local": i} for i in range(4)]
-        + [{"id": "sw", "kind": "nvswitch"}],
-        "links": [{"src": f"g{i}", "dst": "sw", "kind": "nvlink", "bandwidth_GBps": 1e6,
-                   "latency_us": 1e-6} for i in range(4)],
-    }
-    (tmp_path / "four.yaml").write_text(yaml.safe_dump(topo))
     p, m, v = 4, 8, 2
-    data = {
-        "name": "pipe", "cluster": {"topology": str(tmp_path / "four.yaml"), "device": "H100"},
-        "model": {"preset": "toy", "layers": 16, "n_experts": 0, "vocab": 8,
-                  "hidden": 4096, "dense_ffn": 16384, "heads": 32, "kv_heads": 32,
-                  "head_dim": 128},
-        "parallel": {"pp": p, "vpp": v},
-        "schedule": {"kind": "interleaved", "microbatches": m, "seq_len": 4096},
-    }
-    path = tmp_path / "inter.yaml"
-    path.write_text(yaml.safe_dump(data))
-    r = simulate(path)
-    work = [s for s in r.spans if s.kind == "compute" and s.phase in ("fwd", "bwd")]
-    t_pipe = max(s.end_s for s in work)
-    busy = [sum(s.dur_s for s in work if s.rank == rk) for rk in range(p)]
-    bubble = 1 - sum(busy) / p / t_pipe
+    bubble, _ = measured_bubble(tmp_path, "interleaved", p, m, v)
     assert bubble == pytest.approx((p - 1) / (v * m + p - 1), rel=0.02)
