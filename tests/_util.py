@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import simpy
 import yaml
 
 TWO_GPUS = {
@@ -31,3 +32,21 @@ def two_gpu_scenario(tmp_path, **over):
     path = tmp_path / "s.yaml"
     path.write_text(yaml.safe_dump(data))
     return path
+
+
+def run_flows(cls, links, flows, **kw):
+    """Run ``flows`` [(start_s, src, dst, bytes)] through network model ``cls`` over
+    ``links``; returns ({flow index: delivery time}, the network)."""
+    env = simpy.Environment()
+    net = cls(env, links, **kw)
+    done: dict[int, float] = {}
+
+    def start(i, t, src, dst, nbytes):
+        yield env.timeout(t)
+        yield net.transfer(src, dst, nbytes)
+        done[i] = env.now
+
+    for i, f in enumerate(flows):
+        env.process(start(i, *f))
+    env.run()
+    return done, net

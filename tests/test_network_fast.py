@@ -17,6 +17,7 @@ from hypothesis import strategies as st
 import moesim.network.maxmin as mm
 from moesim.network import FlowNetwork
 from moesim.network.maxmin import maxmin_pairs, maxmin_rates
+from tests._util import run_flows
 from tests.test_network_flow import TinyLinks
 
 
@@ -113,18 +114,7 @@ def flow_case(draw):
 
 
 def simulate(links, flows, **kw) -> list[float]:
-    env = simpy.Environment()
-    net = FlowNetwork(env, links, **kw)
-    done: dict[int, float] = {}
-
-    def start(i, t, src, dst, nbytes):
-        yield env.timeout(t)
-        yield net.transfer(src, dst, nbytes)
-        done[i] = env.now
-
-    for i, f in enumerate(flows):
-        env.process(start(i, *f))
-    env.run()
+    done, net = run_flows(FlowNetwork, links, flows, **kw)
     assert net.link_bytes() == pytest.approx(
         np.bincount(np.concatenate([np.asarray(links.route(s, d), dtype=np.int64)
                                     for _, s, d, _ in flows] + [np.zeros(0, np.int64)]),

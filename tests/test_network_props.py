@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-import simpy
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from moesim.network import AnalyticalNetwork, FlowNetwork
+from tests._util import run_flows
 from tests.test_network_flow import TinyLinks
 
 
@@ -37,20 +37,7 @@ def scenario(draw):
     return TinyLinks(links, caps, lats), flows
 
 
-def simulate(cls, links, flows, **kw):
-    env = simpy.Environment()
-    net = cls(env, links, **kw)
-    done: dict[int, float] = {}
-
-    def start(i, t, src, dst, nbytes):
-        yield env.timeout(t)
-        yield net.transfer(src, dst, nbytes)
-        done[i] = env.now
-
-    for i, f in enumerate(flows):
-        env.process(start(i, *f))
-    env.run()
-    return done, net
+simulate = run_flows
 
 
 @settings(max_examples=40, deadline=None)
