@@ -37,7 +37,6 @@ def scenario(draw):
     return TinyLinks(links, caps, lats), flows
 
 
-simulate = run_flows
 
 
 @settings(max_examples=40, deadline=None)
@@ -62,10 +61,10 @@ def test_flow_network_invariants(case) -> None:
             assert ok
         solves.append(now)
 
-    done, net = simulate(FlowNetwork, links, flows, on_solve=check)
+    done, net = run_flows(FlowNetwork, links, flows, on_solve=check)
     # every flow finishes, never earlier than alone on its path (the analytical time)
     assert sorted(done) == list(range(len(flows)))
-    alone, ana = simulate(AnalyticalNetwork, links, flows)
+    alone, ana = run_flows(AnalyticalNetwork, links, flows)
     for i in done:
         assert done[i] >= alone[i] * (1 - 1e-9) - 1e-12
     # bytes are conserved: per-link bytes = sum of bytes of the flows crossing it
@@ -81,8 +80,8 @@ def test_flow_network_invariants(case) -> None:
 @given(scenario())
 def test_same_input_same_times(case) -> None:
     links, flows = case
-    first, _ = simulate(FlowNetwork, links, flows)
-    second, _ = simulate(FlowNetwork, links, flows)
+    first, _ = run_flows(FlowNetwork, links, flows)
+    second, _ = run_flows(FlowNetwork, links, flows)
     assert first == second
 
 
@@ -90,7 +89,7 @@ def test_same_input_same_times(case) -> None:
 @given(scenario())
 def test_series_never_exceeds_capacity_and_ends_idle(case) -> None:
     links, flows = case
-    _, net = simulate(FlowNetwork, links, flows, record_series=True)
+    _, net = run_flows(FlowNetwork, links, flows, record_series=True)
     for link, points in net.series().items():
         times = [t for t, _ in points]
         assert times == sorted(times)
@@ -103,8 +102,8 @@ def test_series_never_exceeds_capacity_and_ends_idle(case) -> None:
 def test_incremental_resolve_equals_full_resolve(case) -> None:
     # re-solving only the affected flows must give the same times as re-solving all
     links, flows = case
-    inc, _ = simulate(FlowNetwork, links, flows)
-    full, _ = simulate(FlowNetwork, links, flows, incremental=False)
+    inc, _ = run_flows(FlowNetwork, links, flows)
+    full, _ = run_flows(FlowNetwork, links, flows, incremental=False)
     assert inc.keys() == full.keys()
     for i in inc:
         assert inc[i] == pytest.approx(full[i], rel=1e-9, abs=1e-12)
@@ -116,12 +115,12 @@ def test_flows_that_never_overlap_match_the_analytical_model(case) -> None:
     # space the flows so that each ends before the next starts: no sharing, so the
     # flow model must give exactly latency + bytes / bottleneck, like the analytical one
     links, flows = case
-    ana_probe, _ = simulate(AnalyticalNetwork, links, [(0.0, s, d, b) for _, s, d, b in flows])
+    ana_probe, _ = run_flows(AnalyticalNetwork, links, [(0.0, s, d, b) for _, s, d, b in flows])
     t, spaced = 0.0, []
     for i, (_, src, dst, nbytes) in enumerate(flows):
         spaced.append((t, src, dst, nbytes))
         t += ana_probe[i] + 1.0
-    got, _ = simulate(FlowNetwork, links, spaced)
-    want, _ = simulate(AnalyticalNetwork, links, spaced)
+    got, _ = run_flows(FlowNetwork, links, spaced)
+    want, _ = run_flows(AnalyticalNetwork, links, spaced)
     for i in want:
         assert got[i] == pytest.approx(want[i], rel=1e-12, abs=1e-12)
