@@ -229,3 +229,46 @@ def test_ingest_and_calibrate_do_not_import_torch():
             "argparse.ArgumentParser())\n"
             "assert 'torch' not in sys.modules, 'torch imported'")
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_innermost_ops_with_only_allocation_children_are_samples(tmp_path):
+    """index_select and cat call aten::empty / select inside: they still count, with
+    bytes from their shapes; argsort (whose child sort counts) does not; sort counts."""
+    extra = [
+        _x("aten::index_select", 32, 4, **{"Input Dims": [[T, H], [], [2 * T]],
+                                           "Input type": ["float", "Scalar", "long int"]}),
+        _x("aten::empty", 32.5, 0.1, **{"Input Dims": [[], [], [], [], [], []]}),
+        _x("aten::select", 33, 0.1, **{"Input Dims": [[T, H], [], []]}),
+        _x("aten::argsort", 36, 2, **{"Input Dims": [[2 * T], [], [], []]}),
+        _x("aten::sort", 36.2, 1.5, **{"Input Dims": [[2 * T], [], [], []],
+                                       "Input type": ["long int", "Scalar", "Scalar",
+                                                      "Scalar"]}),
+        _x("aten::cat", 190, 3, **{"Input Dims": [[[2, H], [3, H]], []],
+                                   "Input type": ["TensorList", "Scalar"]}),
+        _x("aten::empty", 190.5, 0.1, **{"Input Dims": [[], [], [], [], [], []]}),
+        # an expanded (stride 0) index is read once per distinct element
+        _x("aten::scatter_add_", 760, 5, **{
+            "Input Dims": [[T, H], [], [2 * T, H], [2 * T, H]],
+            "Input Strides": [[H, 1], [], [1, 0], [H, 1]],
+            "Input type": ["float", "Scalar", "long int", "float"]}),
+        _x("aten::fill_", 770, 1, **{"Input Dims": [[T, H], []],
+                                     "Input type": ["float", "Scalar"]}),
+    ]
+    d = tmp_path / "t"
+    d.mkdir()
+    for r in (0, 1):
+        doc = {"distributedInfo": {"backend": "gloo", "rank": r, "world_size": 2},
+               "traceEvents": rank_events(r) + extra}
+        (d / f"rank{r}.json").write_text(json.dumps(doc))
+    s = ingest([str(d)]).step(0, 3)
+    mem = {o.name: o.bytes for o in s.ops if o.kind == "memory"}
+    f4, i8 = 4, 8
+    assert mem == {
+        "aten::softmax": 2 * T * E * f4,
+        "aten::index_select": T * H * f4 + 2 * T * i8 + 2 * T * H * f4,   # read + 2T rows
+        "aten::sort": 2 * (2 * T * i8),
+        "aten::cat": 2 * (5 * H) * f4,           # listed tensors read, written once
+        "aten::scatter_add_": (T * H * f4) * 2 + 2 * T * i8 + 2 * T * H * f4,
+        "aten::fill_": T * H * f4,               # written only
+        "aten::add_": 3 * 16 * H * 4,
+    }

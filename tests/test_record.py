@@ -31,6 +31,10 @@ def test_record_writes_traces_and_routing(hot_run):
     routing = json.loads((hot_run / "routing.json").read_text())
     assert routing["args"]["skew"] == "hot" and routing["torch_version"] == torch.__version__
     assert [s["traced"] for s in routing["steps"]] == [False, True, True]
+    # every rank started with glibc keeping freed memory (as a caching allocator)
+    from moesim.validation.record import KEEP_MEMORY_ENV
+    assert routing["host"]["malloc_env"] == KEEP_MEMORY_ENV
+    assert [p["malloc_env"] for p in routing["host"]["rank_processes"]] == [KEEP_MEMORY_ENV] * 2
     for s in routing["steps"]:
         for counts in s["tokens_per_expert_by_rank"]:
             assert sum(counts) == 64 * 2          # tokens × top-k per rank
@@ -124,3 +128,22 @@ def test_pin_binds_rank_r_to_the_rth_allowed_core(monkeypatch):
                                                             {"core": 3}]
     assert calls == [{3}, {5}, {3}]
     assert _quiet_the_rank(0, RecordConfig(outdir="")) == {}
+
+
+def test_release_memory_leaves_the_environment_alone(monkeypatch):
+    """--release-memory: the ranks get no malloc tunables; the parent's environment is
+    restored after the block either way."""
+    import argparse
+    import os
+
+    from moesim.cli.record_cmd import add_arguments
+    from moesim.validation.record import KEEP_MEMORY_ENV, _environment
+    ap = argparse.ArgumentParser()
+    add_arguments(ap)
+    assert ap.parse_args(["x"]).release_memory is False
+    assert ap.parse_args(["x", "--release-memory"]).release_memory is True
+    monkeypatch.setenv("MALLOC_TOP_PAD_", "7")
+    monkeypatch.delenv("MALLOC_TRIM_THRESHOLD_", raising=False)
+    with _environment(KEEP_MEMORY_ENV):
+        assert all(os.environ[k] == v for k, v in KEEP_MEMORY_ENV.items())
+    assert os.environ["MALLOC_TOP_PAD_"] == "7" and "MALLOC_TRIM_THRESHOLD_" not in os.environ

@@ -31,6 +31,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="pin rank r to its own CPU core (steadier timings)")
     parser.add_argument("--nice", type=int, default=d.nice,
                         help="niceness increment per rank, e.g. -15 (negative needs root)")
+    parser.add_argument("--release-memory", action="store_true",
+                        help="let glibc return freed memory to the kernel each step (default: "
+                             "keep it, as a caching allocator does; docs/validation.md)")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -41,6 +44,6 @@ def run(args: argparse.Namespace) -> int:
                        experts=args.experts, top_k=args.top_k, tokens=args.tokens,
                        steps=args.steps, warmup=args.warmup, seed=args.seed,
                        backend=args.backend, gzip=not args.no_gzip, pin=args.pin,
-                       nice=args.nice)
+                       nice=args.nice, keep_memory=not args.release_memory)
     record(cfg, force=args.force)
     return 0

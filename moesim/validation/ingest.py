@@ -15,8 +15,12 @@ when present, never required):
   ``Input Dims`` give m, k, n;
 - ``ProfilerStep#N`` spans (else the whole trace is one step).
 
-Memory-bound samples are the leaf ``aten::`` ops (no child op) other than matmuls,
-views/allocations (``NO_BYTES``) and random number generation (``NOT_MEMORY``).
+Memory-bound samples are the innermost ``aten::`` ops other than matmuls,
+views/allocations (``NO_BYTES``) and random number generation (``NOT_MEMORY``):
+ops none of whose descendants is anything but a view or allocation. So
+``aten::index_select`` or ``aten::cat``, which call ``aten::empty``/``select`` inside,
+count (their cost grows with the tokens a rank holds), and ``aten::argsort`` (which
+calls ``aten::sort``) does not, its child does.
 
 Phases per rank and step (seconds): the backward starts at the first autograd op
 (``autograd::engine::*`` or ``*Backward*``) or the ``moe/backward`` label. Token
@@ -179,14 +183,61 @@ def _gemm_dims(ev: Event) -> tuple[int, int, int, int] | None:
         return None
 
 
-def _tensor_bytes(ev: Event) -> float:
-    """Estimated bytes moved: every tensor input read once, plus an output as large
-    as the largest input (elementwise / gather style)."""
+#: ops whose output has one row per index entry: (input position, index position)
+GATHERS = {"aten::index_select": (0, 2), "aten::embedding": (0, 1)}
+#: ops that only write their first argument (it is not read)
+WRITE_ONLY = {"aten::fill_", "aten::zero_", "aten::copy_"}
+
+
+def _distinct(dims: list, strides: object) -> float:
+    """Elements a tensor argument really holds: a dimension with stride 0 (an
+    ``expand``ed view) repeats the same memory, so it does not multiply the count."""
+    if isinstance(strides, list) and len(strides) == len(dims):
+        return float(np.prod([d for d, s in zip(dims, strides, strict=True) if s != 0]))
+    return float(np.prod(dims))
+
+
+def _tensor_bytes(ev: Event, list_elem_bytes: int = 4) -> float:
+    """Estimated bytes moved by a memory-bound op, from its recorded shapes:
+
+    - every tensor argument is read once, counting only the memory it holds (a
+      stride-0 dimension of an expanded view is read once, not per index);
+    - an in-place op (``name_``) writes its first argument again; an op in
+      ``WRITE_ONLY`` (``fill_``, ``zero_``, ``copy_`` into it) only writes it;
+    - a gather (``GATHERS``) writes index-length rows of its input's width;
+    - any other op writes an output as large as its largest argument (elementwise);
+    - a ``TensorList`` argument (``aten::cat``/``stack``) counts every listed tensor,
+      read and written once; the trace gives no element type for it:
+      ``list_elem_bytes`` stands for it (4, float32, unless the caller knows better).
+    """
     sizes = []
-    for dims, typ in zip(ev.dims, ev.types, strict=False):
-        if isinstance(dims, list) and dims and typ in DTYPE_BYTES:
-            sizes.append(float(np.prod(dims)) * DTYPE_BYTES[typ])
-    return sum(sizes) + (max(sizes) if sizes else 0.0)
+    strides = ev.strides
+    for i, (dims, typ) in enumerate(zip(ev.dims, ev.types, strict=False)):
+        if not isinstance(dims, list) or not dims:
+            continue
+        if typ == "TensorList" and all(isinstance(d, list) for d in dims):
+            listed = sum(float(np.prod(d)) for d in dims if d) * list_elem_bytes
+            return 2.0 * listed
+        if typ in DTYPE_BYTES and all(isinstance(d, int) for d in dims):
+            st = strides[i] if i < len(strides) else None
+            sizes.append(_distinct(dims, st) * DTYPE_BYTES[typ])
+        elif i == 0:
+            sizes.append(0.0)   # keep position 0 meaning "the first argument"
+    if not any(sizes):
+        return 0.0
+    if ev.name in WRITE_ONLY:
+        return sum(sizes)       # the first argument written, the rest read
+    if ev.name.endswith("_"):
+        return sum(sizes) + sizes[0]
+    gather = GATHERS.get(ev.name)
+    if gather is not None:
+        try:
+            src, idx = ev.dims[gather[0]], ev.dims[gather[1]]
+            row = float(np.prod(src[1:])) * DTYPE_BYTES[ev.types[gather[0]]]
+            return sum(sizes) + float(np.prod(idx)) * row
+        except (IndexError, KeyError, TypeError, ValueError):
+            pass
+    return sum(sizes) + max(sizes)
 
 
 def _steps(events: list[Event]) -> list[tuple[int, float, float]]:
@@ -217,8 +268,11 @@ def ingest_file(path: Path, world: int | None = None) -> tuple[RankTrace, int, i
     anc = ancestors(events)
     issue_ids = {c.issue.idx for c in colls}
     matmul_parent = {p for e in events if e.name in MATMULS for p in anc[e.idx]}
-    has_child = {p for e in events for p in anc[e.idx][-1:]}
+    # ancestors of anything but a view/allocation: not innermost, not a sample
+    has_child = {p for e in events if e.name not in NO_BYTES for p in anc[e.idx]}
     hidden = next(c.width for c in colls if c.tokens)
+    # a TensorList (torch.cat of activations) has no dtype in the trace: the tokens'
+    elem = next((c.row_bytes // c.width for c in colls if c.tokens and c.width), 4) or 4
     n_experts = 0
     steps = []
     for sid, t0, t1 in _steps(events):
@@ -269,7 +323,7 @@ def ingest_file(path: Path, world: int | None = None) -> tuple[RankTrace, int, i
             elif (e.idx not in has_child and e.name.startswith("aten::")
                   and e.name not in NO_BYTES and e.name not in NOT_MEMORY
                   and e.name not in MATMULS):
-                nbytes = _tensor_bytes(e)
+                nbytes = _tensor_bytes(e, elem)
                 if nbytes > 0:
                     ops.append(TracedOp("memory", e.name, e.start_s - t0, e.dur_s,
                                         bytes=nbytes))

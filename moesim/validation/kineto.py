@@ -50,6 +50,11 @@ class Event:
         return d if isinstance(d, list) else []
 
     @property
+    def strides(self) -> list:
+        st = self.args.get("Input Strides")
+        return st if isinstance(st, list) else []
+
+    @property
     def types(self) -> list:
         t = self.args.get("Input type")
         return t if isinstance(t, list) else []

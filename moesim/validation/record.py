@@ -10,6 +10,17 @@ each profiled step appears as a ``ProfilerStep#N`` span. It writes
   version and the host CPU.
 
 torch is imported here only; the rest of moesim runs without it.
+
+Host memory. By default (``keep_memory``) the ranks start with glibc malloc told to
+keep freed memory in the process (``KEEP_MEMORY_ENV``: no ``mmap`` for blocks up to
+32 MiB, no trimming of the heap). Otherwise every step hands its large buffers back
+to the kernel and faults them in again on first touch; on the recording VM that cost
+was up to ~22 ms on one 8 MB elementwise op (about 10 µs per 4 KiB page), landing on
+different ops and ranks from step to step depending on the heap's layout (measured:
+in one hot-skew recording rank 1's ``returned * w`` took 1.1, 8.6 or 23 ms in
+different steps; with these settings 0.9–6 ms). A GPU run has no such cost in steady
+state: PyTorch's CUDA caching allocator reuses freed blocks. ``--release-memory``
+turns it off.
 """
 
 from __future__ import annotations
@@ -25,6 +36,15 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from moesim.errors import InputError
+
+#: glibc malloc tunables for the ranks (read by glibc at process start; spawned
+#: workers inherit them): blocks up to 32 MiB (glibc's maximum mmap threshold on
+#: 64-bit, mallopt(3)) come from the heap, the heap is never trimmed, and it grows
+#: 256 MiB at a time. Like a caching allocator, memory freed in one step is reused in
+#: the next without page faults.
+KEEP_MEMORY_ENV = {"MALLOC_MMAP_THRESHOLD_": str(32 * 2**20),
+                   "MALLOC_TRIM_THRESHOLD_": str(2**40),
+                   "MALLOC_TOP_PAD_": str(256 * 2**20)}
 
 
 @dataclass(frozen=True)
@@ -47,6 +67,7 @@ class RecordConfig:
     lr: float = 1e-3
     pin: bool = False           # pin rank r to CPU core r (mod the cores this process may use)
     nice: int = 0               # niceness increment for each rank (negative needs root)
+    keep_memory: bool = True    # glibc keeps freed memory (KEEP_MEMORY_ENV), as a caching allocator
 
     def check(self) -> None:
         src = "command line"
@@ -120,6 +141,21 @@ def _quiet_the_rank(rank: int, cfg: RecordConfig) -> dict:
     return done
 
 
+@contextlib.contextmanager
+def _environment(values: dict[str, str]):
+    """Set environment variables for processes started inside the block."""
+    old = {k: os.environ.get(k) for k in values}
+    os.environ.update(values)
+    try:
+        yield
+    finally:
+        for k, v in old.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -169,6 +205,8 @@ def _worker(rank: int, cfg: RecordConfig, port: int) -> None:
     from moesim.validation.moe_layer import ExpertParallelMoE, SkewSpec
 
     quiet = _quiet_the_rank(rank, cfg)
+    # the glibc tunables this process started with (read by glibc at start-up)
+    quiet["malloc_env"] = {k: os.environ[k] for k in KEEP_MEMORY_ENV if k in os.environ}
     torch.set_num_threads(1)  # two ranks on two cores: stable timings
     cuda = cfg.backend == "nccl"
     dist.init_process_group(cfg.backend, init_method=f"tcp://127.0.0.1:{port}",
@@ -238,7 +276,8 @@ def record(cfg: RecordConfig, force: bool = False) -> Path:
     load_before = host_info()["loadavg_1_5_15min"]
     _log(f"{cfg.world} ranks, {cfg.backend}, skew {cfg.skew}, {cfg.steps} steps "
          f"({cfg.warmup} warm-up) -> {outdir}; load average {load_before}")
-    with _filtered_stderr():
+    env = KEEP_MEMORY_ENV if cfg.keep_memory else {}
+    with _filtered_stderr(), _environment(env):
         mp.spawn(_worker, args=(cfg, _free_port()), nprocs=cfg.world, join=True)
     per_rank, processes = [], []
     for r in range(cfg.world):
@@ -258,6 +297,7 @@ def record(cfg: RecordConfig, force: bool = False) -> Path:
     host = host_info()
     host["loadavg_before_1_5_15min"] = load_before
     host["rank_processes"] = processes   # niceness / core each rank actually ran with
+    host["malloc_env"] = env             # glibc tunables the ranks started with
     routing = {
         "format": "moesim-routing/1",
         "args": {k: v for k, v in asdict(cfg).items() if k != "outdir"},
