@@ -12,15 +12,20 @@ each profiled step appears as a ``ProfilerStep#N`` span. It writes
 torch is imported here only; the rest of moesim runs without it.
 
 Host memory. By default (``keep_memory``) the ranks start with glibc malloc told to
-keep freed memory in the process (``KEEP_MEMORY_ENV``: no ``mmap`` for blocks up to
-32 MiB, no trimming of the heap). Otherwise every step hands its large buffers back
-to the kernel and faults them in again on first touch; on the recording VM that cost
-was up to ~22 ms on one 8 MB elementwise op (about 10 µs per 4 KiB page), landing on
-different ops and ranks from step to step depending on the heap's layout (measured:
-in one hot-skew recording rank 1's ``returned * w`` took 1.1, 8.6 or 23 ms in
-different steps; with these settings 0.9–6 ms). A GPU run has no such cost in steady
-state: PyTorch's CUDA caching allocator reuses freed blocks. ``--release-memory``
-turns it off.
+keep freed memory in the process (``KEEP_MEMORY_ENV``: no ``mmap``-served blocks, no
+trimming of the heap). Otherwise every step hands its large buffers back to the
+kernel and faults them in again on first touch; on the recording VM that cost up to
+~22 ms on one 8 MB elementwise op (about 10 µs per 4 KiB page), landing on different
+ops and ranks from step to step depending on the heap's layout (measured: in one
+hot-skew recording rank 1's ``returned * w`` took 1.1, 8.6 or 23 ms in different
+steps; with these settings 0.9-6 ms). A GPU run has no such cost in steady state:
+PyTorch's CUDA caching allocator reuses freed blocks. ``--release-memory`` turns it
+off. Not removed: single elementwise ops on buffers of tens of MB still take
+20-40 ms now and then (page-fault-like; seen in a recording with hidden 768, FFN
+1536). This VM's host runs a DAMON ``pageout`` scheme (/sys/kernel/mm/damon: regions
+accessed in at most 1 of 10 samples per 5 s aggregation, for 60 s, are paged out),
+which may be why; ``mlockall`` was tried against it and made things worse (each heap
+extension was faulted in at once: 0.3-0.8 s stalls), so it is not used.
 """
 
 from __future__ import annotations
@@ -38,11 +43,12 @@ from pathlib import Path
 from moesim.errors import InputError
 
 #: glibc malloc tunables for the ranks (read by glibc at process start; spawned
-#: workers inherit them): blocks up to 32 MiB (glibc's maximum mmap threshold on
-#: 64-bit, mallopt(3)) come from the heap, the heap is never trimmed, and it grows
-#: 256 MiB at a time. Like a caching allocator, memory freed in one step is reused in
-#: the next without page faults.
-KEEP_MEMORY_ENV = {"MALLOC_MMAP_THRESHOLD_": str(32 * 2**20),
+#: workers inherit them, mallopt(3)): no block is served by mmap (M_MMAP_MAX 0; a
+#: threshold alone stops at 32 MiB, glibc's maximum on 64-bit), the heap is never
+#: trimmed, and it grows 256 MiB at a time. Like a caching allocator, memory freed in
+#: one step is reused in the next without page faults.
+KEEP_MEMORY_ENV = {"MALLOC_MMAP_MAX_": "0",
+                   "MALLOC_MMAP_THRESHOLD_": str(32 * 2**20),
                    "MALLOC_TRIM_THRESHOLD_": str(2**40),
                    "MALLOC_TOP_PAD_": str(256 * 2**20)}
 
