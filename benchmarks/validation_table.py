@@ -71,7 +71,10 @@ def table(calib_dirs: list[str], trace_dirs: list[str],
 def describe(doc: dict) -> str:
     """One line of the calibration's coefficients, with units."""
     g, m, c, h = doc["gemm"], doc["memory"], doc["comm"], doc["host"]
-    return (f"gemm {g['flops_per_s'] / 1e9:.1f} GFLOP/s + {g['overhead_s'] * 1e6:.0f} µs; "
+    traffic = (f" + operand bytes / {g['bytes_per_s'] / 1e9:.2f} GB/s"
+               if g.get("bytes_per_s") else "")
+    return (f"gemm {g['overhead_s'] * 1e6:.0f} µs + FLOPs / {g['flops_per_s'] / 1e9:.1f} GFLOP/s"
+            f"{traffic}; "
             f"memory {m['bytes_per_s'] / 1e9:.2f} GB/s + {m['overhead_s'] * 1e6:.2f} µs; "
             f"comm {c['latency_s'] * 1e6:.0f} µs + bytes / {c['bandwidth_Bps'] / 1e9:.2f} GB/s; "
             + ", ".join(f"host {k} {v * 1e6:.0f} µs" for k, v in h.items()))

@@ -127,3 +127,33 @@ def test_bad_calibration_file(tmp_path, edit, field):
     p.write_text("not json")
     with pytest.raises(InputError, match="JSON"):
         load_calibration(p)
+
+
+def test_gemm_fit_recovers_overhead_rate_and_operand_bandwidth():
+    """t = 50 µs + F / 100 GFLOP/s + B / 10 GB/s on shapes whose FLOPs and bytes are
+    not proportional (square, skinny, tall): all three coefficients come back."""
+    from moesim.validation.calibrate import fit_gemm
+    shapes = [(512, 512, 512), (2048, 8, 512), (4096, 1024, 512), (64, 4096, 4096),
+              (1000, 14336, 4096), (8, 8, 8)]
+    f = np.array([2.0 * m * n * k for m, n, k in shapes])
+    b = np.array([4.0 * (m * k + k * n + m * n) for m, n, k in shapes])
+    t = 50e-6 + f / 1e11 + b / 1e10
+    fit, byte_slope = fit_gemm(f, b, t)
+    assert fit.overhead_s == pytest.approx(50e-6, rel=1e-6)
+    assert fit.rate == pytest.approx(1e11, rel=1e-6)
+    assert 1 / byte_slope == pytest.approx(1e10, rel=1e-6)
+    # no traffic in the data (bytes all 0): the term drops out, the line remains
+    fit, byte_slope = fit_gemm(f, np.zeros_like(b), 50e-6 + f / 1e11)
+    assert byte_slope == 0 and fit.rate == pytest.approx(1e11, rel=1e-6)
+
+
+def test_calibrated_gemm_charges_operand_traffic():
+    from moesim.validation.calibration import model_from_dict
+    doc = {"format": "moesim-calibration/1",
+           "gemm": {"flops_per_s": 1e11, "overhead_s": 1e-5, "bytes_per_s": 1e10},
+           "memory": {"bytes_per_s": 1e10, "overhead_s": 0.0},
+           "comm": {"latency_s": 1e-4, "bandwidth_Bps": 1e9, "backend": "gloo"}}
+    k = Kernel("expert_gemm", flops=2e9, bytes=4e6, m=1000, n=1000, k=1000)
+    assert model_from_dict(doc).time_s(k) == pytest.approx(1e-5 + 2e-2 + 4e-4)
+    del doc["gemm"]["bytes_per_s"]          # older files: no traffic term
+    assert model_from_dict(doc).time_s(k) == pytest.approx(1e-5 + 2e-2)

@@ -39,8 +39,10 @@ def run(args: argparse.Namespace) -> int:
     doc = calibrate(sets, list(args.trace_dirs), backend=backend)
     save_calibration(doc, out, force=args.force)
     g, m, c, f = doc["gemm"], doc["memory"], doc["comm"], doc["fit"]
-    print(f"gemm:   {g['flops_per_s'] / 1e9:.2f} GFLOP/s + {g['overhead_s'] * 1e6:.1f} µs/kernel"
-          f"  (R² {f['gemm']['r2']:.3f}, n={f['gemm']['n_samples']})")
+    traffic = (f" + operand bytes / {g['bytes_per_s'] / 1e9:.2f} GB/s"
+               if g.get("bytes_per_s") else "")
+    print(f"gemm:   {g['overhead_s'] * 1e6:.1f} µs/kernel + FLOPs / {g['flops_per_s'] / 1e9:.2f} "
+          f"GFLOP/s{traffic}  (R² {f['gemm']['r2']:.3f}, n={f['gemm']['n_samples']})")
     print(f"memory: {m['bytes_per_s'] / 1e9:.2f} GB/s + {m['overhead_s'] * 1e6:.2f} µs/op"
           f"  (R² {f['memory']['r2']:.3f}, n={f['memory']['n_samples']})")
     print(f"comm:   {c['latency_s'] * 1e6:.1f} µs + bytes / {c['bandwidth_Bps'] / 1e9:.3f} GB/s"

@@ -3,7 +3,8 @@
 File (JSON, written by ``moesim calibrate``)::
 
     {"format": "moesim-calibration/1", "device": "cpu",
-     "gemm":   {"flops_per_s": ..., "overhead_s": ...},
+     "gemm":   {"flops_per_s": ..., "overhead_s": ..., "bytes_per_s": ...},
+               # bytes_per_s: operand traffic; optional (older files), 0 = no term
      "memory": {"bytes_per_s": ..., "overhead_s": ...},
      "comm":   {"latency_s": ..., "bandwidth_Bps": ..., "backend": "gloo"},
      "host":   {"op_gap_s": ..., "op_gap_forward_s": ..., "op_gap_backward_s": ...},
@@ -41,7 +42,8 @@ class CommCalibration:
 @dataclass(frozen=True)
 class CalibratedComputeModel:
     """``ComputeModel`` from a calibration: a GEMM (``m > 0`` or a name ending in
-    ``gemm``) costs ``overhead·count + flops/rate``; anything else
+    ``gemm``) costs ``overhead·count + flops/rate + bytes/gemm_bytes_per_s`` (the last
+    term only when the calibration has it); anything else
     ``overhead·count + bytes/rate``."""
 
     gemm_flops_per_s: float
@@ -54,6 +56,7 @@ class CalibratedComputeModel:
     op_gap_s: float = 0.0   # host time between consecutive ops (dispatch), s; 0 if absent
     op_gap_forward_s: float | None = None    # forward ops (Python dispatch); None: op_gap_s
     op_gap_backward_s: float | None = None   # backward ops (autograd engine); None: op_gap_s
+    gemm_bytes_per_s: float = 0.0   # GEMM operand traffic rate, bytes/s; 0: no such term
 
     def gap_s(self, backward: bool) -> float:
         """Host time charged before one compute op of the forward / backward."""
@@ -62,7 +65,10 @@ class CalibratedComputeModel:
 
     def time_s(self, kernel: Kernel) -> float:
         if kernel.m > 0 or kernel.name.endswith("gemm"):
-            return kernel.count * self.gemm_overhead_s + kernel.flops / self.gemm_flops_per_s
+            t = kernel.count * self.gemm_overhead_s + kernel.flops / self.gemm_flops_per_s
+            if self.gemm_bytes_per_s > 0:
+                t += kernel.bytes / self.gemm_bytes_per_s
+            return t
         return kernel.count * self.memory_overhead_s + kernel.bytes / self.memory_bytes_per_s
 
 
@@ -91,7 +97,9 @@ def model_from_dict(doc: dict, src: str = "calibration") -> CalibratedComputeMod
         _num(doc, src, "gemm", "flops_per_s", True), _num(doc, src, "gemm", "overhead_s", False),
         _num(doc, src, "memory", "bytes_per_s", True),
         _num(doc, src, "memory", "overhead_s", False), comm, str(doc.get("device", "")),
-        op_gap_s=gap, op_gap_forward_s=fwd, op_gap_backward_s=bwd)
+        op_gap_s=gap, op_gap_forward_s=fwd, op_gap_backward_s=bwd,
+        gemm_bytes_per_s=(_num(doc, src, "gemm", "bytes_per_s", False)
+                          if "bytes_per_s" in doc["gemm"] else 0.0))
 
 
 def load_calibration(path: str | Path) -> CalibratedComputeModel:

@@ -318,8 +318,11 @@ def ingest_file(path: Path, world: int | None = None) -> tuple[RankTrace, int, i
                     role = "expert"
                     if n == hidden and k != hidden:
                         down_rows.append(m)
+                # operand traffic: A (m×k), B (k×n) read, C (m×n) written, once each
+                elem = next((DTYPE_BYTES[t] for t in e.types if t in DTYPE_BYTES), 4)
                 ops.append(TracedOp("gemm", e.name, e.start_s - t0, e.dur_s, role,
-                                    flops=2.0 * b * m * k * n, m=m, n=n, k=k))
+                                    flops=2.0 * b * m * k * n, m=m, n=n, k=k,
+                                    bytes=float(b * (m * k + k * n + m * n) * elem)))
             elif (e.idx not in has_child and e.name.startswith("aten::")
                   and e.name not in NO_BYTES and e.name not in NOT_MEMORY
                   and e.name not in MATMULS):
