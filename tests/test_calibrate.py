@@ -39,9 +39,15 @@ def test_fit_line_needs_two_sizes():
         fit_line(np.array([5.0, 5.0]), np.array([1.0, 1.1]))
 
 
-def _synthetic_set() -> TraceSet:
+def send_of(rank: int, rows: tuple[int, int]) -> tuple[int, int]:
+    return rows if rank == 0 else rows[::-1]
+
+
+def _synthetic_set(duplex: bool = True) -> TraceSet:
     """Two ranks, two steps. Rank 1 reaches every all-to-all 0.3 ms late, so rank 0's
-    span is transfer + 0.3 ms of waiting and rank 1's is the pure transfer."""
+    span is transfer + 0.3 ms of waiting and rank 1's is the pure transfer. The
+    transfer moves the busiest rank's bytes: its larger direction on a ``duplex``
+    backend, sent + received on a half-duplex one (gloo)."""
     ranks = []
     for r in (0, 1):
         steps = []
@@ -50,14 +56,19 @@ def _synthetic_set() -> TraceSet:
                    for f in (3e6, 8e8, 4e9 * (sid + 1))]
             ops += [TracedOp("memory", "aten::mul", 0, MOVH + b / MRATE, bytes=b)
                     for b in (1e3, 2e6 * (r + 1), 6e7)]
-            send = rows if r == 0 else rows[::-1]
+            send = send_of(r, rows)
             recv = (rows[0], rows[0]) if r == 0 else (rows[1], rows[1])
             row_bytes = 4096
-            # busiest rank's off-rank bytes (same for both ranks by construction)
-            busiest = max(rows[1], rows[0]) * row_bytes
+            # off-rank rows by hand: rank 0 sends rows[1] to rank 1 and receives
+            # rows[0] from it; rank 1 sends send_of(1, rows)[0] and receives rows[1]
+            r0_sent, r0_recv = rows[1], rows[0]
+            r1_sent, r1_recv = send_of(1, rows)[0], rows[1]
+            busiest = (max(r0_sent, r0_recv, r1_sent, r1_recv) if duplex else
+                       max(r0_sent + r0_recv, r1_sent + r1_recv)) * row_bytes
             ops += [TracedOp("count_exchange", "c10d::alltoall_base_", 0, 0, send_rows=(4, 4),
                              recv_rows=(4, 4), row_bytes=8,
-                             work_dur_s=LAT + 32 / BW + (3e-4 if r == 0 else 0.0)),
+                             work_dur_s=LAT + (32 if duplex else 64) / BW
+                             + (3e-4 if r == 0 else 0.0)),
                     TracedOp("all_to_all", "c10d::alltoall_base_", 0, 0, role="dispatch",
                              send_rows=send, recv_rows=recv, row_bytes=row_bytes,
                              work_dur_s=LAT + busiest / BW + (3e-4 if r == 0 else 0.0))]
@@ -66,11 +77,15 @@ def _synthetic_set() -> TraceSet:
     return TraceSet(tuple(ranks), hidden=1024, n_experts=4)
 
 
-def test_calibrate_recovers_all_three_models():
-    ts = _synthetic_set()
-    x, t = comm_samples(ts)
-    assert len(x) == 4 and x[0] == 32.0                      # count exchange: 4 × int64
-    doc = calibrate([ts], ["synthetic"], backend="gloo")
+@pytest.mark.parametrize("backend", ["nccl", "gloo"])
+def test_calibrate_recovers_all_three_models(backend):
+    duplex = backend == "nccl"
+    ts = _synthetic_set(duplex)
+    x, t = comm_samples(ts, duplex)
+    # count exchange: 4 × int64 each way; gloo copies both ways on one core
+    assert len(x) == 4 and x[0] == (32.0 if duplex else 64.0)
+    doc = calibrate([ts], ["synthetic"], backend=backend)
+    assert doc["comm"]["duplex"] is duplex
     assert doc["format"] == "moesim-calibration/1"
     assert doc["gemm"]["flops_per_s"] == pytest.approx(RATE, rel=1e-9)
     assert doc["gemm"]["overhead_s"] == pytest.approx(OVH, rel=1e-9)
@@ -115,6 +130,7 @@ def test_cli_calibrate_writes_and_refuses_overwrite(tmp_path, capsys):
     (lambda d: d["gemm"].update(flops_per_s=-1.0), "gemm.flops_per_s"),
     (lambda d: d["comm"].pop("bandwidth_Bps"), "comm.bandwidth_Bps"),
     (lambda d: d.pop("memory"), "memory.bytes_per_s"),
+    (lambda d: d["comm"].update(duplex="no"), "comm.duplex"),
 ])
 def test_bad_calibration_file(tmp_path, edit, field):
     doc = calibrate([_synthetic_set()], ["synthetic"])

@@ -299,3 +299,25 @@ def test_step_without_combine_or_unknown_step_exit_2(tmp_path, capsys):
     good = write_traces(tmp_path / "good")
     assert main(["validate", str(good), "--calibration", str(calib), "--step", "7"]) == 2
     assert "--step" in _one_error_line(capsys)
+
+
+def test_half_duplex_machine_shares_a_rank_between_its_sends_and_receives():
+    """gloo (duplex false): two opposite 1 MB transfers between two ranks take
+    latency + 2 MB / bandwidth (each rank copies both); duplex: latency + 1 MB / bw."""
+    import simpy
+
+    from moesim.network import FlowNetwork
+    from moesim.validation.calibration import CommCalibration
+    for duplex, nbytes in ((True, 1e6), (False, 2e6)):
+        topo = machine_topology(2, CommCalibration(10e-6, 1e9, "gloo", duplex))
+        env = simpy.Environment()
+        net = FlowNetwork(env, topo)
+        g = topo.gpus
+        done = [net.transfer(g[0], g[1], 1e6), net.transfer(g[1], g[0], 1e6)]
+        env.run(simpy.AllOf(env, done))
+        assert env.now == pytest.approx(10e-6 + nbytes / 1e9, rel=1e-9)
+        # one transfer alone: the calibrated point-to-point cost either way
+        env = simpy.Environment()
+        net = FlowNetwork(env, topo)
+        env.run(net.transfer(g[0], g[1], 1e6))
+        assert env.now == pytest.approx(10e-6 + 1e6 / 1e9, rel=1e-9)

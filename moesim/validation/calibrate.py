@@ -32,8 +32,9 @@ Samples:
 - memory-bound ops (router softmax/top-k, permutation, elementwise, optimizer):
   x = bytes moved, estimated as all tensor inputs read + one output as large as the
   largest input (``ingest._tensor_bytes``);
-- all-to-all: x = the busiest rank's off-rank bytes (max over ranks of bytes sent to
-  or received from other ranks), t = the *minimum* over ranks of the backend
+- all-to-all: x = the busiest rank's off-rank bytes (max over ranks of the larger of
+  bytes sent to and received from other ranks; of their sum for a half-duplex backend,
+  gloo, whose ranks copy both ways with their own core), t = the *minimum* over ranks of the backend
   worker's span of that collective. The rank that arrives last waits for nobody, so
   its span is the transfer; the minimum needs no clock shared between ranks.
 """
@@ -213,11 +214,20 @@ def memory_samples(ts: TraceSet) -> tuple[np.ndarray, np.ndarray]:
     return np.array([o.bytes for o in ops]), np.array([o.dur_s for o in ops])
 
 
-def comm_samples(ts: TraceSet) -> tuple[np.ndarray, np.ndarray]:
+#: backends whose ranks move their bytes with their own CPU core (gloo over TCP
+#: loopback: the sender's and the receiver's kernel copy each byte), so a rank's
+#: sends and receives share one rate. Others (nccl over NVLink / InfiniBand) are
+#: full duplex: each direction has its own.
+HALF_DUPLEX_BACKENDS = {"gloo"}
+
+
+def comm_samples(ts: TraceSet, duplex: bool = True) -> tuple[np.ndarray, np.ndarray]:
     """(busiest rank's off-rank bytes, min over ranks of the span) per collective.
 
-    The k-th all-to-all of a step is the same collective on every rank (collectives
-    of one process group are issued in the same order everywhere)."""
+    A rank's bytes are max(sent, received) on a ``duplex`` transport, sent + received
+    on a half-duplex one (``HALF_DUPLEX_BACKENDS``). The k-th all-to-all of a step is
+    the same collective on every rank (collectives of one process group are issued in
+    the same order everywhere)."""
     xs, ts_ = [], []
     for sid in ts.step_ids():
         per_rank = [[o for o in ts.step(r, sid).ops if o.kind in ("all_to_all", "count_exchange")]
@@ -232,7 +242,7 @@ def comm_samples(ts: TraceSet) -> tuple[np.ndarray, np.ndarray]:
                 op = ops[k]
                 sent = sum(b for d, b in enumerate(op.send_bytes) if d != r)
                 recv = sum(b for s, b in enumerate(op.recv_bytes) if s != r)
-                busiest = max(busiest, sent, recv)
+                busiest = max(busiest, max(sent, recv) if duplex else sent + recv)
             xs.append(busiest)
             ts_.append(min(ops[k].work_dur_s for ops in per_rank))
     return np.array(xs), np.array(ts_)
@@ -255,7 +265,8 @@ def calibrate(sets: list[TraceSet], sources: list[str], backend: str = "gloo",
     gemm, gemm_byte_slope = fit_gemm(*cat(gemm_samples), what=f"{src} (matmuls)")
     mem_x, mem_t = cat(memory_samples)
     mem = fit_total(mem_x, mem_t, fit_line(mem_x, mem_t, f"{src} (memory-bound ops)").overhead_s)
-    comm = fit_line(*cat(comm_samples), what=f"{src} (all-to-alls)")
+    duplex = backend not in HALF_DUPLEX_BACKENDS
+    comm = fit_line(*cat(lambda s: comm_samples(s, duplex)), what=f"{src} (all-to-alls)")
     gaps = np.concatenate([gap_samples(s) for s in sets])
     tot: dict[str, list[float]] = {}
     for s in sets:
@@ -271,7 +282,8 @@ def calibrate(sets: list[TraceSet], sources: list[str], backend: str = "gloo",
                  # JSON has no infinity: 0 means "no operand-traffic term"
                  "bytes_per_s": 1.0 / gemm_byte_slope if gemm_byte_slope > 0 else 0.0},
         "memory": {"bytes_per_s": mem.rate, "overhead_s": mem.overhead_s},
-        "comm": {"latency_s": comm.overhead_s, "bandwidth_Bps": comm.rate, "backend": backend},
+        "comm": {"latency_s": comm.overhead_s, "bandwidth_Bps": comm.rate, "backend": backend,
+                 "duplex": duplex},
         "host": {"op_gap_s": per_op["all"], "op_gap_forward_s": per_op["forward"],
                  "op_gap_backward_s": per_op["backward"]},
         "fit": {"gemm": _fit_dict(gemm), "memory": _fit_dict(mem), "comm": _fit_dict(comm),

@@ -6,7 +6,8 @@ File (JSON, written by ``moesim calibrate``)::
      "gemm":   {"flops_per_s": ..., "overhead_s": ..., "bytes_per_s": ...},
                # bytes_per_s: operand traffic; optional (older files), 0 = no term
      "memory": {"bytes_per_s": ..., "overhead_s": ...},
-     "comm":   {"latency_s": ..., "bandwidth_Bps": ..., "backend": "gloo"},
+     "comm":   {"latency_s": ..., "bandwidth_Bps": ..., "backend": "gloo",
+                "duplex": false},   # optional (older files: true)
      "host":   {"op_gap_s": ..., "op_gap_forward_s": ..., "op_gap_backward_s": ...},
                # optional (older files: 0); per-phase gaps default to op_gap_s
      "fit": {...}, "sources": [...]}
@@ -29,11 +30,13 @@ from moesim.validation.calibrate import FORMAT
 @dataclass(frozen=True)
 class CommCalibration:
     """Measured all-to-all cost: ``latency_s + bytes / bandwidth_Bps`` (bytes = the
-    busiest rank's off-rank traffic). A network model maps it onto its links."""
+    busiest rank's off-rank traffic: the larger direction if ``duplex``, else sent +
+    received). A network model maps it onto its links."""
 
     latency_s: float
     bandwidth_Bps: float
     backend: str
+    duplex: bool = True     # each direction has its own rate (False: gloo's CPU copies)
 
     def all_to_all_s(self, busiest_rank_bytes: float) -> float:
         return self.latency_s + busiest_rank_bytes / self.bandwidth_Bps
@@ -82,13 +85,21 @@ def _num(doc: dict, src: str, section: str, key: str, positive: bool) -> float:
     return float(val)
 
 
+def _flag(doc: dict, src: str, section: str, key: str, default: bool) -> bool:
+    val = doc[section].get(key, default)
+    if not isinstance(val, bool):
+        raise InputError(src, f"{section}.{key}", "true or false", val)
+    return val
+
+
 def model_from_dict(doc: dict, src: str = "calibration") -> CalibratedComputeModel:
     if not isinstance(doc, dict) or doc.get("format") != FORMAT:
         got = doc.get("format") if isinstance(doc, dict) else type(doc).__name__
         raise InputError(src, "format", f'"{FORMAT}"', got)
     comm = CommCalibration(_num(doc, src, "comm", "latency_s", False),
                            _num(doc, src, "comm", "bandwidth_Bps", True),
-                           str(doc["comm"].get("backend", "")))
+                           str(doc["comm"].get("backend", "")),
+                           _flag(doc, src, "comm", "duplex", True))
     gap = _num(doc, src, "host", "op_gap_s", False) if "host" in doc else 0.0
     host = doc.get("host") if isinstance(doc.get("host"), dict) else {}
     fwd, bwd = (_num(doc, src, "host", k, False) if k in host else None
