@@ -272,3 +272,147 @@ def test_innermost_ops_with_only_allocation_children_are_samples(tmp_path):
         "aten::fill_": T * H * f4,               # written only
         "aten::add_": 3 * 16 * H * 4,
     }
+
+
+# --------------------------------------------------------------------------- other forms
+def _list_form(events: list[dict]) -> list[dict]:
+    """The same trace with the list-form all-to-all (``dist.all_to_all(out_list,
+    in_list)``): ``c10d::alltoall_`` whose Input Dims are lists of tensor shapes
+    (TensorList, no dtype), and gloo worker spans listing the input tensors."""
+    out, pending = [], []
+    for e in events:
+        if e["name"] == "c10d::alltoall_base_":
+            ci, dims = e["args"]["Concrete Inputs"], e["args"]["Input Dims"]
+            typ = e["args"]["Input type"][1]
+            tail = dims[1][1:]
+            send = json.loads(ci[4]) or [dims[1][0] // 2] * 2
+            recv = json.loads(ci[3]) or [dims[0][0] // 2] * 2
+            out.append(_x("c10d::alltoall_", e["ts"], e["dur"], **{
+                "Input Dims": [[[n, *tail] for n in recv], [[n, *tail] for n in send],
+                               [], [], []],
+                "Input type": ["TensorList", "TensorList", "", "Scalar", "Scalar"],
+                "Concrete Inputs": ["", "", "", "False", "-1"]}))
+            pending.append(([[n, *tail] for n in send], typ))
+        elif e["name"] == "gloo:all_to_all":
+            shapes, typ = pending.pop(0)
+            out.append(_x("gloo:all_to_all", e["ts"], e["dur"], tid=2, cat="user_annotation",
+                          **{"Input Dims": shapes, "Input type": [typ] * len(shapes)}))
+        else:
+            out.append(e)
+    return out
+
+
+def _write(d: Path, per_rank) -> Path:
+    d.mkdir(parents=True, exist_ok=True)
+    for r in (0, 1):
+        doc = {"distributedInfo": {"backend": "gloo", "rank": r, "world_size": 2},
+               "traceEvents": per_rank(r)}
+        (d / f"rank{r}.json").write_text(json.dumps(doc))
+    return d
+
+
+def test_list_form_all_to_all(tmp_path):
+    """c10d::alltoall_ (TensorList): split sizes = rows of each listed tensor, dtype from
+    the gloo worker span; the int64 1-D count exchange stays a count exchange. Same
+    result as the all_to_all_single form of the same trace."""
+    base = ingest([str(write_trace_dir(tmp_path / "base", gz=False))])
+    ts = ingest([str(_write(tmp_path / "list", lambda r: _list_form(rank_events(r))))])
+    for r in (0, 1):
+        a, b = base.step(r, 3), ts.step(r, 3)
+        assert b.phases == pytest.approx(a.phases, abs=1e-12)
+        assert b.tokens_per_local_expert == a.tokens_per_local_expert
+        assert [(o.kind, o.role, o.send_rows, o.recv_rows, o.row_bytes) for o in b.ops
+                if o.kind != "gemm" and o.kind != "memory"] == \
+               [(o.kind, o.role, o.send_rows, o.recv_rows, o.row_bytes) for o in a.ops
+                if o.kind != "gemm" and o.kind != "memory"]
+    np.testing.assert_array_equal(ts.byte_matrix(3, "dispatch"), [[96, 160], [64, 192]])
+    # without worker spans the list's dtype is unknown: float32 is assumed
+    bare = [e for e in _list_form(rank_events(0)) if e["name"] != "gloo:all_to_all"]
+    p = tmp_path / "bare" / "rank0.json"
+    p.parent.mkdir()
+    p.write_text(json.dumps({"traceEvents": bare}))
+    s = ingest([str(p)]).step(0, 3)
+    assert s.role("dispatch").send_bytes == (96.0, 160.0)
+    assert len(s.collectives("count_exchange")) == 1
+
+
+def test_list_form_with_bad_dims_is_one_line(tmp_path, capsys):
+    ev = _list_form(rank_events(0))
+    for e in ev:
+        if e["name"] == "c10d::alltoall_":
+            e["args"]["Input Dims"][1] = [[3, H], "x"]
+    p = tmp_path / "rank0.json"
+    p.write_text(json.dumps({"traceEvents": ev}))
+    _one_line_error(capsys, ["ingest", str(p)], str(p), "c10d::alltoall_.Input Dims",
+                    "lists of output and input tensor shapes")
+
+
+def test_steps_found_without_profiler_step(tmp_path):
+    """One plain profile() around three training steps: no ProfilerStep spans. The
+    steps are found from forward/backward all-to-alls (ids 0, 1, 2), each as the
+    ProfilerStep#3 step of the single-step trace; validate's windows see the same."""
+    from moesim.validation.validate import phase_windows
+
+    def three_steps(r):
+        ev = []
+        for k in range(3):
+            for e in rank_events(r, step_marks=False):
+                if e["ph"] == "X":
+                    e = {**e, "ts": e["ts"] + 1000 * k}
+                ev.append(e)
+        return ev
+
+    base = ingest([str(write_trace_dir(tmp_path / "base", gz=False))])
+    ts = ingest([str(_write(tmp_path / "t", three_steps))])
+    assert ts.step_ids() == [0, 1, 2]
+    for sid in (0, 1, 2):
+        np.testing.assert_array_equal(ts.token_matrix(sid), base.token_matrix(3))
+        for r in (0, 1):
+            s, b = ts.step(r, sid), base.step(r, 3)
+            assert s.phases == pytest.approx(b.phases, abs=1e-9)
+            assert [o.role for o in s.ops] == [o.role for o in b.ops]
+            assert s.tokens_per_local_expert == b.tokens_per_local_expert
+    # step 1 starts at its router matmul's outermost op (aten::linear at 1010 µs)
+    assert ts.step(0, 1).dur_s == pytest.approx(1000e-6)
+    assert ts.step(0, 0).dur_s == pytest.approx(1010e-6)
+    win = phase_windows(ts)
+    assert win[(1, 2)]["forward"] == pytest.approx((2e-6, 290e-6))
+
+
+def test_bucketed_all_to_all_single_and_baddbmm(tmp_path):
+    """fairseq/GShard style: all_to_all_single of [world, C, H] buckets with equal splits
+    ("[]"), and experts as one baddbmm over [E_local, world·C, H]: rows = C per
+    destination, width = H; tokens per local expert = the padded rows of each batch."""
+    cap, n_local = 5, 2
+
+    def ev(r):
+        out = []
+        for e in rank_events(r):
+            if e["name"] == "c10d::alltoall_base_" and e["args"]["Input type"][1] == "float":
+                e = _x(e["name"], e["ts"], e["dur"], **{
+                    "Input Dims": [[2, n_local * cap, H], [2, n_local * cap, H],
+                                   [], [], [], [], []],
+                    "Input type": ["float"] * 2 + ["", "ScalarList", "ScalarList", "Scalar",
+                                                   "Scalar"],
+                    "Concrete Inputs": ["", "", "", "[]", "[]", "False", "-1"]})
+            elif e["name"] == "gloo:all_to_all" and e["args"]["Input type"] == ["float"]:
+                e = {**e, "args": {"Input Dims": [[2, n_local * cap, H]],
+                                   "Input type": ["float"]}}
+            elif e["name"] == "aten::mm" and 100 < e["ts"] < 200:   # the expert GEMMs
+                if e["ts"] != 110:
+                    continue
+                e = _x("aten::baddbmm", 110, 80, **{
+                    "Input Dims": [[n_local, 1, H], [n_local, 2 * cap, 16],
+                                   [n_local, 16, H], [], []],
+                    "Input type": ["float"] * 3 + ["Scalar", "Scalar"]})
+            out.append(e)
+        return out
+
+    ts = ingest([str(_write(tmp_path / "t", ev))])
+    assert (ts.hidden, ts.n_experts) == (H, E)
+    np.testing.assert_array_equal(ts.token_matrix(3), [[2 * cap] * 2] * 2)
+    np.testing.assert_array_equal(ts.byte_matrix(3, "combine"), [[2 * cap * H * 4] * 2] * 2)
+    s = ts.step(0, 3)
+    assert s.tokens_per_local_expert == (2 * cap, 2 * cap)
+    g = next(o for o in s.ops if o.name == "aten::baddbmm")
+    assert (g.role, g.flops) == ("expert", 2.0 * n_local * 2 * cap * 16 * H)

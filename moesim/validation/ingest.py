@@ -5,15 +5,22 @@ when present, never required):
 
 - all-to-alls of ``torch.distributed``. Forms supported: the issuing op
   ``c10d::alltoall_base_`` (``Concrete Inputs`` [3]/[4] = output/input split
-  sizes, ``"[]"`` = equal splits; ``Input Dims`` [0]/[1] = output/input shapes),
-  ``record_param_comms`` with ``Collective name`` all_to_all* and
-  ``In split size``/``Out split size``, and the backend's worker span
+  sizes, ``"[]"`` = equal splits; ``Input Dims`` [0]/[1] = output/input shapes; a
+  tensor of more than two dims, such as ``[world, C, H]`` buckets, counts rows of
+  width ``dims[-1]``), the list form ``c10d::alltoall_`` (``Input Dims`` [0]/[1] =
+  lists of output/input tensor shapes; split sizes = their rows; dtype from the
+  worker span, else float32), ``record_param_comms`` with ``Collective name``
+  all_to_all* and ``In split size``/``Out split size``, and the backend's worker span
   (``gloo:all_to_all`` / ``nccl:all_to_all``, matched in issue order), whose end is
-  when the data has arrived. A collective whose input is 2-D floating point carries
-  tokens; others (the int64 split-size exchange) are ``count_exchange``.
-- matmuls (``aten::mm/addmm/bmm/matmul/linear``; the innermost one counts) whose
-  ``Input Dims`` give m, k, n;
-- ``ProfilerStep#N`` spans (else the whole trace is one step).
+  when the data has arrived. A collective whose input is floating point with at least
+  two dims carries tokens; others (the int64 split-size exchange) are
+  ``count_exchange`` (see :mod:`moesim.validation.collectives`).
+- matmuls (``aten::mm/addmm/bmm/baddbmm/matmul/linear``; the innermost one counts)
+  whose ``Input Dims`` give batch, m, k, n;
+- ``ProfilerStep#N`` spans; without them the training steps are found from the
+  forward/backward order of the token all-to-alls and numbered 0, 1, ... (synthetic
+  ``ProfilerStep#k`` spans added by :func:`moesim.validation.kineto.complete_events`);
+  a trace with one step (or no backward) is one step, N = 0.
 
 Memory-bound samples are the innermost ``aten::`` ops other than matmuls,
 views/allocations (``NO_BYTES``) and random number generation (``NOT_MEMORY``):
@@ -30,6 +37,11 @@ the rank (issue → data arrived, so they include waiting for peers); ``experts_
 is ``moe/experts`` or, unlabelled, combine start − dispatch end; ``forward_s`` is
 ``moe/forward`` or first matmul → backward start; ``backward_s`` is
 ``moe/backward`` or backward start → end of the last autograd op.
+
+``tokens_per_local_expert`` are the m of the forward down-projections (n = hidden,
+k ≠ hidden, between dispatch and combine); a batched one (``bmm``/``baddbmm`` over
+capacity-padded buckets) gives its m once per batch entry: the padded rows each expert
+computed, not the tokens routed to it (those are not in the trace).
 """
 
 from __future__ import annotations
@@ -44,15 +56,17 @@ from moesim.errors import InputError
 from moesim.validation.collectives import Coll, find_collectives
 from moesim.validation.kineto import (
     DTYPE_BYTES,
+    MATMUL_OPS,
     Event,
     ancestors,
     complete_events,
+    is_backward_name,
     load_trace,
     rank_of,
     world_of,
 )
 
-MATMULS = {"aten::mm", "aten::addmm", "aten::bmm", "aten::matmul", "aten::linear"}
+MATMULS = MATMUL_OPS
 # ops that only make views or allocate: no bytes moved, not calibration samples
 NO_BYTES = {"aten::as_strided", "aten::view", "aten::t", "aten::transpose", "aten::reshape",
             "aten::detach", "detach", "aten::expand", "aten::slice", "aten::select",
@@ -160,7 +174,7 @@ class TraceSet:
 
 
 def _is_backward(ev: Event) -> bool:
-    return ev.name.startswith("autograd::engine") or "Backward" in ev.name
+    return is_backward_name(ev.name)
 
 
 def _gemm_dims(ev: Event) -> tuple[int, int, int, int] | None:
@@ -170,6 +184,9 @@ def _gemm_dims(ev: Event) -> tuple[int, int, int, int] | None:
         if ev.name == "aten::addmm":
             (m, k), (_, n) = d[1], d[2]
             return 1, m, k, n
+        if ev.name == "aten::baddbmm":
+            (b, m, k), (_, _, n) = d[1], d[2]
+            return b, m, k, n
         if ev.name == "aten::linear":
             *lead, k = d[0]
             n = d[1][0]
@@ -261,8 +278,9 @@ def ingest_file(path: Path, world: int | None = None) -> tuple[RankTrace, int, i
     colls = find_collectives(events, world, src)
     if not any(c.tokens for c in colls):
         raise InputError(src, "traceEvents", "torch.distributed all-to-all ops carrying tokens "
-                         "(c10d::alltoall_base_ or record_param_comms, recorded with "
-                         "record_shapes=True)", "none found")
+                         "(c10d::alltoall_base_, c10d::alltoall_ or record_param_comms, "
+                         "recorded with record_shapes=True; all-to-alls built from scatter "
+                         "or send/recv are not read)", "none found")
     world = world or len(colls[0].send)
     rank = rank_of(doc, path)
     anc = ancestors(events)
@@ -317,7 +335,8 @@ def ingest_file(path: Path, world: int | None = None) -> tuple[RankTrace, int, i
                 elif disp and comb and disp.end_s <= e.start_s and e.end_s <= comb.issue.start_s:
                     role = "expert"
                     if n == hidden and k != hidden:
-                        down_rows.append(m)
+                        # a batched matmul runs b experts' (padded) buckets of m rows
+                        down_rows += [m] * b
                 # operand traffic: A (m×k), B (k×n) read, C (m×n) written, once each
                 elem = next((DTYPE_BYTES[t] for t in e.types if t in DTYPE_BYTES), 4)
                 ops.append(TracedOp("gemm", e.name, e.start_s - t0, e.dur_s, role,
