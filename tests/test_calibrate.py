@@ -173,3 +173,28 @@ def test_calibrated_gemm_charges_operand_traffic():
     assert model_from_dict(doc).time_s(k) == pytest.approx(1e-5 + 2e-2 + 4e-4)
     del doc["gemm"]["bytes_per_s"]          # older files: no traffic term
     assert model_from_dict(doc).time_s(k) == pytest.approx(1e-5 + 2e-2)
+
+
+def test_memory_rate_per_op_kind_and_fallback():
+    """Two kinds at different bytes/s: each gets its own total-matching rate; a kind
+    with too few samples, or unseen, takes the common rate."""
+    from moesim.validation.calibrate import MIN_KIND_SAMPLES, rates_by_op
+    from moesim.validation.calibration import model_from_dict
+    n = MIN_KIND_SAMPLES
+    x = np.array(([1e6, 2e6, 3e6] * n)[: 2 * n] + [1e6], dtype=float)
+    names = np.array(["aten::copy_"] * n + ["aten::gelu"] * n + ["aten::rare"], dtype=object)
+    t = np.where(names == "aten::copy_", 1e-6 + x / 20e9, 1e-6 + x / 5e9)
+    t[-1] = 1.0                                  # one slow sample: not enough for a rate
+    rates = rates_by_op(x, t, names, 1e-6)
+    assert rates == pytest.approx({"aten::copy_": 20e9, "aten::gelu": 5e9}, rel=1e-9)
+    doc = {"format": "moesim-calibration/1",
+           "gemm": {"flops_per_s": 1e11, "overhead_s": 0.0},
+           "memory": {"bytes_per_s": 10e9, "overhead_s": 1e-6, "bytes_per_s_by_op": rates},
+           "comm": {"latency_s": 1e-4, "bandwidth_Bps": 1e9, "backend": "gloo"}}
+    m = model_from_dict(doc)
+    assert m.time_s(Kernel("aten::gelu", 0, 5e6)) == pytest.approx(1e-6 + 1e-3)
+    assert m.time_s(Kernel("aten::rare", 0, 5e6)) == pytest.approx(1e-6 + 5e-4)
+    doc["memory"]["bytes_per_s_by_op"] = {"aten::gelu": 0}
+    with pytest.raises(InputError) as err:
+        model_from_dict(doc, "c.json")
+    assert err.value.field == "memory.bytes_per_s_by_op.aten::gelu"

@@ -13,6 +13,8 @@ Three linear models with every coefficient kept >= 0, plus a host term:
   +6.0 % with FLOPs and overhead only;
 - memory-bound ops: the per-op overhead from that relative fit (small ops), and the
   rate that makes the predicted total equal the measured total (:func:`fit_total`),
+  over all ops and, for kinds with enough samples, per op kind (:func:`rates_by_op`;
+  a kind not seen in calibration takes the common rate),
   i.e. the *mean* time per byte. On a CPU a fraction of large elementwise ops pays
   first-touch page faults of a fresh output (10-100x the typical time); the simulator
   predicts mean phase times, and a sum of ops has the mean of the sum only if each
@@ -209,9 +211,32 @@ def gemm_samples(ts: TraceSet) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
             np.array([o.dur_s for o in ops]))
 
 
-def memory_samples(ts: TraceSet) -> tuple[np.ndarray, np.ndarray]:
+def memory_samples(ts: TraceSet) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(bytes, seconds, op name) of every memory-bound op in every step of every rank."""
     ops = [o for r in ts.ranks for s in r.steps for o in s.ops if o.kind == "memory"]
-    return np.array([o.bytes for o in ops]), np.array([o.dur_s for o in ops])
+    return (np.array([o.bytes for o in ops]), np.array([o.dur_s for o in ops]),
+            np.array([o.name for o in ops], dtype=object))
+
+
+#: an op kind gets its own memory-bound rate from this many samples on
+MIN_KIND_SAMPLES = 6
+
+
+def rates_by_op(x: np.ndarray, t: np.ndarray, names: np.ndarray,
+                overhead_s: float) -> dict[str, float]:
+    """Bytes/s per op kind (``aten::mul``, ``aten::gelu``, ...) with at least
+    ``MIN_KIND_SAMPLES`` samples: the total-matching rate of :func:`fit_total` over
+    that kind's samples, with the common per-op overhead. Kinds differ in work per byte
+    (a transcendental ``gelu`` or ``silu`` against a ``copy_``)."""
+    out = {}
+    for name in sorted(set(names)):
+        sel = names == name
+        if sel.sum() < MIN_KIND_SAMPLES or x[sel].sum() <= 0:
+            continue
+        f = fit_total(x[sel], t[sel], overhead_s)
+        if f.slope > 0:
+            out[str(name)] = f.rate
+    return out
 
 
 #: backends whose ranks move their bytes with their own CPU core (gloo over TCP
@@ -263,8 +288,9 @@ def calibrate(sets: list[TraceSet], sources: list[str], backend: str = "gloo",
 
     src = ", ".join(sources)
     gemm, gemm_byte_slope = fit_gemm(*cat(gemm_samples), what=f"{src} (matmuls)")
-    mem_x, mem_t = cat(memory_samples)
+    mem_x, mem_t, mem_names = cat(memory_samples)
     mem = fit_total(mem_x, mem_t, fit_line(mem_x, mem_t, f"{src} (memory-bound ops)").overhead_s)
+    by_op = rates_by_op(mem_x, mem_t, mem_names, mem.overhead_s)
     duplex = backend not in HALF_DUPLEX_BACKENDS
     comm = fit_line(*cat(lambda s: comm_samples(s, duplex)), what=f"{src} (all-to-alls)")
     gaps = np.concatenate([gap_samples(s) for s in sets])
@@ -281,7 +307,8 @@ def calibrate(sets: list[TraceSet], sources: list[str], backend: str = "gloo",
         "gemm": {"flops_per_s": gemm.rate, "overhead_s": gemm.overhead_s,
                  # JSON has no infinity: 0 means "no operand-traffic term"
                  "bytes_per_s": 1.0 / gemm_byte_slope if gemm_byte_slope > 0 else 0.0},
-        "memory": {"bytes_per_s": mem.rate, "overhead_s": mem.overhead_s},
+        "memory": {"bytes_per_s": mem.rate, "overhead_s": mem.overhead_s,
+                   "bytes_per_s_by_op": by_op},
         "comm": {"latency_s": comm.overhead_s, "bandwidth_Bps": comm.rate, "backend": backend,
                  "duplex": duplex},
         "host": {"op_gap_s": per_op["all"], "op_gap_forward_s": per_op["forward"],

@@ -5,7 +5,8 @@ File (JSON, written by ``moesim calibrate``)::
     {"format": "moesim-calibration/1", "device": "cpu",
      "gemm":   {"flops_per_s": ..., "overhead_s": ..., "bytes_per_s": ...},
                # bytes_per_s: operand traffic; optional (older files), 0 = no term
-     "memory": {"bytes_per_s": ..., "overhead_s": ...},
+     "memory": {"bytes_per_s": ..., "overhead_s": ...,
+                "bytes_per_s_by_op": {"aten::mul": ..., ...}},   # optional, per op kind
      "comm":   {"latency_s": ..., "bandwidth_Bps": ..., "backend": "gloo",
                 "duplex": false},   # optional (older files: true)
      "host":   {"op_gap_s": ..., "op_gap_forward_s": ..., "op_gap_backward_s": ...},
@@ -20,6 +21,7 @@ from __future__ import annotations
 import json
 import math
 from dataclasses import dataclass
+from functools import cached_property
 from pathlib import Path
 
 from moesim.compute.base import Kernel
@@ -60,6 +62,13 @@ class CalibratedComputeModel:
     op_gap_forward_s: float | None = None    # forward ops (Python dispatch); None: op_gap_s
     op_gap_backward_s: float | None = None   # backward ops (autograd engine); None: op_gap_s
     gemm_bytes_per_s: float = 0.0   # GEMM operand traffic rate, bytes/s; 0: no such term
+    #: memory-bound rate per op kind (kernel name, e.g. "aten::mul"), bytes/s; others
+    #: take memory_bytes_per_s
+    memory_bytes_per_s_by_op: tuple[tuple[str, float], ...] = ()
+
+    @cached_property
+    def _by_op(self) -> dict[str, float]:
+        return dict(self.memory_bytes_per_s_by_op)
 
     def gap_s(self, backward: bool) -> float:
         """Host time charged before one compute op of the forward / backward."""
@@ -72,7 +81,8 @@ class CalibratedComputeModel:
             if self.gemm_bytes_per_s > 0:
                 t += kernel.bytes / self.gemm_bytes_per_s
             return t
-        return kernel.count * self.memory_overhead_s + kernel.bytes / self.memory_bytes_per_s
+        rate = self._by_op.get(kernel.name, self.memory_bytes_per_s)
+        return kernel.count * self.memory_overhead_s + kernel.bytes / rate
 
 
 def _num(doc: dict, src: str, section: str, key: str, positive: bool) -> float:
@@ -110,7 +120,24 @@ def model_from_dict(doc: dict, src: str = "calibration") -> CalibratedComputeMod
         _num(doc, src, "memory", "overhead_s", False), comm, str(doc.get("device", "")),
         op_gap_s=gap, op_gap_forward_s=fwd, op_gap_backward_s=bwd,
         gemm_bytes_per_s=(_num(doc, src, "gemm", "bytes_per_s", False)
-                          if "bytes_per_s" in doc["gemm"] else 0.0))
+                          if "bytes_per_s" in doc["gemm"] else 0.0),
+        memory_bytes_per_s_by_op=_by_op(doc, src))
+
+
+def _by_op(doc: dict, src: str) -> tuple[tuple[str, float], ...]:
+    """``memory.bytes_per_s_by_op``: {op name: bytes/s > 0}; optional."""
+    table = doc["memory"].get("bytes_per_s_by_op", {})
+    if not isinstance(table, dict):
+        raise InputError(src, "memory.bytes_per_s_by_op", "an object {op name: bytes/s}",
+                         type(table).__name__)
+    out = []
+    for name, val in sorted(table.items()):
+        ok = isinstance(val, int | float) and not isinstance(val, bool) and math.isfinite(val)
+        if not ok or val <= 0:
+            raise InputError(src, f"memory.bytes_per_s_by_op.{name}", "a finite number > 0",
+                             val)
+        out.append((str(name), float(val)))
+    return tuple(out)
 
 
 def load_calibration(path: str | Path) -> CalibratedComputeModel:
