@@ -7,10 +7,13 @@ import json
 
 import numpy as np
 import pytest
+import simpy
 
-from moesim.collectives.simulate import simulate_collective
+from moesim.collectives.communicator import CollectiveSpec, Communicator
+from moesim.collectives.simulate import make_network, rank_hosts, simulate_collective
 from moesim.compute.devices import get_device
 from moesim.compute.roofline import RooflineModel
+from moesim.engine import fast_network
 from moesim.engine.fast import simulate_fast
 from moesim.engine.fast_dp import RingCost
 from moesim.engine.fast_network import FastNetwork
@@ -117,23 +120,138 @@ def test_ring_closed_form_equals_flow_engine():
             assert rc.time(op, tuple(g), 1e9) == pytest.approx(exact, rel=1e-9), (kind, op)
 
 
-def test_all_to_all_link_bound_against_flow_engine():
+def flow_a2a_ends(topo, group, matrix, arrivals=None) -> np.ndarray:
+    """Per member (group order): end of its part of a direct all-to-all-v in the
+    flow-level engine, member i joining at ``arrivals[i]`` (the exact engine's
+    communicator and max-min network)."""
+    env = simpy.Environment()
+    comm = Communicator(env, make_network(env, topo, "flow"), topo.gpus,
+                        rank_host=rank_hosts(topo))
+    spec = CollectiveSpec("all_to_all_v", tuple(int(r) for r in group), nbytes=0.0,
+                          matrix=np.asarray(matrix, float), algo="direct")
+    arr = np.zeros(len(group)) if arrivals is None else np.asarray(arrivals, float)
+    events = {}
+
+    def join(r, t):
+        yield env.timeout(t)
+        events[r] = comm.join("a2a", r, spec)
+
+    for r, t in zip(group, arr, strict=True):
+        env.process(join(int(r), float(t)))
+    env.run()
+    return np.array([events[int(r)].value.end_s for r in group])
+
+
+def fidelity_net():
     res = resolve_path("deepseek-v3-2048", FIDELITY)
     topo = res.topology
     gpus = list(topo.gpus)
-    net = FastNetwork(topo, gpus, [topo.host_of(g) for g in gpus])
+    return res, topo, FastNetwork(topo, gpus, [topo.host_of(g) for g in gpus])
+
+
+def zipf_matrix(rng, k: float, n: int) -> np.ndarray:
+    """MoE-like bytes: zipf expert popularity times lognormal noise, 8 MB per sender
+    per 16 members, no self traffic."""
+    pop = 1.0 / np.arange(1, n + 1)
+    rng.shuffle(pop)
+    m = pop[None, :] * rng.lognormal(0.0, 0.5, (n, n))
+    m = m / m.sum(axis=1, keepdims=True) * 8e6 * n / 16 * k
+    np.fill_diagonal(m, 0)
+    return m
+
+
+def test_processor_sharing_on_one_link_by_hand():
+    """Three flows into GPU 0 of one node (its NVLink down link is shared, each
+    sender's link carries one flow): processor sharing ends the flow of s bytes at
+    Σ_j min(s_j, s) / C, i.e. 3 s1 / C, (s1 + 2 s2) / C, (s1 + s2 + s3) / C; the
+    flow engine gives the same per member."""
+    _, topo, net = fidelity_net()
+    gpus = list(topo.gpus)
+    g = (0, 1, 2, 3)
+    m = np.zeros((4, 4))
+    m[1, 0], m[2, 0], m[3, 0] = 1e6, 2e6, 3e6
+    path = topo.route(gpus[1], gpus[0])
+    cap = float(np.asarray(topo.capacity_Bps)[list(path)].min())
+    lat = float(topo.latency_s[list(path)].sum())
+    end = net.a2a_finish(g, m, np.zeros(4))
+    want = np.array([6e6, 3e6, 5e6, 6e6]) / cap + lat
+    assert end == pytest.approx(want, rel=1e-9)
+    assert end == pytest.approx(flow_a2a_ends(topo, g, m), rel=1e-9)
+    # the old link bound ended every member at the drain of the shared link, 6 MB / C
+
+
+# measured worst member error, fast vs flow engine (the old staggered link bound in
+# brackets): 1 node 0 (64.9 % skew, 31.3 % skew staggered, 1.2 % zipf staggered);
+# 2 nodes uniform 0 (0), zipf 5.3 % (25.6 %), zipf staggered 0.6 % (1.5 %), skew 10.8 %
+# (52.2 %); 8 nodes zipf 0 (62.0 %), zipf staggered 44.8 % (60.3 %); the end of the
+# whole all-to-all within 0.5 % in every case
+@pytest.mark.parametrize(("nodes", "kind", "stagger", "bound"), [
+    (1, "uniform", 0.0, 1e-6), (1, "skew", 0.0, 1e-6), (1, "skew", 1e-3, 1e-6),
+    (1, "zipf", 1e-3, 1e-6), (2, "uniform", 0.0, 1e-6), (2, "zipf", 0.0, 0.06),
+    (2, "zipf", 3e-3, 0.01), (2, "skew", 0.0, 0.12), (8, "zipf", 0.0, 1e-6),
+    (8, "zipf", 1e-3, 0.5),
+])
+def test_all_to_all_per_member_against_flow_engine(nodes, kind, stagger, bound, monkeypatch):
+    """Per-member ends of one all-to-all-v (members joining at random times within
+    ``stagger``) against the flow engine, as a fraction of the all-to-all's span. One
+    node (flows share only their GPUs' NVLink ports) is exact; across nodes, flows
+    relayed over NVLink to another GPU's NIC are held back by two links in turn, which
+    per-link sharing does not see, and members joining late cut in on flows already
+    running (not counted)."""
+    monkeypatch.setattr(fast_network, "SHARING_MAX_MEMBERS", 64)   # sharing at 8 nodes too
+    res, topo, net = fidelity_net()
+    g = tuple(range(8 * nodes))
+    n = len(g)
+    rng = np.random.default_rng(1)
+    if kind == "uniform":
+        m = np.full((n, n), 1e6)
+        np.fill_diagonal(m, 0)
+    elif kind == "skew":
+        m = rng.integers(1, 100, (n, n)).astype(float) * 1e5
+        m[3] *= 5
+        np.fill_diagonal(m, 0)
+    else:
+        m = zipf_matrix(rng, 1.0, n)
+    arr = rng.uniform(0, stagger, n) if stagger else np.zeros(n)
+    exact = flow_a2a_ends(topo, g, m, arr)
+    fast = net.a2a_finish(g, m, arr)
+    span = exact.max() - arr.min()
+    assert np.abs(fast - exact).max() / span < bound
+    assert abs(fast.max() / exact.max() - 1) < 0.006
+
+
+def test_groups_above_the_sharing_limit_take_the_staggered_link_bound():
+    """Above SHARING_MAX_MEMBERS (cost: docs/fast-path.md) an all-to-all ends every
+    flow when all links of its path have drained: on a 64-member zipf all-to-all the
+    members end within 0.04 % of the flow engine's end (measured), but not at their
+    own ends (62 % of the span off, measured; per-link sharing: 0)."""
+    res, topo, net = fidelity_net()
+    g = tuple(range(64))
+    assert len(g) > fast_network.SHARING_MAX_MEMBERS
+    m = zipf_matrix(np.random.default_rng(1), 1.0, 64)
+    end = net.a2a_finish(g, m, np.zeros(64))
+    inc = net.incidence(g)
+    drain, _ = inc.drain_finish(m, np.zeros(64))
+    drain = np.where(m.ravel() > 0, drain, -np.inf).reshape(64, 64)
+    assert end == pytest.approx(np.maximum(drain.max(axis=1), drain.max(axis=0)), rel=1e-12)
+    exact = flow_a2a_ends(topo, g, m)
+    assert abs(end.max() / exact.max() - 1) < 0.001
+    assert np.abs(end - exact).max() / exact.max() > 0.5
+
+
+def test_all_to_all_skewed_two_nodes_max_end_against_flow_engine():
+    """A skewed matrix over two nodes: flows relayed to the other node's NIC over
+    NVLink are held back by the NIC early and by NVLink late, which per-link sharing
+    does not see; the end of the all-to-all stays within 2 % (measured -1.7 %)."""
+    res, topo, net = fidelity_net()
     g = res.layout.group_of(0, "ep")          # 16 GPUs on 2 nodes
-    uniform = np.full((16, 16), 1e6)
-    np.fill_diagonal(uniform, 0)
-    exact = simulate_collective(topo, "all_to_all_v", ranks=list(g), matrix=uniform)["time_s"]
-    assert net.a2a_finish(g, uniform, np.zeros(16)).max() == pytest.approx(exact, rel=1e-6)
     rng = np.random.default_rng(0)
     skew = rng.integers(1, 100, (16, 16)).astype(float) * 1e5
     skew[3] *= 5
     np.fill_diagonal(skew, 0)
     exact = simulate_collective(topo, "all_to_all_v", ranks=list(g), matrix=skew)["time_s"]
     bound = net.a2a_finish(g, skew, np.zeros(16)).max()
-    assert abs(bound / exact - 1) < 0.02     # measured: -1.7 %
+    assert abs(bound / exact - 1) < 0.02
 
 
 def test_late_member_starts_the_flows_it_is_in():
@@ -156,25 +274,30 @@ def test_late_member_starts_the_flows_it_is_in():
     assert end[1] == pytest.approx(1e-3 + 7e6 / cap + lat, rel=1e-9)
 
 
+def assert_close_to_exact(fast, exact, step_tol, cat_tol, stall_tol):
+    step = exact.step_time_s
+    assert abs(fast.step_time_s - step) / step < step_tol
+    for k, v in exact.summary["breakdown_s"].items():
+        assert abs(fast.summary["breakdown_s"][k] - v) / step < cat_tol, k
+    fs = np.array([r["breakdown_s"]["stall"] for r in fast.summary["per_rank"]])
+    es = np.array([r["breakdown_s"]["stall"] for r in exact.summary["per_rank"]])
+    assert np.abs(fs - es).max() / step < stall_tol
+
+
 @pytest.mark.slow
 def test_fidelity_128_gpus_against_exact_engine():
     res = resolve_path("deepseek-v3-2048", FIDELITY)
     fast, exact = simulate_fast(res), simulate(res, record_series=False)
-    step = exact.step_time_s
-    # measured (docs/fast-path.md): step -1.15 %, worst category 0.87 % of the step,
-    # worst per-rank stall 1.83 % of the step; the issue's 1 % holds for the breakdown
-    assert abs(fast.step_time_s - step) / step < 0.015
-    for k, v in exact.summary["breakdown_s"].items():
-        assert abs(fast.summary["breakdown_s"][k] - v) / step < 0.01, k
-    fs = np.array([r["breakdown_s"]["stall"] for r in fast.summary["per_rank"]])
-    es = np.array([r["breakdown_s"]["stall"] for r in exact.summary["per_rank"]])
-    assert np.abs(fs - es).max() / step < 0.02
+    # measured (docs/fast-path.md): step -0.49 %, worst category 0.58 % of the step,
+    # worst per-rank stall 1.52 % of the step: the issue's 1 % holds for the step and
+    # the breakdown, not for every rank's stall
+    assert_close_to_exact(fast, exact, 0.01, 0.01, 0.02)
     assert fast.summary["experts"] == exact.summary["experts"]
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("shape", [
-    [*FIDELITY[:-1], "overlap.ep_comm_overlap=true"],  # measured +0.30 %
+    [*FIDELITY[:-1], "overlap.ep_comm_overlap=true"],  # measured +0.81 %
     ["engine.mode=exact", "cluster.nodes=8", "parallel.pp=8", "parallel.ep=8",
      "model.layers=8", "model.first_dense_layers=0", "schedule.microbatches=16",
      "overlap.ep_comm_overlap=true"],                  # measured +0.77 %
@@ -186,6 +309,19 @@ def test_fidelity_with_ep_overlap_step_only(shape):
     fast, exact = simulate_fast(res), simulate(res, record_series=False)
     assert exact.summary.get("engine") != "fast"
     assert abs(fast.step_time_s / exact.step_time_s - 1) < 0.015
+
+
+@pytest.mark.slow
+def test_mixtral_64gpu_fast_against_exact():
+    """The shipped 64-GPU Mixtral (interleaved PP4 v=2, EP8 in a node, 8 nodes) with 8
+    micro-batches instead of 16 (half the exact engine's 25 s): fast path against the
+    exact engine, measured step +0.015 %, worst category 0.105 % of the step, worst
+    per-rank stall 0.210 % of the step (as shipped, 16 micro-batches: +0.008 %, 0.058 %,
+    0.115 %; docs/fast-path.md)."""
+    res = resolve_path("mixtral-8x7b-64gpu", ["engine.mode=exact", "schedule.microbatches=8"])
+    exact = simulate(res, record_series=False)
+    assert exact.summary.get("engine") != "fast"
+    assert_close_to_exact(simulate_fast(res), exact, 0.002, 0.003, 0.004)
 
 
 def test_spans_bounded_to_lowest_and_hot_ranks_per_rank_covers_all():

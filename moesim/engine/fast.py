@@ -58,6 +58,11 @@ class Context:
         self.act_bytes = self.tokens * self.spec.hidden * ACT_BYTES / self.tp
         self.a2a_algo = scn.routing.a2a_algo
         self.overlap = scn.overlap.ep_comm_overlap and b.ep > 1
+        # gradient buckets run while the pipeline still sends (dp_overlap): a backward
+        # send after a layer's last backward may share a link with a ring flow
+        self.grad_share = bool(scn.overlap.dp_overlap) and max(res.layout.dp,
+                                                                 res.layout.edp) > 1
+        self._share: dict[tuple[int, int], float] = {}
         self._tp: dict[int, float] = {}
         self._lut: dict[str, tuple[np.ndarray, np.ndarray]] = {}
 
@@ -80,6 +85,22 @@ class Context:
                 t_lut[x], f_lut[x] = self.timer(
                     ("expert", x, phase), lambda x=x: costs.expert_kernels(self.spec, x, phase))
         return t_lut[local], f_lut[local]
+
+    def send_share(self, src: int, dst: int) -> float:
+        """Flows on the bottleneck of a backward send src→dst while ``src``'s gradient
+        buckets run: 2 when its path shares a link with a ring step of src's DP or
+        expert-DP group (max-min halves it), else 1."""
+        hit = self._share.get((src, dst))
+        if hit is None:
+            topo, gpus = self.res.topology, self.net.gpus
+            path = set(topo.route(gpus[src], gpus[dst]))
+            hit = 1.0
+            for kind in ("dp", "edp"):
+                g = tuple(self.res.layout.group_of(src, kind))
+                if len(g) > 1 and path & self.rings.links(g):
+                    hit = 2.0
+            self._share[(src, dst)] = hit
+        return hit
 
     def tp_time(self, rank: int) -> float:
         if self.tp <= 1:

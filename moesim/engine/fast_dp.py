@@ -48,6 +48,13 @@ class RingCost:
         self.topo, self.gpus, self.rank_host = topo, list(gpus), list(rank_host)
         self.cap = np.asarray(topo.capacity_Bps, dtype=float)
         self._k: dict[tuple[int, ...], tuple[np.ndarray, np.ndarray, int]] = {}
+        self._links: dict[tuple[int, ...], frozenset[int]] = {}
+
+    def links(self, group: tuple[int, ...]) -> frozenset[int]:
+        """Links that a ring step of ``group`` uses."""
+        if group not in self._links:
+            self._step(group)
+        return self._links.get(group, frozenset())
 
     def _step(self, group: tuple[int, ...]) -> tuple[np.ndarray, np.ndarray, int]:
         hit = self._k.get(group)
@@ -59,6 +66,7 @@ class RingCost:
                           rank_host=self.rank_host)[0]
             flows = [(self.topo.route(self.gpus[a], self.gpus[b]), w) for a, b, w in step]
             flows = [(p, w) for p, w in flows if p]
+            self._links[group] = frozenset(lk for p, _ in flows for lk in p)
             ks = _fill_per_byte([p for p, _ in flows], np.array([w for _, w in flows]),
                                 self.cap)
             lats = np.array([float(self.topo.latency_s[list(p)].sum()) for p, _ in flows])
@@ -98,10 +106,24 @@ def buckets(res, stage: int, layer_order: list[int]) -> list[tuple[int, float, f
     return out
 
 
+def _merge(intervals) -> list[tuple[float, float]]:
+    """Union of (start, end) intervals, sorted and disjoint."""
+    out: list[list[float]] = []
+    for a, b in sorted(intervals):
+        if b <= a:
+            continue
+        if out and a <= out[-1][1]:
+            out[-1][1] = max(out[-1][1], b)
+        else:
+            out.append([a, b])
+    return [(a, b) for a, b in out]
+
+
 def _past_a2a(intervals, start: float, work: float) -> float:
     """End of ``work`` seconds of a DP collective started at ``start`` that makes no
-    progress while its ranks' EP all-to-alls hold the NICs (max-min leaves a ring
-    flow 1/(k+1) of a NIC shared with k all-to-all flows; taken as 0)."""
+    progress while any of its ranks' EP all-to-alls hold the NICs (``intervals``: their
+    union; a ring step waits for its slowest flow, and max-min leaves a ring flow
+    1/(k+1) of a NIC shared with k all-to-all flows; taken as 0)."""
     t, left = start, work
     for a, b in intervals:
         if b <= t:
@@ -142,6 +164,8 @@ def gradient_phase(res, rings: RingCost, timer, stages: dict[int, dict], step_hi
         for i, r in enumerate(st["ranks"]):
             busy[int(r)] = sorted(zip(a[:, i].tolist(), e[:, i].tolist(), strict=True))
 
+    busy_of: dict[tuple[int, ...], list[tuple[float, float]]] = {}
+
     def run_coll(kind, name_op, grp_kind, ranks_s, ready_at, nbytes_of, tag):
         done = {}
         for r in ranks_s:
@@ -155,7 +179,10 @@ def gradient_phase(res, rings: RingCost, timer, stages: dict[int, dict], step_hi
             ga = np.asarray(g)
             own = np.maximum(ready_at[ga], ready_cf[ga])
             start = own.max()
-            end = _past_a2a(busy.get(g[0], ()), start,
+            iv = busy_of.get(g)
+            if iv is None:
+                iv = busy_of[g] = _merge(x for r in g for x in busy.get(int(r), ()))
+            end = _past_a2a(iv, start,
                             rings.time(name_op, tuple(g), nbytes))
             for x, o in zip(g, own, strict=True):
                 if start > o:

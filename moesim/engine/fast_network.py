@@ -1,13 +1,17 @@
 """Closed-form, contention-aware times of collectives for the fast path (pure: no simpy).
 
-A phase of flows is charged the *link bound*: every link carries the bytes of the
-phase's flows routed over it, a flow is done when the most loaded link on its path
-has drained at that link's capacity (``bytes on link / capacity``), plus its path's
-latency. A rank is done with a phase when all flows it sends or receives are done.
-With equal flows on one link this is exactly max-min sharing (each gets 1/k of the
-link, all finish together); with uneven flows it is the time the busiest link needs,
-which the flow-level engine reaches when that link stays saturated (measured against
-it in tests/test_fast_path.py and docs/fast-path.md).
+A direct all-to-all-v (:meth:`_Incidence.flow_finish`): every link of a flow's path
+shares its capacity among its flows by processor sharing (max-min on one link: a flow
+of s bytes among flows started with it ends after Σ_j min(s_j, s) / capacity), with
+staggered starts grouped into a few levels; a flow ends at its latest end over its
+links, plus its path's latency; a rank is done when all flows it sends or receives
+are done. One node (each flow crossing its two GPUs' NVLink ports) matches the
+flow-level engine to 1e-9; flows held back by two links in turn (relayed to another
+node's NIC) are not (measured in tests/test_fast_path.py and docs/fast-path.md).
+
+Phased collectives (:meth:`FastNetwork.phases_time`) are charged the *link bound*:
+every link carries the bytes of the phase's flows routed over it, a flow is done when
+the most loaded link on its path has drained at that link's capacity, plus latency.
 
 Units: seconds, bytes, bytes/s.
 """
@@ -19,6 +23,13 @@ from collections.abc import Sequence
 import numpy as np
 
 from moesim.collectives.algorithms import expand
+
+#: all-to-alls of groups larger than this use the staggered link bound instead of
+#: per-link processor sharing: sharing sorts every link's flows per all-to-all, which
+#: on deepseek-v3-2048 (EP64, 27,840 all-to-alls of 4,032 flows per chain) took the
+#: run from 53.7 s to 63-67 s wall (docs/fast-path.md); every fidelity case checked
+#: against the exact engine has at most 16 members
+SHARING_MAX_MEMBERS = 32
 
 
 class _Incidence:
@@ -52,22 +63,62 @@ class _Incidence:
         col = np.arange(len(self.pair)) - np.repeat(np.cumsum(hops) - hops, hops)
         pad[self.pair, col] = self.link
         self.pad_t = np.ascontiguousarray(pad.T).astype(np.intp)   # (hops, n*n)
+        # per link, its pairs sorted (padded with the pair n*n, which never carries
+        # bytes); links with the same pairs share one row, at the lowest capacity (its
+        # processor-sharing ends are the latest); for every pair and hop, the flat
+        # position of that (row, pair) entry
+        per = np.bincount(self.link, minlength=self.n_links)
+        width = max(int(per.max(initial=0)), 1)
+        by = np.lexsort((self.pair, self.link))
+        lk = self.link[by]
+        c = np.arange(len(lk)) - np.repeat(np.cumsum(per) - per, per)
+        slot = np.full((self.n_links, width), n * n, dtype=np.intp)
+        slot[lk, c] = self.pair[by]
+        rows, row_of = np.unique(slot, axis=0, return_inverse=True)
+        row_of = row_of.ravel()
+        cap_row = np.full(len(rows), np.inf)
+        np.minimum.at(cap_row, row_of, self.cap)
+        self.slot = rows
+        self.slot_flat = rows.ravel()
+        self.row_off = (np.arange(len(rows)) * width)[:, None]
+        self.inv_cap = (1.0 / cap_row)[:, None]
+        self.row_idx = np.arange(len(rows))[:, None]
+        self.col_flat = np.tile(np.arange(width), len(rows))
+        self.inv_cap_flat = np.repeat(1.0 / cap_row, width)
+        key = self.slot_flat + np.repeat(np.arange(len(rows)), width) * (n * n + 1)
+        flat_pos = np.searchsorted(key, row_of[self.link] * (n * n + 1) + self.pair)
+        pos = np.full((n * n, pad.shape[1]), rows.size, dtype=np.intp)
+        pos[self.pair, col] = flat_pos
+        self.pos_t = np.ascontiguousarray(pos.T)                      # (hops, n*n)
 
     def finish(self, matrix: np.ndarray, arrivals: np.ndarray, k_max: int = 6) -> np.ndarray:
         """Per member: when all its flows are done, flow i→j starting at
-        max(arrival_i, arrival_j). Each link drains like a work-conserving queue:
-        it is done at max over start thresholds τ of τ + (bytes of its flows starting
-        at or after τ) / capacity (``k_max`` thresholds: the distinct starts, or that
-        many quantiles of them including the first and the last); a flow is done when
-        the links of its path are, plus its path latency."""
-        n = self.n
+        max(arrival_i, arrival_j); see :meth:`flow_finish` (groups of more than
+        ``SHARING_MAX_MEMBERS``: :meth:`drain_finish`)."""
+        a = np.asarray(arrivals, dtype=float)
+        if self.n > SHARING_MAX_MEMBERS:
+            f_pair, live = self.drain_finish(matrix, a, k_max)
+        else:
+            f_pair, live = self.flow_finish(matrix, a, k_max)
+        if f_pair is None:
+            return a.copy()
+        f_pair = np.where(live, f_pair, -np.inf).reshape(self.n, self.n)
+        end = np.maximum(f_pair.max(axis=1), f_pair.max(axis=0))
+        return np.maximum(end, a)
+
+    def drain_finish(self, matrix: np.ndarray, arrivals: np.ndarray, k_max: int = 6):
+        """Like :meth:`flow_finish`, by the *staggered link bound*: every link drains
+        like a work-conserving queue, done at max over start levels τ of τ + (bytes of
+        its flows starting at or after τ) / capacity; a flow ends when every link of
+        its path has drained, plus its path latency (so members of one all-to-all end
+        nearly together; cheaper: no sort)."""
         flat = np.asarray(matrix, dtype=float).ravel()
         a = np.asarray(arrivals, dtype=float)
         start = np.maximum(a[:, None], a[None, :]).ravel()
         live = flat > 0
         if not live.any():
-            return a.copy()
-        taus = np.unique(a)                 # every start max(a_i, a_j) is an arrival
+            return None, live
+        taus = np.unique(a)
         taus = taus[taus >= start[live].min()]
         if len(taus) > k_max:
             taus = taus[np.unique(np.linspace(0, len(taus) - 1, k_max).round().astype(int))]
@@ -79,10 +130,80 @@ class _Incidence:
         f_pair = f_link.take(self.pad_t[0])
         for row in self.pad_t[1:]:      # max over the hops of each pair's path
             np.maximum(f_pair, f_link.take(row), out=f_pair)
-        f_pair = np.maximum(f_pair, start) + self.lat
-        f_pair = np.where(live, f_pair, -np.inf).reshape(n, n)
-        end = np.maximum(f_pair.max(axis=1), f_pair.max(axis=0))
-        return np.maximum(end, a)
+        return np.maximum(f_pair, start) + self.lat, live
+
+    def flow_finish(self, matrix: np.ndarray, arrivals: np.ndarray, k_max: int = 6):
+        """(n*n,) end of every flow i→j (start max(arrival_i, arrival_j)) and the mask of
+        flows with bytes; (None, mask) when no flow has bytes.
+
+        Each link shares its capacity among its flows by processor sharing (max-min on
+        one link). Starts are grouped into up to ``k_max`` levels τ (the distinct
+        arrivals, or that many quantiles of them). A flow of s bytes starting at level
+        τ_l ends on a link at τ_l + (Σ_j min(s_j, s) + min(B_l, N_l · s)) / C, the sum
+        over the flows j of its own level (when it ends, those no larger than it have
+        ended and the others have sent as much as it); B_l the bytes of earlier levels
+        still queued at τ_l (the link drained as a work-conserving queue), N_l their
+        number, each holding it back by at most s. Flows of later levels are not
+        counted. A flow ends at its latest end over the links of its path, plus its
+        path latency.
+        Vectorized: one sort of each link's flows by (level, size) per call, prefix
+        sums within each level (``slot``: (rows, width) pair ids per link)."""
+        flat = np.asarray(matrix, dtype=float).ravel()
+        a = np.asarray(arrivals, dtype=float)
+        start = np.maximum(a[:, None], a[None, :]).ravel()
+        live = flat > 0
+        if not live.any():
+            return None, live
+        every = bool(live.all())
+        taus = np.unique(a)                 # every start max(a_i, a_j) is an arrival
+        if not every:
+            taus = taus[taus >= start[live].min()]
+        if len(taus) > k_max:
+            taus = taus[np.unique(np.linspace(0, len(taus) - 1, k_max).round().astype(int))]
+        k = len(taus)
+        size = np.zeros(len(flat) + 1)                          # the pad pair: 0 bytes
+        size[:-1] = flat
+        lev = np.full(len(flat) + 1, k)     # no bytes: a level of its own, sorted last
+        if every:
+            lev[:-1] = np.searchsorted(taus, start, side="right") - 1
+        else:
+            lev[:-1][live] = np.searchsorted(taus, start[live], side="right") - 1
+        s_raw, l_raw = size.take(self.slot), lev.take(self.slot)
+        order = (np.argsort(l_raw + s_raw * (0.5 / size[:-1].max()), axis=1)
+                 + self.row_off).ravel()
+        s_flat = s_raw.ravel().take(order)                       # by (level, size) per row
+        lv = l_raw.ravel().take(order).reshape(s_raw.shape)
+        rows, width = s_raw.shape
+        cell = (self.row_idx * (k + 1) + lv).ravel()              # (row, level) of each entry
+        cnt = np.bincount(cell, minlength=rows * (k + 1)).reshape(rows, k + 1)
+        n_incl = np.cumsum(cnt, axis=1)
+        # bytes before each entry (flat, all rows) and before each (row, level) group
+        cz = np.zeros(len(s_flat) + 1)
+        np.cumsum(s_flat, out=cz[1:])
+        row0 = self.row_off[:, 0]
+        at_end = cz.take(row0[:, None] + n_incl)                  # (rows, k+1)
+        at_start = at_end - np.diff(at_end, axis=1, prepend=cz.take(row0)[:, None])
+        # backlog of earlier levels at each τ_l: the link as a work-conserving queue,
+        # busy until max over m < l of τ_m + (bytes of levels m..l-1) / C
+        w = (at_start[:, :k] - at_start[:, :1]) * self.inv_cap      # (rows, k) seconds
+        busy = np.maximum.accumulate(taus[None, :] - w, axis=1)[:, :-1] + w[:, 1:]
+        backlog = np.zeros((rows, k + 1))
+        backlog[:, 1:k] = np.maximum(0.0, busy - taus[None, 1:]) / self.inv_cap
+        # per entry (flat): its level's bytes up to it, its level's flows after it, the
+        # flows and queued bytes of the earlier levels
+        same = cz[1:] - at_start.ravel().take(cell) \
+            + s_flat * (n_incl.ravel().take(cell) - 1 - self.col_flat)
+        n0 = (n_incl - cnt).ravel().take(cell)
+        held = np.minimum(backlog.ravel().take(cell), n0 * s_flat)
+        f = np.append(taus, np.inf).take(lv.ravel()) + (same + held) * self.inv_cap_flat
+        f[lv.ravel() == k] = -np.inf
+        back = np.empty(f.size)
+        back[order] = f                                           # original slot order
+        f_link = np.append(back, -np.inf)
+        f_pair = f_link.take(self.pos_t[0])
+        for row in self.pos_t[1:]:      # max over the hops of each pair's path
+            np.maximum(f_pair, f_link.take(row), out=f_pair)
+        return np.maximum(f_pair, start) + self.lat, live
 
     def pair_times(self, matrix: np.ndarray) -> np.ndarray:
         """(n, n) seconds until flow i→j is done under the link bound (0: no flow)."""
@@ -164,8 +285,9 @@ class FastNetwork:
                 self._coll[key] = hit
         return hit
 
-    def p2p_time(self, src: int, dst: int, nbytes: float) -> float:
-        """One flow alone on its path: latency + bytes / bottleneck capacity."""
+    def p2p_time(self, src: int, dst: int, nbytes: float, share: float = 1.0) -> float:
+        """One flow on its path, with ``share`` - 1 equal flows on its bottleneck:
+        latency + bytes × share / bottleneck capacity."""
         hit = self._p2p.get((src, dst))
         if hit is None:
             path = list(self.topo.route(self.gpus[src], self.gpus[dst]))
@@ -175,4 +297,4 @@ class FastNetwork:
                 hit = (float(self.topo.latency_s[path].sum()),
                        float(np.asarray(self.topo.capacity_Bps, float)[path].min()))
             self._p2p[(src, dst)] = hit
-        return 0.0 if not np.isfinite(hit[1]) else hit[0] + nbytes / hit[1]
+        return 0.0 if not np.isfinite(hit[1]) else hit[0] + nbytes * share / hit[1]

@@ -7,8 +7,8 @@ attention/router kernels, then a direct all-to-all-v, then each its own experts,
 then the combine. A member enters an all-to-all when its previous op ends; it starts
 moving data when its latest partner (nonzero bytes either way) has arrived, which is
 a ``stall`` attributed to that partner and its most loaded expert, exactly the
-communicator's pairwise rule; it finishes ``T_i`` later, ``T_i`` the link bound of
-its flows (:mod:`moesim.engine.fast_network`).
+communicator's pairwise rule; it finishes when its flows do, each flow sharing the
+links of its path by processor sharing (:mod:`moesim.engine.fast_network`).
 
 Schedule items run in the order of :func:`moesim.schedule.pipeline.make_order`,
 list-scheduled across stages: an item waits for its pipeline message (``bubble``).
@@ -53,6 +53,7 @@ class StageOut:
     send_end: np.ndarray | None = None     # end of the last pipeline send (n,)
     flops: float = 0.0
     ep_iv: list = field(default_factory=list)  # (start, end) (n,) of the last item's a2as
+    grads: bool = False                    # a layer has had its last backward (buckets run)
 
 
 class Chain:
@@ -258,6 +259,7 @@ class Chain:
             for layer in reversed(layers):
                 self.layer(s, layer, mb, "bwd")
                 out.last_bwd[layer] = self.t[s].copy()
+            out.grads = out.grads or (bool(layers) and mb == c.m - 1)
             if vs > 0:
                 self._send(s, (vs - 1) % p, ("grad", mb, vs - 1), mb, "bwd",
                            layers[0] if layers else -1)
@@ -285,7 +287,11 @@ class Chain:
         c = self.c
         a = self.t[s]
         src, dst = self.groups[s], self.groups[dst_stage]
-        d = np.array([c.net.p2p_time(x, y, c.act_bytes) for x, y in zip(src, dst, strict=True)])
+        # after a layer's last backward its gradient bucket's ring flow may share the
+        # path: max-min leaves the send half of it (measured on the fidelity case)
+        shared = phase == "bwd" and c.grad_share and self.out[s].grads
+        d = np.array([c.net.p2p_time(x, y, c.act_bytes, c.send_share(x, y) if shared else 1.0)
+                      for x, y in zip(src, dst, strict=True)])
         self.msgs[key] = a + d
         self.last_send = (key, d)
         self.out[s].send_end = a + d

@@ -12,10 +12,11 @@ from moesim.scenario.resolve import Resolved
 #: measured gaps against the exact engine (tests/test_fast_path.py, docs/fast-path.md)
 BOUNDS = {
     "link_bound_a2a": "128-GPU DeepSeek-shaped step (EP16 over 2 nodes, no EP overlap): "
-                      "step -1.15%, every breakdown category within 0.87% of the step, "
-                      "per-rank stall within 1.83% of the step of the exact flow engine "
-                      "(tests/test_fast_path.py, docs/fast-path.md)",
-    "ep_overlap": "with ep_comm_overlap: step +0.30% (that configuration) and +0.77% "
+                      "step -0.49%, every breakdown category within 0.58% of the step, "
+                      "per-rank stall within 1.52% of the step of the exact flow engine; "
+                      "mixtral-8x7b-64gpu: step +0.008%, categories within 0.06%, per-rank "
+                      "stall within 0.12% (tests/test_fast_path.py, docs/fast-path.md)",
+    "ep_overlap": "with ep_comm_overlap: step +0.81% (that configuration) and +0.77% "
                   "(PP8, 16 micro-batches); the stall/all-to-all/DP/idle split is off by "
                   "up to 3.3% of the step (docs/fast-path.md)",
 }
@@ -56,9 +57,13 @@ def shortcuts(ctx, dedup: bool, n_chains: int, world: int, span_ranks: int
                ) -> list[dict]:
     out = [
         {"name": "link_bound_a2a",
-         "detail": "each all-to-all, TP and pipeline transfer is charged its link bound "
-                   "(bytes on the busiest link of a flow's path / capacity + path latency); "
-                   "a member starts moving data when its latest partner arrives",
+         "detail": "each all-to-all flow ends at its latest end over the links of its "
+                   "path, each link shared by processor sharing among the flows started "
+                   "up to it (earlier ones as a queued backlog) + path latency (groups "
+                   "of more than 32: when every link of its path has drained); TP and "
+                   "pipeline transfers alone on their path (a backward send while "
+                   "gradient buckets run: half its bottleneck); a member starts moving "
+                   "data when its latest partner arrives",
          "bound": BOUNDS["link_bound_a2a"]},
         {"name": "closed_form_rings",
          "detail": "gradient buckets and ZeRO gathers: steps × (chunk × slowest s/B of one "
