@@ -285,19 +285,25 @@ def assert_close_to_exact(fast, exact, step_tol, cat_tol, stall_tol):
 
 
 @pytest.mark.slow
-def test_fidelity_128_gpus_against_exact_engine():
+def test_fidelity_128_gpus_against_exact_engine(monkeypatch):
+    """The issue's check: step, every breakdown category and every rank's stall within
+    1 % of the step. EP16 spans two nodes, so the fast path runs its all-to-alls on the
+    flow network (measured: step -0.45 %, worst category 0.33 %, worst stall 0.51 %);
+    with per-link sharing instead (groups over one host forced onto it) the stall
+    misses: -0.49 %, 0.58 %, 1.52 % (docs/fast-path.md)."""
     res = resolve_path("deepseek-v3-2048", FIDELITY)
-    fast, exact = simulate_fast(res), simulate(res, record_series=False)
-    # measured (docs/fast-path.md): step -0.49 %, worst category 0.58 % of the step,
-    # worst per-rank stall 1.52 % of the step: the issue's 1 % holds for the step and
-    # the breakdown, not for every rank's stall
-    assert_close_to_exact(fast, exact, 0.01, 0.01, 0.02)
+    exact = simulate(res, record_series=False)
+    fast = simulate_fast(res)
+    assert_close_to_exact(fast, exact, 0.01, 0.01, 0.01)
     assert fast.summary["experts"] == exact.summary["experts"]
+    monkeypatch.setattr(fast_network, "EXACT_MAX_MEMBERS", 0)
+    shared = simulate_fast(res)
+    assert_close_to_exact(shared, exact, 0.01, 0.01, 0.02)
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("shape", [
-    [*FIDELITY[:-1], "overlap.ep_comm_overlap=true"],  # measured +0.81 %
+    [*FIDELITY[:-1], "overlap.ep_comm_overlap=true"],  # measured +0.85 %
     ["engine.mode=exact", "cluster.nodes=8", "parallel.pp=8", "parallel.ep=8",
      "model.layers=8", "model.first_dense_layers=0", "schedule.microbatches=16",
      "overlap.ep_comm_overlap=true"],                  # measured +0.77 %
@@ -333,3 +339,39 @@ def test_spans_bounded_to_lowest_and_hot_ranks_per_rank_covers_all():
     assert [r["rank"] for r in out.summary["per_rank"]] == list(range(res.layout.world))
     full = simulate_fast(res)                        # the spans kept do not change results
     assert full.summary["per_rank"] == out.summary["per_rank"]
+
+
+def test_multi_host_groups_run_flow_by_flow_exactly():
+    """EP16 over two nodes: a2a_finish takes the flow network, per member equal to the
+    exact engine's communicator (pairwise starts, max-min), arrivals staggered."""
+    res, topo, net = fidelity_net()
+    g = tuple(res.layout.group_of(0, "ep"))
+    rng = np.random.default_rng(7)
+    m = zipf_matrix(rng, 1.0, len(g))
+    arr = 3.0 + rng.uniform(0, 2e-3, len(g))
+    got = net.a2a_finish(g, m, arr)
+    np.testing.assert_allclose(got, flow_a2a_ends(topo, g, m, arr), rtol=0, atol=1e-12)
+    assert np.all(got >= arr)
+
+
+@pytest.mark.slow
+def test_link_bound_of_an_ep64_all_to_all():
+    """Groups over 32 members keep the staggered link bound: on one EP64 all-to-all of
+    deepseek-v3-2048 (8 nodes, zipf bytes, arrivals staggered over 1 ms) its last
+    member ends within 1.5 % of the all-to-all's span of the flow engine's (measured
+    -0.92 %), and no member ends earlier than its exact end by more (members end
+    together: up to 60 % of the span late, measured)."""
+    res = resolve_path("deepseek-v3-2048")
+    topo = res.topology
+    gpus = list(topo.gpus)
+    net = FastNetwork(topo, gpus, [topo.host_of(gp) for gp in gpus])
+    g = tuple(res.layout.group_of(0, "ep"))
+    assert len(g) > fast_network.EXACT_MAX_MEMBERS
+    rng = np.random.default_rng(0)
+    m = zipf_matrix(rng, 3.0, len(g))
+    arr = rng.uniform(0, 1e-3, len(g))
+    exact = net.exact_finish(g, m, arr)
+    bound = net.a2a_finish(g, m, arr)
+    span = exact.max() - arr.min()
+    assert abs(bound.max() - exact.max()) / span < 0.015
+    assert (bound - exact).min() / span > -0.015

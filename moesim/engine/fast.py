@@ -53,7 +53,8 @@ class Context:
         topo = res.topology
         gpus = list(topo.gpus)
         self.rank_host = [topo.host_of(g) for g in gpus]
-        self.net = FastNetwork(topo, gpus, self.rank_host)
+        self.net = FastNetwork(topo, gpus, self.rank_host,
+                               coalesce_rtol=res.scenario.engine.coalesce_rtol)
         self.rings = RingCost(topo, gpus, self.rank_host)
         self.act_bytes = self.tokens * self.spec.hidden * ACT_BYTES / self.tp
         self.a2a_algo = scn.routing.a2a_algo

@@ -31,6 +31,15 @@ from moesim.collectives.algorithms import expand
 #: against the exact engine has at most 16 members
 SHARING_MAX_MEMBERS = 32
 
+#: all-to-alls of groups spanning more than one host and with at most this many
+#: members run flow by flow on the flow-level max-min network (exact, as the exact
+#: engine's communicator: flow i→j starts when both have arrived, a member is done
+#: when all its flows are delivered). Per-link sharing misses the coupling of a flow
+#: relayed over NVLink to another GPU's NIC (worst per-rank stall 1.52 % of the step
+#: off on the 128-GPU fidelity case with sharing, 0.51 % with this; docs/fast-path.md).
+#: Groups within one host keep sharing, which is exact there.
+EXACT_MAX_MEMBERS = 32
+
 
 class _Incidence:
     """Routes of every ordered pair of a group, as flat (pair, link) arrays."""
@@ -220,13 +229,18 @@ class FastNetwork:
     """Link-bound times over ``topo`` (a :class:`moesim.topology.Topology`) for ranks
     mapped to ``gpus``; incidences and collective times are memoized per group."""
 
-    def __init__(self, topo, gpus: Sequence[str], rank_host: Sequence[int]) -> None:
+    def __init__(self, topo, gpus: Sequence[str], rank_host: Sequence[int],
+                 coalesce_rtol: float = 0.0) -> None:
         self.topo = topo
+        self.coalesce_rtol = coalesce_rtol   # the exact all-to-alls' flow network (0: exact)
         self.gpus = list(gpus)
         self.rank_host = list(rank_host)
         self._inc: dict[tuple[int, ...], _Incidence] = {}
         self._coll: dict[tuple, float] = {}
         self._p2p: dict[tuple[int, int], tuple[float, float]] = {}
+        self._hosts: dict[tuple[int, ...], bool] = {}
+        self._env = None     # simpy environment and FlowNetwork of exact_finish, lazily
+        self._flow = None
 
     def incidence(self, group: Sequence[int]) -> _Incidence:
         key = tuple(int(r) for r in group)
@@ -243,9 +257,73 @@ class FastNetwork:
 
     def a2a_finish(self, group: Sequence[int], matrix: np.ndarray,
                    arrivals: np.ndarray) -> np.ndarray:
-        """Per member: end of a direct all-to-all-v whose members arrive at ``arrivals``
-        (see :meth:`_Incidence.finish`)."""
-        return self.incidence(group).finish(matrix, arrivals)
+        """Per member: end of a direct all-to-all-v whose members arrive at ``arrivals``:
+        flow by flow on the max-min network for groups over several hosts of at most
+        ``EXACT_MAX_MEMBERS`` (:meth:`exact_finish`), else :meth:`_Incidence.finish`."""
+        key = tuple(int(r) for r in group)
+        if len(key) <= EXACT_MAX_MEMBERS and self._multi_host(key):
+            return self.exact_finish(key, matrix, arrivals)
+        return self.incidence(key).finish(matrix, arrivals)
+
+    def _multi_host(self, group: tuple[int, ...]) -> bool:
+        hit = self._hosts.get(group)
+        if hit is None:
+            hit = self._hosts[group] = len({self.rank_host[r] for r in group}) > 1
+        return hit
+
+    def exact_finish(self, group: Sequence[int], matrix: np.ndarray,
+                     arrivals: np.ndarray) -> np.ndarray:
+        """Per member: end of a direct all-to-all-v on the flow-level network
+        (:class:`moesim.network.FlowNetwork`, max-min re-solved at every start and
+        finish), the exact engine's semantics: flow i→j (``matrix[i, j]`` bytes > 0)
+        starts at max(arrival i, arrival j) and is delivered after its last byte plus
+        its path latency; member i is done at the latest delivery of the flows it
+        sends or receives, or at its arrival if it has none. One simpy environment per
+        FastNetwork; each call runs on an empty network from its current time. With
+        ``coalesce_rtol`` > 0 (the scenario's ``engine.coalesce_rtol``) flows finish at
+        most that fraction of their duration early, as in the exact engine."""
+        import simpy
+
+        from moesim.network import FlowNetwork
+
+        if self._env is None:
+            self._env = simpy.Environment()
+            self._flow = FlowNetwork(self._env, self.topo, coalesce_rtol=self.coalesce_rtol)
+        env, net = self._env, self._flow
+        m = np.asarray(matrix, dtype=float)
+        arr = np.asarray(arrivals, dtype=float)
+        t0 = float(arr.min())
+        base = env.now
+        end = arr.copy()
+        src, dst = np.nonzero(m)
+        starts = np.maximum(arr[src], arr[dst]) - t0
+        order = np.argsort(starts, kind="stable")
+        done: list[tuple[int, int, float]] = []   # (sender, receiver, delivered at)
+
+        def launch():
+            i = 0
+            while i < len(order):
+                at = float(starts[order[i]])
+                if at > env.now - base:
+                    yield env.timeout(at - (env.now - base))
+                batch = []
+                while i < len(order) and starts[order[i]] <= at:
+                    f = order[i]
+                    batch.append(f)
+                    i += 1
+                for f in batch:
+                    a, b = int(src[f]), int(dst[f])
+                    ev = net.transfer(self.gpus[group[a]], self.gpus[group[b]],
+                                      float(m[a, b]))
+                    ev.callbacks.append(
+                        lambda _e, a=a, b=b: done.append((a, b, t0 + env.now - base)))
+
+        env.process(launch())
+        env.run()
+        for a, b, when in done:
+            end[a] = max(end[a], when)
+            end[b] = max(end[b], when)
+        return end
 
     def phases_time(self, phases) -> float:
         """Seconds of phases run one after the other, each charged its link bound."""

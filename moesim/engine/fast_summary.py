@@ -11,11 +11,15 @@ from moesim.scenario.resolve import Resolved
 
 #: measured gaps against the exact engine (tests/test_fast_path.py, docs/fast-path.md)
 BOUNDS = {
-    "link_bound_a2a": "128-GPU DeepSeek-shaped step (EP16 over 2 nodes, no EP overlap): "
-                      "step -0.49%, every breakdown category within 0.58% of the step, "
-                      "per-rank stall within 1.52% of the step of the exact flow engine; "
-                      "mixtral-8x7b-64gpu: step +0.008%, categories within 0.06%, per-rank "
-                      "stall within 0.12% (tests/test_fast_path.py, docs/fast-path.md)",
+    "link_bound_a2a": "128-GPU DeepSeek-shaped step (EP16 over 2 nodes: exact all-to-alls, "
+                      "no EP overlap): step -0.45%, every breakdown category within 0.33% "
+                      "of the step, per-rank stall within 0.51% of the step of the exact "
+                      "flow engine; mixtral-8x7b-64gpu (EP8 in a node: sharing): step "
+                      "+0.008%, categories within 0.06%, per-rank stall within 0.12%; "
+                      "groups over 32 members (link bound), one EP64 all-to-all over 8 "
+                      "nodes against the flow engine: its end within 0.92% of its span, but members "
+                      "end together, up to 60% of its span after their exact end "
+                      "(tests/test_fast_path.py, docs/fast-path.md)",
     "ep_overlap": "with ep_comm_overlap: step +0.81% (that configuration) and +0.77% "
                   "(PP8, 16 micro-batches); the stall/all-to-all/DP/idle split is off by "
                   "up to 3.3% of the step (docs/fast-path.md)",
@@ -57,10 +61,13 @@ def shortcuts(ctx, dedup: bool, n_chains: int, world: int, span_ranks: int
                ) -> list[dict]:
     out = [
         {"name": "link_bound_a2a",
-         "detail": "each all-to-all flow ends at its latest end over the links of its "
-                   "path, each link shared by processor sharing among the flows started "
-                   "up to it (earlier ones as a queued backlog) + path latency (groups "
-                   "of more than 32: when every link of its path has drained); TP and "
+         "detail": "all-to-alls of groups over several hosts with at most 32 members run "
+                   "flow by flow on the max-min flow network (exact, engine.coalesce_rtol "
+                   "applies); within one host each flow ends at its latest end over the "
+                   "links of its path, each link shared by processor sharing among the "
+                   "flows started up to it (earlier ones as a queued backlog) + path "
+                   "latency (exact there); groups of more than 32: when every link of "
+                   "its path has drained; TP and "
                    "pipeline transfers alone on their path (a backward send while "
                    "gradient buckets run: half its bottleneck); a member starts moving "
                    "data when its latest partner arrives",
