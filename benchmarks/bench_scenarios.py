@@ -7,7 +7,9 @@ time scales with GPUs and with micro-batches.
 Every measurement runs in a fresh child process (so ``ru_maxrss`` is that run's
 peak resident set): ``--repeat`` timed runs of ``moesim.engine.run.simulate`` (median
 wall time and CPU time reported), then one more under ``tracemalloc`` for the peak
-of Python allocations. A child past ``--timeout`` seconds is stopped and reported as
+of Python allocations. Every row measures the exact engine: ``engine.mode=exact`` is
+passed explicitly, also to the scenarios that ship with the fast path
+(mixtral-8x7b-64gpu, deepseek-v3-2048); ``benchmarks/bench_fast.py`` measures that. A child past ``--timeout`` seconds is stopped and reported as
 not finished. Times are seconds of this machine's wall clock, memory in MB (10^6 B).
 
 Scaling exponents are least-squares slopes of log(wall) against log(GPUs) and

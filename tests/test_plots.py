@@ -9,17 +9,31 @@ from matplotlib.container import BarContainer
 
 from moesim.trace.plots import (
     binned_utilization,
+    merged_bars,
     new_figure,
     plot_experts,
     plot_links,
     plot_timeline,
     timeline_rows,
 )
-from tests.test_trace_fixtures import hot_expert_result, many_rank_result
+from moesim.trace.spans import Span
+from tests.test_trace_fixtures import MS, hot_expert_result, many_rank_result
 
 
 def _bar_collections(ax):
     return [c for c in ax.collections if (c.get_gid() or "").startswith("timeline:")]
+
+
+def _bars(coll) -> list[tuple[float, float]]:
+    """(x0, x1) of each rectangle of a timeline collection (one compound path of closed
+    5-vertex rectangles)."""
+    (path,) = coll.get_paths()
+    rects = path.vertices.reshape(-1, 5, 2)
+    return sorted((r[:, 0].min(), r[:, 0].max()) for r in rects)
+
+
+def _n_bars(ax) -> int:
+    return sum(len(_bars(c)) for c in _bar_collections(ax))
 
 
 def test_timeline_two_ranks():
@@ -28,10 +42,11 @@ def test_timeline_two_ranks():
     assert plot_timeline(res, ax) is ax
     labels = [t.get_text() for t in ax.get_yticklabels()]
     assert labels == ["rank 0", "rank 1 (hot)"]
-    # one bar collection per (kind, rank): r0 compute/dispatch/combine/stall/dp, r1 3 kinds
-    assert len(_bar_collections(ax)) == 8
-    n_bars = sum(len(c.get_paths()) for c in _bar_collections(ax))
-    assert n_bars == len(res.spans)
+    # one bar collection per kind: compute, ep_dispatch, ep_combine, stall, dp
+    assert sorted(c.get_gid() for c in _bar_collections(ax)) == [
+        "timeline:compute", "timeline:dp", "timeline:ep_combine", "timeline:ep_dispatch",
+        "timeline:stall"]
+    assert _n_bars(ax) == len(res.spans)  # no two spans of one kind touch on a row here
     texts = [t.get_text() for t in ax.texts]
     assert texts == ["1.20 ms ← rank 1 e3"]
     assert ax.get_xlabel() == "time in step (ms)"
@@ -43,7 +58,31 @@ def test_timeline_zoom_ranks_and_layers():
     res = hot_expert_result()
     ax = plot_timeline(res, new_figure().add_subplot(), ranks=[1], layers=[3])
     assert [t.get_text() for t in ax.get_yticklabels()] == ["rank 1 (hot)"]
-    assert sum(len(c.get_paths()) for c in _bar_collections(ax)) == 5  # rank 1's layer-3 spans
+    assert _n_bars(ax) == 5  # rank 1's layer-3 spans
+
+
+def test_merged_bars_cover_the_same_area():
+    rows = np.array([1, 0, 0, 0, 1, 0])
+    x = np.array([0.0, 5.0, 0.0, 2.0, 3.0, 1.0])
+    w = np.array([1.0, 1.0, 1.0, 0.5, 2.0, 0.5])
+    r, x0, wm = merged_bars(rows, x, w)
+    # row 0: [0,1] ∪ [1,1.5] touch, [2,2.5] apart, [5,6]; row 1: [0,1], [3,5]
+    assert r.tolist() == [0, 0, 0, 1, 1]
+    assert x0.tolist() == [0.0, 2.0, 5.0, 0.0, 3.0]
+    assert wm.tolist() == [1.5, 0.5, 1.0, 1.0, 2.0]
+    # a bar inside a wider one disappears into it
+    r, x0, wm = merged_bars(np.array([0, 0]), np.array([0.0, 1.0]), np.array([4.0, 1.0]))
+    assert (r.tolist(), x0.tolist(), wm.tolist()) == ([0], [0.0], [4.0])
+
+
+def test_timeline_touching_spans_become_one_bar():
+    res = hot_expert_result()
+    # rank 0 computes 0-1 (attn), 1.5-2.3 (experts) and 4-4.5 ms (post); a compute span
+    # 1-1.5 ms on the comm stream fills the gap, so 0-2.3 ms is one bar
+    res.spans.append(Span(0, "comm", "compute", "extra", 1.0 * MS, 1.5 * MS))
+    ax = plot_timeline(res, new_figure().add_subplot(), ranks=[0])
+    comp = next(c for c in _bar_collections(ax) if c.get_gid() == "timeline:compute")
+    assert _bars(comp) == [pytest.approx((0.0, 2.3)), pytest.approx((4.0, 4.5))]
 
 
 def test_timeline_8_ranks_one_row_each():
@@ -131,3 +170,14 @@ def test_no_data_plots_say_so():
     res.links = None
     assert "no expert" in plot_experts(res, new_figure().add_subplot()).texts[0].get_text()
     assert "no link" in plot_links(res, new_figure().add_subplot()).texts[0].get_text()
+
+
+def test_links_without_bytes_say_so(recwarn):
+    res = hot_expert_result()
+    res.links.bytes = [0.0] * len(res.links.names)
+    ax = plot_links(res, new_figure().add_subplot())
+    assert ax.texts[0].get_text() == "no link carried bytes in this run"
+    res.summary["shortcuts"] = [{"name": "no_link_bytes", "detail": "", "bound": ""}]
+    ax = plot_links(res, new_figure().add_subplot())
+    assert "--set engine.mode=exact" in ax.texts[0].get_text()
+    assert not [w for w in recwarn if "ylims" in str(w.message)]

@@ -25,8 +25,8 @@ DEEPSEEK_128 = ("deepseek-v3-2048", ["engine.mode=exact", "overlap.ep_comm_overl
                                      "model.layers=4", "model.first_dense_layers=0",
                                      "schedule.microbatches=4"])
 # 128 GPUs: Mixtral, interleaved PP4 (v=2), EP8 inside each node, DP32 -> edp 4
-MIXTRAL_128 = ("mixtral-8x7b-64gpu", ["cluster.nodes=16", "model.layers=8",
-                                      "schedule.microbatches=4"])
+MIXTRAL_128 = ("mixtral-8x7b-64gpu", ["engine.mode=exact", "cluster.nodes=16",
+                                      "model.layers=8", "schedule.microbatches=4"])
 
 
 def per_rank(result, key):
@@ -88,7 +88,8 @@ def test_replica_map_follows_layout_groups():
 
 
 def test_identical_replicas_share_routing_and_mirrors_report_their_representative():
-    over = ["cluster.nodes=4", "model.layers=8", "schedule.microbatches=4"]   # 32 GPUs, edp 2
+    over = ["engine.mode=exact", "cluster.nodes=4", "model.layers=8",   # 32 GPUs, edp 2
+            "schedule.microbatches=4"]
     r = simulate("mixtral-8x7b-64gpu", over, replicas="identical", record_series=False)
     assert r.n_ranks == 32
     rows = r.summary["per_rank"]

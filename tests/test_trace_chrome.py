@@ -12,7 +12,9 @@ from moesim.errors import InputError
 from moesim.trace.chrome import (
     TID_STRIDE,
     WAIT_SLOT,
+    _json_default,
     chrome_trace,
+    chrome_trace_json,
     load_chrome_trace,
     load_chrome_trace_dict,
     write_chrome_trace,
@@ -182,3 +184,43 @@ def test_plot_cli_corrupt_trace_one_line(tmp_path, capsys):
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1
     assert "trace.json" in err[0] and "traceEvents[0].ts" in err[0] and "Traceback" not in err[0]
+
+
+def _dict_json(res) -> str:
+    return json.dumps(chrome_trace(res), separators=(",", ":"), allow_nan=False,
+                      default=_json_default)
+
+
+def test_text_writer_same_bytes_as_the_dict(tmp_path):
+    import numpy as np
+
+    res = hot_expert_result()
+    res.spans += [
+        # every optional field, ints where floats are usual and the other way round
+        Span(1, "comm", "dp", 'dp "b1"\\µ←', 4.0 * MS, 4.2 * MS, layer=-1, microbatch=-1,
+             phase="bwd", bytes=1000, tokens=3, flops=2.5e9, experts=(1, 2), peers=(0, 1),
+             waited_on=0, expert=2, reason='rank 0 "late" ← µ',
+             args={"bucket_bytes": np.float64(1e6), "ids": np.arange(2), "s": {3, 1}}),
+        # numpy scalars in the typed fields take the slow path
+        Span(np.int64(0), "comm", "pp", "send", np.float64(4.5 * MS), np.float64(4.5 * MS),
+             layer=np.int64(2), microbatch=np.int32(0), experts=(np.int64(5),)),
+        Span(1, "compute", "bubble", "wait", 0.0, 0, waited_on=0),
+        Span(0, "comm.ep", "ep_dispatch", "a2a", 1.0 * MS, 1.2 * MS, peers=(True, 1)),
+        # overlapping spans of one stream: extra tracks
+        Span(1, "comm", "tp", "tp.allreduce", 1.2 * MS, 1.8 * MS, layer=3),
+        Span(1, "comm", "tp", "tp.allreduce2", 1.3 * MS, 1.4 * MS, layer=3),
+    ]
+    res.spans.append(Span(1, "comm", "tp", "tp.reversed", 2.0 * MS, 1.9 * MS))  # dur < 0
+    text = chrome_trace_json(res)
+    assert text == _dict_json(res)
+    assert write_chrome_trace(res, tmp_path / "t.json").read_text() == text
+    json.loads(text)
+
+
+def test_text_writer_refuses_non_finite_times():
+    res = hot_expert_result()
+    res.spans.append(Span(1, "comm", "dp", "dp.bucket1", float("nan"), float("inf")))
+    with pytest.raises(ValueError):
+        _dict_json(res)
+    with pytest.raises(ValueError):
+        chrome_trace_json(res)

@@ -130,3 +130,25 @@ def test_plot_cli_missing_run_dir(tmp_path, capsys):
     assert main(["plot", str(tmp_path / "nope")]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "nope" in err[0]
+
+
+def test_parallel_writer_same_files_as_sequential(tmp_path):
+    res = hot_expert_result()
+    a = write_run_outputs(res, tmp_path / "a", quiet=True, parallel=True)
+    b = write_run_outputs(res, tmp_path / "b", quiet=True, parallel=False)
+    assert [p.name for p in a] == [p.name for p in b]
+    for name in ("summary.json", "summary.md", "trace.json", "stalls.csv"):
+        assert (tmp_path / "a" / name).read_bytes() == (tmp_path / "b" / name).read_bytes()
+
+
+def test_writer_error_in_the_child_is_raised_here(tmp_path, monkeypatch):
+    import moesim.trace.report as report
+
+    def broken(result, path):
+        raise RuntimeError("disk on fire")
+
+    monkeypatch.setattr(report, "write_chrome_trace", broken)
+    for parallel in (True, False):
+        with pytest.raises(RuntimeError, match="disk on fire"):
+            write_run_outputs(hot_expert_result(), tmp_path / str(parallel), quiet=True,
+                              parallel=parallel)

@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import sys
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -57,14 +59,15 @@ def jsonable(obj: Any) -> Any:
     return obj
 
 
-def full_summary(result: SimResult, n_top: int = 10) -> dict:
+def full_summary(result: SimResult, n_top: int = 10, rows: list[dict] | None = None) -> dict:
     """``result.summary`` plus ``stalls`` (total, per blocking rank/expert, top list),
     ``critical_path``, ``scenario``, ``seed`` and ``moesim_version``. The simulator's wall
-    time is left out so that the same scenario and seed give the same bytes."""
+    time is left out so that the same scenario and seed give the same bytes. ``rows``:
+    :func:`stall_table` of ``result`` if the caller has it already."""
     s = {k: v for k, v in result.summary.items() if k not in WALL_CLOCK_KEYS}
     if isinstance(s.get("scenario"), str):
         s["scenario_name"] = s["scenario"]
-    rows = stall_table(result)
+    rows = stall_table(result) if rows is None else rows
     s["stalls"] = {**stall_totals(rows), "top": top_stalls(rows, n_top)}
     s["critical_path"] = path_breakdown(result)
     s["hot_ranks"] = list(result.hot_ranks)
@@ -196,34 +199,91 @@ def check_outdir(outdir: Path, force: bool, scenario: Any = None) -> None:
 
 
 def write_run_outputs(result: SimResult, outdir: str | Path, *, force: bool = False,
-                      quiet: bool = False) -> list[Path]:
+                      quiet: bool = False, parallel: bool = True) -> list[Path]:
     """Write summary.md, summary.json, trace.json, timeline.png, experts.png, links.png
-    and stalls.csv into ``outdir``; returns their paths."""
+    and stalls.csv into ``outdir``; returns their paths.
+
+    With ``parallel`` (default), where the process can fork safely (Linux, more than one
+    CPU, no other Python thread), a forked child writes trace.json while this process
+    writes the other files; the files are the same bytes either way. If the child
+    fails, trace.json is written again here (raising the error)."""
     outdir = Path(outdir)
     check_outdir(outdir, force, result.scenario)
     outdir.mkdir(parents=True, exist_ok=True)
-    summary = full_summary(result)
-    paths = []
-    p = outdir / "summary.json"
-    p.write_text(json.dumps(summary, indent=1, allow_nan=False) + "\n")
-    paths.append(p)
-    p = outdir / "summary.md"
-    p.write_text(render_markdown(summary))
-    paths.append(p)
-    paths.append(write_chrome_trace(result, outdir / "trace.json"))
-    paths.append(write_stalls_csv(stall_table(result), outdir / "stalls.csv"))
-    fig = new_figure(*timeline_figsize(result.n_ranks, result.ranks_per_node))
-    plot_timeline(result, fig.add_subplot())
-    paths.append(save_figure(fig, outdir / "timeline.png"))
-    fig = new_figure(10, 5)
-    plot_experts(result, fig.add_subplot())
-    paths.append(save_figure(fig, outdir / "experts.png"))
-    fig = new_figure(11, 4.5)
-    plot_links(result, fig.add_subplot())
-    paths.append(save_figure(fig, outdir / "links.png"))
+    trace_path, stalls_path = outdir / "trace.json", outdir / "stalls.csv"
+
+    def write_trace() -> None:
+        write_chrome_trace(result, trace_path)
+
+    child = _fork(write_trace) if parallel else None
+    try:
+        if child is None:
+            write_trace()
+        rows = stall_table(result)
+        write_stalls_csv(rows, stalls_path)
+        summary = full_summary(result, rows=rows)
+        paths = []
+        p = outdir / "summary.json"
+        p.write_text(json.dumps(summary, indent=1, allow_nan=False) + "\n")
+        paths.append(p)
+        p = outdir / "summary.md"
+        p.write_text(render_markdown(summary))
+        paths.append(p)
+        paths += [trace_path, stalls_path]
+        fig = new_figure(*timeline_figsize(result.n_ranks, result.ranks_per_node))
+        plot_timeline(result, fig.add_subplot())
+        paths.append(save_figure(fig, outdir / "timeline.png"))
+        fig = new_figure(10, 5)
+        plot_experts(result, fig.add_subplot())
+        paths.append(save_figure(fig, outdir / "experts.png"))
+        fig = new_figure(11, 4.5)
+        plot_links(result, fig.add_subplot())
+        paths.append(save_figure(fig, outdir / "links.png"))
+    finally:
+        ok = child is None or _wait(child)
+    if not ok:
+        write_trace()  # the child failed: again here, where an error is raised
     if not quiet:
         print(f"wrote {len(paths)} files to {outdir}/", file=sys.stderr)
     return paths
+
+
+def _fork(work) -> int | None:
+    """Run ``work()`` in a forked child; its pid, or None (nothing started) where forking
+    is not possible or not safe: not Linux (macOS frameworks may not survive a fork),
+    fewer than two CPUs this process may use, or other Python threads running (a child
+    of a threaded process may deadlock on a lock held by another thread)."""
+    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else 1
+    if (not sys.platform.startswith("linux") or not hasattr(os, "fork") or cpus < 2
+            or threading.active_count() > 1):
+        return None
+    try:
+        pid = os.fork()
+    except OSError:
+        return None
+    if pid == 0:  # the child: never return into the caller's stack
+        code = 1
+        try:
+            work()
+            code = 0
+        except BaseException:
+            pass  # the parent sees the status, does the work again and raises
+        finally:
+            os._exit(code)
+    return pid
+
+
+def _wait(pid: int) -> bool:
+    """Wait for the child ``pid``; True if it exited with status 0."""
+    while True:
+        try:
+            _, status = os.waitpid(pid, 0)
+            break
+        except InterruptedError:
+            continue
+        except ChildProcessError:
+            return False
+    return os.waitstatus_to_exitcode(status) == 0
 
 
 def save_figure(fig: Any, path: Path) -> Path:
