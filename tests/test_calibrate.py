@@ -198,3 +198,18 @@ def test_memory_rate_per_op_kind_and_fallback():
     with pytest.raises(InputError) as err:
         model_from_dict(doc, "c.json")
     assert err.value.field == "memory.bytes_per_s_by_op.aten::gelu"
+
+
+def test_flat_samples_still_give_a_finite_rate():
+    """All-to-alls whose time does not grow with size (noise): the non-negative line is
+    flat (rate infinite); the calibration falls back to the line through the origin,
+    so the file it writes loads."""
+    from moesim.validation.calibrate import fit_line, with_rate
+    x = np.array([1e3, 2e3, 4e3, 8e3])
+    t = np.array([4e-4, 3e-4, 2e-4, 1e-4])          # shrinking with size: slope clamped
+    flat = fit_line(x, t)
+    assert flat.slope == 0 and flat.rate == float("inf")
+    fixed = with_rate(flat, x, t)
+    assert fixed.overhead_s == 0 and 0 < fixed.rate < float("inf")
+    w = 1 / t                                         # weighted least squares, by hand
+    assert fixed.slope == pytest.approx(np.sum(w * w * x * t) / np.sum(w * w * x * x))

@@ -153,9 +153,26 @@ def fit_gemm(flops: np.ndarray, nbytes: np.ndarray, t: np.ndarray,
     cols = np.column_stack([np.ones_like(flops), flops, nbytes])
     coef = fit_nnls(cols, t, what, required=(1,))   # a GEMM always has a FLOP rate
     if coef is None or coef[1] <= 0:    # no fit with a finite rate: the plain line
-        return fit_line(flops, t, what), 0.0
+        return with_rate(fit_line(flops, t, what), flops, t), 0.0
     a, b, c = coef
     return line_stats(cols @ coef, t, a, b), float(c)
+
+
+def with_rate(fit: LineFit, x: np.ndarray, t: np.ndarray) -> LineFit:
+    """``fit`` if its slope is > 0; otherwise (the samples show no size dependence, e.g.
+    a few small, noisy all-to-alls) the least-squares line through the origin
+    (relative residuals), so a calibration always has a finite rate (> 0). The
+    overhead is then 0: the samples' mean time is carried by the rate."""
+    if fit.slope > 0:
+        return fit
+    x = np.asarray(x, dtype=float)
+    t = np.asarray(t, dtype=float)
+    keep = (t > 0) & (x > 0)
+    if not keep.any():
+        return fit
+    w = 1.0 / t[keep]
+    b = float(np.sum(w * w * x[keep] * t[keep]) / np.sum(w * w * x[keep] ** 2))
+    return line_stats(b * x, t, 0.0, b)
 
 
 def fit_total(x: np.ndarray, t: np.ndarray, overhead_s: float) -> LineFit:
@@ -290,9 +307,11 @@ def calibrate(sets: list[TraceSet], sources: list[str], backend: str = "gloo",
     gemm, gemm_byte_slope = fit_gemm(*cat(gemm_samples), what=f"{src} (matmuls)")
     mem_x, mem_t, mem_names = cat(memory_samples)
     mem = fit_total(mem_x, mem_t, fit_line(mem_x, mem_t, f"{src} (memory-bound ops)").overhead_s)
+    mem = with_rate(mem, mem_x, mem_t)
     by_op = rates_by_op(mem_x, mem_t, mem_names, mem.overhead_s)
     duplex = backend not in HALF_DUPLEX_BACKENDS
-    comm = fit_line(*cat(lambda s: comm_samples(s, duplex)), what=f"{src} (all-to-alls)")
+    comm_x, comm_t = cat(lambda s: comm_samples(s, duplex))
+    comm = with_rate(fit_line(comm_x, comm_t, what=f"{src} (all-to-alls)"), comm_x, comm_t)
     gaps = np.concatenate([gap_samples(s) for s in sets])
     tot: dict[str, list[float]] = {}
     for s in sets:
