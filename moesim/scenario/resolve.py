@@ -51,6 +51,8 @@ def load_cluster(scn: Scenario) -> Any:
     if load_topology is None:
         return None
     name = scn.cluster.topology
+    if name == "calibration":
+        return calibration_cluster(scn)
     p = Path(name)
     if (p.suffix in (".yaml", ".yml") or "/" in name) and not p.is_absolute():
         p = Path(scn.source).parent / p  # a relative path is relative to the scenario file
@@ -61,6 +63,48 @@ def load_cluster(scn: Scenario) -> Any:
         if err.field:  # an error inside the topology file or its params names itself
             raise
         raise InputError(scn.source, "cluster.topology", err.expected, err.got) from None
+
+
+def calibrated_device(device: Any, compute: Any, scn: Scenario) -> Any:
+    """The ``cpu`` device entry fed by a calibration (``compute: {kind: calibration}``):
+    its placeholder peak becomes the calibrated GEMM rate, its bandwidth the calibrated
+    memory-bound rate and its per-kernel overhead the calibrated host gap per op, so
+    MFU and the memory report use the measured machine. Other devices are unchanged
+    (a CPU calibration says nothing about an H100)."""
+    if getattr(device, "name", None) != "cpu" or not hasattr(compute, "gemm_flops_per_s"):
+        return device
+    return dataclasses.replace(
+        device, peak_bf16_flops=compute.gemm_flops_per_s, hbm_Bps=compute.memory_bytes_per_s,
+        launch_overhead_s=compute.op_gap_s,
+        calibrated_from=f"{dict(scn.compute).get('file')} (moesim calibrate)")
+
+
+def calibration_cluster(scn: Scenario) -> Any:
+    """``cluster: {topology: calibration, params: {file: calib.json, ranks: N}}``: the
+    machine a calibration was recorded on (``moesim.validation.replay.machine_topology``:
+    N ranks on one host, links with the calibrated all-to-all latency and bandwidth,
+    half duplex for gloo). Pair it with ``compute: {kind: calibration, file: ...}`` and
+    ``cluster.device: cpu`` to simulate the recording machine itself. A relative
+    ``file`` is taken relative to the scenario file."""
+    src = scn.source
+    params = dict(scn.cluster.params)
+    extra = sorted(set(params) - {"file", "ranks"})
+    if extra:
+        raise InputError(src, f"cluster.params.{extra[0]}", "only file and ranks for "
+                         "topology: calibration", extra[0])
+    path, ranks = params.get("file"), params.get("ranks", scn.cluster.nodes)
+    if not isinstance(path, str) or not path:
+        raise InputError(src, "cluster.params.file", "a calibration file (moesim calibrate "
+                         "-o) for topology: calibration", path)
+    if not isinstance(ranks, int) or isinstance(ranks, bool) or ranks < 1:
+        raise InputError(src, "cluster.params.ranks", "a positive number of ranks on the "
+                         "recording machine", ranks)
+    p = Path(path)
+    if not p.is_absolute() and Path(src).is_file():
+        p = Path(src).parent / p
+    from moesim.validation.calibration import load_calibration
+    from moesim.validation.replay import machine_topology
+    return machine_topology(ranks, load_calibration(p).comm)
 
 
 def scenario_layout(scn: Scenario) -> tuple[Layout, list[str]]:
@@ -123,4 +167,5 @@ def resolve(scn: Scenario) -> Resolved:
     compute_model_from_dict = _delegate("moesim.compute.roofline", "compute_model_from_dict")
     if compute_model_from_dict is not None and device is not None:
         compute = compute_model_from_dict(dict(scn.compute), src, device)
+        device = calibrated_device(device, compute, scn)
     return Resolved(scn, layout, tuple(warns), topo, model, routing, device, compute)
