@@ -59,3 +59,29 @@ def test_calibration_cluster_bad_params(tmp_path, params, field):
 def test_cli_runs_it(capsys):
     assert main(["run", "recording-machine", "--no-files", "--quiet"]) == 0
     assert "recording-machine: step" in capsys.readouterr().out
+
+
+def test_gpu_recording_feeds_its_gpu_entry(tmp_path):
+    """An nccl recording's calibration names the GPU record logged ("NVIDIA H200" →
+    the catalog's H200); a scenario on that device takes its figures from it, one on
+    another device keeps the catalog's."""
+    import dataclasses
+    import json
+
+    from moesim.cli.calibrate_cmd import device_of
+    from moesim.compute.devices import get_device
+    from moesim.scenario.resolve import calibrated_device
+
+    d = tmp_path / "rec"
+    d.mkdir()
+    (d / "routing.json").write_text(json.dumps(
+        {"args": {"backend": "nccl"}, "host": {"cuda_device": "NVIDIA H200"}}))
+    assert device_of(str(d), "nccl") == "H200"
+    assert device_of(str(d), "gloo") == "cpu"
+    (d / "routing.json").write_text(json.dumps({"args": {"backend": "nccl"}, "host": {}}))
+    assert device_of(str(d), "nccl") == "gpu"
+    cal = dataclasses.replace(load_calibration(CALIB), device="H200")
+    scn = resolve_path("recording-machine").scenario
+    h200 = calibrated_device(get_device("H200"), cal, scn)
+    assert h200.peak_bf16_flops == cal.gemm_flops_per_s and h200.name == "H200"
+    assert calibrated_device(get_device("H100"), cal, scn) == get_device("H100")

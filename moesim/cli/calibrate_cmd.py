@@ -17,12 +17,35 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="backend name to store (default: from the traces, else gloo)")
 
 
-def _backend(trace_dir: str) -> str | None:
-    routing = Path(trace_dir) / "routing.json"
+def _routing(trace_dir: str) -> dict:
     try:
-        return str(json.loads(routing.read_text())["args"]["backend"])
-    except (OSError, ValueError, KeyError, TypeError):
+        doc = json.loads((Path(trace_dir) / "routing.json").read_text())
+    except (OSError, ValueError):
+        return {}
+    return doc if isinstance(doc, dict) else {}
+
+
+def _backend(trace_dir: str) -> str | None:
+    try:
+        return str(_routing(trace_dir)["args"]["backend"])
+    except (KeyError, TypeError):
         return None
+
+
+def device_of(trace_dir: str, backend: str) -> str:
+    """The device catalog entry a calibration feeds: ``cpu`` for gloo recordings; for
+    nccl ones, the catalog name found in the GPU name ``record`` logged
+    (``host.cuda_device``, e.g. "NVIDIA H200" → "H200"), else that name as it is."""
+    if backend != "nccl":
+        return "cpu"
+    from moesim.compute.devices import DEVICES
+
+    host = _routing(trace_dir).get("host")
+    gpu = str(host.get("cuda_device", "")) if isinstance(host, dict) else ""
+    for name in sorted(DEVICES, key=len, reverse=True):
+        if name != "cpu" and name.lower() in gpu.lower():
+            return name
+    return gpu or "gpu"
 
 
 def run(args: argparse.Namespace) -> int:
@@ -36,7 +59,8 @@ def run(args: argparse.Namespace) -> int:
         raise InputError(str(out), "-o", "a path that does not exist yet (or --force)", "exists")
     sets = [ingest([d]) for d in args.trace_dirs]
     backend = args.backend or _backend(args.trace_dirs[0]) or "gloo"
-    doc = calibrate(sets, list(args.trace_dirs), backend=backend)
+    doc = calibrate(sets, list(args.trace_dirs), backend=backend,
+                    device=device_of(args.trace_dirs[0], backend))
     save_calibration(doc, out, force=args.force)
     g, m, c, f = doc["gemm"], doc["memory"], doc["comm"], doc["fit"]
     traffic = (f" + operand bytes / {g['bytes_per_s'] / 1e9:.2f} GB/s"
@@ -49,6 +73,8 @@ def run(args: argparse.Namespace) -> int:
           f" ({c['backend']}, R² {f['comm']['r2']:.3f}, n={f['comm']['n_samples']})")
     print("host:   " + ", ".join(f"{k} {v * 1e6:.1f} µs" for k, v in doc["host"].items())
           + " (added to every replayed compute op)")
+    print(f"device: {doc['device']} (the catalog entry a scenario with this calibration "
+          "as its compute model takes its peak, bandwidth and overhead from)")
     print("median |residual|/t: " + ", ".join(
         f"{k} {f[k]['residuals']['median_rel']:.1%}" for k in ("gemm", "memory", "comm")))
     print(f"wrote {out}")

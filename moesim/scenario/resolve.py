@@ -66,12 +66,15 @@ def load_cluster(scn: Scenario) -> Any:
 
 
 def calibrated_device(device: Any, compute: Any, scn: Scenario) -> Any:
-    """The ``cpu`` device entry fed by a calibration (``compute: {kind: calibration}``):
-    its placeholder peak becomes the calibrated GEMM rate, its bandwidth the calibrated
-    memory-bound rate and its per-kernel overhead the calibrated host gap per op, so
-    MFU and the memory report use the measured machine. Other devices are unchanged
-    (a CPU calibration says nothing about an H100)."""
-    if getattr(device, "name", None) != "cpu" or not hasattr(compute, "gemm_flops_per_s"):
+    """The device entry fed by a calibration (``compute: {kind: calibration}``) recorded
+    on that device (the calibration's ``device``: ``cpu`` for gloo recordings, the GPU's
+    catalog name for nccl ones): its peak becomes the calibrated GEMM rate, its
+    bandwidth the calibrated memory-bound rate and its per-kernel overhead the
+    calibrated host gap per op, so MFU and the memory report use the measured machine.
+    Other devices are unchanged (a CPU calibration says nothing about an H100)."""
+    if not hasattr(compute, "gemm_flops_per_s"):
+        return device
+    if str(getattr(device, "name", "")).lower() != str(compute.device).lower():
         return device
     return dataclasses.replace(
         device, peak_bf16_flops=compute.gemm_flops_per_s, hbm_Bps=compute.memory_bytes_per_s,

@@ -304,6 +304,8 @@ def record(cfg: RecordConfig, force: bool = False) -> Path:
     host["loadavg_before_1_5_15min"] = load_before
     host["rank_processes"] = processes   # niceness / core each rank actually ran with
     host["malloc_env"] = env             # glibc tunables the ranks started with
+    if cfg.backend == "nccl":            # the GPU the study calibrates (moesim calibrate)
+        host["cuda_device"] = torch.cuda.get_device_name(0)
     routing = {
         "format": "moesim-routing/1",
         "args": {k: v for k, v in asdict(cfg).items() if k != "outdir"},
