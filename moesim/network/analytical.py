@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 import simpy
 
-from moesim.network.base import LinkSet
+from moesim.network.base import LinkSet, checked_bytes, checked_flow
 from moesim.network.flow import ROUTE_CACHE_MAX
 
 
@@ -53,9 +53,7 @@ class AnalyticalNetwork:
 
     def flow_time(self, src: str, dst: str, nbytes: float, key: int = 0) -> float:
         """Seconds from start to delivery of one flow alone on its path."""
-        nbytes = float(nbytes)
-        if not nbytes >= 0 or nbytes == np.inf:
-            raise ValueError(f"flow {src}->{dst}: bytes must be finite and >= 0, got {nbytes}")
+        nbytes = checked_bytes(src, dst, nbytes)
         path, lat, bottleneck = self._route(src, dst, key)
         return 0.0 if len(path) == 0 else lat + nbytes / bottleneck
 
@@ -72,12 +70,10 @@ class AnalyticalNetwork:
         ev = self.env.event()
         timed = []
         for f in flows:
-            src, dst, nbytes = f[0], f[1], f[2]
-            fkey = f[3] if len(f) > 3 else key
-            t = self.flow_time(src, dst, nbytes, fkey)   # validates before anything starts
-            path = self._route(src, dst, fkey)[0]
+            src, dst, nbytes, fkey = checked_flow(f, key)   # all checked before any starts
+            path, lat, bottleneck = self._route(src, dst, fkey)
             if len(path):   # src == dst crosses no link
-                timed.append((t, path, float(nbytes)))
+                timed.append((lat + nbytes / bottleneck, path, nbytes))
         self.n_flows += len(timed)
         longest = 0.0
         for t, path, nbytes in timed:

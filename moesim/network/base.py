@@ -15,6 +15,21 @@ import numpy as np
 import simpy
 
 
+def checked_bytes(src: str, dst: str, nbytes: Any) -> float:
+    """``nbytes`` as a float; ValueError naming the flow unless finite and >= 0."""
+    nbytes = float(nbytes)
+    if not nbytes >= 0 or nbytes == np.inf:
+        raise ValueError(f"flow {src}->{dst}: bytes must be finite and >= 0, got {nbytes}")
+    return nbytes
+
+
+def checked_flow(flow: Sequence[Any], key: int) -> tuple[str, str, float, int]:
+    """(src, dst, bytes, key) of one ``transfer_many`` entry, ``(src, dst, bytes)`` or
+    ``(src, dst, bytes, key)`` (a fourth element overrides ``key``); bytes checked."""
+    src, dst = flow[0], flow[1]
+    return src, dst, checked_bytes(src, dst, flow[2]), (flow[3] if len(flow) > 3 else key)
+
+
 class LinkSet(Protocol):
     capacity_Bps: np.ndarray   # per directed link, bytes/s after efficiency
     latency_s: np.ndarray      # per directed link, seconds

@@ -49,7 +49,7 @@ from typing import Any
 import numpy as np
 import simpy
 
-from moesim.network.base import LinkSet
+from moesim.network.base import LinkSet, checked_flow
 from moesim.network.incremental import affected_flows
 from moesim.network.maxmin import CAP_FLOOR, SMALL_PAIRS, maxmin_pairs
 
@@ -166,10 +166,7 @@ class FlowNetwork:
         self._next_group += 1
         queued = []
         for f in flows:
-            src, dst, nbytes = f[0], f[1], float(f[2])
-            fkey = f[3] if len(f) > 3 else key
-            if not nbytes >= 0 or nbytes == np.inf:
-                raise ValueError(f"flow {src}->{dst}: bytes must be finite and >= 0, got {nbytes}")
+            src, dst, nbytes, fkey = checked_flow(f, key)
             path = self._route(src, dst, fkey)
             if len(path):   # src == dst crosses no link: delivered at once
                 queued.append((path, nbytes, gid))
