@@ -41,6 +41,24 @@ SHARING_MAX_MEMBERS = 32
 EXACT_MAX_MEMBERS = 32
 
 
+def _start_levels(matrix: np.ndarray, arrivals: np.ndarray, k_max: int):
+    """(flat bytes, flat start times max(arrival_i, arrival_j), mask of flows with bytes,
+    start levels τ) of an all-to-all; τ = the distinct arrivals from the earliest start
+    of a flow with bytes on (every start is an arrival), or ``k_max`` quantiles of them;
+    τ is None when no flow has bytes."""
+    flat = np.asarray(matrix, dtype=float).ravel()
+    a = np.asarray(arrivals, dtype=float)
+    start = np.maximum(a[:, None], a[None, :]).ravel()
+    live = flat > 0
+    if not live.any():
+        return flat, start, live, None
+    taus = np.unique(a)
+    taus = taus[taus >= start[live].min()]
+    if len(taus) > k_max:
+        taus = taus[np.unique(np.linspace(0, len(taus) - 1, k_max).round().astype(int))]
+    return flat, start, live, taus
+
+
 class _Incidence:
     """Routes of every ordered pair of a group, as flat (pair, link) arrays."""
 
@@ -121,16 +139,9 @@ class _Incidence:
         its flows starting at or after τ) / capacity; a flow ends when every link of
         its path has drained, plus its path latency (so members of one all-to-all end
         nearly together; cheaper: no sort)."""
-        flat = np.asarray(matrix, dtype=float).ravel()
-        a = np.asarray(arrivals, dtype=float)
-        start = np.maximum(a[:, None], a[None, :]).ravel()
-        live = flat > 0
-        if not live.any():
+        flat, start, live, taus = _start_levels(matrix, arrivals, k_max)
+        if taus is None:
             return None, live
-        taus = np.unique(a)
-        taus = taus[taus >= start[live].min()]
-        if len(taus) > k_max:
-            taus = taus[np.unique(np.linspace(0, len(taus) - 1, k_max).round().astype(int))]
         w = np.where(start[None, :] >= taus[:, None], flat[None, :], 0.0)   # (K, n*n)
         load = np.stack([np.bincount(self.link, weights=wk[self.pair], minlength=self.n_links)
                          for wk in w], axis=1)                               # (links, K)
@@ -157,18 +168,10 @@ class _Incidence:
         path latency.
         Vectorized: one sort of each link's flows by (level, size) per call, prefix
         sums within each level (``slot``: (rows, width) pair ids per link)."""
-        flat = np.asarray(matrix, dtype=float).ravel()
-        a = np.asarray(arrivals, dtype=float)
-        start = np.maximum(a[:, None], a[None, :]).ravel()
-        live = flat > 0
-        if not live.any():
+        flat, start, live, taus = _start_levels(matrix, arrivals, k_max)
+        if taus is None:
             return None, live
         every = bool(live.all())
-        taus = np.unique(a)                 # every start max(a_i, a_j) is an arrival
-        if not every:
-            taus = taus[taus >= start[live].min()]
-        if len(taus) > k_max:
-            taus = taus[np.unique(np.linspace(0, len(taus) - 1, k_max).round().astype(int))]
         k = len(taus)
         size = np.zeros(len(flat) + 1)                          # the pad pair: 0 bytes
         size[:-1] = flat
