@@ -83,16 +83,16 @@ def fit_line(x: np.ndarray, t: np.ndarray, what: str = "samples") -> LineFit:
     a_mat = np.column_stack([np.ones_like(x), x]) * w[:, None]
     (a, b), *_ = np.linalg.lstsq(a_mat, t * w, rcond=None)
     if a < 0:   # overhead clamped to 0: fit the slope through the origin
-        a, b = 0.0, float(np.sum(w * w * x * t) / np.sum(w * w * x * x))
+        a, b = 0.0, _origin_slope(x, t)
     if b < 0:   # no size dependence: constant time
         a, b = float(np.sum(w * w * t) / np.sum(w * w)), 0.0
-    pred = a + b * x
-    res = t - pred
-    ss_tot = float(np.sum((t - t.mean()) ** 2))
-    r2 = 1.0 - float(np.sum(res**2)) / ss_tot if ss_tot > 0 else 1.0
-    rel = np.abs(res) / t
-    return LineFit(float(a), float(b), r2, int(len(t)), float(np.sqrt(np.mean(res**2))),
-                   float(np.max(rel)), float(np.median(rel)))
+    return line_stats(a + b * x, t, a, b)
+
+
+def _origin_slope(x: np.ndarray, t: np.ndarray) -> float:
+    """Slope of the line through the origin, least squares on relative residuals."""
+    w = 1.0 / t
+    return float(np.sum(w * w * x * t) / np.sum(w * w * x * x))
 
 
 def fit_nnls(cols: np.ndarray, t: np.ndarray, what: str = "samples",
@@ -170,8 +170,7 @@ def with_rate(fit: LineFit, x: np.ndarray, t: np.ndarray) -> LineFit:
     keep = (t > 0) & (x > 0)
     if not keep.any():
         return fit
-    w = 1.0 / t[keep]
-    b = float(np.sum(w * w * x[keep] * t[keep]) / np.sum(w * w * x[keep] ** 2))
+    b = _origin_slope(x[keep], t[keep])
     return line_stats(b * x, t, 0.0, b)
 
 
@@ -184,12 +183,7 @@ def fit_total(x: np.ndarray, t: np.ndarray, overhead_s: float) -> LineFit:
     keep = t > 0
     x, t = x[keep], t[keep]
     b = max(0.0, float(np.sum(t) - len(t) * overhead_s)) / float(np.sum(x))
-    res = t - (overhead_s + b * x)
-    ss_tot = float(np.sum((t - t.mean()) ** 2))
-    r2 = 1.0 - float(np.sum(res**2)) / ss_tot if ss_tot > 0 else 1.0
-    rel = np.abs(res) / t
-    return LineFit(float(overhead_s), b, r2, int(len(t)), float(np.sqrt(np.mean(res**2))),
-                   float(np.max(rel)), float(np.median(rel)))
+    return line_stats(overhead_s + b * x, t, overhead_s, b)
 
 
 def gap_samples(ts: TraceSet) -> np.ndarray:
