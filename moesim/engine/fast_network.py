@@ -1,4 +1,5 @@
-"""Closed-form, contention-aware times of collectives for the fast path (pure: no simpy).
+"""Contention-aware times of collectives for the fast path: closed forms, and the flow
+network (simpy, imported lazily) for the all-to-alls of small multi-host groups.
 
 A direct all-to-all-v (:meth:`_Incidence.flow_finish`): every link of a flow's path
 shares its capacity among its flows by processor sharing (max-min on one link: a flow
@@ -285,11 +286,11 @@ class FastNetwork:
         FastNetwork; each call runs on an empty network from its current time. With
         ``coalesce_rtol`` > 0 (the scenario's ``engine.coalesce_rtol``) flows finish at
         most that fraction of their duration early, as in the exact engine."""
-        import simpy
+        if self._env is None:   # simpy only here: the rest of the module is closed form
+            import simpy
 
-        from moesim.network import FlowNetwork
+            from moesim.network import FlowNetwork
 
-        if self._env is None:
             self._env = simpy.Environment()
             self._flow = FlowNetwork(self._env, self.topo, coalesce_rtol=self.coalesce_rtol)
         env, net = self._env, self._flow
