@@ -6,6 +6,8 @@ import time
 
 import numpy as np
 import pytest
+from hypothesis import assume, given, settings
+from hypothesis import strategies as st
 
 from moesim.errors import InputError
 from moesim.layout import Layout
@@ -112,11 +114,6 @@ def test_tp_crossing_node_warns():
     assert "8 of 8" in w[0]
 
 
-try:
-    from hypothesis import assume, given, settings
-    from hypothesis import strategies as st
-except ImportError:  # pragma: no cover
-    pytest.skip("hypothesis not installed", allow_module_level=True)
 
 
 @settings(max_examples=60, deadline=None)

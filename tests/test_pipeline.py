@@ -5,6 +5,8 @@ from __future__ import annotations
 from fractions import Fraction
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from moesim.schedule import (
     PipeOp,
@@ -108,11 +110,6 @@ def test_deadlocking_order_is_rejected():
         simulate_pipeline(bad, 1.0, 1.0)
 
 
-try:
-    from hypothesis import given, settings
-    from hypothesis import strategies as st
-except ImportError:  # pragma: no cover
-    pytest.skip("hypothesis not installed", allow_module_level=True)
 
 
 @settings(max_examples=60, deadline=None)

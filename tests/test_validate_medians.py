@@ -142,8 +142,7 @@ def test_shipped_hot_study_stall_and_noise():
     from moesim.validation.calibration import load_calibration
 
     hot, rep = SHIPPED / "hot", SHIPPED / "hot-repeat"
-    if not (hot.is_dir() and rep.is_dir()):
-        pytest.skip("shipped traces not present")
+    assert hot.is_dir() and rep.is_dir(), "the shipped traces are part of the repository"
     ts = ingest([str(hot)])
     v = validate(ts, load_calibration(SHIPPED / "calib-uniform-cpu.json"))
     for which in ("measured", "simulated"):
