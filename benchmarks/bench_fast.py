@@ -1,4 +1,4 @@
-"""Wall time and peak memory of the fast path (moesim.engine.fast.simulate_fast).
+"""Wall time and peak memory of the fast path (moesim.engine.fast.engine.simulate_fast).
 
     python benchmarks/bench_fast.py                  # shipped scenarios + scaling tables
     python benchmarks/bench_fast.py --no-scaling     # shipped scenarios only
@@ -31,8 +31,8 @@ MB_SCALING = [(m, ["model.layers=8", f"schedule.microbatches={m}"]) for m in (2,
 
 CHILD = r"""
 import json, resource, statistics, sys, time, tracemalloc
-from moesim.engine.run import resolve_path
-from moesim.engine.fast import simulate_fast
+from moesim.engine.api import resolve_path
+from moesim.engine.fast.engine import simulate_fast
 name, overrides, repeat, trace, replicas = json.loads(sys.argv[1])
 res = resolve_path(name, overrides)
 walls, cpus = [], []

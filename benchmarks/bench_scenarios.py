@@ -5,7 +5,7 @@ time scales with GPUs and with micro-batches.
     python benchmarks/bench_scenarios.py --repeat 3 --timeout 900 --gpus 64,128,256,512
 
 Every measurement runs in a fresh child process (so ``ru_maxrss`` is that run's
-peak resident set): ``--repeat`` timed runs of ``moesim.engine.run.simulate`` (median
+peak resident set): ``--repeat`` timed runs of ``moesim.engine.api.simulate`` (median
 wall time and CPU time reported), then one more under ``tracemalloc`` for the peak
 of Python allocations. Every row measures the exact engine: ``engine.mode=exact`` is
 passed explicitly, also to the scenarios that ship with the fast path
@@ -48,7 +48,7 @@ def child(spec: dict) -> dict:
     import resource
     import tracemalloc
 
-    from moesim.engine.run import simulate
+    from moesim.engine.api import simulate
 
     if spec.get("mem_limit_GB"):   # fail cleanly instead of swapping a shared machine
         lim = int(spec["mem_limit_GB"] * 1e9)

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from moesim.cli import main
-from moesim.engine.run import resolve_path, simulate
+from moesim.engine.api import resolve_path, simulate
 from moesim.errors import InputError
 from moesim.validation.calibration import load_calibration
 

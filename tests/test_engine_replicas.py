@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 import simpy
 
-from moesim.engine.replicas import MirroredNetwork
+from moesim.engine.exact.mirrored import MirroredNetwork
 from moesim.network import FlowNetwork
 
 GB = 1e9

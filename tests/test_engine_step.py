@@ -9,7 +9,7 @@ import yaml
 
 from moesim.compute.devices import get_device
 from moesim.compute.roofline import RooflineModel
-from moesim.engine.run import simulate
+from moesim.engine.api import simulate
 from moesim.model import costs, model_from_dict
 from moesim.scenario import load_scenario
 from moesim.scenario.resolve import resolve

@@ -10,7 +10,7 @@ from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 from moesim.errors import InputError
-from moesim.layout import Layout
+from moesim.layout.mesh import Layout
 
 # world 16 = tp2 * pp2 * dp4, ep2 -> edp2. Default order tp, ep, dp(edp), pp:
 # rank = tp + 2*ep + 4*edp + 8*pp

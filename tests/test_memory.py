@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 
 from moesim.compute import get_device
 from moesim.errors import InputError
-from moesim.memory import layer_activation_bytes, memory_per_rank, split_layers
+from moesim.memory.model import layer_activation_bytes, memory_per_rank, split_layers
 from moesim.model import PRESETS, count_params
 
 TOY = PRESETS["toy"]            # 2 MoE layers, h 512, 8 heads, 8 experts top-2, f 1024

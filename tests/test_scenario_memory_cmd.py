@@ -8,7 +8,7 @@ import json
 import pytest
 
 from moesim.cli import main
-from moesim.memory import memory_per_rank, split_layers
+from moesim.memory.model import memory_per_rank, split_layers
 from moesim.scenario import load_scenario, resolve
 
 

@@ -16,7 +16,7 @@ import pytest
 
 import moesim.sweep.runner as runner
 from moesim.cli import main
-from moesim.engine.run import simulate
+from moesim.engine.api import simulate
 from moesim.sweep.results import POINTS_FILE, load_results, read_records
 from moesim.sweep.runner import point_metrics, run_point, run_sweep
 from moesim.sweep.spec import expand, load_sweep

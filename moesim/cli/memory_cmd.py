@@ -4,7 +4,7 @@ Every rank of a pipeline stage holds the same layers and (with balanced routing)
 same bytes, so the table has one row per stage. Activations alive come from the
 schedule (:func:`moesim.schedule.inflight_microbatches`): GPipe keeps m micro-batches,
 1F1B p-s on stage s; an interleaved rank holds v chunks, each counted with its own
-layers. Categories from :func:`moesim.memory.memory_per_rank`.
+layers. Categories from :func:`moesim.memory.model.memory_per_rank`.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from __future__ import annotations
 import argparse
 import json
 
-from moesim.memory_report import memory_table
+from moesim.memory.report import memory_table
 from moesim.scenario import load_scenario, resolve
 from moesim.units import GB
 

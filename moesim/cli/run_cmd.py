@@ -30,7 +30,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from moesim.engine.run import resolve_path, simulate
+    from moesim.engine.api import resolve_path, simulate
     from moesim.trace.report import check_outdir, full_summary, jsonable, write_run_outputs
 
     res = resolve_path(args.scenario, args.overrides)

@@ -76,12 +76,12 @@ class ModelSpec:
         return self.heads * self.head_dim
 
 
-_FIELDS = {f.name: f for f in dataclasses.fields(ModelSpec)}
+FIELDS = {f.name: f for f in dataclasses.fields(ModelSpec)}
 _TYPES = {"str": str, "int": int, "bool": bool}
 
 
-def _check_type(name: str, value: Any, source: str) -> Any:
-    kind = _TYPES[str(_FIELDS[name].type)]
+def check_type(name: str, value: Any, source: str) -> Any:
+    kind = _TYPES[str(FIELDS[name].type)]
     if kind is int:
         if isinstance(value, bool) or not isinstance(value, int):
             raise InputError(source, f"model.{name}", "an integer", value)
@@ -125,54 +125,3 @@ def validate(spec: ModelSpec, source: str) -> ModelSpec:
     if spec.n_moe_layers < spec.layers and spec.dense_ffn < 1:
         raise bad("dense_ffn", "an integer >= 1 (the model has dense layers)", spec.dense_ffn)
     return spec
-
-
-def model_from_dict(d: Any, source: str) -> ModelSpec:
-    """Build a ModelSpec from ``{"preset": name, **overrides}`` or explicit dims.
-
-    Raises InputError(source, "model.<field>", expected, got) on an unknown preset,
-    an unknown key, a wrong type or inconsistent dims.
-    """
-    if not isinstance(d, dict):
-        raise InputError(source, "model", "a mapping of model fields or {preset: NAME}", d)
-    fields = dict(d)
-    base = ModelSpec()
-    if "preset" in fields:
-        name = fields.pop("preset")
-        if not isinstance(name, str) or name not in _presets():
-            raise InputError(source, "model.preset", f"one of {', '.join(sorted(_presets()))}", name)
-        base = _presets()[name]
-    for key, value in fields.items():
-        if key not in _FIELDS:
-            raise InputError(
-                source, f"model.{key}", f"a model field ({', '.join(['preset', *_FIELDS])})", key
-            )
-        _check_type(key, value, source)
-    if "preset" not in d:
-        _require_explicit(fields, source)
-        fields.setdefault("kv_heads", fields["heads"])
-        fields.setdefault("head_dim", fields["hidden"] // max(fields["heads"], 1) or 1)
-        if not fields["n_experts"]:
-            fields.setdefault("top_k", 0)
-    return validate(dataclasses.replace(base, **fields), source)
-
-
-def _require_explicit(fields: dict, source: str) -> None:
-    """Without a preset, the dims that size the model must be given (no silent defaults)."""
-    required = ["layers", "hidden", "heads", "vocab", "n_experts"]
-    if fields.get("n_experts", 1):
-        required += ["top_k", "expert_ffn"]
-    if not fields.get("n_experts", 1) or fields.get("first_dense_layers", 0) \
-            or fields.get("moe_layer_freq", 1) > 1:
-        required.append("dense_ffn")
-    for key in required:
-        if key not in fields:
-            raise InputError(source, f"model.{key}",
-                             f"a value (no preset given, so {', '.join(required)} are required;"
-                             f" presets: {', '.join(sorted(_presets()))})")
-
-
-def _presets() -> dict[str, ModelSpec]:
-    from moesim.model.presets import PRESETS
-
-    return PRESETS

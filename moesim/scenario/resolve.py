@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from moesim.errors import InputError
-from moesim.layout import Layout
+from moesim.layout.mesh import Layout
 from moesim.scenario.schema import Scenario
 
 

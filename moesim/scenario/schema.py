@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
 
-from moesim.layout import DEFAULT_ORDER
+from moesim.layout.mesh import DEFAULT_ORDER
 from moesim.units import MB
 
 NETWORK_MODELS = ("flow", "analytical")

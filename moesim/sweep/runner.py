@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TextIO
 
-from moesim.engine.run import simulate
+from moesim.engine.api import simulate
 from moesim.errors import InputError
 from moesim.sweep.results import (
     POINTS_FILE,

@@ -29,7 +29,7 @@ functional.all_to_all`` on gloo runs ``world`` ``c10d::scatter_`` calls; send/re
 pairs): they are not found, and ingest says there is no token all-to-all.
 
 :func:`training_steps` splits a trace without ``ProfilerStep`` spans into training steps
-(see there); :func:`moesim.validation.kineto.complete_events` uses it.
+(see there); :func:`moesim.validation.steps.complete_events` uses it.
 """
 
 from __future__ import annotations

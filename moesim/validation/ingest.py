@@ -19,7 +19,7 @@ when present, never required):
   whose ``Input Dims`` give batch, m, k, n;
 - ``ProfilerStep#N`` spans; without them the training steps are found from the
   forward/backward order of the token all-to-alls and numbered 0, 1, ... (synthetic
-  ``ProfilerStep#k`` spans added by :func:`moesim.validation.kineto.complete_events`);
+  ``ProfilerStep#k`` spans added by :func:`moesim.validation.steps.complete_events`);
   a trace with one step (or no backward) is one step, N = 0.
 
 Memory-bound samples are the innermost ``aten::`` ops other than matmuls,
@@ -59,12 +59,12 @@ from moesim.validation.kineto import (
     MATMUL_OPS,
     Event,
     ancestors,
-    complete_events,
     is_backward_name,
     load_trace,
     rank_of,
     world_of,
 )
+from moesim.validation.steps import complete_events
 
 MATMULS = MATMUL_OPS
 # ops that only make views or allocate: no bytes moved, not calibration samples

@@ -1,7 +1,7 @@
 """Turn traced steps into simulator programs (pure: no simpy, no trace durations).
 
 Only routing and shapes come from the trace: for each rank, the traced op sequence in
-order. A matmul or memory-bound op becomes a compute :class:`~moesim.engine.ops.Op`
+order. A matmul or memory-bound op becomes a compute :class:`~moesim.program.ops.Op`
 whose duration is the calibration's time for a :class:`~moesim.compute.base.Kernel`
 built from the op's FLOPs, bytes and m/n/k; each all-to-all (and the small count
 exchange) becomes a collective Op carrying the trace's byte matrix, the same
@@ -27,7 +27,7 @@ import numpy as np
 
 from moesim.collectives.communicator import CollectiveSpec
 from moesim.compute.base import Kernel
-from moesim.engine.ops import Op
+from moesim.program.ops import Op
 from moesim.errors import InputError
 from moesim.topology import Topology, parse_topology
 from moesim.validation.calibration import CalibratedComputeModel, CommCalibration

@@ -30,16 +30,17 @@ import numpy as np
 import simpy
 
 from moesim.collectives.communicator import Communicator
-from moesim.engine.execute import Executor
-from moesim.engine.ops import Op
+from moesim.engine.exact.execute import Executor
+from moesim.program.ops import Op
 from moesim.errors import InputError
 from moesim.network import FlowNetwork
 from moesim.topology import Topology
 from moesim.trace.spans import Span
 from moesim.validation.calibration import CalibratedComputeModel
 from moesim.validation.ingest import TraceSet, TraceStep
-from moesim.validation.kineto import complete_events, load_trace
+from moesim.validation.kineto import load_trace
 from moesim.validation.replay import COLL_KINDS, ROLE_KIND, build_programs, machine_topology
+from moesim.validation.steps import complete_events
 
 PHASES = ("forward_s", "backward_s", "dispatch_s", "experts_s", "combine_s")
 _EPS = 1e-9

@@ -1,17 +1,17 @@
 """The fast path: one training step without simpy, for thousands of GPUs (issue 7).
 
 ``simulate_fast(res)`` returns the same :class:`~moesim.trace.result.SimResult`
-summary as :func:`moesim.engine.run.simulate`, computed by a lockstep model:
+summary as :func:`moesim.engine.api.simulate`, computed by a lockstep model:
 
-- the cluster splits into tp × edp *chains* (:mod:`moesim.engine.fast_pipeline`):
+- the cluster splits into tp × edp *chains* (:mod:`moesim.engine.fast.pipeline`):
   the EP groups of one (tp, edp) coordinate across the pipeline stages; each chain
   is list-scheduled item by item with per-rank numpy vectors;
 - routing is the exact engine's: :func:`moesim.gating.route_microbatch` with the
   same seeds (through the exact builder's ``route``), so token counts, expert
   statistics and memory equal the exact engine's;
 - all-to-alls, TP and pipeline transfers are charged by the link bound
-  (:mod:`moesim.engine.fast_network`); gradient buckets, the optimizer and ZeRO
-  gathers follow the pipeline (:mod:`moesim.engine.fast_dp`);
+  (:mod:`moesim.engine.fast.network`); gradient buckets, the optimizer and ZeRO
+  gathers follow the pipeline (:mod:`moesim.engine.fast.dp`);
 - with identical replicas only the chains with edp index 0 run; the others copy.
 
 Every approximation is listed in ``summary["shortcuts"]`` with its measured bound.
@@ -24,23 +24,24 @@ import time
 import numpy as np
 
 from moesim.engine.breakdown import CATEGORIES, rank_breakdown
-from moesim.engine.build import ACT_BYTES, _Builder, _Timer
-from moesim.engine.fast_dp import RingCost, gradient_phase
-from moesim.engine.fast_network import FastNetwork
-from moesim.engine.fast_pipeline import Chain, RouteRec
-from moesim.engine.fast_summary import make_plan, shortcuts, summary_of
-from moesim.engine.overlap import PairRule
-from moesim.engine.replicas import replicas_mode
+from moesim.engine.fast.dp import RingCost, gradient_phase
+from moesim.engine.fast.network import FastNetwork
+from moesim.engine.fast.pipeline import Chain, RouteRec
+from moesim.engine.fast.summary import make_plan, shortcuts
+from moesim.engine.summary import link_stats, make_result, summarize
 from moesim.model import costs
+from moesim.program.build import ACT_BYTES, Builder, Timer
+from moesim.program.overlap import PairRule
+from moesim.program.replicas import replicas_mode
 from moesim.scenario.resolve import Resolved
-from moesim.trace.result import LinkStats, SimResult
+from moesim.trace.result import SimResult
 from moesim.trace.spans import Span
 
 
 class Context:
     """What every chain shares: model dims, costs, network, schedule."""
 
-    def __init__(self, res: Resolved, builder: _Builder) -> None:
+    def __init__(self, res: Resolved, builder: Builder) -> None:
         b = builder
         scn = res.scenario
         self.res, self.spec = res, res.model
@@ -49,7 +50,7 @@ class Context:
         k = self.spec.top_k if res.routing.top_k is None else res.routing.top_k
         self.sent = self.ep_tokens * k
         self.chunks, self.order = b.chunks, b.order
-        self.timer = _Timer(res.compute)
+        self.timer = Timer(res.compute)
         topo = res.topology
         gpus = list(topo.gpus)
         self.rank_host = [topo.host_of(g) for g in gpus]
@@ -179,7 +180,7 @@ def _budget(ctx: Context, item) -> float:
     return (attn + pre + post) / 2
 
 
-def _run_chain(ctx: Context, b: _Builder, groups, span_pos, progress=None) -> Chain:
+def _run_chain(ctx: Context, b: Builder, groups, span_pos, progress=None) -> Chain:
     cache: dict[tuple, RouteRec] = {}
 
     def route(s: int, layer: int, mb: int) -> RouteRec:
@@ -249,7 +250,7 @@ def simulate_fast(res: Resolved, *, progress=None, span_ranks: int = 64,
     lay, scn = res.layout, res.scenario
     mode = replicas_mode(scn, replicas)
     dedup = mode == "identical" and lay.edp > 1
-    b = _Builder(res, scn.schedule.step, mode, dedup)
+    b = Builder(res, scn.schedule.step, mode, dedup)
     ctx = Context(res, b)
     world = lay.world
     chains = _chains(lay)
@@ -329,18 +330,9 @@ def simulate_fast(res: Resolved, *, progress=None, span_ranks: int = 64,
         if r in keep:
             spans += tspans
     spans.sort(key=lambda s: (s.rank, s.start_s, s.end_s))
-    summary = summary_of(res, plan, rows, step)
+    summary = summarize(res, plan, rows, step)
     summary["engine"] = "fast"
     summary["replicas"] = mode
     summary["shortcuts"] = shortcuts(ctx, dedup, len(chains), world, span_ranks)
-    summary["sim_wall_s"] = time.perf_counter() - t0
-    topo = res.topology
-    return SimResult(
-        spans=spans, summary=summary, scenario=scn.to_dict(), n_ranks=world,
-        ranks_per_node=int(topo.gpus_per_node), step_time_s=step, hot_ranks=plan.hot_ranks,
-        expert_tokens=plan.expert_tokens, expert_dropped=plan.expert_dropped,
-        expert_capacity=plan.expert_capacity,
-        links=LinkStats(names=list(topo.link_names), kinds=list(topo.link_kinds),
-                        capacity_Bps=np.asarray(topo.capacity_Bps, dtype=float),
-                        bytes=np.zeros(len(topo.link_names))),
-        wall_s=time.perf_counter() - t0)
+    links = link_stats(res.topology, np.zeros(len(res.topology.link_names)))
+    return make_result(res, plan, spans, summary, step, links, t0)

@@ -8,12 +8,12 @@ then the combine. A member enters an all-to-all when its previous op ends; it st
 moving data when its latest partner (nonzero bytes either way) has arrived, which is
 a ``stall`` attributed to that partner and its most loaded expert, exactly the
 communicator's pairwise rule; it finishes when its flows do, each flow sharing the
-links of its path by processor sharing (:mod:`moesim.engine.fast_network`).
+links of its path by processor sharing (:mod:`moesim.engine.fast.network`).
 
 Schedule items run in the order of :func:`moesim.schedule.pipeline.make_order`,
 list-scheduled across stages: an item waits for its pipeline message (``bubble``).
 With ``overlap.ep_comm_overlap`` the items the exact builder interleaves (same
-:class:`~moesim.engine.overlap.PairRule`) hide each all-to-all under the partner
+:class:`~moesim.program.overlap.PairRule`) hide each all-to-all under the partner
 item's compute: only ``max(0, a2a - partner compute per all-to-all)`` is exposed.
 """
 

@@ -13,13 +13,13 @@ from __future__ import annotations
 import numpy as np
 
 from moesim.collectives.communicator import CollectiveSpec
-from moesim.engine.ops import Op
-from moesim.memory import rank_params
+from moesim.program.ops import Op
+from moesim.memory.model import rank_params
 from moesim.model import costs
 
 
 class GradientOps:
-    """Mixin for :class:`moesim.engine.build._Builder` (uses its layout, spec, scenario
+    """Mixin for :class:`moesim.program.build.Builder` (uses its layout, spec, scenario
     and op helpers)."""
 
     # ---------------------------------------------------------------- ZeRO / DP

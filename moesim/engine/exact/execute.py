@@ -17,7 +17,7 @@ from collections.abc import Sequence
 
 import simpy
 
-from moesim.engine.ops import Op
+from moesim.program.ops import Op
 from moesim.trace.spans import Span
 
 _EP_KINDS = ("ep_dispatch", "ep_combine")
@@ -42,7 +42,7 @@ class Executor:
         self.finished: list[bytearray] = []
         self._waiters: list[dict[int, simpy.Event]] = []
         self._progress = progress  # callable(stage, n_ops) or None
-        # representative rank -> the ranks it stands for (moesim.engine.replicas); a
+        # representative rank -> the ranks it stands for (moesim.program.replicas); a
         # mirror in a collective's group joins it together with its representative
         self.mirrors = mirrors or {}
         self._mirror_cache: dict[tuple[int, tuple[int, ...]], tuple[int, ...]] = {}

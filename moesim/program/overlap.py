@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from moesim.engine.ops import Op
+from moesim.program.ops import Op
 
 
 def is_ep(op: Op) -> bool:

@@ -26,12 +26,12 @@ import numpy as np
 
 from moesim.collectives.communicator import CollectiveSpec
 from moesim.compute.base import ComputeModel, Kernel
-from moesim.engine.grads import GradientOps
-from moesim.engine.ops import Op
-from moesim.engine.overlap import PairRule, ep_stream, interleave
-from moesim.engine.replicas import ReplicaMap, replica_map
+from moesim.program.grads import GradientOps
+from moesim.program.ops import Op
+from moesim.program.overlap import PairRule, ep_stream, interleave
+from moesim.program.replicas import ReplicaMap, replica_map
 from moesim.gating import make_placement, route_microbatch
-from moesim.memory import split_layers
+from moesim.memory.model import split_layers
 from moesim.model import costs
 from moesim.schedule.pipeline import make_order
 
@@ -55,7 +55,7 @@ class StepPlan:
     inflight: list[int] = field(default_factory=list)  # activations alive per stage (mbs)
 
 
-class _Timer:
+class Timer:
     """Memoized kernel-list durations (identical layers cost the same)."""
 
     def __init__(self, model: ComputeModel) -> None:
@@ -77,17 +77,17 @@ def build_step(res, step: int | None = None, *, replicas: str = "independent",
     training step ``step`` (default: the scenario's ``schedule.step``).
 
     ``replicas="identical"``: every expert-data-parallel replica of an EP group samples
-    the same tokens (:mod:`moesim.engine.replicas`); ``dedup`` (identical only) then
+    the same tokens (:mod:`moesim.program.replicas`); ``dedup`` (identical only) then
     builds programs for the representatives only (mirrors get an empty program) while
     every statistic (expert tokens, FLOPs, tokens received per rank) still counts all
     ranks."""
     if dedup and replicas != "identical":
         raise ValueError("dedup needs replicas='identical'")
-    return _Builder(res, res.scenario.schedule.step if step is None else step,
+    return Builder(res, res.scenario.schedule.step if step is None else step,
                     replicas, dedup).build()
 
 
-class _Builder(GradientOps):
+class Builder(GradientOps):
     def __init__(self, res, step: int, replicas: str = "independent",
                  dedup: bool = False) -> None:
         self.res = res
@@ -103,7 +103,7 @@ class _Builder(GradientOps):
         self.seq = sch.seq_len
         self.tokens = sch.micro_batch_size * sch.seq_len          # per DP rank per micro-batch
         self.ep_tokens = max(1, self.tokens // self.tp)          # routed per rank (seq-parallel)
-        self.timer = _Timer(res.compute)
+        self.timer = Timer(res.compute)
         self.order = make_order(sch.kind, self.pp, self.m, self.v)
         self.pairs = PairRule(self.order, self.pp, self.v)
         self.chunks = split_layers(self.spec.layers, self.pp * self.v)

@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from moesim.errors import InputError
-from moesim.memory import memory_per_rank, split_layers
+from moesim.memory.model import memory_per_rank, split_layers
 from moesim.schedule.pipeline import make_order
 
 # bytes per element of the dispatched tokens: bf16 2; fp8 1 plus one fp32 scale per 128

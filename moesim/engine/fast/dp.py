@@ -1,5 +1,5 @@
 """Gradient buckets, optimizer and ZeRO parameter gathers after the pipeline, for the
-fast path (pure: no simpy). Same bucketing as :mod:`moesim.engine.build`; ring
+fast path (pure: no simpy). Same bucketing as :mod:`moesim.program.build`; ring
 collectives are charged in closed form: ``steps × (chunk × k + latency)``, with ``k``
 the slowest seconds-per-byte of one ring step under the link bound (all rings of
 the step on the network together) — exact for the phases the exact engine runs,
@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 
 from moesim.collectives.algorithms import expand, ring_orders
-from moesim.memory import rank_params
+from moesim.memory.model import rank_params
 from moesim.model import costs
 from moesim.network.maxmin import maxmin_pairs
 

@@ -1,13 +1,12 @@
-"""Summary of a fast-path step: the exact engine's keys, plus the shortcuts taken."""
+"""What a fast-path step adds to the shared summary (:mod:`moesim.engine.summary`): its
+step plan without op programs, and the shortcuts it took with their measured bounds."""
 
 from __future__ import annotations
 
 import numpy as np
 
-from moesim.engine.breakdown import CATEGORIES
-from moesim.engine.build import StepPlan, _Builder
-from moesim.engine.run import expert_summary, memory_summary
-from moesim.scenario.resolve import Resolved
+from moesim.program.build import Builder, StepPlan
+from moesim.schedule.pipeline import inflight_microbatches
 
 #: measured gaps against the exact engine (tests/test_fast_path.py, docs/fast-path.md)
 BOUNDS = {
@@ -26,9 +25,7 @@ BOUNDS = {
 }
 
 
-
-def make_plan(b: _Builder, flops: float) -> StepPlan:
-    from moesim.schedule.pipeline import inflight_microbatches
+def make_plan(b: Builder, flops: float) -> StepPlan:
     L = len(b.moe_layers)
     return StepPlan(
         programs=[], moe_layers=b.moe_layers, expert_tokens=b.expert_tokens,
@@ -37,24 +34,6 @@ def make_plan(b: _Builder, flops: float) -> StepPlan:
         lb_loss=np.divide(b.lb, np.maximum(b.lb_n, 1)), rank_received=b.received,
         model_flops=flops, tokens_per_step=b.tokens * b.m * b.dp, hot_ranks=b._hot_ranks(),
         inflight=inflight_microbatches(b.order))
-
-
-def summary_of(res: Resolved, plan: StepPlan, rows: list[dict], step: float) -> dict:
-    world = res.layout.world
-    mean = {k: float(np.mean([row[k] for row in rows])) for k in CATEGORIES}
-    peak = float(getattr(res.device, "peak_bf16_flops", 0.0) or 0.0)
-    mfu = plan.model_flops / (step * world * peak) if step > 0 and peak > 0 else 0.0
-    per_rank = [{"rank": r, "stage": int(res.layout.coords["pp"][r]), "breakdown_s": row,
-                 "busy_s": step - row["idle"]} for r, row in enumerate(rows)]
-    return {
-        "scenario": res.scenario.name, "world": world, "step_time_s": step,
-        "tokens_per_step": plan.tokens_per_step,
-        "tokens_per_s": plan.tokens_per_step / step if step > 0 else 0.0,
-        "model_flops": plan.model_flops, "mfu": mfu, "breakdown_s": mean,
-        "per_rank": per_rank, "experts": expert_summary(plan),
-        "memory": memory_summary(res, plan), "hot_ranks": plan.hot_ranks,
-        "warnings": list(res.warnings),
-    }
 
 
 def shortcuts(ctx, dedup: bool, n_chains: int, world: int, span_ranks: int

@@ -1,0 +1,65 @@
+"""The one engine interface: ``simulate(target, overrides, *, progress, **options)``.
+
+An engine is a function ``engine(res, *, progress=None, **options) -> SimResult`` over a
+resolved scenario (:class:`Engine`). Two are registered in :data:`ENGINES`, chosen by
+the scenario's ``engine.mode``:
+
+- ``exact`` (:mod:`moesim.engine.exact`): simpy, every flow on the network model;
+- ``fast`` (:mod:`moesim.engine.fast`): the analytical lockstep path for thousands of GPUs.
+
+Both build the same pure op programs (:mod:`moesim.program`), cost ops with the same
+models (:mod:`moesim.model.costs`, :mod:`moesim.compute`), route tokens with the same
+policies (:mod:`moesim.gating`) and report through the same summary
+(:mod:`moesim.engine.summary`); neither imports the other. ``progress`` is called as
+``progress("built", total_items)`` once, then with increments.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Protocol
+
+from moesim.engine.exact.engine import simulate_exact
+from moesim.engine.fast.engine import simulate_fast
+from moesim.errors import InputError
+from moesim.scenario import load_scenario
+from moesim.scenario.resolve import Resolved, resolve
+from moesim.trace.result import SimResult
+
+Progress = Callable[..., None]
+
+
+class Engine(Protocol):
+    def __call__(self, res: Resolved, *, progress: Progress | None = None, **options
+                 ) -> SimResult: ...
+
+
+#: engine.mode -> engine
+ENGINES: dict[str, Engine] = {"exact": simulate_exact, "fast": simulate_fast}
+
+#: options only the exact engine takes (the fast engine ignores them: it has no flow
+#: series, no per-rank mirrors and no coalescing)
+EXACT_ONLY = ("record_series", "dedup", "mirror_traffic", "coalesce_rtol")
+
+
+def resolve_path(path: str | Path, overrides: Sequence[str] = ()) -> Resolved:
+    """Load, check and resolve a scenario file (or shipped name) with ``--set`` overrides."""
+    return resolve(load_scenario(path, list(overrides), resolve=False))
+
+
+def simulate(target: str | Path | Resolved, overrides: Sequence[str] = (), *,
+             progress: Progress | None = None, engine: str | None = None,
+             **options) -> SimResult:
+    """Simulate one step. ``target``: a scenario file/name or an already resolved one.
+    ``engine`` overrides the scenario's ``engine.mode``; ``options`` go to the engine
+    (``replicas`` for both; see :func:`moesim.engine.exact.engine.simulate_exact` for the
+    exact engine's own)."""
+    res = target if isinstance(target, Resolved) else resolve_path(target, overrides)
+    mode = engine or res.scenario.engine.mode
+    if mode not in ENGINES:
+        raise InputError(res.scenario.source, "engine.mode", "one of " + ", ".join(ENGINES),
+                         mode)
+    if mode != "exact":
+        options = {k: v for k, v in options.items() if k not in EXACT_ONLY}
+    return ENGINES[mode](res, progress=progress, **options)

@@ -1,0 +1,1 @@
+"""The exact engine: simpy processes per rank stream over the flow network."""

@@ -1,0 +1,56 @@
+"""A model from a scenario's ``model`` section: a preset (:mod:`moesim.model.presets`)
+with overrides, or explicit dims, checked by :func:`moesim.model.spec.validate`."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+from moesim.errors import InputError
+from moesim.model.presets import PRESETS
+from moesim.model.spec import FIELDS, ModelSpec, check_type, validate
+
+
+def model_from_dict(d: Any, source: str) -> ModelSpec:
+    """Build a ModelSpec from ``{"preset": name, **overrides}`` or explicit dims.
+
+    Raises InputError(source, "model.<field>", expected, got) on an unknown preset,
+    an unknown key, a wrong type or inconsistent dims.
+    """
+    if not isinstance(d, dict):
+        raise InputError(source, "model", "a mapping of model fields or {preset: NAME}", d)
+    fields = dict(d)
+    base = ModelSpec()
+    if "preset" in fields:
+        name = fields.pop("preset")
+        if not isinstance(name, str) or name not in PRESETS:
+            raise InputError(source, "model.preset", f"one of {', '.join(sorted(PRESETS))}", name)
+        base = PRESETS[name]
+    for key, value in fields.items():
+        if key not in FIELDS:
+            raise InputError(
+                source, f"model.{key}", f"a model field ({', '.join(['preset', *FIELDS])})", key
+            )
+        check_type(key, value, source)
+    if "preset" not in d:
+        _require_explicit(fields, source)
+        fields.setdefault("kv_heads", fields["heads"])
+        fields.setdefault("head_dim", fields["hidden"] // max(fields["heads"], 1) or 1)
+        if not fields["n_experts"]:
+            fields.setdefault("top_k", 0)
+    return validate(dataclasses.replace(base, **fields), source)
+
+
+def _require_explicit(fields: dict, source: str) -> None:
+    """Without a preset, the dims that size the model must be given (no silent defaults)."""
+    required = ["layers", "hidden", "heads", "vocab", "n_experts"]
+    if fields.get("n_experts", 1):
+        required += ["top_k", "expert_ffn"]
+    if not fields.get("n_experts", 1) or fields.get("first_dense_layers", 0) \
+            or fields.get("moe_layer_freq", 1) > 1:
+        required.append("dense_ffn")
+    for key in required:
+        if key not in fields:
+            raise InputError(source, f"model.{key}",
+                             f"a value (no preset given, so {', '.join(required)} are required;"
+                             f" presets: {', '.join(sorted(PRESETS))})")
