@@ -25,6 +25,7 @@ class DeviceSpec:
     hbm_Bps: float                  # bytes/s, peak HBM bandwidth
     peak_fp8_flops: float = 0.0     # FLOP/s, dense fp8 peak (0: none)
     launch_overhead_s: float = GPU_LAUNCH_OVERHEAD_S   # seconds per kernel launch
+    sms: int = 0                    # streaming multiprocessors (0: compute is not shared)
     calibrated_from: str = ""       # where measured figures came from, if measured
     notes: str = ""
 
@@ -32,18 +33,23 @@ class DeviceSpec:
 DEVICES: dict[str, DeviceSpec] = {
     # H100 SXM: 989 TFLOP/s bf16 dense, 80 GB, 3.35 TB/s (REFERENCE.md, NVIDIA H100
     # datasheet); fp8 dense 1979 TFLOP/s (same datasheet, 2× bf16).
-    "H100": DeviceSpec("H100", 989e12, 80 * GB, 3.35 * TB, peak_fp8_flops=1979e12,
+    # 132 SMs on H100 SXM5 (NVIDIA H100 Tensor Core GPU Architecture whitepaper).
+    "H100": DeviceSpec("H100", 989e12, 80 * GB, 3.35 * TB, peak_fp8_flops=1979e12, sms=132,
                        notes="SXM5; NVLink 900 GB/s bidirectional"),
     # H200 SXM: 989 TFLOP/s bf16, 141 GB, 4.8 TB/s (REFERENCE.md, NVIDIA H200 datasheet).
-    "H200": DeviceSpec("H200", 989e12, 141 * GB, 4.8 * TB, peak_fp8_flops=1979e12,
+    # H200 is the same GH100 configuration as H100 SXM5 with HBM3e: 132 SMs (NVIDIA H200
+    # Tensor Core GPU datasheet: "based on the NVIDIA Hopper architecture"; whitepaper above).
+    "H200": DeviceSpec("H200", 989e12, 141 * GB, 4.8 * TB, peak_fp8_flops=1979e12, sms=132,
                        notes="SXM; NVLink 900 GB/s bidirectional"),
     # H800 SXM: ~989 TFLOP/s, 80 GB, ~3.35 TB/s (REFERENCE.md; DeepSeek-V3 report §3.2.2:
     # same compute as H100, NVLink cut to 400 GB/s bidirectional).
-    "H800": DeviceSpec("H800", 989e12, 80 * GB, 3.35 * TB, peak_fp8_flops=1979e12,
+    # 132 SMs: DeepSeek-V3 report §3.2.2 ("20 SMs out of the 132 SMs of an H800").
+    "H800": DeviceSpec("H800", 989e12, 80 * GB, 3.35 * TB, peak_fp8_flops=1979e12, sms=132,
                        notes="SXM; NVLink 400 GB/s bidirectional"),
     # A100 SXM 80GB: 312 TFLOP/s bf16, 80 GB, 2.04 TB/s (REFERENCE.md, NVIDIA A100
     # datasheet); no fp8.
-    "A100": DeviceSpec("A100", 312e12, 80 * GB, 2.04 * TB,
+    # 108 SMs (NVIDIA A100 Tensor Core GPU Architecture whitepaper).
+    "A100": DeviceSpec("A100", 312e12, 80 * GB, 2.04 * TB, sms=108,
                        notes="SXM4 80GB; NVLink 600 GB/s bidirectional"),
     # CPU: a placeholder to be calibrated (moesim calibrate) before its times are trusted.
     # Defaults measured by moesim's author on the dev machine (AMD EPYC, 1 thread,

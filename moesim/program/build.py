@@ -125,6 +125,9 @@ class Builder(GradientOps):
         self._specs: dict[tuple, CollectiveSpec] = {}
         self._layer_starts: list[int] = []
         self.a2a_algo = scn.routing.a2a_algo
+        # SMs held by communication kernels while in flight (compute shares the rest)
+        self.nccl_sms = scn.overlap.nccl_sms
+        self.ep_sms = par.ep_backend.held_sms(self.nccl_sms)
         self.flops = 0.0
         self.rmap: ReplicaMap | None = replica_map(self.lay) if replicas == "identical" else None
         self.dedup = dedup
@@ -303,13 +306,16 @@ class Builder(GradientOps):
         nbytes = self.tokens * self.spec.hidden * ACT_BYTES / self.tp
         deps = (len(prog) - 1,) if prog else ()
         return Op(stream="pp", kind="pp", name=f"{phase}.send", send_to=dst, key=key,
-                  nbytes=nbytes, microbatch=mb, phase=phase, layer=layer, deps=deps)
+                  nbytes=nbytes, microbatch=mb, phase=phase, layer=layer, deps=deps,
+                  sms=self.nccl_sms)
 
     def _coll(self, prog: list[Op], kind: str, name: str, spec: CollectiveSpec, key: tuple,
               layer: int, mb: int, phase: str, nbytes: float, stream: str = "compute",
               deps: tuple[int, ...] = (), tokens: int = 0) -> None:
+        sms = self.ep_sms if kind in ("ep_dispatch", "ep_combine") else self.nccl_sms
         prog.append(Op(stream=stream, kind=kind, name=name, coll=spec, key=key, nbytes=nbytes,
-                       layer=layer, microbatch=mb, phase=phase, deps=deps, tokens=tokens))
+                       layer=layer, microbatch=mb, phase=phase, deps=deps, tokens=tokens,
+                       sms=sms))
 
     def _spec(self, key: tuple, make) -> CollectiveSpec:
         spec = self._specs.get(key)

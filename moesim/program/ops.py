@@ -33,6 +33,7 @@ class Op:
     flops: float = 0.0
     hot_expert: int = -1        # expert ops: the most-loaded local expert (for stall attribution)
     hot_tokens: int = 0         # its token count
+    sms: int = 0                # communication ops: SMs the kernel holds from issue to end
 
     @property
     def is_compute(self) -> bool:

@@ -22,6 +22,7 @@ from moesim.scenario.schema import (
     DICT_SECTIONS,
     DTYPES,
     ENGINE_MODES,
+    EP_BACKENDS,
     NETWORK_MODELS,
     RECOMPUTE,
     REPLICA_MODES,
@@ -30,6 +31,7 @@ from moesim.scenario.schema import (
     TOP_LEVEL,
     ClusterConfig,
     EngineConfig,
+    EPBackendConfig,
     MemoryConfig,
     OverlapConfig,
     ParallelConfig,
@@ -50,7 +52,10 @@ _RULES: dict[str, tuple[str, Any]] = {
     "cluster.params": ("dict", None),
     "parallel.tp": ("pos", None), "parallel.pp": ("pos", None), "parallel.dp": ("optpos", None),
     "parallel.ep": ("pos", None), "parallel.zero": ("range", (0, 3)), "parallel.vpp": ("pos", None),
-    "parallel.order": ("order", None),
+    "parallel.order": ("order", None), "parallel.ep_backend": ("ep_backend", None),
+    "parallel.ep_backend.kind": ("choice", EP_BACKENDS),
+    "parallel.ep_backend.sms": ("optnonneg", None),
+    "overlap.nccl_sms": ("nonneg", None),
     "schedule.kind": ("choice", SCHEDULE_KINDS), "schedule.microbatches": ("pos", None),
     "schedule.micro_batch_size": ("pos", None), "schedule.seq_len": ("pos", None),
     "schedule.step": ("nonneg", None), "schedule.dp_bucket_MB": ("posnum", None),
@@ -97,11 +102,35 @@ def _check(src: str, key: str, v: Any) -> Any:
         raise InputError(src, key, f"one of {list(detail)}", v)
     if kind == "dict" and not isinstance(v, dict):
         raise InputError(src, key, "a mapping of key: value", v)
+    if kind == "optnonneg" and v is not None and not (_is_int(v) and v >= 0):
+        raise InputError(src, key, "an integer >= 0 (or omit it)", v)
+    if kind == "ep_backend":
+        return _ep_backend(src, key, v)
     if kind == "order":
         if not (isinstance(v, list | tuple) and sorted(map(str, v)) == ["dp", "ep", "pp", "tp"]):
             raise InputError(src, key, "a list ordering tp, ep, dp, pp (innermost first)", v)
         return tuple(v)
     return v
+
+
+def _ep_backend(src: str, key: str, v: Any) -> EPBackendConfig:
+    """``{kind: deepep, sms: 20}``, or just the kind's name."""
+    if isinstance(v, EPBackendConfig):
+        return v
+    if isinstance(v, str):
+        v = {"kind": v}
+    if not isinstance(v, dict):
+        raise InputError(src, key, "a mapping {kind: nccl|deepep|deepep-ll, sms: N}", v)
+    valid = [f.name for f in dataclasses.fields(EPBackendConfig)]
+    for k, x in v.items():
+        if k not in valid:
+            raise InputError(src, f"{key}.{k}", f"one of the {key} keys {valid}", k)
+        _check(src, f"{key}.{k}", x)
+    return EPBackendConfig(**v)
+
+
+#: fixed-section fields that are themselves small sections (``--set a.b.c=v`` reaches them)
+NESTED = {"parallel.ep_backend": EPBackendConfig}
 
 
 # ---------------------------------------------------------------- reading
@@ -153,6 +182,20 @@ def apply_overrides(data: dict, overrides: list[str] | tuple[str, ...] = ()) -> 
                 raise InputError("--set", key,
                                  f"one of the {parts[0]} keys {_field_names(parts[0])}",
                                  parts[1] if len(parts) > 1 else key)
+            nested = NESTED.get(".".join(parts[:2]))
+            if nested is not None and len(parts) > 2:
+                valid = [f.name for f in dataclasses.fields(nested)]
+                if len(parts) != 3 or parts[2] not in valid:
+                    raise InputError("--set", key, f"one of the {parts[0]}.{parts[1]} keys "
+                                     f"{valid}", ".".join(parts[2:]))
+                node = out.setdefault(parts[0], {})
+                if not isinstance(node, dict):
+                    node = out[parts[0]] = {}
+                sub = node.get(parts[1])
+                if isinstance(sub, str):
+                    sub = {"kind": sub}
+                node[parts[1]] = {**(sub if isinstance(sub, dict) else {}), parts[2]: value}
+                continue
             if len(parts) > 2 and parts[:2] != ["cluster", "params"]:
                 raise InputError("--set", key, f"{parts[0]}.{parts[1]} is a plain value", key)
         node = out

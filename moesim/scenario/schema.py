@@ -45,6 +45,32 @@ class ClusterConfig:
         return out
 
 
+EP_BACKENDS = ("nccl", "deepep", "deepep-ll")
+#: SMs a DeepEP normal kernel uses unless told: ``Buffer.num_sms = 20`` (deepseek-ai/DeepEP,
+#: deep_ep/buffer.py), the 20 of 132 H800 SMs of DeepSeek-V3's training (report §3.2.2)
+DEEPEP_DEFAULT_SMS = 20
+
+
+@dataclass(frozen=True)
+class EPBackendConfig:
+    """How expert-parallel dispatch and combine run (docs/deepep.md).
+
+    ``nccl``: pairwise all-to-all-v, one copy per (token, expert), holding
+    ``overlap.nccl_sms`` SMs; ``deepep``: DeepEP's normal kernels (one RDMA copy per
+    (token, node), NVLink forwarding, ``sms`` SMs held, default 20); ``deepep-ll``: the
+    low-latency kernels (one RDMA message per (token, expert), no SMs held in flight)."""
+
+    kind: str = "nccl"
+    sms: int | None = None            # SMs the kernels hold (None: the kind's default)
+
+    def held_sms(self, nccl_sms: int) -> int:
+        if self.kind == "deepep":
+            return DEEPEP_DEFAULT_SMS if self.sms is None else int(self.sms)
+        if self.kind == "deepep-ll":
+            return 0
+        return int(nccl_sms) if self.sms is None else int(self.sms)
+
+
 @dataclass(frozen=True)
 class ParallelConfig:
     tp: int = 1                       # tensor parallel size
@@ -54,6 +80,7 @@ class ParallelConfig:
     zero: int = 0                     # ZeRO stage 0..3 over the data-parallel group
     vpp: int = 1                      # virtual pipeline chunks per rank (interleaved)
     order: tuple[str, ...] = DEFAULT_ORDER  # Megatron-Core rank order, innermost first
+    ep_backend: EPBackendConfig = field(default_factory=EPBackendConfig)
 
 
 @dataclass(frozen=True)
@@ -79,6 +106,11 @@ class ScheduleConfig:
 class OverlapConfig:
     ep_comm_overlap: bool = False     # EP all-to-all of one micro-batch overlaps compute of another
     dp_overlap: bool = True           # gradient buckets reduce while backward continues
+    # SMs an NCCL kernel holds while in flight (its channels, one block per SM); compute
+    # overlapping it runs at (S - held)/S of its rate. NCCL picks the channel count at run
+    # time (src/graph/search.cc, up to MAXCHANNELS in src/include/device.h): read it from
+    # NCCL_DEBUG=INFO ("N coll channels"). 0 (default): compute is not slowed.
+    nccl_sms: int = 0
 
 
 @dataclass(frozen=True)

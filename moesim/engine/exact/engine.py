@@ -61,7 +61,8 @@ def simulate_exact(res: Resolved, *, progress=None, record_series: bool = True,
                                     for r, ms in rmap.mirrors.items()})
     comm = Communicator(env, net, gpus, rank_host=[topo.host_of(g) for g in gpus])
     ex = Executor(env, net, comm, gpus, plan.programs, progress=progress,
-                  mirrors=rmap.mirrors if rmap is not None else None)
+                  mirrors=rmap.mirrors if rmap is not None else None,
+                  sm_total=getattr(res.device, "sms", 0))
     step = ex.run()
     spans = sorted(ex.spans, key=lambda s: (s.rank, s.start_s, s.end_s))
     links = link_stats(topo, net.link_bytes(),

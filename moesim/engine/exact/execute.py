@@ -8,6 +8,12 @@ when the send is issued) and a receive waits for the message's delivery.
 Every wait on a late peer becomes a ``stall`` span (collectives) or a ``bubble``
 span (pipeline receives) naming the rank waited on and, where it was computing
 experts, the expert that made it late.
+
+SM sharing: a communication op holds ``op.sms`` of its GPU's ``sm_total`` SMs from its
+issue to its end (an NCCL or DeepEP kernel occupies its blocks while it waits for peers
+too); meanwhile a compute op on that GPU progresses at (S - held)/S of its rate, re-rated
+whenever a kernel starts or ends. With no op holding SMs, compute ops take exactly their
+``duration_s``.
 """
 
 from __future__ import annotations
@@ -28,7 +34,8 @@ class Executor:
 
     def __init__(self, env: simpy.Environment, network, communicator, gpus: Sequence[str],
                  programs: Sequence[Sequence[Op]], progress=None,
-                 mirrors: dict[int, tuple[int, ...]] | None = None) -> None:
+                 mirrors: dict[int, tuple[int, ...]] | None = None, sm_total: int = 0
+                 ) -> None:
         self.env = env
         self.net = network
         self.comm = communicator
@@ -47,6 +54,13 @@ class Executor:
         self.mirrors = mirrors or {}
         self._mirror_cache: dict[tuple[int, tuple[int, ...]], tuple[int, ...]] = {}
         self._pending_progress = 0
+        # SM sharing: SMs held per rank by communication kernels, and an event per rank
+        # that fires when that changes (compute in progress re-rates itself)
+        self.sm_total = int(sm_total)
+        self._sharing = self.sm_total > 0 and any(op.sms > 0 for prog in programs
+                                                  for op in prog)
+        self._held = [0] * len(programs)
+        self._sm_changed: list[simpy.Event | None] = [None] * len(programs)
 
     # -- public -----------------------------------------------------------------
     def start(self) -> None:
@@ -101,6 +115,8 @@ class Executor:
                         evs.append(ev)
                     yield evs[0] if len(evs) == 1 else env.all_of(evs)
             t0 = env.now
+            if op.sms and self._sharing:
+                self._hold(rank, op.sms)
             if op.coll is not None:
                 ev = self.comm.join(op.key, rank, op.coll)
                 if self.mirrors:
@@ -112,6 +128,8 @@ class Executor:
                     for m in mirrored:
                         self.comm.join(op.key, m, op.coll)
                 rec = yield ev
+                if op.sms and self._sharing:
+                    self._hold(rank, -op.sms)
                 self._collective_spans(rank, op, t0, rec)
             elif op.send_to >= 0:
                 msg = self._message(op.key)
@@ -119,6 +137,8 @@ class Executor:
                                        key=op.microbatch)
                 ev.callbacks.append(lambda _e, m=msg: m.succeed() if not m.triggered else None)
                 yield ev
+                if op.sms and self._sharing:
+                    self._hold(rank, -op.sms)
                 self._span(rank, op, "pp", t0, env.now, bytes=op.nbytes, peers=(op.send_to,))
             elif op.recv_from >= 0:
                 msg = self._message(op.key)
@@ -129,7 +149,10 @@ class Executor:
                                reason=f"waiting for stage of rank {op.recv_from} ({op.name})")
             else:
                 if op.duration_s > 0:
-                    yield env.timeout(op.duration_s)
+                    if self._sharing:
+                        yield from self._shared_compute(rank, op.duration_s)
+                    else:
+                        yield env.timeout(op.duration_s)
                 if op.hot_expert >= 0:
                     self._hot[(rank, op.layer, op.microbatch, op.phase)] = (op.hot_expert,
                                                                            op.hot_tokens)
@@ -146,6 +169,39 @@ class Executor:
                 if self._pending_progress >= 256:   # one call per 256 ops
                     self._progress("ops", self._pending_progress)
                     self._pending_progress = 0
+
+    def _hold(self, rank: int, sms: int) -> None:
+        """Communication kernels on ``rank`` take (``sms`` > 0) or give back SMs."""
+        self._held[rank] += sms
+        ev = self._sm_changed[rank]
+        if ev is not None:
+            self._sm_changed[rank] = None
+            ev.succeed()
+
+    def _shared_compute(self, rank: int, work_s: float):
+        """Run ``work_s`` seconds of full-rate compute at (S - held)/S of the rate."""
+        env, S = self.env, self.sm_total
+        left = work_s
+        while True:
+            held = self._held[rank]
+            if held <= 0:      # the whole GPU: the same timeout as without sharing
+                rate = 1.0
+            else:
+                rate = max(S - held, 0) / S
+            changed = self._sm_changed[rank]
+            if changed is None:
+                changed = self._sm_changed[rank] = env.event()
+            t0 = env.now
+            if rate <= 0:
+                yield changed
+                continue
+            done = env.timeout(left / rate)
+            yield done | changed
+            if done.processed:     # (a Timeout counts as triggered from its creation)
+                return
+            left -= (env.now - t0) * rate
+            if left <= 0:
+                return
 
     def _mirrors_in(self, rank: int, group: tuple[int, ...]) -> tuple[int, ...]:
         key = (rank, group)
