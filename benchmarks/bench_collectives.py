@@ -42,7 +42,7 @@ from moesim.network import AnalyticalNetwork, FlowNetwork
 from moesim.topology import load_topology
 from moesim.units import parse_bytes
 
-GPUS_PER_NODE = 8  # dgx-h100: 8 GPUs per server (REFERENCE.md, Devices)
+GPUS_PER_NODE = 8  # dgx-h100: 8 GPUs per server (NVIDIA DGX H100 datasheet; docs/sources.md)
 
 
 def skewed_matrix(n: int, per_rank: float, rng: np.random.Generator) -> np.ndarray:

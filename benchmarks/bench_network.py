@@ -29,8 +29,9 @@ import simpy
 from moesim.network import FlowNetwork
 from moesim.network.maxmin import maxmin_pairs
 
-# Link figures for the fallback graph (REFERENCE.md): H100 NVSwitch 450 GB/s per
-# direction line rate; NDR 400 Gb/s IB NIC ~50 GB/s achieved (46-49 measured);
+# Link figures for the fallback graph (docs/sources.md): H100 NVSwitch 450 GB/s per
+# direction line rate (H100 whitepaper: 900 GB/s bidirectional); NDR 400 Gb/s IB NIC
+# 50 GB/s line rate (46-49 GB/s achieved);
 # NVLink latency 3.33 µs, IB 2.8 µs same leaf (DeepSeek ISCA'25 Table 5).
 NVLINK_BPS = 450e9
 NIC_BPS = 50e9
@@ -167,7 +168,7 @@ def run_network(topo, flows: list[tuple[str, str, float]],
 def all_to_all(topo, rng: np.random.Generator | None) -> list[tuple[str, str, float]]:
     """Every GPU to every other: 1 MiB each, or (rng given) MoE-like skewed sizes:
     tokens per pair ~ Poisson(128), 7392 B per token (DeepSeek-V3 fp8 dispatch:
-    7168 + 224 scale bytes, REFERENCE.md)."""
+    7168 + 224 scale bytes, DeepSeek-V3 report §3.3)."""
     gpus = list(topo.gpus)
     pairs = [(a, b) for a in gpus for b in gpus if a != b]
     if rng is None:

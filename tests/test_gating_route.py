@@ -69,7 +69,7 @@ def test_conservation(d, kw):
 
 def test_fp8_dispatch_bytes_deepseek():
     # fp8: 1 byte per value + one fp32 scale per 128 values: 7168 + 4·56 = 7392 bytes
-    # per token; combine in bf16: 2·7168 = 14336 (REFERENCE.md)
+    # per token; combine in bf16: 2·7168 = 14336 (DeepSeek-V3 report §3.3)
     r = _route({"kind": "uniform"}, e=16, k=4, ep=4, tokens=100, hidden=7168, disp="fp8")
     assert np.array_equal(r.dispatch_bytes, r.dispatch_tokens * 7392.0)
     assert np.array_equal(r.combine_bytes, r.dispatch_tokens.T * 14336.0)

@@ -117,7 +117,7 @@ def test_stage_placement():
 
 
 def test_deepseek_v3_dims_plausible():
-    # PP16 EP64 ZeRO-1 on 2048 H800 (REFERENCE.md): a middle stage's static state fits
+    # PP16 EP64 ZeRO-1 on 2048 H800 (DeepSeek-V3 report §3.2): a middle stage's static state fits
     m = memory_per_rank(PRESETS["deepseek-v3"], micro_batch_tokens=4096, seq_len=4096, pp=16,
                         ep=64, dp=128, zero=1, stage=8, recompute="selective",
                         device=get_device("H800"))

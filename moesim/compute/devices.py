@@ -1,8 +1,8 @@
 """Accelerator catalog: peak FLOP/s, HBM size and bandwidth, kernel launch overhead.
 
-SI units: FLOP/s, bytes, bytes/s, seconds. Figures from /work/shared/REFERENCE.md
-("Devices" table), which takes them from the NVIDIA H100/H200/A100 datasheets and the
-DeepSeek-V3 report (H800). Dense (non-sparse) tensor-core peaks.
+SI units: FLOP/s, bytes, bytes/s, seconds. Figures from the NVIDIA H100/H200/A100
+datasheets and, for the H800, the DeepSeek-V3 report (docs/sources.md lists them).
+Dense (non-sparse) tensor-core peaks.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from moesim.errors import InputError
 from moesim.units import GB, TB, US
 
-# Kernel launch overhead is not in REFERENCE.md: a CUDA kernel launch costs a few µs of
+# Kernel launch overhead has no published figure here: a CUDA kernel launch costs a few µs of
 # host/driver latency; 4 µs is our assumption, meant to be replaced by a calibration.
 GPU_LAUNCH_OVERHEAD_S = 4 * US
 
@@ -31,22 +31,22 @@ class DeviceSpec:
 
 
 DEVICES: dict[str, DeviceSpec] = {
-    # H100 SXM: 989 TFLOP/s bf16 dense, 80 GB, 3.35 TB/s (REFERENCE.md, NVIDIA H100
-    # datasheet); fp8 dense 1979 TFLOP/s (same datasheet, 2× bf16).
+    # H100 SXM: 989 TFLOP/s bf16 dense, 80 GB, 3.35 TB/s (NVIDIA H100 datasheet, dense =
+    # half the sparsity figure); fp8 dense 1979 TFLOP/s (same datasheet, 2× bf16).
     # 132 SMs on H100 SXM5 (NVIDIA H100 Tensor Core GPU Architecture whitepaper).
     "H100": DeviceSpec("H100", 989e12, 80 * GB, 3.35 * TB, peak_fp8_flops=1979e12, sms=132,
                        notes="SXM5; NVLink 900 GB/s bidirectional"),
-    # H200 SXM: 989 TFLOP/s bf16, 141 GB, 4.8 TB/s (REFERENCE.md, NVIDIA H200 datasheet).
+    # H200 SXM: 989 TFLOP/s bf16, 141 GB, 4.8 TB/s (NVIDIA H200 datasheet).
     # H200 is the same GH100 configuration as H100 SXM5 with HBM3e: 132 SMs (NVIDIA H200
     # Tensor Core GPU datasheet: "based on the NVIDIA Hopper architecture"; whitepaper above).
     "H200": DeviceSpec("H200", 989e12, 141 * GB, 4.8 * TB, peak_fp8_flops=1979e12, sms=132,
                        notes="SXM; NVLink 900 GB/s bidirectional"),
-    # H800 SXM: ~989 TFLOP/s, 80 GB, ~3.35 TB/s (REFERENCE.md; DeepSeek-V3 report §3.2.2:
+    # H800 SXM: ~989 TFLOP/s, 80 GB, ~3.35 TB/s (as H100 SXM; DeepSeek-V3 report §3.2.2:
     # same compute as H100, NVLink cut to 400 GB/s bidirectional).
     # 132 SMs: DeepSeek-V3 report §3.2.2 ("20 SMs out of the 132 SMs of an H800").
     "H800": DeviceSpec("H800", 989e12, 80 * GB, 3.35 * TB, peak_fp8_flops=1979e12, sms=132,
                        notes="SXM; NVLink 400 GB/s bidirectional"),
-    # A100 SXM 80GB: 312 TFLOP/s bf16, 80 GB, 2.04 TB/s (REFERENCE.md, NVIDIA A100
+    # A100 SXM 80GB: 312 TFLOP/s bf16, 80 GB, 2.04 TB/s (NVIDIA A100
     # datasheet); no fp8.
     # 108 SMs (NVIDIA A100 Tensor Core GPU Architecture whitepaper).
     "A100": DeviceSpec("A100", 312e12, 80 * GB, 2.04 * TB, sms=108,

@@ -20,14 +20,15 @@ from moesim.errors import InputError
 from moesim.units import US
 
 # Defaults (chosen, then meant to be replaced by `moesim calibrate`):
-# REFERENCE.md ("Devices"): whole training runs reach 40-55 % of bf16 peak and single
+# Published whole training runs reach 40-55 % of bf16 peak (Megatron-LM SC'21 52 %,
+# PaLM Table 3 46.2 %, Llama 3 Table 4 38-43 %; docs/sources.md) and single
 # large GEMMs well above that; we take 0.75 of peak for a large bf16 GEMM.
 MFU_LARGE = 0.75
 # Floor for the tiniest GEMMs (a cold expert with a handful of tokens): 2 % of peak.
 MIN_EFFICIENCY = 0.02
 # Tokens at which a GEMM reaches half of MFU_LARGE. Tensor-core tiles are 64-128 rows, so
-# an expert GEMM with fewer rows wastes most of a tile (REFERENCE.md: "small ones (few
-# tokens per expert) far below"); 128 is our assumption.
+# an expert GEMM with fewer rows wastes most of a tile (small expert GEMMs run
+# far below large ones); 128 is our assumption.
 HALF_EFFICIENCY_TOKENS = 128
 # Fraction of peak HBM bandwidth a streaming kernel achieves; 0.8 is our assumption
 # (typical of STREAM-like copies on HBM3), to be calibrated.

@@ -1,6 +1,6 @@
 """Load-balance statistics of routed tokens.
 
-Load-balancing loss (Switch Transformer / GShard, REFERENCE.md):
+Load-balancing loss (Switch Transformers arXiv:2101.03961 §2.2, GShard):
 ``E · Σ_i f_i · P_i`` with f_i the fraction of routed (token, expert)
 assignments going to expert i (before dropping) and P_i the mean router
 probability of expert i; it is 1 when both are uniform.

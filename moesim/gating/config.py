@@ -11,7 +11,7 @@ Quantities and units:
   the natural log of an expert's popularity added per training step;
 * token counts are integers; ``capacity_factor`` is dimensionless
   (Megatron-Core: capacity = ceil(tokens * top_k / experts * factor),
-  REFERENCE.md "Routing and balance").
+  megatron/core/transformer/moe/moe_utils.py get_capacity).
 """
 
 from __future__ import annotations
@@ -64,7 +64,7 @@ class RoutingConfig:
     drop_policy     probability | position: which tokens lose an over-capacity slot
                     (changes token identity only, never the counts)
     max_nodes       node-limited routing: each token's experts lie on at most this
-                    many nodes (DeepSeek-V3: 4, REFERENCE.md); None = unlimited
+                    many nodes (DeepSeek-V3: 4, report §2.1.2); None = unlimited
     jitter          std of Gaussian noise added to the router logits ln(share)
                     (affects the mean router probability P_i and probability drops)
     replicate       extra replicas of hot experts (see placement.py)

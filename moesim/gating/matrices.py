@@ -21,7 +21,7 @@ import numpy as np
 from moesim.errors import InputError
 
 #: bytes per value; fp8 adds one fp32 scale per FP8_BLOCK values
-#: (DeepSeek-V3 report: FP8 dispatch with one scale per 128 values, REFERENCE.md)
+#: (DeepSeek-V3 report: FP8 dispatch with one scale per 128 values, §3.3.2-§3.3.3)
 DTYPE_BYTES = {"fp32": 4, "bf16": 2, "fp16": 2, "fp8": 1}
 FP8_BLOCK = 128
 FP8_SCALE_BYTES = 4  # fp32 scale
@@ -30,7 +30,7 @@ FP8_SCALE_BYTES = 4  # fp32 scale
 def bytes_per_token(dtype: str, hidden: int, source: str = "routing",
                     field: str = "dtype") -> float:
     """Bytes of one token's hidden vector: bf16 2·h; fp8 h + 4·ceil(h/128)
-    (h = 7168: 7168 + 224 = 7392 bytes, REFERENCE.md [D])."""
+    (h = 7168: 7168 + 224 = 7392 bytes, docs/sources.md [D])."""
     if dtype not in DTYPE_BYTES:
         raise InputError(source, field, "one of " + ", ".join(DTYPE_BYTES), dtype)
     if isinstance(hidden, bool) or not isinstance(hidden, int | np.integer) or hidden < 1:

@@ -4,7 +4,7 @@ The synthetic router. Each token picks exactly ``k`` distinct experts; expert e
 is included with probability ``pi[e]`` (from :mod:`moesim.gating.skew`), by the
 randomized systematic design of :mod:`moesim.gating.sampling`.
 
-Node-limited routing (DeepSeek-V3: at most 4 nodes per token, REFERENCE.md) is
+Node-limited routing (DeepSeek-V3: at most 4 nodes per token, report §2.1.2) is
 two-stage. Stage 1 picks M distinct nodes per token, node n with probability
 rho_n = min(1, c·m_n), m_n = sum of pi over the experts homed on n, sum rho = M.
 Stage 2 picks k distinct experts among the experts on the chosen nodes, with
@@ -20,7 +20,7 @@ samples per-(source, expert) counts from their marginal law with inclusion pi,
 which is what the two-stage design preserves; the within-token clustering of
 experts on <= M nodes does not change counts under per-assignment dispatch.
 
-Capacity and dropping (Megatron-Core, REFERENCE.md): capacity is per source rank
+Capacity and dropping (Megatron-Core moe_utils.get_capacity): capacity is per source rank
 and expert, ``ceil(tokens_on_source * k / E * capacity_factor)``; a source drops
 its assignments over capacity *before* the exchange, so kept = min(assign, cap).
 Which tokens lose their slot is the drop policy (only visible per token):

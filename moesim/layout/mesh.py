@@ -1,7 +1,7 @@
 """The parallel layout: which global rank holds which (tp, ep, dp, pp) coordinate.
 
-Megatron-Core semantics (REFERENCE.md, "Parallelism"; Megatron-Core
-``parallel_state.RankGenerator``):
+Megatron-Core semantics (Megatron-Core
+``megatron/core/parallel_state.py``, ``RankGenerator``):
 
 - ``world = tp * pp * dp``;
 - expert parallelism is carved out of the data-parallel dimension: ``ep`` divides

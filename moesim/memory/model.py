@@ -1,7 +1,7 @@
 """Per-rank memory accounting: weights, gradients, optimizer states, activations and
 routed-token buffers, against the device's capacity. Pure arithmetic, bytes throughout.
 
-Static state (REFERENCE.md "Parallelism", mixed-precision Adam): 2 bytes bf16 weight
+Static state (ZeRO, arXiv:1910.02054 §3.1, mixed-precision Adam): 2 bytes bf16 weight
 (``spec.weight_bytes``) + 2 bytes bf16 gradient + 12 bytes fp32 master/m/v = 16 bytes
 per parameter. ZeRO-1 shards the 12 over the data-parallel group, ZeRO-2 also the
 gradients, ZeRO-3 also the weights.
@@ -29,8 +29,8 @@ workspace of one layer's activations while it is recomputed (Korthikanti §5).
 
 The caller says how many micro-batches' activations a stage holds
 (``inflight_microbatches``): GPipe keeps m, 1F1B at most p on the first stage
-(REFERENCE.md "Parallelism"). Routed-token buffers (dispatch/combine send and receive)
-live for one layer at a time and are counted once.
+(GPipe arXiv:1811.06965; Megatron-LM SC'21 §2.2.1). Routed-token buffers
+(dispatch/combine send and receive) live for one layer at a time and are counted once.
 """
 
 from __future__ import annotations
@@ -50,7 +50,7 @@ from moesim.model.params import (
 )
 from moesim.model.spec import ModelSpec
 
-GRAD_BYTES = 2        # bf16 gradient (REFERENCE.md: 2 + 2 + 12 = 16 bytes per parameter)
+GRAD_BYTES = 2        # bf16 gradient (ZeRO §3.1: 2 + 2 + 12 = 16 bytes per parameter)
 OPTIMIZER_BYTES = 12  # fp32 master weight, Adam m and v
 ACT_BYTES = 2         # bf16 activations
 RECOMPUTE_MODES = ("none", "selective", "full")
@@ -162,7 +162,7 @@ def memory_per_rank(
     ``received_tokens``: routed token-assignments this rank's experts receive per MoE
     layer (one number for all, or one per MoE layer of the stage); default balanced,
     micro_batch_tokens/tp · top_k. ``dispatch_bytes_per_elem``: 2 for bf16, 1 + 4/128 for
-    fp8 with one fp32 scale per 128 values (REFERENCE.md, DeepSeek-V3). Capacity comes
+    fp8 with one fp32 scale per 128 values (DeepSeek-V3 report §3.3). Capacity comes
     from ``capacity_bytes``, else ``device.hbm_bytes``, else unlimited.
     """
     for name, value in (("tp", tp), ("pp", pp), ("ep", ep), ("dp", dp),

@@ -16,7 +16,7 @@ from moesim.memory.model import memory_per_rank, split_layers
 from moesim.schedule.pipeline import make_order
 
 # bytes per element of the dispatched tokens: bf16 2; fp8 1 plus one fp32 scale per 128
-# values (REFERENCE.md, DeepSeek-V3: 7168 + 224 bytes per token for hidden 7168)
+# values (DeepSeek-V3 report §3.3: 7168 + 224 bytes per token for hidden 7168)
 DISPATCH_BYTES = {"bf16": 2.0, "fp16": 2.0, "fp32": 4.0, "fp8": 1.0 + 4.0 / 128}
 CATEGORIES = ("weights", "gradients", "optimizer", "activations", "token_buffers",
               "recompute_workspace")

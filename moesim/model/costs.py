@@ -3,7 +3,7 @@
 Conventions (all per rank, for ``tokens`` tokens entering the op on that rank):
 
 - A GEMM Y = X·W with X (m, k), W (k, n) costs 2·m·n·k FLOP and moves
-  ``elem_bytes``·(m·k + k·n + m·n) bytes (REFERENCE.md "Parallelism", last item).
+  ``elem_bytes``·(m·k + k·n + m·n) bytes (the operand sizes; docs/sources.md).
   ``m`` is always the token dimension, so small-GEMM efficiency applies to it.
 - Backward rule: a GEMM's backward is two GEMMs of the same size (dX = dY·Wᵀ and
   dW = Xᵀ·dY), so 2× the forward FLOPs and bytes, with count 2. Core attention's backward
@@ -30,7 +30,7 @@ from moesim.model.spec import ModelSpec
 Phase = Literal["fwd", "bwd"]
 PHASES = ("fwd", "bwd")
 
-ACT_BYTES = 2        # bf16 activations (REFERENCE.md: bf16 training)
+ACT_BYTES = 2        # bf16 activations (16-bit mixed precision: ZeRO §3.1)
 FP32_BYTES = 4       # router probabilities, logits for the loss, Adam states
 CAUSAL_FRACTION = 0.5
 ATTENTION_BWD_FLOPS = 2.5   # FlashAttention-2 (Dao 2023) backward/forward FLOP ratio

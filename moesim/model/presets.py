@@ -1,10 +1,10 @@
-"""Named model presets. Dims from /work/shared/REFERENCE.md and the cited configs."""
+"""Named model presets. Dims from the cited papers and configs (docs/sources.md)."""
 
 from __future__ import annotations
 
 from moesim.model.spec import ModelSpec
 
-# Mixtral 8x7B (REFERENCE.md "Models"; Mistral AI, "Mixtral of Experts", arXiv:2401.04088,
+# Mixtral 8x7B (Mistral AI, "Mixtral of Experts", arXiv:2401.04088 Table 1,
 # and the HF config mistralai/Mixtral-8x7B-v0.1): 32 layers, hidden 4096, 32 heads with
 # 8 KV heads of dim 128, vocab 32000, 8 experts top-2, expert FFN 14336 SwiGLU, untied
 # embeddings. ~46.7B total, ~12.9B active.
@@ -14,7 +14,7 @@ MIXTRAL_8X7B = ModelSpec(
     expert_ffn=14336, gated=True, tied_embeddings=False,
 )
 
-# DeepSeek-V3 (REFERENCE.md "Models"; DeepSeek-V3 Technical Report arXiv:2412.19437 §2,
+# DeepSeek-V3 (DeepSeek-V3 Technical Report arXiv:2412.19437 §2,
 # §4.2 and the HF config deepseek-ai/DeepSeek-V3): 61 layers (the 1 MTP layer,
 # num_nextn_predict_layers = 1, is excluded: 671B counts the main model), first 3 dense
 # with FFN 18432, hidden 7168, 128 heads, MLA with q_lora_rank 1536, kv_lora_rank 512,

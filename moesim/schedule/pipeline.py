@@ -5,7 +5,8 @@ forward or backward of one micro-batch on one model chunk (``chunk`` is the
 virtual stage, 0 unless interleaved). :func:`simulate_pipeline` runs such an
 order with given per-op times and returns the busy intervals of every stage and
 the step time; the engine uses it as a cross-check, the tests to prove the
-bubble formulas of REFERENCE.md ("Parallelism"):
+published bubble formulas (GPipe arXiv:1811.06965; Megatron-LM SC'21
+arXiv:2104.04473 §2.2):
 
 - GPipe and 1F1B: bubble = (p-1)/(m+p-1) of the step;
 - interleaved 1F1B with v chunks per rank: the bubble time is divided by v,

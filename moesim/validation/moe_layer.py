@@ -63,7 +63,7 @@ def router_bias(spec: SkewSpec, n_experts: int) -> torch.Tensor:
     """Per-expert logit bias log(p_e) for a target share p_e (uniform → zeros).
 
     Added to the router logits before softmax/top-k, like DeepSeek-V3's balance bias
-    (REFERENCE.md, Routing). The realised shares also depend on the router weights,
+    (DeepSeek-V3 report §2.1.2). The realised shares also depend on the router weights,
     so ``record`` logs the counts it actually saw.
     """
     if spec.kind == "uniform":
@@ -80,7 +80,7 @@ def router_bias(spec: SkewSpec, n_experts: int) -> torch.Tensor:
 
 
 class SwiGLUExperts(nn.Module):
-    """``n_local`` SwiGLU experts (three matrices each, as Mixtral; REFERENCE.md)."""
+    """``n_local`` SwiGLU experts (three matrices each, as Mixtral, arXiv:2401.04088)."""
 
     def __init__(self, n_local: int, hidden: int, ffn: int) -> None:
         super().__init__()
