@@ -48,13 +48,20 @@ SRC_IDX_BYTES = 4          # intranode.cu channel_src_idx_buffers: int
 LL_HEADER_BYTES = 16       # internode_ll.cu: sizeof(int4) header before the payload
 
 
-def _check(dtype: str, hidden: int, top_k: int, source: str) -> None:
+def check_message(dtype: str, hidden: int, top_k: int, source: str = "command line",
+                  prefix: str = "--") -> None:
+    """InputError unless dtype is fp8/bf16, hidden a positive multiple of 128 (the
+    kernels' static asserts: ``kHidden % 128 == 0`` in internode_ll.cu) and top_k >= 1."""
     if dtype not in DTYPES:
-        raise InputError(source, "dtype", "one of " + ", ".join(DTYPES), dtype)
+        raise InputError(source, prefix + "dtype", "one of " + ", ".join(DTYPES), dtype)
     if isinstance(hidden, bool) or not isinstance(hidden, int) or hidden < 1 or hidden % FP8_BLOCK:
-        raise InputError(source, "hidden", f"a positive multiple of {FP8_BLOCK}", hidden)
+        raise InputError(source, prefix + "hidden", f"a positive multiple of {FP8_BLOCK}", hidden)
     if isinstance(top_k, bool) or not isinstance(top_k, int) or top_k < 1:
-        raise InputError(source, "top_k", "an integer >= 1", top_k)
+        raise InputError(source, prefix + "top-k", "an integer >= 1", top_k)
+
+
+def _check(dtype: str, hidden: int, top_k: int, source: str) -> None:
+    check_message(dtype, hidden, top_k, source)
 
 
 def hidden_bytes(dtype: str, hidden: int) -> int:
@@ -69,7 +76,7 @@ def _align(n: int, to: int = INT4_BYTES) -> int:
 
 
 def internode_bytes_per_token(dtype: str, hidden: int, top_k: int, *, combine: bool,
-                              source: str = "deepep") -> int:
+                              source: str = "command line") -> int:
     """Packed message of the normal internode kernels (RDMA and NVLink forwarding).
 
     H = 7168, top-8: fp8 dispatch align16(7168 + 8 + 224 + 32 + 32) = 7472 B;
@@ -86,7 +93,7 @@ def internode_bytes_per_token(dtype: str, hidden: int, top_k: int, *, combine: b
 
 
 def intranode_bytes_per_token(dtype: str, hidden: int, top_k: int, *, combine: bool,
-                              source: str = "deepep") -> int:
+                              source: str = "command line") -> int:
     """Bytes per token of the normal intranode kernels (one node, NVLink only).
 
     H = 7168, top-8: fp8 dispatch 7392 + 4 + 8·8 + 8·4 = 7492 B; bf16 combine
@@ -99,7 +106,7 @@ def intranode_bytes_per_token(dtype: str, hidden: int, top_k: int, *, combine: b
 
 
 def ll_bytes_per_message(dtype: str, hidden: int, *, combine: bool,
-                         source: str = "deepep-ll") -> int:
+                         source: str = "command line") -> int:
     """One (token, expert) message of the low-latency kernels.
 
     H = 7168: fp8 dispatch 16 + 7168 + 224 = 7408 B; bf16 combine 14336 B."""

@@ -100,14 +100,19 @@ def _chunks(table: dict[int, tuple[int, int]], n: int) -> tuple[int, int]:
     return table[min(table, key=lambda k: (abs(k - n), k))]
 
 
-def check_kernel(op: str, kernel: str, sms: int, source: str = "command line") -> None:
+def check_kernel(op: str, kernel: str, sms: int, source: str = "command line",
+                 prefix: str = "--") -> None:
+    """InputError naming ``prefix + field`` (``--kernel`` on the command line; a
+    scenario passes e.g. ``parallel.ep_backend.``) on an unknown op or kernel or a bad
+    SM count."""
     if op not in OPS:
-        raise InputError(source, "op", "one of " + ", ".join(OPS), op)
+        raise InputError(source, prefix + "op", "one of " + ", ".join(OPS), op)
     if kernel not in KERNELS:
-        raise InputError(source, "kernel", "one of " + ", ".join(KERNELS), kernel)
+        raise InputError(source, prefix + "kernel", "one of " + ", ".join(KERNELS), kernel)
     if isinstance(sms, bool) or not isinstance(sms, int) or sms < 2 or sms % 2:
         # internode.cu: num_channels = num_sms / 2; legacy.py set_num_sms: "must be even"
-        raise InputError(source, "sms", "an even number of SMs >= 2 (2 SMs per channel)", sms)
+        raise InputError(source, prefix + "sms", "an even number of SMs >= 2 (2 SMs per channel)",
+                         sms)
 
 
 def plan_ep_exchange(counts: DedupCounts, op: str, kernel: str, dtype: str, hidden: int,

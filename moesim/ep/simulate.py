@@ -14,6 +14,7 @@ from typing import Any
 import numpy as np
 
 from moesim.compute.devices import GPU_LAUNCH_OVERHEAD_S, get_device
+from moesim.ep.messages import check_message
 from moesim.ep.plan import DEFAULT_SMS, check_kernel, plan_ep_exchange
 from moesim.ep.timing import time_plan
 from moesim.errors import InputError
@@ -66,6 +67,7 @@ def simulate_ep(topo: Any, op: str, kernel: str, *, tokens: int, hidden: int, ex
                         ("--experts", experts, 1), ("--top-k", top_k, 1), ("--seed", seed, 0)):
         if isinstance(v, bool) or not isinstance(v, int | np.integer) or v < lo:
             raise InputError(_SRC, name, f"an integer >= {lo}", v)
+    check_message(dtype, int(hidden), int(top_k))
     cfg = routing or RoutingConfig()
     gpus, L = ep_layout(topo, ranks)
     n = len(gpus)
