@@ -9,6 +9,7 @@ from hypothesis import strategies as st
 
 from moesim.collectives.algorithms import (
     ALGOS,
+    PIPELINE_CHUNKS,
     expand,
     hierarchical_routes,
     ring_broadcast,
@@ -124,9 +125,24 @@ def _check_routes(group, m, hosts):
         got[pos[s], pos[d]] += b
     off = m * (1 - np.eye(len(group)))
     np.testing.assert_allclose(got, off)  # every byte routed exactly once
-    phases = expand("all_to_all_v", group, matrix=m, algo="hierarchical", rank_host=hosts)
-    assert len(phases) == (0 if not off.any() else 1 if all(len(r[3]) == 2 for r in routes) else 2)
-    phases = phases + [[]] * (2 - len(phases))
+    pipelined = expand("all_to_all_v", group, matrix=m, algo="hierarchical", rank_host=hosts)
+    relayed = any(len(r[3]) == 3 for r in routes)
+    C = PIPELINE_CHUNKS
+    assert len(pipelined) == (0 if not off.any() else C + 1 if relayed else 1)
+    # the two legs: phase 0 holds only chunk 0 of leg 1, the last phase only the last
+    # chunk of leg 2; each chunk is 1/C of the leg, and phase c in between carries
+    # chunk c of leg 1 plus chunk c-1 of leg 2 (both legs in flight together)
+    if relayed:
+        phases = [[(s, d, b * C) for s, d, b in pipelined[0]],
+                  [(s, d, b * C) for s, d, b in pipelined[-1]]]
+        mid = {}
+        for leg in phases:
+            for s, d, b in leg:
+                mid[(s, d)] = mid.get((s, d), 0.0) + b / C
+        for ph in pipelined[1:-1]:
+            assert {(s, d): pytest.approx(b) for s, d, b in ph} == mid
+    else:
+        phases = pipelined + [[]] * (2 - len(pipelined))
     assert all(hosts[s] == hosts[d] for s, d, _ in phases[1])  # phase 2 is NVLink only
     # phase 1 aggregates per destination node: at most one network transfer per
     # (source, destination node)
@@ -152,6 +168,13 @@ def test_hierarchical_all_to_all_v_by_hand():
     # 0 -> 2 (its peer on node 1) carries 110 over the network, 0 -> 1 over NVLink;
     # then 2 forwards 100 to 3
     assert phases == [[(0, 1, 1.0), (0, 2, 110.0)], [(2, 3, 100.0)]]
+    # pipelined in 8 chunks: 9 phases; 2 forwards chunk c-1 while 0 sends chunk c
+    got = expand("all_to_all_v", (0, 1, 2, 3), matrix=m, algo="hierarchical",
+                 rank_host=[0, 0, 1, 1])
+    C = PIPELINE_CHUNKS
+    assert got == ([[(0, 1, 1 / C), (0, 2, 110 / C)]]
+                   + [[(0, 1, 1 / C), (0, 2, 110 / C), (2, 3, 100 / C)]] * (C - 1)
+                   + [[(2, 3, 100 / C)]])
 
 
 @settings(max_examples=40, deadline=None)

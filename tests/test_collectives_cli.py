@@ -9,6 +9,7 @@ import pytest
 
 from moesim.cli import main
 from moesim.collectives import simulate_collective
+from moesim.collectives.algorithms import PIPELINE_CHUNKS
 from moesim.topology import load_topology
 
 
@@ -83,8 +84,12 @@ def test_hierarchical_all_to_all_uses_fewer_network_flows():
     d = simulate_collective(topo, "all_to_all", matrix=m, algo="direct")
     h = simulate_collective(topo, "all_to_all", matrix=m, algo="hierarchical")
     assert d["flows"] == 32 * 31
-    # phase 1: 3 remote nodes + 7 local peers per rank; phase 2: 7 local peers per relay
-    assert h["flows"] == 32 * (3 + 7) + 32 * 7
+    # leg 1: 3 remote nodes + 7 local peers per rank; leg 2: 7 local peers per relay;
+    # pipelined in PIPELINE_CHUNKS chunks, each leg's transfers start once per chunk
+    # (in the middle phases a relay's leg-2 transfer to a local peer merges with its
+    # own leg-1 transfer to that peer, the same (src, dst) pair)
+    C = PIPELINE_CHUNKS
+    assert h["flows"] == C * 32 * (3 + 7) + 32 * 7
     assert d["bytes"] == h["bytes"] == pytest.approx(m.sum() / 32)
 
 
@@ -171,6 +176,8 @@ def test_benchmark_runs_on_a_tiny_cluster(capsys):
     assert bench.main(["--gpus", "16", "--sizes", "8,16", "--repeats", "1", "--exact-gpus", "16",
                        "--rtols", "1e-2", "--algo", "hierarchical", "--per-rank", "1MiB"]) == 0
     out = capsys.readouterr().out
-    assert "16 GPUs, 240 flows, coalesce_rtol=0 (exact)" in out  # 16·(1 + 7) + 16·7
-    assert "16 GPUs, 240 flows, coalesce_rtol=0.01: wall median" in out
+    # pipelined: 8 chunks of leg 1, 16·(1 + 7) transfers each, then the last chunk of
+    # leg 2 (16·7); the middle chunks of leg 2 merge with leg-1 transfers of the same pair
+    assert "16 GPUs, 1136 flows, coalesce_rtol=0 (exact)" in out  # 8·16·(1 + 7) + 16·7
+    assert "16 GPUs, 1136 flows, coalesce_rtol=0.01: wall median" in out
     assert "fitted exponent" in out

@@ -4,6 +4,7 @@ Example::
 
     moesim collective --topology dgx-h100 --nodes 2 --op all_reduce --bytes 1GiB
     moesim collective --topology dgx-h100 --nodes 4 --op all_to_all --matrix m.json --json
+    moesim collective --topology dgx-h800 --nodes 8 --op ep_dispatch --kernel deepep --json
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from moesim.collectives.algorithms import ALGOS, check_op_algo
+from moesim.cli.ep_collective import EP_OPS, add_ep_arguments, run_ep
 from moesim.collectives.simulate import MODELS, simulate_collective
 from moesim.errors import InputError
 from moesim.units import parse_bytes
@@ -27,7 +29,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--nodes", type=int, default=None, help="number of nodes (preset default if omitted)")
     p.add_argument("--op", required=True,
                    help="all_reduce | all_gather | reduce_scatter | broadcast | all_to_all "
-                        "| all_to_all_v | send_recv")
+                        "| all_to_all_v | send_recv | ep_dispatch | ep_combine (MoE exchange, "
+                        "see below)")
     p.add_argument("--bytes", default=None, dest="size",
                    help="size in nccl-tests' sense, e.g. 1GiB, 64MB, 4096 (bytes): per-rank "
                         "buffer; total gathered size for all_gather/reduce_scatter")
@@ -41,6 +44,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "or sizes like '2MiB'); makes all_to_all an all_to_all_v")
     p.add_argument("--model", default="flow", help="network model: flow | analytical")
     p.add_argument("--json", action="store_true", help="print the result as JSON")
+    add_ep_arguments(p)
 
 
 def parse_ranks(text: str) -> list[int]:
@@ -89,6 +93,8 @@ def load_matrix(path: str) -> list[list[float]]:
 
 def run(args: argparse.Namespace) -> int:
     op = args.op
+    if op in EP_OPS:
+        return run_ep(args, parse_ranks(args.ranks) if args.ranks else None)
     if op == "all_to_all" and args.matrix is not None:
         op = "all_to_all_v"
     algo = check_op_algo(op, args.algo)

@@ -333,16 +333,30 @@ def hierarchical_routes(group: Sequence[int], matrix: np.ndarray,
 
 
 def hierarchical_all_to_all_v(group: Sequence[int], matrix: np.ndarray,
-                              rank_host: Sequence[int]) -> list[Phase]:
-    """Two phases: (1) every route's first hop (network to the relay, aggregated per
-    destination node, plus intra-node bytes over NVLink at the same time, as DeepEP
-    overlaps them); (2) relays forward over NVLink to the final GPU."""
+                              rank_host: Sequence[int],
+                              chunks: int = PIPELINE_CHUNKS) -> list[Phase]:
+    """The two legs of :func:`hierarchical_routes`, pipelined in ``chunks`` chunks.
+
+    Leg 1: every route's first hop (network to the relay, aggregated per destination
+    node, plus intra-node bytes over NVLink); leg 2: relays forward over NVLink to the
+    final GPU. Phase c carries chunk c of leg 1 and chunk c-1 of leg 2, so the two legs
+    overlap as DeepEP's kernels overlap RDMA and NVLink forwarding chunk by chunk
+    (deepseek-ai/DeepEP csrc/kernels/legacy/internode.cu) instead of the network leg
+    finishing before forwarding starts: chunks + 1 phases, each of 1/chunks of the
+    bytes. With nothing to relay it is the one phase of leg 1.
+    """
     routes = hierarchical_routes(group, matrix, rank_host)
     legs: list[list[Transfer]] = [[], []]
     for _s, _d, b, hops in routes:
         for k in range(len(hops) - 1):
             legs[k].append((hops[k], hops[k + 1], b))
-    return _clean(legs)
+    if not legs[1]:
+        return _clean([legs[0]])
+    phases: list[list[Transfer]] = [[] for _ in range(chunks + 1)]
+    for c in range(chunks):
+        phases[c].extend((s, d, b / chunks) for s, d, b in legs[0])
+        phases[c + 1].extend((s, d, b / chunks) for s, d, b in legs[1])
+    return _clean(phases)
 
 
 # ---------------------------------------------------------------- entry point

@@ -1,0 +1,211 @@
+"""DeepEP dispatch/combine as stages of flows: :func:`plan_ep_exchange` (pure, no simpy).
+
+Contract (what the engines consume)
+-----------------------------------
+``plan_ep_exchange(counts, op, kernel, dtype, hidden, top_k, sms)`` takes the exact
+per-micro-batch counts of :func:`moesim.gating.tokens.dedup_counts` (EP ranks 0..S-1,
+``ranks_per_node`` consecutive EP ranks per node, rail peer = same position in the
+node) and returns an :class:`EpPlan`:
+
+* ``stages``: :class:`Stage` tuples ``(name, medium, flows)``, ``flows`` a tuple of
+  ``(src_ep_rank, dst_ep_rank, nbytes)`` aggregated per pair, src != dst, bytes > 0,
+  ``medium`` "rdma" (crosses the NIC) or "nvl" (stays in the node). With
+  ``concurrent`` True (every DeepEP kernel) the stages run at the same time, chunk
+  by chunk, so the caller starts all flows of all stages together and adds
+  ``fill_drain``; it must NOT run them one after the other.
+* ``sms``: SMs each rank's kernel holds while it runs (0 for the low-latency kernels
+  once their sends are issued: the receive completes through a hook);
+* ``sm_write_bytes`` (S,): bytes each rank's SMs copy (the SM-throughput bound);
+* ``fill_drain``: ``(medium, bytes of one chunk per channel)`` items: the pipeline's
+  fill and drain cost one such chunk at the channel's share of that medium's rate;
+* ``latency``: ``{"rdma_hops", "nvl_hops", "launches"}`` counts of one-way RDMA
+  latencies, NVLink latencies and kernel launches/host syncs of the notify
+  (count exchange) step that precedes a normal dispatch and its host-visible sync
+  (DeepEP ``notify_dispatch``; the CPU waits for the GPU-written receive counts);
+* ``rdma_bytes_per_rank``, ``nvl_bytes_per_rank`` (S,): logical bytes as DeepEP's
+  tests count them (see :mod:`moesim.ep.timing` for the bandwidth definition).
+
+Kernels: ``deepep`` (normal: intranode kernels on one node, internode kernels across
+nodes), ``deepep-ll`` (low-latency), ``nccl`` (per-assignment all-to-all, one stage).
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass
+
+import numpy as np
+
+from moesim.ep.messages import (
+    hidden_bytes,
+    internode_bytes_per_token,
+    intranode_bytes_per_token,
+    ll_bytes_per_message,
+    logical_bytes_per_token,
+)
+from moesim.errors import InputError
+from moesim.gating.tokens import DedupCounts
+
+KERNELS = ("deepep", "deepep-ll", "nccl")
+OPS = ("ep_dispatch", "ep_combine")
+#: SMs of DeepEP's normal kernels unless told (deep_ep/buffers/legacy.py: Buffer.num_sms = 20;
+#: DeepSeek-V3 report §3.2.2: 20 of the H800's 132 SMs for communication)
+DEFAULT_SMS = 20
+#: tokens per chunk (nvl send chunk, rdma send chunk) of DeepEP's recommended configs,
+#: deep_ep/buffers/legacy.py get_dispatch_config / get_combine_config (by EP size)
+DISPATCH_CHUNKS = {2: (24, 6), 4: (6, 6), 8: (6, 6), 16: (36, 20), 24: (32, 8), 32: (32, 8),
+                   48: (32, 8), 64: (32, 8), 96: (20, 12), 128: (20, 12), 144: (32, 12),
+                   160: (28, 12)}
+COMBINE_CHUNKS = {2: (10, 6), 4: (9, 6), 8: (4, 6), 16: (4, 12), 24: (1, 8), 32: (1, 8),
+                  48: (1, 8), 64: (1, 8), 96: (1, 8), 128: (1, 8), 144: (2, 8), 160: (2, 8)}
+
+Flow = tuple[int, int, float]
+
+
+@dataclass(frozen=True)
+class Stage:
+    name: str
+    medium: str                 # "rdma" | "nvl"
+    flows: tuple[Flow, ...]     # (src EP rank, dst EP rank, bytes), aggregated
+
+    @property
+    def nbytes(self) -> float:
+        return float(sum(b for _s, _d, b in self.flows))
+
+
+@dataclass(frozen=True, eq=False)
+class EpPlan:
+    op: str
+    kernel: str
+    dtype: str
+    ranks: int
+    ranks_per_node: int
+    stages: tuple[Stage, ...]
+    concurrent: bool
+    sms: int
+    sm_write_bytes: np.ndarray          # (S,)
+    fill_drain: tuple[tuple[str, float], ...]
+    latency: dict[str, int]
+    rdma_bytes_per_rank: np.ndarray     # (S,) logical, DeepEP tests' convention
+    nvl_bytes_per_rank: np.ndarray      # (S,)
+    bytes_per_token: float              # message bytes per token (or per LL message)
+
+
+def _flows(acc: dict[tuple[int, int], float]) -> tuple[Flow, ...]:
+    return tuple((s, d, b) for (s, d), b in sorted(acc.items()) if s != d and b > 0)
+
+
+def _chunks(table: dict[int, tuple[int, int]], n: int) -> tuple[int, int]:
+    """The config of the nearest EP size DeepEP lists (ties: the smaller)."""
+    return table[min(table, key=lambda k: (abs(k - n), k))]
+
+
+def check_kernel(op: str, kernel: str, sms: int, source: str = "command line",
+                 prefix: str = "--") -> None:
+    """InputError naming ``prefix + field`` (``--kernel`` on the command line; a
+    scenario passes e.g. ``parallel.ep_backend.``) on an unknown op or kernel or a bad
+    SM count."""
+    if op not in OPS:
+        raise InputError(source, prefix + "op", "one of " + ", ".join(OPS), op)
+    if kernel not in KERNELS:
+        raise InputError(source, prefix + "kernel", "one of " + ", ".join(KERNELS), kernel)
+    if isinstance(sms, bool) or not isinstance(sms, int) or sms < 2 or sms % 2:
+        # internode.cu: num_channels = num_sms / 2; legacy.py set_num_sms: "must be even"
+        raise InputError(source, prefix + "sms", "an even number of SMs >= 2 (2 SMs per channel)",
+                         sms)
+
+
+def plan_ep_exchange(counts: DedupCounts, op: str, kernel: str, dtype: str, hidden: int,
+                     top_k: int, sms: int = DEFAULT_SMS) -> EpPlan:
+    """Stages of one dispatch or combine (see the module docstring)."""
+    check_kernel(op, kernel, sms)
+    combine = op == "ep_combine"
+    n = counts.gpu_tokens.shape[0]
+    L = counts.ranks_per_node
+    if kernel == "deepep-ll":
+        return _plan_ll(counts, op, dtype, hidden, combine)
+    if kernel == "nccl":
+        return _plan_nccl(counts, op, dtype, hidden, combine)
+    logical = logical_bytes_per_token("deepep", dtype, hidden)
+    gpu, node = counts.gpu_tokens.astype(float), counts.node_tokens.astype(float)
+    nvl_logical = (gpu.sum(axis=0) * logical)       # dispatch: received (token, GPU) copies
+    channels = sms // 2
+    if n <= L:  # one NVLink domain: intranode kernels (csrc/kernels/legacy/intranode.cu)
+        msg = intranode_bytes_per_token(dtype, hidden, top_k, combine=combine)
+        acc = {(s, d): gpu[s, d] * msg for s in range(n) for d in range(n)}
+        if combine:
+            acc = {(d, s): b for (s, d), b in acc.items()}
+        nvl_chunk, _ = _chunks(COMBINE_CHUNKS if combine else DISPATCH_CHUNKS, n)
+        # SMs write every received token once into the peer's channel buffer and copy
+        # it out once more on the receiving side
+        writes = (gpu.sum(axis=0) + gpu.sum(axis=1)) * msg
+        return EpPlan(op, "deepep", dtype, n, L, (Stage("nvl", "nvl", _flows(acc)),), True,
+                      sms, writes, (("nvl", nvl_chunk * msg),),
+                      {"rdma_hops": 0, "nvl_hops": 0 if combine else 2,
+                       "launches": 0 if combine else 2},
+                      np.zeros(n), nvl_logical, float(msg))
+    # internode kernels (csrc/kernels/legacy/internode.cu)
+    msg = internode_bytes_per_token(dtype, hidden, top_k, combine=combine)
+    loc = np.arange(n) % L
+    nd = np.arange(n) // L
+    rdma: dict[tuple[int, int], float] = defaultdict(float)
+    nvl: dict[tuple[int, int], float] = defaultdict(float)
+    fwd_writes = np.zeros(n)
+    for s in range(n):
+        for b in range(node.shape[1]):
+            peer = b * L + loc[s]       # rail peer: same local index on node b
+            rdma[(s, peer)] += node[s, b] * msg
+        for d in np.flatnonzero(gpu[s]):
+            f = nd[d] * L + loc[s]      # the forwarder (s itself for its own node)
+            nvl[(f, d)] += gpu[s, d] * msg
+            fwd_writes[f] += gpu[s, d] * msg
+    if combine:  # reverse every flow: GPUs -> forwarder over NVLink, one RDMA send back
+        rdma = {(d, s): b for (s, d), b in rdma.items()}
+        nvl = {(d, s): b for (s, d), b in nvl.items()}
+    send_writes = node.sum(axis=1) * msg       # tokens into the RDMA send buffer
+    recv_writes = gpu.sum(axis=0) * hidden_bytes(dtype, hidden)  # copy-out to recv_x
+    nvl_chunk, rdma_chunk = _chunks(COMBINE_CHUNKS if combine else DISPATCH_CHUNKS, n)
+    stages = (Stage("rdma", "rdma", _flows(rdma)), Stage("nvl", "nvl", _flows(nvl)))
+    if combine:
+        stages = stages[::-1]
+    return EpPlan(op, "deepep", dtype, n, L, stages, True, sms,
+                  send_writes + fwd_writes + recv_writes,
+                  (("rdma", rdma_chunk * msg), ("nvl", nvl_chunk * msg)),
+                  {"rdma_hops": 0 if combine else 1, "nvl_hops": 0 if combine else 2,
+                   "launches": 0 if combine else 2},
+                  node.sum(axis=1) * logical, nvl_logical, float(msg))
+
+
+def _plan_ll(counts: DedupCounts, op: str, dtype: str, hidden: int, combine: bool) -> EpPlan:
+    """One message per (token, expert), straight to the expert's GPU
+    (csrc/kernels/legacy/internode_ll.cu): RDMA (IBGDA) across nodes; a peer in the
+    same NVLink domain is written directly (``nvshmemi_get_p2p_ptr`` non-null)."""
+    n, L = counts.pair_tokens.shape[0], counts.ranks_per_node
+    msg = ll_bytes_per_message(dtype, hidden, combine=combine)
+    logical = logical_bytes_per_token("deepep-ll", dtype, hidden)
+    pair = counts.pair_tokens.astype(float)
+    same = (np.arange(n)[:, None] // L) == (np.arange(n)[None, :] // L)
+    rdma = {(s, d): pair[s, d] * msg for s in range(n) for d in range(n) if not same[s, d]}
+    nvl = {(s, d): pair[s, d] * msg for s in range(n) for d in range(n) if same[s, d]}
+    if combine:
+        rdma = {(d, s): b for (s, d), b in rdma.items()}
+        nvl = {(d, s): b for (s, d), b in nvl.items()}
+    sel = pair.sum(axis=1)   # the test counts each rank's own selections
+    return EpPlan(op, "deepep-ll", dtype, n, L,
+                  (Stage("rdma", "rdma", _flows(rdma)), Stage("nvl", "nvl", _flows(nvl))),
+                  True, 0, np.zeros(n), (), {"rdma_hops": 0, "nvl_hops": 0, "launches": 0},
+                  sel * logical, (pair * same).sum(axis=1) * logical, float(msg))
+
+
+def _plan_nccl(counts: DedupCounts, op: str, dtype: str, hidden: int, combine: bool) -> EpPlan:
+    """Today's pairwise all-to-all: one copy per (token, expert) of the hidden vector."""
+    n, L = counts.pair_tokens.shape[0], counts.ranks_per_node
+    bpt = float(hidden_bytes(dtype, hidden))
+    m = counts.pair_tokens.astype(float) * bpt
+    if combine:
+        m = m.T
+    same = (np.arange(n)[:, None] // L) == (np.arange(n)[None, :] // L)
+    acc = {(s, d): m[s, d] for s in range(n) for d in range(n)}
+    return EpPlan(op, "nccl", dtype, n, L, (Stage("a2a", "mixed", _flows(acc)),), False, 0,
+                  np.zeros(n), (), {"rdma_hops": 0, "nvl_hops": 0, "launches": 0},
+                  (m * ~same).sum(axis=1), (m * same).sum(axis=1), bpt)
