@@ -13,11 +13,11 @@ from moesim.collectives.communicator import CollectiveSpec, Communicator
 from moesim.collectives.simulate import make_network, rank_hosts, simulate_collective
 from moesim.compute.devices import get_device
 from moesim.compute.roofline import RooflineModel
-from moesim.engine.fast import network as fast_network
-from moesim.engine.fast.engine import simulate_fast
-from moesim.engine.fast.dp import RingCost
-from moesim.engine.fast.network import FastNetwork
 from moesim.engine.api import resolve_path, simulate
+from moesim.engine.fast import network as fast_network
+from moesim.engine.fast.dp import RingCost
+from moesim.engine.fast.engine import simulate_fast
+from moesim.engine.fast.network import FastNetwork
 from moesim.errors import InputError
 from moesim.model import costs, model_from_dict
 from moesim.trace.report import jsonable

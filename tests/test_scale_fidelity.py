@@ -12,10 +12,10 @@ import json
 import numpy as np
 import pytest
 
-from moesim.program.replicas import replica_map
 from moesim.engine.api import simulate
 from moesim.errors import InputError
 from moesim.layout.mesh import Layout
+from moesim.program.replicas import replica_map
 from moesim.trace.report import jsonable
 
 # 128 GPUs, 4 layers: DeepSeek-V3 shape (H800, EP over 2 nodes, node-limited routing,

@@ -7,8 +7,8 @@ import json
 
 import pytest
 
-from moesim.engine.breakdown import CATEGORIES, breakdown
 from moesim.engine.api import simulate
+from moesim.engine.breakdown import CATEGORIES, breakdown
 from moesim.trace.chrome import load_chrome_trace
 from moesim.trace.report import write_run_outputs
 from moesim.trace.stalls import critical_path, path_breakdown

@@ -14,8 +14,8 @@ import json
 from pathlib import Path
 from typing import Any
 
-from moesim.collectives.algorithms import ALGOS, check_op_algo
 from moesim.cli.ep_collective import EP_OPS, add_ep_arguments, run_ep
+from moesim.collectives.algorithms import ALGOS, check_op_algo
 from moesim.collectives.simulate import MODELS, simulate_collective
 from moesim.errors import InputError
 from moesim.units import parse_bytes

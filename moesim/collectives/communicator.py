@@ -27,6 +27,7 @@ from typing import Any
 import numpy as np
 import simpy
 
+from moesim.collectives import ep_exchange
 from moesim.collectives.algorithms import (
     Phase,
     check_matrix,
@@ -121,7 +122,10 @@ class Communicator:
         if st.matrix is not None:
             self._join_direct(key, st, rank)
         elif len(st.events) == len(spec.group):
-            self.env.process(self._run_phased(key, st))
+            if spec.op == "ep_exchange":
+                self.env.process(ep_exchange.run(self, key, st))
+            else:
+                self.env.process(self._run_phased(key, st))
         return ev
 
     # ------------------------------------------------------------ helpers
@@ -130,6 +134,8 @@ class Communicator:
         if bad:
             raise ValueError(f"ranks {bad} out of range 0..{len(self.gpus) - 1}")
         st = _State(spec)
+        if spec.op == "ep_exchange":       # a planned DeepEP exchange: starts when all arrive
+            return st
         if spec.op in ("all_to_all", "all_to_all_v") and spec.algo == "direct":
             m = spec.byte_matrix()
             st.matrix = m

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from moesim.errors import InputError
+from moesim.gating import dedup
 from moesim.gating.balance import lb_loss
 from moesim.gating.config import RoutingConfig
 from moesim.gating.matrices import byte_matrices
@@ -61,6 +62,10 @@ class MicrobatchRouting:
     n_tokens: int               # tokens in the micro-batch (all sources)
     top_k: int
     path: str                   # "token" or "counts"
+    # with ``dedup_ranks_per_node``: distinct (token, dst rank) and (token, dst node)
+    # copies of kept tokens (moesim.gating.dedup), for DeepEP-style exchanges
+    gpu_tokens: np.ndarray | None = None    # (S, S) int64
+    node_tokens: np.ndarray | None = None   # (S, nodes) int64
 
 
 def _check_node_limit(cfg: RoutingConfig, placement: Placement, ranks_per_node: int | None,
@@ -85,11 +90,14 @@ def route_microbatch(cfg: RoutingConfig, *, n_experts: int, top_k: int,
                      tokens_per_rank: np.ndarray, placement: Placement,
                      ranks_per_node: int | None, hidden: int, dispatch_dtype: str,
                      combine_dtype: str, seed: int, step: int, layer: int, microbatch: int,
-                     source: str = "routing") -> MicrobatchRouting:
+                     source: str = "routing", dedup_ranks_per_node: int | None = None
+                     ) -> MicrobatchRouting:
     """Route one micro-batch. ``tokens_per_rank[s]``: tokens EP rank s holds;
     ``layer``: MoE layer index; ``ranks_per_node``: consecutive EP ranks per node
     (None: no node structure; node-limited routing and ``nearest`` replicas then
-    ignore nodes). ``cfg.top_k`` overrides ``top_k`` when set."""
+    ignore nodes). ``cfg.top_k`` overrides ``top_k`` when set. ``dedup_ranks_per_node``
+    (EP ranks per node, experts at their home ranks): also count the distinct (token,
+    GPU) and (token, node) copies (:mod:`moesim.gating.dedup`)."""
     for name, v in (("seed", seed), ("step", step), ("layer", layer), ("microbatch", microbatch)):
         if isinstance(v, bool) or not isinstance(v, int | np.integer) or v < 0:
             raise InputError(source, name, "an integer >= 0", v)
@@ -117,6 +125,7 @@ def route_microbatch(cfg: RoutingConfig, *, n_experts: int, top_k: int,
         path = "token" if n_tok * n_experts <= TOKEN_PATH_LIMIT else "counts"
     cap = capacity(t, k, n_experts, cfg.capacity_factor)
 
+    choices: list[np.ndarray] = []
     if path == "token":
         assign = np.zeros((t.size, n_experts), dtype=np.int64)
         kept = np.zeros_like(assign)
@@ -129,6 +138,8 @@ def route_microbatch(cfg: RoutingConfig, *, n_experts: int, top_k: int,
             assign[s] = assign_from_tokens(chosen, n_experts)
             keep = drop_tokens(chosen, probs, cap[s], cfg.drop_policy)
             kept[s] = np.bincount(chosen[keep], minlength=n_experts)
+            if dedup_ranks_per_node is not None:
+                choices.append(np.where(keep, chosen, -1))
         p_mean = psum / n_tok if n_tok else pi / k
     else:
         assign = assign_counts(rng, pi, t, k)
@@ -142,11 +153,22 @@ def route_microbatch(cfg: RoutingConfig, *, n_experts: int, top_k: int,
     dbytes, cbytes = byte_matrices(dispatch, hidden, dispatch_dtype, combine_dtype, source)
     tot = int(assign.sum())
     f = assign.sum(axis=0) / tot if tot else np.zeros(n_experts)
+    gpu_tok = node_tok = None
+    if dedup_ranks_per_node is not None:
+        if path == "token":
+            gpu_tok, node_tok = dedup.from_choices(choices, placement.home,
+                                                   dedup_ranks_per_node)
+        else:
+            drng = np.random.default_rng([seed, dedup.STREAM_DEDUP, step, layer, microbatch])
+            gpu_tok, node_tok = dedup.estimate(
+                kept, placement.home, dedup_ranks_per_node, pi, k,
+                placement.node_of_expert(dedup_ranks_per_node) if cfg.max_nodes else None,
+                cfg.max_nodes, drng)
     return MicrobatchRouting(
         assign=assign, kept=kept, dropped=assign - kept, capacity=cap,
         expert_tokens=kept.sum(axis=0), rank_expert_tokens=rank_expert,
         rank_tokens=dispatch.sum(axis=0), dispatch_tokens=dispatch,
         combine_tokens=dispatch.T.copy(), dispatch_bytes=dbytes, combine_bytes=cbytes,
         router_prob_mean=p_mean, f=f, lb_loss=lb_loss(f, p_mean), shares=q,
-        n_tokens=n_tok, top_k=k, path=path,
+        n_tokens=n_tok, top_k=k, path=path, gpu_tokens=gpu_tok, node_tokens=node_tok,
     )

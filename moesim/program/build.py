@@ -26,13 +26,14 @@ import numpy as np
 
 from moesim.collectives.communicator import CollectiveSpec
 from moesim.compute.base import ComputeModel, Kernel
+from moesim.gating import make_placement, route_microbatch
+from moesim.memory.model import split_layers
+from moesim.model import costs
+from moesim.program.ep_backend import EPBackend
 from moesim.program.grads import GradientOps
 from moesim.program.ops import Op
 from moesim.program.overlap import PairRule, ep_stream, interleave
 from moesim.program.replicas import ReplicaMap, replica_map
-from moesim.gating import make_placement, route_microbatch
-from moesim.memory.model import split_layers
-from moesim.model import costs
 from moesim.schedule.pipeline import make_order
 
 ACT_BYTES = 2  # bf16 activations and gradients on the wire (Megatron default dtype)
@@ -128,6 +129,7 @@ class Builder(GradientOps):
         # SMs held by communication kernels while in flight (compute shares the rest)
         self.nccl_sms = scn.overlap.nccl_sms
         self.ep_sms = par.ep_backend.held_sms(self.nccl_sms)
+        self.ep_backend = EPBackend(res, self.ep_sms)
         self.flops = 0.0
         self.rmap: ReplicaMap | None = replica_map(self.lay) if replicas == "identical" else None
         self.dedup = dedup
@@ -150,7 +152,9 @@ class Builder(GradientOps):
                 ranks_per_node=self._ep_ranks_per_node(group), hidden=spec.hidden,
                 dispatch_dtype=scn.routing.dispatch_dtype,
                 combine_dtype=scn.routing.combine_dtype, seed=scn.seed, step=self.step,
-                layer=j, microbatch=canon * self.m + mb, source=scn.source)
+                layer=j, microbatch=canon * self.m + mb, source=scn.source,
+                dedup_ranks_per_node=self.ep_backend.ranks_per_node(group, self.gpn)
+                if self.ep_backend.deepep else None)
             self._routes[key] = r
         if (group_idx, layer, mb) not in self._counted:
             self._counted.add((group_idx, layer, mb))
@@ -379,7 +383,15 @@ class Builder(GradientOps):
         # backward traffic carries bf16 gradients with the forward's shapes reversed
         grad_bpt = ACT_BYTES * hid
         gkey = (group[0], layer, mb)
-        if phase == "fwd":
+        if self.ep_backend.deepep:
+            L = self.ep_backend.ranks_per_node(group, self.gpn)
+            mk = self.ep_backend.spec
+            names = (("fwd.dispatch", "fwd.combine") if phase == "fwd"
+                     else ("bwd.dispatch", "bwd.combine"))
+            tags = ("disp", "comb") if phase == "fwd" else ("bdisp", "bcomb")
+            disp = self._spec((tags[0],) + gkey, lambda: mk(r, group, names[0], L))
+            comb = self._spec((tags[1],) + gkey, lambda: mk(r, group, names[1], L))
+        elif phase == "fwd":
             disp = self._spec(("disp",) + gkey, lambda: CollectiveSpec(
                 "all_to_all_v", group, matrix=r.dispatch_bytes, algo=self.a2a_algo))
             comb = self._spec(("comb",) + gkey, lambda: CollectiveSpec(
@@ -409,8 +421,8 @@ class Builder(GradientOps):
                        *costs.permute_kernels(spec, sent, phase)]
         post = lambda: [*costs.unpermute_kernels(spec, sent, phase),  # noqa: E731
                         *costs.shared_expert_kernels(spec, self.tokens, tp, phase)]
-        d_out = float(disp.matrix[pos].sum())
-        c_out = float(comb.matrix[pos].sum())
+        d_out = float(_matrix(disp)[pos].sum())
+        c_out = float(_matrix(comb)[pos].sum())
         if phase == "fwd":
             self._compute(prog, "fwd.router", layer, mb, phase, ("router", phase), pre, deps=deps)
             self._coll(prog, "ep_dispatch", "fwd.dispatch", disp, ("disp",) + gkey, layer, mb,
@@ -428,3 +440,9 @@ class Builder(GradientOps):
             self._coll(prog, "ep_dispatch", "bwd.dispatch", disp, ("bdisp",) + gkey, layer, mb,
                        phase, d_out, tokens=recv)
             self._compute(prog, "bwd.router", layer, mb, phase, ("router", phase), pre)
+
+
+def _matrix(spec) -> np.ndarray:
+    """Source x destination bytes of an EP exchange (pairwise or planned DeepEP)."""
+    m = getattr(spec, "matrix", None)
+    return m if m is not None else spec.byte_matrix()

@@ -13,9 +13,9 @@ from __future__ import annotations
 import numpy as np
 
 from moesim.collectives.communicator import CollectiveSpec
-from moesim.program.ops import Op
 from moesim.memory.model import rank_params
 from moesim.model import costs
+from moesim.program.ops import Op
 
 
 class GradientOps:

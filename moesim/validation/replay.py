@@ -27,8 +27,8 @@ import numpy as np
 
 from moesim.collectives.communicator import CollectiveSpec
 from moesim.compute.base import Kernel
-from moesim.program.ops import Op
 from moesim.errors import InputError
+from moesim.program.ops import Op
 from moesim.topology import Topology, parse_topology
 from moesim.validation.calibration import CalibratedComputeModel, CommCalibration
 from moesim.validation.ingest import TracedOp, TraceSet

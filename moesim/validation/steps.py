@@ -10,7 +10,6 @@ from moesim.validation.collectives import training_steps
 from moesim.validation.kineto import STEP_RE, SYNTHETIC_STEP_CAT, Event, x_events
 
 
-
 def complete_events(doc: dict[str, Any], source: str) -> list[Event]:
     """The 'X' events of ``doc`` (:func:`moesim.validation.kineto.x_events`), with one
     synthetic ``ProfilerStep#k`` span per step where the trace has none."""

@@ -31,9 +31,9 @@ import simpy
 
 from moesim.collectives.communicator import Communicator
 from moesim.engine.exact.execute import Executor
-from moesim.program.ops import Op
 from moesim.errors import InputError
 from moesim.network import FlowNetwork
+from moesim.program.ops import Op
 from moesim.topology import Topology
 from moesim.trace.spans import Span
 from moesim.validation.calibration import CalibratedComputeModel

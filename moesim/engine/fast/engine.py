@@ -59,7 +59,12 @@ class Context:
         self.rings = RingCost(topo, gpus, self.rank_host)
         self.act_bytes = self.tokens * self.spec.hidden * ACT_BYTES / self.tp
         self.a2a_algo = scn.routing.a2a_algo
+        self.ep_backend = b.ep_backend          # DeepEP plans (moesim.program.ep_backend)
+        self.gpn = b.gpn
         self.overlap = scn.overlap.ep_comm_overlap and b.ep > 1
+        # share s/S of the GPU's SMs an EP kernel holds: compute hidden under it slows
+        sms = int(getattr(res.device, "sms", 0) or 0)
+        self.ep_sm_frac = b.ep_sms / sms if sms > 0 and b.ep_sms > 0 else 0.0
         # gradient buckets run while the pipeline still sends (dp_overlap): a backward
         # send after a layer's last backward may share a link with a ring flow
         self.grad_share = bool(scn.overlap.dp_overlap) and max(res.layout.dp,
@@ -122,7 +127,24 @@ def _route_rec(ctx: Context, r, group: tuple[int, ...]) -> RouteRec:
             "bwd.combine": r.dispatch_tokens * grad_bpt,
             "bwd.dispatch": r.combine_tokens * grad_bpt}
     off = ~np.eye(n, dtype=bool)
-    if ctx.a2a_algo == "direct":
+    d_out, c_out = r.dispatch_bytes.sum(axis=1), r.combine_bytes.sum(axis=1)
+    if ctx.ep_backend.deepep:
+        # a DeepEP exchange starts when every member has arrived (after the count
+        # exchange): its flows start together; a member is done at max(its last flow,
+        # its SM bound) + fill/drain (moesim.collectives.ep_exchange, the exact rule)
+        L = ctx.ep_backend.ranks_per_node(group, ctx.gpn)
+        a2a = {}
+        for name in mats:
+            spec = ctx.ep_backend.spec(r, group, name, L)
+            m = spec.byte_matrix()
+            end = ctx.net.a2a_finish(group, m, np.zeros(n))
+            a2a[name] = spec.notify_s + np.maximum(end, spec.sm_s) + spec.fill_s
+            if name == "fwd.dispatch":
+                d_out = m.sum(axis=1)
+            elif name == "fwd.combine":
+                c_out = m.sum(axis=1)
+        nz = off
+    elif ctx.a2a_algo == "direct":
         a2a = {k: np.asarray(m, dtype=float) for k, m in mats.items()}
         nz = ((r.dispatch_tokens > 0) | (r.dispatch_tokens.T > 0)) & off
     else:   # phased: everybody waits for everybody, all finish together
@@ -141,8 +163,7 @@ def _route_rec(ctx: Context, r, group: tuple[int, ...]) -> RouteRec:
     hot = np.where(has, local.argmax(axis=1), -1)
     hot_tok = np.where(has, local.max(axis=1), 0)
     return RouteRec(a2a=a2a, nz=nz, exp_t=exp_t, exp_f=exp_f, hot=hot, hot_tok=hot_tok,
-                    recv=np.asarray(r.rank_tokens), d_out=r.dispatch_bytes.sum(axis=1),
-                    c_out=r.combine_bytes.sum(axis=1))
+                    recv=np.asarray(r.rank_tokens), d_out=d_out, c_out=c_out)
 
 
 def _units(ctx: Context, s: int) -> list[list]:

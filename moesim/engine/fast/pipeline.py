@@ -15,6 +15,12 @@ list-scheduled across stages: an item waits for its pipeline message (``bubble``
 With ``overlap.ep_comm_overlap`` the items the exact builder interleaves (same
 :class:`~moesim.program.overlap.PairRule`) hide each all-to-all under the partner
 item's compute: only ``max(0, a2a - partner compute per all-to-all)`` is exposed.
+
+SM sharing: when the EP kernels hold a share f = s/S of the SMs, the partner's compute b
+under an all-to-all of w seconds runs at 1 - f of its rate: it takes
+``B = min(b / (1 - f), b + w·f)`` (the exact engine's re-rating, solved in closed form);
+``B - b`` is charged as compute and ``max(0, w - B)`` is exposed, so a step grows by
+``max(w - b, w·f)`` per overlapped all-to-all (``w - b`` without sharing).
 """
 
 from __future__ import annotations
@@ -131,11 +137,21 @@ class Chain:
             dur = np.maximum(self.c.net.a2a_finish(self.groups[s], x, a), start) - start
         else:
             dur = x
+        slowed = None
         if self.budget > 0:    # overlapped: the partner item's compute hides the first
             stall = start - a  # `budget` seconds of this wait + transfer (ep stream)
-            total = np.maximum(0.0, stall + dur - self.budget)
-            start = a + np.maximum(0.0, stall - self.budget)
+            hide = self.budget
+            f = self.c.ep_sm_frac
+            if f > 0:          # the hiding compute runs on the SMs the kernels leave
+                hide = np.minimum(self.budget / (1.0 - f), self.budget + (stall + dur) * f)
+                slowed = hide - self.budget
+            total = np.maximum(0.0, stall + dur - hide)
+            start = a + np.maximum(0.0, stall - hide)
             dur = a + total - start
+        if slowed is not None:  # the partner's compute, longer under the kernels
+            self.out[s].acc["compute"] += slowed
+            self._span(s, "compute", f"{name}.sm_share", a, a + slowed, layer, mb, phase)
+            a, start = a + slowed, start + slowed
         end = start + dur
         self.after_a2a = end
         self.out[s].ep_iv.append((start, end))

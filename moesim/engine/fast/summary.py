@@ -74,6 +74,12 @@ def shortcuts(ctx, dedup: bool, n_chains: int, world: int, span_ranks: int
                     "detail": "routing.replicas=identical: one chain per replica class runs; "
                               "mirrors copy its timeline and join DP collectives",
                     "bound": "exact given identical routing"})
+    if ctx.res.scenario.overlap.nccl_sms > 0:
+        out.append({"name": "nccl_sm_sharing_not_modeled",
+                    "detail": "overlap.nccl_sms: compute overlapping DP buckets, pipeline "
+                              "sends and TP collectives is not slowed on the fast path (EP "
+                              "kernels' SM share is: see ep_overlap)",
+                    "bound": "unmeasured: use the exact engine for NCCL SM sharing"})
     if ctx.res.scenario.parallel.zero == 3:
         out.append({"name": "zero3_gathers_not_modeled",
                     "detail": "ZeRO-3 per-layer weight all-gathers are not charged",

@@ -1,0 +1,84 @@
+"""Deduplicated copies of a micro-batch's tokens for DeepEP-style exchanges (pure).
+
+DeepEP's normal kernels send one copy of a token per destination *node* over RDMA and
+one per destination *GPU* over NVLink, however many of the token's top-k experts sit
+there (deepseek-ai/DeepEP ``csrc/kernels/layout.cu``: ``num_tokens_per_rdma_rank``,
+``is_token_in_rank``). From each token's kept expert ids:
+
+* ``gpu_tokens[s, d]``: tokens of source EP rank s with at least one kept expert on d;
+* ``node_tokens[s, n]``: tokens of s with at least one kept expert on node n.
+
+:func:`from_choices` counts them exactly (the router's per-token path).
+:func:`estimate` serves the counts path (large micro-batches, where tokens are not
+sampled one by one): it draws ``PROBE_TOKENS`` tokens with the same routing law
+(:func:`moesim.gating.router.assign_tokens`, node limit included) and scales each
+(source, node) / (source, GPU) assignment count by the probe's copies per assignment
+of that node / GPU. The estimate is exact in expectation for the probe's law; its
+sampling error is measured in tests/test_ep_engine.py.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from moesim.gating.router import assign_tokens
+
+#: tokens drawn per micro-batch to estimate copies per assignment on the counts path
+PROBE_TOKENS = 4096
+#: random stream of the probe (route_microbatch uses 0, skew 1-3, gating.tokens 4)
+STREAM_DEDUP = 5
+
+
+def _distinct(ids: np.ndarray, width: int) -> np.ndarray:
+    """(T, width) bool: which ids (>= 0) each row holds, each once."""
+    hit = np.zeros((ids.shape[0], width + 1), dtype=bool)
+    rows = np.repeat(np.arange(ids.shape[0]), ids.shape[1])
+    hit[rows, np.where(ids >= 0, ids, width).ravel()] = True
+    return hit[:, :width]
+
+
+def from_choices(choices: list[np.ndarray], home: np.ndarray, ranks_per_node: int
+                 ) -> tuple[np.ndarray, np.ndarray]:
+    """Exact (gpu_tokens, node_tokens) from each source's (T, k) kept expert ids
+    (-1: dropped slot); ``home[e]``: EP rank of expert e."""
+    n = len(choices)
+    n_nodes = max(1, n // ranks_per_node)
+    gpu = np.zeros((n, n), dtype=np.int64)
+    node = np.zeros((n, n_nodes), dtype=np.int64)
+    for s, c in enumerate(choices):
+        c = np.asarray(c, dtype=np.int64)
+        if c.size == 0:
+            continue
+        dst = np.where(c >= 0, home[np.where(c >= 0, c, 0)], -1)
+        gpu[s] = _distinct(dst, n).sum(axis=0)
+        node[s] = _distinct(np.where(dst >= 0, dst // ranks_per_node, -1), n_nodes).sum(axis=0)
+    return gpu, node
+
+
+def estimate(kept: np.ndarray, home: np.ndarray, ranks_per_node: int, pi: np.ndarray,
+             k: int, node_of_expert: np.ndarray | None, max_nodes: int | None,
+             rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+    """(gpu_tokens, node_tokens) for ``kept`` (S × E assignments) from a probe sample
+    (see the module docstring). Each count lies between the assignment count divided
+    by the experts there and the assignment count itself."""
+    s_, e_ = kept.shape
+    n_nodes = max(1, s_ // ranks_per_node)
+    probe = assign_tokens(rng, pi, PROBE_TOKENS, k, node_of_expert, max_nodes)
+    dst = home[probe]
+    # copies per assignment in the probe, per destination GPU and per node
+    a_gpu = np.bincount(dst.ravel(), minlength=s_).astype(float)
+    c_gpu = _distinct(dst, s_).sum(axis=0).astype(float)
+    nd = dst // ranks_per_node
+    a_node = np.bincount(nd.ravel(), minlength=n_nodes).astype(float)
+    c_node = _distinct(nd, n_nodes).sum(axis=0).astype(float)
+    r_gpu = np.divide(c_gpu, a_gpu, out=np.ones(s_), where=a_gpu > 0)
+    r_node = np.divide(c_node, a_node, out=np.ones(n_nodes), where=a_node > 0)
+    by_rank = np.zeros((s_, s_), dtype=np.int64)
+    np.add.at(by_rank.T, home, kept.T)        # assignments src -> home rank
+    by_node = by_rank.reshape(s_, n_nodes, ranks_per_node).sum(axis=2)
+    tokens = kept.sum(axis=1) // max(k, 1)
+    gpu = np.minimum(np.rint(by_rank * r_gpu[None, :]).astype(np.int64), by_rank)
+    gpu = np.minimum(np.maximum(gpu, (by_rank > 0).astype(np.int64)), tokens[:, None])
+    node = np.minimum(np.rint(by_node * r_node[None, :]).astype(np.int64), by_node)
+    node = np.minimum(np.maximum(node, (by_node > 0).astype(np.int64)), tokens[:, None])
+    return gpu, node

@@ -1,0 +1,123 @@
+"""The EP backend of a step's dispatch and combine (pure; both engines use it).
+
+``parallel.ep_backend.kind``:
+
+* ``nccl`` (default): the pairwise all-to-all-v of :mod:`moesim.gating.matrices`, one copy
+  per (token, expert); its kernels hold ``overlap.nccl_sms`` SMs;
+* ``deepep``: DeepEP's normal kernels, planned by :func:`moesim.ep.plan.plan_ep_exchange`
+  from the micro-batch's deduplicated copies (:mod:`moesim.gating.dedup`): one RDMA copy
+  per (token, node) to the rail peer, NVLink forwarding per (token, GPU), holding
+  ``sms`` SMs (default 20);
+* ``deepep-ll``: the low-latency kernels, one message per (token, expert), no SMs held.
+
+Directions: the forward dispatch sends tokens in ``routing.dispatch_dtype`` and the
+forward combine expert outputs in ``routing.combine_dtype``; in the backward the
+combine's gradient travels as a dispatch and the dispatch's as a combine, both in bf16.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from moesim.collectives.ep_exchange import EPExchangeSpec
+from moesim.ep.plan import plan_ep_exchange
+from moesim.ep.timing import SM_WRITE_BPS, medium_rates, path_latencies
+from moesim.errors import InputError
+from moesim.gating.tokens import DedupCounts
+
+DEEPEP_KINDS = ("deepep", "deepep-ll")
+#: name of the engine's EP op -> (DeepEP op, which dtype) of each direction
+DIRECTIONS = {
+    "fwd.dispatch": ("ep_dispatch", "dispatch"),
+    "fwd.combine": ("ep_combine", "combine"),
+    "bwd.combine": ("ep_dispatch", "grad"),     # gradient of the combine's output
+    "bwd.dispatch": ("ep_combine", "grad"),     # gradient of the dispatched tokens
+}
+
+
+class EPBackend:
+    """Plans the DeepEP exchanges of a step for one resolved scenario (cached per
+    (EP group, layer, micro-batch, direction))."""
+
+    def __init__(self, res, sms: int) -> None:
+        scn = res.scenario
+        self.kind = scn.parallel.ep_backend.kind
+        self.sms = sms
+        self.src = scn.source
+        self.topo = res.topology
+        self.hidden = res.model.hidden
+        k = res.model.top_k if res.routing.top_k is None else res.routing.top_k
+        self.top_k = int(k)
+        self.dtypes = {"dispatch": scn.routing.dispatch_dtype,
+                       "combine": scn.routing.combine_dtype, "grad": "bf16"}
+        self.launch_s = float(getattr(res.device, "launch_overhead_s", 0.0))
+        self._bounds: dict[tuple[int, ...], tuple[float, float, dict[str, float]]] = {}
+        if self.kind in DEEPEP_KINDS:
+            if res.routing.replicate:
+                raise InputError(self.src, "routing.replicate",
+                                 "no replicated experts with a DeepEP backend (its layout "
+                                 "sends each token to the expert's one home GPU)",
+                                 f"{len(res.routing.replicate)} replica specs")
+            if self.kind == "deepep" and (sms < 2 or sms % 2):
+                raise InputError(self.src, "parallel.ep_backend.sms",
+                                 "an even number of SMs >= 2 (DeepEP runs 2 SMs per channel)",
+                                 sms)
+            dev_sms = int(getattr(res.device, "sms", 0) or 0)
+            if dev_sms and sms >= dev_sms:
+                raise InputError(self.src, "parallel.ep_backend.sms",
+                                 f"fewer than the device's {dev_sms} SMs", sms)
+
+    @property
+    def deepep(self) -> bool:
+        return self.kind in DEEPEP_KINDS
+
+    def ranks_per_node(self, group: tuple[int, ...], gpn: int | None) -> int:
+        """EP ranks per node; DeepEP needs the group laid out node by node, equally."""
+        if not gpn:
+            return len(group)
+        hosts = [g // gpn for g in group]
+        counts = np.bincount(hosts)
+        counts = counts[counts > 0]
+        if len(set(counts.tolist())) != 1 or hosts != sorted(hosts):
+            raise InputError(self.src, "parallel.ep_backend.kind",
+                             "an EP group with the same number of ranks on every node, node "
+                             "by node, for DeepEP's rail-aligned forwarding (or kind: nccl)",
+                             self.kind)
+        return int(counts[0])
+
+    def spec(self, route, group: tuple[int, ...], name: str, ranks_per_node: int
+             ) -> EPExchangeSpec:
+        """The planned exchange ``name`` (``fwd.dispatch`` ...) of one routed micro-batch."""
+        op, which = DIRECTIONS[name]
+        counts = DedupCounts(pair_tokens=route.dispatch_tokens, gpu_tokens=route.gpu_tokens,
+                             node_tokens=route.node_tokens,
+                             tokens=route.assign.sum(axis=1) // max(self.top_k, 1),
+                             ranks_per_node=ranks_per_node)
+        plan = plan_ep_exchange(counts, op, self.kind, self.dtypes[which], self.hidden,
+                                self.top_k, self.sms if self.kind == "deepep" else 20)
+        fill, notify, _ = self._fixed(group, plan)
+        sm_s = (plan.sm_write_bytes / (plan.sms * SM_WRITE_BPS) if plan.sms
+                else np.zeros(len(group)))
+        flows = tuple((int(s), int(d), float(b)) for st in plan.stages for s, d, b in st.flows)
+        return EPExchangeSpec(group=tuple(group), kernel=self.kind, ep_op=op, flows=flows,
+                              sm_s=sm_s, fill_s=fill(plan), notify_s=notify(plan),
+                              sms=plan.sms)
+
+    def _fixed(self, group: tuple[int, ...], plan):
+        """Fill/drain and notify of ``plan`` on this group's links (cached per group)."""
+        hit = self._bounds.get(group)
+        if hit is None:
+            gpus = [self.topo.gpus[r] for r in group]
+            nic, nvl = medium_rates(self.topo, gpus)
+            hit = self._bounds[group] = (nic, nvl, path_latencies(self.topo, gpus))
+        nic, nvl, hop = hit
+
+        def fill(p) -> float:
+            chan = max(p.sms // 2, 1)
+            return float(sum(b * chan / (nic if m == "rdma" else nvl) for m, b in p.fill_drain))
+
+        def notify(p) -> float:
+            return float(p.latency["rdma_hops"] * hop["rdma"] + p.latency["nvl_hops"] * hop["nvl"]
+                         + p.latency["launches"] * self.launch_s)
+
+        return fill, notify, hop
