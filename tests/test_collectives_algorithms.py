@@ -11,6 +11,7 @@ from moesim.collectives.algorithms import (
     ALGOS,
     PIPELINE_CHUNKS,
     expand,
+    hierarchical_legs,
     hierarchical_routes,
     ring_broadcast,
     ring_orders,
@@ -125,6 +126,13 @@ def _check_routes(group, m, hosts):
         got[pos[s], pos[d]] += b
     off = m * (1 - np.eye(len(group)))
     np.testing.assert_allclose(got, off)  # every byte routed exactly once
+    # the vectorized legs are the routes' hops summed per (src, dst)
+    want: list[dict] = [{}, {}]
+    for _s, _d, b, hops in routes:
+        for k in range(len(hops) - 1):
+            want[k][hops[k], hops[k + 1]] = want[k].get((hops[k], hops[k + 1]), 0.0) + b
+    for leg, w in zip(hierarchical_legs(group, m, hosts), want, strict=True):
+        assert {(s, d): pytest.approx(b) for s, d, b in leg} == w
     pipelined = expand("all_to_all_v", group, matrix=m, algo="hierarchical", rank_host=hosts)
     relayed = any(len(r[3]) == 3 for r in routes)
     C = PIPELINE_CHUNKS

@@ -239,3 +239,18 @@ def test_cli_bad_inputs_one_line(capsys, extra, field):
                "--tokens", "8", *extra])
     err = capsys.readouterr().err
     assert rc == 2 and err.count("\n") == 1 and field in err and "Traceback" not in err
+
+
+def test_nccl_kernel_is_the_direct_all_to_all_of_the_same_routing():
+    from moesim.collectives import simulate_collective
+    from moesim.ep.messages import hidden_bytes
+
+    topo = load_topology("dgx-h800", nodes=2)
+    ch = _uniform_choices(16, 32, 64, 8, seed=2)
+    counts = dedup_counts(ch, np.arange(64) // 4, 8)
+    plan = plan_ep_exchange(counts, "ep_dispatch", "nccl", "fp8", 7168, 8)
+    tm = time_plan(plan, topo, topo.gpus, 4e-6, rtol=1e-9)
+    # one copy per (token, expert) of the fp8 hidden vector, the pairwise all-to-all
+    m = counts.pair_tokens * float(hidden_bytes("fp8", 7168))
+    ref = simulate_collective(topo, "all_to_all", matrix=m, algo="direct")
+    assert tm.time_s == pytest.approx(ref["time_s"], rel=1e-9)

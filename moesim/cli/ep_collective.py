@@ -40,7 +40,8 @@ def add_ep_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--tokens", type=int, default=4096, help="tokens per rank (default 4096)")
     g.add_argument("--hidden", type=int, default=7168, help="hidden size (default 7168)")
     g.add_argument("--experts", type=int, default=256, help="routed experts (default 256)")
-    g.add_argument("--top-k", type=int, default=8, dest="top_k", help="experts per token (default 8)")
+    g.add_argument("--top-k", type=int, default=8, dest="top_k",
+                   help="experts per token (default 8)")
     g.add_argument("--max-nodes", type=int, default=None, dest="max_nodes",
                    help="node-limited routing: a token's experts on at most this many nodes")
     g.add_argument("--dtype", default=None,
@@ -98,6 +99,7 @@ def format_ep(res: dict) -> str:
     sms = "" if res["sms"] is None else f", {res['sms']} SMs"
     return (f"{res['op']} {res['kernel']} on {res['ranks']} ranks ({res['topology']}, "
             f"{res['ranks_per_node']} per node{sms}), {res['tokens']} tokens/rank, "
-            f"{res['dtype']}: {res['time_s'] * 1e6:.1f} us (+ notify {res['notify_s'] * 1e6:.1f} us), "
+            f"{res['dtype']}: {res['time_s'] * 1e6:.1f} us "
+            f"(+ notify {res['notify_s'] * 1e6:.1f} us), "
             f"RDMA {res['rdma_GBps']:.1f} GB/s ({res['rdma_bytes_per_rank'] / 1e6:.2f} MB/rank), "
             f"NVLink {res['nvl_GBps']:.1f} GB/s ({res['nvl_bytes_per_rank'] / 1e6:.2f} MB/rank)")

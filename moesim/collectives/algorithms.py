@@ -332,6 +332,41 @@ def hierarchical_routes(group: Sequence[int], matrix: np.ndarray,
     return routes
 
 
+def hierarchical_legs(group: Sequence[int], matrix: np.ndarray,
+                      rank_host: Sequence[int]) -> tuple[list[Transfer], list[Transfer]]:
+    """The two legs of :func:`hierarchical_routes`, aggregated per (src, dst) with numpy
+    (the same transfers as summing the routes' hops, without a loop over pairs)."""
+    m = check_matrix(matrix, len(group)).copy()
+    nodes = node_layout(group, rank_host)
+    n_nodes, L = len(nodes), len(nodes[0])
+    pos = {r: i for i, r in enumerate(group)}
+    nd = np.empty(len(group), dtype=np.int64)
+    lc = np.empty(len(group), dtype=np.int64)
+    member = np.empty((n_nodes, L), dtype=np.int64)   # (node, local) -> global rank
+    for k, members in enumerate(nodes):
+        for i, r in enumerate(members):
+            nd[pos[r]], lc[pos[r]], member[k, i] = k, i, r
+    np.fill_diagonal(m, 0.0)
+    g = np.asarray(group, dtype=np.int64)
+    cross = nd[:, None] != nd[None, :]
+    leg1: list[Transfer] = []
+    si, di = np.nonzero(~cross & (m > 0))               # own node: straight over NVLink
+    leg1 += zip(g[si].tolist(), g[di].tolist(), m[si, di].tolist(), strict=True)
+    per_node = np.zeros((len(group), n_nodes))          # bytes of src for each other node
+    np.add.at(per_node.T, nd, (m * cross).T)
+    si, bi = np.nonzero(per_node > 0)                   # network to the rail peer
+    leg1 += zip(g[si].tolist(), member[bi, lc[si]].tolist(), per_node[si, bi].tolist(),
+                strict=True)
+    by_local = np.zeros((L, len(group)))               # bytes per (sender's local, dst)
+    np.add.at(by_local, lc, m * cross)
+    li, di = np.nonzero(by_local > 0)
+    relay = member[nd[di], li]
+    fwd = relay != g[di]                                # the relay forwards over NVLink
+    leg2 = list(zip(relay[fwd].tolist(), g[di[fwd]].tolist(), by_local[li[fwd], di[fwd]].tolist(),
+                    strict=True))
+    return leg1, leg2
+
+
 def hierarchical_all_to_all_v(group: Sequence[int], matrix: np.ndarray,
                               rank_host: Sequence[int],
                               chunks: int = PIPELINE_CHUNKS) -> list[Phase]:
@@ -345,11 +380,7 @@ def hierarchical_all_to_all_v(group: Sequence[int], matrix: np.ndarray,
     finishing before forwarding starts: chunks + 1 phases, each of 1/chunks of the
     bytes. With nothing to relay it is the one phase of leg 1.
     """
-    routes = hierarchical_routes(group, matrix, rank_host)
-    legs: list[list[Transfer]] = [[], []]
-    for _s, _d, b, hops in routes:
-        for k in range(len(hops) - 1):
-            legs[k].append((hops[k], hops[k + 1], b))
+    legs = hierarchical_legs(group, matrix, rank_host)
     if not legs[1]:
         return _clean([legs[0]])
     phases: list[list[Transfer]] = [[] for _ in range(chunks + 1)]

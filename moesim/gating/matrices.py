@@ -4,7 +4,8 @@ Semantics (Megatron-Core alltoall token dispatcher): a token sent to k experts
 travels once per (token, expert) assignment that survived capacity, even when
 two of its experts live on the same destination rank; the diagonal (a rank's
 tokens for its own experts) is included and carries no network traffic.
-DeepEP-style deduplication per destination rank is not modelled.
+DeepEP-style deduplication per destination rank and node is counted per token by
+:mod:`moesim.gating.tokens` (used by :mod:`moesim.ep`).
 
 ``dispatch_tokens[src, dst]``: token copies EP rank src sends to EP rank dst.
 ``combine_tokens = dispatch_tokens.T``: the expert outputs coming back.
