@@ -14,7 +14,9 @@ sampled one by one): it draws ``PROBE_TOKENS`` tokens with the same routing law
 (:func:`moesim.gating.router.assign_tokens`, node limit included) and scales each
 (source, node) / (source, GPU) assignment count by the probe's copies per assignment
 of that node / GPU. The estimate is exact in expectation for the probe's law; its
-sampling error is measured in tests/test_ep_engine.py.
+sampling error is measured in tests/test_ep_engine.py. The probe depends on the
+routing law only (seed, step, layer), not on the micro-batch, so callers may cache
+its ratios per layer (``route_microbatch(..., dedup_cache=dict)``).
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ import numpy as np
 from moesim.gating.router import assign_tokens
 
 #: tokens drawn per micro-batch to estimate copies per assignment on the counts path
-PROBE_TOKENS = 4096
+PROBE_TOKENS = 1024
 #: random stream of the probe (route_microbatch uses 0, skew 1-3, gating.tokens 4)
 STREAM_DEDUP = 5
 
@@ -55,30 +57,40 @@ def from_choices(choices: list[np.ndarray], home: np.ndarray, ranks_per_node: in
     return gpu, node
 
 
-def estimate(kept: np.ndarray, home: np.ndarray, ranks_per_node: int, pi: np.ndarray,
-             k: int, node_of_expert: np.ndarray | None, max_nodes: int | None,
-             rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
-    """(gpu_tokens, node_tokens) for ``kept`` (S × E assignments) from a probe sample
-    (see the module docstring). Each count lies between the assignment count divided
-    by the experts there and the assignment count itself."""
-    s_, e_ = kept.shape
+def probe_ratios(home: np.ndarray, ranks_per_node: int, pi: np.ndarray, k: int,
+                 node_of_expert: np.ndarray | None, max_nodes: int | None,
+                 rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+    """Copies per assignment, per destination GPU and per node, in a probe of
+    ``PROBE_TOKENS`` tokens drawn with the routing law (``pi``, top-k, node limit)."""
+    s_ = int(home.max()) + 1
     n_nodes = max(1, s_ // ranks_per_node)
     probe = assign_tokens(rng, pi, PROBE_TOKENS, k, node_of_expert, max_nodes)
     dst = home[probe]
-    # copies per assignment in the probe, per destination GPU and per node
     a_gpu = np.bincount(dst.ravel(), minlength=s_).astype(float)
     c_gpu = _distinct(dst, s_).sum(axis=0).astype(float)
     nd = dst // ranks_per_node
     a_node = np.bincount(nd.ravel(), minlength=n_nodes).astype(float)
     c_node = _distinct(nd, n_nodes).sum(axis=0).astype(float)
-    r_gpu = np.divide(c_gpu, a_gpu, out=np.ones(s_), where=a_gpu > 0)
-    r_node = np.divide(c_node, a_node, out=np.ones(n_nodes), where=a_node > 0)
-    by_rank = np.zeros((s_, s_), dtype=np.int64)
-    np.add.at(by_rank.T, home, kept.T)        # assignments src -> home rank
+    return (np.divide(c_gpu, a_gpu, out=np.ones(s_), where=a_gpu > 0),
+            np.divide(c_node, a_node, out=np.ones(n_nodes), where=a_node > 0))
+
+
+def estimate(kept: np.ndarray, home: np.ndarray, ranks_per_node: int,
+             ratios: tuple[np.ndarray, np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+    """(gpu_tokens, node_tokens) for ``kept`` (S × E assignments): each (source, GPU) and
+    (source, node) assignment count times the probe's copies per assignment there
+    (:func:`probe_ratios`), rounded, and kept between one copy per token holding any
+    assignment there and the assignment count itself."""
+    s_, e_ = kept.shape
+    n_nodes = max(1, s_ // ranks_per_node)
+    r_gpu, r_node = ratios
+    onehot = np.zeros((e_, s_), dtype=np.int64)
+    onehot[np.arange(e_), home] = 1
+    by_rank = kept @ onehot                   # assignments src -> home rank
     by_node = by_rank.reshape(s_, n_nodes, ranks_per_node).sum(axis=2)
-    tokens = kept.sum(axis=1) // max(k, 1)
-    gpu = np.minimum(np.rint(by_rank * r_gpu[None, :]).astype(np.int64), by_rank)
-    gpu = np.minimum(np.maximum(gpu, (by_rank > 0).astype(np.int64)), tokens[:, None])
-    node = np.minimum(np.rint(by_node * r_node[None, :]).astype(np.int64), by_node)
-    node = np.minimum(np.maximum(node, (by_node > 0).astype(np.int64)), tokens[:, None])
-    return gpu, node
+    k_tokens = kept.sum(axis=1)
+    gpu = np.clip(np.rint(by_rank * r_gpu[None, :]).astype(np.int64),
+                  (by_rank > 0).astype(np.int64), by_rank)
+    node = np.clip(np.rint(by_node * r_node[None, :]).astype(np.int64),
+                   (by_node > 0).astype(np.int64), by_node)
+    return np.minimum(gpu, k_tokens[:, None]), np.minimum(node, k_tokens[:, None])

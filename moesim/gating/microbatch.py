@@ -90,14 +90,16 @@ def route_microbatch(cfg: RoutingConfig, *, n_experts: int, top_k: int,
                      tokens_per_rank: np.ndarray, placement: Placement,
                      ranks_per_node: int | None, hidden: int, dispatch_dtype: str,
                      combine_dtype: str, seed: int, step: int, layer: int, microbatch: int,
-                     source: str = "routing", dedup_ranks_per_node: int | None = None
-                     ) -> MicrobatchRouting:
+                     source: str = "routing", dedup_ranks_per_node: int | None = None,
+                     dedup_cache: dict | None = None) -> MicrobatchRouting:
     """Route one micro-batch. ``tokens_per_rank[s]``: tokens EP rank s holds;
     ``layer``: MoE layer index; ``ranks_per_node``: consecutive EP ranks per node
     (None: no node structure; node-limited routing and ``nearest`` replicas then
     ignore nodes). ``cfg.top_k`` overrides ``top_k`` when set. ``dedup_ranks_per_node``
     (EP ranks per node, experts at their home ranks): also count the distinct (token,
-    GPU) and (token, node) copies (:mod:`moesim.gating.dedup`)."""
+    GPU) and (token, node) copies (:mod:`moesim.gating.dedup`); ``dedup_cache`` (a dict
+    the caller keeps for one routing config) reuses the counts path's probe per
+    (seed, step, layer)."""
     for name, v in (("seed", seed), ("step", step), ("layer", layer), ("microbatch", microbatch)):
         if isinstance(v, bool) or not isinstance(v, int | np.integer) or v < 0:
             raise InputError(source, name, "an integer >= 0", v)
@@ -159,11 +161,17 @@ def route_microbatch(cfg: RoutingConfig, *, n_experts: int, top_k: int,
             gpu_tok, node_tok = dedup.from_choices(choices, placement.home,
                                                    dedup_ranks_per_node)
         else:
-            drng = np.random.default_rng([seed, dedup.STREAM_DEDUP, step, layer, microbatch])
-            gpu_tok, node_tok = dedup.estimate(
-                kept, placement.home, dedup_ranks_per_node, pi, k,
-                placement.node_of_expert(dedup_ranks_per_node) if cfg.max_nodes else None,
-                cfg.max_nodes, drng)
+            ckey = (seed, step, layer, dedup_ranks_per_node)
+            ratios = dedup_cache.get(ckey) if dedup_cache is not None else None
+            if ratios is None:
+                ratios = dedup.probe_ratios(
+                    placement.home, dedup_ranks_per_node, pi, k,
+                    placement.node_of_expert(dedup_ranks_per_node) if cfg.max_nodes else None,
+                    cfg.max_nodes, np.random.default_rng([seed, dedup.STREAM_DEDUP, step, layer]))
+                if dedup_cache is not None:
+                    dedup_cache[ckey] = ratios
+            gpu_tok, node_tok = dedup.estimate(kept, placement.home, dedup_ranks_per_node,
+                                               ratios)
     return MicrobatchRouting(
         assign=assign, kept=kept, dropped=assign - kept, capacity=cap,
         expert_tokens=kept.sum(axis=0), rank_expert_tokens=rank_expert,

@@ -130,6 +130,7 @@ class Builder(GradientOps):
         self.nccl_sms = scn.overlap.nccl_sms
         self.ep_sms = par.ep_backend.held_sms(self.nccl_sms)
         self.ep_backend = EPBackend(res, self.ep_sms)
+        self._dedup_cache: dict = {}      # probe ratios per (seed, step, layer)
         self.flops = 0.0
         self.rmap: ReplicaMap | None = replica_map(self.lay) if replicas == "identical" else None
         self.dedup = dedup
@@ -154,7 +155,7 @@ class Builder(GradientOps):
                 combine_dtype=scn.routing.combine_dtype, seed=scn.seed, step=self.step,
                 layer=j, microbatch=canon * self.m + mb, source=scn.source,
                 dedup_ranks_per_node=self.ep_backend.ranks_per_node(group, self.gpn)
-                if self.ep_backend.deepep else None)
+                if self.ep_backend.deepep else None, dedup_cache=self._dedup_cache)
             self._routes[key] = r
         if (group_idx, layer, mb) not in self._counted:
             self._counted.add((group_idx, layer, mb))
@@ -233,13 +234,15 @@ class Builder(GradientOps):
         self._layer_starts = []
         last_bwd: dict[int, int] = {}    # layer -> index of its last backward op
         overlap = self.scn.overlap.ep_comm_overlap and self.ep > 1
+        own_stream = overlap or self.ep_backend.deepep   # DeepEP kernels: their own stream
         pending = None   # (start index in prog, schedule item) of an unpaired item
         for item in self.order[stage]:
             item_start = len(prog)
             self._item(prog, rank, stage, pp_group, item, last_bwd)
+            if own_stream:
+                ep_stream(prog, item_start)
             if not overlap:
                 continue
-            ep_stream(prog, item_start)
             if pending is not None and self.pairs.can_pair(stage, pending[1], item):
                 interleave(prog, pending[0], item_start, last_bwd)
                 pending = None

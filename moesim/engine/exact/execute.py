@@ -226,7 +226,9 @@ class Executor:
             self._span(rank, op, "stall", t0, t_start, waited_on=b, expert=expert,
                        tokens=tokens, reason=reason, peers=group)
         self._span(rank, op, op.kind, t_start, max(t_start, float(rec.end_s)), bytes=op.nbytes,
-                   peers=group, tokens=op.tokens)
+                   peers=group, tokens=op.tokens,
+                   args={"sms": op.sms, "sm_share": op.sms / self.sm_total}
+                   if op.sms and self.sm_total else {})
 
     def _span(self, rank: int, op: Op, kind: str, start: float, end: float, **kw) -> None:
         if end <= start and kind in ("stall", "bubble"):
