@@ -18,6 +18,7 @@ from typing import Any
 import yaml
 
 from moesim.errors import InputError
+from moesim.paths import shown
 from moesim.scenario.schema import (
     DICT_SECTIONS,
     DTYPES,
@@ -112,7 +113,7 @@ def _find(path: str | Path) -> Path:
         return p
     preset = SCENARIO_DIR / f"{p.name}.yaml"
     if p.suffix == "" and p.parent == Path(".") and preset.is_file():
-        return preset
+        return shown(preset)
     shipped = sorted(q.stem for q in SCENARIO_DIR.glob("*.yaml"))
     raise InputError(str(path), "", f"an existing scenario file or one of {shipped}",
                      "no such file")
