@@ -116,10 +116,21 @@ def _read_only(folder: Path) -> bool:
         return False
 
 
+def _check_lengths(p: Path) -> None:
+    """No part of ``p`` longer than a file name may be (255 bytes on Linux, macOS and
+    Windows file systems), checked before anything else: asking the system about such
+    a path fails with ENAMETOOLONG."""
+    long = [part for part in p.parts if len(os.fsencode(part)) > 255]
+    if long:
+        raise InputError(str(p), "output", "a path whose names have at most 255 bytes",
+                         f"name too long ({len(os.fsencode(long[0]))} bytes)")
+
+
 def check_file_target(path: str | Path, force: bool, flag: str = "-o") -> Path:
     """Check before any long work that ``path`` can be written as a file: its folder
     exists, it is not a folder, it does not exist unless ``force``."""
     p = Path(path)
+    _check_lengths(p)
     what = "a file path in an existing, writable folder"
     if p.is_dir():
         raise InputError(str(p), flag, "a file path", "a folder")
@@ -138,6 +149,7 @@ def check_file_target(path: str | Path, force: bool, flag: str = "-o") -> Path:
 def check_dir_target(path: str | Path, flag: str = "-o") -> Path:
     """Check before any long work that ``path`` is or can be made a writable folder."""
     p = Path(path)
+    _check_lengths(p)
     what = "a folder that exists or can be created"
     if p.exists() and not p.is_dir():
         raise InputError(str(p), flag, "a folder", "a file")
@@ -331,12 +343,14 @@ class Outputs:
             paths = []
             for name in names:
                 if name != "summary.json":
-                    _put(self._tmp.pop(name), self.folder / name, may)
+                    _put(self._tmp[name], self.folder / name, may)
+                    del self._tmp[name]
                     paths.append(self.folder / name)
             for name in sorted(old - set(names)):   # the previous run's other files
                 with contextlib.suppress(FileNotFoundError, IsADirectoryError):
                     (self.folder / name).unlink()
-            _put(self._tmp.pop("summary.json"), self.folder / "summary.json", lambda p: True)
+            _put(self._tmp["summary.json"], self.folder / "summary.json", lambda p: True)
+            del self._tmp["summary.json"]
             return [*paths, self.folder / "summary.json"]
         finally:
             self.discard()

@@ -57,9 +57,11 @@ def run(args: argparse.Namespace) -> int:
     prog.close()
     if out is not None:
         # checked again as each file is put in place: files created meanwhile are kept
-        write_run_outputs(result, out, force=args.force, quiet=args.quiet or args.json)
+        write_run_outputs(result, out, force=args.force, quiet=True)
     if args.json:
         print(json.dumps(jsonable(full_summary(result)), indent=1))
+        if out is not None:   # stdout is the JSON: the folder goes to stderr
+            print(f"moesim run: wrote {out}/", file=sys.stderr)
     else:
         print(text_summary(result.summary, out))
     return 0
