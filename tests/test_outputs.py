@@ -12,15 +12,20 @@ from pathlib import Path
 
 import pytest
 
-import moesim.outputs as outputs
 from moesim.cli import main
 from moesim.errors import InputError
-from moesim.outputs import MARKER, default_run_dir
 from moesim.trace.report import OUTPUT_FILES, write_run_outputs
 from tests.test_trace_fixtures import hot_expert_result
 
 ROOT = Path(__file__).resolve().parent.parent
 TOO_LONG = "n" * 300          # longer than any file system's 255-byte name limit
+MARKER = "moesim_output"      # the key of summary.json listing moesim's files
+
+
+def _is_temporary(name: str) -> bool:
+    from moesim.outputs import is_temporary
+
+    return is_temporary(name)
 
 
 def _one_line_error(capsys, *needles: str) -> str:
@@ -45,6 +50,8 @@ def _no_simulation(monkeypatch):
 # ---------------------------------------------------------------- item 2: default folders
 
 def test_default_run_dir_per_scenario_and_overrides():
+    from moesim.outputs import default_run_dir
+
     assert default_run_dir("hot-expert") == Path("out/hot-expert")
     assert default_run_dir("hot-expert", ["routing.kind=uniform"]) == \
         Path("out/hot-expert--routing.kind=uniform")
@@ -202,14 +209,14 @@ def test_interrupted_while_renaming_leaves_no_complete_run(tmp_path, monkeypatch
             raise KeyboardInterrupt
         return real(src, dst)
 
-    monkeypatch.setattr(outputs.os, "replace", replace)
+    monkeypatch.setattr(os, "replace", replace)
     with pytest.raises(KeyboardInterrupt):
         write_run_outputs(hot_expert_result(), out, quiet=True)
-    monkeypatch.setattr(outputs.os, "replace", real)
+    monkeypatch.setattr(os, "replace", real)
     assert calls[0] == "summary.json"
     doc = json.loads((out / "summary.json").read_text())
     assert doc[MARKER]["complete"] is False and "step_time_s" not in doc
-    assert not [p for p in out.iterdir() if outputs.is_temporary(p.name)]
+    assert not [p for p in out.iterdir() if _is_temporary(p.name)]
     assert main(["plot", str(out), "-o", str(tmp_path / "z.png")]) == 2
     _one_line_error(capsys, "summary.json", "interrupted")
     assert main(["compare", str(out), str(out)]) == 2
@@ -239,8 +246,10 @@ def test_sweep_names_follow_the_same_rule(tmp_path):
     from moesim.sweep.spec import load_sweep
 
     p = tmp_path / "sw.yaml"
-    p.write_text("name: ..\nscenario: toy-cpu\naxes: {seed: [0, 1]}\n")
-    with pytest.raises(InputError, match="name"):
+    p.write_text("name: ok\nscenario: toy-cpu\naxes: {routing.kind: [uniform, hot]}\n")
+    assert load_sweep(p).name == "ok"
+    p.write_text("name: ..\nscenario: toy-cpu\naxes: {routing.kind: [uniform, hot]}\n")
+    with pytest.raises(InputError, match="name: expected a name without path separators"):
         load_sweep(p)
 
 
@@ -263,7 +272,7 @@ def test_run_output_name_too_long_is_refused_before_simulating(tmp_path, monkeyp
 
 def test_run_output_without_permission_is_refused(tmp_path, monkeypatch, capsys):
     _no_simulation(monkeypatch)
-    monkeypatch.setattr(outputs.os, "access", lambda *a, **k: False)
+    monkeypatch.setattr(os, "access", lambda *a, **k: False)
     assert main(["run", "toy-cpu", "-o", str(tmp_path / "new")]) == 2
     _one_line_error(capsys, "permission denied")
 
@@ -316,7 +325,7 @@ def test_os_error_while_writing_is_one_line(tmp_path, monkeypatch, capsys, run_d
     def full(src, dst):
         raise OSError(28, "No space left on device")
 
-    monkeypatch.setattr(outputs.os, "replace", full)
+    monkeypatch.setattr(os, "replace", full)
     assert main(["plot", str(run_dir), "-o", str(tmp_path / "z.png")]) == 2
     _one_line_error(capsys, "z.png", "No space left on device")
-    assert not [p for p in tmp_path.iterdir() if outputs.is_temporary(p.name)]
+    assert not [p for p in tmp_path.iterdir() if _is_temporary(p.name)]

@@ -1,7 +1,9 @@
 """``moesim run SCENARIO``: simulate one training step and write what users look at.
 
 Writes summary.md, summary.json, trace.json (Perfetto), timeline.png, experts.png,
-links.png and stalls.csv into ``-o OUTDIR`` (default ``out/<scenario name>``);
+links.png and stalls.csv into ``-o OUTDIR`` (default ``out/<scenario name>``, or
+``out/<scenario name>--<overrides>`` with ``--set``: one folder per distinct run, see
+:func:`moesim.outputs.default_run_dir`; written atomically by :mod:`moesim.outputs`);
 ``--json`` prints the summary as JSON on stdout; ``--set key=value`` changes one
 scenario field for a what-if; ``--no-files`` only prints.
 """
