@@ -88,7 +88,7 @@ def _name_max(folder: Path) -> int:
         return 255
 
 
-def _check_creatable(path: Path, what: str) -> None:
+def _check_creatable(path: Path, what: str, field: str = "output") -> None:
     """``path`` (absent or present) can be created or written: every existing ancestor
     is a folder we may write in, no name too long, the parent exists or can be made."""
     anc = path.parent
@@ -98,15 +98,15 @@ def _check_creatable(path: Path, what: str) -> None:
         anc = anc.parent
     here = anc if str(anc) else Path(".")
     if not here.is_dir():
-        raise InputError(str(here), "output", what, "a file where a folder must be")
+        raise InputError(str(here), field, what, "a file where a folder must be")
     limit = _name_max(here)
     long = [n for n in missing if len(os.fsencode(n)) > limit]
     if long:
-        raise InputError(str(path), "output", what, f"name too long ({len(long[0])} > {limit} "
+        raise InputError(str(path), field, what, f"name too long ({len(long[0])} > {limit} "
                          "bytes)")
     if not os.access(here, os.W_OK | os.X_OK):
         reason = "read-only file system" if _read_only(here) else "permission denied"
-        raise InputError(str(here), "output", what, reason)
+        raise InputError(str(here), field, what, reason)
 
 
 def _read_only(folder: Path) -> bool:
@@ -116,28 +116,34 @@ def _read_only(folder: Path) -> bool:
         return False
 
 
-def _check_lengths(p: Path) -> None:
+#: bytes a temporary name adds to a file's name (".", ".<pid>.marker.moesim-tmp")
+_TMP_EXTRA = 40
+
+
+def _check_lengths(p: Path, last_extra: int = 0, field: str = "output") -> None:
     """No part of ``p`` longer than a file name may be (255 bytes on Linux, macOS and
-    Windows file systems), checked before anything else: asking the system about such
-    a path fails with ENAMETOOLONG."""
-    long = [part for part in p.parts if len(os.fsencode(part)) > 255]
-    if long:
-        raise InputError(str(p), "output", "a path whose names have at most 255 bytes",
-                         f"name too long ({len(os.fsencode(long[0]))} bytes)")
+    Windows file systems; the last less ``last_extra``, room for the temporary name),
+    checked before anything else: asking the system about such a path fails with
+    ENAMETOOLONG."""
+    limits = [255] * (len(p.parts) - 1) + [255 - last_extra]
+    for part, limit in zip(p.parts, limits, strict=True):
+        if len(os.fsencode(part)) > limit:
+            raise InputError(str(p), field, f"a path whose names have at most {limit} bytes",
+                             f"name too long ({len(os.fsencode(part))} bytes)")
 
 
 def check_file_target(path: str | Path, force: bool, flag: str = "-o") -> Path:
     """Check before any long work that ``path`` can be written as a file: its folder
     exists, it is not a folder, it does not exist unless ``force``."""
     p = Path(path)
-    _check_lengths(p)
+    _check_lengths(p, _TMP_EXTRA, flag)
     what = "a file path in an existing, writable folder"
     if p.is_dir():
         raise InputError(str(p), flag, "a file path", "a folder")
     if not p.parent.is_dir() and str(p.parent):
         kind = "a file" if p.parent.exists() else "missing"
         raise InputError(str(p.parent), flag, "an existing folder for the output file", kind)
-    _check_creatable(p, what)
+    _check_creatable(p, what, flag)
     if p.exists() and not force:
         raise InputError(str(p), flag, "a path that does not exist yet (or pass --force)",
                          "existing file")
@@ -149,7 +155,7 @@ def check_file_target(path: str | Path, force: bool, flag: str = "-o") -> Path:
 def check_dir_target(path: str | Path, flag: str = "-o") -> Path:
     """Check before any long work that ``path`` is or can be made a writable folder."""
     p = Path(path)
-    _check_lengths(p)
+    _check_lengths(p, 0, flag)
     what = "a folder that exists or can be created"
     if p.exists() and not p.is_dir():
         raise InputError(str(p), flag, "a folder", "a file")
@@ -158,7 +164,7 @@ def check_dir_target(path: str | Path, flag: str = "-o") -> Path:
             reason = "read-only file system" if _read_only(p) else "permission denied"
             raise InputError(str(p), flag, what, reason)
     else:
-        _check_creatable(p, what)
+        _check_creatable(p, what, flag)
     return p
 
 
