@@ -11,7 +11,9 @@ import math
 import numpy as np
 import pytest
 
-torch = pytest.importorskip("torch")
+TORCH_REASON = "needs torch (the torch extra): pip install -e '.[torch]'"
+torch = pytest.importorskip("torch", reason=TORCH_REASON)
+pytestmark = pytest.mark.torch
 
 from moesim.validation.calibrate import calibrate  # noqa: E402
 from moesim.validation.calibration import model_from_dict  # noqa: E402

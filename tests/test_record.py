@@ -10,7 +10,9 @@ import pytest
 
 from moesim.cli import main
 
-torch = pytest.importorskip("torch")
+TORCH_REASON = "needs torch (the torch extra): pip install -e '.[torch]'"
+torch = pytest.importorskip("torch", reason=TORCH_REASON)
+pytestmark = pytest.mark.torch
 
 ARGS = ["--world", "2", "--hidden", "32", "--ffn", "64", "--experts", "4", "--top-k", "2",
         "--tokens", "64", "--steps", "3", "--warmup", "1", "--seed", "3"]

@@ -49,14 +49,12 @@ def device_of(trace_dir: str, backend: str) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
-    from moesim.errors import InputError
+    from moesim.outputs import check_file_target
     from moesim.validation.calibrate import calibrate
     from moesim.validation.calibration import save_calibration
     from moesim.validation.ingest import ingest
 
-    out = Path(args.output)
-    if out.exists() and not args.force:  # check before the slow part
-        raise InputError(str(out), "-o", "a path that does not exist yet (or --force)", "exists")
+    out = check_file_target(args.output, args.force)  # before the slow part
     sets = [ingest([d]) for d in args.trace_dirs]
     backend = args.backend or _backend(args.trace_dirs[0]) or "gloo"
     doc = calibrate(sets, list(args.trace_dirs), backend=backend,

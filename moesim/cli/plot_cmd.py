@@ -9,6 +9,7 @@ from pathlib import Path
 import numpy as np
 
 from moesim.errors import InputError
+from moesim.outputs import check_file_target, register, save_figure
 from moesim.trace.chrome import load_chrome_trace_file
 from moesim.trace.compare import load_summary
 from moesim.trace.plots import new_figure, plot_experts, plot_timeline, timeline_figsize
@@ -37,7 +38,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--layers", help="layers to show, e.g. 3-4 (default: all)")
     p.add_argument("--what", choices=("timeline", "experts"), default="timeline",
                    help="which plot (default timeline)")
-    p.add_argument("-o", "--output", help="PNG to write (default RUN_DIR/zoom.png)")
+    p.add_argument("-o", "--output", help="image to write, its format from the extension "
+                   "(default RUN_DIR/zoom.png; .png is added to a name without one)")
     p.add_argument("--force", action="store_true", help="overwrite the output if it exists")
 
 
@@ -70,9 +72,9 @@ def run(args: argparse.Namespace) -> int:
     ranks = parse_range(args.ranks, "--ranks") if args.ranks else None
     layers = parse_range(args.layers, "--layers") if args.layers else None
     out = Path(args.output) if args.output else run_dir / "zoom.png"
-    if out.exists() and not args.force:
-        raise InputError(str(out), "-o", "a path that does not exist yet (or pass --force)",
-                         "existing file")
+    if not out.suffix:   # the file really written (savefig adds .png), checked as such
+        out = out.with_name(out.name + ".png")
+    check_file_target(out, args.force)   # before reading the run
     result = result_from_run_dir(run_dir)
     if ranks is not None:
         bad = [r for r in ranks if r >= result.n_ranks]
@@ -85,6 +87,8 @@ def run(args: argparse.Namespace) -> int:
         n = len(ranks) if ranks is not None else result.n_ranks
         fig = new_figure(*timeline_figsize(n, result.ranks_per_node))
         plot_timeline(result, fig.add_subplot(), ranks=ranks, layers=layers)
-    fig.savefig(out, bbox_inches="tight")
+    save_figure(fig, out, force=args.force, bbox_inches="tight")
+    if out.parent.resolve() == run_dir.resolve():
+        register(run_dir, out.name)   # part of that run: replaced with it when it is rerun
     print(f"wrote {out}")
     return 0

@@ -1,7 +1,9 @@
 """``moesim run SCENARIO``: simulate one training step and write what users look at.
 
 Writes summary.md, summary.json, trace.json (Perfetto), timeline.png, experts.png,
-links.png and stalls.csv into ``-o OUTDIR`` (default ``out/<scenario name>``);
+links.png and stalls.csv into ``-o OUTDIR`` (default ``out/<scenario name>``, or
+``out/<scenario name>--<overrides>`` with ``--set``: one folder per distinct run, see
+:func:`moesim.outputs.default_run_dir`; written atomically by :mod:`moesim.outputs`);
 ``--json`` prints the summary as JSON on stdout; ``--set key=value`` changes one
 scenario field for a what-if; ``--no-files`` only prints.
 """
@@ -19,7 +21,8 @@ from moesim.trace.progress import Progress
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("scenario", help="scenario YAML file or shipped name (e.g. toy-cpu)")
     p.add_argument("-o", "--out", default=None,
-                   help="output directory (default out/<scenario name>)")
+                   help="output directory (default out/<scenario name>, and "
+                        "out/<scenario name>--<overrides> with --set)")
     p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                    help="override one field, e.g. --set routing.kind=hot (repeatable)")
     p.add_argument("--json", action="store_true", help="print the summary as JSON on stdout")
@@ -31,6 +34,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from moesim.engine.api import resolve_path, simulate
+    from moesim.outputs import default_run_dir
     from moesim.trace.report import check_outdir, full_summary, jsonable, write_run_outputs
 
     res = resolve_path(args.scenario, args.overrides)
@@ -38,8 +42,11 @@ def run(args: argparse.Namespace) -> int:
         print(f"moesim run: warning: {w}", file=sys.stderr)
     out = None
     if not args.no_files:
-        out = Path(args.out) if args.out else Path("out") / res.scenario.name
-        check_outdir(out, args.force, res.scenario.to_dict())
+        out = (Path(args.out) if args.out
+               else default_run_dir(res.scenario.name, args.overrides))
+        check_outdir(out, args.force, res.scenario.to_dict())  # before the long part
+        if not args.quiet:
+            print(f"moesim run: output folder {out}/", file=sys.stderr)
     prog = Progress(0, f"simulating {res.scenario.name}", quiet=args.quiet)
 
     def progress(stage: str, n: float) -> None:
@@ -51,9 +58,12 @@ def run(args: argparse.Namespace) -> int:
     result = simulate(res, progress=progress)
     prog.close()
     if out is not None:
-        write_run_outputs(result, out, force=True, quiet=args.quiet or args.json)
+        # checked again as each file is put in place: files created meanwhile are kept
+        write_run_outputs(result, out, force=args.force, quiet=True)
     if args.json:
         print(json.dumps(jsonable(full_summary(result)), indent=1))
+        if out is not None:   # stdout is the JSON: the folder goes to stderr
+            print(f"moesim run: wrote {out}/", file=sys.stderr)
     else:
         print(text_summary(result.summary, out))
     return 0

@@ -12,6 +12,7 @@ from typing import Any
 import yaml
 
 from moesim.errors import InputError
+from moesim.outputs import check_file_target, save_figure
 from moesim.topology import load_topology, presets
 from moesim.topology.graph import Topology
 from moesim.topology.summary import (
@@ -57,12 +58,7 @@ def _check_out(path: Path, force: bool) -> None:
     if path.suffix.lower() not in DRAW_SUFFIXES:
         raise InputError(str(path), "--draw", f"a file name ending in {', '.join(DRAW_SUFFIXES)}",
                          path.suffix)
-    if path.exists() and not force:
-        raise InputError(str(path), "--draw", "a file that does not exist yet (add --force to "
-                         "overwrite it)", "an existing file")
-    if not path.parent.is_dir():
-        raise InputError(str(path), "--draw", "a path in an existing directory",
-                         str(path.parent))
+    check_file_target(path, force, "--draw")
 
 
 def render(topo: Topology) -> str:
@@ -129,7 +125,7 @@ def run(args: argparse.Namespace) -> int:
         FigureCanvasAgg(fig)
         draw_topology(topo, fig.add_subplot(1, 1, 1))
         fig.tight_layout()
-        fig.savefig(out, dpi=150)
+        save_figure(fig, out, force=args.force, dpi=150)
         if not args.json:
             print(f"wrote {out}")
     return 0

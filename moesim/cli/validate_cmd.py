@@ -51,7 +51,8 @@ def text_table(doc: dict, trace_dir: str, calib: str) -> str:
     return "\n".join(lines)
 
 
-def _overlay(v, step: int, path: Path, title: str) -> None:
+def _overlay(v, step: int, path: Path, title: str, force: bool) -> None:
+    from moesim.outputs import save_figure
     from moesim.trace.plots import new_figure
     from moesim.validation.overlay import plot_overlay
 
@@ -63,11 +64,12 @@ def _overlay(v, step: int, path: Path, title: str) -> None:
     ax = fig.add_subplot(1, 1, 1)
     plot_overlay(meas, sim, ax, v.world, title=title, sim_offset_s=first)
     fig.tight_layout()
-    fig.savefig(path)
+    save_figure(fig, path, force=force)
 
 
 def run(args: argparse.Namespace) -> int:
     from moesim.errors import InputError
+    from moesim.outputs import check_dir_target, make_dir, write_text
     from moesim.validation.calibration import load_calibration
     from moesim.validation.ingest import ingest
     from moesim.validation.validate import validate
@@ -75,8 +77,7 @@ def run(args: argparse.Namespace) -> int:
     model = load_calibration(args.calibration)
     out = Path(args.output) if args.output else None
     if out is not None:
-        if out.exists() and not out.is_dir():
-            raise InputError(str(out), "-o", "a directory (or a path to create)", "a file")
+        check_dir_target(out)   # before ingesting and replaying
         clash = [f for f in OUT_FILES if (out / f).exists()]
         if clash and not args.force:
             raise InputError(str(out / clash[0]), "-o", "an OUTDIR without validation.json / "
@@ -90,13 +91,13 @@ def run(args: argparse.Namespace) -> int:
     doc = v.to_json()
     doc["calibration"] = args.calibration
     if out is not None:
-        out.mkdir(parents=True, exist_ok=True)
-        (out / "validation.json").write_text(json.dumps(doc, indent=1) + "\n")
+        make_dir(out)
+        write_text(out / "validation.json", json.dumps(doc, indent=1) + "\n", force=args.force)
         med = doc["median_abs_error"]
         _overlay(v, step, out / "overlay.png",
                  f"{args.trace_dir} step {step}: measured vs simulated ({Path(args.calibration).name}"
                  f"; median |error| {med:.1%})" if med is not None and math.isfinite(med)
-                 else f"{args.trace_dir} step {step}")
+                 else f"{args.trace_dir} step {step}", args.force)
     if args.json:
         print(json.dumps({k: doc[k] for k in ("ranks", "median_abs_error", "steps", "averaging",
                                               "units", "source", "calibration")}, indent=1))

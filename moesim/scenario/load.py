@@ -18,6 +18,8 @@ from typing import Any
 import yaml
 
 from moesim.errors import InputError
+from moesim.outputs import check_name
+from moesim.paths import shown
 from moesim.scenario.schema import (
     DICT_SECTIONS,
     DTYPES,
@@ -141,7 +143,7 @@ def _find(path: str | Path) -> Path:
         return p
     preset = SCENARIO_DIR / f"{p.name}.yaml"
     if p.suffix == "" and p.parent == Path(".") and preset.is_file():
-        return preset
+        return shown(preset)
     shipped = sorted(q.stem for q in SCENARIO_DIR.glob("*.yaml"))
     raise InputError(str(path), "", f"an existing scenario file or one of {shipped}",
                      "no such file")
@@ -177,6 +179,8 @@ def apply_overrides(data: dict, overrides: list[str] | tuple[str, ...] = ()) -> 
                              parts[0])
         if parts[0] in ("name", "seed") and len(parts) > 1:
             raise InputError("--set", key, f"{parts[0]} is a plain value", key)
+        if parts == ["name"]:
+            check_name("command line", "--set name", value)
         if parts[0] in SECTIONS:
             if len(parts) < 2 or parts[1] not in _field_names(parts[0]):
                 raise InputError("--set", key,
@@ -248,9 +252,7 @@ def build_scenario(data: dict, source: str = "<scenario>", default_name: str = "
     for k in data:
         if k not in TOP_LEVEL:
             raise InputError(src, str(k), f"one of the sections {list(TOP_LEVEL)}", k)
-    name = data.get("name", default_name)
-    if not isinstance(name, str) or not name:
-        raise InputError(src, "name", "a non-empty string", name)
+    name = check_name(src, "name", data.get("name", default_name))
     seed = data.get("seed", 0)
     if not (_is_int(seed) and seed >= 0):
         raise InputError(src, "seed", "an integer >= 0", seed)

@@ -20,6 +20,7 @@ import numpy as np
 import pandas as pd
 from matplotlib.axes import Axes
 
+from moesim.outputs import save_figure
 from moesim.sweep.results import aggregate, axis_columns, best_layout
 from moesim.sweep.spec import SweepSpec
 
@@ -181,9 +182,7 @@ def write_sweep_plots(outdir: str | Path, df: pd.DataFrame,
 
     def save(fig: Any, name: str) -> None:
         fig.tight_layout()
-        path = out / name
-        fig.savefig(path)
-        written.append(path)
+        written.append(save_figure(fig, out / name, force=True))  # the sweep's own plots
 
     for m, name in ((metric, "step_time.png"), ("stall_fraction", "stall_fraction.png")):
         fig = new_figure(7, 4.5)

@@ -23,6 +23,7 @@ import numpy as np
 import pandas as pd
 
 from moesim.errors import InputError
+from moesim.outputs import write_file
 from moesim.sweep.spec import SweepSpec, expand, format_value
 
 POINTS_FILE = "points.jsonl"
@@ -183,12 +184,9 @@ def write_results(outdir: str | Path, spec: SweepSpec) -> Consolidated:
     out = Path(outdir)
     df = records_frame(read_records(out), spec)
     df.attrs["axes"] = list(spec.axis_keys)
-    path = out / RESULTS_FILE
-    tmp = out / (RESULTS_FILE + ".tmp")
-    df.to_parquet(tmp, index=False)
-    os.replace(tmp, path)
+    path = write_file(out / RESULTS_FILE, lambda t: df.to_parquet(t, index=False), force=True)
     agg = aggregate(df)
-    agg.to_csv(out / MEANS_FILE, index=False)
+    write_file(out / MEANS_FILE, lambda t: agg.to_csv(t, index=False), force=True)
     status = df["status"].value_counts()
     res = Consolidated(path=path, frame=df, counts={str(k): int(v) for k, v in status.items()})
     for col, target in (("reason", res.skipped_reasons), ("error", res.failed_errors)):

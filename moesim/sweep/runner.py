@@ -25,6 +25,7 @@ from typing import Any, TextIO
 
 from moesim.engine.api import simulate
 from moesim.errors import InputError
+from moesim.outputs import check_dir_target, make_dir, write_text
 from moesim.sweep.results import (
     POINTS_FILE,
     SPEC_FILE,
@@ -110,17 +111,13 @@ def append_record(fh: TextIO, rec: dict) -> None:
 def prepare_outdir(spec: SweepSpec, outdir: Path, force: bool = False) -> None:
     """Create ``outdir`` or accept it as an earlier run of a sweep; refuse a directory
     holding other files unless ``force``. Writes ``sweep.json`` (the spec echo)."""
-    outdir = Path(outdir)
-    if outdir.exists() and not outdir.is_dir():
-        raise InputError(str(outdir), "-o", "a directory", "a file")
+    outdir = check_dir_target(outdir)   # a file, under a file, no permission, too long
     spec_path = outdir / SPEC_FILE
     if outdir.is_dir() and any(outdir.iterdir()) and not spec_path.exists() and not force:
         raise InputError(str(outdir), "-o", "an empty directory or an earlier sweep's "
                          "output (use --force to write into it)", "a directory with other files")
-    outdir.mkdir(parents=True, exist_ok=True)
-    tmp = spec_path.with_suffix(".json.tmp")
-    tmp.write_text(json.dumps(spec.to_dict(), indent=1, default=list) + "\n")
-    os.replace(tmp, spec_path)
+    make_dir(outdir)
+    write_text(spec_path, json.dumps(spec.to_dict(), indent=1, default=list) + "\n", force=True)
 
 
 def make_client(scheduler: str | None = None, workers: int | None = None,

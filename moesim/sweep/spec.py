@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from moesim.errors import InputError
+from moesim.outputs import check_name
 from moesim.yamlio import read_yaml
 
 KEYS = ("name", "scenario", "set", "base_overrides", "mode", "axes", "seeds", "plots",
@@ -263,8 +264,7 @@ def parse_sweep(data: Any, source: str = "<sweep>", base_dir: Path | None = None
         raise InputError(src, "axes", "lists of equal length in zip mode",
                          {a.key: len(a.values) for a in axes})
     name = data.get("name", default_name)
-    if not isinstance(name, str) or not name or "/" in name:
-        raise InputError(src, "name", "a non-empty name without '/'", name)
+    check_name(src, "name", name)
     plots = data.get("plots", {}) or {}
     if not isinstance(plots, dict) or set(plots) - set(PLOT_KEYS):
         raise InputError(src, "plots", f"a mapping with keys among {list(PLOT_KEYS)}", plots)

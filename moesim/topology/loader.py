@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from moesim.errors import InputError
+from moesim.paths import shown
 from moesim.topology.builders import (
     ClusterSpec,
     build_cluster,
@@ -55,10 +56,10 @@ def resolve(path_or_name: str | Path) -> Path:
     if p.is_file():
         return p
     if not p.is_absolute() and (PRESET_DIR.parent / p).is_file():
-        return PRESET_DIR.parent / p  # "topologies/x.yaml" from any working directory
+        return shown(PRESET_DIR.parent / p)  # "topologies/x.yaml" from any working directory
     for cand in (PRESET_DIR / p.name, PRESET_DIR / f"{p.name}.yaml"):
         if str(path_or_name) == p.name and cand.is_file():
-            return cand
+            return shown(cand)
     raise InputError(str(path_or_name), "", f"an existing YAML file or a preset name "
                      f"({', '.join(presets())})", str(path_or_name))
 

@@ -20,6 +20,10 @@ def load_summary(run_dir: str | Path) -> dict:
                          "no such file") from None
     except json.JSONDecodeError as err:
         raise InputError(str(p), f"line {err.lineno}", "valid JSON", err.msg) from None
+    rec = data.get("moesim_output") if isinstance(data, dict) else None
+    if isinstance(rec, dict) and rec.get("complete") is False:
+        raise InputError(str(p), "", "the summary of a complete run (this run was interrupted "
+                         "while its files were put in place; run it again)", "incomplete")
     if not isinstance(data, dict) or "step_time_s" not in data:
         raise InputError(str(p), "step_time_s", "a moesim summary with step_time_s",
                          type(data).__name__ if not isinstance(data, dict) else "missing")

@@ -20,6 +20,7 @@ import numpy as np
 
 from moesim import __version__
 from moesim.errors import InputError
+from moesim.outputs import Outputs, check_dir_target, foreign_files, run_manifest
 from moesim.trace.chrome import write_chrome_trace
 from moesim.trace.plots import (
     new_figure,
@@ -175,22 +176,24 @@ def _scalar(d: dict, key: str, fallback: str, reduce) -> str:
 
 
 def check_outdir(outdir: Path, force: bool, scenario: Any = None) -> None:
-    """Refuse (InputError) when ``outdir`` is a file; unless ``force``, also when it holds
-    files that are not moesim outputs, or the outputs of a run of a different scenario."""
-    if outdir.exists() and not outdir.is_dir():
-        raise InputError(str(outdir), "output directory", "a directory", "a file")
+    """Refuse (InputError) an ``outdir`` that cannot be written (a file, under a file,
+    no permission, a name too long); unless ``force``, also one holding files moesim
+    did not write (recognised by the list in its summary.json, not by their names), or
+    the outputs of a run of a different scenario."""
+    check_dir_target(outdir)
     if not outdir.is_dir() or force:
         return
-    foreign = sorted(p.name for p in outdir.iterdir() if p.name not in OUTPUT_FILES)
+    foreign = foreign_files(outdir)
     if foreign:
         raise InputError(str(outdir), "output directory",
                          "a new directory or one holding only moesim outputs (pass --force "
                          "to write there anyway)", ", ".join(foreign[:5]))
     old = outdir / "summary.json"
-    if old.is_file() and scenario is not None:
+    rec = run_manifest(outdir)
+    if rec is not None and rec.get("complete", True) and scenario is not None:
         try:
             old_scenario = json.loads(old.read_text()).get("scenario")
-        except (json.JSONDecodeError, AttributeError):
+        except (OSError, ValueError, AttributeError):
             old_scenario = "<unreadable>"
         if old_scenario != jsonable(scenario):
             raise InputError(str(outdir), "output directory",
@@ -203,46 +206,46 @@ def write_run_outputs(result: SimResult, outdir: str | Path, *, force: bool = Fa
     """Write summary.md, summary.json, trace.json, timeline.png, experts.png, links.png
     and stalls.csv into ``outdir``; returns their paths.
 
+    Every file goes to a temporary file first; then all are renamed into place,
+    summary.json (which lists them as moesim's, :data:`moesim.outputs.MARKER`) last,
+    each destination checked again at that moment (:class:`moesim.outputs.Outputs`).
+
     With ``parallel`` (default), where the process can fork safely (Linux, more than one
     CPU, no other Python thread), a forked child writes trace.json while this process
     writes the other files; the files are the same bytes either way. If the child
     fails, trace.json is written again here (raising the error)."""
     outdir = Path(outdir)
     check_outdir(outdir, force, result.scenario)
-    outdir.mkdir(parents=True, exist_ok=True)
-    trace_path, stalls_path = outdir / "trace.json", outdir / "stalls.csv"
-
-    def write_trace() -> None:
-        write_chrome_trace(result, trace_path)
-
-    child = _fork(write_trace) if parallel else None
+    outs = Outputs(outdir, force=force)
     try:
-        if child is None:
-            write_trace()
-        rows = stall_table(result)
-        write_stalls_csv(rows, stalls_path)
-        summary = full_summary(result, rows=rows)
-        paths = []
-        p = outdir / "summary.json"
-        p.write_text(json.dumps(summary, indent=1, allow_nan=False) + "\n")
-        paths.append(p)
-        p = outdir / "summary.md"
-        p.write_text(render_markdown(summary))
-        paths.append(p)
-        paths += [trace_path, stalls_path]
-        fig = new_figure(*timeline_figsize(result.n_ranks, result.ranks_per_node))
-        plot_timeline(result, fig.add_subplot())
-        paths.append(save_figure(fig, outdir / "timeline.png"))
-        fig = new_figure(10, 5)
-        plot_experts(result, fig.add_subplot())
-        paths.append(save_figure(fig, outdir / "experts.png"))
-        fig = new_figure(11, 4.5)
-        plot_links(result, fig.add_subplot())
-        paths.append(save_figure(fig, outdir / "links.png"))
+        trace_tmp = outs.reserve("trace.json")
+
+        def write_trace() -> None:
+            write_chrome_trace(result, trace_tmp)
+
+        child = _fork(write_trace) if parallel else None
+        try:
+            if child is None:
+                outs.run("trace.json", write_trace)
+            rows = stall_table(result)
+            outs.add("stalls.csv", lambda t: write_stalls_csv(rows, t))
+            summary = full_summary(result, rows=rows)
+            fig = new_figure(*timeline_figsize(result.n_ranks, result.ranks_per_node))
+            plot_timeline(result, fig.add_subplot())
+            outs.add("timeline.png", lambda t: save_figure(fig, t))
+            fig = new_figure(10, 5)
+            plot_experts(result, fig.add_subplot())
+            outs.add("experts.png", lambda t: save_figure(fig, t))
+            fig = new_figure(11, 4.5)
+            plot_links(result, fig.add_subplot())
+            outs.add("links.png", lambda t: save_figure(fig, t))
+        finally:
+            ok = child is None or _wait(child)
+        if not ok:  # the child failed: again here, where an error is raised
+            outs.run("trace.json", write_trace)
+        paths = outs.commit(summary, render_markdown)
     finally:
-        ok = child is None or _wait(child)
-    if not ok:
-        write_trace()  # the child failed: again here, where an error is raised
+        outs.discard()
     if not quiet:
         print(f"wrote {len(paths)} files to {outdir}/", file=sys.stderr)
     return paths
@@ -287,5 +290,6 @@ def _wait(pid: int) -> bool:
 
 
 def save_figure(fig: Any, path: Path) -> Path:
-    fig.savefig(path, bbox_inches="tight")
+    """A run's PNG at exactly ``path`` (PNG whatever its suffix: temporary names too)."""
+    fig.savefig(path, format="png", bbox_inches="tight")
     return path

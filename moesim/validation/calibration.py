@@ -26,6 +26,7 @@ from pathlib import Path
 
 from moesim.compute.base import Kernel
 from moesim.errors import InputError
+from moesim.outputs import check_file_target, write_text
 from moesim.validation.calibrate import FORMAT
 
 
@@ -155,9 +156,6 @@ def load_calibration(path: str | Path) -> CalibratedComputeModel:
 
 def save_calibration(doc: dict, path: str | Path, force: bool = False) -> Path:
     """Write the calibration JSON; an existing file is kept unless ``force``."""
-    p = Path(path)
-    if p.exists() and not force:
-        raise InputError(str(p), "-o", "a path that does not exist yet (or --force)", "exists")
+    p = check_file_target(path, force)
     model_from_dict(doc, str(p))  # never write a file we could not read back
-    p.write_text(json.dumps(doc, indent=2) + "\n")
-    return p
+    return write_text(p, json.dumps(doc, indent=2) + "\n", force=force)  # checked again

@@ -41,6 +41,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from moesim.errors import InputError
+from moesim.outputs import check_dir_target, make_dir
 
 #: glibc malloc tunables for the ranks (read by glibc at process start; spawned
 #: workers inherit them, mallopt(3)): no block is served by mmap (M_MMAP_MAX 0; a
@@ -261,7 +262,7 @@ def record(cfg: RecordConfig, force: bool = False) -> Path:
     """Run the recording; returns the output directory. Refuses a non-empty
     ``cfg.outdir`` unless ``force`` (then only our own file names are replaced)."""
     cfg.check()
-    outdir = Path(cfg.outdir)
+    outdir = check_dir_target(cfg.outdir, "OUTDIR")  # a file, under a file, no permission
     if outdir.exists() and not outdir.is_dir():
         raise InputError(str(outdir), "OUTDIR", "a directory (or a path that does not exist)",
                          "a file")
@@ -276,7 +277,7 @@ def record(cfg: RecordConfig, force: bool = False) -> Path:
                          str(err)) from err
     if cfg.backend == "nccl" and not torch.cuda.is_available():
         raise InputError("command line", "--backend", "gloo (nccl needs CUDA)", cfg.backend)
-    outdir.mkdir(parents=True, exist_ok=True)
+    make_dir(outdir)
     for old in [*outdir.glob("rank*.json"), *outdir.glob("rank*.json.gz")]:
         old.unlink()
     load_before = host_info()["loadavg_1_5_15min"]
