@@ -263,7 +263,8 @@ def test_a2a_1f1b_interleaved_by_hand():
     # set in flight on stage 0 than plain interleaving (the extra warm-up forward)
     flat = flatten(o)
     simulate_pipeline(flat, 1.0, 2.0)
-    assert inflight_microbatches(flat)[0] == inflight_microbatches(interleaved_order(2, 4, 2))[0] + 1
+    plain = inflight_microbatches(interleaved_order(2, 4, 2))
+    assert inflight_microbatches(flat)[0] == plain[0] + 1
 
 
 def test_a2a_pair_timeline_by_hand():
@@ -342,3 +343,16 @@ def test_engines_refuse_until_integrated(tmp_path):
         _load(tmp_path, BASE, resolve=True)
     assert err.value.field == "schedule.kind" and "moesim.schedule.dualpipe" in err.value.expected
 
+
+
+def test_plot_schedule_draws_every_item():
+    from moesim.schedule.plot import plot_schedule
+    from moesim.trace.plots import new_figure
+
+    tl = evaluate(dualpipe_order(4, 8), 0, Durations(1, 2, 1, 3))
+    ax = new_figure().add_subplot(111)
+    assert plot_schedule(ax, tl) is ax
+    n_items = sum(len(row) for row in tl.busy)
+    n_pairs = sum(it.kind == "F&B" for row in tl.busy for _, _, it in row)
+    assert len(ax.patches) == n_items + n_pairs     # a pair is two half boxes
+    assert ax.get_xlim() == (0, 26) and len(ax.get_yticks()) == 4
