@@ -110,11 +110,16 @@ def test_every_microbatch_runs_f_b_w_once_per_stage(make, ranks, n):
 
 def test_checks_follow_the_reference_asserts():
     assert check("dualpipe", 4, 8) is None and check("dualpipev", 3, 6) is None
-    assert "even number of pipeline ranks" in check("dualpipe", 3, 6)
-    assert ">= 2 x ranks = 8" in check("dualpipe", 4, 6)
-    assert "even number of micro-batches" in check("dualpipe", 4, 9)
-    assert ">= 2 x ranks = 6" in check("dualpipev", 3, 5)
-    with pytest.raises(ValueError, match="even number"):
+    assert check("dualpipev", 3, 7) is None                  # DualPipeV: N need not be even
+    assert check("dualpipe", 3, 6) == ("ranks", "an even number for dualpipe (rank r holds "
+                                       "stages r and P-1-r)")
+    assert check("dualpipe", 4, 6) == ("microbatches", "an even number >= 2 x ranks = 8 "
+                                       "for dualpipe")
+    assert check("dualpipe", 4, 9)[0] == "microbatches"
+    assert check("dualpipev", 3, 5) == ("microbatches", "a number >= 2 x ranks = 6 for "
+                                        "dualpipev")
+    assert check("dualpipe", 0, 4) == ("ranks", "an integer >= 1")
+    with pytest.raises(ValueError, match="microbatches: expected an even number"):
         dualpipe_order(4, 9)
 
 
@@ -319,7 +324,7 @@ def test_scenario_accepts_dualpipe_and_overlap_kinds(tmp_path):
 
 
 @pytest.mark.parametrize("sets, field, words", [
-    (["parallel.pp=3", "parallel.dp=4"], "parallel.pp", "even number of pipeline ranks"),
+    (["parallel.pp=3", "parallel.dp=4"], "parallel.pp", "an even number for dualpipe"),
     (["schedule.microbatches=6"], "schedule.microbatches", ">= 2 x parallel.pp = 8"),
     (["schedule.microbatches=9"], "schedule.microbatches", "an even number"),
     (["schedule.kind=dualpipev", "schedule.microbatches=7"], "schedule.microbatches", "= 8"),

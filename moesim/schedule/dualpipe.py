@@ -74,24 +74,29 @@ class DualOrder:
         return self.rank_of[self.direction[mb]][stage]
 
 
-def check(kind: str, ranks: int, microbatches: int) -> str | None:
-    """Why ``(ranks, microbatches)`` cannot run ``kind`` (the reference's assertions in
-    ``DualPipe.step`` / ``DualPipeV.step``), or None."""
+def check(kind: str, ranks: int, microbatches: int) -> tuple[str, str] | None:
+    """Why ``(ranks, microbatches)`` cannot run ``kind``, as (``ranks`` or
+    ``microbatches``, what is expected), or None. The reference's assertions in
+    ``DualPipe.step`` / ``DualPipeV.step``."""
+    if kind not in KINDS:
+        return "kind", f"one of {list(KINDS)}"
     for name, x in (("ranks", ranks), ("microbatches", microbatches)):
         if isinstance(x, bool) or not isinstance(x, int) or x < 1:
-            return f"{name} must be a positive integer, got {x!r}"
-    if kind == "dualpipe":
-        if ranks % 2:
-            return f"DualPipe needs an even number of pipeline ranks, got {ranks}"
-        if microbatches % 2 or microbatches < 2 * ranks:
-            return (f"DualPipe needs an even number of micro-batches >= 2 x ranks = "
-                    f"{2 * ranks}, got {microbatches}")
-        return None
-    if kind == "dualpipev":
-        if microbatches < 2 * ranks:
-            return f"DualPipeV needs micro-batches >= 2 x ranks = {2 * ranks}, got {microbatches}"
-        return None
-    return f"kind must be one of {KINDS}, got {kind!r}"
+            return name, "an integer >= 1"
+    if kind == "dualpipe" and ranks % 2:
+        return "ranks", "an even number for dualpipe (rank r holds stages r and P-1-r)"
+    if kind == "dualpipe" and (microbatches % 2 or microbatches < 2 * ranks):
+        return "microbatches", f"an even number >= 2 x ranks = {2 * ranks} for dualpipe"
+    if microbatches < 2 * ranks:
+        return "microbatches", f"a number >= 2 x ranks = {2 * ranks} for dualpipev"
+    return None
+
+
+def _require(kind: str, ranks: int, microbatches: int) -> None:
+    why = check(kind, ranks, microbatches)
+    if why:
+        got = {"kind": kind, "ranks": ranks, "microbatches": microbatches}[why[0]]
+        raise ValueError(f"{why[0]}: expected {why[1]}, got {got!r}")
 
 
 def _steps(K: int, j: int, M: int) -> list[tuple]:
@@ -167,9 +172,7 @@ def _rank_items(steps: list[tuple], stage_of: tuple[int, int],
 
 def dualpipe_order(ranks: int, microbatches: int) -> DualOrder:
     """DualPipe on ``ranks`` ranks (= stages), ``microbatches`` in all."""
-    why = check("dualpipe", ranks, microbatches)
-    if why:
-        raise ValueError(why)
+    _require("dualpipe", ranks, microbatches)
     P, N = ranks, microbatches
     half = N // 2
     dir_mbs = (list(range(half)), list(range(half, N)))
@@ -187,9 +190,7 @@ def dualpipe_order(ranks: int, microbatches: int) -> DualOrder:
 
 def dualpipev_order(ranks: int, microbatches: int) -> DualOrder:
     """DualPipeV on ``ranks`` devices (``2 ranks`` stages), ``microbatches`` in all."""
-    why = check("dualpipev", ranks, microbatches)
-    if why:
-        raise ValueError(why)
+    _require("dualpipev", ranks, microbatches)
     D, N = ranks, microbatches
     mbs = list(range(N))
     items = [_rank_items(_steps(D, r, N), (r, 2 * D - 1 - r), (mbs, mbs)) for r in range(D)]
