@@ -63,6 +63,36 @@ def test_dualpipe_p4_n8_by_hand():
     assert o.rank(0, 3) == 3 and o.rank(5, 3) == 0 and o.rank(5, 0) == 3
 
 
+def test_dualpipe_matches_the_readme_figure():
+    # deepseek-ai/DualPipe images/dualpipe.png (8 ranks, 20 micro-batches), read cell by
+    # cell up to each device's first overlapped pair; the figure leaves the reverse
+    # direction's micro-batches (here 10..19) unlabelled. Device 0: forwards 0..6, a
+    # reverse forward, then three times (backward for input, backward for weights,
+    # forward), then the overlapped 7. Device 1: 0..4, rev, 5, rev, then (B, W, F) twice
+    # and the overlapped 6.
+    o = dualpipe_order(8, 20)
+    assert [(it.kind, it.mb) for it in o.items[0][:18]] == (
+        [("F", i) for i in range(7)] + [("F", 10)]
+        + [("B", 10), ("W", 10), ("F", 11), ("B", 11), ("W", 11), ("F", 12), ("B", 12),
+           ("W", 12), ("F", 13), ("F&B", 7)])
+    assert [(it.kind, it.mb) for it in o.items[1][:15]] == (
+        [("F", i) for i in range(5)] + [("F", 10), ("F", 5), ("F", 11)]
+        + [("B", 10), ("W", 10), ("F", 12), ("B", 11), ("W", 11), ("F", 13), ("F&B", 6)])
+
+
+def test_dualpipev_matches_the_readme_figure():
+    # images/dualpipev.png (4 ranks, 8 stages, 10 micro-batches; white labels are the
+    # second chunk, stage 7-r), read up to each device's first overlapped pair
+    o = dualpipev_order(4, 10)
+    got = [" ".join(map(str, o.items[r][:k])) for r, k in ((0, 17), (1, 15), (2, 12), (3, 11))]
+    assert got == [
+        "F0.0 F1.0 F2.0 F3.0 F4.0 F5.0 F6.0 F0.7 B0.7 W0.7 F1.7 B1.7 W1.7 F2.7 B2.7 W2.7 F3.7",
+        "F0.1 F1.1 F2.1 F3.1 F4.1 F0.6 F5.1 F1.6 B0.6 W0.6 F2.6 B1.6 W1.6 F3.6 F6.1&B2.6",
+        "F0.2 F1.2 F2.2 F0.5 F3.2 F1.5 F4.2 F2.5 B0.5 W0.5 F3.5 F5.2&B1.5",
+        "F0.3 F0.4 F1.3 F1.4 F2.3 F2.4 F3.3 F3.4 F4.3 BW0.4 F4.4&B0.3"]
+    assert str(o.items[0][17]) == "F7.0&B3.7"
+
+
 def test_dualpipev_d2_n4_by_hand():
     # DualPipeV, 2 devices, 4 stages (rank 0: stages 0 and 3, rank 1: 1 and 2), N=4.
     # rank 0 (r=0): step 1 2 F0; step 2 (F0, F1); step 3 (B1 zb, W, F1); step 4
