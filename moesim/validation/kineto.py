@@ -28,8 +28,6 @@ DTYPE_BYTES: dict[str, int] = {
 #: ``addmm`` (bias + batch1 @ batch2), as GShard/Switch-style expert code writes it
 MATMUL_OPS = {"aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm", "aten::matmul",
               "aten::linear"}
-#: name of the synthetic step spans added to traces without ``ProfilerStep`` spans
-SYNTHETIC_STEP_CAT = "moesim_synthetic_step"
 FLOAT_TYPES = {"float", "double", "c10::Half", "c10::BFloat16", "c10::Float8_e4m3fn",
                "c10::Float8_e5m2", "Float", "Double", "Half", "BFloat16"}
 
@@ -92,7 +90,8 @@ def load_trace(path: Path) -> dict[str, Any]:
 
 def complete_events(doc: dict[str, Any], source: str) -> list[Event]:
     """The 'X' events with numeric ts/dur, as :class:`Event` (seconds), sorted by start
-    then by longest first (so a parent precedes its children)."""
+    then by longest first (so a parent precedes its children). Training steps of a
+    trace without ``ProfilerStep`` spans: :func:`moesim.validation.steps.step_events`."""
     out = []
     for i, e in enumerate(doc["traceEvents"]):
         if not isinstance(e, dict) or e.get("ph") != "X":
@@ -106,34 +105,12 @@ def complete_events(doc: dict[str, Any], source: str) -> list[Event]:
         out.append(Event(i, str(e.get("name", "")), str(e.get("cat", "")),
                          f"{e.get('pid', '')}/{e.get('tid', '')}", ts * 1e-6, dur * 1e-6, args))
     out.sort(key=lambda ev: (ev.start_s, -ev.dur_s, ev.idx))
-    if not any(_STEP_RE.fullmatch(ev.name) for ev in out):
-        out = _with_synthetic_steps(out, len(doc["traceEvents"]), source)
     return out
-
-
-_STEP_RE = re.compile(r"ProfilerStep#(\d+)")
 
 
 def is_backward_name(name: str) -> bool:
     """An op run by the autograd engine (``autograd::engine::*``, ``*Backward*``)."""
     return name.startswith("autograd::engine") or "Backward" in name
-
-
-def _with_synthetic_steps(events: list[Event], first_idx: int, source: str) -> list[Event]:
-    """A trace without ``ProfilerStep`` spans (one plain ``with profile()`` around
-    several training steps): add one span ``ProfilerStep#k`` per step found by
-    :func:`moesim.validation.collectives.training_steps` (k = 0, 1, ... in trace order),
-    on a thread of its own (tid ``moesim/steps``, cat ``moesim_synthetic_step``), so
-    that every reader of the events sees the same steps. One step or none found: the
-    events are returned unchanged (the whole trace is one step)."""
-    from moesim.validation.collectives import training_steps  # imports this module
-
-    spans = training_steps(events, source)
-    if not spans:
-        return events
-    extra = [Event(first_idx + k, f"ProfilerStep#{k}", SYNTHETIC_STEP_CAT, "moesim/steps",
-                   a, b - a, {}) for k, (a, b) in enumerate(spans)]
-    return sorted(events + extra, key=lambda ev: (ev.start_s, -ev.dur_s, ev.idx))
 
 
 def ancestors(events: list[Event]) -> dict[int, list[int]]:

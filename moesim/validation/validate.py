@@ -38,8 +38,9 @@ from moesim.topology import Topology
 from moesim.trace.spans import Span
 from moesim.validation.calibration import CalibratedComputeModel
 from moesim.validation.ingest import TraceSet, TraceStep
-from moesim.validation.kineto import complete_events, load_trace
+from moesim.validation.kineto import load_trace
 from moesim.validation.replay import COLL_KINDS, ROLE_KIND, build_programs, machine_topology
+from moesim.validation.steps import step_events
 
 PHASES = ("forward_s", "backward_s", "dispatch_s", "experts_s", "combine_s")
 _EPS = 1e-9
@@ -171,7 +172,7 @@ def phase_windows(ts: TraceSet) -> dict[tuple[int, int], dict[str, Interval]]:
     out: dict[tuple[int, int], dict[str, Interval]] = {}
     for rt in ts.ranks:
         src = rt.source
-        events = complete_events(load_trace(Path(src)), src)
+        events = step_events(load_trace(Path(src)), src)
         marks = {int(m.group(1)): (e.start_s, e.end_s) for e in events
                  if (m := re.fullmatch(r"ProfilerStep#(\d+)", e.name))}
         if not marks:
