@@ -88,10 +88,13 @@ def load_trace(path: Path) -> dict[str, Any]:
     return doc
 
 
-def complete_events(doc: dict[str, Any], source: str) -> list[Event]:
+def complete_events(doc: dict[str, Any], source: str, origin_us: float = 0.0) -> list[Event]:
     """The 'X' events with numeric ts/dur, as :class:`Event` (seconds), sorted by start
     then by longest first (so a parent precedes its children). Training steps of a
-    trace without ``ProfilerStep`` spans: :func:`moesim.validation.steps.step_events`."""
+    trace without ``ProfilerStep`` spans: :func:`moesim.validation.steps.step_events`.
+    Times are counted from ``origin_us`` (µs, the file's clock): epoch-based µs of
+    ~1.7e15 keep only ~0.2 µs in a double once in seconds, so GPU ingest passes the
+    trace's first timestamp."""
     out = []
     for i, e in enumerate(doc["traceEvents"]):
         if not isinstance(e, dict) or e.get("ph") != "X":
@@ -103,7 +106,8 @@ def complete_events(doc: dict[str, Any], source: str) -> list[Event]:
             raise InputError(source, f"traceEvents[{i}].dur", "a finite duration >= 0", dur)
         args = e.get("args") if isinstance(e.get("args"), dict) else {}
         out.append(Event(i, str(e.get("name", "")), str(e.get("cat", "")),
-                         f"{e.get('pid', '')}/{e.get('tid', '')}", ts * 1e-6, dur * 1e-6, args))
+                         f"{e.get('pid', '')}/{e.get('tid', '')}", (ts - origin_us) * 1e-6,
+                         dur * 1e-6, args))
     out.sort(key=lambda ev: (ev.start_s, -ev.dur_s, ev.idx))
     return out
 
