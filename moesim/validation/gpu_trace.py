@@ -95,8 +95,8 @@ class GpuTrace:
 
 
 def has_gpu_events(doc: dict[str, Any]) -> bool:
-    """Whether a loaded trace holds GPU kernels (cat ``kernel``)."""
-    return any(isinstance(e, dict) and e.get("cat") == "kernel" for e in doc["traceEvents"])
+    """Whether a loaded trace holds GPU events (cat ``kernel``, ``gpu_memcpy``, ``gpu_memset``)."""
+    return any(isinstance(e, dict) and e.get("cat") in GPU_CATS for e in doc["traceEvents"])
 
 
 def _int(x: Any, default: int) -> int:
@@ -187,8 +187,8 @@ class _Launcher:
 def gpu_trace_from_doc(doc: dict[str, Any], source: str) -> GpuTrace:
     """The GPU events of a loaded trace; a trace without kernels is an InputError."""
     if not has_gpu_events(doc):
-        raise InputError(source, "traceEvents", "GPU kernels (events of cat 'kernel'; record "
-                         "with ProfilerActivity.CUDA)", "only CPU events")
+        raise InputError(source, "traceEvents", "GPU events (cat 'kernel', 'gpu_memcpy' or "
+                         "'gpu_memset'; record with ProfilerActivity.CUDA)", "only CPU events")
     t0 = origin_us(doc)
     events = complete_events(doc, source, t0)
     link = _Launcher(doc, events, t0)
