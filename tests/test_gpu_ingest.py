@@ -207,3 +207,22 @@ def test_bad_gpu_traces_one_line(tmp_path, capsys):
     b.events[0]["dur"] = float("nan")
     nan = b.write(tmp_path / "nan.json")
     _one_line_error(capsys, ["ingest", str(nan)], str(nan), "dur")
+
+
+def test_deepseek_profile_script_on_a_synthetic_trace(tmp_path, capsys):
+    """benchmarks/deepseek_profile.py runs on any GPU trace (tests never read the real one)."""
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[1] / "benchmarks" / "deepseek_profile.py"
+    spec = importlib.util.spec_from_file_location("deepseek_profile", path)
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    b = overlap_trace(DEEPEP_DISPATCH, DEEPEP_COMBINE)
+    b.annotation("dispatch(F)", 40, 10)          # holds the dispatch's launch at 45 µs
+    p = b.write(tmp_path / "train.json")
+    assert bench.main([str(p)]) == 0
+    out = capsys.readouterr().out
+    assert "measured 24, published 20" in out and "error +20%" in out   # combine: 24
+    assert "dispatch(F)" in out and "exposed 0.100 ms" in out
+    assert bench.main([str(tmp_path / "missing.json")]) == 2

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from moesim.units import s_to_ms
 from moesim.validation.gpu_kernels import CLASSES
 
@@ -30,12 +32,14 @@ def comm_table(g: dict) -> list[str]:
     return _table(["comm kind", "count", "total_ms", "busy_ms", "exposed_ms", "SMs"], rows)
 
 
-def phase_table(g: dict, key: str = "gpu_busy_s") -> list[str]:
-    """Phases × layers: ``key`` of each (annotation name, layer) in ms."""
+def phase_table(g: dict, key: str | Callable[[dict], float] = "gpu_busy_s") -> list[str]:
+    """Phases × layers: ``key`` (a field, or a function of the phase's dict) of each
+    (annotation name, layer), in ms."""
+    get = key if callable(key) else (lambda p: p[key])
     names = list(dict.fromkeys(p["phase"] for p in g["phases"]))
     layers = sorted({p["layer"] for p in g["phases"]})
     cell = {(p["phase"], p["layer"]): p for p in g["phases"]}
-    rows = [[n] + [_ms(cell[(n, lay)][key]) if (n, lay) in cell else "-" for lay in layers]
+    rows = [[n] + [_ms(get(cell[(n, lay)])) if (n, lay) in cell else "-" for lay in layers]
             for n in names]
     return _table(["phase"] + [f"layer{lay}_ms" for lay in layers], rows)
 
@@ -59,9 +63,9 @@ def text_report(g: dict) -> str:
         lines += ["", "GPU busy time of the kernels launched under each annotation (layer k = "
                   "its k-th occurrence), ms:"] + phase_table(g)
         lines += ["", "of which communication kernels (summed), ms:"]
-        comm_only = {**g, "phases": [{**p, "comm_s": sum(p["comm"].values())}
-                                     for p in g["phases"]]}
-        lines += phase_table(comm_only, "comm_s")
+        lines += phase_table(g, lambda p: sum(p["comm"].values()))
+        lines += ["", "of which GEMM kernels (summed), ms:"]
+        lines += phase_table(g, lambda p: p["classes"].get("gemm", 0.0))
     if g["other_kernels"]:
         lines += ["", f"{sum(g['other_kernels'].values())} kernels of no known class "
                   "('other'):"]
