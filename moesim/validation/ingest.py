@@ -201,7 +201,8 @@ def ingest_file(path: Path, world: int | None = None) -> tuple[RankTrace, int, i
         raise InputError(src, "traceEvents", "torch.distributed all-to-all ops carrying tokens "
                          "(c10d::alltoall_base_, c10d::alltoall_ or record_param_comms, "
                          "recorded with record_shapes=True; all-to-alls built from scatter "
-                         "or send/recv are not read)", "none found")
+                         "or send/recv are not read), or GPU kernel events (a GPU trace)",
+                         "none found")
     world = world or len(colls[0].send)
     rank = rank_of(doc, path)
     anc = ancestors(events)

@@ -1,0 +1,86 @@
+"""moesim validate on a GPU trace: per-layer GEMM/attention times of annotated DualPipe
+phases against a compute model, on a synthetic trace with hand-computed FLOPs."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from moesim.cli import main
+from moesim.model.spec import ModelSpec
+from moesim.validation.gpu_summary import summarize
+from moesim.validation.gpu_trace import gpu_trace_from_doc
+from moesim.validation.gpu_validate import gpu_validate, text_table
+from tests.gpu_trace_gen import DEEPEP_DISPATCH, FLASH, GEMM_BF16, GpuTraceBuilder
+
+US = 1e-6
+SPEC = ModelSpec(hidden=4, heads=2, kv_heads=2, head_dim=2, n_experts=4, top_k=2,
+                 expert_ffn=8)
+
+
+class PerFlop:
+    """1 GFLOP/s, nothing else: time = FLOPs · 1e-9 s."""
+
+    name = "per-flop"
+
+    def time_s(self, k) -> float:
+        return k.flops * 1e-9
+
+
+def trace() -> GpuTraceBuilder:
+    b = GpuTraceBuilder()
+    t = 0
+    for name, kernels in (("mlp(F)", [(GEMM_BF16, 4)]),
+                          ("attn(B)", [(GEMM_BF16, 2), (FLASH, 1)]),
+                          ("attn(W)", [(GEMM_BF16, 1.28)]),
+                          ("dispatch(F)", [(DEEPEP_DISPATCH, 10)])):
+        b.annotation(name, t, 10)
+        for i, (kn, dur) in enumerate(kernels):
+            b.kernel(kn, 27 if "ep::" in kn else 7, t + 20 + 10 * i, dur, launch=t + 1 + i)
+        t += 100
+    return b
+
+
+def test_per_layer_phases_by_hand():
+    """8 tokens, EP2 → 2 local experts × 8 rows; per expert 3 GEMMs of 2·8·8·4 = 512 FLOP
+    → mlp 3072 FLOP; attention GEMMs: QKV 2·8·12·4 = 768, out 2·8·4·4 = 256, router
+    2·8·4·4 = 256 → 1280 FLOP; causal core 0.5·2·8·8·2·4 = 512 FLOP, backward 2.5×."""
+    g = summarize(gpu_trace_from_doc(trace().doc(), "x"))
+    doc = gpu_validate(g, SPEC, PerFlop(), tokens=8, seq_len=8, ep=2)
+    sim, meas, err = (doc[k]["phases"] for k in ("simulated", "measured", "error"))
+    assert sim["mlp(F)"]["0"]["gemm_s"] == pytest.approx(3072e-9)
+    assert meas["mlp(F)"]["0"]["gemm_s"] == pytest.approx(4 * US)
+    assert err["mlp(F)"]["0"]["gemm_s"] == pytest.approx((3.072 - 4) / 4)
+    assert sim["attn(B)"]["0"]["gemm_s"] == pytest.approx(1280e-9)
+    assert sim["attn(B)"]["0"]["attention_s"] == pytest.approx(1280e-9)
+    assert err["attn(B)"]["0"]["attention_s"] == pytest.approx(0.28)
+    assert sim["attn(W)"]["0"] == {"gemm_s": pytest.approx(1280e-9), "attention_s": 0.0,
+                                   "comm_s": None}
+    assert err["attn(W)"]["0"]["gemm_s"] == pytest.approx(0, abs=1e-9)
+    assert meas["dispatch(F)"]["0"]["comm_s"] == pytest.approx(10 * US)
+    assert sim["dispatch(F)"]["0"]["comm_s"] is None
+    assert doc["simulated"]["span_s"] is None and doc["measured"]["span_s"] > 0
+    assert "dispatch/combine are measured only" in doc["compared"]
+    assert "mlp(F)" in text_table(doc)
+
+
+def test_cli_validate_gpu(tmp_path, capsys):
+    p = trace().write(tmp_path / "train.json")
+    assert main(["validate", str(p), "--scenario", "scenarios/toy-cpu.yaml", "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert set(doc) >= {"measured", "simulated", "error", "compared"}
+    assert doc["measured"]["stream_busy_s"]["7"] > 0
+    assert doc["simulated"]["phases"]["mlp(F)"]["0"]["gemm_s"] > 0
+    assert main(["validate", str(p)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "--scenario" in err
+
+
+def test_cli_validate_cpu_trace_still_needs_calibration(tmp_path, capsys):
+    b = GpuTraceBuilder()
+    b.op("aten::mm", 0, 10)
+    p = b.write(tmp_path / "cpu.json")
+    assert main(["validate", str(p)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "--calibration" in err
