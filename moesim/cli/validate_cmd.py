@@ -74,11 +74,9 @@ def _overlay(v, step: int, path: Path, title: str) -> None:
 def run(args: argparse.Namespace) -> int:
     from moesim.errors import InputError
     from moesim.validation.calibration import load_calibration
-    from moesim.validation.ingest import ingest
-    from moesim.validation.validate import validate
-
     from moesim.validation.gpu_trace import gpu_traces
-    from moesim.validation.ingest import trace_files
+    from moesim.validation.ingest import ingest, trace_files
+    from moesim.validation.validate import validate
 
     gpu = gpu_traces(trace_files([args.trace_dir]))
     if gpu is not None:
