@@ -226,3 +226,17 @@ def test_deepseek_profile_script_on_a_synthetic_trace(tmp_path, capsys):
     assert "measured 24, published 20" in out and "error +20%" in out   # combine: 24
     assert "dispatch(F)" in out and "exposed 0.100 ms" in out
     assert bench.main([str(tmp_path / "missing.json")]) == 2
+
+
+def test_nested_annotations_innermost_wins():
+    b = GpuTraceBuilder()
+    b.annotation("1F1B", 0, 500)
+    b.annotation("mlp(F)", 100, 50)
+    b.annotation("mlp(F)", 300, 50)
+    b.kernel(GEMM_BF16, 7, 200, 10, launch=120)    # in mlp(F) #0
+    b.kernel(GEMM_BF16, 7, 250, 10, launch=200)    # between them: in 1F1B only
+    b.kernel(GEMM_BF16, 7, 400, 10, launch=349)    # in mlp(F) #1
+    b.kernel(GEMM_BF16, 7, 600, 10, launch=550)    # outside every annotation
+    tr = gpu_trace_from_doc(b.doc(), "x")
+    got = [(k.phase.name, k.phase.index) if k.phase else None for k in tr.kernels]
+    assert got == [("mlp(F)", 0), ("1F1B", 0), ("mlp(F)", 1), None]

@@ -16,8 +16,8 @@ What is read (all times seconds):
   enclosing ops (``aten::mm``, ``aten::addmm``, ...), so it carries that op's
   ``Input Dims`` and ``Input type``.
 - Phases: ``user_annotation`` events (``torch.profiler.record_function``, other than
-  ``ProfilerStep#N``). A kernel belongs to the innermost (shortest) one whose CPU span
-  holds its launch, on any thread of the trace: the autograd engine launches backward
+  ``ProfilerStep#N``). A kernel belongs to the innermost one (the latest-starting) whose
+  CPU span holds its launch, on any thread of the trace: the autograd engine launches backward
   kernels from a thread of its own while the annotation is open on the main thread.
   The k-th annotation of one name (trace order) has index k, so a trace that
   annotates each layer's phases once per layer (DeepSeek's ``attn(F)``,
@@ -129,6 +129,29 @@ def _flow_starts(doc: dict[str, Any], t0_us: float) -> dict[int, tuple[str, floa
     return out
 
 
+class _Spans:
+    """Spans sorted by start; :meth:`at` finds the latest-starting one holding a time
+    (the innermost, when spans nest), scanning back only while an earlier span can
+    still reach that time (a running maximum of ends)."""
+
+    def __init__(self, spans: list, start=lambda x: x.start_s, dur=lambda x: x.dur_s):
+        self.items = sorted(spans, key=lambda x: (start(x), -dur(x)))
+        self.starts = [start(x) for x in self.items]
+        self.ends = [start(x) + dur(x) for x in self.items]
+        self.reach, hi = [], float("-inf")
+        for e in self.ends:
+            hi = max(hi, e)
+            self.reach.append(hi)
+
+    def at(self, t: float, eps: float = 1e-12):
+        i = bisect.bisect_right(self.starts, t + eps) - 1
+        while i >= 0 and self.reach[i] >= t - eps:
+            if self.ends[i] >= t - eps:
+                return self.items[i]
+            i -= 1
+        return None
+
+
 class _Launcher:
     """Finds the CPU op that launched a GPU event, and the annotation it ran under."""
 
@@ -139,10 +162,11 @@ class _Launcher:
         self.launch = {e.args["correlation"]: e for e in cpu if e.cat in LAUNCH_CATS
                        and isinstance(e.args.get("correlation"), int)}
         self.flows = _flow_starts(doc, t0_us)
-        self.ops_by_tid: dict[str, list[Event]] = {}
+        by_tid: dict[str, list[Event]] = {}
         for e in cpu:
             if e.cat == "cpu_op":
-                self.ops_by_tid.setdefault(e.tid, []).append(e)
+                by_tid.setdefault(e.tid, []).append(e)
+        self.ops_by_tid = {tid: _Spans(v) for tid, v in by_tid.items()}
         ann = [e for e in cpu if e.cat == ANNOTATION_CAT and not e.name.startswith(
             "ProfilerStep#")]
         seen: dict[str, int] = {}
@@ -150,7 +174,7 @@ class _Launcher:
         for e in ann:
             self.annotations.append(Annotation(e.name, seen.get(e.name, 0), e.start_s, e.dur_s))
             seen[e.name] = seen.get(e.name, 0) + 1
-        self._ann_starts = [a.start_s for a in self.annotations]
+        self._ann = _Spans(self.annotations)
 
     def op_of(self, corr: int | None) -> tuple[Event | None, float | None]:
         """(launching op, launch time) of a correlation id."""
@@ -163,8 +187,8 @@ class _Launcher:
         if flow is None:
             return None, None
         tid, t = flow
-        holding = [e for e in self.ops_by_tid.get(tid, []) if e.start_s <= t <= e.end_s]
-        return (max(holding, key=lambda e: (e.start_s, -e.dur_s)) if holding else None), t
+        ops = self.ops_by_tid.get(tid)
+        return (ops.at(t) if ops is not None else None), t
 
     def gemm_op(self, op: Event | None) -> Event | None:
         """The innermost matmul among ``op`` and the ops enclosing it."""
@@ -179,9 +203,7 @@ class _Launcher:
     def phase_at(self, t: float | None) -> Annotation | None:
         if t is None:
             return None
-        hi = bisect.bisect_right(self._ann_starts, t + 1e-12)
-        holding = [a for a in self.annotations[:hi] if t <= a.start_s + a.dur_s + 1e-12]
-        return min(holding, key=lambda a: (a.dur_s, -a.start_s)) if holding else None
+        return self._ann.at(t)
 
 
 def gpu_trace_from_doc(doc: dict[str, Any], source: str) -> GpuTrace:
