@@ -183,6 +183,25 @@ def test_cli_ingest_gpu_text_and_json(tmp_path, capsys):
     assert {s["stream"] for s in g["streams"]} == {7, 23, 27}
     assert g["other_kernels"] == {UNKNOWN: 1}
     assert load_gpu_trace(p).rank == 0
+    assert [k["class"] for k in g["kernel_list"]] == ["gemm", "comm", "elementwise", "gemm",
+                                                      "comm", "other"]
+    assert g["kernel_list"][1]["kind"] == "dispatch" and g["kernel_list"][1]["blocks"] == 20
+    assert main(["ingest", str(p), "--json", "--no-ops"]) == 0
+    assert "kernel_list" not in json.loads(capsys.readouterr().out)["gpu"]
+
+
+def test_json_kernel_list_carries_op_shapes(tmp_path, capsys):
+    b = GpuTraceBuilder()
+    b.annotation("mlp(F)", 0, 100)
+    b.op("aten::mm", 0, 50, dims=[[64, 32], [32, 16]], types=["c10::BFloat16"] * 2)
+    b.kernel(GEMM_BF16, 7, 100, 10, launch=10)
+    p = b.write(tmp_path / "t.json")
+    assert main(["ingest", str(p), "--json"]) == 0
+    k = json.loads(capsys.readouterr().out)["gpu"]["kernel_list"][0]
+    assert k == {"name": GEMM_BF16, "class": "gemm", "stream": 7, "start_s": pytest.approx(1e-4),
+                 "dur_s": pytest.approx(1e-5), "blocks": 1, "dtype": "bf16", "op": "aten::mm",
+                 "input_dims": [[64, 32], [32, 16]], "input_types": ["c10::BFloat16"] * 2,
+                 "phase": "mlp(F)", "layer": 0}
 
 
 def _one_line_error(capsys, argv, *needles):

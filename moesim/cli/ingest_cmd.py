@@ -14,7 +14,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--json", action="store_true",
                         help="print everything (ops, phases, byte matrices; for a GPU trace "
                              "a 'gpu' object) as JSON, SI units")
-    parser.add_argument("--no-ops", action="store_true", help="with --json: leave out op lists")
+    parser.add_argument("--no-ops", action="store_true",
+                        help="with --json: leave out op lists (a GPU trace: its kernel list)")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -24,9 +25,12 @@ def run(args: argparse.Namespace) -> int:
     gpu = gpu_traces(trace_files(args.paths))
     if gpu is not None:
         from moesim.validation.gpu_report import text_report as gpu_text
-        from moesim.validation.gpu_summary import summarize
+        from moesim.validation.gpu_summary import kernel_dicts, summarize
 
         sums = [summarize(t) for t in gpu]
+        if args.json and not args.no_ops:
+            for s, t in zip(sums, gpu, strict=True):
+                s["kernel_list"] = kernel_dicts(t)
         if args.json:
             print(json.dumps({"gpu": sums[0] if len(sums) == 1 else sums}, indent=1))
         else:

@@ -13,7 +13,9 @@ only when called):
 - ``gpu_kernels``   GPU kernel names → classes (GEMM, attention, NCCL, DeepEP, ...)
 - ``gpu_trace``     GPU kernels of a Kineto trace, per stream, with their launching op
 - ``gpu_summary``   busy time, overlap, exposed communication, phases of a GPU trace
+- ``gpu_report``    the text tables of ``moesim ingest`` on a GPU trace
 - ``gpu_calibrate`` a device calibration from a GPU trace's kernels
+- ``gpu_validate``  a GPU trace's per-layer phases against a scenario's compute model
 - ``ingest``        parses Kineto (torch.profiler) JSON into :class:`TraceStep` data
 - ``ingest_report`` the text table of ``moesim ingest``
 - ``calibrate``     least-squares fit of compute, communication and host-gap models

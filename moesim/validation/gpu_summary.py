@@ -140,3 +140,28 @@ def phases(tr: GpuTrace) -> list[dict]:
                                            key=_class_order)),
                     "comm": _sum_by([k for k in mine if k.cls == "comm"], lambda k: k.kind)})
     return out
+
+
+def kernel_dicts(tr: GpuTrace) -> list[dict]:
+    """Every GPU event with its launching op's shapes and dtypes (``--json`` without
+    ``--no-ops``)."""
+    out = []
+    for k in tr.kernels:
+        d = {"name": k.name, "class": k.cls, "stream": k.stream, "start_s": k.start_s,
+             "dur_s": k.dur_s}
+        if k.kind:
+            d["kind"] = k.kind
+        if k.blocks:
+            d["blocks"] = k.blocks
+        if k.nbytes:
+            d["bytes"] = k.nbytes
+        if k.dtype:
+            d["dtype"] = k.dtype
+        if k.op is not None:
+            d["op"] = k.op.name
+            if k.op.dims:
+                d["input_dims"], d["input_types"] = k.op.dims, k.op.types
+        if k.phase is not None:
+            d["phase"], d["layer"] = k.phase.name, k.phase.index
+        out.append(d)
+    return out
