@@ -15,6 +15,7 @@ Classes (``classify`` returns one, plus a communication kind for comm kernels):
   ``layout`` (``get_dispatch_layout``), ``notify`` (``notify_dispatch``,
   ``cached_notify``, ``notify_combine``), ``dispatch``, ``combine``; the low-latency
   kernels (namespace ``internode_ll``) ``dispatch_ll``, ``combine_ll``, ``clean_ll``;
+  the namespaces in between (``legacy``, ``internode``) may be any;
 - ``cast``: casts and quantisation (``cast``, ``quant``, ``fp8`` in the name, not its
   argument list, of a kernel that is no GEMM and not torch's own, e.g.
   ``per_token_cast_to_fp8``);
@@ -28,9 +29,10 @@ Classes (``classify`` returns one, plus a communication kind for comm kernels):
 
 The rules come from the kernel names in the libraries' sources: NCCL
 ``src/device/generate.py`` (``ncclDevKernel_<Func>_<RedOp>_<Type>_<Algo>_<Proto>``),
-DeepEP ``csrc/kernels/{layout,intranode,internode,internode_ll}.cu`` (namespace
-``deep_ep``), flash-attention ``hopper/flash_fwd_kernel.h``, DeepGEMM
-``deep_gemm/include/deep_gemm/fp8_gemm.cuh``.
+DeepEP ``csrc/kernels/legacy/{layout,intranode,internode,internode_ll}.cu`` (namespace
+``deep_ep::legacy::<file>``; ``deep_ep::<file>`` in earlier releases), and from the
+names in DeepSeek's published profile (``dpsk::ep::``, ``dpsk::grouped_gemm::``,
+``flash::``, ``layer_norm::``).
 """
 
 from __future__ import annotations
@@ -42,7 +44,7 @@ CLASSES = ("gemm", "attention", "comm", "cast", "norm", "elementwise", "memcpy",
 COMPUTE_CLASSES = tuple(c for c in CLASSES if c != "comm")
 
 _NCCL_RE = re.compile(r"nccl(?:Dev)?Kernel_([A-Za-z]+)")
-_DEEPEP_RE = re.compile(r"(?:deep_ep|dpsk::ep)::(?:(\w+)::)?(\w+)")
+_DEEPEP_RE = re.compile(r"(?:deep_ep|dpsk::ep)((?:::\w+)+)")
 _GEMM_RE = re.compile(r"gemm|GemmKernel|nvjet|gemv|matmul", re.IGNORECASE)
 _ATTN_RE = re.compile(r"flash::|flash_fwd|flash_bwd|FlashAttn|fmha|attn_fwd|attn_bwd|sdpa",
                       re.IGNORECASE)
@@ -73,8 +75,11 @@ def gemm_dtype(name: str) -> str:
     return ""
 
 
-def _deepep_kind(ns: str, fn: str) -> str:
-    ll = ns.endswith("_ll")
+def _deepep_kind(path: str) -> str:
+    """``::legacy::internode_ll::dispatch`` → ``dispatch_ll``: the last name is the
+    kernel, a namespace ending in ``_ll`` marks the low-latency kernels."""
+    *ns, fn = path.strip(":").split("::")
+    ll = any(n.endswith("_ll") for n in ns)
     if "layout" in fn:
         return "layout"
     if "notify" in fn:
@@ -99,7 +104,7 @@ def classify(name: str, cat: str = "kernel") -> tuple[str, str]:
         return "comm", f"nccl:{m.group(1)}"
     m = _DEEPEP_RE.search(name)
     if m:
-        return "comm", _deepep_kind(m.group(1) or "", m.group(2))
+        return "comm", _deepep_kind(m.group(1))
     if _ATTN_RE.search(name):
         return "attention", ""
     if _GEMM_RE.search(name) and not _GEMM_HELPER_RE.search(_function_part(name)):

@@ -15,8 +15,9 @@ two streams count once):
 - per communication kind: ``count``, ``total_s`` (summed durations), ``busy_s`` (union),
   ``exposed_s`` (its union minus compute), ``sms`` = the most thread blocks one of its
   kernels was launched with (NCCL and DeepEP run one block per SM: NCCL
-  ``src/enqueue.cc`` one block per channel, DeepEP ``csrc/kernels/internode.cu``
-  ``num_sms`` blocks), capped at the device's SM count when the trace gives it;
+  ``src/enqueue.cc`` launches ``grid = {nChannels, 1, 1}``, one block per channel;
+  DeepEP ``csrc/kernels/legacy/internode.cu`` launches ``num_channels * 2`` blocks and
+  reads ``num_sms = gridDim.x``), capped at the device's SM count when the trace gives it;
 - per phase: ``cpu_s`` (the annotation's own span), ``gpu_busy_s`` (union of the
   kernels launched under it), ``gpu_span_s`` (their first start to last end), ``classes``
   and ``comm`` (summed durations by class / kind).
