@@ -130,3 +130,13 @@ def test_cli_calibrate_errors_one_line(tmp_path, capsys):
                  str(tmp_path / "o.json")]) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and "--device" in err
+
+
+def test_zero_length_samples_are_no_fit():
+    """A memset of 0 µs (as Kineto writes sub-µs ones) is no sample: the catalog stays."""
+    b = GpuTraceBuilder()
+    b.kernel("Memset (Device)", 7, 0, 0, cat="gpu_memset", nbytes=8)
+    b.kernel(GEMM_BF16, 7, 10, 5)
+    doc = gpu_calibration(gpu_trace_from_doc(b.doc(), "x"), "H800")
+    assert doc["memory"]["source"] == "catalog"
+    assert doc["memory"]["bytes_per_s"] == pytest.approx(3.35e12)

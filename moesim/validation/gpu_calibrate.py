@@ -117,10 +117,13 @@ def comm_samples(tr: GpuTrace) -> dict[str, tuple[np.ndarray, np.ndarray]]:
             for kd, v in out.items()}
 
 
-def fit_rate(x: np.ndarray, t: np.ndarray, what: str) -> LineFit:
-    """``t = overhead + x / rate``; with one size only, the rate through the origin."""
+def fit_rate(x: np.ndarray, t: np.ndarray, what: str) -> LineFit | None:
+    """``t = overhead + x / rate`` over the samples with x, t > 0; with one size only,
+    the rate through the origin; None when no such sample."""
     keep = (t > 0) & (x > 0)
     x, t = x[keep], t[keep]
+    if not len(t):
+        return None
     if len(t) >= 2 and np.ptp(x) > 0:
         return with_rate(fit_line(x, t, what), x, t)
     b = float(np.sum(t) / np.sum(x))
@@ -141,7 +144,9 @@ def kernel_gaps(tr: GpuTrace) -> np.ndarray:
     return np.array([g for g in gaps if g > 0])
 
 
-def _fit(f: LineFit, rate_key: str) -> dict:
+def _fit(f: LineFit | None, rate_key: str) -> dict | None:
+    if f is None:
+        return None
     return {rate_key: f.rate, "overhead_s": f.overhead_s, "n_samples": f.n_samples,
             "r2": f.r2, "median_rel": f.median_rel, "max_rel": f.max_rel, "source": "trace"}
 
@@ -150,24 +155,26 @@ def gpu_calibration(tr: GpuTrace, device: str) -> dict:
     """The calibration JSON doc (format ``moesim-calibration/1`` plus a ``gpu`` section,
     ``moesim-gpu-calibration/1``) from one GPU trace."""
     spec = get_device(device, "command line", "--device")
-    gemms = {d: _fit(fit_rate(x, t, f"{tr.source} ({d} GEMMs)"), "flops_per_s")
-             for d, (x, t) in sorted(gemm_samples(tr).items())}
-    ax, at = attention_samples(tr)
-    mx, mt = memory_samples(tr)
-    comm = {kd: _fit(fit_rate(x, t, f"{tr.source} ({kd})"), "bandwidth_Bps")
-            for kd, (x, t) in sorted(comm_samples(tr).items())}
-    summary = summarize(tr)
     if not tr.kernels:
         raise InputError(tr.source, "traceEvents", "GPU kernels", "none")
+    gemms = {d: _fit(fit_rate(x, t, f"{tr.source} ({d} GEMMs)"), "flops_per_s")
+             for d, (x, t) in sorted(gemm_samples(tr).items())}
+    gemms = {d: f for d, f in gemms.items() if f is not None}
+    comm = {kd: _fit(fit_rate(x, t, f"{tr.source} ({kd})"), "bandwidth_Bps")
+            for kd, (x, t) in sorted(comm_samples(tr).items())}
+    comm = {kd: f for kd, f in comm.items() if f is not None}
+    attention = _fit(fit_rate(*attention_samples(tr), f"{tr.source} (attention)"),
+                     "flops_per_s")
+    summary = summarize(tr)
     # the top-level GEMM rate: the dtype with the most GEMM samples; else the catalog
     main = max(gemms, key=lambda d: gemms[d]["n_samples"]) if gemms else ""
     gemm = ({"flops_per_s": gemms[main]["flops_per_s"], "overhead_s": gemms[main]["overhead_s"],
              "dtype": main, "source": "trace"} if main else
             {"flops_per_s": spec.peak_bf16_flops, "overhead_s": spec.launch_overhead_s,
              "dtype": "bf16", "source": "catalog"})
-    mem = (_fit(fit_rate(mx, mt, f"{tr.source} (memory-bound)"), "bytes_per_s") if len(mt)
-           else {"bytes_per_s": spec.hbm_Bps, "overhead_s": spec.launch_overhead_s,
-                 "source": "catalog"})
+    mem = (_fit(fit_rate(*memory_samples(tr), f"{tr.source} (memory-bound)"), "bytes_per_s")
+           or {"bytes_per_s": spec.hbm_Bps, "overhead_s": spec.launch_overhead_s,
+               "source": "catalog"})
     gaps = kernel_gaps(tr)
     doc = {
         "format": FORMAT, "device": spec.name,
@@ -178,8 +185,7 @@ def gpu_calibration(tr: GpuTrace, device: str) -> dict:
         "gpu": {
             "format": GPU_FORMAT,
             "gemm_by_dtype": gemms,
-            "attention": (_fit(fit_rate(ax, at, f"{tr.source} (attention)"), "flops_per_s")
-                          if len(at) else None),
+            "attention": attention,
             "memory": mem,
             "comm_bandwidth": comm,
             "comm_kernels": {kd: {"count": d["count"], "mean_s": d["total_s"] / d["count"],
