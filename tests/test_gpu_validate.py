@@ -11,7 +11,7 @@ from moesim.cli import main
 from moesim.model.spec import ModelSpec
 from moesim.validation.gpu_summary import summarize
 from moesim.validation.gpu_trace import gpu_trace_from_doc
-from moesim.validation.gpu_validate import gpu_validate, text_table
+from moesim.validation.gpu_validate import forward_fit, gpu_validate, text_table
 from tests.gpu_trace_gen import DEEPEP_DISPATCH, FLASH, GEMM_BF16, GpuTraceBuilder
 
 US = 1e-6
@@ -84,3 +84,36 @@ def test_cli_validate_cpu_trace_still_needs_calibration(tmp_path, capsys):
     assert main(["validate", str(p)]) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and "--calibration" in err
+
+
+def test_forward_fit_predicts_backward_from_forward_rates(tmp_path, capsys):
+    """attn(F): GEMMs 1280 FLOP in 2 µs → 6.4e8 FLOP/s; core 512 FLOP in 1 µs → 5.12e8.
+    mlp(F) GEMMs 3072 FLOP in 4 µs: the GEMM rate over both is 4352 FLOP / 6 µs."""
+    b = trace()
+    b.annotation("attn(F)", 1000, 10)
+    b.kernel(GEMM_BF16, 7, 1020, 2, launch=1001)
+    b.kernel(FLASH, 7, 1030, 1, launch=1002)
+    g = summarize(gpu_trace_from_doc(b.doc(), "x"))
+    fit = forward_fit(g, SPEC, tokens=8, seq_len=8, ep=2)
+    assert fit.gemm_flops_per_s == pytest.approx(4352 / 6e-6)
+    assert fit.attention_flops_per_s == pytest.approx(512 / 1e-6)
+    doc = gpu_validate(g, SPEC, fit, tokens=8, seq_len=8, ep=2)
+    sim = doc["simulated"]["phases"]
+    assert sim["attn(B)"]["0"]["attention_s"] == pytest.approx(1280 / 512e6)   # 2.5× fwd
+    assert sim["attn(W)"]["0"]["gemm_s"] == pytest.approx(1280 / (4352 / 6e-6))
+    by = doc["median_abs_error_by_pass"]
+    assert set(by) == {"F", "B", "W"} and by["W"] == pytest.approx(abs(
+        1280 / (4352 / 6e-6) / 1.28e-6 - 1))
+    p = b.write(tmp_path / "t.json")
+    assert main(["validate", str(p), "--scenario", "scenarios/toy-cpu.yaml",
+                 "--fit-forward", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["compute_model"] == "forward-fit" and out["forward_fit"]["gemm_flops_per_s"] > 0
+    no_f = GpuTraceBuilder()
+    no_f.annotation("mlp(B)", 0, 10)
+    no_f.kernel(GEMM_BF16, 7, 20, 2, launch=1)
+    q = no_f.write(tmp_path / "nof.json")
+    assert main(["validate", str(q), "--scenario", "scenarios/toy-cpu.yaml",
+                 "--fit-forward"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "attn(F)" in err

@@ -21,6 +21,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--scenario", metavar="SCENARIO",
                         help="GPU trace: the scenario (model, parallelism, sequence, device, "
                              "compute model) whose per-layer kernel times are compared")
+    parser.add_argument("--fit-forward", action="store_true",
+                        help="GPU trace: price GEMMs and attention at the rates measured on "
+                             "the forward (F) phases, to predict the B and W phases")
     parser.add_argument("-o", "--output", metavar="OUTDIR",
                         help="write validation.json and overlay.png (timeline) here")
     parser.add_argument("--force", action="store_true",
@@ -125,7 +128,7 @@ def _run_gpu(args: argparse.Namespace, gpu: list) -> int:
     from moesim.scenario.resolve import resolve
     from moesim.validation.calibration import load_calibration
     from moesim.validation.gpu_summary import summarize
-    from moesim.validation.gpu_validate import gpu_validate, text_table
+    from moesim.validation.gpu_validate import forward_fit, gpu_validate, text_table
 
     if args.scenario is None:
         raise InputError("command line", "--scenario", "a scenario to compare a GPU trace "
@@ -136,14 +139,31 @@ def _run_gpu(args: argparse.Namespace, gpu: list) -> int:
     scn = res.scenario
     model = load_calibration(args.calibration) if args.calibration else res.compute
     tokens = scn.schedule.micro_batch_size * scn.schedule.seq_len
-    doc = gpu_validate(summarize(gpu[0]), res.model, model, tokens, scn.schedule.seq_len,
-                       scn.parallel.ep)
+    g = summarize(gpu[0])
+    fit_doc = None
+    if args.fit_forward:
+        if args.calibration:
+            raise InputError("command line", "--fit-forward", "either --fit-forward or "
+                             "--calibration", "both")
+        model = forward_fit(g, res.model, tokens, scn.schedule.seq_len, scn.parallel.ep)
+        if model is None:
+            raise InputError(args.trace_dir, "phases", "attn(F)/mlp(F) annotations with "
+                             "GEMM and attention kernels to fit on", "none")
+        fit_doc = {"gemm_flops_per_s": model.gemm_flops_per_s,
+                   "attention_flops_per_s": model.attention_flops_per_s}
+    doc = gpu_validate(g, res.model, model, tokens, scn.schedule.seq_len, scn.parallel.ep)
     doc.update(source=args.trace_dir, scenario=args.scenario,
                compute_model=args.calibration or getattr(model, "name", "scenario"))
+    if fit_doc is not None:
+        doc["forward_fit"] = fit_doc
     if args.json:
         print(json.dumps(doc, indent=1))
     else:
         print(f"{args.trace_dir} vs {args.scenario} ({doc['compute_model']}), "
               f"{tokens} tokens per rank")
+        if fit_doc is not None:
+            print(f"fitted on the forward phases: GEMMs "
+                  f"{fit_doc['gemm_flops_per_s'] / 1e12:.1f} TFLOP/s, core attention "
+                  f"{fit_doc['attention_flops_per_s'] / 1e12:.1f} TFLOP/s")
         print(text_table(doc))
     return 0

@@ -63,6 +63,42 @@ def part_kernels(spec: Any, part: str, pss: str, tokens: int, seq_len: int,
     return [k for k in ks if k.m > 0], []
 
 
+class ForwardFit:
+    """A compute model fitted on the forward phases only: GEMMs at the FLOP rate
+    (FLOPs of :func:`part_kernels` over the ``*(F)`` phases / their measured GEMM kernel
+    time), core attention at its own such rate; used to predict the ``B`` and ``W``
+    phases, which it has not seen."""
+
+    name = "forward-fit"
+
+    def __init__(self, gemm_flops_per_s: float, attention_flops_per_s: float):
+        self.gemm_flops_per_s = gemm_flops_per_s
+        self.attention_flops_per_s = attention_flops_per_s
+
+    def time_s(self, k: Kernel) -> float:
+        core = k.name in ("attention", "attention_bwd")
+        return k.flops / (self.attention_flops_per_s if core else self.gemm_flops_per_s)
+
+
+def forward_fit(g: dict, spec: Any, tokens: int, seq_len: int, ep: int) -> ForwardFit | None:
+    """:class:`ForwardFit` from the trace's ``attn(F)``/``mlp(F)`` phases; None when the
+    trace has no forward GEMM or attention time to fit."""
+    flops = {"gemm": 0.0, "attention": 0.0}
+    secs = {"gemm": 0.0, "attention": 0.0}
+    for p in g["phases"]:
+        m = PHASE_RE.fullmatch(p["phase"])
+        if not m or m.group(2) != "F" or m.group(1) not in ("attn", "mlp"):
+            continue
+        gemms, attn = part_kernels(spec, m.group(1), "F", tokens, seq_len, ep)
+        flops["gemm"] += sum(k.flops for k in gemms)
+        flops["attention"] += sum(k.flops for k in attn)
+        secs["gemm"] += p["classes"].get("gemm", 0.0)
+        secs["attention"] += p["classes"].get("attention", 0.0)
+    if min(secs.values()) <= 0 or min(flops.values()) <= 0:
+        return None
+    return ForwardFit(flops["gemm"] / secs["gemm"], flops["attention"] / secs["attention"])
+
+
 def _err(sim: float | None, meas: float) -> float | None:
     return None if sim is None or meas <= 0 else (sim - meas) / meas
 
@@ -73,7 +109,7 @@ def gpu_validate(g: dict, spec: Any, model: Any, tokens: int, seq_len: int, ep: 
     meas_ph: dict[str, dict[str, dict]] = {}
     sim_ph: dict[str, dict[str, dict]] = {}
     err_ph: dict[str, dict[str, dict]] = {}
-    errs = []
+    errs: dict[str, list[float]] = {"F": [], "B": [], "W": []}
     for p in g["phases"]:
         m = PHASE_RE.fullmatch(p["phase"])
         if not m:
@@ -93,7 +129,7 @@ def gpu_validate(g: dict, spec: Any, model: Any, tokens: int, seq_len: int, ep: 
         sim_ph.setdefault(p["phase"], {})[lay] = sim
         e = {k: _err(sim[k], meas[k]) for k in meas}
         err_ph.setdefault(p["phase"], {})[lay] = e
-        errs += [abs(v) for v in e.values() if v is not None]
+        errs[pss] += [abs(v) for v in e.values() if v is not None]
     streams = {str(s["stream"]): s["busy_s"] for s in g["streams"]}
     return {
         "measured": {"span_s": g["span_s"], "stream_busy_s": streams,
@@ -101,10 +137,15 @@ def gpu_validate(g: dict, spec: Any, model: Any, tokens: int, seq_len: int, ep: 
         "simulated": {"span_s": None, "stream_busy_s": None, "exposed_comm_s": None,
                       "phases": sim_ph},
         "error": {"span_s": None, "stream_busy_s": None, "phases": err_ph},
-        "median_abs_error": float(np.median(errs)) if errs else None,
+        "median_abs_error": _median([x for v in errs.values() for x in v]),
+        "median_abs_error_by_pass": {k: _median(v) for k, v in errs.items()},
         "compared": COMPARED,
         "tokens_per_rank": tokens, "units": "seconds; error = (simulated - measured) / measured",
     }
+
+
+def _median(x: list[float]) -> float | None:
+    return float(np.median(x)) if x else None
 
 
 def text_table(doc: dict) -> str:
@@ -125,7 +166,9 @@ def text_table(doc: dict) -> str:
     lines.append(f"measured span {m['span_s'] * 1e3:.3f} ms; stream busy ms: " + ", ".join(
         f"{k} {v * 1e3:.3f}" for k, v in m["stream_busy_s"].items())
         + f"; exposed comm {m['exposed_comm_s'] * 1e3:.3f} ms (simulated: -)")
+    by = ", ".join(f"{k} {'n/a' if v is None else f'{v:.1%}'}"
+                   for k, v in doc["median_abs_error_by_pass"].items())
     lines.append("median |error| over compared entries: "
-                 + ("n/a" if med is None else f"{med:.1%}"))
+                 + ("n/a" if med is None else f"{med:.1%}") + f" (by pass: {by})")
     lines.append("compared: " + doc["compared"])
     return "\n".join(lines)
