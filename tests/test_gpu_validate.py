@@ -75,6 +75,14 @@ def test_cli_validate_gpu(tmp_path, capsys):
     assert main(["validate", str(p)]) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and "--scenario" in err
+    out = tmp_path / "v"
+    assert main(["validate", str(p), "--scenario", "scenarios/toy-cpu.yaml", "-o",
+                 str(out)]) == 0
+    assert "wrote" in capsys.readouterr().out
+    assert json.loads((out / "validation.json").read_text())["measured"]["span_s"] > 0
+    assert main(["validate", str(p), "--scenario", "scenarios/toy-cpu.yaml", "-o",
+                 str(out)]) == 2
+    assert "--force" in capsys.readouterr().err
 
 
 def test_cli_validate_cpu_trace_still_needs_calibration(tmp_path, capsys):

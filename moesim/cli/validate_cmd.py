@@ -156,6 +156,15 @@ def _run_gpu(args: argparse.Namespace, gpu: list) -> int:
                compute_model=args.calibration or getattr(model, "name", "scenario"))
     if fit_doc is not None:
         doc["forward_fit"] = fit_doc
+    if args.output:
+        out = Path(args.output)
+        if out.exists() and not out.is_dir():
+            raise InputError(str(out), "-o", "a directory (or a path to create)", "a file")
+        if (out / "validation.json").exists() and not args.force:
+            raise InputError(str(out / "validation.json"), "-o", "an OUTDIR without "
+                             "validation.json (or --force)", "exists")
+        out.mkdir(parents=True, exist_ok=True)
+        (out / "validation.json").write_text(json.dumps(doc, indent=1) + "\n")
     if args.json:
         print(json.dumps(doc, indent=1))
     else:
@@ -166,4 +175,6 @@ def _run_gpu(args: argparse.Namespace, gpu: list) -> int:
                   f"{fit_doc['gemm_flops_per_s'] / 1e12:.1f} TFLOP/s, core attention "
                   f"{fit_doc['attention_flops_per_s'] / 1e12:.1f} TFLOP/s")
         print(text_table(doc))
+        if args.output:
+            print(f"wrote {Path(args.output) / 'validation.json'}")
     return 0
