@@ -140,3 +140,22 @@ def test_zero_length_samples_are_no_fit():
     doc = gpu_calibration(gpu_trace_from_doc(b.doc(), "x"), "H800")
     assert doc["memory"]["source"] == "catalog"
     assert doc["memory"]["bytes_per_s"] == pytest.approx(3.35e12)
+
+
+def test_calibration_without_comm_refused_where_comm_is_needed(tmp_path, capsys):
+    """A GPU calibration with no NCCL byte counts has no comm section: loading works,
+    a scenario's `topology: calibration` says why it cannot use it."""
+    b = GpuTraceBuilder()
+    b.kernel(GEMM_BF16, 7, 0, 10)
+    p = b.write(tmp_path / "gpu.json")
+    cal = tmp_path / "c.json"
+    assert main(["calibrate", str(p), "--device", "H800", "-o", str(cal)]) == 0
+    capsys.readouterr()
+    assert load_calibration(cal).comm is None
+    scn = tmp_path / "s.yaml"
+    scn.write_text(
+        "name: t\ncluster: {topology: calibration, nodes: 1, device: H800, "
+        f"params: {{file: {cal}, ranks: 2}}}}\nmodel: {{preset: tiny-moe}}\n")
+    rc = main(["run", str(scn), "-o", str(tmp_path / "run")])
+    err = capsys.readouterr().err.strip()
+    assert rc == 2 and len(err.splitlines()) == 1 and "comm: expected an all-to-all fit" in err

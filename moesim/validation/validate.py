@@ -283,6 +283,10 @@ def validate(ts: TraceSet, model: CalibratedComputeModel,
              source: str = "") -> Validation:
     """Simulate every traced step of ``ts`` with ``model``; compare phases per rank."""
     windows = phase_windows(ts) if windows is None else windows
+    if model.comm is None:
+        raise InputError("calibration", "comm", "an all-to-all fit to replay a recording's "
+                         "collectives (a GPU calibration without NCCL byte counts has none)",
+                         "none")
     topo = machine_topology(ts.world, model.comm)
     rows = []
     steps = tuple(ts.step_ids())
