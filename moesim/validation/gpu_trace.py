@@ -134,10 +134,11 @@ class _Spans:
     (the innermost, when spans nest), scanning back only while an earlier span can
     still reach that time (a running maximum of ends)."""
 
-    def __init__(self, spans: list, start=lambda x: x.start_s, dur=lambda x: x.dur_s):
-        self.items = sorted(spans, key=lambda x: (start(x), -dur(x)))
-        self.starts = [start(x) for x in self.items]
-        self.ends = [start(x) + dur(x) for x in self.items]
+    def __init__(self, spans: list):
+        """``spans``: objects with ``start_s`` and ``dur_s``."""
+        self.items = sorted(spans, key=lambda x: (x.start_s, -x.dur_s))
+        self.starts = [x.start_s for x in self.items]
+        self.ends = [x.start_s + x.dur_s for x in self.items]
         self.reach, hi = [], float("-inf")
         for e in self.ends:
             hi = max(hi, e)
