@@ -160,6 +160,12 @@ def test_memcpy_memset_and_classes():
      "at::native::memory::LoadWithCast<2> >(int)", "elementwise", ""),
     ("void dpsk::grouped_gemm::cuda::utils::transpose<512, 128, 4, 4>(unsigned char const*)",
      "elementwise", ""),
+    ("triton_poi_fused_add_mul_0", "elementwise", ""),
+    ("triton_red_fused__to_copy_add_mean_mul_pow_rsqrt_1", "elementwise", ""),
+    ("triton_tem_fused_mm_3", "gemm", ""),
+    ("ampere_bf16_s16816gemm_bf16_128x64_ldg8_f2f_stages_64x3_tn", "gemm", ""),
+    ("fmha_cutlassF_f32_aligned_64x64_rf_sm80(PyTorchMemEffAttention::AttentionKernel)",
+     "attention", ""),
     (UNKNOWN, "other", ""),
 ])
 def test_classify(name, cls, kind):

@@ -3,7 +3,8 @@
 Classes (``classify`` returns one, plus a communication kind for comm kernels):
 
 - ``gemm``: cuBLAS/cuBLASLt (``sm90_xmma_gemm_*``, ``nvjet_*``, ``ampere_*gemm*``,
-  ``cutlass_*gemm*``), CUTLASS ``device_kernel<...GemmKernel>``, grouped GEMMs
+  ``cutlass_*gemm*``), CUTLASS ``device_kernel<...GemmKernel>``, torch.compile's Triton
+  GEMM templates (``triton_tem_fused_mm*``, ``_addmm``, ``_bmm``), grouped GEMMs
   (``grouped_gemm``, DeepGEMM ``fp8_gemm_kernel``, ``m_grouped_*``); the dtype from the
   name (``fp8``/``e4m3``/``e5m2`` → fp8; ``bf16`` → bf16; ``f16``/``fp16`` → fp16;
   ``tf32``, ``f32``/``sgemm`` → fp32), else ``""``;
@@ -23,7 +24,8 @@ Classes (``classify`` returns one, plus a communication kind for comm kernels):
 - ``elementwise``: elementwise and other memory-bound torch/CUDA kernels (every
   ``at::native::`` kernel that is no GEMM or attention: elementwise, reduce, copy, fill,
   scatter/gather, index, top-k; and by name ``transpose``, ``copy``,
-  ``rotary``, ``softmax``, ``topk``, ``swiglu``/``silu``/``gelu``);
+  ``rotary``, ``softmax``, ``topk``, ``swiglu``/``silu``/``gelu``; torch.compile's
+  Triton pointwise/reduction kernels ``triton_poi_*``, ``triton_red_*``, ``triton_per_*``);
 - ``memcpy``, ``memset``: the copy and set events (Kineto cats ``gpu_memcpy``, ``gpu_memset``);
 - ``other``: anything else; :mod:`moesim.validation.gpu_summary` lists these names.
 
@@ -45,13 +47,14 @@ COMPUTE_CLASSES = tuple(c for c in CLASSES if c != "comm")
 
 _NCCL_RE = re.compile(r"nccl(?:Dev)?Kernel_([A-Za-z]+)")
 _DEEPEP_RE = re.compile(r"(?:deep_ep|dpsk::ep)((?:::\w+)+)")
-_GEMM_RE = re.compile(r"gemm|GemmKernel|nvjet|gemv|matmul", re.IGNORECASE)
+_GEMM_RE = re.compile(r"gemm|GemmKernel|nvjet|gemv|matmul|triton_tem_fused_(?:add|b)?mm",
+                      re.IGNORECASE)
 _ATTN_RE = re.compile(r"flash::|flash_fwd|flash_bwd|FlashAttn|fmha|attn_fwd|attn_bwd|sdpa",
                       re.IGNORECASE)
 _CAST_RE = re.compile(r"cast|quant|fp8|float8|e4m3|e5m2", re.IGNORECASE)
 _NORM_RE = re.compile(r"layer_?norm|rms_?norm|ln_fwd|ln_bwd|group_?norm|batch_?norm",
                       re.IGNORECASE)
-_ELEM_RE = re.compile(r"at::native::|elementwise|reduce|copy|fill|scatter|gather|index|"
+_ELEM_RE = re.compile(r"at::native::|triton_(?:poi|red|per)_|elementwise|reduce|copy|fill|scatter|gather|index|"
                       r"transpose|rotary|rope|softmax|topk|sort|swiglu|silu|gelu|relu|"
                       r"sigmoid|arange|tensormap|DistributionNormal|distribution",
                       re.IGNORECASE)
