@@ -9,12 +9,17 @@ from pathlib import Path
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("trace_dirs", nargs="+", metavar="TRACE_DIR",
-                        help="directories written by moesim record (or any rank traces)")
+                        help="directories written by moesim record (or any rank traces); "
+                             "or one GPU trace (a Kineto JSON with kernels)")
     parser.add_argument("-o", "--output", required=True, metavar="CALIB_JSON",
                         help="calibration file to write")
     parser.add_argument("--force", action="store_true", help="overwrite an existing file")
     parser.add_argument("--backend", default=None,
                         help="backend name to store (default: from the traces, else gloo)")
+    parser.add_argument("--device", default=None,
+                        help="GPU trace: the device catalog entry (e.g. H800) whose figures "
+                             "stand in for what the trace cannot measure (default: from the "
+                             "trace's deviceProperties)")
 
 
 def _routing(trace_dir: str) -> dict:
@@ -55,6 +60,15 @@ def run(args: argparse.Namespace) -> int:
     from moesim.validation.ingest import ingest
 
     out = check_file_target(args.output, args.force)  # before the slow part
+    from moesim.validation.gpu_trace import gpu_traces
+    from moesim.validation.ingest import trace_files
+
+    gpu = gpu_traces(trace_files(args.trace_dirs[:1]))
+    if gpu is not None:
+        return _run_gpu(args, gpu, out)
+    if args.device is not None:
+        raise InputError(args.trace_dirs[0], "traceEvents", "GPU events (cat 'kernel', "
+                         "'gpu_memcpy' or 'gpu_memset') for --device", "only CPU events")
     sets = [ingest([d]) for d in args.trace_dirs]
     backend = args.backend or _backend(args.trace_dirs[0]) or "gloo"
     doc = calibrate(sets, list(args.trace_dirs), backend=backend,
@@ -77,3 +91,52 @@ def run(args: argparse.Namespace) -> int:
         f"{k} {f[k]['residuals']['median_rel']:.1%}" for k in ("gemm", "memory", "comm")))
     print(f"wrote {out}")
     return 0
+
+
+def _run_gpu(args: argparse.Namespace, gpu: list, out: Path) -> int:
+    from moesim.errors import InputError
+    from moesim.validation.calibration import save_calibration
+    from moesim.validation.gpu_calibrate import gpu_calibration
+
+    if len(gpu) != 1 or len(args.trace_dirs) != 1:
+        raise InputError("command line", "TRACE_DIR", "one GPU trace file",
+                         f"{max(len(gpu), len(args.trace_dirs))} traces")
+    tr = gpu[0]
+    doc = gpu_calibration(tr, args.device or device_name(tr.device_name))
+    save_calibration(doc, out, force=args.force)
+    g = doc["gpu"]
+    for dt, f in g["gemm_by_dtype"].items():
+        print(f"gemm {dt}: {f['overhead_s'] * 1e6:.2f} µs/op + FLOPs / "
+              f"{f['flops_per_s'] / 1e12:.1f} TFLOP/s  (n={f['n_samples']}, median "
+              f"|residual|/t {f['median_rel']:.1%})")
+    if not g["gemm_by_dtype"]:
+        print(f"gemm: no GEMM with recorded shapes; {doc['device']} catalog "
+              f"{doc['gemm']['flops_per_s'] / 1e12:.0f} TFLOP/s kept")
+    a = g["attention"]
+    print("attention: " + (f"{a['flops_per_s'] / 1e12:.1f} TFLOP/s (n={a['n_samples']})" if a
+                           else "no attention op with recorded shapes"))
+    m = g["memory"]
+    print(f"memory: {m['bytes_per_s'] / 1e9:.1f} GB/s + {m['overhead_s'] * 1e6:.2f} µs/op "
+          f"({m['source']}" + (f", n={m['n_samples']})" if m["source"] == "trace" else ")"))
+    for kd, f in g["comm_bandwidth"].items():
+        print(f"{kd}: {f['bandwidth_Bps'] / 1e9:.2f} GB/s + {f['overhead_s'] * 1e6:.1f} µs "
+              f"(n={f['n_samples']})")
+    for kd, c in g["comm_kernels"].items():
+        print(f"comm kernels {kd}: {c['count']} × {c['mean_s'] * 1e3:.3f} ms on {c['sms']} SMs")
+    gap = g["kernel_gap"]
+    print(f"kernel gap on the compute stream: median {gap['median_s'] * 1e6:.1f} µs, mean "
+          f"{gap['mean_s'] * 1e6:.1f} µs (n={gap['n_samples']})")
+    print(f"{g['kernels_with_shapes']} of {g['kernels']} GPU events carry their op's shapes")
+    print(f"device: {doc['device']}")
+    print(f"wrote {out}")
+    return 0
+
+
+def device_name(gpu_name: str) -> str:
+    """The catalog entry named in a GPU's name ("NVIDIA H800" → "H800"), else the name."""
+    from moesim.compute.devices import DEVICES
+
+    for name in sorted(DEVICES, key=len, reverse=True):
+        if name != "cpu" and name.lower() in gpu_name.lower():
+            return name
+    return gpu_name or "unknown"

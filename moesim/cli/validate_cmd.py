@@ -12,10 +12,18 @@ OUT_FILES = ("validation.json", "overlay.png")
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("trace_dir", metavar="TRACE_DIR",
-                        help="rank traces of one recording (a directory, as moesim ingest reads)")
-    parser.add_argument("--calibration", required=True, metavar="CALIB_JSON",
+                        help="rank traces of one recording (a directory, as moesim ingest "
+                             "reads), or one GPU trace file (with --scenario)")
+    parser.add_argument("--calibration", metavar="CALIB_JSON",
                         help="calibration file (moesim calibrate -o); every simulated duration "
-                             "comes from it")
+                             "comes from it (required for CPU recordings; for a GPU trace it "
+                             "replaces the scenario's compute model)")
+    parser.add_argument("--scenario", metavar="SCENARIO",
+                        help="GPU trace: the scenario (model, parallelism, sequence, device, "
+                             "compute model) whose per-layer kernel times are compared")
+    parser.add_argument("--fit-forward", action="store_true",
+                        help="GPU trace: price GEMMs and attention at the rates measured on "
+                             "the forward (F) phases, to predict the B and W phases")
     parser.add_argument("-o", "--output", metavar="OUTDIR",
                         help="write validation.json and overlay.png (timeline) here")
     parser.add_argument("--force", action="store_true",
@@ -71,9 +79,16 @@ def run(args: argparse.Namespace) -> int:
     from moesim.errors import InputError
     from moesim.outputs import check_dir_target, make_dir, write_text
     from moesim.validation.calibration import load_calibration
-    from moesim.validation.ingest import ingest
+    from moesim.validation.gpu_trace import gpu_traces
+    from moesim.validation.ingest import ingest, trace_files
     from moesim.validation.validate import validate
 
+    gpu = gpu_traces(trace_files([args.trace_dir]))
+    if gpu is not None:
+        return _run_gpu(args, gpu)
+    if args.calibration is None:
+        raise InputError("command line", "--calibration", "a calibration file (moesim "
+                         "calibrate -o) to validate a CPU recording", "none")
     model = load_calibration(args.calibration)
     out = Path(args.output) if args.output else None
     if out is not None:
@@ -105,4 +120,62 @@ def run(args: argparse.Namespace) -> int:
         print(text_table(doc, args.trace_dir, args.calibration))
         if out is not None:
             print(f"wrote {out / 'validation.json'} and {out / 'overlay.png'}")
+    return 0
+
+
+def _run_gpu(args: argparse.Namespace, gpu: list) -> int:
+    from moesim.errors import InputError
+    from moesim.scenario.load import load_scenario
+    from moesim.scenario.resolve import resolve
+    from moesim.validation.calibration import load_calibration
+    from moesim.validation.gpu_summary import summarize
+    from moesim.validation.gpu_validate import forward_fit, gpu_validate, text_table
+
+    if args.scenario is None:
+        raise InputError("command line", "--scenario", "a scenario to compare a GPU trace "
+                         "with", "none")
+    if len(gpu) != 1:
+        raise InputError(args.trace_dir, "", "one GPU trace file", f"{len(gpu)} traces")
+    res = resolve(load_scenario(args.scenario))
+    scn = res.scenario
+    model = load_calibration(args.calibration) if args.calibration else res.compute
+    tokens = scn.schedule.micro_batch_size * scn.schedule.seq_len
+    g = summarize(gpu[0])
+    fit_doc = None
+    if args.fit_forward:
+        if args.calibration:
+            raise InputError("command line", "--fit-forward", "either --fit-forward or "
+                             "--calibration", "both")
+        model = forward_fit(g, res.model, tokens, scn.schedule.seq_len, scn.parallel.ep)
+        if model is None:
+            raise InputError(args.trace_dir, "phases", "attn(F)/mlp(F) annotations with "
+                             "GEMM and attention kernels to fit on", "none")
+        fit_doc = {"gemm_flops_per_s": model.gemm_flops_per_s,
+                   "attention_flops_per_s": model.attention_flops_per_s}
+    doc = gpu_validate(g, res.model, model, tokens, scn.schedule.seq_len, scn.parallel.ep)
+    doc.update(source=args.trace_dir, scenario=args.scenario,
+               compute_model=args.calibration or getattr(model, "name", "scenario"))
+    if fit_doc is not None:
+        doc["forward_fit"] = fit_doc
+    if args.output:
+        out = Path(args.output)
+        if out.exists() and not out.is_dir():
+            raise InputError(str(out), "-o", "a directory (or a path to create)", "a file")
+        if (out / "validation.json").exists() and not args.force:
+            raise InputError(str(out / "validation.json"), "-o", "an OUTDIR without "
+                             "validation.json (or --force)", "exists")
+        out.mkdir(parents=True, exist_ok=True)
+        (out / "validation.json").write_text(json.dumps(doc, indent=1) + "\n")
+    if args.json:
+        print(json.dumps(doc, indent=1))
+    else:
+        print(f"{args.trace_dir} vs {args.scenario} ({doc['compute_model']}), "
+              f"{tokens} tokens per rank")
+        if fit_doc is not None:
+            print(f"fitted on the forward phases: GEMMs "
+                  f"{fit_doc['gemm_flops_per_s'] / 1e12:.1f} TFLOP/s, core attention "
+                  f"{fit_doc['attention_flops_per_s'] / 1e12:.1f} TFLOP/s")
+        print(text_table(doc))
+        if args.output:
+            print(f"wrote {Path(args.output) / 'validation.json'}")
     return 0

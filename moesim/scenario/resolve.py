@@ -107,7 +107,11 @@ def calibration_cluster(scn: Scenario) -> Any:
         p = Path(src).parent / p
     from moesim.validation.calibration import load_calibration
     from moesim.validation.replay import machine_topology
-    return machine_topology(ranks, load_calibration(p).comm)
+    comm = load_calibration(p).comm
+    if comm is None:
+        raise InputError(str(p), "comm", "an all-to-all fit (a GPU calibration has one only "
+                         "when its trace had NCCL kernels with byte counts)", "none")
+    return machine_topology(ranks, comm)
 
 
 def scenario_layout(scn: Scenario) -> tuple[Layout, list[str]]:

@@ -33,7 +33,7 @@ Samples:
   bytes ((m·k + k·n + m·n) × element size, ``ingest``);
 - memory-bound ops (router softmax/top-k, permutation, elementwise, optimizer):
   x = bytes moved, estimated as all tensor inputs read + one output as large as the
-  largest input (``ingest._tensor_bytes``);
+  largest input (``op_cost.tensor_bytes``);
 - all-to-all: x = the busiest rank's off-rank bytes (max over ranks of the larger of
   bytes sent to and received from other ranks; of their sum for a half-duplex backend,
   gloo, whose ranks copy both ways with their own core), t = the *minimum* over ranks of the backend

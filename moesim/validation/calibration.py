@@ -8,7 +8,10 @@ File (JSON, written by ``moesim calibrate``)::
      "memory": {"bytes_per_s": ..., "overhead_s": ...,
                 "bytes_per_s_by_op": {"aten::mul": ..., ...}},   # optional, per op kind
      "comm":   {"latency_s": ..., "bandwidth_Bps": ..., "backend": "gloo",
-                "duplex": false},   # optional (older files: true)
+                "duplex": false},   # duplex optional (older files: true); the section is
+               # absent from a GPU calibration whose trace had no NCCL byte counts
+     "attention": {"flops_per_s": ..., "overhead_s": ...},   # optional (GPU calibrations)
+     "gpu": {"format": "moesim-gpu-calibration/1", ...},       # optional, see gpu_calibrate
      "host":   {"op_gap_s": ..., "op_gap_forward_s": ..., "op_gap_backward_s": ...},
                # optional (older files: 0); per-phase gaps default to op_gap_s
      "fit": {...}, "sources": [...]}
@@ -56,7 +59,7 @@ class CalibratedComputeModel:
     gemm_overhead_s: float
     memory_bytes_per_s: float
     memory_overhead_s: float
-    comm: CommCalibration
+    comm: CommCalibration | None    # None: the calibration has no all-to-all fit
     device: str = "cpu"
     name: str = "calibrated"
     op_gap_s: float = 0.0   # host time between consecutive ops (dispatch), s; 0 if absent
@@ -66,6 +69,10 @@ class CalibratedComputeModel:
     #: memory-bound rate per op kind (kernel name, e.g. "aten::mul"), bytes/s; others
     #: take memory_bytes_per_s
     memory_bytes_per_s_by_op: tuple[tuple[str, float], ...] = ()
+    #: attention FLOP rate (a GPU calibration's flash-attention fit); 0: attention is
+    #: costed as any other non-GEMM kernel
+    attention_flops_per_s: float = 0.0
+    attention_overhead_s: float = 0.0
 
     @cached_property
     def _by_op(self) -> dict[str, float]:
@@ -77,6 +84,9 @@ class CalibratedComputeModel:
         return self.op_gap_s if g is None else g
 
     def time_s(self, kernel: Kernel) -> float:
+        if kernel.name == "attention" and self.attention_flops_per_s > 0:
+            return (kernel.count * self.attention_overhead_s
+                    + kernel.flops / self.attention_flops_per_s)
         if kernel.m > 0 or kernel.name.endswith("gemm"):
             t = kernel.count * self.gemm_overhead_s + kernel.flops / self.gemm_flops_per_s
             if self.gemm_bytes_per_s > 0:
@@ -110,7 +120,11 @@ def model_from_dict(doc: dict, src: str = "calibration") -> CalibratedComputeMod
     comm = CommCalibration(_num(doc, src, "comm", "latency_s", False),
                            _num(doc, src, "comm", "bandwidth_Bps", True),
                            str(doc["comm"].get("backend", "")),
-                           _flag(doc, src, "comm", "duplex", True))
+                           _flag(doc, src, "comm", "duplex", True)) if (
+        "comm" in doc or "gpu" not in doc) else None
+    attn = ((_num(doc, src, "attention", "flops_per_s", True),
+             _num(doc, src, "attention", "overhead_s", False)) if "attention" in doc
+            else (0.0, 0.0))
     gap = _num(doc, src, "host", "op_gap_s", False) if "host" in doc else 0.0
     host = doc.get("host") if isinstance(doc.get("host"), dict) else {}
     fwd, bwd = (_num(doc, src, "host", k, False) if k in host else None
@@ -122,7 +136,8 @@ def model_from_dict(doc: dict, src: str = "calibration") -> CalibratedComputeMod
         op_gap_s=gap, op_gap_forward_s=fwd, op_gap_backward_s=bwd,
         gemm_bytes_per_s=(_num(doc, src, "gemm", "bytes_per_s", False)
                           if "bytes_per_s" in doc["gemm"] else 0.0),
-        memory_bytes_per_s_by_op=_by_op(doc, src))
+        memory_bytes_per_s_by_op=_by_op(doc, src),
+        attention_flops_per_s=attn[0], attention_overhead_s=attn[1])
 
 
 def _by_op(doc: dict, src: str) -> tuple[tuple[str, float], ...]:

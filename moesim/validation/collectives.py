@@ -28,13 +28,12 @@ Not supported: all-to-alls built from other collectives (``torch.distributed.nn.
 functional.all_to_all`` on gloo runs ``world`` ``c10d::scatter_`` calls; send/recv
 pairs): they are not found, and ingest says there is no token all-to-all.
 
-:func:`training_steps` splits a trace without ``ProfilerStep`` spans into training steps
-(see there); :func:`moesim.validation.steps.complete_events` uses it.
+Training steps of a trace without ``ProfilerStep`` spans are found from these
+collectives in :mod:`moesim.validation.steps`.
 """
 
 from __future__ import annotations
 
-import bisect
 import re
 from dataclasses import dataclass
 
@@ -44,10 +43,7 @@ from moesim.errors import InputError
 from moesim.validation.kineto import (
     DTYPE_BYTES,
     FLOAT_TYPES,
-    MATMUL_OPS,
     Event,
-    ancestors,
-    is_backward_name,
     parse_int_list,
 )
 
@@ -157,48 +153,3 @@ def find_collectives(events: list[Event], world: int | None, source: str) -> lis
         row_bytes = p["width"] * DTYPE_BYTES.get(typ, 0)
         out.append(Coll(ev, p["send"], p["recv"], row_bytes, p["width"], tokens, end, work))
     return out
-
-
-def training_steps(events: list[Event], source: str) -> list[tuple[float, float]]:
-    """Training steps of a trace without ``ProfilerStep`` spans, as (start, end) seconds.
-
-    A token all-to-all is a backward one when the last op that started before it, among
-    autograd ops (``autograd::engine::*``, ``*Backward*``) and matmuls not run inside
-    one, is an autograd op (so one issued inside the autograd engine is); else a forward
-    one. Each forward all-to-all that follows a backward one starts a new step. Step
-    k ≥ 1 starts at the first matmul after the end of the previous step's last autograd
-    op (the router, or whatever dense op precedes it), or at that end when there is
-    none before the step's first forward all-to-all; step 0 starts at the trace's first
-    event, the last step ends at its last. So the optimizer and input preparation after
-    a backward belong to the step before, as they do under a profiler schedule. Fewer
-    than two steps found: ``[]``. ``events`` sorted as :func:`complete_events` returns."""
-    if not events:
-        return []
-    colls = [c for c in find_collectives(events, None, source) if c.tokens]
-    if len(colls) < 3:   # forward, backward, forward at the least
-        return []
-    anc = ancestors(events)
-    bwd_idx = {e.idx for e in events if is_backward_name(e.name)}
-    marks = sorted((e.start_s, e.idx in bwd_idx) for e in events
-                   if e.idx in bwd_idx or (e.name in MATMUL_OPS
-                                           and not any(a in bwd_idx for a in anc[e.idx])))
-    times = [t for t, _ in marks]
-    firsts: list[float] = []
-    prev_bwd = False
-    for c in sorted(colls, key=lambda c: c.issue.start_s):
-        i = bisect.bisect_left(times, c.issue.start_s) - 1
-        bwd = i >= 0 and marks[i][1]
-        if not bwd and (prev_bwd or not firsts):
-            firsts.append(c.issue.start_s)
-        prev_bwd = bwd
-    if len(firsts) < 2:
-        return []
-    bwd_spans = [(e.start_s, e.end_s) for e in events if e.idx in bwd_idx]
-    mm_starts = sorted(e.start_s for e in events if e.name in MATMUL_OPS)
-    starts = [min(e.start_s for e in events)]
-    for f in firsts[1:]:
-        prev_end = max((b for a, b in bwd_spans if a < f and b <= f), default=starts[-1])
-        mm = [t for t in mm_starts if prev_end <= t < f]
-        starts.append(mm[0] if mm else prev_end)
-    ends = starts[1:] + [max(e.end_s for e in events)]
-    return list(zip(starts, ends, strict=True))

@@ -19,7 +19,7 @@ when present, never required):
   whose ``Input Dims`` give batch, m, k, n;
 - ``ProfilerStep#N`` spans; without them the training steps are found from the
   forward/backward order of the token all-to-alls and numbered 0, 1, ... (synthetic
-  ``ProfilerStep#k`` spans added by :func:`moesim.validation.steps.complete_events`);
+  ``ProfilerStep#k`` spans added by :func:`moesim.validation.steps.step_events`);
   a trace with one step (or no backward) is one step, N = 0.
 
 Memory-bound samples are the innermost ``aten::`` ops other than matmuls,
@@ -64,7 +64,8 @@ from moesim.validation.kineto import (
     rank_of,
     world_of,
 )
-from moesim.validation.steps import complete_events
+from moesim.validation.op_cost import gemm_dims, tensor_bytes
+from moesim.validation.steps import step_events
 
 MATMULS = MATMUL_OPS
 # ops that only make views or allocate: no bytes moved, not calibration samples
@@ -177,86 +178,6 @@ def _is_backward(ev: Event) -> bool:
     return is_backward_name(ev.name)
 
 
-def _gemm_dims(ev: Event) -> tuple[int, int, int, int] | None:
-    """(batch, m, k, n) of a matmul from its Input Dims."""
-    d = [x for x in ev.dims if isinstance(x, list)]
-    try:
-        if ev.name == "aten::addmm":
-            (m, k), (_, n) = d[1], d[2]
-            return 1, m, k, n
-        if ev.name == "aten::baddbmm":
-            (b, m, k), (_, _, n) = d[1], d[2]
-            return b, m, k, n
-        if ev.name == "aten::linear":
-            *lead, k = d[0]
-            n = d[1][0]
-            return 1, int(np.prod(lead)) if lead else 1, k, n
-        a, b = d[0], d[1]
-        if len(a) == 3 and len(b) == 3:
-            return a[0], a[1], a[2], b[2]
-        *lead, k = a
-        return 1, int(np.prod(lead)) if lead else 1, k, b[-1]
-    except (IndexError, ValueError, TypeError):
-        return None
-
-
-#: ops whose output has one row per index entry: (input position, index position)
-GATHERS = {"aten::index_select": (0, 2), "aten::embedding": (0, 1)}
-#: ops that only write their first argument (it is not read)
-WRITE_ONLY = {"aten::fill_", "aten::zero_", "aten::copy_"}
-
-
-def _distinct(dims: list, strides: object) -> float:
-    """Elements a tensor argument really holds: a dimension with stride 0 (an
-    ``expand``ed view) repeats the same memory, so it does not multiply the count."""
-    if isinstance(strides, list) and len(strides) == len(dims):
-        return float(np.prod([d for d, s in zip(dims, strides, strict=True) if s != 0]))
-    return float(np.prod(dims))
-
-
-def _tensor_bytes(ev: Event, list_elem_bytes: int = 4) -> float:
-    """Estimated bytes moved by a memory-bound op, from its recorded shapes:
-
-    - every tensor argument is read once, counting only the memory it holds (a
-      stride-0 dimension of an expanded view is read once, not per index);
-    - an in-place op (``name_``) writes its first argument again; an op in
-      ``WRITE_ONLY`` (``fill_``, ``zero_``, ``copy_`` into it) only writes it;
-    - a gather (``GATHERS``) writes index-length rows of its input's width;
-    - any other op writes an output as large as its largest argument (elementwise);
-    - a ``TensorList`` argument (``aten::cat``/``stack``) counts every listed tensor,
-      read and written once; the trace gives no element type for it:
-      ``list_elem_bytes`` stands for it (4, float32, unless the caller knows better).
-    """
-    sizes = []
-    strides = ev.strides
-    for i, (dims, typ) in enumerate(zip(ev.dims, ev.types, strict=False)):
-        if not isinstance(dims, list) or not dims:
-            continue
-        if typ == "TensorList" and all(isinstance(d, list) for d in dims):
-            listed = sum(float(np.prod(d)) for d in dims if d) * list_elem_bytes
-            return 2.0 * listed
-        if typ in DTYPE_BYTES and all(isinstance(d, int) for d in dims):
-            st = strides[i] if i < len(strides) else None
-            sizes.append(_distinct(dims, st) * DTYPE_BYTES[typ])
-        elif i == 0:
-            sizes.append(0.0)   # keep position 0 meaning "the first argument"
-    if not any(sizes):
-        return 0.0
-    if ev.name in WRITE_ONLY:
-        return sum(sizes)       # the first argument written, the rest read
-    if ev.name.endswith("_"):
-        return sum(sizes) + sizes[0]
-    gather = GATHERS.get(ev.name)
-    if gather is not None:
-        try:
-            src, idx = ev.dims[gather[0]], ev.dims[gather[1]]
-            row = float(np.prod(src[1:])) * DTYPE_BYTES[ev.types[gather[0]]]
-            return sum(sizes) + float(np.prod(idx)) * row
-        except (IndexError, KeyError, TypeError, ValueError):
-            pass
-    return sum(sizes) + max(sizes)
-
-
 def _steps(events: list[Event]) -> list[tuple[int, float, float]]:
     marks = [(int(m.group(1)), ev.start_s, ev.end_s) for ev in events
              if (m := re.fullmatch(r"ProfilerStep#(\d+)", ev.name))]
@@ -273,14 +194,15 @@ def ingest_file(path: Path, world: int | None = None) -> tuple[RankTrace, int, i
     """One rank's trace → (RankTrace, hidden, n_experts)."""
     src = str(path)
     doc = load_trace(path)
-    events = complete_events(doc, src)
+    events = step_events(doc, src)
     world = world_of(doc) or world
     colls = find_collectives(events, world, src)
     if not any(c.tokens for c in colls):
         raise InputError(src, "traceEvents", "torch.distributed all-to-all ops carrying tokens "
                          "(c10d::alltoall_base_, c10d::alltoall_ or record_param_comms, "
                          "recorded with record_shapes=True; all-to-alls built from scatter "
-                         "or send/recv are not read)", "none found")
+                         "or send/recv are not read), or GPU kernel events (a GPU trace)",
+                         "none found")
     world = world or len(colls[0].send)
     rank = rank_of(doc, path)
     anc = ancestors(events)
@@ -324,7 +246,7 @@ def ingest_file(path: Path, world: int | None = None) -> tuple[RankTrace, int, i
             if e.idx in issue_ids or any(p in issue_ids for p in anc[e.idx]):
                 continue
             if e.name in MATMULS and e.idx not in matmul_parent:
-                dims = _gemm_dims(e)
+                dims = gemm_dims(e)
                 if dims is None:
                     continue
                 b, m, k, n = dims
@@ -345,7 +267,7 @@ def ingest_file(path: Path, world: int | None = None) -> tuple[RankTrace, int, i
             elif (e.idx not in has_child and e.name.startswith("aten::")
                   and e.name not in NO_BYTES and e.name not in NOT_MEMORY
                   and e.name not in MATMULS):
-                nbytes = _tensor_bytes(e, elem)
+                nbytes = tensor_bytes(e, elem)
                 if nbytes > 0:
                     ops.append(TracedOp("memory", e.name, e.start_s - t0, e.dur_s,
                                         bytes=nbytes))

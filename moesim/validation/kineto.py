@@ -28,8 +28,6 @@ DTYPE_BYTES: dict[str, int] = {
 #: ``addmm`` (bias + batch1 @ batch2), as GShard/Switch-style expert code writes it
 MATMUL_OPS = {"aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm", "aten::matmul",
               "aten::linear"}
-#: name of the synthetic step spans added to traces without ``ProfilerStep`` spans
-SYNTHETIC_STEP_CAT = "moesim_synthetic_step"
 FLOAT_TYPES = {"float", "double", "c10::Half", "c10::BFloat16", "c10::Float8_e4m3fn",
                "c10::Float8_e5m2", "Float", "Double", "Half", "BFloat16"}
 
@@ -90,10 +88,13 @@ def load_trace(path: Path) -> dict[str, Any]:
     return doc
 
 
-def x_events(doc: dict[str, Any], source: str) -> list[Event]:
+def complete_events(doc: dict[str, Any], source: str, origin_us: float = 0.0) -> list[Event]:
     """The 'X' events with numeric ts/dur, as :class:`Event` (seconds), sorted by start
-    then by longest first (so a parent precedes its children). Steps are not added here:
-    :func:`moesim.validation.steps.complete_events` does that."""
+    then by longest first (so a parent precedes its children). Training steps of a
+    trace without ``ProfilerStep`` spans: :func:`moesim.validation.steps.step_events`.
+    Times are counted from ``origin_us`` (µs, the file's clock): epoch-based µs of
+    ~1.7e15 keep only ~0.2 µs in a double once in seconds, so GPU ingest passes the
+    trace's first timestamp."""
     out = []
     for i, e in enumerate(doc["traceEvents"]):
         if not isinstance(e, dict) or e.get("ph") != "X":
@@ -105,12 +106,10 @@ def x_events(doc: dict[str, Any], source: str) -> list[Event]:
             raise InputError(source, f"traceEvents[{i}].dur", "a finite duration >= 0", dur)
         args = e.get("args") if isinstance(e.get("args"), dict) else {}
         out.append(Event(i, str(e.get("name", "")), str(e.get("cat", "")),
-                         f"{e.get('pid', '')}/{e.get('tid', '')}", ts * 1e-6, dur * 1e-6, args))
+                         f"{e.get('pid', '')}/{e.get('tid', '')}", (ts - origin_us) * 1e-6,
+                         dur * 1e-6, args))
     out.sort(key=lambda ev: (ev.start_s, -ev.dur_s, ev.idx))
     return out
-
-
-STEP_RE = re.compile(r"ProfilerStep#(\d+)")
 
 
 def is_backward_name(name: str) -> bool:

@@ -30,17 +30,17 @@ import numpy as np
 import simpy
 
 from moesim.collectives.communicator import Communicator
-from moesim.engine.exact.execute import Executor
+from moesim.engine.execute import Executor
+from moesim.engine.ops import Op
 from moesim.errors import InputError
 from moesim.network import FlowNetwork
-from moesim.program.ops import Op
 from moesim.topology import Topology
 from moesim.trace.spans import Span
 from moesim.validation.calibration import CalibratedComputeModel
 from moesim.validation.ingest import TraceSet, TraceStep
 from moesim.validation.kineto import load_trace
 from moesim.validation.replay import COLL_KINDS, ROLE_KIND, build_programs, machine_topology
-from moesim.validation.steps import complete_events
+from moesim.validation.steps import step_events
 
 PHASES = ("forward_s", "backward_s", "dispatch_s", "experts_s", "combine_s")
 _EPS = 1e-9
@@ -172,7 +172,7 @@ def phase_windows(ts: TraceSet) -> dict[tuple[int, int], dict[str, Interval]]:
     out: dict[tuple[int, int], dict[str, Interval]] = {}
     for rt in ts.ranks:
         src = rt.source
-        events = complete_events(load_trace(Path(src)), src)
+        events = step_events(load_trace(Path(src)), src)
         marks = {int(m.group(1)): (e.start_s, e.end_s) for e in events
                  if (m := re.fullmatch(r"ProfilerStep#(\d+)", e.name))}
         if not marks:
@@ -283,6 +283,10 @@ def validate(ts: TraceSet, model: CalibratedComputeModel,
              source: str = "") -> Validation:
     """Simulate every traced step of ``ts`` with ``model``; compare phases per rank."""
     windows = phase_windows(ts) if windows is None else windows
+    if model.comm is None:
+        raise InputError("calibration", "comm", "an all-to-all fit to replay a recording's "
+                         "collectives (a GPU calibration without NCCL byte counts has none)",
+                         "none")
     topo = machine_topology(ts.world, model.comm)
     rows = []
     steps = tuple(ts.step_ids())
