@@ -32,7 +32,8 @@ def test_exchange_rule_by_hand():
     env = simpy.Environment()
     comm = Communicator(env, FlowNetwork(env, OneLink()), ["g0", "g1"], rank_host=[0, 1])
     spec = EPExchangeSpec(group=(0, 1), kernel="deepep", ep_op="ep_dispatch",
-                          flows=((0, 1, 1 * GB),), sm_s=np.array([0.005, 0.020]),
+                          matrix=np.array([[0.0, 1 * GB], [0.0, 0.0]]),
+                          sm_s=np.array([0.005, 0.020]),
                           fill_s=0.001, notify_s=0.002, sms=20)
     ends = {}
     for r in (0, 1):
@@ -46,7 +47,7 @@ def test_exchange_waits_for_every_member():
     env = simpy.Environment()
     comm = Communicator(env, FlowNetwork(env, OneLink()), ["g0", "g1"], rank_host=[0, 1])
     spec = EPExchangeSpec(group=(0, 1), kernel="deepep", ep_op="ep_combine",
-                          flows=((1, 0, 1 * GB),), sm_s=np.zeros(2))
+                          matrix=np.array([[0.0, 0.0], [1 * GB, 0.0]]), sm_s=np.zeros(2))
     ends = {}
 
     def late():

@@ -54,6 +54,7 @@ def device_of(trace_dir: str, backend: str) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
+    from moesim.errors import InputError
     from moesim.outputs import check_file_target
     from moesim.validation.calibrate import calibrate
     from moesim.validation.calibration import save_calibration

@@ -21,15 +21,16 @@ import numpy as np
 
 @dataclass(frozen=True)
 class EPExchangeSpec:
-    """``group``: global ranks, EP rank i = ``group[i]``; ``flows``: (src EP rank, dst
-    EP rank, bytes) of every stage; ``sm_s[i]``: the SM-throughput bound of rank i
+    """``group``: global ranks, EP rank i = ``group[i]``; ``matrix[i, j]``: bytes EP rank i
+    sends EP rank j, all stages together (RDMA and NVLink pairs never coincide);
+    ``sm_s[i]``: the SM-throughput bound of rank i
     (seconds); ``fill_s``: pipeline fill and drain; ``notify_s``: the count exchange and
     host sync before the data moves (0 for combine and the low-latency kernels)."""
 
     group: tuple[int, ...]
     kernel: str
     ep_op: str                                   # ep_dispatch | ep_combine
-    flows: tuple[tuple[int, int, float], ...] = field(compare=False, repr=False)
+    matrix: Any = field(compare=False, repr=False)
     sm_s: Any = field(compare=False, repr=False)
     fill_s: float = 0.0
     notify_s: float = 0.0
@@ -37,11 +38,8 @@ class EPExchangeSpec:
     op: str = "ep_exchange"
 
     def byte_matrix(self) -> np.ndarray:
-        """Bytes between EP ranks, all stages together (for reports)."""
-        m = np.zeros((len(self.group), len(self.group)))
-        for s, d, b in self.flows:
-            m[s, d] += b
-        return m
+        """Bytes between EP ranks, all stages together."""
+        return self.matrix
 
 
 def run(comm, key, st):
@@ -54,8 +52,9 @@ def run(comm, key, st):
     g = spec.group
     pending = {r: 0 for r in g}
     events = []
-    for s, d, b in spec.flows:
-        ev = comm.network.transfer(comm.gpus[g[s]], comm.gpus[g[d]], float(b), tag=key)
+    src, dst = np.nonzero(spec.matrix)
+    for s, d, b in zip(src.tolist(), dst.tolist(), spec.matrix[src, dst].tolist(), strict=True):
+        ev = comm.network.transfer(comm.gpus[g[s]], comm.gpus[g[d]], b, tag=key)
         pending[g[s]] += 1
         pending[g[d]] += 1
         events.append((ev, g[s], g[d]))

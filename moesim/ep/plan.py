@@ -31,8 +31,8 @@ nodes), ``deepep-ll`` (low-latency), ``nccl`` (per-assignment all-to-all, one st
 
 from __future__ import annotations
 
-from collections import defaultdict
 from dataclasses import dataclass
+from functools import cached_property
 
 import numpy as np
 
@@ -62,15 +62,22 @@ COMBINE_CHUNKS = {2: (10, 6), 4: (9, 6), 8: (4, 6), 16: (4, 12), 24: (1, 8), 32:
 Flow = tuple[int, int, float]
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class Stage:
     name: str
     medium: str                 # "rdma" | "nvl"
-    flows: tuple[Flow, ...]     # (src EP rank, dst EP rank, bytes), aggregated
+    matrix: np.ndarray          # (S, S) bytes src EP rank -> dst EP rank, zero diagonal
+
+    @cached_property
+    def flows(self) -> tuple[Flow, ...]:
+        """(src EP rank, dst EP rank, bytes), aggregated per pair, in (src, dst) order."""
+        src, dst = np.nonzero(self.matrix)
+        return tuple(zip(src.tolist(), dst.tolist(), self.matrix[src, dst].tolist(),
+                         strict=True))
 
     @property
     def nbytes(self) -> float:
-        return float(sum(b for _s, _d, b in self.flows))
+        return float(self.matrix.sum())
 
 
 @dataclass(frozen=True, eq=False)
@@ -91,8 +98,12 @@ class EpPlan:
     bytes_per_token: float              # message bytes per token (or per LL message)
 
 
-def _flows(acc: dict[tuple[int, int], float]) -> tuple[Flow, ...]:
-    return tuple((s, d, b) for (s, d), b in sorted(acc.items()) if s != d and b > 0)
+def _stage(name: str, medium: str, m: np.ndarray) -> Stage:
+    """A stage from a (src, dst) byte matrix; a rank's bytes to itself do not move."""
+    m = np.array(m, dtype=float)
+    np.fill_diagonal(m, 0.0)
+    m[m < 0] = 0.0
+    return Stage(name, medium, m)
 
 
 def _chunks(table: dict[int, tuple[int, int]], n: int) -> tuple[int, int]:
@@ -129,17 +140,16 @@ def plan_ep_exchange(counts: DedupCounts, op: str, kernel: str, dtype: str, hidd
     logical = logical_bytes_per_token("deepep", dtype, hidden)
     gpu, node = counts.gpu_tokens.astype(float), counts.node_tokens.astype(float)
     nvl_logical = (gpu.sum(axis=0) * logical)       # dispatch: received (token, GPU) copies
-    channels = sms // 2
     if n <= L:  # one NVLink domain: intranode kernels (csrc/kernels/legacy/intranode.cu)
         msg = intranode_bytes_per_token(dtype, hidden, top_k, combine=combine)
-        acc = {(s, d): gpu[s, d] * msg for s in range(n) for d in range(n)}
+        acc = gpu * msg
         if combine:
-            acc = {(d, s): b for (s, d), b in acc.items()}
+            acc = acc.T
         nvl_chunk, _ = _chunks(COMBINE_CHUNKS if combine else DISPATCH_CHUNKS, n)
         # SMs write every received token once into the peer's channel buffer and copy
         # it out once more on the receiving side
         writes = (gpu.sum(axis=0) + gpu.sum(axis=1)) * msg
-        return EpPlan(op, "deepep", dtype, n, L, (Stage("nvl", "nvl", _flows(acc)),), True,
+        return EpPlan(op, "deepep", dtype, n, L, (_stage("nvl", "nvl", acc),), True,
                       sms, writes, (("nvl", nvl_chunk * msg),),
                       {"rdma_hops": 0, "nvl_hops": 0 if combine else 2,
                        "launches": 0 if combine else 2},
@@ -148,24 +158,22 @@ def plan_ep_exchange(counts: DedupCounts, op: str, kernel: str, dtype: str, hidd
     msg = internode_bytes_per_token(dtype, hidden, top_k, combine=combine)
     loc = np.arange(n) % L
     nd = np.arange(n) // L
-    rdma: dict[tuple[int, int], float] = defaultdict(float)
-    nvl: dict[tuple[int, int], float] = defaultdict(float)
-    fwd_writes = np.zeros(n)
-    for s in range(n):
-        for b in range(node.shape[1]):
-            peer = b * L + loc[s]       # rail peer: same local index on node b
-            rdma[(s, peer)] += node[s, b] * msg
-        for d in np.flatnonzero(gpu[s]):
-            f = nd[d] * L + loc[s]      # the forwarder (s itself for its own node)
-            nvl[(f, d)] += gpu[s, d] * msg
-            fwd_writes[f] += gpu[s, d] * msg
+    rows = np.arange(n)[:, None]
+    # rail peer of source s on node b: the same local index there
+    rdma = np.zeros((n, n))
+    rdma[rows, np.arange(node.shape[1])[None, :] * L + loc[:, None]] = node * msg
+    # forwarder of (s, d): the GPU of d's node with s's local index (s itself at home)
+    fwd = nd[None, :] * L + loc[:, None]                     # (n, n)
+    sent = gpu * msg
+    nvl = np.bincount((fwd * n + np.arange(n)[None, :]).ravel(), weights=sent.ravel(),
+                      minlength=n * n).reshape(n, n)
+    fwd_writes = np.bincount(fwd.ravel(), weights=sent.ravel(), minlength=n)
     if combine:  # reverse every flow: GPUs -> forwarder over NVLink, one RDMA send back
-        rdma = {(d, s): b for (s, d), b in rdma.items()}
-        nvl = {(d, s): b for (s, d), b in nvl.items()}
+        rdma, nvl = rdma.T, nvl.T
     send_writes = node.sum(axis=1) * msg       # tokens into the RDMA send buffer
     recv_writes = gpu.sum(axis=0) * hidden_bytes(dtype, hidden)  # copy-out to recv_x
     nvl_chunk, rdma_chunk = _chunks(COMBINE_CHUNKS if combine else DISPATCH_CHUNKS, n)
-    stages = (Stage("rdma", "rdma", _flows(rdma)), Stage("nvl", "nvl", _flows(nvl)))
+    stages = (_stage("rdma", "rdma", rdma), _stage("nvl", "nvl", nvl))
     if combine:
         stages = stages[::-1]
     return EpPlan(op, "deepep", dtype, n, L, stages, True, sms,
@@ -185,14 +193,13 @@ def _plan_ll(counts: DedupCounts, op: str, dtype: str, hidden: int, combine: boo
     logical = logical_bytes_per_token("deepep-ll", dtype, hidden)
     pair = counts.pair_tokens.astype(float)
     same = (np.arange(n)[:, None] // L) == (np.arange(n)[None, :] // L)
-    rdma = {(s, d): pair[s, d] * msg for s in range(n) for d in range(n) if not same[s, d]}
-    nvl = {(s, d): pair[s, d] * msg for s in range(n) for d in range(n) if same[s, d]}
+    rdma = pair * msg * ~same
+    nvl = pair * msg * same
     if combine:
-        rdma = {(d, s): b for (s, d), b in rdma.items()}
-        nvl = {(d, s): b for (s, d), b in nvl.items()}
+        rdma, nvl = rdma.T, nvl.T
     sel = pair.sum(axis=1)   # the test counts each rank's own selections
     return EpPlan(op, "deepep-ll", dtype, n, L,
-                  (Stage("rdma", "rdma", _flows(rdma)), Stage("nvl", "nvl", _flows(nvl))),
+                  (_stage("rdma", "rdma", rdma), _stage("nvl", "nvl", nvl)),
                   True, 0, np.zeros(n), (), {"rdma_hops": 0, "nvl_hops": 0, "launches": 0},
                   sel * logical, (pair * same).sum(axis=1) * logical, float(msg))
 
@@ -205,7 +212,6 @@ def _plan_nccl(counts: DedupCounts, op: str, dtype: str, hidden: int, combine: b
     if combine:
         m = m.T
     same = (np.arange(n)[:, None] // L) == (np.arange(n)[None, :] // L)
-    acc = {(s, d): m[s, d] for s in range(n) for d in range(n)}
-    return EpPlan(op, "nccl", dtype, n, L, (Stage("a2a", "mixed", _flows(acc)),), False, 0,
+    return EpPlan(op, "nccl", dtype, n, L, (_stage("a2a", "mixed", m),), False, 0,
                   np.zeros(n), (), {"rdma_hops": 0, "nvl_hops": 0, "launches": 0},
                   (m * ~same).sum(axis=1), (m * same).sum(axis=1), bpt)

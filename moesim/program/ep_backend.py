@@ -98,8 +98,9 @@ class EPBackend:
         fill, notify, _ = self._fixed(group, plan)
         sm_s = (plan.sm_write_bytes / (plan.sms * SM_WRITE_BPS) if plan.sms
                 else np.zeros(len(group)))
-        flows = tuple((int(s), int(d), float(b)) for st in plan.stages for s, d, b in st.flows)
-        return EPExchangeSpec(group=tuple(group), kernel=self.kind, ep_op=op, flows=flows,
+        matrix = sum(st.matrix for st in plan.stages)
+        matrix.setflags(write=False)
+        return EPExchangeSpec(group=tuple(group), kernel=self.kind, ep_op=op, matrix=matrix,
                               sm_s=sm_s, fill_s=fill(plan), notify_s=notify(plan),
                               sms=plan.sms)
 

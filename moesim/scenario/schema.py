@@ -20,7 +20,7 @@ from moesim.units import MB
 NETWORK_MODELS = ("flow", "analytical")
 DTYPES = ("bf16", "fp8", "fp16", "fp32")
 SCHEDULE_KINDS = ("gpipe", "1f1b", "interleaved", "dualpipe", "dualpipev")
-#: none | static (moesim's pairing of adjacent schedule items, moesim.engine.overlap;
+#: none | static (moesim's pairing of adjacent schedule items, moesim.program.overlap;
 #: also spelled ep_comm_overlap: true) | a2a-1f1b (Megatron-Core's 1F1B with EP
 #: all-to-all overlap, moesim.schedule.a2a_overlap)
 OVERLAP_KINDS = ("none", "static", "a2a-1f1b")

@@ -20,7 +20,7 @@ and one backward layer interleave on the compute and communication streams::
 
 (``attn`` is Megatron's ``pre_dispatch_computation``: attention, layernorm, router.)
 Inside a chunk pair, forward layer ``i`` pairs with backward layer ``L-1-i``.
-The existing static pairing (``overlap.ep_comm_overlap``; ``moesim.engine.overlap``)
+The existing static pairing (``overlap.ep_comm_overlap``; ``moesim.program.overlap``)
 stays available as ``overlap.kind: static``.
 """
 

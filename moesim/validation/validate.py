@@ -30,10 +30,10 @@ import numpy as np
 import simpy
 
 from moesim.collectives.communicator import Communicator
-from moesim.engine.execute import Executor
-from moesim.engine.ops import Op
+from moesim.engine.exact.execute import Executor
 from moesim.errors import InputError
 from moesim.network import FlowNetwork
+from moesim.program.ops import Op
 from moesim.topology import Topology
 from moesim.trace.spans import Span
 from moesim.validation.calibration import CalibratedComputeModel
