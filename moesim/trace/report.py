@@ -132,7 +132,8 @@ def render_markdown(s: dict) -> str:
         out += ["", "## Expert load", "",
                 f"- max/mean tokens per expert (worst layer): "
                 f"{_scalar(ex, 'max_over_mean_max', 'max_over_mean', max)}",
-                f"- dropped tokens: {_scalar(ex, 'dropped_total', 'dropped', sum)}",
+                f"- dropped (token, expert) assignments, summed over MoE layers and micro-batches: "
+                f"{_scalar(ex, 'dropped_total', 'dropped', sum)}",
                 f"- load-balancing loss (mean over layers, 1 = balanced): "
                 f"{_scalar(ex, 'lb_loss_mean', 'lb_loss', np.mean)}"]
         mom = ex.get("max_over_mean")
