@@ -71,3 +71,9 @@ def test_dropped_report_names_assignments_summed_over_layers_and_microbatches():
     assert "dropped 12 (token, expert) assignments summed over layers and micro-batches" in line
     md = [x for x in render_markdown(s).splitlines() if "dropped" in x][0]
     assert "assignments, summed over MoE layers and micro-batches: 12" in md
+
+
+def test_null_hot_fraction_lets_token_fraction_in():
+    cfg = routing_from_dict({"kind": "hot", "hot_fraction": None, "hot_token_fraction": 0.8},
+                            "scen.yaml")
+    assert cfg.hot_token_fraction == 0.8 and cfg.hot_fraction == 0.5

@@ -235,7 +235,8 @@ def routing_from_dict(d: dict | None, source: str) -> RoutingConfig:
     kw: dict[str, Any] = {"kind": kind}
     kw["zipf_s"] = _num(d, "zipf_s", source, 0.0, 20.0, default=1.0)
     kw["hot_experts"] = _hot_experts(d.get("hot_experts", 1), source)
-    kw["hot_fraction"] = _num(d, "hot_fraction", source, 0.0, 1.0, default=0.5)
+    if d.get("hot_fraction") is not None:   # null: the default (e.g. --set ...=null)
+        kw["hot_fraction"] = _num(d, "hot_fraction", source, 0.0, 1.0)
     if d.get("hot_token_fraction") is not None:
         if d.get("hot_fraction") is not None:
             raise InputError(source, "routing.hot_token_fraction",
