@@ -27,6 +27,7 @@ import numpy as np
 from moesim.collectives.communicator import CollectiveSpec
 from moesim.compute.base import ComputeModel, Kernel
 from moesim.engine.grads import GradientOps
+from moesim.engine.hot import hot_ranks
 from moesim.engine.ops import Op
 from moesim.engine.overlap import PairRule, ep_stream, interleave
 from moesim.engine.replicas import ReplicaMap, replica_map
@@ -212,11 +213,7 @@ class _Builder(GradientOps):
     def _hot_ranks(self) -> list[int]:
         if not self.moe_layers or self.received.size == 0:
             return []
-        load = self.received.sum(axis=1)
-        if load.max() <= 0:
-            return []
-        mean = load[load > 0].mean()
-        return [int(r) for r in np.flatnonzero(load >= 1.2 * mean)]
+        return hot_ranks(self.received, self.lay.coords["pp"])
 
     def _rank_program(self, rank: int) -> list[Op]:
         lay = self.lay
