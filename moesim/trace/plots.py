@@ -191,10 +191,9 @@ def plot_timeline(result: SimResult, ax: Axes, ranks: Iterable[int] | None = Non
     n = len(rank_list)
     ax.set_title(f"Step timeline: {what}{n} rank{'s' if n != 1 else ''}, "
                  f"step {result.step_time_s * 1e3:.2f} ms"
-                 + (f"; hot-expert ranks {_short_list(sorted(hot))}" if hot else ""))
+                 + (f"; hot-expert ranks {_short_list(sorted(hot))}" if hot else ""), pad=18)
     order = [k for k in KINDS if k in kinds_seen]
     mark_layers(ax, spans, rank_list[0], t0, t1)
-    ax.title.set_y(1.06)
     ax.legend(handles=[Patch(color=KIND_COLORS[k], label=k) for k in order]
               + (phase_handles() if any(s.layer >= 0 for s in spans) else []),
               loc="upper left",
@@ -371,8 +370,11 @@ def plot_links(result: SimResult, ax: Axes, top: int = 8, bins: int = 300) -> Ax
         order = sorted(busiest, key=order_key)
         edges = adaptive_edges([ls.series[i] for i in order], step, bins)
         util = np.array([binned_utilization(ls.series[i], cap[i], edges) for i in order]) * 100
-        im = ax.pcolormesh(edges * 1e3, np.arange(len(order) + 1) - 0.5, util, cmap="magma",
-                           vmin=0, vmax=100, shading="flat")
+        # one column per bin, bins of any duration equally wide: a burst of microseconds
+        # gets as much room as a quiet stretch of milliseconds
+        nb = len(edges) - 1
+        im = ax.pcolormesh(np.arange(nb + 1), np.arange(len(order) + 1) - 0.5, util,
+                           cmap="magma", vmin=0, vmax=100, shading="flat")
         im.set_gid("links:heatmap")
         ax.set_ylim(len(order) - 0.5, -0.5)
         ax.figure.colorbar(im, ax=ax, label="utilization (% of capacity)", pad=0.01)
@@ -383,8 +385,12 @@ def plot_links(result: SimResult, ax: Axes, top: int = 8, bins: int = 300) -> Ax
             if groups[order[k]] != groups[order[k - 1]]:
                 ax.axhline(k - 0.5, color="white", lw=1.5)
         w = np.diff(edges) * 1e3
-        ax.set_xlabel(f"time in step (ms); mean over {len(w)} bins placed where the rates "
-                      f"change ({w.min():.3g} to {w.max():.3g} ms wide)")
+        ticks = np.unique(np.linspace(0, nb, min(nb, 10) + 1).round().astype(int))
+        ax.set_xticks(ticks)
+        ax.set_xticklabels([f"{edges[i] * 1e3:.4g}" for i in ticks], fontsize=7)
+        ax.set_xlim(0, nb)
+        ax.set_xlabel(f"time in step (ms), NOT to scale: one column per bin, {nb} bins "
+                      f"placed where the rates change ({w.min():.3g} to {w.max():.3g} ms wide)")
         ax.set_title(f"Utilization over time of the {len(order)} busiest links "
                      f"(of {len(ls.names)}), grouped by kind")
         return ax
