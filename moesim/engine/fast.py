@@ -279,7 +279,8 @@ def simulate_fast(res: Resolved, *, progress=None, span_ranks: int = 64,
     flops = 0.0
     ep_iv: dict[tuple[int, int], tuple[np.ndarray, np.ndarray]] = {}
     spans: list[Span] = []
-    want = set(range(min(span_ranks, world)))
+    # mirrors of identical replicas have no chain run of their own, hence no spans
+    want = {r for r in range(min(span_ranks, world)) if not dedup or b.rmap.is_rep(r)}
     if progress:     # same protocol as the exact engine: ("built", total), then increments
         progress("built", len(chains) * sum(len(o) for o in ctx.order))
 
