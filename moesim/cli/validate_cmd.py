@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import sys
 from pathlib import Path
 
 OUT_FILES = ("validation.json", "overlay.png")
@@ -69,6 +70,7 @@ def _overlay(v, step: int, path: Path, title: str) -> None:
 def run(args: argparse.Namespace) -> int:
     from moesim.errors import InputError
     from moesim.validation.calibration import load_calibration
+    from moesim.validation.host_facts import warning_line
     from moesim.validation.ingest import ingest
     from moesim.validation.validate import validate
 
@@ -89,6 +91,10 @@ def run(args: argparse.Namespace) -> int:
                          args.step)
     doc = v.to_json()
     doc["calibration"] = args.calibration
+    doc["host_warning"] = warning_line(json.loads(Path(args.calibration).read_text()),
+                                       args.trace_dir)
+    if doc["host_warning"]:
+        print(doc["host_warning"], file=sys.stderr)
     if out is not None:
         out.mkdir(parents=True, exist_ok=True)
         (out / "validation.json").write_text(json.dumps(doc, indent=1) + "\n")
@@ -99,7 +105,8 @@ def run(args: argparse.Namespace) -> int:
                  else f"{args.trace_dir} step {step}")
     if args.json:
         print(json.dumps({k: doc[k] for k in ("ranks", "median_abs_error", "steps", "averaging",
-                                              "units", "source", "calibration")}, indent=1))
+                                              "units", "source", "calibration",
+                                              "host_warning")}, indent=1))
     else:
         print(text_table(doc, args.trace_dir, args.calibration))
         if out is not None:
