@@ -1,4 +1,5 @@
-"""The most loaded rank of every pipeline stage, for ``moesim memory`` (pure: no simpy).
+"""The most loaded rank of every pipeline stage, for ``moesim memory`` (routing only,
+no simulation).
 
 ``moesim memory`` tabulates one rank per stage with balanced routing; a skewed run
 gives the rank of a hot expert larger routed-token buffers, and the run's peak is
