@@ -64,5 +64,5 @@ def choose_span_ranks(chains: list[list[tuple[int, ...]]], stall: np.ndarray,
             "most-stalled rank and the most-loaded hot rank"
             + ("; every hot rank in up to "
                f"{MAX_EXTRA_CHAINS} more chains" if world <= ALL_HOT_MAX_WORLD else ""))
-    return rerun, {"ranks": kept, "focus_chain": focus, "most_stalled_rank": top,
-                   "per_stage": picked, "rule": rule}
+    return rerun, {"ranks": kept, "lowest": sorted(want), "focus_chain": focus,
+                   "most_stalled_rank": top, "per_stage": picked, "rule": rule}

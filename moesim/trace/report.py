@@ -119,7 +119,15 @@ def render_markdown(s: dict) -> str:
         out.append(f"{st.get('count', 0)} waits.")
     kept = s.get("spans_kept") or {}
     if kept.get("ranks"):
-        out.append(f"Ranks whose spans were kept: {_short(kept['ranks'])} ({kept.get('rule')}).")
+        low = kept.get("lowest") or []
+        lows = (f"{low[0]}–{low[-1]}" if low and low == list(range(low[0], low[-1] + 1))
+                else _short(low))
+        picked = kept.get("per_stage") or []
+        out.append(f"Ranks whose spans were kept ({len(kept['ranks'])}): "
+                   + (f"the lowest {lows}; " if low else "")
+                   + (f"per stage (most-stalled, most-loaded hot): {_short(picked, 64)}; "
+                      if picked else "")
+                   + f"all: {_short(kept['ranks'])}. Rule: {kept.get('rule')}.")
     out.append("")
     if st.get("top"):
         out += ["| layer | phase | blocking rank | expert | tokens | ms (sum) | waits | cause |",
