@@ -63,7 +63,11 @@ def test_every_stall_has_a_blocking_rank_and_the_total_covers_every_rank(ident, 
 
 def test_fast_summary_keeps_the_ranks_that_explain_the_step():
     res = resolve_path("mixtral-8x7b-64gpu", SMALL_64)
-    out = simulate_fast(res, span_ranks=4)
+    calls = []
+    out = simulate_fast(res, span_ranks=4, progress=lambda st, n: calls.append((st, n)))
+    # the chain run again for its spans is announced: the work done is the last total
+    built = [n for st, n in calls if st == "built"]
+    assert len(built) == 2 and sum(n for st, n in calls if st != "built") == built[-1]
     s = full_summary(out)
     kept = s["spans_kept"]
     assert sorted({sp.rank for sp in out.spans}) == kept["ranks"]

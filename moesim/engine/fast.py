@@ -314,10 +314,12 @@ def simulate_fast(res: Resolved, *, progress=None, span_ranks: int = 64,
     rerun, kept = choose_span_ranks(chains, acc["stall"], b.received.sum(axis=1), hot,
                                     want, world)
     ctx.links.enabled = False      # counted on the first run
+    if progress and rerun:         # the chains run again count as work still to do
+        progress("built", (len(chains) + len(rerun)) * sum(len(o) for o in ctx.order))
     for ci in sorted(rerun):
         groups = chains[ci]
         span_pos = [[e for e, r in enumerate(g) if r in rerun[ci]] for g in groups]
-        spans += _run_chain(ctx, b, groups, span_pos).spans
+        spans += _run_chain(ctx, b, groups, span_pos, progress).spans
     ctx.links.enabled = True
     stages = {}
     pp_coord = lay.coords["pp"]
