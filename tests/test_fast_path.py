@@ -335,7 +335,12 @@ def test_spans_bounded_to_lowest_and_hot_ranks_per_rank_covers_all():
     out = simulate_fast(res, span_ranks=2)
     hot = set(out.summary["hot_ranks"])
     assert hot and not hot <= {0, 1}                 # some hot rank beyond the lowest two
-    assert {s.rank for s in out.spans} == {0, 1} | hot
+    kept = out.summary["spans_kept"]
+    assert {s.rank for s in out.spans} == set(kept["ranks"])
+    # the lowest two, the hot ranks and the most-stalled rank (one stage, one chain)
+    stall = [r["breakdown_s"]["stall"] for r in out.summary["per_rank"]]
+    worst = int(np.argmax(stall))
+    assert set(kept["ranks"]) == {0, 1, worst} | hot and kept["most_stalled_rank"] == worst
     assert [r["rank"] for r in out.summary["per_rank"]] == list(range(res.layout.world))
     full = simulate_fast(res)                        # the spans kept do not change results
     assert full.summary["per_rank"] == out.summary["per_rank"]

@@ -17,6 +17,7 @@ from moesim.trace.plots import (
     timeline_rows,
 )
 from moesim.trace.spans import Span
+from moesim.trace.timeline_marks import LABEL_GID
 from tests.test_trace_fixtures import MS, hot_expert_result, many_rank_result
 
 
@@ -30,6 +31,11 @@ def _bars(coll) -> list[tuple[float, float]]:
     (path,) = coll.get_paths()
     rects = path.vertices.reshape(-1, 5, 2)
     return sorted((r[:, 0].min(), r[:, 0].max()) for r in rects)
+
+
+def _stall_texts(ax):
+    """Texts other than the layer strip's labels."""
+    return [t for t in ax.texts if t.get_gid() != LABEL_GID]
 
 
 def _n_bars(ax) -> int:
@@ -47,11 +53,12 @@ def test_timeline_two_ranks():
         "timeline:compute", "timeline:dp", "timeline:ep_combine", "timeline:ep_dispatch",
         "timeline:stall"]
     assert _n_bars(ax) == len(res.spans)  # no two spans of one kind touch on a row here
-    texts = [t.get_text() for t in ax.texts]
+    texts = [t.get_text() for t in _stall_texts(ax)]
     assert texts == ["1.20 ms ← rank 1 e3"]
     assert ax.get_xlabel() == "time in step (ms)"
     assert {t.get_text() for t in ax.get_legend().get_texts()} == {
-        "compute", "ep_dispatch", "ep_combine", "dp", "stall"}
+        "compute", "ep_dispatch", "ep_combine", "dp", "stall", "forward (strip: layer)",
+        "backward (strip: layer)"}
 
 
 def test_timeline_zoom_ranks_and_layers():
@@ -88,7 +95,7 @@ def test_timeline_touching_spans_become_one_bar():
 def test_timeline_8_ranks_one_row_each():
     ax = plot_timeline(many_rank_result(8), new_figure().add_subplot())
     assert len(ax.get_yticklabels()) == 8
-    assert len(ax.texts) == 3  # the three worst stalls are annotated
+    assert len(_stall_texts(ax)) == 3  # the three worst stalls are annotated
 
 
 def test_timeline_rows_grouping():
@@ -108,7 +115,7 @@ def test_timeline_2048_ranks_aggregates():
     stall = next(b for b in bars if b.get_label() == "stall")
     assert stall[0].get_width() == pytest.approx(31 / 32 * 50)
     assert stall[1].get_width() == pytest.approx(50)
-    assert "(hot)" in ax.get_yticklabels()[0].get_text()
+    assert "(1 hot)" in ax.get_yticklabels()[0].get_text()
 
 
 def test_experts_heatmap():
@@ -154,11 +161,14 @@ def test_links_series():
                         1: [(0.0, 225e9)], 3: [(3.5e-3, 50e9), (4e-3, 0.0)]}
     fig = new_figure()
     ax = plot_links(res, fig.add_subplot(), bins=9)
-    img = ax.get_images()[0].get_array()
-    assert img.shape == (3, 9)  # 3 links carried bytes, 9 bins of 0.5 ms
-    np.testing.assert_allclose(img[0], [0, 0, 100, 0, 0, 0, 0, 0, 0], atol=1e-9)  # gpu0 NVLink
-    np.testing.assert_allclose(img[1], [50] * 9, atol=1e-9)                       # gpu1 NVLink
-    np.testing.assert_allclose(img[2], [0] * 7 + [100, 0], atol=1e-9)             # NIC
+    mesh = next(c for c in ax.collections if c.get_gid() == "links:heatmap")
+    img = np.asarray(mesh.get_array()).reshape(3, -1)
+    # 3 links carried bytes; the bins are the intervals between the rate changes:
+    # 0-1, 1-1.5, 1.5-3.5, 3.5-4, 4-4.5 ms
+    assert [t.get_text() for t in ax.get_xticklabels()] == ["0", "1", "1.5", "3.5", "4", "4.5"]
+    np.testing.assert_allclose(img[0], [0, 100, 0, 0, 0], atol=1e-9)   # gpu0 NVLink
+    np.testing.assert_allclose(img[1], [50] * 5, atol=1e-9)            # gpu1 NVLink
+    np.testing.assert_allclose(img[2], [0, 0, 0, 100, 0], atol=1e-9)   # NIC
     labels = [t.get_text() for t in ax.get_yticklabels()]
     assert labels[0].startswith("NVLink: gpu0->nvsw0") and labels[2].startswith("NIC: nic0")
     assert len(fig.axes) == 2  # with its colorbar

@@ -40,7 +40,7 @@ def test_deltas(tmp_path):
     assert stall["delta"] == pytest.approx(-0.6) and stall["delta_pct"] == pytest.approx(-100)
     tp = _row(rows, "throughput (tokens/s)")
     assert tp["delta_pct"] == pytest.approx(25.0)
-    assert _row(rows, "dropped tokens")["delta"] == -100
+    assert _row(rows, "dropped assignments")["delta"] == -100
     same = _row(rows, "breakdown compute (ms)")
     assert same["delta"] == 0 and same["delta_pct"] == 0
     zero = _row(rows, "breakdown tp (ms)")

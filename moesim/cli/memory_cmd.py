@@ -1,7 +1,9 @@
 """``moesim memory SCENARIO``: per-stage memory of one rank, against device capacity.
 
 Every rank of a pipeline stage holds the same layers and (with balanced routing) the
-same bytes, so the table has one row per stage. Activations alive come from the
+same bytes, so the table has one row per stage, plus a row for the stage's most loaded
+rank where skewed routing gives it larger token buffers
+(:func:`moesim.memory.routed.stage_max_rows`). Activations alive come from the
 schedule (:func:`moesim.schedule.inflight_microbatches`): GPipe keeps m micro-batches,
 1F1B p-s on stage s; an interleaved rank holds v chunks, each counted with its own
 layers. Categories from :func:`moesim.memory.model.memory_per_rank`.
@@ -13,6 +15,7 @@ import argparse
 import json
 
 from moesim.memory.report import memory_table
+from moesim.memory.routed import stage_max_rows
 from moesim.scenario import load_scenario, resolve
 from moesim.units import GB
 
@@ -40,21 +43,44 @@ def format_table(t: dict) -> str:
         f"{'optim':>8} {'activ':>8} {'buffers':>8} {'recomp':>8} {'total':>8} "
         f"{'capacity':>8}  OOM",
     ]
+    hows = set()
     for r in t["stages"]:
-        lines.append(
-            f"{r['stage']:>5} {r['layers']:>6} {r['inflight']:>8} {_gb(r['weights'])} "
-            f"{_gb(r['gradients'])} {_gb(r['optimizer'])} {_gb(r['activations'])} "
-            f"{_gb(r['token_buffers'])} {_gb(r['recompute_workspace'])} {_gb(r['peak_bytes'])} "
-            f"{_gb(r['capacity_bytes'])}  {'OOM' if r['oom'] else 'ok'}")
+        rows = [(f"{r['stage']:>5}", r)]
+        mx = r.get("max_rank")
+        if mx and mx["peak_bytes"] > r["peak_bytes"]:
+            rows.append((f"r{mx['rank']:<4}"[:5].rjust(5), mx))
+            hows.add(mx["how"])
+        for label, x in rows:
+            lines.append(
+                f"{label} {x['layers']:>6} {x['inflight']:>8} {_gb(x['weights'])} "
+                f"{_gb(x['gradients'])} {_gb(x['optimizer'])} {_gb(x['activations'])} "
+                f"{_gb(x['token_buffers'])} {_gb(x['recompute_workspace'])} "
+                f"{_gb(x['peak_bytes'])} {_gb(x['capacity_bytes'])}  "
+                f"{'OOM' if x['oom'] else 'ok'}")
     lines.append("inflight: activation sets alive at the stage's peak (micro-batches; "
                  "chunks when interleaved)")
+    if hows:
+        lines.append("r<N>: the stage's most loaded rank, whose experts receive more tokens "
+                     "(larger token buffers); "
+                     + ("routed exactly as the run routes them, so its total is the run's "
+                        "peak" if hows == {"routed"} else
+                        "from expected expert shares (too many micro-batches to route "
+                        "here): the run's peak also has sampling variation"))
+    lines.append(f"peak over all ranks: {t['peak_bytes_max'] / GB:.2f} GB")
     lines += [f"warning: {w}" for w in t["warnings"]]
     return "\n".join(lines)
 
 
 def run(args: argparse.Namespace) -> int:
     scn = load_scenario(args.scenario, args.overrides, resolve=False)
-    table = memory_table(resolve(scn))
+    res = resolve(scn)
+    table = memory_table(res)
+    maxr = stage_max_rows(res)
+    for row in table["stages"]:
+        if row["stage"] in maxr:
+            row["max_rank"] = maxr[row["stage"]]
+    table["peak_bytes_max"] = max(max(r["peak_bytes"], r.get("max_rank", r)["peak_bytes"])
+                                  for r in table["stages"])
     if args.json:
         print(json.dumps(table, indent=2))
     else:

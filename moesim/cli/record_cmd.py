@@ -15,7 +15,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="router bias added to the logits")
     parser.add_argument("--zipf-s", type=float, default=d.zipf_s, help="zipf exponent")
     parser.add_argument("--hot-fraction", type=float, default=d.hot_fraction,
-                        help="target share of assignments for hot expert 0")
+                        help="target share of (token, expert) assignments for hot expert 0 "
+                             "(with top-k, k times that share of the tokens pick it)")
     parser.add_argument("--hidden", type=int, default=d.hidden, help="model dim")
     parser.add_argument("--ffn", type=int, default=d.ffn, help="expert FFN dim (SwiGLU)")
     parser.add_argument("--experts", type=int, default=d.experts)

@@ -80,7 +80,8 @@ def text_summary(s: dict, out: Path | None) -> str:
     ex = s.get("experts", {})
     if ex.get("max_over_mean"):
         lines.append(f"  experts: max/mean load {ex['max_over_mean_max']:.2f}, "
-                     f"lb loss {ex['lb_loss_mean']:.3f}, dropped {ex['dropped_total']:,} tokens")
+                     f"lb loss {ex['lb_loss_mean']:.3f}, dropped {ex['dropped_total']:,} "
+                     "(token, expert) assignments summed over layers and micro-batches")
     mem = s.get("memory", {})
     if mem:
         lines.append(f"  memory: peak {mem['peak_bytes_max'] / 1e9:.1f} GB of "

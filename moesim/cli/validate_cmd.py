@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import sys
 from pathlib import Path
 
 OUT_FILES = ("validation.json", "overlay.png")
@@ -80,6 +81,7 @@ def run(args: argparse.Namespace) -> int:
     from moesim.outputs import check_dir_target, make_dir, write_text
     from moesim.validation.calibration import load_calibration
     from moesim.validation.gpu_trace import gpu_traces
+    from moesim.validation.host_facts import warning_line
     from moesim.validation.ingest import ingest, trace_files
     from moesim.validation.validate import validate
 
@@ -105,6 +107,10 @@ def run(args: argparse.Namespace) -> int:
                          args.step)
     doc = v.to_json()
     doc["calibration"] = args.calibration
+    doc["host_warning"] = warning_line(json.loads(Path(args.calibration).read_text()),
+                                       args.trace_dir)
+    if doc["host_warning"]:
+        print(doc["host_warning"], file=sys.stderr)
     if out is not None:
         make_dir(out)
         write_text(out / "validation.json", json.dumps(doc, indent=1) + "\n", force=args.force)
@@ -115,7 +121,8 @@ def run(args: argparse.Namespace) -> int:
                  else f"{args.trace_dir} step {step}", args.force)
     if args.json:
         print(json.dumps({k: doc[k] for k in ("ranks", "median_abs_error", "steps", "averaging",
-                                              "units", "source", "calibration")}, indent=1))
+                                              "units", "source", "calibration",
+                                              "host_warning")}, indent=1))
     else:
         print(text_table(doc, args.trace_dir, args.calibration))
         if out is not None:

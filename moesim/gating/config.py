@@ -19,7 +19,7 @@ from __future__ import annotations
 import csv
 import json
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -51,6 +51,12 @@ class RoutingConfig:
     zipf_s          zipf exponent: share of the r-th most popular expert ∝ 1/r**s
     hot_experts     hot set: tuple of expert ids, or an int n meaning experts 0..n-1
     hot_fraction    share of routed (token, expert) assignments going to the hot set
+                    (with top-k, a token makes k assignments: 0.4 at top-2 means 80 %
+                    of the tokens pick the hot expert)
+    hot_token_fraction  share of TOKENS that pick a hot expert among their top-k (summed
+                    over the hot set); None = use hot_fraction. With k distinct picks
+                    per token, hot_fraction = hot_token_fraction / k. Exclusive with
+                    hot_fraction.
     alpha           dirichlet concentration per expert (small = skewed)
     file            path of a counts file (layers × experts) the shares come from
     counts          the loaded counts (filled by routing_from_dict from ``file``)
@@ -77,6 +83,7 @@ class RoutingConfig:
     zipf_s: float = 1.0
     hot_experts: tuple[int, ...] | int = 1
     hot_fraction: float = 0.5
+    hot_token_fraction: float | None = None
     alpha: float = 1.0
     file: str | None = None
     counts: tuple[tuple[float, ...], ...] | None = None
@@ -93,7 +100,7 @@ class RoutingConfig:
 
 
 _FIELDS = (
-    "kind", "zipf_s", "hot_experts", "hot_fraction", "alpha", "file", "drift",
+    "kind", "zipf_s", "hot_experts", "hot_fraction", "hot_token_fraction", "alpha", "file", "drift",
     "drift_rate", "top_k", "capacity_factor", "drop_policy", "max_nodes", "jitter",
     "replicate", "replica_split", "path",
 )
@@ -202,6 +209,15 @@ def load_counts(path: Path, source: str) -> tuple[tuple[float, ...], ...]:
     return tuple(tuple(float(x) for x in row) for row in arr)
 
 
+def with_top_k(cfg: RoutingConfig, top_k: int) -> RoutingConfig:
+    """``cfg`` with ``hot_fraction`` (a share of assignments) worked out from
+    ``hot_token_fraction`` (a share of tokens) for ``top_k`` distinct picks per token:
+    each token makes k assignments, so hot_fraction = hot_token_fraction / k."""
+    if cfg.hot_token_fraction is None:
+        return cfg
+    return replace(cfg, hot_fraction=cfg.hot_token_fraction / top_k)
+
+
 def routing_from_dict(d: dict | None, source: str) -> RoutingConfig:
     """Validate the ``routing:`` mapping of ``source`` into a :class:`RoutingConfig`.
 
@@ -219,7 +235,14 @@ def routing_from_dict(d: dict | None, source: str) -> RoutingConfig:
     kw: dict[str, Any] = {"kind": kind}
     kw["zipf_s"] = _num(d, "zipf_s", source, 0.0, 20.0, default=1.0)
     kw["hot_experts"] = _hot_experts(d.get("hot_experts", 1), source)
-    kw["hot_fraction"] = _num(d, "hot_fraction", source, 0.0, 1.0, default=0.5)
+    if d.get("hot_fraction") is not None:   # null: the default (e.g. --set ...=null)
+        kw["hot_fraction"] = _num(d, "hot_fraction", source, 0.0, 1.0)
+    if d.get("hot_token_fraction") is not None:
+        if d.get("hot_fraction") is not None:
+            raise InputError(source, "routing.hot_token_fraction",
+                             "either hot_fraction (share of assignments) or hot_token_fraction "
+                             "(share of tokens), not both", d["hot_token_fraction"])
+        kw["hot_token_fraction"] = _num(d, "hot_token_fraction", source, 0.0, math.inf)
     kw["alpha"] = _num(d, "alpha", source, 0.0, lo_open=True, default=1.0)
     kw["drift"] = _choice(d, "drift", DRIFTS, source, "none")
     kw["drift_rate"] = _num(d, "drift_rate", source, 0.0, 10.0, default=0.0)

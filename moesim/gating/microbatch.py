@@ -15,7 +15,7 @@ import numpy as np
 from moesim.errors import InputError
 from moesim.gating import dedup
 from moesim.gating.balance import lb_loss
-from moesim.gating.config import RoutingConfig
+from moesim.gating.config import RoutingConfig, with_top_k
 from moesim.gating.matrices import byte_matrices
 from moesim.gating.placement import Placement
 from moesim.gating.router import (
@@ -118,8 +118,11 @@ def route_microbatch(cfg: RoutingConfig, *, n_experts: int, top_k: int,
         raise InputError(source, "routing.top_k", f"1 <= top_k <= {n_experts} experts", k)
     node = _check_node_limit(cfg, placement, ranks_per_node, k, source)
 
+    cfg = with_top_k(cfg, k)
     q = expert_shares(cfg, n_experts, seed=seed, step=step, layer=layer, source=source)
-    pi = inclusion_probs(q, k, strict=cfg.kind == "hot", source=source)
+    pi = inclusion_probs(q, k, strict=cfg.kind == "hot", source=source,
+                         hot_field="routing.hot_fraction" if cfg.hot_token_fraction is None
+                         else "routing.hot_token_fraction")
     rng = np.random.default_rng([seed, STREAM_ROUTE, step, layer, microbatch])
     n_tok = int(t.sum())
     path = cfg.path

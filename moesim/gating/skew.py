@@ -93,16 +93,17 @@ def expert_shares(cfg: RoutingConfig, n_experts: int, *, seed: int, step: int, l
 
 
 def inclusion_probs(q: np.ndarray, top_k: int, *, strict: bool, source: str = "routing",
-                    field: str = "routing.kind") -> np.ndarray:
+                    field: str = "routing.kind", hot_field: str = "routing.hot_fraction"
+                    ) -> np.ndarray:
     """pi = k·q capped at 1 (water-filling). With ``strict`` (kind hot, where the
     user asked for an exact share) a share above what k distinct picks allow is an
-    InputError instead."""
+    InputError instead, naming ``hot_field``."""
     n_pos = int(np.count_nonzero(q > 0))
     if n_pos < top_k:
         raise InputError(source, field,
                          f"at least top_k={top_k} experts with a non-zero share", n_pos)
     if strict and np.any(q * top_k > 1.0 + 1e-12):
-        raise InputError(source, "routing.hot_fraction",
+        raise InputError(source, hot_field,
                          f"a share per hot expert <= 1/top_k = {1.0 / top_k:.4g} "
                          "(a token picks an expert at most once)", float(q.max()))
     return cap_probs(q, top_k)

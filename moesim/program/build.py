@@ -31,6 +31,7 @@ from moesim.memory.model import split_layers
 from moesim.model import costs
 from moesim.program.ep_backend import EPBackend
 from moesim.program.grads import GradientOps
+from moesim.program.hot import hot_ranks
 from moesim.program.ops import Op
 from moesim.program.overlap import PairRule, ep_stream, interleave
 from moesim.program.replicas import ReplicaMap, replica_map
@@ -220,11 +221,7 @@ class Builder(GradientOps):
     def _hot_ranks(self) -> list[int]:
         if not self.moe_layers or self.received.size == 0:
             return []
-        load = self.received.sum(axis=1)
-        if load.max() <= 0:
-            return []
-        mean = load[load > 0].mean()
-        return [int(r) for r in np.flatnonzero(load >= 1.2 * mean)]
+        return hot_ranks(self.received, self.lay.coords["pp"])
 
     def _rank_program(self, rank: int) -> list[Op]:
         lay = self.lay

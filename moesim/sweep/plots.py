@@ -36,8 +36,8 @@ UNITS: dict[str, tuple[str, float]] = {
     "memory.peak_bytes_max": ("peak memory per GPU (GB)", 1e-9),
 }
 # axes that measure expert skew, in order of preference for the x axis
-SKEW_KEYS = ("routing.hot_fraction", "routing.zipf_s", "routing.alpha",
-             "routing.capacity_factor")
+SKEW_KEYS = ("routing.hot_fraction", "routing.hot_token_fraction", "routing.zipf_s",
+             "routing.alpha", "routing.capacity_factor")
 
 
 def label(metric: str) -> tuple[str, float]:

@@ -15,6 +15,10 @@ One builder, :func:`build_cluster`, covers every preset:
 
 NICs: ``nic_attach: gpu`` gives one NIC per GPU on a PCIe link to it (DGX: one
 ConnectX-7 per GPU); ``nic_attach: pcie_switch`` one NIC per PCIe switch.
+``nics_per_node: k`` (a divisor of the GPUs, or of the PCIe switches) gives k NICs
+per server instead, each shared by consecutive GPUs (switches), every GPU on its own
+PCIe link to its NIC: ``nics_per_node: 1`` with NVSwitch is a server whose GPUs
+all send through one NIC.
 Fabric (only when ``nodes > 1``): ``nodes_per_leaf`` servers per leaf group.
 Rail-optimized: NIC r of every server in a group goes to the rail-r leaf of that
 group; otherwise all NICs of a server go to the group's one leaf. Every leaf links
@@ -48,6 +52,7 @@ class ClusterSpec:
     intra: str = "nvswitch"
     rail_optimized: bool = True
     nic_attach: str = "gpu"
+    nics_per_node: int = 0           # 0: one per GPU (nic_attach gpu) or per PCIe switch
     fabric_kind: str = "ib"          # link kind of NIC<->leaf and leaf<->spine links
     nodes_per_leaf: int = 32
     spines: int = 0                  # 0: automatic, ceil(leaves / 2)
@@ -77,8 +82,17 @@ class ClusterSpec:
         return self.cpus * self.pcie_switches_per_cpu
 
     @property
-    def nics_per_node(self) -> int:
+    def n_nics(self) -> int:
+        """NICs per server: ``nics_per_node``, else one per GPU or per PCIe switch."""
+        if self.nics_per_node > 0:
+            return self.nics_per_node
         return self.gpus_per_node if self.nic_attach == "gpu" else self.n_switches
+
+    def nic_of(self, local: int) -> int:
+        """The NIC (index in its server) that GPU ``local`` (or PCIe switch) sends on:
+        consecutive GPUs share one when there are fewer NICs than GPUs."""
+        per = (self.gpus_per_node if self.nic_attach == "gpu" else self.n_switches) // self.n_nics
+        return local // per
 
     @property
     def has_fabric(self) -> bool:
@@ -92,7 +106,7 @@ class ClusterSpec:
     def n_leaves(self) -> int:
         if not self.has_fabric:
             return 0
-        return self.leaf_groups * (self.nics_per_node if self.rail_optimized else 1)
+        return self.leaf_groups * (self.n_nics if self.rail_optimized else 1)
 
     @property
     def n_spines(self) -> int:
@@ -103,7 +117,7 @@ class ClusterSpec:
     @property
     def uplink_GBps(self) -> float:
         """Line rate of one leaf->spine link (GB/s per direction)."""
-        ports = self.nodes_per_leaf * (1 if self.rail_optimized else self.nics_per_node)
+        ports = self.nodes_per_leaf * (1 if self.rail_optimized else self.n_nics)
         assert self.nic_GBps is not None
         return ports * self.nic_GBps / self.oversubscription / max(self.n_spines, 1)
 
@@ -146,6 +160,14 @@ def validate_spec(spec: ClusterSpec, source: str) -> None:
     for name in ("nodes", "gpus_per_node", "nodes_per_leaf", "cpus", "pcie_switches_per_cpu"):
         if getattr(spec, name) < 1:
             raise bad(name, "an integer >= 1")
+    if spec.nics_per_node < 0:
+        raise bad("nics_per_node", "an integer >= 0 (0: one NIC per GPU or PCIe switch)")
+    if spec.nics_per_node > 0:
+        attach = spec.gpus_per_node if spec.nic_attach == "gpu" else spec.n_switches
+        if attach % spec.nics_per_node:
+            raise bad("nics_per_node", f"a divisor of the {attach} "
+                      + ("GPUs" if spec.nic_attach == "gpu" else "PCIe switches")
+                      + " per node it is shared by")
     if spec.spines < 0:
         raise bad("spines", "an integer >= 0 (0: automatic)")
     if spec.oversubscription <= 0:
@@ -177,7 +199,7 @@ class ClusterIndex:
 
     def leaf_of(self, host: int, nic: int) -> int:
         group = host // self.spec.nodes_per_leaf
-        return group * self.spec.nics_per_node + nic if self.spec.rail_optimized else group
+        return group * self.spec.n_nics + nic if self.spec.rail_optimized else group
 
 
 def _link(g: nx.DiGraph, u: str, v: str, kind: str, gbps: float, eff: float, lat_us: float) -> None:
@@ -224,17 +246,19 @@ def build_cluster(spec: ClusterSpec) -> tuple[nx.DiGraph, ClusterIndex]:
                 attach = switches
         nic_row: list[str] = []
         if s.has_fabric:
-            for k in range(s.nics_per_node):
+            for k in range(s.n_nics):
                 nic = f"n{h}.nic{k}"
                 g.add_node(nic, kind="nic", host=h, local=-1)
-                _link(g, attach[k], nic, "pcie", s.pcie_GBps, s.pcie_efficiency, s.pcie_latency_us)
                 nic_row.append(nic)
+            for a, name in enumerate(attach):
+                _link(g, name, nic_row[s.nic_of(a)], "pcie", s.pcie_GBps, s.pcie_efficiency,
+                      s.pcie_latency_us)
         nics.append(nic_row)
 
     leaves: list[str] = []
     for grp in range(s.leaf_groups if s.has_fabric else 0):
         if s.rail_optimized:
-            leaves += [f"leaf{grp}.rail{r}" for r in range(s.nics_per_node)]
+            leaves += [f"leaf{grp}.rail{r}" for r in range(s.n_nics)]
         else:
             leaves.append(f"leaf{grp}")
     for name in leaves:

@@ -2,8 +2,10 @@
 
 Rules (``ROUTINGS``):
 
-* ``shortest`` -- fewest hops; among those, least total latency; remaining ties go
-  to the lowest link id at each hop (deterministic).
+* ``shortest`` -- fewest hops; among those, the widest bottleneck (highest
+  ``bandwidth_Bps`` of the path's slowest link: NVLink before PCIe when both take
+  two hops), then least total latency; remaining ties go to the lowest link id at
+  each hop (deterministic).
 * ``ecmp`` -- the same set of equal-cost paths (same hops, same latency); at each
   node with several equal-cost next hops, pick one by ``zlib.crc32`` of
   ``"src>dst#key@node"`` (stable across runs and machines, unlike ``hash``).
@@ -62,7 +64,9 @@ class GraphRouter:
         n = len(self._names)
         self._out: list[list[tuple[int, int, int]]] = [[] for _ in range(n)]
         self._in: list[list[tuple[int, int]]] = [[] for _ in range(n)]
+        self._bw: dict[int, float] = {}
         for u, v, d in graph.edges(data=True):
+            self._bw[d["id"]] = float(d.get("bandwidth_Bps", 0.0))
             ps = round(d["latency_s"] * 1e12)  # integer picoseconds: exact sums
             self._out[self._idx[u]].append((d["id"], self._idx[v], ps))
             self._in[self._idx[v]].append((self._idx[u], ps))
@@ -77,6 +81,7 @@ class GraphRouter:
                 self._gpu_at[hl] = name
                 self._host_local[name] = hl
         self._trees: dict[int, tuple[list[int], list[int]]] = {}
+        self._wide: dict[int, tuple[list[float], list[int]]] = {}
 
     def _tree(self, d: int) -> tuple[list[int], list[int]]:
         """(hops, latency_ps) from every node to ``d``; hops -1 when unreachable."""
@@ -102,6 +107,27 @@ class GraphRouter:
         self._trees[d] = (hops, lat)
         return hops, lat
 
+    def _widest(self, d: int) -> tuple[list[float], list[int]]:
+        """Over the fewest-hop paths to ``d``: the widest bottleneck (bytes/s) from every
+        node, and the least latency (ps) among the widest (layer by layer in hops)."""
+        hit = self._wide.get(d)
+        if hit is not None:
+            return hit
+        hops, _ = self._tree(d)
+        n = len(self._names)
+        width, lat = [0.0] * n, [0] * n
+        width[d] = float("inf")
+        for u in sorted((u for u in range(n) if hops[u] > 0), key=lambda u: hops[u]):
+            best = (-1.0, 0)
+            for lid, v, ps in self._out[u]:
+                if hops[v] == hops[u] - 1 and (v == d or self._forwards[v]):
+                    cand = (min(self._bw[lid], width[v]), -(lat[v] + ps))
+                    if cand > best:
+                        best = cand
+            width[u], lat[u] = best[0], -best[1]
+        hit = self._wide[d] = (width, lat)
+        return hit
+
     def _walk(self, src: str, dst: str, label: str, ecmp: bool) -> list[int]:
         s, d = self._idx[src], self._idx[dst]
         hops, lat = self._tree(d)
@@ -109,6 +135,15 @@ class GraphRouter:
             raise ValueError(f"no path from {src} to {dst}")
         path: list[int] = []
         u = s
+        if not ecmp and self.policy == "shortest":
+            width, wlat = self._widest(d)
+            while u != d:
+                lid, u = next((lid, v) for lid, v, ps in self._out[u]
+                              if hops[v] == hops[u] - 1 and (v == d or self._forwards[v])
+                              and min(self._bw[lid], width[v]) == width[u]
+                              and wlat[v] + ps == wlat[u])
+                path.append(lid)
+            return path
         while u != d:
             cands = [(lid, v) for lid, v, ps in self._out[u]
                      if hops[v] == hops[u] - 1 and lat[v] + ps == lat[u]
@@ -135,8 +170,10 @@ class GraphRouter:
 
 
 class ClusterRouter:
-    """Structural routes of a ``build_cluster`` graph (intra nvswitch or none, one
-    NIC per GPU). Falls back to ``GraphRouter`` for any other endpoint pair."""
+    """Structural routes of a ``build_cluster`` graph (intra nvswitch or none, NICs on
+    GPUs: one per GPU, or shared by consecutive GPUs with ``nics_per_node``; rail
+    relays only where the source's NIC is not the destination's rail). Falls back to
+    ``GraphRouter`` for any other endpoint pair."""
 
     def __init__(self, graph: nx.DiGraph, index: ClusterIndex, policy: str,
                  link_id: dict[tuple[str, str], int]) -> None:
@@ -152,9 +189,10 @@ class ClusterRouter:
                     for h, row in enumerate(index.gpu)]
         self._down = [[lid[(index.nvswitch[h], g)] for g in row] if index.nvswitch[h] else []
                       for h, row in enumerate(index.gpu)]
-        self._g2n = [[lid[(g, nic)] for g, nic in zip(row, index.nic[h], strict=True)]
+        self._nic = [spec.nic_of(i) for i in range(spec.gpus_per_node)]   # GPU -> its NIC
+        self._g2n = [[lid[(g, index.nic[h][self._nic[i]])] for i, g in enumerate(row)]
                      for h, row in enumerate(index.gpu)] if spec.has_fabric else []
-        self._n2g = [[lid[(nic, g)] for g, nic in zip(row, index.nic[h], strict=True)]
+        self._n2g = [[lid[(index.nic[h][self._nic[i]], g)] for i, g in enumerate(row)]
                      for h, row in enumerate(index.gpu)] if spec.has_fabric else []
         self._n2l = [[lid[(nic, index.leaf[index.leaf_of(h, k)])] for k, nic in enumerate(nics)]
                      for h, nics in enumerate(index.nic)]
@@ -169,12 +207,15 @@ class ClusterRouter:
 
     def _fabric(self, a: int, i: int, b: int, j: int, src: str, dst: str, key: int,
                 ecmp: bool) -> list[int]:
-        la, lb = self._leaf[a][i], self._leaf[b][j]
+        ka, kb = self._nic[i], self._nic[j]
+        if a == b and ka == kb:      # GPUs sharing a NIC (no NVSwitch): through the NIC
+            return [self._g2n[a][i], self._n2g[b][j]]
+        la, lb = self._leaf[a][ka], self._leaf[b][kb]
         if la == lb:
-            return [self._g2n[a][i], self._n2l[a][i], self._l2n[b][j], self._n2g[b][j]]
+            return [self._g2n[a][i], self._n2l[a][ka], self._l2n[b][kb], self._n2g[b][j]]
         k = ecmp_pick(self._n_spines, _label(src, dst, key), self._ix.leaf[la]) if ecmp else 0
-        return [self._g2n[a][i], self._n2l[a][i], self._l2s[la][k], self._s2l[k][lb],
-                self._l2n[b][j], self._n2g[b][j]]
+        return [self._g2n[a][i], self._n2l[a][ka], self._l2s[la][k], self._s2l[k][lb],
+                self._l2n[b][kb], self._n2g[b][j]]
 
     def _direct(self, a: int, i: int, b: int, j: int, src: str, dst: str, key: int,
                 ecmp: bool) -> list[int]:
@@ -194,7 +235,7 @@ class ClusterRouter:
                 self._fallback = GraphRouter(self._graph, self.policy)
             return self._fallback.route(src, dst, key)
         (a, i), (b, j) = ps, pd
-        if self.policy == "rail" and a != b and i != j and self._nvswitch:
+        if self.policy == "rail" and a != b and self._nic[i] != self._nic[j] and self._nvswitch:
             # without NVSwitch the relay leg ends on the relay's own NIC: a loop, skipped
             return tuple(self._direct(a, i, a, j, src, dst, key, True)
                          + self._fabric(a, j, b, j, src, dst, key, True))

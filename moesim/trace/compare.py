@@ -72,7 +72,7 @@ def metrics(s: dict) -> dict[str, float | None]:
     ex = s.get("experts") or {}
     for key, fallback, label, reduce in (
             ("max_over_mean_max", "max_over_mean", "expert max/mean (worst layer)", max),
-            ("dropped_total", "dropped", "dropped tokens", sum),
+            ("dropped_total", "dropped", "dropped assignments", sum),
             ("lb_loss_mean", "lb_loss", "lb loss (mean over layers)", _mean)):
         if ex.get(key) is not None:
             m[label] = _num(ex[key])

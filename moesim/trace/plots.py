@@ -17,8 +17,10 @@ from matplotlib.patches import Patch
 from matplotlib.path import Path
 
 from moesim.engine.breakdown import breakdown
+from moesim.trace.link_bins import adaptive_edges
 from moesim.trace.result import SimResult
 from moesim.trace.spans import COMM_KINDS, KINDS, Span
+from moesim.trace.timeline_marks import mark_layers, min_width_ms, phase_handles
 
 KIND_COLORS = {
     "compute": "#4C72B0", "ep_dispatch": "#55A868", "ep_combine": "#8FD694", "tp": "#8172B3",
@@ -113,7 +115,10 @@ def plot_timeline(result: SimResult, ax: Axes, ranks: Iterable[int] | None = Non
                   annotate: int = 3) -> Axes:
     """Gantt chart, one row per rank: compute (top lane), communication by kind (middle),
     bubble and stall (bottom); spans of the compute stream that are communication or waits
-    are drawn in their kind's lane. Hot-expert ranks are labelled in red; the ``annotate``
+    are drawn in their kind's lane; communication at least a few pixels wide
+    (:func:`moesim.trace.timeline_marks.min_width_ms`). A strip above the rows marks the
+    first rank's layers, forward and backward (:func:`~moesim.trace.timeline_marks.mark_layers`).
+    Hot-expert ranks are labelled in red; the ``annotate``
     longest stalls are labelled with their blocking rank and expert. With more than
     ``max_rows`` ranks, draws per node (or group of nodes) a stacked bar of the mean
     fraction of the step in each category of :func:`moesim.engine.breakdown.breakdown`
@@ -134,15 +139,15 @@ def plot_timeline(result: SimResult, ax: Axes, ranks: Iterable[int] | None = Non
     lane_h, lane_y = 0.26, (0.08, 0.38, 0.68)
     t0 = min((s.start_s for s in spans), default=0.0) * 1e3
     t1 = max((s.end_s for s in spans), default=result.step_time_s) * 1e3
-    min_w = (t1 - t0) / 1500  # about one pixel: shorter spans are widened to stay visible
     by_kind: dict[str, list[tuple[int, float, float]]] = {}
     for sp in spans:
         by_kind.setdefault(sp.kind, []).append((row_of[sp.rank], sp.start_s, sp.end_s))
     kinds_seen = []
     for kind in sorted(by_kind):  # one collection per kind, drawn in the old (kind, row) order
         lane = _lane(Span(0, "", kind, "", 0, 0))
-        verts = _bar_verts(np.array(by_kind[kind], dtype=float), min_w,
-                           np.array(lane_y[lane]), lane_h)
+        # shorter spans are widened to stay visible (communication: a few pixels)
+        verts = _bar_verts(np.array(by_kind[kind], dtype=float),
+                           min_width_ms(kind, t0, t1), np.array(lane_y[lane]), lane_h)
         coll = PathCollection([_rects_path(verts)], facecolors=KIND_COLORS.get(kind, "grey"),
                               edgecolors="none", snap=True)
         coll.set_gid(f"timeline:{kind}")
@@ -186,9 +191,12 @@ def plot_timeline(result: SimResult, ax: Axes, ranks: Iterable[int] | None = Non
     n = len(rank_list)
     ax.set_title(f"Step timeline: {what}{n} rank{'s' if n != 1 else ''}, "
                  f"step {result.step_time_s * 1e3:.2f} ms"
-                 + (f"; hot-expert ranks {_short_list(sorted(hot))}" if hot else ""))
+                 + (f"; hot-expert ranks {_short_list(sorted(hot))}" if hot else ""), pad=18)
     order = [k for k in KINDS if k in kinds_seen]
-    ax.legend(handles=[Patch(color=KIND_COLORS[k], label=k) for k in order], loc="upper left",
+    mark_layers(ax, spans, rank_list[0], t0, t1)
+    ax.legend(handles=[Patch(color=KIND_COLORS[k], label=k) for k in order]
+              + (phase_handles() if any(s.layer >= 0 for s in spans) else []),
+              loc="upper left",
               bbox_to_anchor=(1.005, 1.0), fontsize=8, frameon=False,
               title="lanes per rank:\ncompute / comm / wait", title_fontsize=7)
     ax.grid(axis="x", alpha=0.3)
@@ -230,7 +238,7 @@ def _timeline_aggregate(result: SimResult, ax: Axes, rank_list: list[int], spans
               for g in rows]
     step_lbl = max(1, len(rows) // 32)
     ax.set_yticks(y[::step_lbl])
-    ax.set_yticklabels([lb + (" (hot)" if hot & set(rows[i]) else "")
+    ax.set_yticklabels([lb + (f" ({len(hot & set(rows[i]))} hot)" if hot & set(rows[i]) else "")
                         for i, lb in enumerate(labels)][::step_lbl], fontsize=7)
     for tick, i in zip(ax.get_yticklabels(), range(0, len(rows), step_lbl), strict=True):
         if hot & set(rows[i]):
@@ -330,7 +338,8 @@ def binned_utilization(series: list[tuple[float, float]], capacity_Bps: float,
 def plot_links(result: SimResult, ax: Axes, top: int = 8, bins: int = 300) -> Axes:
     """The ``top`` busiest links by bytes, grouped by NVLink / PCIe / NIC / leaf-spine.
     With utilization series: a heat-map, one row per link, of the mean utilization (% of
-    capacity) in ``bins`` time bins over the step; without: mean utilization over the
+    capacity) in at most ``bins`` time bins that follow the bursts
+    (:func:`moesim.trace.link_bins.adaptive_edges`); without: mean utilization over the
     step (bytes / capacity / step time) as horizontal bars."""
     ls = result.links
     if ls is None or len(ls.names) == 0:
@@ -359,10 +368,15 @@ def plot_links(result: SimResult, ax: Axes, top: int = 8, bins: int = 300) -> Ax
     step = result.step_time_s
     if busiest and all(i in ls.series for i in busiest):
         order = sorted(busiest, key=order_key)
-        edges = np.linspace(0.0, step, bins + 1)
+        edges = adaptive_edges([ls.series[i] for i in order], step, bins)
         util = np.array([binned_utilization(ls.series[i], cap[i], edges) for i in order]) * 100
-        im = ax.imshow(util, aspect="auto", cmap="magma", vmin=0, vmax=100,
-                       interpolation="nearest", extent=(0, step * 1e3, len(order) - 0.5, -0.5))
+        # one column per bin, bins of any duration equally wide: a burst of microseconds
+        # gets as much room as a quiet stretch of milliseconds
+        nb = len(edges) - 1
+        im = ax.pcolormesh(np.arange(nb + 1), np.arange(len(order) + 1) - 0.5, util,
+                           cmap="magma", vmin=0, vmax=100, shading="flat")
+        im.set_gid("links:heatmap")
+        ax.set_ylim(len(order) - 0.5, -0.5)
         ax.figure.colorbar(im, ax=ax, label="utilization (% of capacity)", pad=0.01)
         ax.set_yticks(range(len(order)))
         ax.set_yticklabels([f"{groups[i]}: {ls.names[i]}  ({nbytes[i] / 1e9:.2f} GB @ "
@@ -370,7 +384,13 @@ def plot_links(result: SimResult, ax: Axes, top: int = 8, bins: int = 300) -> Ax
         for k in range(1, len(order)):
             if groups[order[k]] != groups[order[k - 1]]:
                 ax.axhline(k - 0.5, color="white", lw=1.5)
-        ax.set_xlabel(f"time in step (ms); mean over {bins} bins of {step / bins * 1e3:.3g} ms")
+        w = np.diff(edges) * 1e3
+        ticks = np.unique(np.linspace(0, nb, min(nb, 10) + 1).round().astype(int))
+        ax.set_xticks(ticks)
+        ax.set_xticklabels([f"{edges[i] * 1e3:.4g}" for i in ticks], fontsize=7)
+        ax.set_xlim(0, nb)
+        ax.set_xlabel(f"time in step (ms), NOT to scale: one column per bin, {nb} bins "
+                      f"placed where the rates change ({w.min():.3g} to {w.max():.3g} ms wide)")
         ax.set_title(f"Utilization over time of the {len(order)} busiest links "
                      f"(of {len(ls.names)}), grouped by kind")
         return ax

@@ -21,6 +21,7 @@ import numpy as np
 from moesim import __version__
 from moesim.errors import InputError
 from moesim.outputs import Outputs, check_dir_target, foreign_files, run_manifest
+from moesim.program.hot import HOT_RULE
 from moesim.trace.chrome import write_chrome_trace
 from moesim.trace.plots import (
     new_figure,
@@ -32,6 +33,7 @@ from moesim.trace.plots import (
 from moesim.trace.result import SimResult
 from moesim.trace.stalls import (
     path_breakdown,
+    stall_over_ranks,
     stall_table,
     stall_totals,
     top_stalls,
@@ -69,9 +71,11 @@ def full_summary(result: SimResult, n_top: int = 10, rows: list[dict] | None = N
     if isinstance(s.get("scenario"), str):
         s["scenario_name"] = s["scenario"]
     rows = stall_table(result) if rows is None else rows
-    s["stalls"] = {**stall_totals(rows), "top": top_stalls(rows, n_top)}
+    s["stalls"] = {**stall_totals(rows), **stall_over_ranks(result, rows),
+                   "top": top_stalls(rows, n_top)}
     s["critical_path"] = path_breakdown(result)
     s["hot_ranks"] = list(result.hot_ranks)
+    s["hot_rule"] = HOT_RULE
     s["n_ranks"] = result.n_ranks
     s["ranks_per_node"] = result.ranks_per_node
     s.setdefault("step_time_s", result.step_time_s)
@@ -101,10 +105,31 @@ def render_markdown(s: dict) -> str:
         pct = v / step * 100 if step else 0.0
         out.append(f"| {k} | {_ms(v)} | {pct:.1f} |")
     st = s.get("stalls") or {}
+    n_ranks = s.get("n_ranks") or 0
+    with_spans = st.get("ranks_with_spans", n_ranks)
     out += ["", "## Top stalls", "",
-            f"Total stall time, summed over ranks: {_ms(st.get('total_s', 0.0))} ms "
-            f"in {st.get('count', 0)} waits (stall spans; the breakdown above counts only "
-            "the part not hidden under compute).", ""]
+            f"Total stall time, summed over all {n_ranks} ranks: "
+            f"{_ms(st.get('total_s', 0.0))} ms (stall spans; the breakdown above counts "
+            "only the part not hidden under compute)."]
+    if with_spans < n_ranks:
+        out.append(f"Spans were kept for {with_spans} of the {n_ranks} ranks; the other "
+                   f"{st.get('ranks_from_breakdown', 0)} count their breakdown's stall. "
+                   f"The table and lists below come from the {st.get('count', 0)} waits "
+                   f"of the ranks with spans ({_ms(st.get('spans_total_s', 0.0))} ms).")
+    else:
+        out.append(f"{st.get('count', 0)} waits.")
+    kept = s.get("spans_kept") or {}
+    if kept.get("ranks"):
+        low = kept.get("lowest") or []
+        lows = (f"{low[0]}–{low[-1]}" if low and low == list(range(low[0], low[-1] + 1))
+                else _short(low))
+        picked = kept.get("per_stage") or []
+        out.append(f"Ranks whose spans were kept ({len(kept['ranks'])}): "
+                   + (f"the lowest {lows}; " if low else "")
+                   + (f"per stage (most-stalled, most-loaded hot): {_short(picked, 64)}; "
+                      if picked else "")
+                   + f"all: {_short(kept['ranks'])}. Rule: {kept.get('rule')}.")
+    out.append("")
     if st.get("top"):
         out += ["| layer | phase | blocking rank | expert | tokens | ms (sum) | waits | cause |",
                 "|---|---|---|---|---|---|---|---|"]
@@ -133,9 +158,13 @@ def render_markdown(s: dict) -> str:
         out += ["", "## Expert load", "",
                 f"- max/mean tokens per expert (worst layer): "
                 f"{_scalar(ex, 'max_over_mean_max', 'max_over_mean', max)}",
-                f"- dropped tokens: {_scalar(ex, 'dropped_total', 'dropped', sum)}",
+                f"- dropped (token, expert) assignments, summed over MoE layers and micro-batches: "
+                f"{_scalar(ex, 'dropped_total', 'dropped', sum)}",
                 f"- load-balancing loss (mean over layers, 1 = balanced): "
                 f"{_scalar(ex, 'lb_loss_mean', 'lb_loss', np.mean)}"]
+        if "hot_ranks" in s:
+            out.append(f"- hot ranks: {_short(s['hot_ranks']) or 'none'} "
+                       f"({s.get('hot_rule', '')})")
         mom = ex.get("max_over_mean")
         if isinstance(mom, list) and 1 < len(mom) <= 64:
             out.append("- max/mean per MoE layer: " + ", ".join(f"{float(x):.2f}" for x in mom))
@@ -157,6 +186,10 @@ def render_markdown(s: dict) -> str:
     out += ["", "## Scenario", "", f"{name} (moesim {s.get('moesim_version')}, seed {s.get('seed')})", "",
             "```json", json.dumps(s.get("scenario"), indent=1, sort_keys=True), "```", ""]
     return "\n".join(out)
+
+
+def _short(xs: list, n: int = 40) -> str:
+    return ", ".join(map(str, xs[:n])) + (f", … ({len(xs)} in all)" if len(xs) > n else "")
 
 
 def _scalar(d: dict, key: str, fallback: str, reduce) -> str:

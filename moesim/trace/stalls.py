@@ -57,6 +57,27 @@ def stall_totals(rows: list[dict]) -> dict:
             "by_expert": order(by_expert), "count": len(rows)}
 
 
+def stall_over_ranks(result: SimResult, rows: list[dict]) -> dict:
+    """Stall seconds summed over EVERY rank: a rank with spans counts its stall spans
+    (``rows``), a rank without (a mirror of identical replicas, a fast-path rank whose
+    spans were not kept) its ``summary["per_rank"]`` breakdown stall, which is its
+    representative's or its own exact total. So ``total_s`` >= the sum of the per-rank
+    breakdown stalls, equal when no stall is hidden under compute."""
+    have = {sp.rank for sp in result.spans}
+    own: dict[int, float] = {}
+    for r in rows:
+        own[r["rank"]] = own.get(r["rank"], 0.0) + r["seconds"]
+    per_rank = (result.summary or {}).get("per_rank") or []
+    total = sum(own.get(r, 0.0) for r in have)
+    filled = 0
+    for row in per_rank:
+        if row.get("rank") not in have:
+            total += float((row.get("breakdown_s") or {}).get("stall", 0.0))
+            filled += 1
+    return {"total_s": total, "spans_total_s": sum(own.values()),
+            "ranks_with_spans": len(have), "ranks_from_breakdown": filled}
+
+
 def top_stalls(rows: list[dict], n: int = 10) -> list[dict]:
     """Stalls grouped by (layer, phase, blocking rank, expert), summed over waiting ranks
     and micro-batches, largest first."""

@@ -48,6 +48,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from moesim.errors import InputError
+from moesim.validation.host_facts import calibration_facts
 from moesim.validation.ingest import TraceSet
 
 FORMAT = "moesim-calibration/1"
@@ -339,4 +340,6 @@ def calibrate(sets: list[TraceSet], sources: list[str], backend: str = "gloo",
                           "op gap = total time between consecutive ops of a rank / compute "
                           "ops, forward and backward apart"},
         "sources": list(sources),
+        # the machine the recordings ran on: moesim validate warns on another one
+        "recorded_on": calibration_facts(sources),
     }

@@ -135,18 +135,21 @@ def _past_a2a(intervals, start: float, work: float) -> float:
     return t + left
 
 
-def gradient_phase(res, rings: RingCost, timer, stages: dict[int, dict], step_hint=None):
+def gradient_phase(res, rings: RingCost, timer, stages: dict[int, dict], step_hint=None,
+                   links=None):
     """Run buckets, optimizer and ZeRO gathers for every rank.
 
     ``stages[s]``: ``ranks`` (array), ``last_bwd`` (layer -> end per rank, same order),
     ``end`` (compute stream end per rank). Returns per rank (dict rank -> list of tail
-    spans as (kind, start, end, stream)) and the end of every rank's work."""
+    spans as (kind, start, end, stream, waited_on): waited_on is the group member a
+    ``stall`` waits for, else -1) and the end of every rank's work. ``links``: a
+    :class:`moesim.engine.fast.links.LinkBytes` that counts every ring's bytes."""
     lay, scn = res.layout, res.scenario
     zero, overlap = scn.parallel.zero, scn.overlap.dp_overlap
     grad_op = "all_reduce" if zero == 0 else "reduce_scatter"
     world = lay.world
     ready_cf = np.zeros(world)          # comm stream free
-    tails: dict[int, list[tuple[str, float, float, str]]] = {r: [] for r in range(world)}
+    tails: dict[int, list[tuple[str, float, float, str, int]]] = {r: [] for r in range(world)}
     finish = np.zeros(world)
     per_stage = []
     for s, st in sorted(stages.items()):
@@ -184,10 +187,13 @@ def gradient_phase(res, rings: RingCost, timer, stages: dict[int, dict], step_hi
                 iv = busy_of[g] = _merge(x for r in g for x in busy.get(int(r), ()))
             end = _past_a2a(iv, start,
                             rings.time(name_op, tuple(g), nbytes))
+            if links is not None:
+                links.collective(name_op, tuple(g), nbytes)
+            late = int(g[int(own.argmax())])    # the member the others wait for
             for x, o in zip(g, own, strict=True):
                 if start > o:
-                    tails[x].append(("stall", float(o), float(start), "comm"))
-                tails[x].append((kind, float(start), float(end), "comm"))
+                    tails[x].append(("stall", float(o), float(start), "comm", late))
+                tails[x].append((kind, float(start), float(end), "comm", -1))
             ready_cf[ga] = end
             done[g] = end
     for _s, ranks, lb, end, bks in per_stage:
@@ -207,7 +213,7 @@ def gradient_phase(res, rings: RingCost, timer, stages: dict[int, dict], step_hi
         start = np.where(anyc, np.maximum(end, ready_cf[ranks]), end)
         opt_end[ranks] = start + t_opt
         for r, a in zip(ranks, start, strict=True):
-            tails[int(r)].append(("compute", float(a), float(a) + t_opt, "compute"))
+            tails[int(r)].append(("compute", float(a), float(a) + t_opt, "compute", -1))
         if zero in (1, 2):
             run_coll("zero", "all_gather", "dp", ranks, opt_end, tot_d, "dense")
             run_coll("zero", "all_gather", "edp", ranks, opt_end, tot_e, "experts")

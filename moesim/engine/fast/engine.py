@@ -25,8 +25,10 @@ import numpy as np
 
 from moesim.engine.breakdown import CATEGORIES, rank_breakdown
 from moesim.engine.fast.dp import RingCost, gradient_phase
+from moesim.engine.fast.links import LinkBytes
 from moesim.engine.fast.network import FastNetwork
 from moesim.engine.fast.pipeline import Chain, RouteRec
+from moesim.engine.fast.spans import choose_span_ranks
 from moesim.engine.fast.summary import make_plan, shortcuts
 from moesim.engine.summary import link_stats, make_result, summarize
 from moesim.model import costs
@@ -69,6 +71,8 @@ class Context:
         # send after a layer's last backward may share a link with a ring flow
         self.grad_share = bool(scn.overlap.dp_overlap) and max(res.layout.dp,
                                                                  res.layout.edp) > 1
+        self.links = LinkBytes(topo, gpus, self.rank_host,
+                               b.rmap.mirrors if b.dedup and b.rmap is not None else None)
         self._share: dict[tuple[int, int], float] = {}
         self._tp: dict[int, float] = {}
         self._lut: dict[str, tuple[np.ndarray, np.ndarray]] = {}
@@ -109,6 +113,16 @@ class Context:
             self._share[(src, dst)] = hit
         return hit
 
+    def tp_bytes(self, group: tuple[int, ...]) -> None:
+        """Count the TP all-reduces of ``group``'s members on the links, once per TP
+        group (from its member with tp coordinate 0)."""
+        lay = self.res.layout
+        nbytes = float(self.tokens * self.spec.hidden * ACT_BYTES)
+        for r in group:
+            if int(lay.coords["tp"][r]) == 0:
+                self.links.collective("all_reduce", tuple(lay.group_of(r, "tp")), nbytes,
+                                      mirrored=True)
+
     def tp_time(self, rank: int) -> float:
         if self.tp <= 1:
             return 0.0
@@ -137,6 +151,7 @@ def _route_rec(ctx: Context, r, group: tuple[int, ...]) -> RouteRec:
         for name in mats:
             spec = ctx.ep_backend.spec(r, group, name, L)
             m = spec.byte_matrix()
+            mats[name] = m          # the bytes that really cross the links
             end = ctx.net.a2a_finish(group, m, np.zeros(n))
             a2a[name] = spec.notify_s + np.maximum(end, spec.sm_s) + spec.fill_s
             if name == "fwd.dispatch":
@@ -163,7 +178,7 @@ def _route_rec(ctx: Context, r, group: tuple[int, ...]) -> RouteRec:
     hot = np.where(has, local.argmax(axis=1), -1)
     hot_tok = np.where(has, local.max(axis=1), 0)
     return RouteRec(a2a=a2a, nz=nz, exp_t=exp_t, exp_f=exp_f, hot=hot, hot_tok=hot_tok,
-                    recv=np.asarray(r.rank_tokens), d_out=d_out, c_out=c_out)
+                    recv=np.asarray(r.rank_tokens), d_out=d_out, c_out=c_out, mats=mats)
 
 
 def _units(ctx: Context, s: int) -> list[list]:
@@ -258,15 +273,18 @@ def _chains(lay) -> list[list[tuple[int, ...]]]:
 
 
 def _spans_of(tail, rank: int) -> list[Span]:
-    return [Span(rank=rank, stream=stream, kind=kind, name=f"tail.{kind}", start_s=a, end_s=b)
-            for kind, a, b, stream in tail if b > a]
+    return [Span(rank=rank, stream=stream, kind=kind, name=f"tail.{kind}", start_s=a, end_s=b,
+                 waited_on=w, reason=f"waiting for rank {w} at a gradient/ZeRO collective"
+                 if kind == "stall" else "")
+            for kind, a, b, stream, w in tail if b > a]
 
 
 def simulate_fast(res: Resolved, *, progress=None, span_ranks: int = 64,
                   replicas: str | None = None) -> SimResult:
     """One step of ``res`` on the lockstep fast path (see module doc). ``spans`` holds
-    the ``span_ranks`` lowest ranks (and the hot ranks of up to 4 more chains);
-    ``summary["per_rank"]`` covers every rank."""
+    the ``span_ranks`` lowest ranks and those :func:`choose_span_ranks` picks (listed,
+    with the rule, in ``summary["spans_kept"]``); ``summary["per_rank"]`` covers every
+    rank."""
     t0 = time.perf_counter()
     lay, scn = res.layout, res.scenario
     mode = replicas_mode(scn, replicas)
@@ -284,7 +302,8 @@ def simulate_fast(res: Resolved, *, progress=None, span_ranks: int = 64,
     flops = 0.0
     ep_iv: dict[tuple[int, int], tuple[np.ndarray, np.ndarray]] = {}
     spans: list[Span] = []
-    want = set(range(min(span_ranks, world)))
+    # mirrors of identical replicas have no chain run of their own, hence no spans
+    want = {r for r in range(min(span_ranks, world)) if not dedup or b.rmap.is_rep(r)}
     if progress:     # same protocol as the exact engine: ("built", total), then increments
         progress("built", len(chains) * sum(len(o) for o in ctx.order))
 
@@ -313,16 +332,18 @@ def simulate_fast(res: Resolved, *, progress=None, span_ranks: int = 64,
             for layer, v in o.last_bwd.items():
                 last_bwd[s].setdefault(layer, np.zeros(world))[idx] = v[rep]
     plan = make_plan(b, flops)
-    extra = [r for r in plan.hot_ranks if r not in want]
-    rerun = {ci for ci, groups in enumerate(chains) for g in groups for r in g
-             if any(r == x or (dedup and int(b.rmap.rep[x]) == r) for x in extra)}
-    # spans of the hot ranks: run their chains again (routing included, so only for
-    # up to 4 chains of runs up to 512 GPUs; larger runs keep the lowest ranks' spans)
-    for ci in sorted(rerun)[:4] if world <= 512 else []:
+    # spans of the ranks that explain the step: their chains run again (moesim.engine.fast.spans)
+    hot = sorted({int(b.rmap.rep[x]) if dedup else x for x in plan.hot_ranks})
+    rerun, kept = choose_span_ranks(chains, acc["stall"], b.received.sum(axis=1), hot,
+                                    want, world)
+    ctx.links.enabled = False      # counted on the first run
+    if progress and rerun:         # the chains run again count as work still to do
+        progress("built", (len(chains) + len(rerun)) * sum(len(o) for o in ctx.order))
+    for ci in sorted(rerun):
         groups = chains[ci]
-        hot = {int(b.rmap.rep[x]) if dedup else x for x in extra}
-        span_pos = [[e for e, r in enumerate(g) if r in hot] for g in groups]
-        spans += _run_chain(ctx, b, groups, span_pos).spans
+        span_pos = [[e for e, r in enumerate(g) if r in rerun[ci]] for g in groups]
+        spans += _run_chain(ctx, b, groups, span_pos, progress).spans
+    ctx.links.enabled = True
     stages = {}
     pp_coord = lay.coords["pp"]
     for s in range(lay.pp):
@@ -332,15 +353,15 @@ def simulate_fast(res: Resolved, *, progress=None, span_ranks: int = 64,
                      "ep_iv": (np.array([a[ranks] for a, _ in iv]).reshape(len(iv), len(ranks)),
                                np.array([e[ranks] for _, e in iv]).reshape(len(iv), len(ranks))),
                      "last_bwd": {layer: v[ranks] for layer, v in last_bwd[s].items()}}
-    tails, finish = gradient_phase(res, ctx.rings, ctx.timer, stages)
+    tails, finish = gradient_phase(res, ctx.rings, ctx.timer, stages, links=ctx.links)
     step = float(max(finish.max(initial=0.0), send_end.max(initial=0.0)))
     rows = []
-    keep = want | set(plan.hot_ranks)
+    keep = set(kept["ranks"])
     for r in range(world):
         tail = list(tails[r])
         if send_end[r] > end[r]:
-            tail.append(("pp", float(end[r]), float(send_end[r]), "pp"))
-        tail = [(k, max(a, float(end[r])), e, st) for k, a, e, st in tail]
+            tail.append(("pp", float(end[r]), float(send_end[r]), "pp", -1))
+        tail = [(k, max(a, float(end[r])), e, st, w) for k, a, e, st, w in tail]
         tspans = _spans_of(tail, r)
         row = rank_breakdown(tspans, step)
         pipe = {k: float(acc[k][r]) for k in acc}
@@ -355,5 +376,6 @@ def simulate_fast(res: Resolved, *, progress=None, span_ranks: int = 64,
     summary["engine"] = "fast"
     summary["replicas"] = mode
     summary["shortcuts"] = shortcuts(ctx, dedup, len(chains), world, span_ranks)
-    links = link_stats(res.topology, np.zeros(len(res.topology.link_names)))
+    summary["spans_kept"] = kept
+    links = link_stats(res.topology, ctx.links.bytes.copy())
     return make_result(res, plan, spans, summary, step, links, t0)

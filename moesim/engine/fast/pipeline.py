@@ -49,6 +49,7 @@ class RouteRec:
     recv: np.ndarray                 # (n,) tokens received
     d_out: np.ndarray                # (n,) dispatch bytes sent (fwd)
     c_out: np.ndarray                # (n,) combine bytes sent (fwd)
+    mats: dict[str, np.ndarray] | None = None   # "fwd.dispatch", ... -> (n, n) bytes
 
 
 @dataclass
@@ -121,6 +122,7 @@ class Chain:
         d = self.c.tp_time(self.groups[s][0])
         if d <= 0:
             return
+        self.c.tp_bytes(self.groups[s])
         a = self.t[s]
         self.out[s].acc["tp"] += d
         self._span(s, "tp", name, a, a + d, layer, mb, phase)
@@ -153,6 +155,8 @@ class Chain:
             self._span(s, "compute", f"{name}.sm_share", a, a + slowed, layer, mb, phase)
             a, start = a + slowed, start + slowed
         end = start + dur
+        if rec.mats is not None:
+            self.c.links.a2a(self.groups[s], rec.mats[name], self.c.a2a_algo)
         self.after_a2a = end
         self.out[s].ep_iv.append((start, end))
         acc = self.out[s].acc
@@ -308,6 +312,8 @@ class Chain:
         shared = phase == "bwd" and c.grad_share and self.out[s].grads
         d = np.array([c.net.p2p_time(x, y, c.act_bytes, c.send_share(x, y) if shared else 1.0)
                       for x, y in zip(src, dst, strict=True)])
+        for x, y in zip(src, dst, strict=True):
+            c.links.p2p(x, y, c.act_bytes)
         self.msgs[key] = a + d
         self.last_send = (key, d)
         self.out[s].send_end = a + d

@@ -55,13 +55,17 @@ def shortcuts(ctx, dedup: bool, n_chains: int, world: int, span_ranks: int
          "detail": "gradient buckets and ZeRO gathers: steps × (chunk × slowest s/B of one "
                    "ring step + latency), rings as the exact engine expands them",
          "bound": "exact for uniform ring phases on the link bound"},
-        {"name": "no_link_bytes",
-         "detail": "per-link bytes are not tracked: result.links.bytes is all zeros and "
-                   "there are no link series",
-         "bound": "use the exact engine for link utilization"},
+        {"name": "no_link_series",
+         "detail": "per-link bytes are counted from every flow's path and bytes "
+                   "(all-to-alls, pipeline sends, TP and ring collectives); there is no "
+                   "utilization series over time: links.png shows mean utilization",
+         "bound": "link bytes equal the exact engine's (tests/test_fast_spans_links.py)"},
         {"name": "bounded_spans",
-         "detail": f"spans kept for the {span_ranks} lowest ranks and (up to 512 GPUs, "
-                   f"4 chains) the hot ranks; per-rank breakdowns cover all {world} ranks",
+         "detail": f"spans kept for the {span_ranks} lowest ranks and, per pipeline stage, "
+                   "the most-stalled and the most-loaded hot rank of the chain holding "
+                   "the most-stalled rank (up to 512 GPUs also every hot rank, 3 more "
+                   "chains): summary spans_kept lists them; per-rank breakdowns cover "
+                   f"all {world} ranks",
          "bound": "none needed: summaries come from every rank"},
     ]
     if ctx.overlap:

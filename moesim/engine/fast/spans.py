@@ -1,0 +1,68 @@
+"""Which ranks keep their spans on the fast path (pure).
+
+A fast-path run covers every rank in its per-rank breakdowns but keeps spans (the
+timeline, the stall table, the critical path) for a few ranks only: the
+``span_ranks`` lowest ranks, recorded on the first pass, and the ranks that explain
+the step, recorded by running their chains again once every rank's stall is known:
+
+- the *focus chain*: the chain (the EP groups of one (tp, edp) coordinate across the
+  pipeline stages) holding the most-stalled rank of the step; in it, per stage, the
+  most-stalled rank and the most-loaded hot rank;
+- up to 512 GPUs, also every hot rank, in up to ``MAX_EXTRA_CHAINS`` more chains.
+
+Running a chain again costs what its first run did (routing included), so larger
+runs re-run the focus chain only.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+MAX_EXTRA_CHAINS = 3
+ALL_HOT_MAX_WORLD = 512
+
+
+def choose_span_ranks(chains: list[list[tuple[int, ...]]], stall: np.ndarray,
+                      load: np.ndarray, hot: list[int], want: set[int], world: int
+                      ) -> tuple[dict[int, set[int]], dict]:
+    """(chain index -> ranks to record on a second run, description for the summary).
+    ``stall``/``load``: per rank (seconds, tokens received); ``hot``: the hot ranks;
+    ``want``: ranks whose spans the first pass kept. Ranks not in any chain (mirrors
+    of identical replicas) are never chosen."""
+    chain_of = {r: ci for ci, groups in enumerate(chains) for g in groups for r in g}
+    in_chains = np.asarray(sorted(chain_of), dtype=np.int64)
+    if len(in_chains) == 0:
+        return {}, {"ranks": sorted(want), "rule": "no chain ran"}
+    # the most-stalled rank (ties: lowest rank) picks the focus chain
+    top = int(in_chains[np.argmax(stall[in_chains])])
+    focus = chain_of[top]
+    picked: list[int] = []
+    hot_set = set(hot)
+    for g in chains[focus]:
+        ga = np.asarray(g)
+        s_rank = int(ga[np.argmax(stall[ga])])
+        if stall[s_rank] > 0:
+            picked.append(s_rank)
+        hg = [r for r in g if r in hot_set]
+        if hg:
+            picked.append(max(hg, key=lambda r: (load[r], -r)))
+    extra: list[int] = []
+    if world <= ALL_HOT_MAX_WORLD:
+        extra = [r for r in sorted(hot_set) if r in chain_of]
+    rerun: dict[int, set[int]] = {}
+    for r in [*picked, *extra]:
+        if r in want:
+            continue
+        ci = chain_of[r]
+        if ci != focus and ci not in rerun and len(set(rerun) - {focus}) >= MAX_EXTRA_CHAINS:
+            continue
+        rerun.setdefault(ci, set()).add(r)
+    kept = sorted(want | {r for rs in rerun.values() for r in rs} | {r for r in picked
+                                                                       if r in want})
+    rule = (f"the {len(want)} lowest ranks; in the chain of the most-stalled rank "
+            f"{top} (its EP groups across the pipeline stages), per stage the "
+            "most-stalled rank and the most-loaded hot rank"
+            + ("; every hot rank in up to "
+               f"{MAX_EXTRA_CHAINS} more chains" if world <= ALL_HOT_MAX_WORLD else ""))
+    return rerun, {"ranks": kept, "lowest": sorted(want), "focus_chain": focus,
+                   "most_stalled_rank": top, "per_stage": picked, "rule": rule}

@@ -1,0 +1,97 @@
+"""Timeline readability at step scale (issue 12 item 21): communication slivers keep a
+minimum width, a strip marks layers and forward/backward, the link heat-map's bins
+follow the bursts."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from moesim.trace.link_bins import adaptive_edges
+from moesim.trace.plots import new_figure, plot_links, plot_timeline
+from moesim.trace.result import SimResult
+from moesim.trace.spans import Span
+from moesim.trace.timeline_marks import PHASE_COLORS, layer_segments
+from tests.test_trace_fixtures import MS, hot_expert_result
+
+
+def _bars(ax, gid):
+    coll = next(c for c in ax.collections if c.get_gid() == gid)
+    rects = coll.get_paths()[0].vertices.reshape(-1, 5, 2)
+    return sorted((r[:, 0].min(), r[:, 0].max()) for r in rects)
+
+
+def _long_step() -> SimResult:
+    """One rank: 100 ms of compute with a 1 µs dispatch at 50 ms (layer 0, forward) and a
+    2 µs combine at 60 ms (layer 0, backward)."""
+    spans = [Span(0, "compute", "compute", "fwd.attn", 0.0, 50 * MS, layer=0, phase="fwd"),
+             Span(0, "compute", "ep_dispatch", "fwd.dispatch", 50 * MS, 50 * MS + 1e-6,
+                  layer=0, phase="fwd"),
+             Span(0, "compute", "compute", "bwd.attn", 50 * MS + 1e-6, 60 * MS, layer=0,
+                  phase="bwd"),
+             Span(0, "compute", "ep_combine", "bwd.combine", 60 * MS, 60 * MS + 2e-6,
+                  layer=0, phase="bwd"),
+             Span(0, "compute", "compute", "opt", 60 * MS + 2e-6, 100 * MS, phase="opt")]
+    return SimResult(spans=spans, summary={}, scenario={}, n_ranks=1, ranks_per_node=1,
+                     step_time_s=0.1)
+
+
+def test_short_communication_drawn_a_few_pixels_wide():
+    ax = plot_timeline(_long_step(), new_figure().add_subplot())
+    # 100 ms axis: communication at least 100/400 = 0.25 ms wide (4 pixels of a 14-inch
+    # figure), compute spans at their own width
+    (d0, d1), = _bars(ax, "timeline:ep_dispatch")
+    assert d0 == pytest.approx(50.0) and d1 - d0 == pytest.approx(0.25)
+    (c0, c1), = _bars(ax, "timeline:ep_combine")
+    assert c1 - c0 == pytest.approx(0.25)
+
+
+def test_layer_strip_marks_forward_and_backward():
+    res = _long_step()
+    assert layer_segments(res.spans, 0) == [
+        ("fwd", 0, 0.0, 50 * MS + 1e-6), ("bwd", 0, 50 * MS + 1e-6, 60 * MS + 2e-6)]
+    ax = plot_timeline(res, new_figure().add_subplot())
+    strip = next(c for c in ax.collections if c.get_gid() == "layers:strip")
+    colors = [tuple(np.round(c[:3], 3)) for c in strip.get_facecolors()]
+    from matplotlib.colors import to_rgb
+    assert colors == [tuple(np.round(to_rgb(PHASE_COLORS[p]), 3)) for p in ("fwd", "bwd")]
+    labels = [t.get_text() for t in ax.texts if t.get_gid() == "layers:label"]
+    assert labels.count("L0") == 2 and "  layers of rank 0" in labels
+
+
+def test_hot_expert_strip_is_one_forward_layer():
+    ax = plot_timeline(hot_expert_result(), new_figure().add_subplot())
+    strip = next(c for c in ax.collections if c.get_gid() == "layers:strip")
+    assert len(strip.get_paths()) == 1     # layer 3, micro-batch 1, forward on rank 0
+
+
+def test_heatmap_bins_follow_a_burst():
+    # a 10 µs burst at full rate in a 100 ms step: 300 equal bins of 0.33 ms would show
+    # it at 3 %; bins at the change points show 100 %
+    res = hot_expert_result()
+    res.step_time_s = 0.1
+    res.links.series = {0: [(0.0, 0.0), (0.05, 450e9), (0.05 + 1e-5, 0.0)],
+                        1: [(0.0, 225e9)], 3: [(0.02, 50e9), (0.03, 0.0)]}
+    ax = plot_links(res, new_figure().add_subplot(), bins=300)
+    mesh = next(c for c in ax.collections if c.get_gid() == "links:heatmap")
+    util = np.asarray(mesh.get_array()).reshape(3, -1)
+    assert util[0].max() == pytest.approx(100.0)
+    assert util[2].max() == pytest.approx(100.0)
+    np.testing.assert_allclose(util[1], 50.0)
+
+
+def test_adaptive_edges_keep_at_most_bins():
+    series = [[(t, 1.0 if i % 2 else 0.0) for i, t in enumerate(np.linspace(0.01, 0.02, 1000))]]
+    e = adaptive_edges(series, 1.0, 50)
+    assert len(e) == 51 and e[0] == 0.0 and e[-1] == 1.0
+    # dense changes in 10-20 ms get almost all the bins; 20 ms - 1 s is one bin
+    assert np.sum((e > 0.01) & (e < 0.02)) >= 47
+
+
+def test_aggregated_rows_count_their_hot_ranks():
+    from tests.test_trace_fixtures import many_rank_result
+    res = many_rank_result(2048, rpn=8, hot=3)
+    res.hot_ranks = [3, 5, 40]
+    ax = plot_timeline(res, new_figure().add_subplot())
+    labels = [t.get_text() for t in ax.get_yticklabels()]
+    assert labels[0].endswith("(2 hot)")
