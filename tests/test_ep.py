@@ -80,6 +80,8 @@ def test_deepep_dispatch_plan_by_hand():
     assert p.rdma_bytes_per_rank[0] == pytest.approx(5 * lg)  # own node's share included
     np.testing.assert_allclose(p.nvl_bytes_per_rank, np.array([1, 1, 2, 2]) * lg)
     assert p.concurrent and p.sms == 4 and p.latency["rdma_hops"] == 1
+    assert p.flows() == [(0, 2, 3.0 * msg, "rdma"), (0, 1, 1.0 * msg, "nvl"),
+                         (2, 3, 2.0 * msg, "nvl")]
 
 
 def test_deepep_combine_mirrors_dispatch_with_the_combine_dtype():
