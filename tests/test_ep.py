@@ -256,3 +256,11 @@ def test_nccl_kernel_is_the_direct_all_to_all_of_the_same_routing():
     m = counts.pair_tokens * float(hidden_bytes("fp8", 7168))
     ref = simulate_collective(topo, "all_to_all", matrix=m, algo="direct")
     assert tm.time_s == pytest.approx(ref["time_s"], rel=1e-9)
+
+
+def test_node_limit_that_cannot_hold_top_k_is_an_input_error():
+    cfg = routing_from_dict({"max_nodes": 1}, "test")
+    with pytest.raises(InputError, match="max_nodes"):
+        # 2 nodes of 4 experts each: one node cannot hold 8 distinct experts
+        sample_choices(cfg, n_experts=8, top_k=8, tokens_per_rank=[4] * 4,
+                       placement=make_placement(8, 4), ranks_per_node=2)
