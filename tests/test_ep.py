@@ -80,6 +80,8 @@ def test_deepep_dispatch_plan_by_hand():
     assert p.rdma_bytes_per_rank[0] == pytest.approx(5 * lg)  # own node's share included
     np.testing.assert_allclose(p.nvl_bytes_per_rank, np.array([1, 1, 2, 2]) * lg)
     assert p.concurrent and p.sms == 4 and p.latency["rdma_hops"] == 1
+    assert p.flows() == [(0, 2, 3.0 * msg, "rdma"), (0, 1, 1.0 * msg, "nvl"),
+                         (2, 3, 2.0 * msg, "nvl")]
 
 
 def test_deepep_combine_mirrors_dispatch_with_the_combine_dtype():
@@ -254,3 +256,11 @@ def test_nccl_kernel_is_the_direct_all_to_all_of_the_same_routing():
     m = counts.pair_tokens * float(hidden_bytes("fp8", 7168))
     ref = simulate_collective(topo, "all_to_all", matrix=m, algo="direct")
     assert tm.time_s == pytest.approx(ref["time_s"], rel=1e-9)
+
+
+def test_node_limit_that_cannot_hold_top_k_is_an_input_error():
+    cfg = routing_from_dict({"max_nodes": 1}, "test")
+    with pytest.raises(InputError, match="max_nodes"):
+        # 2 nodes of 4 experts each: one node cannot hold 8 distinct experts
+        sample_choices(cfg, n_experts=8, top_k=8, tokens_per_rank=[4] * 4,
+                       placement=make_placement(8, 4), ranks_per_node=2)

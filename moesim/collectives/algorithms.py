@@ -383,11 +383,10 @@ def hierarchical_all_to_all_v(group: Sequence[int], matrix: np.ndarray,
     legs = hierarchical_legs(group, matrix, rank_host)
     if not legs[1]:
         return _clean([legs[0]])
-    phases: list[list[Transfer]] = [[] for _ in range(chunks + 1)]
-    for c in range(chunks):
-        phases[c].extend((s, d, b / chunks) for s, d, b in legs[0])
-        phases[c + 1].extend((s, d, b / chunks) for s, d, b in legs[1])
-    return _clean(phases)
+    one = [[(s, d, b / chunks) for s, d, b in leg] for leg in legs]
+    first, mid, last = _merge(one[0]), _merge(one[0] + one[1]), _merge(one[1])
+    # the chunks - 1 middle phases are equal: merged once, copied
+    return [first] + [list(mid) for _ in range(chunks - 1)] + [last]
 
 
 # ---------------------------------------------------------------- entry point

@@ -97,6 +97,10 @@ class EpPlan:
     nvl_bytes_per_rank: np.ndarray      # (S,)
     bytes_per_token: float              # message bytes per token (or per LL message)
 
+    def flows(self) -> list[tuple[int, int, float, str]]:
+        """Every stage's flows as ``(src, dst, nbytes, medium)``, stage by stage."""
+        return [(s, d, b, st.medium) for st in self.stages for s, d, b in st.flows]
+
 
 def _stage(name: str, medium: str, m: np.ndarray) -> Stage:
     """A stage from a (src, dst) byte matrix; a rank's bytes to itself do not move."""
