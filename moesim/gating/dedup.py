@@ -84,9 +84,11 @@ def estimate(kept: np.ndarray, home: np.ndarray, ranks_per_node: int,
     s_, e_ = kept.shape
     n_nodes = max(1, s_ // ranks_per_node)
     r_gpu, r_node = ratios
-    onehot = np.zeros((e_, s_), dtype=np.int64)
-    onehot[np.arange(e_), home] = 1
-    by_rank = kept @ onehot                   # assignments src -> home rank
+    # assignments src -> home rank: sum the columns of each rank's experts
+    order = np.argsort(home, kind="stable")
+    ranks, first = np.unique(home[order], return_index=True)
+    by_rank = np.zeros((s_, s_), dtype=np.int64)
+    by_rank[:, ranks] = np.add.reduceat(kept[:, order], first, axis=1)
     by_node = by_rank.reshape(s_, n_nodes, ranks_per_node).sum(axis=2)
     k_tokens = kept.sum(axis=1)
     gpu = np.clip(np.rint(by_rank * r_gpu[None, :]).astype(np.int64),
