@@ -135,3 +135,23 @@ def test_deepep_sends_fewer_bytes_than_nccl_and_is_faster_across_nodes():
     assert db["ep_dispatch"] < nb["ep_dispatch"] and db["ep_combine"] < nb["ep_combine"]
     # same routing, same experts: compute is the same
     assert db["compute"] == pytest.approx(nb["compute"], rel=1e-12)
+
+
+def test_timeline_names_the_sms_deepep_kernels_hold():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from moesim.trace.plots import plot_timeline
+
+    r = simulate("hot-expert", ["model.layers=1", "schedule.microbatches=1",
+                                "parallel.ep_backend.kind=deepep"])
+    spans = [s for s in r.spans if s.kind == "ep_dispatch"]
+    assert spans and all(s.stream == "ep" and s.args["sms"] == 20 for s in spans)
+    assert spans[0].args["sm_share"] == pytest.approx(20 / 132)
+    fig, ax = plt.subplots()
+    assert plot_timeline(r, ax) is ax
+    labels = [t.get_text() for t in ax.get_legend().get_texts()]
+    assert "ep_dispatch (20 SMs, 15%)" in labels
+    plt.close(fig)

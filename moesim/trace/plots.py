@@ -194,7 +194,15 @@ def plot_timeline(result: SimResult, ax: Axes, ranks: Iterable[int] | None = Non
                  + (f"; hot-expert ranks {_short_list(sorted(hot))}" if hot else ""), pad=18)
     order = [k for k in KINDS if k in kinds_seen]
     mark_layers(ax, spans, rank_list[0], t0, t1)
-    ax.legend(handles=[Patch(color=KIND_COLORS[k], label=k) for k in order]
+    # communication kernels that hold SMs (DeepEP, NCCL with overlap.nccl_sms): say how
+    # many, since compute overlapping them runs on the rest
+    held = {}
+    for s in spans:
+        if s.args and s.args.get("sms"):
+            held.setdefault(s.kind, (s.args["sms"], s.args.get("sm_share", 0.0)))
+    label = {k: (f"{k} ({held[k][0]} SMs, {held[k][1]:.0%})" if k in held else k)
+             for k in order}
+    ax.legend(handles=[Patch(color=KIND_COLORS[k], label=label[k]) for k in order]
               + (phase_handles() if any(s.layer >= 0 for s in spans) else []),
               loc="upper left",
               bbox_to_anchor=(1.005, 1.0), fontsize=8, frameon=False,
