@@ -21,12 +21,22 @@ from moesim.engine.replicas import MirroredNetwork, replica_map, replicas_mode
 from moesim.memory_report import CATEGORIES, StageMemory
 from moesim.network import AnalyticalNetwork, FlowNetwork
 from moesim.scenario import load_scenario
+from moesim.scenario.limits import check_work
 from moesim.scenario.resolve import Resolved, resolve
 from moesim.trace.result import LinkStats, SimResult
 
 
 def resolve_path(path: str | Path, overrides: Sequence[str] = ()) -> Resolved:
-    return resolve(load_scenario(path, list(overrides), resolve=False))
+    res = resolve(load_scenario(path, list(overrides), resolve=False))
+    check_size(res)
+    return res
+
+
+def check_size(res: Resolved) -> None:
+    """Refuse a step too large to simulate before building it (moesim.scenario.limits)."""
+    scn = res.scenario
+    layers = getattr(res.model, "layers", 1)
+    check_work(scn.source, scn.engine.mode, res.layout.world, layers, scn.schedule.microbatches)
 
 
 def simulate(target: str | Path | Resolved, overrides: Sequence[str] = (), *,
@@ -48,6 +58,7 @@ def simulate(target: str | Path | Resolved, overrides: Sequence[str] = (), *,
     fast`` runs the analytical lockstep model instead (:mod:`moesim.engine.fast`)."""
     t0 = time.perf_counter()
     res = target if isinstance(target, Resolved) else resolve_path(target, overrides)
+    check_size(res)
     if res.scenario.engine.mode == "fast":
         from moesim.engine.fast import simulate_fast
 

@@ -38,10 +38,11 @@ from moesim.scenario.schema import (
     Scenario,
     ScheduleConfig,
 )
+from moesim.scenario.blame import CLI, blame_overrides
+from moesim.scenario.limits import check_field, check_tokens
 from moesim.yamlio import check_finite, load_text, read_yaml
 
 SCENARIO_DIR = Path(__file__).resolve().parents[2] / "scenarios"
-CLI = "command line"
 
 # field -> (kind, detail). kinds: pos (int >= 1), nonneg (int >= 0), range (int in
 # detail), optpos (None or int >= 1), posnum (number > 0), bool, str, optstr,
@@ -201,6 +202,7 @@ def _fixed(src: str, data: dict, name: str, cls: type) -> Any:
         if k not in valid:
             raise InputError(src, f"{name}.{k}", f"one of the {name} keys {valid}", k)
         kwargs[k] = _check(src, f"{name}.{k}", v)
+        check_field(src, f"{name}.{k}", v)
     return cls(**kwargs)
 
 
@@ -252,6 +254,7 @@ def build_scenario(data: dict, source: str = "<scenario>", default_name: str = "
 
 def _check_schedule(scn: Scenario) -> None:
     src, par, sch = scn.source, scn.parallel, scn.schedule
+    check_tokens(src, sch.micro_batch_size, sch.seq_len)
     if par.vpp > 1 and sch.kind != "interleaved":
         raise InputError(src, "parallel.vpp", "1 unless schedule.kind is interleaved", par.vpp)
     if sch.kind == "interleaved":
@@ -281,22 +284,8 @@ def load_scenario(path: str | Path, overrides: list[str] | tuple[str, ...] = (),
     p = _find(path)
     data = apply_overrides(_read(p), overrides)
     try:
-        return build_scenario(data, source=str(p), default_name=p.stem, resolve=resolve)
+        scn = build_scenario(data, source=str(p), default_name=p.stem, resolve=False)
     except InputError as err:
-        key = _overridden(err, str(p), overrides)
-        if key is None:
-            raise
-        raise InputError(CLI, f"--set {err.field}", *err.args[2:]) from None
-
-
-def _overridden(err: InputError, source: str, overrides: list[str] | tuple[str, ...]
-                ) -> str | None:
-    """The ``--set`` key that gave the value ``err`` (raised about ``source``) names,
-    or None when the value came from the file."""
-    if err.source != source or not err.field:
-        return None
-    for item in overrides:
-        key = item.split("=", 1)[0].strip()
-        if err.field == key or err.field.startswith((key + ".", key + "[")):
-            return key
-    return None
+        raise blame_overrides(err, str(p), overrides) from None
+    scn = dataclasses.replace(scn, overrides=tuple(overrides))
+    return _resolve(scn) if resolve else scn

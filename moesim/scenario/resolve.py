@@ -17,6 +17,7 @@ from typing import Any
 
 from moesim.errors import InputError
 from moesim.layout import Layout
+from moesim.scenario.blame import blame_overrides
 from moesim.scenario.schema import Scenario
 
 
@@ -143,7 +144,15 @@ def scenario_layout(scn: Scenario) -> tuple[Layout, list[str]]:
 
 
 def resolve(scn: Scenario) -> Resolved:
-    """Check the scenario against its cluster and build every named part."""
+    """Check the scenario against its cluster and build every named part. An error
+    about a value given by ``--set`` names the command line."""
+    try:
+        return _resolve(scn)
+    except InputError as err:
+        raise blame_overrides(err, scn.source, scn.overrides) from None
+
+
+def _resolve(scn: Scenario) -> Resolved:
     src = scn.source
     topo = load_cluster(scn)
     world, gpn = scn.world, scn.gpus_per_node

@@ -19,12 +19,13 @@ from moesim.errors import InputError
 MAX_LINK_GBPS = 1e9
 #: Largest per-link latency accepted, µs: one second (10^6 µs) per hop.
 MAX_LINK_LATENCY_US = 1e6
-#: Most GPUs a topology may have (nodes x GPUs per node). The analytical fast path
-#: simulates 2,048 GPUs of DeepSeek-V3 in under a minute and ~0.3 GB; its time and
-#: memory grow about linearly with the GPUs (docs/fast-path.md, "Speed and
-#: memory"), so 16,384 GPUs is the most one step finishes within minutes and a few
-#: GB on one machine (docs/scenarios.md, "Size limits").
-MAX_GPUS = 16384
+#: Most GPUs a topology may have (nodes x GPUs per node). Measured with the fast path
+#: (the cheaper engine) on a 4-layer, 4-micro-batch slice of DeepSeek-V3 on a shared
+#: 2-core machine: 2,048 GPUs 4.8 s and 0.29 GB (docs/fast-path.md), 4,096 GPUs 10.4 s
+#: and 0.43 GB, 8,192 GPUs 38.9 s and 1.35 GB: time and memory grow about 3x per
+#: doubling, so beyond 8,192 GPUs even a small slice takes minutes and several GB, and
+#: a full model hours (docs/scenarios.md, "Size limits").
+MAX_GPUS = 8192
 
 
 def _number(v: Any) -> bool:

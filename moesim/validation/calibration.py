@@ -102,10 +102,32 @@ def _flag(doc: dict, src: str, section: str, key: str, default: bool) -> bool:
     return val
 
 
+#: communication backends a recording can use (moesim record --backend)
+BACKENDS = ("gloo", "nccl")
+
+
+def _names(doc: dict, src: str) -> None:
+    """``device`` a device-catalog name and ``comm.backend`` a known backend, when
+    given (older files have neither): an unknown name would silently leave the
+    scenario's device uncalibrated or the replay machine's links unnamed."""
+    from moesim.compute.devices import DEVICES
+
+    device = doc.get("device")
+    if device is not None and (not isinstance(device, str)
+                               or device.lower() not in {d.lower() for d in DEVICES}):
+        raise InputError(src, "device", f"a device of the catalog ({', '.join(DEVICES)})",
+                         device)
+    sec = doc.get("comm")
+    backend = sec.get("backend") if isinstance(sec, dict) else None
+    if backend is not None and backend not in BACKENDS:
+        raise InputError(src, "comm.backend", f"one of {', '.join(BACKENDS)}", backend)
+
+
 def model_from_dict(doc: dict, src: str = "calibration") -> CalibratedComputeModel:
     if not isinstance(doc, dict) or doc.get("format") != FORMAT:
         got = doc.get("format") if isinstance(doc, dict) else type(doc).__name__
         raise InputError(src, "format", f'"{FORMAT}"', got)
+    _names(doc, src)
     comm = CommCalibration(_num(doc, src, "comm", "latency_s", False),
                            _num(doc, src, "comm", "bandwidth_Bps", True),
                            str(doc["comm"].get("backend", "")),
