@@ -55,8 +55,11 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
-    args = parser.parse_args(join_negative_values(parser, sys.argv[1:] if argv is None
-                                                  else list(argv)))
+    try:
+        args = parser.parse_args(join_negative_values(parser, sys.argv[1:] if argv is None
+                                                      else list(argv)))
+    except SystemExit as stop:  # a bad flag (one line already printed), --help, --version
+        return int(stop.code or 0)
     if not getattr(args, "command", None):
         parser.print_help()
         return 2
