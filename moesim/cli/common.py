@@ -75,7 +75,11 @@ def load_topology_args(name: str, params: dict[str, Any], flags: dict[str, str],
     except InputError as err:
         key = err.field.removeprefix("params.")
         if err.field.startswith("params.") and key in params:
-            raise InputError(CLI, flags.get(key, f"--set {key}"), *err.args[2:]) from None
+            flag = flags.get(key, f"--set {key}")
+            if err.expected.startswith("no parameters"):  # an explicit graph takes none
+                raise InputError(CLI, flag, f"no {flag}: {err.source} is an explicit graph "
+                                 "with its own nodes", params[key]) from None
+            raise InputError(CLI, flag, *err.args[2:]) from None
         if err.field == "routing" and routing is not None:
             raise InputError(CLI, flags.get("routing", "--set routing"),
                              *err.args[2:]) from None
