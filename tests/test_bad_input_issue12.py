@@ -222,7 +222,7 @@ def toy_run(tmp_path_factory):
     return out
 
 
-@pytest.mark.parametrize("flag, value", [("--layers", "50"), ("--layers", "1-50"),
+@pytest.mark.parametrize("flag, value", [("--layers", "50"), ("--layers", "2-50"),
                                          ("--ranks", "2"), ("--ranks", "0-9")])
 def test_plot_outside_the_run_is_refused(capsys, toy_run, flag, value):
     capsys.readouterr()

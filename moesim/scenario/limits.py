@@ -48,7 +48,7 @@ FIELD_LIMITS: dict[str, tuple[int, str]] = {
     "parallel.dp": (2**16, "data-parallel replicas"),
     "parallel.ep": (2**16, "GPUs per expert-parallel group"),
     "parallel.vpp": (1024, "chunks per rank"),
-    "cluster.nodes": (2**16, "nodes (the topology also caps the GPUs)"),
+    "cluster.nodes": (2**16, "nodes"),
 }
 
 
