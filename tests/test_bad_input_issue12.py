@@ -207,7 +207,9 @@ def _calib(**edits) -> dict:
 
 
 @pytest.mark.parametrize("edits, field", [({"device": "tpu"}, "device"),
-                                          ({"comm__backend": "mpi"}, "comm.backend")])
+                                          ({"comm__backend": "mpi"}, "comm.backend"),
+                                          ({"memory__bytes_per_s_by_ops": {}},
+                                           "memory.bytes_per_s_by_ops")])
 def test_unknown_names_in_a_calibration_are_refused(capsys, cwd, edits, field):
     (cwd / "c.json").write_text(json.dumps(_calib(**edits)))
     refused(capsys, ["validate", str(REPO / "traces" / "uniform"), "--calibration", "c.json",

@@ -104,6 +104,12 @@ def _flag(doc: dict, src: str, section: str, key: str, default: bool) -> bool:
 
 #: communication backends a recording can use (moesim record --backend)
 BACKENDS = ("gloo", "nccl")
+#: the keys each fitted section may hold (a misspelt one would be silently ignored)
+_SECTION_KEYS = {
+    "gemm": {"flops_per_s", "overhead_s", "bytes_per_s"},
+    "memory": {"bytes_per_s", "overhead_s", "bytes_per_s_by_op"},
+    "comm": {"latency_s", "bandwidth_Bps", "backend", "duplex"},
+}
 
 
 def _names(doc: dict, src: str) -> None:
@@ -117,6 +123,12 @@ def _names(doc: dict, src: str) -> None:
                                or device.lower() not in {d.lower() for d in DEVICES}):
         raise InputError(src, "device", f"a device of the catalog ({', '.join(DEVICES)})",
                          device)
+    for section, keys in _SECTION_KEYS.items():
+        sec = doc.get(section)
+        extra = sorted(set(sec) - keys) if isinstance(sec, dict) else []
+        if extra:
+            raise InputError(src, f"{section}.{extra[0]}", f"one of the {section} keys "
+                             f"{sorted(keys)}", extra[0])
     sec = doc.get("comm")
     backend = sec.get("backend") if isinstance(sec, dict) else None
     if backend is not None and backend not in BACKENDS:
