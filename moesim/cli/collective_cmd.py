@@ -13,10 +13,10 @@ import json
 from pathlib import Path
 from typing import Any
 
-from moesim.collectives.algorithms import ALGOS, check_op_algo
-from moesim.collectives.simulate import MODELS, simulate_collective
 from moesim.cli.common import CLI as _CLI
 from moesim.cli.common import load_topology_args
+from moesim.collectives.algorithms import ALGOS, check_op_algo
+from moesim.collectives.simulate import MODELS, simulate_collective
 from moesim.errors import InputError
 from moesim.units import TiB, parse_bytes
 

@@ -19,6 +19,8 @@ from typing import Any
 import yaml
 
 from moesim.errors import InputError
+from moesim.scenario.blame import CLI, blame_overrides
+from moesim.scenario.limits import check_field, check_tokens
 from moesim.scenario.schema import (
     DICT_SECTIONS,
     DTYPES,
@@ -38,8 +40,6 @@ from moesim.scenario.schema import (
     Scenario,
     ScheduleConfig,
 )
-from moesim.scenario.blame import CLI, blame_overrides
-from moesim.scenario.limits import check_field, check_tokens
 from moesim.yamlio import check_finite, load_text, read_yaml
 
 SCENARIO_DIR = Path(__file__).resolve().parents[2] / "scenarios"

@@ -25,6 +25,7 @@ from functools import cached_property
 from pathlib import Path
 
 from moesim.compute.base import Kernel
+from moesim.compute.devices import DEVICES
 from moesim.errors import InputError
 from moesim.validation.calibrate import FORMAT
 
@@ -116,8 +117,6 @@ def _names(doc: dict, src: str) -> None:
     """``device`` a device-catalog name and ``comm.backend`` a known backend, when
     given (older files have neither): an unknown name would silently leave the
     scenario's device uncalibrated or the replay machine's links unnamed."""
-    from moesim.compute.devices import DEVICES
-
     device = doc.get("device")
     if device is not None and (not isinstance(device, str)
                                or device.lower() not in {d.lower() for d in DEVICES}):
