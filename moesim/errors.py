@@ -13,14 +13,21 @@ _MISSING = object()
 
 
 class InputError(Exception):
-    """Bad user input: names the file, the field and what was expected."""
+    """Bad user input: names the file, the field and what was expected.
+
+    ``args`` holds exactly the constructor's arguments, so ``type(e)(*e.args)``
+    rebuilds the same error: simpy re-raises an exception from a process that way.
+    """
 
     def __init__(self, source: str, field: str, expected: str, got: Any = _MISSING) -> None:
         self.source = str(source)
         self.field = field
         self.expected = expected
         self.got = got
-        super().__init__(self.message)
+        if got is _MISSING:
+            super().__init__(source, field, expected)
+        else:
+            super().__init__(source, field, expected, got)
 
     @property
     def message(self) -> str:

@@ -6,6 +6,7 @@ YAML and CLI take GB/s (10^9 bytes/s, as nccl-tests reports), µs and sizes such
 
 from __future__ import annotations
 
+import math
 import re
 
 KB = 1e3
@@ -25,24 +26,31 @@ _SIZE_UNITS = {
     "k": KB, "kb": KB, "m": MB, "mb": MB, "g": GB, "gb": GB, "t": TB, "tb": TB,
     "kib": KiB, "mib": MiB, "gib": GiB, "tib": TiB,
 }
-_SIZE_RE = re.compile(r"^\s*([0-9]*\.?[0-9]+(?:[eE][+-]?[0-9]+)?)\s*([a-zA-Z]*)\s*$")
+_SIZE_RE = re.compile(r"^\s*([+-]?)([0-9]*\.?[0-9]+(?:[eE][+-]?[0-9]+)?)\s*([a-zA-Z]*)\s*$")
+SIZE_EXPECTED = ("a finite size >= 0 like 4096, 64MB, 1GiB (units B, KB, MB, GB, TB, KiB, MiB, "
+                 "GiB, TiB)")
 
 
 def parse_bytes(text: str | int | float) -> float:
     """Parse a size such as ``1GiB``, ``64MB``, ``4096`` (bytes) into bytes.
 
-    Raises ValueError with a message naming the accepted units.
+    Raises ValueError whose message is what was expected (no "got": callers add
+    the value): a finite size >= 0 in one of the accepted units.
     """
+    if isinstance(text, bool):
+        raise ValueError(SIZE_EXPECTED)
     if isinstance(text, int | float):
-        if text < 0:
-            raise ValueError(f"size must be >= 0, got {text}")
-        return float(text)
-    m = _SIZE_RE.match(str(text))
-    if not m or m.group(2).lower() not in _SIZE_UNITS:
-        raise ValueError(
-            f"a size like 4096, 64MB, 1GiB (units B, KB, MB, GB, TB, KiB, MiB, GiB, TiB), got {text!r}"
-        )
-    return float(m.group(1)) * _SIZE_UNITS[m.group(2).lower()]
+        value = float(text)
+    else:
+        m = _SIZE_RE.match(str(text))
+        if not m or m.group(3).lower() not in _SIZE_UNITS:
+            raise ValueError(SIZE_EXPECTED)
+        value = float(m.group(2)) * _SIZE_UNITS[m.group(3).lower()]
+        if m.group(1) == "-" and value != 0:
+            value = -value
+    if not math.isfinite(value) or value < 0:
+        raise ValueError(SIZE_EXPECTED)
+    return value
 
 
 def gbps_to_Bps(gbps: float) -> float:

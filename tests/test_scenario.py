@@ -100,14 +100,16 @@ def test_set_changes_exactly_one_field(base):
 def test_set_rejects_unknown_keys(base, item, field, hint):
     with pytest.raises(InputError) as err:
         load_scenario(base, [item])
-    assert err.value.source == "--set" and err.value.field == field
+    # issue 12: the command line is to blame, not the scenario file
+    assert err.value.source == "command line" and err.value.field == f"--set {field}"
     assert hint in err.value.expected
 
 
 def test_set_value_is_still_validated(base):
     with pytest.raises(InputError) as err:
         load_scenario(base, ["schedule.kind=zigzag"])
-    assert err.value.field == "schedule.kind" and "interleaved" in err.value.expected
+    assert err.value.source == "command line"
+    assert err.value.field == "--set schedule.kind" and "interleaved" in err.value.expected
 
 
 def test_apply_overrides_does_not_touch_input():
@@ -201,8 +203,14 @@ def test_layout_must_divide_world(tmp_path):
 def test_unknown_topology_names_the_scenario_field(base):
     with pytest.raises(InputError) as err:
         load_scenario(base, ["cluster.topology=dgx-z900"])
-    assert err.value.source == str(base) and err.value.field == "cluster.topology"
+    # given by --set: the command line is to blame (issue 12)
+    assert err.value.source == "command line" and err.value.field == "--set cluster.topology"
     assert "dgx-h100" in err.value.expected
+    p = base.parent / "z.yaml"
+    p.write_text(base.read_text().replace("topology: dgx-h100", "topology: dgx-z900"))
+    with pytest.raises(InputError) as err:
+        load_scenario(p)
+    assert err.value.source == str(p) and err.value.field == "cluster.topology"
 
 
 def test_tp_across_nodes_warns(base):

@@ -13,6 +13,7 @@ import importlib.util
 import sys
 
 from moesim import __version__
+from moesim.cli.common import OneLineParser, join_negative_values
 from moesim.errors import InputError
 
 # name -> (module, one-line help). Modules are imported lazily so that a command
@@ -44,7 +45,7 @@ def _available() -> dict[str, tuple[str, str]]:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="moesim", description=__doc__.splitlines()[0])
+    parser = OneLineParser(prog="moesim", description=__doc__.splitlines()[0])
     parser.add_argument("--version", action="version", version=f"moesim {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name, (mod, help_) in _available().items():
@@ -56,7 +57,11 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
-    args = parser.parse_args(argv)
+    try:
+        args = parser.parse_args(join_negative_values(parser, sys.argv[1:] if argv is None
+                                                      else list(argv)))
+    except SystemExit as stop:  # a bad flag (one line already printed), --help, --version
+        return int(stop.code or 0)
     if not getattr(args, "command", None):
         parser.print_help()
         return 2

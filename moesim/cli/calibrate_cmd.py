@@ -14,7 +14,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("-o", "--output", required=True, metavar="CALIB_JSON",
                         help="calibration file to write")
     parser.add_argument("--force", action="store_true", help="overwrite an existing file")
-    parser.add_argument("--backend", default=None,
+    parser.add_argument("--backend", default=None, choices=("gloo", "nccl"),
                         help="backend name to store (default: from the traces, else gloo)")
     parser.add_argument("--device", default=None,
                         help="GPU trace: the device catalog entry (e.g. H800) whose figures "
@@ -54,10 +54,11 @@ def device_of(trace_dir: str, backend: str) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
+    from moesim.compute.devices import DEVICES
     from moesim.errors import InputError
     from moesim.outputs import check_file_target
     from moesim.validation.calibrate import calibrate
-    from moesim.validation.calibration import save_calibration
+    from moesim.validation.calibration import BACKENDS, save_calibration
     from moesim.validation.ingest import ingest
 
     out = check_file_target(args.output, args.force)  # before the slow part
@@ -70,10 +71,17 @@ def run(args: argparse.Namespace) -> int:
     if args.device is not None:
         raise InputError(args.trace_dirs[0], "traceEvents", "GPU events (cat 'kernel', "
                          "'gpu_memcpy' or 'gpu_memset') for --device", "only CPU events")
-    sets = [ingest([d]) for d in args.trace_dirs]
     backend = args.backend or _backend(args.trace_dirs[0]) or "gloo"
-    doc = calibrate(sets, list(args.trace_dirs), backend=backend,
-                    device=device_of(args.trace_dirs[0], backend))
+    if backend not in BACKENDS:
+        raise InputError(str(Path(args.trace_dirs[0]) / "routing.json"), "args.backend",
+                         f"one of {', '.join(BACKENDS)}", backend)
+    device = device_of(args.trace_dirs[0], backend)
+    if device not in DEVICES:  # checked before the slow part
+        raise InputError(str(Path(args.trace_dirs[0]) / "routing.json"), "host.cuda_device",
+                         f"a GPU of the device catalog ({', '.join(DEVICES)}; "
+                         "moesim/compute/devices.py)", device)
+    sets = [ingest([d]) for d in args.trace_dirs]
+    doc = calibrate(sets, list(args.trace_dirs), backend=backend, device=device)
     save_calibration(doc, out, force=args.force)
     g, m, c, f = doc["gemm"], doc["memory"], doc["comm"], doc["fit"]
     traffic = (f" + operand bytes / {g['bytes_per_s'] / 1e9:.2f} GB/s"

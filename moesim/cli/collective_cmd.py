@@ -14,13 +14,17 @@ import json
 from pathlib import Path
 from typing import Any
 
+from moesim.cli.common import CLI as _CLI
+from moesim.cli.common import load_topology_args
 from moesim.cli.ep_collective import EP_OPS, add_ep_arguments, run_ep
 from moesim.collectives.algorithms import ALGOS, check_op_algo
 from moesim.collectives.simulate import MODELS, simulate_collective
 from moesim.errors import InputError
-from moesim.units import parse_bytes
+from moesim.units import TiB, parse_bytes
 
-_CLI = "command line"
+#: Largest --bytes: 1 TiB per rank, above the memory of any GPU in the device
+#: catalog (the largest, H200, has 141 GB; moesim.compute.devices).
+MAX_COLLECTIVE_BYTES = TiB
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -86,7 +90,9 @@ def load_matrix(path: str) -> list[list[float]]:
                     raise ValueError(v)
                 vals.append(parse_bytes(v))
             except (TypeError, ValueError):
-                raise InputError(path, f"matrix[{i}][{j}]", "a byte count >= 0", v) from None
+                raise InputError(path, f"matrix[{i}][{j}]", "a finite byte count >= 0", v) from None
+            if vals[-1] > MAX_COLLECTIVE_BYTES:
+                raise InputError(path, f"matrix[{i}][{j}]", "at most 1 TiB per pair", v)
         rows.append(vals)
     return rows
 
@@ -106,7 +112,11 @@ def run(args: argparse.Namespace) -> int:
         try:
             nbytes = parse_bytes(args.size)
         except ValueError as err:
-            raise InputError(_CLI, "--bytes", str(err).removeprefix("a size "), args.size) from None
+            raise InputError(_CLI, "--bytes", str(err), args.size) from None
+        if nbytes > MAX_COLLECTIVE_BYTES:
+            raise InputError(_CLI, "--bytes", f"at most {MAX_COLLECTIVE_BYTES / TiB:.0f} TiB per "
+                             "rank (no GPU holds more; larger sizes only lose float precision)",
+                             args.size)
     elif op != "all_to_all_v":
         raise InputError(_CLI, "--bytes", f"a size for {op} (e.g. 1GiB)", None)
     if args.nodes is not None and args.nodes < 1:
@@ -117,15 +127,16 @@ def run(args: argparse.Namespace) -> int:
             raise InputError(_CLI, "--matrix", "a JSON byte matrix for all_to_all_v", None)
         matrix = load_matrix(args.matrix)
 
-    from moesim.topology import load_topology
-
     params = {} if args.nodes is None else {"nodes": args.nodes}
-    topo = load_topology(args.topology, **params)
+    topo = load_topology_args(args.topology, params, {"nodes": "--nodes"})
     n = len(topo.gpus)
     if ranks is not None:
         bad = [r for r in ranks if not 0 <= r < n]
         if bad:
             raise InputError(_CLI, "--ranks", f"ranks in 0..{n - 1} ({n} GPUs)", bad[0])
+    if args.root is not None and args.root not in (range(n) if ranks is None else ranks):
+        members = f"0..{n - 1}" if ranks is None else args.ranks
+        raise InputError(_CLI, "--root", f"a rank taking part ({members})", args.root)
     if matrix is not None:
         size = n if ranks is None else len(ranks)
         if len(matrix) != size or any(len(row) != size for row in matrix):

@@ -143,10 +143,10 @@ def render(records: list[dict[str, Any]], topo_name: str, model: str) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
-    from moesim.topology import load_topology
+    from moesim.cli.common import load_topology_args
 
     params = {} if args.nodes is None else {"nodes": args.nodes}
-    topo = load_topology(args.topology, **params)
+    topo = load_topology_args(args.topology, params, {"nodes": "--nodes"})
     flows = read_flows(args.flows, list(topo.gpus), topo.name)
     records = simulate(topo, flows, args.model)
     if args.json:

@@ -80,6 +80,12 @@ def run(args: argparse.Namespace) -> int:
         bad = [r for r in ranks if r >= result.n_ranks]
         if bad:
             raise InputError("command line", "--ranks", f"ranks below {result.n_ranks}", args.ranks)
+    if layers is not None:
+        n_layers = max((s.layer for s in result.spans), default=-1) + 1
+        if all(x >= n_layers for x in layers):  # nothing to draw
+            raise InputError("command line", "--layers", f"layers below {n_layers} (the run's "
+                             "trace has layers 0.." f"{n_layers - 1})" if n_layers else
+                             "no --layers (the run's trace has no per-layer spans)", args.layers)
     if args.what == "experts":
         fig = new_figure(10, 5)
         plot_experts(result, fig.add_subplot())

@@ -6,6 +6,7 @@ import argparse
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
+    from moesim.cli.common import finite_float
     from moesim.validation.record import RecordConfig
 
     d = RecordConfig(outdir="")
@@ -13,8 +14,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--world", type=int, default=d.world, help="processes (ranks)")
     parser.add_argument("--skew", choices=["uniform", "zipf", "hot"], default=d.skew,
                         help="router bias added to the logits")
-    parser.add_argument("--zipf-s", type=float, default=d.zipf_s, help="zipf exponent")
-    parser.add_argument("--hot-fraction", type=float, default=d.hot_fraction,
+    parser.add_argument("--zipf-s", type=finite_float, default=d.zipf_s, help="zipf exponent")
+    parser.add_argument("--hot-fraction", type=finite_float, default=d.hot_fraction,
                         help="target share of (token, expert) assignments for hot expert 0 "
                              "(with top-k, k times that share of the tokens pick it)")
     parser.add_argument("--hidden", type=int, default=d.hidden, help="model dim")

@@ -42,9 +42,9 @@ def run(args: argparse.Namespace) -> int:
     spec = load_sweep(args.file)
     out = Path(args.out) if args.out else Path("out") / "sweeps" / spec.name
     if args.workers is not None and args.workers < 1:
-        raise InputError("--workers", "N", "an integer >= 1", args.workers)
+        raise InputError("command line", "--workers", "an integer >= 1", args.workers)
     if args.scheduler and (args.workers is not None or args.threads):
-        raise InputError("--scheduler", "ADDR", "no --workers/--threads with an existing "
+        raise InputError("command line", "--scheduler", "no --workers/--threads with an existing "
                          "cluster (its workers are its own)", args.scheduler)
     if args.plot_only:
         df = load_results(out)

@@ -11,9 +11,10 @@ from typing import Any
 
 import yaml
 
+from moesim.cli.common import CLI, load_topology_args
 from moesim.errors import InputError
 from moesim.outputs import check_file_target, save_figure
-from moesim.topology import load_topology, presets
+from moesim.topology import presets
 from moesim.topology.graph import Topology
 from moesim.topology.summary import (
     bisection_Bps,
@@ -23,6 +24,7 @@ from moesim.topology.summary import (
     node_counts,
 )
 from moesim.units import Bps_to_gbps, s_to_us
+from moesim.yamlio import check_finite, load_text
 
 DRAW_SUFFIXES = (".png", ".pdf", ".svg")
 BISECTION_MAX_LINKS = 20000  # max flow beyond this is slow for a summary line
@@ -46,11 +48,12 @@ def parse_sets(items: list[str]) -> dict[str, Any]:
     for item in items:
         key, sep, text = item.partition("=")
         if not sep or not key.strip():
-            raise InputError("--set", item, "KEY=VALUE", item)
+            raise InputError(CLI, f"--set {item}", "KEY=VALUE", item)
         try:
-            out[key.strip()] = yaml.safe_load(text)
+            out[key.strip()] = load_text(text)
         except yaml.YAMLError:
             out[key.strip()] = text
+        check_finite(out[key.strip()], CLI, f"--set {key.strip()}")
     return out
 
 
@@ -107,7 +110,8 @@ def run(args: argparse.Namespace) -> int:
     out = Path(args.draw) if args.draw else None
     if out is not None:
         _check_out(out, args.force)
-    topo = load_topology(args.topology, routing=routing, **params)
+    flags = {"nodes": "--nodes" if args.nodes is not None else "--set nodes"}
+    topo = load_topology_args(args.topology, params, flags, routing)
     try:
         print(json.dumps(topo.describe(), indent=1) if args.json else render(topo), flush=True)
     except BrokenPipeError:  # e.g. piped into head: not an error

@@ -24,6 +24,7 @@ from moesim.engine.exact.engine import simulate_exact
 from moesim.engine.fast.engine import simulate_fast
 from moesim.errors import InputError
 from moesim.scenario import load_scenario
+from moesim.scenario.limits import check_work
 from moesim.scenario.resolve import Resolved, resolve
 from moesim.trace.result import SimResult
 
@@ -45,7 +46,17 @@ EXACT_ONLY = ("record_series", "dedup", "mirror_traffic", "coalesce_rtol")
 
 def resolve_path(path: str | Path, overrides: Sequence[str] = ()) -> Resolved:
     """Load, check and resolve a scenario file (or shipped name) with ``--set`` overrides."""
-    return resolve(load_scenario(path, list(overrides), resolve=False))
+    res = resolve(load_scenario(path, list(overrides), resolve=False))
+    check_size(res)
+    return res
+
+
+def check_size(res: Resolved, mode: str | None = None) -> None:
+    """Refuse a step too large to simulate before building it (moesim.scenario.limits)."""
+    scn = res.scenario
+    layers = getattr(res.model, "layers", 1)
+    check_work(scn.source, mode or scn.engine.mode, res.layout.world, layers,
+               scn.schedule.microbatches)
 
 
 def simulate(target: str | Path | Resolved, overrides: Sequence[str] = (), *,
@@ -60,6 +71,7 @@ def simulate(target: str | Path | Resolved, overrides: Sequence[str] = (), *,
     if mode not in ENGINES:
         raise InputError(res.scenario.source, "engine.mode", "one of " + ", ".join(ENGINES),
                          mode)
+    check_size(res, mode)
     if mode != "exact":
         options = {k: v for k, v in options.items() if k not in EXACT_ONLY}
     return ENGINES[mode](res, progress=progress, **options)

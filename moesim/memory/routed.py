@@ -5,7 +5,7 @@ no simulation).
 gives the rank of a hot expert larger routed-token buffers, and the run's peak is
 that rank's. :func:`stage_max_rows` finds, per stage, the rank whose peak is largest
 with the tokens its experts receive, as the run computes them
-(:func:`moesim.engine.run.memory_summary`: per MoE layer, the most tokens received in
+(:func:`moesim.engine.api.memory_summary`: per MoE layer, the most tokens received in
 one micro-batch):
 
 - ``routed``: every (EP group, MoE layer, micro-batch) is routed exactly as the step

@@ -78,6 +78,11 @@ class ModelSpec:
 
 FIELDS = {f.name: f for f in dataclasses.fields(ModelSpec)}
 _TYPES = {"str": str, "int": int, "bool": bool}
+#: Largest value of an integer model field (widths, heads, vocabulary: 2^24, far above
+#: any published model's) and of ``layers`` (per-layer programs are built and looped
+#: over; 1024 is ~17x DeepSeek-V3's 61); docs/scenarios.md, "Size limits".
+MAX_DIM = 2**24
+MAX_LAYERS = 1024
 
 
 def check_type(name: str, value: Any, source: str) -> Any:
@@ -87,6 +92,10 @@ def check_type(name: str, value: Any, source: str) -> Any:
             raise InputError(source, f"model.{name}", "an integer", value)
         if value < 0:
             raise InputError(source, f"model.{name}", "an integer >= 0", value)
+        top = MAX_LAYERS if name in ("layers", "first_dense_layers") else MAX_DIM
+        if value > top:
+            raise InputError(source, f"model.{name}", f"at most {top:,} (the most this "
+                             "simulator runs; docs/scenarios.md, Size limits)", value)
     elif not isinstance(value, kind):
         raise InputError(source, f"model.{name}", f"a {kind.__name__}", value)
     return value

@@ -1,6 +1,6 @@
 """Load a scenario YAML file into a validated :class:`Scenario`.
 
-``load_scenario(path, overrides)`` reads the file with ``yaml.safe_load``, applies
+``load_scenario(path, overrides)`` reads the file (:mod:`moesim.yamlio`), applies
 ``--set dotted.key=value`` overrides (value parsed as a YAML scalar or list),
 checks every field, then asks the owning modules to validate the free-form parts
 (model preset, routing policy, device, compute model, topology). Every problem is
@@ -12,6 +12,7 @@ here too, so a scenario that loads is one the engine can run.
 from __future__ import annotations
 
 import dataclasses
+import math
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +21,8 @@ import yaml
 from moesim.errors import InputError
 from moesim.outputs import check_name
 from moesim.paths import shown
+from moesim.scenario.blame import CLI, blame_overrides
+from moesim.scenario.limits import check_field, check_tokens
 from moesim.scenario.schema import (
     DICT_SECTIONS,
     DTYPES,
@@ -43,7 +46,7 @@ from moesim.scenario.schema import (
     ScheduleConfig,
 )
 from moesim.schedule.dualpipe import check as dual_check
-from moesim.yamlio import read_yaml
+from moesim.yamlio import check_finite, load_text, read_yaml
 
 SCENARIO_DIR = Path(__file__).resolve().parents[2] / "scenarios"
 
@@ -92,8 +95,9 @@ def _check(src: str, key: str, v: Any) -> Any:
         raise InputError(src, key, f"an integer from {detail[0]} to {detail[1]}", v)
     if kind == "optpos" and v is not None and not (_is_int(v) and v >= 1):
         raise InputError(src, key, "an integer >= 1 (or omit it)", v)
-    if kind == "posnum" and (isinstance(v, bool) or not isinstance(v, int | float) or v <= 0):
-        raise InputError(src, key, "a number > 0", v)
+    if kind == "posnum" and (isinstance(v, bool) or not isinstance(v, int | float)
+                             or not 0 < v < math.inf):
+        raise InputError(src, key, "a finite number > 0", v)
     if kind == "unit" and (isinstance(v, bool) or not isinstance(v, int | float)
                            or not 0 <= v < 1):
         raise InputError(src, key, "a number in [0, 1)", v)
@@ -147,6 +151,9 @@ def _find(path: str | Path) -> Path:
     preset = SCENARIO_DIR / f"{p.name}.yaml"
     if p.suffix == "" and p.parent == Path(".") and preset.is_file():
         return shown(preset)
+    if p.is_dir():
+        raise InputError(str(path), "", "a scenario YAML file (or a shipped scenario name)",
+                         "a directory")
     shipped = sorted(q.stem for q in SCENARIO_DIR.glob("*.yaml"))
     raise InputError(str(path), "", f"an existing scenario file or one of {shipped}",
                      "no such file")
@@ -163,37 +170,41 @@ def apply_overrides(data: dict, overrides: list[str] | tuple[str, ...] = ()) -> 
 
     The key must name a known section and, for fixed sections, one of its fields;
     the value is parsed as YAML (``4``, ``true``, ``fp8``, ``[tp, ep, dp, pp]``).
+    Errors name the command line; so do later errors about a value set here
+    (:func:`load_scenario`).
     """
     out = _deepcopy(data)
     for item in overrides:
         if "=" not in item:
-            raise InputError("--set", item, "key=value (e.g. parallel.ep=4)", item)
+            raise InputError(CLI, f"--set {item}", "key=value (e.g. parallel.ep=4)", item)
         key, raw = item.split("=", 1)
         key = key.strip()
+        where = f"--set {key}"
         try:
-            value = yaml.safe_load(raw) if raw.strip() else None
+            value = load_text(raw) if raw.strip() else None
         except yaml.YAMLError:
-            raise InputError("--set", key, "a YAML scalar or list as value", raw) from None
+            raise InputError(CLI, where, "a YAML scalar or list as value", raw) from None
+        check_finite(value, CLI, where)
         parts = key.split(".")
         if any(not p for p in parts):
-            raise InputError("--set", key, "a dotted key such as schedule.microbatches", key)
+            raise InputError(CLI, where, "a dotted key such as schedule.microbatches", key)
         if parts[0] not in TOP_LEVEL:
-            raise InputError("--set", key, f"a key in one of the sections {list(TOP_LEVEL)}",
+            raise InputError(CLI, where, f"a key in one of the sections {list(TOP_LEVEL)}",
                              parts[0])
         if parts[0] in ("name", "seed") and len(parts) > 1:
-            raise InputError("--set", key, f"{parts[0]} is a plain value", key)
+            raise InputError(CLI, where, f"{parts[0]} is a plain value", key)
         if parts == ["name"]:
             check_name("command line", "--set name", value)
         if parts[0] in SECTIONS:
             if len(parts) < 2 or parts[1] not in _field_names(parts[0]):
-                raise InputError("--set", key,
+                raise InputError(CLI, where,
                                  f"one of the {parts[0]} keys {_field_names(parts[0])}",
                                  parts[1] if len(parts) > 1 else key)
             nested = NESTED.get(".".join(parts[:2]))
             if nested is not None and len(parts) > 2:
                 valid = [f.name for f in dataclasses.fields(nested)]
                 if len(parts) != 3 or parts[2] not in valid:
-                    raise InputError("--set", key, f"one of the {parts[0]}.{parts[1]} keys "
+                    raise InputError(CLI, where, f"one of the {parts[0]}.{parts[1]} keys "
                                      f"{valid}", ".".join(parts[2:]))
                 node = out.setdefault(parts[0], {})
                 if not isinstance(node, dict):
@@ -204,7 +215,7 @@ def apply_overrides(data: dict, overrides: list[str] | tuple[str, ...] = ()) -> 
                 node[parts[1]] = {**(sub if isinstance(sub, dict) else {}), parts[2]: value}
                 continue
             if len(parts) > 2 and parts[:2] != ["cluster", "params"]:
-                raise InputError("--set", key, f"{parts[0]}.{parts[1]} is a plain value", key)
+                raise InputError(CLI, where, f"{parts[0]}.{parts[1]} is a plain value", key)
         node = out
         for p in parts[:-1]:
             if not isinstance(node.get(p), dict):
@@ -241,6 +252,7 @@ def _fixed(src: str, data: dict, name: str, cls: type) -> Any:
         if k not in valid:
             raise InputError(src, f"{name}.{k}", f"one of the {name} keys {valid}", k)
         kwargs[k] = _check(src, f"{name}.{k}", v)
+        check_field(src, f"{name}.{k}", v)
     return cls(**kwargs)
 
 
@@ -291,6 +303,7 @@ def build_scenario(data: dict, source: str = "<scenario>", default_name: str = "
 
 def _check_schedule(scn: Scenario) -> None:
     src, par, sch = scn.source, scn.parallel, scn.schedule
+    check_tokens(src, sch.micro_batch_size, sch.seq_len)
     if par.vpp > 1 and sch.kind != "interleaved":
         raise InputError(src, "parallel.vpp", "1 unless schedule.kind is interleaved", par.vpp)
     if sch.kind in ("dualpipe", "dualpipev"):
@@ -307,6 +320,9 @@ def _check_schedule(scn: Scenario) -> None:
             raise InputError(src, "schedule.microbatches",
                              f"a multiple of parallel.pp={par.pp} for the interleaved schedule",
                              sch.microbatches)
+        if par.vpp < 2:  # v = 1 is plain 1F1B: say so rather than run it under another name
+            raise InputError(src, "parallel.vpp", "vpp >= 2 for schedule.kind interleaved "
+                             "(vpp 1 is 1f1b)", par.vpp)
 
 
 def _check_overlap(scn: Scenario) -> Scenario:
@@ -347,4 +363,9 @@ def load_scenario(path: str | Path, overrides: list[str] | tuple[str, ...] = (),
     """Read, override, validate. ``path`` may be a file or a shipped scenario name."""
     p = _find(path)
     data = apply_overrides(_read(p), overrides)
-    return build_scenario(data, source=str(p), default_name=p.stem, resolve=resolve)
+    try:
+        scn = build_scenario(data, source=str(p), default_name=p.stem, resolve=False)
+    except InputError as err:
+        raise blame_overrides(err, str(p), overrides) from None
+    scn = dataclasses.replace(scn, overrides=tuple(overrides))
+    return _resolve(scn) if resolve else scn

@@ -17,6 +17,7 @@ from typing import Any
 
 from moesim.errors import InputError
 from moesim.layout.mesh import Layout
+from moesim.scenario.blame import blame_overrides
 from moesim.scenario.schema import Scenario
 
 
@@ -57,12 +58,29 @@ def load_cluster(scn: Scenario) -> Any:
     if (p.suffix in (".yaml", ".yml") or "/" in name) and not p.is_absolute():
         p = Path(scn.source).parent / p  # a relative path is relative to the scenario file
         name = str(p) if p.is_file() else name
+    params = scn.cluster.topology_params()
     try:
-        return load_topology(name, **scn.cluster.topology_params())
+        return load_topology(name, **params)
     except InputError as err:
-        if err.field:  # an error inside the topology file or its params names itself
-            raise
-        raise InputError(scn.source, "cluster.topology", err.expected, err.got) from None
+        raise _blame_scenario(err, scn, params) from None
+
+
+def _blame_scenario(err: InputError, scn: Scenario, params: dict) -> InputError:
+    """``err`` from loading the scenario's topology, naming the scenario's field when
+    the bad value came from the scenario (its topology name, ``cluster.nodes`` or a
+    ``cluster.params`` entry) rather than from the topology file."""
+    if not err.field:  # no such topology
+        return InputError(scn.source, "cluster.topology", *err.args[2:])
+    key = err.field.removeprefix("params.")
+    if key == err.field or key not in params:
+        return err  # the topology file's own value
+    field = "cluster.nodes" if key == "nodes" and scn.cluster.nodes is not None \
+        else f"cluster.params.{key}"
+    if err.expected.startswith("no parameters"):  # an explicit graph takes none
+        return InputError(scn.source, field, f"no {field} with topology "
+                          f"{scn.cluster.topology}, an explicit graph with its own nodes "
+                          f"(delete {field}, or pass --set {field}=null)", params[key])
+    return InputError(scn.source, field, *err.args[2:])
 
 
 def calibrated_device(device: Any, compute: Any, scn: Scenario) -> Any:
@@ -143,7 +161,15 @@ def _check_simulated(scn: Scenario) -> None:
 
 
 def resolve(scn: Scenario) -> Resolved:
-    """Check the scenario against its cluster and build every named part."""
+    """Check the scenario against its cluster and build every named part. An error
+    about a value given by ``--set`` names the command line."""
+    try:
+        return _resolve(scn)
+    except InputError as err:
+        raise blame_overrides(err, scn.source, scn.overrides) from None
+
+
+def _resolve(scn: Scenario) -> Resolved:
     src = scn.source
     _check_simulated(scn)
     topo = load_cluster(scn)
@@ -153,6 +179,8 @@ def resolve(scn: Scenario) -> Resolved:
         gpn = getattr(topo, "gpus_per_node", None)
     par = scn.parallel
     if par.dp is None and world is not None:
+        if world % par.tp:
+            raise InputError(src, "parallel.tp", f"a divisor of the world size {world}", par.tp)
         if world % (par.tp * par.pp):
             raise InputError(src, "parallel.pp", f"tp*pp to divide the world size {world} "
                              f"(tp={par.tp})", par.pp)
@@ -169,9 +197,12 @@ def resolve(scn: Scenario) -> Resolved:
         if getattr(model, "n_experts", 0):
             layout.check_experts(model.n_experts)
         chunks = par.pp * par.vpp
+        if model.layers < par.pp:
+            raise InputError(src, "parallel.pp", f"at most the model's {model.layers} layers",
+                             par.pp)
         if model.layers < chunks:
-            raise InputError(src, "parallel.pp", f"pp*vpp <= the model's {model.layers} "
-                             f"layers (vpp={par.vpp})", par.pp)
+            raise InputError(src, "parallel.vpp", f"pp*vpp <= the model's {model.layers} "
+                             f"layers (pp={par.pp})", par.vpp)
 
     routing = None
     routing_from_dict = _delegate("moesim.gating", "routing_from_dict")

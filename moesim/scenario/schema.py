@@ -165,6 +165,7 @@ class Scenario:
     source: str = "<scenario>"                   # file it came from (for error messages)
     world: int | None = None                     # GPUs in the cluster, once resolved
     gpus_per_node: int | None = None             # from the topology, once resolved
+    overrides: tuple[str, ...] = ()              # --set key=value items applied (for errors)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "model", _frozen(self.model))
@@ -173,6 +174,7 @@ class Scenario:
     def to_dict(self) -> dict:
         """The full configuration, JSON-able (lists, dicts, scalars)."""
         out = _plain(self)
+        out.pop("overrides")
         r = out["routing"]
         out["routing"] = {**r["policy"], "dispatch_dtype": r["dispatch_dtype"],
                           "combine_dtype": r["combine_dtype"], "a2a_algo": r["a2a_algo"]}

@@ -223,12 +223,13 @@ def _check_axis(src: str, scenario: str, base: tuple[str, ...], axis: Axis) -> N
                                   resolve=False))
             return
         except InputError as err:
-            if err.field != axis.key and err.field not in base_keys:
+            key = err.field.removeprefix("--set ")  # the value came from the sweep's overrides
+            if key != axis.key and key not in base_keys:
                 return
-            errors.append(err)
-    err = errors[0]
-    field = f"axes.{axis.key}" if err.field == axis.key else f"set: {err.field}"
-    raise InputError(src, field, err.expected, err.got)
+            errors.append((key, err))
+    key, err = errors[0]
+    field = f"axes.{axis.key}" if key == axis.key else f"set: {key}"
+    raise InputError(src, field, *err.args[2:])
 
 
 def parse_sweep(data: Any, source: str = "<sweep>", base_dir: Path | None = None,

@@ -31,11 +31,13 @@ and have ``spine_latency_us``.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, fields
 
 import networkx as nx
 
 from moesim.errors import InputError
+from moesim.topology.bounds import check_bandwidth, check_efficiency, check_gpus, check_latency
 from moesim.units import gbps_to_Bps, us_to_s
 
 INTRA_KINDS = ("nvswitch", "pcie", "none")
@@ -170,20 +172,26 @@ def validate_spec(spec: ClusterSpec, source: str) -> None:
                       + " per node it is shared by")
     if spec.spines < 0:
         raise bad("spines", "an integer >= 0 (0: automatic)")
-    if spec.oversubscription <= 0:
-        raise bad("oversubscription", "a number > 0 (leaf downlink bw / uplink bw)")
+    if not 0 < spec.oversubscription < math.inf:
+        raise bad("oversubscription", "a finite number > 0 (leaf downlink bw / uplink bw)")
     if spec.intra == "pcie" and spec.gpus_per_node % spec.n_switches:
         raise bad("gpus_per_node", f"a multiple of cpus * pcie_switches_per_cpu = {spec.n_switches}")
     for name in _required(spec):
-        value = getattr(spec, name)
-        if value is None:
+        if getattr(spec, name) is None:
             raise InputError(source, f"params.{name}", "a number (required by this builder)", None)
-        if name.endswith("_GBps") and value <= 0:
-            raise bad(name, "a bandwidth > 0 GB/s")
-        if name.endswith("_efficiency") and not 0 < value <= 1:
-            raise bad(name, "an efficiency in (0, 1]")
-        if name.endswith("_latency_us") and value < 0:
-            raise bad(name, "a latency >= 0 µs")
+    for f in fields(spec):  # every value given, used by this builder or not
+        value, where = getattr(spec, f.name), f"params.{f.name}"
+        if value is None:
+            continue
+        if f.name.endswith("_GBps"):
+            check_bandwidth(value, source, where)
+        elif f.name.endswith("_efficiency"):
+            check_efficiency(value, source, where)
+        elif f.name.endswith("_latency_us"):
+            check_latency(value, source, where)
+    check_gpus(spec.nodes * spec.gpus_per_node, source,
+               "params.nodes" if spec.nodes > 1 else "params.gpus_per_node",
+               spec.nodes if spec.nodes > 1 else spec.gpus_per_node)
 
 
 @dataclass(frozen=True)

@@ -18,6 +18,7 @@ from typing import Any
 import networkx as nx
 
 from moesim.errors import InputError
+from moesim.topology.bounds import MAX_GPUS, check_bandwidth, check_efficiency, check_latency
 from moesim.topology.graph import NODE_KINDS
 from moesim.units import gbps_to_Bps, us_to_s
 
@@ -46,6 +47,10 @@ def _efficiencies(data: dict[str, Any], source: str) -> dict[str, float]:
 def _add_nodes(g: nx.DiGraph, nodes: Any, source: str) -> None:
     if not isinstance(nodes, list) or not nodes:
         raise InputError(source, "nodes", "a non-empty list of {id, kind} mappings", nodes)
+    gpus = sum(1 for item in nodes if isinstance(item, dict) and item.get("kind") == "gpu")
+    if gpus > MAX_GPUS:
+        raise InputError(source, "nodes", f"at most {MAX_GPUS} GPUs (the most one machine "
+                         "simulates; docs/scenarios.md, Size limits)", gpus)
     count: dict[int, int] = {}
     for n, item in enumerate(nodes):
         where = f"nodes[{n}]"
@@ -119,15 +124,11 @@ def _add_links(g: nx.DiGraph, links: Any, eff: dict[str, float], source: str) ->
                 raise InputError(source, f"{where}.{key}", "the id of a node listed in nodes", node)
         if u == v:
             raise InputError(source, f"{where}.dst", "a node other than src", v)
-        bw, lat = item["bandwidth_GBps"], item["latency_us"]
-        if not _number(bw) or bw <= 0:
-            raise InputError(source, f"{where}.bandwidth_GBps", "a bandwidth > 0 GB/s", bw)
-        if not _number(lat) or lat < 0:
-            raise InputError(source, f"{where}.latency_us", "a latency >= 0 µs", lat)
+        bw = check_bandwidth(item["bandwidth_GBps"], source, f"{where}.bandwidth_GBps")
+        lat = check_latency(item["latency_us"], source, f"{where}.latency_us")
         kind = str(item["kind"])
-        e = item.get("efficiency", eff.get(kind, 1.0))
-        if not _number(e) or not 0 < e <= 1:
-            raise InputError(source, f"{where}.efficiency", "a number in (0, 1]", e)
+        e = check_efficiency(item.get("efficiency", eff.get(kind, 1.0)), source,
+                             f"{where}.efficiency")
         both = item.get("bidirectional", True)
         if not isinstance(both, bool):
             raise InputError(source, f"{where}.bidirectional", "true or false", both)

@@ -14,6 +14,7 @@ optional ``routing`` and ``gpu_transit``. Keyword overrides (``--set``) replace
 
 from __future__ import annotations
 
+import math
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -60,6 +61,9 @@ def resolve(path_or_name: str | Path) -> Path:
     for cand in (PRESET_DIR / p.name, PRESET_DIR / f"{p.name}.yaml"):
         if str(path_or_name) == p.name and cand.is_file():
             return shown(cand)
+    if p.is_dir():
+        raise InputError(str(path_or_name), "", "a topology YAML file or a preset name",
+                         "a directory")
     raise InputError(str(path_or_name), "", f"an existing YAML file or a preset name "
                      f"({', '.join(presets())})", str(path_or_name))
 
@@ -74,11 +78,13 @@ def _coerce(name: str, value: Any, typ: type, source: str) -> Any:
     elif typ is int:
         ok = isinstance(value, int) and not isinstance(value, bool)
     elif typ is float:
-        ok = isinstance(value, int | float) and not isinstance(value, bool)
+        ok = isinstance(value, int | float) and not isinstance(value, bool) \
+            and math.isfinite(value)
     else:
         ok = isinstance(value, str)
     if not ok:
-        raise InputError(source, f"params.{name}", f"a value of type {typ.__name__}", value)
+        what = "a finite number" if typ is float else f"a value of type {typ.__name__}"
+        raise InputError(source, f"params.{name}", what, value)
     return float(value) if typ is float else value
 
 

@@ -28,6 +28,7 @@ from functools import cached_property
 from pathlib import Path
 
 from moesim.compute.base import Kernel
+from moesim.compute.devices import DEVICES
 from moesim.errors import InputError
 from moesim.outputs import check_file_target, write_text
 from moesim.validation.calibrate import FORMAT
@@ -113,10 +114,42 @@ def _flag(doc: dict, src: str, section: str, key: str, default: bool) -> bool:
     return val
 
 
+#: communication backends a recording can use (moesim record --backend)
+BACKENDS = ("gloo", "nccl")
+#: the keys each fitted section may hold (a misspelt one would be silently ignored)
+_SECTION_KEYS = {
+    "gemm": {"flops_per_s", "overhead_s", "bytes_per_s"},
+    "memory": {"bytes_per_s", "overhead_s", "bytes_per_s_by_op"},
+    "comm": {"latency_s", "bandwidth_Bps", "backend", "duplex"},
+}
+
+
+def _names(doc: dict, src: str) -> None:
+    """``device`` a device-catalog name and ``comm.backend`` a known backend, when
+    given (older files have neither): an unknown name would silently leave the
+    scenario's device uncalibrated or the replay machine's links unnamed."""
+    device = doc.get("device")
+    if device is not None and (not isinstance(device, str)
+                               or device.lower() not in {d.lower() for d in DEVICES}):
+        raise InputError(src, "device", f"a device of the catalog ({', '.join(DEVICES)})",
+                         device)
+    for section, keys in _SECTION_KEYS.items():
+        sec = doc.get(section)
+        extra = sorted(set(sec) - keys) if isinstance(sec, dict) else []
+        if extra:
+            raise InputError(src, f"{section}.{extra[0]}", f"one of the {section} keys "
+                             f"{sorted(keys)}", extra[0])
+    sec = doc.get("comm")
+    backend = sec.get("backend") if isinstance(sec, dict) else None
+    if backend is not None and backend not in BACKENDS:
+        raise InputError(src, "comm.backend", f"one of {', '.join(BACKENDS)}", backend)
+
+
 def model_from_dict(doc: dict, src: str = "calibration") -> CalibratedComputeModel:
     if not isinstance(doc, dict) or doc.get("format") != FORMAT:
         got = doc.get("format") if isinstance(doc, dict) else type(doc).__name__
         raise InputError(src, "format", f'"{FORMAT}"', got)
+    _names(doc, src)
     comm = CommCalibration(_num(doc, src, "comm", "latency_s", False),
                            _num(doc, src, "comm", "bandwidth_Bps", True),
                            str(doc["comm"].get("backend", "")),

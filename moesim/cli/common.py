@@ -1,0 +1,86 @@
+"""What the command-line modules share: one-line argument errors, values that look
+like negative numbers, finite numeric flags, and topology errors blamed on the flag
+that gave the bad value."""
+
+from __future__ import annotations
+
+import argparse
+import math
+import re
+from typing import Any, NoReturn
+
+from moesim.errors import InputError
+
+CLI = "command line"
+# "-1GiB", "-5", "-1e3", "-.5": a value, not an option (argparse only lets plain
+# negative numbers through, and only when no option looks like one)
+_NEGATIVE_VALUE = re.compile(r"^-\.?[0-9]")
+
+
+class OneLineParser(argparse.ArgumentParser):
+    """An ArgumentParser whose errors are one line naming the command line (no usage
+    block), exit status 2."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: error: {CLI}: {message}\n")
+
+
+def join_negative_values(parser: argparse.ArgumentParser, argv: list[str]) -> list[str]:
+    """``--bytes -1GiB`` -> ``--bytes=-1GiB`` for every option of ``parser`` (and its
+    subcommands) that takes one value, so a negative-looking value reaches the
+    option's own check ("expected a size >= 0") instead of argparse's "expected one
+    argument"."""
+    takes_value: set[str] = set()
+    stack = [parser]
+    while stack:
+        p = stack.pop()
+        for action in p._actions:
+            if isinstance(action, argparse._SubParsersAction):
+                stack.extend(action.choices.values())
+            elif action.option_strings and action.nargs is None:
+                takes_value.update(action.option_strings)
+    out: list[str] = []
+    i = 0
+    while i < len(argv):
+        a = argv[i]
+        if a in takes_value and i + 1 < len(argv) and _NEGATIVE_VALUE.match(argv[i + 1]):
+            out.append(f"{a}={argv[i + 1]}")
+            i += 2
+            continue
+        out.append(a)
+        i += 1
+    return out
+
+
+def finite_float(text: str) -> float:
+    """argparse ``type`` for a float flag: refuses nan and inf."""
+    try:
+        v = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+    if not math.isfinite(v):
+        raise argparse.ArgumentTypeError(f"expected a finite number, got {text!r}")
+    return v
+
+
+def load_topology_args(name: str, params: dict[str, Any], flags: dict[str, str],
+                       routing: str | None = None) -> Any:
+    """``load_topology(name, routing, **params)``; an error about a value that came
+    from the command line (``params``, ``routing``) names the flag in ``flags`` (or
+    ``--set KEY``) instead of the topology file."""
+    from moesim.topology import load_topology
+
+    try:
+        return load_topology(name, routing=routing, **params)
+    except InputError as err:
+        key = err.field.removeprefix("params.")
+        if err.field.startswith("params.") and key in params:
+            flag = flags.get(key, f"--set {key}")
+            if err.expected.startswith("no parameters"):  # an explicit graph takes none
+                raise InputError(CLI, flag, f"no {flag}: {err.source} is an explicit graph "
+                                 "with its own nodes", params[key]) from None
+            raise InputError(CLI, flag, *err.args[2:]) from None
+        if err.field == "routing" and routing is not None:
+            raise InputError(CLI, flags.get("routing", "--set routing"),
+                             *err.args[2:]) from None
+        raise

@@ -1,0 +1,81 @@
+"""Size limits: the largest scenario one machine can simulate, checked before anything
+is built, each refused with one line that says the limit and why.
+
+Measured on a shared 2-core machine (docs/scenarios.md, "Size limits"):
+
+* the exact engine keeps every rank's op program and every flow: ``mixtral-8x7b-64gpu``
+  (64 GPUs x 32 layers x 16 micro-batches = 32,768 rank-layer-micro-batches) takes
+  25.6 s CPU and 165 MB (docs/scale.md), about 0.8 ms and 5 kB per unit;
+* the fast path (docs/fast-path.md) runs ``deepseek-v3-2048`` (2,048 x 61 x 120 =
+  15.0 M units) in 49 s and 286 MB; its memory grows faster than the GPUs (8,192 GPUs
+  of a 4-layer, 4-micro-batch slice: 38.9 s, 1.35 GB; moesim.topology.bounds.MAX_GPUS).
+
+So a step over ``MAX_WORK[mode]`` units would take more than about ten minutes (and,
+on the exact engine, several GB); the per-field limits keep single numbers (a typo
+such as ``microbatches: 1e12``) from hanging the schedule or memory table before the
+work check is reached.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from moesim.errors import InputError
+
+#: micro-batches per step per replica (deepseek-v3-2048 ships with 120)
+MAX_MICROBATCHES = 65536
+#: tokens per sequence: 2^20, above any context a training run uses; attention cost
+#: grows with its square
+MAX_SEQ_LEN = 2**20
+#: sequences per micro-batch
+MAX_MICRO_BATCH_SIZE = 65536
+#: tokens per micro-batch (micro_batch_size x seq_len): token routing keeps a few
+#: int64 arrays of tokens x top_k per micro-batch; 2^22 tokens x top-8 x 8 bytes is
+#: 268 MB per array
+MAX_TOKENS_PER_MICROBATCH = 2**22
+#: GPUs x layers x micro-batches per engine mode (see the module doc)
+MAX_WORK = {"exact": 2**19, "fast": 2**26}
+
+#: scenario field -> its largest value and why
+FIELD_LIMITS: dict[str, tuple[int, str]] = {
+    "schedule.microbatches": (MAX_MICROBATCHES, "micro-batches per step"),
+    "schedule.seq_len": (MAX_SEQ_LEN, "tokens per sequence"),
+    "schedule.micro_batch_size": (MAX_MICRO_BATCH_SIZE, "sequences per micro-batch"),
+    "schedule.zero3_prefetch": (1024, "layers gathered ahead"),
+    "schedule.step": (2**31, "the training step index"),
+    "parallel.tp": (2**16, "GPUs per tensor-parallel group"),
+    "parallel.pp": (2**16, "pipeline stages"),
+    "parallel.dp": (2**16, "data-parallel replicas"),
+    "parallel.ep": (2**16, "GPUs per expert-parallel group"),
+    "parallel.vpp": (1024, "chunks per rank"),
+    "cluster.nodes": (2**16, "nodes"),
+}
+
+
+def check_field(src: str, key: str, v: Any) -> None:
+    """InputError when an integer scenario field is over its limit."""
+    limit = FIELD_LIMITS.get(key)
+    if limit is not None and isinstance(v, int) and not isinstance(v, bool) and v > limit[0]:
+        raise InputError(src, key, f"at most {limit[0]:,} {limit[1]} (the most this simulator "
+                         "runs on one machine; docs/scenarios.md, Size limits)", v)
+
+
+def check_tokens(src: str, micro_batch_size: int, seq_len: int) -> None:
+    tokens = micro_batch_size * seq_len
+    if tokens > MAX_TOKENS_PER_MICROBATCH:
+        raise InputError(src, "schedule.seq_len", f"micro_batch_size x seq_len <= "
+                         f"{MAX_TOKENS_PER_MICROBATCH:,} tokens per micro-batch (routing keeps "
+                         f"arrays of tokens x top_k per micro-batch; micro_batch_size="
+                         f"{micro_batch_size})", seq_len)
+
+
+def check_work(src: str, mode: str, world: int, layers: int, microbatches: int) -> None:
+    """Refuse a step whose GPUs x layers x micro-batches is over ``MAX_WORK[mode]``."""
+    work = world * layers * microbatches
+    limit = MAX_WORK.get(mode)
+    if limit is not None and work > limit:
+        hint = " (engine.mode: fast runs up to " f"{MAX_WORK['fast']:,})" if mode == "exact" else ""
+        raise InputError(src, "schedule.microbatches", f"GPUs x layers x micro-batches <= "
+                         f"{limit:,} on the {mode} engine{hint}: {world} x {layers} x "
+                         f"{microbatches} = {work:,} would take more than about ten minutes "
+                         "and GBs of memory (docs/scenarios.md, Size limits)", microbatches)
