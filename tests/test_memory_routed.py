@@ -46,7 +46,7 @@ def test_hot_expert_rank_row_shows_larger_buffers(capsys):
 
 
 def test_expected_shares_beyond_the_budget(monkeypatch):
-    from moesim.memory.model import routed as memory_routed
+    import moesim.memory.routed as memory_routed
 
     res = resolve(load_scenario("hot-expert", [], resolve=False))
     monkeypatch.setattr(memory_routed, "ROUTE_BUDGET", 0)

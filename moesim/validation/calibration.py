@@ -118,9 +118,11 @@ def _flag(doc: dict, src: str, section: str, key: str, default: bool) -> bool:
 BACKENDS = ("gloo", "nccl")
 #: the keys each fitted section may hold (a misspelt one would be silently ignored)
 _SECTION_KEYS = {
-    "gemm": {"flops_per_s", "overhead_s", "bytes_per_s"},
-    "memory": {"bytes_per_s", "overhead_s", "bytes_per_s_by_op"},
-    "comm": {"latency_s", "bandwidth_Bps", "backend", "duplex"},
+    # a GPU calibration (moesim.validation.gpu_calibrate) also says the GEMMs' dtype and
+    # whether a figure came from the trace or the device catalog
+    "gemm": {"flops_per_s", "overhead_s", "bytes_per_s", "dtype", "source"},
+    "memory": {"bytes_per_s", "overhead_s", "bytes_per_s_by_op", "source"},
+    "comm": {"latency_s", "bandwidth_Bps", "backend", "duplex", "kind"},  # kind: GPU traces
 }
 
 
