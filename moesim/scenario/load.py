@@ -24,6 +24,7 @@ from moesim.scenario.schema import (
     ENGINE_MODES,
     EP_BACKENDS,
     NETWORK_MODELS,
+    OVERLAP_KINDS,
     RECOMPUTE,
     REPLICA_MODES,
     SCHEDULE_KINDS,
@@ -39,6 +40,7 @@ from moesim.scenario.schema import (
     Scenario,
     ScheduleConfig,
 )
+from moesim.schedule.dualpipe import check as dual_check
 from moesim.yamlio import read_yaml
 
 SCENARIO_DIR = Path(__file__).resolve().parents[2] / "scenarios"
@@ -61,6 +63,7 @@ _RULES: dict[str, tuple[str, Any]] = {
     "schedule.step": ("nonneg", None), "schedule.dp_bucket_MB": ("posnum", None),
     "schedule.zero3_prefetch": ("pos", None),
     "overlap.ep_comm_overlap": ("bool", None), "overlap.dp_overlap": ("bool", None),
+    "overlap.kind": ("choice", OVERLAP_KINDS),
     "memory.recompute": ("choice", RECOMPUTE),
     "engine.mode": ("choice", ENGINE_MODES), "engine.replicas": ("choice", REPLICA_MODES),
     "engine.coalesce_rtol": ("unit", None),
@@ -278,6 +281,7 @@ def build_scenario(data: dict, source: str = "<scenario>", default_name: str = "
         source=src,
     )
     _check_schedule(scn)
+    scn = _check_overlap(scn)
     if resolve:
         scn = _resolve(scn)
     return scn
@@ -287,6 +291,16 @@ def _check_schedule(scn: Scenario) -> None:
     src, par, sch = scn.source, scn.parallel, scn.schedule
     if par.vpp > 1 and sch.kind != "interleaved":
         raise InputError(src, "parallel.vpp", "1 unless schedule.kind is interleaved", par.vpp)
+    if sch.kind in ("dualpipe", "dualpipev"):
+        why = dual_check(sch.kind, par.pp, sch.microbatches)
+        if why and sch.kind == "dualpipe" and par.pp % 2:
+            raise InputError(src, "parallel.pp", "an even number of pipeline ranks for "
+                             "DualPipe (each rank holds stages r and pp-1-r)", par.pp)
+        if why:
+            even = "an even number " if sch.kind == "dualpipe" else "a number "
+            raise InputError(src, "schedule.microbatches", f"{even}>= 2 x parallel.pp = "
+                             f"{2 * par.pp} for {sch.kind} (deepseek-ai/DualPipe asserts it)",
+                             sch.microbatches)
     if sch.kind == "interleaved":
         if par.pp < 2:
             raise InputError(src, "parallel.pp", "at least 2 stages for an interleaved schedule",
@@ -295,6 +309,31 @@ def _check_schedule(scn: Scenario) -> None:
             raise InputError(src, "schedule.microbatches",
                              f"a multiple of parallel.pp={par.pp} for the interleaved schedule",
                              sch.microbatches)
+
+
+def _check_overlap(scn: Scenario) -> Scenario:
+    """``ep_comm_overlap: true`` and ``kind: static`` name the same pairing: set both.
+    ``a2a-1f1b`` follows Megatron-Core's assertions (transformer_config.py: EP > 1, a
+    virtual pipeline when PP > 1; DualPipe brings its own overlap)."""
+    src, ov, par, sch = scn.source, scn.overlap, scn.parallel, scn.schedule
+    if ov.ep_comm_overlap and ov.kind not in ("none", "static"):
+        raise InputError(src, "overlap.ep_comm_overlap",
+                         f"false (or omitted) with overlap.kind {ov.kind}", True)
+    if ov.kind == "a2a-1f1b":
+        if sch.kind in ("gpipe", "dualpipe", "dualpipev"):
+            raise InputError(src, "schedule.kind", "1f1b or interleaved with overlap.kind "
+                             "a2a-1f1b", sch.kind)
+        if par.pp > 1 and sch.kind != "interleaved":
+            raise InputError(src, "schedule.kind", "interleaved with overlap.kind a2a-1f1b "
+                             "when parallel.pp > 1 (Megatron-Core needs a virtual pipeline)",
+                             sch.kind)
+        if par.ep < 2:
+            raise InputError(src, "parallel.ep", "at least 2 with overlap.kind a2a-1f1b",
+                             par.ep)
+    if ov.ep_comm_overlap or ov.kind == "static":
+        scn = dataclasses.replace(scn, overlap=dataclasses.replace(
+            ov, ep_comm_overlap=True, kind="static"))
+    return scn
 
 
 def _resolve(scn: Scenario) -> Scenario:

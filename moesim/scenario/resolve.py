@@ -125,9 +125,23 @@ def scenario_layout(scn: Scenario) -> tuple[Layout, list[str]]:
     return layout, layout.warnings(scn.gpus_per_node)
 
 
+def _check_simulated(scn: Scenario) -> None:
+    """Schedules and overlaps that are planned (moesim.schedule.dualpipe,
+    moesim.schedule.a2a_overlap) but not yet run by the engines stop here, in one line."""
+    if scn.schedule.kind in ("dualpipe", "dualpipev"):
+        raise InputError(scn.source, "schedule.kind", "gpipe, 1f1b or interleaved: the "
+                         f"engines do not simulate {scn.schedule.kind} yet (its order is in "
+                         "moesim.schedule.dualpipe)", scn.schedule.kind)
+    if scn.overlap.kind == "a2a-1f1b":
+        raise InputError(scn.source, "overlap.kind", "none or static: the engines do not "
+                         "simulate a2a-1f1b yet (its plan is in moesim.schedule.a2a_overlap)",
+                         scn.overlap.kind)
+
+
 def resolve(scn: Scenario) -> Resolved:
     """Check the scenario against its cluster and build every named part."""
     src = scn.source
+    _check_simulated(scn)
     topo = load_cluster(scn)
     world, gpn = scn.world, scn.gpus_per_node
     if topo is not None:

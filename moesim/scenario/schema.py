@@ -19,7 +19,11 @@ from moesim.units import MB
 
 NETWORK_MODELS = ("flow", "analytical")
 DTYPES = ("bf16", "fp8", "fp16", "fp32")
-SCHEDULE_KINDS = ("gpipe", "1f1b", "interleaved")
+SCHEDULE_KINDS = ("gpipe", "1f1b", "interleaved", "dualpipe", "dualpipev")
+#: none | static (moesim's pairing of adjacent schedule items, moesim.engine.overlap;
+#: also spelled ep_comm_overlap: true) | a2a-1f1b (Megatron-Core's 1F1B with EP
+#: all-to-all overlap, moesim.schedule.a2a_overlap)
+OVERLAP_KINDS = ("none", "static", "a2a-1f1b")
 RECOMPUTE = ("none", "selective", "full")
 
 
@@ -85,7 +89,7 @@ class ParallelConfig:
 
 @dataclass(frozen=True)
 class ScheduleConfig:
-    kind: str = "1f1b"                # gpipe | 1f1b | interleaved
+    kind: str = "1f1b"                # gpipe | 1f1b | interleaved | dualpipe | dualpipev
     microbatches: int = 1             # micro-batches per step per data-parallel replica
     micro_batch_size: int = 1         # sequences per micro-batch
     seq_len: int = 2048               # tokens per sequence
@@ -111,6 +115,7 @@ class OverlapConfig:
     # time (src/graph/search.cc, up to MAXCHANNELS in src/include/device.h): read it from
     # NCCL_DEBUG=INFO ("N coll channels"). 0 (default): compute is not slowed.
     nccl_sms: int = 0
+    kind: str = "none"                # EP overlap: none | static | a2a-1f1b (OVERLAP_KINDS)
 
 
 @dataclass(frozen=True)
