@@ -29,6 +29,7 @@ from moesim.engine.fast.network import FastNetwork
 from moesim.engine.fast.pipeline import Chain, RouteRec
 from moesim.engine.fast.summary import make_plan, shortcuts
 from moesim.engine.summary import link_stats, make_result, summarize
+from moesim.errors import InputError
 from moesim.model import costs
 from moesim.program.build import ACT_BYTES, Builder, Timer
 from moesim.program.overlap import PairRule
@@ -241,6 +242,16 @@ def _spans_of(tail, rank: int) -> list[Span]:
             for kind, a, b, stream in tail if b > a]
 
 
+def _check_supported(scn) -> None:
+    """Schedules the lockstep chains do not run yet stop in one line."""
+    what = (f"schedule.kind {scn.schedule.kind}"
+            if scn.schedule.kind in ("dualpipe", "dualpipev") else
+            "overlap.kind a2a-1f1b" if scn.overlap.kind == "a2a-1f1b" else None)
+    if what:
+        raise InputError(scn.source, "engine.mode", f"exact for {what} (the fast engine "
+                         "does not run it: use --set engine.mode=exact)", "fast")
+
+
 def simulate_fast(res: Resolved, *, progress=None, span_ranks: int = 64,
                   replicas: str | None = None) -> SimResult:
     """One step of ``res`` on the lockstep fast path (see module doc). ``spans`` holds
@@ -248,6 +259,7 @@ def simulate_fast(res: Resolved, *, progress=None, span_ranks: int = 64,
     ``summary["per_rank"]`` covers every rank."""
     t0 = time.perf_counter()
     lay, scn = res.layout, res.scenario
+    _check_supported(scn)
     mode = replicas_mode(scn, replicas)
     dedup = mode == "identical" and lay.edp > 1
     b = Builder(res, scn.schedule.step, mode, dedup)
