@@ -59,33 +59,39 @@ class PartTimer:
 
 
 def pair_items(prog: list[Op], a: int, b: int, last: dict[int, int],
-               first: str = "second") -> None:
-    """Interleave two items, ``prog[a:b]`` and ``prog[b:]``: their pipeline receives
-    first (the reference waits for both before the overlapped pair), then their other
-    ops segment by segment (a segment ends at each EP all-to-all), starting with the
-    second item's (``first="second"``) or the first's. Remaps deps and ``last``
-    (layer -> op index)."""
+               interleave: bool = True) -> None:
+    """Run two items, ``prog[a:b]`` and ``prog[b:]``, as one pair, as the reference
+    does: both pipeline receives first, then the compute (``interleave``: segment by
+    segment, a segment ending at each EP all-to-all, the second item's first; else the
+    first item, then the second), then both pipeline sends, each after the pair's last
+    op (``_send_forward`` / ``_send_backward`` follow ``overlapped_forward_backward``).
+    Remaps deps and ``last`` (layer -> op index)."""
     def segments(lo: int, hi: int) -> list[list[int]]:
         out, cur = [], []
         for i in range(lo, hi):
-            if prog[i].recv_from >= 0:
+            if prog[i].recv_from >= 0 or prog[i].send_to >= 0:
                 continue
             cur.append(i)
-            if is_ep(prog[i]):
+            if interleave and is_ep(prog[i]):
                 out.append(cur)
                 cur = []
         return out + ([cur] if cur else [])
 
     order = [i for i in range(a, len(prog)) if prog[i].recv_from >= 0]
     sa, sb = segments(a, b), segments(b, len(prog))
-    if first == "second":
+    if interleave:
         sa, sb = sb, sa
     for k in range(max(len(sa), len(sb))):
         order += sa[k] if k < len(sa) else []
         order += sb[k] if k < len(sb) else []
+    sends = [i for i in range(a, len(prog)) if prog[i].send_to >= 0]
+    body = len(order)
+    order += sends
     where = {old: a + pos for pos, old in enumerate(order)}
-    prog[a:] = [replace(prog[old], deps=tuple(where.get(d, d) for d in prog[old].deps))
-                for old in order]
+    tail = a + body - 1                    # the pair's last op before the sends
+    prog[a:] = [replace(prog[old], deps=(tuple(where.get(d, d) for d in prog[old].deps)
+                                         if pos < body else (tail,)))
+                for pos, old in enumerate(order)]
     for layer, idx in last.items():
         if idx >= a:
             last[layer] = where[idx]
@@ -136,7 +142,7 @@ class DualPipeOps:
                 self._dual_b(prog, rank, pp_group, it.bmb, it.bstage, last_w, True)
                 if self.fb_overlap:
                     ep_stream(prog, start)
-                    pair_items(prog, start, mid, last_w)
+                pair_items(prog, start, mid, last_w, self.fb_overlap)
         self._gradients(prog, rank, pos, last_w, parts=self._dual_parts(rank, pos, last_w))
         return prog
 
