@@ -63,6 +63,36 @@ def test_dualpipe_p4_n8_by_hand():
     assert o.rank(0, 3) == 3 and o.rank(5, 3) == 0 and o.rank(5, 0) == 3
 
 
+def test_dualpipe_matches_the_readme_figure():
+    # deepseek-ai/DualPipe images/dualpipe.png (8 ranks, 20 micro-batches), read cell by
+    # cell up to each device's first overlapped pair; the figure leaves the reverse
+    # direction's micro-batches (here 10..19) unlabelled. Device 0: forwards 0..6, a
+    # reverse forward, then three times (backward for input, backward for weights,
+    # forward), then the overlapped 7. Device 1: 0..4, rev, 5, rev, then (B, W, F) twice
+    # and the overlapped 6.
+    o = dualpipe_order(8, 20)
+    assert [(it.kind, it.mb) for it in o.items[0][:18]] == (
+        [("F", i) for i in range(7)] + [("F", 10)]
+        + [("B", 10), ("W", 10), ("F", 11), ("B", 11), ("W", 11), ("F", 12), ("B", 12),
+           ("W", 12), ("F", 13), ("F&B", 7)])
+    assert [(it.kind, it.mb) for it in o.items[1][:15]] == (
+        [("F", i) for i in range(5)] + [("F", 10), ("F", 5), ("F", 11)]
+        + [("B", 10), ("W", 10), ("F", 12), ("B", 11), ("W", 11), ("F", 13), ("F&B", 6)])
+
+
+def test_dualpipev_matches_the_readme_figure():
+    # images/dualpipev.png (4 ranks, 8 stages, 10 micro-batches; white labels are the
+    # second chunk, stage 7-r), read up to each device's first overlapped pair
+    o = dualpipev_order(4, 10)
+    got = [" ".join(map(str, o.items[r][:k])) for r, k in ((0, 17), (1, 15), (2, 12), (3, 11))]
+    assert got == [
+        "F0.0 F1.0 F2.0 F3.0 F4.0 F5.0 F6.0 F0.7 B0.7 W0.7 F1.7 B1.7 W1.7 F2.7 B2.7 W2.7 F3.7",
+        "F0.1 F1.1 F2.1 F3.1 F4.1 F0.6 F5.1 F1.6 B0.6 W0.6 F2.6 B1.6 W1.6 F3.6 F6.1&B2.6",
+        "F0.2 F1.2 F2.2 F0.5 F3.2 F1.5 F4.2 F2.5 B0.5 W0.5 F3.5 F5.2&B1.5",
+        "F0.3 F0.4 F1.3 F1.4 F2.3 F2.4 F3.3 F3.4 F4.3 BW0.4 F4.4&B0.3"]
+    assert str(o.items[0][17]) == "F7.0&B3.7"
+
+
 def test_dualpipev_d2_n4_by_hand():
     # DualPipeV, 2 devices, 4 stages (rank 0: stages 0 and 3, rank 1: 1 and 2), N=4.
     # rank 0 (r=0): step 1 2 F0; step 2 (F0, F1); step 3 (B1 zb, W, F1); step 4
@@ -110,11 +140,16 @@ def test_every_microbatch_runs_f_b_w_once_per_stage(make, ranks, n):
 
 def test_checks_follow_the_reference_asserts():
     assert check("dualpipe", 4, 8) is None and check("dualpipev", 3, 6) is None
-    assert "even number of pipeline ranks" in check("dualpipe", 3, 6)
-    assert ">= 2 x ranks = 8" in check("dualpipe", 4, 6)
-    assert "even number of micro-batches" in check("dualpipe", 4, 9)
-    assert ">= 2 x ranks = 6" in check("dualpipev", 3, 5)
-    with pytest.raises(ValueError, match="even number"):
+    assert check("dualpipev", 3, 7) is None                  # DualPipeV: N need not be even
+    assert check("dualpipe", 3, 6) == ("ranks", "an even number for dualpipe (rank r holds "
+                                       "stages r and P-1-r)")
+    assert check("dualpipe", 4, 6) == ("microbatches", "an even number >= 2 x ranks = 8 "
+                                       "for dualpipe")
+    assert check("dualpipe", 4, 9)[0] == "microbatches"
+    assert check("dualpipev", 3, 5) == ("microbatches", "a number >= 2 x ranks = 6 for "
+                                        "dualpipev")
+    assert check("dualpipe", 0, 4) == ("ranks", "an integer >= 1")
+    with pytest.raises(ValueError, match="microbatches: expected an even number"):
         dualpipe_order(4, 9)
 
 
@@ -263,7 +298,8 @@ def test_a2a_1f1b_interleaved_by_hand():
     # set in flight on stage 0 than plain interleaving (the extra warm-up forward)
     flat = flatten(o)
     simulate_pipeline(flat, 1.0, 2.0)
-    assert inflight_microbatches(flat)[0] == inflight_microbatches(interleaved_order(2, 4, 2))[0] + 1
+    plain = inflight_microbatches(interleaved_order(2, 4, 2))
+    assert inflight_microbatches(flat)[0] == plain[0] + 1
 
 
 def test_a2a_pair_timeline_by_hand():
@@ -318,7 +354,7 @@ def test_scenario_accepts_dualpipe_and_overlap_kinds(tmp_path):
 
 
 @pytest.mark.parametrize("sets, field, words", [
-    (["parallel.pp=3", "parallel.dp=4"], "parallel.pp", "even number of pipeline ranks"),
+    (["parallel.pp=3", "parallel.dp=4"], "parallel.pp", "an even number for dualpipe"),
     (["schedule.microbatches=6"], "schedule.microbatches", ">= 2 x parallel.pp = 8"),
     (["schedule.microbatches=9"], "schedule.microbatches", "an even number"),
     (["schedule.kind=dualpipev", "schedule.microbatches=7"], "schedule.microbatches", "= 8"),
@@ -345,3 +381,16 @@ def test_engines_take_dualpipe_but_not_with_zero3(tmp_path):
         _load(tmp_path, BASE, "parallel.zero=3", resolve=True)
     assert err.value.field == "parallel.zero" and "dualpipe" in err.value.expected
 
+
+
+def test_plot_schedule_draws_every_item():
+    from moesim.schedule.plot import plot_schedule
+    from moesim.trace.plots import new_figure
+
+    tl = evaluate(dualpipe_order(4, 8), 0, Durations(1, 2, 1, 3))
+    ax = new_figure().add_subplot(111)
+    assert plot_schedule(ax, tl) is ax
+    n_items = sum(len(row) for row in tl.busy)
+    n_pairs = sum(it.kind == "F&B" for row in tl.busy for _, _, it in row)
+    assert len(ax.patches) == n_items + n_pairs     # a pair is two half boxes
+    assert ax.get_xlim() == (0, 26) and len(ax.get_yticks()) == 4

@@ -23,6 +23,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "collective": ("moesim.cli.collective_cmd", "simulate one collective on a topology"),
     "run": ("moesim.cli.run_cmd", "simulate one training step of a scenario"),
     "memory": ("moesim.cli.memory_cmd", "per-rank memory table of a scenario"),
+    "schedule": ("moesim.cli.schedule_cmd", "a pipeline schedule's step, bubble and "
+                 "activations in stage time"),
     "plot": ("moesim.cli.plot_cmd", "redraw a timeline from a run directory"),
     "compare": ("moesim.cli.compare_cmd", "compare the summaries of two runs"),
     "record": ("moesim.cli.record_cmd", "record a real torch MoE layer with torch.profiler"),

@@ -12,7 +12,7 @@ and ``models/common/model_chunk_schedule_plan.py`` (``TransformerLayerSchedulePl
 the per-layer interleaving of one micro-batch's forward with another's backward).
 
 Two parts: :func:`a2a_1f1b_order` says which forward and backward run together on
-each stage; :data:`LAYER_PLAN` and :func:`layer_pair_time` say how one forward layer
+each stage; :data:`LAYER_PLAN` and :func:`pair_timeline` say how one forward layer
 and one backward layer interleave on the compute and communication streams::
 
     comm stream:    combine_bwd      | dispatch_fwd, dispatch_bwd    | combine_fwd
@@ -29,8 +29,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from moesim.schedule.pipeline import PipeOp
-
-OVERLAP_KINDS = ("none", "static", "a2a-1f1b")
 
 #: one stage's items: a single PipeOp, or (forward, backward) run overlapped
 Step = tuple[PipeOp, ...]

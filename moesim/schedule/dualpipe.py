@@ -74,54 +74,91 @@ class DualOrder:
         return self.rank_of[self.direction[mb]][stage]
 
 
-def check(kind: str, ranks: int, microbatches: int) -> str | None:
-    """Why ``(ranks, microbatches)`` cannot run ``kind`` (the reference's assertions in
-    ``DualPipe.step`` / ``DualPipeV.step``), or None."""
+def check(kind: str, ranks: int, microbatches: int) -> tuple[str, str] | None:
+    """Why ``(ranks, microbatches)`` cannot run ``kind``, as (``ranks`` or
+    ``microbatches``, what is expected), or None. The reference's assertions in
+    ``DualPipe.step`` / ``DualPipeV.step``."""
+    if kind not in KINDS:
+        return "kind", f"one of {list(KINDS)}"
     for name, x in (("ranks", ranks), ("microbatches", microbatches)):
         if isinstance(x, bool) or not isinstance(x, int) or x < 1:
-            return f"{name} must be a positive integer, got {x!r}"
-    if kind == "dualpipe":
-        if ranks % 2:
-            return f"DualPipe needs an even number of pipeline ranks, got {ranks}"
-        if microbatches % 2 or microbatches < 2 * ranks:
-            return (f"DualPipe needs an even number of micro-batches >= 2 x ranks = "
-                    f"{2 * ranks}, got {microbatches}")
-        return None
-    if kind == "dualpipev":
-        if microbatches < 2 * ranks:
-            return f"DualPipeV needs micro-batches >= 2 x ranks = {2 * ranks}, got {microbatches}"
-        return None
-    return f"kind must be one of {KINDS}, got {kind!r}"
+            return name, "an integer >= 1"
+    if kind == "dualpipe" and ranks % 2:
+        return "ranks", "an even number for dualpipe (rank r holds stages r and P-1-r)"
+    if kind == "dualpipe" and (microbatches % 2 or microbatches < 2 * ranks):
+        return "microbatches", f"an even number >= 2 x ranks = {2 * ranks} for dualpipe"
+    if microbatches < 2 * ranks:
+        return "microbatches", f"a number >= 2 x ranks = {2 * ranks} for dualpipev"
+    return None
 
 
-def _steps(K: int, j: int, M: int) -> list[tuple]:
-    """The eight loops of ``step`` for one rank, as (kind, phase[, phase2], zb) in local
+def _require(kind: str, ranks: int, microbatches: int) -> None:
+    why = check(kind, ranks, microbatches)
+    if why:
+        got = {"kind": kind, "ranks": ranks, "microbatches": microbatches}[why[0]]
+        raise ValueError(f"{why[0]}: expected {why[1]}, got {got!r}")
+
+
+def _steps(K: int, j: int, M: int, v: bool = False) -> list[tuple]:
+    """The eight loops of ``step`` for one rank, transcribed call by call in local
     phases: K = half the ranks (DualPipe) or the ranks (DualPipeV), j = h or r,
-    M = micro-batches per direction. ``BW``/``B``: full or zero-bubble backward."""
-    out: list[tuple] = [("F", 0)] * ((K - j - 1) * 2)                   # step 1: nF0
-    for _ in range(j + 1):                                              # step 2: nF0F1
-        out += [("F", 0), ("F", 1)]
+    M = micro-batches per direction, ``v`` DualPipeV. Compute: (F, ph), (B, ph) zero
+    bubble, (BW, ph) full, (W,), (F&B, ph0, ph1). Communication, as the reference
+    queues it: (rF | sF | rB | sB, ph) receive/send forward/backward, (wait,) the
+    ``_commit_and_wait_comm`` that issues the queue and waits for it."""
+    out: list[tuple] = []
+    edge = j == K - 1   # DualPipe: a middle rank; DualPipeV: the last rank
+
+    def fwd(ph: int, recv: bool = True, send: bool = True) -> None:
+        out.extend(([("rF", ph)] if recv else []) + [("wait",), ("F", ph)]
+                   + ([("sF", ph)] if send else []))
+
+    def bwd(ph: int, zb: bool = False, send: bool = True) -> None:
+        out.extend([("rB", ph), ("wait",), ("B" if zb else "BW", ph)]
+                   + ([("sB", ph)] if send else []))
+
+    def fb(p0: int, p1: int, recv0: bool = True) -> None:
+        out.extend(([("rF", p0)] if recv0 else []) + [("rB", p1), ("wait",),
+                                                      ("F&B", p0, p1), ("sF", p0), ("sB", p1)])
+
+    for _ in range((K - j - 1) * 2):                                   # step 1: nF0
+        fwd(0)
+    out.append(("rF", 0))                                               # step 2: nF0F1
+    for i in range(j + 1):
+        fwd(0, recv=False, send=edge and not v)
+        out.append(("rF", 0))
+        fwd(1, send=not edge or i < j)
+        if v or not edge:
+            out.append(("sF", 0))
     for _ in range(K - j - 1):                                          # step 3: nB1W1F1
-        out += [("B", 1), ("W",), ("F", 1)]
+        bwd(1, zb=True)
+        out += [("rF", 1), ("wait",), ("W",)]
+        fwd(1, recv=False)
     for i in range(M - 2 * K + j + 1):                                  # step 4: nF0B1F1B0
-        if i == 0 and j == K - 1:   # middle (DualPipe) / last (V) rank: not overlapped
-            out += [("F", 0), ("BW", 1)]
+        if i == 0 and edge:   # not overlapped, "to further reduce bubble size"
+            fwd(0, recv=False, send=False)
+            out.append(("sF", 1))
+            bwd(1, send=False)
+            out += [("sF", 0), ("sB", 1)]
         else:
-            out.append(("F&B", 0, 1))
-        out.append(("F&B", 1, 0))
+            fb(0, 1, recv0=i > 0)
+        fb(1, 0)
     for _ in range(K - j - 1):                                          # step 5: nB1F1B0
-        out += [("BW", 1), ("F&B", 1, 0)]
+        bwd(1)
+        fb(1, 0)
     zb = False                                                          # step 6: nB1B0
     for i in range(j + 1):
         if i == (j + 1) // 2 and j % 2 == 1:
             zb = True
-        out.append(("B" if zb else "BW", 1))
+        bwd(1, zb=zb)
         if i == (j + 1) // 2 and j % 2 == 0:
             zb = True
-        out.append(("B" if zb else "BW", 0))
+        bwd(0, zb=zb)
     for _ in range(K - j - 1):                                          # step 7: nWB0
-        out += [("W",), ("B", 0)]
-    out += [("W",)] * (j + 1)                                           # step 8: nW
+        out += [("wait",), ("W",)]
+        bwd(0, zb=True)
+    out += [("wait",), ("W",)] * (j + 1)                                # step 8: nW
+    out.append(("wait",))
     return out
 
 
@@ -147,6 +184,8 @@ def _rank_items(steps: list[tuple], stage_of: tuple[int, int],
 
     for st in steps:
         k = st[0]
+        if k in ("rF", "sF", "rB", "sB", "wait"):
+            continue
         if k == "F":
             out.append(Item("F", *fwd(st[1])))
         elif k in ("B", "BW"):
@@ -161,15 +200,13 @@ def _rank_items(steps: list[tuple], stage_of: tuple[int, int],
             bm, bs = bwd(st[2])
             out.append(Item("F&B", fm, fs, bm, bs))
     if wq:
-        raise AssertionError("deferred weight gradients left over")  # reference asserts it
+        raise RuntimeError("deferred weight gradients left over")  # the reference asserts it
     return tuple(out)
 
 
 def dualpipe_order(ranks: int, microbatches: int) -> DualOrder:
     """DualPipe on ``ranks`` ranks (= stages), ``microbatches`` in all."""
-    why = check("dualpipe", ranks, microbatches)
-    if why:
-        raise ValueError(why)
+    _require("dualpipe", ranks, microbatches)
     P, N = ranks, microbatches
     half = N // 2
     dir_mbs = (list(range(half)), list(range(half, N)))
@@ -187,12 +224,11 @@ def dualpipe_order(ranks: int, microbatches: int) -> DualOrder:
 
 def dualpipev_order(ranks: int, microbatches: int) -> DualOrder:
     """DualPipeV on ``ranks`` devices (``2 ranks`` stages), ``microbatches`` in all."""
-    why = check("dualpipev", ranks, microbatches)
-    if why:
-        raise ValueError(why)
+    _require("dualpipev", ranks, microbatches)
     D, N = ranks, microbatches
     mbs = list(range(N))
-    items = [_rank_items(_steps(D, r, N), (r, 2 * D - 1 - r), (mbs, mbs)) for r in range(D)]
+    items = [_rank_items(_steps(D, r, N, v=True), (r, 2 * D - 1 - r), (mbs, mbs))
+             for r in range(D)]
     rank_of = (tuple(list(range(D)) + list(range(D - 1, -1, -1))),)
     return DualOrder("dualpipev", D, 2 * D, N, tuple(items), rank_of, tuple([0] * N))
 
@@ -292,3 +328,14 @@ def peak_alive(order: DualOrder, rank: int) -> tuple[int, dict[int, int]]:
                 alive[s] -= 1
                 total -= 1
     return best, at_best
+
+
+def reference_steps(order: DualOrder, rank: int) -> tuple[list[tuple], tuple[int, int]]:
+    """(the rank's transcribed ``step`` calls, see :func:`_steps`; (stage of local
+    phase 0, stage of local phase 1)), for :mod:`moesim.schedule.dualpipe_comm`."""
+    if order.kind == "dualpipe":
+        P = order.ranks
+        h = min(rank, P - 1 - rank)
+        return _steps(P // 2, h, order.microbatches // 2), (h, P - 1 - h)
+    D = order.ranks
+    return _steps(D, rank, order.microbatches, v=True), (rank, 2 * D - 1 - rank)

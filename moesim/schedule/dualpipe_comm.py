@@ -1,0 +1,105 @@
+"""The pipeline communication of DualPipe(V) as the reference issues it, and a
+stage-time run that honours it (pure).
+
+deepseek-ai/DualPipe queues receives and sends (``_recv_forward``, ``_send_forward``,
+``_recv_backward``, ``_send_backward``) and issues the queue with
+``dist.batch_isend_irecv`` in ``_commit_and_wait_comm``, then waits for all of it,
+before every compute chunk and every weight chunk. A receive is often queued one
+chunk early (step 2 queues the next F0's input before running F1; step 3 the F1
+input before its W), and a send leaves at the rank's next commit, not when its
+chunk ends. :func:`reference_program` lists, per rank, these events with each
+message resolved to a :class:`~moesim.schedule.dualpipe.Transfer`;
+:func:`run_reference` runs them with free communication, a batch completing when
+every message in it has been issued by both sides (or, with ``eager_sends``, when
+its receives' sends have been issued).
+"""
+
+from __future__ import annotations
+
+from moesim.schedule.dualpipe import DualOrder, Item, Transfer, recvs, reference_steps, sends
+from moesim.schedule.evaluate import Durations, Timeline
+
+Event = tuple  # ("recv" | "send", Transfer) | ("wait",) | ("compute", Item)
+
+
+def reference_program(order: DualOrder, rank: int) -> list[Event]:
+    """The rank's events in issue order. Receives and sends the reference skips (the
+    first stage's input, the last stage's output, DualPipeV's turn on the last rank)
+    are left out; each message is matched to its chunk first-in first-out per phase,
+    as the reference's ``current_*_chunk_id`` counters do."""
+    steps, stage_of = reference_steps(order, rank)
+    items = iter(order.items[rank])
+    fwd: tuple[list, list] = ([], [])      # per local phase: forwards and backwards run
+    bwd: tuple[list, list] = ([], [])
+    for it in order.items[rank]:
+        for kind, mb, s in it.parts():
+            if kind in "FB":
+                (fwd if kind == "F" else bwd)[stage_of.index(s)].append((mb, s))
+    ptr = {(k, ph): 0 for k in ("rF", "sF", "rB", "sB") for ph in (0, 1)}
+    out: list[Event] = []
+    for st in steps:
+        k = st[0]
+        if k == "wait":
+            out.append(("wait",))
+            continue
+        if k not in ("rF", "sF", "rB", "sB"):
+            out.append(("compute", next(items)))
+            continue
+        ph = st[1]
+        i = ptr[(k, ph)]
+        ptr[(k, ph)] += 1
+        mb, s = (fwd if k[1] == "F" else bwd)[ph][i]
+        probe = Item("F" if k[1] == "F" else "B", mb, s)
+        msgs = (recvs if k[0] == "r" else sends)(order, rank, probe)
+        out += [("recv" if k[0] == "r" else "send", m) for m in msgs]
+    return out
+
+
+def run_reference(order: DualOrder, t: Durations, eager_sends: bool = False) -> Timeline:
+    """Run every rank's :func:`reference_program` (communication free). A rank's
+    ``wait`` issues its queued messages at its current time and completes once each
+    receive's send has been issued (and, unless ``eager_sends``, each send's receive);
+    a compute item then runs for its duration. Raises ValueError on a deadlock or a
+    message without a partner."""
+    progs = [reference_program(order, r) for r in range(order.ranks)]
+    posted: dict[tuple[str, Transfer], float] = {}
+    pc = [0] * len(progs)
+    now = [0.0] * len(progs)
+    queue: list[list[tuple[str, Transfer]]] = [[] for _ in progs]
+    issued = [False] * len(progs)
+    busy: list[list] = [[] for _ in progs]
+    left = sum(len(p) for p in progs)
+    while left:
+        moved = False
+        for r, prog in enumerate(progs):
+            while pc[r] < len(prog):
+                ev = prog[pc[r]]
+                if ev[0] in ("recv", "send"):
+                    queue[r].append((ev[0], ev[1]))
+                elif ev[0] == "compute":
+                    end = now[r] + t.of(ev[1].kind)
+                    busy[r].append((now[r], end, ev[1]))
+                    now[r] = end
+                else:
+                    if not issued[r]:
+                        for key in queue[r]:
+                            if key in posted:
+                                raise ValueError(f"rank {r} posts {key} twice")
+                            posted[key] = now[r]
+                        issued[r] = True
+                    peers = [("send" if role == "recv" else "recv", m) for role, m in queue[r]
+                             if role == "recv" or not eager_sends]
+                    if any(p not in posted for p in peers):
+                        break
+                    now[r] = max([now[r]] + [posted[p] for p in peers])
+                    queue[r], issued[r] = [], False
+                pc[r] += 1
+                left -= 1
+                moved = True
+        if not moved:
+            stuck = {r: str(progs[r][pc[r]]) for r in range(len(progs)) if pc[r] < len(progs[r])}
+            raise ValueError(f"reference program deadlocks; ranks wait at {stuck}")
+    unmatched = [k for k in posted if (("send" if k[0] == "recv" else "recv"), k[1]) not in posted]
+    if unmatched:
+        raise ValueError(f"messages without a partner: {unmatched[:3]}")
+    return Timeline(tuple(tuple(b) for b in busy), max(now, default=0.0))
