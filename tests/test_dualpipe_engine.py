@@ -261,10 +261,22 @@ def test_memory_two_copies_and_pp_plus_one(tmp_path):
     assert v.row(0)["inflight"] == 2 * 2 + 1
 
 
-def test_fast_engine_refuses_dualpipe(tmp_path):
-    p = _scenario(tmp_path, "dualpipe", 2, 4)
+def test_fast_engine_refuses_a2a_1f1b(tmp_path):
+    p = _scenario(tmp_path, "1f1b", 1, 4, gpus=2, dense=False, ep=2, overlap="a2a-1f1b")
     with pytest.raises(InputError, match="engine.mode=exact"):
         simulate(p, ["engine.mode=fast"])
+
+
+@pytest.mark.parametrize("kind, pp, stages", [("dualpipe", 4, 4), ("dualpipev", 2, 4)])
+def test_fast_engine_runs_the_same_order(tmp_path, kind, pp, stages):
+    # compute only: the fast chain runs the same items with the same F, B, W costs; the
+    # pipeline transfers (~1e-12 s) are the only difference
+    p = _scenario(tmp_path, kind, pp, 8, stages=stages)
+    ex, fa = _run(p), simulate(p, ["engine.mode=fast"])
+    assert fa.step_time_s == pytest.approx(ex.step_time_s, rel=1e-9)
+    assert fa.summary["model_flops"] == pytest.approx(ex.summary["model_flops"], rel=1e-12)
+    for k, v in ex.summary["breakdown_s"].items():
+        assert fa.summary["breakdown_s"][k] == pytest.approx(v, rel=1e-9, abs=1e-12), k
 
 
 def test_zero3_refused_with_dualpipe(tmp_path):

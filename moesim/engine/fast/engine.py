@@ -25,6 +25,7 @@ import numpy as np
 
 from moesim.engine.breakdown import CATEGORIES, rank_breakdown
 from moesim.engine.fast.dp import RingCost, gradient_phase
+from moesim.engine.fast.dual import dual_gradient_phase, run_dual_chain
 from moesim.engine.fast.network import FastNetwork
 from moesim.engine.fast.pipeline import Chain, RouteRec
 from moesim.engine.fast.summary import make_plan, shortcuts
@@ -61,6 +62,8 @@ class Context:
         self.act_bytes = self.tokens * self.spec.hidden * ACT_BYTES / self.tp
         self.a2a_algo = scn.routing.a2a_algo
         self.overlap = scn.overlap.ep_comm_overlap and b.ep > 1
+        self.dual = b.dual                   # DualPipe(V) order, or None
+        self.fb_overlap = b.fb_overlap       # its F&B pairs hide all-to-alls
         # gradient buckets run while the pipeline still sends (dp_overlap): a backward
         # send after a layer's last backward may share a link with a ring flow
         self.grad_share = bool(scn.overlap.dp_overlap) and max(res.layout.dp,
@@ -71,7 +74,10 @@ class Context:
 
     def expert_cost(self, local: np.ndarray, phase: str) -> tuple[np.ndarray, np.ndarray]:
         """(seconds, FLOP) of every (rank, expert) with ``local`` tokens; a lookup
-        table per token count (0 tokens: no kernel), filled on demand."""
+        table per token count (0 tokens: no kernel), filled on demand. ``phase``:
+        ``fwd``, ``bwd``, or ``bwd.B`` / ``bwd.W`` (the backward's input- and
+        weight-gradient parts, :func:`moesim.model.costs.split_backward`)."""
+        ph, _, part = phase.partition(".")
         lut = self._lut.get(phase)
         top = int(local.max(initial=0))
         if lut is None or len(lut[0]) <= top:
@@ -86,7 +92,10 @@ class Context:
         if miss.any():
             for x in np.unique(local[miss]).tolist():
                 t_lut[x], f_lut[x] = self.timer(
-                    ("expert", x, phase), lambda x=x: costs.expert_kernels(self.spec, x, phase))
+                    ("expert", x, ph) + ((part,) if part else ()),
+                    lambda x=x: (costs.backward_part(costs.expert_kernels(self.spec, x, ph),
+                                                     part) if part else
+                                 costs.expert_kernels(self.spec, x, ph)))
         return t_lut[local], f_lut[local]
 
     def send_share(self, src: int, dst: int) -> float:
@@ -134,7 +143,7 @@ def _route_rec(ctx: Context, r, group: tuple[int, ...]) -> RouteRec:
     flat = np.flatnonzero(local)
     rows, vals = flat // local.shape[1], local.ravel()[flat]
     exp_t, exp_f = {}, {}
-    for phase in ("fwd", "bwd"):
+    for phase in ("fwd", "bwd") + (("bwd.B", "bwd.W") if ctx.dual is not None else ()):
         t, f = ctx.expert_cost(vals, phase)
         exp_t[phase] = np.bincount(rows, weights=t, minlength=n)
         exp_f[phase] = float(f.sum())
@@ -182,6 +191,9 @@ def _budget(ctx: Context, item) -> float:
 
 
 def _run_chain(ctx: Context, b: Builder, groups, span_pos, progress=None) -> Chain:
+    if ctx.dual is not None:
+        return run_dual_chain(ctx, b, groups, span_pos, lambda it: _budget(ctx, it),
+                              _route_rec, progress)
     cache: dict[tuple, RouteRec] = {}
 
     def route(s: int, layer: int, mb: int) -> RouteRec:
@@ -244,12 +256,9 @@ def _spans_of(tail, rank: int) -> list[Span]:
 
 def _check_supported(scn) -> None:
     """Schedules the lockstep chains do not run yet stop in one line."""
-    what = (f"schedule.kind {scn.schedule.kind}"
-            if scn.schedule.kind in ("dualpipe", "dualpipev") else
-            "overlap.kind a2a-1f1b" if scn.overlap.kind == "a2a-1f1b" else None)
-    if what:
-        raise InputError(scn.source, "engine.mode", f"exact for {what} (the fast engine "
-                         "does not run it: use --set engine.mode=exact)", "fast")
+    if scn.overlap.kind == "a2a-1f1b":
+        raise InputError(scn.source, "engine.mode", "exact for overlap.kind a2a-1f1b (the "
+                         "fast engine does not run it: use --set engine.mode=exact)", "fast")
 
 
 def simulate_fast(res: Resolved, *, progress=None, span_ranks: int = 64,
@@ -277,7 +286,8 @@ def simulate_fast(res: Resolved, *, progress=None, span_ranks: int = 64,
     spans: list[Span] = []
     want = set(range(min(span_ranks, world)))
     if progress:     # same protocol as the exact engine: ("built", total), then increments
-        progress("built", len(chains) * sum(len(o) for o in ctx.order))
+        progress("built", len(chains) * sum(len(o) for o in (
+            ctx.order if ctx.dual is None else ctx.dual.items)))
 
     def copies(r: int) -> list[int]:
         return [r, *b.rmap.mirrors.get(r, ())] if dedup else [r]
@@ -323,7 +333,10 @@ def simulate_fast(res: Resolved, *, progress=None, span_ranks: int = 64,
                      "ep_iv": (np.array([a[ranks] for a, _ in iv]).reshape(len(iv), len(ranks)),
                                np.array([e[ranks] for _, e in iv]).reshape(len(iv), len(ranks))),
                      "last_bwd": {layer: v[ranks] for layer, v in last_bwd[s].items()}}
-    tails, finish = gradient_phase(res, ctx.rings, ctx.timer, stages)
+    if ctx.dual is None:
+        tails, finish = gradient_phase(res, ctx.rings, ctx.timer, stages)
+    else:
+        tails, finish = dual_gradient_phase(res, b, ctx.rings, ctx.timer, stages)
     step = float(max(finish.max(initial=0.0), send_end.max(initial=0.0)))
     rows = []
     keep = want | set(plan.hot_ranks)

@@ -6,7 +6,6 @@ from __future__ import annotations
 import numpy as np
 
 from moesim.program.build import Builder, StepPlan
-from moesim.schedule.pipeline import inflight_microbatches
 
 #: measured gaps against the exact engine (tests/test_fast_path.py, docs/fast-path.md)
 BOUNDS = {
@@ -33,7 +32,7 @@ def make_plan(b: Builder, flops: float) -> StepPlan:
         expert_capacity=b.expert_capacity if L else np.zeros(0),
         lb_loss=np.divide(b.lb, np.maximum(b.lb_n, 1)), rank_received=b.received,
         model_flops=flops, tokens_per_step=b.tokens * b.m * b.dp, hot_ranks=b._hot_ranks(),
-        inflight=inflight_microbatches(b.order))
+        inflight=b._inflight())
 
 
 def shortcuts(ctx, dedup: bool, n_chains: int, world: int, span_ranks: int
