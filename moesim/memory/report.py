@@ -56,7 +56,7 @@ class StageMemory:
 
     def held_stages(self, s: int) -> list[int]:
         """DualPipe(V): the model stages pipeline rank ``s`` holds (two)."""
-        return sorted({it.stage for it in self.dual.items[s] if it.kind == "F"})
+        return sorted({st for it in self.dual.items[s] for _, _, st in it.parts()})
 
     def stage_layers(self, s: int) -> list[int]:
         if self.dual is not None:

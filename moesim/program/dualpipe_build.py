@@ -152,7 +152,7 @@ class DualPipeOps:
         copies when another rank holds the stage too (DualPipe)."""
         d, lay = self.dual, self.lay
         pp_group = lay.group_of(rank, "pp")
-        held = sorted({it.stage for it in d.items[pos] if it.kind == "F"}, reverse=True)
+        held = sorted({st for it in d.items[pos] for _, _, st in it.parts()}, reverse=True)
         parts = []
         for s in held:
             copies = sorted({d.rank_of[k][s] for k in range(len(d.rank_of))})
