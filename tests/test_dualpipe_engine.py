@@ -184,7 +184,7 @@ def test_dualpipe_step_matches_the_evaluator(tmp_path, P, N):
     assert extra < 0.05 * end             # the bound is tight: within 5 %
 
 
-@pytest.mark.parametrize("P, N", [(2, 4), (4, 8), (4, 10), (8, 16), (8, 32)])
+@pytest.mark.parametrize("P, N", CASES)
 def test_dualpipev_on_half_the_devices(tmp_path, P, N):
     D = P // 2
     r = _run(_scenario(tmp_path, "dualpipev", D, N, stages=P))
@@ -223,10 +223,11 @@ def test_fb_overlap_hides_all_to_alls(tmp_path):
     assert cw(over) == cw(plain)
 
 
-@pytest.mark.parametrize("pp, kind, m", [(1, "1f1b", 4), (2, "interleaved", 4)])
+@pytest.mark.parametrize("pp, kind, m", [(1, "1f1b", 4), (2, "interleaved", 4),
+                                         (2, "interleaved", 6), (4, "interleaved", 8)])
 def test_a2a_1f1b_runs_and_keeps_the_work(tmp_path, pp, kind, m):
     p = _scenario(tmp_path, kind, pp, m, gpus=2 * pp, dense=False, ep=2)
-    over = ["parallel.vpp=2", "model.layers=4"] if kind == "interleaved" else []
+    over = ["parallel.vpp=2", f"model.layers={2 * pp}"] if kind == "interleaved" else []
     plain = _run(p, *over)
     a2a = _run(p, *over, "overlap.kind=a2a-1f1b")
     cw = lambda r: sorted((s.rank, s.name, s.microbatch, s.layer) for s in r.spans  # noqa
