@@ -12,6 +12,9 @@ builder (:mod:`moesim.program.dualpipe_build`) lays them out:
   ``budget`` rule, as for the static pairs of 1F1B);
 - gradient buckets per held stage, highest stage first, over the data-parallel groups
   of every copy of the stage (:func:`dual_gradient_phase`).
+
+:func:`a2a_pair` runs one (forward, backward) step of Megatron-Core's a2a-overlapped
+1F1B on an ordinary chain with the same pair semantics.
 """
 
 from __future__ import annotations
@@ -169,6 +172,31 @@ class DualChain(Chain):
             for dst, key, mb, phase, layer in held:
                 self._send(s, dst, key, mb, phase, layer)
         self.out[s].end = self.t[s].copy()
+
+
+def a2a_pair(ch: Chain, s: int, f, b, budget_f: float, budget_b: float) -> None:
+    """One (forward, backward) step of ``overlap.kind: a2a-1f1b`` on stage ``s`` as the
+    exact builder pairs it (:func:`moesim.program.dualpipe_build.pair_items`): both
+    receives first, the two items with each all-to-all hidden under the other's
+    non-expert compute per all-to-all, both sends after the pair."""
+    for it in (f, b):
+        key = ch._recv_key(s, it)
+        if key is not None:
+            vs = it.chunk * ch.c.pp + s
+            src = (vs - 1) % ch.c.pp if it.kind == "F" else (vs + 1) % ch.c.pp
+            ch._wait(s, ch.msgs.pop(key), f"{'fwd' if it.kind == 'F' else 'bwd'}.recv", src,
+                     -1, it.mb, "fwd" if it.kind == "F" else "bwd")
+            ch.msgs[key] = ch.t[s].copy()          # received: the item's wait is empty
+    held: list[tuple] = []
+    ch._send = lambda _s, *args: held.append(args)   # type: ignore[method-assign]
+    try:
+        ch.item(s, f, budget_b)
+        ch.item(s, b, budget_f)
+    finally:
+        del ch._send
+    for args in held:
+        ch._send(s, *args)
+    ch.out[s].end = ch.t[s].copy()
 
 
 def run_dual_chain(ctx, b, groups, span_pos, budget, make_rec, progress=None) -> DualChain:

@@ -25,17 +25,17 @@ import numpy as np
 
 from moesim.engine.breakdown import CATEGORIES, rank_breakdown
 from moesim.engine.fast.dp import RingCost, gradient_phase
-from moesim.engine.fast.dual import dual_gradient_phase, run_dual_chain
+from moesim.engine.fast.dual import a2a_pair, dual_gradient_phase, run_dual_chain
 from moesim.engine.fast.network import FastNetwork
 from moesim.engine.fast.pipeline import Chain, RouteRec
 from moesim.engine.fast.summary import make_plan, shortcuts
 from moesim.engine.summary import link_stats, make_result, summarize
-from moesim.errors import InputError
 from moesim.model import costs
 from moesim.program.build import ACT_BYTES, Builder, Timer
 from moesim.program.overlap import PairRule
 from moesim.program.replicas import replicas_mode
 from moesim.scenario.resolve import Resolved
+from moesim.schedule.a2a_overlap import a2a_1f1b_order
 from moesim.trace.result import SimResult
 from moesim.trace.spans import Span
 
@@ -157,6 +157,8 @@ def _route_rec(ctx: Context, r, group: tuple[int, ...]) -> RouteRec:
 
 def _units(ctx: Context, s: int) -> list[list]:
     """Schedule items of stage s, paired as the exact builder interleaves them."""
+    if ctx.res.scenario.overlap.kind == "a2a-1f1b":   # Megatron-Core's pairs
+        return [list(step) for step in a2a_1f1b_order(ctx.pp, ctx.m, ctx.v)[s]]
     items = ctx.order[s]
     if not ctx.overlap:
         return [[it] for it in items]
@@ -210,6 +212,7 @@ def _run_chain(ctx: Context, b: Builder, groups, span_pos, progress=None) -> Cha
 
     ch = Chain(ctx, groups, route, span_pos)
     units = [_units(ctx, s) for s in range(ctx.pp)]
+    a2a = ctx.res.scenario.overlap.kind == "a2a-1f1b"
     pos = [0] * ctx.pp
     left = sum(len(u) for u in units)
     while left:
@@ -217,7 +220,10 @@ def _run_chain(ctx: Context, b: Builder, groups, span_pos, progress=None) -> Cha
         for s in range(ctx.pp):
             while pos[s] < len(units[s]) and all(ch.ready(s, it) for it in units[s][pos[s]]):
                 unit = units[s][pos[s]]
-                if len(unit) == 2:
+                if len(unit) == 2 and a2a:
+                    a2a_pair(ch, s, unit[0], unit[1], _budget(ctx, unit[0]),
+                             _budget(ctx, unit[1]))
+                elif len(unit) == 2:
                     ch.pair(s, unit[0], unit[1], _budget(ctx, unit[0]), _budget(ctx, unit[1]))
                 else:
                     ch.item(s, unit[0])
@@ -254,13 +260,6 @@ def _spans_of(tail, rank: int) -> list[Span]:
             for kind, a, b, stream in tail if b > a]
 
 
-def _check_supported(scn) -> None:
-    """Schedules the lockstep chains do not run yet stop in one line."""
-    if scn.overlap.kind == "a2a-1f1b":
-        raise InputError(scn.source, "engine.mode", "exact for overlap.kind a2a-1f1b (the "
-                         "fast engine does not run it: use --set engine.mode=exact)", "fast")
-
-
 def simulate_fast(res: Resolved, *, progress=None, span_ranks: int = 64,
                   replicas: str | None = None) -> SimResult:
     """One step of ``res`` on the lockstep fast path (see module doc). ``spans`` holds
@@ -268,7 +267,6 @@ def simulate_fast(res: Resolved, *, progress=None, span_ranks: int = 64,
     ``summary["per_rank"]`` covers every rank."""
     t0 = time.perf_counter()
     lay, scn = res.layout, res.scenario
-    _check_supported(scn)
     mode = replicas_mode(scn, replicas)
     dedup = mode == "identical" and lay.edp > 1
     b = Builder(res, scn.schedule.step, mode, dedup)

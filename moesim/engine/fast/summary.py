@@ -22,6 +22,10 @@ BOUNDS = {
                 "128 GPUs with overlap static: step -0.31%, worst category 1.53% (dp), "
                 "worst per-rank stall 0.90% of the step; 32 GPUs: step -1.82% (overlap "
                 "none), +1.27% (static), categories within 1.51% (docs/fast-path.md)",
+    "a2a_1f1b": "32-GPU DeepSeek-shaped PP2 interleaved (vpp 2), EP16 over two H800 "
+                "nodes: step +3.82%, worst category ep_combine 3.17%, worst per-rank stall "
+                "4.18% of the step; one node (hot-expert EP4): -0.05% / -0.19% "
+                "(docs/fast-path.md)",
     "ep_overlap": "with ep_comm_overlap: step +0.81% (that configuration) and +0.77% "
                   "(PP8, 16 micro-batches); the stall/all-to-all/DP/idle split is off by "
                   "up to 3.3% of the step (docs/fast-path.md)",
@@ -78,6 +82,11 @@ def shortcuts(ctx, dedup: bool, n_chains: int, world: int, span_ranks: int
                               "not slow its all-to-alls; F&B pairs expose max(0, a2a - "
                               "partner's non-expert compute / 2) per all-to-all",
                     "bound": BOUNDS["dualpipe"]})
+    if ctx.res.scenario.overlap.kind == "a2a-1f1b":
+        out.append({"name": "a2a_1f1b_pairs",
+                    "detail": "each (forward, backward) step exposes max(0, a2a - partner's "
+                              "non-expert compute / 2) per all-to-all",
+                    "bound": BOUNDS["a2a_1f1b"]})
     if dedup:
         out.append({"name": "identical_replicas", "simulated_chains": n_chains,
                     "detail": "routing.replicas=identical: one chain per replica class runs; "
