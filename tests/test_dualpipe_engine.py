@@ -292,3 +292,31 @@ def test_zero3_refused_with_dualpipe(tmp_path):
     p = _scenario(tmp_path, "dualpipe", 2, 4)
     with pytest.raises(InputError, match="parallel.zero"):
         resolve_path(p, ["parallel.zero=3"])
+
+
+@pytest.mark.parametrize("kind, pp, copies", [("dualpipe", 4, 2), ("dualpipev", 2, 1)])
+def test_gradients_reduce_over_every_copy(tmp_path, kind, pp, copies):
+    # 2 data-parallel replicas; DualPipe holds every stage on two pipeline ranks (r and
+    # P-1-r), so a stage's buckets reduce over both copies' DP groups: 2 x 2 ranks;
+    # DualPipeV holds each stage once: the DP group of 2. Each held stage has its own
+    # buckets, highest stage first, after its layers' last weight gradient.
+    from moesim.program.build import build_step
+    res = resolve_path(_scenario(tmp_path, kind, pp, 8, stages=4, gpus=2 * pp))
+    plan = build_step(res)
+    lay = res.layout
+    for rank, prog in enumerate(plan.programs):
+        dps = [op for op in prog if op.kind == "dp"]
+        pos = int(lay.coords["pp"][rank])
+        held = sorted({st for it in make_dual_order(kind, pp, 8).items[pos]
+                       for _, _, st in it.parts()}, reverse=True)
+        assert [int(op.name.split(".")[1][1:]) for op in dps] == held   # one bucket each
+        pp_g = lay.group_of(rank, "pp")
+        for op, st in zip(dps, held, strict=True):
+            assert len(op.coll.group) == 2 * copies
+            holders = {pp_g[p] for p in range(pp)
+                       if st in {x for it in make_dual_order(kind, pp, 8).items[p]
+                                 for _, _, x in it.parts()}}
+            assert set(op.coll.group) == {q for h in holders for q in lay.group_of(h, "dp")}
+            last_w = max(i for i, o in enumerate(prog) if o.name.startswith("bwd.w_")
+                         and o.layer in (2 * st, 2 * st + 1))
+            assert op.deps == (last_w,)
