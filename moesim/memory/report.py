@@ -108,7 +108,6 @@ class StageMemory:
         self._cache[key] = d
         return d
 
-
     def _dual_row(self, s: int, received: Sequence[int] | None) -> dict:
         """Pipeline rank ``s`` of DualPipe(V): both held stages' weights, gradients and
         optimizer states (DualPipe: every stage on two ranks, 2x parameters), each
