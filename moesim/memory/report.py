@@ -13,6 +13,9 @@ from collections.abc import Sequence
 
 from moesim.errors import InputError
 from moesim.memory.model import memory_per_rank, split_layers
+from moesim.schedule.a2a_overlap import a2a_1f1b_order, flatten
+from moesim.schedule.dualpipe import KINDS as DUAL_KINDS
+from moesim.schedule.dualpipe import make_dual_order, peak_alive
 from moesim.schedule.pipeline import make_order
 
 # bytes per element of the dispatched tokens: bf16 2; fp8 1 plus one fp32 scale per 128
@@ -33,16 +36,31 @@ class StageMemory:
         self.res = res
         sch, par = scn.schedule, scn.parallel
         self.v = v = par.vpp if sch.kind == "interleaved" else 1
-        self.order = make_order(sch.kind, par.pp, sch.microbatches, v)
+        # DualPipe(V): row s is pipeline rank s, holding two stages of the model
+        self.dual = (make_dual_order(sch.kind, par.pp, sch.microbatches)
+                     if sch.kind in DUAL_KINDS else None)
+        if self.dual is not None:
+            self.order = None
+        elif scn.overlap.kind == "a2a-1f1b":   # one more warm-up forward (Megatron-Core)
+            self.order = flatten(a2a_1f1b_order(par.pp, sch.microbatches, v))
+        else:
+            self.order = make_order(sch.kind, par.pp, sch.microbatches, v)
         self.common = dict(
             micro_batch_tokens=sch.tokens_per_microbatch, seq_len=sch.seq_len, tp=par.tp,
             pp=par.pp, ep=par.ep, dp=lay.dp, zero=par.zero, recompute=scn.memory.recompute,
             device=res.device, source=scn.source,
             dispatch_bytes_per_elem=DISPATCH_BYTES[scn.routing.dispatch_dtype])
-        self.chunks = split_layers(res.model.layers, par.pp * v)  # virtual stage c*p + s
+        self.chunks = split_layers(res.model.layers, par.pp * v if self.dual is None
+                                   else self.dual.stages)  # virtual stage c*p + s
         self._cache: dict[tuple, dict] = {}
 
+    def held_stages(self, s: int) -> list[int]:
+        """DualPipe(V): the model stages pipeline rank ``s`` holds (two)."""
+        return sorted({st for it in self.dual.items[s] for _, _, st in it.parts()})
+
     def stage_layers(self, s: int) -> list[int]:
+        if self.dual is not None:
+            return [i for st in self.held_stages(s) for i in self.chunks[st]]
         p = self.res.scenario.parallel.pp
         return [i for c in range(self.v) for i in self.chunks[c * p + s]]
 
@@ -64,6 +82,10 @@ class StageMemory:
         hit = self._cache.get(key)
         if hit is not None:
             return hit
+        if self.dual is not None:
+            d = self._dual_row(s, received)
+            self._cache[key] = d
+            return d
         p = self.res.scenario.parallel.pp
         spec = self.res.model
         best, best_alive = self.peak_alive(s)
@@ -85,6 +107,45 @@ class StageMemory:
         d["layers"] = len(layers)
         self._cache[key] = d
         return d
+
+    def _dual_row(self, s: int, received: Sequence[int] | None) -> dict:
+        """Pipeline rank ``s`` of DualPipe(V): both held stages' weights, gradients and
+        optimizer states (DualPipe: every stage on two ranks, 2x parameters), each
+        stage's activation sets alive at the rank's peak of the order
+        (:func:`moesim.schedule.dualpipe.peak_alive`: PP+1 for DualPipe), the larger
+        stage's token buffers and workspace."""
+        spec, d = self.res.model, self.dual
+        best, at_peak = peak_alive(d, s)
+        recv = list(received) if received else None
+        common = dict(self.common, pp=d.stages)
+        out: dict = {}
+        for st in self.held_stages(s):
+            layers = list(self.chunks[st])
+            mine = None
+            if recv is not None:
+                n = sum(1 for i in layers if spec.is_moe_layer(i))
+                mine, recv = recv[:n], recv[n:]
+            # ZeRO shards a stage over every copy's data-parallel group
+            copies = len({d.rank_of[k][st] for k in range(len(d.rank_of))})
+            mem = memory_per_rank(spec, stage=st, layers=layers, received_tokens=mine or None,
+                                  inflight_microbatches=max(at_peak.get(st, 0), 1),
+                                  **dict(common, dp=common["dp"] * copies))
+            m = mem.as_dict()
+            if not at_peak.get(st, 0):
+                m["activations"] = 0.0
+            for k, v in m.items():
+                if k in ("token_buffers", "recompute_workspace"):
+                    out[k] = max(out.get(k, 0.0), v)
+                elif k in ("weights", "gradients", "optimizer", "activations", "dense_params",
+                           "expert_params"):
+                    out[k] = out.get(k, 0.0) + v
+                else:
+                    out.setdefault(k, v)
+        out["peak_bytes"] = sum(out[k] for k in CATEGORIES)
+        out["oom"] = out["peak_bytes"] > out["capacity_bytes"]
+        out["inflight"] = best
+        out["layers"] = len(self.stage_layers(s))
+        return out
 
 
 def memory_table(res) -> dict:

@@ -22,6 +22,7 @@ Conventions (all per rank, for ``tokens`` tokens entering the op on that rank):
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Literal
 
 from moesim.compute.base import Kernel
@@ -220,6 +221,42 @@ def layer_kernels(spec: ModelSpec, layer: int, tokens: int, seq_len: int, tp: in
     else:
         ops += dense_ffn_kernels(spec, tokens, tp, phase)
     return ops
+
+
+def split_backward(kernels: list[Kernel]) -> tuple[list[Kernel], list[Kernel]]:
+    """(B, W): a backward kernel list split into its input-gradient part ``B`` and its
+    weight-gradient part ``W`` (zero-bubble pipelines, Qi et al. 2023 arXiv:2401.10241
+    §2; deepseek-ai/DualPipe ``WeightGradStore``).
+
+    A weight GEMM's backward (count 2, see :func:`gemm`) is dX = dY·Wᵀ (to ``B``, named
+    ``*_dgrad``) and dW = Xᵀ·dY (to ``W``, ``*_wgrad``), each one launch with half the
+    FLOPs and bytes. Everything else (core attention's backward, norms, activations,
+    permutation, loss: no weights, or no GEMM) is input-gradient work and stays in ``B``
+    unchanged. Halving is exact in binary floating point, so per kernel B + W equals the
+    full backward's FLOPs, bytes and launches exactly."""
+    b: list[Kernel] = []
+    w: list[Kernel] = []
+    for k in kernels:
+        if not k.name.endswith("_bwd"):
+            raise ValueError(f"split_backward takes backward kernels, got {k.name!r}")
+        if k.n > 0 and k.k > 0 and k.count == 2:       # a weight GEMM's dgrad + wgrad
+            base = k.name[:-len("_bwd")]
+            half = replace(k, flops=k.flops / 2, bytes=k.bytes / 2, count=1)
+            b.append(replace(half, name=base + "_dgrad"))
+            w.append(replace(half, name=base + "_wgrad"))
+        else:
+            b.append(k)
+    return b, w
+
+
+def backward_part(kernels: list[Kernel], part: str) -> list[Kernel]:
+    """The ``B`` or ``W`` part (:func:`split_backward`) of a kernel list; forward kernels
+    (no ``_bwd`` suffix) pass through unchanged for ``B`` and are dropped for ``W``."""
+    if part not in ("B", "W"):
+        raise ValueError(f"part must be B or W, got {part!r}")
+    fwd = [k for k in kernels if not k.name.endswith("_bwd")]
+    b, w = split_backward([k for k in kernels if k.name.endswith("_bwd")])
+    return fwd + b if part == "B" else w
 
 
 def total_flops(kernels: list[Kernel]) -> float:

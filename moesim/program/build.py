@@ -29,12 +29,15 @@ from moesim.compute.base import ComputeModel, Kernel
 from moesim.gating import make_placement, route_microbatch
 from moesim.memory.model import split_layers
 from moesim.model import costs
+from moesim.program.dualpipe_build import DualPipeOps, PairedOps
 from moesim.program.ep_backend import EPBackend
 from moesim.program.grads import GradientOps
 from moesim.program.hot import hot_ranks
 from moesim.program.ops import Op
 from moesim.program.overlap import PairRule, ep_stream, interleave
 from moesim.program.replicas import ReplicaMap, replica_map
+from moesim.schedule.dualpipe import KINDS as DUAL_KINDS
+from moesim.schedule.dualpipe import make_dual_order
 from moesim.schedule.pipeline import make_order
 
 ACT_BYTES = 2  # bf16 activations and gradients on the wire (Megatron default dtype)
@@ -89,7 +92,7 @@ def build_step(res, step: int | None = None, *, replicas: str = "independent",
                     replicas, dedup).build()
 
 
-class Builder(GradientOps):
+class Builder(GradientOps, DualPipeOps, PairedOps):
     def __init__(self, res, step: int, replicas: str = "independent",
                  dedup: bool = False) -> None:
         self.res = res
@@ -106,9 +109,13 @@ class Builder(GradientOps):
         self.tokens = sch.micro_batch_size * sch.seq_len          # per DP rank per micro-batch
         self.ep_tokens = max(1, self.tokens // self.tp)          # routed per rank (seq-parallel)
         self.timer = Timer(res.compute)
-        self.order = make_order(sch.kind, self.pp, self.m, self.v)
-        self.pairs = PairRule(self.order, self.pp, self.v)
-        self.chunks = split_layers(self.spec.layers, self.pp * self.v)
+        # DualPipe(V): per-rank items (moesim.schedule.dualpipe) instead of a stage order
+        self.dual = (make_dual_order(sch.kind, self.pp, self.m) if sch.kind in DUAL_KINDS
+                     else None)
+        self.order = make_order(sch.kind, self.pp, self.m, self.v) if self.dual is None else None
+        self.pairs = PairRule(self.order, self.pp, self.v) if self.dual is None else None
+        self.chunks = split_layers(self.spec.layers, self.dual.stages if self.dual is not None
+                                   else self.pp * self.v)
         self.moe_layers = [i for i in range(self.spec.layers) if self.spec.is_moe_layer(i)]
         self.moe_index = {layer: j for j, layer in enumerate(self.moe_layers)}
         self.gpn = scn.gpus_per_node
@@ -209,14 +216,13 @@ class Builder(GradientOps):
         dropped = self.expert_tokens - kept
         lb = np.divide(self.lb, np.maximum(self.lb_n, 1))
         hot = self._hot_ranks()
-        from moesim.schedule.pipeline import inflight_microbatches
         return StepPlan(
             programs=programs, moe_layers=self.moe_layers, expert_tokens=self.expert_tokens,
             expert_kept=kept, expert_dropped=dropped,
             expert_capacity=self.expert_capacity if L else np.zeros(0),
             lb_loss=lb, rank_received=self.received, model_flops=self.flops,
             tokens_per_step=self.tokens * self.m * self.dp, hot_ranks=hot,
-            inflight=inflight_microbatches(self.order))
+            inflight=self._inflight())
 
     def _hot_ranks(self) -> list[int]:
         if not self.moe_layers or self.received.size == 0:
@@ -224,6 +230,10 @@ class Builder(GradientOps):
         return hot_ranks(self.received, self.lay.coords["pp"])
 
     def _rank_program(self, rank: int) -> list[Op]:
+        if self.dual is not None:
+            return self._dual_program(rank)
+        if self.scn.overlap.kind == "a2a-1f1b":
+            return self._a2a_program(rank)
         lay = self.lay
         stage = int(lay.coords["pp"][rank])
         pp_group = lay.group_of(rank, "pp")

@@ -61,57 +61,65 @@ class GradientOps:
                        stream="comm", deps=gdeps)
         return tuple(idx)
 
-    def _gradients(self, prog: list[Op], rank: int, stage: int, last_bwd: dict[int, int]
-                   ) -> None:
+    def _gradients(self, prog: list[Op], rank: int, stage: int, last_bwd: dict[int, int],
+                   parts: list[tuple] | None = None) -> None:
+        """Gradient buckets, optimizer and ZeRO-1/2 gathers of ``rank``. ``parts``
+        (default: the rank's one stage): per model chunk it holds, ``(layers in bucket
+        order, first, last, dense group, expert group, tag)``; a chunk held by two ranks
+        (DualPipe's two copies) reduces over both copies' groups."""
         lay = self.lay
-        dp_g, edp_g = lay.group_of(rank, "dp"), self._expert_dp_group(rank)
-        first, last = stage == 0, stage == self.pp - 1
+        if parts is None:
+            dp_g, edp_g = lay.group_of(rank, "dp"), self._expert_dp_group(rank)
+            parts = [(sorted(last_bwd, key=last_bwd.get), stage == 0, stage == self.pp - 1,
+                      dp_g, edp_g, "")]
         wb = self.spec.weight_bytes
-        extra_dense, _ = rank_params(self.spec, [], tp=self.tp, ep=self.ep, first=first,
-                                     last=last)
-        order = sorted(last_bwd, key=last_bwd.get)
         bucket = self.scn.schedule.dp_bucket_bytes
         overlap = self.scn.overlap.dp_overlap
         end_bwd = max(last_bwd.values()) if last_bwd else len(prog) - 1
         grad_op = "all_reduce" if self.zero == 0 else "reduce_scatter"
         reduce_ops: list[int] = []
-        total_dense = total_expert = 0.0
-        acc_d = acc_e = 0.0
-        n_bucket = 0
-        for j, layer in enumerate(order):
-            d, e = self._layer_param_bytes(layer)
-            acc_d += d
-            acc_e += e
-            total_dense += d
-            total_expert += e
-            final = j == len(order) - 1
-            if final:
-                acc_d += extra_dense * wb
-                total_dense += extra_dense * wb
-            if acc_d + acc_e < bucket and not final:
-                continue
-            dep = (last_bwd[layer] if overlap else end_bwd,)
-            for grp, nbytes, tag in ((dp_g, acc_d, "dense"), (edp_g, acc_e, "experts")):
-                if len(grp) > 1 and nbytes > 0:
-                    spec = CollectiveSpec(grad_op, grp, nbytes)
-                    reduce_ops.append(len(prog))
-                    self._coll(prog, "dp", f"dp.bucket{n_bucket}.{tag}", spec,
-                               ("dp", tag, n_bucket, grp[0]), layer, -1, "bwd", nbytes,
-                               stream="comm", deps=dep)
-            n_bucket += 1
+        shard_d = shard_e = 0.0
+        gathers = []
+        for order, first, last, dg, eg, ptag in parts:
+            extra_dense, _ = rank_params(self.spec, [], tp=self.tp, ep=self.ep, first=first,
+                                         last=last)
+            total_dense = total_expert = 0.0
             acc_d = acc_e = 0.0
-        # optimizer over this rank's shard of master weights (ZeRO>=1 shards them)
-        shard_d = total_dense / wb / (len(dp_g) if self.zero >= 1 else 1)
-        shard_e = total_expert / wb / (len(edp_g) if self.zero >= 1 else 1)
+            n_bucket = 0
+            for j, layer in enumerate(order):
+                d, e = self._layer_param_bytes(layer)
+                acc_d += d
+                acc_e += e
+                total_dense += d
+                total_expert += e
+                final = j == len(order) - 1
+                if final:
+                    acc_d += extra_dense * wb
+                    total_dense += extra_dense * wb
+                if acc_d + acc_e < bucket and not final:
+                    continue
+                dep = (last_bwd[layer] if overlap else end_bwd,)
+                for grp, nbytes, tag in ((dg, acc_d, "dense"), (eg, acc_e, "experts")):
+                    if len(grp) > 1 and nbytes > 0:
+                        spec = CollectiveSpec(grad_op, grp, nbytes)
+                        reduce_ops.append(len(prog))
+                        key = ("dp", tag, n_bucket, grp[0]) + ((ptag,) if ptag else ())
+                        self._coll(prog, "dp", f"dp.{ptag}bucket{n_bucket}.{tag}", spec, key,
+                                   layer, -1, "bwd", nbytes, stream="comm", deps=dep)
+                n_bucket += 1
+                acc_d = acc_e = 0.0
+            # optimizer over this rank's shard of master weights (ZeRO>=1 shards them)
+            shard_d += total_dense / wb / (len(dg) if self.zero >= 1 else 1)
+            shard_e += total_expert / wb / (len(eg) if self.zero >= 1 else 1)
+            gathers += [(dg, total_dense, "dense", ptag), (eg, total_expert, "experts", ptag)]
         deps = tuple(reduce_ops) or ((end_bwd,) if end_bwd >= 0 else ())
         opt_idx = len(prog)
         self._compute(prog, "opt.adam", -1, -1, "opt", ("opt", shard_d + shard_e),
                       lambda: costs.optimizer_kernels(shard_d + shard_e), deps=deps)
         if self.zero in (1, 2):
-            for grp, nbytes, tag in ((dp_g, total_dense, "dense"), (edp_g, total_expert,
-                                                                   "experts")):
+            for grp, nbytes, tag, ptag in gathers:
                 if len(grp) > 1 and nbytes > 0:
                     spec = CollectiveSpec("all_gather", grp, nbytes)
-                    self._coll(prog, "zero", f"opt.param_gather.{tag}", spec,
-                               ("zgather", tag, grp[0]), -1, -1, "opt", nbytes, stream="comm",
-                               deps=(opt_idx,))
+                    key = ("zgather", tag, grp[0]) + ((ptag,) if ptag else ())
+                    self._coll(prog, "zero", f"opt.{ptag}param_gather.{tag}", spec, key, -1,
+                               -1, "opt", nbytes, stream="comm", deps=(opt_idx,))

@@ -148,16 +148,12 @@ def scenario_layout(scn: Scenario) -> tuple[Layout, list[str]]:
 
 
 def _check_simulated(scn: Scenario) -> None:
-    """Schedules and overlaps that are planned (moesim.schedule.dualpipe,
-    moesim.schedule.a2a_overlap) but not yet run by the engines stop here, in one line."""
-    if scn.schedule.kind in ("dualpipe", "dualpipev"):
-        raise InputError(scn.source, "schedule.kind", "gpipe, 1f1b or interleaved: the "
-                         f"engines do not simulate {scn.schedule.kind} yet (its order is in "
-                         "moesim.schedule.dualpipe)", scn.schedule.kind)
-    if scn.overlap.kind == "a2a-1f1b":
-        raise InputError(scn.source, "overlap.kind", "none or static: the engines do not "
-                         "simulate a2a-1f1b yet (its plan is in moesim.schedule.a2a_overlap)",
-                         scn.overlap.kind)
+    """What the DualPipe programs (moesim.program.dualpipe_build) do not build stops here,
+    in one line: ZeRO-3 with two model copies per rank."""
+    if scn.schedule.kind in ("dualpipe", "dualpipev") and scn.parallel.zero == 3:
+        raise InputError(scn.source, "parallel.zero", f"0, 1 or 2 with schedule.kind "
+                         f"{scn.schedule.kind} (ZeRO-3 weight gathers are not built for "
+                         "ranks holding two stages)", scn.parallel.zero)
 
 
 def resolve(scn: Scenario) -> Resolved:

@@ -84,12 +84,16 @@ class RingCost:
         return steps * float((nbytes / n / rings * k + lat).max())
 
 
-def buckets(res, stage: int, layer_order: list[int]) -> list[tuple[int, float, float]]:
-    """(ready layer, dense bytes, expert bytes) per bucket, as the exact builder cuts them."""
+def buckets(res, stage: int, layer_order: list[int], first: bool | None = None,
+            last: bool | None = None) -> list[tuple[int, float, float]]:
+    """(ready layer, dense bytes, expert bytes) per bucket, as the exact builder cuts them
+    (``first``/``last``: whether the chunk holds the embedding / LM head; default from
+    ``stage`` among ``parallel.pp`` stages)."""
     spec, par = res.model, res.scenario.parallel
     wb = spec.weight_bytes
-    extra, _ = rank_params(spec, [], tp=par.tp, ep=par.ep, first=stage == 0,
-                           last=stage == par.pp - 1)
+    extra, _ = rank_params(spec, [], tp=par.tp, ep=par.ep,
+                           first=stage == 0 if first is None else first,
+                           last=stage == par.pp - 1 if last is None else last)
     size = res.scenario.schedule.dp_bucket_bytes
     out, acc_d, acc_e = [], 0.0, 0.0
     for j, layer in enumerate(layer_order):

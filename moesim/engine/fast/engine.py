@@ -25,6 +25,7 @@ import numpy as np
 
 from moesim.engine.breakdown import CATEGORIES, rank_breakdown
 from moesim.engine.fast.dp import RingCost, gradient_phase
+from moesim.engine.fast.dual import a2a_pair, dual_gradient_phase, run_dual_chain
 from moesim.engine.fast.links import LinkBytes
 from moesim.engine.fast.network import FastNetwork
 from moesim.engine.fast.pipeline import Chain, RouteRec
@@ -36,6 +37,7 @@ from moesim.program.build import ACT_BYTES, Builder, Timer
 from moesim.program.overlap import PairRule
 from moesim.program.replicas import replicas_mode
 from moesim.scenario.resolve import Resolved
+from moesim.schedule.a2a_overlap import a2a_1f1b_order
 from moesim.trace.result import SimResult
 from moesim.trace.spans import Span
 
@@ -67,6 +69,8 @@ class Context:
         # share s/S of the GPU's SMs an EP kernel holds: compute hidden under it slows
         sms = int(getattr(res.device, "sms", 0) or 0)
         self.ep_sm_frac = b.ep_sms / sms if sms > 0 and b.ep_sms > 0 else 0.0
+        self.dual = b.dual                   # DualPipe(V) order, or None
+        self.fb_overlap = b.fb_overlap       # its F&B pairs hide all-to-alls
         # gradient buckets run while the pipeline still sends (dp_overlap): a backward
         # send after a layer's last backward may share a link with a ring flow
         self.grad_share = bool(scn.overlap.dp_overlap) and max(res.layout.dp,
@@ -79,7 +83,10 @@ class Context:
 
     def expert_cost(self, local: np.ndarray, phase: str) -> tuple[np.ndarray, np.ndarray]:
         """(seconds, FLOP) of every (rank, expert) with ``local`` tokens; a lookup
-        table per token count (0 tokens: no kernel), filled on demand."""
+        table per token count (0 tokens: no kernel), filled on demand. ``phase``:
+        ``fwd``, ``bwd``, or ``bwd.B`` / ``bwd.W`` (the backward's input- and
+        weight-gradient parts, :func:`moesim.model.costs.split_backward`)."""
+        ph, _, part = phase.partition(".")
         lut = self._lut.get(phase)
         top = int(local.max(initial=0))
         if lut is None or len(lut[0]) <= top:
@@ -94,7 +101,10 @@ class Context:
         if miss.any():
             for x in np.unique(local[miss]).tolist():
                 t_lut[x], f_lut[x] = self.timer(
-                    ("expert", x, phase), lambda x=x: costs.expert_kernels(self.spec, x, phase))
+                    ("expert", x, ph) + ((part,) if part else ()),
+                    lambda x=x: (costs.backward_part(costs.expert_kernels(self.spec, x, ph),
+                                                     part) if part else
+                                 costs.expert_kernels(self.spec, x, ph)))
         return t_lut[local], f_lut[local]
 
     def send_share(self, src: int, dst: int) -> float:
@@ -170,7 +180,7 @@ def _route_rec(ctx: Context, r, group: tuple[int, ...]) -> RouteRec:
     flat = np.flatnonzero(local)
     rows, vals = flat // local.shape[1], local.ravel()[flat]
     exp_t, exp_f = {}, {}
-    for phase in ("fwd", "bwd"):
+    for phase in ("fwd", "bwd") + (("bwd.B", "bwd.W") if ctx.dual is not None else ()):
         t, f = ctx.expert_cost(vals, phase)
         exp_t[phase] = np.bincount(rows, weights=t, minlength=n)
         exp_f[phase] = float(f.sum())
@@ -183,6 +193,8 @@ def _route_rec(ctx: Context, r, group: tuple[int, ...]) -> RouteRec:
 
 def _units(ctx: Context, s: int) -> list[list]:
     """Schedule items of stage s, paired as the exact builder interleaves them."""
+    if ctx.res.scenario.overlap.kind == "a2a-1f1b":   # Megatron-Core's pairs
+        return [list(step) for step in a2a_1f1b_order(ctx.pp, ctx.m, ctx.v)[s]]
     items = ctx.order[s]
     if not ctx.overlap:
         return [[it] for it in items]
@@ -217,6 +229,9 @@ def _budget(ctx: Context, item) -> float:
 
 
 def _run_chain(ctx: Context, b: Builder, groups, span_pos, progress=None) -> Chain:
+    if ctx.dual is not None:
+        return run_dual_chain(ctx, b, groups, span_pos, lambda it: _budget(ctx, it),
+                              _route_rec, progress)
     cache: dict[tuple, RouteRec] = {}
 
     def route(s: int, layer: int, mb: int) -> RouteRec:
@@ -233,6 +248,7 @@ def _run_chain(ctx: Context, b: Builder, groups, span_pos, progress=None) -> Cha
 
     ch = Chain(ctx, groups, route, span_pos)
     units = [_units(ctx, s) for s in range(ctx.pp)]
+    a2a = ctx.res.scenario.overlap.kind == "a2a-1f1b"
     pos = [0] * ctx.pp
     left = sum(len(u) for u in units)
     while left:
@@ -240,7 +256,10 @@ def _run_chain(ctx: Context, b: Builder, groups, span_pos, progress=None) -> Cha
         for s in range(ctx.pp):
             while pos[s] < len(units[s]) and all(ch.ready(s, it) for it in units[s][pos[s]]):
                 unit = units[s][pos[s]]
-                if len(unit) == 2:
+                if len(unit) == 2 and a2a:
+                    a2a_pair(ch, s, unit[0], unit[1], _budget(ctx, unit[0]),
+                             _budget(ctx, unit[1]))
+                elif len(unit) == 2:
                     ch.pair(s, unit[0], unit[1], _budget(ctx, unit[0]), _budget(ctx, unit[1]))
                 else:
                     ch.item(s, unit[0])
@@ -305,7 +324,8 @@ def simulate_fast(res: Resolved, *, progress=None, span_ranks: int = 64,
     # mirrors of identical replicas have no chain run of their own, hence no spans
     want = {r for r in range(min(span_ranks, world)) if not dedup or b.rmap.is_rep(r)}
     if progress:     # same protocol as the exact engine: ("built", total), then increments
-        progress("built", len(chains) * sum(len(o) for o in ctx.order))
+        progress("built", len(chains) * sum(len(o) for o in (
+            ctx.order if ctx.dual is None else ctx.dual.items)))
 
     def copies(r: int) -> list[int]:
         return [r, *b.rmap.mirrors.get(r, ())] if dedup else [r]
@@ -353,7 +373,11 @@ def simulate_fast(res: Resolved, *, progress=None, span_ranks: int = 64,
                      "ep_iv": (np.array([a[ranks] for a, _ in iv]).reshape(len(iv), len(ranks)),
                                np.array([e[ranks] for _, e in iv]).reshape(len(iv), len(ranks))),
                      "last_bwd": {layer: v[ranks] for layer, v in last_bwd[s].items()}}
-    tails, finish = gradient_phase(res, ctx.rings, ctx.timer, stages, links=ctx.links)
+    if ctx.dual is None:
+        tails, finish = gradient_phase(res, ctx.rings, ctx.timer, stages, links=ctx.links)
+    else:
+        tails, finish = dual_gradient_phase(res, b, ctx.rings, ctx.timer, stages,
+                                            links=ctx.links)
     step = float(max(finish.max(initial=0.0), send_end.max(initial=0.0)))
     rows = []
     keep = set(kept["ranks"])

@@ -1,0 +1,338 @@
+"""DualPipe / DualPipeV on the fast path: one chain runs every pipeline rank's items of
+:func:`moesim.schedule.dualpipe.make_dual_order` in lockstep (no simpy), as the exact
+builder (:mod:`moesim.program.dualpipe_build`) lays them out:
+
+- ``F``, ``B`` (the input-gradient part of every kernel, :func:`moesim.model.costs.
+  split_backward`), ``W`` (the weight-gradient part), ``BW`` (per layer B then W);
+  a chain position ``s`` is pipeline rank ``s`` (the EP group there); an item's stage
+  picks its layers; pipeline messages go to the position :meth:`DualOrder.rank` names;
+- ``F&B``: both receives first, the forward then the full backward, both sends after
+  the pair; with ``overlap.kind: static`` and EP > 1 each all-to-all of one half is
+  hidden under the other half's non-expert compute per all-to-all (the chain's
+  ``budget`` rule, as for the static pairs of 1F1B);
+- gradient buckets per held stage, highest stage first, over the data-parallel groups
+  of every copy of the stage (:func:`dual_gradient_phase`).
+
+:func:`a2a_pair` runs one (forward, backward) step of Megatron-Core's a2a-overlapped
+1F1B on an ordinary chain with the same pair semantics.
+"""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import numpy as np
+
+from moesim.engine.fast.dp import _merge, _past_a2a, buckets
+from moesim.engine.fast.pipeline import Chain
+from moesim.model import costs
+from moesim.program.dualpipe_build import PartTimer
+
+
+class DualChain(Chain):
+    """A :class:`Chain` whose positions run DualPipe(V) items."""
+
+    def __init__(self, ctx, groups, route, span_pos, order) -> None:
+        super().__init__(ctx, groups, route, span_pos)
+        self.d = order
+        self.part: str | None = None         # "B" while an input-gradient part runs
+        self.deferred: list | None = None    # sends held until an F&B pair ends
+        self.w_done: dict[int, int] = {}
+
+    # ------------------------------------------------------------ messages
+    def _keys(self, s: int, it) -> list[tuple[tuple, int]]:
+        """(message key, source position) an item waits for."""
+        d, out = self.d, []
+        for kind, mb, st in it.parts():
+            if kind == "F" and st > 0 and d.rank(mb, st - 1) != s:
+                out.append((("act", mb, st), d.rank(mb, st - 1)))
+            elif kind == "B" and st < d.stages - 1 and d.rank(mb, st + 1) != s:
+                out.append((("grad", mb, st), d.rank(mb, st + 1)))
+        return out
+
+    def ready(self, s: int, it) -> bool:
+        return all(k in self.msgs for k, _ in self._keys(s, it))
+
+    def _recv(self, s: int, it) -> None:
+        for key, src in self._keys(s, it):
+            self._wait(s, self.msgs.pop(key), f"{'fwd' if key[0] == 'act' else 'bwd'}.recv",
+                       src, -1, key[1], "fwd" if key[0] == "act" else "bwd")
+
+    def _send_to(self, s: int, dst: int, key: tuple, mb: int, phase: str, layer: int) -> None:
+        if dst == s:
+            return
+        if self.deferred is not None:
+            self.deferred.append((dst, key, mb, phase, layer))
+        else:
+            self._send(s, dst, key, mb, phase, layer)
+
+    # ------------------------------------------------------------ parts
+    def _experts(self, s: int, rec, layer: int, mb: int, phase: str) -> None:
+        if self.part is None:
+            return super()._experts(s, rec, layer, mb, phase)
+        key = f"{phase}.{self.part}"
+        a = self.t[s]
+        dur = rec.exp_t[key]
+        self.out[s].acc["compute"] += dur
+        self.out[s].flops += rec.exp_f[key]
+        name = f"{phase}.experts" if self.part == "B" else "bwd.w_experts"
+        self._span(s, "compute", name, a, a + dur, layer, mb, phase, tokens=rec.recv)
+        self.t[s] = a + dur
+
+    def _b_layer(self, s: int, layer: int, mb: int) -> None:
+        c = self.c
+        base = c.timer
+        c.timer, self.part = PartTimer(base, "B"), "B"
+        try:
+            self.layer(s, layer, mb, "bwd")
+        finally:
+            c.timer, self.part = base, None
+
+    def _w_layer(self, s: int, layer: int, mb: int) -> None:
+        c = self.c
+        spec, tok, tp = c.spec, c.tokens, c.tp
+        W = costs.backward_part
+        if spec.is_moe_layer(layer):
+            self._compute(s, "bwd.w_mlp", ("w_moe", "bwd"), lambda: W(
+                [*costs.router_kernels(spec, c.ep_tokens, "bwd"),
+                 *costs.shared_expert_kernels(spec, tok, tp, "bwd")], "W"), layer, mb, "bwd")
+            self.part = "W"
+            self._experts(s, self.route(s, layer, mb), layer, mb, "bwd")
+            self.part = None
+        else:
+            self._compute(s, "bwd.w_mlp", ("ffn", "bwd", "W"), lambda: W(
+                costs.dense_ffn_kernels(spec, tok, tp, "bwd"), "W"), layer, mb, "bwd")
+        self._compute(s, "bwd.w_attn", ("attn", "bwd", "W"), lambda: W(
+            [*costs.norm_kernels(spec, tok, tp, "bwd"),
+             *costs.attention_kernels(spec, tok, c.seq, tp, "bwd")], "W"), layer, mb, "bwd")
+        out = self.out[s]
+        out.last_bwd[layer] = self.t[s].copy()
+        self.w_done[layer] = self.w_done.get(layer, 0) + 1
+        out.grads = out.grads or self.w_done[layer] == c.m
+
+    def _lm(self, s: int, mb: int, part: str) -> None:
+        c = self.c
+        name = "bwd.lm_head" if part == "B" else "bwd.w_lm_head"
+        self._compute(s, name, ("lm", "bwd", part), lambda: costs.backward_part(
+            costs.lm_head_kernels(c.spec, c.tokens, c.tp, "bwd"), part), -1, mb, "bwd")
+
+    # ------------------------------------------------------------ items
+    def fwd(self, s: int, mb: int, st: int) -> None:
+        c, d = self.c, self.d
+        layers = list(c.chunks[st])
+        if st == 0:
+            self._compute(s, "fwd.embedding", ("emb", "fwd"), lambda: costs.embedding_kernels(
+                c.spec, c.tokens, c.tp, "fwd"), -1, mb, "fwd")
+        for layer in layers:
+            self.layer(s, layer, mb, "fwd")
+        if st == d.stages - 1:
+            self._compute(s, "fwd.lm_head", ("lm", "fwd"), lambda: costs.lm_head_kernels(
+                c.spec, c.tokens, c.tp, "fwd"), -1, mb, "fwd")
+        else:
+            self._send_to(s, d.rank(mb, st + 1), ("act", mb, st + 1), mb, "fwd",
+                          layers[-1] if layers else -1)
+
+    def bwd(self, s: int, mb: int, st: int, full: bool) -> None:
+        c, d = self.c, self.d
+        layers = list(c.chunks[st])
+        self.out[s].ep_iv = []
+        if st == d.stages - 1:
+            self._lm(s, mb, "B")
+            if full:
+                self._lm(s, mb, "W")
+        for layer in reversed(layers):
+            self._b_layer(s, layer, mb)
+            if full:
+                self._w_layer(s, layer, mb)
+        if st > 0:
+            self._send_to(s, d.rank(mb, st - 1), ("grad", mb, st - 1), mb, "bwd",
+                          layers[0] if layers else -1)
+
+    def run(self, s: int, it, budgets: tuple[float, float] = (0.0, 0.0)) -> None:
+        """One item on position ``s``; ``budgets``: (forward, backward) non-expert
+        compute per all-to-all of an overlapped F&B pair's halves."""
+        self._recv(s, it)
+        if it.kind == "F":
+            self.fwd(s, it.mb, it.stage)
+        elif it.kind in ("B", "BW"):
+            self.bwd(s, it.mb, it.stage, it.kind == "BW")
+        elif it.kind == "W":
+            if it.stage == self.d.stages - 1:
+                self._lm(s, it.mb, "W")
+            for layer in reversed(self.c.chunks[it.stage]):
+                self._w_layer(s, layer, it.mb)
+        else:
+            self.deferred = []
+            self.budget = budgets[1]          # the backward's compute hides F's a2a
+            self.fwd(s, it.mb, it.stage)
+            self.budget = budgets[0]
+            self.bwd(s, it.bmb, it.bstage, True)
+            self.budget = 0.0
+            held, self.deferred = self.deferred, None
+            for dst, key, mb, phase, layer in held:
+                self._send(s, dst, key, mb, phase, layer)
+        self.out[s].end = self.t[s].copy()
+
+
+def a2a_pair(ch: Chain, s: int, f, b, budget_f: float, budget_b: float) -> None:
+    """One (forward, backward) step of ``overlap.kind: a2a-1f1b`` on stage ``s`` as the
+    exact builder pairs it (:func:`moesim.program.dualpipe_build.pair_items`): both
+    receives first, the two items with each all-to-all hidden under the other's
+    non-expert compute per all-to-all, both sends after the pair."""
+    for it in (f, b):
+        key = ch._recv_key(s, it)
+        if key is not None:
+            vs = it.chunk * ch.c.pp + s
+            src = (vs - 1) % ch.c.pp if it.kind == "F" else (vs + 1) % ch.c.pp
+            ch._wait(s, ch.msgs.pop(key), f"{'fwd' if it.kind == 'F' else 'bwd'}.recv", src,
+                     -1, it.mb, "fwd" if it.kind == "F" else "bwd")
+            ch.msgs[key] = ch.t[s].copy()          # received: the item's wait is empty
+    held: list[tuple] = []
+    ch._send = lambda _s, *args: held.append(args)   # type: ignore[method-assign]
+    try:
+        ch.item(s, f, budget_b)
+        ch.item(s, b, budget_f)
+    finally:
+        del ch._send
+    for args in held:
+        ch._send(s, *args)
+    ch.out[s].end = ch.t[s].copy()
+
+
+def run_dual_chain(ctx, b, groups, span_pos, budget, make_rec, progress=None) -> DualChain:
+    """List-schedule every position's items (``budget(item)``: non-expert compute per
+    all-to-all of an F or B item; ``make_rec(ctx, routed, group)``: its
+    :class:`~moesim.engine.fast.pipeline.RouteRec`)."""
+    cache: dict[tuple, list] = {}
+    d = ctx.dual
+
+    def route(s: int, layer: int, mb: int):
+        key = (s, layer, mb)
+        hit = cache.get(key)
+        if hit is None:
+            g = groups[s]
+            r = b.route(g[0], g, layer, mb)
+            canon = int(b.rmap.rep[g[0]]) if b.rmap is not None else g[0]
+            b._routes.pop((canon, layer, mb), None)   # keep memory flat
+            hit = cache[key] = [make_rec(ctx, r, g), 0]
+        hit[1] += 1
+        if hit[1] == 3:                  # forward, input gradient, weight gradient
+            cache.pop(key)
+        return hit[0]
+
+    ch = DualChain(ctx, groups, route, span_pos, d)
+    fb = (budget(SimpleNamespace(kind="F")), budget(SimpleNamespace(kind="B"))) \
+        if ctx.fb_overlap else (0.0, 0.0)
+    pos = [0] * d.ranks
+    left = sum(len(x) for x in d.items)
+    while left:
+        moved = False
+        for s in range(d.ranks):
+            items = d.items[s]
+            while pos[s] < len(items) and ch.ready(s, items[pos[s]]):
+                ch.run(s, items[pos[s]], fb)
+                pos[s] += 1
+                left -= 1
+                moved = True
+                if progress is not None:
+                    progress("items", 1)
+        if not moved:
+            raise RuntimeError(f"fast path: DualPipe deadlock at items {pos}")
+    return ch
+
+
+def dual_gradient_phase(res, b, rings, timer, stages: dict[int, dict], links=None):
+    """Buckets, optimizer and ZeRO-1/2 gathers of a DualPipe(V) step, as the exact
+    builder's ``_dual_parts``: per model stage, highest first, buckets over its layers
+    last to first, each over the union of the data-parallel (expert-data-parallel)
+    groups of every rank holding the stage; the optimizer over each rank's shards of
+    both its stages. ``stages[pos]`` as for :func:`moesim.engine.fast.dp.gradient_phase`
+    (``last_bwd``: each layer's last weight-gradient end); ``links`` counts every ring's
+    bytes (:class:`moesim.engine.fast.links.LinkBytes`). Returns (tails, finish): per
+    rank ``(kind, start, end, stream, blocking rank or -1)``."""
+    lay, scn, d = res.layout, res.scenario, b.dual
+    zero, overlap = scn.parallel.zero, scn.overlap.dp_overlap
+    grad_op = "all_reduce" if zero == 0 else "reduce_scatter"
+    world = lay.world
+    wb = res.model.weight_bytes
+    ready_cf = np.zeros(world)
+    tails: dict[int, list[tuple[str, float, float, str]]] = {r: [] for r in range(world)}
+    busy = {}
+    for st in stages.values():
+        a, e = st.get("ep_iv", (np.zeros((0, 0)), np.zeros((0, 0))))
+        for i, r in enumerate(st["ranks"]):
+            busy[int(r)] = sorted(zip(a[:, i].tolist(), e[:, i].tolist(), strict=True))
+    busy_of: dict[tuple[int, ...], list[tuple[float, float]]] = {}
+    memo: dict[tuple, tuple[int, ...]] = {}
+
+    def group(r: int, st: int, kind: str) -> tuple[int, ...]:
+        hit = memo.get((r, st, kind))
+        if hit is None:
+            pp_group = lay.group_of(r, "pp")
+            g: set[int] = set()
+            for c in {d.rank_of[k][st] for k in range(len(d.rank_of))}:
+                peer = pp_group[c]
+                g |= set(lay.group_of(peer, "dp") if kind == "dp"
+                         else b._expert_dp_group(peer))
+            hit = memo[(r, st, kind)] = tuple(sorted(g))
+        return hit
+
+    def run_coll(kind, name_op, ranks, ready_at, nbytes, st, gk) -> None:
+        done = set()
+        for r in ranks:
+            g = group(int(r), st, gk)
+            if g in done or len(g) < 2 or nbytes <= 0:
+                continue
+            done.add(g)
+            ga = np.asarray(g)
+            own = np.maximum(ready_at[ga], ready_cf[ga])
+            start = own.max()
+            iv = busy_of.get(g)
+            if iv is None:
+                iv = busy_of[g] = _merge(x for q in g for x in busy.get(int(q), ()))
+            end = _past_a2a(iv, start, rings.time(name_op, g, nbytes))
+            if links is not None:
+                links.collective(name_op, g, nbytes)
+            late = int(g[int(own.argmax())])    # the member the others wait for
+            for x, o in zip(g, own, strict=True):
+                if start > o:
+                    tails[x].append(("stall", float(o), float(start), "comm", late))
+                tails[x].append((kind, float(start), float(end), "comm", -1))
+            ready_cf[ga] = end
+
+    shard = np.zeros(world)
+    gathers = []
+    for st in range(d.stages - 1, -1, -1):
+        holders = sorted({d.rank_of[k][st] for k in range(len(d.rank_of))})
+        ranks = np.concatenate([stages[h]["ranks"] for h in holders])
+        layers = list(reversed(b.chunks[st]))
+        bks = buckets(res, st, layers, first=st == 0, last=st == d.stages - 1)
+        for layer, d_b, e_b in bks:
+            ready = np.zeros(world)
+            for h in holders:
+                ready[stages[h]["ranks"]] = (stages[h]["last_bwd"][layer] if overlap
+                                             else stages[h]["end"])
+            run_coll("dp", grad_op, ranks, ready, d_b, st, "dp")
+            run_coll("dp", grad_op, ranks, ready, e_b, st, "edp")
+        tot_d = sum(x[1] for x in bks)
+        tot_e = sum(x[2] for x in bks)
+        r0 = int(ranks[0])
+        n_d = len(group(r0, st, "dp")) if zero >= 1 else 1
+        n_e = len(group(r0, st, "edp")) if zero >= 1 else 1
+        shard[ranks] += tot_d / wb / n_d + tot_e / wb / n_e
+        gathers.append((st, ranks, tot_d, tot_e))
+    opt_end = np.zeros(world)
+    for st in stages.values():
+        ranks, end = st["ranks"], st["end"]
+        sh = float(shard[ranks[0]])
+        t_opt, _ = timer(("opt", sh), lambda sh=sh: costs.optimizer_kernels(sh))
+        anyc = np.asarray([bool(tails[int(r)]) for r in ranks])
+        start = np.where(anyc, np.maximum(end, ready_cf[ranks]), end)
+        opt_end[ranks] = start + t_opt
+        for r, a in zip(ranks, start, strict=True):
+            tails[int(r)].append(("compute", float(a), float(a) + t_opt, "compute", -1))
+    if zero in (1, 2):
+        for st, ranks, tot_d, tot_e in gathers:
+            run_coll("zero", "all_gather", ranks, opt_end, tot_d, st, "dp")
+            run_coll("zero", "all_gather", ranks, opt_end, tot_e, st, "edp")
+    return tails, np.maximum(opt_end, ready_cf)

@@ -1,0 +1,283 @@
+"""Op programs of DualPipe / DualPipeV and of Megatron-Core's 1F1B with all-to-all
+overlap (pure: no simpy; mixed into :class:`moesim.program.build.Builder`).
+
+DualPipe(V) (``schedule.kind: dualpipe | dualpipev``): each rank runs its items of
+:func:`moesim.schedule.dualpipe.make_dual_order` (deepseek-ai/DualPipe
+``dualpipe/dualpipe.py``, ``dualpipe/dualpipev.py``):
+
+- ``F``: receive the activation from the rank :meth:`DualOrder.rank` names for the
+  previous stage (none on stage 0 or when that rank is this one), the stage's layers
+  forward (+ embedding on stage 0, LM head on the last stage), send to the next stage;
+- ``B``: the input-gradient backward (:func:`moesim.model.costs.split_backward`'s
+  ``B`` part of every kernel), then the gradient send; its weight gradients wait;
+- ``W``: the deferred weight-gradient GEMMs of one (micro-batch, stage), first in
+  first out as the reference's ``WeightGradStore``;
+- ``BW``: both, per layer ``B`` then ``W`` (the reference's full backward);
+- ``F&B``: an ``F`` and a ``BW`` of two micro-batches (``overlapped_forward_backward``);
+  with ``overlap.kind: static`` and EP > 1 their EP all-to-alls go to the ``ep``
+  stream and the two interleave segment by segment (:func:`pair_items`), so one
+  micro-batch's dispatch and combine run under the other's compute (DeepSeek-V3
+  report §3.2.1, Figure 4); with ``none`` the forward runs, then the backward.
+
+Pipeline message keys carry (micro-batch, receiving stage, receiving rank): a
+micro-batch runs each stage once, so keys never collide. A stage held by two ranks
+(DualPipe's two copies of the model, rank r and P-1-r) reduces its gradients over both
+copies' data-parallel groups; each stage's buckets start after its last ``W``.
+
+``overlap.kind: a2a-1f1b``: the per-stage steps of
+:func:`moesim.schedule.a2a_overlap.a2a_1f1b_order`; a (forward, backward) step is
+interleaved as in Megatron-Core's ``TransformerLayerSchedulePlan.run``: the backward's
+segment first (its combine flies under the forward's attention), then the forward's
+(its dispatch under the backward's experts), alternating.
+"""
+
+from __future__ import annotations
+
+from contextlib import contextmanager
+from dataclasses import replace
+
+from moesim.model import costs
+from moesim.program.ops import Op
+from moesim.program.overlap import ep_stream, is_ep
+from moesim.schedule.a2a_overlap import a2a_1f1b_order, flatten
+from moesim.schedule.dualpipe import inflight_activations
+from moesim.schedule.pipeline import inflight_microbatches
+
+
+class PartTimer:
+    """A :class:`moesim.program.build.Timer` view that times only the ``B`` or ``W``
+    part of backward kernel lists (forward kernels pass through for ``B``)."""
+
+    def __init__(self, base, part: str) -> None:
+        self.base = base
+        self.model = base.model
+        self.part = part
+
+    def __call__(self, key: tuple, make) -> tuple[float, float]:
+        part = self.part
+        return self.base(key + (part,), lambda: costs.backward_part(make(), part))
+
+
+def pair_items(prog: list[Op], a: int, b: int, last: dict[int, int],
+               interleave: bool = True) -> None:
+    """Run two items, ``prog[a:b]`` and ``prog[b:]``, as one pair, as the reference
+    does: both pipeline receives first, then the compute (``interleave``: segment by
+    segment, a segment ending at each EP all-to-all, the second item's first; else the
+    first item, then the second), then both pipeline sends, each after the pair's last
+    op (``_send_forward`` / ``_send_backward`` follow ``overlapped_forward_backward``).
+    Remaps deps and ``last`` (layer -> op index)."""
+    def segments(lo: int, hi: int) -> list[list[int]]:
+        out, cur = [], []
+        for i in range(lo, hi):
+            if prog[i].recv_from >= 0 or prog[i].send_to >= 0:
+                continue
+            cur.append(i)
+            if interleave and is_ep(prog[i]):
+                out.append(cur)
+                cur = []
+        return out + ([cur] if cur else [])
+
+    order = [i for i in range(a, len(prog)) if prog[i].recv_from >= 0]
+    sa, sb = segments(a, b), segments(b, len(prog))
+    if interleave:
+        sa, sb = sb, sa
+    for k in range(max(len(sa), len(sb))):
+        order += sa[k] if k < len(sa) else []
+        order += sb[k] if k < len(sb) else []
+    sends = [i for i in range(a, len(prog)) if prog[i].send_to >= 0]
+    body = len(order)
+    order += sends
+    where = {old: a + pos for pos, old in enumerate(order)}
+    tail = a + body - 1                    # the pair's last op before the sends
+    prog[a:] = [replace(prog[old], deps=(tuple(where.get(d, d) for d in prog[old].deps)
+                                         if pos < body else (tail,)))
+                for pos, old in enumerate(order)]
+    for layer, idx in last.items():
+        if idx >= a:
+            last[layer] = where[idx]
+
+
+class DualPipeOps:
+    """Mixin: DualPipe(V) and a2a-1f1b programs (uses the builder's layer helpers)."""
+
+    @contextmanager
+    def _part(self, part: str):
+        base = self.timer
+        self.timer = PartTimer(base, part)
+        try:
+            yield
+        finally:
+            self.timer = base
+
+    def _inflight(self) -> list[int]:
+        if self.dual is not None:
+            return inflight_activations(self.dual)
+        if self.scn.overlap.kind == "a2a-1f1b":
+            return inflight_microbatches(flatten(a2a_1f1b_order(self.pp, self.m, self.v)))
+        return inflight_microbatches(self.order)
+
+    @property
+    def fb_overlap(self) -> bool:
+        return self.scn.overlap.kind == "static" and self.ep > 1
+
+    # ---------------------------------------------------------------- DualPipe(V)
+    def _dual_program(self, rank: int) -> list[Op]:
+        d = self.dual
+        pos = int(self.lay.coords["pp"][rank])
+        pp_group = self.lay.group_of(rank, "pp")
+        prog: list[Op] = []
+        self._layer_starts = []
+        last_w: dict[int, int] = {}     # layer -> index of its last weight-gradient op
+        for it in d.items[pos]:
+            start = len(prog)
+            if it.kind == "F":
+                self._dual_f(prog, rank, pp_group, it.mb, it.stage)
+            elif it.kind in ("B", "BW"):
+                self._dual_b(prog, rank, pp_group, it.mb, it.stage, last_w, it.kind == "BW")
+            elif it.kind == "W":
+                self._dual_w(prog, rank, it.mb, it.stage, last_w)
+            else:   # F&B
+                self._dual_f(prog, rank, pp_group, it.mb, it.stage)
+                mid = len(prog)
+                self._dual_b(prog, rank, pp_group, it.bmb, it.bstage, last_w, True)
+                if self.fb_overlap:
+                    ep_stream(prog, start)
+                pair_items(prog, start, mid, last_w, self.fb_overlap)
+        self._gradients(prog, rank, pos, last_w, parts=self._dual_parts(rank, pos, last_w))
+        return prog
+
+    def _dual_parts(self, rank: int, pos: int, last_w: dict[int, int]) -> list[tuple]:
+        """Gradient parts per held stage, highest stage first on every rank (the copies'
+        comm streams issue them in one order): layers last to first; the groups of both
+        copies when another rank holds the stage too (DualPipe)."""
+        d, lay = self.dual, self.lay
+        pp_group = lay.group_of(rank, "pp")
+        held = sorted({st for it in d.items[pos] for _, _, st in it.parts()}, reverse=True)
+        parts = []
+        for s in held:
+            copies = sorted({d.rank_of[k][s] for k in range(len(d.rank_of))})
+            dg: set[int] = set()
+            eg: set[int] = set()
+            for c in copies:
+                peer = pp_group[c]
+                dg |= set(lay.group_of(peer, "dp"))
+                eg |= set(self._expert_dp_group(peer))
+            layers = [x for x in reversed(self.chunks[s]) if x in last_w]
+            parts.append((layers, s == 0, s == d.stages - 1, tuple(sorted(dg)),
+                          tuple(sorted(eg)), f"s{s}."))
+        return parts
+
+    def _dual_f(self, prog: list[Op], rank: int, pp_group, mb: int, s: int) -> None:
+        d = self.dual
+        layers = list(self.chunks[s])
+        if s > 0:
+            src = pp_group[d.rank(mb, s - 1)]
+            if src != rank:
+                prog.append(self._recv(src, ("act", mb, s, rank), mb, "fwd",
+                                       layers[0] if layers else -1))
+        else:
+            self._compute(prog, "fwd.embedding", -1, mb, "fwd", ("emb", "fwd"),
+                          lambda: costs.embedding_kernels(self.spec, self.tokens, self.tp,
+                                                          "fwd"))
+        for layer in layers:
+            self._layer(prog, rank, layer, mb, "fwd")
+        if s == d.stages - 1:
+            self._compute(prog, "fwd.lm_head", -1, mb, "fwd", ("lm", "fwd"),
+                          lambda: costs.lm_head_kernels(self.spec, self.tokens, self.tp, "fwd"))
+            return
+        dst = pp_group[d.rank(mb, s + 1)]
+        if dst != rank:
+            prog.append(self._send(prog, dst, ("act", mb, s + 1, dst), mb, "fwd",
+                                   layers[-1] if layers else -1))
+
+    def _lm_head_bwd(self, prog: list[Op], mb: int, part: str) -> None:
+        name = {"B": "bwd.lm_head", "W": "bwd.w_lm_head"}[part]
+        self._compute(prog, name, -1, mb, "bwd", ("lm", "bwd", part), lambda: costs.backward_part(
+            costs.lm_head_kernels(self.spec, self.tokens, self.tp, "bwd"), part))
+
+    def _dual_b(self, prog: list[Op], rank: int, pp_group, mb: int, s: int,
+                last_w: dict[int, int], full: bool) -> None:
+        d = self.dual
+        layers = list(self.chunks[s])
+        if s < d.stages - 1:
+            src = pp_group[d.rank(mb, s + 1)]
+            if src != rank:
+                prog.append(self._recv(src, ("grad", mb, s, rank), mb, "bwd",
+                                       layers[-1] if layers else -1))
+        else:
+            self._lm_head_bwd(prog, mb, "B")
+            if full:
+                self._lm_head_bwd(prog, mb, "W")
+        for layer in reversed(layers):
+            with self._part("B"):
+                self._layer(prog, rank, layer, mb, "bwd")
+            if full:
+                self._w_layer(prog, rank, layer, mb, last_w)
+        if s > 0:
+            dst = pp_group[d.rank(mb, s - 1)]
+            if dst != rank:
+                prog.append(self._send(prog, dst, ("grad", mb, s - 1, dst), mb, "bwd",
+                                       layers[0] if layers else -1))
+
+    def _dual_w(self, prog: list[Op], rank: int, mb: int, s: int,
+                last_w: dict[int, int]) -> None:
+        if s == self.dual.stages - 1:
+            self._lm_head_bwd(prog, mb, "W")
+        for layer in reversed(self.chunks[s]):
+            self._w_layer(prog, rank, layer, mb, last_w)
+
+    def _w_layer(self, prog: list[Op], rank: int, layer: int, mb: int,
+                 last_w: dict[int, int]) -> None:
+        """Weight-gradient GEMMs of one layer: the MLP's (router, shared experts, routed
+        experts with the tokens they received, or the dense FFN), then attention's."""
+        spec, tp, tok = self.spec, self.tp, self.tokens
+        W = costs.backward_part
+        if spec.is_moe_layer(layer):
+            self._compute(prog, "bwd.w_mlp", layer, mb, "bwd", ("w_moe", "bwd"), lambda: W(
+                [*costs.router_kernels(spec, self.ep_tokens, "bwd"),
+                 *costs.shared_expert_kernels(spec, tok, tp, "bwd")], "W"))
+            group = self.lay.group_of(rank, "ep")
+            local = self.route(group[0], group, layer, mb).rank_expert_tokens[group.index(rank)]
+            experts = tuple(int(e) for e in local.nonzero()[0])
+            t_exp = f_exp = 0.0
+            for e in experts:
+                t, f = self.timer(("expert", int(local[e]), "bwd", "W"),
+                                  lambda n=int(local[e]): W(costs.expert_kernels(spec, n, "bwd"),
+                                                            "W"))
+                t_exp += t
+                f_exp += f
+            self.flops += f_exp
+            prog.append(Op(stream="compute", kind="compute", name="bwd.w_experts",
+                           duration_s=t_exp, flops=f_exp, layer=layer, microbatch=mb,
+                           phase="bwd", experts=experts,
+                           expert_tokens=tuple(int(local[e]) for e in experts)))
+        else:
+            self._compute(prog, "bwd.w_mlp", layer, mb, "bwd", ("ffn", "bwd", "W"), lambda: W(
+                costs.dense_ffn_kernels(spec, tok, tp, "bwd"), "W"))
+        self._compute(prog, "bwd.w_attn", layer, mb, "bwd", ("attn", "bwd", "W"), lambda: W(
+            [*costs.norm_kernels(spec, tok, tp, "bwd"),
+             *costs.attention_kernels(spec, tok, self.seq, tp, "bwd")], "W"))
+        last_w[layer] = len(prog) - 1
+
+
+class PairedOps:
+    """Mixin: Megatron-Core's 1F1B with EP all-to-all overlap (``a2a-1f1b``)."""
+
+    def _a2a_program(self, rank: int) -> list[Op]:
+        stage = int(self.lay.coords["pp"][rank])
+        pp_group = self.lay.group_of(rank, "pp")
+        prog: list[Op] = []
+        self._layer_starts = []
+        last_bwd: dict[int, int] = {}
+        for step in a2a_1f1b_order(self.pp, self.m, self.v)[stage]:
+            start = len(prog)
+            self._item(prog, rank, stage, pp_group, step[0], last_bwd)
+            if len(step) == 1:
+                continue
+            mid = len(prog)
+            self._item(prog, rank, stage, pp_group, step[1], last_bwd)
+            ep_stream(prog, start)
+            pair_items(prog, start, mid, last_bwd)
+            self._layer_starts = []
+        self._gradients(prog, rank, stage, last_bwd)
+        return prog
