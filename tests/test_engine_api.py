@@ -40,3 +40,14 @@ def test_unknown_engine_names_the_field():
     with pytest.raises(InputError) as e:
         simulate("hot-expert", TOY, engine="warp")
     assert "engine.mode" in str(e.value)
+
+
+@pytest.mark.parametrize("mode", ["exact", "fast"])
+def test_progress_counts_every_item_of_a_dualpipe_step(mode):
+    seen = []
+    simulate("hot-expert", ["model.layers=2", "schedule.microbatches=4", "parallel.pp=2",
+                            "parallel.ep=4",
+                            "schedule.kind=dualpipe", f"engine.mode={mode}"],
+             progress=lambda what, n: seen.append((what, n)))
+    assert seen[0][0] == "built" and seen[0][1] > 0
+    assert sum(n for what, n in seen[1:]) <= seen[0][1]

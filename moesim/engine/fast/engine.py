@@ -358,7 +358,8 @@ def simulate_fast(res: Resolved, *, progress=None, span_ranks: int = 64,
                                     want, world)
     ctx.links.enabled = False      # counted on the first run
     if progress and rerun:         # the chains run again count as work still to do
-        progress("built", (len(chains) + len(rerun)) * sum(len(o) for o in ctx.order))
+        progress("built", (len(chains) + len(rerun)) * sum(len(o) for o in (
+            ctx.order if ctx.dual is None else ctx.dual.items)))
     for ci in sorted(rerun):
         groups = chains[ci]
         span_pos = [[e for e, r in enumerate(g) if r in rerun[ci]] for g in groups]
