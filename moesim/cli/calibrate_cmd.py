@@ -115,11 +115,12 @@ def shape_line(sec: dict) -> str:
     """One line describing a calibration's ``shape_sweep`` section, with units."""
     rows = [x for g in sec["gemm"] for x in g["x"]]
     sc = sec["scales"]
-    mem = sorted(f"{k} ×{v:.2f}" for k, v in sc.items() if k != "gemm")
+    fams = sorted(f"{k[5:]} ×{v:.3f}" for k, v in sc.items() if k.startswith("gemm "))
+    mem = sorted(f"{k} ×{v:.2f}" for k, v in sc.items() if not k.startswith("gemm"))
     return (f"shape sweep: {len(sec['gemm'])} GEMM families (swept dim {min(rows):.0f}–"
             f"{max(rows):.0f}), {len(sec['memory'])} memory-bound op kinds; times scaled "
-            f"to the recordings: GEMMs ×{sc['gemm']:.3f}" + (f", {', '.join(mem)}" if mem
-                                                               else ""))
+            f"to the recordings: GEMMs ×{sc['gemm']:.3f} ({', '.join(fams)})"
+            + (f"; {', '.join(mem)}" if mem else ""))
 
 
 def _run_gpu(args: argparse.Namespace, gpu: list, out: Path) -> int:
