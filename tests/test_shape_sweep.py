@@ -241,3 +241,13 @@ def test_record_a_tiny_sweep_and_read_it_back(tmp_path):
     assert all(f.x == tuple(map(float, rows)) for f in tab.gemm.values())
     assert {name for name, _, _ in memory} >= {"aten::silu", "aten::mul", "aten::index_select"}
     assert sweep_table([str(out)], memory=True).memory
+
+
+@pytest.mark.parametrize("flags, field", [(["--points", "1"], "--points"),
+                                          (["--experts", "3"], "--experts"),
+                                          (["--repeats", "0"], "--repeats")])
+def test_record_sweep_bad_flags_one_line(tmp_path, capsys, flags, field):
+    rc = main(["record", str(tmp_path / "s"), "--shape-sweep", *flags])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert rc == 2 and len(err) == 1 and field in err[0] and "command line" in err[0]
+    assert not (tmp_path / "s").exists()
