@@ -133,6 +133,7 @@ def test_calibration_file_round_trip(tmp_path):
     assert back.shapes == table_from_doc(doc["shape_sweep"], "x") == _table()
     assert back.gemm_flops_range == (1e6, 1e9) and back.memory_bytes_range == (1e3, 1e7)
     assert json.loads(path.read_text())["shape_sweep"]["gemm"][0]["axis"] == "k"
+    assert hash(back) == hash(load_calibration(path))     # still a hashable model
 
 
 @pytest.mark.parametrize("section, field", [

@@ -101,6 +101,9 @@ class ShapeTable:
     def __bool__(self) -> bool:
         return bool(self.gemm or self.memory)
 
+    def __hash__(self) -> int:     # frozen, so a model holding a table stays hashable
+        return hash((tuple(sorted(self.gemm.items())), tuple(sorted(self.memory.items()))))
+
     def gemm_family(self, m: int, k: int, n: int) -> tuple[tuple[str, int, int], int] | None:
         """(family key, size on its axis) of the first family (axes m, k, n in turn)
         whose range holds the (m, k, n) matmul; None if none does."""
