@@ -161,7 +161,6 @@ def build_programs(ts: TraceSet, step: int, model: CalibratedComputeModel) -> li
     return programs
 
 
-
 def outside_fitted_range(ts: TraceSet, model: CalibratedComputeModel) -> dict:
     """Compute ops whose time the calibration extrapolates (``model.in_range`` false)
     over every traced step of every rank: ``{"gemm": n, "memory": n, "compute_ops": n,
