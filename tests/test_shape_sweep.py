@@ -246,7 +246,8 @@ def test_record_a_tiny_sweep_and_read_it_back(tmp_path):
 
 @pytest.mark.parametrize("flags, field", [(["--points", "1"], "--points"),
                                           (["--experts", "3"], "--experts"),
-                                          (["--repeats", "0"], "--repeats")])
+                                          (["--repeats", "0"], "--repeats"),
+                                          (["--backend", "nccl"], "--backend")])
 def test_record_sweep_bad_flags_one_line(tmp_path, capsys, flags, field):
     rc = main(["record", str(tmp_path / "s"), "--shape-sweep", *flags])
     err = capsys.readouterr().err.strip().splitlines()

@@ -48,7 +48,12 @@ def run(args: argparse.Namespace) -> int:
     from moesim.validation.record import RecordConfig, record
 
     if args.shape_sweep:
+        from moesim.errors import InputError
         from moesim.validation.sweep_record import SweepConfig, record_sweep
+
+        if args.backend != "gloo":
+            raise InputError("command line", "--backend", "gloo with --shape-sweep (the sweep "
+                             "times CPU ops; a CUDA sweep is not implemented)", args.backend)
 
         record_sweep(SweepConfig(outdir=args.outdir, world=args.world, experts=args.experts,
                                  hidden=args.hidden,
