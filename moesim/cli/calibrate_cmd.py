@@ -14,6 +14,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("-o", "--output", required=True, metavar="CALIB_JSON",
                         help="calibration file to write")
     parser.add_argument("--force", action="store_true", help="overwrite an existing file")
+    parser.add_argument("--shape-sweep", nargs="+", default=[], metavar="SWEEP_DIR",
+                        help="shape sweeps of the same layer (moesim record --shape-sweep): "
+                             "GEMM and memory-bound times interpolated by shape inside the "
+                             "swept range, scaled to the recordings' level")
+    parser.add_argument("--shape-sweep-memory", action="store_true",
+                        help="with --shape-sweep: interpolate the memory-bound ops by shape "
+                             "too (GEMMs only by default; docs/validation.md)")
     parser.add_argument("--backend", default=None, choices=("gloo", "nccl"),
                         help="backend name to store (default: from the traces, else gloo)")
     parser.add_argument("--device", default=None,
@@ -81,7 +88,14 @@ def run(args: argparse.Namespace) -> int:
                          f"a GPU of the device catalog ({', '.join(DEVICES)}; "
                          "moesim/compute/devices.py)", device)
     sets = [ingest([d]) for d in args.trace_dirs]
-    doc = calibrate(sets, list(args.trace_dirs), backend=backend, device=device)
+    table = None
+    if args.shape_sweep:
+        from moesim.validation.shape_fit import sweep_table
+
+        table = sweep_table(args.shape_sweep, memory=args.shape_sweep_memory)
+    doc = calibrate(sets, list(args.trace_dirs), backend=backend,
+                    device=device, shapes=table,
+                    shape_sources=list(args.shape_sweep))
     save_calibration(doc, out, force=args.force)
     g, m, c, f = doc["gemm"], doc["memory"], doc["comm"], doc["fit"]
     traffic = (f" + operand bytes / {g['bytes_per_s'] / 1e9:.2f} GB/s"
@@ -94,6 +108,10 @@ def run(args: argparse.Namespace) -> int:
           f" ({c['backend']}, R² {f['comm']['r2']:.3f}, n={f['comm']['n_samples']})")
     print("host:   " + ", ".join(f"{k} {v * 1e6:.1f} µs" for k, v in doc["host"].items())
           + " (added to every replayed compute op)")
+    if "shape_sweep" in doc:
+        print(shape_line(doc["shape_sweep"]))
+    elif args.shape_sweep:
+        print("shape sweep: no GEMM or memory-bound family with two sizes or more; not used")
     print(f"device: {doc['device']} (the catalog entry a scenario with this calibration "
           "as its compute model takes its peak, bandwidth and overhead from)")
     print("median |residual|/t: " + ", ".join(
@@ -102,11 +120,26 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
+def shape_line(sec: dict) -> str:
+    """One line describing a calibration's ``shape_sweep`` section, with units."""
+    rows = [x for g in sec["gemm"] for x in g["x"]]
+    sc = sec["scales"]
+    fams = sorted(f"{k[5:]} ×{v:.3f}" for k, v in sc.items() if k.startswith("gemm "))
+    mem = sorted(f"{k} ×{v:.2f}" for k, v in sc.items() if not k.startswith("gemm"))
+    return (f"shape sweep: {len(sec['gemm'])} GEMM families (swept dim {min(rows):.0f}–"
+            f"{max(rows):.0f}), {len(sec['memory'])} memory-bound op kinds; times scaled "
+            f"to the recordings: GEMMs ×{sc['gemm']:.3f} ({', '.join(fams)})"
+            + (f"; {', '.join(mem)}" if mem else ""))
+
+
 def _run_gpu(args: argparse.Namespace, gpu: list, out: Path) -> int:
     from moesim.errors import InputError
     from moesim.validation.calibration import save_calibration
     from moesim.validation.gpu_calibrate import gpu_calibration
 
+    if args.shape_sweep:
+        raise InputError("command line", "--shape-sweep", "CPU recordings (a GPU trace's "
+                         "calibration does not take a shape sweep)", args.shape_sweep)
     if len(gpu) != 1 or len(args.trace_dirs) != 1:
         raise InputError("command line", "TRACE_DIR", "one GPU trace file",
                          f"{max(len(gpu), len(args.trace_dirs))} traces")

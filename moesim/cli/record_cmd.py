@@ -33,6 +33,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="pin rank r to its own CPU core (steadier timings)")
     parser.add_argument("--nice", type=int, default=d.nice,
                         help="niceness increment per rank, e.g. -15 (negative needs root)")
+    parser.add_argument("--shape-sweep", action="store_true",
+                        help="instead of a run: time the layer's expert GEMMs and memory-bound "
+                             "ops on 1 .. world·tokens·top-k rows in one process, for "
+                             "moesim calibrate --shape-sweep OUTDIR")
+    parser.add_argument("--points", type=int, default=16,
+                        help="--shape-sweep: geometric grid points of row counts")
+    parser.add_argument("--repeats", type=int, default=5,
+                        help="--shape-sweep: traced passes over the grid")
     parser.add_argument("--release-memory", action="store_true",
                         help="let glibc return freed memory to the kernel each step (default: "
                              "keep it, as a caching allocator does; docs/validation.md)")
@@ -41,6 +49,21 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     from moesim.validation.record import RecordConfig, record
 
+    if args.shape_sweep:
+        from moesim.errors import InputError
+        from moesim.validation.sweep_record import SweepConfig, record_sweep
+
+        if args.backend != "gloo":
+            raise InputError("command line", "--backend", "gloo with --shape-sweep (the sweep "
+                             "times CPU ops; a CUDA sweep is not implemented)", args.backend)
+
+        record_sweep(SweepConfig(outdir=args.outdir, world=args.world, experts=args.experts,
+                                 hidden=args.hidden,
+                                 ffn=args.ffn, top_k=args.top_k, tokens=args.tokens,
+                                 points=args.points, repeats=args.repeats, seed=args.seed,
+                                 gzip=not args.no_gzip, pin=args.pin, nice=args.nice,
+                                 keep_memory=not args.release_memory), force=args.force)
+        return 0
     cfg = RecordConfig(outdir=args.outdir, world=args.world, skew=args.skew, zipf_s=args.zipf_s,
                        hot_fraction=args.hot_fraction, hidden=args.hidden, ffn=args.ffn,
                        experts=args.experts, top_k=args.top_k, tokens=args.tokens,

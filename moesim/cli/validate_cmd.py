@@ -76,6 +76,24 @@ def _overlay(v, step: int, path: Path, title: str, force: bool) -> None:
     save_figure(fig, path, force=force)
 
 
+def warn_outside_range(ts, model, calib: str) -> dict:
+    """One warning line on stderr when simulated compute ops fall outside the range the
+    calibration was fitted on (their times are extrapolated)."""
+    import sys
+
+    from moesim.validation.replay import outside_fitted_range
+
+    o = outside_fitted_range(ts, model)
+    n = o["gemm"] + o["memory"]
+    if n:
+        print(f"moesim validate: warning: {n} of {o['compute_ops']} simulated compute ops "
+              f"({o['gemm']} GEMMs, {o['memory']} memory-bound) fall outside the fitted range "
+              f"of {calib}, their times extrapolated (largest: {o['largest']}); moesim record "
+              "--shape-sweep and moesim calibrate --shape-sweep [--shape-sweep-memory] cover "
+              "them", file=sys.stderr)
+    return o
+
+
 def run(args: argparse.Namespace) -> int:
     from moesim.errors import InputError
     from moesim.outputs import check_dir_target, make_dir, write_text
@@ -101,6 +119,7 @@ def run(args: argparse.Namespace) -> int:
                              "overlay.png (or --force)", "exists")
     ts = ingest([args.trace_dir])
     v = validate(ts, model, source=args.trace_dir)
+    outside = warn_outside_range(ts, model, args.calibration)
     step = v.steps[0] if args.step is None else args.step
     if step not in v.steps:
         raise InputError(args.trace_dir, "--step", f"one of the traced steps {list(v.steps)}",
@@ -111,6 +130,7 @@ def run(args: argparse.Namespace) -> int:
                                        args.trace_dir)
     if doc["host_warning"]:
         print(doc["host_warning"], file=sys.stderr)
+    doc["outside_fitted_range"] = outside
     if out is not None:
         make_dir(out)
         write_text(out / "validation.json", json.dumps(doc, indent=1) + "\n", force=args.force)
@@ -122,7 +142,7 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps({k: doc[k] for k in ("ranks", "median_abs_error", "steps", "averaging",
                                               "units", "source", "calibration",
-                                              "host_warning")}, indent=1))
+                                              "host_warning", "outside_fitted_range")}, indent=1))
     else:
         print(text_table(doc, args.trace_dir, args.calibration))
         if out is not None:

@@ -50,6 +50,7 @@ import numpy as np
 from moesim.errors import InputError
 from moesim.validation.host_facts import calibration_facts
 from moesim.validation.ingest import TraceSet
+from moesim.validation.shape_fit import ShapeTable, anchor, trace_samples
 
 FORMAT = "moesim-calibration/1"
 
@@ -291,9 +292,18 @@ def _fit_dict(f: LineFit) -> dict:
                                                            "median_rel": f.median_rel}}
 
 
+def _size_range(x: np.ndarray, t: np.ndarray) -> list[float]:
+    """[smallest, largest] size among the samples a fit used (t > 0)."""
+    x = np.asarray(x, dtype=float)[np.asarray(t) > 0]
+    return [float(x.min()), float(x.max())] if len(x) else [0.0, 0.0]
+
+
 def calibrate(sets: list[TraceSet], sources: list[str], backend: str = "gloo",
-              device: str = "cpu") -> dict:
-    """Fit all three models over the given recordings; returns the calibration JSON doc."""
+              device: str = "cpu", shapes: ShapeTable | None = None,
+              shape_sources: list[str] | None = None) -> dict:
+    """Fit all three models over the given recordings; returns the calibration JSON doc.
+    ``shapes`` (a shape sweep's table, :mod:`moesim.validation.shape_fit`), when not
+    empty, is stored as ``shape_sweep``: times by shape, used inside its range."""
     def cat(fn):
         return tuple(np.concatenate(parts) for parts in zip(*(fn(s) for s in sets),
                                                             strict=True))
@@ -315,7 +325,8 @@ def calibrate(sets: list[TraceSet], sources: list[str], backend: str = "gloo",
             tot[k][0] += g
             tot[k][1] += n
     per_op = {k: g / n if n else 0.0 for k, (g, n) in tot.items()}
-    return {
+    gemm_x, _, gemm_t = cat(gemm_samples)
+    doc = {
         "format": FORMAT,
         "device": device,
         "gemm": {"flops_per_s": gemm.rate, "overhead_s": gemm.overhead_s,
@@ -327,7 +338,9 @@ def calibrate(sets: list[TraceSet], sources: list[str], backend: str = "gloo",
                  "duplex": duplex},
         "host": {"op_gap_s": per_op["all"], "op_gap_forward_s": per_op["forward"],
                  "op_gap_backward_s": per_op["backward"]},
-        "fit": {"gemm": _fit_dict(gemm), "memory": _fit_dict(mem), "comm": _fit_dict(comm),
+        "fit": {"gemm": {**_fit_dict(gemm), "range": {"flops": _size_range(gemm_x, gemm_t)}},
+                "memory": {**_fit_dict(mem), "range": {"bytes": _size_range(mem_x, mem_t)}},
+                "comm": _fit_dict(comm),
                 "host": {"n_samples": int(len(gaps)),
                          "compute_ops": {k: n for k, (_, n) in tot.items()},
                          "median_gap_s": float(np.median(gaps)) if len(gaps) else 0.0},
@@ -343,3 +356,16 @@ def calibrate(sets: list[TraceSet], sources: list[str], backend: str = "gloo",
         # the machine the recordings ran on: moesim validate warns on another one
         "recorded_on": calibration_facts(sources),
     }
+    if shapes:
+        table, scales = anchor(shapes, *trace_samples(sets))
+        doc["shape_sweep"] = {**table.to_doc(), "scales": scales,
+                              "sources": list(shape_sources or []), "method": SHAPE_METHOD}
+    return doc
+
+
+SHAPE_METHOD = ("per family (GEMMs with two dims fixed, time against the third; memory-bound "
+                "ops per op kind, time against bytes) the median (GEMM) or mean (memory) time "
+                "per swept size, made non-decreasing (pool-adjacent-violators), scaled to the "
+                "recording's level (scales: GEMMs by the median measured/interpolated time, "
+                "memory-bound kinds by total measured/total interpolated), interpolated "
+                "linearly in log(size)-log(time) inside the swept range; the line fits outside")

@@ -14,7 +14,13 @@ File (JSON, written by ``moesim calibrate``)::
      "gpu": {"format": "moesim-gpu-calibration/1", ...},       # optional, see gpu_calibrate
      "host":   {"op_gap_s": ..., "op_gap_forward_s": ..., "op_gap_backward_s": ...},
                # optional (older files: 0); per-phase gaps default to op_gap_s
-     "fit": {...}, "sources": [...]}
+     "shape_sweep": {"gemm": [{"axis", "fixed", "x", "t_s"}], "memory": [{"op", "x", "t_s"}],
+                     "sources": [...]},
+               # optional: times interpolated by shape (moesim.validation.shape_fit)
+     "fit": {"gemm": {"range": {"flops": [lo, hi]}, ...},
+             "memory": {"range": {"bytes": [lo, hi]}, ...}, ...},
+               # range: the sizes the line fits saw (optional; older files have none)
+     "sources": [...]}
 
 All values SI (s, FLOP/s, bytes/s).
 """
@@ -32,6 +38,7 @@ from moesim.compute.devices import DEVICES
 from moesim.errors import InputError
 from moesim.outputs import check_file_target, write_text
 from moesim.validation.calibrate import FORMAT
+from moesim.validation.shape_fit import ShapeTable, table_from_doc
 
 
 @dataclass(frozen=True)
@@ -74,6 +81,11 @@ class CalibratedComputeModel:
     #: costed as any other non-GEMM kernel
     attention_flops_per_s: float = 0.0
     attention_overhead_s: float = 0.0
+    #: times by shape (a shape sweep): used inside a family's range, the fits outside
+    shapes: ShapeTable | None = None
+    #: per-kernel FLOPs / bytes the GEMM / memory-bound line fits saw; None: unknown
+    gemm_flops_range: tuple[float, float] | None = None
+    memory_bytes_range: tuple[float, float] | None = None
 
     @cached_property
     def _by_op(self) -> dict[str, float]:
@@ -88,13 +100,46 @@ class CalibratedComputeModel:
         if kernel.name == "attention" and self.attention_flops_per_s > 0:
             return (kernel.count * self.attention_overhead_s
                     + kernel.flops / self.attention_flops_per_s)
-        if kernel.m > 0 or kernel.name.endswith("gemm"):
+        shaped = self._shaped(kernel)
+        if shaped is not None:
+            return kernel.count * shaped
+        if self._is_gemm(kernel):
             t = kernel.count * self.gemm_overhead_s + kernel.flops / self.gemm_flops_per_s
             if self.gemm_bytes_per_s > 0:
                 t += kernel.bytes / self.gemm_bytes_per_s
             return t
         rate = self._by_op.get(kernel.name, self.memory_bytes_per_s)
         return kernel.count * self.memory_overhead_s + kernel.bytes / rate
+
+    @staticmethod
+    def _is_gemm(kernel: Kernel) -> bool:
+        return kernel.m > 0 or kernel.name.endswith("gemm")
+
+    def _shaped(self, kernel: Kernel) -> float | None:
+        """Seconds of one of the kernel's launches from the shape table, or None."""
+        if not self.shapes or kernel.name == "attention" or kernel.count < 1:
+            return None
+        if self._is_gemm(kernel):
+            one = kernel.flops / kernel.count
+            if not math.isclose(one, 2.0 * kernel.m * kernel.k * kernel.n, rel_tol=1e-9):
+                return None     # batched, or no dims: not a swept shape
+            return self.shapes.gemm_time(kernel.m, kernel.k, kernel.n)
+        return self.shapes.memory_time(kernel.name, kernel.bytes / kernel.count)
+
+    def in_range(self, kernel: Kernel) -> bool:
+        """Whether the kernel's time is interpolated (a swept shape, or a size inside
+        the range the line fit saw) rather than extrapolated. Unknown ranges (older
+        files) and attention count as inside."""
+        if kernel.name == "attention" and self.attention_flops_per_s > 0:
+            return True
+        if self._shaped(kernel) is not None:
+            return True
+        gemm = self._is_gemm(kernel)
+        rng = self.gemm_flops_range if gemm else self.memory_bytes_range
+        if rng is None:
+            return True
+        size = (kernel.flops if gemm else kernel.bytes) / max(kernel.count, 1)
+        return rng[0] * (1 - 1e-9) <= size <= rng[1] * (1 + 1e-9)
 
 
 def _num(doc: dict, src: str, section: str, key: str, positive: bool) -> float:
@@ -172,7 +217,26 @@ def model_from_dict(doc: dict, src: str = "calibration") -> CalibratedComputeMod
         gemm_bytes_per_s=(_num(doc, src, "gemm", "bytes_per_s", False)
                           if "bytes_per_s" in doc["gemm"] else 0.0),
         memory_bytes_per_s_by_op=_by_op(doc, src),
-        attention_flops_per_s=attn[0], attention_overhead_s=attn[1])
+        attention_flops_per_s=attn[0], attention_overhead_s=attn[1],
+        shapes=table_from_doc(doc["shape_sweep"], src) if "shape_sweep" in doc else None,
+        gemm_flops_range=_range(doc, src, "gemm", "flops"),
+        memory_bytes_range=_range(doc, src, "memory", "bytes"))
+
+
+def _range(doc: dict, src: str, section: str, key: str) -> tuple[float, float] | None:
+    """``fit.<section>.range.<key>``: [lo, hi] sizes the line fit saw; optional."""
+    fit = doc.get("fit")
+    sec = fit.get(section) if isinstance(fit, dict) else None
+    rng = sec.get("range") if isinstance(sec, dict) else None
+    if rng is None:
+        return None
+    val = rng.get(key) if isinstance(rng, dict) else None
+    ok = (isinstance(val, list) and len(val) == 2
+          and all(isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v)
+                  for v in val) and 0 <= val[0] <= val[1])
+    if not ok:
+        raise InputError(src, f"fit.{section}.range.{key}", "[lo, hi] with 0 <= lo <= hi", val)
+    return float(val[0]), float(val[1])
 
 
 def _by_op(doc: dict, src: str) -> tuple[tuple[str, float], ...]:

@@ -95,6 +95,22 @@ class SwiGLUExperts(nn.Module):
         return torch.cat(outs) if outs else x
 
 
+def local_experts(experts: SwiGLUExperts, received: torch.Tensor,
+                  recv_mat: torch.Tensor) -> torch.Tensor:
+    """The rank's expert computation on the rows it received: ``recv_mat[s, e]`` rows
+    from source rank ``s`` for local expert ``e`` arrive source-major; they are regrouped
+    expert-major for the GEMMs and the outputs put back in arrival order (also what
+    ``moesim record --shape-sweep`` times, :mod:`moesim.validation.sweep_record`)."""
+    world, n_local = recv_mat.shape
+    src_of = torch.repeat_interleave(torch.arange(world * n_local) % n_local,
+                                     recv_mat.reshape(-1))
+    by_expert = torch.argsort(src_of, stable=True)
+    y = experts(received.index_select(0, by_expert), recv_mat.sum(0).tolist())
+    back = torch.empty_like(by_expert)
+    back[by_expert] = torch.arange(by_expert.numel())
+    return y.index_select(0, back)
+
+
 class ExpertParallelMoE(nn.Module):
     """One MoE layer sharded over ``world`` ranks of the default process group."""
 
@@ -132,14 +148,7 @@ class ExpertParallelMoE(nn.Module):
         recv = recv_mat.sum(1).tolist()
         received = _AllToAll.apply(permuted, send, recv, "moe/dispatch")
         with record_function("moe/experts"):
-            # rows arrive source-major; regroup expert-major for the GEMMs
-            src_of = torch.repeat_interleave(
-                torch.arange(self.world * self.n_local) % self.n_local, recv_mat.reshape(-1))
-            by_expert = torch.argsort(src_of, stable=True)
-            y = self.experts(received.index_select(0, by_expert), recv_mat.sum(0).tolist())
-            back = torch.empty_like(by_expert)
-            back[by_expert] = torch.arange(by_expert.numel())
-            y = y.index_select(0, back)
+            y = local_experts(self.experts, received, recv_mat)
         returned = _AllToAll.apply(y, recv, send, "moe/combine")
         with record_function("moe/unpermute"):
             w = weights.reshape(-1)[order].unsqueeze(1)

@@ -160,3 +160,24 @@ def build_programs(ts: TraceSet, step: int, model: CalibratedComputeModel) -> li
         programs.append(prog)
     return programs
 
+
+def outside_fitted_range(ts: TraceSet, model: CalibratedComputeModel) -> dict:
+    """Compute ops whose time the calibration extrapolates (``model.in_range`` false)
+    over every traced step of every rank: ``{"gemm": n, "memory": n, "compute_ops": n,
+    "largest": description of the largest such op}``."""
+    out = {"gemm": 0, "memory": 0, "compute_ops": 0}
+    worst: tuple[float, str] = (0.0, "")
+    for r in ts.ranks:
+        for s in r.steps:
+            for o in s.ops:
+                if o.kind in COLL_KINDS:
+                    continue
+                out["compute_ops"] += 1
+                if model.in_range(kernel_of(o)):
+                    continue
+                out[o.kind] += 1
+                size = o.flops if o.kind == "gemm" else o.bytes
+                if size > worst[0]:
+                    worst = (size, f"{o.name} {o.m}x{o.k}x{o.n} ({o.flops / 1e9:.3g} GFLOP)"
+                             if o.kind == "gemm" else f"{o.name} ({o.bytes / 1e6:.3g} MB)")
+    return {**out, "largest": worst[1]}
