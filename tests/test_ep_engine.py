@@ -111,7 +111,8 @@ def test_counts_path_estimate_is_close_to_the_exact_count():
         assert abs(b / a - 1) < 0.03, (name, a, b)
 
 
-CASE = ["cluster.nodes=2", "parallel.pp=1", "parallel.ep=16", "model.layers=3",
+CASE = ["schedule.kind=1f1b", "overlap.kind=none", "parallel.ep_backend.kind=nccl",
+        "cluster.nodes=2", "parallel.pp=1", "parallel.ep=16", "model.layers=3",
         "model.first_dense_layers=1", "schedule.microbatches=2", "routing.max_nodes=null"]
 
 

@@ -27,7 +27,10 @@ from tests._util import two_gpu_scenario
 # nodes (all-to-alls cross InfiniBand), ZeRO-1, 4 MoE layers, 4 micro-batches
 # engine.mode=exact: `simulate` must run the exact engine (the shipped scenario selects
 # the fast path); the overlap setting is given explicitly in each case
-FIDELITY = ["engine.mode=exact", "cluster.nodes=16", "parallel.pp=2", "parallel.ep=16",
+# the shipped scenario trains with DualPipe and DeepEP; these cases measure the 1F1B
+# NCCL path (tests/test_ep_engine.py and benchmarks/bench_deepseek.py the others)
+FIDELITY = ["schedule.kind=1f1b", "overlap.kind=none", "parallel.ep_backend.kind=nccl",
+            "engine.mode=exact", "cluster.nodes=16", "parallel.pp=2", "parallel.ep=16",
             "model.layers=4", "model.first_dense_layers=0", "schedule.microbatches=4",
             "overlap.ep_comm_overlap=false"]
 
@@ -304,7 +307,8 @@ def test_fidelity_128_gpus_against_exact_engine(monkeypatch):
 @pytest.mark.slow
 @pytest.mark.parametrize("shape", [
     [*FIDELITY[:-1], "overlap.ep_comm_overlap=true"],  # measured +0.85 %
-    ["engine.mode=exact", "cluster.nodes=8", "parallel.pp=8", "parallel.ep=8",
+    ["schedule.kind=1f1b", "overlap.kind=none", "parallel.ep_backend.kind=nccl",
+     "engine.mode=exact", "cluster.nodes=8", "parallel.pp=8", "parallel.ep=8",
      "model.layers=8", "model.first_dense_layers=0", "schedule.microbatches=16",
      "overlap.ep_comm_overlap=true"],                  # measured +0.77 %
 ])

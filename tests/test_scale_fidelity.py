@@ -20,7 +20,9 @@ from moesim.trace.report import jsonable
 
 # 128 GPUs, 4 layers: DeepSeek-V3 shape (H800, EP over 2 nodes, node-limited routing,
 # fp8 dispatch, EP overlap, ZeRO-1), PP2, EP16, DP64 -> 4 replicas of each EP group
-DEEPSEEK_128 = ("deepseek-v3-2048", ["engine.mode=exact", "overlap.ep_comm_overlap=true",
+DEEPSEEK_128 = ("deepseek-v3-2048", ["schedule.kind=1f1b", "overlap.kind=none",
+                                     "parallel.ep_backend.kind=nccl",
+                                     "engine.mode=exact", "overlap.ep_comm_overlap=true",
                                      "cluster.nodes=16", "parallel.pp=2", "parallel.ep=16",
                                      "model.layers=4", "model.first_dense_layers=0",
                                      "schedule.microbatches=4"])

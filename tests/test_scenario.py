@@ -183,6 +183,9 @@ def test_deepseek_v3_scenario_matches_the_report():
     # global batch 15360 sequences (DeepSeek-V3 report §4.2) = dp x microbatches x mbs
     assert layout.dp * s.schedule.microbatches * s.schedule.micro_batch_size == 15360
     assert s.schedule.seq_len == 4096
+    # as trained: DualPipe with overlapped F&B pairs (§3.2.1), DeepEP on 20 SMs (§3.2.2)
+    assert (s.schedule.kind, s.overlap.kind) == ("dualpipe", "static")
+    assert (s.parallel.ep_backend.kind, s.parallel.ep_backend.held_sms(0)) == ("deepep", 20)
     assert len({r // 8 for r in layout.ep_groups[0]}) == 8  # EP64 across 8 nodes
 
 

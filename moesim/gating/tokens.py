@@ -27,6 +27,7 @@ import numpy as np
 
 from moesim.errors import InputError
 from moesim.gating.config import RoutingConfig
+from moesim.gating.dedup import from_choices
 from moesim.gating.placement import Placement
 from moesim.gating.router import assign_tokens
 from moesim.gating.skew import expert_shares, inclusion_probs
@@ -84,11 +85,9 @@ def dedup_counts(choices: Sequence[np.ndarray], expert_rank: np.ndarray,
     if ranks_per_node < 1 or n % ranks_per_node:
         raise InputError("routing", "ranks_per_node",
                          f"a divisor of the {n} EP ranks", ranks_per_node)
-    n_nodes = n // ranks_per_node
     pair = np.zeros((n, n), dtype=np.int64)
-    gpu = np.zeros((n, n), dtype=np.int64)
-    node = np.zeros((n, n_nodes), dtype=np.int64)
     tokens = np.zeros(n, dtype=np.int64)
+    cs = []
     for s, c in enumerate(choices):
         c = np.asarray(c, dtype=np.int64)
         if c.ndim != 2:
@@ -96,17 +95,7 @@ def dedup_counts(choices: Sequence[np.ndarray], expert_rank: np.ndarray,
                              list(c.shape))
         tokens[s] = c.shape[0]
         valid = c >= 0
-        dst = np.where(valid, expert_rank[np.where(valid, c, 0)], -1)
-        pair[s] = np.bincount(dst[valid], minlength=n)
-        gpu[s] = _distinct_per_row(dst, n).sum(axis=0)
-        nd = np.where(valid, dst // ranks_per_node, -1)
-        node[s] = _distinct_per_row(nd, n_nodes).sum(axis=0)
+        pair[s] = np.bincount(expert_rank[c[valid]], minlength=n)
+        cs.append(c)
+    gpu, node = from_choices(cs, expert_rank, ranks_per_node)
     return DedupCounts(pair, gpu, node, tokens, ranks_per_node)
-
-
-def _distinct_per_row(ids: np.ndarray, width: int) -> np.ndarray:
-    """(T, width) bool: which ids (>= 0) each row contains, each counted once."""
-    hit = np.zeros((ids.shape[0], width + 1), dtype=bool)
-    rows = np.repeat(np.arange(ids.shape[0]), ids.shape[1])
-    hit[rows, np.where(ids >= 0, ids, width).ravel()] = True
-    return hit[:, :width]
