@@ -24,10 +24,12 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def run(tree: Path, scenario: Path, out: Path) -> float:
+def run(tree: Path, scenario: str, out: Path) -> float:
+    """One run in ``tree``, the scenario named by its path relative to the tree (the
+    summary echoes it, so both runs must name it alike)."""
     env = dict(os.environ, PYTHONPATH=str(tree))
     t0 = time.perf_counter()
-    subprocess.run([sys.executable, "-m", "moesim", "run", str(scenario), "-o", str(out),
+    subprocess.run([sys.executable, "-m", "moesim", "run", scenario, "-o", str(out),
                     "--quiet"], cwd=tree, env=env, check=True, stdout=subprocess.DEVNULL)
     return time.perf_counter() - t0
 
@@ -49,8 +51,8 @@ def main(argv: list[str] | None = None) -> int:
                 if not (base / scn).is_file():
                     print(f"{name:28s} new (not at {args.rev})")
                     continue
-                ta = run(base, base / scn, Path(tmp) / "a" / name)
-                tb = run(ROOT, ROOT / scn, Path(tmp) / "b" / name)
+                ta = run(base, scn, Path(tmp) / "a" / name)
+                tb = run(ROOT, scn, Path(tmp) / "b" / name)
                 same = ((Path(tmp) / "a" / name / "summary.json").read_bytes()
                         == (Path(tmp) / "b" / name / "summary.json").read_bytes())
                 bad += not same
