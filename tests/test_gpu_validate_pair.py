@@ -181,3 +181,25 @@ def test_validate_pair_bad_input_one_line(tmp_path, capsys):
     assert main(["validate", str(cut), "--scenario", str(scn), "--json"]) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and "cut.json" in err
+
+
+def test_shipped_fb_pair_scenario_is_the_traced_configuration():
+    """EP64 on 8 nodes, TP1, sequence 4096, DeepEP on 20 SMs, 2 DualPipe stages of 4
+    MoE layers, one overlapped F&B pair per rank (forward stage 1, backward stage 0)."""
+    from moesim.memory.model import split_layers
+    from moesim.scenario import load_scenario
+    from moesim.scenario.resolve import resolve
+
+    res = resolve(load_scenario("scenarios/deepseek-v3-fb-pair.yaml"))
+    scn, lay = res.scenario, res.layout
+    assert (lay.world, lay.pp, lay.ep, lay.edp, scn.parallel.tp) == (128, 2, 64, 1, 1)
+    ep0 = lay.group_of(0, "ep")
+    assert sorted(ep0) == list(range(64)) and scn.gpus_per_node == 8   # nodes 0-7
+    assert (scn.parallel.ep_backend.kind, scn.parallel.ep_backend.sms) == ("deepep", 20)
+    assert (scn.schedule.kind, scn.schedule.seq_len, scn.schedule.micro_batch_size) == \
+        ("dualpipe", 4096, 1)
+    assert res.model.first_dense_layers == 0 and res.model.n_experts == 256
+    assert [len(c) for c in split_layers(res.model.layers, 2)] == [4, 4]
+    item = fb_item(make_dual_order("dualpipe", 2, scn.schedule.microbatches), 0)
+    assert (item.stage, item.bstage) == (1, 0)
+    assert scn.overlap.kind == "static" and scn.overlap.dp_overlap is False
