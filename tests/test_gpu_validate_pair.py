@@ -59,7 +59,7 @@ def deepseek_like() -> GpuTraceBuilder:
         names = list(dict.fromkeys(p for p, *_ in block))
         for i, name in enumerate(names):
             b.annotation(name, t + 2 * i, 1.5)
-        for j, (name, kern, stream, start, dur) in enumerate(block):
+        for name, kern, stream, start, dur in block:
             grid = (20, 1, 1) if stream == 27 else (132, 1, 1)
             b.kernel(kern, stream, t + start, dur, launch=t + 2 * names.index(name) + 0.1,
                      grid=grid)

@@ -21,7 +21,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "replaces the scenario's compute model)")
     parser.add_argument("--scenario", metavar="SCENARIO",
                         help="GPU trace: the scenario (model, parallelism, sequence, device, "
-                             "compute model) whose per-layer kernel times are compared")
+                             "compute model) whose per-layer kernel times are compared; a "
+                             "DualPipe(V) scenario is simulated and one rank's overlapped F&B "
+                             "pair compared with the trace (span, stream busy, dispatch/"
+                             "combine per layer)")
     parser.add_argument("--fit-forward", action="store_true",
                         help="GPU trace: price GEMMs and attention at the rates measured on "
                              "the forward (F) phases, to predict the B and W phases")
