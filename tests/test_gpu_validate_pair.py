@@ -167,6 +167,24 @@ def test_validate_text_and_forward_fit_fill_the_pair(tmp_path, capsys):
     assert line.split()[2] != "-"        # simulated span filled
 
 
+def test_validate_pair_runs_on_a_gpu_calibration(tmp_path, capsys):
+    """--calibration C: the pair is simulated on C (GPU calibration of the same trace,
+    catalog rates where it measures nothing); every simulated field filled."""
+    p = deepseek_like().write(tmp_path / "train.json")
+    scn = tmp_path / "pair.yaml"
+    scn.write_text(SCENARIO)
+    c = tmp_path / "c.json"
+    assert main(["calibrate", str(p), "--device", "H800", "-o", str(c)]) == 0
+    capsys.readouterr()
+    assert main(["validate", str(p), "--scenario", str(scn), "--calibration", str(c),
+                 "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["compute_model"] == str(c)
+    sim = doc["simulated"]
+    assert sim["span_s"] > 0 and min(sim["stream_busy_s"].values()) > 0
+    assert all(row["busy_s"] > 0 for ph in sim["phases"].values() for row in ph.values())
+
+
 def test_validate_pair_bad_input_one_line(tmp_path, capsys):
     p = deepseek_like().write(tmp_path / "train.json")
     bad = tmp_path / "bad.yaml"

@@ -133,8 +133,8 @@ def simulate_pair(res: Any, model: Any, rank: int) -> dict:
     order = make_dual_order(scn.schedule.kind, scn.parallel.pp, scn.schedule.microbatches)
     item = fb_item(order, pos)
     if item is None:
-        return {"pair": None, "reason": f"rank {rank} runs no overlapped F&B item "
-                "(more micro-batches: schedule.microbatches >= 2 x pp + 2)"}
+        return {"pair": None, "reason": f"rank {rank} runs no overlapped F&B item in "
+                "this order (more schedule.microbatches give it one)"}
     result = simulate(replace(res, compute=model))
     fig = pair_figures(pair_spans(result.spans, rank, item))
     fig["pair"] = {"rank": rank, "forward": {"microbatch": item.mb, "stage": item.stage},
