@@ -221,3 +221,30 @@ def test_shipped_fb_pair_scenario_is_the_traced_configuration():
     item = fb_item(make_dual_order("dualpipe", 2, scn.schedule.microbatches), 0)
     assert (item.stage, item.bstage) == (1, 0)
     assert scn.overlap.kind == "static" and scn.overlap.dp_overlap is False
+
+
+def test_deepseek_profile_script_compares_with_the_simulated_pair(tmp_path, capsys):
+    """benchmarks/deepseek_profile.py PATH --scenario S: the comparison table with the
+    roofline and the forward fit side by side; errors (sim - meas) / meas."""
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[1] / "benchmarks" / "deepseek_profile.py"
+    spec = importlib.util.spec_from_file_location("deepseek_profile", path)
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    p = deepseek_like().write(tmp_path / "train.json")
+    scn = tmp_path / "pair.yaml"
+    scn.write_text(SCENARIO)
+    assert bench.main([str(p), "--scenario", str(scn)]) == 0
+    out = capsys.readouterr().out
+    row = next(x for x in out.splitlines() if x.startswith("span (one F&B pair)"))
+    meas, roof, roof_err, fit, fit_err = row.split()[4:9]
+    assert float(meas) == pytest.approx(SPAN * 1e3)
+    for sim, err in ((roof, roof_err), (fit, fit_err)):   # ms printed to 3 decimals
+        assert abs(float(err.rstrip("%")) - 100 * (float(sim) / float(meas) - 1)) < 0.3
+    assert "forward fit: fitted on attn(F)/mlp(F)" in out
+    assert "dispatch(F) comm (mean/layer)" in out
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(SCENARIO.replace("kind: dualpipe", "kind: dualpipe9"))
+    assert bench.main([str(p), "--scenario", str(bad)]) == 2
