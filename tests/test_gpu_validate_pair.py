@@ -185,6 +185,17 @@ def test_validate_pair_runs_on_a_gpu_calibration(tmp_path, capsys):
     assert all(row["busy_s"] > 0 for ph in sim["phases"].values() for row in ph.values())
 
 
+def test_fast_engine_scenario_leaves_the_pair_null(tmp_path, capsys):
+    p = deepseek_like().write(tmp_path / "train.json")
+    scn = tmp_path / "fast.yaml"
+    scn.write_text(SCENARIO.replace("mode: exact", "mode: fast"))
+    assert main(["validate", str(p), "--scenario", str(scn), "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["simulated"]["span_s"] is None and doc["error"]["stream_busy_s"] is None
+    assert "engine.mode: exact" in doc["compared"]
+    assert doc["simulated"]["phases"]["mlp(F)"]["0"]["gemm_s"] > 0   # kernels still priced
+
+
 def test_validate_pair_bad_input_one_line(tmp_path, capsys):
     p = deepseek_like().write(tmp_path / "train.json")
     bad = tmp_path / "bad.yaml"

@@ -115,10 +115,11 @@ def measured_streams(tr: Any) -> dict:
 
 
 def simulate_pair(res: Any, model: Any, rank: int) -> dict:
-    """Simulate the resolved scenario ``res`` with compute model ``model`` and return
-    :func:`pair_figures` of ``rank``'s F&B pair plus ``rank``, ``microbatches`` (forward,
-    backward) and ``stages``; ``{"pair": None, "reason": ...}`` when the scenario's
-    schedule has no F&B pair on that rank."""
+    """Simulate the resolved scenario ``res`` with compute model ``model`` on the exact
+    engine and return :func:`pair_figures` of ``rank``'s F&B pair plus ``pair`` (rank,
+    micro-batches and stages); ``{"pair": None, "reason": ...}`` when the scenario's
+    schedule has no F&B pair on that rank or it runs on the fast engine (whose lockstep
+    spans keep no per-stream EP kernels)."""
     from dataclasses import replace
 
     from moesim.engine.api import simulate
@@ -127,6 +128,10 @@ def simulate_pair(res: Any, model: Any, rank: int) -> dict:
     if scn.schedule.kind not in DUAL_KINDS:
         return {"pair": None, "reason": f"schedule.kind {scn.schedule.kind!r} has no "
                 "DualPipe forward+backward pair (dualpipe or dualpipev)"}
+    if scn.engine.mode != "exact":
+        return {"pair": None, "reason": f"engine.mode {scn.engine.mode!r}: the pair is read "
+                "from the exact engine's spans (DeepEP kernels on the ep stream), "
+                "engine.mode: exact"}
     world = res.layout.world
     rank = rank if 0 <= rank < world else 0
     pos = int(res.layout.coords["pp"][rank])
