@@ -3,6 +3,7 @@ moesim's GPU ingest.
 
     python benchmarks/deepseek_profile.py PATH/train.json
     python benchmarks/deepseek_profile.py PATH/train.json --json
+    python benchmarks/deepseek_profile.py PATH/train.json --no-validate
 
 The trace (``train.json`` of github.com/deepseek-ai/profile-data; its README: H800,
 EP64, TP1, sequence 4096, 4 MoE layers per chunk, balanced routing, PP communication
@@ -14,6 +15,15 @@ the GPU time of the kernels launched under each annotation per layer (``attn(F)`
 ``dispatch(F)``, ``mlp(F)``, ``combine(F)``, ``attn(B)``, ``attn(W)``, ``mlp(B)``,
 ``mlp(W)``, ``dispatch(B)``, ``combine(B)``), and the SMs the DeepEP dispatch/combine
 kernels hold against the figure the DeepSeek-V3 report publishes.
+
+Then (unless ``--no-validate``) the comparison with the simulated traced configuration
+(``--scenario``, default ``scenarios/deepseek-v3-fb-pair.yaml``: one rank's overlapped
+DualPipe F&B pair on the exact engine, ~1 min each): span, compute/communication
+stream busy time, exposed communication, and per phase the mean over the 4 layers of
+the GEMM, attention, dispatch/combine and GPU busy times, measured against two compute
+models: the H800 FP8 roofline (no calibration), and GEMM/attention rates fitted on the
+forward chunk only (``moesim validate --fit-forward``), predicting the backward.
+Errors are (simulated - measured) / measured; nothing is tuned to the trace.
 """
 
 from __future__ import annotations
@@ -23,22 +33,110 @@ import json
 import sys
 
 from moesim.errors import InputError
+from moesim.scenario import load_scenario
+from moesim.scenario.resolve import resolve
+from moesim.validation.gpu_pair import measured_streams, simulate_pair
 from moesim.validation.gpu_report import phase_table, text_report
 from moesim.validation.gpu_summary import summarize
 from moesim.validation.gpu_trace import load_gpu_trace
+from moesim.validation.gpu_validate import forward_fit, gpu_validate
 
 # DeepSeek-V3 Technical Report (arXiv:2412.19437) §3.2.2: "only 20 SMs are sufficient
 # to fully utilize the bandwidths of IB and NVLink" for the all-to-all kernels.
 PUBLISHED_COMM_SMS = 20
 
 
+ORDER = ("attn(F)", "dispatch(F)", "mlp(F)", "combine(F)", "combine(B)", "mlp(B)", "mlp(W)",
+         "dispatch(B)", "attn(B)", "attn(W)")
+
+
+def compare(tr, g: dict, scenario: str) -> dict[str, dict]:
+    """{model name: gpu_validate doc} for the roofline and the forward fit."""
+    res = resolve(load_scenario(scenario))
+    scn = res.scenario
+    tokens = scn.schedule.micro_batch_size * scn.schedule.seq_len
+    args = (tokens, scn.schedule.seq_len, scn.parallel.ep)
+    fit = forward_fit(g, res.model, *args, fallback=res.compute)
+    rank = g["rank"] if g["rank"] is not None else 0
+    docs = {}
+    for name, model in (("roofline", res.compute), ("forward fit", fit)):
+        if model is None:
+            continue
+        sim = simulate_pair(res, model, rank)
+        docs[name] = gpu_validate(g, res.model, model, *args, sim=sim,
+                                  streams=measured_streams(tr))
+        if name == "forward fit":
+            docs[name]["forward_fit"] = {"gemm_flops_per_s": fit.gemm_flops_per_s,
+                                         "attention_flops_per_s": fit.attention_flops_per_s}
+    return docs
+
+
+def _mean(rows: list) -> float | None:
+    vals = [r for r in rows if r is not None]
+    return sum(vals) / len(vals) if len(vals) == len(rows) and vals else None
+
+
+def comparison_table(docs: dict[str, dict]) -> list[str]:
+    names = list(docs)
+    first = docs[names[0]]
+    head = f"{'what':<30}{'measured ms':>12}" + "".join(
+        f"{n + ' ms':>16}{'error':>9}" for n in names)
+    lines = [head]
+
+    def row(label: str, meas: float | None, sims: list) -> None:
+        if meas is None or meas <= 0:
+            return
+        cells = "".join(("{:>16}{:>9}".format("-", "-") if s is None else
+                         f"{s * 1e3:>16.3f}{(s - meas) / meas:>+9.1%}") for s in sims)
+        lines.append(f"{label:<30}{meas * 1e3:>12.3f}{cells}")
+
+    m = first["measured"]
+    row("span (one F&B pair)", m["span_s"], [d["simulated"]["span_s"] for d in docs.values()])
+    for r in ("compute", "comm"):
+        row(f"{r} streams busy", m["stream_busy_s"][r],
+            [(d["simulated"]["stream_busy_s"] or {}).get(r) for d in docs.values()])
+    row("exposed comm", m["exposed_comm_s"],
+        [d["simulated"]["exposed_comm_s"] for d in docs.values()])
+    for ph in ORDER:
+        layers = m["phases"].get(ph, {})
+        if not layers:
+            continue
+        keys = ("comm_s",) if ph.startswith(("dispatch", "combine")) else \
+            ("gemm_s", "attention_s", "busy_s")
+        for key in keys:
+            meas = _mean([v[key] for v in layers.values()])
+            sims = [_mean([d["simulated"]["phases"][ph][lay][key] for lay in layers])
+                    for d in docs.values()]
+            row(f"{ph} {key.removesuffix('_s')} (mean/layer)", meas, sims)
+    for n, d in docs.items():
+        by = ", ".join(f"{k} {'n/a' if v is None else f'{v:.1%}'}"
+                       for k, v in d["median_abs_error_by_pass"].items())
+        tl = ", ".join(f"{k} {'n/a' if v is None else f'{v:.1%}'}"
+                       for k, v in d["median_abs_error_timeline_by_pass"].items())
+        lines.append(f"{n}: median |error| per layer, GEMM+attention kernel time by pass: "
+                     f"{by}; busy+comm time by pass: {tl}")
+        if "forward_fit" in d:
+            f = d["forward_fit"]
+            lines.append(f"{n}: fitted on attn(F)/mlp(F): GEMMs "
+                         f"{f['gemm_flops_per_s'] / 1e12:.1f} TFLOP/s, core attention "
+                         f"{f['attention_flops_per_s'] / 1e12:.1f} TFLOP/s; other kernels "
+                         "from the roofline")
+    return lines
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("path", help="DeepSeek's train.json (github.com/deepseek-ai/profile-data)")
     ap.add_argument("--json", action="store_true", help="print the gpu summary as JSON")
+    ap.add_argument("--scenario", default="scenarios/deepseek-v3-fb-pair.yaml",
+                    help="the traced configuration to simulate (default: %(default)s)")
+    ap.add_argument("--no-validate", action="store_true",
+                    help="only read the trace (no simulation)")
     args = ap.parse_args(argv)
     try:
-        g = summarize(load_gpu_trace(args.path))
+        tr = load_gpu_trace(args.path)
+        g = summarize(tr)
+        docs = {} if args.json or args.no_validate else compare(tr, g, args.scenario)
     except InputError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
@@ -62,6 +160,10 @@ def main(argv: list[str] | None = None) -> int:
         print(f"communication hidden behind computation: "
               f"{g['compute_comm_overlap_s'] / comm:.1%} of {comm * 1e3:.3f} ms of "
               f"communication kernels; exposed {g['exposed_comm_s'] * 1e3:.3f} ms")
+    if docs:
+        print(f"\n{args.path} vs {args.scenario} simulated (one rank's overlapped DualPipe "
+              "F&B pair, layer ops only; error = (simulated - measured) / measured):")
+        print("\n".join(comparison_table(docs)))
     return 0
 
 

@@ -56,12 +56,12 @@ def test_per_layer_phases_by_hand():
     assert sim["attn(B)"]["0"]["attention_s"] == pytest.approx(1280e-9)
     assert err["attn(B)"]["0"]["attention_s"] == pytest.approx(0.28)
     assert sim["attn(W)"]["0"] == {"gemm_s": pytest.approx(1280e-9), "attention_s": 0.0,
-                                   "comm_s": None}
+                                   "comm_s": None, "busy_s": None}
     assert err["attn(W)"]["0"]["gemm_s"] == pytest.approx(0, abs=1e-9)
     assert meas["dispatch(F)"]["0"]["comm_s"] == pytest.approx(10 * US)
     assert sim["dispatch(F)"]["0"]["comm_s"] is None
     assert doc["simulated"]["span_s"] is None and doc["measured"]["span_s"] > 0
-    assert "dispatch/combine are measured only" in doc["compared"]
+    assert "measured only: not simulated" in doc["compared"]
     assert "mlp(F)" in text_table(doc)
 
 
@@ -70,7 +70,8 @@ def test_cli_validate_gpu(tmp_path, capsys):
     assert main(["validate", str(p), "--scenario", "scenarios/toy-cpu.yaml", "--json"]) == 0
     doc = json.loads(capsys.readouterr().out)
     assert set(doc) >= {"measured", "simulated", "error", "compared"}
-    assert doc["measured"]["stream_busy_s"]["7"] > 0
+    assert doc["measured"]["trace_stream_busy_s"]["7"] > 0
+    assert doc["simulated"]["span_s"] is None and "1f1b" in doc["compared"]
     assert doc["simulated"]["phases"]["mlp(F)"]["0"]["gemm_s"] > 0
     assert main(["validate", str(p)]) == 2
     err = capsys.readouterr().err.strip()

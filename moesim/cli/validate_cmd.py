@@ -21,7 +21,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "replaces the scenario's compute model)")
     parser.add_argument("--scenario", metavar="SCENARIO",
                         help="GPU trace: the scenario (model, parallelism, sequence, device, "
-                             "compute model) whose per-layer kernel times are compared")
+                             "compute model) whose per-layer kernel times are compared; a "
+                             "DualPipe(V) scenario is simulated and one rank's overlapped F&B "
+                             "pair compared with the trace (span, stream busy, dispatch/"
+                             "combine per layer)")
     parser.add_argument("--fit-forward", action="store_true",
                         help="GPU trace: price GEMMs and attention at the rates measured on "
                              "the forward (F) phases, to predict the B and W phases")
@@ -150,11 +153,22 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
+def _check_gpu_out(out: Path, force: bool) -> None:
+    from moesim.errors import InputError
+
+    if out.exists() and not out.is_dir():
+        raise InputError(str(out), "-o", "a directory (or a path to create)", "a file")
+    if (out / "validation.json").exists() and not force:
+        raise InputError(str(out / "validation.json"), "-o", "an OUTDIR without "
+                         "validation.json (or --force)", "exists")
+
+
 def _run_gpu(args: argparse.Namespace, gpu: list) -> int:
     from moesim.errors import InputError
     from moesim.scenario.load import load_scenario
     from moesim.scenario.resolve import resolve
     from moesim.validation.calibration import load_calibration
+    from moesim.validation.gpu_pair import measured_streams, simulate_pair
     from moesim.validation.gpu_summary import summarize
     from moesim.validation.gpu_validate import forward_fit, gpu_validate, text_table
 
@@ -173,24 +187,24 @@ def _run_gpu(args: argparse.Namespace, gpu: list) -> int:
         if args.calibration:
             raise InputError("command line", "--fit-forward", "either --fit-forward or "
                              "--calibration", "both")
-        model = forward_fit(g, res.model, tokens, scn.schedule.seq_len, scn.parallel.ep)
+        model = forward_fit(g, res.model, tokens, scn.schedule.seq_len, scn.parallel.ep,
+                            fallback=res.compute)
         if model is None:
             raise InputError(args.trace_dir, "phases", "attn(F)/mlp(F) annotations with "
                              "GEMM and attention kernels to fit on", "none")
         fit_doc = {"gemm_flops_per_s": model.gemm_flops_per_s,
                    "attention_flops_per_s": model.attention_flops_per_s}
-    doc = gpu_validate(g, res.model, model, tokens, scn.schedule.seq_len, scn.parallel.ep)
+    if args.output:
+        _check_gpu_out(Path(args.output), args.force)   # before the simulation
+    sim = simulate_pair(res, model, g["rank"] if g["rank"] is not None else 0)
+    doc = gpu_validate(g, res.model, model, tokens, scn.schedule.seq_len, scn.parallel.ep,
+                       sim=sim, streams=measured_streams(gpu[0]))
     doc.update(source=args.trace_dir, scenario=args.scenario,
                compute_model=args.calibration or getattr(model, "name", "scenario"))
     if fit_doc is not None:
         doc["forward_fit"] = fit_doc
     if args.output:
         out = Path(args.output)
-        if out.exists() and not out.is_dir():
-            raise InputError(str(out), "-o", "a directory (or a path to create)", "a file")
-        if (out / "validation.json").exists() and not args.force:
-            raise InputError(str(out / "validation.json"), "-o", "an OUTDIR without "
-                             "validation.json (or --force)", "exists")
         out.mkdir(parents=True, exist_ok=True)
         (out / "validation.json").write_text(json.dumps(doc, indent=1) + "\n")
     if args.json:

@@ -16,6 +16,7 @@ only when called):
 - ``gpu_report``    the text tables of ``moesim ingest`` on a GPU trace
 - ``gpu_calibrate`` a device calibration from a GPU trace's kernels
 - ``gpu_validate``  a GPU trace's per-layer phases against a scenario's compute model
+- ``gpu_pair``      a simulated DualPipe F&B pair read as a GPU trace of one is read
 - ``ingest``        parses Kineto (torch.profiler) JSON into :class:`TraceStep` data
 - ``ingest_report`` the text table of ``moesim ingest``
 - ``calibrate``     least-squares fit of compute, communication and host-gap models

@@ -17,9 +17,13 @@ What is compared (and what is not):
   attention; ``B`` the input-gradient GEMMs (dX = dY·Wᵀ: the forward shapes) and the
   core attention backward (2.5× forward FLOPs, :mod:`moesim.model.costs`); ``W`` the
   weight-gradient GEMMs (dW = Xᵀ·dY: the forward FLOPs), no attention.
-- Span, per-stream busy time and the dispatch/combine kernels are reported as
-  measured; their simulated values are ``null``: simulating a DualPipe forward+backward
-  chunk pair with DeepEP on 20 SMs needs the engine's chunk-pair schedule.
+- Span, busy time per stream role (compute streams, communication streams), exposed
+  communication, and per phase and layer the GPU time (``busy_s``) and communication
+  kernel time (``comm_s``, the DeepEP dispatch/combine): simulated by running the
+  scenario (a DualPipe(V) schedule) and reading one rank's overlapped F&B pair from its
+  spans (:mod:`moesim.validation.gpu_pair`); ``null`` when the scenario has no such pair.
+  The measured ``busy_s`` of a phase is the union of its kernels (``gpu_busy_s``), the
+  simulated one the summed time of its ops (one stream each, so the same thing).
 """
 
 from __future__ import annotations
@@ -39,10 +43,14 @@ from moesim.model.costs import (
 
 PHASE_RE = re.compile(r"(attn|mlp|dispatch|combine)\(([FBW])\)")
 COMPARED = ("per layer and phase (attn/mlp × F/B/W): GEMM kernel time and attention "
-            "kernel time, simulated from the scenario's compute model with balanced "
-            "routing; span, per-stream busy time and dispatch/combine are measured only "
-            "(simulated null: a DualPipe F&B chunk pair with DeepEP needs the engine's "
-            "chunk-pair schedule)")
+            "kernel time, priced by the compute model with balanced routing; span, busy "
+            "time of the compute and communication streams, exposed communication, and "
+            "per layer and phase GPU time (busy) and dispatch/combine kernel time (comm), "
+            "from the simulated run of the scenario: one rank's overlapped DualPipe F&B "
+            "pair, its layer ops only (no pipeline communication, embedding or LM head)")
+NO_PAIR = ("per layer and phase (attn/mlp × F/B/W): GEMM kernel time and attention "
+           "kernel time, priced by the compute model with balanced routing; span, stream "
+           "busy time and per-phase busy/comm are measured only: ")
 
 
 def part_kernels(spec: Any, part: str, pss: str, tokens: int, seq_len: int,
@@ -71,16 +79,25 @@ class ForwardFit:
 
     name = "forward-fit"
 
-    def __init__(self, gemm_flops_per_s: float, attention_flops_per_s: float):
+    def __init__(self, gemm_flops_per_s: float, attention_flops_per_s: float,
+                 fallback: Any = None):
         self.gemm_flops_per_s = gemm_flops_per_s
         self.attention_flops_per_s = attention_flops_per_s
+        self.fallback = fallback
 
     def time_s(self, k: Kernel) -> float:
-        core = k.name in ("attention", "attention_bwd")
-        return k.flops / (self.attention_flops_per_s if core else self.gemm_flops_per_s)
+        """Core attention and GEMMs (``m > 0``) at the fitted rates; any other kernel
+        (norms, permutes, the optimizer: what the forward GEMMs say nothing about) from
+        ``fallback`` (the scenario's compute model) when given, else at the GEMM rate."""
+        if k.name in ("attention", "attention_bwd"):
+            return k.flops / self.attention_flops_per_s
+        if k.m > 0 or self.fallback is None:
+            return k.flops / self.gemm_flops_per_s
+        return self.fallback.time_s(k)
 
 
-def forward_fit(g: dict, spec: Any, tokens: int, seq_len: int, ep: int) -> ForwardFit | None:
+def forward_fit(g: dict, spec: Any, tokens: int, seq_len: int, ep: int,
+                fallback: Any = None) -> ForwardFit | None:
     """:class:`ForwardFit` from the trace's ``attn(F)``/``mlp(F)`` phases; None when the
     trace has no forward GEMM or attention time to fit."""
     flops = {"gemm": 0.0, "attention": 0.0}
@@ -96,20 +113,27 @@ def forward_fit(g: dict, spec: Any, tokens: int, seq_len: int, ep: int) -> Forwa
         secs["attention"] += p["classes"].get("attention", 0.0)
     if min(secs.values()) <= 0 or min(flops.values()) <= 0:
         return None
-    return ForwardFit(flops["gemm"] / secs["gemm"], flops["attention"] / secs["attention"])
+    return ForwardFit(flops["gemm"] / secs["gemm"], flops["attention"] / secs["attention"],
+                      fallback)
 
 
 def _err(sim: float | None, meas: float) -> float | None:
     return None if sim is None or meas <= 0 else (sim - meas) / meas
 
 
-def gpu_validate(g: dict, spec: Any, model: Any, tokens: int, seq_len: int, ep: int) -> dict:
+def gpu_validate(g: dict, spec: Any, model: Any, tokens: int, seq_len: int, ep: int,
+                 sim: dict | None = None, streams: dict | None = None) -> dict:
     """``g``: :func:`moesim.validation.gpu_summary.summarize`; ``model``: a compute model
-    (``time_s(Kernel)``). Returns {"measured", "simulated", "error", ...} (seconds)."""
+    (``time_s(Kernel)``); ``sim``: :func:`moesim.validation.gpu_pair.simulate_pair` (None:
+    not simulated); ``streams``: :func:`moesim.validation.gpu_pair.measured_streams`.
+    Returns {"measured", "simulated", "error", ...} (seconds)."""
+    have = sim is not None and sim.get("span_s") is not None
+    sim_pair = sim["phases"] if have else {}
     meas_ph: dict[str, dict[str, dict]] = {}
     sim_ph: dict[str, dict[str, dict]] = {}
     err_ph: dict[str, dict[str, dict]] = {}
     errs: dict[str, list[float]] = {"F": [], "B": [], "W": []}
+    errs_tl: dict[str, list[float]] = {"F": [], "B": [], "W": []}
     for p in g["phases"]:
         m = PHASE_RE.fullmatch(p["phase"])
         if not m:
@@ -118,28 +142,44 @@ def gpu_validate(g: dict, spec: Any, model: Any, tokens: int, seq_len: int, ep: 
         lay = str(p["layer"])
         comm = sum(p["comm"].values())
         meas = {"gemm_s": p["classes"].get("gemm", 0.0),
-                "attention_s": p["classes"].get("attention", 0.0), "comm_s": comm}
+                "attention_s": p["classes"].get("attention", 0.0), "comm_s": comm,
+                "busy_s": p["gpu_busy_s"]}
         meas_ph.setdefault(p["phase"], {})[lay] = meas
         if part in ("dispatch", "combine"):
-            sim = {"gemm_s": None, "attention_s": None, "comm_s": None}
+            sim_k = {"gemm_s": None, "attention_s": None}
         else:
             gemms, attn = part_kernels(spec, part, pss, tokens, seq_len, ep)
-            sim = {"gemm_s": float(sum(model.time_s(k) for k in gemms)),
-                   "attention_s": float(sum(model.time_s(k) for k in attn)), "comm_s": None}
-        sim_ph.setdefault(p["phase"], {})[lay] = sim
-        e = {k: _err(sim[k], meas[k]) for k in meas}
+            sim_k = {"gemm_s": float(sum(model.time_s(k) for k in gemms)),
+                     "attention_s": float(sum(model.time_s(k) for k in attn))}
+        row = sim_pair.get(p["phase"], {}).get(lay) if have else None
+        sim_p = dict(sim_k, comm_s=row["comm_s"] if row else None,
+                     busy_s=row["busy_s"] if row else None)
+        sim_ph.setdefault(p["phase"], {})[lay] = sim_p
+        e = {k: _err(sim_p[k], meas[k]) for k in meas}
         err_ph.setdefault(p["phase"], {})[lay] = e
-        errs[pss] += [abs(v) for v in e.values() if v is not None]
-    streams = {str(s["stream"]): s["busy_s"] for s in g["streams"]}
+        errs[pss] += [abs(e[k]) for k in ("gemm_s", "attention_s") if e[k] is not None]
+        errs_tl[pss] += [abs(e[k]) for k in ("comm_s", "busy_s") if e[k] is not None]
+    st = streams or {"stream_busy_s": {"compute": g["compute_busy_s"],
+                                       "comm": g["comm_busy_s"]},
+                     "exposed_comm_s": g["exposed_comm_s"], "streams": None}
+    meas_top = {"span_s": g["span_s"], "stream_busy_s": st["stream_busy_s"],
+                "exposed_comm_s": st["exposed_comm_s"]}
+    sim_top = {k: sim.get(k) if have else None for k in meas_top}
+    err_top = {"span_s": _err(sim_top["span_s"], g["span_s"]),
+               "stream_busy_s": None if not have else {
+                   r: _err(sim_top["stream_busy_s"][r], v)
+                   for r, v in st["stream_busy_s"].items()},
+               "exposed_comm_s": _err(sim_top["exposed_comm_s"], st["exposed_comm_s"])}
     return {
-        "measured": {"span_s": g["span_s"], "stream_busy_s": streams,
-                     "exposed_comm_s": g["exposed_comm_s"], "phases": meas_ph},
-        "simulated": {"span_s": None, "stream_busy_s": None, "exposed_comm_s": None,
-                      "phases": sim_ph},
-        "error": {"span_s": None, "stream_busy_s": None, "phases": err_ph},
+        "measured": dict(meas_top, streams=st["streams"], trace_stream_busy_s={
+            str(s["stream"]): s["busy_s"] for s in g["streams"]}, phases=meas_ph),
+        "simulated": dict(sim_top, pair=(sim or {}).get("pair"), phases=sim_ph),
+        "error": dict(err_top, phases=err_ph),
         "median_abs_error": _median([x for v in errs.values() for x in v]),
         "median_abs_error_by_pass": {k: _median(v) for k, v in errs.items()},
-        "compared": COMPARED,
+        "median_abs_error_timeline_by_pass": {k: _median(v) for k, v in errs_tl.items()},
+        "compared": COMPARED if have else NO_PAIR + ((sim or {}).get("reason")
+                                                     or "not simulated"),
         "tokens_per_rank": tokens, "units": "seconds; error = (simulated - measured) / measured",
     }
 
@@ -148,27 +188,48 @@ def _median(x: list[float]) -> float | None:
     return float(np.median(x)) if x else None
 
 
+def _ms(x: float | None) -> str:
+    return "-" if x is None else f"{x * 1e3:.3f}"
+
+
+def _pct(x: float | None) -> str:
+    return "-" if x is None else f"{x:+.1%}"
+
+
 def text_table(doc: dict) -> str:
     lines = [f"{'phase':<12}{'layer':>6}{'what':>11}{'measured ms':>13}{'simulated ms':>14}"
              f"{'error':>9}"]
     for ph, layers in doc["measured"]["phases"].items():
         for lay, meas in layers.items():
             sim, err = doc["simulated"]["phases"][ph][lay], doc["error"]["phases"][ph][lay]
-            for key in ("gemm_s", "attention_s", "comm_s"):
-                if meas[key] <= 0 and sim[key] in (None, 0.0):
+            comm_phase = ph.startswith(("dispatch", "combine"))
+            for key in ("gemm_s", "attention_s", "comm_s", "busy_s"):
+                if (meas[key] <= 0 and sim[key] in (None, 0.0)) or \
+                        (key == "busy_s" and comm_phase):
                     continue
-                s = "-" if sim[key] is None else f"{sim[key] * 1e3:.3f}"
-                e = "-" if err[key] is None else f"{err[key]:+.1%}"
                 lines.append(f"{ph:<12}{lay:>6}{key.removesuffix('_s'):>11}"
-                             f"{meas[key] * 1e3:>13.3f}{s:>14}{e:>9}")
+                             f"{meas[key] * 1e3:>13.3f}{_ms(sim[key]):>14}{_pct(err[key]):>9}")
+    m, s, e = doc["measured"], doc["simulated"], doc["error"]
+    rows = [("span", m["span_s"], s["span_s"], e["span_s"])]
+    for r, v in m["stream_busy_s"].items():
+        rows.append((f"{r} streams busy", v, (s["stream_busy_s"] or {}).get(r),
+                     (e["stream_busy_s"] or {}).get(r)))
+    rows.append(("exposed comm", m["exposed_comm_s"], s["exposed_comm_s"],
+                 e["exposed_comm_s"]))
+    lines.append(f"{'whole pair':<29}{'measured ms':>13}{'simulated ms':>14}{'error':>9}")
+    for name, a, b, x in rows:
+        lines.append(f"{name:<29}{_ms(a):>13}{_ms(b):>14}{_pct(x):>9}")
+    if m.get("streams"):
+        lines.append("measured streams: compute " + ", ".join(m["streams"]["compute"])
+                     + "; communication " + ", ".join(m["streams"]["comm"]))
     med = doc["median_abs_error"]
-    m = doc["measured"]
-    lines.append(f"measured span {m['span_s'] * 1e3:.3f} ms; stream busy ms: " + ", ".join(
-        f"{k} {v * 1e3:.3f}" for k, v in m["stream_busy_s"].items())
-        + f"; exposed comm {m['exposed_comm_s'] * 1e3:.3f} ms (simulated: -)")
     by = ", ".join(f"{k} {'n/a' if v is None else f'{v:.1%}'}"
                    for k, v in doc["median_abs_error_by_pass"].items())
-    lines.append("median |error| over compared entries: "
+    lines.append("median |error| of GEMM and attention kernel time: "
                  + ("n/a" if med is None else f"{med:.1%}") + f" (by pass: {by})")
+    tl = doc["median_abs_error_timeline_by_pass"]
+    if any(v is not None for v in tl.values()):
+        lines.append("median |error| of per-phase busy and comm time by pass: " + ", ".join(
+            f"{k} {'n/a' if v is None else f'{v:.1%}'}" for k, v in tl.items()))
     lines.append("compared: " + doc["compared"])
     return "\n".join(lines)
