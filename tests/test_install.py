@@ -69,9 +69,16 @@ def test_tests_needing_torch_are_marked_and_skip_with_a_reason():
         needs = _imports_torch(path) or 'importorskip("torch"' in text
         if not needs:
             continue
-        assert "pytestmark = pytest.mark.torch" in text, f"{path.name}: not marked torch"
+        # the whole module, or (a module with a few torch tests) each test that skips
+        tests_marked = re.findall(r'@pytest\.mark\.torch\s*\n(?:@[^\n]*\n)*def (\w+)', text)
+        assert "pytestmark = pytest.mark.torch" in text or tests_marked, \
+            f"{path.name}: not marked torch"
         assert re.search(r'importorskip\("torch",\s*reason=', text), \
             f"{path.name}: skips without saying why"
+        if "pytestmark = pytest.mark.torch" not in text:   # every skipping test is marked
+            for name in re.findall(r'def (test_\w+)\([^)]*\):(?:(?!\ndef ).)*?importorskip\("torch"',
+                                   text, flags=re.S):
+                assert name in tests_marked, f"{path.name}::{name}: not marked torch"
 
 
 def test_only_the_recorder_imports_torch_at_module_level():
