@@ -11,16 +11,12 @@ communicator's pairwise rule; it finishes when its flows do, each flow sharing t
 links of its path by processor sharing (:mod:`moesim.engine.fast.network`).
 
 Schedule items run in the order of :func:`moesim.schedule.pipeline.make_order`,
-list-scheduled across stages: an item waits for its pipeline message (``bubble``).
-With ``overlap.ep_comm_overlap`` the items the exact builder interleaves (same
-:class:`~moesim.program.overlap.PairRule`) hide each all-to-all under the partner
-item's compute: only ``max(0, a2a - partner compute per all-to-all)`` is exposed.
-
-SM sharing: when the EP kernels hold a share f = s/S of the SMs, the partner's compute b
-under an all-to-all of w seconds runs at 1 - f of its rate: it takes
-``B = min(b / (1 - f), b + w·f)`` (the exact engine's re-rating, solved in closed form);
-``B - b`` is charged as compute and ``max(0, w - B)`` is exposed, so a step grows by
-``max(w - b, w·f)`` per overlapped all-to-all (``w - b`` without sharing).
+list-scheduled across stages: an item waits for its pipeline message (``bubble``);
+the ``pp`` stream sends one message at a time, in order. With
+``overlap.ep_comm_overlap`` the items the exact builder interleaves (same
+:class:`~moesim.program.overlap.PairRule`) are recorded op by op (``rec``) and run
+on two streams as the exact engine runs them, all-to-alls on the ``ep`` stream and
+compute slowed by the SM share EP kernels hold (:mod:`moesim.engine.fast.pairs`).
 """
 
 from __future__ import annotations
