@@ -7,9 +7,9 @@ builder (:mod:`moesim.program.dualpipe_build`) lays them out:
   a chain position ``s`` is pipeline rank ``s`` (the EP group there); an item's stage
   picks its layers; pipeline messages go to the position :meth:`DualOrder.rank` names;
 - ``F&B``: both receives first, the forward then the full backward, both sends after
-  the pair; with ``overlap.kind: static`` and EP > 1 each all-to-all of one half is
-  hidden under the other half's non-expert compute per all-to-all (the chain's
-  ``budget`` rule, as for the static pairs of 1F1B);
+  the pair; with ``overlap.kind: static`` and EP > 1 the two halves interleave
+  segment by segment, the backward's first, with the all-to-alls on the ``ep`` stream
+  (:func:`moesim.engine.fast.pairs.run_pair`, as for the static pairs of 1F1B);
 - gradient buckets per held stage, highest stage first, over the data-parallel groups
   of every copy of the stage (:func:`dual_gradient_phase`).
 
@@ -19,11 +19,10 @@ builder (:mod:`moesim.program.dualpipe_build`) lays them out:
 
 from __future__ import annotations
 
-from types import SimpleNamespace
-
 import numpy as np
 
 from moesim.engine.fast.dp import _merge, _past_a2a, buckets
+from moesim.engine.fast.pairs import run_pair
 from moesim.engine.fast.pipeline import Chain
 from moesim.model import costs
 from moesim.program.dualpipe_build import PartTimer
@@ -71,11 +70,14 @@ class DualChain(Chain):
         if self.part is None:
             return super()._experts(s, rec, layer, mb, phase)
         key = f"{phase}.{self.part}"
-        a = self.t[s]
         dur = rec.exp_t[key]
-        self.out[s].acc["compute"] += dur
         self.out[s].flops += rec.exp_f[key]
         name = f"{phase}.experts" if self.part == "B" else "bwd.w_experts"
+        if self.rec is not None:
+            self.rec.append(("c", dur, name, layer, mb, phase, {"tokens": rec.recv}))
+            return
+        a = self.t[s]
+        self.out[s].acc["compute"] += dur
         self._span(s, "compute", name, a, a + dur, layer, mb, phase, tokens=rec.recv)
         self.t[s] = a + dur
 
@@ -106,9 +108,10 @@ class DualChain(Chain):
             [*costs.norm_kernels(spec, tok, tp, "bwd"),
              *costs.attention_kernels(spec, tok, c.seq, tp, "bwd")], "W"), layer, mb, "bwd")
         out = self.out[s]
-        out.last_bwd[layer] = self.t[s].copy()
+        self._last_bwd(s, layer)
         self.w_done[layer] = self.w_done.get(layer, 0) + 1
-        out.grads = out.grads or self.w_done[layer] == c.m
+        if self.w_done[layer] == c.m:
+            self._at(s, lambda _t: setattr(out, "grads", True))
 
     def _lm(self, s: int, mb: int, part: str) -> None:
         c = self.c
@@ -135,7 +138,7 @@ class DualChain(Chain):
     def bwd(self, s: int, mb: int, st: int, full: bool) -> None:
         c, d = self.c, self.d
         layers = list(c.chunks[st])
-        self.out[s].ep_iv = []
+        self._new_iv(s)
         if st == d.stages - 1:
             self._lm(s, mb, "B")
             if full:
@@ -148,9 +151,8 @@ class DualChain(Chain):
             self._send_to(s, d.rank(mb, st - 1), ("grad", mb, st - 1), mb, "bwd",
                           layers[0] if layers else -1)
 
-    def run(self, s: int, it, budgets: tuple[float, float] = (0.0, 0.0)) -> None:
-        """One item on position ``s``; ``budgets``: (forward, backward) non-expert
-        compute per all-to-all of an overlapped F&B pair's halves."""
+    def run(self, s: int, it) -> None:
+        """One item on position ``s``."""
         self._recv(s, it)
         if it.kind == "F":
             self.fwd(s, it.mb, it.stage)
@@ -163,22 +165,24 @@ class DualChain(Chain):
                 self._w_layer(s, layer, it.mb)
         else:
             self.deferred = []
-            self.budget = budgets[1]          # the backward's compute hides F's a2a
-            self.fwd(s, it.mb, it.stage)
-            self.budget = budgets[0]
-            self.bwd(s, it.bmb, it.bstage, True)
-            self.budget = 0.0
+            if self.c.fb_overlap:    # interleaved as pair_items: the backward's segment first
+                f = self.record(s, lambda: self.fwd(s, it.mb, it.stage))
+                b = self.record(s, lambda: self.bwd(s, it.bmb, it.bstage, True))
+                run_pair(self, s, b, f)
+            else:
+                self.fwd(s, it.mb, it.stage)
+                self.bwd(s, it.bmb, it.bstage, True)
             held, self.deferred = self.deferred, None
             for dst, key, mb, phase, layer in held:
                 self._send(s, dst, key, mb, phase, layer)
         self.out[s].end = self.t[s].copy()
 
 
-def a2a_pair(ch: Chain, s: int, f, b, budget_f: float, budget_b: float) -> None:
+def a2a_pair(ch: Chain, s: int, f, b) -> None:
     """One (forward, backward) step of ``overlap.kind: a2a-1f1b`` on stage ``s`` as the
     exact builder pairs it (:func:`moesim.program.dualpipe_build.pair_items`): both
-    receives first, the two items with each all-to-all hidden under the other's
-    non-expert compute per all-to-all, both sends after the pair."""
+    receives first, the two items interleaved segment by segment, the backward's
+    first (:func:`moesim.engine.fast.pairs.run_pair`), both sends after the pair."""
     for it in (f, b):
         key = ch._recv_key(s, it)
         if key is not None:
@@ -190,18 +194,18 @@ def a2a_pair(ch: Chain, s: int, f, b, budget_f: float, budget_b: float) -> None:
     held: list[tuple] = []
     ch._send = lambda _s, *args: held.append(args)   # type: ignore[method-assign]
     try:
-        ch.item(s, f, budget_b)
-        ch.item(s, b, budget_f)
+        of = ch.record(s, lambda: ch.item(s, f))
+        ob = ch.record(s, lambda: ch.item(s, b))
     finally:
         del ch._send
+    run_pair(ch, s, ob, of)
     for args in held:
         ch._send(s, *args)
     ch.out[s].end = ch.t[s].copy()
 
 
-def run_dual_chain(ctx, b, groups, span_pos, budget, make_rec, progress=None) -> DualChain:
-    """List-schedule every position's items (``budget(item)``: non-expert compute per
-    all-to-all of an F or B item; ``make_rec(ctx, routed, group)``: its
+def run_dual_chain(ctx, b, groups, span_pos, make_rec, progress=None) -> DualChain:
+    """List-schedule every position's items (``make_rec(ctx, routed, group)``: its
     :class:`~moesim.engine.fast.pipeline.RouteRec`)."""
     cache: dict[tuple, list] = {}
     d = ctx.dual
@@ -221,8 +225,6 @@ def run_dual_chain(ctx, b, groups, span_pos, budget, make_rec, progress=None) ->
         return hit[0]
 
     ch = DualChain(ctx, groups, route, span_pos, d)
-    fb = (budget(SimpleNamespace(kind="F")), budget(SimpleNamespace(kind="B"))) \
-        if ctx.fb_overlap else (0.0, 0.0)
     pos = [0] * d.ranks
     left = sum(len(x) for x in d.items)
     while left:
@@ -230,7 +232,7 @@ def run_dual_chain(ctx, b, groups, span_pos, budget, make_rec, progress=None) ->
         for s in range(d.ranks):
             items = d.items[s]
             while pos[s] < len(items) and ch.ready(s, items[pos[s]]):
-                ch.run(s, items[pos[s]], fb)
+                ch.run(s, items[pos[s]])
                 pos[s] += 1
                 left -= 1
                 moved = True

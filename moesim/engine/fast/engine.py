@@ -211,27 +211,9 @@ def _units(ctx: Context, s: int) -> list[list]:
     return out
 
 
-def _budget(ctx: Context, item) -> float:
-    """Non-expert compute of ``item`` per all-to-all it holds: what hides a partner's
-    all-to-all."""
-    spec, ph = ctx.spec, "fwd" if item.kind == "F" else "bwd"
-    tok, tp = ctx.tokens, ctx.tp
-    attn, _ = ctx.timer(("attn", ph), lambda: [*costs.norm_kernels(spec, tok, tp, ph),
-                                                *costs.attention_kernels(spec, tok, ctx.seq,
-                                                                         tp, ph)])
-    pre, _ = ctx.timer(("router", ph), lambda: [*costs.router_kernels(spec, ctx.ep_tokens, ph),
-                                                *costs.permute_kernels(spec, ctx.sent, ph)])
-    post, _ = ctx.timer(("post", ph), lambda: [*costs.unpermute_kernels(spec, ctx.sent, ph),
-                                               *costs.shared_expert_kernels(spec, tok, tp, ph)])
-    # experts excluded: measured, adding them at the mean load hides the combine as the
-    # exact engine does but moves the step -2.1 % / -6.1 % (docs/fast-path.md)
-    return (attn + pre + post) / 2
-
-
 def _run_chain(ctx: Context, b: Builder, groups, span_pos, progress=None) -> Chain:
     if ctx.dual is not None:
-        return run_dual_chain(ctx, b, groups, span_pos, lambda it: _budget(ctx, it),
-                              _route_rec, progress)
+        return run_dual_chain(ctx, b, groups, span_pos, _route_rec, progress)
     cache: dict[tuple, RouteRec] = {}
 
     def route(s: int, layer: int, mb: int) -> RouteRec:
@@ -257,10 +239,9 @@ def _run_chain(ctx: Context, b: Builder, groups, span_pos, progress=None) -> Cha
             while pos[s] < len(units[s]) and all(ch.ready(s, it) for it in units[s][pos[s]]):
                 unit = units[s][pos[s]]
                 if len(unit) == 2 and a2a:
-                    a2a_pair(ch, s, unit[0], unit[1], _budget(ctx, unit[0]),
-                             _budget(ctx, unit[1]))
+                    a2a_pair(ch, s, unit[0], unit[1])
                 elif len(unit) == 2:
-                    ch.pair(s, unit[0], unit[1], _budget(ctx, unit[0]), _budget(ctx, unit[1]))
+                    ch.pair(s, unit[0], unit[1])
                 else:
                     ch.item(s, unit[0])
                 pos[s] += 1

@@ -11,16 +11,12 @@ communicator's pairwise rule; it finishes when its flows do, each flow sharing t
 links of its path by processor sharing (:mod:`moesim.engine.fast.network`).
 
 Schedule items run in the order of :func:`moesim.schedule.pipeline.make_order`,
-list-scheduled across stages: an item waits for its pipeline message (``bubble``).
-With ``overlap.ep_comm_overlap`` the items the exact builder interleaves (same
-:class:`~moesim.program.overlap.PairRule`) hide each all-to-all under the partner
-item's compute: only ``max(0, a2a - partner compute per all-to-all)`` is exposed.
-
-SM sharing: when the EP kernels hold a share f = s/S of the SMs, the partner's compute b
-under an all-to-all of w seconds runs at 1 - f of its rate: it takes
-``B = min(b / (1 - f), b + w·f)`` (the exact engine's re-rating, solved in closed form);
-``B - b`` is charged as compute and ``max(0, w - B)`` is exposed, so a step grows by
-``max(w - b, w·f)`` per overlapped all-to-all (``w - b`` without sharing).
+list-scheduled across stages: an item waits for its pipeline message (``bubble``);
+the ``pp`` stream sends one message at a time, in order. With
+``overlap.ep_comm_overlap`` the items the exact builder interleaves (same
+:class:`~moesim.program.overlap.PairRule`) are recorded op by op (``rec``) and run
+on two streams as the exact engine runs them, all-to-alls on the ``ep`` stream and
+compute slowed by the SM share EP kernels hold (:mod:`moesim.engine.fast.pairs`).
 """
 
 from __future__ import annotations
@@ -29,6 +25,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from moesim.engine.fast.pairs import run_pair
 from moesim.model import costs
 from moesim.trace.spans import Span
 
@@ -78,7 +75,7 @@ class Chain:
         self.t = [np.zeros(self.n) for _ in groups]
         self.msgs: dict[tuple, np.ndarray] = {}
         self.spans: list[Span] = []
-        self.budget = 0.0
+        self.rec: list[tuple] | None = None   # while set, ops are recorded (pairs.run_pair)
 
     # ------------------------------------------------------------ spans
     def _span(self, s: int, kind: str, name: str, a, b, layer=-1, mb=-1, phase="",
@@ -101,14 +98,20 @@ class Chain:
         t, fl = self.c.timer(key, make)
         if t <= 0 and fl <= 0:
             return
+        self.out[s].flops += fl * self.n
+        if self.rec is not None:
+            self.rec.append(("c", t, name, layer, mb, phase, {"flops": fl}))
+            return
         a = self.t[s]
         b = a + t
         self.out[s].acc["compute"] += t
-        self.out[s].flops += fl * self.n
         self._span(s, "compute", name, a, b, layer, mb, phase, flops=fl)
         self.t[s] = b
 
     def _wait(self, s: int, arr: np.ndarray, name: str, src_stage: int, layer, mb, phase):
+        if self.rec is not None:
+            self.rec.append(("w", arr, name, src_stage, layer, mb, phase))
+            return
         a = self.t[s]
         b = np.maximum(a, arr)
         self.out[s].acc["bubble"] += b - a
@@ -123,60 +126,62 @@ class Chain:
         if d <= 0:
             return
         self.c.tp_bytes(self.groups[s])
+        if self.rec is not None:
+            self.rec.append(("tp", d, name, layer, mb, phase))
+            return
         a = self.t[s]
         self.out[s].acc["tp"] += d
         self._span(s, "tp", name, a, a + d, layer, mb, phase)
         self.t[s] = a + d
 
-    def _a2a(self, s: int, kind: str, name: str, rec: RouteRec, layer: int, mb: int,
-             phase: str) -> None:
-        a = self.t[s]
+    def _a2a_times(self, s: int, name: str, rec: RouteRec, a: np.ndarray):
+        """(start, end, latest partner) of an all-to-all its members join at ``a``."""
         peers = np.where(rec.nz, a[None, :], -np.inf)
         late = peers.argmax(axis=1)
         start = np.maximum(a, peers.max(axis=1))
         x = rec.a2a[name]
         if x.ndim == 2:
-            dur = np.maximum(self.c.net.a2a_finish(self.groups[s], x, a), start) - start
+            end = np.maximum(self.c.net.a2a_finish(self.groups[s], x, a), start)
         else:
-            dur = x
-        slowed = None
-        if self.budget > 0:    # overlapped: the partner item's compute hides the first
-            stall = start - a  # `budget` seconds of this wait + transfer (ep stream)
-            hide = self.budget
-            f = self.c.ep_sm_frac
-            if f > 0:          # the hiding compute runs on the SMs the kernels leave
-                hide = np.minimum(self.budget / (1.0 - f), self.budget + (stall + dur) * f)
-                slowed = hide - self.budget
-            total = np.maximum(0.0, stall + dur - hide)
-            start = a + np.maximum(0.0, stall - hide)
-            dur = a + total - start
-        if slowed is not None:  # the partner's compute, longer under the kernels
-            self.out[s].acc["compute"] += slowed
-            self._span(s, "compute", f"{name}.sm_share", a, a + slowed, layer, mb, phase)
-            a, start = a + slowed, start + slowed
-        end = start + dur
-        if rec.mats is not None:
-            self.c.links.a2a(self.groups[s], rec.mats[name], self.c.a2a_algo)
-        self.after_a2a = end
-        self.out[s].ep_iv.append((start, end))
-        acc = self.out[s].acc
-        acc["stall"] += start - a
-        acc[kind] += dur
+            end = start + x
+        return start, end, late
+
+    def _a2a_spans(self, s: int, kind: str, name: str, rec: RouteRec, layer: int, mb: int,
+                   phase: str, a, start, end, late, stream: str = "compute") -> None:
         if self.span_pos[s]:
             g = np.asarray(self.groups[s])
             hot_e, hot_t = rec.hot[late], rec.hot_tok[late]
             waited = np.where(start > a, g[late], -1)
             self._span(s, "stall", name, a, start, layer, mb, phase, waited_on=waited,
                        expert=hot_e, tokens=hot_t, peers=tuple(g.tolist()),
-                       reason=f"partner arrived late at {name}")
-            self._span(s, kind, name, start, end, layer, mb, phase, peers=tuple(g.tolist()))
+                       reason=f"partner arrived late at {name}", stream=stream)
+            self._span(s, kind, name, start, end, layer, mb, phase, peers=tuple(g.tolist()),
+                       stream=stream)
+
+    def _a2a(self, s: int, kind: str, name: str, rec: RouteRec, layer: int, mb: int,
+             phase: str) -> None:
+        if rec.mats is not None:
+            self.c.links.a2a(self.groups[s], rec.mats[name], self.c.a2a_algo)
+        if self.rec is not None:
+            self.rec.append(("a", kind, name, rec, layer, mb, phase))
+            return
+        a = self.t[s]
+        start, end, late = self._a2a_times(s, name, rec, a)
+        self.out[s].ep_iv.append((start, end))
+        acc = self.out[s].acc
+        acc["stall"] += start - a
+        acc[kind] += end - start
+        self._a2a_spans(s, kind, name, rec, layer, mb, phase, a, start, end, late)
         self.t[s] = end
 
     def _experts(self, s: int, rec: RouteRec, layer: int, mb: int, phase: str) -> None:
-        a = self.t[s]
         d = rec.exp_t[phase]
-        self.out[s].acc["compute"] += d
         self.out[s].flops += rec.exp_f[phase]
+        if self.rec is not None:
+            self.rec.append(("c", d, f"{phase}.experts", layer, mb, phase, {"tokens": rec.recv}))
+            return
+        a = self.t[s]
+        self.out[s].acc["compute"] += d
         self._span(s, "compute", f"{phase}.experts", a, a + d, layer, mb, phase,
                    tokens=rec.recv)
         self.t[s] = a + d
@@ -239,15 +244,28 @@ class Chain:
             return ("act", item.mb, vs) if vs > 0 else None
         return ("grad", item.mb, vs) if vs < c.pp * c.v - 1 else None
 
-    def item(self, s: int, item, budget: float = 0.0) -> None:
+    def _at(self, s: int, fn) -> None:
+        """``fn(t)`` at the end of the item's previous op (recorded while ``rec``)."""
+        if self.rec is not None:
+            self.rec.append(("f", fn))
+        else:
+            fn(self.t[s])
+
+    def _new_iv(self, s: int) -> None:
+        self._at(s, lambda _t: setattr(self.out[s], "ep_iv", []))
+
+    def _last_bwd(self, s: int, layer: int) -> None:
+        out = self.out[s]
+        self._at(s, lambda t: out.last_bwd.__setitem__(layer, t.copy()))
+
+    def item(self, s: int, item) -> None:
         c = self.c
         p, last_v = c.pp, c.pp * c.v - 1
         vs = item.chunk * p + s
         layers = list(c.chunks[vs])
         mb = item.mb
-        self.budget = budget
         if item.kind == "B":
-            self.out[s].ep_iv = []
+            self._new_iv(s)
         key = self._recv_key(s, item)
         spec, tok, tp = c.spec, c.tokens, c.tp
         out = self.out[s]
@@ -278,34 +296,41 @@ class Chain:
                               "bwd")
             for layer in reversed(layers):
                 self.layer(s, layer, mb, "bwd")
-                out.last_bwd[layer] = self.t[s].copy()
-            out.grads = out.grads or (bool(layers) and mb == c.m - 1)
+                self._last_bwd(s, layer)
+            if layers and mb == c.m - 1:
+                self._at(s, lambda _t: setattr(out, "grads", True))
             if vs > 0:
                 self._send(s, (vs - 1) % p, ("grad", mb, vs - 1), mb, "bwd",
                            layers[0] if layers else -1)
-        self.budget = 0.0
         out.end = self.t[s].copy()
 
-    def pair(self, s: int, x, y, budget_x: float, budget_y: float) -> None:
-        """Two interleaved items run back to back; ``x``'s pipeline message leaves
-        when ``x``'s last segment would end in the exact builder's interleaving."""
-        self.last_send = None
-        self.item(s, x, budget_y)
-        sent, self.last_send = self.last_send, None
-        y0 = self.t[s].copy()
-        self.after_a2a = None
-        self.item(s, y, budget_x)
-        if sent is not None and sent[0] in self.msgs:
-            # x's last segment runs after y's last but one: it leaves y's last
-            # segment (the compute after y's last all-to-all) before the pair's end
-            key, d = sent
-            tail = self.t[s] - (y0 if self.after_a2a is None else self.after_a2a)
-            self.msgs[key] = np.maximum(self.msgs[key], self.t[s] - tail + d)
+    def record(self, s: int, run) -> list[tuple]:
+        """The ops ``run()`` issues on position ``s``, recorded, not run."""
+        self.rec = []
+        try:
+            run()
+        finally:
+            ops, self.rec = self.rec, None
+        return ops
+
+    def pair(self, s: int, x, y) -> None:
+        """Two items the exact builder interleaves (:func:`moesim.program.overlap.
+        interleave`): each receive and send inside its item, ``x``'s segment first."""
+        ox = self.record(s, lambda: self.item(s, x))
+        oy = self.record(s, lambda: self.item(s, y))
+        run_pair(self, s, ox, oy)
+        self.out[s].end = self.t[s].copy()
 
     def _send(self, s: int, dst_stage: int, key: tuple, mb: int, phase: str,
               layer: int) -> None:
+        if self.rec is not None:
+            self.rec.append(("s", dst_stage, key, mb, phase, layer))
+            return
         c = self.c
-        a = self.t[s]
+        o = self.out[s]
+        # the pp stream sends one message at a time, in program order (the exact
+        # executor's stream): a send waits for the previous one's delivery
+        a = self.t[s] if o.send_end is None else np.maximum(self.t[s], o.send_end)
         src, dst = self.groups[s], self.groups[dst_stage]
         # after a layer's last backward its gradient bucket's ring flow may share the
         # path: max-min leaves the send half of it (measured on the fidelity case)
@@ -315,7 +340,6 @@ class Chain:
         for x, y in zip(src, dst, strict=True):
             c.links.p2p(x, y, c.act_bytes)
         self.msgs[key] = a + d
-        self.last_send = (key, d)
         self.out[s].send_end = a + d
         self._span(s, "pp", f"{phase}.send", a, a + d, layer, mb, phase, stream="pp",
                    bytes=c.act_bytes)
