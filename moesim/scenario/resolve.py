@@ -122,10 +122,10 @@ def scenario_layout(scn: Scenario) -> tuple[Layout, list[str]]:
         if scn.world is None:
             raise InputError(scn.source, "parallel.dp", "a data-parallel size (no topology to "
                              "derive it from)", None)
-        dp = scn.world // (par.tp * par.pp)
-    world = scn.world if scn.world is not None else par.tp * par.pp * dp
+        dp = scn.world // (par.tp * par.cp * par.pp)
+    world = scn.world if scn.world is not None else par.tp * par.cp * par.pp * dp
     layout = Layout(world=world, tp=par.tp, pp=par.pp, dp=dp, ep=par.ep, order=par.order,
-                    source=scn.source)
+                    source=scn.source, cp=par.cp, etp=par.etp)
     return layout, layout.warnings(scn.gpus_per_node)
 
 
@@ -153,10 +153,12 @@ def resolve(scn: Scenario) -> Resolved:
         gpn = getattr(topo, "gpus_per_node", None)
     par = scn.parallel
     if par.dp is None and world is not None:
-        if world % (par.tp * par.pp):
-            raise InputError(src, "parallel.pp", f"tp*pp to divide the world size {world} "
-                             f"(tp={par.tp})", par.pp)
-        par = dataclasses.replace(par, dp=world // (par.tp * par.pp))
+        if world % (par.tp * par.cp * par.pp):
+            cp = f", cp={par.cp}" if par.cp > 1 else ""
+            what = "tp*cp*pp" if par.cp > 1 else "tp*pp"
+            raise InputError(src, "parallel.pp", f"{what} to divide the world size {world} "
+                             f"(tp={par.tp}{cp})", par.pp)
+        par = dataclasses.replace(par, dp=world // (par.tp * par.cp * par.pp))
     scn = dataclasses.replace(scn, parallel=par, world=world, gpus_per_node=gpn)
     layout, warns = scenario_layout(scn)
     scn = dataclasses.replace(scn, world=layout.world, parallel=dataclasses.replace(
