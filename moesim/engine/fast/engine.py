@@ -67,7 +67,7 @@ class Context:
         self.ep_sm_frac = b.ep_sms / sms if sms > 0 and b.ep_sms > 0 else 0.0
         # gradient buckets run while the pipeline still sends (dp_overlap): a backward
         # send after a layer's last backward may share a link with a ring flow
-        self.grad_share = bool(scn.overlap.dp_overlap) and max(res.layout.dp,
+        self.grad_share = bool(scn.overlap.dp_overlap) and max(res.layout.dp * res.layout.cp,
                                                                  res.layout.edp) > 1
         self._share: dict[tuple[int, int], float] = {}
         self._tp: dict[int, float] = {}
@@ -102,7 +102,7 @@ class Context:
             topo, gpus = self.res.topology, self.net.gpus
             path = set(topo.route(gpus[src], gpus[dst]))
             hit = 1.0
-            for kind in ("dp", "edp"):
+            for kind in ("dp_cp", "edp"):
                 g = tuple(self.res.layout.group_of(src, kind))
                 if len(g) > 1 and path & self.rings.links(g):
                     hit = 2.0
