@@ -30,6 +30,8 @@ from moesim.engine.fast.pipeline import Chain, RouteRec
 from moesim.engine.fast.summary import make_plan, shortcuts
 from moesim.engine.summary import link_stats, make_result, summarize
 from moesim.model import costs
+from moesim.program import cp as cpx
+from moesim.program import etp as etpx
 from moesim.program.build import ACT_BYTES, Builder, Timer
 from moesim.program.overlap import PairRule
 from moesim.program.replicas import replicas_mode
@@ -47,6 +49,7 @@ class Context:
         self.res, self.spec = res, res.model
         self.tp, self.pp, self.v, self.m = b.tp, b.pp, b.v, b.m
         self.tokens, self.ep_tokens, self.seq = b.tokens, b.ep_tokens, b.seq
+        self.cp, self.etp, self.sp = b.cp, b.etp, b.sp
         k = self.spec.top_k if res.routing.top_k is None else res.routing.top_k
         self.sent = self.ep_tokens * k
         self.chunks, self.order = b.chunks, b.order
@@ -71,6 +74,7 @@ class Context:
                                                                  res.layout.edp) > 1
         self._share: dict[tuple[int, int], float] = {}
         self._tp: dict[int, float] = {}
+        self._cp: dict[tuple[int, str], float] = {}
         self._lut: dict[str, tuple[np.ndarray, np.ndarray]] = {}
 
     def expert_cost(self, local: np.ndarray, phase: str) -> tuple[np.ndarray, np.ndarray]:
@@ -89,8 +93,10 @@ class Context:
         miss = np.isnan(t_lut[local])
         if miss.any():
             for x in np.unique(local[miss]).tolist():
+                # ETP: the peers' tokens too (taken equal to this rank's), 1/etp wide
                 t_lut[x], f_lut[x] = self.timer(
-                    ("expert", x, phase), lambda x=x: costs.expert_kernels(self.spec, x, phase))
+                    ("expert", x, phase, self.etp), lambda x=x: etpx.expert_kernels(
+                        self.spec, x * self.etp, self.etp, phase))
         return t_lut[local], f_lut[local]
 
     def send_share(self, src: int, dst: int) -> float:
@@ -108,6 +114,28 @@ class Context:
                     hit = 2.0
             self._share[(src, dst)] = hit
         return hit
+
+    def cp_time(self, rank: int, phase: str) -> float:
+        """Seconds of one layer's ring KV exchange of ``rank``'s CP group (0 without CP)."""
+        if self.cp <= 1:
+            return 0.0
+        key = (rank, phase)
+        hit = self._cp.get(key)
+        if hit is None:
+            g = tuple(self.res.layout.group_of(rank, "cp"))
+            spec = cpx.kv_spec(g, self.spec, self.tokens, self.tp, phase)
+            hit = self._cp[key] = self.rings.time("all_gather", g, spec.nbytes)
+        return hit
+
+    def etp_time(self, group: tuple[int, ...], recv: np.ndarray) -> np.ndarray:
+        """Per EP member: its ETP all-gather (or reduce-scatter) of the tokens the ETP
+        group received, the peers taken to receive as many as the member."""
+        out = np.zeros(len(group))
+        for e, r in enumerate(group):
+            g = tuple(self.res.layout.group_of(r, "etp"))
+            out[e] = self.rings.time("all_gather", g, etpx.gather_bytes(
+                self.spec, int(recv[e]) * self.etp))
+        return out
 
     def tp_time(self, rank: int) -> float:
         if self.tp <= 1:

@@ -117,8 +117,8 @@ class Chain:
                        reason=f"waiting for stage {src_stage} ({name})")
         self.t[s] = b
 
-    def _tp(self, s: int, name: str, layer, mb, phase) -> None:
-        d = self.c.tp_time(self.groups[s][0])
+    def _tp(self, s: int, name: str, layer, mb, phase, share: float = 1.0) -> None:
+        d = self.c.tp_time(self.groups[s][0]) * share
         if d <= 0:
             return
         a = self.t[s]
@@ -169,6 +169,20 @@ class Chain:
         self.t[s] = end
 
     def _experts(self, s: int, rec: RouteRec, layer: int, mb: int, phase: str) -> None:
+        if self.c.etp > 1:     # ETP all-gather before, reduce-scatter after the experts
+            self._etp(s, rec, layer, mb, phase, "etp_gather")
+        self._expert_gemms(s, rec, layer, mb, phase)
+        if self.c.etp > 1:
+            self._etp(s, rec, layer, mb, phase, "etp_scatter")
+
+    def _etp(self, s: int, rec: RouteRec, layer, mb, phase, name: str) -> None:
+        d = self.c.etp_time(self.groups[s], rec.recv)
+        a = self.t[s]
+        self.out[s].acc["tp"] += d
+        self._span(s, "tp", f"{phase}.{name}", a, a + d, layer, mb, phase)
+        self.t[s] = a + d
+
+    def _expert_gemms(self, s: int, rec: RouteRec, layer: int, mb: int, phase: str) -> None:
         a = self.t[s]
         d = rec.exp_t[phase]
         self.out[s].acc["compute"] += d
@@ -185,22 +199,41 @@ class Chain:
         attn = lambda: [*costs.norm_kernels(spec, tok, tp, phase),  # noqa: E731
                         *costs.attention_kernels(spec, tok, c.seq, tp, phase)]
         ffn = lambda: costs.dense_ffn_kernels(spec, tok, tp, phase)  # noqa: E731
+        # sequence parallelism: an MoE layer keeps one reduce-scatter and one all-gather,
+        # half the ring bytes of its two all-reduces (moesim.program.folding)
+        share = 0.5 if moe and c.sp else 1.0
         if phase == "fwd":
             self._compute(s, "fwd.attn", ("attn", phase), attn, layer, mb, phase)
-            self._tp(s, "fwd.tp_attn", layer, mb, phase)
+            self._cp(s, ("attn", phase), attn, layer, mb, phase)
+            self._tp(s, "fwd.tp_attn", layer, mb, phase, share)
             if moe:
                 self._moe(s, layer, mb, phase)
             else:
                 self._compute(s, "fwd.ffn", ("ffn", phase), ffn, layer, mb, phase)
-            self._tp(s, "fwd.tp_mlp", layer, mb, phase)
+            self._tp(s, "fwd.tp_mlp", layer, mb, phase, share)
         else:
-            self._tp(s, "bwd.tp_mlp", layer, mb, phase)
+            self._tp(s, "bwd.tp_mlp", layer, mb, phase, share)
             if moe:
                 self._moe(s, layer, mb, phase)
             else:
                 self._compute(s, "bwd.ffn", ("ffn", phase), ffn, layer, mb, phase)
-            self._tp(s, "bwd.tp_attn", layer, mb, phase)
+            self._tp(s, "bwd.tp_attn", layer, mb, phase, share)
             self._compute(s, "bwd.attn", ("attn", phase), attn, layer, mb, phase)
+            self._cp(s, ("attn", phase), attn, layer, mb, phase)
+
+    def _cp(self, s: int, key: tuple, attn, layer, mb, phase) -> None:
+        """Context parallelism: the ring's KV exchange runs beside attention; what it
+        takes beyond the attention kernels is exposed (as the exact engine's cp stream)."""
+        kv = self.c.cp_time(self.groups[s][0], phase)
+        if kv <= 0:
+            return
+        t, _ = self.c.timer(key, attn)
+        d = max(0.0, kv - t)
+        if d > 0:
+            a = self.t[s]
+            self.out[s].acc["tp"] += d
+            self._span(s, "tp", f"{phase}.cp_kv", a, a + d, layer, mb, phase)
+            self.t[s] = a + d
 
     def _moe(self, s: int, layer: int, mb: int, phase: str) -> None:
         c = self.c
