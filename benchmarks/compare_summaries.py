@@ -49,8 +49,10 @@ def main(argv: list[str] | None = None) -> int:
                 if not (base / scn).is_file():
                     print(f"{name:28s} new (not at {args.rev})")
                     continue
-                ta = run(base, base / scn, Path(tmp) / "a" / name)
-                tb = run(ROOT, ROOT / scn, Path(tmp) / "b" / name)
+                # the same relative path in both trees (each run's cwd), so the scenario
+                # source echoed into summary.json is the same string
+                ta = run(base, Path(scn), Path(tmp) / "a" / name)
+                tb = run(ROOT, Path(scn), Path(tmp) / "b" / name)
                 same = ((Path(tmp) / "a" / name / "summary.json").read_bytes()
                         == (Path(tmp) / "b" / name / "summary.json").read_bytes())
                 bad += not same
