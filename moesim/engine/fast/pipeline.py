@@ -29,6 +29,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from moesim.engine.fast.zero3 import Zero3Gathers
+
 from moesim.model import costs
 from moesim.trace.spans import Span
 
@@ -78,6 +80,7 @@ class Chain:
         self.msgs: dict[tuple, np.ndarray] = {}
         self.spans: list[Span] = []
         self.budget = 0.0
+        self.z3 = Zero3Gathers(ctx, groups)
 
     # ------------------------------------------------------------ spans
     def _span(self, s: int, kind: str, name: str, a, b, layer=-1, mb=-1, phase="",
@@ -194,6 +197,8 @@ class Chain:
     # ------------------------------------------------------------ one layer
     def layer(self, s: int, layer: int, mb: int, phase: str) -> None:
         c = self.c
+        if self.z3.on:
+            self._zero3(s, layer, mb, phase)
         spec, tok, tp = c.spec, c.tokens, c.tp
         moe = spec.is_moe_layer(layer)
         attn = lambda: [*costs.norm_kernels(spec, tok, tp, phase),  # noqa: E731
@@ -220,6 +225,16 @@ class Chain:
             self._tp(s, "bwd.tp_attn", layer, mb, phase, share)
             self._compute(s, "bwd.attn", ("attn", phase), attn, layer, mb, phase)
             self._cp(s, ("attn", phase), attn, layer, mb, phase)
+
+    def _zero3(self, s: int, layer: int, mb: int, phase: str) -> None:
+        """ZeRO-3: wait for this layer's weight gathers (moesim.engine.fast.zero3)."""
+        a = self.t[s]
+        start, end = self.z3.gather(s, layer, a)
+        self._span(s, "zero", f"{phase}.zero3_gather", start, end, layer, mb, phase,
+                   stream="comm")
+        b = np.maximum(a, end)
+        self.out[s].acc["zero"] += b - a
+        self.t[s] = b
 
     def _cp(self, s: int, key: tuple, attn, layer, mb, phase) -> None:
         """Context parallelism: the ring's KV exchange runs beside attention; what it
