@@ -180,3 +180,12 @@ def test_fast_path_follows_the_exact_engine(over):
         assert b["breakdown_s"][k] == pytest.approx(a["breakdown_s"][k], abs=5e-5)
     names = {s["name"] for s in b["shortcuts"]}
     assert "zero3_gathers_not_modeled" not in names
+
+
+def test_new_parallel_fields_echo_only_when_set():
+    # shipped scenarios' summary.json stays byte-identical: defaults are left out
+    d = load_scenario("toy-cpu").to_dict()["parallel"]
+    assert not {"cp", "etp", "sequence_parallel"} & set(d)
+    d = load_scenario("toy-cpu", ["parallel.etp=2", "parallel.ep=1", "parallel.tp=2",
+                                  "cluster.params.gpus_per_node=4"]).to_dict()["parallel"]
+    assert d["etp"] == 2 and "cp" not in d
