@@ -44,7 +44,9 @@ def format_table(t: dict) -> str:
     lay = t["layout"]
     lines = [
         f"scenario {t['scenario']}: {lay['world']} ranks, tp={lay['tp']} pp={lay['pp']} "
-        f"dp={lay['dp']} ep={lay['ep']} edp={lay['edp']}, ZeRO-{t['zero']}, {t['schedule']} "
+        f"dp={lay['dp']} ep={lay['ep']} edp={lay['edp']}"
+        + (f" cp={lay['cp']} etp={lay['etp']}" if "cp" in lay else "")
+        + f", ZeRO-{t['zero']}, {t['schedule']} "
         f"m={t['microbatches']}" + (f" v={t['vpp']}" if t["vpp"] > 1 else "")
         + f", recompute {t['recompute']}, device {t['device']}",
         "memory of one rank per pipeline stage, GB (10^9 bytes)",
