@@ -30,7 +30,6 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from moesim.engine.fast.zero3 import Zero3Gathers
-
 from moesim.model import costs
 from moesim.trace.spans import Span
 
