@@ -3,10 +3,13 @@
 Megatron-Core splits each sequence over the ``cp`` ranks of a CP group in 2·cp chunks,
 rank i holding chunks i and 2·cp-1-i, so every rank does the same share of a causal
 mask (``megatron/core/utils.py`` ``get_batch_on_this_cp_rank``); attention runs as a
-ring (TransformerEngine ``AttnFuncWithCPAndKVP2P``): in cp-1 steps each rank passes
-the K and V of its tokens to the next rank of the ring point to point, overlapping
-the attention of the block it holds. The backward passes the K and V again plus their
-gradients dK, dV: twice the forward's bytes.
+ring (NVIDIA/TransformerEngine
+``transformer_engine/pytorch/attention/dot_product_attention/context_parallel.py``,
+``AttnFuncWithCPAndKVP2P`` and ``flash_attn_p2p_communicate``, "point-to-point
+communications of KV and dKV"): in cp-1 steps each rank passes the K and V block it
+holds to the next rank of the ring, overlapping the attention of that block. The
+backward passes the K and V blocks again plus their gradients dK, dV: twice the
+forward's bytes.
 
 Per rank, with T_r = T / cp tokens: the attention scores of its queries against the
 keys its causal chunks see are T_r · s / 2 (exactly the causal share,
