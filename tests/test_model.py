@@ -23,6 +23,14 @@ def test_deepseek_v3_counts_within_2_percent():
     assert c.active == pytest.approx(37e9, rel=0.02)
 
 
+def test_qwen3_235b_counts_within_1_percent():
+    # the model card: 235B total, 22B activated; 94 layers x 128 experts x 3 x 4096 x 1536
+    c = count_params(PRESETS["qwen3-235b-a22b"])
+    assert c.routed_experts == 94 * 128 * 3 * 4096 * 1536
+    assert c.total == pytest.approx(235e9, rel=0.01)
+    assert c.active == pytest.approx(22e9, rel=0.01)
+
+
 def test_switch_base_128_about_7b():
     # Switch Transformers Table 9: Switch-Base (128 experts) has 7B parameters
     c = count_params(PRESETS["switch-base"])
@@ -84,7 +92,7 @@ def test_explicit_dims_must_be_complete():
 
 
 @pytest.mark.parametrize("d, field, text", [
-    ({"preset": "gpt-9"}, "model.preset", "deepseek-v3, mixtral-8x7b, switch-base, toy"),
+    ({"preset": "gpt-9"}, "model.preset", "deepseek-v3, mixtral-8x7b, qwen3-235b-a22b, switch-base, toy"),
     ({"preset": "toy", "layerz": 3}, "model.layerz", "a model field"),
     ({"preset": "toy", "layers": "four"}, "model.layers", "an integer"),
     ({"preset": "toy", "layers": 2.5}, "model.layers", "an integer"),

@@ -81,8 +81,8 @@ def test_identical_equals_independent_without_replicas(tmp_path):
 
 
 def test_replica_map_follows_layout_groups():
-    # worked example of docs/scenarios.md: world 16, tp2 pp2 dp4 ep2 -> expert-dp (0,4) ...
-    m = replica_map(Layout(world=16, tp=2, pp=2, dp=4, ep=2))
+    # worked example of docs/scenarios.md: world 16, tp2 pp2 dp4 ep2 etp2 -> expert-dp (0,4) ...
+    m = replica_map(Layout(world=16, tp=2, pp=2, dp=4, ep=2, etp=2))
     assert m.rep.tolist() == [0, 1, 2, 3, 0, 1, 2, 3, 8, 9, 10, 11, 8, 9, 10, 11]
     assert m.mirrors == {0: (4,), 1: (5,), 2: (6,), 3: (7,), 8: (12,), 9: (13,), 10: (14,),
                          11: (15,)}

@@ -65,7 +65,7 @@ def test_existing_scheduler_then_plot_only(tmp_path: Path, capsys):
     assert rc == 0
     text = capsys.readouterr().out
     assert "4 points (ok 2, skipped 2); ran 4, 0 already done" in text
-    assert "skipped 2: " in text and "parallel.ep: expected a divisor of dp=8" in text
+    assert "skipped 2: " in text and "to divide tp*cp*dp = 8" in text
     for name in ("results.parquet", "means.csv", "points.jsonl", "sweep.json", "step_time.png",
                  "heatmap.png"):
         assert (out / name).exists(), name

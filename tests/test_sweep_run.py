@@ -80,15 +80,16 @@ def test_sweep_records_skipped_with_reason_and_failed_with_error(tmp_path, clien
     monkeypatch.setattr(runner, "simulate", flaky)   # in-process workers see the patch
     seen = []
     rep = run_sweep(spec, tmp_path / "out", client=client, quiet=True, on_record=seen.append)
-    # (0.125, 8) ok; (0.125, 16) skipped: ep must divide dp = 8; (0.5, *) failed (the
+    # (0.125, 8) ok; (0.125, 16) skipped: ep must divide tp*cp*dp = 8; (0.5, *) failed (the
     # injected error comes before the scenario is even read)
     assert rep.counts == {"ok": 1, "skipped": 1, "failed": 2}
     assert rep.ran == 4 and len(seen) == 4
     df = load_results(tmp_path / "out")
     assert list(df["parallel.ep"]) == [8, 16, 8, 16]
     assert list(df["status"]) == ["ok", "skipped", "failed", "failed"]
-    assert df.loc[1, "reason"].endswith("parallel.ep: expected a divisor of dp=8 (experts are "
-                                        "sharded inside the data-parallel group), got 16")
+    assert df.loc[1, "reason"].endswith(
+        "parallel.ep: expected etp*ep (etp=1, ep=16) to divide tp*cp*dp = 8, the ranks of a "
+        "pipeline stage (Megatron-Core parallel folding: etp*ep*edp = tp*cp*dp), got 16")
     assert df.loc[2, "error"] == "RuntimeError: injected"
     assert pd.isna(df.loc[2, "step_time_s"]) and df.loc[0, "step_time_s"] > 0
     # a rerun retries only the failed points (now fine or skipped), the rest are reused

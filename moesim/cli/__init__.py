@@ -24,6 +24,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "collective": ("moesim.cli.collective_cmd", "simulate one collective on a topology"),
     "run": ("moesim.cli.run_cmd", "simulate one training step of a scenario"),
     "memory": ("moesim.cli.memory_cmd", "per-rank memory table of a scenario"),
+    "layout": ("moesim.cli.layout_cmd", "the process groups of a rank and the nodes they span"),
     "schedule": ("moesim.cli.schedule_cmd", "a pipeline schedule's step, bubble and "
                  "activations in stage time"),
     "plot": ("moesim.cli.plot_cmd", "redraw a timeline from a run directory"),

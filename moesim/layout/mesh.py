@@ -1,18 +1,24 @@
-"""The parallel layout: which global rank holds which (tp, ep, dp, pp) coordinate.
+"""The parallel layout: which global rank holds which coordinate, Megatron-Core's way.
 
-Megatron-Core semantics (Megatron-Core
-``megatron/core/parallel_state.py``, ``RankGenerator``):
+Megatron-Core (NVIDIA/Megatron-LM ``megatron/core/parallel_state.py``,
+``initialize_model_parallel`` with ``order="tp-cp-ep-dp-pp"``) builds two
+``RankGenerator`` s over the same ranks, one per kind of layer (MoE parallel folding,
+``megatron/core/transformer/moe/README.md``):
 
-- ``world = tp * pp * dp``;
-- expert parallelism is carved out of the data-parallel dimension: ``ep`` divides
-  ``dp`` and the expert-data-parallel size is ``edp = dp / ep`` (DeepSeek-V3:
-  2048 GPUs, PP16 -> DP128, EP64 -> EDP2);
-- a rank's coordinates follow ``order``, innermost first; the default
-  ``("tp", "ep", "dp", "pp")`` is Megatron's tp-cp-ep-dp-pp without cp, so
-  ``rank = tp_r + tp * (ep_r + ep * (edp_r + edp * pp_r))``. In ``order`` the name
-  ``dp`` stands for the expert-data-parallel part; ``ep`` and ``dp`` must be
-  adjacent (as Megatron requires) so that the dense data-parallel group is their
-  union, with dense dp index ``ep_r + ep * edp_r`` when ep is the inner one.
+- attention and dense layers: sizes ``tp, cp, ep=1, dp, pp`` with
+  ``world = tp * cp * dp * pp``;
+- MoE layers: sizes ``tp=etp, cp=1, ep, dp=edp, pp`` with
+  ``edp = world / (etp * ep * pp)``, so ``etp * ep * edp = tp * cp * dp`` and an EP
+  group may span TP and CP ranks.
+
+Both use the same order string, innermost first; a group of kind ``k`` is every rank
+that differs only along ``k`` (``generate_masked_orthogonal_rank_groups``), groups
+enumerated with the innermost remaining dimension fastest. Megatron asserts both
+generators give the same pipeline groups. Here ``order`` names the four dimensions
+``tp, ep, dp, pp`` (optionally also ``cp``; without it cp sits right after tp, as in
+Megatron's default ``tp-cp-ep-dp-pp``). With ``tp = 1``, ``cp = 1``, ``etp = 1`` this is
+the old carve-EP-out-of-DP layout: ``rank = tp_r + tp*(ep_r + ep*(edp_r + edp*pp_r))``,
+dense dp index ``ep_r + ep*edp_r`` (DeepSeek-V3: 2048 GPUs, PP16 -> DP128, EP64 -> EDP2).
 
 Pure: numpy only; building every group of a 2048-rank layout takes milliseconds.
 """
@@ -28,14 +34,43 @@ from moesim.errors import InputError
 
 DEFAULT_ORDER: tuple[str, ...] = ("tp", "ep", "dp", "pp")  # Megatron-Core, innermost first
 _DIMS = frozenset(DEFAULT_ORDER)
+#: group kinds -> (generator, dimensions that vary inside the group), Megatron-Core names:
+#: dense tp, cp, dp, dp-cp ("DATA_PARALLEL_GROUP_WITH_CP"), pp; expert ep, tp (ETP), dp (EDP)
+GROUP_KINDS: dict[str, tuple[str, tuple[str, ...]]] = {
+    "tp": ("dense", ("tp",)), "cp": ("dense", ("cp",)), "dp": ("dense", ("dp",)),
+    "dp_cp": ("dense", ("dp", "cp")), "pp": ("dense", ("pp",)),
+    "ep": ("expert", ("ep",)), "etp": ("expert", ("tp",)), "edp": ("expert", ("dp",)),
+}
 
 Group = tuple[int, ...]
 
 
+def full_order(order: tuple[str, ...]) -> tuple[str, ...]:
+    """The five-name order: ``cp`` right after ``tp`` unless the order places it."""
+    if "cp" in order:
+        return tuple(order)
+    i = order.index("tp") + 1
+    return (*order[:i], "cp", *order[i:])
+
+
+def masked_groups(world: int, order: tuple[str, ...], sizes: dict[str, int],
+                  dims: tuple[str, ...]) -> np.ndarray:
+    """Megatron-Core's ``generate_masked_orthogonal_rank_groups``: one row per group of
+    the ranks differing only along ``dims``; rows enumerate the other dimensions with the
+    innermost fastest, members vary ``dims`` with the innermost fastest."""
+    outer_first = list(reversed(order))
+    grid = np.arange(world, dtype=np.int64).reshape([sizes[d] for d in outer_first])
+    keep = [i for i, d in enumerate(outer_first) if d not in dims]
+    vary = [i for i, d in enumerate(outer_first) if d in dims]
+    size = int(np.prod([sizes[outer_first[i]] for i in vary]))
+    return grid.transpose(keep + vary).reshape(-1, size)
+
+
 @dataclass(frozen=True)
 class Coord:
-    """Coordinates of one rank. ``dp`` is the dense data-parallel index (0..dp-1),
-    ``edp`` the expert-data-parallel index (0..dp/ep-1)."""
+    """Coordinates of one rank. ``dp`` is the dense data-parallel index, ``edp`` the
+    expert-data-parallel index, ``cp`` the context-parallel index, ``etp`` the expert
+    tensor-parallel index."""
 
     rank: int
     tp: int
@@ -43,6 +78,8 @@ class Coord:
     edp: int
     dp: int
     pp: int
+    cp: int = 0
+    etp: int = 0
 
 
 @dataclass(frozen=True)
@@ -61,71 +98,77 @@ class Layout:
     order: tuple[str, ...] = DEFAULT_ORDER
     source: str = "<layout>"
     field_prefix: str = "parallel"
+    cp: int = 1
+    etp: int = 1
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "order", tuple(self.order))
         f = self.field_prefix
-        for name in ("world", "tp", "pp", "dp", "ep"):
+        for name in ("world", "tp", "pp", "dp", "ep", "cp", "etp"):
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, int | np.integer) or v < 1:
                 raise InputError(self.source, f"{f}.{name}", "a positive integer", v)
-        if sorted(self.order) != sorted(_DIMS):
+        names = sorted(self.order)
+        if names != sorted(_DIMS) and names != sorted(_DIMS | {"cp"}):
             raise InputError(self.source, f"{f}.order",
-                             f"a permutation of {list(DEFAULT_ORDER)} (innermost first)",
-                             list(self.order))
-        i_ep, i_dp = self.order.index("ep"), self.order.index("dp")
-        if abs(i_ep - i_dp) != 1:
-            raise InputError(self.source, f"{f}.order",
-                             "ep and dp adjacent (expert parallelism is carved out of dp)",
-                             list(self.order))
-        if self.tp * self.pp * self.dp != self.world:
+                             f"a permutation of {list(DEFAULT_ORDER)} or of "
+                             "[tp, cp, ep, dp, pp] (innermost first)", list(self.order))
+        if self.tp * self.cp * self.pp * self.dp != self.world:
             raise InputError(self.source, f"{f}.dp",
-                             f"tp*pp*dp = world size {self.world} "
-                             f"(tp={self.tp}, pp={self.pp})", self.dp)
-        if self.dp % self.ep:
-            raise InputError(self.source, f"{f}.ep",
-                             f"a divisor of dp={self.dp} (experts are sharded inside the "
-                             "data-parallel group)", self.ep)
+                             f"tp*cp*pp*dp = world size {self.world} "
+                             f"(tp={self.tp}, cp={self.cp}, pp={self.pp})", self.dp)
+        stage = self.tp * self.cp * self.dp
+        if stage % (self.etp * self.ep):
+            field, got = (f"{f}.etp", self.etp) if self.etp > 1 else (f"{f}.ep", self.ep)
+            raise InputError(self.source, field,
+                             f"etp*ep (etp={self.etp}, ep={self.ep}) to divide tp*cp*dp = "
+                             f"{stage}, the ranks of a pipeline stage (Megatron-Core parallel "
+                             "folding: etp*ep*edp = tp*cp*dp)", got)
+        if not np.array_equal(self._groups("dense", ("pp",)), self._groups("expert", ("pp",))):
+            raise InputError(self.source, f"{f}.order",
+                             "an order whose attention and expert pipeline groups agree "
+                             "(Megatron-Core asserts it; put pp last)", list(self.order))
 
     # ---- sizes ------------------------------------------------------------
     @property
     def edp(self) -> int:
         """Expert-data-parallel size: replicas of each expert shard."""
-        return self.dp // self.ep
+        return self.world // (self.etp * self.ep * self.pp)
 
-    def _sizes(self) -> dict[str, int]:
-        return {"tp": self.tp, "ep": self.ep, "dp": self.edp, "pp": self.pp}
+    @property
+    def megatron_order(self) -> str:
+        """The order as Megatron-Core's ``--order``-style string, e.g. tp-cp-ep-dp-pp."""
+        return "-".join(full_order(self.order))
+
+    def _sizes(self, gen: str) -> dict[str, int]:
+        if gen == "dense":
+            return {"tp": self.tp, "cp": self.cp, "ep": 1, "dp": self.dp, "pp": self.pp}
+        return {"tp": self.etp, "cp": 1, "ep": self.ep, "dp": self.edp, "pp": self.pp}
+
+    def _groups(self, gen: str, dims: tuple[str, ...]) -> np.ndarray:
+        return masked_groups(self.world, full_order(self.order), self._sizes(gen), dims)
 
     # ---- coordinates ------------------------------------------------------
     @cached_property
-    def _grid(self) -> np.ndarray:
-        """Ranks arranged with axes outermost-first (the reverse of ``order``)."""
-        outer_first = list(reversed(self.order))
-        shape = [self._sizes()[d] for d in outer_first]
-        return np.arange(self.world, dtype=np.int64).reshape(shape)
-
-    @cached_property
     def coords(self) -> dict[str, np.ndarray]:
-        """Per-rank coordinate arrays (length ``world``): tp, ep, edp, dp, pp."""
+        """Per-rank coordinate arrays (length ``world``): tp, cp, dp, pp of the attention
+        generator; etp, ep, edp of the expert generator."""
         ranks = np.arange(self.world, dtype=np.int64)
         out: dict[str, np.ndarray] = {}
-        stride = 1
-        for d in self.order:
-            size = self._sizes()[d]
-            out["edp" if d == "dp" else d] = (ranks // stride) % size
-            stride *= size
-        if self.order.index("ep") < self.order.index("dp"):
-            out["dp"] = out["ep"] + self.ep * out["edp"]
-        else:
-            out["dp"] = out["edp"] + self.edp * out["ep"]
+        for gen, rename in (("dense", {}), ("expert", {"tp": "etp", "dp": "edp"})):
+            sizes, stride = self._sizes(gen), 1
+            for d in full_order(self.order):
+                name = rename.get(d, d)
+                if (gen == "dense" and d != "ep") or (gen == "expert" and d not in ("cp", "pp")):
+                    out[name] = (ranks // stride) % sizes[d]
+                stride *= sizes[d]
         return out
 
     def coord(self, rank: int) -> Coord:
         if not 0 <= rank < self.world:
             raise IndexError(f"rank {rank} outside world of {self.world}")
-        c = self.coords
-        return Coord(rank, int(c["tp"][rank]), int(c["ep"][rank]), int(c["edp"][rank]),
-                     int(c["dp"][rank]), int(c["pp"][rank]))
+        c = {k: int(v[rank]) for k, v in self.coords.items()}
+        return Coord(rank, c["tp"], c["ep"], c["edp"], c["dp"], c["pp"], c["cp"], c["etp"])
 
     @property
     def stage_of_rank(self) -> np.ndarray:
@@ -133,50 +176,59 @@ class Layout:
         return self.coords["pp"]
 
     # ---- groups -----------------------------------------------------------
-    def _groups(self, dims: tuple[str, ...]) -> tuple[Group, ...]:
-        """Groups of ranks that differ only along ``dims`` (names as in ``order``)."""
-        outer_first = list(reversed(self.order))
-        keep = [i for i, d in enumerate(outer_first) if d not in dims]
-        vary = [i for i, d in enumerate(outer_first) if d in dims]
-        size = int(np.prod([self._sizes()[outer_first[i]] for i in vary]))
-        arr = self._grid.transpose(keep + vary).reshape(-1, size)
-        return tuple(tuple(int(x) for x in row) for row in arr)
-
     @cached_property
+    def _all_groups(self) -> dict[str, tuple[Group, ...]]:
+        return {kind: tuple(tuple(int(x) for x in row) for row in self._groups(gen, dims))
+                for kind, (gen, dims) in GROUP_KINDS.items()}
+
+    @property
     def tp_groups(self) -> tuple[Group, ...]:
-        return self._groups(("tp",))
+        return self._all_groups["tp"]
 
-    @cached_property
+    @property
+    def cp_groups(self) -> tuple[Group, ...]:
+        """Context-parallel groups: ranks holding chunks of one sequence (ring attention)."""
+        return self._all_groups["cp"]
+
+    @property
     def ep_groups(self) -> tuple[Group, ...]:
         """Expert-parallel groups: ranks that exchange tokens in the all-to-all."""
-        return self._groups(("ep",))
+        return self._all_groups["ep"]
 
-    @cached_property
+    @property
+    def etp_groups(self) -> tuple[Group, ...]:
+        """Expert tensor-parallel groups: ranks sharing the same experts' matrices."""
+        return self._all_groups["etp"]
+
+    @property
     def dp_groups(self) -> tuple[Group, ...]:
-        """Dense data-parallel groups (size dp): gradient reduction of dense params."""
-        return self._groups(("ep", "dp"))
+        """Dense data-parallel groups (size dp)."""
+        return self._all_groups["dp"]
 
-    @cached_property
+    @property
+    def dp_cp_groups(self) -> tuple[Group, ...]:
+        """Data-parallel groups with CP (size dp*cp): gradient reduction of dense params."""
+        return self._all_groups["dp_cp"]
+
+    @property
     def edp_groups(self) -> tuple[Group, ...]:
-        """Expert-data-parallel groups (size dp/ep): gradient reduction of expert params."""
-        return self._groups(("dp",))
+        """Expert-data-parallel groups (size edp): gradient reduction of expert params."""
+        return self._all_groups["edp"]
 
-    @cached_property
+    @property
     def pp_groups(self) -> tuple[Group, ...]:
         """Pipeline groups, each ordered by stage 0..pp-1."""
-        return self._groups(("pp",))
+        return self._all_groups["pp"]
 
     def _groups_of(self, kind: str) -> tuple[Group, ...]:
-        groups = {"tp": self.tp_groups, "ep": self.ep_groups, "dp": self.dp_groups,
-                  "edp": self.edp_groups, "pp": self.pp_groups}
-        if kind not in groups:
-            raise KeyError(f"group kind {kind!r}; one of {sorted(groups)}")
-        return groups[kind]
+        if kind not in GROUP_KINDS:
+            raise KeyError(f"group kind {kind!r}; one of {sorted(GROUP_KINDS)}")
+        return self._all_groups[kind]
 
     @cached_property
     def _group_index(self) -> dict[str, np.ndarray]:
         out = {}
-        for kind in ("tp", "ep", "dp", "edp", "pp"):
+        for kind in GROUP_KINDS:
             g = np.asarray(self._groups_of(kind))
             idx = np.empty(self.world, dtype=np.int64)
             idx[g] = np.arange(len(g))[:, None]
@@ -184,7 +236,7 @@ class Layout:
         return out
 
     def group_of(self, rank: int, kind: str) -> Group:
-        """The group of ``kind`` (tp, ep, dp, edp, pp) that contains ``rank``."""
+        """The group of ``kind`` (tp, cp, dp, dp_cp, pp, ep, etp, edp) holding ``rank``."""
         if not 0 <= rank < self.world:
             raise IndexError(f"rank {rank} outside world of {self.world}")
         return self._groups_of(kind)[int(self._group_index[kind][rank])]
@@ -206,17 +258,25 @@ class Layout:
         """Human-readable warnings, e.g. a TP group crossing a node boundary
         (rank r is assumed to sit on GPU r, node r // gpus_per_node)."""
         out: list[str] = []
-        if not gpus_per_node or self.tp == 1:
+        if not gpus_per_node:
             return out
-        nodes = np.asarray(self.tp_groups) // gpus_per_node
-        crossing = int(np.sum(nodes.min(axis=1) != nodes.max(axis=1)))
-        if crossing:
-            out.append(f"{crossing} of {len(self.tp_groups)} tensor-parallel groups (tp="
-                       f"{self.tp}) span more than one node of {gpus_per_node} GPUs; TP "
-                       "traffic will cross the inter-node network")
+        for kind, size, what in (("tp", self.tp, "tensor-parallel"),
+                                 ("etp", self.etp, "expert tensor-parallel")):
+            if size == 1:
+                continue
+            groups = self._groups_of(kind)
+            nodes = np.asarray(groups) // gpus_per_node
+            crossing = int(np.sum(nodes.min(axis=1) != nodes.max(axis=1)))
+            if crossing:
+                out.append(f"{crossing} of {len(groups)} {what} groups ({kind}="
+                           f"{size}) span more than one node of {gpus_per_node} GPUs; "
+                           f"{kind.upper()} traffic will cross the inter-node network")
         return out
 
     def describe(self) -> dict:
-        """JSON-able summary of sizes."""
-        return {"world": self.world, "tp": self.tp, "pp": self.pp, "dp": self.dp,
-                "ep": self.ep, "edp": self.edp, "order": list(self.order)}
+        """JSON-able summary of sizes (cp and etp only when they are not 1)."""
+        out = {"world": self.world, "tp": self.tp, "pp": self.pp, "dp": self.dp,
+               "ep": self.ep, "edp": self.edp, "order": list(self.order)}
+        if self.cp > 1 or self.etp > 1:
+            out.update(cp=self.cp, etp=self.etp)
+        return out

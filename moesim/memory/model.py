@@ -5,8 +5,10 @@ Static state (ZeRO, arXiv:1910.02054 §3.1, mixed-precision Adam): 2 bytes bf16 
 (``spec.weight_bytes``) + 2 bytes bf16 gradient + 12 bytes fp32 master/m/v = 16 bytes
 per parameter. ZeRO-1 shards the 12 over the data-parallel group, ZeRO-2 also the
 gradients, ZeRO-3 also the weights.
-Non-expert parameters shard over DP; expert parameters over the expert-data-parallel
-group of size EDP = TP·DP/EP (Megatron-Core with expert tensor parallelism 1).
+Non-expert parameters shard over DP·CP (Megatron-Core's DATA_PARALLEL_GROUP_WITH_CP);
+expert parameters, split ETP ways (expert tensor parallelism, column then row parallel),
+over the expert-data-parallel group of size EDP = TP·CP·DP/(ETP·EP) (Megatron-Core MoE
+parallel folding, megatron/core/parallel_state.py).
 
 Activations per layer per micro-batch (Korthikanti et al. 2022, "Reducing Activation
 Recomputation in Large Transformer Models", Eq. 2 with sequence parallelism): for T = s·b
@@ -22,6 +24,12 @@ layer the MLP term becomes: router fp32 probabilities 4·E per token, shared exp
 ffn_bytes(n_shared·shared_ffn)/t per token, the routed experts ffn_bytes(expert_ffn) per
 *received* token (a hot expert's rank receives more), and the expert outputs kept for the
 combine's backward, 2·h per routed assignment sent.
+
+Without sequence parallelism (Korthikanti Eq. 1) the 10·T·h of the layer norms' inputs,
+the attention and MLP inputs and the two dropout masks is not split over t. With
+context parallelism each rank holds T/cp tokens of the sequence (attention scores of its
+queries against all s keys: 5·a·s·T/cp). With ETP the routed experts' activations are
+those of etp·received tokens (all-gathered over the ETP group) at width expert_ffn/etp.
 
 Recomputation: "selective" drops the 5·a·s·T attention-score term (Korthikanti §4.2,
 also what FlashAttention stores); "full" keeps only each layer's input, 2·T·h/t, plus a
@@ -96,8 +104,9 @@ def split_layers(n_layers: int, pp: int) -> list[range]:
 
 
 def rank_params(spec: ModelSpec, layers: Sequence[int], *, tp: int, ep: int,
-                first: bool, last: bool) -> tuple[float, float]:
-    """(non-expert, expert) parameters one rank of this stage holds before ZeRO-3."""
+                first: bool, last: bool, etp: int = 1) -> tuple[float, float]:
+    """(non-expert, expert) parameters one rank of this stage holds before ZeRO-3;
+    each expert's matrices split ``etp`` ways (expert tensor parallelism)."""
     attn = attention_params(spec)
     dense = 0.0
     expert = 0.0
@@ -106,7 +115,7 @@ def rank_params(spec: ModelSpec, layers: Sequence[int], *, tp: int, ep: int,
         if spec.is_moe_layer(i):
             dense += router_params(spec)
             dense += spec.n_shared_experts * ffn_params(spec, spec.shared_ffn) / tp
-            expert += spec.n_experts // ep * ffn_params(spec, spec.expert_ffn)
+            expert += spec.n_experts // ep * ffn_params(spec, spec.expert_ffn) / etp
         else:
             dense += ffn_params(spec, spec.dense_ffn) / tp
     if first:
@@ -127,19 +136,24 @@ def ffn_act_bytes_per_token(spec: ModelSpec, width: int) -> float:
 
 
 def layer_activation_bytes(spec: ModelSpec, layer: int, tokens: int, seq_len: int, tp: int,
-                           recompute: str, received_tokens: float) -> float:
-    """Bytes one micro-batch of ``tokens`` tokens leaves alive in layer ``layer``."""
+                           recompute: str, received_tokens: float,
+                           sequence_parallel: bool = True, etp: int = 1) -> float:
+    """Bytes one micro-batch of ``tokens`` tokens (this rank's, after CP) leaves alive in
+    layer ``layer``."""
     t_h = tokens * spec.hidden
     if recompute == "full":
-        return ACT_BYTES * t_h / tp
+        return ACT_BYTES * t_h / (tp if sequence_parallel else 1)
+    # Korthikanti Eq. 1: without SP, 10·T·h of the 34·T·h stay whole on every TP rank
+    whole = 0.0 if sequence_parallel else 10 * t_h * (1 - 1 / tp)
     attn = 11 * t_h + (5 * spec.heads * seq_len * tokens if recompute == "none" else 0)
     total = attn + 4 * t_h
     if spec.is_moe_layer(layer):
         total += 4 * spec.n_experts * tokens                          # fp32 router probs
         total += tokens * ffn_act_bytes_per_token(spec, spec.n_shared_experts * spec.shared_ffn)
         total += ACT_BYTES * spec.top_k * t_h                        # outputs for combine bwd
-        return total / tp + received_tokens * ffn_act_bytes_per_token(spec, spec.expert_ffn)
-    return (total + tokens * ffn_act_bytes_per_token(spec, spec.dense_ffn)) / tp
+        return (whole + total / tp + received_tokens * etp
+                * ffn_act_bytes_per_token(spec, spec.expert_ffn // etp))
+    return whole + (total + tokens * ffn_act_bytes_per_token(spec, spec.dense_ffn)) / tp
 
 
 def _check(cond: bool, source: str, field: str, expected: str, got: object) -> None:
@@ -153,11 +167,14 @@ def memory_per_rank(
     layers: Sequence[int] | None = None, inflight_microbatches: int = 1,
     recompute: str = "none", received_tokens: float | Sequence[float] | None = None,
     dispatch_bytes_per_elem: float = 2.0, device: DeviceSpec | None = None,
-    capacity_bytes: float | None = None, source: str = "<memory>",
+    capacity_bytes: float | None = None, source: str = "<memory>", cp: int = 1, etp: int = 1,
+    sequence_parallel: bool = True,
 ) -> MemoryBreakdown:
     """Bytes on one rank of pipeline stage ``stage``.
 
-    ``micro_batch_tokens`` = sequences × seq_len of one micro-batch on this DP rank.
+    ``micro_batch_tokens`` = sequences × seq_len of one micro-batch on this DP rank
+    (split over ``cp`` context-parallel ranks). ``etp``: expert tensor parallelism;
+    ``sequence_parallel``: Korthikanti Eq. 2 (True) or Eq. 1 (False) when tp > 1.
     ``layers``: layer indices of the stage (default: :func:`split_layers`).
     ``received_tokens``: routed token-assignments this rank's experts receive per MoE
     layer (one number for all, or one per MoE layer of the stage); default balanced,
@@ -165,7 +182,8 @@ def memory_per_rank(
     fp8 with one fp32 scale per 128 values (DeepSeek-V3 report §3.3). Capacity comes
     from ``capacity_bytes``, else ``device.hbm_bytes``, else unlimited.
     """
-    for name, value in (("tp", tp), ("pp", pp), ("ep", ep), ("dp", dp),
+    for name, value in (("tp", tp), ("pp", pp), ("ep", ep), ("dp", dp), ("cp", cp),
+                        ("etp", etp),
                         ("inflight_microbatches", inflight_microbatches)):
         _check(isinstance(value, int) and value >= 1, source, f"parallel.{name}",
                "an integer >= 1", value)
@@ -178,21 +196,27 @@ def memory_per_rank(
     if spec.moe:
         _check(spec.n_experts % ep == 0, source, "parallel.ep",
                f"a divisor of n_experts ({spec.n_experts})", ep)
-        _check((tp * dp) % ep == 0, source, "parallel.ep",
-               f"a divisor of tp·dp ({tp * dp}) (expert data parallel = tp·dp/ep)", ep)
+        _check((tp * cp * dp) % (ep * etp) == 0, source, "parallel.ep",
+               f"etp·ep (etp={etp}) to divide tp·cp·dp ({tp * cp * dp}) (expert data "
+               "parallel = tp·cp·dp/(etp·ep))", ep)
+        _check(spec.expert_ffn % etp == 0, source, "parallel.etp",
+               f"a divisor of the expert FFN width ({spec.expert_ffn})", etp)
     _check(0 <= stage < pp, source, "parallel.stage", f"0 <= stage < pp ({pp})", stage)
     _check(micro_batch_tokens >= 1 and seq_len >= 1, source, "micro_batch_tokens",
            "micro_batch_tokens >= 1 and seq_len >= 1", (micro_batch_tokens, seq_len))
-    edp = max(tp * dp // ep, 1)
+    edp = max(tp * cp * dp // (ep * etp), 1)
+    dpc = dp * cp                                       # dense gradients reduce over DP x CP
     stage_layers = list(split_layers(spec.layers, pp)[stage] if layers is None else layers)
     first, last = stage == 0, stage == pp - 1
 
-    dense, expert = rank_params(spec, stage_layers, tp=tp, ep=ep, first=first, last=last)
-    weights = spec.weight_bytes * (dense / dp + expert / edp if zero >= 3 else dense + expert)
-    grads = GRAD_BYTES * (dense / dp + expert / edp if zero >= 2 else dense + expert)
-    optim = OPTIMIZER_BYTES * (dense / dp + expert / edp if zero >= 1 else dense + expert)
+    dense, expert = rank_params(spec, stage_layers, tp=tp, ep=ep, first=first, last=last,
+                                etp=etp)
+    weights = spec.weight_bytes * (dense / dpc + expert / edp if zero >= 3 else dense + expert)
+    grads = GRAD_BYTES * (dense / dpc + expert / edp if zero >= 2 else dense + expert)
+    optim = OPTIMIZER_BYTES * (dense / dpc + expert / edp if zero >= 1 else dense + expert)
 
     moe_layers = [i for i in stage_layers if spec.is_moe_layer(i)]
+    micro_batch_tokens = -(-micro_batch_tokens // cp)  # this rank's share of the sequence
     sent = -(-micro_batch_tokens // tp) * spec.top_k  # assignments this rank dispatches
     if received_tokens is None:
         received = [float(sent)] * len(moe_layers)
@@ -206,7 +230,7 @@ def memory_per_rank(
 
     def act(i: int, mode: str) -> float:
         return layer_activation_bytes(spec, i, micro_batch_tokens, seq_len, tp, mode,
-                                      recv_of.get(i, 0.0))
+                                      recv_of.get(i, 0.0), sequence_parallel, etp)
 
     per_mb = sum(act(i, recompute) for i in stage_layers)
     t_h = micro_batch_tokens * spec.hidden / tp

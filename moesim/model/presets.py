@@ -41,6 +41,19 @@ SWITCH_BASE = ModelSpec(
     n_experts=128, top_k=1, expert_ffn=3072, gated=False, tied_embeddings=True,
 )
 
+# Qwen3-235B-A22B (Qwen team, the model card's config.json, huggingface.co/Qwen/Qwen3-235B-A22B:
+# num_hidden_layers 94, hidden_size 4096, num_attention_heads 64, num_key_value_heads 4,
+# head_dim 128, vocab_size 151936, num_experts 128, num_experts_per_tok 8,
+# moe_intermediate_size 1536, intermediate_size 12288 (no layer uses it: decoder_sparse_step
+# 1, mlp_only_layers []), tie_word_embeddings false, SwiGLU; the same dims as the
+# Megatron-LM example examples/post_training/modelopt/conf/Qwen/Qwen3-235B-A22B.sh).
+# The per-head QK RMSNorm weights (2 x 128 per layer) are not counted. 235B total, 22B active.
+QWEN3_235B_A22B = ModelSpec(
+    name="qwen3-235b-a22b", layers=94, hidden=4096, heads=64, kv_heads=4, head_dim=128,
+    vocab=151936, attention="gqa", dense_ffn=12288, first_dense_layers=0, n_experts=128,
+    top_k=8, expert_ffn=1536, gated=True, tied_embeddings=False,
+)
+
 # A toy model for fast CPU runs and tests (not a published model): 2 layers, hidden 512,
 # 8 heads of 64, 8 experts top-2 with SwiGLU FFN 1024, vocab 32000.
 TOY = ModelSpec(
@@ -49,5 +62,5 @@ TOY = ModelSpec(
 )
 
 PRESETS: dict[str, ModelSpec] = {
-    s.name: s for s in (MIXTRAL_8X7B, DEEPSEEK_V3, SWITCH_BASE, TOY)
+    s.name: s for s in (MIXTRAL_8X7B, DEEPSEEK_V3, SWITCH_BASE, QWEN3_235B_A22B, TOY)
 }

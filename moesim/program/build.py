@@ -29,8 +29,11 @@ from moesim.compute.base import ComputeModel, Kernel
 from moesim.gating import make_placement, route_microbatch
 from moesim.memory.model import split_layers
 from moesim.model import costs
+from moesim.program import cp as cpx
+from moesim.program import etp as etpx
 from moesim.program.dualpipe_build import DualPipeOps, PairedOps
 from moesim.program.ep_backend import EPBackend
+from moesim.program.folding import FoldedOps
 from moesim.program.grads import GradientOps
 from moesim.program.hot import hot_ranks
 from moesim.program.ops import Op
@@ -92,7 +95,7 @@ def build_step(res, step: int | None = None, *, replicas: str = "independent",
                     replicas, dedup).build()
 
 
-class Builder(GradientOps, DualPipeOps, PairedOps):
+class Builder(GradientOps, DualPipeOps, PairedOps, FoldedOps):
     def __init__(self, res, step: int, replicas: str = "independent",
                  dedup: bool = False) -> None:
         self.res = res
@@ -106,7 +109,11 @@ class Builder(GradientOps, DualPipeOps, PairedOps):
         self.v = par.vpp if sch.kind == "interleaved" else 1
         self.m = sch.microbatches
         self.seq = sch.seq_len
-        self.tokens = sch.micro_batch_size * sch.seq_len          # per DP rank per micro-batch
+        # Megatron-Core folding: CP splits the sequence, ETP the experts, SP the TP all-reduce
+        self.cp, self.etp = self.lay.cp, self.lay.etp
+        self.sp = bool(par.sequence_parallel) and self.tp > 1
+        cpx.check_seq(scn.source, sch.seq_len, self.cp)
+        self.tokens = sch.micro_batch_size * sch.seq_len // self.cp  # per rank per micro-batch
         self.ep_tokens = max(1, self.tokens // self.tp)          # routed per rank (seq-parallel)
         self.timer = Timer(res.compute)
         # DualPipe(V): per-rank items (moesim.schedule.dualpipe) instead of a stage order
@@ -221,7 +228,7 @@ class Builder(GradientOps, DualPipeOps, PairedOps):
             expert_kept=kept, expert_dropped=dropped,
             expert_capacity=self.expert_capacity if L else np.zeros(0),
             lb_loss=lb, rank_received=self.received, model_flops=self.flops,
-            tokens_per_step=self.tokens * self.m * self.dp, hot_ranks=hot,
+            tokens_per_step=self.tokens * self.m * self.dp * self.cp, hot_ranks=hot,
             inflight=self._inflight())
 
     def _hot_ranks(self) -> list[int]:
@@ -337,16 +344,6 @@ class Builder(GradientOps, DualPipeOps, PairedOps):
             spec = self._specs[key] = make()
         return spec
 
-    def _tp_allreduce(self, prog: list[Op], rank: int, layer: int, mb: int, phase: str,
-                      which: str) -> None:
-        if self.tp <= 1:
-            return
-        group = self.lay.group_of(rank, "tp")
-        nbytes = float(self.tokens * self.spec.hidden * ACT_BYTES)
-        spec = self._spec(("tp", group), lambda: CollectiveSpec("all_reduce", group, nbytes))
-        self._coll(prog, "tp", f"{phase}.tp_{which}", spec,
-                   ("tp", which, layer, mb, phase, group[0]), layer, mb, phase, nbytes)
-
     def _layer(self, prog: list[Op], rank: int, layer: int, mb: int, phase: str) -> None:
         spec, tp = self.spec, self.tp
         moe = spec.is_moe_layer(layer)
@@ -358,7 +355,7 @@ class Builder(GradientOps, DualPipeOps, PairedOps):
         attn_k = lambda: [*costs.norm_kernels(spec, self.tokens, tp, phase),  # noqa: E731
                           *costs.attention_kernels(spec, self.tokens, self.seq, tp, phase)]
         if phase == "fwd":
-            self._compute(prog, "fwd.attn", layer, mb, phase, attn, attn_k, deps=deps)
+            self._attention(prog, rank, layer, mb, phase, attn, attn_k, deps=deps)
             self._tp_allreduce(prog, rank, layer, mb, phase, "attn")
             if moe:
                 self._moe(prog, rank, layer, mb, phase)
@@ -377,7 +374,7 @@ class Builder(GradientOps, DualPipeOps, PairedOps):
                               deps=deps)
                 deps = ()
             self._tp_allreduce(prog, rank, layer, mb, phase, "attn")
-            self._compute(prog, "bwd.attn", layer, mb, phase, attn, attn_k, deps=deps)
+            self._attention(prog, rank, layer, mb, phase, attn, attn_k, deps=deps)
         self._layer_starts.append(start)
 
     def _moe(self, prog: list[Op], rank: int, layer: int, mb: int, phase: str,
@@ -413,13 +410,14 @@ class Builder(GradientOps, DualPipeOps, PairedOps):
             comb = self._spec(("bcomb",) + gkey, lambda: CollectiveSpec(
                 "all_to_all_v", group, matrix=r.dispatch_tokens * float(grad_bpt),
                 algo=self.a2a_algo))
-        local = r.rank_expert_tokens[pos]
+        local, etp_g = self._expert_tokens(rank, r, pos, layer, mb)
         experts = tuple(int(e) for e in np.flatnonzero(local))
         hot = int(np.argmax(local)) if experts else -1
         t_exp, f_exp = 0.0, 0.0
         for e in experts:
-            t, f = self.timer(("expert", int(local[e]), phase),
-                              lambda n=int(local[e]): costs.expert_kernels(spec, n, phase))
+            t, f = self.timer(("expert", int(local[e]), phase, self.etp),
+                              lambda n=int(local[e]): etpx.expert_kernels(spec, n, self.etp,
+                                                                          phase))
             t_exp += t
             f_exp += f
         self.flops += f_exp
@@ -437,7 +435,9 @@ class Builder(GradientOps, DualPipeOps, PairedOps):
             self._compute(prog, "fwd.router", layer, mb, phase, ("router", phase), pre, deps=deps)
             self._coll(prog, "ep_dispatch", "fwd.dispatch", disp, ("disp",) + gkey, layer, mb,
                        phase, d_out, tokens=sent)
+            self._etp(prog, etp_g, local, layer, mb, phase, 0)
             prog.append(exp_op)
+            self._etp(prog, etp_g, local, layer, mb, phase, 1)
             self._coll(prog, "ep_combine", "fwd.combine", comb, ("comb",) + gkey, layer, mb,
                        phase, c_out, tokens=recv)
             self._compute(prog, "fwd.unpermute", layer, mb, phase, ("post", phase), post)
@@ -446,7 +446,9 @@ class Builder(GradientOps, DualPipeOps, PairedOps):
                           deps=deps)
             self._coll(prog, "ep_combine", "bwd.combine", comb, ("bcomb",) + gkey, layer, mb,
                        phase, c_out, tokens=sent)
+            self._etp(prog, etp_g, local, layer, mb, phase, 0)
             prog.append(exp_op)
+            self._etp(prog, etp_g, local, layer, mb, phase, 1)
             self._coll(prog, "ep_dispatch", "bwd.dispatch", disp, ("bdisp",) + gkey, layer, mb,
                        phase, d_out, tokens=recv)
             self._compute(prog, "bwd.router", layer, mb, phase, ("router", phase), pre)

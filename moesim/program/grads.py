@@ -2,15 +2,14 @@
 
 Data-parallel gradient buckets (all-reduce, or reduce-scatter under ZeRO >= 1) cut in
 the order the layers' backward ends and overlapped with backward when
-``overlap.dp_overlap``; expert gradients reduce over every replica of the experts;
+``overlap.dp_overlap``; dense gradients reduce over DP x CP, expert gradients over
+every replica of the expert shards (EDP);
 the optimizer over the rank's (ZeRO-sharded) parameters; ZeRO-1/2 parameter
 all-gathers after it; ZeRO-3 weight all-gathers before each layer's use, at most
 ``schedule.zero3_prefetch`` layers ahead.
 """
 
 from __future__ import annotations
-
-import numpy as np
 
 from moesim.collectives.communicator import CollectiveSpec
 from moesim.memory.model import rank_params
@@ -24,25 +23,21 @@ class GradientOps:
 
     # ---------------------------------------------------------------- ZeRO / DP
     def _expert_dp_group(self, rank: int) -> tuple[int, ...]:
-        """Ranks holding the same experts as ``rank``: its expert-data-parallel group and,
-        with tp > 1, the TP peers too (experts are not tensor-split here: each TP rank's
-        EP group holds a full copy), matching the memory model's tp·dp/ep replicas."""
-        if self.tp == 1:
-            return self.lay.group_of(rank, "edp")
-        c = self.lay.coords
-        same = (c["ep"] == c["ep"][rank]) & (c["pp"] == c["pp"][rank])
-        return tuple(int(r) for r in np.flatnonzero(same))
+        """Ranks holding the same expert shards as ``rank``: its expert-data-parallel group
+        of the folded layout (size tp·cp·dp/(etp·ep); with etp = 1 and tp > 1 it takes in
+        the TP peers, each holding whole experts), as the memory model counts replicas."""
+        return self.lay.group_of(rank, "edp")
 
     def _layer_param_bytes(self, layer: int) -> tuple[float, float]:
         dense, expert = rank_params(self.spec, [layer], tp=self.tp, ep=self.ep, first=False,
-                                    last=False)
+                                    last=False, etp=self.lay.etp)
         wb = self.spec.weight_bytes
         return dense * wb, expert * wb
 
     def _zero3_gather(self, prog: list[Op], rank: int, layer: int, mb: int,
                       phase: str) -> tuple[int, ...]:
         dense_b, expert_b = self._layer_param_bytes(layer)
-        g = self.lay.group_of(rank, "dp")
+        g = self.lay.group_of(rank, "dp_cp")
         spec = self._spec(("z3", layer, g), lambda: CollectiveSpec("all_gather", g, dense_b))
         # gather at most `zero3_prefetch` layers ahead of the layer computing
         ahead = self.scn.schedule.zero3_prefetch
@@ -69,7 +64,8 @@ class GradientOps:
         (DualPipe's two copies) reduces over both copies' groups."""
         lay = self.lay
         if parts is None:
-            dp_g, edp_g = lay.group_of(rank, "dp"), self._expert_dp_group(rank)
+            # dense gradients reduce over DP x CP (Megatron-Core DATA_PARALLEL_GROUP_WITH_CP)
+            dp_g, edp_g = lay.group_of(rank, "dp_cp"), self._expert_dp_group(rank)
             parts = [(sorted(last_bwd, key=last_bwd.get), stage == 0, stage == self.pp - 1,
                       dp_g, edp_g, "")]
         wb = self.spec.weight_bytes

@@ -5,7 +5,7 @@
 checks every field, then asks the owning modules to validate the free-form parts
 (model preset, routing policy, device, compute model, topology). Every problem is
 an :class:`InputError` naming the file, the ``section.field``, the expectation and
-what was found. Layout checks (tp*pp*dp = world, ep | dp, ep | experts) happen
+what was found. Layout checks (tp*cp*pp*dp = world, etp*ep | tp*cp*dp, ep | experts) happen
 here too, so a scenario that loads is one the engine can run.
 """
 
@@ -59,6 +59,8 @@ _RULES: dict[str, tuple[str, Any]] = {
     "cluster.params": ("dict", None),
     "parallel.tp": ("pos", None), "parallel.pp": ("pos", None), "parallel.dp": ("optpos", None),
     "parallel.ep": ("pos", None), "parallel.zero": ("range", (0, 3)), "parallel.vpp": ("pos", None),
+    "parallel.cp": ("pos", None), "parallel.etp": ("pos", None),
+    "parallel.sequence_parallel": ("bool", None),
     "parallel.order": ("order", None), "parallel.ep_backend": ("ep_backend", None),
     "parallel.ep_backend.kind": ("choice", EP_BACKENDS),
     "parallel.ep_backend.sms": ("optnonneg", None),
@@ -116,8 +118,10 @@ def _check(src: str, key: str, v: Any) -> Any:
     if kind == "ep_backend":
         return _ep_backend(src, key, v)
     if kind == "order":
-        if not (isinstance(v, list | tuple) and sorted(map(str, v)) == ["dp", "ep", "pp", "tp"]):
-            raise InputError(src, key, "a list ordering tp, ep, dp, pp (innermost first)", v)
+        names = sorted(map(str, v)) if isinstance(v, list | tuple) else None
+        if names not in (["dp", "ep", "pp", "tp"], ["cp", "dp", "ep", "pp", "tp"]):
+            raise InputError(src, key, "a list ordering tp, ep, dp, pp, optionally cp "
+                             "(innermost first, e.g. [tp, cp, ep, dp, pp])", v)
         return tuple(v)
     return v
 

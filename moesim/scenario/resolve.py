@@ -140,20 +140,32 @@ def scenario_layout(scn: Scenario) -> tuple[Layout, list[str]]:
         if scn.world is None:
             raise InputError(scn.source, "parallel.dp", "a data-parallel size (no topology to "
                              "derive it from)", None)
-        dp = scn.world // (par.tp * par.pp)
-    world = scn.world if scn.world is not None else par.tp * par.pp * dp
+        dp = scn.world // (par.tp * par.cp * par.pp)
+    world = scn.world if scn.world is not None else par.tp * par.cp * par.pp * dp
     layout = Layout(world=world, tp=par.tp, pp=par.pp, dp=dp, ep=par.ep, order=par.order,
-                    source=scn.source)
+                    source=scn.source, cp=par.cp, etp=par.etp)
     return layout, layout.warnings(scn.gpus_per_node)
 
 
 def _check_simulated(scn: Scenario) -> None:
     """What the DualPipe programs (moesim.program.dualpipe_build) do not build stops here,
-    in one line: ZeRO-3 with two model copies per rank."""
-    if scn.schedule.kind in ("dualpipe", "dualpipev") and scn.parallel.zero == 3:
-        raise InputError(scn.source, "parallel.zero", f"0, 1 or 2 with schedule.kind "
-                         f"{scn.schedule.kind} (ZeRO-3 weight gathers are not built for "
-                         "ranks holding two stages)", scn.parallel.zero)
+    in one line: ZeRO-3 with two model copies per rank, and context or expert tensor
+    parallelism (their B/W split is not written for CP's KV ring or ETP's sharded
+    experts); the fast engine's overlapped pairs have no ZeRO-3 gathers."""
+    kind, par = scn.schedule.kind, scn.parallel
+    if kind in ("dualpipe", "dualpipev"):
+        if par.zero == 3:
+            raise InputError(scn.source, "parallel.zero", f"0, 1 or 2 with schedule.kind "
+                             f"{kind} (ZeRO-3 weight gathers are not built for "
+                             "ranks holding two stages)", par.zero)
+        for name in ("cp", "etp"):
+            if getattr(par, name, 1) > 1:
+                raise InputError(scn.source, f"parallel.{name}", f"1 with schedule.kind "
+                                 f"{kind} (not modelled together)", getattr(par, name))
+    paired = scn.overlap.kind != "none" or scn.overlap.ep_comm_overlap
+    if par.zero == 3 and paired and scn.engine.mode == "fast":
+        raise InputError(scn.source, "engine.mode", "exact for ZeRO-3 with overlapped pairs "
+                         "(the fast engine's pair model has no ZeRO-3 gathers)", "fast")
 
 
 def resolve(scn: Scenario) -> Resolved:
@@ -177,10 +189,12 @@ def _resolve(scn: Scenario) -> Resolved:
     if par.dp is None and world is not None:
         if world % par.tp:
             raise InputError(src, "parallel.tp", f"a divisor of the world size {world}", par.tp)
-        if world % (par.tp * par.pp):
-            raise InputError(src, "parallel.pp", f"tp*pp to divide the world size {world} "
-                             f"(tp={par.tp})", par.pp)
-        par = dataclasses.replace(par, dp=world // (par.tp * par.pp))
+        if world % (par.tp * par.cp * par.pp):
+            cp = f", cp={par.cp}" if par.cp > 1 else ""
+            what = "tp*cp*pp" if par.cp > 1 else "tp*pp"
+            raise InputError(src, "parallel.pp", f"{what} to divide the world size {world} "
+                             f"(tp={par.tp}{cp})", par.pp)
+        par = dataclasses.replace(par, dp=world // (par.tp * par.cp * par.pp))
     scn = dataclasses.replace(scn, parallel=par, world=world, gpus_per_node=gpn)
     layout, warns = scenario_layout(scn)
     scn = dataclasses.replace(scn, world=layout.world, parallel=dataclasses.replace(

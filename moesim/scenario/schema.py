@@ -79,12 +79,24 @@ class EPBackendConfig:
 class ParallelConfig:
     tp: int = 1                       # tensor parallel size
     pp: int = 1                       # pipeline stages
-    dp: int | None = None             # data parallel size (None: world / (tp*pp))
-    ep: int = 1                       # expert parallel size, carved out of dp
+    dp: int | None = None             # data parallel size (None: world / (tp*cp*pp))
+    ep: int = 1                       # expert parallel size, folded over tp*cp*dp
     zero: int = 0                     # ZeRO stage 0..3 over the data-parallel group
     vpp: int = 1                      # virtual pipeline chunks per rank (interleaved)
     order: tuple[str, ...] = DEFAULT_ORDER  # Megatron-Core rank order, innermost first
     ep_backend: EPBackendConfig = field(default_factory=EPBackendConfig)
+    # Megatron-Core parallel folding (megatron/core/parallel_state.py): context parallel
+    # size, expert tensor parallel size (edp = world / (etp*ep*pp)), and sequence
+    # parallelism (TP all-reduce -> reduce-scatter + all-gather). Omitted from to_dict()
+    # while at their defaults (PARALLEL_OMIT_DEFAULTS).
+    cp: int = 1
+    etp: int = 1
+    sequence_parallel: bool = False
+
+
+#: ParallelConfig fields that Scenario.to_dict() leaves out while at their defaults, so a
+#: scenario not using them echoes byte for byte as before they existed
+PARALLEL_OMIT_DEFAULTS = {"cp": 1, "etp": 1, "sequence_parallel": False}
 
 
 @dataclass(frozen=True)
@@ -175,6 +187,9 @@ class Scenario:
         """The full configuration, JSON-able (lists, dicts, scalars)."""
         out = _plain(self)
         out.pop("overrides")
+        for k, default in PARALLEL_OMIT_DEFAULTS.items():
+            if out["parallel"].get(k) == default:
+                del out["parallel"][k]
         r = out["routing"]
         out["routing"] = {**r["policy"], "dispatch_dtype": r["dispatch_dtype"],
                           "combine_dtype": r["combine_dtype"], "a2a_algo": r["a2a_algo"]}

@@ -93,11 +93,12 @@ def buckets(res, stage: int, layer_order: list[int], first: bool | None = None,
     wb = spec.weight_bytes
     extra, _ = rank_params(spec, [], tp=par.tp, ep=par.ep,
                            first=stage == 0 if first is None else first,
-                           last=stage == par.pp - 1 if last is None else last)
+                           last=stage == par.pp - 1 if last is None else last, etp=par.etp)
     size = res.scenario.schedule.dp_bucket_bytes
     out, acc_d, acc_e = [], 0.0, 0.0
     for j, layer in enumerate(layer_order):
-        d, e = rank_params(spec, [layer], tp=par.tp, ep=par.ep, first=False, last=False)
+        d, e = rank_params(spec, [layer], tp=par.tp, ep=par.ep, first=False, last=False,
+                           etp=par.etp)
         acc_d += d * wb
         acc_e += e * wb
         final = j == len(layer_order) - 1
@@ -204,13 +205,13 @@ def gradient_phase(res, rings: RingCost, timer, stages: dict[int, dict], step_hi
         for layer, d_b, e_b in bks:
             ready = np.zeros(world)
             ready[ranks] = lb[layer] if overlap else end
-            run_coll("dp", grad_op, "dp", ranks, ready, d_b, "dense")
+            run_coll("dp", grad_op, "dp_cp", ranks, ready, d_b, "dense")
             run_coll("dp", grad_op, "edp", ranks, ready, e_b, "experts")
     opt_end = np.zeros(world)
     for _s, ranks, _lb, end, bks in per_stage:
         tot_d = sum(b[1] for b in bks)
         tot_e = sum(b[2] for b in bks)
-        dpn, edpn = lay.dp, lay.edp
+        dpn, edpn = lay.dp * lay.cp, lay.edp
         shard = (tot_d / wb / (dpn if zero >= 1 else 1) + tot_e / wb / (edpn if zero >= 1 else 1))
         t_opt, _ = timer(("opt", shard), lambda sh=shard: costs.optimizer_kernels(sh))
         anyc = np.asarray([bool(tails[int(r)]) for r in ranks])
@@ -219,7 +220,7 @@ def gradient_phase(res, rings: RingCost, timer, stages: dict[int, dict], step_hi
         for r, a in zip(ranks, start, strict=True):
             tails[int(r)].append(("compute", float(a), float(a) + t_opt, "compute", -1))
         if zero in (1, 2):
-            run_coll("zero", "all_gather", "dp", ranks, opt_end, tot_d, "dense")
+            run_coll("zero", "all_gather", "dp_cp", ranks, opt_end, tot_d, "dense")
             run_coll("zero", "all_gather", "edp", ranks, opt_end, tot_e, "experts")
     finish = np.maximum(opt_end, ready_cf)
     return tails, finish

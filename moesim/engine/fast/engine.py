@@ -33,6 +33,8 @@ from moesim.engine.fast.spans import choose_span_ranks
 from moesim.engine.fast.summary import make_plan, shortcuts
 from moesim.engine.summary import link_stats, make_result, summarize
 from moesim.model import costs
+from moesim.program import cp as cpx
+from moesim.program import etp as etpx
 from moesim.program.build import ACT_BYTES, Builder, Timer
 from moesim.program.overlap import PairRule
 from moesim.program.replicas import replicas_mode
@@ -51,6 +53,7 @@ class Context:
         self.res, self.spec = res, res.model
         self.tp, self.pp, self.v, self.m = b.tp, b.pp, b.v, b.m
         self.tokens, self.ep_tokens, self.seq = b.tokens, b.ep_tokens, b.seq
+        self.cp, self.etp, self.sp = b.cp, b.etp, b.sp
         k = self.spec.top_k if res.routing.top_k is None else res.routing.top_k
         self.sent = self.ep_tokens * k
         self.chunks, self.order = b.chunks, b.order
@@ -73,12 +76,13 @@ class Context:
         self.fb_overlap = b.fb_overlap       # its F&B pairs hide all-to-alls
         # gradient buckets run while the pipeline still sends (dp_overlap): a backward
         # send after a layer's last backward may share a link with a ring flow
-        self.grad_share = bool(scn.overlap.dp_overlap) and max(res.layout.dp,
+        self.grad_share = bool(scn.overlap.dp_overlap) and max(res.layout.dp * res.layout.cp,
                                                                  res.layout.edp) > 1
         self.links = LinkBytes(topo, gpus, self.rank_host,
                                b.rmap.mirrors if b.dedup and b.rmap is not None else None)
         self._share: dict[tuple[int, int], float] = {}
         self._tp: dict[int, float] = {}
+        self._cp: dict[tuple[int, str], float] = {}
         self._lut: dict[str, tuple[np.ndarray, np.ndarray]] = {}
 
     def expert_cost(self, local: np.ndarray, phase: str) -> tuple[np.ndarray, np.ndarray]:
@@ -100,11 +104,12 @@ class Context:
         miss = np.isnan(t_lut[local])
         if miss.any():
             for x in np.unique(local[miss]).tolist():
+                # ETP: the peers' tokens too (taken equal to this rank's), 1/etp wide
                 t_lut[x], f_lut[x] = self.timer(
-                    ("expert", x, ph) + ((part,) if part else ()),
-                    lambda x=x: (costs.backward_part(costs.expert_kernels(self.spec, x, ph),
-                                                     part) if part else
-                                 costs.expert_kernels(self.spec, x, ph)))
+                    ("expert", x, ph, self.etp) + ((part,) if part else ()),
+                    lambda x=x: (costs.backward_part(
+                        etpx.expert_kernels(self.spec, x * self.etp, self.etp, ph), part)
+                        if part else etpx.expert_kernels(self.spec, x * self.etp, self.etp, ph)))
         return t_lut[local], f_lut[local]
 
     def send_share(self, src: int, dst: int) -> float:
@@ -116,7 +121,7 @@ class Context:
             topo, gpus = self.res.topology, self.net.gpus
             path = set(topo.route(gpus[src], gpus[dst]))
             hit = 1.0
-            for kind in ("dp", "edp"):
+            for kind in ("dp_cp", "edp"):
                 g = tuple(self.res.layout.group_of(src, kind))
                 if len(g) > 1 and path & self.rings.links(g):
                     hit = 2.0
@@ -132,6 +137,28 @@ class Context:
             if int(lay.coords["tp"][r]) == 0:
                 self.links.collective("all_reduce", tuple(lay.group_of(r, "tp")), nbytes,
                                       mirrored=True)
+
+    def cp_time(self, rank: int, phase: str) -> float:
+        """Seconds of one layer's ring KV exchange of ``rank``'s CP group (0 without CP)."""
+        if self.cp <= 1:
+            return 0.0
+        key = (rank, phase)
+        hit = self._cp.get(key)
+        if hit is None:
+            g = tuple(self.res.layout.group_of(rank, "cp"))
+            spec = cpx.kv_spec(g, self.spec, self.tokens, self.tp, phase)
+            hit = self._cp[key] = self.rings.time("all_gather", g, spec.nbytes)
+        return hit
+
+    def etp_time(self, group: tuple[int, ...], recv: np.ndarray) -> np.ndarray:
+        """Per EP member: its ETP all-gather (or reduce-scatter) of the tokens the ETP
+        group received, the peers taken to receive as many as the member."""
+        out = np.zeros(len(group))
+        for e, r in enumerate(group):
+            g = tuple(self.res.layout.group_of(r, "etp"))
+            out[e] = self.rings.time("all_gather", g, etpx.gather_bytes(
+                self.spec, int(recv[e]) * self.etp))
+        return out
 
     def tp_time(self, rank: int) -> float:
         if self.tp <= 1:

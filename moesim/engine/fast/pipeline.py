@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from moesim.engine.fast.pairs import run_pair
+from moesim.engine.fast.zero3 import Zero3Gathers
 from moesim.model import costs
 from moesim.trace.spans import Span
 
@@ -76,6 +77,7 @@ class Chain:
         self.msgs: dict[tuple, np.ndarray] = {}
         self.spans: list[Span] = []
         self.rec: list[tuple] | None = None   # while set, ops are recorded (pairs.run_pair)
+        self.z3 = Zero3Gathers(ctx, groups)
 
     # ------------------------------------------------------------ spans
     def _span(self, s: int, kind: str, name: str, a, b, layer=-1, mb=-1, phase="",
@@ -121,8 +123,8 @@ class Chain:
                        reason=f"waiting for stage {src_stage} ({name})")
         self.t[s] = b
 
-    def _tp(self, s: int, name: str, layer, mb, phase) -> None:
-        d = self.c.tp_time(self.groups[s][0])
+    def _tp(self, s: int, name: str, layer, mb, phase, share: float = 1.0) -> None:
+        d = self.c.tp_time(self.groups[s][0]) * share
         if d <= 0:
             return
         self.c.tp_bytes(self.groups[s])
@@ -175,6 +177,23 @@ class Chain:
         self.t[s] = end
 
     def _experts(self, s: int, rec: RouteRec, layer: int, mb: int, phase: str) -> None:
+        if self.c.etp > 1:     # ETP all-gather before, reduce-scatter after the experts
+            self._etp(s, rec, layer, mb, phase, "etp_gather")
+        self._expert_gemms(s, rec, layer, mb, phase)
+        if self.c.etp > 1:
+            self._etp(s, rec, layer, mb, phase, "etp_scatter")
+
+    def _etp(self, s: int, rec: RouteRec, layer, mb, phase, name: str) -> None:
+        d = self.c.etp_time(self.groups[s], rec.recv)
+        if self.rec is not None:
+            self.rec.append(("tp", d, f"{phase}.{name}", layer, mb, phase))
+            return
+        a = self.t[s]
+        self.out[s].acc["tp"] += d
+        self._span(s, "tp", f"{phase}.{name}", a, a + d, layer, mb, phase)
+        self.t[s] = a + d
+
+    def _expert_gemms(self, s: int, rec: RouteRec, layer: int, mb: int, phase: str) -> None:
         d = rec.exp_t[phase]
         self.out[s].flops += rec.exp_f[phase]
         if self.rec is not None:
@@ -189,27 +208,61 @@ class Chain:
     # ------------------------------------------------------------ one layer
     def layer(self, s: int, layer: int, mb: int, phase: str) -> None:
         c = self.c
+        if self.z3.on:
+            self._zero3(s, layer, mb, phase)
         spec, tok, tp = c.spec, c.tokens, c.tp
         moe = spec.is_moe_layer(layer)
         attn = lambda: [*costs.norm_kernels(spec, tok, tp, phase),  # noqa: E731
                         *costs.attention_kernels(spec, tok, c.seq, tp, phase)]
         ffn = lambda: costs.dense_ffn_kernels(spec, tok, tp, phase)  # noqa: E731
+        # sequence parallelism: an MoE layer keeps one reduce-scatter and one all-gather,
+        # half the ring bytes of its two all-reduces (moesim.program.folding)
+        share = 0.5 if moe and c.sp else 1.0
         if phase == "fwd":
             self._compute(s, "fwd.attn", ("attn", phase), attn, layer, mb, phase)
-            self._tp(s, "fwd.tp_attn", layer, mb, phase)
+            self._cp(s, ("attn", phase), attn, layer, mb, phase)
+            self._tp(s, "fwd.tp_attn", layer, mb, phase, share)
             if moe:
                 self._moe(s, layer, mb, phase)
             else:
                 self._compute(s, "fwd.ffn", ("ffn", phase), ffn, layer, mb, phase)
-            self._tp(s, "fwd.tp_mlp", layer, mb, phase)
+            self._tp(s, "fwd.tp_mlp", layer, mb, phase, share)
         else:
-            self._tp(s, "bwd.tp_mlp", layer, mb, phase)
+            self._tp(s, "bwd.tp_mlp", layer, mb, phase, share)
             if moe:
                 self._moe(s, layer, mb, phase)
             else:
                 self._compute(s, "bwd.ffn", ("ffn", phase), ffn, layer, mb, phase)
-            self._tp(s, "bwd.tp_attn", layer, mb, phase)
+            self._tp(s, "bwd.tp_attn", layer, mb, phase, share)
             self._compute(s, "bwd.attn", ("attn", phase), attn, layer, mb, phase)
+            self._cp(s, ("attn", phase), attn, layer, mb, phase)
+
+    def _zero3(self, s: int, layer: int, mb: int, phase: str) -> None:
+        """ZeRO-3: wait for this layer's weight gathers (moesim.engine.fast.zero3)."""
+        a = self.t[s]
+        start, end = self.z3.gather(s, layer, a)
+        self._span(s, "zero", f"{phase}.zero3_gather", start, end, layer, mb, phase,
+                   stream="comm")
+        b = np.maximum(a, end)
+        self.out[s].acc["zero"] += b - a
+        self.t[s] = b
+
+    def _cp(self, s: int, key: tuple, attn, layer, mb, phase) -> None:
+        """Context parallelism: the ring's KV exchange runs beside attention; what it
+        takes beyond the attention kernels is exposed (as the exact engine's cp stream)."""
+        kv = self.c.cp_time(self.groups[s][0], phase)
+        if kv <= 0:
+            return
+        t, _ = self.c.timer(key, attn)
+        d = max(0.0, kv - t)
+        if d > 0:
+            if self.rec is not None:     # inside an overlapped pair (moesim.engine.fast.pairs)
+                self.rec.append(("tp", d, f"{phase}.cp_kv", layer, mb, phase))
+                return
+            a = self.t[s]
+            self.out[s].acc["tp"] += d
+            self._span(s, "tp", f"{phase}.cp_kv", a, a + d, layer, mb, phase)
+            self.t[s] = a + d
 
     def _moe(self, s: int, layer: int, mb: int, phase: str) -> None:
         c = self.c

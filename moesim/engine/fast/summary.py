@@ -106,8 +106,16 @@ def shortcuts(ctx, dedup: bool, n_chains: int, world: int, span_ranks: int
                               "sends and TP collectives is not slowed on the fast path (EP "
                               "kernels' SM share is: see ep_overlap)",
                     "bound": "unmeasured: use the exact engine for NCCL SM sharing"})
+    if ctx.etp > 1:
+        out.append({"name": "etp_peers_equal",
+                    "detail": "parallel.etp: each rank's expert GEMMs and ETP all-gather / "
+                              "reduce-scatter take its ETP peers to have received as many "
+                              "tokens per expert as it did (the exact engine sums theirs)",
+                    "bound": "exact under balanced routing; unmeasured otherwise"})
     if ctx.res.scenario.parallel.zero == 3:
-        out.append({"name": "zero3_gathers_not_modeled",
-                    "detail": "ZeRO-3 per-layer weight all-gathers are not charged",
-                    "bound": "unmeasured: use the exact engine for ZeRO-3"})
+        out.append({"name": "zero3_lockstep_replicas",
+                    "detail": "ZeRO-3 per-layer weight all-gathers (DP x CP, then EDP) on "
+                              "each rank's comm stream, prefetched as the exact builder "
+                              "does; DP replicas reach each gather together",
+                    "bound": "measured in tests/test_folding.py against the exact engine"})
     return out

@@ -1,0 +1,96 @@
+"""``moesim layout SCENARIO [--rank R] [--json]``: the process groups of a rank.
+
+Every group Megatron-Core builds for the rank (``megatron/core/parallel_state.py``):
+attention TP, CP, DP, DP×CP (dense gradient reduction) and PP; MoE-layer EP, ETP and
+EDP (expert gradient reduction) of the folded expert generator; each member with the
+node it sits on (rank r on GPU r, node r // GPUs per node), so a user sees which
+collectives cross the network.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+from moesim.errors import InputError
+from moesim.scenario import load_scenario, resolve
+
+#: group kind -> what Megatron-Core calls it and what runs over it
+GROUPS = (
+    ("tp", "TENSOR_MODEL_PARALLEL_GROUP", "TP all-reduce / SP reduce-scatter + all-gather"),
+    ("cp", "CONTEXT_PARALLEL_GROUP", "ring attention KV exchange"),
+    ("dp", "DATA_PARALLEL_GROUP", "data parallel replicas"),
+    ("dp_cp", "DATA_PARALLEL_GROUP_WITH_CP", "dense gradient reduction"),
+    ("pp", "PIPELINE_MODEL_PARALLEL_GROUP", "activations between stages"),
+    ("ep", "EXPERT_MODEL_PARALLEL_GROUP", "token dispatch / combine all-to-all"),
+    ("etp", "EXPERT_TENSOR_PARALLEL_GROUP", "expert GEMM all-gather / reduce-scatter"),
+    ("edp", "EXPERT_DATA_PARALLEL_GROUP", "expert gradient reduction"),
+)
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("scenario", help="scenario YAML file or shipped name (e.g. toy-cpu)")
+    p.add_argument("--rank", type=int, default=0, help="global rank to show (default 0)")
+    p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+                   help="override one field, e.g. --set parallel.ep=16 (repeatable)")
+    p.add_argument("--json", action="store_true", help="print the groups as JSON")
+
+
+def rank_groups(lay, rank: int, gpus_per_node: int | None) -> dict:
+    """JSON-able groups of ``rank``: per kind the members, their nodes and whether the
+    group spans more than one node."""
+    c = lay.coord(rank)
+    out = {"rank": rank, "node": rank // gpus_per_node if gpus_per_node else None,
+           "order": lay.megatron_order, "sizes": lay.describe(),
+           "coords": {"tp": c.tp, "cp": c.cp, "dp": c.dp, "pp": c.pp, "ep": c.ep,
+                      "etp": c.etp, "edp": c.edp},
+           "groups": {}}
+    out["sizes"].update(cp=lay.cp, etp=lay.etp)
+    for kind, megatron, use in GROUPS:
+        g = lay.group_of(rank, kind)
+        nodes = [r // gpus_per_node for r in g] if gpus_per_node else None
+        out["groups"][kind] = {"megatron": megatron, "carries": use, "ranks": list(g),
+                               "nodes": nodes,
+                               "crosses_nodes": bool(nodes and len(set(nodes)) > 1)}
+    return out
+
+
+def _ranges(xs: list[int]) -> str:
+    """Compact ranks: 0-31 for a run, 1,3,5 otherwise (strides shown as a:b:step)."""
+    if len(xs) <= 2:
+        return ",".join(map(str, xs))
+    step = xs[1] - xs[0]
+    if step > 0 and all(b - a == step for a, b in zip(xs, xs[1:], strict=False)):
+        return f"{xs[0]}-{xs[-1]}" if step == 1 else f"{xs[0]}-{xs[-1]} step {step}"
+    return ",".join(map(str, xs))
+
+
+def format_groups(name: str, t: dict) -> str:
+    s = t["sizes"]
+    lines = [f"scenario {name}: {s['world']} ranks, order {t['order']} (innermost first); "
+             f"attention tp={s['tp']} cp={s['cp']} dp={s['dp']} pp={s['pp']}, "
+             f"MoE etp={s['etp']} ep={s['ep']} edp={s['edp']}",
+             f"rank {t['rank']}" + (f" on node {t['node']}" if t["node"] is not None else "")
+             + ": " + " ".join(f"{k}={v}" for k, v in t["coords"].items()),
+             f"{'group':<6} {'size':>4}  {'ranks':<28} {'nodes':<28} carries"]
+    for kind, g in t["groups"].items():
+        nodes = sorted(set(g["nodes"])) if g["nodes"] is not None else []
+        where = (_ranges(nodes) + (" (crosses nodes)" if g["crosses_nodes"] else "")
+                 if g["nodes"] is not None else "-")
+        lines.append(f"{kind:<6} {len(g['ranks']):>4}  {_ranges(g['ranks']):<28} "
+                     f"{where:<28} {g['carries']}")
+    return "\n".join(lines)
+
+
+def run(args: argparse.Namespace) -> int:
+    scn = load_scenario(args.scenario, args.overrides, resolve=False)
+    res = resolve(scn)
+    lay = res.layout
+    if not 0 <= args.rank < lay.world:
+        raise InputError("command line", "--rank", f"a rank in 0..{lay.world - 1}", args.rank)
+    t = rank_groups(lay, args.rank, res.scenario.gpus_per_node)
+    if args.json:
+        print(json.dumps(t, indent=1))
+    else:
+        print(format_groups(res.scenario.name, t))
+    return 0
