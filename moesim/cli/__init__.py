@@ -22,6 +22,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "flows": ("moesim.cli.flows_cmd", "run point-to-point flows through the network model"),
     "collective": ("moesim.cli.collective_cmd", "simulate one collective on a topology"),
     "run": ("moesim.cli.run_cmd", "simulate one training step of a scenario"),
+    "serve": ("moesim.cli.serve_cmd", "simulate one prefill or decode step of a serving "
+              "deployment"),
     "memory": ("moesim.cli.memory_cmd", "per-rank memory table of a scenario"),
     "plot": ("moesim.cli.plot_cmd", "redraw a timeline from a run directory"),
     "compare": ("moesim.cli.compare_cmd", "compare the summaries of two runs"),

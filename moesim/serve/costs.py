@@ -26,6 +26,8 @@ once: they are the rows of one GEMM against the cache, so the attention kernel's
 
 from __future__ import annotations
 
+import dataclasses
+
 from moesim.compute.base import Kernel
 from moesim.model import costs
 from moesim.model.costs import ACT_BYTES, FP32_BYTES, memory_op
@@ -97,3 +99,22 @@ def head_kernels(spec: ModelSpec, tokens: int, tp: int = 1) -> list[Kernel]:
         memory_op("sampler", tokens * v * (ACT_BYTES + FP32_BYTES),
                   SAMPLER_FLOPS_PER_LOGIT * tokens * v),
     ]
+
+
+class WeightBytes:
+    """A compute model charging the weight operand of every weight GEMM (``*_gemm``
+    kernels: attention projections, experts, shared and dense FFNs) at ``weight_bytes``
+    per element instead of :mod:`moesim.model.costs`' bf16: a checkpoint served in FP8
+    (``model.weight_bytes: 1``) reads half the bytes per decode step. Other kernels pass
+    through unchanged."""
+
+    def __init__(self, model, weight_bytes: int) -> None:
+        self.model = model
+        self.weight_bytes = int(weight_bytes)
+        self.name = f"{model.name},weights {weight_bytes} B"
+
+    def time_s(self, kernel: Kernel) -> float:
+        if kernel.name.endswith("_gemm") and kernel.k > 0 and kernel.n > 0:
+            saved = (ACT_BYTES - self.weight_bytes) * kernel.k * kernel.n * kernel.count
+            kernel = dataclasses.replace(kernel, bytes=max(kernel.bytes - saved, 0.0))
+        return self.model.time_s(kernel)

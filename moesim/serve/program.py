@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from moesim.collectives.communicator import CollectiveSpec
 from moesim.model import costs
-from moesim.program.build import Builder, StepPlan
+from moesim.program.build import Builder, StepPlan, Timer
 from moesim.program.ops import Op
 from moesim.program.overlap import ep_stream, interleave
 from moesim.serve import costs as serve_costs
@@ -42,6 +42,8 @@ class ServeBuilder(Builder):
         # tokens that reach the LM head per micro-batch: one per request (prefill samples
         # the first output token from each prompt's last position)
         self.head_tokens = res.scenario.schedule.micro_batch_size
+        if self.spec.weight_bytes != costs.ACT_BYTES:     # e.g. an FP8 checkpoint
+            self.timer = Timer(serve_costs.WeightBytes(res.compute, self.spec.weight_bytes))
 
     def _rank_program(self, rank: int) -> list[Op]:
         prog: list[Op] = []
