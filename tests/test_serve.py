@@ -233,6 +233,7 @@ def test_decode_tokens_and_requests(tmp_path):
 
 # ---------------------------------------------------------------- CLI, determinism, errors
 
+@pytest.mark.slow
 def test_same_seed_same_bytes(tmp_path, capsys):
     path = _ep_scenario(tmp_path, "det", two_microbatch=True)
     outs = []
@@ -264,7 +265,7 @@ def test_same_seed_same_bytes(tmp_path, capsys):
     ("serve.two_microbatch=maybe", "serve.two_microbatch"),
     ("serve.batch_per_gpu=63", "serve.batch_per_gpu"),    # odd with two micro-batches
     ("serve.colour=red", "serve.colour"),
-    ("engine.mode=fast", "engine.mode"),
+    ("engine.mode=turbo", "engine.mode"),
 ])
 def test_bad_input_one_line(tmp_path, capsys, override, field):
     path = _ep_scenario(tmp_path, "bad", two_microbatch=True)
@@ -293,3 +294,18 @@ def test_serving_layout_is_pp1_dp_attention():
             scn.schedule.seq_len) == (2, 2, 4096)    # 16K tokens per GPU in two halves
     dec = serve_from_dict({"phase": "decode", "batch_per_gpu": 128, "ep": 128}, "t")
     assert serving_scenario(Scenario(name="x"), dec).parallel.ep_backend.kind == "deepep-ll"
+
+
+@pytest.mark.parametrize("overrides", [[], ["serve.two_microbatch=true"],
+                                       ["routing.kind=hot", "routing.hot_fraction=0.5"]])
+def test_fast_engine_matches_exact_step(tmp_path, overrides):
+    path = _ep_scenario(tmp_path, "fx")
+    steps = {}
+    for mode in ("exact", "fast"):
+        res, cfg = resolve_serve(path, [*overrides, f"engine.mode={mode}"])
+        s = simulate_serve(res, cfg).summary
+        steps[mode] = s
+    assert steps["fast"]["step_time_s"] == pytest.approx(steps["exact"]["step_time_s"],
+                                                         rel=1e-3)
+    assert steps["fast"]["experts"] == steps["exact"]["experts"]     # same routing
+    assert steps["fast"]["engine"] == "fast"

@@ -1,9 +1,9 @@
 """One serving step end to end: load the ``serve`` section, resolve its layout, build the
 op programs (:mod:`moesim.serve.program`), run them on the exact engine and summarise.
 
-The fast engine is not used for serving: its lockstep chains cost training's layers
-(attention over ``seq_len``, the loss, gradient buckets), so ``engine.mode: fast`` is
-refused with a one-line error.
+``engine.mode: exact`` (default) runs the op programs on simpy; ``engine.mode: fast`` runs
+the same step on the fast engine's lockstep model (:mod:`moesim.serve.fast`), for
+deployments too large for the exact engine (DeepSeek-V3 decode over 128 GPUs).
 """
 
 from __future__ import annotations
@@ -31,9 +31,6 @@ def resolve_serve(target: str | Path, overrides=()) -> tuple[Resolved, ServeConf
     resolve the serving layout. Errors name the ``serve`` fields."""
     scn = load_scenario(target, list(overrides), resolve=False)
     cfg = serve_from_dict(dict(scn.serve), scn.source)
-    if scn.engine.mode != "exact":
-        raise InputError(scn.source, "engine.mode", "exact for serve (the fast engine's "
-                         "lockstep chains cost training layers)", scn.engine.mode)
     try:
         res = resolve(serving_scenario(scn, cfg))
         serving_scenario(scn, cfg, res.layout.world)       # attn_dp and tp against the world
@@ -47,8 +44,14 @@ def resolve_serve(target: str | Path, overrides=()) -> tuple[Resolved, ServeConf
 
 def simulate_serve(res: Resolved, cfg: ServeConfig, *, progress=None,
                    record_series: bool = True) -> SimResult:
-    """Run one serving step on the exact engine; ``result.summary`` is the serving
+    """Run one serving step on the scenario's engine; ``result.summary`` is the serving
     summary (:func:`serve_summary`)."""
+    if res.scenario.engine.mode == "fast":
+        from moesim.serve.fast import simulate_serve_fast
+        result, plan = simulate_serve_fast(res, cfg, progress=progress)
+        result.summary = serve_summary(res, cfg, result.summary, plan)
+        result.summary["engine"] = "fast"
+        return result
     plans = []
 
     def build(r, replicas="independent", dedup=False):
