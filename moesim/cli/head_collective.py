@@ -74,6 +74,6 @@ def format_head(res: dict) -> str:
         f"{v['gathered_elements_per_rank']:,} candidates received per rank",
         f"  hidden-sharded (all-reduce of V logits per token): {h['time_s'] * 1e6:.1f} us "
         f"({h['all_reduce_logits_bytes']:,} B, {h['sent_per_rank_bytes']:,.0f} B sent per rank)",
-        f"  hidden-sharded / vocab-sharded time: "
+        "  hidden-sharded / vocab-sharded time: "
         + (f"{res['speedup']:.1f}x" if res["speedup"] is not None else "n/a (one rank)"),
     ])
