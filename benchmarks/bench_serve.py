@@ -20,17 +20,26 @@ import statistics
 import subprocess
 import sys
 
+#: published decode throughput to compare with: "Each H800 node delivers an average
+#: throughput of ~14.8k tokens/s output during decoding" (DeepSeek, open-infra-index,
+#: 202502OpenSourceWeek/day_6_one_more_thing_deepseekV3R1_inference_system_overview.md;
+#: a production average over its batches and contexts, average KV length 4,989 tokens)
+PUBLISHED_TOKENS_PER_S_PER_NODE = {"deepseek-v3-decode": 14.8e3}
+
 CHILD = r"""
 import json, resource, sys, time
 from moesim.serve.run import resolve_serve, simulate_serve
 name, overrides, steps = json.loads(sys.argv[1])
 t = time.perf_counter()
-tpot = []
+tpot, tps = [], []
 for i in range(steps):
     res, cfg = resolve_serve(name, [*overrides, f"serve.step={i}"])
-    tpot.append(simulate_serve(res, cfg).summary["step_time_s"])
+    s = simulate_serve(res, cfg).summary
+    tpot.append(s["step_time_s"])
+    tps.append(s["tokens_per_s_per_gpu"] * (res.scenario.gpus_per_node or 1))
 wall = time.perf_counter() - t
 print(json.dumps({"wall_s": wall, "wall_per_step_s": wall / steps,
+                  "tokens_per_s_per_node": sum(tps) / steps,
                   "tpot_mean_ms": 1e3 * sum(tpot) / steps,
                   "tpot_min_ms": 1e3 * min(tpot), "tpot_max_ms": 1e3 * max(tpot),
                   "maxrss_MB": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1e3}))
@@ -63,7 +72,13 @@ def main(argv: list[str] | None = None) -> int:
     print(f"  wall {med['wall_s']:.1f} s ({med['wall_per_step_s']:.2f} s per step), "
           f"peak RSS {med['maxrss_MB']:.0f} MB")
     print(f"  simulated TPOT mean {med['tpot_mean_ms']:.2f} ms "
-          f"(min {med['tpot_min_ms']:.2f}, max {med['tpot_max_ms']:.2f} ms)")
+          f"(min {med['tpot_min_ms']:.2f}, max {med['tpot_max_ms']:.2f} ms), "
+          f"{med['tokens_per_s_per_node']:,.0f} tokens/s per node")
+    ref = PUBLISHED_TOKENS_PER_S_PER_NODE.get(a.scenario)
+    if ref:
+        err = med["tokens_per_s_per_node"] / ref - 1
+        print(f"  published (DeepSeek production decode, per H800 node): {ref:,.0f} tokens/s; "
+              f"simulated {err * 100:+.1f} %")
     return 0
 
 

@@ -243,6 +243,8 @@ def test_same_seed_same_bytes(tmp_path, capsys):
     assert outs[0] == outs[1]
     for f in ("trace.json", "timeline.png", "stalls.csv", "summary.md"):
         assert (tmp_path / "a" / f).is_file()
+    md = (tmp_path / "a" / "summary.md").read_text()
+    assert "## Serving" in md and "TPOT" in md and "largest batch" in md
     capsys.readouterr()
     assert main(["serve", path, "--json"]) == 0
     s = json.loads(capsys.readouterr().out)

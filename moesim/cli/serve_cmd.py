@@ -53,6 +53,8 @@ def run(args: argparse.Namespace) -> int:
     prog.close()
     if out is not None:
         write_run_outputs(result, out, force=True, quiet=args.quiet or args.json)
+        with open(out / "summary.md", "a", encoding="utf-8") as f:
+            f.write(serving_markdown(result.summary))
     if args.json:
         print(json.dumps(jsonable(full_summary(result)), indent=1))
     else:
@@ -90,3 +92,24 @@ def text_summary(s: dict, out: Path | None) -> str:
     if out is not None:
         lines.append(f"  wrote {out}/ (summary.md, trace.json, timeline.png, ...)")
     return "\n".join(lines)
+
+
+def serving_markdown(s: dict) -> str:
+    """The serving section appended to a run directory's summary.md."""
+    sv, mem = s["serve"], s["memory"]
+    lat = (("TTFT", s["ttft_s"]) if s["phase"] == "prefill" else ("TPOT", s["tpot_s"]))
+    rows = [("phase", s["phase"]), (lat[0], f"{lat[1] * 1e3:.3f} ms"),
+            ("tokens/s", f"{s['tokens_per_s']:,.0f}"),
+            ("tokens/s per GPU", f"{s['tokens_per_s_per_gpu']:,.0f}"),
+            ("requests per step", f"{s['requests_per_step']:,}"),
+            ("layout", f"TP{sv['tp']} x attention DP{sv['attn_dp']}, EP{sv['ep']}, "
+                       f"{sv['ep_backend']}, two micro-batches: {sv['two_microbatch']}"),
+            ("weights per GPU", f"{mem['weights_bytes'] / 1e9:.2f} GB"),
+            ("KV cache per request", f"{mem['kv_per_request_bytes'] / 1e6:.2f} MB"),
+            ("KV cache per GPU", f"{mem['kv_total_bytes'] / 1e9:.2f} GB"),
+            ("activations per GPU", f"{mem['activations_bytes'] / 1e9:.2f} GB"),
+            ("free per GPU", f"{mem['free_bytes'] / 1e9:.2f} GB"),
+            ("largest batch", f"{mem['largest_batch_per_gpu']} requests per GPU")]
+    return "\n## Serving\n\n| metric | value |\n|---|---|\n" + "".join(
+        f"| {k} | {v} |\n" for k, v in rows)
+
