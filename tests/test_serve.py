@@ -319,3 +319,20 @@ def test_fast_engine_matches_exact_step(tmp_path, overrides):
         assert steps["fast"]["breakdown_s"][k] == pytest.approx(v, abs=5e-3 * step)
     assert steps["fast"]["experts"] == steps["exact"]["experts"]     # same routing
     assert steps["fast"]["engine"] == "fast"
+
+
+def test_prefill_summary_ttft_and_tokens(tmp_path):
+    res, cfg = resolve_serve(_scenario(tmp_path, {"phase": "prefill", "batch_per_gpu": 2,
+                                                  "prompt": 512}))
+    s = simulate_serve(res, cfg).summary
+    assert s["phase"] == "prefill" and s["ttft_s"] == s["step_time_s"] and "tpot_s" not in s
+    assert s["tokens_per_step"] == 2 * 512 and s["requests_per_step"] == 2
+    # the prompts' KV cache: 2 requests · 512 tokens · 2·2 layers·8 heads·128 · 2 bytes
+    assert s["memory"]["kv_total_bytes"] == 2 * 512 * 2 * L * A * D * 2
+
+
+def test_fp8_kv_cache_halves_its_bytes():
+    bf = serve_from_dict({"phase": "decode", "context": 4096}, "t")
+    f8 = serve_from_dict({"phase": "decode", "context": 4096, "kv_dtype": "fp8"}, "t")
+    assert (table(DEEPSEEK_V3, f8, 80e9)["kv_per_request_bytes"] * 2
+            == table(DEEPSEEK_V3, bf, 80e9)["kv_per_request_bytes"] == 4096 * 70272)
