@@ -95,6 +95,14 @@ def _flows(acc: dict[tuple[int, int], float]) -> tuple[Flow, ...]:
     return tuple((s, d, b) for (s, d), b in sorted(acc.items()) if s != d and b > 0)
 
 
+def _matrix_flows(m: np.ndarray) -> tuple[Flow, ...]:
+    """:func:`_flows` of a source x destination byte matrix (same order: by (s, d))."""
+    off = m > 0
+    np.fill_diagonal(off, False)
+    s, d = np.nonzero(off)
+    return tuple(zip(s.tolist(), d.tolist(), m[s, d].tolist(), strict=True))
+
+
 def _chunks(table: dict[int, tuple[int, int]], n: int) -> tuple[int, int]:
     """The config of the nearest EP size DeepEP lists (ties: the smaller)."""
     return table[min(table, key=lambda k: (abs(k - n), k))]
@@ -120,7 +128,7 @@ def plan_ep_exchange(counts: DedupCounts, op: str, kernel: str, dtype: str, hidd
     """Stages of one dispatch or combine (see the module docstring)."""
     check_kernel(op, kernel, sms)
     combine = op == "ep_combine"
-    n = counts.gpu_tokens.shape[0]
+    n = counts.pair_tokens.shape[0]
     L = counts.ranks_per_node
     if kernel == "deepep-ll":
         return _plan_ll(counts, op, dtype, hidden, combine)
@@ -185,14 +193,14 @@ def _plan_ll(counts: DedupCounts, op: str, dtype: str, hidden: int, combine: boo
     logical = logical_bytes_per_token("deepep-ll", dtype, hidden)
     pair = counts.pair_tokens.astype(float)
     same = (np.arange(n)[:, None] // L) == (np.arange(n)[None, :] // L)
-    rdma = {(s, d): pair[s, d] * msg for s in range(n) for d in range(n) if not same[s, d]}
-    nvl = {(s, d): pair[s, d] * msg for s in range(n) for d in range(n) if same[s, d]}
+    rdma = np.where(same, 0.0, pair * msg)      # src x dst bytes (numpy: n^2 pairs at EP128)
+    nvl = np.where(same, pair * msg, 0.0)
     if combine:
-        rdma = {(d, s): b for (s, d), b in rdma.items()}
-        nvl = {(d, s): b for (s, d), b in nvl.items()}
+        rdma, nvl = rdma.T, nvl.T
     sel = pair.sum(axis=1)   # the test counts each rank's own selections
     return EpPlan(op, "deepep-ll", dtype, n, L,
-                  (Stage("rdma", "rdma", _flows(rdma)), Stage("nvl", "nvl", _flows(nvl))),
+                  (Stage("rdma", "rdma", _matrix_flows(rdma)),
+                   Stage("nvl", "nvl", _matrix_flows(nvl))),
                   True, 0, np.zeros(n), (), {"rdma_hops": 0, "nvl_hops": 0, "launches": 0},
                   sel * logical, (pair * same).sum(axis=1) * logical, float(msg))
 
