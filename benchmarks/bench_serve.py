@@ -4,9 +4,9 @@
     python benchmarks/bench_serve.py --steps 5 --repeat 1
     python benchmarks/bench_serve.py --scenario mixtral-8x7b-serve --steps 100
 
-Each repetition runs in a fresh child process: ``--steps`` consecutive decode steps
-(``serve.step`` = 0, 1, ...: routing is drawn per step, so a hot expert moves as the
-popularity drifts) on the scenario's engine (the DeepSeek-V3 decode scenario runs on the
+Each repetition runs in a fresh child process: the scenario is resolved once, then
+``--steps`` consecutive decode steps run (``serve.step`` = 0, 1, ...: routing is drawn per
+step, so a hot expert moves as the popularity drifts) on the scenario's engine (the DeepSeek-V3 decode scenario runs on the
 fast engine), then reports the wall time of all steps, per step, the mean simulated
 TPOT and the child's peak resident set (``ru_maxrss``, MB = 10^6 bytes). The table gives
 the median over ``--repeat`` children.
@@ -27,13 +27,14 @@ import sys
 PUBLISHED_TOKENS_PER_S_PER_NODE = {"deepseek-v3-decode": 14.8e3}
 
 CHILD = r"""
-import json, resource, sys, time
+import dataclasses, json, resource, sys, time
 from moesim.serve.run import resolve_serve, simulate_serve
 name, overrides, steps = json.loads(sys.argv[1])
 t = time.perf_counter()
+res, cfg0 = resolve_serve(name, overrides)
 tpot, tps = [], []
 for i in range(steps):
-    res, cfg = resolve_serve(name, [*overrides, f"serve.step={i}"])
+    cfg = dataclasses.replace(cfg0, step=cfg0.step + i)   # routing drawn per step
     s = simulate_serve(res, cfg).summary
     tpot.append(s["step_time_s"])
     tps.append(s["tokens_per_s_per_gpu"] * (res.scenario.gpus_per_node or 1))
