@@ -18,7 +18,8 @@ serve:
 ```
 
 A TP group serves ``tp · batch_per_gpu`` requests (attention data parallelism over the
-groups, as DeepSeek serves with TP1 and DP attention: DeepSeek-V3 report §3.4). The step
+groups, as DeepSeek's published inference profiles do with TP1: github.com/deepseek-ai/
+profile-data README). The step
 runs on the training machinery: :func:`serving_scenario` turns the section into the
 layout (pp 1, dp = GPUs / tp, ep), the micro-batches (1 or 2) and the EP backend, so the
 routing, the EP exchanges and the executor are the training step's.
