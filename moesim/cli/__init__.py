@@ -23,6 +23,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "flows": ("moesim.cli.flows_cmd", "run point-to-point flows through the network model"),
     "collective": ("moesim.cli.collective_cmd", "simulate one collective on a topology"),
     "run": ("moesim.cli.run_cmd", "simulate one training step of a scenario"),
+    "serve": ("moesim.cli.serve_cmd", "simulate one prefill or decode step of a serving "
+              "deployment"),
     "memory": ("moesim.cli.memory_cmd", "per-rank memory table of a scenario"),
     "layout": ("moesim.cli.layout_cmd", "the process groups of a rank and the nodes they span"),
     "schedule": ("moesim.cli.schedule_cmd", "a pipeline schedule's step, bubble and "

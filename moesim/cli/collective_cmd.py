@@ -5,6 +5,7 @@ Example::
     moesim collective --topology dgx-h100 --nodes 2 --op all_reduce --bytes 1GiB
     moesim collective --topology dgx-h100 --nodes 4 --op all_to_all --matrix m.json --json
     moesim collective --topology dgx-h800 --nodes 8 --op ep_dispatch --kernel deepep --json
+    moesim collective --topology dgx-h100 --op dist_topk --vocab 129280 --k 50 --batch 128
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from typing import Any
 from moesim.cli.common import CLI as _CLI
 from moesim.cli.common import load_topology_args
 from moesim.cli.ep_collective import EP_OPS, add_ep_arguments, run_ep
+from moesim.cli.head_collective import HEAD_OPS, add_head_arguments, run_head
 from moesim.collectives.algorithms import ALGOS, check_op_algo
 from moesim.collectives.simulate import MODELS, simulate_collective
 from moesim.errors import InputError
@@ -49,6 +51,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--model", default="flow", help="network model: flow | analytical")
     p.add_argument("--json", action="store_true", help="print the result as JSON")
     add_ep_arguments(p)
+    add_head_arguments(p)
 
 
 def parse_ranks(text: str) -> list[int]:
@@ -101,6 +104,8 @@ def run(args: argparse.Namespace) -> int:
     op = args.op
     if op in EP_OPS:
         return run_ep(args, parse_ranks(args.ranks) if args.ranks else None)
+    if op in HEAD_OPS:
+        return run_head(args, parse_ranks(args.ranks) if args.ranks else None)
     if op == "all_to_all" and args.matrix is not None:
         op = "all_to_all_v"
     algo = check_op_algo(op, args.algo)

@@ -135,7 +135,7 @@ def plan_ep_exchange(counts: DedupCounts, op: str, kernel: str, dtype: str, hidd
     """Stages of one dispatch or combine (see the module docstring)."""
     check_kernel(op, kernel, sms)
     combine = op == "ep_combine"
-    n = counts.gpu_tokens.shape[0]
+    n = counts.pair_tokens.shape[0]
     L = counts.ranks_per_node
     if kernel == "deepep-ll":
         return _plan_ll(counts, op, dtype, hidden, combine)

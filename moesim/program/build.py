@@ -170,7 +170,7 @@ class Builder(GradientOps, DualPipeOps, PairedOps, FoldedOps):
                 combine_dtype=scn.routing.combine_dtype, seed=scn.seed, step=self.step,
                 layer=j, microbatch=canon * self.m + mb, source=scn.source,
                 dedup_ranks_per_node=self.ep_backend.ranks_per_node(group, self.gpn)
-                if self.ep_backend.deepep else None, dedup_cache=self._dedup_cache)
+                if self.ep_backend.needs_dedup else None, dedup_cache=self._dedup_cache)
             self._routes[key] = r
         if (group_idx, layer, mb) not in self._counted:
             self._counted.add((group_idx, layer, mb))

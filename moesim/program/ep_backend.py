@@ -71,6 +71,12 @@ class EPBackend:
     def deepep(self) -> bool:
         return self.kind in DEEPEP_KINDS
 
+    @property
+    def needs_dedup(self) -> bool:
+        """Whether the plan reads the (token, GPU) and (token, node) copies: the normal
+        kernels only (the low-latency ones send one message per (token, expert))."""
+        return self.kind == "deepep"
+
     def ranks_per_node(self, group: tuple[int, ...], gpn: int | None) -> int:
         """EP ranks per node; DeepEP needs the group laid out node by node, equally."""
         if not gpn:

@@ -296,6 +296,7 @@ def build_scenario(data: dict, source: str = "<scenario>", default_name: str = "
         overlap=_fixed(src, data, "overlap", OverlapConfig),
         memory=_fixed(src, data, "memory", MemoryConfig),
         engine=_fixed(src, data, "engine", EngineConfig),
+        serve=_section(src, data, "serve"),   # checked by moesim.serve.config
         source=src,
     )
     _check_schedule(scn)

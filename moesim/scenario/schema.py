@@ -174,6 +174,7 @@ class Scenario:
     overlap: OverlapConfig = field(default_factory=OverlapConfig)
     memory: MemoryConfig = field(default_factory=MemoryConfig)
     engine: EngineConfig = field(default_factory=EngineConfig)
+    serve: Any = field(default_factory=dict)     # dict for moesim.serve.config (serving)
     source: str = "<scenario>"                   # file it came from (for error messages)
     world: int | None = None                     # GPUs in the cluster, once resolved
     gpus_per_node: int | None = None             # from the topology, once resolved
@@ -182,6 +183,7 @@ class Scenario:
     def __post_init__(self) -> None:
         object.__setattr__(self, "model", _frozen(self.model))
         object.__setattr__(self, "compute", _frozen(self.compute))
+        object.__setattr__(self, "serve", _frozen(self.serve))
 
     def to_dict(self) -> dict:
         """The full configuration, JSON-able (lists, dicts, scalars)."""
@@ -193,6 +195,8 @@ class Scenario:
         r = out["routing"]
         out["routing"] = {**r["policy"], "dispatch_dtype": r["dispatch_dtype"],
                           "combine_dtype": r["combine_dtype"], "a2a_algo": r["a2a_algo"]}
+        if not out["serve"]:    # training scenarios echo exactly what they did before
+            del out["serve"]
         return out
 
 
@@ -216,6 +220,6 @@ SECTIONS: dict[str, type] = {
     "engine": EngineConfig,
 }
 #: sections that are free-form dicts validated by their owner
-DICT_SECTIONS = ("model", "compute")
+DICT_SECTIONS = ("model", "compute", "serve")
 TOP_LEVEL = ("name", "seed", "cluster", "model", "routing", "parallel", "schedule", "compute",
-             "overlap", "memory", "engine")
+             "overlap", "memory", "engine", "serve")

@@ -27,8 +27,8 @@ from moesim.trace.result import SimResult
 
 def simulate_exact(res: Resolved, *, progress=None, record_series: bool = True,
                    replicas: str | None = None, dedup: bool = True,
-                   mirror_traffic: bool = True, coalesce_rtol: float | None = None
-                   ) -> SimResult:
+                   mirror_traffic: bool = True, coalesce_rtol: float | None = None,
+                   build=None) -> SimResult:
     """Simulate one step of ``res`` on simpy.
 
     ``replicas``: ``independent`` or ``identical`` (default: the scenario's
@@ -40,13 +40,16 @@ def simulate_exact(res: Resolved, *, progress=None, record_series: bool = True,
     contend for shared links as in the full run; False drops them (faster, measured
     error in docs/scale.md). ``coalesce_rtol`` > 0 passes the flow network's coalescing
     option (a flow may finish up to that fraction of its duration early; 0 = exact;
-    default: the scenario's ``engine.coalesce_rtol``)."""
+    default: the scenario's ``engine.coalesce_rtol``). ``build(res, replicas=, dedup=)``
+    makes the step's :class:`~moesim.program.build.StepPlan` (default
+    :func:`~moesim.program.build.build_step`; serving passes its own,
+    :mod:`moesim.serve.program`)."""
     t0 = time.perf_counter()
     if coalesce_rtol is None:
         coalesce_rtol = res.scenario.engine.coalesce_rtol
     mode = replicas_mode(res.scenario, replicas)
     dedup = dedup and mode == "identical" and res.layout.edp > 1
-    plan = build_step(res, replicas=mode, dedup=dedup)
+    plan = (build_step if build is None else build)(res, replicas=mode, dedup=dedup)
     rmap = replica_map(res.layout) if dedup else None
     if progress:
         progress("built", sum(len(p) for p in plan.programs))

@@ -171,12 +171,15 @@ class Context:
         return hit
 
 
-def _route_rec(ctx: Context, r, group: tuple[int, ...]) -> RouteRec:
+def _route_rec(ctx: Context, r, group: tuple[int, ...], forward_only: bool = False
+               ) -> RouteRec:
+    """``forward_only``: time the forward dispatch and combine only (serving)."""
     n = len(group)
     grad_bpt = float(ACT_BYTES * ctx.spec.hidden)
-    mats = {"fwd.dispatch": r.dispatch_bytes, "fwd.combine": r.combine_bytes,
-            "bwd.combine": r.dispatch_tokens * grad_bpt,
-            "bwd.dispatch": r.combine_tokens * grad_bpt}
+    mats = {"fwd.dispatch": r.dispatch_bytes, "fwd.combine": r.combine_bytes}
+    if not forward_only:
+        mats.update({"bwd.combine": r.dispatch_tokens * grad_bpt,
+                     "bwd.dispatch": r.combine_tokens * grad_bpt})
     off = ~np.eye(n, dtype=bool)
     d_out, c_out = r.dispatch_bytes.sum(axis=1), r.combine_bytes.sum(axis=1)
     if ctx.ep_backend.deepep:

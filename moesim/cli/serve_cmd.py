@@ -1,0 +1,119 @@
+"""``moesim serve SCENARIO``: simulate one prefill or decode step of a serving deployment.
+
+Prints step time, TTFT (prefill) or time per output token (decode), tokens/s and the
+memory table; ``--json`` prints the summary as JSON (phase, step_time_s, ttft_s /
+tpot_s, tokens_per_s, tokens_per_s_per_gpu, breakdown_s, per_rank, experts, memory);
+``-o OUTDIR`` writes the files ``moesim run`` writes (summary.md, summary.json,
+trace.json for Perfetto, timeline.png with stalls, experts.png, links.png, stalls.csv).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from moesim.trace.progress import Progress
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("scenario", help="scenario YAML file with a serve section, or shipped name "
+                   "(e.g. deepseek-v3-decode)")
+    p.add_argument("-o", "--out", default=None,
+                   help="output directory (default: print only; files as for moesim run)")
+    p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+                   help="override one field, e.g. --set serve.batch_per_gpu=64 (repeatable)")
+    p.add_argument("--json", action="store_true", help="print the summary as JSON on stdout")
+    p.add_argument("--force", action="store_true",
+                   help="write into an output directory that holds other files")
+    p.add_argument("--quiet", action="store_true", help="no progress lines")
+
+
+def run(args: argparse.Namespace) -> int:
+    from moesim.outputs import write_text
+    from moesim.serve.run import resolve_serve, simulate_serve
+    from moesim.trace.report import check_outdir, full_summary, jsonable, write_run_outputs
+
+    res, cfg = resolve_serve(args.scenario, args.overrides)
+    for w in res.warnings:
+        print(f"moesim serve: warning: {w}", file=sys.stderr)
+    out = Path(args.out) if args.out else None
+    if out is not None:
+        check_outdir(out, args.force, res.scenario.to_dict())   # before the long part
+    prog = Progress(0, f"serving {res.scenario.name} ({cfg.phase})",
+                    quiet=args.quiet or args.json)
+
+    def progress(stage: str, n: float) -> None:
+        if stage == "built":
+            prog.total = n
+        else:
+            prog.update(n)
+
+    result = simulate_serve(res, cfg, progress=progress)
+    prog.close()
+    if out is not None:
+        # checked again as each file is put in place (moesim.outputs); summary.md is
+        # moesim's own once written, so its serving section replaces it atomically
+        write_run_outputs(result, out, force=args.force, quiet=args.quiet or args.json)
+        md = out / "summary.md"
+        write_text(md, md.read_text(encoding="utf-8") + serving_markdown(result.summary),
+                   force=True)
+    if args.json:
+        print(json.dumps(jsonable(full_summary(result)), indent=1))
+    else:
+        print(text_summary(result.summary, out))
+    return 0
+
+
+def text_summary(s: dict, out: Path | None) -> str:
+    step = s["step_time_s"]
+    mem = s["memory"]
+    sv = s["serve"]
+    lat = (f"TTFT {s['ttft_s'] * 1e3:.2f} ms" if s["phase"] == "prefill"
+           else f"TPOT {s['tpot_s'] * 1e3:.3f} ms")
+    lines = [f"{s['scenario']}: {s['phase']} step {step * 1e3:.3f} ms on {s['world']} GPUs "
+             f"(TP{sv['tp']} x attention DP{sv['attn_dp']}, EP{sv['ep']}, "
+             f"{sv['ep_backend']}, {2 if sv['two_microbatch'] else 1} micro-batch"
+             f"{'es' if sv['two_microbatch'] else ''}), {lat}",
+             f"  {s['tokens_per_s']:,.0f} tokens/s, {s['tokens_per_s_per_gpu']:,.0f} tokens/s "
+             f"per GPU, {s['requests_per_step']:,} requests"]
+    b = s["breakdown_s"]
+    parts = [f"{k} {v * 1e3:.3f} ms ({v / step * 100:.1f} %)" for k, v in b.items()
+             if v > 0 and step > 0]
+    lines.append("  breakdown (mean over ranks): " + ", ".join(parts))
+    ex = s.get("experts", {})
+    if ex.get("max_over_mean"):
+        lines.append(f"  experts: max/mean load {ex['max_over_mean_max']:.2f}")
+    gb = 1e9
+    lines.append(f"  memory per GPU: weights {mem['weights_bytes'] / gb:.2f} GB, KV "
+                 f"{mem['kv_per_request_bytes'] / 1e6:.2f} MB per request x "
+                 f"{sv['batch_per_gpu'] * sv['tp']} = {mem['kv_total_bytes'] / gb:.2f} GB, "
+                 f"activations {mem['activations_bytes'] / gb:.2f} GB, free "
+                 f"{mem['free_bytes'] / gb:.2f} GB of {mem['capacity_bytes'] / gb:.1f} GB; "
+                 f"largest batch {mem['largest_batch_per_gpu']} requests per GPU"
+                 + ("  ** OOM **" if mem["oom"] else ""))
+    if out is not None:
+        lines.append(f"  wrote {out}/ (summary.md, trace.json, timeline.png, ...)")
+    return "\n".join(lines)
+
+
+def serving_markdown(s: dict) -> str:
+    """The serving section appended to a run directory's summary.md."""
+    sv, mem = s["serve"], s["memory"]
+    lat = (("TTFT", s["ttft_s"]) if s["phase"] == "prefill" else ("TPOT", s["tpot_s"]))
+    rows = [("phase", s["phase"]), (lat[0], f"{lat[1] * 1e3:.3f} ms"),
+            ("tokens/s", f"{s['tokens_per_s']:,.0f}"),
+            ("tokens/s per GPU", f"{s['tokens_per_s_per_gpu']:,.0f}"),
+            ("requests per step", f"{s['requests_per_step']:,}"),
+            ("layout", f"TP{sv['tp']} x attention DP{sv['attn_dp']}, EP{sv['ep']}, "
+                       f"{sv['ep_backend']}, two micro-batches: {sv['two_microbatch']}"),
+            ("weights per GPU", f"{mem['weights_bytes'] / 1e9:.2f} GB"),
+            ("KV cache per request", f"{mem['kv_per_request_bytes'] / 1e6:.2f} MB"),
+            ("KV cache per GPU", f"{mem['kv_total_bytes'] / 1e9:.2f} GB"),
+            ("activations per GPU", f"{mem['activations_bytes'] / 1e9:.2f} GB"),
+            ("free per GPU", f"{mem['free_bytes'] / 1e9:.2f} GB"),
+            ("largest batch", f"{mem['largest_batch_per_gpu']} requests per GPU")]
+    return "\n## Serving\n\n| metric | value |\n|---|---|\n" + "".join(
+        f"| {k} | {v} |\n" for k, v in rows)
+

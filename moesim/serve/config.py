@@ -1,0 +1,170 @@
+"""The ``serve:`` scenario section: one prefill or decode step of a serving deployment.
+
+```yaml
+serve:
+  phase: decode            # prefill | decode
+  batch_per_gpu: 128       # requests per GPU (alias requests_per_gpu)
+  prompt: 4096             # prompt tokens per request (prefill processes them)
+  context: 4096            # decode: tokens in each request's KV cache at the step
+  output: 1024             # tokens generated per request (decode time per request)
+  tp: 1                    # tensor parallel (attention DP = GPUs / tp)
+  attn_dp: 128             # optional check: must equal GPUs / tp
+  ep: 128                  # expert parallel
+  two_microbatch: true     # two micro-batches, one's all-to-all under the other's compute
+  ep_backend: auto         # auto (deepep for prefill, deepep-ll for decode) | nccl | deepep | deepep-ll
+  kv_dtype: bf16           # bf16 | fp8 (bytes per cached value)
+  sample_top_k: 50         # tokens kept by the sampler's top-k
+  step: 0                  # routing step index (expert popularity drifts per step)
+```
+
+A TP group serves ``tp · batch_per_gpu`` requests (attention data parallelism over the
+groups, as DeepSeek's published inference profiles do with TP1: github.com/deepseek-ai/
+profile-data README). The step
+runs on the training machinery: :func:`serving_scenario` turns the section into the
+layout (pp 1, dp = GPUs / tp, ep), the micro-batches (1 or 2) and the EP backend, so the
+routing, the EP exchanges and the executor are the training step's.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Any
+
+from moesim.errors import InputError
+from moesim.scenario.schema import (
+    EPBackendConfig,
+    OverlapConfig,
+    ParallelConfig,
+    Scenario,
+    ScheduleConfig,
+)
+
+PHASES = ("prefill", "decode")
+BACKENDS = ("auto", "nccl", "deepep", "deepep-ll")
+KV_DTYPES = {"bf16": 2, "fp8": 1}
+#: ``auto``: DeepEP's normal (high-throughput) kernels for prefill and its low-latency
+#: kernels for decode (deepseek-ai/DeepEP README: "normal kernels ... for training and
+#: inference prefilling", "low-latency kernels ... for inference decoding")
+AUTO_BACKEND = {"prefill": "deepep", "decode": "deepep-ll"}
+#: transformers' GenerationConfig default top_k (huggingface/transformers,
+#: src/transformers/generation/configuration_utils.py: ``top_k = 50``)
+DEFAULT_TOP_K = 50
+
+
+@dataclass(frozen=True)
+class ServeConfig:
+    phase: str = "decode"
+    batch_per_gpu: int = 1
+    prompt: int = 4096
+    context: int | None = None       # None: the prompt length
+    output: int = 1
+    tp: int = 1
+    attn_dp: int | None = None
+    ep: int = 1
+    two_microbatch: bool = False
+    ep_backend: str = "auto"
+    kv_dtype: str = "bf16"
+    sample_top_k: int = DEFAULT_TOP_K
+    step: int = 0
+
+    @property
+    def microbatches(self) -> int:
+        return 2 if self.two_microbatch else 1
+
+    @property
+    def kv_tokens(self) -> int:
+        """Tokens in each request's KV cache during the step."""
+        if self.phase == "prefill":
+            return self.prompt
+        return self.prompt if self.context is None else self.context
+
+    @property
+    def kv_bytes(self) -> int:
+        return KV_DTYPES[self.kv_dtype]
+
+    @property
+    def backend(self) -> str:
+        return AUTO_BACKEND[self.phase] if self.ep_backend == "auto" else self.ep_backend
+
+    def requests_per_group(self) -> int:
+        """Requests one TP group (one attention data-parallel rank) serves."""
+        return self.batch_per_gpu * self.tp
+
+    def tokens_per_group(self) -> int:
+        """Tokens one TP group computes in the step (prompt tokens or one per request)."""
+        per = self.prompt if self.phase == "prefill" else 1
+        return self.requests_per_group() * per
+
+
+_INTS = {"batch_per_gpu": 1, "prompt": 1, "context": 1, "output": 1, "tp": 1, "attn_dp": 1,
+         "ep": 1, "sample_top_k": 1, "step": 0}
+
+
+def _int_ok(v: Any, lo: int) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool) and v >= lo
+
+
+def serve_from_dict(d: Any, source: str) -> ServeConfig:
+    """Check the ``serve`` section; every problem is one :class:`InputError`."""
+    if not d:
+        raise InputError(source, "serve", "a serve section, e.g. serve: {phase: decode, "
+                         "batch_per_gpu: 64}", d)
+    if not isinstance(d, dict):
+        raise InputError(source, "serve", "a mapping of key: value", d)
+    d = dict(d)
+    if "requests_per_gpu" in d:
+        if "batch_per_gpu" in d:
+            raise InputError(source, "serve.requests_per_gpu",
+                             "either requests_per_gpu or batch_per_gpu (the same field)",
+                             "both")
+        d["batch_per_gpu"] = d.pop("requests_per_gpu")
+    valid = [f.name for f in dataclasses.fields(ServeConfig)]
+    for k, v in d.items():
+        if k not in valid:
+            raise InputError(source, f"serve.{k}", f"one of the serve keys {valid} "
+                             "(or requests_per_gpu)", k)
+        if k in _INTS and not (v is None and k in ("context", "attn_dp")) and \
+                not _int_ok(v, _INTS[k]):
+            raise InputError(source, f"serve.{k}", f"an integer >= {_INTS[k]}", v)
+    choices = {"phase": PHASES, "ep_backend": BACKENDS, "kv_dtype": tuple(KV_DTYPES)}
+    for k, allowed in choices.items():
+        if k in d and d[k] not in allowed:
+            raise InputError(source, f"serve.{k}", f"one of {list(allowed)}", d[k])
+    if "two_microbatch" in d and not isinstance(d["two_microbatch"], bool):
+        raise InputError(source, "serve.two_microbatch", "true or false", d["two_microbatch"])
+    cfg = ServeConfig(**d)
+    if cfg.requests_per_group() % cfg.microbatches:
+        raise InputError(source, "serve.batch_per_gpu",
+                         f"requests per TP group (batch_per_gpu·tp = "
+                         f"{cfg.requests_per_group()}) divisible into {cfg.microbatches} "
+                         "equal micro-batches", cfg.batch_per_gpu)
+    return cfg
+
+
+def serving_scenario(scn: Scenario, cfg: ServeConfig, world: int | None = None) -> Scenario:
+    """The training-step scenario whose forward pass is the serving step: pp 1, dp =
+    world / tp (attention DP), ``cfg.ep``, the EP backend, the micro-batches (one
+    micro-batch = ``requests_per_group / m`` sequences of ``prompt`` tokens for prefill,
+    of 1 token for decode) and the EP overlap for two micro-batches."""
+    src = scn.source
+    if world is not None:
+        if world % cfg.tp:
+            raise InputError(src, "serve.tp", f"a divisor of the cluster's {world} GPUs",
+                             cfg.tp)
+        if cfg.attn_dp is not None and cfg.attn_dp != world // cfg.tp:
+            raise InputError(src, "serve.attn_dp", f"GPUs / tp = {world // cfg.tp}",
+                             cfg.attn_dp)
+    backend = cfg.backend if cfg.ep > 1 else "nccl"
+    par = ParallelConfig(tp=cfg.tp, pp=1, dp=None, ep=cfg.ep, zero=0, vpp=1,
+                         order=scn.parallel.order,
+                         ep_backend=EPBackendConfig(kind=backend,
+                                                    sms=scn.parallel.ep_backend.sms))
+    m = cfg.microbatches
+    per_mb = cfg.requests_per_group() // m
+    seq = cfg.prompt if cfg.phase == "prefill" else 1
+    sch = ScheduleConfig(kind="gpipe", microbatches=m, micro_batch_size=per_mb, seq_len=seq,
+                         step=cfg.step)
+    ov = OverlapConfig(ep_comm_overlap=cfg.two_microbatch, dp_overlap=False,
+                       nccl_sms=scn.overlap.nccl_sms)
+    return dataclasses.replace(scn, parallel=par, schedule=sch, overlap=ov)

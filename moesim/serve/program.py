@@ -1,0 +1,114 @@
+"""Per-rank op programs of one serving step (pure: no simpy).
+
+A serving step is the forward pass of the training step's machinery
+(:class:`moesim.program.build.Builder`) with serving costs: the same routing per MoE layer
+and micro-batch (:func:`moesim.gating.route_microbatch`, so a hot expert stalls a decode
+step as it stalls training), the same EP exchanges (NCCL all-to-all-v or DeepEP's planned
+normal/low-latency kernels, :mod:`moesim.program.ep_backend`), the same TP all-reduces,
+and, with two micro-batches, the same EP overlap (:mod:`moesim.program.overlap`: the EP
+collectives move to the ``ep`` stream and the two micro-batches interleave segment by
+segment, one's all-to-all under the other's compute, as DeepSeek's prefill and decode
+do: DeepSeek-V3 report §3.4). What differs (:mod:`moesim.serve.costs`): attention reads
+the KV cache (decode) or writes it (prefill), there is no backward, no gradient and no
+optimizer, and the LM head samples by a vocabulary-parallel distributed top-k
+(:mod:`moesim.serve.head`) over the TP group, for one token per request.
+"""
+
+from __future__ import annotations
+
+from moesim.collectives.communicator import CollectiveSpec
+from moesim.model import costs
+from moesim.program.build import Builder, StepPlan, Timer
+from moesim.program.ops import Op
+from moesim.program.overlap import ep_stream, interleave
+from moesim.serve import costs as serve_costs
+from moesim.serve.config import ServeConfig
+from moesim.serve.head import FP32_BYTES, ID_BYTES
+
+
+def build_serve_step(res, cfg: ServeConfig, *, replicas: str = "independent",
+                     dedup: bool = False) -> StepPlan:
+    """Programs of every rank for one serving step of ``res`` (resolved from
+    :func:`moesim.serve.config.serving_scenario`)."""
+    return ServeBuilder(res, cfg, replicas, dedup).build()
+
+
+class ServeBuilder(Builder):
+    def __init__(self, res, cfg: ServeConfig, replicas: str = "independent",
+                 dedup: bool = False) -> None:
+        super().__init__(res, cfg.step, replicas, dedup)
+        self.cfg = cfg
+        self.kv_bytes = cfg.kv_bytes
+        # tokens that reach the LM head per micro-batch: one per request (prefill samples
+        # the first output token from each prompt's last position)
+        self.head_tokens = res.scenario.schedule.micro_batch_size
+        if self.spec.weight_bytes != costs.ACT_BYTES:     # e.g. an FP8 checkpoint
+            self.timer = Timer(serve_costs.WeightBytes(res.compute, self.spec.weight_bytes))
+
+    def _rank_program(self, rank: int) -> list[Op]:
+        prog: list[Op] = []
+        self._layer_starts = []
+        overlap = self.scn.overlap.ep_comm_overlap and self.ep > 1
+        pending = None
+        for item in self.order[0]:
+            if item.kind != "F":          # serving runs the forward only
+                continue
+            start = len(prog)
+            self._forward(prog, rank, item.mb)
+            if not overlap:
+                continue
+            ep_stream(prog, start)
+            if pending is not None:       # the two micro-batches interleave
+                interleave(prog, pending, start, {})
+                pending = None
+            else:
+                pending = start
+        return prog
+
+    def _forward(self, prog: list[Op], rank: int, mb: int) -> None:
+        spec, tp = self.spec, self.tp
+        self._compute(prog, "fwd.embedding", -1, mb, "fwd", ("emb", "fwd"),
+                      lambda: costs.embedding_kernels(spec, self.tokens, tp, "fwd"))
+        for layer in range(spec.layers):
+            self._layer(prog, rank, layer, mb, "fwd")
+        self._head(prog, rank, mb)
+
+    def _attn_kernels(self):
+        spec, tp, cfg = self.spec, self.tp, self.cfg
+        if cfg.phase == "prefill":
+            return serve_costs.prefill_attention_kernels(spec, self.tokens, cfg.prompt, tp,
+                                                         self.kv_bytes)
+        return serve_costs.decode_attention_kernels(spec, self.tokens, cfg.kv_tokens, tp,
+                                                    self.kv_bytes)
+
+    def _layer(self, prog: list[Op], rank: int, layer: int, mb: int, phase: str) -> None:
+        spec, tp = self.spec, self.tp
+        start = len(prog)
+        self._compute(prog, "fwd.attn", layer, mb, "fwd", ("attn", "fwd"), self._attn_kernels)
+        self._tp_allreduce(prog, rank, layer, mb, "fwd", "attn")
+        if spec.is_moe_layer(layer):
+            self._moe(prog, rank, layer, mb, "fwd")
+        else:
+            self._compute(prog, "fwd.ffn", layer, mb, "fwd", ("ffn", "fwd"),
+                          lambda: costs.dense_ffn_kernels(spec, self.tokens, tp, "fwd"))
+        self._tp_allreduce(prog, rank, layer, mb, "fwd", "mlp")
+        self._layer_starts.append(start)
+
+    def _head(self, prog: list[Op], rank: int, mb: int) -> None:
+        """LM head over the vocabulary slice, then the distributed top-k of the TP group:
+        all-reduce of the max and of the sum of exponentials (one fp32 per token each),
+        all-gather of every rank's k candidates (fp32 value + int32 id)."""
+        b, tp = self.head_tokens, self.tp
+        self._compute(prog, "fwd.lm_head", -1, mb, "fwd", ("head", "fwd"),
+                      lambda: serve_costs.head_kernels(self.spec, b, tp))
+        if tp <= 1:
+            return
+        group = self.lay.group_of(rank, "tp")
+        k = min(self.cfg.sample_top_k, -(-self.spec.vocab // tp))
+        stat = float(b * FP32_BYTES)
+        gather = float(tp * b * k * (FP32_BYTES + ID_BYTES))
+        for name, op, nbytes in (("fwd.head_max", "all_reduce", stat),
+                                 ("fwd.head_sumexp", "all_reduce", stat),
+                                 ("fwd.head_topk", "all_gather", gather)):
+            spec = self._spec((name, group), lambda o=op, n=nbytes: CollectiveSpec(o, group, n))
+            self._coll(prog, "tp", name, spec, (name, mb, group[0]), -1, mb, "fwd", nbytes)

@@ -1,0 +1,99 @@
+"""One serving step end to end: load the ``serve`` section, resolve its layout, build the
+op programs (:mod:`moesim.serve.program`), run them on the exact engine and summarise.
+
+``engine.mode: exact`` (default) runs the op programs on simpy; ``engine.mode: fast`` runs
+the same step on the fast engine's lockstep model (:mod:`moesim.serve.fast`), for
+deployments too large for the exact engine (DeepSeek-V3 decode over 128 GPUs).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+from moesim.engine.exact.engine import simulate_exact
+from moesim.errors import InputError
+from moesim.scenario import load_scenario
+from moesim.scenario.blame import blame_overrides
+from moesim.scenario.resolve import Resolved, resolve
+from moesim.serve.config import ServeConfig, serve_from_dict, serving_scenario
+from moesim.serve.memory import serve_memory
+from moesim.serve.program import build_serve_step
+from moesim.trace.result import SimResult
+
+#: the training layout fields serving sets from its own section
+_FIELDS = {"parallel.tp": "serve.tp", "parallel.pp": "serve.tp", "parallel.dp": "serve.tp",
+           "parallel.ep": "serve.ep", "parallel.ep_backend.kind": "serve.ep_backend",
+           "schedule.seq_len": "serve.prompt"}
+
+
+def resolve_serve(target: str | Path, overrides=()) -> tuple[Resolved, ServeConfig]:
+    """Load a scenario with a ``serve`` section (and ``--set`` overrides), check it and
+    resolve the serving layout. Errors name the ``serve`` fields."""
+    scn = load_scenario(target, list(overrides), resolve=False)
+    try:
+        cfg = serve_from_dict(dict(scn.serve), scn.source)
+        try:
+            res = resolve(serving_scenario(scn, cfg))
+            serving_scenario(scn, cfg, res.layout.world)   # attn_dp and tp against the world
+        except InputError as err:
+            field = _FIELDS.get(err.field)
+            if field is None:
+                raise
+            raise InputError(err.source, field, err.expected, err.got) from None
+    except InputError as err:   # a value given by --set: the command line's (issue 12)
+        raise blame_overrides(err, scn.source, list(overrides)) from None
+    return res, cfg
+
+
+def simulate_serve(res: Resolved, cfg: ServeConfig, *, progress=None,
+                   record_series: bool = True) -> SimResult:
+    """Run one serving step on the scenario's engine; ``result.summary`` is the serving
+    summary (:func:`serve_summary`)."""
+    if res.scenario.engine.mode == "fast":
+        from moesim.serve.fast import simulate_serve_fast
+        result, plan = simulate_serve_fast(res, cfg, progress=progress)
+        result.summary = serve_summary(res, cfg, result.summary, plan)
+        result.summary["engine"] = "fast"
+        return result
+    plans = []
+
+    def build(r, replicas="independent", dedup=False):
+        plans.append(build_serve_step(r, cfg, replicas=replicas, dedup=dedup))
+        return plans[-1]
+
+    result = simulate_exact(res, progress=progress, record_series=record_series, build=build)
+    result.summary = serve_summary(res, cfg, result.summary, plans[-1])
+    return result
+
+
+def serve_summary(res: Resolved, cfg: ServeConfig, s: dict, plan) -> dict:
+    """The serving fields on top of the engine's summary: phase, ttft_s (prefill) or
+    tpot_s (decode), tokens/s (in all and per GPU), the serving memory table."""
+    step = float(s["step_time_s"])
+    world = res.layout.world
+    tokens = plan.tokens_per_step
+    requests = cfg.requests_per_group() * res.layout.dp
+    out = {"scenario": s["scenario"], "phase": cfg.phase, "world": world,
+           "step_time_s": step}
+    if cfg.phase == "prefill":
+        out["ttft_s"] = step          # the batch's prompts, first token sampled (no queueing)
+    else:
+        out["tpot_s"] = step
+        out["request_decode_s"] = cfg.output * step
+    tps = tokens / step if step > 0 else 0.0
+    out.update({
+        "tokens_per_step": tokens, "requests_per_step": requests,
+        "tokens_per_s": tps, "tokens_per_s_per_gpu": tps / world,
+        "model_flops": s["model_flops"], "mfu": s["mfu"],
+        "breakdown_s": s["breakdown_s"], "per_rank": s["per_rank"], "experts": s["experts"],
+        "memory": serve_memory(res, cfg, plan.rank_received),
+        "hot_ranks": s["hot_ranks"], "warnings": s["warnings"],
+        "serve": {**dataclasses.asdict(cfg), "ep_backend": res.scenario.parallel.ep_backend.kind,
+                  "attn_dp": res.layout.dp, "kv_tokens": cfg.kv_tokens,
+                  "tokens_per_gpu": cfg.tokens_per_group() // cfg.tp},
+        "engine": "exact", "replicas": s.get("replicas"), "shortcuts": s.get("shortcuts", []),
+    })
+    if "sim_wall_s" in s:
+        out["sim_wall_s"] = s["sim_wall_s"]
+    return out
