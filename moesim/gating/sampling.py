@@ -185,6 +185,25 @@ def _rank_one(d: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return a, big_a
 
 
+_RANK_ONE: dict[bytes, tuple[np.ndarray, np.ndarray]] = {}
+_RANK_ONE_MAX = 512
+
+
+def _rank_one_row(d: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`_rank_one` of one row, remembered per row (every micro-batch of a layer
+    solves the same one); read-only results."""
+    key = d.tobytes()
+    hit = _RANK_ONE.get(key)
+    if hit is None:
+        if len(_RANK_ONE) >= _RANK_ONE_MAX:
+            _RANK_ONE.clear()
+        a, big_a = _rank_one(d)
+        a.setflags(write=False)
+        big_a.setflags(write=False)
+        hit = _RANK_ONE[key] = (a, big_a)
+    return hit
+
+
 def sample_counts_fast(rng: np.random.Generator, n: np.ndarray, pi: np.ndarray,
                        k: int) -> np.ndarray:
     """Fast counts-level sampling with a realistic joint law. ``n`` (R,), ``pi``
@@ -213,7 +232,7 @@ def sample_counts_fast(rng: np.random.Generator, n: np.ndarray, pi: np.ndarray,
         out[small] = rng.binomial(np.broadcast_to(n[:, None], p.shape)[small], p[small])
     db = np.where(big, d, 0.0)
     if np.ndim(pi) == 1 and np.all(big == big[0]):
-        a1, big_a1 = _rank_one(db[:1])  # the same for every row: solve once
+        a1, big_a1 = _rank_one_row(db[:1])  # the same for every row: solve once
         a, big_a = np.broadcast_to(a1, p.shape), np.broadcast_to(big_a1, (r_,))
     else:
         a, big_a = _rank_one(db)

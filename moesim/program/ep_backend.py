@@ -85,6 +85,13 @@ class EPBackend:
                              self.kind)
         return int(counts[0])
 
+    def plan_key(self, name: str) -> tuple[str, str]:
+        """(DeepEP op, dtype) of direction ``name``: directions with the same key have
+        the same plan for one routed micro-batch (e.g. the forward combine and the
+        backward dispatch in bf16)."""
+        op, which = DIRECTIONS[name]
+        return op, self.dtypes[which]
+
     def spec(self, route, group: tuple[int, ...], name: str, ranks_per_node: int
              ) -> EPExchangeSpec:
         """The planned exchange ``name`` (``fwd.dispatch`` ...) of one routed micro-batch."""

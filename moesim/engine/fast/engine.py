@@ -158,12 +158,16 @@ def _route_rec(ctx: Context, r, group: tuple[int, ...]) -> RouteRec:
         # its SM bound) + fill/drain (moesim.collectives.ep_exchange, the exact rule)
         L = ctx.ep_backend.ranks_per_node(group, ctx.gpn)
         a2a = {}
+        done: dict[tuple[str, str], tuple[np.ndarray, np.ndarray]] = {}
         for name in mats:
-            spec = ctx.ep_backend.spec(r, group, name, L)
-            m = spec.byte_matrix()
+            key = ctx.ep_backend.plan_key(name)   # directions with one plan share it
+            if key not in done:
+                spec = ctx.ep_backend.spec(r, group, name, L)
+                m = spec.byte_matrix()
+                end = ctx.net.a2a_finish(group, m, np.zeros(n))
+                done[key] = (m, spec.notify_s + np.maximum(end, spec.sm_s) + spec.fill_s)
+            m, a2a[name] = done[key]
             mats[name] = m          # the bytes that really cross the links
-            end = ctx.net.a2a_finish(group, m, np.zeros(n))
-            a2a[name] = spec.notify_s + np.maximum(end, spec.sm_s) + spec.fill_s
             if name == "fwd.dispatch":
                 d_out = m.sum(axis=1)
             elif name == "fwd.combine":

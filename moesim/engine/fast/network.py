@@ -143,15 +143,23 @@ class _Incidence:
         flat, start, live, taus = _start_levels(matrix, arrivals, k_max)
         if taus is None:
             return None, live
-        w = np.where(start[None, :] >= taus[:, None], flat[None, :], 0.0)   # (K, n*n)
-        load = np.stack([np.bincount(self.link, weights=wk[self.pair], minlength=self.n_links)
+        # only pairs with bytes: each link's sum keeps its order (pairs ascending) and
+        # drops only zeros, so the loads are the same floats as over every pair
+        nzp = np.flatnonzero(flat)
+        hops = self.pad_t[:, nzp]                                   # (hops, pairs)
+        idx = hops.T.ravel()                                        # pair by pair
+        w = np.where(start[nzp][None, :] >= taus[:, None], flat[nzp][None, :], 0.0)
+        load = np.stack([np.bincount(idx, weights=np.repeat(wk, len(hops)),
+                                     minlength=self.n_links + 1)[:self.n_links]
                          for wk in w], axis=1)                               # (links, K)
         drain = np.where(load > 0, taus[None, :] + load / self.cap[:, None], -np.inf)
         f_link = np.append(drain.max(axis=1), -np.inf)
-        f_pair = f_link.take(self.pad_t[0])
-        for row in self.pad_t[1:]:      # max over the hops of each pair's path
-            np.maximum(f_pair, f_link.take(row), out=f_pair)
-        return np.maximum(f_pair, start) + self.lat, live
+        f_nz = f_link.take(hops[0])
+        for row in hops[1:]:            # max over the hops of each pair's path
+            np.maximum(f_nz, f_link.take(row), out=f_nz)
+        f_pair = np.full(len(flat), -np.inf)      # pairs without bytes: not live
+        f_pair[nzp] = np.maximum(f_nz, start[nzp]) + self.lat[nzp]
+        return f_pair, live
 
     def flow_finish(self, matrix: np.ndarray, arrivals: np.ndarray, k_max: int = 6):
         """(n*n,) end of every flow i→j (start max(arrival_i, arrival_j)) and the mask of
