@@ -222,6 +222,10 @@ def sample_counts_fast(rng: np.random.Generator, n: np.ndarray, pi: np.ndarray,
     """
     n = np.asarray(n, dtype=np.int64).reshape(-1)
     r_ = n.shape[0]
+    if np.ndim(pi) == 1 and r_ > 1 and np.all(n == n[0]):
+        same = _same_rows(rng, n, np.asarray(pi, dtype=float), k)
+        if same is not None:
+            return same
     p = np.broadcast_to(np.asarray(pi, dtype=float), (r_, np.shape(pi)[-1]))
     nf = n[:, None].astype(float)
     d = p * (1.0 - p)
@@ -253,4 +257,39 @@ def sample_counts_fast(rng: np.random.Generator, n: np.ndarray, pi: np.ndarray,
     bad = (out.sum(axis=1) != k * n) | np.any(out < 0, axis=1) | np.any(out > n[:, None], axis=1)
     if bad.any():
         out[bad] = sample_counts(rng, n[bad], p[bad], k)
+    return out
+
+
+def _same_rows(rng: np.random.Generator, n: np.ndarray, pi: np.ndarray, k: int
+               ) -> np.ndarray | None:
+    """:func:`sample_counts_fast` when every row has the same ``n`` and ``pi`` and no
+    entry is drawn exactly: the same draws and the same floating-point operations,
+    with everything that does not depend on the draws computed on one row and
+    broadcast (None: take the general path, nothing drawn)."""
+    r_ = n.shape[0]
+    p = pi[None, :]
+    nf = n[:, None].astype(float)
+    nf1 = nf[:1]
+    d = p * (1.0 - p)
+    big = nf1 * d >= GAUSS_MIN_VAR
+    if (~big & (p > 0)).any():
+        return None
+    db = np.where(big, d, 0.0)
+    a, big_a = _rank_one_row(db)
+    s = np.sqrt(big_a[:, None] * a)
+    z = rng.standard_normal((r_, pi.shape[0]))
+    proj = np.sum(np.divide(a, s, out=np.zeros_like(a), where=s > 0) * z, axis=1)
+    x = np.sqrt(nf) * (s * z - a * proj[:, None])
+    target = k * n
+    y = np.where(big, nf1 * p, 0.0) + x
+    vb = nf1 * db
+    sv = np.broadcast_to(vb.sum(axis=1), (r_,))
+    shift = np.divide(y.sum(axis=1) - target, sv, out=np.zeros(r_), where=sv > 0)
+    y = y - vb * shift[:, None]
+    c = np.concatenate([np.zeros((r_, 1)), np.cumsum(y, axis=1)], axis=1)
+    c[:, -1] = target
+    out = np.diff(np.floor(c + rng.random((r_, 1))), axis=1).astype(np.int64)
+    bad = (out.sum(axis=1) != k * n) | np.any(out < 0, axis=1) | np.any(out > n[:, None], axis=1)
+    if bad.any():
+        out[bad] = sample_counts(rng, n[bad], np.broadcast_to(p, (r_, p.shape[1]))[bad], k)
     return out
