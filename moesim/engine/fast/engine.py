@@ -30,6 +30,7 @@ from moesim.engine.fast.links import LinkBytes
 from moesim.engine.fast.network import FastNetwork
 from moesim.engine.fast.pipeline import Chain, RouteRec
 from moesim.engine.fast.spans import choose_span_ranks
+from moesim.engine.fast.stash import RecordStash
 from moesim.engine.fast.summary import make_plan, shortcuts
 from moesim.engine.summary import link_stats, make_result, summarize
 from moesim.model import costs
@@ -232,21 +233,36 @@ def _budget(ctx: Context, item) -> float:
     return (attn + pre + post) / 2
 
 
-def _run_chain(ctx: Context, b: Builder, groups, span_pos, progress=None) -> Chain:
+def _run_chain(ctx: Context, b: Builder, groups, span_pos, progress=None,
+               stash: RecordStash | None = None, rerun: bool = False) -> Chain:
+    """Run one chain; ``stash`` keeps its records (first run) or hands them back
+    (``rerun``), keyed by its first group."""
+
+    def new_rec(s: int, layer: int, mb: int) -> RouteRec:
+        key = (groups[0], s, layer, mb)
+        if rerun and stash is not None:
+            hit = stash.take(key)
+            if hit is not None:
+                return hit
+        g = groups[s]
+        r = b.route(g[0], g, layer, mb)
+        canon = int(b.rmap.rep[g[0]]) if b.rmap is not None else g[0]
+        b._routes.pop((canon, layer, mb), None)   # keep memory flat
+        rec = _route_rec(ctx, r, g)
+        if stash is not None and not rerun:
+            stash.put(key, rec)
+        return rec
+
     if ctx.dual is not None:
-        return run_dual_chain(ctx, b, groups, span_pos, lambda it: _budget(ctx, it),
-                              _route_rec, progress)
+        return run_dual_chain(ctx, groups, span_pos, lambda it: _budget(ctx, it),
+                              new_rec, progress)
     cache: dict[tuple, RouteRec] = {}
 
     def route(s: int, layer: int, mb: int) -> RouteRec:
         key = (s, layer, mb)
         rec = cache.pop(key, None)       # each record serves its fwd then its bwd
         if rec is None:
-            g = groups[s]
-            r = b.route(g[0], g, layer, mb)
-            canon = int(b.rmap.rep[g[0]]) if b.rmap is not None else g[0]
-            b._routes.pop((canon, layer, mb), None)   # keep memory flat
-            rec = _route_rec(ctx, r, g)
+            rec = new_rec(s, layer, mb)
             cache[key] = rec
         return rec
 
@@ -334,9 +350,10 @@ def simulate_fast(res: Resolved, *, progress=None, span_ranks: int = 64,
     def copies(r: int) -> list[int]:
         return [r, *b.rmap.mirrors.get(r, ())] if dedup else [r]
 
+    stash = RecordStash()
     for groups in chains:
         span_pos = [[e for e, r in enumerate(g) if r in want] for g in groups]
-        ch = _run_chain(ctx, b, groups, span_pos, progress)
+        ch = _run_chain(ctx, b, groups, span_pos, progress, stash)
         spans += ch.spans
         mult = len(copies(groups[0][0]))
         for s, g in enumerate(groups):
@@ -367,7 +384,8 @@ def simulate_fast(res: Resolved, *, progress=None, span_ranks: int = 64,
     for ci in sorted(rerun):
         groups = chains[ci]
         span_pos = [[e for e, r in enumerate(g) if r in rerun[ci]] for g in groups]
-        spans += _run_chain(ctx, b, groups, span_pos, progress).spans
+        spans += _run_chain(ctx, b, groups, span_pos, progress, stash, rerun=True).spans
+    del stash
     ctx.links.enabled = True
     stages = {}
     pp_coord = lay.coords["pp"]
