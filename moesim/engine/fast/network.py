@@ -140,6 +140,23 @@ class _Incidence:
         its flows starting at or after τ) / capacity; a flow ends when every link of
         its path has drained, plus its path latency (so members of one all-to-all end
         nearly together; cheaper: no sort)."""
+        a = np.asarray(arrivals, dtype=float)
+        if len(a) and np.all(a == a[0]):     # one start level: the same sums, less work
+            flat = np.asarray(matrix, dtype=float).ravel()
+            live = flat > 0
+            if not live.any():
+                return None, live
+            nzp = np.flatnonzero(flat)
+            hops = self.pad_t[:, nzp]
+            load = np.bincount(hops.T.ravel(), weights=np.repeat(flat[nzp], len(hops)),
+                               minlength=self.n_links + 1)[:self.n_links]
+            f_link = np.append(np.where(load > 0, a[0] + load / self.cap, -np.inf), -np.inf)
+            f_nz = f_link.take(hops[0])
+            for row in hops[1:]:
+                np.maximum(f_nz, f_link.take(row), out=f_nz)
+            f_pair = np.full(len(flat), -np.inf)
+            f_pair[nzp] = np.maximum(f_nz, a[0]) + self.lat[nzp]
+            return f_pair, live
         flat, start, live, taus = _start_levels(matrix, arrivals, k_max)
         if taus is None:
             return None, live
@@ -276,6 +293,13 @@ class FastNetwork:
         if len(key) <= EXACT_MAX_MEMBERS and self._multi_host(key):
             return self.exact_finish(key, matrix, arrivals)
         return self.incidence(key).finish(matrix, arrivals)
+
+    def stateless(self, group: Sequence[int]) -> bool:
+        """Whether :meth:`a2a_finish` on ``group`` is a pure function of its arguments:
+        :meth:`exact_finish` is not (its simpy clock moves on, so the same exchange
+        may round differently later), so its calls can be neither skipped nor reused."""
+        key = tuple(int(r) for r in group)
+        return not (len(key) <= EXACT_MAX_MEMBERS and self._multi_host(key))
 
     def _multi_host(self, group: tuple[int, ...]) -> bool:
         hit = self._hosts.get(group)
