@@ -37,12 +37,14 @@ class LinkBytes:
         self._pairs: dict[tuple[int, ...], tuple[np.ndarray, np.ndarray]] = {}
         self._per_byte: dict[tuple, tuple[np.ndarray, np.ndarray]] = {}
         self._copy_of: dict[tuple, list[tuple[int, ...]]] = {}
-        # Direct all-to-all matrices are summed per group and put on the links when the
-        # counters are read: while every count is a whole number of bytes and all of
-        # them together stay below 2**53, float64 sums are exact in any order, so the
-        # counters come out bit for bit as if each call had been added at once.
+        # Direct all-to-all matrices (per group) and sends (per pair) are summed and put
+        # on the links when the counters are read: while every count is a whole number
+        # of bytes and all of them together stay below 2**53, float64 sums are exact in
+        # any order, so the counters come out bit for bit as if added call by call.
         self._pending: dict[tuple[int, ...], np.ndarray] = {}
         self._whole_total = 0.0     # bytes counted so far, while all whole
+        self._sends: dict[tuple[int, int], float] = {}     # pipeline sends, likewise
+        self._send_paths: dict[tuple[int, int], tuple[list, int]] = {}
         self._fractional = False    # a count with a fraction of a byte was added
 
     @property
@@ -59,6 +61,11 @@ class LinkBytes:
                     self._bytes += np.bincount(link, weights=m.ravel()[pair],
                                                minlength=len(self._bytes))
         self._pending.clear()
+        for key, b in self._sends.items():
+            for path in self._send_paths[key][0]:
+                for lk in path:
+                    self._bytes[lk] += b
+        self._sends.clear()
 
     def _copies(self, group: Sequence[int]) -> list[tuple[int, ...]]:
         """``group`` and, with identical replicas, the same group in every mirror."""
@@ -136,6 +143,18 @@ class LinkBytes:
         """One send (pipeline activations or gradients), and its mirrors' copies."""
         if not self.enabled:
             return
+        if nbytes > 0 and not self._fractional and nbytes == int(nbytes):
+            key = (src, dst)
+            hit = self._send_paths.get(key)
+            if hit is None:
+                paths = [self.topo.route(self.gpus[s], self.gpus[d])
+                         for s, d in self._copies(key)]
+                hit = self._send_paths[key] = (paths, sum(len(p) for p in paths))
+            total = self._whole_total + nbytes * hit[1]
+            if total < _EXACT_SUM:       # whole bytes: summed per pair until read
+                self._whole_total = total
+                self._sends[key] = self._sends.get(key, 0.0) + nbytes
+                return
         for s, d in self._copies((src, dst)):
             self._add(s, d, nbytes)
 

@@ -272,10 +272,12 @@ class FastNetwork:
         self._flow = None
 
     def incidence(self, group: Sequence[int]) -> _Incidence:
-        key = tuple(int(r) for r in group)
-        inc = self._inc.get(key)
+        inc = self._inc.get(group) if isinstance(group, tuple) else None
         if inc is None:
-            inc = self._inc[key] = _Incidence(self.topo, self.gpus, key)
+            key = tuple(int(r) for r in group)
+            inc = self._inc.get(key)
+            if inc is None:
+                inc = self._inc[key] = _Incidence(self.topo, self.gpus, key)
         return inc
 
     def a2a_rank_times(self, group: Sequence[int], matrix: np.ndarray) -> np.ndarray:
@@ -289,8 +291,10 @@ class FastNetwork:
         """Per member: end of a direct all-to-all-v whose members arrive at ``arrivals``:
         flow by flow on the max-min network for groups over several hosts of at most
         ``EXACT_MAX_MEMBERS`` (:meth:`exact_finish`), else :meth:`_Incidence.finish`."""
+        if len(group) > EXACT_MAX_MEMBERS:
+            return self.incidence(group).finish(matrix, arrivals)
         key = tuple(int(r) for r in group)
-        if len(key) <= EXACT_MAX_MEMBERS and self._multi_host(key):
+        if self._multi_host(key):
             return self.exact_finish(key, matrix, arrivals)
         return self.incidence(key).finish(matrix, arrivals)
 
@@ -298,8 +302,9 @@ class FastNetwork:
         """Whether :meth:`a2a_finish` on ``group`` is a pure function of its arguments:
         :meth:`exact_finish` is not (its simpy clock moves on, so the same exchange
         may round differently later), so its calls can be neither skipped nor reused."""
-        key = tuple(int(r) for r in group)
-        return not (len(key) <= EXACT_MAX_MEMBERS and self._multi_host(key))
+        if len(group) > EXACT_MAX_MEMBERS:
+            return True
+        return not self._multi_host(tuple(int(r) for r in group))
 
     def _multi_host(self, group: tuple[int, ...]) -> bool:
         hit = self._hosts.get(group)
