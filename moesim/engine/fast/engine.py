@@ -81,6 +81,8 @@ class Context:
         self._share: dict[tuple[int, int], float] = {}
         self._tp: dict[int, float] = {}
         self._lut: dict[str, tuple[np.ndarray, np.ndarray]] = {}
+        self._pairs: dict[int, np.ndarray] = {}
+        self._sends: dict[tuple, np.ndarray] = {}
 
     def expert_cost(self, local: np.ndarray, phase: str) -> tuple[np.ndarray, np.ndarray]:
         """(seconds, FLOP) of every (rank, expert) with ``local`` tokens; a lookup
@@ -124,6 +126,30 @@ class Context:
             self._share[(src, dst)] = hit
         return hit
 
+    def all_pairs(self, n: int) -> np.ndarray:
+        """(n, n) read-only mask of every ordered pair i != j (one array per n, so
+        :meth:`Chain._a2a` knows it by identity)."""
+        hit = self._pairs.get(n)
+        if hit is None:
+            hit = self._pairs[n] = ~np.eye(n, dtype=bool)
+            hit.setflags(write=False)
+        return hit
+
+    def send_times(self, src: tuple[int, ...], dst: tuple[int, ...], shared: bool
+                   ) -> np.ndarray:
+        """Seconds of the pipeline send of every position src[e] -> dst[e] (read-only,
+        per (src, dst, shared)): ``net.p2p_time`` with the bucket share when
+        ``shared``."""
+        key = (src, dst, shared)
+        hit = self._sends.get(key)
+        if hit is None:
+            hit = self._sends[key] = np.array(
+                [self.net.p2p_time(x, y, self.act_bytes,
+                                   self.send_share(x, y) if shared else 1.0)
+                 for x, y in zip(src, dst, strict=True)])
+            hit.setflags(write=False)
+        return hit
+
     def tp_bytes(self, group: tuple[int, ...]) -> None:
         """Count the TP all-reduces of ``group``'s members on the links, once per TP
         group (from its member with tp coordinate 0)."""
@@ -151,7 +177,7 @@ def _route_rec(ctx: Context, r, group: tuple[int, ...]) -> RouteRec:
     mats = {"fwd.dispatch": r.dispatch_bytes, "fwd.combine": r.combine_bytes,
             "bwd.combine": r.dispatch_tokens * grad_bpt,
             "bwd.dispatch": r.combine_tokens * grad_bpt}
-    off = ~np.eye(n, dtype=bool)
+    off = ctx.all_pairs(n)
     d_out, c_out = r.dispatch_bytes.sum(axis=1), r.combine_bytes.sum(axis=1)
     if ctx.ep_backend.deepep:
         # a DeepEP exchange starts when every member has arrived (after the count

@@ -43,8 +43,8 @@ class LinkBytes:
         # any order, so the counters come out bit for bit as if added call by call.
         self._pending: dict[tuple[int, ...], np.ndarray] = {}
         self._whole_total = 0.0     # bytes counted so far, while all whole
-        self._sends: dict[tuple[int, int], float] = {}     # pipeline sends, likewise
-        self._send_paths: dict[tuple[int, int], tuple[list, int]] = {}
+        self._sends: dict[tuple, float] = {}     # pipeline sends, likewise
+        self._send_paths: dict[tuple, tuple[list, int]] = {}
         self._fractional = False    # a count with a fraction of a byte was added
 
     @property
@@ -157,6 +157,26 @@ class LinkBytes:
                 return
         for s, d in self._copies((src, dst)):
             self._add(s, d, nbytes)
+
+    def sends(self, src: Sequence[int], dst: Sequence[int], nbytes: float) -> None:
+        """The sends src[e] -> dst[e] of ``nbytes`` each (one pipeline message per
+        position), as :meth:`p2p` counts them one by one."""
+        if not self.enabled:
+            return
+        if nbytes > 0 and not self._fractional and nbytes == int(nbytes):
+            key = (tuple(src), tuple(dst))
+            hit = self._send_paths.get(key)
+            if hit is None:
+                paths = [self.topo.route(self.gpus[s], self.gpus[d])
+                         for x, y in zip(*key, strict=True) for s, d in self._copies((x, y))]
+                hit = self._send_paths[key] = (paths, sum(len(p) for p in paths))
+            total = self._whole_total + nbytes * hit[1]
+            if total < _EXACT_SUM:       # whole bytes: summed per key until read
+                self._whole_total = total
+                self._sends[key] = self._sends.get(key, 0.0) + nbytes
+                return
+        for x, y in zip(src, dst, strict=True):
+            self.p2p(x, y, nbytes)
 
     def collective(self, op: str, group: Sequence[int], nbytes: float,
                    algo: str | None = None, mirrored: bool = False) -> None:

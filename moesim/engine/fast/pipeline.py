@@ -131,9 +131,19 @@ class Chain:
     def _a2a(self, s: int, kind: str, name: str, rec: RouteRec, layer: int, mb: int,
              phase: str) -> None:
         a = self.t[s]
-        peers = np.where(rec.nz, a[None, :], -np.inf)
-        late = peers.argmax(axis=1)
-        start = np.maximum(a, peers.max(axis=1))
+        if self.n > 1 and rec.nz is self.c.all_pairs(self.n):
+            # everybody waits for everybody: the latest arrival (first of equals),
+            # and for that member the latest of the others
+            j1 = int(a.argmax())
+            others = a.copy()
+            others[j1] = -np.inf
+            late = np.full(self.n, j1)
+            late[j1] = int(others.argmax())
+            start = np.full(self.n, a[j1])
+        else:
+            peers = np.where(rec.nz, a[None, :], -np.inf)
+            late = peers.argmax(axis=1)
+            start = np.maximum(a, peers.max(axis=1))
         x = rec.a2a[name]
         if x.ndim == 2:
             dur = np.maximum(self.c.net.a2a_finish(self.groups[s], x, a), start) - start
@@ -310,10 +320,8 @@ class Chain:
         # after a layer's last backward its gradient bucket's ring flow may share the
         # path: max-min leaves the send half of it (measured on the fidelity case)
         shared = phase == "bwd" and c.grad_share and self.out[s].grads
-        d = np.array([c.net.p2p_time(x, y, c.act_bytes, c.send_share(x, y) if shared else 1.0)
-                      for x, y in zip(src, dst, strict=True)])
-        for x, y in zip(src, dst, strict=True):
-            c.links.p2p(x, y, c.act_bytes)
+        d = c.send_times(tuple(src), tuple(dst), bool(shared))
+        c.links.sends(src, dst, c.act_bytes)
         self.msgs[key] = a + d
         self.last_send = (key, d)
         self.out[s].send_end = a + d
