@@ -279,16 +279,23 @@ def _same_rows(rng: np.random.Generator, n: np.ndarray, pi: np.ndarray, k: int
     s = np.sqrt(big_a[:, None] * a)
     z = rng.standard_normal((r_, pi.shape[0]))
     proj = np.sum(np.divide(a, s, out=np.zeros_like(a), where=s > 0) * z, axis=1)
-    x = np.sqrt(nf) * (s * z - a * proj[:, None])
+    # the general path's expressions, evaluated in place (the same values)
+    x = np.multiply(s, z, out=z)
+    x -= a * proj[:, None]
+    x *= np.sqrt(nf)
     target = k * n
-    y = np.where(big, nf1 * p, 0.0) + x
+    y = np.add(np.where(big, nf1 * p, 0.0), x, out=x)
     vb = nf1 * db
     sv = np.broadcast_to(vb.sum(axis=1), (r_,))
     shift = np.divide(y.sum(axis=1) - target, sv, out=np.zeros(r_), where=sv > 0)
-    y = y - vb * shift[:, None]
-    c = np.concatenate([np.zeros((r_, 1)), np.cumsum(y, axis=1)], axis=1)
+    y -= vb * shift[:, None]
+    c = np.empty((r_, y.shape[1] + 1))
+    c[:, 0] = 0.0
+    np.cumsum(y, axis=1, out=c[:, 1:])
     c[:, -1] = target
-    out = np.diff(np.floor(c + rng.random((r_, 1))), axis=1).astype(np.int64)
+    c += rng.random((r_, 1))
+    np.floor(c, out=c)
+    out = (c[:, 1:] - c[:, :-1]).astype(np.int64)
     bad = (out.sum(axis=1) != k * n) | np.any(out < 0, axis=1) | np.any(out > n[:, None], axis=1)
     if bad.any():
         out[bad] = sample_counts(rng, n[bad], np.broadcast_to(p, (r_, p.shape[1]))[bad], k)

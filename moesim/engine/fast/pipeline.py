@@ -87,15 +87,18 @@ class Chain:
         if not pos:
             return
         ranks = self.groups[s]
-        arrays = {k: v for k, v in kw.items() if isinstance(v, np.ndarray)}
+        arrays = {k: v.tolist() for k, v in kw.items() if isinstance(v, np.ndarray)}
+        al, bl = np.asarray(a, dtype=float).tolist(), np.asarray(b, dtype=float).tolist()
+        waits = kind in ("stall", "bubble")
+        out = self.spans
         for e in pos:
-            if b[e] > a[e] or kind not in ("stall", "bubble"):
+            if bl[e] > al[e] or not waits:
                 extra = dict(kw)
                 for k, v in arrays.items():
-                    extra[k] = v[e].item()
-                self.spans.append(Span(rank=ranks[e], stream=stream, kind=kind,
-                                       name=name, start_s=float(a[e]), end_s=float(b[e]),
-                                       layer=layer, microbatch=mb, phase=phase, **extra))
+                    extra[k] = v[e]
+                out.append(Span(rank=ranks[e], stream=stream, kind=kind, name=name,
+                                start_s=al[e], end_s=bl[e], layer=layer, microbatch=mb,
+                                phase=phase, **extra))
 
     def _compute(self, s: int, name: str, key: tuple, make, layer, mb, phase) -> None:
         t, fl = self.c.timer(key, make)
