@@ -28,7 +28,7 @@ from moesim.engine.fast.dp import RingCost, gradient_phase
 from moesim.engine.fast.dual import a2a_pair, dual_gradient_phase, run_dual_chain
 from moesim.engine.fast.links import LinkBytes
 from moesim.engine.fast.network import FastNetwork
-from moesim.engine.fast.pipeline import Chain, RouteRec
+from moesim.engine.fast.pipeline import Chain, RouteRec, all_pairs
 from moesim.engine.fast.spans import choose_span_ranks
 from moesim.engine.fast.stash import RecordStash
 from moesim.engine.fast.summary import make_plan, shortcuts
@@ -81,8 +81,6 @@ class Context:
         self._share: dict[tuple[int, int], float] = {}
         self._tp: dict[int, float] = {}
         self._lut: dict[str, tuple[np.ndarray, np.ndarray]] = {}
-        self._pairs: dict[int, np.ndarray] = {}
-        self._sends: dict[tuple, np.ndarray] = {}
 
     def expert_cost(self, local: np.ndarray, phase: str) -> tuple[np.ndarray, np.ndarray]:
         """(seconds, FLOP) of every (rank, expert) with ``local`` tokens; a lookup
@@ -126,30 +124,6 @@ class Context:
             self._share[(src, dst)] = hit
         return hit
 
-    def all_pairs(self, n: int) -> np.ndarray:
-        """(n, n) read-only mask of every ordered pair i != j (one array per n, so
-        :meth:`Chain._a2a` knows it by identity)."""
-        hit = self._pairs.get(n)
-        if hit is None:
-            hit = self._pairs[n] = ~np.eye(n, dtype=bool)
-            hit.setflags(write=False)
-        return hit
-
-    def send_times(self, src: tuple[int, ...], dst: tuple[int, ...], shared: bool
-                   ) -> np.ndarray:
-        """Seconds of the pipeline send of every position src[e] -> dst[e] (read-only,
-        per (src, dst, shared)): ``net.p2p_time`` with the bucket share when
-        ``shared``."""
-        key = (src, dst, shared)
-        hit = self._sends.get(key)
-        if hit is None:
-            hit = self._sends[key] = np.array(
-                [self.net.p2p_time(x, y, self.act_bytes,
-                                   self.send_share(x, y) if shared else 1.0)
-                 for x, y in zip(src, dst, strict=True)])
-            hit.setflags(write=False)
-        return hit
-
     def tp_bytes(self, group: tuple[int, ...]) -> None:
         """Count the TP all-reduces of ``group``'s members on the links, once per TP
         group (from its member with tp coordinate 0)."""
@@ -177,7 +151,7 @@ def _route_rec(ctx: Context, r, group: tuple[int, ...]) -> RouteRec:
     mats = {"fwd.dispatch": r.dispatch_bytes, "fwd.combine": r.combine_bytes,
             "bwd.combine": r.dispatch_tokens * grad_bpt,
             "bwd.dispatch": r.combine_tokens * grad_bpt}
-    off = ctx.all_pairs(n)
+    off = all_pairs(n)
     d_out, c_out = r.dispatch_bytes.sum(axis=1), r.combine_bytes.sum(axis=1)
     if ctx.ep_backend.deepep:
         # a DeepEP exchange starts when every member has arrived (after the count

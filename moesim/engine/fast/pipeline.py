@@ -26,6 +26,7 @@ under an all-to-all of w seconds runs at 1 - f of its rate: it takes
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import lru_cache
 
 import numpy as np
 
@@ -63,6 +64,15 @@ class StageOut:
     grads: bool = False                    # a layer has had its last backward (buckets run)
 
 
+@lru_cache(maxsize=16)
+def all_pairs(n: int) -> np.ndarray:
+    """(n, n) read-only mask of every ordered pair i != j, one array per n (so
+    :meth:`Chain._a2a` knows it by identity: everybody waits for everybody)."""
+    out = ~np.eye(n, dtype=bool)
+    out.setflags(write=False)
+    return out
+
+
 class Chain:
     """Runs one chain. ``ctx`` is the shared :class:`moesim.engine.fast.Context`;
     ``groups[s]``: ranks of the EP group at stage s (position order); ``route(s,
@@ -79,6 +89,7 @@ class Chain:
         self.msgs: dict[tuple, np.ndarray] = {}
         self.spans: list[Span] = []
         self.budget = 0.0
+        self._send_d: dict[tuple, np.ndarray] = {}
 
     # ------------------------------------------------------------ spans
     def _span(self, s: int, kind: str, name: str, a, b, layer=-1, mb=-1, phase="",
@@ -134,7 +145,7 @@ class Chain:
     def _a2a(self, s: int, kind: str, name: str, rec: RouteRec, layer: int, mb: int,
              phase: str) -> None:
         a = self.t[s]
-        if self.n > 1 and rec.nz is self.c.all_pairs(self.n):
+        if self.n > 1 and rec.nz is all_pairs(self.n):
             # everybody waits for everybody: the latest arrival (first of equals),
             # and for that member the latest of the others
             j1 = int(a.argmax())
@@ -323,7 +334,12 @@ class Chain:
         # after a layer's last backward its gradient bucket's ring flow may share the
         # path: max-min leaves the send half of it (measured on the fidelity case)
         shared = phase == "bwd" and c.grad_share and self.out[s].grads
-        d = c.send_times(tuple(src), tuple(dst), bool(shared))
+        skey = (src, dst, bool(shared))
+        d = self._send_d.get(skey)
+        if d is None:   # per (source group, destination group, sharing)
+            d = self._send_d[skey] = np.array(
+                [c.net.p2p_time(x, y, c.act_bytes, c.send_share(x, y) if shared else 1.0)
+                 for x, y in zip(src, dst, strict=True)])
         c.links.sends(src, dst, c.act_bytes)
         self.msgs[key] = a + d
         self.last_send = (key, d)
