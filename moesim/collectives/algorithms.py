@@ -108,13 +108,33 @@ def _multi_ring(group: Sequence[int], steps: int, nbytes: float,
                 rank_host: Sequence[int] | None) -> list[Phase]:
     """``steps`` steps of every ring, each ring carrying 1/len(rings) of the data;
     per step each member sends nbytes / (n · rings) to its successor in every ring."""
-    n = len(group)
-    if n < 2:
+    if len(group) < 2:
         return []
+    one = _ring_step(group, nbytes, rank_host)
+    return [list(one) for _ in range(steps)] if one else []
+
+
+def _ring_step(group: Sequence[int], nbytes: float,
+               rank_host: Sequence[int] | None) -> Phase:
+    """One step of :func:`_multi_ring`: every member to its successor in every ring."""
+    n = len(group)
     rings = ring_orders(group, rank_host)
     chunk = nbytes / n / len(rings)
-    one = [(ring[i], ring[(i + 1) % n], chunk) for ring in rings for i in range(n)]
-    return _clean([list(one) for _ in range(steps)])
+    return _merge([(ring[i], ring[(i + 1) % n], chunk) for ring in rings for i in range(n)])
+
+
+def ring_repeats(op: str, group: Sequence[int], nbytes: float, algo: str | None = None,
+                 rank_host: Sequence[int] | None = None) -> tuple[Phase, int] | None:
+    """``(phase, steps)`` when ``expand(op, group, nbytes, ...)`` is ``steps`` copies of
+    one phase (ring all-reduce, all-gather, reduce-scatter of >= 2 ranks), else None;
+    lets a caller work on the phase once."""
+    algo = check_op_algo(op, algo)
+    n = len(group)
+    if n < 2 or not (op in ("all_gather", "reduce_scatter")
+                     or (op == "all_reduce" and algo == "ring")):
+        return None
+    steps = 2 * (n - 1) if op == "all_reduce" else n - 1
+    return _ring_step(tuple(int(r) for r in group), nbytes, rank_host), steps
 
 
 def ring_all_reduce(group: Sequence[int], nbytes: float,

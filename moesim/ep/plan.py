@@ -32,7 +32,7 @@ nodes), ``deepep-ll`` (low-latency), ``nccl`` (per-assignment all-to-all, one st
 from __future__ import annotations
 
 from dataclasses import dataclass
-from functools import cached_property
+from functools import cached_property, lru_cache
 
 import numpy as np
 
@@ -115,6 +115,26 @@ def _chunks(table: dict[int, tuple[int, int]], n: int) -> tuple[int, int]:
     return table[min(table, key=lambda k: (abs(k - n), k))]
 
 
+@lru_cache(maxsize=64)
+def _chunks_of(combine: bool, n: int) -> tuple[int, int]:
+    return _chunks(COMBINE_CHUNKS if combine else DISPATCH_CHUNKS, n)
+
+
+@lru_cache(maxsize=64)
+def _rail_index(n: int, L: int, nodes: int) -> tuple[np.ndarray, ...]:
+    """Index arrays of the internode plan for n ranks, L per node (read-only):
+    (source rows (n, 1), rail peer of source s on node b (n, nodes), flat
+    (forwarder, destination) of every (s, d), forwarder of every (s, d) flat)."""
+    loc = np.arange(n) % L
+    nd = np.arange(n) // L
+    fwd = nd[None, :] * L + loc[:, None]                     # (n, n)
+    out = (np.arange(n)[:, None], np.arange(nodes)[None, :] * L + loc[:, None],
+           (fwd * n + np.arange(n)[None, :]).ravel(), fwd.ravel())
+    for x in out:
+        x.setflags(write=False)
+    return out
+
+
 def check_kernel(op: str, kernel: str, sms: int, source: str = "command line",
                  prefix: str = "--") -> None:
     """InputError naming ``prefix + field`` (``--kernel`` on the command line; a
@@ -149,7 +169,7 @@ def plan_ep_exchange(counts: DedupCounts, op: str, kernel: str, dtype: str, hidd
         acc = gpu * msg
         if combine:
             acc = acc.T
-        nvl_chunk, _ = _chunks(COMBINE_CHUNKS if combine else DISPATCH_CHUNKS, n)
+        nvl_chunk, _ = _chunks_of(combine, n)
         # SMs write every received token once into the peer's channel buffer and copy
         # it out once more on the receiving side
         writes = (gpu.sum(axis=0) + gpu.sum(axis=1)) * msg
@@ -160,23 +180,19 @@ def plan_ep_exchange(counts: DedupCounts, op: str, kernel: str, dtype: str, hidd
                       np.zeros(n), nvl_logical, float(msg))
     # internode kernels (csrc/kernels/legacy/internode.cu)
     msg = internode_bytes_per_token(dtype, hidden, top_k, combine=combine)
-    loc = np.arange(n) % L
-    nd = np.arange(n) // L
-    rows = np.arange(n)[:, None]
+    rows, peer, fwd_pair, fwd_flat = _rail_index(n, L, node.shape[1])
     # rail peer of source s on node b: the same local index there
     rdma = np.zeros((n, n))
-    rdma[rows, np.arange(node.shape[1])[None, :] * L + loc[:, None]] = node * msg
+    rdma[rows, peer] = node * msg
     # forwarder of (s, d): the GPU of d's node with s's local index (s itself at home)
-    fwd = nd[None, :] * L + loc[:, None]                     # (n, n)
     sent = gpu * msg
-    nvl = np.bincount((fwd * n + np.arange(n)[None, :]).ravel(), weights=sent.ravel(),
-                      minlength=n * n).reshape(n, n)
-    fwd_writes = np.bincount(fwd.ravel(), weights=sent.ravel(), minlength=n)
+    nvl = np.bincount(fwd_pair, weights=sent.ravel(), minlength=n * n).reshape(n, n)
+    fwd_writes = np.bincount(fwd_flat, weights=sent.ravel(), minlength=n)
     if combine:  # reverse every flow: GPUs -> forwarder over NVLink, one RDMA send back
         rdma, nvl = rdma.T, nvl.T
     send_writes = node.sum(axis=1) * msg       # tokens into the RDMA send buffer
     recv_writes = gpu.sum(axis=0) * hidden_bytes(dtype, hidden)  # copy-out to recv_x
-    nvl_chunk, rdma_chunk = _chunks(COMBINE_CHUNKS if combine else DISPATCH_CHUNKS, n)
+    nvl_chunk, rdma_chunk = _chunks_of(combine, n)
     stages = (_stage("rdma", "rdma", rdma), _stage("nvl", "nvl", nvl))
     if combine:
         stages = stages[::-1]

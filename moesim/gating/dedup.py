@@ -75,6 +75,21 @@ def probe_ratios(home: np.ndarray, ranks_per_node: int, pi: np.ndarray, k: int,
             np.divide(c_node, a_node, out=np.ones(n_nodes), where=a_node > 0))
 
 
+_ORDER: list = [None, None]     # (home array, its order): the last one asked for
+
+
+def _home_order(home: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(experts sorted by home rank, stably; the ranks; first position of each),
+    remembered for the last read-only ``home`` (a placement's, the same every call)."""
+    if _ORDER[0] is home and not home.flags.writeable:
+        return _ORDER[1]
+    order = np.argsort(home, kind="stable")
+    ranks, first = np.unique(home[order], return_index=True)
+    if not home.flags.writeable:
+        _ORDER[0], _ORDER[1] = home, (order, ranks, first)
+    return order, ranks, first
+
+
 def estimate(kept: np.ndarray, home: np.ndarray, ranks_per_node: int,
              ratios: tuple[np.ndarray, np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
     """(gpu_tokens, node_tokens) for ``kept`` (S × E assignments): each (source, GPU) and
@@ -85,8 +100,7 @@ def estimate(kept: np.ndarray, home: np.ndarray, ranks_per_node: int,
     n_nodes = max(1, s_ // ranks_per_node)
     r_gpu, r_node = ratios
     # assignments src -> home rank: sum the columns of each rank's experts
-    order = np.argsort(home, kind="stable")
-    ranks, first = np.unique(home[order], return_index=True)
+    order, ranks, first = _home_order(home)
     by_rank = np.zeros((s_, s_), dtype=np.int64)
     by_rank[:, ranks] = np.add.reduceat(kept[:, order], first, axis=1)
     by_node = by_rank.reshape(s_, n_nodes, ranks_per_node).sum(axis=2)

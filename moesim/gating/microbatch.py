@@ -98,8 +98,8 @@ def route_microbatch(cfg: RoutingConfig, *, n_experts: int, top_k: int,
     ignore nodes). ``cfg.top_k`` overrides ``top_k`` when set. ``dedup_ranks_per_node``
     (EP ranks per node, experts at their home ranks): also count the distinct (token,
     GPU) and (token, node) copies (:mod:`moesim.gating.dedup`); ``dedup_cache`` (a dict
-    the caller keeps for one routing config) reuses the counts path's probe per
-    (seed, step, layer)."""
+    the caller keeps for one routing config) reuses the expert shares, inclusion
+    probabilities and the counts path's probe per (seed, step, layer)."""
     for name, v in (("seed", seed), ("step", step), ("layer", layer), ("microbatch", microbatch)):
         if isinstance(v, bool) or not isinstance(v, int | np.integer) or v < 0:
             raise InputError(source, name, "an integer >= 0", v)
@@ -119,10 +119,17 @@ def route_microbatch(cfg: RoutingConfig, *, n_experts: int, top_k: int,
     node = _check_node_limit(cfg, placement, ranks_per_node, k, source)
 
     cfg = with_top_k(cfg, k)
-    q = expert_shares(cfg, n_experts, seed=seed, step=step, layer=layer, source=source)
-    pi = inclusion_probs(q, k, strict=cfg.kind == "hot", source=source,
-                         hot_field="routing.hot_fraction" if cfg.hot_token_fraction is None
-                         else "routing.hot_token_fraction")
+    lkey = ("law", seed, step, layer, k, n_experts)
+    law = dedup_cache.get(lkey) if dedup_cache is not None else None
+    if law is None:     # the same for every micro-batch of a (step, layer)
+        q = expert_shares(cfg, n_experts, seed=seed, step=step, layer=layer, source=source)
+        pi = inclusion_probs(q, k, strict=cfg.kind == "hot", source=source,
+                             hot_field="routing.hot_fraction" if cfg.hot_token_fraction is None
+                             else "routing.hot_token_fraction")
+        law = (q, pi)
+        if dedup_cache is not None:
+            dedup_cache[lkey] = law
+    q, pi = law
     rng = np.random.default_rng([seed, STREAM_ROUTE, step, layer, microbatch])
     n_tok = int(t.sum())
     path = cfg.path

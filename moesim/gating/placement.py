@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import cached_property
 
 import numpy as np
 
@@ -34,13 +35,23 @@ class Placement:
     holders: tuple[tuple[int, ...], ...]
     split: str = "even"
 
-    @property
+    @cached_property
     def home(self) -> np.ndarray:
-        return np.array([h[0] for h in self.holders], dtype=np.int64)
+        """EP rank of each expert's home (read-only; computed once)."""
+        out = np.array([h[0] for h in self.holders], dtype=np.int64)
+        out.setflags(write=False)
+        return out
 
-    @property
+    @cached_property
     def replicated(self) -> tuple[int, ...]:
         return tuple(e for e, h in enumerate(self.holders) if len(h) > 1)
+
+    @cached_property
+    def _by_home(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(experts sorted by home rank, stably; the ranks; first position of each)."""
+        by_home = np.argsort(self.home, kind="stable")
+        ranks, first = np.unique(self.home[by_home], return_index=True)
+        return by_home, ranks, first
 
     def experts_on(self, rank: int) -> tuple[int, ...]:
         """Experts whose weights live on EP rank ``rank`` (home or replica)."""
@@ -65,8 +76,7 @@ class Placement:
         plain = kept.copy()
         plain[:, list(rep)] = 0
         # sum the columns of each destination rank (experts grouped by home rank)
-        by_home = np.argsort(home, kind="stable")
-        ranks, first = np.unique(home[by_home], return_index=True)
+        by_home, ranks, first = self._by_home
         dispatch = np.zeros((s_, self.ep), dtype=np.int64)
         dispatch[:, ranks] = np.add.reduceat(plain[:, by_home], first, axis=1)
         rank_expert = np.zeros((self.ep, e_), dtype=np.int64)

@@ -185,6 +185,25 @@ def _rank_one(d: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return a, big_a
 
 
+_RANK_ONE: dict[bytes, tuple[np.ndarray, np.ndarray]] = {}
+_RANK_ONE_MAX = 512
+
+
+def _rank_one_row(d: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`_rank_one` of one row, remembered per row (every micro-batch of a layer
+    solves the same one); read-only results."""
+    key = d.tobytes()
+    hit = _RANK_ONE.get(key)
+    if hit is None:
+        if len(_RANK_ONE) >= _RANK_ONE_MAX:
+            _RANK_ONE.clear()
+        a, big_a = _rank_one(d)
+        a.setflags(write=False)
+        big_a.setflags(write=False)
+        hit = _RANK_ONE[key] = (a, big_a)
+    return hit
+
+
 def sample_counts_fast(rng: np.random.Generator, n: np.ndarray, pi: np.ndarray,
                        k: int) -> np.ndarray:
     """Fast counts-level sampling with a realistic joint law. ``n`` (R,), ``pi``
@@ -203,6 +222,10 @@ def sample_counts_fast(rng: np.random.Generator, n: np.ndarray, pi: np.ndarray,
     """
     n = np.asarray(n, dtype=np.int64).reshape(-1)
     r_ = n.shape[0]
+    if np.ndim(pi) == 1 and r_ > 1 and np.all(n == n[0]):
+        same = _same_rows(rng, n, np.asarray(pi, dtype=float), k)
+        if same is not None:
+            return same
     p = np.broadcast_to(np.asarray(pi, dtype=float), (r_, np.shape(pi)[-1]))
     nf = n[:, None].astype(float)
     d = p * (1.0 - p)
@@ -213,7 +236,7 @@ def sample_counts_fast(rng: np.random.Generator, n: np.ndarray, pi: np.ndarray,
         out[small] = rng.binomial(np.broadcast_to(n[:, None], p.shape)[small], p[small])
     db = np.where(big, d, 0.0)
     if np.ndim(pi) == 1 and np.all(big == big[0]):
-        a1, big_a1 = _rank_one(db[:1])  # the same for every row: solve once
+        a1, big_a1 = _rank_one_row(db[:1])  # the same for every row: solve once
         a, big_a = np.broadcast_to(a1, p.shape), np.broadcast_to(big_a1, (r_,))
     else:
         a, big_a = _rank_one(db)
@@ -234,4 +257,46 @@ def sample_counts_fast(rng: np.random.Generator, n: np.ndarray, pi: np.ndarray,
     bad = (out.sum(axis=1) != k * n) | np.any(out < 0, axis=1) | np.any(out > n[:, None], axis=1)
     if bad.any():
         out[bad] = sample_counts(rng, n[bad], p[bad], k)
+    return out
+
+
+def _same_rows(rng: np.random.Generator, n: np.ndarray, pi: np.ndarray, k: int
+               ) -> np.ndarray | None:
+    """:func:`sample_counts_fast` when every row has the same ``n`` and ``pi`` and no
+    entry is drawn exactly: the same draws and the same floating-point operations,
+    with everything that does not depend on the draws computed on one row and
+    broadcast (None: take the general path, nothing drawn)."""
+    r_ = n.shape[0]
+    p = pi[None, :]
+    nf = n[:, None].astype(float)
+    nf1 = nf[:1]
+    d = p * (1.0 - p)
+    big = nf1 * d >= GAUSS_MIN_VAR
+    if (~big & (p > 0)).any():
+        return None
+    db = np.where(big, d, 0.0)
+    a, big_a = _rank_one_row(db)
+    s = np.sqrt(big_a[:, None] * a)
+    z = rng.standard_normal((r_, pi.shape[0]))
+    proj = np.sum(np.divide(a, s, out=np.zeros_like(a), where=s > 0) * z, axis=1)
+    # the general path's expressions, evaluated in place (the same values)
+    x = np.multiply(s, z, out=z)
+    x -= a * proj[:, None]
+    x *= np.sqrt(nf)
+    target = k * n
+    y = np.add(np.where(big, nf1 * p, 0.0), x, out=x)
+    vb = nf1 * db
+    sv = np.broadcast_to(vb.sum(axis=1), (r_,))
+    shift = np.divide(y.sum(axis=1) - target, sv, out=np.zeros(r_), where=sv > 0)
+    y -= vb * shift[:, None]
+    c = np.empty((r_, y.shape[1] + 1))
+    c[:, 0] = 0.0
+    np.cumsum(y, axis=1, out=c[:, 1:])
+    c[:, -1] = target
+    c += rng.random((r_, 1))
+    np.floor(c, out=c)
+    out = (c[:, 1:] - c[:, :-1]).astype(np.int64)
+    bad = (out.sum(axis=1) != k * n) | np.any(out < 0, axis=1) | np.any(out > n[:, None], axis=1)
+    if bad.any():
+        out[bad] = sample_counts(rng, n[bad], np.broadcast_to(p, (r_, p.shape[1]))[bad], k)
     return out

@@ -52,6 +52,7 @@ class EPBackend:
                        "combine": scn.routing.combine_dtype, "grad": "bf16"}
         self.launch_s = float(getattr(res.device, "launch_overhead_s", 0.0))
         self._bounds: dict[tuple[int, ...], tuple[float, float, dict[str, float]]] = {}
+        self._counts: tuple | None = None     # (routed micro-batch, its DedupCounts)
         if self.kind in DEEPEP_KINDS:
             if res.routing.replicate:
                 raise InputError(self.src, "routing.replicate",
@@ -91,14 +92,26 @@ class EPBackend:
                              self.kind)
         return int(counts[0])
 
+    def plan_key(self, name: str) -> tuple[str, str]:
+        """(DeepEP op, dtype) of direction ``name``: directions with the same key have
+        the same plan for one routed micro-batch (e.g. the forward combine and the
+        backward dispatch in bf16)."""
+        op, which = DIRECTIONS[name]
+        return op, self.dtypes[which]
+
     def spec(self, route, group: tuple[int, ...], name: str, ranks_per_node: int
              ) -> EPExchangeSpec:
         """The planned exchange ``name`` (``fwd.dispatch`` ...) of one routed micro-batch."""
         op, which = DIRECTIONS[name]
-        counts = DedupCounts(pair_tokens=route.dispatch_tokens, gpu_tokens=route.gpu_tokens,
-                             node_tokens=route.node_tokens,
-                             tokens=route.assign.sum(axis=1) // max(self.top_k, 1),
-                             ranks_per_node=ranks_per_node)
+        if self._counts is None or self._counts[0] is not route \
+                or self._counts[1].ranks_per_node != ranks_per_node:
+            # every direction of one routed micro-batch plans from the same counts
+            self._counts = (route, DedupCounts(
+                pair_tokens=route.dispatch_tokens, gpu_tokens=route.gpu_tokens,
+                node_tokens=route.node_tokens,
+                tokens=route.assign.sum(axis=1) // max(self.top_k, 1),
+                ranks_per_node=ranks_per_node))
+        counts = self._counts[1]
         plan = plan_ep_exchange(counts, op, self.kind, self.dtypes[which], self.hidden,
                                 self.top_k, self.sms if self.kind == "deepep" else 20)
         fill, notify, _ = self._fixed(group, plan)

@@ -204,9 +204,9 @@ def a2a_pair(ch: Chain, s: int, f, b) -> None:
     ch.out[s].end = ch.t[s].copy()
 
 
-def run_dual_chain(ctx, b, groups, span_pos, make_rec, progress=None) -> DualChain:
-    """List-schedule every position's items (``make_rec(ctx, routed, group)``: its
-    :class:`~moesim.engine.fast.pipeline.RouteRec`)."""
+def run_dual_chain(ctx, groups, span_pos, new_rec, progress=None) -> DualChain:
+    """List-schedule every position's items (``new_rec(s, layer, mb)``: the
+    :class:`~moesim.engine.fast.pipeline.RouteRec` of that micro-batch at position s)."""
     cache: dict[tuple, list] = {}
     d = ctx.dual
 
@@ -214,11 +214,7 @@ def run_dual_chain(ctx, b, groups, span_pos, make_rec, progress=None) -> DualCha
         key = (s, layer, mb)
         hit = cache.get(key)
         if hit is None:
-            g = groups[s]
-            r = b.route(g[0], g, layer, mb)
-            canon = int(b.rmap.rep[g[0]]) if b.rmap is not None else g[0]
-            b._routes.pop((canon, layer, mb), None)   # keep memory flat
-            hit = cache[key] = [make_rec(ctx, r, g), 0]
+            hit = cache[key] = [new_rec(s, layer, mb), 0]
         hit[1] += 1
         if hit[1] == 3:                  # forward, input gradient, weight gradient
             cache.pop(key)

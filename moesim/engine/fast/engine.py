@@ -28,8 +28,9 @@ from moesim.engine.fast.dp import RingCost, gradient_phase
 from moesim.engine.fast.dual import a2a_pair, dual_gradient_phase, run_dual_chain
 from moesim.engine.fast.links import LinkBytes
 from moesim.engine.fast.network import FastNetwork
-from moesim.engine.fast.pipeline import Chain, RouteRec
+from moesim.engine.fast.pipeline import Chain, RouteRec, all_pairs
 from moesim.engine.fast.spans import choose_span_ranks
+from moesim.engine.fast.stash import RecordStash
 from moesim.engine.fast.summary import make_plan, shortcuts
 from moesim.engine.summary import link_stats, make_result, summarize
 from moesim.model import costs
@@ -180,7 +181,7 @@ def _route_rec(ctx: Context, r, group: tuple[int, ...], forward_only: bool = Fal
     if not forward_only:
         mats.update({"bwd.combine": r.dispatch_tokens * grad_bpt,
                      "bwd.dispatch": r.combine_tokens * grad_bpt})
-    off = ~np.eye(n, dtype=bool)
+    off = all_pairs(n)
     d_out, c_out = r.dispatch_bytes.sum(axis=1), r.combine_bytes.sum(axis=1)
     if ctx.ep_backend.deepep:
         # a DeepEP exchange starts when every member has arrived (after the count
@@ -188,12 +189,21 @@ def _route_rec(ctx: Context, r, group: tuple[int, ...], forward_only: bool = Fal
         # its SM bound) + fill/drain (moesim.collectives.ep_exchange, the exact rule)
         L = ctx.ep_backend.ranks_per_node(group, ctx.gpn)
         a2a = {}
+        done: dict[tuple[str, str], tuple] = {}
+        pure = ctx.net.stateless(group)
         for name in mats:
-            spec = ctx.ep_backend.spec(r, group, name, L)
+            key = ctx.ep_backend.plan_key(name)   # directions with one plan share it
+            if key not in done:
+                spec = ctx.ep_backend.spec(r, group, name, L)
+                end = ctx.net.a2a_finish(group, spec.byte_matrix(), np.zeros(n))
+                done[key] = (spec, spec.notify_s + np.maximum(end, spec.sm_s) + spec.fill_s)
+            elif not pure:      # the flow network's clock moves on: time it again
+                spec = done[key][0]
+                end = ctx.net.a2a_finish(group, spec.byte_matrix(), np.zeros(n))
+                done[key] = (spec, spec.notify_s + np.maximum(end, spec.sm_s) + spec.fill_s)
+            spec, a2a[name] = done[key]
             m = spec.byte_matrix()
             mats[name] = m          # the bytes that really cross the links
-            end = ctx.net.a2a_finish(group, m, np.zeros(n))
-            a2a[name] = spec.notify_s + np.maximum(end, spec.sm_s) + spec.fill_s
             if name == "fwd.dispatch":
                 d_out = m.sum(axis=1)
             elif name == "fwd.combine":
@@ -241,20 +251,35 @@ def _units(ctx: Context, s: int) -> list[list]:
     return out
 
 
-def _run_chain(ctx: Context, b: Builder, groups, span_pos, progress=None) -> Chain:
+def _run_chain(ctx: Context, b: Builder, groups, span_pos, progress=None,
+               stash: RecordStash | None = None, rerun: bool = False) -> Chain:
+    """Run one chain; ``stash`` keeps its records (first run) or hands them back
+    (``rerun``), keyed by its first group."""
+
+    def new_rec(s: int, layer: int, mb: int) -> RouteRec:
+        key = (groups[0], s, layer, mb)
+        if rerun and stash is not None:
+            hit = stash.take(key)
+            if hit is not None:
+                return hit
+        g = groups[s]
+        r = b.route(g[0], g, layer, mb)
+        canon = int(b.rmap.rep[g[0]]) if b.rmap is not None else g[0]
+        b._routes.pop((canon, layer, mb), None)   # keep memory flat
+        rec = _route_rec(ctx, r, g)
+        if stash is not None and not rerun and ctx.net.stateless(g):
+            stash.put(key, rec)     # (records timed on the flow network: built again)
+        return rec
+
     if ctx.dual is not None:
-        return run_dual_chain(ctx, b, groups, span_pos, _route_rec, progress)
+        return run_dual_chain(ctx, groups, span_pos, new_rec, progress)
     cache: dict[tuple, RouteRec] = {}
 
     def route(s: int, layer: int, mb: int) -> RouteRec:
         key = (s, layer, mb)
         rec = cache.pop(key, None)       # each record serves its fwd then its bwd
         if rec is None:
-            g = groups[s]
-            r = b.route(g[0], g, layer, mb)
-            canon = int(b.rmap.rep[g[0]]) if b.rmap is not None else g[0]
-            b._routes.pop((canon, layer, mb), None)   # keep memory flat
-            rec = _route_rec(ctx, r, g)
+            rec = new_rec(s, layer, mb)
             cache[key] = rec
         return rec
 
@@ -341,9 +366,10 @@ def simulate_fast(res: Resolved, *, progress=None, span_ranks: int = 64,
     def copies(r: int) -> list[int]:
         return [r, *b.rmap.mirrors.get(r, ())] if dedup else [r]
 
+    stash = RecordStash()
     for groups in chains:
         span_pos = [[e for e, r in enumerate(g) if r in want] for g in groups]
-        ch = _run_chain(ctx, b, groups, span_pos, progress)
+        ch = _run_chain(ctx, b, groups, span_pos, progress, stash)
         spans += ch.spans
         mult = len(copies(groups[0][0]))
         for s, g in enumerate(groups):
@@ -374,7 +400,8 @@ def simulate_fast(res: Resolved, *, progress=None, span_ranks: int = 64,
     for ci in sorted(rerun):
         groups = chains[ci]
         span_pos = [[e for e, r in enumerate(g) if r in rerun[ci]] for g in groups]
-        spans += _run_chain(ctx, b, groups, span_pos, progress).spans
+        spans += _run_chain(ctx, b, groups, span_pos, progress, stash, rerun=True).spans
+    del stash
     ctx.links.enabled = True
     stages = {}
     pp_coord = lay.coords["pp"]

@@ -18,7 +18,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from moesim.collectives.algorithms import expand
+from moesim.collectives.algorithms import expand, ring_repeats
 
 
 class LinkBytes:
@@ -32,17 +32,51 @@ class LinkBytes:
         self.gpus = list(gpus)
         self.rank_host = list(rank_host)
         self.mirrors = mirrors or {}
-        self.bytes = np.zeros(len(topo.link_names))
+        self._bytes = np.zeros(len(topo.link_names))
         self.enabled = True
         self._pairs: dict[tuple[int, ...], tuple[np.ndarray, np.ndarray]] = {}
         self._per_byte: dict[tuple, tuple[np.ndarray, np.ndarray]] = {}
+        self._copy_of: dict[tuple, list[tuple[int, ...]]] = {}
+        # Direct all-to-all matrices (per group) and sends (per pair) are summed and put
+        # on the links when the counters are read: while every count is a whole number
+        # of bytes and all of them together stay below 2**53, float64 sums are exact in
+        # any order, so the counters come out bit for bit as if added call by call.
+        self._pending: dict[tuple[int, ...], np.ndarray] = {}
+        self._whole_total = 0.0     # bytes counted so far, while all whole
+        self._sends: dict[tuple, float] = {}     # pipeline sends, likewise
+        self._send_paths: dict[tuple, tuple[list, int]] = {}
+        self._fractional = False    # a count with a fraction of a byte was added
+
+    @property
+    def bytes(self) -> np.ndarray:
+        """Bytes per link id so far."""
+        self._flush()
+        return self._bytes
+
+    def _flush(self) -> None:
+        for g, m in self._pending.items():
+            for c in self._copy_of[g]:
+                pair, link = self._pair_links(c)
+                if len(pair):
+                    self._bytes += np.bincount(link, weights=m.ravel()[pair],
+                                               minlength=len(self._bytes))
+        self._pending.clear()
+        for key, b in self._sends.items():
+            for path in self._send_paths[key][0]:
+                for lk in path:
+                    self._bytes[lk] += b
+        self._sends.clear()
 
     def _copies(self, group: Sequence[int]) -> list[tuple[int, ...]]:
         """``group`` and, with identical replicas, the same group in every mirror."""
-        group = tuple(int(r) for r in group)
-        ms = [self.mirrors.get(r, ()) for r in group]
-        n = min((len(m) for m in ms), default=0)
-        return [group, *(tuple(m[e] for m in ms) for e in range(n))]
+        key = group if isinstance(group, tuple) else tuple(group)
+        hit = self._copy_of.get(key)
+        if hit is None:
+            g = tuple(int(r) for r in group)
+            ms = [self.mirrors.get(r, ()) for r in g]
+            n = min((len(m) for m in ms), default=0)
+            hit = self._copy_of[key] = [g, *(tuple(m[e] for m in ms) for e in range(n))]
+        return hit
 
     def _pair_links(self, group: tuple[int, ...]) -> tuple[np.ndarray, np.ndarray]:
         """(flat pair index i*n+j, link id) of every hop of every ordered pair."""
@@ -66,24 +100,83 @@ class LinkBytes:
         if not self.enabled:
             return
         m = np.asarray(matrix, dtype=float)
-        for g in self._copies(group):
+        copies = self._copies(group)
+        if algo == "direct" and self._defer(m, len(copies)):
+            acc = self._pending.get(copies[0])
+            if acc is None:
+                self._copy_of.setdefault(copies[0], copies)
+                self._pending[copies[0]] = m.copy()
+            elif acc.shape == m.shape:
+                acc += m
+            else:
+                raise ValueError(f"all-to-all matrix {m.shape} for a group of {len(acc)}")
+            return
+        self._flush()
+        for g in copies:
             if algo == "direct":
                 pair, link = self._pair_links(g)
                 if len(pair):
-                    self.bytes += np.bincount(link, weights=m.ravel()[pair],
-                                              minlength=len(self.bytes))
+                    self._bytes += np.bincount(link, weights=m.ravel()[pair],
+                                               minlength=len(self._bytes))
             else:
+                self._fractional = True
                 for ph in expand("all_to_all_v", g, 0.0, algo=algo, matrix=m,
                                  rank_host=self.rank_host):
                     for s, d, b in ph:
                         self._add(s, d, b)
 
+    def _defer(self, m: np.ndarray, copies: int) -> bool:
+        """Whether ``m`` (counted ``copies`` times) may wait in ``_pending``: whole
+        non-negative bytes, nothing fractional counted before, all counts together
+        below 2**53 (then every partial sum on a link is exact). Otherwise the pending
+        sums go onto the links first, and the caller adds ``m`` at once."""
+        if not self._fractional and m.size and m.min() >= 0:
+            total = self._whole_total + float(m.sum()) * copies
+            if total < _EXACT_SUM and np.array_equal(m, np.trunc(m)):
+                self._whole_total = total
+                return True
+        self._flush()
+        self._fractional = True    # from here on every call adds at once
+        return False
+
     def p2p(self, src: int, dst: int, nbytes: float) -> None:
         """One send (pipeline activations or gradients), and its mirrors' copies."""
         if not self.enabled:
             return
+        if nbytes > 0 and not self._fractional and nbytes == int(nbytes):
+            key = (src, dst)
+            hit = self._send_paths.get(key)
+            if hit is None:
+                paths = [self.topo.route(self.gpus[s], self.gpus[d])
+                         for s, d in self._copies(key)]
+                hit = self._send_paths[key] = (paths, sum(len(p) for p in paths))
+            total = self._whole_total + nbytes * hit[1]
+            if total < _EXACT_SUM:       # whole bytes: summed per pair until read
+                self._whole_total = total
+                self._sends[key] = self._sends.get(key, 0.0) + nbytes
+                return
         for s, d in self._copies((src, dst)):
             self._add(s, d, nbytes)
+
+    def sends(self, src: Sequence[int], dst: Sequence[int], nbytes: float) -> None:
+        """The sends src[e] -> dst[e] of ``nbytes`` each (one pipeline message per
+        position), as :meth:`p2p` counts them one by one."""
+        if not self.enabled:
+            return
+        if nbytes > 0 and not self._fractional and nbytes == int(nbytes):
+            key = (tuple(src), tuple(dst))
+            hit = self._send_paths.get(key)
+            if hit is None:
+                paths = [self.topo.route(self.gpus[s], self.gpus[d])
+                         for x, y in zip(*key, strict=True) for s, d in self._copies((x, y))]
+                hit = self._send_paths[key] = (paths, sum(len(p) for p in paths))
+            total = self._whole_total + nbytes * hit[1]
+            if total < _EXACT_SUM:       # whole bytes: summed per key until read
+                self._whole_total = total
+                self._sends[key] = self._sends.get(key, 0.0) + nbytes
+                return
+        for x, y in zip(src, dst, strict=True):
+            self.p2p(x, y, nbytes)
 
     def collective(self, op: str, group: Sequence[int], nbytes: float,
                    algo: str | None = None, mirrored: bool = False) -> None:
@@ -96,16 +189,62 @@ class LinkBytes:
             key = (op, g, algo)
             hit = self._per_byte.get(key)
             if hit is None:
-                acc = np.zeros(len(self.bytes))
-                for ph in expand(op, g, 1.0, algo=algo, rank_host=self.rank_host):
-                    for s, d, b in ph:
-                        for lk in self.topo.route(self.gpus[s], self.gpus[d]):
-                            acc[lk] += b
-                nz = np.flatnonzero(acc)
-                hit = self._per_byte[key] = (nz, acc[nz])
-            self.bytes[hit[0]] += hit[1] * nbytes
+                hit = self._per_byte[key] = self._ring_per_byte(op, g, algo)
+            self._flush()
+            self._fractional = True
+            self._bytes[hit[0]] += hit[1] * nbytes
+
+    def _ring_per_byte(self, op: str, g: tuple[int, ...], algo: str | None
+                       ) -> tuple[np.ndarray, np.ndarray]:
+        """(link ids, bytes per byte of the collective) of ``op`` on ``g``: the sum, in
+        ``expand``'s order, of every phase's flows on every link of their paths. A ring
+        repeats one phase: it is routed once and added ``steps`` times, each link's
+        increments in their order (the same floating-point sums as phase by phase)."""
+        rep = ring_repeats(op, g, 1.0, algo, self.rank_host)
+        if rep is None:
+            acc = np.zeros(len(self._bytes))
+            for ph in expand(op, g, 1.0, algo=algo, rank_host=self.rank_host):
+                for s, d, b in ph:
+                    for lk in self.topo.route(self.gpus[s], self.gpus[d]):
+                        acc[lk] += b
+            nz = np.flatnonzero(acc)
+            return nz, acc[nz]
+        phase, steps = rep
+        lks: list[int] = []
+        vals: list[float] = []
+        for s, d, b in phase:
+            path = self.topo.route(self.gpus[s], self.gpus[d])
+            lks += path
+            vals += [b] * len(path)
+        if not lks:
+            return np.zeros(0, dtype=np.int64), np.zeros(0)
+        ids, col = np.unique(np.asarray(lks, dtype=np.int64), return_inverse=True)
+        col = col.ravel()
+        occ = np.zeros(len(col), dtype=np.int64)     # k-th increment of its link
+        seen: dict[int, int] = {}
+        for i, c in enumerate(col.tolist()):
+            occ[i] = seen.get(c, 0)
+            seen[c] = occ[i] + 1
+        rows = np.zeros((int(occ.max()) + 1, len(ids)))
+        rows[occ, col] = vals
+        acc = np.zeros(len(ids))
+        for _ in range(steps):
+            for row in rows:
+                acc += row
+        keep = acc != 0
+        return ids[keep], acc[keep]
 
     def _add(self, src: int, dst: int, nbytes: float) -> None:
         if nbytes > 0:
-            for lk in self.topo.route(self.gpus[src], self.gpus[dst]):
-                self.bytes[lk] += nbytes
+            path = self.topo.route(self.gpus[src], self.gpus[dst])
+            total = self._whole_total + nbytes * len(path)
+            if self._fractional or nbytes != int(nbytes) or total >= _EXACT_SUM:
+                self._flush()
+                self._fractional = True
+            self._whole_total = total
+            for lk in path:
+                self._bytes[lk] += nbytes
+
+
+#: float64 adds whole numbers exactly, in any order, while every sum stays below this
+_EXACT_SUM = 2.0 ** 53

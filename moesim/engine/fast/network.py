@@ -140,18 +140,43 @@ class _Incidence:
         its flows starting at or after τ) / capacity; a flow ends when every link of
         its path has drained, plus its path latency (so members of one all-to-all end
         nearly together; cheaper: no sort)."""
+        a = np.asarray(arrivals, dtype=float)
+        if len(a) and np.all(a == a[0]):     # one start level: the same sums, less work
+            flat = np.asarray(matrix, dtype=float).ravel()
+            live = flat > 0
+            if not live.any():
+                return None, live
+            nzp = np.flatnonzero(flat)
+            hops = self.pad_t[:, nzp]
+            load = np.bincount(hops.T.ravel(), weights=np.repeat(flat[nzp], len(hops)),
+                               minlength=self.n_links + 1)[:self.n_links]
+            f_link = np.append(np.where(load > 0, a[0] + load / self.cap, -np.inf), -np.inf)
+            f_nz = f_link.take(hops[0])
+            for row in hops[1:]:
+                np.maximum(f_nz, f_link.take(row), out=f_nz)
+            f_pair = np.full(len(flat), -np.inf)
+            f_pair[nzp] = np.maximum(f_nz, a[0]) + self.lat[nzp]
+            return f_pair, live
         flat, start, live, taus = _start_levels(matrix, arrivals, k_max)
         if taus is None:
             return None, live
-        w = np.where(start[None, :] >= taus[:, None], flat[None, :], 0.0)   # (K, n*n)
-        load = np.stack([np.bincount(self.link, weights=wk[self.pair], minlength=self.n_links)
+        # only pairs with bytes: each link's sum keeps its order (pairs ascending) and
+        # drops only zeros, so the loads are the same floats as over every pair
+        nzp = np.flatnonzero(flat)
+        hops = self.pad_t[:, nzp]                                   # (hops, pairs)
+        idx = hops.T.ravel()                                        # pair by pair
+        w = np.where(start[nzp][None, :] >= taus[:, None], flat[nzp][None, :], 0.0)
+        load = np.stack([np.bincount(idx, weights=np.repeat(wk, len(hops)),
+                                     minlength=self.n_links + 1)[:self.n_links]
                          for wk in w], axis=1)                               # (links, K)
         drain = np.where(load > 0, taus[None, :] + load / self.cap[:, None], -np.inf)
         f_link = np.append(drain.max(axis=1), -np.inf)
-        f_pair = f_link.take(self.pad_t[0])
-        for row in self.pad_t[1:]:      # max over the hops of each pair's path
-            np.maximum(f_pair, f_link.take(row), out=f_pair)
-        return np.maximum(f_pair, start) + self.lat, live
+        f_nz = f_link.take(hops[0])
+        for row in hops[1:]:            # max over the hops of each pair's path
+            np.maximum(f_nz, f_link.take(row), out=f_nz)
+        f_pair = np.full(len(flat), -np.inf)      # pairs without bytes: not live
+        f_pair[nzp] = np.maximum(f_nz, start[nzp]) + self.lat[nzp]
+        return f_pair, live
 
     def flow_finish(self, matrix: np.ndarray, arrivals: np.ndarray, k_max: int = 6):
         """(n*n,) end of every flow i→j (start max(arrival_i, arrival_j)) and the mask of
@@ -247,10 +272,12 @@ class FastNetwork:
         self._flow = None
 
     def incidence(self, group: Sequence[int]) -> _Incidence:
-        key = tuple(int(r) for r in group)
-        inc = self._inc.get(key)
+        inc = self._inc.get(group) if isinstance(group, tuple) else None
         if inc is None:
-            inc = self._inc[key] = _Incidence(self.topo, self.gpus, key)
+            key = tuple(int(r) for r in group)
+            inc = self._inc.get(key)
+            if inc is None:
+                inc = self._inc[key] = _Incidence(self.topo, self.gpus, key)
         return inc
 
     def a2a_rank_times(self, group: Sequence[int], matrix: np.ndarray) -> np.ndarray:
@@ -264,10 +291,20 @@ class FastNetwork:
         """Per member: end of a direct all-to-all-v whose members arrive at ``arrivals``:
         flow by flow on the max-min network for groups over several hosts of at most
         ``EXACT_MAX_MEMBERS`` (:meth:`exact_finish`), else :meth:`_Incidence.finish`."""
+        if len(group) > EXACT_MAX_MEMBERS:
+            return self.incidence(group).finish(matrix, arrivals)
         key = tuple(int(r) for r in group)
-        if len(key) <= EXACT_MAX_MEMBERS and self._multi_host(key):
+        if self._multi_host(key):
             return self.exact_finish(key, matrix, arrivals)
         return self.incidence(key).finish(matrix, arrivals)
+
+    def stateless(self, group: Sequence[int]) -> bool:
+        """Whether :meth:`a2a_finish` on ``group`` is a pure function of its arguments:
+        :meth:`exact_finish` is not (its simpy clock moves on, so the same exchange
+        may round differently later), so its calls can be neither skipped nor reused."""
+        if len(group) > EXACT_MAX_MEMBERS:
+            return True
+        return not self._multi_host(tuple(int(r) for r in group))
 
     def _multi_host(self, group: tuple[int, ...]) -> bool:
         hit = self._hosts.get(group)

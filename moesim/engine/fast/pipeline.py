@@ -22,6 +22,7 @@ compute slowed by the SM share EP kernels hold (:mod:`moesim.engine.fast.pairs`)
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import lru_cache
 
 import numpy as np
 
@@ -61,6 +62,15 @@ class StageOut:
     grads: bool = False                    # a layer has had its last backward (buckets run)
 
 
+@lru_cache(maxsize=16)
+def all_pairs(n: int) -> np.ndarray:
+    """(n, n) read-only mask of every ordered pair i != j, one array per n (so
+    :meth:`Chain._a2a` knows it by identity: everybody waits for everybody)."""
+    out = ~np.eye(n, dtype=bool)
+    out.setflags(write=False)
+    return out
+
+
 class Chain:
     """Runs one chain. ``ctx`` is the shared :class:`moesim.engine.fast.Context`;
     ``groups[s]``: ranks of the EP group at stage s (position order); ``route(s,
@@ -78,6 +88,7 @@ class Chain:
         self.spans: list[Span] = []
         self.rec: list[tuple] | None = None   # while set, ops are recorded (pairs.run_pair)
         self.z3 = Zero3Gathers(ctx, groups)
+        self._send_d: dict[tuple, np.ndarray] = {}
 
     # ------------------------------------------------------------ spans
     def _span(self, s: int, kind: str, name: str, a, b, layer=-1, mb=-1, phase="",
@@ -86,15 +97,18 @@ class Chain:
         if not pos:
             return
         ranks = self.groups[s]
-        arrays = {k: v for k, v in kw.items() if isinstance(v, np.ndarray)}
+        arrays = {k: v.tolist() for k, v in kw.items() if isinstance(v, np.ndarray)}
+        al, bl = np.asarray(a, dtype=float).tolist(), np.asarray(b, dtype=float).tolist()
+        waits = kind in ("stall", "bubble")
+        out = self.spans
         for e in pos:
-            if b[e] > a[e] or kind not in ("stall", "bubble"):
+            if bl[e] > al[e] or not waits:
                 extra = dict(kw)
                 for k, v in arrays.items():
-                    extra[k] = v[e].item()
-                self.spans.append(Span(rank=ranks[e], stream=stream, kind=kind,
-                                       name=name, start_s=float(a[e]), end_s=float(b[e]),
-                                       layer=layer, microbatch=mb, phase=phase, **extra))
+                    extra[k] = v[e]
+                out.append(Span(rank=ranks[e], stream=stream, kind=kind, name=name,
+                                start_s=al[e], end_s=bl[e], layer=layer, microbatch=mb,
+                                phase=phase, **extra))
 
     def _compute(self, s: int, name: str, key: tuple, make, layer, mb, phase) -> None:
         t, fl = self.c.timer(key, make)
@@ -138,9 +152,19 @@ class Chain:
 
     def _a2a_times(self, s: int, name: str, rec: RouteRec, a: np.ndarray):
         """(start, end, latest partner) of an all-to-all its members join at ``a``."""
-        peers = np.where(rec.nz, a[None, :], -np.inf)
-        late = peers.argmax(axis=1)
-        start = np.maximum(a, peers.max(axis=1))
+        if self.n > 1 and rec.nz is all_pairs(self.n):
+            # everybody waits for everybody: the latest arrival (first of equals),
+            # and for that member the latest of the others
+            j1 = int(a.argmax())
+            others = a.copy()
+            others[j1] = -np.inf
+            late = np.full(self.n, j1)
+            late[j1] = int(others.argmax())
+            start = np.full(self.n, a[j1])
+        else:
+            peers = np.where(rec.nz, a[None, :], -np.inf)
+            late = peers.argmax(axis=1)
+            start = np.maximum(a, peers.max(axis=1))
         x = rec.a2a[name]
         if x.ndim == 2:
             end = np.maximum(self.c.net.a2a_finish(self.groups[s], x, a), start)
@@ -388,10 +412,13 @@ class Chain:
         # after a layer's last backward its gradient bucket's ring flow may share the
         # path: max-min leaves the send half of it (measured on the fidelity case)
         shared = phase == "bwd" and c.grad_share and self.out[s].grads
-        d = np.array([c.net.p2p_time(x, y, c.act_bytes, c.send_share(x, y) if shared else 1.0)
-                      for x, y in zip(src, dst, strict=True)])
-        for x, y in zip(src, dst, strict=True):
-            c.links.p2p(x, y, c.act_bytes)
+        skey = (src, dst, bool(shared))
+        d = self._send_d.get(skey)
+        if d is None:   # per (source group, destination group, sharing)
+            d = self._send_d[skey] = np.array(
+                [c.net.p2p_time(x, y, c.act_bytes, c.send_share(x, y) if shared else 1.0)
+                 for x, y in zip(src, dst, strict=True)])
+        c.links.sends(src, dst, c.act_bytes)
         self.msgs[key] = a + d
         self.out[s].send_end = a + d
         self._span(s, "pp", f"{phase}.send", a, a + d, layer, mb, phase, stream="pp",

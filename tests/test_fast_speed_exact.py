@@ -1,0 +1,129 @@
+"""The fast path's speed-ups change no number: each shortcut against the plain
+computation it replaces, bit for bit (docs/fast-path.md, "Speed and memory")."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from moesim.collectives.algorithms import expand
+from moesim.engine.api import resolve_path
+from moesim.engine.fast import engine as fast_engine
+from moesim.engine.fast.engine import simulate_fast
+from moesim.engine.fast.links import LinkBytes
+from moesim.engine.fast.network import _Incidence
+from moesim.engine.fast.stash import RecordStash
+from moesim.gating.sampling import sample_counts_fast
+
+# 32 H800 (4 nodes), DualPipe PP2, EP8 in a node (timed in closed form, so its records
+# are stashed), DeepEP as shipped
+SMALL = ["cluster.nodes=4", "parallel.pp=2", "parallel.ep=8", "model.layers=3",
+         "model.first_dense_layers=1", "schedule.microbatches=4"]
+
+
+def _topo():
+    res = resolve_path("deepseek-v3-2048", ["cluster.nodes=16", "parallel.pp=2"])
+    topo = res.topology
+    gpus = list(topo.gpus)
+    return topo, gpus, [topo.host_of(g) for g in gpus]
+
+
+def test_ring_link_loads_equal_phase_by_phase_sums():
+    topo, gpus, hosts = _topo()
+    lb = LinkBytes(topo, gpus, hosts)
+    for op, group, algo in [("reduce_scatter", tuple(range(0, 64, 8)), None),
+                            ("all_reduce", tuple(range(16)), "ring"),
+                            ("all_gather", (3, 17, 40, 9, 63), None),
+                            ("all_reduce", tuple(range(8)), "tree")]:
+        acc = np.zeros(len(topo.link_names))
+        for ph in expand(op, group, 1.0, algo=algo, rank_host=hosts):
+            for s, d, b in ph:
+                for lk in topo.route(gpus[s], gpus[d]):
+                    acc[lk] += b
+        ids, vals = lb._ring_per_byte(op, group, algo)
+        assert np.array_equal(ids, np.flatnonzero(acc))
+        assert vals.tobytes() == acc[ids].tobytes()
+
+
+def test_deferred_whole_bytes_equal_call_by_call_adds():
+    topo, gpus, hosts = _topo()
+    rng = np.random.default_rng(3)
+    group = tuple(range(16))
+    calls = [rng.integers(0, 10_000, (16, 16)).astype(float) * 7472 for _ in range(20)]
+    lazy = LinkBytes(topo, gpus, hosts)
+    eager = np.zeros(len(topo.link_names))
+    pair, link = lazy._pair_links(group)
+    for m in calls:
+        lazy.a2a(group, m)
+        eager += np.bincount(link, weights=m.ravel()[pair], minlength=len(eager))
+        lazy.p2p(2, 9, 3.0e6)
+        for lk in topo.route(gpus[2], gpus[9]):
+            eager[lk] += 3.0e6
+    assert lazy.bytes.tobytes() == eager.tobytes()
+    # a fraction of a byte: pending sums go onto the links first, then call by call
+    lazy.p2p(1, 2, 0.5)
+    for lk in topo.route(gpus[1], gpus[2]):
+        eager[lk] += 0.5
+    lazy.a2a(group, calls[0])
+    eager += np.bincount(link, weights=calls[0].ravel()[pair], minlength=len(eager))
+    assert lazy.bytes.tobytes() == eager.tobytes()
+
+
+def test_link_bound_over_pairs_with_bytes_equals_every_pair():
+    topo, gpus, _ = _topo()
+    inc = _Incidence(topo, gpus, tuple(range(64)))
+    rng = np.random.default_rng(0)
+    for arrivals in (np.zeros(64), np.full(64, 2e-3), rng.random(64) * 1e-3):
+        m = rng.integers(0, 4, (64, 64)) * 1e6 * (rng.random((64, 64)) < 0.25)
+        flat = m.ravel()
+        start = np.maximum(arrivals[:, None], arrivals[None, :]).ravel()
+        live = flat > 0
+        taus = np.unique(arrivals)
+        taus = taus[taus >= start[live].min()]
+        if len(taus) > 6:
+            taus = taus[np.unique(np.linspace(0, len(taus) - 1, 6).round().astype(int))]
+        # the bound as written before: over every pair
+        w = np.where(start[None, :] >= taus[:, None], flat[None, :], 0.0)
+        load = np.stack([np.bincount(inc.link, weights=wk[inc.pair], minlength=inc.n_links)
+                         for wk in w], axis=1)
+        drain = np.where(load > 0, taus[None, :] + load / inc.cap[:, None], -np.inf)
+        f_link = np.append(drain.max(axis=1), -np.inf)
+        f_pair = f_link.take(inc.pad_t[0])
+        for row in inc.pad_t[1:]:
+            np.maximum(f_pair, f_link.take(row), out=f_pair)
+        want = np.where(live, np.maximum(f_pair, start) + inc.lat, -np.inf)
+        got, got_live = inc.drain_finish(m, arrivals)
+        assert np.array_equal(got_live, live)
+        assert np.where(live, got, -np.inf).tobytes() == want.tobytes()
+
+
+def test_counts_of_equal_rows_equal_the_general_path():
+    rng = np.random.default_rng(5)
+    for e, k, n in [(256, 8, 4096), (64, 2, 100_000), (16, 1, 5000)]:
+        pi = rng.dirichlet(np.full(e, 50.0)) * k
+        rows = np.full(7, n)
+        one = sample_counts_fast(np.random.default_rng(1), rows, pi, k)      # row path
+        full = sample_counts_fast(np.random.default_rng(1), rows, np.tile(pi, (7, 1)), k)
+        assert np.array_equal(one, full)
+        assert (one.sum(axis=1) == k * n).all()
+
+
+class _Counting(RecordStash):
+    served = 0
+
+    def take(self, key):
+        rec = super().take(key)
+        _Counting.served += rec is not None
+        return rec
+
+
+def test_span_rerun_from_stashed_records_equals_routing_again(monkeypatch):
+    monkeypatch.setattr(fast_engine, "RecordStash", _Counting)
+    kept = simulate_fast(resolve_path("deepseek-v3-2048", SMALL), span_ranks=2)
+    assert _Counting.served > 0                   # the rerun took stashed records
+    monkeypatch.setattr(fast_engine, "RecordStash", lambda: RecordStash(max_bytes=0))
+    again = simulate_fast(resolve_path("deepseek-v3-2048", SMALL), span_ranks=2)
+    assert repr(kept.spans) == repr(again.spans)
+    kept.summary.pop("sim_wall_s", None)
+    again.summary.pop("sim_wall_s", None)
+    assert kept.summary == again.summary
+    assert np.asarray(kept.links.bytes).tobytes() == np.asarray(again.links.bytes).tobytes()
