@@ -258,23 +258,35 @@ def _worker(rank: int, cfg: RecordConfig, port: int) -> None:
     part.write_text(json.dumps({"counts": counts, "process": quiet}))
 
 
-def record(cfg: RecordConfig, force: bool = False) -> Path:
-    """Run the recording; returns the output directory. Refuses a non-empty
-    ``cfg.outdir`` unless ``force`` (then only our own file names are replaced)."""
-    cfg.check()
-    outdir = check_dir_target(cfg.outdir, "OUTDIR")  # a file, under a file, no permission
+def checked_outdir(path, force: bool) -> Path:
+    """A recording's output folder: a new or empty directory (or ``force``), writable."""
+    outdir = check_dir_target(path, "OUTDIR")  # a file, under a file, no permission
     if outdir.exists() and not outdir.is_dir():
         raise InputError(str(outdir), "OUTDIR", "a directory (or a path that does not exist)",
                          "a file")
     if outdir.is_dir() and any(outdir.iterdir()) and not force:
         raise InputError(str(outdir), "OUTDIR", "an empty or new directory (or --force)",
                          "a non-empty directory")
+    return outdir
+
+
+def import_torch():
+    """``(torch, torch.multiprocessing)``, or one line saying how to install it."""
     try:
         import torch
         import torch.multiprocessing as mp
     except ImportError as err:  # pragma: no cover - depends on the environment
         raise InputError("command line", "record", "torch installed (pip install moesim[torch])",
                          str(err)) from err
+    return torch, mp
+
+
+def record(cfg: RecordConfig, force: bool = False) -> Path:
+    """Run the recording; returns the output directory. Refuses a non-empty
+    ``cfg.outdir`` unless ``force`` (then only our own file names are replaced)."""
+    cfg.check()
+    outdir = checked_outdir(cfg.outdir, force)
+    torch, mp = import_torch()
     if cfg.backend == "nccl" and not torch.cuda.is_available():
         raise InputError("command line", "--backend", "gloo (nccl needs CUDA)", cfg.backend)
     make_dir(outdir)

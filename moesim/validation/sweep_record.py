@@ -31,14 +31,16 @@ from pathlib import Path
 import numpy as np
 
 from moesim.errors import InputError
-from moesim.outputs import check_dir_target, make_dir
+from moesim.outputs import make_dir
 from moesim.validation.record import (
     KEEP_MEMORY_ENV,
     _environment,
     _filtered_stderr,
     _log,
     _quiet_the_rank,
+    checked_outdir,
     host_info,
+    import_torch,
 )
 
 SWEEP_FORMAT = "moesim-shape-sweep/1"
@@ -138,19 +140,8 @@ def record_sweep(cfg: SweepConfig, force: bool = False) -> Path:
     """Run the sweep; returns the output directory. Refuses a non-empty ``cfg.outdir``
     unless ``force`` (then only the sweep's own files are replaced)."""
     cfg.check()
-    outdir = check_dir_target(cfg.outdir, "OUTDIR")
-    if outdir.exists() and not outdir.is_dir():
-        raise InputError(str(outdir), "OUTDIR", "a directory (or a path that does not exist)",
-                         "a file")
-    if outdir.is_dir() and any(outdir.iterdir()) and not force:
-        raise InputError(str(outdir), "OUTDIR", "an empty or new directory (or --force)",
-                         "a non-empty directory")
-    try:
-        import torch
-        import torch.multiprocessing as mp
-    except ImportError as err:  # pragma: no cover - depends on the environment
-        raise InputError("command line", "record", "torch installed (pip install moesim[torch])",
-                         str(err)) from err
+    outdir = checked_outdir(cfg.outdir, force)
+    torch, mp = import_torch()
     make_dir(outdir)
     for name in SWEEP_FILES:
         (outdir / name).unlink(missing_ok=True)

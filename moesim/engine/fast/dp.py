@@ -213,14 +213,21 @@ def gradient_phase(res, rings: RingCost, timer, stages: dict[int, dict], step_hi
         tot_e = sum(b[2] for b in bks)
         dpn, edpn = lay.dp * lay.cp, lay.edp
         shard = (tot_d / wb / (dpn if zero >= 1 else 1) + tot_e / wb / (edpn if zero >= 1 else 1))
-        t_opt, _ = timer(("opt", shard), lambda sh=shard: costs.optimizer_kernels(sh))
-        anyc = np.asarray([bool(tails[int(r)]) for r in ranks])
-        start = np.where(anyc, np.maximum(end, ready_cf[ranks]), end)
-        opt_end[ranks] = start + t_opt
-        for r, a in zip(ranks, start, strict=True):
-            tails[int(r)].append(("compute", float(a), float(a) + t_opt, "compute", -1))
+        optimizer_tail(timer, tails, ranks, end, ready_cf, shard, opt_end)
         if zero in (1, 2):
             run_coll("zero", "all_gather", "dp_cp", ranks, opt_end, tot_d, "dense")
             run_coll("zero", "all_gather", "edp", ranks, opt_end, tot_e, "experts")
     finish = np.maximum(opt_end, ready_cf)
     return tails, finish
+
+
+def optimizer_tail(timer, tails, ranks, end, ready_cf, shard: float, opt_end) -> None:
+    """The optimizer step of ``ranks`` over ``shard`` parameters: after their compute
+    stream (``end``) and, where they reduced gradients, after the last reduction
+    (``ready_cf``); sets ``opt_end[ranks]`` and appends the compute tail spans."""
+    t_opt, _ = timer(("opt", shard), lambda sh=shard: costs.optimizer_kernels(sh))
+    anyc = np.asarray([bool(tails[int(r)]) for r in ranks])
+    start = np.where(anyc, np.maximum(end, ready_cf[ranks]), end)
+    opt_end[ranks] = start + t_opt
+    for r, a in zip(ranks, start, strict=True):
+        tails[int(r)].append(("compute", float(a), float(a) + t_opt, "compute", -1))

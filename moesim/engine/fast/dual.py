@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from moesim.engine.fast.dp import _merge, _past_a2a, buckets
+from moesim.engine.fast.dp import _merge, _past_a2a, buckets, optimizer_tail
 from moesim.engine.fast.pairs import run_pair
 from moesim.engine.fast.pipeline import Chain
 from moesim.model import costs
@@ -322,13 +322,7 @@ def dual_gradient_phase(res, b, rings, timer, stages: dict[int, dict], links=Non
     opt_end = np.zeros(world)
     for st in stages.values():
         ranks, end = st["ranks"], st["end"]
-        sh = float(shard[ranks[0]])
-        t_opt, _ = timer(("opt", sh), lambda sh=sh: costs.optimizer_kernels(sh))
-        anyc = np.asarray([bool(tails[int(r)]) for r in ranks])
-        start = np.where(anyc, np.maximum(end, ready_cf[ranks]), end)
-        opt_end[ranks] = start + t_opt
-        for r, a in zip(ranks, start, strict=True):
-            tails[int(r)].append(("compute", float(a), float(a) + t_opt, "compute", -1))
+        optimizer_tail(timer, tails, ranks, end, ready_cf, float(shard[ranks[0]]), opt_end)
     if zero in (1, 2):
         for st, ranks, tot_d, tot_e in gathers:
             run_coll("zero", "all_gather", ranks, opt_end, tot_d, st, "dp")
