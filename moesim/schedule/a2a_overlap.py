@@ -28,7 +28,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from moesim.schedule.pipeline import PipeOp
+from moesim.schedule.pipeline import PipeOp, check_interleaved, interleaved_op
 
 #: one stage's items: a single PipeOp, or (forward, backward) run overlapped
 Step = tuple[PipeOp, ...]
@@ -44,17 +44,12 @@ def a2a_1f1b_order(p: int, m: int, v: int = 1) -> list[list[Step]]:
     for name, x in (("stages", p), ("microbatches", m), ("virtual chunks", v)):
         if isinstance(x, bool) or not isinstance(x, int) or x < 1:
             raise ValueError(f"{name} must be a positive integer, got {x!r}")
-    if v > 1 and m % p:
-        raise ValueError(f"interleaved schedule needs microbatches ({m}) to be a multiple of "
-                         f"pipeline stages ({p})")
+    if v > 1:
+        check_interleaved(p, m)
     total = m * v
 
     def op(kind: str, k: int) -> PipeOp:
-        group, pos = divmod(k, p * v)
-        chunk = pos // p
-        if kind == "B":
-            chunk = v - 1 - chunk
-        return PipeOp(kind, group * p + pos % p, chunk)
+        return interleaved_op(p, v, kind, k)
 
     out = []
     for s in range(p):

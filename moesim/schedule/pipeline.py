@@ -66,22 +66,33 @@ def one_f_one_b_order(p: int, m: int) -> Order:
     return order
 
 
+def check_interleaved(p: int, m: int) -> None:
+    """The interleaved schedule's table needs m to be a multiple of p."""
+    if m % p:
+        raise ValueError(f"interleaved schedule needs microbatches ({m}) to be a multiple of "
+                         f"pipeline stages ({p})")
+
+
+def interleaved_op(p: int, v: int, kind: str, k: int) -> PipeOp:
+    """The k-th forward (``kind`` F) or backward (B) of a rank in Megatron's interleaved
+    table: micro-batches in groups of p, chunks in order (reversed for backwards)."""
+    group, pos = divmod(k, p * v)
+    chunk = pos // p
+    if kind == "B":
+        chunk = v - 1 - chunk
+    return PipeOp(kind, group * p + pos % p, chunk)
+
+
 def interleaved_order(p: int, m: int, v: int) -> Order:
     """Megatron's interleaved 1F1B with ``v`` model chunks per rank (m % p == 0)."""
     _check(p, m, v)
     if v == 1:
         return one_f_one_b_order(p, m)
-    if m % p:
-        raise ValueError(f"interleaved schedule needs microbatches ({m}) to be a multiple of "
-                         f"pipeline stages ({p})")
+    check_interleaved(p, m)
     total = m * v
 
     def op(kind: str, k: int) -> PipeOp:
-        group, pos = divmod(k, p * v)
-        chunk = pos // p
-        if kind == "B":
-            chunk = v - 1 - chunk
-        return PipeOp(kind, group * p + pos % p, chunk)
+        return interleaved_op(p, v, kind, k)
 
     order: Order = []
     for s in range(p):

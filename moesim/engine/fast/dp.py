@@ -184,23 +184,8 @@ def gradient_phase(res, rings: RingCost, timer, stages: dict[int, dict], step_hi
             if len(g) < 2 or nbytes <= 0:
                 done[g] = None
                 continue
-            ga = np.asarray(g)
-            own = np.maximum(ready_at[ga], ready_cf[ga])
-            start = own.max()
-            iv = busy_of.get(g)
-            if iv is None:
-                iv = busy_of[g] = _merge(x for r in g for x in busy.get(int(r), ()))
-            end = _past_a2a(iv, start,
-                            rings.time(name_op, tuple(g), nbytes))
-            if links is not None:
-                links.collective(name_op, tuple(g), nbytes)
-            late = int(g[int(own.argmax())])    # the member the others wait for
-            for x, o in zip(g, own, strict=True):
-                if start > o:
-                    tails[x].append(("stall", float(o), float(start), "comm", late))
-                tails[x].append((kind, float(start), float(end), "comm", -1))
-            ready_cf[ga] = end
-            done[g] = end
+            done[g] = group_collective(g, kind, name_op, nbytes, ready_at, ready_cf, busy,
+                                       busy_of, rings, tails, links)
     for _s, ranks, lb, end, bks in per_stage:
         for layer, d_b, e_b in bks:
             ready = np.zeros(world)
@@ -231,3 +216,28 @@ def optimizer_tail(timer, tails, ranks, end, ready_cf, shard: float, opt_end) ->
     opt_end[ranks] = start + t_opt
     for r, a in zip(ranks, start, strict=True):
         tails[int(r)].append(("compute", float(a), float(a) + t_opt, "compute", -1))
+
+
+def group_collective(g, kind: str, name_op: str, nbytes: float, ready_at, ready_cf, busy,
+                     busy_of, rings: RingCost, tails, links=None) -> float:
+    """One gradient-phase collective on group ``g``: it starts when its last member is
+    ready (``ready_at``, after the member's previous collective ``ready_cf``), makes no
+    progress while any member is in an all-to-all (``busy``), and appends each member's
+    stall (naming the member waited for) and collective span to ``tails``; updates
+    ``ready_cf`` and returns the end."""
+    ga = np.asarray(g)
+    own = np.maximum(ready_at[ga], ready_cf[ga])
+    start = own.max()
+    iv = busy_of.get(g)
+    if iv is None:
+        iv = busy_of[g] = _merge(x for r in g for x in busy.get(int(r), ()))
+    end = _past_a2a(iv, start, rings.time(name_op, tuple(g), nbytes))
+    if links is not None:
+        links.collective(name_op, tuple(g), nbytes)
+    late = int(g[int(own.argmax())])    # the member the others wait for
+    for x, o in zip(g, own, strict=True):
+        if start > o:
+            tails[x].append(("stall", float(o), float(start), "comm", late))
+        tails[x].append((kind, float(start), float(end), "comm", -1))
+    ready_cf[ga] = end
+    return end

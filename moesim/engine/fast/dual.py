@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from moesim.engine.fast.dp import _merge, _past_a2a, buckets, optimizer_tail
+from moesim.engine.fast.dp import buckets, group_collective, optimizer_tail
 from moesim.engine.fast.pairs import run_pair
 from moesim.engine.fast.pipeline import Chain
 from moesim.model import costs
@@ -282,21 +282,8 @@ def dual_gradient_phase(res, b, rings, timer, stages: dict[int, dict], links=Non
             if g in done or len(g) < 2 or nbytes <= 0:
                 continue
             done.add(g)
-            ga = np.asarray(g)
-            own = np.maximum(ready_at[ga], ready_cf[ga])
-            start = own.max()
-            iv = busy_of.get(g)
-            if iv is None:
-                iv = busy_of[g] = _merge(x for q in g for x in busy.get(int(q), ()))
-            end = _past_a2a(iv, start, rings.time(name_op, g, nbytes))
-            if links is not None:
-                links.collective(name_op, g, nbytes)
-            late = int(g[int(own.argmax())])    # the member the others wait for
-            for x, o in zip(g, own, strict=True):
-                if start > o:
-                    tails[x].append(("stall", float(o), float(start), "comm", late))
-                tails[x].append((kind, float(start), float(end), "comm", -1))
-            ready_cf[ga] = end
+            group_collective(g, kind, name_op, nbytes, ready_at, ready_cf, busy, busy_of,
+                             rings, tails, links)
 
     shard = np.zeros(world)
     gathers = []
