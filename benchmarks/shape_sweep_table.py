@@ -1,13 +1,16 @@
 """Skewed recordings predicted with and without a shape sweep (docs/validation.md).
 
-    python benchmarks/shape_sweep_table.py                    # shipped traces and sweep
-    python benchmarks/shape_sweep_table.py --sweep traces/sweep --traces traces/hot ...
+    python benchmarks/shape_sweep_table.py                      # shipped traces and sweep
+    python benchmarks/shape_sweep_table.py --study traces/sweep-study
+    python benchmarks/shape_sweep_table.py --calibrate U... --sweep S... --traces T...
 
-Calibrates in memory as ``moesim calibrate traces/uniform traces/uniform-repeat`` does,
-without ``--shape-sweep SWEEP``, with it, and with ``--shape-sweep-memory`` too (same code), validates each skewed
-recording with both (``moesim validate``'s code) and prints, per phase, the median and
-the worst |error| over the recordings and ranks (error = median over the traced steps
-of (simulated − measured) / measured), then every recording's per-rank errors.
+``--study DIR`` takes a folder written by ``benchmarks/record_sweep_study.py``
+(calibrate on every ``uniform-R``, sweep ``sweep``, validate every ``hot-R`` and
+``zipf-R``). The comparison is :func:`moesim.validation.shape_study.compare` (the same
+code as ``moesim calibrate`` and ``moesim validate``); this prints, per phase, the
+median and the worst |error| over the recordings and ranks (error = median over the
+traced steps of (simulated − measured) / measured), the expert GEMMs by size, then
+every recording's per-rank errors.
 """
 
 from __future__ import annotations
@@ -16,18 +19,15 @@ import argparse
 
 import numpy as np
 
-from moesim.validation.calibrate import calibrate
 from moesim.validation.calibration import model_from_dict
 from moesim.validation.ingest import ingest
-from moesim.validation.replay import kernel_of, outside_fitted_range
+from moesim.validation.replay import kernel_of
 from moesim.validation.shape_fit import sweep_table
-from moesim.validation.validate import PHASES, validate
+from moesim.validation.shape_study import SWEPT, SWEPT_MEMORY, compare, study_dirs
+from moesim.validation.validate import PHASES
 
-SW = "+ shape sweep"
 SHORT = {"forward_s": "forward", "backward_s": "backward", "dispatch_s": "dispatch",
          "experts_s": "experts", "combine_s": "combine"}
-
-
 BUCKETS = ((0, 300, "< 300 rows"), (300, 2500, "300–2500 rows"), (2500, 1e12, "> 2500 rows"))
 
 
@@ -35,7 +35,7 @@ def gemm_table(traces: list[str], docs: dict[str, dict], table) -> str:
     """Expert GEMM time per step, simulated against measured, by the rows of the swept
     dim (m, or k for a weight gradient): (Σ simulated − Σ measured) / Σ measured per
     recording, rank and bucket, over all traced steps."""
-    models = {c: model_from_dict(d) for c, d in docs.items() if "memory)" not in c}
+    models = {c: model_from_dict(d) for c, d in docs.items() if c != SWEPT_MEMORY}
     lines = ["| recording | rank | rows | GEMMs | measured ms/step | "
              + " | ".join(f"{c} error" for c in models) + " |",
              "|---|---|---|---|---|" + "---|" * len(models)]
@@ -65,42 +65,27 @@ def gemm_table(traces: list[str], docs: dict[str, dict], table) -> str:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--study", help="a folder written by benchmarks/record_sweep_study.py")
     ap.add_argument("--calibrate", nargs="+", default=["traces/uniform", "traces/uniform-repeat"])
     ap.add_argument("--sweep", nargs="+", default=["traces/sweep"])
     ap.add_argument("--traces", nargs="+", default=["traces/hot", "traces/hot-repeat",
                                                     "traces/zipf"])
     args = ap.parse_args()
-    sets = [ingest([d]) for d in args.calibrate]
-    docs = {"uniform fit": calibrate(sets, args.calibrate),
-            SW: calibrate(sets, args.calibrate, shapes=sweep_table(args.sweep),
-                          shape_sources=args.sweep),
-            SW + " (+ memory)": calibrate(sets, args.calibrate,
-                                          shapes=sweep_table(args.sweep, memory=True),
-                                          shape_sources=args.sweep)}
+    if args.study:
+        args.calibrate, args.sweep, args.traces = study_dirs(args.study)
+    study = compare(args.calibrate, args.sweep, args.traces)
+    docs = study.calibrations
     print(f"calibration: {', '.join(args.calibrate)}; sweep: {', '.join(args.sweep)} "
           "(GEMM scales to the recordings: " + ", ".join(
-              f"{k} {v:.3f}" for k, v in docs[SW]["shape_sweep"]["scales"].items()) + ")")
-    errs: dict[str, dict[str, list[float]]] = {c: {p: [] for p in PHASES} for c in docs}
-    rows = []
-    for d in args.traces:
-        ts = ingest([d])
-        for name, doc in docs.items():
-            model = model_from_dict(doc)
-            v = validate(ts, model, source=d)
-            o = outside_fitted_range(ts, model)
-            for r in range(v.world):
-                e = v.error(r)
-                for p in PHASES:
-                    errs[name][p].append(abs(e[p]))
-                rows.append(f"| {d} | {name} | {r} | " + " | ".join(
-                    f"{e[p]:+.1%}" for p in PHASES) + f" | {o['gemm']} + {o['memory']} / {o['compute_ops']} |")
+              f"{k} {v:.3f}" for k, v in docs[SWEPT]["shape_sweep"]["scales"].items()) + ")")
     print()
     print("| phase | " + " | ".join(f"{c}: median / worst abs error" for c in docs) + " |")
     print("|---|" + "---|" * len(docs))
     for p in [*PHASES, "all"]:
         cells = []
         for c in docs:
-            v = (np.concatenate([errs[c][q] for q in PHASES]) if p == "all" else errs[c][p])
+            v = [e for q in PHASES for e in study.abs_errors(c, q)] if p == "all" \
+                else study.abs_errors(c, p)
             cells.append(f"{np.median(v):.1%} / {np.max(v):.1%}")
         print(f"| {SHORT.get(p, p)} | " + " | ".join(cells) + " |")
     print()
@@ -109,7 +94,11 @@ def main() -> None:
     print("| recording | calibration | rank | " + " | ".join(SHORT[p] for p in PHASES)
           + " | ops outside the fitted range (GEMM + memory-bound / all) |")
     print("|---|---|---|" + "---|" * (len(PHASES) + 1))
-    print("\n".join(rows))
+    for r in study.rows:
+        o = r.outside
+        print(f"| {r.trace} | {r.calibration} | {r.rank} | " + " | ".join(
+            f"{r.error[p]:+.1%}" for p in PHASES)
+            + f" | {o['gemm']} + {o['memory']} / {o['compute_ops']} |")
 
 
 if __name__ == "__main__":

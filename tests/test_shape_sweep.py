@@ -253,3 +253,50 @@ def test_record_sweep_bad_flags_one_line(tmp_path, capsys, flags, field):
     err = capsys.readouterr().err.strip().splitlines()
     assert rc == 2 and len(err) == 1 and field in err[0] and "command line" in err[0]
     assert not (tmp_path / "s").exists()
+
+
+# ------------------------------------------------- the study: does the sweep help skew?
+@pytest.fixture(scope="module", params=["traces/sweep-study", "traces/sweep-study-repeat"])
+def study(request):
+    from moesim.validation.shape_study import compare, study_dirs
+
+    return compare(*study_dirs(ROOT / request.param), memory=False)
+
+
+@pytest.mark.slow
+def test_sweep_predicts_the_skewed_expert_phase_better(study):
+    """Each shipped study (three interleaved rounds, benchmarks/record_sweep_study.py),
+    calibrated on its three uniform recordings: with the sweep, the expert phase of the
+    three hot and three zipf recordings has a smaller median and worst |error|.
+    (Forward and backward go either way within a point, docs/validation.md.)"""
+    from moesim.validation.shape_study import SWEPT, UNIFORM
+
+    plain, swept = study.abs_errors(UNIFORM, "experts_s"), study.abs_errors(SWEPT, "experts_s")
+    assert len(plain) == len(swept) == 6 * 2          # recordings × ranks
+    assert np.median(swept) < np.median(plain)
+    assert max(swept) < max(plain)
+    # the forward dispatch waits only for work the sweep does not cover (router, gather)
+    assert study.abs_errors(SWEPT, "dispatch_s") == pytest.approx(
+        study.abs_errors(UNIFORM, "dispatch_s"), rel=1e-9, abs=1e-12)
+    # the hot experts' GEMMs are extrapolated by the line fit, interpolated with the sweep
+    for row in study.rows:
+        assert row.outside["gemm"] == (0 if row.calibration == SWEPT else
+                                       (54 if "hot" in row.trace else 108))
+
+
+def test_study_dirs_refuses_a_folder_that_is_not_a_study(tmp_path):
+    from moesim.validation.shape_study import study_dirs
+
+    with pytest.raises(InputError) as err:
+        study_dirs(tmp_path / "none")
+    assert err.value.got == "missing"
+    (tmp_path / "uniform-1").mkdir()
+    with pytest.raises(InputError) as err:
+        study_dirs(tmp_path)
+    assert "sweep" in err.value.expected
+    for d in ("sweep", "hot-1", "zipf-2", "zipf-1"):
+        (tmp_path / d).mkdir()
+    (tmp_path / "hot-2").write_text("a file, not a recording")
+    u, s, k = study_dirs(tmp_path)
+    assert [p.rsplit("/", 1)[1] for p in u + s + k] == ["uniform-1", "sweep", "hot-1",
+                                                        "zipf-1", "zipf-2"]
