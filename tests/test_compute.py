@@ -85,6 +85,27 @@ def test_fp8_uses_fp8_peak():
     assert k.flops / rm.time_s(k) == pytest.approx(0.75 * 1979e12)
 
 
+def test_fp8_recipe_keeps_attention_router_and_head_in_bf16():
+    """DeepSeek-V3 report §3.3.1: attention operators, gating and the output head stay in
+    BF16 under FP8 training; the attention projections (Linear) are FP8 GEMMs."""
+    from moesim.model.costs import attention_kernels
+    fp8 = RooflineModel(H100, precision="fp8", launch_overhead_s=0, half_efficiency_tokens=0)
+    bf16 = RooflineModel(H100, precision="bf16", launch_overhead_s=0, half_efficiency_tokens=0)
+    big = 1 << 14
+    for name in ("attention", "attention_decode", "router", "lm_head"):
+        for k in (gemm(name, big, big, big), gemm(name, big, big, big, "bwd")):
+            assert k.flops / fp8.time_s(k) == pytest.approx(0.75 * 989e12)
+            assert fp8.time_s(k) == bf16.time_s(k)
+    for name in ("attention_gemm", "expert_gemm", "dense_gemm", "attentionx"):
+        k = gemm(name, big, big, big)
+        assert k.flops / fp8.time_s(k) == pytest.approx(0.75 * 1979e12)
+    # a DeepSeek-V3 layer's forward: core attention at half the projections' rate
+    ks = attention_kernels(PRESETS["deepseek-v3"], 4096, 4096)
+    core = [k for k in ks if k.name == "attention"]
+    assert len(core) == 1 and fp8.time_s(core[0]) == pytest.approx(
+        max(core[0].flops / (0.75 * 989e12), core[0].bytes / fp8.hbm_Bps))
+
+
 def test_compute_model_from_dict():
     rm = compute_model_from_dict({"kind": "roofline", "mfu_large": 0.6,
                                   "launch_overhead_us": 2.5}, "s.yaml", H100)

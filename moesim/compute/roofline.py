@@ -6,7 +6,9 @@ time = count · launch_overhead + max(flops / (peak · eff(m, n, k)),
 eff(m, n, k) = max(min_efficiency, mfu_large · d / (d + half_efficiency_tokens)), with
 d the smallest non-zero GEMM dimension (for an expert GEMM: its tokens). Kernels that
 are not GEMMs (m = n = k = 0) run their FLOPs at ``mfu_large``. Since flops ∝ m and
-eff is non-decreasing in m, time never decreases when tokens grow.
+eff is non-decreasing in m, time never decreases when tokens grow. ``peak`` is the
+precision's dense peak; with ``precision: fp8`` the kernels an FP8 recipe keeps in BF16
+(core attention, router, LM head: :data:`HIGH_PRECISION_KERNELS`) use the bf16 peak.
 """
 
 from __future__ import annotations
@@ -35,6 +37,15 @@ HALF_EFFICIENCY_TOKENS = 128
 HBM_EFFICIENCY = 0.8
 
 PRECISIONS = ("bf16", "fp8")
+#: Kernels that stay in BF16 when the GEMMs run in FP8 (``precision: fp8``): DeepSeek-V3
+#: technical report (arXiv:2412.19437) §3.3.1 keeps "the embedding module, the output
+#: head, MoE gating modules, normalization operators, and attention operators" in their
+#: original precision (BF16 or FP32); its inference system (deepseek-ai/open-infra-index,
+#: "Day 6: DeepSeek-V3/R1 Inference System Overview") likewise runs "core MLA
+#: computations" in BF16. Here: core attention (training and serving), the router GEMM
+#: and the LM head; the attention projections are Linear layers, FP8. Embedding and
+#: norms are memory-bound kernels, which no FLOP peak prices.
+HIGH_PRECISION_KERNELS = frozenset({"attention", "attention_decode", "router", "lm_head"})
 
 
 class RooflineModel:
@@ -56,6 +67,8 @@ class RooflineModel:
             raise ValueError(f"device {device.name} has no {precision} peak")
         self.device = device
         self.peak_flops = float(peak)                      # FLOP/s
+        #: FLOP/s of the kernels an FP8 recipe keeps in BF16 (HIGH_PRECISION_KERNELS)
+        self.high_precision_flops = float(device.peak_bf16_flops)
         self.mfu_large = float(mfu_large)
         self.min_efficiency = float(min_efficiency)
         self.half_efficiency_tokens = float(half_efficiency_tokens)
@@ -76,7 +89,10 @@ class RooflineModel:
         compute = 0.0
         if kernel.flops > 0:
             eff = self.efficiency(kernel.m, kernel.n, kernel.k)
-            compute = kernel.flops / (self.peak_flops * eff)
+            base = kernel.name.removesuffix("_bwd")
+            peak = (self.high_precision_flops if base in HIGH_PRECISION_KERNELS
+                    else self.peak_flops)
+            compute = kernel.flops / (peak * eff)
         memory = kernel.bytes / self.hbm_Bps if kernel.bytes > 0 else 0.0
         return kernel.count * self.launch_overhead_s + max(compute, memory)
 
