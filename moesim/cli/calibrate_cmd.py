@@ -126,10 +126,10 @@ def shape_line(sec: dict) -> str:
     sc = sec["scales"]
     fams = sorted(f"{k[5:]} ×{v:.3f}" for k, v in sc.items() if k.startswith("gemm "))
     mem = sorted(f"{k} ×{v:.2f}" for k, v in sc.items() if not k.startswith("gemm"))
-    return (f"shape sweep: {len(sec['gemm'])} GEMM families (swept dim {min(rows):.0f}–"
-            f"{max(rows):.0f}), {len(sec['memory'])} memory-bound op kinds; times scaled "
-            f"to the recordings: GEMMs ×{sc['gemm']:.3f} ({', '.join(fams)})"
-            + (f"; {', '.join(mem)}" if mem else ""))
+    swept = f" (swept dim {min(rows):.0f}–{max(rows):.0f})" if rows else ""
+    return (f"shape sweep: {len(sec['gemm'])} GEMM families{swept}, {len(sec['memory'])} "
+            f"memory-bound op kinds; times scaled to the recordings: GEMMs ×{sc['gemm']:.3f} "
+            f"({', '.join(fams)})" + (f"; {', '.join(mem)}" if mem else ""))
 
 
 def _run_gpu(args: argparse.Namespace, gpu: list, out: Path) -> int:
@@ -137,14 +137,17 @@ def _run_gpu(args: argparse.Namespace, gpu: list, out: Path) -> int:
     from moesim.validation.calibration import save_calibration
     from moesim.validation.gpu_calibrate import gpu_calibration
 
-    if args.shape_sweep:
-        raise InputError("command line", "--shape-sweep", "CPU recordings (a GPU trace's "
-                         "calibration does not take a shape sweep)", args.shape_sweep)
     if len(gpu) != 1 or len(args.trace_dirs) != 1:
         raise InputError("command line", "TRACE_DIR", "one GPU trace file",
                          f"{max(len(gpu), len(args.trace_dirs))} traces")
     tr = gpu[0]
     doc = gpu_calibration(tr, args.device or device_name(tr.device_name))
+    if args.shape_sweep:
+        from moesim.validation.shape_fit import gpu_samples, shape_section, sweep_table
+
+        table = sweep_table(args.shape_sweep, memory=args.shape_sweep_memory)
+        if table:
+            doc["shape_sweep"] = shape_section(table, *gpu_samples(tr), args.shape_sweep)
     save_calibration(doc, out, force=args.force)
     g = doc["gpu"]
     for dt, f in g["gemm_by_dtype"].items():
@@ -169,6 +172,10 @@ def _run_gpu(args: argparse.Namespace, gpu: list, out: Path) -> int:
     print(f"kernel gap on the compute stream: median {gap['median_s'] * 1e6:.1f} µs, mean "
           f"{gap['mean_s'] * 1e6:.1f} µs (n={gap['n_samples']})")
     print(f"{g['kernels_with_shapes']} of {g['kernels']} GPU events carry their op's shapes")
+    if "shape_sweep" in doc:
+        print(shape_line(doc["shape_sweep"]))
+    elif args.shape_sweep:
+        print("shape sweep: no GEMM or memory-bound family with two sizes or more; not used")
     print(f"device: {doc['device']}")
     print(f"wrote {out}")
     return 0

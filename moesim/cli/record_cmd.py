@@ -50,19 +50,16 @@ def run(args: argparse.Namespace) -> int:
     from moesim.validation.record import RecordConfig, record
 
     if args.shape_sweep:
-        from moesim.errors import InputError
         from moesim.validation.sweep_record import SweepConfig, record_sweep
-
-        if args.backend != "gloo":
-            raise InputError("command line", "--backend", "gloo with --shape-sweep (the sweep "
-                             "times CPU ops; a CUDA sweep is not implemented)", args.backend)
 
         record_sweep(SweepConfig(outdir=args.outdir, world=args.world, experts=args.experts,
                                  hidden=args.hidden,
                                  ffn=args.ffn, top_k=args.top_k, tokens=args.tokens,
                                  points=args.points, repeats=args.repeats, seed=args.seed,
                                  gzip=not args.no_gzip, pin=args.pin, nice=args.nice,
-                                 keep_memory=not args.release_memory), force=args.force)
+                                 keep_memory=not args.release_memory,
+                                 device="cuda" if args.backend == "nccl" else "cpu"),
+                     force=args.force)
         return 0
     cfg = RecordConfig(outdir=args.outdir, world=args.world, skew=args.skew, zipf_s=args.zipf_s,
                        hot_fraction=args.hot_fraction, hidden=args.hidden, ffn=args.ffn,

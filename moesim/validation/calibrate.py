@@ -50,7 +50,7 @@ import numpy as np
 from moesim.errors import InputError
 from moesim.validation.host_facts import calibration_facts
 from moesim.validation.ingest import TraceSet
-from moesim.validation.shape_fit import ShapeTable, anchor, trace_samples
+from moesim.validation.shape_fit import ShapeTable, shape_section, trace_samples
 
 FORMAT = "moesim-calibration/1"
 
@@ -357,15 +357,6 @@ def calibrate(sets: list[TraceSet], sources: list[str], backend: str = "gloo",
         "recorded_on": calibration_facts(sources),
     }
     if shapes:
-        table, scales = anchor(shapes, *trace_samples(sets))
-        doc["shape_sweep"] = {**table.to_doc(), "scales": scales,
-                              "sources": list(shape_sources or []), "method": SHAPE_METHOD}
+        doc["shape_sweep"] = shape_section(shapes, *trace_samples(sets), shape_sources or [])
     return doc
 
-
-SHAPE_METHOD = ("per family (GEMMs with two dims fixed, time against the third; memory-bound "
-                "ops per op kind, time against bytes) the median (GEMM) or mean (memory) time "
-                "per swept size, made non-decreasing (pool-adjacent-violators), scaled to the "
-                "recording's level (scales: GEMMs by the median measured/interpolated time, "
-                "memory-bound kinds by total measured/total interpolated), interpolated "
-                "linearly in log(size)-log(time) inside the swept range; the line fits outside")

@@ -102,12 +102,13 @@ def local_experts(experts: SwiGLUExperts, received: torch.Tensor,
     expert-major for the GEMMs and the outputs put back in arrival order (also what
     ``moesim record --shape-sweep`` times, :mod:`moesim.validation.sweep_record`)."""
     world, n_local = recv_mat.shape
-    src_of = torch.repeat_interleave(torch.arange(world * n_local) % n_local,
+    dev = received.device          # recv_mat lives there too (CPU, or the rank's GPU)
+    src_of = torch.repeat_interleave(torch.arange(world * n_local, device=dev) % n_local,
                                      recv_mat.reshape(-1))
     by_expert = torch.argsort(src_of, stable=True)
     y = experts(received.index_select(0, by_expert), recv_mat.sum(0).tolist())
     back = torch.empty_like(by_expert)
-    back[by_expert] = torch.arange(by_expert.numel())
+    back[by_expert] = torch.arange(by_expert.numel(), device=dev)
     return y.index_select(0, back)
 
 
@@ -136,7 +137,7 @@ class ExpertParallelMoE(nn.Module):
         with record_function("moe/permute"):
             flat_expert = experts.reshape(-1)
             order = torch.argsort(flat_expert, stable=True)
-            token_of = torch.arange(t).repeat_interleave(self.top_k)[order]
+            token_of = torch.arange(t, device=x.device).repeat_interleave(self.top_k)[order]
             counts = torch.bincount(flat_expert, minlength=self.n_experts)
             permuted = x.index_select(0, token_of)
         self.last_counts = counts.detach().clone()

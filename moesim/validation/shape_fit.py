@@ -19,6 +19,12 @@ module turns those samples into a table that a calibration interpolates in:
   line between them in log(size)-log(time): exact at the points, monotone between.
   Outside a family's range, or for a shape in no family, :meth:`ShapeTable.gemm_time`
   / :meth:`ShapeTable.memory_time` return None and the calibration's line fit is used.
+
+A sweep recorded on a GPU (``moesim record --shape-sweep --backend nccl``) is read the
+same way, with each op's time the GPU time of the kernels it launched (linked by
+correlation id, :mod:`moesim.validation.gpu_trace`) instead of its CPU span; a GPU
+calibration (``moesim calibrate TRACE --device D --shape-sweep SWEEP``) is anchored on
+the traced ops' kernel times likewise.
 """
 
 from __future__ import annotations
@@ -31,6 +37,7 @@ from pathlib import Path
 import numpy as np
 
 from moesim.errors import InputError
+from moesim.validation.gpu_trace import GpuTrace, gpu_trace_from_doc, has_gpu_events
 from moesim.validation.ingest import MATMULS, NO_BYTES, NOT_MEMORY
 from moesim.validation.kineto import ancestors, complete_events, load_trace
 from moesim.validation.op_cost import gemm_dims, tensor_bytes
@@ -39,6 +46,15 @@ AXES = ("m", "k", "n")
 #: a family needs this many distinct sizes
 MIN_POINTS = 2
 _LABEL = re.compile(r"sweep/rows=(\d+)")
+#: GPU kernel classes of memory-bound ops (moesim.validation.gpu_kernels)
+_GPU_MEMORY = {"cast", "norm", "elementwise"}
+SHAPE_METHOD = ("per family (GEMMs with two dims fixed, time against the third; memory-bound "
+                "ops per op kind, time against bytes) the median (GEMM) or mean (memory) time "
+                "per swept size, made non-decreasing (pool-adjacent-violators), scaled to the "
+                "recording's level (scales: GEMMs by the median measured/interpolated time, "
+                "memory-bound kinds by total measured/total interpolated), interpolated "
+                "linearly in log(size)-log(time) inside the swept range; the line fits outside; "
+                "on a GPU an op's time is its kernels' GPU time")
 
 
 @dataclass(frozen=True)
@@ -214,20 +230,78 @@ def sweep_file(path: str | Path) -> Path:
     return p
 
 
+def _is_memory_op(name: str) -> bool:
+    return (name.startswith("aten::") and name not in NO_BYTES and name not in NOT_MEMORY
+            and name not in MATMULS)
+
+
+def _unbatched(e) -> tuple[int, int, int] | None:
+    dims = gemm_dims(e)
+    return dims[1:] if dims is not None and dims[0] == 1 and min(dims[1:]) > 0 else None
+
+
+def gpu_samples(tr: GpuTrace, inside=None) -> tuple[list[tuple[int, int, int, float]],
+                                                     list[tuple[str, float, float]]]:
+    """GEMM samples (m, k, n, s) and memory-bound samples (op, bytes, s) of a GPU trace:
+    per launching CPU op with shapes, the summed GPU time of its kernels (communication
+    kernels left out); ``inside(kernel)``, when given, keeps only the kernels it accepts."""
+    per_op: dict[int, list] = {}
+    for k in tr.kernels:
+        if k.op is not None and k.cls != "comm" and (inside is None or inside(k)):
+            per_op.setdefault(k.op.idx, []).append(k)
+    gemm, memory = [], []
+    for ks in per_op.values():
+        op, t = ks[0].op, sum(k.dur_s for k in ks)
+        if op.name in MATMULS and any(k.cls == "gemm" for k in ks):
+            dims = _unbatched(op)
+            if dims is not None:
+                gemm.append((*dims, t))
+        elif _is_memory_op(op.name) and all(k.cls in _GPU_MEMORY for k in ks):
+            nbytes = tensor_bytes(op, 4)
+            if nbytes > 0:
+                memory.append((op.name, nbytes, t))
+    return gemm, memory
+
+
+def _gpu_sweep_samples(tr: GpuTrace) -> tuple[list, list]:
+    """:func:`gpu_samples` of the kernels launched inside ``sweep/rows=R`` labels."""
+    spans = [(a.start_s, a.start_s + a.dur_s) for a in tr.annotations if _LABEL.fullmatch(a.name)]
+    if not spans:
+        raise InputError(tr.source, "traceEvents", "sweep/rows=R labels (moesim record "
+                         "--shape-sweep)", "none")
+
+    def inside(k) -> bool:
+        return k.launch_s is not None and any(a <= k.launch_s <= b for a, b in spans)
+    return gpu_samples(tr, inside)
+
+
 def sweep_samples(path: str | Path) -> tuple[list[tuple[int, int, int, float]],
                                              list[tuple[str, float, float]]]:
     """GEMM samples (m, k, n, s) and memory-bound samples (op, bytes, s) of a sweep
     trace: the innermost matmuls and the memory-bound ops (as ingest defines them)
-    inside ``sweep/rows=R`` labels."""
+    inside ``sweep/rows=R`` labels; on a GPU trace their kernels' GPU time."""
     f = sweep_file(path)
     src = str(f)
-    events = complete_events(load_trace(f), src)
+    doc = load_trace(f)
+    if has_gpu_events(doc):
+        gemm, memory = _gpu_sweep_samples(gpu_trace_from_doc(doc, src))
+    else:
+        gemm, memory = _cpu_sweep_samples(doc, src)
+    if not gemm:
+        raise InputError(src, "traceEvents", "matmuls with recorded shapes inside the sweep "
+                         "labels", "none")
+    return gemm, memory
+
+
+def _cpu_sweep_samples(doc: dict, src: str) -> tuple[list, list]:
+    events = complete_events(doc, src)
     labels = [e for e in events if _LABEL.fullmatch(e.name)]
     if not labels:
         raise InputError(src, "traceEvents", "sweep/rows=R labels (moesim record "
                          "--shape-sweep)", "none")
     anc = ancestors(events)
-    inside = {e.idx for e in events for p in anc[e.idx] if p in {lb.idx for lb in labels}}
+    label_idx = {lb.idx for lb in labels}
+    inside = {e.idx for e in events for p in anc[e.idx] if p in label_idx}
     matmul_parent = {p for e in events if e.name in MATMULS for p in anc[e.idx]}
     has_child = {p for e in events if e.name not in NO_BYTES for p in anc[e.idx]}
     gemm, memory = [], []
@@ -235,17 +309,13 @@ def sweep_samples(path: str | Path) -> tuple[list[tuple[int, int, int, float]],
         if e.idx not in inside:
             continue
         if e.name in MATMULS and e.idx not in matmul_parent:
-            dims = gemm_dims(e)
-            if dims is not None and dims[0] == 1 and min(dims[1:]) > 0:
-                gemm.append((dims[1], dims[2], dims[3], e.dur_s))
-        elif (e.idx not in has_child and e.name.startswith("aten::") and e.name not in NO_BYTES
-              and e.name not in NOT_MEMORY and e.name not in MATMULS):
+            dims = _unbatched(e)
+            if dims is not None:
+                gemm.append((*dims, e.dur_s))
+        elif e.idx not in has_child and _is_memory_op(e.name):
             nbytes = tensor_bytes(e, 4)
             if nbytes > 0:
                 memory.append((e.name, nbytes, e.dur_s))
-    if not gemm:
-        raise InputError(src, "traceEvents", "matmuls with recorded shapes inside the sweep "
-                         "labels", "none")
     return gemm, memory
 
 
@@ -302,6 +372,15 @@ def anchor(table: ShapeTable, gemm: list[tuple[int, int, int, float]],
     return (ShapeTable({k: scaled(f, fam_scale[k]) for k, f in table.gemm.items()},
                        {k: scaled(f, scales.get(k, 1.0)) for k, f in table.memory.items()}),
             scales)
+
+
+def shape_section(table: ShapeTable, gemm: list[tuple[int, int, int, float]],
+                  memory: list[tuple[str, float, float]], sources: list[str]) -> dict:
+    """The ``shape_sweep`` section of a calibration file: ``table`` anchored on a
+    recording's samples (:func:`anchor`), with its scales, sources and method."""
+    anchored, scales = anchor(table, gemm, memory)
+    return {**anchored.to_doc(), "scales": scales, "sources": list(sources),
+            "method": SHAPE_METHOD}
 
 
 def trace_samples(sets: list) -> tuple[list[tuple[int, int, int, float]],

@@ -10,7 +10,11 @@ forward and backward) with ``R`` received rows for each of the rank's
 in the layer), for ``R`` on a geometric grid from 1 to every token copy of every rank
 (``world · tokens · top_k``),
 ``repeats`` times each after one untraced warm-up pass, each pass inside a
-``sweep/rows=R`` label. It writes
+``sweep/rows=R`` label. On CPU by default; with ``device="cuda"`` (``moesim record
+--shape-sweep --backend nccl``) on the first GPU, profiled with CUDA activity too and
+synchronized at the end of every pass, so that
+:func:`moesim.validation.shape_fit.sweep_samples` reads each op's kernels' GPU time.
+It writes
 
 - ``shape_sweep.json.gz`` (or ``.json``): the Kineto trace (``record_shapes=True``);
   :func:`moesim.validation.shape_fit.sweep_samples` reads its GEMMs and memory-bound
@@ -63,6 +67,7 @@ class SweepConfig:
     pin: bool = False
     nice: int = 0
     keep_memory: bool = True
+    device: str = "cpu"         # "cpu" or "cuda" (the first GPU)
 
     def check(self) -> None:
         src = "command line"
@@ -77,6 +82,8 @@ class SweepConfig:
             raise InputError(src, "--points", "at least 2 grid points", self.points)
         if not -20 <= self.nice <= 19:
             raise InputError(src, "--nice", "a niceness increment in -20..19", self.nice)
+        if self.device not in ("cpu", "cuda"):
+            raise InputError(src, "device", "cpu or cuda", self.device)
 
     @property
     def max_rows(self) -> int:
@@ -100,8 +107,12 @@ def _sweep_worker(_: int, cfg: SweepConfig) -> None:
     quiet["malloc_env"] = {k: os.environ[k] for k in KEEP_MEMORY_ENV if k in os.environ}
     torch.set_num_threads(1)          # as each rank of moesim record
     torch.manual_seed(cfg.seed)
+    cuda = cfg.device == "cuda"
+    dev = torch.device("cuda:0" if cuda else "cpu")
+    if cuda:
+        torch.cuda.set_device(dev)
     n_local = cfg.experts // cfg.world
-    experts = SwiGLUExperts(n_local, cfg.hidden, cfg.ffn)
+    experts = SwiGLUExperts(n_local, cfg.hidden, cfg.ffn).to(dev)
     gen = torch.Generator().manual_seed(cfg.seed * 1000)
     rows = row_grid(cfg.max_rows, cfg.points)
     inputs = {}
@@ -109,9 +120,10 @@ def _sweep_worker(_: int, cfg: SweepConfig) -> None:
         # r rows for every local expert, from the sources in turn: the GEMMs cycle
         # through the rank's expert weights as in the layer (cache state)
         split = [r // cfg.world + (s < r % cfg.world) for s in range(cfg.world)]
-        inputs[r] = (torch.randn(n_local * r, cfg.hidden, generator=gen),
-                     torch.tensor(split, dtype=torch.int64).view(cfg.world, 1).repeat(1, n_local),
-                     torch.randn(n_local * r, cfg.hidden, generator=gen))
+        inputs[r] = (torch.randn(n_local * r, cfg.hidden, generator=gen).to(dev),
+                     torch.tensor(split, dtype=torch.int64).view(cfg.world, 1).repeat(
+                         1, n_local).to(dev),
+                     torch.randn(n_local * r, cfg.hidden, generator=gen).to(dev))
 
     def one_pass(r: int) -> None:
         x0, recv_mat, gy = inputs[r]
@@ -120,12 +132,15 @@ def _sweep_worker(_: int, cfg: SweepConfig) -> None:
         y.backward(gy)
         for p in experts.parameters():           # as opt.zero_grad(set_to_none=True)
             p.grad = None
+        if cuda:                                 # the pass's kernels end inside its label
+            torch.cuda.synchronize()
 
     for r in rows:                               # warm-up, not traced
         one_pass(r)
     ext = ".json.gz" if cfg.gzip else ".json"
     out = Path(cfg.outdir) / f"shape_sweep{ext}"
-    with profile(activities=[ProfilerActivity.CPU], record_shapes=True) as prof:
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
+    with profile(activities=activities, record_shapes=True) as prof:
         for _rep in range(cfg.repeats):
             for r in rows:
                 with record_function(f"sweep/rows={r}"):
@@ -133,7 +148,19 @@ def _sweep_worker(_: int, cfg: SweepConfig) -> None:
             _log(f"pass {_rep + 1}/{cfg.repeats} over {len(rows)} row counts done")
     prof.export_chrome_trace(str(out))
     (Path(cfg.outdir) / ".sweep_process.json").write_text(json.dumps(
-        {"process": quiet, "rows": rows}))
+        {"process": quiet, "rows": rows,
+         "cuda_device": torch.cuda.get_device_name(0) if cuda else None}))
+
+
+def _check_cuda() -> None:
+    """One line, before anything is written, when no CUDA device is usable here."""
+    try:
+        import torch
+    except ImportError:
+        torch = None
+    if torch is None or not torch.cuda.is_available():
+        raise InputError("command line", "--backend", "gloo (nccl: a shape sweep on the GPU, "
+                         "needs torch with CUDA and a CUDA device; none here)", "nccl")
 
 
 def record_sweep(cfg: SweepConfig, force: bool = False) -> Path:
@@ -141,6 +168,8 @@ def record_sweep(cfg: SweepConfig, force: bool = False) -> Path:
     unless ``force`` (then only the sweep's own files are replaced)."""
     cfg.check()
     outdir = checked_outdir(cfg.outdir, force)
+    if cfg.device == "cuda":
+        _check_cuda()
     torch, mp = import_torch()
     make_dir(outdir)
     for name in SWEEP_FILES:
@@ -162,7 +191,9 @@ def record_sweep(cfg: SweepConfig, force: bool = False) -> Path:
     doc = {"format": SWEEP_FORMAT,
            "args": {k: v for k, v in asdict(cfg).items() if k != "outdir"},
            "rows": done["rows"], "torch_version": torch.__version__, "host": host,
-           "dtype": "float32"}
+           "dtype": "float32", "device": cfg.device}
+    if done.get("cuda_device"):
+        host["cuda_device"] = done["cuda_device"]
     (outdir / "sweep.json").write_text(json.dumps(doc, indent=1) + "\n")
     _log(f"wrote shape_sweep trace and sweep.json to {outdir}")
     return outdir
