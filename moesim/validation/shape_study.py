@@ -1,6 +1,7 @@
 """Skewed recordings predicted with and without a shape sweep: the comparison behind the
 "Calibration by shape" tables of docs/validation.md (``benchmarks/shape_sweep_table.py``
-prints it; the tests check it on ``traces/sweep-study``).
+prints it; the tests check it on ``traces/sweep-study`` and
+``traces/sweep-study-repeat``).
 
 Calibrates as ``moesim calibrate UNIFORM...`` does, without a sweep, with
 ``--shape-sweep SWEEP`` and with ``--shape-sweep-memory`` too (same code), validates every
@@ -25,8 +26,6 @@ from moesim.validation.validate import PHASES, validate
 UNIFORM = "uniform fit"
 SWEPT = "+ shape sweep"
 SWEPT_MEMORY = "+ shape sweep (+ memory)"
-#: phases a compute calibration predicts; dispatch and combine are the all-to-all fit's
-COMPUTE_PHASES = ("forward_s", "backward_s", "experts_s")
 
 
 @dataclass
