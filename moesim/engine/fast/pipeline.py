@@ -142,6 +142,12 @@ class Chain:
         if d <= 0:
             return
         self.c.tp_bytes(self.groups[s])
+        self._charge_tp(s, d, name, layer, mb, phase)
+
+    def _charge_tp(self, s: int, d: float, name: str, layer, mb, phase) -> None:
+        """``d`` seconds of tensor-parallel communication on rank ``s``: recorded inside
+        an overlapped pair (:mod:`moesim.engine.fast.pairs`), else charged to the rank's
+        clock with its span."""
         if self.rec is not None:
             self.rec.append(("tp", d, name, layer, mb, phase))
             return
@@ -209,13 +215,7 @@ class Chain:
 
     def _etp(self, s: int, rec: RouteRec, layer, mb, phase, name: str) -> None:
         d = self.c.etp_time(self.groups[s], rec.recv)
-        if self.rec is not None:
-            self.rec.append(("tp", d, f"{phase}.{name}", layer, mb, phase))
-            return
-        a = self.t[s]
-        self.out[s].acc["tp"] += d
-        self._span(s, "tp", f"{phase}.{name}", a, a + d, layer, mb, phase)
-        self.t[s] = a + d
+        self._charge_tp(s, d, f"{phase}.{name}", layer, mb, phase)
 
     def _expert_gemms(self, s: int, rec: RouteRec, layer: int, mb: int, phase: str) -> None:
         d = rec.exp_t[phase]
@@ -280,13 +280,7 @@ class Chain:
         t, _ = self.c.timer(key, attn)
         d = max(0.0, kv - t)
         if d > 0:
-            if self.rec is not None:     # inside an overlapped pair (moesim.engine.fast.pairs)
-                self.rec.append(("tp", d, f"{phase}.cp_kv", layer, mb, phase))
-                return
-            a = self.t[s]
-            self.out[s].acc["tp"] += d
-            self._span(s, "tp", f"{phase}.cp_kv", a, a + d, layer, mb, phase)
-            self.t[s] = a + d
+            self._charge_tp(s, d, f"{phase}.cp_kv", layer, mb, phase)
 
     def _moe(self, s: int, layer: int, mb: int, phase: str) -> None:
         c = self.c
