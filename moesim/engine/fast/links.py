@@ -139,23 +139,31 @@ class LinkBytes:
         self._fractional = True    # from here on every call adds at once
         return False
 
+    def _summed_send(self, key: tuple, pairs, nbytes: float) -> bool:
+        """Whole-byte sends are summed per ``key`` until read, their paths (of the
+        (src, dst) GPU ``pairs()``) routed once per key; False when they must be added
+        now instead (fractional bytes, or the exact-sum bound reached)."""
+        if not (nbytes > 0 and not self._fractional and nbytes == int(nbytes)):
+            return False
+        hit = self._send_paths.get(key)
+        if hit is None:
+            paths = [self.topo.route(self.gpus[s], self.gpus[d]) for s, d in pairs()]
+            hit = self._send_paths[key] = (paths, sum(len(p) for p in paths))
+        total = self._whole_total + nbytes * hit[1]
+        if total >= _EXACT_SUM:
+            return False
+        self._whole_total = total
+        self._sends[key] = self._sends.get(key, 0.0) + nbytes
+        return True
+
     def p2p(self, src: int, dst: int, nbytes: float) -> None:
         """One send (pipeline activations or gradients), and its mirrors' copies."""
         if not self.enabled:
             return
-        if nbytes > 0 and not self._fractional and nbytes == int(nbytes):
-            key = (src, dst)
-            hit = self._send_paths.get(key)
-            if hit is None:
-                paths = [self.topo.route(self.gpus[s], self.gpus[d])
-                         for s, d in self._copies(key)]
-                hit = self._send_paths[key] = (paths, sum(len(p) for p in paths))
-            total = self._whole_total + nbytes * hit[1]
-            if total < _EXACT_SUM:       # whole bytes: summed per pair until read
-                self._whole_total = total
-                self._sends[key] = self._sends.get(key, 0.0) + nbytes
-                return
-        for s, d in self._copies((src, dst)):
+        key = (src, dst)
+        if self._summed_send(key, lambda: self._copies(key), nbytes):
+            return
+        for s, d in self._copies(key):
             self._add(s, d, nbytes)
 
     def sends(self, src: Sequence[int], dst: Sequence[int], nbytes: float) -> None:
@@ -163,18 +171,10 @@ class LinkBytes:
         position), as :meth:`p2p` counts them one by one."""
         if not self.enabled:
             return
-        if nbytes > 0 and not self._fractional and nbytes == int(nbytes):
-            key = (tuple(src), tuple(dst))
-            hit = self._send_paths.get(key)
-            if hit is None:
-                paths = [self.topo.route(self.gpus[s], self.gpus[d])
-                         for x, y in zip(*key, strict=True) for s, d in self._copies((x, y))]
-                hit = self._send_paths[key] = (paths, sum(len(p) for p in paths))
-            total = self._whole_total + nbytes * hit[1]
-            if total < _EXACT_SUM:       # whole bytes: summed per key until read
-                self._whole_total = total
-                self._sends[key] = self._sends.get(key, 0.0) + nbytes
-                return
+        key = (tuple(src), tuple(dst))
+        if self._summed_send(key, lambda: [c for x, y in zip(*key, strict=True)
+                                           for c in self._copies((x, y))], nbytes):
+            return
         for x, y in zip(src, dst, strict=True):
             self.p2p(x, y, nbytes)
 
