@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from moesim.cli.common import CLI as _CLI
-from moesim.cli.common import load_topology_args
+from moesim.cli.common import load_topology_args, print_result
 from moesim.cli.ep_collective import EP_OPS, add_ep_arguments, run_ep
 from moesim.cli.head_collective import HEAD_OPS, add_head_arguments, run_head
 from moesim.collectives.algorithms import ALGOS, check_op_algo
@@ -152,11 +152,7 @@ def run(args: argparse.Namespace) -> int:
     res.pop("wall_s")  # keep the output a function of the inputs only
     res["topology"] = args.topology
     res["nodes"] = getattr(topo, "n_nodes", None)
-    if args.json:
-        print(json.dumps(res, sort_keys=True))
-    else:
-        print(format_result(res))
-    return 0
+    return print_result(res, args.json, format_result)
 
 
 def format_result(res: dict) -> str:

@@ -1,12 +1,14 @@
 """What the command-line modules share: one-line argument errors, values that look
-like negative numbers, finite numeric flags, and topology errors blamed on the flag
-that gave the bad value."""
+like negative numbers, finite numeric flags, topology errors blamed on the flag
+that gave the bad value, and printing a result as JSON or text."""
 
 from __future__ import annotations
 
 import argparse
+import json
 import math
 import re
+from collections.abc import Callable
 from typing import Any, NoReturn
 
 from moesim.errors import InputError
@@ -84,3 +86,9 @@ def load_topology_args(name: str, params: dict[str, Any], flags: dict[str, str],
             raise InputError(CLI, flags.get("routing", "--set routing"),
                              *err.args[2:]) from None
         raise
+
+
+def print_result(res: dict, as_json: bool, fmt: Callable[[dict], str]) -> int:
+    """Print ``res`` as sorted JSON (``--json``) or as ``fmt(res)``; exit status 0."""
+    print(json.dumps(res, sort_keys=True) if as_json else fmt(res))
+    return 0

@@ -9,9 +9,9 @@ Example::
 from __future__ import annotations
 
 import argparse
-import json
 import math
 
+from moesim.cli.common import print_result
 from moesim.errors import InputError
 
 _CLI = "command line"
@@ -88,11 +88,7 @@ def run_ep(args: argparse.Namespace, ranks: list[int] | None) -> int:
                       ranks=ranks, sms=DEFAULT_SMS if args.sms is None else args.sms,
                       seed=args.seed)
     res["topology"] = args.topology
-    if args.json:
-        print(json.dumps(res, sort_keys=True))
-    else:
-        print(format_ep(res))
-    return 0
+    return print_result(res, args.json, format_ep)
 
 
 def format_ep(res: dict) -> str:

@@ -14,8 +14,8 @@ token (:mod:`moesim.serve.head`), each collective timed on the topology.
 from __future__ import annotations
 
 import argparse
-import json
 
+from moesim.cli.common import print_result
 from moesim.errors import InputError
 
 _CLI = "command line"
@@ -54,11 +54,7 @@ def run_head(args: argparse.Namespace, ranks: list[int] | None) -> int:
             raise InputError(_CLI, "--ranks", "distinct ranks", args.ranks)
     res = head_costs(topo, args.vocab, args.head_hidden, args.batch, args.k, ranks, args.model)
     res["topology"] = args.topology
-    if args.json:
-        print(json.dumps(res, sort_keys=True))
-    else:
-        print(format_head(res))
-    return 0
+    return print_result(res, args.json, format_head)
 
 
 def format_head(res: dict) -> str:
