@@ -20,7 +20,6 @@ import argparse
 import numpy as np
 
 from moesim.validation.calibration import model_from_dict
-from moesim.validation.ingest import ingest
 from moesim.validation.replay import kernel_of
 from moesim.validation.shape_fit import sweep_table
 from moesim.validation.shape_study import SWEPT, SWEPT_MEMORY, compare, study_dirs
@@ -31,16 +30,15 @@ SHORT = {"forward_s": "forward", "backward_s": "backward", "dispatch_s": "dispat
 BUCKETS = ((0, 300, "< 300 rows"), (300, 2500, "300–2500 rows"), (2500, 1e12, "> 2500 rows"))
 
 
-def gemm_table(traces: list[str], docs: dict[str, dict], table) -> str:
+def gemm_table(traces: dict, docs: dict[str, dict], table) -> str:
     """Expert GEMM time per step, simulated against measured, by the rows of the swept
     dim (m, or k for a weight gradient): (Σ simulated − Σ measured) / Σ measured per
-    recording, rank and bucket, over all traced steps."""
+    recording, rank and bucket, over all traced steps (``traces``: path -> TraceSet)."""
     models = {c: model_from_dict(d) for c, d in docs.items() if c != SWEPT_MEMORY}
     lines = ["| recording | rank | rows | GEMMs | measured ms/step | "
              + " | ".join(f"{c} error" for c in models) + " |",
              "|---|---|---|---|---|" + "---|" * len(models)]
-    for d in traces:
-        ts = ingest([d])
+    for d, ts in traces.items():
         for r in ts.ranks:
             acc: dict[str, list] = {}
             for s in r.steps:
@@ -89,7 +87,7 @@ def main() -> None:
             cells.append(f"{np.median(v):.1%} / {np.max(v):.1%}")
         print(f"| {SHORT.get(p, p)} | " + " | ".join(cells) + " |")
     print()
-    print(gemm_table(args.traces, docs, sweep_table(args.sweep)))
+    print(gemm_table(study.traces, docs, sweep_table(args.sweep)))
     print()
     print("| recording | calibration | rank | " + " | ".join(SHORT[p] for p in PHASES)
           + " | ops outside the fitted range (GEMM + memory-bound / all) |")

@@ -18,7 +18,7 @@ from pathlib import Path
 from moesim.errors import InputError
 from moesim.validation.calibrate import calibrate
 from moesim.validation.calibration import model_from_dict
-from moesim.validation.ingest import ingest
+from moesim.validation.ingest import TraceSet, ingest
 from moesim.validation.replay import outside_fitted_range
 from moesim.validation.shape_fit import sweep_table
 from moesim.validation.validate import PHASES, validate
@@ -43,6 +43,7 @@ class StudyRow:
 class Study:
     calibrations: dict[str, dict]     # name -> calibration document
     rows: list[StudyRow]
+    traces: dict[str, TraceSet]       # each skewed recording, ingested
 
     def abs_errors(self, calibration: str, phase: str) -> list[float]:
         """|error| of every recording and rank for one calibration and phase."""
@@ -81,12 +82,12 @@ def compare(calibrate_dirs: list[str], sweep_dirs: list[str], trace_dirs: list[s
                                        shapes=sweep_table(sweep_dirs, memory=True),
                                        shape_sources=sweep_dirs)
     rows = []
-    for d in trace_dirs:
-        ts = ingest([d])
+    traces = {d: ingest([d]) for d in trace_dirs}
+    for d, ts in traces.items():
         for name, doc in docs.items():
             model = model_from_dict(doc)
             v = validate(ts, model, source=d)
             outside = outside_fitted_range(ts, model)
             rows += [StudyRow(d, name, r, {p: v.error(r)[p] for p in PHASES}, outside)
                      for r in range(v.world)]
-    return Study(docs, rows)
+    return Study(docs, rows, traces)
