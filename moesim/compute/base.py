@@ -28,6 +28,25 @@ class Kernel:
     n: int = 0
     k: int = 0
     count: int = 1     # kernel launches this stands for (launch overhead is paid per launch)
+    # What a kernel catalog needs to price it by its published measurements (issue 21).
+    # Defaults leave a kernel to the roofline, as before. ``kind`` is the catalog's kernel
+    # family: "gemm" (dense, m x n x k), "grouped_gemm" (``groups`` expert GEMMs laid out
+    # contiguously, m rows in all), "kgrouped_gemm" (experts' weight gradient, grouped on
+    # k), "attn_fwd" / "attn_bwd" (flash attention over ``seq`` with ``heads`` x
+    # ``head_dim``, ``causal``), "mla_decode", "memory" (bandwidth-bound, priced by
+    # ``bytes``); "" = unknown. ``dtype``: "bf16" | "fp8" | "fp32" ("" = the scenario's
+    # precision). ``pass_``: "fwd" | "dgrad" | "wgrad" ("" = not split). ``kclass``: the
+    # class validate compares by: gemm, attention, cast, norm, elementwise, permute,
+    # router, optimizer, other.
+    kind: str = ""
+    dtype: str = ""
+    pass_: str = ""
+    kclass: str = ""
+    groups: int = 1
+    seq: int = 0
+    heads: int = 0
+    head_dim: int = 0
+    causal: bool = True
 
 
 class ComputeModel(Protocol):
