@@ -131,7 +131,7 @@ def render_markdown(s: dict) -> str:
                    + f"all: {_short(kept['ranks'])}. Rule: {kept.get('rule')}.")
     out.append("")
     if st.get("top"):
-        out += ["| layer | phase | blocking rank | expert | tokens | ms (sum) | waits | cause |",
+        out += ["| layer | phase | blocking rank | expert | tokens (max) | ms (sum) | waits | cause |",
                 "|---|---|---|---|---|---|---|---|"]
         for t in st["top"]:
             reason = str(t["reason"]).replace("|", "\\|")
