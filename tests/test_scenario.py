@@ -266,3 +266,51 @@ def test_static_overlap_with_one_stage_1f1b_is_refused(base, capsys, sets, field
 
 def tmp_path_of(p: Path) -> Path:
     return p.parent
+
+
+# ---------------------------------------------------------------- issue 20 item 13
+
+@pytest.mark.parametrize("scenario, sets, where, words", [
+    ("hot-expert", ["routing.hot_fraction=0.9"], "command line: --set routing.hot_fraction",
+     ["<= 1/top_k = 0.5", "got 0.9"]),
+    # kind=hot alone: the share is hot_fraction's default, which the user never wrote
+    ("deepseek-v3-prefill", ["routing.kind=hot"], "command line: --set routing.kind",
+     ["default routing.hot_fraction 0.5", "top_k=8", "got 'hot'"]),
+    ("deepseek-v3-prefill", ["routing.kind=hot", "routing.hot_token_fraction=1.5",
+                             "routing.hot_experts=1"],
+     "command line: --set routing.hot_token_fraction", ["got 1.5"]),
+    ("hot-expert", ["routing.hot_experts=[3, 9]"], "command line: --set routing.hot_experts",
+     ["expert ids < 8"]),
+    ("hot-expert", ["parallel.cp=3"], "command line: --set parallel.cp",
+     ["divide the world size 8", "got 3"]),
+    ("hot-expert", ["parallel.tp=2", "parallel.pp=3"], "command line: --set parallel.pp",
+     ["divide the world size 8", "got 3"]),
+])
+def test_set_values_are_blamed_on_the_command_line(monkeypatch, capsys, scenario, sets,
+                                                   where, words):
+    """Every error about a value given with --set names the command line and that
+    field, before any simulation (the memory table and the run alike)."""
+    from moesim.cli import main
+
+    argv = [x for s in sets for x in ("--set", s)]
+    for cmd in (["memory", scenario], ["run", scenario, "--no-files", "--quiet"]):
+        assert main([*cmd, *argv]) == 2
+        err = capsys.readouterr().err.strip()
+        assert len(err.splitlines()) == 1 and "Traceback" not in err
+        assert f"error: {where}:" in err, err
+        for w in words:
+            assert w in err, (w, err)
+
+
+def test_the_files_own_values_are_blamed_on_the_file(tmp_path):
+    text = BASE.replace("routing: {kind: zipf, zipf_s: 0.5,",
+                        "routing: {kind: hot, hot_fraction: 0.9,")
+    with pytest.raises(InputError) as e:
+        load_scenario(_write(tmp_path, text))
+    assert (e.value.source, e.value.field) == (str(tmp_path / "bad.yaml"),
+                                               "routing.hot_fraction")
+    text = BASE.replace("pp: 2, dp: 8, ep: 8", "pp: 1, cp: 3, ep: 8").replace(
+        "overlap: {ep_comm_overlap: true}", "")
+    with pytest.raises(InputError) as e:
+        load_scenario(_write(tmp_path, text))
+    assert e.value.field == "parallel.cp" and e.value.got == 3
