@@ -230,4 +230,7 @@ def _resolve(scn: Scenario) -> Resolved:
     if compute_model_from_dict is not None and device is not None:
         compute = compute_model_from_dict(dict(scn.compute), src, device)
         device = calibrated_device(device, compute, scn)
+    prec = dict(scn.compute).get("precision")
+    if model is not None and prec in ("bf16", "fp8") and getattr(model, "precision", prec) != prec:
+        model = dataclasses.replace(model, precision=prec)   # the FP8 recipe's kernels
     return Resolved(scn, layout, tuple(warns), topo, model, routing, device, compute)
