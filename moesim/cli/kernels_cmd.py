@@ -17,7 +17,7 @@ import json
 from collections import Counter
 
 from moesim.errors import InputError
-from moesim.program.inventory import PASSES, balanced_rows, layer_ops
+from moesim.program.inventory import PASSES, balanced_rows, layer_ops, price
 from moesim.scenario import load_scenario, resolve
 
 
@@ -30,19 +30,6 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                    help="override one field, e.g. --set compute.precision=fp8 (repeatable)")
     p.add_argument("--json", action="store_true", help="print the kernels as JSON")
-
-
-def price(model, kernel) -> tuple[float, str, str]:
-    """(seconds, source, detail) of a kernel: the compute model's own provenance when it
-    has one (a kernel catalog), else its name."""
-    try:
-        from moesim.compute.catalog import price as catalog_price
-    except ImportError:
-        catalog_price = None
-    if catalog_price is not None:
-        p = catalog_price(model, kernel)
-        return p.time_s, p.source, p.detail
-    return model.time_s(kernel), getattr(model, "name", "model"), ""
 
 
 def shape(k) -> str:

@@ -73,3 +73,46 @@ def layer_ops(res, layer: int, pass_: str) -> list[OpKernels]:
     ops = [attn, *mlp] if phase == "fwd" else [*mlp[::-1], attn]
     out = [OpKernels(name, pick(ks)) for name, ks in ops]
     return [o for o in out if o.kernels]
+
+
+def price(model, kernel: Kernel) -> tuple[float, str, str]:
+    """(seconds, source, detail) of a kernel: the compute model's provenance when it has
+    one (a kernel catalog: ``moesim.compute.catalog.price``), else its name."""
+    try:
+        from moesim.compute.catalog import price as catalog_price
+    except ImportError:
+        catalog_price = None
+    if catalog_price is not None:
+        p = catalog_price(model, kernel)
+        return p.time_s, p.source, p.detail
+    return model.time_s(kernel), getattr(model, "name", type(model).__name__), ""
+
+
+def step_pricing(res) -> dict:
+    """What priced the step's kernels: every layer's kernels in every pass for one
+    micro-batch (balanced routing), each layer kind weighted by how many layers the model
+    has. ``roofline_kernels`` / ``roofline_fraction``: the kernels (and their share of
+    that compute time) the roofline priced, a kernel catalog covering the rest."""
+    spec = res.model
+    kinds: dict[bool, tuple[int, int]] = {}
+    for i in range(spec.layers):
+        moe = spec.is_moe_layer(i)
+        first, n = kinds.get(moe, (i, 0))
+        kinds[moe] = (first, n + 1)
+    n_all = n_roof = 0
+    t_all = t_roof = 0.0
+    for first, n in kinds.values():
+        for p in PASSES:
+            for o in layer_ops(res, first, p):
+                for k in o.kernels:
+                    t, src, _ = price(res.compute, k)
+                    roof = src.startswith("roofline")
+                    n_all += n
+                    t_all += n * t
+                    n_roof += n * roof
+                    t_roof += n * t * roof
+    return {"kernels": n_all, "roofline_kernels": n_roof,
+            "roofline_fraction": t_roof / t_all if t_all > 0 else 0.0,
+            "compute_model": getattr(res.compute, "name", type(res.compute).__name__),
+            "counted": "every layer's kernels in fwd, dgrad and wgrad for one micro-batch, "
+                       "balanced routing"}
