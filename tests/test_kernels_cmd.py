@@ -80,3 +80,18 @@ def test_kernels_text_and_bad_input(capsys):
     assert err.count("\n") == 1 and "--layer" in err
     assert main(["kernels", "mixtral-8x7b-64gpu", "--pass", "bwd"]) == 2
     assert main(["kernels", "no-such-scenario"]) == 2
+
+
+def test_program_ops_carry_the_kernels_they_were_priced_from():
+    from moesim.program.build import build_step
+    res = _res("toy-cpu")
+    plan = build_step(res)
+    ops = [o for prog in plan.programs for o in prog if o.kind == "compute" and o.duration_s > 0]
+    assert ops and all(o.kernels for o in ops if o.name != "opt.adam" or o.kernels)
+    for o in ops:
+        if o.kernels:
+            assert sum(res.compute.time_s(k) for k in o.kernels) == pytest.approx(
+                o.duration_s, rel=1e-12)
+            assert sum(k.flops for k in o.kernels) == pytest.approx(o.flops, rel=1e-12)
+    names = {o.name for o in ops if o.kernels}
+    assert {"fwd.attn", "fwd.experts", "bwd.experts"} <= names
