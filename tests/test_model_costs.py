@@ -197,3 +197,22 @@ def test_expert_flops_conserved_across_experts():
     counts = [0, 1, 7, 300, 12, 4096]
     split = sum(_gemm_flops(C.expert_kernels(s, n)) for n in counts)
     assert split == _gemm_flops(C.expert_kernels(s, sum(counts)))
+
+
+def test_mla_layout_and_flash_backward_bytes_by_hand():
+    s = PRESETS["deepseek-v3"]          # 128 heads, nope 128 + rope 64, v 128, kv latent 512
+    t, a = 1024, 128
+    fwd = {k.name: k for k in C.attention_kernels(s, t, t) if k.kind == "memory"}
+    # rotary on q_pe (a heads) and the shared k_pe, read and written in BF16
+    assert fwd["rotary_kernel"].bytes == 2 * 2 * t * (a + 1) * 64
+    # the per-head key: read k_nope (a·128) and k_pe (64), write a·192
+    assert fwd["_copy_tensor_kernel"].bytes == 2 * t * (a * 128 + 64 + a * 192)
+    assert fwd["direct_copy_kernel"].bytes == 2 * 2 * t * a * 128
+    norms = [k for k in C.attention_kernels(s, t, t) if k.kclass == "norm"]
+    assert [k.bytes for k in norms] == [4 * t * 1536 + 4 * t, 4 * t * 512 + 4 * t]
+    bwd = {k.name: k for k in C.attention_kernels(s, t, t, 1, "bwd") if k.kclass == "attention"}
+    # preprocess: read o and do (a·v each), write the FP32 row dot per head
+    assert bwd["flash_bwd_preprocess"].bytes == 2 * 2 * t * a * 128 + 4 * t * a
+    # dQ: the FP32 accumulator read, BF16 dQ written
+    assert bwd["flash_bwd_convert_dq"].bytes == (4 + 2) * t * a * 192
+    assert bwd["attention_bwd"].flops == 2.5 * 0.5 * 2 * t * t * a * (192 + 128)
