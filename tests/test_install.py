@@ -113,7 +113,7 @@ def test_ci_runs_the_readme_test_command_then_the_torch_tests():
     readme = (ROOT / "README.md").read_text().splitlines()
     block = readme[readme.index("```bash") + 1:]
     test_line = block[1]
-    assert test_line == "pip install -e '.[test]' && python -m pytest -q"
+    assert test_line == "pip install -e '.[test]' && python -m pytest -q -rs"   # -rs: skip reasons
     ci = [c.strip() for c in (ROOT / ".ci" / "run").read_text().splitlines()
           if c.strip() and not c.lstrip().startswith("#")]
     i = next(i for i, c in enumerate(ci) if c.startswith(test_line))
