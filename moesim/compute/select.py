@@ -8,7 +8,7 @@
 - ``roofline``: the roofline alone (:mod:`moesim.compute.roofline`).
 
 ``compute.catalog: PATH`` replaces the shipped tables with a YAML file or a folder of
-them (relative to the scenario file), in the format of ``moesim/data/kernels``. The
+them (relative to the scenario file, else to the working folder), in the format of ``moesim/data/kernels``. The
 roofline's own fields (``precision``, ``mfu_large``, ...) still set the fallback. A
 calibration (``kind: calibration``) overrides both: it prices every kernel from the
 recorded traces and takes no ``model`` or ``catalog``.
@@ -56,8 +56,8 @@ def compute_model(d: Any, source: str, device: DeviceSpec) -> ComputeModel:
         return roofline
     if path is not None:
         p = Path(path)
-        if not p.is_absolute() and Path(source).is_file():
-            p = Path(source).parent / p
+        if not p.is_absolute() and Path(source).is_file() and (Path(source).parent / p).exists():
+            p = Path(source).parent / p     # relative to the scenario file, else to the cwd
         tables = load_catalog(p)
     else:
         tables = shipped_catalog()
