@@ -241,7 +241,8 @@ def _resolve(scn: Scenario) -> Resolved:
         device = get_device(name, src, field="cluster.device")
     elif get_device is not None and topo is not None and name is not None:
         device = name  # the topology already holds a device object
-    compute_model_from_dict = _delegate("moesim.compute.roofline", "compute_model_from_dict")
+    # compute.model: catalog (default, where the catalog covers the device) or roofline
+    compute_model_from_dict = _delegate("moesim.compute.select", "compute_model")
     if compute_model_from_dict is not None and device is not None:
         compute = compute_model_from_dict(dict(scn.compute), src, device)
         device = calibrated_device(device, compute, scn)
