@@ -31,9 +31,18 @@ context parallelism each rank holds T/cp tokens of the sequence (attention score
 queries against all s keys: 5·a·s·T/cp). With ETP the routed experts' activations are
 those of etp·received tokens (all-gathered over the ETP group) at width expert_ffn/etp.
 
-Recomputation: "selective" drops the 5·a·s·T attention-score term (Korthikanti §4.2,
-also what FlashAttention stores); "full" keeps only each layer's input, 2·T·h/t, plus a
-workspace of one layer's activations while it is recomputed (Korthikanti §5).
+Attention kernels: Korthikanti's 5·a·s·T bytes are the score matrix (softmax output 2,
+dropout mask 1, dropout output 2 bytes per score) of an attention that materialises it.
+Production kernels do not: FlashAttention (Dao et al. 2022, arXiv:2205.14135 §3.1;
+FlashAttention-2 arXiv:2307.08691 Algorithm 2) and cuDNN/Transformer Engine fused
+attention keep Q, K, V, the output and one fp32 log-sum-exp per head and query (4·a·T
+bytes, the "softmax_lse"/"Stats" tensor) and recompute the scores in the backward. So
+``attention_kernel="fused"`` (default) keeps 4·a·T instead of 5·a·s·T;
+``"materialized"`` (an unfused ``DotProductAttention``) keeps the score matrix.
+Recomputation: "selective" (Megatron's recompute_modules ["core_attn"]) recomputes the
+core attention, keeping neither (Korthikanti §4.2); "full" keeps only each layer's
+input, 2·T·h/t, plus a workspace of one layer's activations while it is recomputed
+(Korthikanti §5).
 
 The caller says how many micro-batches' activations a stage holds
 (``inflight_microbatches``): GPipe keeps m, 1F1B at most p on the first stage
@@ -62,6 +71,10 @@ GRAD_BYTES = 2        # bf16 gradient (ZeRO §3.1: 2 + 2 + 12 = 16 bytes per par
 OPTIMIZER_BYTES = 12  # fp32 master weight, Adam m and v
 ACT_BYTES = 2         # bf16 activations
 RECOMPUTE_MODES = ("none", "selective", "full")
+ATTENTION_KERNELS = ("fused", "materialized")
+LSE_BYTES = 4         # fp32 log-sum-exp per head and query (FlashAttention-2 Algorithm 2)
+#: bytes per element of a stored parameter or gradient: bf16 2, fp32 4, fp8 1
+DTYPE_BYTES = {"bf16": 2, "fp16": 2, "fp32": 4, "fp8": 1}
 
 
 @dataclass(frozen=True, slots=True)
@@ -135,9 +148,22 @@ def ffn_act_bytes_per_token(spec: ModelSpec, width: int) -> float:
     return 2 * spec.hidden + ACT_BYTES * width * (3 if spec.gated else 2) + spec.hidden
 
 
+def attention_core_bytes(spec: ModelSpec, tokens: int, seq_len: int, recompute: str,
+                         attention_kernel: str = "fused") -> float:
+    """Bytes the core attention keeps beyond Korthikanti's 11·T·h (before the TP split):
+    none with a fused kernel 4·a·T (log-sum-exp), with a materialising one 5·a·s·T (the
+    score matrix); recomputed (selective, full) nothing."""
+    if recompute != "none":
+        return 0.0
+    if attention_kernel == "materialized":
+        return 5 * spec.heads * seq_len * tokens
+    return LSE_BYTES * spec.heads * tokens
+
+
 def layer_activation_bytes(spec: ModelSpec, layer: int, tokens: int, seq_len: int, tp: int,
                            recompute: str, received_tokens: float,
-                           sequence_parallel: bool = True, etp: int = 1) -> float:
+                           sequence_parallel: bool = True, etp: int = 1,
+                           attention_kernel: str = "fused") -> float:
     """Bytes one micro-batch of ``tokens`` tokens (this rank's, after CP) leaves alive in
     layer ``layer``."""
     t_h = tokens * spec.hidden
@@ -145,7 +171,7 @@ def layer_activation_bytes(spec: ModelSpec, layer: int, tokens: int, seq_len: in
         return ACT_BYTES * t_h / (tp if sequence_parallel else 1)
     # Korthikanti Eq. 1: without SP, 10·T·h of the 34·T·h stay whole on every TP rank
     whole = 0.0 if sequence_parallel else 10 * t_h * (1 - 1 / tp)
-    attn = 11 * t_h + (5 * spec.heads * seq_len * tokens if recompute == "none" else 0)
+    attn = 11 * t_h + attention_core_bytes(spec, tokens, seq_len, recompute, attention_kernel)
     total = attn + 4 * t_h
     if spec.is_moe_layer(layer):
         total += 4 * spec.n_experts * tokens                          # fp32 router probs
@@ -168,7 +194,8 @@ def memory_per_rank(
     recompute: str = "none", received_tokens: float | Sequence[float] | None = None,
     dispatch_bytes_per_elem: float = 2.0, device: DeviceSpec | None = None,
     capacity_bytes: float | None = None, source: str = "<memory>", cp: int = 1, etp: int = 1,
-    sequence_parallel: bool = True,
+    sequence_parallel: bool = True, attention_kernel: str = "fused",
+    grad_dtype: str = "bf16", param_dtype: str | None = None,
 ) -> MemoryBreakdown:
     """Bytes on one rank of pipeline stage ``stage``.
 
@@ -181,6 +208,10 @@ def memory_per_rank(
     micro_batch_tokens/tp · top_k. ``dispatch_bytes_per_elem``: 2 for bf16, 1 + 4/128 for
     fp8 with one fp32 scale per 128 values (DeepSeek-V3 report §3.3). Capacity comes
     from ``capacity_bytes``, else ``device.hbm_bytes``, else unlimited.
+    ``attention_kernel``: fused (keeps no score matrix) or materialized.
+    ``grad_dtype``: the stored gradient (bf16; fp32 as Megatron's main_grad with bf16
+    training); ``param_dtype``: the stored weight (None: ``spec.weight_bytes``; fp8 for
+    Transformer Engine's fp8 primary weights, Megatron ``--fp8-param-gather``).
     """
     for name, value in (("tp", tp), ("pp", pp), ("ep", ep), ("dp", dp), ("cp", cp),
                         ("etp", etp),
@@ -190,6 +221,11 @@ def memory_per_rank(
     _check(zero in (0, 1, 2, 3), source, "parallel.zero", "0, 1, 2 or 3", zero)
     _check(recompute in RECOMPUTE_MODES, source, "parallel.recompute",
            f"one of {', '.join(RECOMPUTE_MODES)}", recompute)
+    _check(attention_kernel in ATTENTION_KERNELS, source, "memory.attention",
+           f"one of {', '.join(ATTENTION_KERNELS)}", attention_kernel)
+    for name, dt in (("grad_dtype", grad_dtype), ("param_dtype", param_dtype)):
+        _check(dt is None or dt in DTYPE_BYTES, source, f"memory.{name}",
+               f"one of {', '.join(DTYPE_BYTES)}", dt)
     _check(spec.heads % tp == 0, source, "parallel.tp",
            f"a divisor of the model's heads ({spec.heads})", tp)
     _check(pp <= spec.layers, source, "parallel.pp", f"at most layers ({spec.layers})", pp)
@@ -211,8 +247,9 @@ def memory_per_rank(
 
     dense, expert = rank_params(spec, stage_layers, tp=tp, ep=ep, first=first, last=last,
                                 etp=etp)
-    weights = spec.weight_bytes * (dense / dpc + expert / edp if zero >= 3 else dense + expert)
-    grads = GRAD_BYTES * (dense / dpc + expert / edp if zero >= 2 else dense + expert)
+    w_bytes = spec.weight_bytes if param_dtype is None else DTYPE_BYTES[param_dtype]
+    weights = w_bytes * (dense / dpc + expert / edp if zero >= 3 else dense + expert)
+    grads = DTYPE_BYTES[grad_dtype] * (dense / dpc + expert / edp if zero >= 2 else dense + expert)
     optim = OPTIMIZER_BYTES * (dense / dpc + expert / edp if zero >= 1 else dense + expert)
 
     moe_layers = [i for i in stage_layers if spec.is_moe_layer(i)]
@@ -230,7 +267,8 @@ def memory_per_rank(
 
     def act(i: int, mode: str) -> float:
         return layer_activation_bytes(spec, i, micro_batch_tokens, seq_len, tp, mode,
-                                      recv_of.get(i, 0.0), sequence_parallel, etp)
+                                      recv_of.get(i, 0.0), sequence_parallel, etp,
+                                      attention_kernel)
 
     per_mb = sum(act(i, recompute) for i in stage_layers)
     t_h = micro_batch_tokens * spec.hidden / tp

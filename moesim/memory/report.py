@@ -48,6 +48,8 @@ class StageMemory:
         self.common = dict(
             micro_batch_tokens=sch.tokens_per_microbatch, seq_len=sch.seq_len, tp=par.tp,
             pp=par.pp, ep=par.ep, dp=lay.dp, zero=par.zero, recompute=scn.memory.recompute,
+            attention_kernel=scn.memory.attention, grad_dtype=scn.memory.grad_dtype,
+            param_dtype=None if scn.memory.param_dtype == "bf16" else scn.memory.param_dtype,
             cp=par.cp, etp=par.etp, sequence_parallel=bool(par.sequence_parallel),
             device=res.device, source=scn.source,
             dispatch_bytes_per_elem=DISPATCH_BYTES[scn.routing.dispatch_dtype])

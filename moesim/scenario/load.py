@@ -24,12 +24,15 @@ from moesim.paths import shown
 from moesim.scenario.blame import CLI, blame_overrides
 from moesim.scenario.limits import check_field, check_tokens
 from moesim.scenario.schema import (
+    ATTENTION_KERNELS,
     DICT_SECTIONS,
     DTYPES,
     ENGINE_MODES,
     EP_BACKENDS,
+    GRAD_DTYPES,
     NETWORK_MODELS,
     OVERLAP_KINDS,
+    PARAM_DTYPES,
     RECOMPUTE,
     REPLICA_MODES,
     SCHEDULE_KINDS,
@@ -72,6 +75,8 @@ _RULES: dict[str, tuple[str, Any]] = {
     "overlap.ep_comm_overlap": ("bool", None), "overlap.dp_overlap": ("bool", None),
     "overlap.kind": ("choice", OVERLAP_KINDS),
     "memory.recompute": ("choice", RECOMPUTE),
+    "memory.attention": ("choice", ATTENTION_KERNELS),
+    "memory.grad_dtype": ("choice", GRAD_DTYPES), "memory.param_dtype": ("choice", PARAM_DTYPES),
     "engine.mode": ("choice", ENGINE_MODES), "engine.replicas": ("choice", REPLICA_MODES),
     "engine.coalesce_rtol": ("unit", None),
     "routing.dispatch_dtype": ("choice", DTYPES), "routing.combine_dtype": ("choice", DTYPES),

@@ -130,9 +130,24 @@ class OverlapConfig:
     kind: str = "none"                # EP overlap: none | static | a2a-1f1b (OVERLAP_KINDS)
 
 
+ATTENTION_KERNELS = ("fused", "materialized")
+PARAM_DTYPES = ("bf16", "fp8")
+GRAD_DTYPES = ("bf16", "fp32")
+
+
 @dataclass(frozen=True)
 class MemoryConfig:
+    """Activation recomputation and how parameters, gradients and attention are stored
+    (moesim.memory.model; docs/model.md)."""
+
     recompute: str = "none"           # activation recomputation: none | selective | full
+    attention: str = "fused"          # fused (FlashAttention/TE: no score matrix) | materialized
+    grad_dtype: str = "bf16"          # stored gradients; Megatron's bf16 recipes keep fp32
+    param_dtype: str = "bf16"         # stored weights; fp8 = TE fp8 primary weights
+
+
+#: MemoryConfig fields that Scenario.to_dict() leaves out while at their defaults
+MEMORY_OMIT_DEFAULTS = {"attention": "fused", "grad_dtype": "bf16", "param_dtype": "bf16"}
 
 
 ENGINE_MODES = ("exact", "fast")
@@ -192,6 +207,9 @@ class Scenario:
         for k, default in PARALLEL_OMIT_DEFAULTS.items():
             if out["parallel"].get(k) == default:
                 del out["parallel"][k]
+        for k, default in MEMORY_OMIT_DEFAULTS.items():
+            if out["memory"].get(k) == default:
+                del out["memory"][k]
         r = out["routing"]
         out["routing"] = {**r["policy"], "dispatch_dtype": r["dispatch_dtype"],
                           "combine_dtype": r["combine_dtype"], "a2a_algo": r["a2a_algo"]}
