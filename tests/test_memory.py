@@ -46,10 +46,12 @@ def test_zero_stages_by_hand():
 
 def test_activations_by_hand():
     recv = T * 2                                   # balanced: tokens · top_k
-    ffn_tok = 2 * H + 2 * F * 3 + H               # input, gate, up, act output, mask
-    # a fused attention kernel keeps one fp32 log-sum-exp per head and query, no scores
-    layer = (11 * T * H + 4 * A * T + 4 * T * H + 4 * E * T + 2 * 2 * T * H
-             + recv * ffn_tok)
+    per_assignment = 2 * H + 2 * F * 3            # permuted input, gate+up, act output
+    # attention 11h (MHA) and a fused kernel's fp32 log-sum-exp per head and query (no
+    # scores), both norms' inputs 4h, the MoE block's input 2h and output dropout mask h,
+    # fp32 router probabilities, the top-2 expert outputs for the combine
+    layer = (11 * T * H + 4 * A * T + 4 * T * H + 2 * T * H + T * H + 4 * E * T
+             + 2 * 2 * T * H + recv * per_assignment)
     m = mem()
     assert layer_activation_bytes(TOY, 0, T, S, 1, "none", recv) == layer
     # 2 layers + embedding output + final norm input + fp32 logits
@@ -83,8 +85,8 @@ def test_inflight_microbatches_gpipe_vs_1f1b():
 def test_hot_expert_rank_holds_more():
     cold = mem(received_tokens=100)
     hot = mem(received_tokens=[100, 1100])
-    ffn_tok = 2 * H + 2 * F * 3 + H
-    assert hot.activations - cold.activations == 1000 * ffn_tok
+    per_assignment = 2 * H + 2 * F * 3
+    assert hot.activations - cold.activations == 1000 * per_assignment
     assert hot.token_buffers - cold.token_buffers == 1000 * H * 4
     with pytest.raises(InputError) as ei:
         mem(received_tokens=[1, 2, 3])

@@ -31,6 +31,8 @@ class MegatronSetup:
     tp: int = 1                     # tensor_model_parallel_size
     pp: int = 1                     # pipeline_model_parallel_size
     dp: int = 1                     # data_parallel_size (world / (tp·pp·cp))
+    cp: int = 1                     # context_parallel_size (only in world_size: the
+                                    # estimate does not split activations over it)
     ep: int = 1                     # expert_model_parallel_size
     etp: int = 1                    # expert_tensor_parallel_size
     vpp: int | None = None          # virtual_pipeline_model_parallel_size (None: not interleaved)
@@ -69,7 +71,7 @@ def megatron_args(spec: ModelSpec, s: MegatronSetup) -> dict:
         "untie_embeddings_and_output_weights": not spec.tied_embeddings,
         "tensor_model_parallel_size": s.tp, "pipeline_model_parallel_size": s.pp,
         "expert_model_parallel_size": s.ep, "expert_tensor_parallel_size": s.etp,
-        "data_parallel_size": s.dp, "world_size": s.tp * s.pp * s.dp,
+        "data_parallel_size": s.dp, "world_size": s.tp * s.pp * s.dp * s.cp,
         "virtual_pipeline_model_parallel_size": s.vpp,
         "use_distributed_optimizer": s.distributed_optimizer,
         "seq_length": s.seq_len, "micro_batch_size": s.micro_batch_size,
@@ -157,3 +159,40 @@ def theoretical_memory(args: dict, num_microbatches: int | None = None) -> dict[
            "dense_params": dense, "expert_params": expert}
     out["total"] = sum(out[k] for k in ("weights", "gradients", "optimizer", "activations"))
     return out
+
+
+COMPARED = ("weights", "gradients", "optimizer", "activations", "token_buffers",
+            "recompute_workspace")
+
+
+def setup_of(res) -> MegatronSetup:
+    """The Megatron setup of a resolved scenario (``moesim memory --megatron``)."""
+    scn, lay = res.scenario, res.layout
+    par, sch = scn.parallel, scn.schedule
+    rec = scn.memory.recompute
+    return MegatronSetup(
+        tp=par.tp, pp=par.pp, dp=lay.dp, cp=par.cp, ep=par.ep, etp=par.etp,
+        vpp=par.vpp if sch.kind == "interleaved" else None,
+        micro_batch_size=sch.micro_batch_size, seq_len=sch.seq_len,
+        microbatches=sch.microbatches, sequence_parallel=bool(par.sequence_parallel),
+        recompute=None if rec == "none" else rec, distributed_optimizer=par.zero >= 1,
+        mtp_layers=getattr(res.model, "mtp_layers", 0) or None)
+
+
+def compare(res, moesim_row: dict) -> dict:
+    """moesim's bytes for the first pipeline stage (``moesim_row``, a
+    :meth:`moesim.memory.report.StageMemory.row`) beside Megatron's estimate, per
+    category, with the difference moesim − Megatron (bytes)."""
+    setup = setup_of(res)
+    meg = theoretical_memory(megatron_args(res.model, setup), setup.microbatches)
+    rows = []
+    for k in COMPARED:
+        ours, theirs = float(moesim_row[k]), float(meg.get(k, 0.0))
+        rows.append({"category": k, "moesim": ours, "megatron": theirs,
+                     "difference": ours - theirs})
+    ours = sum(r["moesim"] for r in rows)
+    rows.append({"category": "total", "moesim": ours, "megatron": meg["total"],
+                 "difference": ours - meg["total"]})
+    return {"setup": setup.__dict__, "rows": rows,
+            "megatron_source": "megatron/training/theoretical_memory_usage.py "
+                               "(NVIDIA/Megatron-LM d98e8a6)"}

@@ -10,39 +10,20 @@ expert parameters, split ETP ways (expert tensor parallelism, column then row pa
 over the expert-data-parallel group of size EDP = TP·CP·DP/(ETP·EP) (Megatron-Core MoE
 parallel folding, megatron/core/parallel_state.py).
 
-Activations per layer per micro-batch (Korthikanti et al. 2022, "Reducing Activation
-Recomputation in Large Transformer Models", Eq. 2 with sequence parallelism): for T = s·b
-tokens, h hidden, a heads, t = tp,
-
-    dense layer = (34·T·h + 5·a·s·T) / t  bytes
-                = attention 11·T·h + 5·a·s·T, two layer norms 4·T·h, MLP 19·T·h.
-
-Adapted here: the MLP's 19·T·h (for a 2-matrix FFN of width 4h) generalises to
-ffn_bytes(f) = 2h + 2f·(3 if gated else 2) + h per token (input, up/gate outputs, the
-activation output, Korthikanti's 1-byte dropout mask), which is 19h at f = 4h. In an MoE
-layer the MLP term becomes: router fp32 probabilities 4·E per token, shared experts
-ffn_bytes(n_shared·shared_ffn)/t per token, the routed experts ffn_bytes(expert_ffn) per
-*received* token (a hot expert's rank receives more), and the expert outputs kept for the
-combine's backward, 2·h per routed assignment sent.
-
-Without sequence parallelism (Korthikanti Eq. 1) the 10·T·h of the layer norms' inputs,
-the attention and MLP inputs and the two dropout masks is not split over t. With
-context parallelism each rank holds T/cp tokens of the sequence (attention scores of its
-queries against all s keys: 5·a·s·T/cp). With ETP the routed experts' activations are
-those of etp·received tokens (all-gathered over the ETP group) at width expert_ffn/etp.
-
-Attention kernels: Korthikanti's 5·a·s·T bytes are the score matrix (softmax output 2,
-dropout mask 1, dropout output 2 bytes per score) of an attention that materialises it.
-Production kernels do not: FlashAttention (Dao et al. 2022, arXiv:2205.14135 §3.1;
-FlashAttention-2 arXiv:2307.08691 Algorithm 2) and cuDNN/Transformer Engine fused
-attention keep Q, K, V, the output and one fp32 log-sum-exp per head and query (4·a·T
-bytes, the "softmax_lse"/"Stats" tensor) and recompute the scores in the backward. So
-``attention_kernel="fused"`` (default) keeps 4·a·T instead of 5·a·s·T;
-``"materialized"`` (an unfused ``DotProductAttention``) keeps the score matrix.
-Recomputation: "selective" (Megatron's recompute_modules ["core_attn"]) recomputes the
-core attention, keeping neither (Korthikanti §4.2); "full" keeps only each layer's
-input, 2·T·h/t, plus a workspace of one layer's activations while it is recomputed
-(Korthikanti §5).
+Activations per layer per micro-batch: :mod:`moesim.memory.activations`, tensor by
+tensor (Korthikanti et al. 2022, "Reducing Activation Recomputation in Large Transformer
+Models", Eq. 1-2, generalised to GQA/MLA widths and the MoE block), for this rank's
+T tokens (T/cp with context parallelism) split over t = tp with sequence parallelism;
+without it (Korthikanti Eq. 1) 10·T·h (layer-norm inputs, attention and MLP inputs, two
+dropout masks) stays whole on every TP rank. Routed experts keep their tensors per
+*received* assignment (a hot expert's rank holds more); with ETP those of etp·received
+assignments (all-gathered over the ETP group) at width expert_ffn/etp.
+``attention_kernel``: "fused" (FlashAttention, cuDNN/TE fused attention: an fp32
+log-sum-exp per head and query, never the score matrix; the default) or "materialized"
+(the 5·a·s·T score matrix). Recomputation: "selective" drops the tensors of the
+``modules`` recomputed (Megatron's recompute_modules, default core_attn); "full" keeps
+only each layer's input, 2·T·h/t, plus a workspace of one layer's activations while it is
+recomputed (Korthikanti §5).
 
 The caller says how many micro-batches' activations a stage holds
 (``inflight_microbatches``): GPipe keeps m, 1F1B at most p on the first stage
@@ -57,6 +38,13 @@ from dataclasses import asdict, dataclass
 
 from moesim.compute.devices import DeviceSpec
 from moesim.errors import InputError
+from moesim.memory.activations import (
+    ATTENTION_KERNELS,
+    RECOMPUTE_MODULES,
+    layer_bytes_per_token,
+    modules_of,
+    routed_expert_bytes,
+)
 from moesim.model.params import (
     attention_params,
     embedding_params,
@@ -69,10 +57,8 @@ from moesim.model.spec import ModelSpec
 
 GRAD_BYTES = 2        # bf16 gradient (ZeRO §3.1: 2 + 2 + 12 = 16 bytes per parameter)
 OPTIMIZER_BYTES = 12  # fp32 master weight, Adam m and v
-ACT_BYTES = 2         # bf16 activations
+ACT_BYTES = 2         # bf16 activations (moesim.memory.activations)
 RECOMPUTE_MODES = ("none", "selective", "full")
-ATTENTION_KERNELS = ("fused", "materialized")
-LSE_BYTES = 4         # fp32 log-sum-exp per head and query (FlashAttention-2 Algorithm 2)
 #: bytes per element of a stored parameter or gradient: bf16 2, fp32 4, fp8 1
 DTYPE_BYTES = {"bf16": 2, "fp16": 2, "fp32": 4, "fp8": 1}
 
@@ -141,45 +127,40 @@ def rank_params(spec: ModelSpec, layers: Sequence[int], *, tp: int, ep: int,
     return dense, expert
 
 
-def ffn_act_bytes_per_token(spec: ModelSpec, width: int) -> float:
-    """Korthikanti's MLP term generalised: 2h + 2f·(3 if gated else 2) + h bytes/token."""
-    if width <= 0:
-        return 0.0
-    return 2 * spec.hidden + ACT_BYTES * width * (3 if spec.gated else 2) + spec.hidden
-
-
-def attention_core_bytes(spec: ModelSpec, tokens: int, seq_len: int, recompute: str,
-                         attention_kernel: str = "fused") -> float:
-    """Bytes the core attention keeps beyond Korthikanti's 11·T·h (before the TP split):
-    none with a fused kernel 4·a·T (log-sum-exp), with a materialising one 5·a·s·T (the
-    score matrix); recomputed (selective, full) nothing."""
-    if recompute != "none":
-        return 0.0
-    if attention_kernel == "materialized":
-        return 5 * spec.heads * seq_len * tokens
-    return LSE_BYTES * spec.heads * tokens
-
-
 def layer_activation_bytes(spec: ModelSpec, layer: int, tokens: int, seq_len: int, tp: int,
                            recompute: str, received_tokens: float,
                            sequence_parallel: bool = True, etp: int = 1,
-                           attention_kernel: str = "fused") -> float:
+                           attention_kernel: str = "fused",
+                           modules: Sequence[str] | None = None) -> float:
     """Bytes one micro-batch of ``tokens`` tokens (this rank's, after CP) leaves alive in
-    layer ``layer``."""
+    layer ``layer`` (:mod:`moesim.memory.activations`); ``modules``: the selective
+    recompute modules (None: Megatron's default, core_attn)."""
     t_h = tokens * spec.hidden
     if recompute == "full":
         return ACT_BYTES * t_h / (tp if sequence_parallel else 1)
     # Korthikanti Eq. 1: without SP, 10·T·h of the 34·T·h stay whole on every TP rank
     whole = 0.0 if sequence_parallel else 10 * t_h * (1 - 1 / tp)
-    attn = 11 * t_h + attention_core_bytes(spec, tokens, seq_len, recompute, attention_kernel)
-    total = attn + 4 * t_h
-    if spec.is_moe_layer(layer):
-        total += 4 * spec.n_experts * tokens                          # fp32 router probs
-        total += tokens * ffn_act_bytes_per_token(spec, spec.n_shared_experts * spec.shared_ffn)
-        total += ACT_BYTES * spec.top_k * t_h                        # outputs for combine bwd
-        return (whole + total / tp + received_tokens * etp
-                * ffn_act_bytes_per_token(spec, spec.expert_ffn // etp))
-    return whole + (total + tokens * ffn_act_bytes_per_token(spec, spec.dense_ffn)) / tp
+    mods = modules_of(recompute, modules)
+    tok, per_assignment = layer_bytes_per_token(spec, layer, seq_len, modules=mods,
+                                                attention_kernel=attention_kernel)
+    total = whole + tokens * tok / tp
+    if per_assignment:
+        total += received_tokens * etp * (
+            per_assignment + routed_expert_bytes(spec, spec.expert_ffn / etp, mods))
+    return total
+
+
+def full_recompute_chunks(n_layers: int, recompute: str, method: str, num_layers: int,
+                          ) -> list[range]:
+    """Positions (within a stage's layer list) re-run together by full recompute:
+    uniform N: every chunk of N consecutive layers; block N: the first N layers, one by
+    one (Megatron-Core transformer_block.py ``_checkpointed_forward``)."""
+    if recompute != "full" or n_layers == 0:
+        return []
+    n = max(1, num_layers)
+    if method == "block":
+        return [range(j, j + 1) for j in range(min(n, n_layers))]
+    return [range(j, min(j + n, n_layers)) for j in range(0, n_layers, n)]
 
 
 def _check(cond: bool, source: str, field: str, expected: str, got: object) -> None:
@@ -196,6 +177,8 @@ def memory_per_rank(
     capacity_bytes: float | None = None, source: str = "<memory>", cp: int = 1, etp: int = 1,
     sequence_parallel: bool = True, attention_kernel: str = "fused",
     grad_dtype: str = "bf16", param_dtype: str | None = None,
+    recompute_modules: Sequence[str] | None = None, recompute_method: str = "uniform",
+    recompute_num_layers: int = 1,
 ) -> MemoryBreakdown:
     """Bytes on one rank of pipeline stage ``stage``.
 
@@ -209,6 +192,11 @@ def memory_per_rank(
     fp8 with one fp32 scale per 128 values (DeepSeek-V3 report §3.3). Capacity comes
     from ``capacity_bytes``, else ``device.hbm_bytes``, else unlimited.
     ``attention_kernel``: fused (keeps no score matrix) or materialized.
+    ``recompute_modules``: selective recompute's modules (None: core_attn);
+    ``recompute_method``/``recompute_num_layers`` (full recompute, Megatron-Core
+    transformer_block.py ``_checkpointed_forward``): uniform N keeps one input per chunk of
+    N layers and re-runs a chunk at a time; block N recomputes the first N layers of the
+    stage (of each virtual chunk), the rest keep everything.
     ``grad_dtype``: the stored gradient (bf16; fp32 as Megatron's main_grad with bf16
     training); ``param_dtype``: the stored weight (None: ``spec.weight_bytes``; fp8 for
     Transformer Engine's fp8 primary weights, Megatron ``--fp8-param-gather``).
@@ -221,6 +209,13 @@ def memory_per_rank(
     _check(zero in (0, 1, 2, 3), source, "parallel.zero", "0, 1, 2 or 3", zero)
     _check(recompute in RECOMPUTE_MODES, source, "parallel.recompute",
            f"one of {', '.join(RECOMPUTE_MODES)}", recompute)
+    _check(recompute_method in ("uniform", "block"), source, "memory.recompute_method",
+           "uniform or block", recompute_method)
+    _check(isinstance(recompute_num_layers, int) and recompute_num_layers >= 1, source,
+           "memory.recompute_num_layers", "an integer >= 1", recompute_num_layers)
+    for mod in recompute_modules or ():
+        _check(mod in RECOMPUTE_MODULES, source, "memory.recompute_modules",
+               f"a list of {', '.join(RECOMPUTE_MODULES)}", mod)
     _check(attention_kernel in ATTENTION_KERNELS, source, "memory.attention",
            f"one of {', '.join(ATTENTION_KERNELS)}", attention_kernel)
     for name, dt in (("grad_dtype", grad_dtype), ("param_dtype", param_dtype)):
@@ -268,9 +263,14 @@ def memory_per_rank(
     def act(i: int, mode: str) -> float:
         return layer_activation_bytes(spec, i, micro_batch_tokens, seq_len, tp, mode,
                                       recv_of.get(i, 0.0), sequence_parallel, etp,
-                                      attention_kernel)
+                                      attention_kernel, recompute_modules)
 
-    per_mb = sum(act(i, recompute) for i in stage_layers)
+    chunks = full_recompute_chunks(len(stage_layers), recompute, recompute_method,
+                                   recompute_num_layers)
+    recomputed = {stage_layers[j] for c in chunks for j in c}
+    per_mb = sum(act(i, "none") for i in stage_layers if i not in recomputed) \
+        + sum(act(stage_layers[c[0]], "full") for c in chunks) if recompute == "full" \
+        else sum(act(i, recompute) for i in stage_layers)
     t_h = micro_batch_tokens * spec.hidden / tp
     if first:
         per_mb += ACT_BYTES * t_h                      # embedding output
@@ -278,8 +278,8 @@ def memory_per_rank(
         # final norm input (2·T·h/t) and fp32 logits for the loss (4·T·V/t)
         per_mb += ACT_BYTES * t_h + 4 * micro_batch_tokens * spec.vocab / tp
     workspace = 0.0
-    if recompute == "full" and stage_layers:
-        workspace = max(act(i, "none") for i in stage_layers)
+    if chunks:
+        workspace = max(sum(act(stage_layers[j], "none") for j in c) for c in chunks)
     buffers = 0.0
     if moe_layers:
         h = spec.hidden

@@ -50,6 +50,9 @@ class StageMemory:
             pp=par.pp, ep=par.ep, dp=lay.dp, zero=par.zero, recompute=scn.memory.recompute,
             attention_kernel=scn.memory.attention, grad_dtype=scn.memory.grad_dtype,
             param_dtype=None if scn.memory.param_dtype == "bf16" else scn.memory.param_dtype,
+            recompute_modules=scn.memory.recompute_modules,
+            recompute_method=scn.memory.recompute_method,
+            recompute_num_layers=scn.memory.recompute_num_layers,
             cp=par.cp, etp=par.etp, sequence_parallel=bool(par.sequence_parallel),
             device=res.device, source=scn.source,
             dispatch_bytes_per_elem=DISPATCH_BYTES[scn.routing.dispatch_dtype])

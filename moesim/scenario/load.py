@@ -34,6 +34,7 @@ from moesim.scenario.schema import (
     OVERLAP_KINDS,
     PARAM_DTYPES,
     RECOMPUTE,
+    RECOMPUTE_MODULES,
     REPLICA_MODES,
     SCHEDULE_KINDS,
     SECTIONS,
@@ -77,6 +78,9 @@ _RULES: dict[str, tuple[str, Any]] = {
     "memory.recompute": ("choice", RECOMPUTE),
     "memory.attention": ("choice", ATTENTION_KERNELS),
     "memory.grad_dtype": ("choice", GRAD_DTYPES), "memory.param_dtype": ("choice", PARAM_DTYPES),
+    "memory.recompute_modules": ("modules", RECOMPUTE_MODULES),
+    "memory.recompute_method": ("choice", ("uniform", "block")),
+    "memory.recompute_num_layers": ("pos", None),
     "engine.mode": ("choice", ENGINE_MODES), "engine.replicas": ("choice", REPLICA_MODES),
     "engine.coalesce_rtol": ("unit", None),
     "routing.dispatch_dtype": ("choice", DTYPES), "routing.combine_dtype": ("choice", DTYPES),
@@ -122,6 +126,12 @@ def _check(src: str, key: str, v: Any) -> Any:
         raise InputError(src, key, "an integer >= 0 (or omit it)", v)
     if kind == "ep_backend":
         return _ep_backend(src, key, v)
+    if kind == "modules":
+        if v is None:
+            return None
+        if not (isinstance(v, list | tuple) and all(x in detail for x in v)):
+            raise InputError(src, key, f"a list of {', '.join(detail)} (or omit it)", v)
+        return tuple(v)
     if kind == "order":
         names = sorted(map(str, v)) if isinstance(v, list | tuple) else None
         if names not in (["dp", "ep", "pp", "tp"], ["cp", "dp", "ep", "pp", "tp"]):

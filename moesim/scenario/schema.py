@@ -15,6 +15,7 @@ from types import MappingProxyType
 from typing import Any
 
 from moesim.layout.mesh import DEFAULT_ORDER
+from moesim.memory.activations import ATTENTION_KERNELS, RECOMPUTE_MODULES
 from moesim.units import MB
 
 NETWORK_MODELS = ("flow", "analytical")
@@ -130,7 +131,6 @@ class OverlapConfig:
     kind: str = "none"                # EP overlap: none | static | a2a-1f1b (OVERLAP_KINDS)
 
 
-ATTENTION_KERNELS = ("fused", "materialized")
 PARAM_DTYPES = ("bf16", "fp8")
 GRAD_DTYPES = ("bf16", "fp32")
 
@@ -144,10 +144,17 @@ class MemoryConfig:
     attention: str = "fused"          # fused (FlashAttention/TE: no score matrix) | materialized
     grad_dtype: str = "bf16"          # stored gradients; Megatron's bf16 recipes keep fp32
     param_dtype: str = "bf16"         # stored weights; fp8 = TE fp8 primary weights
+    # Megatron-Core's recompute_modules (selective; None: its default [core_attn]),
+    # recompute_method and recompute_num_layers (full): moesim.memory.activations
+    recompute_modules: tuple[str, ...] | None = None
+    recompute_method: str = "uniform"
+    recompute_num_layers: int = 1
 
 
 #: MemoryConfig fields that Scenario.to_dict() leaves out while at their defaults
-MEMORY_OMIT_DEFAULTS = {"attention": "fused", "grad_dtype": "bf16", "param_dtype": "bf16"}
+MEMORY_OMIT_DEFAULTS = {"attention": "fused", "grad_dtype": "bf16", "param_dtype": "bf16",
+                        "recompute_modules": None, "recompute_method": "uniform",
+                        "recompute_num_layers": 1}
 
 
 ENGINE_MODES = ("exact", "fast")
