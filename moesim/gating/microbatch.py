@@ -24,6 +24,7 @@ from moesim.gating.router import (
     assign_tokens,
     capacity,
     drop_tokens,
+    padded_counts,
     router_logits,
     softmax,
 )
@@ -45,8 +46,9 @@ class MicrobatchRouting:
     E = experts."""
 
     assign: np.ndarray          # (S, E) int64 routed before dropping; rows sum to k·tokens
-    kept: np.ndarray            # (S, E) int64 after capacity
-    dropped: np.ndarray         # (S, E) int64 = assign - kept
+    kept: np.ndarray            # (S, E) int64 rows sent after capacity (= capacity, padded,
+                                # with routing.pad_to_capacity)
+    dropped: np.ndarray         # (S, E) int64 = assign - kept before any padding
     capacity: np.ndarray        # (S,) float64 capacity per expert on each source (inf if none)
     expert_tokens: np.ndarray   # (E,) int64 kept, summed over sources
     rank_expert_tokens: np.ndarray  # (S, E) int64 tokens dst EP rank computes for expert e
@@ -161,6 +163,9 @@ def route_microbatch(cfg: RoutingConfig, *, n_experts: int, top_k: int,
         else:
             p_mean = softmax(router_logits(rng, pi, k, PROBE_TOKENS, cfg.jitter)).mean(axis=0)
 
+    dropped = assign - kept
+    if cfg.pad_to_capacity:
+        kept = padded_counts(kept, cap)
     dispatch, rank_expert = placement.split_counts(kept, ranks_per_node)
     dbytes, cbytes = byte_matrices(dispatch, hidden, dispatch_dtype, combine_dtype, source)
     tot = int(assign.sum())
@@ -183,7 +188,7 @@ def route_microbatch(cfg: RoutingConfig, *, n_experts: int, top_k: int,
             gpu_tok, node_tok = dedup.estimate(kept, placement.home, dedup_ranks_per_node,
                                                ratios)
     return MicrobatchRouting(
-        assign=assign, kept=kept, dropped=assign - kept, capacity=cap,
+        assign=assign, kept=kept, dropped=dropped, capacity=cap,
         expert_tokens=kept.sum(axis=0), rank_expert_tokens=rank_expert,
         rank_tokens=dispatch.sum(axis=0), dispatch_tokens=dispatch,
         combine_tokens=dispatch.T.copy(), dispatch_bytes=dbytes, combine_bytes=cbytes,
