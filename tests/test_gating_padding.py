@@ -28,15 +28,19 @@ def test_padding_makes_every_expert_compute_exactly_its_capacity(path):
     plain = _route(skew, path=path)
     pad = _route({**skew, "pad_to_capacity": True}, path=path)
     assert cap == 313 and np.all(plain.capacity == cap)
-    assert np.all(pad.kept == cap)                            # every slot padded full
-    assert np.all(pad.expert_tokens == 4 * cap)               # 4 sources x capacity
+    assert np.all(pad.kept + pad.padding == cap)              # every slot padded full
+    # each expert computes 4 sources x capacity rows (rank r holds experts 2r, 2r+1)
+    computed = pad.rank_expert_tokens.sum(axis=0)
+    assert np.all(computed == 4 * cap)
+    assert np.array_equal(pad.expert_tokens, plain.expert_tokens)   # real tokens kept
     # each of the 4 ranks holds 2 experts: receives 4 sources x 2 experts x 313 rows
     assert np.all(pad.rank_tokens == 4 * 2 * cap)
     assert np.all(pad.dispatch_tokens == 2 * cap)             # per (source, rank)
     # the same tokens were routed and dropped; padding only adds empty rows
     assert np.array_equal(pad.assign, plain.assign)
     assert np.array_equal(pad.dropped, plain.dropped)
-    assert plain.kept.sum() < pad.kept.sum() == 4 * 8 * cap
+    assert plain.kept.sum() < (pad.kept + pad.padding).sum() == 4 * 8 * cap
+    assert np.all(plain.padding == 0)
     # bytes on the wire: every padded row travels (64 features, bf16)
     assert pad.dispatch_bytes.sum() == 4 * 8 * cap * 64 * 2
 
