@@ -36,14 +36,45 @@ def _long_step() -> SimResult:
                      step_time_s=0.1)
 
 
-def test_short_communication_drawn_a_few_pixels_wide():
+def test_short_communication_drawn_a_few_pixels_wide_and_marked_widened():
+    """Issue 20 item 9: a sliver widened to be seen reads as widened: its true width is
+    drawn solid, the widening pale and hatched in a collection of its own, and the
+    legend says so."""
     ax = plot_timeline(_long_step(), new_figure().add_subplot())
     # 100 ms axis: communication at least 100/400 = 0.25 ms wide (4 pixels of a 14-inch
-    # figure), compute spans at their own width
-    (d0, d1), = _bars(ax, "timeline:ep_dispatch")
+    # figure), drawn pale and hatched; the spans themselves at their own width
+    (d0, d1), = _bars(ax, "timeline:ep_dispatch:widened")
     assert d0 == pytest.approx(50.0) and d1 - d0 == pytest.approx(0.25)
-    (c0, c1), = _bars(ax, "timeline:ep_combine")
+    (c0, c1), = _bars(ax, "timeline:ep_combine:widened")
     assert c1 - c0 == pytest.approx(0.25)
+    (d0, d1), = _bars(ax, "timeline:ep_dispatch")
+    assert d0 == pytest.approx(50.0) and d1 - d0 == pytest.approx(1e-3)
+    (c0, c1), = _bars(ax, "timeline:ep_combine")
+    assert c1 - c0 == pytest.approx(2e-3)
+    halo = next(c for c in ax.collections if c.get_gid() == "timeline:ep_dispatch:widened")
+    assert halo.get_facecolor()[0][3] == pytest.approx(0.3) and halo.get_hatch()
+    solid = next(c for c in ax.collections if c.get_gid() == "timeline:ep_dispatch")
+    assert solid.get_facecolor()[0][3] == 1.0 and not solid.get_hatch()
+    # compute spans (ms long) are not widened
+    assert not [c for c in ax.collections if c.get_gid() == "timeline:compute:widened"]
+    texts = [t.get_text() for t in ax.get_legend().get_texts()]
+    assert any(t.startswith("pale, hatched: widened to be seen") for t in texts)
+
+
+def test_legend_prints_each_categorys_share_of_the_step():
+    """Hand-built 2-rank step (tests/test_trace_fixtures.py): per rank compute 2.3 / 3.5,
+    dispatch 0.5 / 0.5, combine 0.5 / 0.5, stall 1.2 / 0 ms of 4.5 ms (dp hidden)."""
+    ax = plot_timeline(hot_expert_result(), new_figure().add_subplot())
+    texts = [t.get_text() for t in ax.get_legend().get_texts()]
+    assert texts[:5] == ["compute 64.4 %", "ep_dispatch 11.1 %", "ep_combine 11.1 %",
+                         "dp 0.0 %", "stall 13.3 %"]
+    assert "mean over 2 ranks" in ax.get_legend().get_title().get_text()
+    # one rank: its own shares
+    ax = plot_timeline(hot_expert_result(), new_figure().add_subplot(), ranks=[0])
+    texts = [t.get_text() for t in ax.get_legend().get_texts()]
+    assert "stall 26.7 %" in texts and "compute 51.1 %" in texts
+    # nothing widened here (every span >= 1/400 of the 4.5 ms axis): no note
+    assert not any(t.startswith("pale") for t in texts)
 
 
 def test_layer_strip_marks_forward_and_backward():

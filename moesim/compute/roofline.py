@@ -139,10 +139,10 @@ def compute_model_from_dict(d: Any, source: str, device: DeviceSpec) -> ComputeM
         if not p.is_absolute() and Path(source).is_file():
             p = Path(source).parent / p
         try:
-            from moesim.validation.calibration import load_calibration
+            from moesim.validation.calibration.model import load_calibration
         except ImportError:
             raise InputError(source, "compute.kind",
-                             "roofline (calibration support, moesim.validation.calibration, "
+                             "roofline (calibration support, moesim.validation.calibration.model, "
                              "is not available)", kind) from None
         return load_calibration(p)
     if kind != "roofline":

@@ -1,8 +1,8 @@
 """Training steps of a Kineto trace: ``ProfilerStep#N`` spans, or, in a trace without
 them, steps found from the forward/backward order of the token all-to-alls.
 
-Kept apart from :mod:`moesim.validation.kineto` (plain events) and
-:mod:`moesim.validation.collectives` (all-to-alls), which this module uses both.
+Kept apart from :mod:`moesim.validation.kineto.events` (plain events) and
+:mod:`moesim.validation.cpu.collectives` (all-to-alls), which this module uses both.
 """
 
 from __future__ import annotations
@@ -11,8 +11,8 @@ import bisect
 import re
 from typing import Any
 
-from moesim.validation.collectives import find_collectives
-from moesim.validation.kineto import (
+from moesim.validation.cpu.collectives import find_collectives
+from moesim.validation.kineto.events import (
     MATMUL_OPS,
     Event,
     ancestors,
@@ -26,7 +26,7 @@ _STEP_RE = re.compile(r"ProfilerStep#(\d+)")
 
 
 def step_events(doc: dict[str, Any], source: str) -> list[Event]:
-    """:func:`moesim.validation.kineto.complete_events`, plus one synthetic
+    """:func:`moesim.validation.kineto.events.complete_events`, plus one synthetic
     ``ProfilerStep#k`` span per training step when the trace has no such spans
     (:func:`_with_synthetic_steps`)."""
     out = complete_events(doc, source)
@@ -62,7 +62,7 @@ def training_steps(events: list[Event], source: str) -> list[tuple[float, float]
     none before the step's first forward all-to-all; step 0 starts at the trace's first
     event, the last step ends at its last. So the optimizer and input preparation after
     a backward belong to the step before, as they do under a profiler schedule. Fewer
-    than two steps found: ``[]``. ``events`` sorted as :func:`moesim.validation.kineto.complete_events` returns."""
+    than two steps found: ``[]``. ``events`` sorted as :func:`moesim.validation.kineto.events.complete_events` returns."""
     if not events:
         return []
     colls = [c for c in find_collectives(events, None, source) if c.tokens]

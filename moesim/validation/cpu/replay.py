@@ -30,8 +30,8 @@ from moesim.compute.base import Kernel
 from moesim.errors import InputError
 from moesim.program.ops import Op
 from moesim.topology import Topology, parse_topology
-from moesim.validation.calibration import CalibratedComputeModel, CommCalibration
-from moesim.validation.ingest import TracedOp, TraceSet
+from moesim.validation.calibration.model import CalibratedComputeModel, CommCalibration
+from moesim.validation.cpu.ingest import TracedOp, TraceSet
 
 COLL_KINDS = ("all_to_all", "count_exchange")
 #: all-to-all role -> span kind (the count exchange is part of dispatching tokens)

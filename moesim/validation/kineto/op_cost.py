@@ -1,8 +1,8 @@
 """FLOPs and bytes of one traced op from its recorded shapes (``record_shapes=True``):
 a matmul's (batch, m, k, n), a memory-bound op's bytes read and written.
 
-Used by CPU-op ingest (:mod:`moesim.validation.ingest`) and by GPU-kernel ingest
-(:mod:`moesim.validation.gpu_trace`), where a kernel takes the shapes of the op that
+Used by CPU-op ingest (:mod:`moesim.validation.cpu.ingest`) and by GPU-kernel ingest
+(:mod:`moesim.validation.gpu.trace`), where a kernel takes the shapes of the op that
 launched it.
 """
 
@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from moesim.validation.kineto import DTYPE_BYTES, Event
+from moesim.validation.kineto.events import DTYPE_BYTES, Event
 
 
 def gemm_dims(ev: Event) -> tuple[int, int, int, int] | None:

@@ -27,7 +27,7 @@ Classes (``classify`` returns one, plus a communication kind for comm kernels):
   ``rotary``, ``softmax``, ``topk``, ``swiglu``/``silu``/``gelu``; torch.compile's
   Triton pointwise/reduction kernels ``triton_poi_*``, ``triton_red_*``, ``triton_per_*``);
 - ``memcpy``, ``memset``: the copy and set events (Kineto cats ``gpu_memcpy``, ``gpu_memset``);
-- ``other``: anything else; :mod:`moesim.validation.gpu_summary` lists these names.
+- ``other``: anything else; :mod:`moesim.validation.gpu.summary` lists these names.
 
 The rules come from the kernel names in the libraries' sources: NCCL
 ``src/device/generate.py`` (``ncclDevKernel_<Func>_<RedOp>_<Type>_<Algo>_<Proto>``),

@@ -9,7 +9,7 @@ steady-state pair): the forward of micro-batch ``mb`` and the backward (``B`` an
 of micro-batch ``bmb``, of the stages' layers only (the embedding and LM head, layer
 -1, and the pipeline receives, sends and bubbles are left out).
 
-Figures (seconds), matched to :func:`moesim.validation.gpu_summary.summarize`'s:
+Figures (seconds), matched to :func:`moesim.validation.gpu.summary.summarize`'s:
 
 - ``span_s``: first kept span's start to the last one's end;
 - ``stream_busy_s``: ``compute`` = union of the kept spans on the ``compute`` stream,
@@ -40,7 +40,7 @@ from typing import Any
 
 from moesim.schedule.dualpipe import KINDS as DUAL_KINDS
 from moesim.schedule.dualpipe import make_dual_order
-from moesim.validation.gpu_summary import length, overlap, union
+from moesim.validation.gpu.summary import length, overlap, union
 
 PARTS: dict[str, tuple[str, ...]] = {
     "attn(F)": ("fwd.attn", "fwd.router"), "mlp(F)": ("fwd.experts", "fwd.unpermute"),
@@ -100,7 +100,7 @@ def pair_figures(kept: list) -> dict:
 
 def measured_streams(tr: Any) -> dict:
     """``stream_busy_s`` {compute, comm}, ``exposed_comm_s`` and the streams of each
-    role, from a :class:`moesim.validation.gpu_trace.GpuTrace`."""
+    role, from a :class:`moesim.validation.gpu.trace.GpuTrace`."""
     by: dict[tuple, list] = {}
     for k in tr.kernels:
         by.setdefault((k.device, k.stream), []).append(k)

@@ -1,11 +1,11 @@
-"""The text tables of ``moesim ingest`` on a GPU trace (from :func:`gpu_summary.summarize`)."""
+"""The text tables of ``moesim ingest`` on a GPU trace (from :func:`moesim.validation.gpu.summary.summarize`)."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
 
 from moesim.units import s_to_ms
-from moesim.validation.gpu_kernels import CLASSES
+from moesim.validation.gpu.kernels import CLASSES
 
 
 def _ms(x: float) -> str:

@@ -91,7 +91,7 @@ def load_trace(path: Path) -> dict[str, Any]:
 def complete_events(doc: dict[str, Any], source: str, origin_us: float = 0.0) -> list[Event]:
     """The 'X' events with numeric ts/dur, as :class:`Event` (seconds), sorted by start
     then by longest first (so a parent precedes its children). Training steps of a
-    trace without ``ProfilerStep`` spans: :func:`moesim.validation.steps.step_events`.
+    trace without ``ProfilerStep`` spans: :func:`moesim.validation.cpu.steps.step_events`.
     Times are counted from ``origin_us`` (µs, the file's clock): epoch-based µs of
     ~1.7e15 keep only ~0.2 µs in a double once in seconds, so GPU ingest passes the
     trace's first timestamp."""

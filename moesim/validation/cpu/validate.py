@@ -1,6 +1,6 @@
 """Replay traced steps in the simulator and compare measured with simulated phases.
 
-Each traced step is simulated on its own (:mod:`moesim.validation.replay` builds the
+Each traced step is simulated on its own (:mod:`moesim.validation.cpu.replay` builds the
 programs; simpy, the flow network and the communicator run them on a topology of the
 recording machine). Phases are computed by one function from a timeline of op
 intervals, applied to the measured timeline (the trace's op start/end) and to the
@@ -36,11 +36,11 @@ from moesim.network import FlowNetwork
 from moesim.program.ops import Op
 from moesim.topology import Topology
 from moesim.trace.spans import Span
-from moesim.validation.calibration import CalibratedComputeModel
-from moesim.validation.ingest import TraceSet, TraceStep
-from moesim.validation.kineto import load_trace
-from moesim.validation.replay import COLL_KINDS, ROLE_KIND, build_programs, machine_topology
-from moesim.validation.steps import step_events
+from moesim.validation.calibration.model import CalibratedComputeModel
+from moesim.validation.cpu.ingest import TraceSet, TraceStep
+from moesim.validation.cpu.replay import COLL_KINDS, ROLE_KIND, build_programs, machine_topology
+from moesim.validation.cpu.steps import step_events
+from moesim.validation.kineto.events import load_trace
 
 PHASES = ("forward_s", "backward_s", "dispatch_s", "experts_s", "combine_s")
 _EPS = 1e-9

@@ -4,7 +4,7 @@ over the row counts routing skew produces, in one process, under ``torch.profile
 Skew makes the hot expert's GEMMs many times taller than any in a uniform recording
 (on the shipped study ~4060 rows against ~1050), and a fit of uniform recordings
 extrapolates there. The sweep runs the rank's expert block of the recorded layer
-(:func:`moesim.validation.moe_layer.local_experts`: regroup, SwiGLU, regroup back;
+(:func:`moesim.validation.recorder.moe_layer.local_experts`: regroup, SwiGLU, regroup back;
 forward and backward) with ``R`` received rows for each of the rank's
 ``experts / world`` experts (so the GEMMs cycle through the rank's expert weights as
 in the layer), for ``R`` on a geometric grid from 1 to every token copy of every rank
@@ -13,11 +13,11 @@ in the layer), for ``R`` on a geometric grid from 1 to every token copy of every
 ``sweep/rows=R`` label. On CPU by default; with ``device="cuda"`` (``moesim record
 --shape-sweep --backend nccl``) on the first GPU, profiled with CUDA activity too and
 synchronized at the end of every pass, so that
-:func:`moesim.validation.shape_fit.sweep_samples` reads each op's kernels' GPU time.
+:func:`moesim.validation.calibration.shape_fit.sweep_samples` reads each op's kernels' GPU time.
 It writes
 
 - ``shape_sweep.json.gz`` (or ``.json``): the Kineto trace (``record_shapes=True``);
-  :func:`moesim.validation.shape_fit.sweep_samples` reads its GEMMs and memory-bound
+  :func:`moesim.validation.calibration.shape_fit.sweep_samples` reads its GEMMs and memory-bound
   ops as ingest does;
 - ``sweep.json``: ``{"format": "moesim-shape-sweep/1", "args", "rows", "torch_version",
   "host"}`` with the recorder's host facts (load average before and after, niceness,
@@ -36,7 +36,7 @@ import numpy as np
 
 from moesim.errors import InputError
 from moesim.outputs import make_dir
-from moesim.validation.record import (
+from moesim.validation.recorder.record import (
     KEEP_MEMORY_ENV,
     _environment,
     _filtered_stderr,
@@ -101,7 +101,7 @@ def _sweep_worker(_: int, cfg: SweepConfig) -> None:
     import torch
     from torch.profiler import ProfilerActivity, profile, record_function
 
-    from moesim.validation.moe_layer import SwiGLUExperts, local_experts
+    from moesim.validation.recorder.moe_layer import SwiGLUExperts, local_experts
 
     quiet = _quiet_the_rank(0, cfg)   # uses cfg.nice and cfg.pin only
     quiet["malloc_env"] = {k: os.environ[k] for k in KEEP_MEMORY_ENV if k in os.environ}

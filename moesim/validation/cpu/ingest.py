@@ -14,12 +14,12 @@ when present, never required):
   (``gloo:all_to_all`` / ``nccl:all_to_all``, matched in issue order), whose end is
   when the data has arrived. A collective whose input is floating point with at least
   two dims carries tokens; others (the int64 split-size exchange) are
-  ``count_exchange`` (see :mod:`moesim.validation.collectives`).
+  ``count_exchange`` (see :mod:`moesim.validation.cpu.collectives`).
 - matmuls (``aten::mm/addmm/bmm/baddbmm/matmul/linear``; the innermost one counts)
   whose ``Input Dims`` give batch, m, k, n;
 - ``ProfilerStep#N`` spans; without them the training steps are found from the
   forward/backward order of the token all-to-alls and numbered 0, 1, ... (synthetic
-  ``ProfilerStep#k`` spans added by :func:`moesim.validation.steps.step_events`);
+  ``ProfilerStep#k`` spans added by :func:`moesim.validation.cpu.steps.step_events`);
   a trace with one step (or no backward) is one step, N = 0.
 
 Memory-bound samples are the innermost ``aten::`` ops other than matmuls,
@@ -53,8 +53,9 @@ from pathlib import Path
 import numpy as np
 
 from moesim.errors import InputError
-from moesim.validation.collectives import Coll, find_collectives
-from moesim.validation.kineto import (
+from moesim.validation.cpu.collectives import Coll, find_collectives
+from moesim.validation.cpu.steps import step_events
+from moesim.validation.kineto.events import (
     DTYPE_BYTES,
     MATMUL_OPS,
     Event,
@@ -64,8 +65,7 @@ from moesim.validation.kineto import (
     rank_of,
     world_of,
 )
-from moesim.validation.op_cost import gemm_dims, tensor_bytes
-from moesim.validation.steps import step_events
+from moesim.validation.kineto.op_cost import gemm_dims, tensor_bytes
 
 MATMULS = MATMUL_OPS
 # ops that only make views or allocate: no bytes moved, not calibration samples

@@ -7,7 +7,7 @@ What is read (all times seconds):
 - GPU events: cats ``kernel``, ``gpu_memcpy``, ``gpu_memset``; stream ``args.stream``
   (else the event's tid), device ``args.device`` (else its pid); ``args.grid`` (blocks
   in x, y, z); ``args.bytes`` of a copy or set; class from the name
-  (:func:`moesim.validation.gpu_kernels.classify`).
+  (:func:`moesim.validation.gpu.kernels.classify`).
 - The launch: the CPU event of cat ``cuda_runtime``/``cuda_driver`` (``cudaLaunchKernel``,
   ``cuLaunchKernel``, ``cudaMemcpyAsync``, ...) whose ``args.correlation`` equals the
   GPU event's; without one, the start of the ``ac2g`` flow (``ph`` ``s``) whose ``id`` is
@@ -33,8 +33,8 @@ from pathlib import Path
 from typing import Any
 
 from moesim.errors import InputError
-from moesim.validation.gpu_kernels import classify, gemm_dtype
-from moesim.validation.kineto import (
+from moesim.validation.gpu.kernels import classify, gemm_dtype
+from moesim.validation.kineto.events import (
     MATMUL_OPS,
     Event,
     ancestors,
@@ -65,7 +65,7 @@ class GpuKernel:
     no link found); ``phase`` the innermost annotation holding the launch (None: none)."""
 
     name: str
-    cls: str               # a class of moesim.validation.gpu_kernels.CLASSES
+    cls: str               # a class of moesim.validation.gpu.kernels.CLASSES
     kind: str              # the communication kind ("" unless cls == "comm")
     device: int
     stream: int
@@ -251,7 +251,7 @@ def load_gpu_trace(path: str | Path) -> GpuTrace:
 
 def gpu_traces(files: list[Path]) -> list[GpuTrace] | None:
     """The GPU traces of these files, or None when the first one has no GPU kernels
-    (a CPU trace: read with :func:`moesim.validation.ingest.ingest`). Once the first
+    (a CPU trace: read with :func:`moesim.validation.cpu.ingest.ingest`). Once the first
     has kernels, every file must."""
     out = []
     for i, f in enumerate(files):

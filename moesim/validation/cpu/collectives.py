@@ -29,7 +29,7 @@ functional.all_to_all`` on gloo runs ``world`` ``c10d::scatter_`` calls; send/re
 pairs): they are not found, and ingest says there is no token all-to-all.
 
 Training steps of a trace without ``ProfilerStep`` spans are found from these
-collectives in :mod:`moesim.validation.steps`.
+collectives in :mod:`moesim.validation.cpu.steps`.
 """
 
 from __future__ import annotations
@@ -40,7 +40,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from moesim.errors import InputError
-from moesim.validation.kineto import (
+from moesim.validation.kineto.events import (
     DTYPE_BYTES,
     FLOAT_TYPES,
     Event,

@@ -3,7 +3,7 @@
 A fit of ``t = overhead + FLOPs / rate + bytes / bandwidth`` to a uniform recording
 extrapolates when skew makes an expert's GEMMs taller than any it saw (on the shipped
 CPU study, GEMMs of ~4000 rows ran 7-11 % slower per FLOP than the uniform fit said).
-``moesim record --shape-sweep`` (:mod:`moesim.validation.sweep_record`) times the
+``moesim record --shape-sweep`` (:mod:`moesim.validation.recorder.sweep_record`) times the
 layer's GEMMs and memory-bound ops from 1 row up to every token on one expert; this
 module turns those samples into a table that a calibration interpolates in:
 
@@ -22,7 +22,7 @@ module turns those samples into a table that a calibration interpolates in:
 
 A sweep recorded on a GPU (``moesim record --shape-sweep --backend nccl``) is read the
 same way, with each op's time the GPU time of the kernels it launched (linked by
-correlation id, :mod:`moesim.validation.gpu_trace`) instead of its CPU span; a GPU
+correlation id, :mod:`moesim.validation.gpu.trace`) instead of its CPU span; a GPU
 calibration (``moesim calibrate TRACE --device D --shape-sweep SWEEP``) is anchored on
 the traced ops' kernel times likewise.
 """
@@ -37,16 +37,16 @@ from pathlib import Path
 import numpy as np
 
 from moesim.errors import InputError
-from moesim.validation.gpu_trace import GpuTrace, gpu_trace_from_doc, has_gpu_events
-from moesim.validation.ingest import MATMULS, NO_BYTES, NOT_MEMORY
-from moesim.validation.kineto import ancestors, complete_events, load_trace
-from moesim.validation.op_cost import gemm_dims, tensor_bytes
+from moesim.validation.cpu.ingest import MATMULS, NO_BYTES, NOT_MEMORY
+from moesim.validation.gpu.trace import GpuTrace, gpu_trace_from_doc, has_gpu_events
+from moesim.validation.kineto.events import ancestors, complete_events, load_trace
+from moesim.validation.kineto.op_cost import gemm_dims, tensor_bytes
 
 AXES = ("m", "k", "n")
 #: a family needs this many distinct sizes
 MIN_POINTS = 2
 _LABEL = re.compile(r"sweep/rows=(\d+)")
-#: GPU kernel classes of memory-bound ops (moesim.validation.gpu_kernels)
+#: GPU kernel classes of memory-bound ops (moesim.validation.gpu.kernels)
 _GPU_MEMORY = {"cast", "norm", "elementwise"}
 SHAPE_METHOD = ("per family (GEMMs with two dims fixed, time against the third; memory-bound "
                 "ops per op kind, time against bytes) the median (GEMM) or mean (memory) time "
@@ -386,7 +386,7 @@ def shape_section(table: ShapeTable, gemm: list[tuple[int, int, int, float]],
 def trace_samples(sets: list) -> tuple[list[tuple[int, int, int, float]],
                                        list[tuple[str, float, float]]]:
     """(m, k, n, s) of every unbatched matmul and (op, bytes, s) of every memory-bound
-    op of ingested recordings (:class:`~moesim.validation.ingest.TraceSet`)."""
+    op of ingested recordings (:class:`~moesim.validation.cpu.ingest.TraceSet`)."""
     ops = [o for ts in sets for r in ts.ranks for s in r.steps for o in s.ops]
     gemm = [(o.m, o.k, o.n, o.dur_s) for o in ops if o.kind == "gemm"
             and math.isclose(o.flops, 2.0 * o.m * o.k * o.n, rel_tol=1e-9)]

@@ -27,8 +27,8 @@ from __future__ import annotations
 
 from collections import Counter
 
-from moesim.validation.gpu_kernels import CLASSES
-from moesim.validation.gpu_trace import GpuKernel, GpuTrace
+from moesim.validation.gpu.kernels import CLASSES
+from moesim.validation.gpu.trace import GpuKernel, GpuTrace
 
 Intervals = list[tuple[float, float]]
 

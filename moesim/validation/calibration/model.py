@@ -16,7 +16,7 @@ File (JSON, written by ``moesim calibrate``)::
                # optional (older files: 0); per-phase gaps default to op_gap_s
      "shape_sweep": {"gemm": [{"axis", "fixed", "x", "t_s"}], "memory": [{"op", "x", "t_s"}],
                      "sources": [...]},
-               # optional: times interpolated by shape (moesim.validation.shape_fit)
+               # optional: times interpolated by shape (moesim.validation.calibration.shape_fit)
      "fit": {"gemm": {"range": {"flops": [lo, hi]}, ...},
              "memory": {"range": {"bytes": [lo, hi]}, ...}, ...},
                # range: the sizes the line fits saw (optional; older files have none)
@@ -37,8 +37,8 @@ from moesim.compute.base import Kernel
 from moesim.compute.devices import DEVICES
 from moesim.errors import InputError
 from moesim.outputs import check_file_target, write_text
-from moesim.validation.calibrate import FORMAT
-from moesim.validation.shape_fit import ShapeTable, table_from_doc
+from moesim.validation.calibration.calibrate import FORMAT
+from moesim.validation.calibration.shape_fit import ShapeTable, table_from_doc
 
 
 @dataclass(frozen=True)
@@ -163,7 +163,7 @@ def _flag(doc: dict, src: str, section: str, key: str, default: bool) -> bool:
 BACKENDS = ("gloo", "nccl")
 #: the keys each fitted section may hold (a misspelt one would be silently ignored)
 _SECTION_KEYS = {
-    # a GPU calibration (moesim.validation.gpu_calibrate) also says the GEMMs' dtype and
+    # a GPU calibration (moesim.validation.calibration.gpu_calibrate) also says the GEMMs' dtype and
     # whether a figure came from the trace or the device catalog
     "gemm": {"flops_per_s", "overhead_s", "bytes_per_s", "dtype", "source"},
     "memory": {"bytes_per_s", "overhead_s", "bytes_per_s_by_op", "source"},

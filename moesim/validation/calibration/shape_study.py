@@ -16,12 +16,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from moesim.errors import InputError
-from moesim.validation.calibrate import calibrate
-from moesim.validation.calibration import model_from_dict
-from moesim.validation.ingest import TraceSet, ingest
-from moesim.validation.replay import outside_fitted_range
-from moesim.validation.shape_fit import sweep_table
-from moesim.validation.validate import PHASES, validate
+from moesim.validation.calibration.calibrate import calibrate
+from moesim.validation.calibration.model import model_from_dict
+from moesim.validation.calibration.shape_fit import sweep_table
+from moesim.validation.cpu.ingest import TraceSet, ingest
+from moesim.validation.cpu.replay import outside_fitted_range
+from moesim.validation.cpu.validate import PHASES, validate
 
 UNIFORM = "uniform fit"
 SWEPT = "+ shape sweep"

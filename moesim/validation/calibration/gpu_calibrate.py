@@ -4,21 +4,21 @@ Samples (each one launching CPU op; its time = the summed durations of the non-c
 GPU events it launched, so a cuBLAS split-K reduction counts with its GEMM):
 
 - GEMM: ops ``aten::mm/addmm/bmm/baddbmm/matmul/linear`` with recorded shapes
-  (:func:`moesim.validation.op_cost.gemm_dims`) that launched a GEMM kernel; x = FLOPs
+  (:func:`moesim.validation.kineto.op_cost.gemm_dims`) that launched a GEMM kernel; x = FLOPs
   (2·b·m·k·n); fitted per dtype (the GEMM kernel's name, else the op's ``Input type``:
   fp8, bf16, fp16, fp32), so FP8 and BF16 GEMMs get rates of their own;
 - attention: ``aten::_scaled_dot_product_{flash,efficient,cudnn}_attention`` (q, k as
   [batch, heads, seq, head_dim]); x = 4·b·h·s_q·s_k·d FLOPs (QKᵀ and PV, no causal mask);
 - memory-bound: ``gpu_memcpy``/``gpu_memset`` events (x = their ``bytes``) and ops with
   shapes that launched only cast/norm/elementwise kernels
-  (x = :func:`moesim.validation.op_cost.tensor_bytes`);
+  (x = :func:`moesim.validation.kineto.op_cost.tensor_bytes`);
 - communication: NCCL kernels launched by ``record_param_comms`` (x = the larger of
   ``In msg nelems``/``Out msg nelems`` × the dtype's size), per NCCL kind; DeepEP kernels
   carry no byte count in a trace, so for them only count, time per kernel and SMs;
 - kernel gaps: on each stream, the idle time between one GPU event's end and the
   next one's start; the median on the busiest non-comm stream is ``host.op_gap_s``.
 
-Each fit is ``t = overhead + x / rate`` (:func:`moesim.validation.calibrate.fit_line`,
+Each fit is ``t = overhead + x / rate`` (:func:`moesim.validation.calibration.calibrate.fit_line`,
 weights 1/t, coefficients >= 0); one size only: the rate through the origin.
 What the trace cannot give (no shapes recorded: DeepSeek's published profile has none)
 comes from the ``--device`` catalog entry and is marked ``"source": "catalog"``.
@@ -30,11 +30,11 @@ import numpy as np
 
 from moesim.compute.devices import get_device
 from moesim.errors import InputError
-from moesim.validation.calibrate import FORMAT, LineFit, fit_line, line_stats, with_rate
-from moesim.validation.gpu_summary import summarize
-from moesim.validation.gpu_trace import GpuKernel, GpuTrace
-from moesim.validation.kineto import DTYPE_BYTES, MATMUL_OPS
-from moesim.validation.op_cost import gemm_dims, tensor_bytes
+from moesim.validation.calibration.calibrate import FORMAT, LineFit, fit_line, line_stats, with_rate
+from moesim.validation.gpu.summary import summarize
+from moesim.validation.gpu.trace import GpuKernel, GpuTrace
+from moesim.validation.kineto.events import DTYPE_BYTES, MATMUL_OPS
+from moesim.validation.kineto.op_cost import gemm_dims, tensor_bytes
 
 GPU_FORMAT = "moesim-gpu-calibration/1"
 ATTENTION_OPS = {"aten::_scaled_dot_product_flash_attention",

@@ -21,7 +21,7 @@ What is compared (and what is not):
   communication, and per phase and layer the GPU time (``busy_s``) and communication
   kernel time (``comm_s``, the DeepEP dispatch/combine): simulated by running the
   scenario (a DualPipe(V) schedule) and reading one rank's overlapped F&B pair from its
-  spans (:mod:`moesim.validation.gpu_pair`); ``null`` when the scenario has no such pair.
+  spans (:mod:`moesim.validation.gpu.pair`); ``null`` when the scenario has no such pair.
   The measured ``busy_s`` of a phase is the union of its kernels (``gpu_busy_s``), the
   simulated one the summed time of its ops (one stream each, so the same thing).
 """
@@ -123,9 +123,9 @@ def _err(sim: float | None, meas: float) -> float | None:
 
 def gpu_validate(g: dict, spec: Any, model: Any, tokens: int, seq_len: int, ep: int,
                  sim: dict | None = None, streams: dict | None = None) -> dict:
-    """``g``: :func:`moesim.validation.gpu_summary.summarize`; ``model``: a compute model
-    (``time_s(Kernel)``); ``sim``: :func:`moesim.validation.gpu_pair.simulate_pair` (None:
-    not simulated); ``streams``: :func:`moesim.validation.gpu_pair.measured_streams`.
+    """``g``: :func:`moesim.validation.gpu.summary.summarize`; ``model``: a compute model
+    (``time_s(Kernel)``); ``sim``: :func:`moesim.validation.gpu.pair.simulate_pair` (None:
+    not simulated); ``streams``: :func:`moesim.validation.gpu.pair.measured_streams`.
     Returns {"measured", "simulated", "error", ...} (seconds)."""
     have = sim is not None and sim.get("span_s") is not None
     sim_pair = sim["phases"] if have else {}

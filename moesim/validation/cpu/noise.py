@@ -11,8 +11,8 @@ An error smaller than this noise cannot be told apart from zero.
 from __future__ import annotations
 
 from moesim.errors import InputError
-from moesim.validation.ingest import TraceSet
-from moesim.validation.validate import (
+from moesim.validation.cpu.ingest import TraceSet
+from moesim.validation.cpu.validate import (
     Interval,
     measured_intervals,
     median_relative_difference,

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import asdict
 
 from moesim.units import s_to_ms
-from moesim.validation.ingest import TracedOp, TraceSet
+from moesim.validation.cpu.ingest import TracedOp, TraceSet
 
 
 def op_dict(op: TracedOp) -> dict:

@@ -100,7 +100,7 @@ def local_experts(experts: SwiGLUExperts, received: torch.Tensor,
     """The rank's expert computation on the rows it received: ``recv_mat[s, e]`` rows
     from source rank ``s`` for local expert ``e`` arrive source-major; they are regrouped
     expert-major for the GEMMs and the outputs put back in arrival order (also what
-    ``moesim record --shape-sweep`` times, :mod:`moesim.validation.sweep_record`)."""
+    ``moesim record --shape-sweep`` times, :mod:`moesim.validation.recorder.sweep_record`)."""
     world, n_local = recv_mat.shape
     dev = received.device          # recv_mat lives there too (CPU, or the rank's GPU)
     src_of = torch.repeat_interleave(torch.arange(world * n_local, device=dev) % n_local,

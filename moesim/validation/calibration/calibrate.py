@@ -48,9 +48,9 @@ from dataclasses import dataclass
 import numpy as np
 
 from moesim.errors import InputError
-from moesim.validation.host_facts import calibration_facts
-from moesim.validation.ingest import TraceSet
-from moesim.validation.shape_fit import ShapeTable, shape_section, trace_samples
+from moesim.validation.calibration.shape_fit import ShapeTable, shape_section, trace_samples
+from moesim.validation.cpu.host_facts import calibration_facts
+from moesim.validation.cpu.ingest import TraceSet
 
 FORMAT = "moesim-calibration/1"
 
@@ -302,7 +302,7 @@ def calibrate(sets: list[TraceSet], sources: list[str], backend: str = "gloo",
               device: str = "cpu", shapes: ShapeTable | None = None,
               shape_sources: list[str] | None = None) -> dict:
     """Fit all three models over the given recordings; returns the calibration JSON doc.
-    ``shapes`` (a shape sweep's table, :mod:`moesim.validation.shape_fit`), when not
+    ``shapes`` (a shape sweep's table, :mod:`moesim.validation.calibration.shape_fit`), when not
     empty, is stored as ``shape_sweep``: times by shape, used inside its range."""
     def cat(fn):
         return tuple(np.concatenate(parts) for parts in zip(*(fn(s) for s in sets),

@@ -1,7 +1,7 @@
 """Record a real expert-parallel MoE layer under ``torch.profiler`` on N processes.
 
 ``record(cfg)`` spawns ``cfg.world`` processes (gloo on CPU, nccl when CUDA is
-present), trains the layer of :mod:`moesim.validation.moe_layer` for ``cfg.steps``
+present), trains the layer of :mod:`moesim.validation.recorder.moe_layer` for ``cfg.steps``
 steps, and profiles the steps after ``cfg.warmup`` with a ``torch.profiler.schedule``;
 each profiled step appears as a ``ProfilerStep#N`` span. It writes
 
@@ -209,7 +209,7 @@ def _worker(rank: int, cfg: RecordConfig, port: int) -> None:
     import torch.distributed as dist
     from torch.profiler import ProfilerActivity, profile, record_function, schedule
 
-    from moesim.validation.moe_layer import ExpertParallelMoE, SkewSpec
+    from moesim.validation.recorder.moe_layer import ExpertParallelMoE, SkewSpec
 
     quiet = _quiet_the_rank(rank, cfg)
     # the glibc tunables this process started with (read by glibc at start-up)
