@@ -54,6 +54,7 @@ from moesim.model.params import (
     router_params,
 )
 from moesim.model.spec import ModelSpec
+from moesim.schedule.layout_string import split_layers  # noqa: F401  (re-exported)
 
 GRAD_BYTES = 2        # bf16 gradient (ZeRO §3.1: 2 + 2 + 12 = 16 bytes per parameter)
 OPTIMIZER_BYTES = 12  # fp32 master weight, Adam m and v
@@ -88,18 +89,6 @@ class MemoryBreakdown:
 
     def as_dict(self) -> dict[str, float | bool]:
         return {**asdict(self), "peak_bytes": self.peak_bytes, "oom": self.oom}
-
-
-def split_layers(n_layers: int, pp: int) -> list[range]:
-    """Contiguous layers per pipeline stage; a remainder goes one each to stages 1, 2, ...
-    (stage 0 already holds the embedding)."""
-    base, extra = divmod(n_layers, pp)
-    out, start = [], 0
-    for stage in range(pp):
-        size = base + (1 if 1 <= stage <= extra else 0)
-        out.append(range(start, start + size))
-        start += size
-    return out
 
 
 def rank_params(spec: ModelSpec, layers: Sequence[int], *, tp: int, ep: int,

@@ -93,11 +93,19 @@ class ParallelConfig:
     cp: int = 1
     etp: int = 1
     sequence_parallel: bool = False
+    # Megatron-Core's pipeline_model_parallel_layout (e.g. "Et*3|(tt|)*29m|L") and
+    # decoder_first/last_pipeline_num_layers (moesim.schedule.layout_string); None: the
+    # even split
+    pipeline_layout: str | None = None
+    decoder_first_pipeline_num_layers: int | None = None
+    decoder_last_pipeline_num_layers: int | None = None
 
 
 #: ParallelConfig fields that Scenario.to_dict() leaves out while at their defaults, so a
 #: scenario not using them echoes byte for byte as before they existed
-PARALLEL_OMIT_DEFAULTS = {"cp": 1, "etp": 1, "sequence_parallel": False}
+PARALLEL_OMIT_DEFAULTS = {"cp": 1, "etp": 1, "sequence_parallel": False,
+                          "pipeline_layout": None, "decoder_first_pipeline_num_layers": None,
+                          "decoder_last_pipeline_num_layers": None}
 
 
 @dataclass(frozen=True)
