@@ -53,6 +53,7 @@ from moesim.model.params import (
     lm_head_params,
     router_params,
 )
+from moesim.model.mtp import extra_params as mtp_extra_params
 from moesim.model.spec import ModelSpec
 from moesim.schedule.layout_string import split_layers  # noqa: F401  (re-exported)
 
@@ -106,6 +107,13 @@ def rank_params(spec: ModelSpec, layers: Sequence[int], *, tp: int, ep: int,
             expert += spec.n_experts // ep * ffn_params(spec, spec.expert_ffn) / etp
         else:
             dense += ffn_params(spec, spec.dense_ffn) / tp
+    depths = sum(1 for i in layers if i >= spec.layers)
+    if depths:   # MTP: projection and norms per depth; the stage builds the embedding
+        dense += depths * mtp_extra_params(spec) / tp
+        if not first:
+            dense += embedding_params(spec) / tp
+        if not last:            # its own output head, away from the loss stage
+            dense += lm_head_params(spec) / tp
     if first:
         dense += embedding_params(spec) / tp
     if last:
@@ -266,6 +274,10 @@ def memory_per_rank(
     if last:
         # final norm input (2·T·h/t) and fp32 logits for the loss (4·T·V/t)
         per_mb += ACT_BYTES * t_h + 4 * micro_batch_tokens * spec.vocab / tp
+    # MTP depth: enorm and hnorm inputs (2h each), eh_proj input (4h), final norm input
+    # (2h), fp32 logits of its own loss (4V) per token
+    depths = sum(1 for i in stage_layers if i >= spec.layers)
+    per_mb += depths * (10 * t_h + 4 * micro_batch_tokens * spec.vocab / tp)
     workspace = 0.0
     if chunks:
         workspace = max(sum(act(stage_layers[j], "none") for j in c) for c in chunks)

@@ -27,6 +27,7 @@ import numpy as np
 from moesim.collectives.communicator import CollectiveSpec
 from moesim.compute.base import ComputeModel, Kernel
 from moesim.gating import make_placement, route_microbatch
+from moesim.model import mtp
 from moesim.schedule.layout_string import stage_chunks
 from moesim.model import costs
 from moesim.program import cp as cpx
@@ -363,7 +364,13 @@ class Builder(GradientOps, DualPipeOps, PairedOps, FoldedOps):
                 self._compute(prog, "fwd.ffn", layer, mb, phase, ("ffn", phase),
                               lambda: costs.dense_ffn_kernels(spec, self.tokens, tp, phase))
             self._tp_allreduce(prog, rank, layer, mb, phase, "mlp")
+            if layer >= spec.layers:    # an MTP depth's projection, head and loss
+                self._compute(prog, "fwd.mtp", layer, mb, phase, ("mtp", phase),
+                              lambda: mtp.head_kernels(spec, self.tokens, tp, phase))
         else:
+            if layer >= spec.layers:
+                self._compute(prog, "bwd.mtp", layer, mb, phase, ("mtp", phase),
+                              lambda: mtp.head_kernels(spec, self.tokens, tp, phase))
             self._tp_allreduce(prog, rank, layer, mb, phase, "mlp")
             if moe:
                 self._moe(prog, rank, layer, mb, phase, deps=deps)
