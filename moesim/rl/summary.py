@@ -1,7 +1,7 @@
 """The RL run's summary (``summary.json``, ``moesim rl --json``) and its text form.
 
 Keys (docs/rl.md): ``step_time_s`` (mean over the steady-state steps: all but the first
-``max_lag``), ``phases_s`` (mean wall time of each phase per step), ``samples_per_s``,
+and the last ``max_lag``, which fill and drain the pipeline), ``phases_s`` (mean wall time of each phase per step), ``samples_per_s``,
 ``tokens_per_s_per_gpu`` (prompt + response tokens trained per second per GPU of both
 pools, each token counted once whatever the epochs), ``utilization`` (busy fraction of
 each pool over the run), ``staleness`` (samples per lag in versions), ``long_tail_s``
@@ -31,7 +31,8 @@ def summarize(run) -> dict:
     n = len(run.works)
     ends = tl.step_end_s
     times = [ends[0]] + [ends[i] - ends[i - 1] for i in range(1, n)]
-    steady = times[cfg.max_lag:] if n > cfg.max_lag else times
+    k = cfg.max_lag
+    steady = times[k:n - k] if n > 2 * k else times
     step = float(np.mean(steady))
     phases = {p: 0.0 for p in PHASES}
     for w in run.works:
