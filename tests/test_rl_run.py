@@ -163,3 +163,24 @@ def test_hand_generate_formula_is_what_the_costs_give():
     g = generate(np.full(2, 64), np.full(2, 128), ROLL, 1, 10_000, 1024)
     assert g.time_s == pytest.approx(hand_generate(), rel=1e-12)
     assert math.isfinite(g.long_tail_s)
+
+
+def test_sweep_point_of_an_rl_scenario_is_an_rl_row(tmp_path):
+    from moesim.sweep.runner import run_point
+    from moesim.sweep.spec import expand, parse_sweep
+
+    p = scenario(tmp_path, steps=2)
+    spec = parse_sweep({"scenario": str(p), "set": ["rl.train.gpus=null", "rl.train.ep=4"],
+                        "axes": {"rl.rollout.gpus": [4, 8], "rl.max_lag": [0, 1]}},
+                       str(tmp_path / "s.yaml"), tmp_path)
+    points = expand(spec)
+    assert len(points) == 4
+    rec = run_point(points[1].as_dict())
+    assert rec["status"] == "ok", rec
+    m = rec["metrics"]
+    for key in ("step_time_s", "phases_s.generate", "phases_s.weight_sync",
+                "utilization.rollout", "utilization.train", "samples_per_s", "long_tail_s"):
+        assert key in m
+    # rollout 4 GPUs, the rest (12) train: the trainer's pool follows the split
+    setup = resolve_rl(p, ["rl.train.gpus=null", "rl.rollout.gpus=4"])
+    assert setup.cfg.train.gpus == 12

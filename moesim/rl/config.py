@@ -79,7 +79,7 @@ class RolloutPool:
 
 @dataclass(frozen=True)
 class TrainPool:
-    gpus: int = 8
+    gpus: int | None = None     # None: the rest of the cluster (colocated: the rollout pool)
     tp: int = 1
     pp: int = 1
     ep: int = 1
@@ -148,7 +148,7 @@ _RULES: dict[str, tuple[str, Any]] = {
     "max_lag": ("nonneg", None),
     "dist": ("choice", DISTS), "mean": ("posnum", None), "max": ("optpos", None),
     "min": ("pos", None), "sigma": ("nonnegnum", None), "file": ("optstr", None),
-    "gpus": ("pos", None), "tp": ("pos", None), "ep": ("pos", None), "pp": ("pos", None),
+    "gpus": ("optpos", None), "tp": ("pos", None), "ep": ("pos", None), "pp": ("pos", None),
     "kv_fraction": ("frac", None), "max_batch": ("pos", None), "kv_dtype": ("choice", KV_DTYPES),
     "mini_batches": ("pos", None), "epochs": ("pos", None), "seq_len": ("optpos", None),
     "kind": ("choice", REWARD_KINDS), "cpu_s_per_sample": ("nonnegnum", None),
@@ -219,6 +219,14 @@ def rl_from_dict(d: Any, source: str, *, world: int | None = None) -> RLConfig:
             _check(source, f"rl.{k}", k, v)
             kwargs[k] = v
     cfg = RLConfig(**kwargs)
+    if cfg.rollout.gpus is None:
+        raise InputError(source, "rl.rollout.gpus", "the rollout pool's GPUs, an integer >= 1")
+    if cfg.train.gpus is None:
+        rest = cfg.rollout.gpus if cfg.colocated else (world or 0) - cfg.rollout.gpus
+        if rest < 1:
+            raise InputError(source, "rl.train.gpus", "an integer >= 1 (the rest of the "
+                             f"cluster's {world} GPUs is {rest})")
+        cfg = dataclasses.replace(cfg, train=dataclasses.replace(cfg.train, gpus=rest))
     _consistent(cfg, source, world)
     return cfg
 

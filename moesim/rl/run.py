@@ -150,3 +150,12 @@ def simulate_rl(setup: RLSetup, steps: int, *, rollout_costs: StepCosts | None =
 
 def model_bytes(setup: RLSetup) -> float:
     return param_bytes(setup.res.model)
+
+
+def rl_summary(target: str | Path, overrides=(), steps: int | None = None) -> dict:
+    """The summary of ``steps`` (default ``rl.steps``) RL steps of a scenario (a sweep
+    point's row)."""
+    from moesim.rl.summary import summarize
+
+    setup = resolve_rl(target, overrides)
+    return summarize(simulate_rl(setup, steps or setup.cfg.steps))
