@@ -182,5 +182,5 @@ def test_sweep_point_of_an_rl_scenario_is_an_rl_row(tmp_path):
                 "utilization.rollout", "utilization.train", "samples_per_s", "long_tail_s"):
         assert key in m
     # rollout 4 GPUs, the rest (12) train: the trainer's pool follows the split
-    setup = resolve_rl(p, ["rl.train.gpus=null", "rl.rollout.gpus=4"])
+    setup = resolve_rl(p, ["rl.train.gpus=null", "rl.train.ep=4", "rl.rollout.gpus=4"])
     assert setup.cfg.train.gpus == 12
