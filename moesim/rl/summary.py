@@ -2,8 +2,9 @@
 
 Keys (docs/rl.md): ``step_time_s`` (mean over the steady-state steps: all but the first
 and the last ``max_lag``, which fill and drain the pipeline), ``phases_s`` (mean wall
-time of each phase per step), ``samples_per_s``, ``tokens_per_s_per_gpu`` (prompt + response tokens trained per second per GPU of both
-pools, each token counted once whatever the epochs), ``utilization`` (busy fraction of
+time of each phase per step), ``samples_per_s``, ``tokens_per_s_per_gpu`` (prompt +
+response tokens trained per second per GPU of both pools, each token counted once
+whatever the epochs), ``utilization`` (busy fraction of
 each pool over the run), ``staleness`` (samples per lag in versions), ``long_tail_s``
 (mean over steps: 90 % of samples done to the last), ``steps`` (one row per step).
 """
