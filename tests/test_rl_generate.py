@@ -82,3 +82,16 @@ def test_lengths():
     assert np.all(draw(LengthDist(mean=256), 5, rng) == 256)
     u = draw(LengthDist(dist="uniform", min=3, max=5), 3000, rng)
     assert set(u.tolist()) == {3, 4, 5}
+
+
+def test_packing_conserves_tokens():
+    from moesim.rl.packing import pack, pack_rows, rows_per_replica
+
+    rng = np.random.default_rng(3)
+    x = rng.integers(1, 4000, size=500)
+    fill = pack(x, 4096)
+    assert fill.sum() == x.sum() and fill.max() <= 4096
+    assert len(fill) >= -(-x.sum() // 4096)
+    # by hand: 3000, 3000, 1000, 1000, 100 into rows of 4096 -> [3000+1000, 3000+1000, 100]
+    assert pack([1000, 3000, 100, 3000, 1000], 4096).tolist() == [4000, 4000, 100]
+    assert pack_rows([4096] * 3, 4096) == 3 and rows_per_replica(5, 2) == 3

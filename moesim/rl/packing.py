@@ -12,9 +12,14 @@ import numpy as np
 
 def pack_rows(lengths: np.ndarray, seq_len: int) -> int:
     """Rows of ``seq_len`` tokens that first-fit-decreasing packs ``lengths`` into."""
+    return len(pack(lengths, seq_len))
+
+
+def pack(lengths: np.ndarray, seq_len: int) -> np.ndarray:
+    """Tokens in each row when first fit packs ``lengths`` longest first."""
     lengths = np.sort(np.asarray(lengths, dtype=np.int64))[::-1]
     if not len(lengths):
-        return 0
+        return np.zeros(0, dtype=np.int64)
     if lengths[0] > seq_len:
         raise ValueError(f"a sequence of {lengths[0]} tokens exceeds rows of {seq_len}")
     free = np.empty(len(lengths), dtype=np.int64)
@@ -27,7 +32,7 @@ def pack_rows(lengths: np.ndarray, seq_len: int) -> int:
                 continue
         free[rows] = seq_len - x
         rows += 1
-    return rows
+    return seq_len - free[:rows]
 
 
 def rows_per_replica(rows: int, dp: int) -> int:
