@@ -184,3 +184,16 @@ def test_sweep_point_of_an_rl_scenario_is_an_rl_row(tmp_path):
     # rollout 4 GPUs, the rest (12) train: the trainer's pool follows the split
     setup = resolve_rl(p, ["rl.train.gpus=null", "rl.train.ep=4", "rl.rollout.gpus=4"])
     assert setup.cfg.train.gpus == 12
+
+
+def test_gantt_takes_an_axes_and_draws_every_span(tmp_path):
+    from moesim.rl.plot import plot_gantt
+    from moesim.trace.plots import new_figure
+
+    run = simulate_rl(resolve_rl(scenario(tmp_path, max_lag=1)), 3, rollout_costs=ROLL,
+                      trainer_costs=TRAIN)
+    fig = new_figure(8, 4)
+    ax = fig.add_subplot()
+    assert plot_gantt(run, ax, max_steps=2) is ax
+    drawn = [sp for sp in run.timeline.spans if sp.step < 2]
+    assert len(ax.patches) == len(drawn)
