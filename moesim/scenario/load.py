@@ -315,6 +315,7 @@ def build_scenario(data: dict, source: str = "<scenario>", default_name: str = "
         memory=_fixed(src, data, "memory", MemoryConfig),
         engine=_fixed(src, data, "engine", EngineConfig),
         serve=_section(src, data, "serve"),   # checked by moesim.serve.config
+        rl=_section(src, data, "rl"),         # checked by moesim.rl.config
         source=src,
     )
     _check_schedule(scn)
