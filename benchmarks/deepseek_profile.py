@@ -35,13 +35,13 @@ import sys
 from moesim.errors import InputError
 from moesim.scenario import load_scenario
 from moesim.scenario.resolve import resolve
-from moesim.validation.gpu_pair import measured_streams, simulate_pair
-from moesim.validation.gpu_report import phase_table, text_report
-from moesim.validation.gpu_summary import summarize
-from moesim.validation.gpu_trace import load_gpu_trace
-from moesim.validation.gpu_validate import forward_fit, gpu_validate
-from moesim.validation.kernel_classes import class_table
-from moesim.validation.kernel_classes import compare as compare_classes
+from moesim.validation.gpu.pair import measured_streams, simulate_pair
+from moesim.validation.gpu.report import phase_table, text_report
+from moesim.validation.gpu.summary import summarize
+from moesim.validation.gpu.trace import load_gpu_trace
+from moesim.validation.gpu.validate import forward_fit, gpu_validate
+from moesim.validation.gpu.classes import class_table
+from moesim.validation.gpu.classes import compare as compare_classes
 
 # DeepSeek-V3 Technical Report (arXiv:2412.19437) §3.2.2: "only 20 SMs are sufficient
 # to fully utilize the bandwidths of IB and NVLink" for the all-to-all kernels.

@@ -55,6 +55,12 @@ RUNS = {
 }
 
 
+#: --runs-dir: the JSON outputs of the same commands, by file name
+RUN_FILES = {"deepseek-v3-2048": "ds_shipped.json", "mixtral-8x7b-64gpu": "mixtral64.json",
+             "deepseek-v3-1024-h100": "ds1024.json", "validate": "validate.json"}
+RUNS_DIR: Path | None = None
+
+
 def moesim(args: list[str]) -> dict:
     p = subprocess.run([sys.executable, "-m", "moesim", *args], capture_output=True,
                        text=True, cwd=ROOT, check=False)
@@ -64,6 +70,8 @@ def moesim(args: list[str]) -> dict:
 
 
 def run(name: str) -> dict:
+    if RUNS_DIR is not None and (RUNS_DIR / RUN_FILES[name]).is_file():
+        return json.loads((RUNS_DIR / RUN_FILES[name]).read_text())
     scn, sets = RUNS[name]
     args = ["run", scn, "--no-files", "--json", "--quiet"]
     for s in sets:
@@ -97,8 +105,10 @@ def figures(profile: str | None) -> list[dict]:
                 "published": 338.0, "moesim": d["model_flops"] / d["step_time_s"] / d["world"]
                 / 1e12, "source": "Megatron-Bridge performance summary (NeMo 25.09, DGX-H100)"})
     if profile:
-        v = moesim(["validate", profile, "--scenario", "scenarios/deepseek-v3-fb-pair.yaml",
-                    "--json"])
+        saved = RUNS_DIR / RUN_FILES["validate"] if RUNS_DIR is not None else None
+        v = (json.loads(saved.read_text()) if saved is not None and saved.is_file() else
+             moesim(["validate", profile, "--scenario", "scenarios/deepseek-v3-fb-pair.yaml",
+                     "--json"]))
         m, s = v["measured"], v["simulated"]
         src = "DeepSeek profile-data train.json (GPU ingest)"
         out += [
@@ -151,7 +161,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--json", help="also write the figures as JSON here")
     ap.add_argument("--before", help="figures JSON of an earlier revision: a before column")
     ap.add_argument("--write", help="write the markdown page here (e.g. docs/results/published.md)")
+    ap.add_argument("--runs-dir", help="reuse the JSON outputs of the same runs saved here "
+                    f"({', '.join(RUN_FILES.values())}) instead of running them")
     args = ap.parse_args(argv)
+    global RUNS_DIR
+    RUNS_DIR = Path(args.runs_dir) if args.runs_dir else None
     t0 = time.perf_counter()
     rows = figures(args.profile)
     before = None

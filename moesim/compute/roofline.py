@@ -66,6 +66,7 @@ class RooflineModel:
         if peak <= 0:
             raise ValueError(f"device {device.name} has no {precision} peak")
         self.device = device
+        self.precision = precision
         self.peak_flops = float(peak)                      # FLOP/s
         #: FLOP/s of the kernels an FP8 recipe keeps in BF16 (HIGH_PRECISION_KERNELS)
         self.high_precision_flops = float(device.peak_bf16_flops)
@@ -141,10 +142,10 @@ def compute_model_from_dict(d: Any, source: str, device: DeviceSpec) -> ComputeM
         if not p.is_absolute() and Path(source).is_file():
             p = Path(source).parent / p
         try:
-            from moesim.validation.calibration import load_calibration
+            from moesim.validation.calibration.model import load_calibration
         except ImportError:
             raise InputError(source, "compute.kind",
-                             "roofline (calibration support, moesim.validation.calibration, "
+                             "roofline (calibration support, moesim.validation.calibration.model, "
                              "is not available)", kind) from None
         return load_calibration(p)
     if kind != "roofline":

@@ -27,7 +27,8 @@ import numpy as np
 from moesim.collectives.communicator import CollectiveSpec
 from moesim.compute.base import ComputeModel, Kernel
 from moesim.gating import make_placement, route_microbatch
-from moesim.memory.model import split_layers
+from moesim.model import mtp
+from moesim.schedule.layout_string import stage_chunks
 from moesim.model import costs
 from moesim.program import cp as cpx
 from moesim.program import etp as etpx
@@ -128,9 +129,9 @@ class Builder(GradientOps, DualPipeOps, PairedOps, FoldedOps):
                      else None)
         self.order = make_order(sch.kind, self.pp, self.m, self.v) if self.dual is None else None
         self.pairs = PairRule(self.order, self.pp, self.v) if self.dual is None else None
-        self.chunks = split_layers(self.spec.layers, self.dual.stages if self.dual is not None
-                                   else self.pp * self.v)
-        self.moe_layers = [i for i in range(self.spec.layers) if self.spec.is_moe_layer(i)]
+        self.chunks = stage_chunks(scn, self.spec, self.dual.stages if self.dual is not None
+                                   else self.pp * self.v, dual=self.dual is not None)
+        self.moe_layers = [i for i in range(self.spec.blocks) if self.spec.is_moe_layer(i)]
         self.moe_index = {layer: j for j, layer in enumerate(self.moe_layers)}
         self.gpn = scn.gpus_per_node
         self.routing = res.routing
@@ -371,7 +372,13 @@ class Builder(GradientOps, DualPipeOps, PairedOps, FoldedOps):
                 self._compute(prog, "fwd.ffn", layer, mb, phase, ("ffn", phase),
                               lambda: costs.dense_ffn_kernels(spec, self.tokens, tp, phase))
             self._tp_allreduce(prog, rank, layer, mb, phase, "mlp")
+            if layer >= spec.layers:    # an MTP depth's projection, head and loss
+                self._compute(prog, "fwd.mtp", layer, mb, phase, ("mtp", phase),
+                              lambda: mtp.head_kernels(spec, self.tokens, tp, phase))
         else:
+            if layer >= spec.layers:
+                self._compute(prog, "bwd.mtp", layer, mb, phase, ("mtp", phase),
+                              lambda: mtp.head_kernels(spec, self.tokens, tp, phase))
             self._tp_allreduce(prog, rank, layer, mb, phase, "mlp")
             if moe:
                 self._moe(prog, rank, layer, mb, phase, deps=deps)
