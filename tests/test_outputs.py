@@ -301,7 +301,7 @@ def test_plot_output_errors(tmp_path, capsys, run_dir, target, needle):
     (TOO_LONG + ".json", "name too long"),
 ])
 def test_calibrate_output_checked_before_the_fit(tmp_path, monkeypatch, capsys, target, needle):
-    import moesim.validation.ingest as ingest_mod
+    import moesim.validation.cpu.ingest as ingest_mod
 
     def boom(*a, **k):
         raise AssertionError("fitted before checking -o")

@@ -8,6 +8,9 @@ schedule (:func:`moesim.schedule.inflight_microbatches`): GPipe keeps m micro-ba
 1F1B p-s on stage s; an interleaved rank holds v chunks, each counted with its own
 layers. Categories from :func:`moesim.memory.model.memory_per_rank`.
 
+``--megatron``: stage 0 beside Megatron-LM's own estimate
+(:mod:`moesim.memory.megatron`), per category with the difference.
+
 ``moesim memory --matmul M K N [--dtype bf16] [--tp T] [--pp P]``: every tensor of one
 matmul Y = X·W (:mod:`moesim.memory.matmul`), whole and per GPU.
 """
@@ -19,6 +22,7 @@ import json
 
 from moesim.errors import InputError
 from moesim.memory.matmul import DTYPE_BYTES, matmul_report
+from moesim.memory.megatron import compare
 from moesim.memory.report import memory_table
 from moesim.memory.routed import stage_max_rows
 from moesim.scenario import load_scenario, resolve
@@ -38,6 +42,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="with --matmul: pipeline stages (default 1)")
     p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                    help="override one field, e.g. --set parallel.zero=1 (repeatable)")
+    p.add_argument("--megatron", action="store_true",
+                   help="also print Megatron-LM's theoretical memory estimate for the first "
+                        "stage beside moesim's, per category (docs/model.md)")
     p.add_argument("--json", action="store_true", help="print the table as JSON")
 
 
@@ -84,6 +91,20 @@ def format_table(t: dict) -> str:
                         "here): the run's peak also has sampling variation"))
     lines.append(f"peak over all ranks: {t['peak_bytes_max'] / GB:.2f} GB")
     lines += [f"warning: {w}" for w in t["warnings"]]
+    if "megatron" in t:
+        lines += ["", format_megatron(t["megatron"])]
+    return "\n".join(lines)
+
+
+def format_megatron(c: dict) -> str:
+    """moesim's first stage beside Megatron's estimate, GB, per category."""
+    lines = [f"stage 0 against Megatron's estimate ({c['megatron_source']}), GB (10^9 bytes)",
+             f"{'category':<20} {'moesim':>9} {'megatron':>9} {'moesim-meg':>10}"]
+    for r in c["rows"]:
+        lines.append(f"{r['category']:<20} {r['moesim'] / GB:9.2f} {r['megatron'] / GB:9.2f} "
+                     f"{r['difference'] / GB:+10.2f}")
+    lines.append("why they differ, category by category: docs/model.md, "
+                 "\"Memory against Megatron's estimate\"")
     return "\n".join(lines)
 
 
@@ -143,6 +164,8 @@ def run(args: argparse.Namespace) -> int:
             row["max_rank"] = maxr[row["stage"]]
     table["peak_bytes_max"] = max(max(r["peak_bytes"], r.get("max_rank", r)["peak_bytes"])
                                   for r in table["stages"])
+    if args.megatron:
+        table["megatron"] = compare(res, table["stages"][0])
     if args.json:
         print(json.dumps(table, indent=2))
     else:

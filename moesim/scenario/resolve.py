@@ -103,7 +103,7 @@ def calibrated_device(device: Any, compute: Any, scn: Scenario) -> Any:
 
 def calibration_cluster(scn: Scenario) -> Any:
     """``cluster: {topology: calibration, params: {file: calib.json, ranks: N}}``: the
-    machine a calibration was recorded on (``moesim.validation.replay.machine_topology``:
+    machine a calibration was recorded on (``moesim.validation.cpu.replay.machine_topology``:
     N ranks on one host, links with the calibrated all-to-all latency and bandwidth,
     half duplex for gloo). Pair it with ``compute: {kind: calibration, file: ...}`` and
     ``cluster.device: cpu`` to simulate the recording machine itself. A relative
@@ -124,8 +124,8 @@ def calibration_cluster(scn: Scenario) -> Any:
     p = Path(path)
     if not p.is_absolute() and Path(src).is_file():
         p = Path(src).parent / p
-    from moesim.validation.calibration import load_calibration
-    from moesim.validation.replay import machine_topology
+    from moesim.validation.calibration.model import load_calibration
+    from moesim.validation.cpu.replay import machine_topology
     comm = load_calibration(p).comm
     if comm is None:
         raise InputError(str(p), "comm", "an all-to-all fit (a GPU calibration has one only "
@@ -243,10 +243,14 @@ def _resolve(scn: Scenario) -> Resolved:
         device = get_device(name, src, field="cluster.device")
     elif get_device is not None and topo is not None and name is not None:
         device = name  # the topology already holds a device object
-    compute_model_from_dict = _delegate("moesim.compute.roofline", "compute_model_from_dict")
+    # compute.model: catalog (default, where the catalog covers the device) or roofline
+    compute_model_from_dict = _delegate("moesim.compute.select", "compute_model")
     if compute_model_from_dict is not None and device is not None:
         compute = compute_model_from_dict(dict(scn.compute), src, device)
         device = calibrated_device(device, compute, scn)
     if device is not None:
         check_sms(src, scn, device)
+    prec = dict(scn.compute).get("precision")
+    if model is not None and prec in ("bf16", "fp8") and getattr(model, "precision", prec) != prec:
+        model = dataclasses.replace(model, precision=prec)   # the FP8 recipe's kernels
     return Resolved(scn, layout, tuple(warns), topo, model, routing, device, compute)

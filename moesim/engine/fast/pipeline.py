@@ -28,7 +28,7 @@ import numpy as np
 
 from moesim.engine.fast.pairs import run_pair
 from moesim.engine.fast.zero3 import Zero3Gathers
-from moesim.model import costs
+from moesim.model import costs, mtp
 from moesim.trace.spans import AFTER_EXPERTS, Span, wait_reason
 
 CATS = ("compute", "ep_dispatch", "ep_combine", "tp", "dp", "pp", "zero", "bubble", "stall")
@@ -256,7 +256,13 @@ class Chain:
             else:
                 self._compute(s, "fwd.ffn", ("ffn", phase), ffn, layer, mb, phase)
             self._tp(s, "fwd.tp_mlp", layer, mb, phase, share)
+            if layer >= spec.layers:    # an MTP depth's projection, head and loss
+                self._compute(s, "fwd.mtp", ("mtp", phase),
+                              lambda: mtp.head_kernels(spec, tok, tp, phase), layer, mb, phase)
         else:
+            if layer >= spec.layers:
+                self._compute(s, "bwd.mtp", ("mtp", phase),
+                              lambda: mtp.head_kernels(spec, tok, tp, phase), layer, mb, phase)
             self._tp(s, "bwd.tp_mlp", layer, mb, phase, share)
             if moe:
                 self._moe(s, layer, mb, phase)
