@@ -17,7 +17,7 @@ from typing import Any
 
 from moesim.errors import InputError
 from moesim.layout.mesh import Layout
-from moesim.scenario.blame import blame_overrides
+from moesim.scenario.blame import blame_overrides, named_by
 from moesim.scenario.checks import check_hot_shares, check_sms, node_limit_warning
 from moesim.scenario.schema import Scenario
 
@@ -175,7 +175,8 @@ def resolve(scn: Scenario) -> Resolved:
     try:
         return _resolve(scn)
     except InputError as err:
-        raise blame_overrides(err, scn.source, scn.overrides) from None
+        err = blame_overrides(err, scn.source, scn.overrides)
+        raise named_by(err, scn.source, "named by") from None
 
 
 def _product_error(src: str, par: Any, world: int, overrides: tuple[str, ...]) -> InputError:
