@@ -35,8 +35,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     from moesim.engine.api import resolve_path
     from moesim.errors import InputError
-    from moesim.scenario.blame import CLI
     from moesim.outputs import claim, default_run_dir
+    from moesim.scenario.blame import CLI
     from moesim.trace.report import check_outdir
 
     res = resolve_path(args.scenario, args.overrides)
