@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from moesim.cli import main
+from tests.test_checks_before_work import _one_line
 
 ROOT = Path(__file__).resolve().parent.parent
 LONG = "n" * 300          # longer than any file system's 255-byte name limit
@@ -23,14 +24,6 @@ parallel: {tp: 1, pp: 1, ep: 8, bogus: 3}
 schedule: {kind: 1f1b, microbatches: 2, micro_batch_size: 1, seq_len: 512}
 compute: {kind: roofline}
 """
-
-
-def _one_line(capsys, *needles):
-    err = capsys.readouterr().err.strip()
-    assert len(err.splitlines()) == 1 and "Traceback" not in err, err
-    for n in needles:
-        assert n in err, (n, err)
-    return err
 
 
 def test_an_error_in_a_named_file_names_the_file_the_user_gave(tmp_path, monkeypatch,
