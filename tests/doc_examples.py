@@ -42,6 +42,7 @@ ERROR_LINE = re.compile(r"^moesim [\w-]+: error: .*")
 TORCH_MARK = "needs torch"
 PROFILE_MARK = "needs the DeepSeek profile"
 HEAVY_MARK = "takes minutes"
+GPU_MARK = "needs torch and a GPU"
 HEAVY_ENV = "MOESIM_DOCS_HEAVY"
 TORCH_REASON = "needs torch (pip install -e '.[torch]')"
 PROFILE_REASON = ("needs DeepSeek's profile (train.json, outside the repository; the "
@@ -73,6 +74,8 @@ class Example:
             return PROFILE_REASON
         if TORCH_MARK in c and importlib.util.find_spec("torch") is None:
             return TORCH_REASON
+        if GPU_MARK in c and not _cuda():
+            return "needs torch with CUDA and a GPU"
         if HEAVY_MARK in c and not os.environ.get(HEAVY_ENV):
             return (f"a benchmark of minutes of CPU, beyond the suite's budget (run it, or "
                     f"set {HEAVY_ENV}=1)")
@@ -89,6 +92,12 @@ class Example:
                 and TORCH_MARK not in c:
             return f"'# {TORCH_MARK}'"
         return None
+
+
+def _cuda() -> bool:
+    import torch   # only reached where torch is installed
+
+    return bool(torch.cuda.is_available())
 
 
 def _part_skip(part: str) -> str | None:
@@ -141,11 +150,11 @@ def page_examples(path: Path) -> list[Example]:
     prev_blank = True
     while i < len(lines):
         line = lines[i]
-        if line.startswith("```"):
-            info = line[3:].strip().split()
+        if line.lstrip().startswith("```"):   # a fence, also one indented in a list item
+            info = line.lstrip()[3:].strip().split()
             lang = info[0] if info else ""
             attrs = dict(a.split("=", 1) for a in info[1:] if "=" in a)
-            j = next(k for k in range(i + 1, len(lines)) if lines[k].startswith("```"))
+            j = next(k for k in range(i + 1, len(lines)) if lines[k].lstrip().startswith("```"))
             body = [(k + 1, lines[k]) for k in range(i + 1, j)]
             if "file" in attrs:
                 examples.append(Example(page, i + 1, "\n".join(t for _, t in body) + "\n",
@@ -155,7 +164,8 @@ def page_examples(path: Path) -> list[Example]:
                     [(n, t) for n, t in body if t.strip() and not t.lstrip().startswith("#")]))
                 examples += [Example(page, n, t.strip()) for n, t in cmds]
             else:
-                examples += _prompted(page, body, strip=0)
+                indent = len(line) - len(line.lstrip())
+                examples += _prompted(page, body, strip=indent)
             i = j + 1
             prev_blank = False
             continue
@@ -266,9 +276,9 @@ def hidden_commands(path: Path) -> list[int]:
     lines = path.read_text().splitlines()
     found, in_block, lang, attrs = [], False, "", {}
     for n, line in enumerate(lines, 1):
-        if line.startswith("```"):
+        if line.lstrip().startswith("```"):
             in_block = not in_block
-            info = line[3:].strip().split()
+            info = line.lstrip()[3:].strip().split()
             lang = info[0] if info else ""
             attrs = dict(a.split("=", 1) for a in info[1:] if "=" in a)
             continue

@@ -36,7 +36,7 @@ def _not_run() -> list:
         for ex in page_examples(p):
             why = ex.skip_reason()
             if why and not why.startswith(("installs", "runs the test")):
-                out.append(pytest.param(why, id=ex.where()))
+                out.append(pytest.param(f"{ex.where()} {why}", id=ex.where()))
     return out
 
 
