@@ -26,8 +26,11 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 
-# (page, benchmark and its arguments, what it needs)
+# (page, benchmark and its arguments, what it needs). A benchmark that writes its page
+# itself takes its own flag (OWN_WRITER); the others get --write-docs=PAGE.
+OWN_WRITER = {"memory": ["--write"], "published": ["--write", "docs/results/published.md"]}
 PAGES: list[tuple[str, list[str], str]] = [
+    ("memory", ["memory_megatron.py"], ""),
     ("validation", ["validation_table.py"], ""),
     ("shape-sweep", ["shape_sweep_table.py"], ""),
     ("shape-sweep-study", ["shape_sweep_table.py", "--study", "traces/sweep-study"], ""),
@@ -37,12 +40,15 @@ PAGES: list[tuple[str, list[str], str]] = [
     ("deepseek-settings", ["deepseek_settings.py"], ""),
     ("fast-path", ["bench_fast.py"], ""),
     ("deepseek-profile", ["deepseek_profile.py", "PATH/train.json"], "profile"),
+    ("published", ["published_table.py", "--profile", "PATH/train.json"], "profile"),
 ]
 
 
-def _command(page: str, args: list[str]) -> list[str]:
-    return [sys.executable, str(ROOT / "benchmarks" / args[0]), *args[1:],
-            f"--write-docs={page}"]
+def _command(page: str, args: list[str], cwd: Path) -> list[str]:
+    own = list(OWN_WRITER.get(page, [f"--write-docs={page}"]))
+    if page in OWN_WRITER and len(own) > 1:
+        own[-1] = str(ROOT / own[-1]) if cwd != ROOT else own[-1]
+    return [sys.executable, str(ROOT / "benchmarks" / args[0]), *args[1:], *own]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -82,7 +88,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{page}: python benchmarks/{' '.join(cmd)} ...", flush=True)
         t0 = time.perf_counter()
         env = dict(os.environ, MPLBACKEND="Agg")
-        r = subprocess.run(_command(page, cmd), cwd=cwd, env=env, stdout=subprocess.DEVNULL)
+        r = subprocess.run(_command(page, cmd, cwd), cwd=cwd, env=env, stdout=subprocess.DEVNULL)
         if tmp is not None:
             tmp.cleanup()
         status = "ok" if r.returncode == 0 else f"FAILED (exit {r.returncode})"
