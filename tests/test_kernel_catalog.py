@@ -320,6 +320,19 @@ def test_malformed_catalog_on_the_command_line_exits_2_with_one_line(tmp_path, c
     assert not (tmp_path / "out").exists()
 
 
+@pytest.mark.parametrize("d, field", [
+    ({"model": "fast"}, "compute.model"),
+    ({"model": "roofline", "catalog": "x.yaml"}, "compute.catalog"),
+    ({"catalog": 3}, "compute.catalog"),
+    ({"kind": "calibration", "file": "c.json", "model": "catalog"}, "compute.model"),
+    ({"catalog": "no/such/file.yaml"}, "no/such/file.yaml"),
+])
+def test_bad_model_choice_is_one_line(d, field):
+    with pytest.raises(InputError) as e:
+        compute_model(d, "s.yaml", H800)
+    assert field in str(e.value) and "\n" not in str(e.value)
+
+
 def test_a_users_catalog_replaces_the_shipped_one(tmp_path):
     p = tmp_path / "mine.yaml"
     p.write_text("tables:\n- {id: mine, kind: memory, dtype: any, passes: [fwd], devices: "
