@@ -36,7 +36,8 @@ def _scenario(tmp_path, serve: dict, model: dict | None = None, name: str = "s",
             "model": model or {"layers": L, "hidden": H, "heads": A, "kv_heads": A,
                                "head_dim": D, "vocab": V, "attention": "mha", "dense_ffn": F,
                                "n_experts": 0},
-            "serve": serve}
+            "serve": serve,
+            "compute": {"model": "roofline"}}   # the hand sums below are the roofline's
     if routing:
         data["routing"] = routing
     p = tmp_path / f"{name}.yaml"
