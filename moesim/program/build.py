@@ -28,6 +28,7 @@ from moesim.collectives.communicator import CollectiveSpec
 from moesim.compute.base import ComputeModel, Kernel
 from moesim.gating import make_placement, route_microbatch
 from moesim.model import mtp
+from moesim.program import recompute
 from moesim.schedule.layout_string import stage_chunks
 from moesim.model import costs
 from moesim.program import cp as cpx
@@ -125,6 +126,7 @@ class Builder(GradientOps, DualPipeOps, PairedOps, FoldedOps):
         self.chunks = stage_chunks(scn, self.spec, self.dual.stages if self.dual is not None
                                    else self.pp * self.v, dual=self.dual is not None)
         self.moe_layers = [i for i in range(self.spec.blocks) if self.spec.is_moe_layer(i)]
+        self.rc = recompute.RecomputeRule(scn.memory, self.chunks, self.spec)
         self.moe_index = {layer: j for j, layer in enumerate(self.moe_layers)}
         self.gpn = scn.gpus_per_node
         self.routing = res.routing
@@ -314,7 +316,7 @@ class Builder(GradientOps, DualPipeOps, PairedOps, FoldedOps):
     def _compute(self, prog: list[Op], name: str, layer: int, mb: int, phase: str, key: tuple,
                  make, deps: tuple[int, ...] = (), **kw) -> None:
         t, fl = self.timer(key, make)
-        if name != "opt.adam":
+        if name != "opt.adam" and not name.startswith("bwd.recompute"):  # model FLOPs only
             self.flops += fl
         prog.append(Op(stream="compute", kind="compute", name=name, duration_s=t, flops=fl,
                        layer=layer, microbatch=mb, phase=phase, deps=deps, **kw))
@@ -368,6 +370,7 @@ class Builder(GradientOps, DualPipeOps, PairedOps, FoldedOps):
                 self._compute(prog, "fwd.mtp", layer, mb, phase, ("mtp", phase),
                               lambda: mtp.head_kernels(spec, self.tokens, tp, phase))
         else:
+            self._recompute(prog, layer, mb, deps)
             if layer >= spec.layers:
                 self._compute(prog, "bwd.mtp", layer, mb, phase, ("mtp", phase),
                               lambda: mtp.head_kernels(spec, self.tokens, tp, phase))
@@ -383,6 +386,19 @@ class Builder(GradientOps, DualPipeOps, PairedOps, FoldedOps):
             self._tp_allreduce(prog, rank, layer, mb, phase, "attn")
             self._attention(prog, rank, layer, mb, phase, attn, attn_k, deps=deps)
         self._layer_starts.append(start)
+
+    def _recompute(self, prog: list[Op], layer: int, mb: int, deps: tuple[int, ...]) -> None:
+        """Activation recomputation: the forward kernels re-run before the layer's
+        backward (moesim.program.recompute)."""
+        mods = self.rc.mods(layer)
+        if mods:
+            spec, moe = self.spec, self.spec.is_moe_layer(layer)
+            k = spec.top_k if self.routing.top_k is None else self.routing.top_k
+            self._compute(prog, "bwd.recompute", layer, mb, "bwd", ("recompute", moe, mods),
+                          lambda: recompute.layer_recompute_kernels(
+                              spec, layer, mods, tokens=self.tokens, seq_len=self.seq,
+                              tp=self.tp, ep_tokens=self.ep_tokens, sent=self.ep_tokens * k),
+                          deps=deps)
 
     def _moe(self, prog: list[Op], rank: int, layer: int, mb: int, phase: str,
              deps: tuple[int, ...] = ()) -> None:
@@ -454,6 +470,19 @@ class Builder(GradientOps, DualPipeOps, PairedOps, FoldedOps):
             self._coll(prog, "ep_combine", "bwd.combine", comb, ("bcomb",) + gkey, layer, mb,
                        phase, c_out, tokens=sent)
             self._etp(prog, etp_g, local, layer, mb, phase, 0)
+            rc = self.rc.expert_phase(layer)
+            if rc is not None and experts:   # the experts' forward (or activation) again
+                t_rc, f_rc = 0.0, 0.0
+                for e in experts:
+                    n = int(local[e])
+                    t, f = self.timer(("expert", n, rc, self.etp), lambda n=n: (
+                        etpx.expert_kernels(spec, n, self.etp, "fwd") if rc == "fwd" else
+                        recompute.act_kernels(etpx.expert_kernels(spec, n, self.etp, "fwd"))))
+                    t_rc += t
+                    f_rc += f
+                prog.append(Op(stream="compute", kind="compute", name="bwd.recompute_experts",
+                               duration_s=t_rc, flops=f_rc, layer=layer, microbatch=mb,
+                               phase=phase, tokens=recv))
             prog.append(exp_op)
             self._etp(prog, etp_g, local, layer, mb, phase, 1)
             self._coll(prog, "ep_dispatch", "bwd.dispatch", disp, ("bdisp",) + gkey, layer, mb,

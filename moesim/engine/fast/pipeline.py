@@ -29,6 +29,7 @@ import numpy as np
 from moesim.engine.fast.pairs import run_pair
 from moesim.engine.fast.zero3 import Zero3Gathers
 from moesim.model import costs, mtp
+from moesim.program import recompute
 from moesim.trace.spans import AFTER_EXPERTS, Span, wait_reason
 
 CATS = ("compute", "ep_dispatch", "ep_combine", "tp", "dp", "pp", "zero", "bubble", "stall")
@@ -114,7 +115,8 @@ class Chain:
         t, fl = self.c.timer(key, make)
         if t <= 0 and fl <= 0:
             return
-        self.out[s].flops += fl * self.n
+        if not name.startswith("bwd.recompute"):    # model FLOPs only
+            self.out[s].flops += fl * self.n
         if self.rec is not None:
             self.rec.append(("c", t, name, layer, mb, phase, {"flops": fl}))
             return
@@ -222,15 +224,21 @@ class Chain:
         d = self.c.etp_time(self.groups[s], rec.recv)
         self._charge_tp(s, d, f"{phase}.{name}", layer, mb, phase)
 
-    def _expert_gemms(self, s: int, rec: RouteRec, layer: int, mb: int, phase: str) -> None:
+    def _expert_gemms(self, s: int, rec: RouteRec, layer: int, mb: int, phase: str,
+                      name: str | None = None) -> None:
+        """The routed experts' kernels of ``phase`` (``name``: a recompute of the
+        forward, "fwd" or "act", inside the backward: time, not model FLOPs)."""
         d = rec.exp_t[phase]
-        self.out[s].flops += rec.exp_f[phase]
+        if name is None:
+            self.out[s].flops += rec.exp_f[phase]
+        name = name or f"{phase}.experts"
+        ph = "bwd" if name.startswith("bwd.") else phase
         if self.rec is not None:
-            self.rec.append(("c", d, f"{phase}.experts", layer, mb, phase, {"tokens": rec.recv}))
+            self.rec.append(("c", d, name, layer, mb, ph, {"tokens": rec.recv}))
             return
         a = self.t[s]
         self.out[s].acc["compute"] += d
-        self._span(s, "compute", f"{phase}.experts", a, a + d, layer, mb, phase,
+        self._span(s, "compute", name, a, a + d, layer, mb, ph,
                    tokens=rec.recv)
         self.t[s] = a + d
 
@@ -260,6 +268,12 @@ class Chain:
                 self._compute(s, "fwd.mtp", ("mtp", phase),
                               lambda: mtp.head_kernels(spec, tok, tp, phase), layer, mb, phase)
         else:
+            mods = c.rc.mods(layer)
+            if mods:        # activation recomputation (moesim.program.recompute)
+                self._compute(s, "bwd.recompute", ("recompute", moe, mods),
+                              lambda: recompute.layer_recompute_kernels(
+                                  spec, layer, mods, tokens=tok, seq_len=c.seq, tp=tp,
+                                  ep_tokens=c.ep_tokens, sent=c.sent), layer, mb, phase)
             if layer >= spec.layers:
                 self._compute(s, "bwd.mtp", ("mtp", phase),
                               lambda: mtp.head_kernels(spec, tok, tp, phase), layer, mb, phase)
@@ -310,6 +324,9 @@ class Chain:
         else:
             self._compute(s, "bwd.unpermute", ("post", phase), post, layer, mb, phase)
             self._a2a(s, "ep_combine", "bwd.combine", rec, layer, mb, phase)
+            rc = c.rc.expert_phase(layer)
+            if rc is not None:      # the experts' forward (or activation) again
+                self._expert_gemms(s, rec, layer, mb, rc, "bwd.recompute_experts")
             self._experts(s, rec, layer, mb, phase)
             self._a2a(s, "ep_dispatch", "bwd.dispatch", rec, layer, mb, phase)
             self._compute(s, "bwd.router", ("router", phase), pre, layer, mb, phase)
