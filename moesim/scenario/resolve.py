@@ -18,6 +18,7 @@ from typing import Any
 from moesim.errors import InputError
 from moesim.layout.mesh import Layout
 from moesim.scenario.blame import blame_overrides
+from moesim.schedule.layout_string import stage_chunks
 from moesim.scenario.schema import Scenario
 
 
@@ -213,6 +214,10 @@ def _resolve(scn: Scenario) -> Resolved:
         if model.layers < chunks:
             raise InputError(src, "parallel.vpp", f"pp*vpp <= the model's {model.layers} "
                              f"layers (pp={par.pp})", par.vpp)
+        # the pipeline layout and the MTP layers' place, checked before any work
+        dual = scn.schedule.kind in ("dualpipe", "dualpipev")
+        stage_chunks(scn, model, 2 * par.pp if dual else
+                     par.pp * (par.vpp if scn.schedule.kind == "interleaved" else 1), dual)
 
     routing = None
     routing_from_dict = _delegate("moesim.gating", "routing_from_dict")
