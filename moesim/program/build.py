@@ -27,7 +27,7 @@ import numpy as np
 from moesim.collectives.communicator import CollectiveSpec
 from moesim.compute.base import ComputeModel, Kernel
 from moesim.gating import make_placement, route_microbatch
-from moesim.model import mtp
+from moesim.model import mtp, window
 from moesim.program import recompute
 from moesim.schedule.layout_string import stage_chunks
 from moesim.model import costs
@@ -354,9 +354,10 @@ class Builder(GradientOps, DualPipeOps, PairedOps, FoldedOps):
         if self.zero == 3 and self.dp > 1:
             deps = self._zero3_gather(prog, rank, layer, mb, phase)
         start = len(prog)
-        attn = ("attn", phase)
+        seq = window.effective_seq(spec, layer, self.seq)   # a sliding window scores less
+        attn = ("attn", phase) if seq == self.seq else ("attn", phase, seq)
         attn_k = lambda: [*costs.norm_kernels(spec, self.tokens, tp, phase),  # noqa: E731
-                          *costs.attention_kernels(spec, self.tokens, self.seq, tp, phase)]
+                          *costs.attention_kernels(spec, self.tokens, seq, tp, phase)]
         if phase == "fwd":
             self._attention(prog, rank, layer, mb, phase, attn, attn_k, deps=deps)
             self._tp_allreduce(prog, rank, layer, mb, phase, "attn")
@@ -394,9 +395,11 @@ class Builder(GradientOps, DualPipeOps, PairedOps, FoldedOps):
         if mods:
             spec, moe = self.spec, self.spec.is_moe_layer(layer)
             k = spec.top_k if self.routing.top_k is None else self.routing.top_k
-            self._compute(prog, "bwd.recompute", layer, mb, "bwd", ("recompute", moe, mods),
+            seq = window.effective_seq(spec, layer, self.seq)
+            self._compute(prog, "bwd.recompute", layer, mb, "bwd",
+                          ("recompute", moe, mods, seq),
                           lambda: recompute.layer_recompute_kernels(
-                              spec, layer, mods, tokens=self.tokens, seq_len=self.seq,
+                              spec, layer, mods, tokens=self.tokens, seq_len=seq,
                               tp=self.tp, ep_tokens=self.ep_tokens, sent=self.ep_tokens * k),
                           deps=deps)
 

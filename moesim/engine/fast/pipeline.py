@@ -28,7 +28,7 @@ import numpy as np
 
 from moesim.engine.fast.pairs import run_pair
 from moesim.engine.fast.zero3 import Zero3Gathers
-from moesim.model import costs, mtp
+from moesim.model import costs, mtp, window
 from moesim.program import recompute
 from moesim.trace.spans import AFTER_EXPERTS, Span, wait_reason
 
@@ -249,15 +249,17 @@ class Chain:
             self._zero3(s, layer, mb, phase)
         spec, tok, tp = c.spec, c.tokens, c.tp
         moe = spec.is_moe_layer(layer)
+        seq = window.effective_seq(spec, layer, c.seq)   # a sliding window scores less
+        akey = ("attn", phase) if seq == c.seq else ("attn", phase, seq)
         attn = lambda: [*costs.norm_kernels(spec, tok, tp, phase),  # noqa: E731
-                        *costs.attention_kernels(spec, tok, c.seq, tp, phase)]
+                        *costs.attention_kernels(spec, tok, seq, tp, phase)]
         ffn = lambda: costs.dense_ffn_kernels(spec, tok, tp, phase)  # noqa: E731
         # sequence parallelism: an MoE layer keeps one reduce-scatter and one all-gather,
         # half the ring bytes of its two all-reduces (moesim.program.folding)
         share = 0.5 if moe and c.sp else 1.0
         if phase == "fwd":
-            self._compute(s, "fwd.attn", ("attn", phase), attn, layer, mb, phase)
-            self._cp(s, ("attn", phase), attn, layer, mb, phase)
+            self._compute(s, "fwd.attn", akey, attn, layer, mb, phase)
+            self._cp(s, akey, attn, layer, mb, phase)
             self._tp(s, "fwd.tp_attn", layer, mb, phase, share)
             if moe:
                 self._moe(s, layer, mb, phase)
@@ -270,9 +272,9 @@ class Chain:
         else:
             mods = c.rc.mods(layer)
             if mods:        # activation recomputation (moesim.program.recompute)
-                self._compute(s, "bwd.recompute", ("recompute", moe, mods),
+                self._compute(s, "bwd.recompute", ("recompute", moe, mods, seq),
                               lambda: recompute.layer_recompute_kernels(
-                                  spec, layer, mods, tokens=tok, seq_len=c.seq, tp=tp,
+                                  spec, layer, mods, tokens=tok, seq_len=seq, tp=tp,
                                   ep_tokens=c.ep_tokens, sent=c.sent), layer, mb, phase)
             if layer >= spec.layers:
                 self._compute(s, "bwd.mtp", ("mtp", phase),
@@ -283,8 +285,8 @@ class Chain:
             else:
                 self._compute(s, "bwd.ffn", ("ffn", phase), ffn, layer, mb, phase)
             self._tp(s, "bwd.tp_attn", layer, mb, phase, share)
-            self._compute(s, "bwd.attn", ("attn", phase), attn, layer, mb, phase)
-            self._cp(s, ("attn", phase), attn, layer, mb, phase)
+            self._compute(s, "bwd.attn", akey, attn, layer, mb, phase)
+            self._cp(s, akey, attn, layer, mb, phase)
 
     def _zero3(self, s: int, layer: int, mb: int, phase: str) -> None:
         """ZeRO-3: wait for this layer's weight gathers (moesim.engine.fast.zero3)."""
