@@ -28,7 +28,7 @@ from moesim.collectives.communicator import CollectiveSpec
 from moesim.compute.base import ComputeModel, Kernel
 from moesim.gating import make_placement, route_microbatch
 from moesim.model import mtp, window
-from moesim.program import recompute
+from moesim.program import cuda_graphs, recompute
 from moesim.schedule.layout_string import stage_chunks
 from moesim.model import costs
 from moesim.program import cp as cpx
@@ -356,8 +356,10 @@ class Builder(GradientOps, DualPipeOps, PairedOps, FoldedOps):
         start = len(prog)
         seq = window.effective_seq(spec, layer, self.seq)   # a sliding window scores less
         attn = ("attn", phase) if seq == self.seq else ("attn", phase, seq)
-        attn_k = lambda: [*costs.norm_kernels(spec, self.tokens, tp, phase),  # noqa: E731
-                          *costs.attention_kernels(spec, self.tokens, seq, tp, phase)]
+        graphs = self.scn.overlap.cuda_graphs
+        attn_k = lambda: cuda_graphs.maybe([  # noqa: E731
+            *costs.norm_kernels(spec, self.tokens, tp, phase),
+            *costs.attention_kernels(spec, self.tokens, seq, tp, phase)], "attn" in graphs)
         if phase == "fwd":
             self._attention(prog, rank, layer, mb, phase, attn, attn_k, deps=deps)
             self._tp_allreduce(prog, rank, layer, mb, phase, "attn")
@@ -365,7 +367,8 @@ class Builder(GradientOps, DualPipeOps, PairedOps, FoldedOps):
                 self._moe(prog, rank, layer, mb, phase)
             else:
                 self._compute(prog, "fwd.ffn", layer, mb, phase, ("ffn", phase),
-                              lambda: costs.dense_ffn_kernels(spec, self.tokens, tp, phase))
+                              lambda: cuda_graphs.maybe(costs.dense_ffn_kernels(
+                                  spec, self.tokens, tp, phase), "mlp" in graphs))
             self._tp_allreduce(prog, rank, layer, mb, phase, "mlp")
             if layer >= spec.layers:    # an MTP depth's projection, head and loss
                 self._compute(prog, "fwd.mtp", layer, mb, phase, ("mtp", phase),
@@ -381,7 +384,8 @@ class Builder(GradientOps, DualPipeOps, PairedOps, FoldedOps):
                 deps = ()
             else:
                 self._compute(prog, "bwd.ffn", layer, mb, phase, ("ffn", phase),
-                              lambda: costs.dense_ffn_kernels(spec, self.tokens, tp, phase),
+                              lambda: cuda_graphs.maybe(costs.dense_ffn_kernels(
+                                  spec, self.tokens, tp, phase), "mlp" in graphs),
                               deps=deps)
                 deps = ()
             self._tp_allreduce(prog, rank, layer, mb, phase, "attn")
@@ -451,8 +455,12 @@ class Builder(GradientOps, DualPipeOps, PairedOps, FoldedOps):
                     flops=f_exp, layer=layer, microbatch=mb, phase=phase, tokens=recv,
                     experts=experts, expert_tokens=tuple(int(local[e]) for e in experts),
                     hot_expert=hot, hot_tokens=int(local[hot]) if hot >= 0 else 0)
-        pre = lambda: [*costs.router_kernels(spec, self.ep_tokens, phase),  # noqa: E731
-                       *costs.permute_kernels(spec, sent, phase)]
+        graphs = self.scn.overlap.cuda_graphs
+        pre = lambda: [  # noqa: E731
+            *cuda_graphs.maybe(costs.router_kernels(spec, self.ep_tokens, phase),
+                               "moe_router" in graphs),
+            *cuda_graphs.maybe(costs.permute_kernels(spec, sent, phase),
+                               "moe_preprocess" in graphs)]
         post = lambda: [*costs.unpermute_kernels(spec, sent, phase),  # noqa: E731
                         *costs.shared_expert_kernels(spec, self.tokens, tp, phase)]
         d_out = float(_matrix(disp)[pos].sum())

@@ -29,7 +29,7 @@ import numpy as np
 from moesim.engine.fast.pairs import run_pair
 from moesim.engine.fast.zero3 import Zero3Gathers
 from moesim.model import costs, mtp, window
-from moesim.program import recompute
+from moesim.program import cuda_graphs, recompute
 from moesim.trace.spans import AFTER_EXPERTS, Span, wait_reason
 
 CATS = ("compute", "ep_dispatch", "ep_combine", "tp", "dp", "pp", "zero", "bubble", "stall")
@@ -251,9 +251,12 @@ class Chain:
         moe = spec.is_moe_layer(layer)
         seq = window.effective_seq(spec, layer, c.seq)   # a sliding window scores less
         akey = ("attn", phase) if seq == c.seq else ("attn", phase, seq)
-        attn = lambda: [*costs.norm_kernels(spec, tok, tp, phase),  # noqa: E731
-                        *costs.attention_kernels(spec, tok, seq, tp, phase)]
-        ffn = lambda: costs.dense_ffn_kernels(spec, tok, tp, phase)  # noqa: E731
+        graphs = c.res.scenario.overlap.cuda_graphs
+        attn = lambda: cuda_graphs.maybe([  # noqa: E731
+            *costs.norm_kernels(spec, tok, tp, phase),
+            *costs.attention_kernels(spec, tok, seq, tp, phase)], "attn" in graphs)
+        ffn = lambda: cuda_graphs.maybe(  # noqa: E731
+            costs.dense_ffn_kernels(spec, tok, tp, phase), "mlp" in graphs)
         # sequence parallelism: an MoE layer keeps one reduce-scatter and one all-gather,
         # half the ring bytes of its two all-reduces (moesim.program.folding)
         share = 0.5 if moe and c.sp else 1.0
@@ -313,8 +316,12 @@ class Chain:
         c = self.c
         spec, sent = c.spec, c.sent
         rec = self.route(s, layer, mb)
-        pre = lambda: [*costs.router_kernels(spec, c.ep_tokens, phase),  # noqa: E731
-                       *costs.permute_kernels(spec, sent, phase)]
+        graphs = c.res.scenario.overlap.cuda_graphs
+        pre = lambda: [  # noqa: E731
+            *cuda_graphs.maybe(costs.router_kernels(spec, c.ep_tokens, phase),
+                               "moe_router" in graphs),
+            *cuda_graphs.maybe(costs.permute_kernels(spec, sent, phase),
+                               "moe_preprocess" in graphs)]
         post = lambda: [*costs.unpermute_kernels(spec, sent, phase),  # noqa: E731
                         *costs.shared_expert_kernels(spec, c.tokens, c.tp, phase)]
         if phase == "fwd":
