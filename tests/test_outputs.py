@@ -393,3 +393,18 @@ def test_write_run_outputs_holds_the_folder_itself(tmp_path):
         write_run_outputs(hot_expert_result(), out, quiet=True)
     write_run_outputs(hot_expert_result(), out, quiet=True)
     assert sorted(p.name for p in out.iterdir()) == sorted(OUTPUT_FILES)
+
+
+# ---------------------------------------------------------------- issue 20 item 8 (run side)
+
+def test_run_refuses_a_serving_scenario_in_one_line(tmp_path, monkeypatch, capsys):
+    """`moesim run` on a scenario with a serve: section (or one given by --set) fails
+    in one line, exit 2, before simulating, instead of simulating a training step."""
+    _no_simulation(monkeypatch)
+    monkeypatch.chdir(tmp_path)
+    assert main(["run", "mixtral-8x7b-serve", "--quiet"]) == 2
+    line = _one_line_error(capsys, "mixtral-8x7b-serve.yaml: serve:", "moesim serve")
+    assert line.startswith("moesim run: error:")
+    assert main(["run", "hot-expert", "--quiet", "--set", "serve.phase=decode"]) == 2
+    _one_line_error(capsys, "command line: --set serve.phase", "moesim serve")
+    assert not (tmp_path / "out").exists()

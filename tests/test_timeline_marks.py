@@ -126,3 +126,29 @@ def test_aggregated_rows_count_their_hot_ranks():
     ax = plot_timeline(res, new_figure().add_subplot())
     labels = [t.get_text() for t in ax.get_yticklabels()]
     assert labels[0].endswith("(2 hot)")
+
+
+def test_zoom_on_layers_cuts_the_empty_stretches_out_of_the_time_axis():
+    """Issue 20 item 12 (`plot --layers`): one rank, layer 0 forward 0-10 ms, layer 1
+    10-90 ms, layer 0 backward 90-100 ms. Zoomed on layer 0, the 80 ms without it are
+    cut out: two stretches of 10 ms side by side with a separator of 1.5 % of the kept
+    20 ms (0.3 ms), ticks in the step's real time."""
+    spans = [Span(0, "compute", "compute", "fwd.attn", 0.0, 10 * MS, layer=0, phase="fwd"),
+             Span(0, "compute", "compute", "fwd.attn", 10 * MS, 50 * MS, layer=1, phase="fwd"),
+             Span(0, "compute", "compute", "bwd.attn", 50 * MS, 90 * MS, layer=1, phase="bwd"),
+             Span(0, "compute", "compute", "bwd.attn", 90 * MS, 100 * MS, layer=0, phase="bwd")]
+    res = SimResult(spans=spans, summary={}, scenario={}, n_ranks=1, ranks_per_node=1,
+                    step_time_s=0.1)
+    ax = plot_timeline(res, new_figure().add_subplot(), layers=[0])
+    assert ax.get_xlim() == pytest.approx((0.0, 20.3), abs=1e-6)
+    assert _bars(ax, "timeline:compute") == [pytest.approx((0.0, 10.0)),
+                                             pytest.approx((10.3, 20.3))]
+    cuts = [ln.get_xdata()[0] for ln in ax.lines if ln.get_gid() == "timeline:cut"]
+    assert cuts == [pytest.approx(10.15)]
+    fmt = ax.xaxis.get_major_formatter()
+    assert fmt(10.3, 0) == "90" and fmt(15.3, 0) == "95" and fmt(5.0, 0) == "5"
+    assert "cut out" in ax.get_xlabel() and "80 ms in all" in ax.get_xlabel()
+    # without a layer filter the whole step stays on the axis
+    ax = plot_timeline(res, new_figure().add_subplot())
+    assert ax.get_xlim() == pytest.approx((0.0, 100.0), abs=1e-6)
+    assert not [ln for ln in ax.lines if ln.get_gid() == "timeline:cut"]

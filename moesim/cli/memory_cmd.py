@@ -26,7 +26,7 @@ from moesim.memory.megatron import compare
 from moesim.memory.report import memory_table
 from moesim.memory.routed import stage_max_rows
 from moesim.scenario import load_scenario, resolve
-from moesim.units import GB, GiB
+from moesim.units import GB
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -106,27 +106,27 @@ def format_megatron(c: dict) -> str:
     return "\n".join(lines)
 
 
-def _gib(x: float) -> str:
-    return f"{x / GiB:10.3f}"
+def _gb3(x: float) -> str:
+    return f"{x / GB:10.3f}"
 
 
 def format_matmul(t: dict) -> str:
     tp, pp = t["tp"], t["pp"]
     lines = [f"Y = X·W with X ({t['m']}, {t['k']}), W ({t['k']}, {t['n']}), {t['dtype']}; "
-             f"tp={tp} (W split by columns), pp={pp}; GiB (2^30 bytes)",
+             f"tp={tp} (W split by columns), pp={pp}; GB (10^9 bytes), as `moesim memory`",
              f"{'tensor':<22} {'phase':<9} {'shape':>15} {'whole':>10} "
              f"{'per-GPU shape':>15} {'per GPU':>10}"]
     for x in t["tensors"]:
         lines.append(f"{x['name']:<22} {x['phase']:<9} {'x'.join(map(str, x['shape'])):>15} "
-                     f"{_gib(x['bytes'])} {'x'.join(map(str, x['gpu_shape'])):>15} "
-                     f"{_gib(x['gpu_bytes'])}")
-    lines += [f"forward (X, W, Y): {t['forward_bytes'] / GiB:.3f} GiB in all, "
-              f"{t['forward_gpu_bytes'] / GiB:.3f} GiB per GPU with tp={tp}",
-              f"training (+ dY, dX, dW, Adam states): {t['training_bytes'] / GiB:.3f} GiB in "
-              f"all, {t['training_gpu_bytes'] / GiB:.3f} GiB per GPU with tp={tp}"]
+                     f"{_gb3(x['bytes'])} {'x'.join(map(str, x['gpu_shape'])):>15} "
+                     f"{_gb3(x['gpu_bytes'])}")
+    lines += [f"forward (X, W, Y): {t['forward_bytes'] / GB:.3f} GB in all, "
+              f"{t['forward_gpu_bytes'] / GB:.3f} GB per GPU with tp={tp}",
+              f"training (+ dY, dX, dW, Adam states): {t['training_bytes'] / GB:.3f} GB in "
+              f"all, {t['training_gpu_bytes'] / GB:.3f} GB per GPU with tp={tp}"]
     if pp > 1:
         lines.append(f"pp={pp} cannot split one matmul (stages hold whole layers): one stage's "
-                     f"GPUs hold {t['training_gpu_bytes'] / GiB:.3f} GiB each, the other "
+                     f"GPUs hold {t['training_gpu_bytes'] / GB:.3f} GB each, the other "
                      f"{pp - 1} stages none of it")
     return "\n".join(lines)
 

@@ -66,6 +66,7 @@ class RooflineModel:
         if peak <= 0:
             raise ValueError(f"device {device.name} has no {precision} peak")
         self.device = device
+        self.precision = precision
         self.peak_flops = float(peak)                      # FLOP/s
         #: FLOP/s of the kernels an FP8 recipe keeps in BF16 (HIGH_PRECISION_KERNELS)
         self.high_precision_flops = float(device.peak_bf16_flops)

@@ -317,6 +317,7 @@ def build_scenario(data: dict, source: str = "<scenario>", default_name: str = "
         memory=_fixed(src, data, "memory", MemoryConfig),
         engine=_fixed(src, data, "engine", EngineConfig),
         serve=_section(src, data, "serve"),   # checked by moesim.serve.config
+        rl=_section(src, data, "rl"),         # checked by moesim.rl.config
         source=src,
     )
     _check_schedule(scn)
@@ -369,7 +370,19 @@ def _check_overlap(scn: Scenario) -> Scenario:
         if par.ep < 2:
             raise InputError(src, "parallel.ep", "at least 2 with overlap.kind a2a-1f1b",
                              par.ep)
-    if ov.ep_comm_overlap or ov.kind == "static":
+    static = ov.ep_comm_overlap or ov.kind == "static"
+    if static and par.pp == 1 and sch.kind in ("1f1b", "interleaved"):
+        # 1F1B on one stage runs F0 B0 F1 B1 ...: no adjacent items of different
+        # micro-batches to pair (moesim.program.overlap.PairRule), so the pairing would
+        # change nothing. Megatron-Core overlaps there with its combined 1F1B
+        # (combined_1f1b_schedule_for_no_pipelining: F(i+1) with B(i)) = a2a-1f1b.
+        field = "overlap.kind" if ov.kind == "static" else "overlap.ep_comm_overlap"
+        raise InputError(src, field, f"no static pairing with {sch.kind} on one pipeline "
+                         "stage (F0 B0 F1 B1 ... has no adjacent items of different "
+                         "micro-batches, so it would change nothing): overlap.kind a2a-1f1b "
+                         "(Megatron-Core's combined 1F1B, F(i+1) with B(i)) or "
+                         "schedule.kind gpipe", "static" if ov.kind == "static" else True)
+    if static:
         scn = dataclasses.replace(scn, overlap=dataclasses.replace(
             ov, ep_comm_overlap=True, kind="static"))
     return scn

@@ -18,8 +18,9 @@ from typing import Any
 from moesim.errors import InputError
 from moesim.layout.mesh import Layout
 from moesim.scenario.blame import blame_overrides
-from moesim.schedule.layout_string import stage_chunks
+from moesim.scenario.checks import check_hot_shares
 from moesim.scenario.schema import Scenario
+from moesim.schedule.layout_string import stage_chunks
 
 
 @dataclass(frozen=True)
@@ -178,6 +179,20 @@ def resolve(scn: Scenario) -> Resolved:
         raise blame_overrides(err, scn.source, scn.overrides) from None
 
 
+def _product_error(src: str, par: Any, world: int, overrides: tuple[str, ...]) -> InputError:
+    """tp*cp*pp does not divide ``world``: blame the factor without which it would (one
+    given with --set first, then cp, then pp), naming the others."""
+    given = [k.split("=", 1)[0].strip().removeprefix("parallel.") for k in overrides]
+    sizes = {"tp": par.tp, "cp": par.cp, "pp": par.pp}
+    names = [n for n in given if n in sizes and sizes[n] > 1] + ["cp", "pp"]
+    culprit = next((n for n in names if sizes[n] > 1 and world % (
+        par.tp * par.cp * par.pp // sizes[n]) == 0), "pp")
+    shown = [n for n in ("tp", "cp", "pp") if n != culprit and (n != "cp" or par.cp > 1)]
+    what = "*".join(n for n in ("tp", "cp", "pp") if n != "cp" or par.cp > 1)
+    return InputError(src, f"parallel.{culprit}", f"{what} to divide the world size {world} "
+                      f"({', '.join(f'{n}={sizes[n]}' for n in shown)})", sizes[culprit])
+
+
 def _resolve(scn: Scenario) -> Resolved:
     src = scn.source
     _check_simulated(scn)
@@ -191,10 +206,7 @@ def _resolve(scn: Scenario) -> Resolved:
         if world % par.tp:
             raise InputError(src, "parallel.tp", f"a divisor of the world size {world}", par.tp)
         if world % (par.tp * par.cp * par.pp):
-            cp = f", cp={par.cp}" if par.cp > 1 else ""
-            what = "tp*cp*pp" if par.cp > 1 else "tp*pp"
-            raise InputError(src, "parallel.pp", f"{what} to divide the world size {world} "
-                             f"(tp={par.tp}{cp})", par.pp)
+            raise _product_error(src, par, world, scn.overrides)
         par = dataclasses.replace(par, dp=world // (par.tp * par.cp * par.pp))
     scn = dataclasses.replace(scn, parallel=par, world=world, gpus_per_node=gpn)
     layout, warns = scenario_layout(scn)
@@ -223,6 +235,9 @@ def _resolve(scn: Scenario) -> Resolved:
     routing_from_dict = _delegate("moesim.gating", "routing_from_dict")
     if routing_from_dict is not None:
         routing = routing_from_dict(dict(scn.routing.policy), src)
+        if model is not None and getattr(model, "n_experts", 0):
+            check_hot_shares(src, scn.routing.policy, routing, model.n_experts,
+                             routing.top_k or model.top_k)
 
     device = compute = None
     name = scn.cluster.device or getattr(topo, "device", None)
@@ -231,7 +246,8 @@ def _resolve(scn: Scenario) -> Resolved:
         device = get_device(name, src, field="cluster.device")
     elif get_device is not None and topo is not None and name is not None:
         device = name  # the topology already holds a device object
-    compute_model_from_dict = _delegate("moesim.compute.roofline", "compute_model_from_dict")
+    # compute.model: catalog (default, where the catalog covers the device) or roofline
+    compute_model_from_dict = _delegate("moesim.compute.select", "compute_model")
     if compute_model_from_dict is not None and device is not None:
         compute = compute_model_from_dict(dict(scn.compute), src, device)
         device = calibrated_device(device, compute, scn)

@@ -212,6 +212,7 @@ class Scenario:
     memory: MemoryConfig = field(default_factory=MemoryConfig)
     engine: EngineConfig = field(default_factory=EngineConfig)
     serve: Any = field(default_factory=dict)     # dict for moesim.serve.config (serving)
+    rl: Any = field(default_factory=dict)        # dict for moesim.rl.config (RL post-training)
     source: str = "<scenario>"                   # file it came from (for error messages)
     world: int | None = None                     # GPUs in the cluster, once resolved
     gpus_per_node: int | None = None             # from the topology, once resolved
@@ -221,6 +222,7 @@ class Scenario:
         object.__setattr__(self, "model", _frozen(self.model))
         object.__setattr__(self, "compute", _frozen(self.compute))
         object.__setattr__(self, "serve", _frozen(self.serve))
+        object.__setattr__(self, "rl", _frozen(self.rl))
 
     def to_dict(self) -> dict:
         """The full configuration, JSON-able (lists, dicts, scalars)."""
@@ -240,6 +242,8 @@ class Scenario:
                           "combine_dtype": r["combine_dtype"], "a2a_algo": r["a2a_algo"]}
         if not out["serve"]:    # training scenarios echo exactly what they did before
             del out["serve"]
+        if not out["rl"]:
+            del out["rl"]
         return out
 
 
@@ -263,6 +267,6 @@ SECTIONS: dict[str, type] = {
     "engine": EngineConfig,
 }
 #: sections that are free-form dicts validated by their owner
-DICT_SECTIONS = ("model", "compute", "serve")
+DICT_SECTIONS = ("model", "compute", "serve", "rl")
 TOP_LEVEL = ("name", "seed", "cluster", "model", "routing", "parallel", "schedule", "compute",
-             "overlap", "memory", "engine", "serve")
+             "overlap", "memory", "engine", "serve", "rl")

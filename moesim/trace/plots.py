@@ -21,6 +21,7 @@ from moesim.engine.breakdown import breakdown
 from moesim.trace.link_bins import adaptive_edges
 from moesim.trace.result import SimResult
 from moesim.trace.spans import COMM_KINDS, KINDS, Span
+from moesim.trace.time_squeeze import mark_cuts, squeeze_map, squeeze_spans
 from moesim.trace.timeline_marks import (
     WIDENED_ALPHA,
     WIDENED_HATCH,
@@ -124,7 +125,9 @@ def plot_timeline(result: SimResult, ax: Axes, ranks: Iterable[int] | None = Non
                   layers: Iterable[int] | None = None, max_rows: int = MAX_ROWS,
                   annotate: int = 3) -> Axes:
     """Gantt chart, one row per rank: compute (top lane), communication by kind (middle),
-    bubble and stall (bottom); spans of the compute stream that are communication or waits
+    bubble and stall (bottom); with ``layers``, the stretches of the step without those
+    layers' spans are cut out of the time axis (:mod:`moesim.trace.time_squeeze`,
+    dashed separators, ticks in the step's real time); spans of the compute stream that are communication or waits
     are drawn in their kind's lane; communication at least a few pixels wide
     (:func:`moesim.trace.timeline_marks.min_width_ms`). A strip above the rows marks the
     first rank's layers, forward and backward (:func:`~moesim.trace.timeline_marks.mark_layers`).
@@ -144,6 +147,10 @@ def plot_timeline(result: SimResult, ax: Axes, ranks: Iterable[int] | None = Non
              and (layer_set is None or s.layer in layer_set)]
     if len(rank_list) > max_rows:
         return _timeline_aggregate(result, ax, rank_list, spans, max_rows)
+    # zoomed on layers: the stretches of the step without them are cut out of the axis
+    cut = squeeze_map(spans) if layer_set is not None else None
+    if cut is not None:
+        spans = squeeze_spans(spans, cut)
     row_of = {r: i for i, r in enumerate(rank_list)}
     hot = set(result.hot_ranks)
     lane_h, lane_y = 0.26, (0.08, 0.38, 0.68)
@@ -206,6 +213,8 @@ def plot_timeline(result: SimResult, ax: Axes, ranks: Iterable[int] | None = Non
     if len(rank_list) > 1:
         ax.hlines(range(1, len(rank_list)), *ax.get_xlim(), colors="#BBBBBB", lw=0.5)
     ax.set_xlabel("time in step (ms)")
+    if cut is not None:
+        mark_cuts(ax, cut)
     ax.set_ylabel("rank")
     what = ""
     if layer_set:
