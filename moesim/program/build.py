@@ -29,6 +29,7 @@ from moesim.compute.base import ComputeModel, Kernel
 from moesim.gating import make_placement, route_microbatch
 from moesim.model import mtp, window
 from moesim.program import cuda_graphs, recompute
+from moesim.program.recompute_ops import RecomputeOps
 from moesim.schedule.layout_string import stage_chunks
 from moesim.model import costs
 from moesim.program import cp as cpx
@@ -97,7 +98,7 @@ def build_step(res, step: int | None = None, *, replicas: str = "independent",
                     replicas, dedup).build()
 
 
-class Builder(GradientOps, DualPipeOps, PairedOps, FoldedOps):
+class Builder(GradientOps, DualPipeOps, PairedOps, FoldedOps, RecomputeOps):
     def __init__(self, res, step: int, replicas: str = "independent",
                  dedup: bool = False) -> None:
         self.res = res
@@ -392,21 +393,6 @@ class Builder(GradientOps, DualPipeOps, PairedOps, FoldedOps):
             self._attention(prog, rank, layer, mb, phase, attn, attn_k, deps=deps)
         self._layer_starts.append(start)
 
-    def _recompute(self, prog: list[Op], layer: int, mb: int, deps: tuple[int, ...]) -> None:
-        """Activation recomputation: the forward kernels re-run before the layer's
-        backward (moesim.program.recompute)."""
-        mods = self.rc.mods(layer)
-        if mods:
-            spec, moe = self.spec, self.spec.is_moe_layer(layer)
-            k = spec.top_k if self.routing.top_k is None else self.routing.top_k
-            seq = window.effective_seq(spec, layer, self.seq)
-            self._compute(prog, "bwd.recompute", layer, mb, "bwd",
-                          ("recompute", moe, mods, seq),
-                          lambda: recompute.layer_recompute_kernels(
-                              spec, layer, mods, tokens=self.tokens, seq_len=seq,
-                              tp=self.tp, ep_tokens=self.ep_tokens, sent=self.ep_tokens * k),
-                          deps=deps)
-
     def _moe(self, prog: list[Op], rank: int, layer: int, mb: int, phase: str,
              deps: tuple[int, ...] = ()) -> None:
         spec, tp = self.spec, self.tp
@@ -481,19 +467,7 @@ class Builder(GradientOps, DualPipeOps, PairedOps, FoldedOps):
             self._coll(prog, "ep_combine", "bwd.combine", comb, ("bcomb",) + gkey, layer, mb,
                        phase, c_out, tokens=sent)
             self._etp(prog, etp_g, local, layer, mb, phase, 0)
-            rc = self.rc.expert_phase(layer)
-            if rc is not None and experts:   # the experts' forward (or activation) again
-                t_rc, f_rc = 0.0, 0.0
-                for e in experts:
-                    n = int(local[e])
-                    t, f = self.timer(("expert", n, rc, self.etp), lambda n=n: (
-                        etpx.expert_kernels(spec, n, self.etp, "fwd") if rc == "fwd" else
-                        recompute.act_kernels(etpx.expert_kernels(spec, n, self.etp, "fwd"))))
-                    t_rc += t
-                    f_rc += f
-                prog.append(Op(stream="compute", kind="compute", name="bwd.recompute_experts",
-                               duration_s=t_rc, flops=f_rc, layer=layer, microbatch=mb,
-                               phase=phase, tokens=recv))
+            self._recompute_experts(prog, layer, mb, local, experts, recv)
             prog.append(exp_op)
             self._etp(prog, etp_g, local, layer, mb, phase, 1)
             self._coll(prog, "ep_dispatch", "bwd.dispatch", disp, ("bdisp",) + gkey, layer, mb,
