@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import re
 import shlex
-import time
 from pathlib import Path
 
 import pytest
@@ -61,11 +60,9 @@ def test_readme_examples_run_in_order_in_a_fresh_folder(tmp_path, monkeypatch, c
     monkeypatch.setenv("MPLBACKEND", "Agg")
     folders = []
     for argv in readme_commands(README.read_text()):
-        t0 = time.perf_counter()
         rc = main([*argv, "--quiet"] if argv[0] == "run" else argv)
         out, err = capsys.readouterr()
         assert rc == 0, f"moesim {shlex.join(argv)} -> exit {rc}: {err.strip()[-500:]}"
-        assert time.perf_counter() - t0 < 120, f"moesim {shlex.join(argv)} is too slow"
         if argv[0] == "run" and "--no-files" not in argv:
             m = re.search(r"wrote (\S+)/ \(summary\.md", out) or re.search(
                 r"^moesim run: wrote (\S+)/$", err, re.M)

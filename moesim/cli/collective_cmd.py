@@ -19,7 +19,7 @@ from moesim.cli.common import CLI as _CLI
 from moesim.cli.common import load_topology_args, print_result
 from moesim.cli.ep_collective import EP_OPS, add_ep_arguments, run_ep
 from moesim.cli.head_collective import HEAD_OPS, add_head_arguments, run_head
-from moesim.collectives.algorithms import ALGOS, check_op_algo
+from moesim.collectives.algorithms import ALGOS, OPS, check_op_algo
 from moesim.collectives.simulate import MODELS, simulate_collective
 from moesim.errors import InputError
 from moesim.units import TiB, parse_bytes
@@ -27,6 +27,8 @@ from moesim.units import TiB, parse_bytes
 #: Largest --bytes: 1 TiB per rank, above the memory of any GPU in the device
 #: catalog (the largest, H200, has 141 GB; moesim.compute.devices).
 MAX_COLLECTIVE_BYTES = TiB
+#: every --op the command takes: collectives, MoE exchanges, LM-head sampling
+ALL_OPS = (*OPS, *EP_OPS, *HEAD_OPS)
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -34,9 +36,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="topology YAML file or preset name (e.g. dgx-h100)")
     p.add_argument("--nodes", type=int, default=None, help="number of nodes (preset default if omitted)")
     p.add_argument("--op", required=True,
-                   help="all_reduce | all_gather | reduce_scatter | broadcast | all_to_all "
-                        "| all_to_all_v | send_recv | ep_dispatch | ep_combine (MoE exchange, "
-                        "see below)")
+                   help=" | ".join(ALL_OPS) + f" ({' and '.join(EP_OPS)}: MoE exchange; "
+                        f"{', '.join(HEAD_OPS)}: LM-head sampling; see below)")
     p.add_argument("--bytes", default=None, dest="size",
                    help="size in nccl-tests' sense, e.g. 1GiB, 64MB, 4096 (bytes): per-rank "
                         "buffer; total gathered size for all_gather/reduce_scatter")
@@ -102,6 +103,8 @@ def load_matrix(path: str) -> list[list[float]]:
 
 def run(args: argparse.Namespace) -> int:
     op = args.op
+    if op not in ALL_OPS:
+        raise InputError(_CLI, "--op", "one of " + ", ".join(ALL_OPS), op)
     if op in EP_OPS:
         return run_ep(args, parse_ranks(args.ranks) if args.ranks else None)
     if op in HEAD_OPS:

@@ -49,9 +49,9 @@ from typing import Any
 import numpy as np
 import simpy
 
+from moesim.network import incremental, jit
 from moesim.network.base import LinkSet, checked_flow
-from moesim.network.incremental import affected_flows
-from moesim.network.maxmin import CAP_FLOOR, SMALL_PAIRS, maxmin_pairs
+from moesim.network.maxmin import CAP_FLOOR, SAT_RTOL, SMALL_PAIRS
 
 #: absolute and relative tolerance (seconds, fraction of ``env.now``) within which
 #: flows predicted to finish are completed together in one step.
@@ -132,6 +132,13 @@ class FlowNetwork:
         # (flow slot, link) pairs of every flow in a slot, in slot order
         self._pf = _Grow(np.int64)
         self._pl = _Grow(np.int64)
+        self._pstart = _Grow(np.int64)  # slot s's pairs are pstart[s]:pstart[s+1]
+        self._pstart.extend(np.zeros(1, dtype=np.int64))
+        self._lcnt = np.zeros(self._n_links, dtype=np.int64)  # running flows per link
+        self._n_alive = 0          # running flows
+        self._n_alive_pairs = 0    # their (flow, link) pairs
+        self._lindex: tuple[np.ndarray, np.ndarray] | None = None  # link -> flows, when valid
+        self._ws: list[np.ndarray] | None = None   # compiled solve's scratch arrays
         self._pending: list[tuple[np.ndarray, float, int]] = []  # (path, bytes, group)
         self._groups: dict[int, list[Any]] = {}   # id -> [event, flows left, tag]
         self._next_group = 0
@@ -198,7 +205,7 @@ class FlowNetwork:
 
     def active_flows(self) -> int:
         """Number of flows currently sending."""
-        return int(self._alive.v.sum())
+        return self._n_alive
 
     # ---- mechanics -------------------------------------------------------------
     def _route(self, src: str, dst: str, key: int) -> np.ndarray:
@@ -240,21 +247,30 @@ class FlowNetwork:
         local = np.repeat(np.arange(n_new, dtype=np.int64), lens)
         links = np.concatenate(paths)
         self._plat.extend(np.bincount(local, weights=self._lat[links], minlength=n_new))
+        self._pstart.extend(self._pf.n + np.cumsum(lens))
         self._pf.extend(local + first)
         self._pl.extend(links)
+        self._lcnt += np.bincount(links, minlength=self._n_links)
+        self._n_alive += n_new
+        self._n_alive_pairs += len(links)
+        self._lindex = None
         return first
 
     def _step(self) -> None:
         self._version += 1   # any wake-up timer set before this step is now stale
         now = float(self.env.now)
         first_new = self._flush_pending(now)
-        tfin = self._tfin.v
+        kern = jit.kernels()
         tol = FINISH_ATOL_S + FINISH_RTOL * abs(now)
-        if self._coalesce_rtol > 0:   # also flows whose remaining time is <= rtol x age
+        rtol = self._coalesce_rtol
+        if kern is not None:
+            old_done = kern.due(self._tfin.v, self._start.v, first_new, now, tol, rtol)
+        elif rtol > 0:   # also flows whose remaining time is <= rtol x age
+            tfin = self._tfin.v
             old_done = _nonzero(tfin[:first_new] - now
-                                      <= tol + self._coalesce_rtol * (now - self._start.v[:first_new]))
+                                <= tol + rtol * (now - self._start.v[:first_new]))
         else:
-            old_done = _nonzero(tfin[:first_new] <= now + tol)
+            old_done = _nonzero(self._tfin.v[:first_new] <= now + tol)
         r_done = np.inf
         if len(old_done):   # running flows that finish: their links are freed
             r_done = float(self._rate.v[old_done].min())
@@ -264,16 +280,21 @@ class FlowNetwork:
             new_zero = first_new + _nonzero(self._size.v[first_new:] == 0.0)
             if len(new_zero):   # zero bytes: delivered after the path latency alone
                 self._complete(new_zero)
-            has_new = bool(self._alive.v[first_new:].any())
+            has_new = self._n_alive > 0 and bool(self._alive.v[first_new:].any())
         if has_new or len(old_done):
-            self._solve(now, old_done, r_done, first_new if has_new else self._alive.n)
+            self._solve(now, old_done, r_done, first_new if has_new else self._alive.n, kern)
         self._maybe_compact()
-        self._schedule_wake(now)
+        self._schedule_wake(now, kern)
 
     def _complete(self, idx: np.ndarray) -> None:
         self._alive.v[idx] = False
         self._rate.v[idx] = 0.0
         self._tfin.v[idx] = np.inf
+        pst = self._pstart.v
+        links = self._pl.v[incremental.ranges(pst[idx], pst[idx + 1])]
+        self._lcnt -= np.bincount(links, minlength=self._n_links)
+        self._n_alive -= len(idx)
+        self._n_alive_pairs -= len(links)
         by_lat: dict[float, list[int]] = {}
         for lat, g in zip(self._plat.v[idx].tolist(), self._group.v[idx].tolist(), strict=True):
             by_lat.setdefault(lat, []).append(g)
@@ -282,11 +303,6 @@ class FlowNetwork:
                 self._deliver(by_lat[lat], None)
             else:
                 self.env.timeout(lat).callbacks.append(partial(self._deliver, by_lat[lat]))
-
-    def _mask_pairs(self, idx: np.ndarray) -> np.ndarray:
-        mark = np.zeros(self._alive.n, dtype=bool)
-        mark[idx] = True
-        return mark[self._pf.v]
 
     def _deliver(self, gids: list[int], _ev: simpy.Event | None) -> None:
         finished = []
@@ -300,13 +316,10 @@ class FlowNetwork:
             entry[0].succeed(entry[2])
 
     def _maybe_compact(self) -> None:
+        n = self._alive.n
+        if n < 64 or self._n_alive * 2 > n:
+            return
         alive = self._alive.v
-        n = len(alive)
-        if n < 64:
-            return
-        n_alive = int(np.count_nonzero(alive))
-        if n_alive * 2 > n:
-            return
         keep_pair = alive[self._pf.v]
         dead_p = ~keep_pair   # finished flows leave: credit their bytes to their links
         self._done_bytes += np.bincount(self._pl.v[dead_p], weights=self._size.v[self._pf.v[dead_p]],
@@ -316,58 +329,66 @@ class FlowNetwork:
         self._pl.compact(keep_pair)
         self._pf.compact(keep_pair)
         self._pf.v[:] = pf
+        lens = np.diff(self._pstart.v)[alive]
+        self._pstart.n = 1
+        self._pstart.extend(np.cumsum(lens))
         for arr in (self._rem, self._tref, self._rate, self._tfin, self._size, self._plat,
                     self._start, self._group):
             arr.compact(alive)
         self._alive.compact(alive)
+        self._lindex = None
 
-    def _solve(self, now: float, done: np.ndarray, r_done: float, first_new: int) -> None:
+    def _workspace(self, n_slots: int) -> tuple[np.ndarray, ...]:
+        """Zeroed per-link and per-slot scratch arrays of the compiled solve (kept zeroed)."""
+        ws = self._ws
+        if ws is None:
+            n = self._n_links
+            ws = self._ws = [np.zeros(0, dtype=bool), np.zeros(n, dtype=bool), np.zeros(n),
+                             np.zeros(n, dtype=np.int64), np.zeros(n), np.zeros(n),
+                             np.zeros(n, dtype=bool), np.zeros(n)]
+        if len(ws[0]) < n_slots:
+            ws[0] = np.zeros(max(n_slots, 2 * len(ws[0])), dtype=bool)
+        return tuple(ws)
+
+    def _solve(self, now: float, done: np.ndarray, r_done: float, first_new: int,
+               kern: Any) -> None:
         """Re-rate after flows ``done`` (slots) finished and slots ``first_new:`` started."""
-        alive = self._alive.v
-        pf, pl = self._pf.v, self._pl.v   # all pairs, finished flows' too (they have rate 0)
-        rate = self._rate.v
-        keep = alive[pf]
-        aff = None
         # a small problem is re-solved whole: cheaper than finding what it affects
-        if self._incremental and np.count_nonzero(keep) > SMALL_PAIRS:
-            changed = np.zeros(self._n_links, dtype=bool)
-            if len(done):
-                changed[pl[self._mask_pairs(done)]] = True
-            new = np.zeros(len(alive), dtype=bool)
-            new[first_new:] = alive[first_new:]
-            aff = affected_flows(pf, pl, self._cap, alive, rate, changed, r_done, new)
-        if aff is None:
-            idx = alive.nonzero()[0]
-            got = maxmin_pairs(pf[keep], pl[keep], len(alive), self._cap)[idx]
+        whole = not (self._incremental and self._n_alive_pairs > SMALL_PAIRS)
+        if not whole and (self._lindex is None or 2 * self._n_alive_pairs < len(self._lindex[1])):
+            # (re)built over the running flows once half of those it lists have finished
+            self._lindex = (kern or incremental).link_index(self._pf.v, self._pl.v, self._alive.v,
+                                                            self._n_links)
+        lptr, lidx = self._lindex if self._lindex is not None else (None, None)
+        state = (self._pstart.v, self._pf.v, self._pl.v, lptr, lidx, self._cap, self._alive.v,
+                 self._rate.v, self._rem.v, self._tref.v, self._tfin.v, self._lcnt,
+                 np.asarray(done, dtype=np.int64), first_new, r_done, self._n_alive, whole)
+        if kern is None:
+            idx = incremental.solve(now, *state)
         else:
-            aff_p = aff[pf]
-            others = np.where(aff, 0.0, rate)   # finished flows have rate 0
-            load = np.bincount(pl, weights=others[pf], minlength=self._n_links)
-            residual = np.maximum(self._cap - load, self._cap * CAP_FLOOR)
-            idx = _nonzero(aff)
-            got = maxmin_pairs(pf[aff_p], pl[aff_p], len(alive), residual)[idx]
-        # bring the re-rated flows' bytes left up to now, then predict their finish
-        rem = self._rem.v[idx] - rate[idx] * (now - self._tref.v[idx])
-        self._rem.v[idx] = rem
-        self._tref.v[idx] = now
-        rate[idx] = got
-        self._tfin.v[idx] = now + rem / got   # got > 0: every used link has capacity > 0
+            if lptr is None:
+                lptr = lidx = np.zeros(1, dtype=np.int64)
+                state = state[:3] + (lptr, lidx) + state[5:]
+            idx = kern.solve(now, *state, incremental.FULL_FRACTION, incremental.THRESHOLD_MARGIN,
+                             CAP_FLOOR, 1.0 + SAT_RTOL, *self._workspace(self._alive.n))
         self.n_resolved += len(idx)
         self.n_solves += 1
         if self._record or self._on_solve is not None:
-            pf, pl = pf[keep], pl[keep]
-        if self._record:
-            load = np.bincount(pl, weights=rate[pf], minlength=self._n_links)
-            for link in _nonzero(load != self._last_load).tolist():
-                self._series.setdefault(link, []).append((now, float(load[link])))
-            self._last_load = load
-        if self._on_solve is not None:
-            self._on_solve(now, pf, pl, rate.copy())
+            rate = self._rate.v
+            keep = self._alive.v[self._pf.v]
+            pf, pl = self._pf.v[keep], self._pl.v[keep]
+            if self._record:
+                load = np.bincount(pl, weights=rate[pf], minlength=self._n_links)
+                for link in _nonzero(load != self._last_load).tolist():
+                    self._series.setdefault(link, []).append((now, float(load[link])))
+                self._last_load = load
+            if self._on_solve is not None:
+                self._on_solve(now, pf, pl, rate.copy())
 
-    def _schedule_wake(self, now: float) -> None:
-        if not self._tfin.n:
+    def _schedule_wake(self, now: float, kern: Any) -> None:
+        if not self._n_alive:
             return
-        t = float(self._tfin.v.min())   # inf when nothing is sending
+        t = float(kern.earliest(self._tfin.v) if kern is not None else self._tfin.v.min())
         if t < np.inf:
             self.env.timeout(max(t - now, 0.0)).callbacks.append(
                 partial(self._on_wake, self._version))

@@ -28,8 +28,8 @@ import numpy as np
 
 from moesim.engine.fast.pairs import run_pair
 from moesim.engine.fast.zero3 import Zero3Gathers
-from moesim.model import costs
-from moesim.trace.spans import Span
+from moesim.model import costs, mtp
+from moesim.trace.spans import AFTER_EXPERTS, Span, wait_reason
 
 CATS = ("compute", "ep_dispatch", "ep_combine", "tp", "dp", "pp", "zero", "bubble", "stall")
 
@@ -182,11 +182,16 @@ class Chain:
                    phase: str, a, start, end, late, stream: str = "compute") -> None:
         if self.span_pos[s]:
             g = np.asarray(self.groups[s])
-            hot_e, hot_t = rec.hot[late], rec.hot_tok[late]
             waited = np.where(start > a, g[late], -1)
+            hot_e, hot_t = rec.hot[late], rec.hot_tok[late]
+            if name not in AFTER_EXPERTS:   # the late rank's experts have not run yet
+                hot_e, hot_t = np.full(len(g), -1), np.zeros(len(g), dtype=int)
+            why = np.empty(len(g), dtype=object)   # as the exact engine says it
+            for e in self.span_pos[s]:
+                why[e] = wait_reason(int(waited[e]), name, int(hot_e[e]), int(hot_t[e]))
             self._span(s, "stall", name, a, start, layer, mb, phase, waited_on=waited,
                        expert=hot_e, tokens=hot_t, peers=tuple(g.tolist()),
-                       reason=f"partner arrived late at {name}", stream=stream)
+                       reason=why, stream=stream)
             self._span(s, kind, name, start, end, layer, mb, phase, peers=tuple(g.tolist()),
                        stream=stream)
 
@@ -251,7 +256,13 @@ class Chain:
             else:
                 self._compute(s, "fwd.ffn", ("ffn", phase), ffn, layer, mb, phase)
             self._tp(s, "fwd.tp_mlp", layer, mb, phase, share)
+            if layer >= spec.layers:    # an MTP depth's projection, head and loss
+                self._compute(s, "fwd.mtp", ("mtp", phase),
+                              lambda: mtp.head_kernels(spec, tok, tp, phase), layer, mb, phase)
         else:
+            if layer >= spec.layers:
+                self._compute(s, "bwd.mtp", ("mtp", phase),
+                              lambda: mtp.head_kernels(spec, tok, tp, phase), layer, mb, phase)
             self._tp(s, "bwd.tp_mlp", layer, mb, phase, share)
             if moe:
                 self._moe(s, layer, mb, phase)
