@@ -26,6 +26,13 @@ from moesim.network.maxmin import CAP_FLOOR, SAT_RTOL
 #: rows of :attr:`Slots.f`
 REM, TREF, RATE, TFIN, SIZE, PLAT, START = range(7)
 
+#: the compiled kernels are loaded (importing numba and its cached code: about 0.9 s of
+#: CPU on the development machine) once a network has taken this many events or holds
+#: this many pairs; small runs stay on numpy. Both paths give the same bits, so a run
+#: may switch between them at any event.
+JIT_AFTER_EVENTS = 2000
+JIT_AFTER_PAIRS = 20000
+
 
 def _nonzero(mask: np.ndarray) -> np.ndarray:
     return mask.nonzero()[0]
@@ -53,6 +60,7 @@ class Slots:
         self.index_ok = False
         self.ws: list[np.ndarray] | None = None              # compiled step's scratch
         self.done_bytes = np.zeros(self.n_links)             # bytes of slots compacted away
+        self.events = 0
 
     @property
     def n_alive(self) -> int:
@@ -154,7 +162,8 @@ class Slots:
         """Finish the due flows, re-solve; returns (finished slots: the due ones then the
         zero-byte new ones, how many were due, rates re-solved (-1: no solve), next
         finish time or inf)."""
-        kern = jit.kernels()
+        self.events += 1
+        kern = jit.kernels(load=self.events > JIT_AFTER_EVENTS or self.np > JIT_AFTER_PAIRS)
         n = self.n
         if kern is not None:
             ws = self._workspace(n)
