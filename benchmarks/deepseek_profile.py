@@ -61,7 +61,8 @@ def compare(tr, g: dict, scenario: str) -> dict[str, dict]:
     fit = forward_fit(g, res.model, *args, fallback=res.compute)
     rank = g["rank"] if g["rank"] is not None else 0
     docs = {}
-    for name, model in (("roofline", res.compute), ("forward fit", fit)):
+    for name, model in ((getattr(res.compute, "name", "scenario"), res.compute),
+                        ("forward fit", fit)):
         if model is None:
             continue
         sim = simulate_pair(res, model, rank)
