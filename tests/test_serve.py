@@ -37,7 +37,9 @@ def _scenario(tmp_path, serve: dict, model: dict | None = None, name: str = "s",
                                "head_dim": D, "vocab": V, "attention": "mha", "dense_ffn": F,
                                "n_experts": 0},
             "serve": serve,
-            "compute": {"model": "roofline"}}   # the hand sums below are the roofline's
+            # the roofline alone: every expected time below is its arithmetic (the kernel
+            # catalog would price the memory-bound kernels at its streaming bandwidth)
+            "compute": {"model": "roofline"}}
     if routing:
         data["routing"] = routing
     p = tmp_path / f"{name}.yaml"
