@@ -107,3 +107,42 @@ def expert_recompute(spec: ModelSpec, layer: int, mods: frozenset[str],
         t_all += t
         f_all += f
     return t_all, f_all
+
+
+class RecomputeRule:
+    """Which modules each layer re-runs in its backward, for a scenario's ``memory:``
+    section and its stage chunks (positions within a chunk decide ``block``)."""
+
+    def __init__(self, mem, chunks, spec: ModelSpec) -> None:
+        self.spec = spec
+        self._of: dict[int, frozenset[str]] = {}
+        if mem.recompute == "none":
+            return
+        for chunk in chunks:
+            for pos, layer in enumerate(chunk):
+                mods = recomputes(mem.recompute, mem.recompute_modules, mem.recompute_method,
+                                  mem.recompute_num_layers, pos)
+                if mods:
+                    self._of[layer] = mods
+
+    def mods(self, layer: int) -> frozenset[str]:
+        return self._of.get(layer, frozenset())
+
+    def expert_phase(self, layer: int) -> str | None:
+        """How the routed experts are re-run: "fwd" (the whole forward: ``moe``, full),
+        "act" (only the activation: ``moe_act``) or None."""
+        mods = self.mods(layer)
+        if not self.spec.is_moe_layer(layer) or not mods:
+            return None
+        if "full" in mods or "moe" in mods:
+            return "fwd"
+        return "act" if "moe_act" in mods else None
+
+    @property
+    def any_act(self) -> bool:
+        return any("moe_act" in m and "moe" not in m for m in self._of.values())
+
+
+def act_kernels(kernels: list[Kernel]) -> list[Kernel]:
+    """The activation-function kernels of an expert's forward (``moe_act``)."""
+    return [k for k in kernels if k.name.endswith("_act")]

@@ -25,6 +25,7 @@ from moesim.scenario.checks import (
     routing_ignored_warnings,
 )
 from moesim.scenario.schema import Scenario
+from moesim.schedule.layout_string import stage_chunks
 
 
 @dataclass(frozen=True)
@@ -231,6 +232,10 @@ def _resolve(scn: Scenario) -> Resolved:
         if model.layers < chunks:
             raise InputError(src, "parallel.vpp", f"pp*vpp <= the model's {model.layers} "
                              f"layers (pp={par.pp})", par.vpp)
+        # the pipeline layout and the MTP layers' place, checked before any work
+        dual = scn.schedule.kind in ("dualpipe", "dualpipev")
+        stage_chunks(scn, model, 2 * par.pp if dual else
+                     par.pp * (par.vpp if scn.schedule.kind == "interleaved" else 1), dual)
 
     routing = None
     routing_from_dict = _delegate("moesim.gating", "routing_from_dict")

@@ -137,6 +137,13 @@ class OverlapConfig:
     # NCCL_DEBUG=INFO ("N coll channels"). 0 (default): compute is not slowed.
     nccl_sms: int = 0
     kind: str = "none"                # EP overlap: none | static | a2a-1f1b (OVERLAP_KINDS)
+    # Megatron-Core cuda_graph_modules captured in CUDA graphs (kernels launched from the
+    # GPU: moesim.program.cuda_graphs): attn, mlp, moe_router, moe_preprocess; () none
+    cuda_graphs: tuple[str, ...] = ()
+
+
+#: OverlapConfig fields that Scenario.to_dict() leaves out while at their defaults
+OVERLAP_OMIT_DEFAULTS = {"cuda_graphs": []}
 
 
 PARAM_DTYPES = ("bf16", "fp8")
@@ -224,6 +231,9 @@ class Scenario:
         for k, default in PARALLEL_OMIT_DEFAULTS.items():
             if out["parallel"].get(k) == default:
                 del out["parallel"][k]
+        for k, default in OVERLAP_OMIT_DEFAULTS.items():
+            if out["overlap"].get(k) == default:
+                del out["overlap"][k]
         for k, default in MEMORY_OMIT_DEFAULTS.items():
             if out["memory"].get(k) == default:
                 del out["memory"][k]
