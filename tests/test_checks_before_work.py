@@ -86,6 +86,7 @@ def test_schedule_checked_before_work(monkeypatch, capsys, argv, needles):
     (["memory", "toy-cpu", "--dtype", "fp8"], ["--dtype", "only with --matmul"]),
     (["memory", "--matmul", "8", "8", "8", "--set", "parallel.tp=2"],
      ["--set", "only with a scenario"]),
+    (["memory", "--matmul", "8", "8", "8", "--megatron"], ["--megatron", "only with a scenario"]),
 ])
 def test_memory_flags_that_would_be_ignored_are_refused(capsys, argv, needles):
     assert main(argv) == 2

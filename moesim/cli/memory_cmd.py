@@ -148,6 +148,9 @@ def run(args: argparse.Namespace) -> int:
         if args.overrides:
             raise InputError("command line", "--set", "--set only with a scenario (not "
                              "--matmul)", args.overrides[0])
+        if getattr(args, "megatron", False):
+            raise InputError("command line", "--megatron", "--megatron only with a scenario "
+                             "(not --matmul)", True)
         m, k, n = args.matmul
         t = matmul_report(m, k, n, "bf16" if args.dtype is None else args.dtype,
                           1 if args.tp is None else args.tp, 1 if args.pp is None else args.pp)
