@@ -20,6 +20,7 @@ from __future__ import annotations
 import argparse
 import json
 
+from moesim.cli.common import refuse_serving
 from moesim.errors import InputError
 from moesim.memory.matmul import DTYPE_BYTES, matmul_report
 from moesim.memory.megatron import compare
@@ -159,6 +160,8 @@ def run(args: argparse.Namespace) -> int:
     if args.scenario is None:
         raise InputError("command line", "scenario", "a scenario file or --matmul M K N", None)
     scn = load_scenario(args.scenario, args.overrides, resolve=False)
+    refuse_serving(scn, args.overrides, "memory", "count a training step's gradients and "
+                   "optimizer states; `moesim serve` prints the serving memory")
     res = resolve(scn)
     table = memory_table(res)
     maxr = stage_max_rows(res)
