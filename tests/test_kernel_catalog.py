@@ -288,6 +288,8 @@ BAD = {
                   "tables[0].rows[0]"),
     "unknown kind": ("tables:\n- {id: x, kind: conv, dtype: fp8, passes: [fwd], devices: "
                      "[H800], source: s}\n", "tables[0].kind"),
+    "unknown device": ("tables:\n- {id: x, kind: memory, dtype: any, passes: [fwd], devices: "
+                       "[H900], gbps: 100, source: s}\n", "tables[0].devices"),
     "no source": ("tables:\n- {id: x, kind: memory, dtype: any, passes: [fwd], devices: "
                   "[H800], gbps: 100}\n", "tables[0].source"),
     "time falls between rows": (
