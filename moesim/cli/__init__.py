@@ -28,6 +28,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "rl": ("moesim.cli.rl_cmd", "simulate GRPO post-training steps (rollouts, scoring, "
            "training, weight sync)"),
     "memory": ("moesim.cli.memory_cmd", "per-rank memory table of a scenario"),
+    "kernels": ("moesim.cli.kernels_cmd", "one layer's kernels by pass: shape, dtype, FLOPs, "
+                "bytes, what priced them, time"),
     "layout": ("moesim.cli.layout_cmd", "the process groups of a rank and the nodes they span"),
     "schedule": ("moesim.cli.schedule_cmd", "a pipeline schedule's step, bubble and "
                  "activations in stage time"),

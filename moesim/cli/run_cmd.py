@@ -95,6 +95,11 @@ def text_summary(s: dict, out: Path | None) -> str:
     parts = [f"{k} {v * 1e3:.3f} ms ({v / step * 100:.1f} %)" for k, v in b.items()
              if v > 0 and step > 0]
     lines.append("  breakdown (mean over ranks): " + ", ".join(parts))
+    kp = s.get("kernel_pricing")
+    if kp:
+        lines.append(f"  priced by the roofline: {kp['roofline_kernels']:,} of "
+                     f"{kp['kernels']:,} kernels, {kp['roofline_fraction']:.1%} of compute "
+                     f"time ({kp['compute_model']}; moesim kernels lists them)")
     ex = s.get("experts", {})
     if ex.get("max_over_mean"):
         lines.append(f"  experts: max/mean load {ex['max_over_mean_max']:.2f}, "

@@ -171,6 +171,8 @@ def _run_gpu(args: argparse.Namespace, gpu: list) -> int:
     from moesim.validation.gpu.pair import measured_streams, simulate_pair
     from moesim.validation.gpu.summary import summarize
     from moesim.validation.gpu.validate import forward_fit, gpu_validate, text_table
+    from moesim.validation.gpu.classes import class_table
+    from moesim.validation.gpu.classes import compare as compare_classes
 
     if args.scenario is None:
         raise InputError("command line", "--scenario", "a scenario to compare a GPU trace "
@@ -201,6 +203,7 @@ def _run_gpu(args: argparse.Namespace, gpu: list) -> int:
                        sim=sim, streams=measured_streams(gpu[0]))
     doc.update(source=args.trace_dir, scenario=args.scenario,
                compute_model=args.calibration or getattr(model, "name", "scenario"))
+    doc["kernel_classes"] = compare_classes(gpu[0], res, model)
     if fit_doc is not None:
         doc["forward_fit"] = fit_doc
     if args.output:
@@ -217,6 +220,10 @@ def _run_gpu(args: argparse.Namespace, gpu: list) -> int:
                   f"{fit_doc['gemm_flops_per_s'] / 1e12:.1f} TFLOP/s, core attention "
                   f"{fit_doc['attention_flops_per_s'] / 1e12:.1f} TFLOP/s")
         print(text_table(doc))
+        kc = doc["kernel_classes"]
+        print(f"\nkernel time per layer by pass and class ({kc['layers_traced']} layers "
+              "traced; simulated: one layer's kernels, moesim kernels):")
+        print("\n".join(class_table(kc)))
         if args.output:
             print(f"wrote {Path(args.output) / 'validation.json'}")
     return 0

@@ -90,9 +90,11 @@ class RooflineModel:
         compute = 0.0
         if kernel.flops > 0:
             eff = self.efficiency(kernel.m, kernel.n, kernel.k)
-            base = kernel.name.removesuffix("_bwd")
-            peak = (self.high_precision_flops if base in HIGH_PRECISION_KERNELS
-                    else self.peak_flops)
+            base = kernel.name
+            for suffix in ("_bwd", "_dgrad", "_wgrad"):
+                base = base.removesuffix(suffix)
+            high = base in HIGH_PRECISION_KERNELS or kernel.dtype in ("bf16", "fp32")
+            peak = self.high_precision_flops if high else self.peak_flops
             compute = kernel.flops / (peak * eff)
         memory = kernel.bytes / self.hbm_Bps if kernel.bytes > 0 else 0.0
         return kernel.count * self.launch_overhead_s + max(compute, memory)

@@ -36,5 +36,6 @@ def head_kernels(spec: ModelSpec, tokens: int, tp: int = 1,
     th = -(-tokens // tp) * spec.hidden
     norms = costs.memory_op("mtp_norm", 2 * 4 * th, 2 * 4 * th, phase, count=2)
     proj = costs.gemm("mtp_eh_proj", tokens, spec.hidden // tp, 2 * spec.hidden, phase)
-    return [*costs.embedding_kernels(spec, tokens, tp, phase), norms, proj,
+    projs = [proj] if phase == "fwd" else list(proj)   # backward: [dgrad, wgrad]
+    return [*costs.embedding_kernels(spec, tokens, tp, phase), norms, *projs,
             *costs.lm_head_kernels(spec, tokens, tp, phase)]

@@ -13,6 +13,7 @@ from typing import Any
 from moesim.errors import InputError
 
 ATTENTION_KINDS = ("mha", "gqa", "mla")
+PRECISIONS = ("bf16", "fp8")
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,6 +50,9 @@ class ModelSpec:
     gated: bool = True              # SwiGLU (3 matrices) if True, else 2-matrix FFN
     tied_embeddings: bool = False   # LM head shares the embedding matrix
     weight_bytes: int = 2           # bytes per weight element (2 = bf16)
+    # GEMM precision of the training recipe, "bf16" or "fp8": set from compute.precision
+    # when the scenario is resolved (moesim.model.costs adds the FP8 quantisation kernels)
+    precision: str = "bf16"
     # Multi-token prediction depths (DeepSeek-V3 §2.2; Megatron-Core mtp_num_layers): each
     # one more transformer layer (MoE when the last layer is), its embedding projection and
     # norms, and a second output head and loss (moesim.model.mtp)
@@ -125,6 +129,8 @@ def validate(spec: ModelSpec, source: str) -> ModelSpec:
     for name in ("layers", "hidden", "heads", "vocab", "moe_layer_freq", "weight_bytes"):
         if getattr(spec, name) < 1:
             raise bad(name, "an integer >= 1", getattr(spec, name))
+    if spec.precision not in PRECISIONS:
+        raise bad("precision", f"one of {', '.join(PRECISIONS)}", spec.precision)
     if spec.attention not in ATTENTION_KINDS:
         raise bad("attention", f"one of {', '.join(ATTENTION_KINDS)}", spec.attention)
     if spec.attention == "mla":

@@ -67,19 +67,26 @@ class StepPlan:
 
 
 class Timer:
-    """Memoized kernel-list durations (identical layers cost the same)."""
+    """Memoized kernel-list durations (identical layers cost the same); the kernel lists
+    are kept by key (:meth:`kernels_for`) for the ops that carry them."""
 
     def __init__(self, model: ComputeModel) -> None:
         self.model = model
         self.cache: dict[tuple, tuple[float, float]] = {}
+        self.kernels: dict[tuple, tuple[Kernel, ...]] = {}
 
     def __call__(self, key: tuple, make) -> tuple[float, float]:
         hit = self.cache.get(key)
         if hit is None:
             ks: list[Kernel] = make()
+            self.kernels[key] = tuple(ks)
             hit = self.cache[key] = (sum(self.model.time_s(k) for k in ks),
                                      sum(k.flops for k in ks))
         return hit
+
+    def kernels_for(self, key: tuple) -> tuple[Kernel, ...]:
+        """The kernels priced under ``key`` (after a call with it)."""
+        return self.kernels.get(key, ())
 
 
 def build_step(res, step: int | None = None, *, replicas: str = "independent",
@@ -320,7 +327,8 @@ class Builder(GradientOps, DualPipeOps, PairedOps, FoldedOps, RecomputeOps):
         if name != "opt.adam" and not name.startswith("bwd.recompute"):  # model FLOPs only
             self.flops += fl
         prog.append(Op(stream="compute", kind="compute", name=name, duration_s=t, flops=fl,
-                       layer=layer, microbatch=mb, phase=phase, deps=deps, **kw))
+                       layer=layer, microbatch=mb, phase=phase, deps=deps,
+                       kernels=self.timer.kernels_for(key), **kw))
 
     def _recv(self, src: int, key: tuple, mb: int, phase: str, layer: int) -> Op:
         return Op(stream="compute", kind="pp", name=f"{phase}.recv", recv_from=src, key=key,
@@ -430,14 +438,17 @@ class Builder(GradientOps, DualPipeOps, PairedOps, FoldedOps, RecomputeOps):
         experts = tuple(int(e) for e in np.flatnonzero(local))
         hot = int(np.argmax(local)) if experts else -1
         t_exp, f_exp = 0.0, 0.0
+        exp_ks: list[Kernel] = []
         for e in experts:
-            t, f = self.timer(("expert", int(local[e]), phase, self.etp),
-                              lambda n=int(local[e]): etpx.expert_kernels(spec, n, self.etp,
-                                                                          phase))
+            key = ("expert", int(local[e]), phase, self.etp)
+            t, f = self.timer(key, lambda n=int(local[e]): etpx.expert_kernels(spec, n, self.etp,
+                                                                               phase))
             t_exp += t
             f_exp += f
+            exp_ks += self.timer.kernels_for(key)
         self.flops += f_exp
         exp_op = Op(stream="compute", kind="compute", name=f"{phase}.experts", duration_s=t_exp,
+                    kernels=tuple(exp_ks),
                     flops=f_exp, layer=layer, microbatch=mb, phase=phase, tokens=recv,
                     experts=experts, expert_tokens=tuple(int(local[e]) for e in experts),
                     hot_expert=hot, hot_tokens=int(local[hot]) if hot >= 0 else 0)

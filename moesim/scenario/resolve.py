@@ -18,7 +18,7 @@ from typing import Any
 from moesim.errors import InputError
 from moesim.layout.mesh import Layout
 from moesim.scenario.blame import blame_overrides
-from moesim.scenario.checks import check_hot_shares
+from moesim.scenario.checks import check_hot_shares, check_sms, node_limit_warning
 from moesim.scenario.schema import Scenario
 from moesim.schedule.layout_string import stage_chunks
 
@@ -238,6 +238,8 @@ def _resolve(scn: Scenario) -> Resolved:
         if model is not None and getattr(model, "n_experts", 0):
             check_hot_shares(src, scn.routing.policy, routing, model.n_experts,
                              routing.top_k or model.top_k)
+        limit = node_limit_warning(routing, layout, scn.gpus_per_node)
+        warns = [*warns, *([limit] if limit else [])]
 
     device = compute = None
     name = scn.cluster.device or getattr(topo, "device", None)
@@ -251,4 +253,9 @@ def _resolve(scn: Scenario) -> Resolved:
     if compute_model_from_dict is not None and device is not None:
         compute = compute_model_from_dict(dict(scn.compute), src, device)
         device = calibrated_device(device, compute, scn)
+    if device is not None:
+        check_sms(src, scn, device)
+    prec = dict(scn.compute).get("precision")
+    if model is not None and prec in ("bf16", "fp8") and getattr(model, "precision", prec) != prec:
+        model = dataclasses.replace(model, precision=prec)   # the FP8 recipe's kernels
     return Resolved(scn, layout, tuple(warns), topo, model, routing, device, compute)

@@ -36,11 +36,13 @@ import numpy as np
 from moesim.compute.base import Kernel
 from moesim.model.costs import (
     attention_kernels,
+    backward_part,
     expert_kernels,
     router_kernels,
     shared_expert_kernels,
 )
 
+GEMM_KINDS = ("gemm", "grouped_gemm", "kgrouped_gemm")
 PHASE_RE = re.compile(r"(attn|mlp|dispatch|combine)\(([FBW])\)")
 COMPARED = ("per layer and phase (attn/mlp × F/B/W): GEMM kernel time and attention "
             "kernel time, priced by the compute model with balanced routing; span, busy "
@@ -56,19 +58,22 @@ NO_PAIR = ("per layer and phase (attn/mlp × F/B/W): GEMM kernel time and attent
 def part_kernels(spec: Any, part: str, pss: str, tokens: int, seq_len: int,
                  ep: int) -> tuple[list[Kernel], list[Kernel]]:
     """(GEMM kernels, attention kernels) one layer's ``part`` runs in pass ``pss`` on
-    one rank."""
+    one rank: the pass's own kernels (``F`` forward, ``B`` dgrad, ``W`` wgrad:
+    :func:`moesim.model.costs.backward_part`), so each GEMM is priced in its pass's
+    layout and the attention backward with its pre/post-processing kernels."""
+    phase = "fwd" if pss == "F" else "bwd"
     if part == "attn":
-        fwd = attention_kernels(spec, tokens, seq_len, 1, "fwd") + router_kernels(spec, tokens)
-        gemms = [k for k in fwd if k.m > 0 and k.name not in ("attention", "router_topk")]
-        if pss == "W":
-            return gemms, []
-        core = attention_kernels(spec, tokens, seq_len, 1, "fwd" if pss == "F" else "bwd")
-        return gemms, [k for k in core if k.name in ("attention", "attention_bwd")]
-    local = max(spec.n_experts // max(ep, 1), 1)
-    rows = tokens * spec.top_k * ep // max(spec.n_experts, 1)   # per expert, balanced
-    ks = [k for _ in range(local) for k in expert_kernels(spec, rows)]
-    ks += shared_expert_kernels(spec, tokens, 1)
-    return [k for k in ks if k.m > 0], []
+        ks = attention_kernels(spec, tokens, seq_len, 1, phase) + router_kernels(spec, tokens,
+                                                                                 phase)
+    else:
+        local = max(spec.n_experts // max(ep, 1), 1)
+        rows = tokens * spec.top_k * ep // max(spec.n_experts, 1)   # per expert, balanced
+        ks = [k for _ in range(local) for k in expert_kernels(spec, rows, phase)]
+        ks += shared_expert_kernels(spec, tokens, 1, phase)
+    if pss != "F":
+        ks = backward_part(ks, pss)
+    return ([k for k in ks if k.kind in GEMM_KINDS],
+            [k for k in ks if k.kclass == "attention"])
 
 
 class ForwardFit:
@@ -89,9 +94,9 @@ class ForwardFit:
         """Core attention and GEMMs (``m > 0``) at the fitted rates; any other kernel
         (norms, permutes, the optimizer: what the forward GEMMs say nothing about) from
         ``fallback`` (the scenario's compute model) when given, else at the GEMM rate."""
-        if k.name in ("attention", "attention_bwd"):
+        if k.kind in ("attn_fwd", "attn_bwd"):
             return k.flops / self.attention_flops_per_s
-        if k.m > 0 or self.fallback is None:
+        if k.kind in GEMM_KINDS or self.fallback is None:
             return k.flops / self.gemm_flops_per_s
         return self.fallback.time_s(k)
 
