@@ -98,10 +98,8 @@ def expert_recompute(spec: ModelSpec, layer: int, mods: frozenset[str],
     for n in expert_tokens:
         if n <= 0:
             continue
-        if whole:
-            t, f = price(n, lambda n=n: forward(n))
-        else:
-            t, f = price(n, lambda n=n: [k for k in forward(n) if k.name.endswith("_act")])
+        t, f = price(n, (lambda n=n: forward(n)) if whole else
+                     (lambda n=n: act_kernels(forward(n))))
         t_all += t
         f_all += f
     return t_all, f_all
