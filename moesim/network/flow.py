@@ -50,8 +50,8 @@ import numpy as np
 import simpy
 
 from moesim.network.base import LinkSet, checked_flow
-from moesim.network.incremental import affected_flows
-from moesim.network.maxmin import CAP_FLOOR, SMALL_PAIRS, maxmin_pairs
+from moesim.network.maxmin import SMALL_PAIRS
+from moesim.network.slots import PLAT, RATE, Slots
 
 #: absolute and relative tolerance (seconds, fraction of ``env.now``) within which
 #: flows predicted to finish are completed together in one step.
@@ -67,33 +67,6 @@ SolveHook = Callable[[float, np.ndarray, np.ndarray, np.ndarray], None]
 def _nonzero(mask: np.ndarray) -> np.ndarray:
     """Indices of the true entries of a 1-D bool array (np.flatnonzero, less overhead)."""
     return mask.nonzero()[0]
-
-
-class _Grow:
-    """A growable 1-D numpy array (amortized O(1) append of blocks)."""
-
-    def __init__(self, dtype: Any, fill: float = 0) -> None:
-        self.a = np.zeros(64, dtype=dtype)
-        self.fill = fill
-        self.n = 0
-
-    def extend(self, values: np.ndarray) -> None:
-        need = self.n + len(values)
-        if need > len(self.a):
-            new = np.full(max(need, 2 * len(self.a)), self.fill, dtype=self.a.dtype)
-            new[: self.n] = self.a[: self.n]
-            self.a = new
-        self.a[self.n:need] = values
-        self.n = need
-
-    @property
-    def v(self) -> np.ndarray:
-        return self.a[: self.n]
-
-    def compact(self, keep: np.ndarray) -> None:
-        kept = self.a[: self.n][keep]
-        self.a[: len(kept)] = kept
-        self.n = len(kept)
 
 
 class FlowNetwork:
@@ -119,25 +92,12 @@ class FlowNetwork:
             raise ValueError("links need capacity_Bps > 0 and latency_s >= 0 on every link")
         self._n_links = len(self._cap)
         self._routes: dict[tuple[str, str, int], np.ndarray] = {}
-        # per flow slot (a flow's bytes left are rem - rate * (t - tref) until its next change)
-        self._rem = _Grow(float)       # bytes left to send as of self._tref
-        self._tref = _Grow(float)      # time of the flow's last rate change, s
-        self._rate = _Grow(float)      # bytes/s since self._tref (0 once finished)
-        self._tfin = _Grow(float, np.inf)  # predicted time its last byte leaves (inf: none)
-        self._size = _Grow(float)      # bytes of the flow
-        self._plat = _Grow(float)      # sum of path latencies, s
-        self._start = _Grow(float)     # start time, s
-        self._group = _Grow(np.int64)  # transfer group id
-        self._alive = _Grow(bool)
-        # (flow slot, link) pairs of every flow in a slot, in slot order
-        self._pf = _Grow(np.int64)
-        self._pl = _Grow(np.int64)
+        self._slots = Slots(self._cap, self._lat)   # per-flow state, pairs, link counts
         self._pending: list[tuple[np.ndarray, float, int]] = []  # (path, bytes, group)
         self._groups: dict[int, list[Any]] = {}   # id -> [event, flows left, tag]
         self._next_group = 0
         self._version = 0
         self._kick_scheduled = False
-        self._done_bytes = np.zeros(self._n_links)  # bytes of flows compacted away
         self._record = record_series
         self._series: dict[int, list[tuple[float, float]]] = {}
         self._last_load = np.zeros(self._n_links)
@@ -184,13 +144,7 @@ class FlowNetwork:
 
     def link_bytes(self) -> np.ndarray:
         """Bytes carried so far per link (completed flows plus progress of running ones)."""
-        out = self._done_bytes.copy()
-        if self._pf.n:
-            now = float(self.env.now)
-            left = self._rem.v - self._rate.v * (now - self._tref.v)
-            sent = np.where(self._alive.v, self._size.v - left, self._size.v)
-            out += np.bincount(self._pl.v, weights=sent[self._pf.v], minlength=self._n_links)
-        return out
+        return self._slots.link_bytes(float(self.env.now))
 
     def series(self) -> dict[int, list[tuple[float, float]]]:
         """Per link id: (t_s, load_Bps) change points (only with ``record_series=True``)."""
@@ -198,7 +152,7 @@ class FlowNetwork:
 
     def active_flows(self) -> int:
         """Number of flows currently sending."""
-        return int(self._alive.v.sum())
+        return self._slots.n_alive
 
     # ---- mechanics -------------------------------------------------------------
     def _route(self, src: str, dst: str, key: int) -> np.ndarray:
@@ -221,72 +175,43 @@ class FlowNetwork:
 
     def _flush_pending(self, now: float) -> int:
         """Move queued flows into slots; returns the first new slot."""
-        first = self._rem.n
         if not self._pending:
-            return first
+            return self._slots.n
         paths, sizes, gids = zip(*self._pending, strict=True)
         self._pending = []
-        n_new = len(sizes)
-        size = np.asarray(sizes, dtype=float)
-        self._rem.extend(size)
-        self._size.extend(size)
-        self._rate.extend(np.zeros(n_new))
-        self._tref.extend(np.full(n_new, now))
-        self._tfin.extend(np.full(n_new, np.inf))
-        self._start.extend(np.full(n_new, now))
-        self._group.extend(np.asarray(gids, dtype=np.int64))
-        self._alive.extend(np.ones(n_new, dtype=bool))
-        lens = np.fromiter((len(p) for p in paths), dtype=np.int64, count=n_new)
-        local = np.repeat(np.arange(n_new, dtype=np.int64), lens)
-        links = np.concatenate(paths)
-        self._plat.extend(np.bincount(local, weights=self._lat[links], minlength=n_new))
-        self._pf.extend(local + first)
-        self._pl.extend(links)
-        return first
+        return self._slots.add(paths, sizes, gids, now)
 
     def _step(self) -> None:
         self._version += 1   # any wake-up timer set before this step is now stale
         now = float(self.env.now)
         first_new = self._flush_pending(now)
-        tfin = self._tfin.v
-        tol = FINISH_ATOL_S + FINISH_RTOL * abs(now)
-        if self._coalesce_rtol > 0:   # also flows whose remaining time is <= rtol x age
-            old_done = _nonzero(tfin[:first_new] - now
-                                      <= tol + self._coalesce_rtol * (now - self._start.v[:first_new]))
-        else:
-            old_done = _nonzero(tfin[:first_new] <= now + tol)
-        r_done = np.inf
-        if len(old_done):   # running flows that finish: their links are freed
-            r_done = float(self._rate.v[old_done].min())
-            self._complete(old_done)
-        has_new = False
-        if first_new < self._alive.n:
-            new_zero = first_new + _nonzero(self._size.v[first_new:] == 0.0)
-            if len(new_zero):   # zero bytes: delivered after the path latency alone
-                self._complete(new_zero)
-            has_new = bool(self._alive.v[first_new:].any())
-        if has_new or len(old_done):
-            self._solve(now, old_done, r_done, first_new if has_new else self._alive.n)
-        self._maybe_compact()
-        self._schedule_wake(now)
+        slots = self._slots
+        done, n_old, n_res, wake = slots.step(now, first_new, FINISH_ATOL_S + FINISH_RTOL * abs(now),
+                                              self._coalesce_rtol, self._incremental, SMALL_PAIRS)
+        if n_old:   # running flows that finished: delivered after their path latency
+            self._complete(done[:n_old])
+        if n_old < len(done):   # zero bytes: delivered after the path latency alone
+            self._complete(done[n_old:])
+        if n_res >= 0:
+            self.n_resolved += n_res
+            self.n_solves += 1
+            if self._record or self._on_solve is not None:
+                self._report(now)
+        slots.compact()
+        if wake < np.inf:
+            self.env.timeout(max(wake - now, 0.0)).callbacks.append(
+                partial(self._on_wake, self._version))
 
     def _complete(self, idx: np.ndarray) -> None:
-        self._alive.v[idx] = False
-        self._rate.v[idx] = 0.0
-        self._tfin.v[idx] = np.inf
         by_lat: dict[float, list[int]] = {}
-        for lat, g in zip(self._plat.v[idx].tolist(), self._group.v[idx].tolist(), strict=True):
+        plat, group = self._slots.f[PLAT, idx].tolist(), self._slots.group[idx].tolist()
+        for lat, g in zip(plat, group, strict=True):
             by_lat.setdefault(lat, []).append(g)
         for lat in sorted(by_lat):
             if lat == 0:
                 self._deliver(by_lat[lat], None)
             else:
                 self.env.timeout(lat).callbacks.append(partial(self._deliver, by_lat[lat]))
-
-    def _mask_pairs(self, idx: np.ndarray) -> np.ndarray:
-        mark = np.zeros(self._alive.n, dtype=bool)
-        mark[idx] = True
-        return mark[self._pf.v]
 
     def _deliver(self, gids: list[int], _ev: simpy.Event | None) -> None:
         finished = []
@@ -299,63 +224,13 @@ class FlowNetwork:
             entry = self._groups.pop(g)
             entry[0].succeed(entry[2])
 
-    def _maybe_compact(self) -> None:
-        alive = self._alive.v
-        n = len(alive)
-        if n < 64:
-            return
-        n_alive = int(np.count_nonzero(alive))
-        if n_alive * 2 > n:
-            return
-        keep_pair = alive[self._pf.v]
-        dead_p = ~keep_pair   # finished flows leave: credit their bytes to their links
-        self._done_bytes += np.bincount(self._pl.v[dead_p], weights=self._size.v[self._pf.v[dead_p]],
-                                        minlength=self._n_links)
-        new_id = np.cumsum(alive) - 1
-        pf = new_id[self._pf.v[keep_pair]]
-        self._pl.compact(keep_pair)
-        self._pf.compact(keep_pair)
-        self._pf.v[:] = pf
-        for arr in (self._rem, self._tref, self._rate, self._tfin, self._size, self._plat,
-                    self._start, self._group):
-            arr.compact(alive)
-        self._alive.compact(alive)
-
-    def _solve(self, now: float, done: np.ndarray, r_done: float, first_new: int) -> None:
-        """Re-rate after flows ``done`` (slots) finished and slots ``first_new:`` started."""
-        alive = self._alive.v
-        pf, pl = self._pf.v, self._pl.v   # all pairs, finished flows' too (they have rate 0)
-        rate = self._rate.v
-        keep = alive[pf]
-        aff = None
-        # a small problem is re-solved whole: cheaper than finding what it affects
-        if self._incremental and np.count_nonzero(keep) > SMALL_PAIRS:
-            changed = np.zeros(self._n_links, dtype=bool)
-            if len(done):
-                changed[pl[self._mask_pairs(done)]] = True
-            new = np.zeros(len(alive), dtype=bool)
-            new[first_new:] = alive[first_new:]
-            aff = affected_flows(pf, pl, self._cap, alive, rate, changed, r_done, new)
-        if aff is None:
-            idx = alive.nonzero()[0]
-            got = maxmin_pairs(pf[keep], pl[keep], len(alive), self._cap)[idx]
-        else:
-            aff_p = aff[pf]
-            others = np.where(aff, 0.0, rate)   # finished flows have rate 0
-            load = np.bincount(pl, weights=others[pf], minlength=self._n_links)
-            residual = np.maximum(self._cap - load, self._cap * CAP_FLOOR)
-            idx = _nonzero(aff)
-            got = maxmin_pairs(pf[aff_p], pl[aff_p], len(alive), residual)[idx]
-        # bring the re-rated flows' bytes left up to now, then predict their finish
-        rem = self._rem.v[idx] - rate[idx] * (now - self._tref.v[idx])
-        self._rem.v[idx] = rem
-        self._tref.v[idx] = now
-        rate[idx] = got
-        self._tfin.v[idx] = now + rem / got   # got > 0: every used link has capacity > 0
-        self.n_resolved += len(idx)
-        self.n_solves += 1
-        if self._record or self._on_solve is not None:
-            pf, pl = pf[keep], pl[keep]
+    def _report(self, now: float) -> None:
+        """Per-link load change points and the ``on_solve`` hook, after a solve."""
+        slots = self._slots
+        rate = slots.f[RATE, :slots.n]
+        pf, pl = slots.pf[:slots.np], slots.pl[:slots.np]
+        keep = slots.alive[:slots.n][pf]
+        pf, pl = pf[keep], pl[keep]
         if self._record:
             load = np.bincount(pl, weights=rate[pf], minlength=self._n_links)
             for link in _nonzero(load != self._last_load).tolist():
@@ -363,11 +238,3 @@ class FlowNetwork:
             self._last_load = load
         if self._on_solve is not None:
             self._on_solve(now, pf, pl, rate.copy())
-
-    def _schedule_wake(self, now: float) -> None:
-        if not self._tfin.n:
-            return
-        t = float(self._tfin.v.min())   # inf when nothing is sending
-        if t < np.inf:
-            self.env.timeout(max(t - now, 0.0)).callbacks.append(
-                partial(self._on_wake, self._version))

@@ -1,16 +1,23 @@
-"""Which flows a change can re-rate (pure numpy, no simpy): the exact incremental
-re-solve of :class:`moesim.network.flow.FlowNetwork`.
+"""Which flows a change can re-rate, and their re-solve (pure numpy, no simpy): the
+exact incremental re-solve of :class:`moesim.network.flow.FlowNetwork`.
 
 Max-min (progressive filling) freezes flows in increasing order of rate. When flows
 of rate >= r leave, or flows join that are guaranteed at least r, the filling below
 level r is unchanged, so every flow slower than r keeps its rate. The flows that can
 change are the new ones plus those at >= r connected to a changed link through links
 shared with other such flows; they are re-solved on the capacity the others leave.
+
+The closure is walked from the changed links over a link -> running flows index, so an event
+costs work in the links and flows it reaches, not in all (flow, link) pairs.
+:func:`solve` is the numpy implementation; :func:`moesim.network.kernels.solve` the
+compiled one, with the same floating-point operations in the same order.
 """
 
 from __future__ import annotations
 
 import numpy as np
+
+from moesim.network.maxmin import CAP_FLOOR, maxmin_pairs
 
 #: flows within this relative margin of the change threshold are candidates too
 THRESHOLD_MARGIN = 1e-6
@@ -19,65 +26,84 @@ THRESHOLD_MARGIN = 1e-6
 #: (exact too; finding the affected subset would cost more than it saves)
 FULL_FRACTION = 0.9
 
-#: candidate (flow, link) pairs up to which the closure is walked in plain Python
-SMALL_CLOSURE = 256
+
+def ranges(starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
+    """The concatenation of ``arange(starts[i], ends[i])`` over i (int64)."""
+    lens = ends - starts
+    total = int(lens.sum())
+    if total == 0:
+        return np.zeros(0, dtype=np.int64)
+    offs = np.repeat(starts - (np.cumsum(lens) - lens), lens)
+    return offs + np.arange(total, dtype=np.int64)
 
 
-def affected_flows(pf: np.ndarray, pl: np.ndarray, capacity_Bps: np.ndarray, alive: np.ndarray,
-               rate: np.ndarray, changed: np.ndarray, r_done: float,
-               new: np.ndarray) -> np.ndarray | None:
-    """Flows whose rate may change (bool per flow slot; None: re-solve all); all others
-    keep their rate. ``pf``/``pl``: (flow, link) pairs (finished flows' may be there:
-    they are not ``alive``); ``rate``: current rates; ``changed``: links freed by the
-    flows that finished (updated in place); ``r_done``: the smallest rate among those
-    (inf if none); ``new``: flows that start now.
+def link_index(pf: np.ndarray, pl: np.ndarray, alive: np.ndarray,
+               n_links: int) -> tuple[np.ndarray, np.ndarray]:
+    """(lptr, lslot): the running flows crossing link l are ``lslot[lptr[l]:lptr[l+1]]``,
+    in slot order (flows that finish later stay listed; they are not ``alive``)."""
+    keep = alive[pf]
+    pl = pl[keep]
+    lptr = np.zeros(n_links + 1, dtype=np.int64)
+    np.cumsum(np.bincount(pl, minlength=n_links), out=lptr[1:])
+    return lptr, pf[keep][np.argsort(pl, kind="stable")]
 
-    Max-min freezes flows in increasing order of rate, and a change at rate r
-    (a flow of rate r leaving, or a flow joining that will get at least r) leaves
-    the rounds below r untouched: flows slower than r keep their rates. The
-    affected flows are the new ones plus those at >= r reachable from the
-    changed links through links shared with other such flows.
-    """
-    threshold = r_done
-    if new.any():
-        # a new flow gets at least min over its links of capacity / flows there
-        on_new = new[pf]
-        cnt = np.bincount(pl, weights=alive[pf], minlength=len(capacity_Bps))
-        lb = float(np.min(capacity_Bps[pl[on_new]] / cnt[pl[on_new]]))
-        threshold = min(threshold, lb)
-        changed[pl[on_new]] = True
-    cand = (alive & (rate >= threshold * (1.0 - THRESHOLD_MARGIN))) | new
-    if np.count_nonzero(cand) >= FULL_FRACTION * np.count_nonzero(alive):
-        return None
-    cand_p = cand[pf]
-    f, ln = pf[cand_p], pl[cand_p]
-    affected = new.copy()
-    if f.size <= SMALL_CLOSURE:   # same closure, walked in plain Python
-        flow_links: dict[int, list[int]] = {}
-        link_flows: dict[int, list[int]] = {}
-        for fi, li in zip(f.tolist(), ln.tolist(), strict=True):
-            flow_links.setdefault(fi, []).append(li)
-            link_flows.setdefault(li, []).append(fi)
-        stack = [li for li in link_flows if changed[li]]
-        seen = set(stack)
-        hit = set()
-        while stack:
-            for fi in link_flows[stack.pop()]:
-                if fi not in hit:
-                    hit.add(fi)
-                    for li in flow_links[fi]:
-                        if li not in seen:
-                            seen.add(li)
-                            stack.append(li)
-        affected[list(hit)] = True
-        return affected
-    while f.size:   # the same closure, vectorized
-        on = changed[ln]
-        if not on.any():
-            break
-        affected[f[on]] = True
-        take = affected[f]
-        changed[ln[take]] = True     # every link of an affected flow is changed
-        keep = ~take
-        f, ln = f[keep], ln[keep]
-    return affected
+
+def solve(now: float, pstart: np.ndarray, pf: np.ndarray, pl: np.ndarray, lptr: np.ndarray | None,
+          lidx: np.ndarray | None, cap: np.ndarray, alive: np.ndarray, rate: np.ndarray,
+          rem: np.ndarray, tref: np.ndarray, tfin: np.ndarray, lcnt: np.ndarray,
+          done: np.ndarray, first_new: int, r_done: float, n_alive: int,
+          whole: bool) -> np.ndarray:
+    """Re-rate after slots ``done`` finished and alive slots ``first_new:`` started;
+    updates rate, rem, tref and tfin of the re-rated slots and returns them (sorted).
+
+    Flow slot s crosses links ``pl[pstart[s]:pstart[s+1]]`` (pairs in slot order,
+    ``pf`` the slot of each pair); ``lcnt``: running flows per link; ``whole``:
+    re-solve every running flow, else only those the change can affect (the
+    link -> flows index ``lptr``/``lidx`` of :func:`link_index` is then needed)."""
+    n = len(alive)
+    cap_used = cap
+    if not whole:
+        is_new = np.zeros(n, dtype=bool)
+        is_new[first_new:] = alive[first_new:]
+        new = np.flatnonzero(is_new)
+        threshold = r_done
+        if len(new):   # a new flow gets at least min over its links of capacity / flows there
+            nl = pl[ranges(pstart[new], pstart[new + 1])]
+            threshold = min(threshold, float(np.min(cap[nl] / lcnt[nl])))
+        cand = alive & (rate >= threshold * (1.0 - THRESHOLD_MARGIN))
+        cand |= is_new
+        if np.count_nonzero(cand) >= FULL_FRACTION * n_alive:
+            whole = True
+        else:
+            start = np.concatenate((done, new))
+            seen = np.zeros(len(cap), dtype=bool)
+            frontier = np.unique(pl[ranges(pstart[start], pstart[start + 1])])
+            seen[frontier] = True
+            hit = np.zeros(n, dtype=bool)
+            while frontier.size:   # breadth-first over links shared by candidates
+                fl = lidx[ranges(lptr[frontier], lptr[frontier + 1])]
+                fl = np.unique(fl[cand[fl] & ~hit[fl]])
+                if not fl.size:
+                    break
+                hit[fl] = True
+                ln = pl[ranges(pstart[fl], pstart[fl + 1])]
+                frontier = np.unique(ln[~seen[ln]])
+                seen[frontier] = True
+            idx = np.flatnonzero(hit)
+            links = np.flatnonzero(seen)
+            lens = lptr[links + 1] - lptr[links]
+            fs = lidx[ranges(lptr[links], lptr[links + 1])]
+            # the capacity the others leave, summed in slot (= pair) order per link
+            load = np.bincount(np.repeat(links, lens), weights=np.where(hit[fs], 0.0, rate[fs]),
+                               minlength=len(cap))
+            cap_used = np.maximum(cap - load, cap * CAP_FLOOR)
+    if whole:
+        idx = np.flatnonzero(alive)
+    sub = ranges(pstart[idx], pstart[idx + 1])
+    got = maxmin_pairs(pf[sub], pl[sub], n, cap_used)[idx]
+    r = rem[idx] - rate[idx] * (now - tref[idx])
+    rem[idx] = r
+    tref[idx] = now
+    rate[idx] = got
+    tfin[idx] = now + r / got   # got > 0: every used link has capacity > 0
+    return idx

@@ -1,0 +1,322 @@
+"""numba-compiled inner loops of the flow model (loaded by :mod:`moesim.network.jit`).
+
+Each function does, loop by loop, the floating-point operations of its numpy
+counterpart in the same order, so both give the same bits (tests run both):
+
+* :func:`maxmin_segments` = :func:`moesim.network.maxmin.maxmin_pairs` (progressive
+  filling by rounds of local bottlenecks) on flows given as pair ranges;
+* :func:`solve` = one re-rate of :class:`moesim.network.flow.FlowNetwork`: the
+  choice between a whole and an incremental re-solve, the affected closure
+  walked from the changed links over a link -> flows index (only the links and flows
+  it reaches), the capacity the unaffected flows leave on those links (summed in pair
+  order, as ``np.bincount`` does), the max-min rounds, and the per-flow state update;
+* :func:`link_index`, :func:`due` and :func:`earliest`: the link -> running flows
+  index (a stable counting sort), the flows due to finish, and the next finish time.
+
+Workspace arrays (per link or per flow slot) are passed in zeroed and left zeroed, so
+a call costs work in what it touches, not in the size of the network.
+No moesim imports (the constants come in as arguments): no import cycle.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import njit
+
+
+@njit(cache=True, nogil=True)
+def maxmin_segments(seg_start, seg_end, pl, cap, out, cap_floor, sat_fac,
+                    cnt, share, frozen, bad, added):
+    """Max-min rate of flow i crossing links ``pl[seg_start[i]:seg_end[i]]``, into
+    ``out[i]``; flows in the order numpy's solver sees them (sorted by flow id).
+    ``cnt`` (int), ``share``, ``frozen``, ``added`` (float), ``bad`` (bool): per-link
+    workspaces, zero on entry and on return."""
+    nf = seg_start.shape[0]
+    act = np.arange(nf)
+    fmin = np.empty(nf)
+    n_pairs = 0
+    for i in range(nf):
+        n_pairs += seg_end[i] - seg_start[i]
+    used = np.empty(n_pairs, dtype=np.int64)
+    n_act = nf
+    while n_act > 0:
+        n_used = 0
+        for a in range(n_act):
+            i = act[a]
+            for k in range(seg_start[i], seg_end[i]):
+                lk = pl[k]
+                if cnt[lk] == 0:
+                    used[n_used] = lk
+                    n_used += 1
+                cnt[lk] += 1
+        for u in range(n_used):
+            lk = used[u]
+            c = cap[lk]
+            x = c - frozen[lk]
+            y = c * cap_floor
+            share[lk] = (x if x >= y else y) / cnt[lk]
+        for a in range(n_act):
+            i = act[a]
+            m = np.inf
+            for k in range(seg_start[i], seg_end[i]):
+                s = share[pl[k]]
+                if s < m:
+                    m = s
+            fmin[a] = m
+            lim = m * sat_fac
+            for k in range(seg_start[i], seg_end[i]):
+                if share[pl[k]] > lim:
+                    bad[pl[k]] = True
+        n_keep = 0
+        for a in range(n_act):
+            i = act[a]
+            m = fmin[a]
+            frz = False
+            for k in range(seg_start[i], seg_end[i]):
+                if not bad[pl[k]]:
+                    frz = True
+                    break
+            if frz:
+                out[i] = m
+                for k in range(seg_start[i], seg_end[i]):
+                    added[pl[k]] += m
+            else:
+                act[n_keep] = i
+                n_keep += 1
+        for u in range(n_used):
+            lk = used[u]
+            frozen[lk] += added[lk]
+            added[lk] = 0.0
+            cnt[lk] = 0
+            bad[lk] = False
+        n_act = n_keep
+    for i in range(nf):
+        for k in range(seg_start[i], seg_end[i]):
+            frozen[pl[k]] = 0.0
+
+
+@njit(cache=True, nogil=True)
+def link_index(pf, pl, alive, n_links):
+    """(lptr, lslot): the running flows crossing link l are lslot[lptr[l]:lptr[l+1]],
+    in slot order (a stable counting sort of the running flows' pairs)."""
+    lptr = np.zeros(n_links + 1, dtype=np.int64)
+    m = 0
+    for k in range(pl.shape[0]):
+        if alive[pf[k]]:
+            lptr[pl[k] + 1] += 1
+            m += 1
+    for lk in range(n_links):
+        lptr[lk + 1] += lptr[lk]
+    fill = lptr[:-1].copy()
+    lslot = np.empty(m, dtype=np.int64)
+    for k in range(pl.shape[0]):
+        if alive[pf[k]]:
+            lk = pl[k]
+            lslot[fill[lk]] = pf[k]
+            fill[lk] += 1
+    return lptr, lslot
+
+
+@njit(cache=True, nogil=True)
+def due(tfin, start, first, now, tol, rtol):
+    """Slots < ``first`` whose predicted finish is within ``tol`` of ``now`` (with
+    ``rtol`` > 0 also those whose time left is within rtol x their age)."""
+    out = np.empty(first, dtype=np.int64)
+    n = 0
+    if rtol > 0:
+        for s in range(first):
+            if tfin[s] - now <= tol + rtol * (now - start[s]):
+                out[n] = s
+                n += 1
+    else:
+        lim = now + tol
+        for s in range(first):
+            if tfin[s] <= lim:
+                out[n] = s
+                n += 1
+    return out[:n]
+
+
+@njit(cache=True, nogil=True)
+def earliest(tfin):
+    """min(tfin) (inf when empty)."""
+    m = np.inf
+    for s in range(tfin.shape[0]):
+        if tfin[s] < m:
+            m = tfin[s]
+    return m
+
+
+@njit(cache=True, nogil=True)
+def solve(now, pstart, pf, pl, lptr, lidx, cap, alive, rate, rem, tref, tfin, lcnt,
+          done, first_new, r_done, n_alive, whole, full_fraction, margin, cap_floor, sat_fac,
+          hit, seen, res, cnt, share, frozen, bad, added):
+    """Re-rate after slots ``done`` finished and alive slots ``first_new:`` started.
+
+    ``whole``: re-solve every running flow (else the incremental rule decides, with
+    ``full_fraction`` and ``margin`` as in :mod:`moesim.network.incremental`). Updates
+    rate, rem, tref and tfin of the re-rated slots and returns them (sorted)."""
+    n = alive.shape[0]
+    aff = np.empty(0, dtype=np.int64)
+    links = np.empty(0, dtype=np.int64)
+    if not whole:
+        threshold = r_done
+        has_new = False
+        for s in range(first_new, n):
+            if alive[s]:
+                has_new = True
+                for k in range(pstart[s], pstart[s + 1]):
+                    lb = cap[pl[k]] / lcnt[pl[k]]
+                    if lb < threshold:
+                        threshold = lb
+        thr = threshold * (1.0 - margin)
+        n_cand = 0
+        for s in range(first_new):
+            if alive[s] and rate[s] >= thr:
+                n_cand += 1
+        for s in range(first_new, n):
+            if alive[s]:
+                n_cand += 1
+        if n_cand >= full_fraction * n_alive:
+            whole = True
+        else:
+            stack = np.empty(16, dtype=np.int64)
+            n_stack = 0
+            seen_l = np.empty(16, dtype=np.int64)
+            n_seen = 0
+            for j in range(done.shape[0] + (n - first_new if has_new else 0)):
+                s = done[j] if j < done.shape[0] else first_new + j - done.shape[0]
+                if j >= done.shape[0] and not alive[s]:
+                    continue
+                for k in range(pstart[s], pstart[s + 1]):
+                    lk = pl[k]
+                    if not seen[lk]:
+                        seen[lk] = True
+                        if n_seen == seen_l.shape[0]:
+                            seen_l = np.concatenate((seen_l, np.empty(n_seen, dtype=np.int64)))
+                            stack = np.concatenate((stack, np.empty(n_seen, dtype=np.int64)))
+                        seen_l[n_seen] = lk
+                        n_seen += 1
+                        stack[n_stack] = lk
+                        n_stack += 1
+            hits = np.empty(16, dtype=np.int64)
+            n_hit = 0
+            while n_stack > 0:
+                n_stack -= 1
+                lk = stack[n_stack]
+                for q in range(lptr[lk], lptr[lk + 1]):
+                    s = lidx[q]
+                    if hit[s] or not alive[s] or (s < first_new and rate[s] < thr):
+                        continue
+                    hit[s] = True
+                    if n_hit == hits.shape[0]:
+                        hits = np.concatenate((hits, np.empty(n_hit, dtype=np.int64)))
+                    hits[n_hit] = s
+                    n_hit += 1
+                    for k in range(pstart[s], pstart[s + 1]):
+                        l2 = pl[k]
+                        if not seen[l2]:
+                            seen[l2] = True
+                            if n_seen == seen_l.shape[0]:
+                                seen_l = np.concatenate((seen_l, np.empty(n_seen, dtype=np.int64)))
+                                stack = np.concatenate((stack, np.empty(n_seen, dtype=np.int64)))
+                            seen_l[n_seen] = l2
+                            n_seen += 1
+                            stack[n_stack] = l2
+                            n_stack += 1
+            aff = np.sort(hits[:n_hit])
+            links = seen_l[:n_seen]
+            # capacity the unaffected flows leave, summed in pair order (np.bincount's)
+            for u in range(n_seen):
+                lk = links[u]
+                load = 0.0
+                for q in range(lptr[lk], lptr[lk + 1]):
+                    s = lidx[q]
+                    if not hit[s]:
+                        load += rate[s]
+                c = cap[lk]
+                x = c - load
+                y = c * cap_floor
+                res[lk] = x if x >= y else y
+            for u in range(n_hit):
+                hit[aff[u]] = False
+            for u in range(n_seen):
+                seen[links[u]] = False
+    if whole:
+        m = 0
+        for s in range(n):
+            if alive[s]:
+                m += 1
+        aff = np.empty(m, dtype=np.int64)
+        m = 0
+        for s in range(n):
+            if alive[s]:
+                aff[m] = s
+                m += 1
+    got = np.empty(aff.shape[0])
+    maxmin_segments(pstart[aff], pstart[aff + 1], pl, cap if whole else res, got,
+                    cap_floor, sat_fac, cnt, share, frozen, bad, added)
+    for u in range(links.shape[0]):
+        res[links[u]] = 0.0
+    for u in range(aff.shape[0]):
+        s = aff[u]
+        r = rem[s] - rate[s] * (now - tref[s])
+        rem[s] = r
+        tref[s] = now
+        rate[s] = got[u]
+        tfin[s] = now + r / got[u]
+    return aff
+
+
+@njit(cache=True, nogil=True)
+def step(now, first_new, tol, rtol, f, alive, pstart, pf, pl, lptr, lidx, index_ok, cap, lcnt,
+         counts, incremental, small_pairs, full_fraction, margin, cap_floor, sat_fac,
+         hit, seen, res, cnt, share, frozen, bad, added):
+    """One event of :class:`moesim.network.slots.Slots` (its ``_step_numpy``, compiled):
+    returns (finished slots: due then zero-byte new, number due, rates re-solved or -1,
+    next finish time, lptr, lidx, index valid)."""
+    n = alive.shape[0]
+    rem, tref, rate, tfin, size, start = f[0], f[1], f[2], f[3], f[4], f[6]
+    old = due(tfin, start, first_new, now, tol, rtol)
+    r_done = np.inf
+    for u in range(old.shape[0]):
+        if rate[old[u]] < r_done:
+            r_done = rate[old[u]]
+    n_zero = 0
+    for s in range(first_new, n):
+        if size[s] == 0.0:
+            n_zero += 1
+    done = np.empty(old.shape[0] + n_zero, dtype=np.int64)
+    done[:old.shape[0]] = old
+    j = old.shape[0]
+    for s in range(first_new, n):
+        if size[s] == 0.0:
+            done[j] = s
+            j += 1
+    for u in range(done.shape[0]):
+        s = done[u]
+        alive[s] = False
+        rate[s] = 0.0
+        tfin[s] = np.inf
+        for k in range(pstart[s], pstart[s + 1]):
+            lcnt[pl[k]] -= 1
+        counts[0] -= 1
+        counts[1] -= pstart[s + 1] - pstart[s]
+    has_new = False
+    if counts[0] > 0:
+        for s in range(first_new, n):
+            if alive[s]:
+                has_new = True
+                break
+    n_res = -1
+    if has_new or old.shape[0] > 0:
+        whole = not (incremental and counts[1] > small_pairs)
+        if not whole and (not index_ok or 2 * counts[1] < lidx.shape[0]):
+            lptr, lidx = link_index(pf, pl, alive, cap.shape[0])
+            index_ok = True
+        aff = solve(now, pstart, pf, pl, lptr, lidx, cap, alive, rate, rem, tref, tfin, lcnt,
+                    old, first_new if has_new else n, r_done, counts[0], whole, full_fraction,
+                    margin, cap_floor, sat_fac, hit, seen, res, cnt, share, frozen, bad, added)
+        n_res = aff.shape[0]
+    wake = earliest(tfin) if counts[0] > 0 else np.inf
+    return done, old.shape[0], n_res, wake, lptr, lidx, index_ok
