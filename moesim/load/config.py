@@ -155,7 +155,7 @@ def load_from_dict(d: Any, source: str, seed: int = 0, base: str = ".") -> LoadC
     for k in d:
         if k not in KEYS:
             raise InputError(source, f"load.{k}", f"one of the load keys {list(KEYS)}", k)
-    a = dict(d.get("arrival") or {"kind": "poisson"})
+    a = {"kind": "poisson", **dict(d.get("arrival") or {})}
     if a.get("kind") not in arr.KINDS:
         raise InputError(source, "load.arrival.kind", f"one of {list(arr.KINDS)}",
                          a.get("kind"))
