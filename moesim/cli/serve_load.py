@@ -58,7 +58,8 @@ def run_load_cmd(args, res, cfg) -> int:
         n[0] += 1
         say(f"surface point {n[0]}: {kw}")
 
-    costs = EngineStepCosts(res, cfg, cache=not args.no_cache, progress=point)
+    costs = EngineStepCosts(res, cfg, cache=not args.no_cache, progress=point,
+                            **load_cfg.surface)
     surf = {"points": costs.sims, "from_cache": costs.from_cache,
             "build_cpu_s": costs.build_s, "key": costs.key()}
     if args.check_surface:

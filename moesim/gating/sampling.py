@@ -237,7 +237,9 @@ def sample_counts_fast(rng: np.random.Generator, n: np.ndarray, pi: np.ndarray,
     out = np.zeros(p.shape, dtype=np.int64)
     if small.any():
         out[small] = rng.binomial(np.broadcast_to(n[:, None], p.shape)[small], p[small])
-    if sparse.any():      # no Gaussian entry to absorb the total: drawn exactly
+    if sparse.all():      # no Gaussian entry to absorb the total: drawn exactly
+        return _sparse_counts(rng, n, p, k)
+    if sparse.any():
         rows = np.flatnonzero(sparse)
         out[rows] = _sparse_counts(rng, n[rows], p[rows], k)
     db = np.where(big, d, 0.0)
@@ -288,9 +290,9 @@ def _sparse_counts(rng: np.random.Generator, n: np.ndarray, p: np.ndarray, k: in
     r_, e_ = p.shape
     out = np.zeros((r_, e_), dtype=np.int64)
     span = k * TICKS
+    if bool(np.all(p == p[:1])):
+        return _pooled_counts(rng, n, to_ticks(p[0], k), k)
     step = max(1, (1 << 62) // span // SPARSE_GROUPS)     # rows per chunk: keys fit int64
-    shared = bool(np.all(p == p[:1]))
-    q1 = to_ticks(p[:1], k) if shared else None
     for lo in range(0, r_, step):
         hi = min(r_, lo + step)
         nn = n[lo:hi]
@@ -301,7 +303,7 @@ def _sparse_counts(rng: np.random.Generator, n: np.ndarray, p: np.ndarray, k: in
         part = nn[rows] // g[rows] + (j < nn[rows] % g[rows])
         ng = rows.shape[0]
         order = rng.permuted(np.broadcast_to(np.arange(e_), (ng, e_)), axis=1)
-        q = np.broadcast_to(q1, (ng, e_)) if shared else to_ticks(p[lo:hi], k)[rows]
+        q = to_ticks(p[lo:hi], k)[rows]
         ends = np.cumsum(np.take_along_axis(q, order, axis=1), axis=1)
         ends += np.arange(ng, dtype=np.int64)[:, None] * span
         grp = np.repeat(np.arange(ng), part)                     # each token's group
@@ -313,6 +315,33 @@ def _sparse_counts(rng: np.random.Generator, n: np.ndarray, p: np.ndarray, k: in
         out[lo:hi] = np.bincount(tok_row * e_ + expert,
                                  minlength=(hi - lo) * e_).reshape(hi - lo, e_)
     return out
+
+
+#: orders drawn per call when every row shares pi (:func:`_pooled_counts`)
+POOL_ORDERS = 256
+
+
+def _pooled_counts(rng: np.random.Generator, n: np.ndarray, q: np.ndarray, k: int
+                   ) -> np.ndarray:
+    """:func:`_sparse_counts` when every row shares the arcs ``q`` (E,): the call draws
+    ``POOL_ORDERS`` independent random circle orders and each token takes one of them at
+    random (so each token's k experts follow the design exactly; tokens sharing an order
+    are as tokens of one group), its point uniform. Cost O(POOL_ORDERS·E + tokens·k)."""
+    r_, e_ = n.shape[0], q.shape[0]
+    span = k * TICKS
+    tokens = int(n.sum())
+    if tokens == 0:
+        return np.zeros((r_, e_), dtype=np.int64)
+    pool = min(POOL_ORDERS, tokens)
+    order = rng.permuted(np.broadcast_to(np.arange(e_), (pool, e_)), axis=1)
+    ends = np.cumsum(q[order], axis=1)
+    ends += np.arange(pool, dtype=np.int64)[:, None] * span
+    which = rng.integers(0, pool, size=tokens)
+    u = rng.integers(0, TICKS, size=tokens, dtype=np.int64)
+    x = (u + which * span)[:, None] + np.arange(k, dtype=np.int64) * TICKS
+    arc = np.searchsorted(ends.ravel(), x.ravel(), side="right")
+    row = np.repeat(np.repeat(np.arange(r_), n), k)
+    return np.bincount(row * e_ + order.ravel()[arc], minlength=r_ * e_).reshape(r_, e_)
 
 
 def _same_rows(rng: np.random.Generator, n: np.ndarray, pi: np.ndarray, k: int

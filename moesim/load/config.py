@@ -15,6 +15,7 @@ load:
   kv_tokens: null                           # or: KV cache tokens per attention-DP rank
   prefill_groups: 1                         # disaggregated: groups in the prefill pool
   seed: 0                                   # default: the scenario's seed
+  surface: {batches: [1, 8, 64, 256], contexts: [128, 4096]}   # optional: the cost grid
 ```
 Defaults are vLLM's (vllm/config.py: ``gpu_memory_utilization`` 0.9, ``block_size`` 16,
 ``max_num_seqs`` 256, ``max_num_batched_tokens`` 2048 with chunked prefill).
@@ -38,7 +39,8 @@ from moesim.load.router import ROUTERS
 SCHEDULERS = ("vllm", "sarathi", "disaggregated")
 KEYS = ("arrival", "requests", "duration_s", "prompt_tokens", "output_tokens", "scheduler",
         "token_budget", "max_seqs", "block_size", "router", "kv_fraction", "kv_tokens",
-        "prefill_groups", "seed")
+        "prefill_groups", "seed", "surface")
+SURFACE_KEYS = ("batches", "contexts", "prompts", "prompt_lens")
 
 
 @dataclass(frozen=True)
@@ -57,6 +59,7 @@ class LoadConfig:
     kv_tokens: int | None = None
     prefill_groups: int = 1
     seed: int = 0
+    surface: dict = field(default_factory=dict)   # grid of the step-cost surface
     base: str = "."                      # folder relative file names are read from
     source: str = "<load>"
 
@@ -199,6 +202,20 @@ def load_from_dict(d: Any, source: str, seed: int = 0, base: str = ".") -> LoadC
         d["kv_fraction"] = _num(d["kv_fraction"], source, "load.kv_fraction", 0, strict=True)
         if d["kv_fraction"] > 1:
             raise InputError(source, "load.kv_fraction", "a share in (0, 1]", d["kv_fraction"])
+    sf = d.get("surface") or {}
+    if not isinstance(sf, dict):
+        raise InputError(source, "load.surface", f"a mapping with keys among "
+                         f"{list(SURFACE_KEYS)}", sf)
+    for k, v in sf.items():
+        if k not in SURFACE_KEYS:
+            raise InputError(source, f"load.surface.{k}", f"one of {list(SURFACE_KEYS)}", k)
+        if not isinstance(v, list | tuple) or not v:
+            raise InputError(source, f"load.surface.{k}", "a non-empty list of integers", v)
+        for x in v:
+            _num(x, source, f"load.surface.{k}", 1, integer=True)
+        if len(set(v)) != len(v):
+            raise InputError(source, f"load.surface.{k}", "distinct values", v)
+    d["surface"] = {k: tuple(int(x) for x in v) for k, v in sf.items()}
     if "seed" in d:
         d["seed"] = _num(d["seed"], source, "load.seed", 0, integer=True)
     else:
