@@ -27,7 +27,7 @@ from moesim.engine.breakdown import CATEGORIES, rank_breakdown
 from moesim.engine.fast.dp import RingCost, gradient_phase
 from moesim.engine.fast.dual import a2a_pair, dual_gradient_phase, run_dual_chain
 from moesim.engine.fast.links import LinkBytes
-from moesim.engine.fast.network import FastNetwork
+from moesim.engine.fast.network import EXACT_FLOW_BUDGET, FastNetwork
 from moesim.engine.fast.pipeline import Chain, RouteRec, all_pairs
 from moesim.engine.fast.spans import choose_span_ranks
 from moesim.engine.fast.stash import RecordStash
@@ -85,6 +85,7 @@ class Context:
         self._tp: dict[int, float] = {}
         self._cp: dict[tuple[int, str], float] = {}
         self._lut: dict[str, tuple[np.ndarray, np.ndarray]] = {}
+        self.exact_flows = 0    # flows the step would time flow by flow (simulate_fast)
 
     def expert_cost(self, local: np.ndarray, phase: str) -> tuple[np.ndarray, np.ndarray]:
         """(seconds, FLOP) of every (rank, expert) with ``local`` tokens; a lookup
@@ -350,6 +351,8 @@ def simulate_fast(res: Resolved, *, progress=None, span_ranks: int = 64,
     chains = _chains(lay)
     if dedup:
         chains = [c for c in chains if b.rmap.is_rep(c[0][0])]
+    ctx.exact_flows = ctx.net.exact_flow_estimate(chains, len(b.moe_layers), ctx.m)
+    ctx.net.exact_ok = ctx.exact_flows <= EXACT_FLOW_BUDGET
     acc = {k: np.zeros(world) for k in CATEGORIES if k != "idle"}
     end = np.zeros(world)
     send_end = np.zeros(world)
