@@ -22,7 +22,7 @@ BOUNDS = {
     "a2a_sharing": "Qwen3-235B-A22B on 256 H100 (TP2 PP8 VPP4 EP32 over 4 nodes, DeepEP) "
                    "cut to 64 GPUs (PP2 VPP2, 8 layers, 4 micro-batches; EP32 still over 4 "
                    "nodes) against the same step with every such all-to-all flow by flow: "
-                   "step within 1.3e-14 relative with DeepEP (the SM bound decides), "
+                   "step within 1.3e-16 relative with DeepEP (the SM bound decides), "
                    "within 3.4e-15 and every category within 0.02 % of the step with "
                    "NCCL all-to-alls (docs/fast-path.md)",
     "dualpipe": "DeepSeek-shaped PP2 DualPipe, EP16 over two H800 nodes, zipf 0.3: "
