@@ -21,8 +21,11 @@ Then (unless ``--no-validate``) the comparison with the simulated traced configu
 DualPipe F&B pair on the exact engine, ~1 min each): span, compute/communication
 stream busy time, exposed communication, and per phase the mean over the 4 layers of
 the GEMM, attention, dispatch/combine and GPU busy times, measured against two compute
-models: the H800 FP8 roofline (no calibration), and GEMM/attention rates fitted on the
-forward chunk only (``moesim validate --fit-forward``), predicting the backward.
+models: the scenario's (the kernel catalog on H800, the roofline for kernels it has no
+row for; no calibration), and GEMM/attention rates fitted on the forward chunk only
+(``moesim validate --fit-forward``), predicting the backward. Then the mean kernel time
+per layer by pass and kernel class (:mod:`moesim.validation.gpu.classes`) and the checks
+against issue 21's goals (PASS / MISS).
 Errors are (simulated - measured) / measured; nothing is tuned to the trace.
 """
 
@@ -35,11 +38,13 @@ import sys
 from moesim.errors import InputError
 from moesim.scenario import load_scenario
 from moesim.scenario.resolve import resolve
-from moesim.validation.gpu_pair import measured_streams, simulate_pair
-from moesim.validation.gpu_report import phase_table, text_report
-from moesim.validation.gpu_summary import summarize
-from moesim.validation.gpu_trace import load_gpu_trace
-from moesim.validation.gpu_validate import forward_fit, gpu_validate
+from moesim.validation.gpu.pair import measured_streams, simulate_pair
+from moesim.validation.gpu.report import phase_table, text_report
+from moesim.validation.gpu.summary import summarize
+from moesim.validation.gpu.trace import load_gpu_trace
+from moesim.validation.gpu.validate import forward_fit, gpu_validate
+from moesim.validation.gpu.classes import class_table
+from moesim.validation.gpu.classes import compare as compare_classes
 
 # DeepSeek-V3 Technical Report (arXiv:2412.19437) §3.2.2: "only 20 SMs are sufficient
 # to fully utilize the bandwidths of IB and NVLink" for the all-to-all kernels.
@@ -59,7 +64,8 @@ def compare(tr, g: dict, scenario: str) -> dict[str, dict]:
     fit = forward_fit(g, res.model, *args, fallback=res.compute)
     rank = g["rank"] if g["rank"] is not None else 0
     docs = {}
-    for name, model in (("roofline", res.compute), ("forward fit", fit)):
+    for name, model in ((getattr(res.compute, "name", "scenario"), res.compute),
+                        ("forward fit", fit)):
         if model is None:
             continue
         sim = simulate_pair(res, model, rank)
@@ -69,6 +75,38 @@ def compare(tr, g: dict, scenario: str) -> dict[str, dict]:
             docs[name]["forward_fit"] = {"gemm_flops_per_s": fit.gemm_flops_per_s,
                                          "attention_flops_per_s": fit.attention_flops_per_s}
     return docs
+
+
+#: issue 21's goals for the traced pair: span within 15 %; per-layer GEMM+attention
+#: kernel time median |error| <= 15 % in each of F, B, W; compute-stream busy time within
+#: 10 %; exposed communication within a factor of 2 of the trace's
+GOALS = {"span": 0.15, "gemm_attention": 0.15, "compute_busy": 0.10, "exposed_factor": 2.0}
+
+
+def checks(doc: dict) -> list[str]:
+    """The goal checks of one model's comparison, one line each, PASS or MISS."""
+    e, m, s = doc["error"], doc["measured"], doc["simulated"]
+    out = []
+
+    def line(what: str, value: str, ok: bool | None, goal: str) -> None:
+        mark = "n/a " if ok is None else ("PASS" if ok else "MISS")
+        out.append(f"  [{mark}] {what}: {value} (goal {goal})")
+
+    span = e["span_s"]
+    line("span", "n/a" if span is None else f"{span:+.1%}",
+         None if span is None else abs(span) <= GOALS["span"], "within 15 %")
+    for p, v in doc["median_abs_error_by_pass"].items():
+        line(f"GEMM+attention per layer, median |error| {p}", "n/a" if v is None else f"{v:.1%}",
+             None if v is None else v <= GOALS["gemm_attention"], "<= 15 %")
+    cb = (e["stream_busy_s"] or {}).get("compute")
+    line("compute streams busy", "n/a" if cb is None else f"{cb:+.1%}",
+         None if cb is None else abs(cb) <= GOALS["compute_busy"], "within 10 %")
+    me, se = m["exposed_comm_s"], s["exposed_comm_s"]
+    if me and se is not None:
+        f = se / me
+        line("exposed communication", f"{se * 1e3:.2f} ms vs {me * 1e3:.2f} ms ({f:.2f}x)",
+             1 / GOALS["exposed_factor"] <= f <= GOALS["exposed_factor"], "within 2x")
+    return out
 
 
 def _mean(rows: list) -> float | None:
@@ -144,6 +182,12 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps(g, indent=1))
         return 0
     print(text_report(g))
+    if docs:
+        res = resolve(load_scenario(args.scenario))
+        kc = compare_classes(tr, res, res.compute)
+        print(f"\nkernel time per layer by pass and class, {res.compute.name} "
+              f"({kc['layers_traced']} layers traced; simulated: one layer's kernels):")
+        print("\n".join(class_table(kc)))
     print("\nGPU span (first start to last end) of the kernels launched under each "
           "annotation, ms:")
     print("\n".join(phase_table(g, "gpu_span_s")))
@@ -164,8 +208,12 @@ def main(argv: list[str] | None = None) -> int:
         print(f"\n{args.path} vs {args.scenario} simulated (one rank's overlapped DualPipe "
               "F&B pair, layer ops only; error = (simulated - measured) / measured):")
         print("\n".join(comparison_table(docs)))
+        for name, d in docs.items():
+            print(f"checks against issue 21's goals, {name}:")
+            print("\n".join(checks(d)))
     return 0
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    from results_page import run_benchmark   # this folder
+    raise SystemExit(run_benchmark(main, "deepseek-profile", "DeepSeek's profile against moesim"))

@@ -2,6 +2,8 @@
 changed at a time: the table of docs/deepep.md ("DeepSeek-V3 on 2048 GPUs").
 
     python benchmarks/deepseek_settings.py            # six runs, ~4 min on 2 cores
+    python benchmarks/deepseek_settings.py --whatifs  # issue 21's sensitivity table
+    python benchmarks/deepseek_settings.py --whatifs --json after.json --before before.json
 
 Each row is ``moesim run scenarios/deepseek-v3-2048.yaml --no-files --json --quiet`` with
 the ``--set`` shown. Published: DeepSeek-V3 technical report (arXiv:2412.19437) §1,
@@ -33,6 +35,20 @@ SETTINGS = [
 ]
 
 
+#: issue 21's what-ifs (docs/deepep.md, "What-ifs ... before and after"): the questions a
+#: wrong compute/communication split answers wrongly. InfiniBand x2 doubles the NIC and
+#: the GPU-NIC PCIe link behind it (otherwise PCIe Gen5 x16, 63 GB/s, caps the NIC).
+WHATIFS = [
+    ("as shipped (DualPipe, DeepEP on 20 SMs, EP64)", []),
+    ("InfiniBand x2 (`cluster.params.nic_GBps=100 cluster.params.pcie_GBps=126`)",
+     ["cluster.params.nic_GBps=100", "cluster.params.pcie_GBps=126"]),
+    ("DeepEP on 32 SMs (`parallel.ep_backend.sms=32`)", ["parallel.ep_backend.sms=32"]),
+    ("EP32 (`parallel.ep=32`)", ["parallel.ep=32"]),
+    ("1F1B instead of DualPipe (`schedule.kind=1f1b overlap.kind=none`)",
+     ["schedule.kind=1f1b", "overlap.kind=none"]),
+]
+
+
 def run(sets: list[str]) -> dict:
     cmd = [sys.executable, "-m", "moesim", "run", SCENARIO, "--no-files", "--json", "--quiet"]
     for s in sets:
@@ -41,7 +57,53 @@ def run(sets: list[str]) -> dict:
     return json.loads(out)
 
 
+def whatifs(out_json: str | None, before_json: str | None) -> int:
+    """The what-if table: each setting's step and its change against as shipped, with the
+    compute / exposed-communication split; a before column from ``before_json``."""
+    rows = []
+    for label, sets in WHATIFS:
+        t0 = time.perf_counter()
+        d = run(sets)
+        b = d["breakdown_s"]
+        rows.append({"setting": label, "step_s": d["step_time_s"], "compute_s": b["compute"],
+                     "exposed_ep_s": b["ep_dispatch"] + b["ep_combine"],
+                     "bubble_s": b["bubble"], "stall_s": b["stall"]})
+        print(f"  {label}: {time.perf_counter() - t0:.0f} s", file=sys.stderr, flush=True)
+    if out_json:
+        with open(out_json, "w") as f:
+            json.dump(rows, f, indent=1)
+    before = {}
+    if before_json:
+        with open(before_json) as f:
+            before = {r["setting"]: r for r in json.load(f)}
+    base, base_b = rows[0]["step_s"], before.get(rows[0]["setting"], {}).get("step_s")
+    print("| setting | step (s) | vs shipped | compute (s) | exposed dispatch + combine (s) "
+          "| bubble (s) | stall (s) |" + (" before: step (s) | before: vs shipped | before: "
+                                          "compute (s) | before: exposed EP (s) |"
+                                          if before else ""))
+    print("|---|---|---|---|---|---|---|" + ("---|---|---|---|" if before else ""))
+    for r in rows:
+        cells = (f"| {r['setting']} | {r['step_s']:.2f} | {r['step_s'] / base - 1:+.1%} | "
+                 f"{r['compute_s']:.2f} | {r['exposed_ep_s']:.2f} | {r['bubble_s']:.2f} | "
+                 f"{r['stall_s']:.2f} |")
+        b = before.get(r["setting"])
+        if before:
+            cells += (" - | - | - | - |" if b is None else
+                      f" {b['step_s']:.2f} | {b['step_s'] / base_b - 1:+.1%} | "
+                      f"{b['compute_s']:.2f} | {b['exposed_ep_s']:.2f} |")
+        print(cells)
+    return 0
+
+
 def main() -> int:
+    import argparse
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--whatifs", action="store_true", help="issue 21's sensitivity table")
+    ap.add_argument("--json", help="with --whatifs: write the rows as JSON here")
+    ap.add_argument("--before", help="with --whatifs: rows JSON of an earlier revision")
+    args = ap.parse_args()
+    if args.whatifs:
+        return whatifs(args.json, args.before)
     print(f"published: {PUBLISHED_S:.2f} s per step (DeepSeek-V3 report §1, §4.2)",
           file=sys.stderr)
     print("| setting | step (s) | error vs published | compute, mean over ranks (s) | "
@@ -60,4 +122,5 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    from results_page import run_benchmark   # this folder
+    sys.exit(run_benchmark(main, "deepseek-settings", "DeepSeek-V3 on 2048 GPUs, one setting at a time"))

@@ -6,7 +6,7 @@
 
 ``--study DIR`` takes a folder written by ``benchmarks/record_sweep_study.py``
 (calibrate on every ``uniform-R``, sweep ``sweep``, validate every ``hot-R`` and
-``zipf-R``). The comparison is :func:`moesim.validation.shape_study.compare` (the same
+``zipf-R``). The comparison is :func:`moesim.validation.calibration.shape_study.compare` (the same
 code as ``moesim calibrate`` and ``moesim validate``); this prints, per phase, the
 median and the worst |error| over the recordings and ranks (error = median over the
 traced steps of (simulated − measured) / measured), the expert GEMMs by size, then
@@ -19,11 +19,11 @@ import argparse
 
 import numpy as np
 
-from moesim.validation.calibration import model_from_dict
-from moesim.validation.replay import kernel_of
-from moesim.validation.shape_fit import sweep_table
-from moesim.validation.shape_study import SWEPT, SWEPT_MEMORY, compare, study_dirs
-from moesim.validation.validate import PHASES
+from moesim.validation.calibration.model import model_from_dict
+from moesim.validation.calibration.shape_fit import sweep_table
+from moesim.validation.calibration.shape_study import SWEPT, SWEPT_MEMORY, compare, study_dirs
+from moesim.validation.cpu.replay import kernel_of
+from moesim.validation.cpu.validate import PHASES
 
 SHORT = {"forward_s": "forward", "backward_s": "backward", "dispatch_s": "dispatch",
          "experts_s": "experts", "combine_s": "combine"}
@@ -100,4 +100,7 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    import sys
+
+    from results_page import run_benchmark   # this folder
+    sys.exit(run_benchmark(main, "shape-sweep", "Skewed recordings with and without a shape sweep"))

@@ -21,11 +21,11 @@ import argparse
 import json
 from pathlib import Path
 
-from moesim.validation.calibrate import calibrate
-from moesim.validation.calibration import model_from_dict
-from moesim.validation.ingest import ingest
-from moesim.validation.noise import run_to_run_noise
-from moesim.validation.validate import PHASES, validate
+from moesim.validation.calibration.calibrate import calibrate
+from moesim.validation.calibration.model import model_from_dict
+from moesim.validation.cpu.ingest import ingest
+from moesim.validation.cpu.noise import run_to_run_noise
+from moesim.validation.cpu.validate import PHASES, validate
 
 SHORT = {"forward_s": "forward", "backward_s": "backward", "dispatch_s": "dispatch",
          "experts_s": "experts", "combine_s": "combine"}
@@ -105,4 +105,7 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    import sys
+
+    from results_page import run_benchmark   # this folder
+    sys.exit(run_benchmark(main, "validation", "Validation study: CPU recordings"))

@@ -7,6 +7,9 @@ Every command that writes files goes through here:
 - :func:`check_file_target` / :func:`check_dir_target`: before any long work, the
   output path can be written (no file where a folder must be, parent folder exists,
   names not too long, writable) and, unless ``force``, holds nothing of the user's;
+- :func:`claim`: a run folder belongs to one run at a time (a lock on
+  ``FOLDER/.moesim.lock`` held from the check before the work to the last rename); a
+  second run writing there at once fails in one line instead of both printing "wrote";
 - :func:`write_file` / :class:`Outputs`: every file is written to a temporary file in
   the same folder and renamed into place (``os.replace``), the destination is
   checked again at that moment, and the files of a run directory are put in place
@@ -23,6 +26,7 @@ import hashlib
 import json
 import os
 import re
+import socket
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -265,12 +269,93 @@ def owned_files(folder: Path) -> set[str]:
 
 
 def foreign_files(folder: Path) -> list[str]:
-    """Names in ``folder`` moesim did not write (left-over temporary files excepted)."""
+    """Names in ``folder`` moesim did not write (left-over temporary files and the lock
+    of a run writing there excepted)."""
     if not folder.is_dir():
         return []
-    own = owned_files(folder)
+    own = owned_files(folder) | {LOCK_NAME}
     return sorted(p.name for p in folder.iterdir()
                   if p.name not in own and not is_temporary(p.name))
+
+
+# ---------------------------------------------------------------- one run per folder
+
+#: the lock file of a run folder while a run is writing there
+LOCK_NAME = ".moesim.lock"
+
+
+@contextlib.contextmanager
+def claim(folder: str | Path, flag: str = "-o") -> Iterator[Path]:
+    """Hold ``folder`` (made if missing) for one run: a second :func:`claim` of it, from
+    this or any other process, raises InputError naming the holder until this one ends.
+
+    The lock is ``fcntl.flock`` on ``folder/.moesim.lock``: the kernel releases it when
+    the holder exits, so a killed run leaves no stale lock (its file is taken over). The
+    holder removes the file when done; a claimer that locked a file removed meanwhile
+    tries again, so two runs never hold two different files. Where ``fcntl`` is missing
+    (Windows) the file is created with ``O_CREAT | O_EXCL`` instead. A folder the claim
+    made and left empty is removed again."""
+    folder = Path(folder)
+    made = not folder.exists()
+    make_dir(folder)
+    path = folder / LOCK_NAME
+    fd = _lock(path, flag)
+    try:
+        yield folder
+    finally:
+        with contextlib.suppress(OSError):
+            path.unlink()
+        os.close(fd)
+        if made:
+            with contextlib.suppress(OSError):
+                folder.rmdir()      # only if empty: the run failed before writing
+
+
+def _holder(path: Path) -> str:
+    try:
+        text = path.read_text().strip()
+    except OSError:
+        text = ""
+    return f"in use by another moesim run ({text})" if text else "in use by another moesim run"
+
+
+def _busy(path: Path, flag: str) -> InputError:
+    return InputError(str(path.parent), flag, "a folder no other run is writing to at the "
+                      "same time (wait for it to finish or choose another -o)", _holder(path))
+
+
+def _lock(path: Path, flag: str) -> int:
+    me = f"pid {os.getpid()} on {socket.gethostname()}"
+    try:
+        import fcntl
+    except ImportError:        # no flock: the file itself is the lock
+        try:
+            fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o644)
+        except FileExistsError:
+            raise _busy(path, flag) from None
+        except OSError as err:
+            raise os_error(path, err) from None
+        os.write(fd, me.encode())
+        return fd
+    while True:
+        try:
+            fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        except OSError as err:
+            raise os_error(path, err) from None
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            os.close(fd)
+            raise _busy(path, flag) from None
+        try:
+            same = os.stat(path).st_ino == os.fstat(fd).st_ino
+        except FileNotFoundError:
+            same = False
+        if same:            # else the holder removed it between our open and flock
+            os.ftruncate(fd, 0)
+            os.write(fd, me.encode())
+            return fd
+        os.close(fd)
 
 
 def marker(files: list[str], complete: bool = True) -> dict:

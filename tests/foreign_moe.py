@@ -2,7 +2,7 @@
 
 It exists to check that ``moesim ingest`` reads torch.profiler traces of MoE code
 written by others: it imports nothing of moesim's layer, puts no ``record_function``
-labels anywhere, and differs from ``moesim/validation/moe_layer.py`` on purpose:
+labels anywhere, and differs from ``moesim/validation/recorder/moe_layer.py`` on purpose:
 
 - ``a2a="single"``: dispatch/combine with ``torch.distributed.nn.functional.
   all_to_all_single`` (torch's own autograd wrapper; trace op ``c10d::alltoall_base_``);
@@ -404,7 +404,7 @@ def _cli(argv: list[str] | None = None) -> int:
     env = None
     if a.keep_memory:
         sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-        from moesim.validation.record import KEEP_MEMORY_ENV
+        from moesim.validation.recorder.record import KEEP_MEMORY_ENV
         env = dict(KEEP_MEMORY_ENV)
     v = Variant(a.outdir, a.skew, a.a2a, a.experts, a.top_k, not a.no_schedule, a.hidden,
                 a.ffn, a.n_experts, a.tokens, a.steps, a.warmup, a.seed, a.capacity_factor,

@@ -10,9 +10,9 @@ import pytest
 from moesim.cli import main
 from moesim.compute.base import Kernel
 from moesim.errors import InputError
-from moesim.validation.calibrate import calibrate, comm_samples, fit_line
-from moesim.validation.calibration import load_calibration, model_from_dict
-from moesim.validation.ingest import RankTrace, TracedOp, TraceSet, TraceStep
+from moesim.validation.calibration.calibrate import calibrate, comm_samples, fit_line
+from moesim.validation.calibration.model import load_calibration, model_from_dict
+from moesim.validation.cpu.ingest import RankTrace, TracedOp, TraceSet, TraceStep
 from tests.test_ingest import write_trace_dir
 
 RATE, OVH = 2.0e11, 7e-6          # FLOP/s, s per GEMM
@@ -148,7 +148,7 @@ def test_bad_calibration_file(tmp_path, edit, field):
 def test_gemm_fit_recovers_overhead_rate_and_operand_bandwidth():
     """t = 50 µs + F / 100 GFLOP/s + B / 10 GB/s on shapes whose FLOPs and bytes are
     not proportional (square, skinny, tall): all three coefficients come back."""
-    from moesim.validation.calibrate import fit_gemm
+    from moesim.validation.calibration.calibrate import fit_gemm
     shapes = [(512, 512, 512), (2048, 8, 512), (4096, 1024, 512), (64, 4096, 4096),
               (1000, 14336, 4096), (8, 8, 8)]
     f = np.array([2.0 * m * n * k for m, n, k in shapes])
@@ -164,7 +164,7 @@ def test_gemm_fit_recovers_overhead_rate_and_operand_bandwidth():
 
 
 def test_calibrated_gemm_charges_operand_traffic():
-    from moesim.validation.calibration import model_from_dict
+    from moesim.validation.calibration.model import model_from_dict
     doc = {"format": "moesim-calibration/1",
            "gemm": {"flops_per_s": 1e11, "overhead_s": 1e-5, "bytes_per_s": 1e10},
            "memory": {"bytes_per_s": 1e10, "overhead_s": 0.0},
@@ -178,8 +178,8 @@ def test_calibrated_gemm_charges_operand_traffic():
 def test_memory_rate_per_op_kind_and_fallback():
     """Two kinds at different bytes/s: each gets its own total-matching rate; a kind
     with too few samples, or unseen, takes the common rate."""
-    from moesim.validation.calibrate import MIN_KIND_SAMPLES, rates_by_op
-    from moesim.validation.calibration import model_from_dict
+    from moesim.validation.calibration.calibrate import MIN_KIND_SAMPLES, rates_by_op
+    from moesim.validation.calibration.model import model_from_dict
     n = MIN_KIND_SAMPLES
     x = np.array(([1e6, 2e6, 3e6] * n)[: 2 * n] + [1e6], dtype=float)
     names = np.array(["aten::copy_"] * n + ["aten::gelu"] * n + ["aten::rare"], dtype=object)
@@ -204,7 +204,7 @@ def test_flat_samples_still_give_a_finite_rate():
     """All-to-alls whose time does not grow with size (noise): the non-negative line is
     flat (rate infinite); the calibration falls back to the line through the origin,
     so the file it writes loads."""
-    from moesim.validation.calibrate import fit_line, with_rate
+    from moesim.validation.calibration.calibrate import fit_line, with_rate
     x = np.array([1e3, 2e3, 4e3, 8e3])
     t = np.array([4e-4, 3e-4, 2e-4, 1e-4])          # shrinking with size: slope clamped
     flat = fit_line(x, t)

@@ -181,3 +181,19 @@ def test_benchmark_runs_on_a_tiny_cluster(capsys):
     assert "16 GPUs, 1136 flows, coalesce_rtol=0 (exact)" in out  # 8·16·(1 + 7) + 16·7
     assert "16 GPUs, 1136 flows, coalesce_rtol=0.01: wall median" in out
     assert "fitted exponent" in out
+
+
+def test_help_and_errors_list_every_op(capsys):
+    """Issue 20 item 12: `collective --help` lists every --op the command takes
+    (dist_topk included), and an unknown one is refused naming all of them."""
+    assert main(["collective", "--help"]) == 0
+    help_text = " ".join(capsys.readouterr().out.split())
+    ops = ("all_reduce", "all_gather", "reduce_scatter", "broadcast", "send_recv",
+           "all_to_all", "all_to_all_v", "ep_dispatch", "ep_combine", "dist_topk")
+    op_help = help_text.split("options:", 1)[1].split("--op OP", 1)[1].split("--bytes", 1)[0]
+    for op in ops:
+        assert op in op_help, op
+    assert main(["collective", "--topology", "dgx-h100", "--op", "foo"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "command line: --op" in err
+    assert all(op in err for op in ops)

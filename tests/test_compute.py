@@ -93,7 +93,7 @@ def test_fp8_recipe_keeps_attention_router_and_head_in_bf16():
     bf16 = RooflineModel(H100, precision="bf16", launch_overhead_s=0, half_efficiency_tokens=0)
     big = 1 << 14
     for name in ("attention", "attention_decode", "router", "lm_head"):
-        for k in (gemm(name, big, big, big), gemm(name, big, big, big, "bwd")):
+        for k in (gemm(name, big, big, big), *gemm(name, big, big, big, "bwd")):
             assert k.flops / fp8.time_s(k) == pytest.approx(0.75 * 989e12)
             assert fp8.time_s(k) == bf16.time_s(k)
     for name in ("attention_gemm", "expert_gemm", "dense_gemm", "attentionx"):
@@ -143,7 +143,7 @@ def test_calibration_kind_without_module_is_input_error(monkeypatch):
     import sys
 
     # a None entry in sys.modules makes the import fail, as if the module were missing
-    monkeypatch.setitem(sys.modules, "moesim.validation.calibration", None)
+    monkeypatch.setitem(sys.modules, "moesim.validation.calibration.model", None)
     with pytest.raises(InputError) as ei:
         compute_model_from_dict({"kind": "calibration", "file": "cal.json"}, "s.yaml", H100)
     assert ei.value.field == "compute.kind"
@@ -154,9 +154,9 @@ def test_calibration_kind_delegates_to_loader(monkeypatch, tmp_path):
     import types
 
     seen = []
-    fake = types.ModuleType("moesim.validation.calibration")
+    fake = types.ModuleType("moesim.validation.calibration.model")
     fake.load_calibration = lambda path: seen.append(path) or RooflineModel(H100)
-    monkeypatch.setitem(sys.modules, "moesim.validation.calibration", fake)
+    monkeypatch.setitem(sys.modules, "moesim.validation.calibration.model", fake)
     scen = tmp_path / "scen.yaml"
     scen.write_text("x: 1\n")
     model = compute_model_from_dict({"kind": "calibration", "file": "cal.json"}, str(scen), H100)

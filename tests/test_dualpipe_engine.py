@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 
+from moesim.compute.base import Kernel
 from moesim.compute.devices import get_device
 from moesim.compute.roofline import RooflineModel
 from moesim.engine.api import resolve_path, simulate
@@ -68,16 +69,17 @@ def _pipeline_end(r) -> float:
 # ---------------------------------------------------------------- B/W split (pure)
 
 def test_split_backward_by_hand():
-    # X(4, 2)·W(2, 3): forward 2·4·3·2 = 48 FLOP; backward 96 FLOP in 2 launches, split
-    # into dX (48 FLOP, 1 launch) and dW (48 FLOP, 1 launch); bytes likewise halved
-    k = costs.gemm("dense_gemm", 4, 3, 2, "bwd")
-    b, w = costs.split_backward([k])
+    # X(4, 2)·W(2, 3): forward 2·4·3·2 = 48 FLOP; the backward is dX (48 FLOP, one
+    # launch, B) and dW (48 FLOP, one launch, W, accumulated into the FP32 main gradient)
+    bwd = costs.gemm("dense_gemm", 4, 3, 2, "bwd")
+    b, w = costs.split_backward(bwd)
     assert [x.name for x in b] == ["dense_gemm_dgrad"] and [x.name for x in w] == \
         ["dense_gemm_wgrad"]
     assert b[0].flops == w[0].flops == 48.0 and b[0].count == w[0].count == 1
-    assert b[0].bytes == w[0].bytes == 2 * (4 * 2 + 2 * 3 + 4 * 3)
+    assert b[0].bytes == 2 * (4 * 3 + 3 * 2 + 4 * 2)           # read dY, W; write dX
+    assert w[0].bytes == 2 * (2 * 4 + 4 * 3) + 8 * 2 * 3       # read X, dY; FP32 dW r+w
     # core attention and elementwise ops have no weights: all B
-    att = costs.Kernel("attention_bwd", 10.0, 4.0, m=4)
+    att = Kernel("attention_bwd", 10.0, 4.0, m=4, pass_="dgrad")
     norm = costs.memory_op("norm", 8.0, 2.0, "bwd", count=4)
     assert costs.split_backward([att, norm]) == ([att, norm], [])
     with pytest.raises(ValueError):
@@ -107,9 +109,10 @@ def test_b_plus_w_is_the_full_backward(spec):
                 (name, attr)
         assert sum(map(model.time_s, b + w)) == pytest.approx(sum(map(model.time_s, ks)),
                                                               rel=1e-12)
-        # W is exactly the weight GEMMs' second half
-        gemms = [k for k in ks if k.count == 2 and k.n and k.k]
-        assert sum(k.flops for k in w) == sum(k.flops for k in gemms) / 2
+        # W is exactly the weight GEMMs' wgrad, as many FLOPs as their dgrad
+        dg = [k for k in ks if k.pass_ == "dgrad" and k.n and k.k]
+        assert sum(k.flops for k in w) == sum(k.flops for k in dg)
+        assert all(k.pass_ == "wgrad" for k in w) and all(k.pass_ == "dgrad" for k in b)
     assert costs.backward_part(kinds["dense"], "W") == costs.split_backward(kinds["dense"])[1]
 
 

@@ -9,9 +9,9 @@ import pytest
 
 from moesim.cli import main
 from moesim.model.spec import ModelSpec
-from moesim.validation.gpu_summary import summarize
-from moesim.validation.gpu_trace import gpu_trace_from_doc
-from moesim.validation.gpu_validate import forward_fit, gpu_validate, text_table
+from moesim.validation.gpu.summary import summarize
+from moesim.validation.gpu.trace import gpu_trace_from_doc
+from moesim.validation.gpu.validate import forward_fit, gpu_validate, text_table
 from tests.gpu_trace_gen import DEEPEP_DISPATCH, FLASH, GEMM_BF16, GpuTraceBuilder
 
 US = 1e-6

@@ -1,6 +1,6 @@
 """moesim validate on a GPU trace of a DualPipe F&B pair: the simulated pair's span,
 stream busy time, exposed communication and per-layer dispatch/combine/busy times
-(moesim.validation.gpu_pair), on a synthetic trace laid out as DeepSeek's profile
+(moesim.validation.gpu.pair), on a synthetic trace laid out as DeepSeek's profile
 (attn/dispatch/mlp/combine per layer, compute on stream 7, DeepEP on stream 27)."""
 
 from __future__ import annotations
@@ -12,8 +12,8 @@ import pytest
 from moesim.cli import main
 from moesim.schedule.dualpipe import make_dual_order
 from moesim.trace.spans import Span
-from moesim.validation.gpu_pair import fb_item, measured_streams, pair_figures, pair_spans
-from moesim.validation.gpu_trace import gpu_trace_from_doc
+from moesim.validation.gpu.pair import fb_item, measured_streams, pair_figures, pair_spans
+from moesim.validation.gpu.trace import gpu_trace_from_doc
 from tests.gpu_trace_gen import (
     DEEPEP_COMBINE,
     DEEPEP_DISPATCH,

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from moesim.cli import main
-from moesim.validation.ingest import ingest
+from moesim.validation.cpu.ingest import ingest
 
 H, E, T = 8, 4, 4          # hidden, experts, tokens per rank (top-2 → 8 rows per rank)
 SEND = {0: [3, 5], 1: [2, 6]}               # rows to rank 0, rank 1
@@ -221,8 +221,8 @@ def test_ingest_and_calibrate_do_not_import_torch():
     import subprocess
     import sys
 
-    code = ("import argparse, importlib, sys, moesim.validation, moesim.validation.ingest, "
-            "moesim.validation.calibration, moesim.validation.record\n"
+    code = ("import argparse, importlib, sys, moesim.validation, moesim.validation.cpu.ingest, "
+            "moesim.validation.calibration.model, moesim.validation.recorder.record\n"
             "for c in ('record', 'ingest', 'calibrate'):\n"
             "    importlib.import_module(f'moesim.cli.{c}_cmd').add_arguments("
             "argparse.ArgumentParser())\n"
@@ -350,7 +350,7 @@ def test_steps_found_without_profiler_step(tmp_path):
     """One plain profile() around three training steps: no ProfilerStep spans. The
     steps are found from forward/backward all-to-alls (ids 0, 1, 2), each as the
     ProfilerStep#3 step of the single-step trace; validate's windows see the same."""
-    from moesim.validation.validate import phase_windows
+    from moesim.validation.cpu.validate import phase_windows
 
     def three_steps(r):
         ev = []

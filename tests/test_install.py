@@ -82,7 +82,7 @@ def test_tests_needing_torch_are_marked_and_skip_with_a_reason():
 
 
 def test_only_the_recorder_imports_torch_at_module_level():
-    allowed = {"moesim/validation/moe_layer.py"}   # imported by `moesim record` only
+    allowed = {"moesim/validation/recorder/moe_layer.py"}   # imported by `moesim record` only
     found = {str(p.relative_to(ROOT)) for p in (ROOT / "moesim").rglob("*.py")
              if _imports_torch(p)}
     assert found <= allowed
@@ -95,7 +95,7 @@ def test_simulator_imports_and_runs_without_torch(tmp_path):
         "import importlib, pkgutil, sys",
         "sys.modules['torch'] = None",          # `import torch` now raises ImportError
         "import moesim",
-        "skip = {'moesim.validation.moe_layer', 'moesim.__main__'}",
+        "skip = {'moesim.validation.recorder.moe_layer', 'moesim.__main__'}",
         "for m in pkgutil.walk_packages(moesim.__path__, 'moesim.'):",
         "    if m.name not in skip:",
         "        importlib.import_module(m.name)",
@@ -113,7 +113,7 @@ def test_ci_runs_the_readme_test_command_then_the_torch_tests():
     readme = (ROOT / "README.md").read_text().splitlines()
     block = readme[readme.index("```bash") + 1:]
     test_line = block[1]
-    assert test_line == "pip install -e '.[test]' && python -m pytest -q"
+    assert test_line == "pip install -e '.[test]' && python -m pytest -q -rs"   # -rs: skip reasons
     ci = [c.strip() for c in (ROOT / ".ci" / "run").read_text().splitlines()
           if c.strip() and not c.lstrip().startswith("#")]
     i = next(i for i, c in enumerate(ci) if c.startswith(test_line))

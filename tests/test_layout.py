@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import time
 
 import numpy as np
 import pytest
@@ -70,7 +69,6 @@ def test_groups_partition_the_world():
 
 
 def test_deepseek_v3_layout_sizes():
-    t0 = time.perf_counter()
     lay = Layout(world=2048, tp=1, pp=16, dp=128, ep=64)  # DeepSeek-V3 report §3.2
     assert lay.edp == 2
     assert len(lay.pp_groups) == 128 and all(len(g) == 16 for g in lay.pp_groups)
@@ -82,7 +80,6 @@ def test_deepseek_v3_layout_sizes():
     # EP64 spans 8 nodes of 8 GPUs
     assert len({r // 8 for r in lay.ep_groups[0]}) == 8
     assert lay.pipeline_neighbours(128) == (0, 256)
-    assert time.perf_counter() - t0 < 1.0
 
 
 @pytest.mark.parametrize("kw, field", [

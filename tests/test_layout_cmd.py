@@ -73,3 +73,17 @@ def test_matmul_tp1_and_fp32():
     # fp32: weights 4 + grads 4 + Adam m, v 8 = 16 bytes per parameter
     assert t["training_bytes"] == 4 * (6 + 12 + 8) + 4 * (8 + 6 + 12) + 8 * 12
     assert t["forward_gpu_bytes"] == t["forward_bytes"]
+
+
+def test_memory_and_memory_matmul_print_the_same_unit(capsys):
+    """Issue 20 item 12: `memory` reports GB (10^9 bytes); `memory --matmul` too.
+    bf16 at m = k = n = 65536: 2 × 65536² = 8,589,934,592 bytes = 8.59 GB per tensor,
+    25.77 GB in forward."""
+    assert main(["memory", "--matmul", "65536", "65536", "65536"]) == 0
+    text = capsys.readouterr().out
+    assert "GiB" not in text and "GB (10^9 bytes)" in text
+    assert "forward (X, W, Y): 25.770 GB in all" in text
+    w_row = next(ln for ln in text.splitlines() if ln.startswith("W "))
+    assert "8.590" in w_row
+    assert main(["memory", "toy-cpu"]) == 0
+    assert "GB (10^9 bytes)" in capsys.readouterr().out

@@ -46,9 +46,12 @@ def test_zero_stages_by_hand():
 
 def test_activations_by_hand():
     recv = T * 2                                   # balanced: tokens · top_k
-    ffn_tok = 2 * H + 2 * F * 3 + H               # input, gate, up, act output, mask
-    layer = (11 * T * H + 5 * A * S * T + 4 * T * H + 4 * E * T + 2 * 2 * T * H
-             + recv * ffn_tok)
+    per_assignment = 2 * H + 2 * F * 3            # permuted input, gate+up, act output
+    # attention 11h (MHA) and a fused kernel's fp32 log-sum-exp per head and query (no
+    # scores), both norms' inputs 4h, the MoE block's input 2h and output dropout mask h,
+    # fp32 router probabilities, the top-2 expert outputs for the combine
+    layer = (11 * T * H + 4 * A * T + 4 * T * H + 2 * T * H + T * H + 4 * E * T
+             + 2 * 2 * T * H + recv * per_assignment)
     m = mem()
     assert layer_activation_bytes(TOY, 0, T, S, 1, "none", recv) == layer
     # 2 layers + embedding output + final norm input + fp32 logits
@@ -60,8 +63,11 @@ def test_activations_by_hand():
 def test_dense_layer_reduces_to_korthikanti():
     dense = dataclasses.replace(TOY, n_experts=0, top_k=0, gated=False, dense_ffn=4 * H)
     for tp in (1, 2, 4):
-        got = layer_activation_bytes(dense, 0, T, S, tp, "none", 0)
+        got = layer_activation_bytes(dense, 0, T, S, tp, "none", 0,
+                                     attention_kernel="materialized")
         assert got == (34 * T * H + 5 * A * S * T) / tp          # Korthikanti Eq. 2
+        fused = layer_activation_bytes(dense, 0, T, S, tp, "none", 0)
+        assert fused == (34 * T * H + 4 * A * T) / tp            # + log-sum-exp, no scores
         assert layer_activation_bytes(dense, 0, T, S, tp, "selective", 0) == 34 * T * H / tp
         assert layer_activation_bytes(dense, 0, T, S, tp, "full", 0) == 2 * T * H / tp
 
@@ -79,8 +85,8 @@ def test_inflight_microbatches_gpipe_vs_1f1b():
 def test_hot_expert_rank_holds_more():
     cold = mem(received_tokens=100)
     hot = mem(received_tokens=[100, 1100])
-    ffn_tok = 2 * H + 2 * F * 3 + H
-    assert hot.activations - cold.activations == 1000 * ffn_tok
+    per_assignment = 2 * H + 2 * F * 3
+    assert hot.activations - cold.activations == 1000 * per_assignment
     assert hot.token_buffers - cold.token_buffers == 1000 * H * 4
     with pytest.raises(InputError) as ei:
         mem(received_tokens=[1, 2, 3])
@@ -148,3 +154,31 @@ def test_more_received_or_higher_zero_never_costs_more(r1, extra, dp):
     assert b.peak_bytes >= a.peak_bytes
     peaks = [mem(dp=dp, zero=z).peak_bytes for z in range(4)]
     assert peaks == sorted(peaks, reverse=True)
+
+
+def test_recompute_none_keeps_no_score_matrix_unless_materialized():
+    # issue 20.11: the score term 5·a·s·T appears only with an explicit materialising kernel
+    none = mem(recompute="none")
+    mat = mem(recompute="none", attention_kernel="materialized")
+    sel = mem(recompute="selective")
+    assert mat.activations - none.activations == 2 * (5 * A * S * T - 4 * A * T)
+    assert none.activations - sel.activations == 2 * 4 * A * T      # 2 layers of LSE
+    # selective recomputes the core attention: the kernel choice does not matter
+    assert mem(recompute="selective", attention_kernel="materialized").activations \
+        == sel.activations
+    with pytest.raises(InputError) as ei:
+        mem(attention_kernel="flash")
+    assert ei.value.field == "memory.attention"
+
+
+def test_grad_and_param_dtypes_by_hand():
+    c = count_params(TOY)
+    base = mem(zero=1, dp=2)
+    fp32 = mem(zero=1, dp=2, grad_dtype="fp32")          # Megatron's main_grad with bf16
+    fp8 = mem(zero=1, dp=2, param_dtype="fp8")           # TE fp8 primary weights
+    assert fp32.gradients == 4 * c.total and base.gradients == 2 * c.total
+    assert fp8.weights == 1 * c.total and base.weights == 2 * c.total
+    assert fp8.optimizer == base.optimizer == fp32.optimizer
+    with pytest.raises(InputError) as ei:
+        mem(grad_dtype="int4")
+    assert ei.value.field == "memory.grad_dtype"

@@ -194,7 +194,7 @@ def test_interrupted_while_drawing_leaves_the_previous_run(tmp_path, monkeypatch
     fresh = tmp_path / "fresh"
     with pytest.raises(KeyboardInterrupt):
         write_run_outputs(other, fresh, quiet=True)
-    assert list(fresh.iterdir()) == []       # no run at all
+    assert not fresh.exists()      # no run at all: the folder it made is removed again
 
 
 def test_interrupted_while_renaming_leaves_no_complete_run(tmp_path, monkeypatch, capsys):
@@ -301,7 +301,7 @@ def test_plot_output_errors(tmp_path, capsys, run_dir, target, needle):
     (TOO_LONG + ".json", "name too long"),
 ])
 def test_calibrate_output_checked_before_the_fit(tmp_path, monkeypatch, capsys, target, needle):
-    import moesim.validation.ingest as ingest_mod
+    import moesim.validation.cpu.ingest as ingest_mod
 
     def boom(*a, **k):
         raise AssertionError("fitted before checking -o")
@@ -329,3 +329,82 @@ def test_os_error_while_writing_is_one_line(tmp_path, monkeypatch, capsys, run_d
     assert main(["plot", str(run_dir), "-o", str(tmp_path / "z.png")]) == 2
     _one_line_error(capsys, "z.png", "No space left on device")
     assert not [p for p in tmp_path.iterdir() if _is_temporary(p.name)]
+
+
+# ---------------------------------------------------------------- issue 20 item 7: one run per folder
+
+def test_a_second_run_into_a_folder_being_written_fails_in_one_line(tmp_path, monkeypatch,
+                                                                    capsys):
+    """Run B starts while run A simulates into the same -o folder: B fails in one line
+    (exit 2) naming the folder, A's result is the one there, and both never print
+    "wrote". Deterministic: B runs from inside A's simulation."""
+    import moesim.engine.api as run_mod
+
+    out = tmp_path / "shared"
+    real = run_mod.simulate
+    inner: list[int] = []
+
+    def a_simulating(*a, **k):
+        if not inner:
+            inner.append(main(["run", "toy-cpu", "--quiet", "-o", str(out), "--set", "seed=2"]))
+        return real(*a, **k)
+
+    monkeypatch.setattr(run_mod, "simulate", a_simulating)
+    assert main(["run", "toy-cpu", "--quiet", "-o", str(out)]) == 0
+    assert inner == [2]
+    cap = capsys.readouterr()
+    err = [ln for ln in cap.err.splitlines() if ln.strip()]
+    assert len(err) == 1 and str(out) in err[0] and "another moesim run" in err[0], err
+    assert f"pid {os.getpid()}" in err[0] and "Traceback" not in cap.err
+    assert cap.out.count("wrote") == 1
+    assert json.loads((out / "summary.json").read_text())["seed"] == 0      # A's
+    assert sorted(p.name for p in out.iterdir()) == sorted(OUTPUT_FILES)   # lock gone
+
+
+def test_another_process_is_refused_while_a_folder_is_held(tmp_path):
+    import subprocess
+    import sys
+
+    from moesim.outputs import LOCK_NAME, claim
+
+    out = tmp_path / "held"
+    cmd = [sys.executable, "-m", "moesim", "run", "toy-cpu", "--quiet", "-o", str(out)]
+    with claim(out):
+        assert (out / LOCK_NAME).exists()
+        p = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, timeout=300)
+        assert p.returncode == 2 and p.stdout == ""
+        assert len(p.stderr.strip().splitlines()) == 1 and "another moesim run" in p.stderr
+        assert not (out / "summary.json").exists()
+    assert not out.exists()            # claimed a new folder, nothing written: removed
+    # a lock file left by a killed run holds nothing: the next run takes the folder over
+    out.mkdir()
+    (out / LOCK_NAME).write_text("pid 1 on a killed host")
+    p = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, timeout=300)
+    assert p.returncode == 0, p.stderr
+    assert sorted(x.name for x in out.iterdir()) == sorted(OUTPUT_FILES)
+
+
+def test_write_run_outputs_holds_the_folder_itself(tmp_path):
+    """Callers other than `run` (the library, `serve`) get the same protection."""
+    from moesim.outputs import claim
+
+    out = tmp_path / "lib"
+    with claim(out), pytest.raises(InputError, match="another moesim run"):
+        write_run_outputs(hot_expert_result(), out, quiet=True)
+    write_run_outputs(hot_expert_result(), out, quiet=True)
+    assert sorted(p.name for p in out.iterdir()) == sorted(OUTPUT_FILES)
+
+
+# ---------------------------------------------------------------- issue 20 item 8 (run side)
+
+def test_run_refuses_a_serving_scenario_in_one_line(tmp_path, monkeypatch, capsys):
+    """`moesim run` on a scenario with a serve: section (or one given by --set) fails
+    in one line, exit 2, before simulating, instead of simulating a training step."""
+    _no_simulation(monkeypatch)
+    monkeypatch.chdir(tmp_path)
+    assert main(["run", "mixtral-8x7b-serve", "--quiet"]) == 2
+    line = _one_line_error(capsys, "mixtral-8x7b-serve.yaml: serve:", "moesim serve")
+    assert line.startswith("moesim run: error:")
+    assert main(["run", "hot-expert", "--quiet", "--set", "serve.phase=decode"]) == 2
+    _one_line_error(capsys, "command line: --set serve.phase", "moesim serve")
+    assert not (tmp_path / "out").exists()

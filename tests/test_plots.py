@@ -57,8 +57,8 @@ def test_timeline_two_ranks():
     assert texts == ["1.20 ms ← rank 1 e3"]
     assert ax.get_xlabel() == "time in step (ms)"
     assert {t.get_text() for t in ax.get_legend().get_texts()} == {
-        "compute", "ep_dispatch", "ep_combine", "dp", "stall", "forward (strip: layer)",
-        "backward (strip: layer)"}
+        "compute 64.4 %", "ep_dispatch 11.1 %", "ep_combine 11.1 %", "dp 0.0 %", "stall 13.3 %",
+        "forward (strip: layer)", "backward (strip: layer)"}
 
 
 def test_timeline_zoom_ranks_and_layers():
@@ -191,3 +191,28 @@ def test_links_without_bytes_say_so(recwarn):
     ax = plot_links(res, new_figure().add_subplot())
     assert "--set engine.mode=exact" in ax.texts[0].get_text()
     assert not [w for w in recwarn if "ylims" in str(w.message)]
+
+
+def test_links_ranked_by_utilization_not_bytes():
+    """Issue 20 item 9: ten NVLinks carrying 200 MB each at 450 GB/s (0.44 ms at full
+    rate) and a NIC carrying 112.5 MB at 50 GB/s (2.25 ms: the link bounding the
+    all-to-all) in a 4.5 ms step: the NIC is shown first among the top 3, at 50 %."""
+    from moesim.trace.plots import busiest_links, link_group
+    from moesim.trace.result import LinkStats
+
+    res = hot_expert_result()
+    names = [f"gpu{i}->nvsw0" for i in range(10)] + ["nic0->leaf0"]
+    res.links = LinkStats(names=names, kinds=["nvlink"] * 10 + ["ib"],
+                          capacity_Bps=np.array([450e9] * 10 + [50e9]),
+                          bytes=np.array([2e8 - i * 1e6 for i in range(10)] + [1.125e8]))
+    ax = plot_links(res, new_figure().add_subplot(), top=3)
+    labels = [t.get_text() for t in ax.get_yticklabels()]
+    assert labels == ["gpu0->nvsw0", "gpu1->nvsw0", "nic0->leaf0"]   # grouped NVLink first
+    assert ax.containers[0][2].get_width() == pytest.approx(50.0)
+    groups = [link_group(n, k) for n, k in zip(res.links.names, res.links.kinds)]
+    ls = res.links
+    assert busiest_links(ls.bytes, ls.capacity_Bps, groups, 4.5e-3, 1) == [10]
+    # every kind that carried bytes keeps its busiest link among the rows
+    ls.bytes[10] = 1e6           # the NIC now least utilized: still shown, replacing gpu1
+    assert busiest_links(ls.bytes, ls.capacity_Bps, groups, 4.5e-3, 2) == [0, 10]
+    assert busiest_links(ls.bytes, ls.capacity_Bps, groups, 4.5e-3, 0) == []

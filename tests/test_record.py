@@ -34,7 +34,7 @@ def test_record_writes_traces_and_routing(hot_run):
     assert routing["args"]["skew"] == "hot" and routing["torch_version"] == torch.__version__
     assert [s["traced"] for s in routing["steps"]] == [False, True, True]
     # every rank started with glibc keeping freed memory (as a caching allocator)
-    from moesim.validation.record import KEEP_MEMORY_ENV
+    from moesim.validation.recorder.record import KEEP_MEMORY_ENV
     assert routing["host"]["malloc_env"] == KEEP_MEMORY_ENV
     assert [p["malloc_env"] for p in routing["host"]["rank_processes"]] == [KEEP_MEMORY_ENV] * 2
     for s in routing["steps"]:
@@ -44,7 +44,7 @@ def test_record_writes_traces_and_routing(hot_run):
 
 @pytest.mark.slow
 def test_ingest_of_recording_conserves_tokens(hot_run):
-    from moesim.validation.ingest import ingest
+    from moesim.validation.cpu.ingest import ingest
 
     routing = json.loads((hot_run / "routing.json").read_text())
     ts = ingest([str(hot_run)])
@@ -71,7 +71,7 @@ def test_ingest_of_recording_conserves_tokens(hot_run):
 @pytest.mark.slow
 def test_inferred_roles_match_our_labels(hot_run):
     """Ingest ignores the moe/* labels when inferring roles; they must agree."""
-    from moesim.validation.ingest import ingest
+    from moesim.validation.cpu.ingest import ingest
 
     doc = json.loads(gzip.decompress((hot_run / "rank1.json.gz").read_bytes()))
     names = {"moe/count_exchange": "count_exchange", "moe/dispatch": "dispatch",
@@ -119,7 +119,7 @@ def test_pin_binds_rank_r_to_the_rth_allowed_core(monkeypatch):
     change when nice is 0."""
     import os
 
-    from moesim.validation.record import RecordConfig, _quiet_the_rank
+    from moesim.validation.recorder.record import RecordConfig, _quiet_the_rank
 
     calls = []
     monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {5, 3})
@@ -139,7 +139,7 @@ def test_release_memory_leaves_the_environment_alone(monkeypatch):
     import os
 
     from moesim.cli.record_cmd import add_arguments
-    from moesim.validation.record import KEEP_MEMORY_ENV, _environment
+    from moesim.validation.recorder.record import KEEP_MEMORY_ENV, _environment
     ap = argparse.ArgumentParser()
     add_arguments(ap)
     assert ap.parse_args(["x"]).release_memory is False

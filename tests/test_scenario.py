@@ -221,7 +221,7 @@ def test_tp_across_nodes_warns(base):
     s = load_scenario(base, ["cluster.topology=pcie-8gpu", "cluster.params.gpus_per_node=2",
                              "cluster.params.cpus=1", "cluster.params.pcie_switches_per_cpu=1",
                              "parallel.tp=4", "parallel.pp=1", "parallel.dp=1",
-                             "parallel.ep=1", "model.preset=toy"])
+                             "parallel.ep=1", "model.preset=toy", "overlap.ep_comm_overlap=false"])
     assert (s.world, s.gpus_per_node) == (4, 2)
     _, warns = scenario_layout(s)
     assert len(warns) == 1 and "1 of 1 tensor-parallel groups (tp=4)" in warns[0]
@@ -233,3 +233,84 @@ def test_missing_required_sections(tmp_path, drop, field):
     with pytest.raises(InputError) as err:
         load_scenario(_write(tmp_path, "\n".join(lines) + "\n"))
     assert err.value.field == field and err.value.source.endswith("bad.yaml")
+
+
+# ---------------------------------------------------------------- issue 20 item 12
+
+@pytest.mark.parametrize("sets, field", [
+    (["overlap.ep_comm_overlap=true"], "overlap.ep_comm_overlap"),
+    (["overlap.ep_comm_overlap=false", "overlap.kind=static"], "overlap.kind"),
+])
+def test_static_overlap_with_one_stage_1f1b_is_refused(base, capsys, sets, field):
+    """1F1B on one pipeline stage runs F0 B0 F1 B1 ...: no two adjacent schedule items
+    belong to different micro-batches, so the static pairing would change nothing.
+    Refused in one line pointing at what does overlap there (Megatron-Core's combined
+    1F1B, overlap.kind a2a-1f1b) instead of silently simulating no overlap."""
+    from moesim.cli import main
+
+    argv = ["memory", str(base), "--set", "parallel.pp=1", "--set", "parallel.dp=16", *[
+        x for s in sets for x in ("--set", s)]]
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "Traceback" not in err
+    assert f"command line: --set {field}" in err or f"{base}: {field}" in err, err
+    assert "a2a-1f1b" in err and "one pipeline stage" in err
+    # with pipeline stages, or with GPipe, the pairing has items to pair: accepted
+    load_scenario(base)
+    load_scenario(base, ["parallel.pp=1", "parallel.dp=16", "schedule.kind=gpipe"])
+    # the same with the file's own value: the file is named
+    text = BASE.replace("pp: 2, dp: 8", "pp: 1, dp: 16")
+    with pytest.raises(InputError, match="overlap.ep_comm_overlap: expected .*a2a-1f1b"):
+        load_scenario(_write(tmp_path_of(base), text))
+
+
+def tmp_path_of(p: Path) -> Path:
+    return p.parent
+
+
+# ---------------------------------------------------------------- issue 20 item 13
+
+@pytest.mark.parametrize("scenario, sets, where, words", [
+    ("hot-expert", ["routing.hot_fraction=0.9"], "command line: --set routing.hot_fraction",
+     ["<= 1/top_k = 0.5", "got 0.9"]),
+    # kind=hot alone: the share is hot_fraction's default, which the user never wrote
+    ("deepseek-v3-prefill", ["routing.kind=hot"], "command line: --set routing.kind",
+     ["default routing.hot_fraction 0.5", "top_k=8", "got 'hot'"]),
+    ("deepseek-v3-prefill", ["routing.kind=hot", "routing.hot_token_fraction=1.5",
+                             "routing.hot_experts=1"],
+     "command line: --set routing.hot_token_fraction", ["got 1.5"]),
+    ("hot-expert", ["routing.hot_experts=[3, 9]"], "command line: --set routing.hot_experts",
+     ["expert ids < 8"]),
+    ("hot-expert", ["parallel.cp=3"], "command line: --set parallel.cp",
+     ["divide the world size 8", "got 3"]),
+    ("hot-expert", ["parallel.tp=2", "parallel.pp=3"], "command line: --set parallel.pp",
+     ["divide the world size 8", "got 3"]),
+])
+def test_set_values_are_blamed_on_the_command_line(monkeypatch, capsys, scenario, sets,
+                                                   where, words):
+    """Every error about a value given with --set names the command line and that
+    field, before any simulation (the memory table and the run alike)."""
+    from moesim.cli import main
+
+    argv = [x for s in sets for x in ("--set", s)]
+    for cmd in (["memory", scenario], ["run", scenario, "--no-files", "--quiet"]):
+        assert main([*cmd, *argv]) == 2
+        err = capsys.readouterr().err.strip()
+        assert len(err.splitlines()) == 1 and "Traceback" not in err
+        assert f"error: {where}:" in err, err
+        for w in words:
+            assert w in err, (w, err)
+
+
+def test_the_files_own_values_are_blamed_on_the_file(tmp_path):
+    text = BASE.replace("routing: {kind: zipf, zipf_s: 0.5,",
+                        "routing: {kind: hot, hot_fraction: 0.9,")
+    with pytest.raises(InputError) as e:
+        load_scenario(_write(tmp_path, text))
+    assert (e.value.source, e.value.field) == (str(tmp_path / "bad.yaml"),
+                                               "routing.hot_fraction")
+    text = BASE.replace("pp: 2, dp: 8, ep: 8", "pp: 1, cp: 3, ep: 8").replace(
+        "overlap: {ep_comm_overlap: true}", "")
+    with pytest.raises(InputError) as e:
+        load_scenario(_write(tmp_path, text))
+    assert e.value.field == "parallel.cp" and e.value.got == 3

@@ -36,7 +36,10 @@ def _scenario(tmp_path, serve: dict, model: dict | None = None, name: str = "s",
             "model": model or {"layers": L, "hidden": H, "heads": A, "kv_heads": A,
                                "head_dim": D, "vocab": V, "attention": "mha", "dense_ffn": F,
                                "n_experts": 0},
-            "serve": serve}
+            "serve": serve,
+            # the roofline alone: every expected time below is its arithmetic (the kernel
+            # catalog would price the memory-bound kernels at its streaming bandwidth)
+            "compute": {"model": "roofline"}}
     if routing:
         data["routing"] = routing
     p = tmp_path / f"{name}.yaml"
@@ -69,15 +72,17 @@ def test_dense_decode_batch1_is_weight_and_kv_bytes_over_bandwidth(tmp_path):
     w = 2 * (L * (3 * A * D * H + A * D * H + 3 * H * F) + V * H)
     # KV cache read: context · 2 (K, V) · 8 heads · 128 · 2 bytes per layer
     kv = 2 * L * c * 2 * A * D
-    # activations (bf16 unless said): per layer 4 norm/residual ops 20·h; QKV in h + out 3h;
-    # attention q and o 2·a·d; out proj in a·d + out h; KV write 2·a·d; gate, up in h +
-    # out f each; SiLU·up 3f; down in f + out h; embedding 2·h; head norm 2h, GEMM in h +
-    # out V, sampler V·(2 + 4)
-    per_layer = (2 * 20 * H // 2 + 2 * (H + 3 * H) + 2 * 2 * A * D + 2 * (A * D + H)
-                 + 2 * 2 * A * D + 2 * 2 * (H + F) + 2 * 3 * F + 2 * (F + H))
+    # activations (bf16 unless said): per layer 2 norms 4·h + FP32 1/rms 4 bytes each,
+    # 2 residual adds 6·h; QKV in h + out 3h; rotary on q and k (a + kv heads of d, read
+    # and written); attention q and o 2·a·d; out proj in a·d + out h; KV write 2·a·d; gate
+    # and up fused: in h + out 2f; SiLU·up 3f; down in f + out h; embedding 2·h; head norm
+    # 2h, GEMM in h + out V, sampler V·(2 + 4)
+    per_layer = (2 * 20 * H // 2 + 2 * 4 + 2 * (H + 3 * H) + 2 * 2 * 2 * A * D
+                 + 2 * 2 * A * D + 2 * (A * D + H)
+                 + 2 * 2 * A * D + 2 * (H + 2 * F) + 2 * 3 * F + 2 * (F + H))
     act = L * per_layer + 2 * 2 * H + 2 * 2 * H + 2 * (H + V) + 6 * V
-    # launches: per layer 4 norms + QKV + attention + out + KV write + gate, up, act, down;
-    # embedding; head: norm, GEMM, sampler
+    # launches: per layer 4 norm/residual ops + QKV + rotary + attention + out + KV write
+    # + gate/up (one GEMM), act, down; embedding; head: norm, GEMM, sampler
     launches = L * 12 + 1 + 3
     assert step == pytest.approx(launches * LAUNCH + (w + kv + act) / BW, rel=1e-12)
 
@@ -94,15 +99,19 @@ def test_decode_gemms_memory_bound_until_the_ridge(tmp_path):
     # One FFN GEMM (h×f) for b tokens: compute 2·b·h·f / (peak · 0.75·b/(b+128)) =
     # 2·h·f·(b+128)/(0.75·peak); memory 2·(b·h + h·f + b·f)/BW. They cross where
     # (b+128)/(0.75·peak) = (1 + b/f + b/h)/BW, i.e. b* = (0.75·peak/BW - 128) /
-    # (1 - 0.75·peak/BW·(1/f + 1/h)) ≈ 225.
+    # (1 - 0.75·peak/BW·(1/f + 1/h)) ≈ 225 (the fused gate+up GEMM, n = 2f, crosses a
+    # little earlier: b* = (r - 128) / (1 - r·(1/2f + 1/h))).
     r = 0.75 * PEAK / BW
     b_star = (r - 128) / (1 - r * (1 / F + 1 / H))
     assert 200 < b_star < 250
+    assert 200 < (r - 128) / (1 - r * (1 / (2 * F) + 1 / H)) < b_star
 
     def expected(b: int, bound: str) -> float:
-        gemm = (2 * H * F * (b + 128) / (0.75 * PEAK) if bound == "compute"
-                else 2 * (b * H + H * F + b * F) / BW)
-        return 4 * LAUNCH + 3 * gemm + 2 * 3 * b * F / BW   # up, gate, down + SiLU·up
+        def gemm(n: int, k: int) -> float:      # b × n × k: one of the two bounds
+            return (2 * n * k * (b + 128) / (0.75 * PEAK) if bound == "compute"
+                    else 2 * (b * k + k * n + b * n) / BW)
+        # gate and up fused (n = 2f: one GEMM, X read once), SiLU·up, down
+        return 3 * LAUNCH + gemm(2 * F, H) + gemm(H, F) + 2 * 3 * b * F / BW
 
     for b in (1, 16, 64, 128):
         assert b < b_star

@@ -13,9 +13,9 @@ import pytest
 from moesim.cli import main
 from moesim.compute.base import Kernel
 from moesim.errors import InputError
-from moesim.validation.calibrate import calibrate
-from moesim.validation.calibration import load_calibration, model_from_dict, save_calibration
-from moesim.validation.shape_fit import (
+from moesim.validation.calibration.calibrate import calibrate
+from moesim.validation.calibration.model import load_calibration, model_from_dict, save_calibration
+from moesim.validation.calibration.shape_fit import (
     Family,
     ShapeTable,
     anchor,
@@ -159,7 +159,7 @@ def test_bad_range_names_the_field():
 # ----------------------------------------------------------------- on the shipped traces
 @pytest.fixture(scope="module")
 def uniform():
-    from moesim.validation.ingest import ingest
+    from moesim.validation.cpu.ingest import ingest
 
     return ingest([str(ROOT / "traces/uniform")])
 
@@ -171,7 +171,7 @@ def test_empty_sweep_gives_the_same_calibration(uniform):
 
 
 def test_calibration_records_the_fitted_ranges(uniform):
-    from moesim.validation.calibrate import gemm_samples
+    from moesim.validation.calibration.calibrate import gemm_samples
 
     doc = calibrate([uniform], ["traces/uniform"])
     flops, _, t = gemm_samples(uniform)
@@ -223,8 +223,8 @@ def test_calibrate_refuses_a_directory_without_a_sweep(tmp_path, capsys):
 @pytest.mark.slow
 def test_record_a_tiny_sweep_and_read_it_back(tmp_path):
     pytest.importorskip("torch", reason=TORCH_REASON)
-    from moesim.validation.shape_fit import sweep_samples, sweep_table
-    from moesim.validation.sweep_record import row_grid
+    from moesim.validation.calibration.shape_fit import sweep_samples, sweep_table
+    from moesim.validation.recorder.sweep_record import row_grid
 
     out = tmp_path / "sweep"
     assert main(["record", str(out), "--shape-sweep", "--world", "2", "--experts", "4",
@@ -258,7 +258,7 @@ def test_record_sweep_bad_flags_one_line(tmp_path, capsys, flags, field):
 # ------------------------------------------------- the study: does the sweep help skew?
 @pytest.fixture(scope="module", params=["traces/sweep-study", "traces/sweep-study-repeat"])
 def study(request):
-    from moesim.validation.shape_study import compare, study_dirs
+    from moesim.validation.calibration.shape_study import compare, study_dirs
 
     return compare(*study_dirs(ROOT / request.param), memory=False)
 
@@ -269,7 +269,7 @@ def test_sweep_predicts_the_skewed_expert_phase_better(study):
     calibrated on its three uniform recordings: with the sweep, the expert phase of the
     three hot and three zipf recordings has a smaller median and worst |error|.
     (Forward and backward go either way within a point, docs/validation.md.)"""
-    from moesim.validation.shape_study import SWEPT, UNIFORM
+    from moesim.validation.calibration.shape_study import SWEPT, UNIFORM
 
     plain, swept = study.abs_errors(UNIFORM, "experts_s"), study.abs_errors(SWEPT, "experts_s")
     assert len(plain) == len(swept) == 6 * 2          # recordings × ranks
@@ -285,7 +285,7 @@ def test_sweep_predicts_the_skewed_expert_phase_better(study):
 
 
 def test_study_dirs_refuses_a_folder_that_is_not_a_study(tmp_path):
-    from moesim.validation.shape_study import study_dirs
+    from moesim.validation.calibration.shape_study import study_dirs
 
     with pytest.raises(InputError) as err:
         study_dirs(tmp_path / "none")

@@ -149,7 +149,7 @@ def test_kill_half_way_then_resume_every_point_once_and_equal_to_direct_run(tmp_
          "--quiet", "--no-plots"], start_new_session=True,
         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     try:
-        k = _wait_lines(out / POINTS_FILE, 3, proc, timeout=180)
+        k = _wait_lines(out / POINTS_FILE, 3, proc, timeout=900)  # catches a hang only
         os.killpg(proc.pid, signal.SIGKILL)   # the sweep, its nanny and worker: a crash
     finally:
         if proc.poll() is None:

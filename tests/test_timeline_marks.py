@@ -36,14 +36,45 @@ def _long_step() -> SimResult:
                      step_time_s=0.1)
 
 
-def test_short_communication_drawn_a_few_pixels_wide():
+def test_short_communication_drawn_a_few_pixels_wide_and_marked_widened():
+    """Issue 20 item 9: a sliver widened to be seen reads as widened: its true width is
+    drawn solid, the widening pale and hatched in a collection of its own, and the
+    legend says so."""
     ax = plot_timeline(_long_step(), new_figure().add_subplot())
     # 100 ms axis: communication at least 100/400 = 0.25 ms wide (4 pixels of a 14-inch
-    # figure), compute spans at their own width
-    (d0, d1), = _bars(ax, "timeline:ep_dispatch")
+    # figure), drawn pale and hatched; the spans themselves at their own width
+    (d0, d1), = _bars(ax, "timeline:ep_dispatch:widened")
     assert d0 == pytest.approx(50.0) and d1 - d0 == pytest.approx(0.25)
-    (c0, c1), = _bars(ax, "timeline:ep_combine")
+    (c0, c1), = _bars(ax, "timeline:ep_combine:widened")
     assert c1 - c0 == pytest.approx(0.25)
+    (d0, d1), = _bars(ax, "timeline:ep_dispatch")
+    assert d0 == pytest.approx(50.0) and d1 - d0 == pytest.approx(1e-3)
+    (c0, c1), = _bars(ax, "timeline:ep_combine")
+    assert c1 - c0 == pytest.approx(2e-3)
+    halo = next(c for c in ax.collections if c.get_gid() == "timeline:ep_dispatch:widened")
+    assert halo.get_facecolor()[0][3] == pytest.approx(0.3) and halo.get_hatch()
+    solid = next(c for c in ax.collections if c.get_gid() == "timeline:ep_dispatch")
+    assert solid.get_facecolor()[0][3] == 1.0 and not solid.get_hatch()
+    # compute spans (ms long) are not widened
+    assert not [c for c in ax.collections if c.get_gid() == "timeline:compute:widened"]
+    texts = [t.get_text() for t in ax.get_legend().get_texts()]
+    assert any(t.startswith("pale, hatched: widened to be seen") for t in texts)
+
+
+def test_legend_prints_each_categorys_share_of_the_step():
+    """Hand-built 2-rank step (tests/test_trace_fixtures.py): per rank compute 2.3 / 3.5,
+    dispatch 0.5 / 0.5, combine 0.5 / 0.5, stall 1.2 / 0 ms of 4.5 ms (dp hidden)."""
+    ax = plot_timeline(hot_expert_result(), new_figure().add_subplot())
+    texts = [t.get_text() for t in ax.get_legend().get_texts()]
+    assert texts[:5] == ["compute 64.4 %", "ep_dispatch 11.1 %", "ep_combine 11.1 %",
+                         "dp 0.0 %", "stall 13.3 %"]
+    assert "mean over 2 ranks" in ax.get_legend().get_title().get_text()
+    # one rank: its own shares
+    ax = plot_timeline(hot_expert_result(), new_figure().add_subplot(), ranks=[0])
+    texts = [t.get_text() for t in ax.get_legend().get_texts()]
+    assert "stall 26.7 %" in texts and "compute 51.1 %" in texts
+    # nothing widened here (every span >= 1/400 of the 4.5 ms axis): no note
+    assert not any(t.startswith("pale") for t in texts)
 
 
 def test_layer_strip_marks_forward_and_backward():
@@ -95,3 +126,29 @@ def test_aggregated_rows_count_their_hot_ranks():
     ax = plot_timeline(res, new_figure().add_subplot())
     labels = [t.get_text() for t in ax.get_yticklabels()]
     assert labels[0].endswith("(2 hot)")
+
+
+def test_zoom_on_layers_cuts_the_empty_stretches_out_of_the_time_axis():
+    """Issue 20 item 12 (`plot --layers`): one rank, layer 0 forward 0-10 ms, layer 1
+    10-90 ms, layer 0 backward 90-100 ms. Zoomed on layer 0, the 80 ms without it are
+    cut out: two stretches of 10 ms side by side with a separator of 1.5 % of the kept
+    20 ms (0.3 ms), ticks in the step's real time."""
+    spans = [Span(0, "compute", "compute", "fwd.attn", 0.0, 10 * MS, layer=0, phase="fwd"),
+             Span(0, "compute", "compute", "fwd.attn", 10 * MS, 50 * MS, layer=1, phase="fwd"),
+             Span(0, "compute", "compute", "bwd.attn", 50 * MS, 90 * MS, layer=1, phase="bwd"),
+             Span(0, "compute", "compute", "bwd.attn", 90 * MS, 100 * MS, layer=0, phase="bwd")]
+    res = SimResult(spans=spans, summary={}, scenario={}, n_ranks=1, ranks_per_node=1,
+                    step_time_s=0.1)
+    ax = plot_timeline(res, new_figure().add_subplot(), layers=[0])
+    assert ax.get_xlim() == pytest.approx((0.0, 20.3), abs=1e-6)
+    assert _bars(ax, "timeline:compute") == [pytest.approx((0.0, 10.0)),
+                                             pytest.approx((10.3, 20.3))]
+    cuts = [ln.get_xdata()[0] for ln in ax.lines if ln.get_gid() == "timeline:cut"]
+    assert cuts == [pytest.approx(10.15)]
+    fmt = ax.xaxis.get_major_formatter()
+    assert fmt(10.3, 0) == "90" and fmt(15.3, 0) == "95" and fmt(5.0, 0) == "5"
+    assert "cut out" in ax.get_xlabel() and "80 ms in all" in ax.get_xlabel()
+    # without a layer filter the whole step stays on the axis
+    ax = plot_timeline(res, new_figure().add_subplot())
+    assert ax.get_xlim() == pytest.approx((0.0, 100.0), abs=1e-6)
+    assert not [ln for ln in ax.lines if ln.get_gid() == "timeline:cut"]

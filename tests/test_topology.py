@@ -233,12 +233,9 @@ def test_same_input_same_routes_and_description():
 
 
 @pytest.mark.slow
-def test_2048_gpu_rail_fabric_builds_and_routes_fast():
-    import time
-
-    t0 = time.perf_counter()
+def test_2048_gpu_rail_fabric_builds_and_routes():
+    # how fast it builds and routes is benchmarks/bench_topology.py's (no clock in tests)
     t = load_topology("dgx-h800", nodes=256)
-    build_s = time.perf_counter() - t0
     assert len(t.gpus) == 2048
     # 8 rails x 8 groups of 32 = 64 leaves, 32 spines (SuperPOD ratio), 400 GB/s x 32 / 32 each
     assert sum(1 for _, k in t.graph.nodes(data="kind") if k == "leaf") == 64
@@ -246,12 +243,8 @@ def test_2048_gpu_rail_fabric_builds_and_routes_fast():
     assert t.line_rate_Bps[link(t, "leaf0.rail0", "spine0")] == pytest.approx(32 * 50 / 32 * GB)
     pairs = np.random.default_rng(1).integers(0, 2048, size=(100_000, 2)).tolist()
     gpus = t.gpus
-    t0 = time.perf_counter()
     for key, (s, d) in enumerate(pairs):
-        t.route(gpus[s], gpus[d], key)
-    route_s = time.perf_counter() - t0
-    print(f"build {build_s:.2f} s, 1e5 routes {route_s:.2f} s")
-    assert build_s < 4.0 and route_s < 4.0  # targets 2 s each; margin for a shared machine
+        assert (len(t.route(gpus[s], gpus[d], key)) > 0) == (s != d), (s, d)
     # a cross-group, cross-rail route: PXN, then rail 5 through a spine
     nodes = t.path_nodes("n0.gpu2", "n200.gpu5", 9)
     assert nodes[:6] == ["n0.gpu2", "n0.nvswitch", "n0.gpu5", "n0.nic5", "leaf0.rail5",

@@ -86,3 +86,18 @@ def test_unattributed_stall_stays_on_path():
     pb = path_breakdown(res)
     assert pb["by_kind"]["stall"] == pytest.approx(1.2 * MS)
     assert pb["total_s"] == pytest.approx(4.5 * MS)
+
+
+def test_top_stall_tokens_agree_with_its_cause_text():
+    """Issue 20 item 12: a group of waits over micro-batches (26182 and 26223 tokens on
+    the hot expert) shows the largest count, and its cause text says that count."""
+    from moesim.trace.spans import wait_reason
+
+    def row(rank, mb, tokens):
+        return {"rank": rank, "layer": 0, "microbatch": mb, "phase": "bwd", "seconds": 0.1,
+                "blocking_rank": 3, "expert": 3, "tokens": tokens,
+                "reason": wait_reason(3, "bwd.dispatch", 3, tokens)}
+
+    (g,) = top_stalls([row(0, 0, 26182), row(0, 1, 26223), row(1, 0, 26182)])
+    assert g["tokens"] == 26223 and "(26223 tokens)" in g["reason"]
+    assert g["count"] == 3 and g["waiting_ranks"] == [0, 1]

@@ -28,10 +28,10 @@ import numpy as np
 import pytest
 
 from moesim.cli import main
-from moesim.validation.calibration import model_from_dict
-from moesim.validation.ingest import ingest
-from moesim.validation.replay import build_programs, exchange_matrices, machine_topology
-from moesim.validation.validate import PHASES, relative_error, validate
+from moesim.validation.calibration.model import model_from_dict
+from moesim.validation.cpu.ingest import ingest
+from moesim.validation.cpu.replay import build_programs, exchange_matrices, machine_topology
+from moesim.validation.cpu.validate import PHASES, relative_error, validate
 from tests.test_ingest import _a2a, _mm, _worker, _x
 
 H, F, E, T = 8, 16, 4, 4
@@ -271,7 +271,7 @@ def test_inconsistent_split_sizes_are_an_input_error(tmp_path, capsys):
 
 def test_shipped_hot_trace_gives_finite_errors_and_the_stall():
     root = Path(__file__).resolve().parents[1]
-    from moesim.validation.calibration import load_calibration
+    from moesim.validation.calibration.model import load_calibration
     v = validate(ingest([str(root / "traces/hot")]),
                  load_calibration(root / "traces/calib-uniform-cpu.json"))
     assert len(v.steps) >= 2
@@ -307,7 +307,7 @@ def test_half_duplex_machine_shares_a_rank_between_its_sends_and_receives():
     import simpy
 
     from moesim.network import FlowNetwork
-    from moesim.validation.calibration import CommCalibration
+    from moesim.validation.calibration.model import CommCalibration
     for duplex, nbytes in ((True, 1e6), (False, 2e6)):
         topo = machine_topology(2, CommCalibration(10e-6, 1e9, "gloo", duplex))
         env = simpy.Environment()

@@ -9,10 +9,10 @@ import numpy as np
 import pytest
 
 from moesim.errors import InputError
-from moesim.validation.calibrate import calibrate, fit_total, gap_samples, host_gaps
-from moesim.validation.calibration import load_calibration, model_from_dict
-from moesim.validation.ingest import RankTrace, TracedOp, TraceSet, TraceStep
-from moesim.validation.validate import validate
+from moesim.validation.calibration.calibrate import calibrate, fit_total, gap_samples, host_gaps
+from moesim.validation.calibration.model import load_calibration, model_from_dict
+from moesim.validation.cpu.ingest import RankTrace, TracedOp, TraceSet, TraceStep
+from moesim.validation.cpu.validate import validate
 from tests.test_validate import CALIB, SIMULATED, US, write_traces
 
 
@@ -72,7 +72,7 @@ def test_replay_adds_the_host_gap_to_each_compute_op(tmp_path):
     """With a 10 µs gap every compute op is 10 µs longer: rank 0's experts phase holds
     4 matmuls (1600 + 40 µs); forward holds 6 compute ops before the combine
     (router, softmax, 4 expert matmuls: 1915 + 60 µs)."""
-    from moesim.validation.ingest import ingest
+    from moesim.validation.cpu.ingest import ingest
     ts = ingest([str(write_traces(tmp_path / "t"))])
     v = validate(ts, model_from_dict(CALIB | {"host": {"op_gap_s": 10e-6}}))
     sim0 = v.mean(0, "simulated")
@@ -87,7 +87,7 @@ def test_replay_charges_forward_and_backward_gaps_apart(tmp_path):
     (ingest flags it backward: it starts after the autograd op at 2100 µs), so both
     ranks' backward grows by exactly 1000 µs (rank 0's matmul 800 + 1000 sets the
     dispatch-grad)."""
-    from moesim.validation.ingest import ingest
+    from moesim.validation.cpu.ingest import ingest
     ts = ingest([str(write_traces(tmp_path / "t"))])
     assert [o.backward for o in ts.step(0, 1).ops if o.kind == "gemm"] == [False] * 5 + [True]
     host = {"op_gap_s": 0.0, "op_gap_forward_s": 10e-6, "op_gap_backward_s": 1000e-6}

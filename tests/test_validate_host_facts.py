@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from moesim.cli import main
-from moesim.validation.host_facts import calibration_facts, differences, recording_facts
+from moesim.validation.cpu.host_facts import calibration_facts, differences, recording_facts
 
 ROOT = Path(__file__).resolve().parents[1]
 CALIB = ROOT / "traces" / "calib-uniform-cpu.json"

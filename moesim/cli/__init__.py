@@ -25,7 +25,11 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "run": ("moesim.cli.run_cmd", "simulate one training step of a scenario"),
     "serve": ("moesim.cli.serve_cmd", "simulate one prefill or decode step of a serving "
               "deployment"),
+    "rl": ("moesim.cli.rl_cmd", "simulate GRPO post-training steps (rollouts, scoring, "
+           "training, weight sync)"),
     "memory": ("moesim.cli.memory_cmd", "per-rank memory table of a scenario"),
+    "kernels": ("moesim.cli.kernels_cmd", "one layer's kernels by pass: shape, dtype, FLOPs, "
+                "bytes, what priced them, time"),
     "layout": ("moesim.cli.layout_cmd", "the process groups of a rank and the nodes they span"),
     "schedule": ("moesim.cli.schedule_cmd", "a pipeline schedule's step, bubble and "
                  "activations in stage time"),

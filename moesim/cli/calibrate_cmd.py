@@ -64,13 +64,13 @@ def run(args: argparse.Namespace) -> int:
     from moesim.compute.devices import DEVICES
     from moesim.errors import InputError
     from moesim.outputs import check_file_target
-    from moesim.validation.calibrate import calibrate
-    from moesim.validation.calibration import BACKENDS, save_calibration
-    from moesim.validation.ingest import ingest
+    from moesim.validation.calibration.calibrate import calibrate
+    from moesim.validation.calibration.model import BACKENDS, save_calibration
+    from moesim.validation.cpu.ingest import ingest
 
     out = check_file_target(args.output, args.force)  # before the slow part
-    from moesim.validation.gpu_trace import gpu_traces
-    from moesim.validation.ingest import trace_files
+    from moesim.validation.cpu.ingest import trace_files
+    from moesim.validation.gpu.trace import gpu_traces
 
     gpu = gpu_traces(trace_files(args.trace_dirs[:1]))
     if gpu is not None:
@@ -90,7 +90,7 @@ def run(args: argparse.Namespace) -> int:
     sets = [ingest([d]) for d in args.trace_dirs]
     table = None
     if args.shape_sweep:
-        from moesim.validation.shape_fit import sweep_table
+        from moesim.validation.calibration.shape_fit import sweep_table
 
         table = sweep_table(args.shape_sweep, memory=args.shape_sweep_memory)
     doc = calibrate(sets, list(args.trace_dirs), backend=backend,
@@ -134,8 +134,8 @@ def shape_line(sec: dict) -> str:
 
 def _run_gpu(args: argparse.Namespace, gpu: list, out: Path) -> int:
     from moesim.errors import InputError
-    from moesim.validation.calibration import save_calibration
-    from moesim.validation.gpu_calibrate import gpu_calibration
+    from moesim.validation.calibration.gpu_calibrate import gpu_calibration
+    from moesim.validation.calibration.model import save_calibration
 
     if len(gpu) != 1 or len(args.trace_dirs) != 1:
         raise InputError("command line", "TRACE_DIR", "one GPU trace file",
@@ -143,7 +143,7 @@ def _run_gpu(args: argparse.Namespace, gpu: list, out: Path) -> int:
     tr = gpu[0]
     doc = gpu_calibration(tr, args.device or device_name(tr.device_name))
     if args.shape_sweep:
-        from moesim.validation.shape_fit import gpu_samples, shape_section, sweep_table
+        from moesim.validation.calibration.shape_fit import gpu_samples, shape_section, sweep_table
 
         table = sweep_table(args.shape_sweep, memory=args.shape_sweep_memory)
         if table:

@@ -19,13 +19,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from moesim.validation.gpu_trace import gpu_traces
-    from moesim.validation.ingest import ingest, trace_files
+    from moesim.validation.cpu.ingest import ingest, trace_files
+    from moesim.validation.gpu.trace import gpu_traces
 
     gpu = gpu_traces(trace_files(args.paths))
     if gpu is not None:
-        from moesim.validation.gpu_report import text_report as gpu_text
-        from moesim.validation.gpu_summary import kernel_dicts, summarize
+        from moesim.validation.gpu.report import text_report as gpu_text
+        from moesim.validation.gpu.summary import kernel_dicts, summarize
 
         sums = [summarize(t) for t in gpu]
         if args.json and not args.no_ops:
@@ -36,7 +36,7 @@ def run(args: argparse.Namespace) -> int:
         else:
             print("\n\n".join(gpu_text(s) for s in sums))
         return 0
-    from moesim.validation.ingest_report import text_report, traceset_dict
+    from moesim.validation.cpu.ingest_report import text_report, traceset_dict
 
     ts = ingest(args.paths)
     if args.json:

@@ -8,6 +8,9 @@ schedule (:func:`moesim.schedule.inflight_microbatches`): GPipe keeps m micro-ba
 1F1B p-s on stage s; an interleaved rank holds v chunks, each counted with its own
 layers. Categories from :func:`moesim.memory.model.memory_per_rank`.
 
+``--megatron``: stage 0 beside Megatron-LM's own estimate
+(:mod:`moesim.memory.megatron`), per category with the difference.
+
 ``moesim memory --matmul M K N [--dtype bf16] [--tp T] [--pp P]``: every tensor of one
 matmul Y = X·W (:mod:`moesim.memory.matmul`), whole and per GPU.
 """
@@ -19,10 +22,11 @@ import json
 
 from moesim.errors import InputError
 from moesim.memory.matmul import DTYPE_BYTES, matmul_report
+from moesim.memory.megatron import compare
 from moesim.memory.report import memory_table
 from moesim.memory.routed import stage_max_rows
 from moesim.scenario import load_scenario, resolve
-from moesim.units import GB, GiB
+from moesim.units import GB
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -30,12 +34,17 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="scenario YAML file or shipped name (e.g. toy-cpu)")
     p.add_argument("--matmul", nargs=3, type=int, metavar=("M", "K", "N"),
                    help="instead of a scenario: the tensors of Y = X·W, X (M,K), W (K,N)")
-    p.add_argument("--dtype", default="bf16", help="with --matmul: element type "
+    p.add_argument("--dtype", default=None, help="with --matmul: element type "
                    f"({', '.join(DTYPE_BYTES)}; default bf16)")
-    p.add_argument("--tp", type=int, default=1, help="with --matmul: tensor-parallel GPUs")
-    p.add_argument("--pp", type=int, default=1, help="with --matmul: pipeline stages")
+    p.add_argument("--tp", type=int, default=None,
+                   help="with --matmul: tensor-parallel GPUs (default 1)")
+    p.add_argument("--pp", type=int, default=None,
+                   help="with --matmul: pipeline stages (default 1)")
     p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                    help="override one field, e.g. --set parallel.zero=1 (repeatable)")
+    p.add_argument("--megatron", action="store_true",
+                   help="also print Megatron-LM's theoretical memory estimate for the first "
+                        "stage beside moesim's, per category (docs/model.md)")
     p.add_argument("--json", action="store_true", help="print the table as JSON")
 
 
@@ -82,41 +91,66 @@ def format_table(t: dict) -> str:
                         "here): the run's peak also has sampling variation"))
     lines.append(f"peak over all ranks: {t['peak_bytes_max'] / GB:.2f} GB")
     lines += [f"warning: {w}" for w in t["warnings"]]
+    if "megatron" in t:
+        lines += ["", format_megatron(t["megatron"])]
     return "\n".join(lines)
 
 
-def _gib(x: float) -> str:
-    return f"{x / GiB:10.3f}"
+def format_megatron(c: dict) -> str:
+    """moesim's first stage beside Megatron's estimate, GB, per category."""
+    lines = [f"stage 0 against Megatron's estimate ({c['megatron_source']}), GB (10^9 bytes)",
+             f"{'category':<20} {'moesim':>9} {'megatron':>9} {'moesim-meg':>10}"]
+    for r in c["rows"]:
+        lines.append(f"{r['category']:<20} {r['moesim'] / GB:9.2f} {r['megatron'] / GB:9.2f} "
+                     f"{r['difference'] / GB:+10.2f}")
+    lines.append("why they differ, category by category: docs/model.md, "
+                 "\"Memory against Megatron's estimate\"")
+    return "\n".join(lines)
+
+
+def _gb3(x: float) -> str:
+    return f"{x / GB:10.3f}"
 
 
 def format_matmul(t: dict) -> str:
     tp, pp = t["tp"], t["pp"]
     lines = [f"Y = X·W with X ({t['m']}, {t['k']}), W ({t['k']}, {t['n']}), {t['dtype']}; "
-             f"tp={tp} (W split by columns), pp={pp}; GiB (2^30 bytes)",
+             f"tp={tp} (W split by columns), pp={pp}; GB (10^9 bytes), as `moesim memory`",
              f"{'tensor':<22} {'phase':<9} {'shape':>15} {'whole':>10} "
              f"{'per-GPU shape':>15} {'per GPU':>10}"]
     for x in t["tensors"]:
         lines.append(f"{x['name']:<22} {x['phase']:<9} {'x'.join(map(str, x['shape'])):>15} "
-                     f"{_gib(x['bytes'])} {'x'.join(map(str, x['gpu_shape'])):>15} "
-                     f"{_gib(x['gpu_bytes'])}")
-    lines += [f"forward (X, W, Y): {t['forward_bytes'] / GiB:.3f} GiB in all, "
-              f"{t['forward_gpu_bytes'] / GiB:.3f} GiB per GPU with tp={tp}",
-              f"training (+ dY, dX, dW, Adam states): {t['training_bytes'] / GiB:.3f} GiB in "
-              f"all, {t['training_gpu_bytes'] / GiB:.3f} GiB per GPU with tp={tp}"]
+                     f"{_gb3(x['bytes'])} {'x'.join(map(str, x['gpu_shape'])):>15} "
+                     f"{_gb3(x['gpu_bytes'])}")
+    lines += [f"forward (X, W, Y): {t['forward_bytes'] / GB:.3f} GB in all, "
+              f"{t['forward_gpu_bytes'] / GB:.3f} GB per GPU with tp={tp}",
+              f"training (+ dY, dX, dW, Adam states): {t['training_bytes'] / GB:.3f} GB in "
+              f"all, {t['training_gpu_bytes'] / GB:.3f} GB per GPU with tp={tp}"]
     if pp > 1:
         lines.append(f"pp={pp} cannot split one matmul (stages hold whole layers): one stage's "
-                     f"GPUs hold {t['training_gpu_bytes'] / GiB:.3f} GiB each, the other "
+                     f"GPUs hold {t['training_gpu_bytes'] / GB:.3f} GB each, the other "
                      f"{pp - 1} stages none of it")
     return "\n".join(lines)
 
 
 def run(args: argparse.Namespace) -> int:
+    matmul_only = {"--dtype": args.dtype, "--tp": args.tp, "--pp": args.pp}
+    if args.matmul is None:
+        given = [(f, v) for f, v in matmul_only.items() if v is not None]
+        if given:   # a scenario's layout comes from its file (--set parallel.tp=...)
+            raise InputError("command line", given[0][0], f"{given[0][0]} only with --matmul "
+                             "(for a scenario: --set parallel.tp=N, parallel.pp=N)",
+                             given[0][1])
     if args.matmul is not None:
         if args.scenario is not None:
             raise InputError("command line", "--matmul", "either a scenario or --matmul, "
                              "not both", args.scenario)
+        if args.overrides:
+            raise InputError("command line", "--set", "--set only with a scenario (not "
+                             "--matmul)", args.overrides[0])
         m, k, n = args.matmul
-        t = matmul_report(m, k, n, args.dtype, args.tp, args.pp)
+        t = matmul_report(m, k, n, "bf16" if args.dtype is None else args.dtype,
+                          1 if args.tp is None else args.tp, 1 if args.pp is None else args.pp)
         print(json.dumps(t, indent=2) if args.json else format_matmul(t))
         return 0
     if args.scenario is None:
@@ -130,6 +164,8 @@ def run(args: argparse.Namespace) -> int:
             row["max_rank"] = maxr[row["stage"]]
     table["peak_bytes_max"] = max(max(r["peak_bytes"], r.get("max_rank", r)["peak_bytes"])
                                   for r in table["stages"])
+    if args.megatron:
+        table["megatron"] = compare(res, table["stages"][0])
     if args.json:
         print(json.dumps(table, indent=2))
     else:

@@ -7,7 +7,7 @@ import argparse
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     from moesim.cli.common import finite_float
-    from moesim.validation.record import RecordConfig
+    from moesim.validation.recorder.record import RecordConfig
 
     d = RecordConfig(outdir="")
     parser.add_argument("outdir", metavar="OUTDIR", help="directory for rank{r}.json.gz + routing.json")
@@ -47,10 +47,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from moesim.validation.record import RecordConfig, record
+    from moesim.validation.recorder.record import RecordConfig, record
 
     if args.shape_sweep:
-        from moesim.validation.sweep_record import SweepConfig, record_sweep
+        from moesim.validation.recorder.sweep_record import SweepConfig, record_sweep
 
         record_sweep(SweepConfig(outdir=args.outdir, world=args.world, experts=args.experts,
                                  hidden=args.hidden,

@@ -33,20 +33,38 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from moesim.engine.api import resolve_path, simulate
-    from moesim.outputs import default_run_dir
-    from moesim.trace.report import check_outdir, full_summary, jsonable, write_run_outputs
+    from moesim.engine.api import resolve_path
+    from moesim.errors import InputError
+    from moesim.scenario.blame import CLI
+    from moesim.outputs import claim, default_run_dir
+    from moesim.trace.report import check_outdir
 
     res = resolve_path(args.scenario, args.overrides)
+    if res.scenario.serve:   # never simulate a training step in place of what it says
+        keys = [o.split("=", 1)[0].strip() for o in args.overrides]
+        given = [k for k in keys if k == "serve" or k.startswith("serve.")]
+        raise InputError(CLI if given else res.scenario.source,
+                         f"--set {given[0]}" if given else "serve",
+                         "a training scenario (a serve: section is simulated by `moesim "
+                         "serve`; `moesim run` would ignore it and simulate a training step)",
+                         "a serve: section")
     for w in res.warnings:
         print(f"moesim run: warning: {w}", file=sys.stderr)
-    out = None
-    if not args.no_files:
-        out = (Path(args.out) if args.out
-               else default_run_dir(res.scenario.name, args.overrides))
-        check_outdir(out, args.force, res.scenario.to_dict())  # before the long part
+    if args.no_files:
+        return _simulate_and_report(args, res, None)
+    out = Path(args.out) if args.out else default_run_dir(res.scenario.name, args.overrides)
+    check_outdir(out, args.force, res.scenario.to_dict())  # before the long part
+    with claim(out):   # the folder is this run's until its files are in place
+        check_outdir(out, args.force, res.scenario.to_dict())   # as it is now ours
         if not args.quiet:
             print(f"moesim run: output folder {out}/", file=sys.stderr)
+        return _simulate_and_report(args, res, out)
+
+
+def _simulate_and_report(args: argparse.Namespace, res, out: Path | None) -> int:
+    from moesim.engine.api import simulate
+    from moesim.trace.report import full_summary, jsonable, write_run_outputs
+
     prog = Progress(0, f"simulating {res.scenario.name}", quiet=args.quiet)
 
     def progress(stage: str, n: float) -> None:
@@ -59,7 +77,7 @@ def run(args: argparse.Namespace) -> int:
     prog.close()
     if out is not None:
         # checked again as each file is put in place: files created meanwhile are kept
-        write_run_outputs(result, out, force=args.force, quiet=True)
+        write_run_outputs(result, out, force=args.force, quiet=True, claimed=True)
     if args.json:
         print(json.dumps(jsonable(full_summary(result)), indent=1))
         if out is not None:   # stdout is the JSON: the folder goes to stderr
@@ -77,6 +95,11 @@ def text_summary(s: dict, out: Path | None) -> str:
     parts = [f"{k} {v * 1e3:.3f} ms ({v / step * 100:.1f} %)" for k, v in b.items()
              if v > 0 and step > 0]
     lines.append("  breakdown (mean over ranks): " + ", ".join(parts))
+    kp = s.get("kernel_pricing")
+    if kp:
+        lines.append(f"  priced by the roofline: {kp['roofline_kernels']:,} of "
+                     f"{kp['kernels']:,} kernels, {kp['roofline_fraction']:.1%} of compute "
+                     f"time ({kp['compute_model']}; moesim kernels lists them)")
     ex = s.get("experts", {})
     if ex.get("max_over_mean"):
         lines.append(f"  experts: max/mean load {ex['max_over_mean_max']:.2f}, "

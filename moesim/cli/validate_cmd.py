@@ -39,7 +39,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def text_table(doc: dict, trace_dir: str, calib: str) -> str:
-    from moesim.validation.validate import PHASES
+    from moesim.validation.cpu.validate import PHASES
 
     def pct(x: float | None) -> str:
         return "n/a" if x is None else f"{x:+.1%}"
@@ -66,7 +66,7 @@ def text_table(doc: dict, trace_dir: str, calib: str) -> str:
 def _overlay(v, step: int, path: Path, title: str, force: bool) -> None:
     from moesim.outputs import save_figure
     from moesim.trace.plots import new_figure
-    from moesim.validation.overlay import plot_overlay
+    from moesim.validation.cpu.overlay import plot_overlay
 
     rows = [c for c in v.per_step if c.step == step]
     meas = [s for c in rows for s in c.measured_spans]
@@ -84,7 +84,7 @@ def warn_outside_range(ts, model, calib: str) -> dict:
     calibration was fitted on (their times are extrapolated)."""
     import sys
 
-    from moesim.validation.replay import outside_fitted_range
+    from moesim.validation.cpu.replay import outside_fitted_range
 
     o = outside_fitted_range(ts, model)
     n = o["gemm"] + o["memory"]
@@ -100,11 +100,11 @@ def warn_outside_range(ts, model, calib: str) -> dict:
 def run(args: argparse.Namespace) -> int:
     from moesim.errors import InputError
     from moesim.outputs import check_dir_target, make_dir, write_text
-    from moesim.validation.calibration import load_calibration
-    from moesim.validation.gpu_trace import gpu_traces
-    from moesim.validation.host_facts import warning_line
-    from moesim.validation.ingest import ingest, trace_files
-    from moesim.validation.validate import validate
+    from moesim.validation.calibration.model import load_calibration
+    from moesim.validation.cpu.host_facts import warning_line
+    from moesim.validation.cpu.ingest import ingest, trace_files
+    from moesim.validation.cpu.validate import validate
+    from moesim.validation.gpu.trace import gpu_traces
 
     gpu = gpu_traces(trace_files([args.trace_dir]))
     if gpu is not None:
@@ -167,10 +167,12 @@ def _run_gpu(args: argparse.Namespace, gpu: list) -> int:
     from moesim.errors import InputError
     from moesim.scenario.load import load_scenario
     from moesim.scenario.resolve import resolve
-    from moesim.validation.calibration import load_calibration
-    from moesim.validation.gpu_pair import measured_streams, simulate_pair
-    from moesim.validation.gpu_summary import summarize
-    from moesim.validation.gpu_validate import forward_fit, gpu_validate, text_table
+    from moesim.validation.calibration.model import load_calibration
+    from moesim.validation.gpu.pair import measured_streams, simulate_pair
+    from moesim.validation.gpu.summary import summarize
+    from moesim.validation.gpu.validate import forward_fit, gpu_validate, text_table
+    from moesim.validation.gpu.classes import class_table
+    from moesim.validation.gpu.classes import compare as compare_classes
 
     if args.scenario is None:
         raise InputError("command line", "--scenario", "a scenario to compare a GPU trace "
@@ -201,6 +203,7 @@ def _run_gpu(args: argparse.Namespace, gpu: list) -> int:
                        sim=sim, streams=measured_streams(gpu[0]))
     doc.update(source=args.trace_dir, scenario=args.scenario,
                compute_model=args.calibration or getattr(model, "name", "scenario"))
+    doc["kernel_classes"] = compare_classes(gpu[0], res, model)
     if fit_doc is not None:
         doc["forward_fit"] = fit_doc
     if args.output:
@@ -217,6 +220,10 @@ def _run_gpu(args: argparse.Namespace, gpu: list) -> int:
                   f"{fit_doc['gemm_flops_per_s'] / 1e12:.1f} TFLOP/s, core attention "
                   f"{fit_doc['attention_flops_per_s'] / 1e12:.1f} TFLOP/s")
         print(text_table(doc))
+        kc = doc["kernel_classes"]
+        print(f"\nkernel time per layer by pass and class ({kc['layers_traced']} layers "
+              "traced; simulated: one layer's kernels, moesim kernels):")
+        print("\n".join(class_table(kc)))
         if args.output:
             print(f"wrote {Path(args.output) / 'validation.json'}")
     return 0

@@ -1,4 +1,4 @@
-"""Compute models: how long a kernel takes on a device (roofline or calibrated)."""
+"""Compute models: how long a kernel takes on a device (kernel catalog, roofline or calibrated)."""
 
 from moesim.compute.base import ComputeModel, Kernel
 from moesim.compute.devices import DEVICES, DeviceSpec, get_device

@@ -2,7 +2,7 @@
 
 The engine asks a :class:`ComputeModel` for the duration of each :class:`Kernel`.
 The roofline model (``moesim.compute.roofline``) and a calibration fitted to
-recorded traces (``moesim.validation.calibration``) both implement it, so a
+recorded traces (``moesim.validation.calibration.model``) both implement it, so a
 scenario can name either.
 """
 

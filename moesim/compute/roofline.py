@@ -66,6 +66,7 @@ class RooflineModel:
         if peak <= 0:
             raise ValueError(f"device {device.name} has no {precision} peak")
         self.device = device
+        self.precision = precision
         self.peak_flops = float(peak)                      # FLOP/s
         #: FLOP/s of the kernels an FP8 recipe keeps in BF16 (HIGH_PRECISION_KERNELS)
         self.high_precision_flops = float(device.peak_bf16_flops)
@@ -89,9 +90,11 @@ class RooflineModel:
         compute = 0.0
         if kernel.flops > 0:
             eff = self.efficiency(kernel.m, kernel.n, kernel.k)
-            base = kernel.name.removesuffix("_bwd")
-            peak = (self.high_precision_flops if base in HIGH_PRECISION_KERNELS
-                    else self.peak_flops)
+            base = kernel.name
+            for suffix in ("_bwd", "_dgrad", "_wgrad"):
+                base = base.removesuffix(suffix)
+            high = base in HIGH_PRECISION_KERNELS or kernel.dtype in ("bf16", "fp32")
+            peak = self.high_precision_flops if high else self.peak_flops
             compute = kernel.flops / (peak * eff)
         memory = kernel.bytes / self.hbm_Bps if kernel.bytes > 0 else 0.0
         return kernel.count * self.launch_overhead_s + max(compute, memory)
@@ -139,10 +142,10 @@ def compute_model_from_dict(d: Any, source: str, device: DeviceSpec) -> ComputeM
         if not p.is_absolute() and Path(source).is_file():
             p = Path(source).parent / p
         try:
-            from moesim.validation.calibration import load_calibration
+            from moesim.validation.calibration.model import load_calibration
         except ImportError:
             raise InputError(source, "compute.kind",
-                             "roofline (calibration support, moesim.validation.calibration, "
+                             "roofline (calibration support, moesim.validation.calibration.model, "
                              "is not available)", kind) from None
         return load_calibration(p)
     if kind != "roofline":

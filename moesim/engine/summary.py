@@ -16,6 +16,7 @@ from moesim.engine.breakdown import CATEGORIES
 from moesim.memory.report import CATEGORIES as MEMORY_CATEGORIES
 from moesim.memory.report import StageMemory
 from moesim.program.build import StepPlan
+from moesim.program.inventory import step_pricing
 from moesim.scenario.resolve import Resolved
 from moesim.trace.result import LinkStats, SimResult
 
@@ -38,6 +39,7 @@ def summarize(res: Resolved, plan: StepPlan, rows: list[dict[str, float]], step:
         "tokens_per_s": plan.tokens_per_step / step if step > 0 else 0.0,
         "model_flops": plan.model_flops,
         "mfu": mfu,
+        "kernel_pricing": step_pricing(res),
         "breakdown_s": mean,
         "per_rank": per_rank,
         "experts": expert_summary(plan),

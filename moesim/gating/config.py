@@ -67,6 +67,10 @@ class RoutingConfig:
     top_k           experts per token; None = the model's
     capacity_factor None = no dropping; else capacity per (source rank, expert) =
                     ceil(tokens_on_source * top_k / experts * factor) (Megatron-Core)
+    pad_to_capacity Megatron-Core moe_pad_expert_input_to_capacity: every (source rank,
+                    expert) slot is padded up to its capacity, so each expert receives and
+                    computes exactly sources x capacity rows (token_dispatcher.py,
+                    MoEAlltoAllTokenDispatcher, drop_and_pad); needs capacity_factor
     drop_policy     probability | position: which tokens lose an over-capacity slot
                     (changes token identity only, never the counts)
     max_nodes       node-limited routing: each token's experts lie on at most this
@@ -91,6 +95,7 @@ class RoutingConfig:
     drift_rate: float = 0.0
     top_k: int | None = None
     capacity_factor: float | None = None
+    pad_to_capacity: bool = False
     drop_policy: str = "probability"
     max_nodes: int | None = None
     jitter: float = 0.0
@@ -101,7 +106,7 @@ class RoutingConfig:
 
 _FIELDS = (
     "kind", "zipf_s", "hot_experts", "hot_fraction", "hot_token_fraction", "alpha", "file", "drift",
-    "drift_rate", "top_k", "capacity_factor", "drop_policy", "max_nodes", "jitter",
+    "drift_rate", "top_k", "capacity_factor", "pad_to_capacity", "drop_policy", "max_nodes", "jitter",
     "replicate", "replica_split", "path",
 )
 
@@ -254,6 +259,14 @@ def routing_from_dict(d: dict | None, source: str) -> RoutingConfig:
         kw["top_k"] = _int(d["top_k"], "top_k", source, 1)
     if d.get("capacity_factor") is not None:
         kw["capacity_factor"] = _num(d, "capacity_factor", source, 0.0, lo_open=True)
+    if d.get("pad_to_capacity") is not None:
+        pad = d["pad_to_capacity"]
+        if not isinstance(pad, bool):
+            raise InputError(source, "routing.pad_to_capacity", "true or false", pad)
+        if pad and d.get("capacity_factor") is None:
+            raise InputError(source, "routing.pad_to_capacity", "a capacity_factor to pad "
+                             "to (Megatron-Core requires moe_expert_capacity_factor)", pad)
+        kw["pad_to_capacity"] = pad
     if d.get("max_nodes") is not None:
         kw["max_nodes"] = _int(d["max_nodes"], "max_nodes", source, 1)
     if d.get("replicate") is not None:

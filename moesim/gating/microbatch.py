@@ -24,6 +24,7 @@ from moesim.gating.router import (
     assign_tokens,
     capacity,
     drop_tokens,
+    padded_counts,
     router_logits,
     softmax,
 )
@@ -66,6 +67,10 @@ class MicrobatchRouting:
     # copies of kept tokens (moesim.gating.dedup), for DeepEP-style exchanges
     gpu_tokens: np.ndarray | None = None    # (S, S) int64
     node_tokens: np.ndarray | None = None   # (S, nodes) int64
+    # routing.pad_to_capacity: empty rows each (source, expert) slot adds to reach its
+    # capacity; they travel and are computed (in rank_expert_tokens, rank_tokens,
+    # dispatch_*/combine_*), never counted as kept tokens
+    padding: np.ndarray | None = None       # (S, E) int64
 
 
 def _check_node_limit(cfg: RoutingConfig, placement: Placement, ranks_per_node: int | None,
@@ -161,7 +166,9 @@ def route_microbatch(cfg: RoutingConfig, *, n_experts: int, top_k: int,
         else:
             p_mean = softmax(router_logits(rng, pi, k, PROBE_TOKENS, cfg.jitter)).mean(axis=0)
 
-    dispatch, rank_expert = placement.split_counts(kept, ranks_per_node)
+    # rows sent and computed: the kept tokens, or every slot's capacity when padded
+    rows = padded_counts(kept, cap) if cfg.pad_to_capacity else kept
+    dispatch, rank_expert = placement.split_counts(rows, ranks_per_node)
     dbytes, cbytes = byte_matrices(dispatch, hidden, dispatch_dtype, combine_dtype, source)
     tot = int(assign.sum())
     f = assign.sum(axis=0) / tot if tot else np.zeros(n_experts)
@@ -183,7 +190,7 @@ def route_microbatch(cfg: RoutingConfig, *, n_experts: int, top_k: int,
             gpu_tok, node_tok = dedup.estimate(kept, placement.home, dedup_ranks_per_node,
                                                ratios)
     return MicrobatchRouting(
-        assign=assign, kept=kept, dropped=assign - kept, capacity=cap,
+        assign=assign, kept=kept, dropped=assign - kept, capacity=cap, padding=rows - kept,
         expert_tokens=kept.sum(axis=0), rank_expert_tokens=rank_expert,
         rank_tokens=dispatch.sum(axis=0), dispatch_tokens=dispatch,
         combine_tokens=dispatch.T.copy(), dispatch_bytes=dbytes, combine_bytes=cbytes,

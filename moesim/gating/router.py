@@ -48,6 +48,15 @@ def capacity(tokens_per_rank: np.ndarray, top_k: int, n_experts: int,
                     dtype=np.float64)
 
 
+def padded_counts(kept: np.ndarray, cap: np.ndarray) -> np.ndarray:
+    """Rows each (source, expert) slot sends when padded to capacity (Megatron-Core
+    moe_pad_expert_input_to_capacity, token_dispatcher.py ``drop_and_pad``): its capacity,
+    whatever it kept; (S, E) int64."""
+    if not np.all(np.isfinite(cap)):
+        raise ValueError("padding to capacity needs a capacity_factor")
+    return np.broadcast_to(cap.astype(np.int64)[:, None], kept.shape).copy()
+
+
 def node_probs(pi: np.ndarray, node_of_expert: np.ndarray, max_nodes: int) -> np.ndarray:
     """rho: inclusion probability of each node (sum = min(M, nodes with mass))."""
     n_nodes = int(node_of_expert.max()) + 1

@@ -1,7 +1,8 @@
 """Every live tensor of one matmul Y = X·W, whole and per GPU under TP and PP (pure).
 
 X is (m, k), W (k, n), Y (m, n), each ``dtype`` bytes per element (bf16: 2 bytes, so
-m = k = n = 65536 gives 2·65536² bytes = 8 GiB per tensor, 24 GiB in forward).
+m = k = n = 65536 gives 2·65536² bytes = 8 GiB = 8.59 GB per tensor, 25.77 GB in
+forward; ``moesim memory --matmul`` prints GB, 10^9 bytes, as ``moesim memory`` does).
 
 Training adds the gradients dY (m, n) and dX (m, k) flowing back, dW (k, n), and
 Adam's states: with a 16-bit dtype an fp32 master copy, m and v (12 bytes per

@@ -10,30 +10,20 @@ expert parameters, split ETP ways (expert tensor parallelism, column then row pa
 over the expert-data-parallel group of size EDP = TP·CP·DP/(ETP·EP) (Megatron-Core MoE
 parallel folding, megatron/core/parallel_state.py).
 
-Activations per layer per micro-batch (Korthikanti et al. 2022, "Reducing Activation
-Recomputation in Large Transformer Models", Eq. 2 with sequence parallelism): for T = s·b
-tokens, h hidden, a heads, t = tp,
-
-    dense layer = (34·T·h + 5·a·s·T) / t  bytes
-                = attention 11·T·h + 5·a·s·T, two layer norms 4·T·h, MLP 19·T·h.
-
-Adapted here: the MLP's 19·T·h (for a 2-matrix FFN of width 4h) generalises to
-ffn_bytes(f) = 2h + 2f·(3 if gated else 2) + h per token (input, up/gate outputs, the
-activation output, Korthikanti's 1-byte dropout mask), which is 19h at f = 4h. In an MoE
-layer the MLP term becomes: router fp32 probabilities 4·E per token, shared experts
-ffn_bytes(n_shared·shared_ffn)/t per token, the routed experts ffn_bytes(expert_ffn) per
-*received* token (a hot expert's rank receives more), and the expert outputs kept for the
-combine's backward, 2·h per routed assignment sent.
-
-Without sequence parallelism (Korthikanti Eq. 1) the 10·T·h of the layer norms' inputs,
-the attention and MLP inputs and the two dropout masks is not split over t. With
-context parallelism each rank holds T/cp tokens of the sequence (attention scores of its
-queries against all s keys: 5·a·s·T/cp). With ETP the routed experts' activations are
-those of etp·received tokens (all-gathered over the ETP group) at width expert_ffn/etp.
-
-Recomputation: "selective" drops the 5·a·s·T attention-score term (Korthikanti §4.2,
-also what FlashAttention stores); "full" keeps only each layer's input, 2·T·h/t, plus a
-workspace of one layer's activations while it is recomputed (Korthikanti §5).
+Activations per layer per micro-batch: :mod:`moesim.memory.activations`, tensor by
+tensor (Korthikanti et al. 2022, "Reducing Activation Recomputation in Large Transformer
+Models", Eq. 1-2, generalised to GQA/MLA widths and the MoE block), for this rank's
+T tokens (T/cp with context parallelism) split over t = tp with sequence parallelism;
+without it (Korthikanti Eq. 1) 10·T·h (layer-norm inputs, attention and MLP inputs, two
+dropout masks) stays whole on every TP rank. Routed experts keep their tensors per
+*received* assignment (a hot expert's rank holds more); with ETP those of etp·received
+assignments (all-gathered over the ETP group) at width expert_ffn/etp.
+``attention_kernel``: "fused" (FlashAttention, cuDNN/TE fused attention: an fp32
+log-sum-exp per head and query, never the score matrix; the default) or "materialized"
+(the 5·a·s·T score matrix). Recomputation: "selective" drops the tensors of the
+``modules`` recomputed (Megatron's recompute_modules, default core_attn); "full" keeps
+only each layer's input, 2·T·h/t, plus a workspace of one layer's activations while it is
+recomputed (Korthikanti §5).
 
 The caller says how many micro-batches' activations a stage holds
 (``inflight_microbatches``): GPipe keeps m, 1F1B at most p on the first stage
@@ -48,6 +38,13 @@ from dataclasses import asdict, dataclass
 
 from moesim.compute.devices import DeviceSpec
 from moesim.errors import InputError
+from moesim.memory.activations import (
+    ATTENTION_KERNELS,
+    RECOMPUTE_MODULES,
+    layer_bytes_per_token,
+    modules_of,
+    routed_expert_bytes,
+)
 from moesim.model.params import (
     attention_params,
     embedding_params,
@@ -56,12 +53,16 @@ from moesim.model.params import (
     lm_head_params,
     router_params,
 )
+from moesim.model.mtp import extra_params as mtp_extra_params
 from moesim.model.spec import ModelSpec
+from moesim.schedule.layout_string import split_layers  # noqa: F401  (re-exported)
 
 GRAD_BYTES = 2        # bf16 gradient (ZeRO §3.1: 2 + 2 + 12 = 16 bytes per parameter)
 OPTIMIZER_BYTES = 12  # fp32 master weight, Adam m and v
-ACT_BYTES = 2         # bf16 activations
+ACT_BYTES = 2         # bf16 activations (moesim.memory.activations)
 RECOMPUTE_MODES = ("none", "selective", "full")
+#: bytes per element of a stored parameter or gradient: bf16 2, fp32 4, fp8 1
+DTYPE_BYTES = {"bf16": 2, "fp16": 2, "fp32": 4, "fp8": 1}
 
 
 @dataclass(frozen=True, slots=True)
@@ -91,18 +92,6 @@ class MemoryBreakdown:
         return {**asdict(self), "peak_bytes": self.peak_bytes, "oom": self.oom}
 
 
-def split_layers(n_layers: int, pp: int) -> list[range]:
-    """Contiguous layers per pipeline stage; a remainder goes one each to stages 1, 2, ...
-    (stage 0 already holds the embedding)."""
-    base, extra = divmod(n_layers, pp)
-    out, start = [], 0
-    for stage in range(pp):
-        size = base + (1 if 1 <= stage <= extra else 0)
-        out.append(range(start, start + size))
-        start += size
-    return out
-
-
 def rank_params(spec: ModelSpec, layers: Sequence[int], *, tp: int, ep: int,
                 first: bool, last: bool, etp: int = 1) -> tuple[float, float]:
     """(non-expert, expert) parameters one rank of this stage holds before ZeRO-3;
@@ -118,6 +107,13 @@ def rank_params(spec: ModelSpec, layers: Sequence[int], *, tp: int, ep: int,
             expert += spec.n_experts // ep * ffn_params(spec, spec.expert_ffn) / etp
         else:
             dense += ffn_params(spec, spec.dense_ffn) / tp
+    depths = sum(1 for i in layers if i >= spec.layers)
+    if depths:   # MTP: projection and norms per depth; the stage builds the embedding
+        dense += depths * mtp_extra_params(spec) / tp
+        if not first:
+            dense += embedding_params(spec) / tp
+        if not last:            # its own output head, away from the loss stage
+            dense += lm_head_params(spec) / tp
     if first:
         dense += embedding_params(spec) / tp
     if last:
@@ -128,32 +124,40 @@ def rank_params(spec: ModelSpec, layers: Sequence[int], *, tp: int, ep: int,
     return dense, expert
 
 
-def ffn_act_bytes_per_token(spec: ModelSpec, width: int) -> float:
-    """Korthikanti's MLP term generalised: 2h + 2f·(3 if gated else 2) + h bytes/token."""
-    if width <= 0:
-        return 0.0
-    return 2 * spec.hidden + ACT_BYTES * width * (3 if spec.gated else 2) + spec.hidden
-
-
 def layer_activation_bytes(spec: ModelSpec, layer: int, tokens: int, seq_len: int, tp: int,
                            recompute: str, received_tokens: float,
-                           sequence_parallel: bool = True, etp: int = 1) -> float:
+                           sequence_parallel: bool = True, etp: int = 1,
+                           attention_kernel: str = "fused",
+                           modules: Sequence[str] | None = None) -> float:
     """Bytes one micro-batch of ``tokens`` tokens (this rank's, after CP) leaves alive in
-    layer ``layer``."""
+    layer ``layer`` (:mod:`moesim.memory.activations`); ``modules``: the selective
+    recompute modules (None: Megatron's default, core_attn)."""
     t_h = tokens * spec.hidden
     if recompute == "full":
         return ACT_BYTES * t_h / (tp if sequence_parallel else 1)
     # Korthikanti Eq. 1: without SP, 10·T·h of the 34·T·h stay whole on every TP rank
     whole = 0.0 if sequence_parallel else 10 * t_h * (1 - 1 / tp)
-    attn = 11 * t_h + (5 * spec.heads * seq_len * tokens if recompute == "none" else 0)
-    total = attn + 4 * t_h
-    if spec.is_moe_layer(layer):
-        total += 4 * spec.n_experts * tokens                          # fp32 router probs
-        total += tokens * ffn_act_bytes_per_token(spec, spec.n_shared_experts * spec.shared_ffn)
-        total += ACT_BYTES * spec.top_k * t_h                        # outputs for combine bwd
-        return (whole + total / tp + received_tokens * etp
-                * ffn_act_bytes_per_token(spec, spec.expert_ffn // etp))
-    return whole + (total + tokens * ffn_act_bytes_per_token(spec, spec.dense_ffn)) / tp
+    mods = modules_of(recompute, modules)
+    tok, per_assignment = layer_bytes_per_token(spec, layer, seq_len, modules=mods,
+                                                attention_kernel=attention_kernel)
+    total = whole + tokens * tok / tp
+    if per_assignment:
+        total += received_tokens * etp * (
+            per_assignment + routed_expert_bytes(spec, spec.expert_ffn / etp, mods))
+    return total
+
+
+def full_recompute_chunks(n_layers: int, recompute: str, method: str, num_layers: int,
+                          ) -> list[range]:
+    """Positions (within a stage's layer list) re-run together by full recompute:
+    uniform N: every chunk of N consecutive layers; block N: the first N layers, one by
+    one (Megatron-Core transformer_block.py ``_checkpointed_forward``)."""
+    if recompute != "full" or n_layers == 0:
+        return []
+    n = max(1, num_layers)
+    if method == "block":
+        return [range(j, j + 1) for j in range(min(n, n_layers))]
+    return [range(j, min(j + n, n_layers)) for j in range(0, n_layers, n)]
 
 
 def _check(cond: bool, source: str, field: str, expected: str, got: object) -> None:
@@ -168,7 +172,10 @@ def memory_per_rank(
     recompute: str = "none", received_tokens: float | Sequence[float] | None = None,
     dispatch_bytes_per_elem: float = 2.0, device: DeviceSpec | None = None,
     capacity_bytes: float | None = None, source: str = "<memory>", cp: int = 1, etp: int = 1,
-    sequence_parallel: bool = True,
+    sequence_parallel: bool = True, attention_kernel: str = "fused",
+    grad_dtype: str = "bf16", param_dtype: str | None = None,
+    recompute_modules: Sequence[str] | None = None, recompute_method: str = "uniform",
+    recompute_num_layers: int = 1,
 ) -> MemoryBreakdown:
     """Bytes on one rank of pipeline stage ``stage``.
 
@@ -181,6 +188,15 @@ def memory_per_rank(
     micro_batch_tokens/tp · top_k. ``dispatch_bytes_per_elem``: 2 for bf16, 1 + 4/128 for
     fp8 with one fp32 scale per 128 values (DeepSeek-V3 report §3.3). Capacity comes
     from ``capacity_bytes``, else ``device.hbm_bytes``, else unlimited.
+    ``attention_kernel``: fused (keeps no score matrix) or materialized.
+    ``recompute_modules``: selective recompute's modules (None: core_attn);
+    ``recompute_method``/``recompute_num_layers`` (full recompute, Megatron-Core
+    transformer_block.py ``_checkpointed_forward``): uniform N keeps one input per chunk of
+    N layers and re-runs a chunk at a time; block N recomputes the first N layers of the
+    stage (of each virtual chunk), the rest keep everything.
+    ``grad_dtype``: the stored gradient (bf16; fp32 as Megatron's main_grad with bf16
+    training); ``param_dtype``: the stored weight (None: ``spec.weight_bytes``; fp8 for
+    Transformer Engine's fp8 primary weights, Megatron ``--fp8-param-gather``).
     """
     for name, value in (("tp", tp), ("pp", pp), ("ep", ep), ("dp", dp), ("cp", cp),
                         ("etp", etp),
@@ -190,6 +206,18 @@ def memory_per_rank(
     _check(zero in (0, 1, 2, 3), source, "parallel.zero", "0, 1, 2 or 3", zero)
     _check(recompute in RECOMPUTE_MODES, source, "parallel.recompute",
            f"one of {', '.join(RECOMPUTE_MODES)}", recompute)
+    _check(recompute_method in ("uniform", "block"), source, "memory.recompute_method",
+           "uniform or block", recompute_method)
+    _check(isinstance(recompute_num_layers, int) and recompute_num_layers >= 1, source,
+           "memory.recompute_num_layers", "an integer >= 1", recompute_num_layers)
+    for mod in recompute_modules or ():
+        _check(mod in RECOMPUTE_MODULES, source, "memory.recompute_modules",
+               f"a list of {', '.join(RECOMPUTE_MODULES)}", mod)
+    _check(attention_kernel in ATTENTION_KERNELS, source, "memory.attention",
+           f"one of {', '.join(ATTENTION_KERNELS)}", attention_kernel)
+    for name, dt in (("grad_dtype", grad_dtype), ("param_dtype", param_dtype)):
+        _check(dt is None or dt in DTYPE_BYTES, source, f"memory.{name}",
+               f"one of {', '.join(DTYPE_BYTES)}", dt)
     _check(spec.heads % tp == 0, source, "parallel.tp",
            f"a divisor of the model's heads ({spec.heads})", tp)
     _check(pp <= spec.layers, source, "parallel.pp", f"at most layers ({spec.layers})", pp)
@@ -211,8 +239,9 @@ def memory_per_rank(
 
     dense, expert = rank_params(spec, stage_layers, tp=tp, ep=ep, first=first, last=last,
                                 etp=etp)
-    weights = spec.weight_bytes * (dense / dpc + expert / edp if zero >= 3 else dense + expert)
-    grads = GRAD_BYTES * (dense / dpc + expert / edp if zero >= 2 else dense + expert)
+    w_bytes = spec.weight_bytes if param_dtype is None else DTYPE_BYTES[param_dtype]
+    weights = w_bytes * (dense / dpc + expert / edp if zero >= 3 else dense + expert)
+    grads = DTYPE_BYTES[grad_dtype] * (dense / dpc + expert / edp if zero >= 2 else dense + expert)
     optim = OPTIMIZER_BYTES * (dense / dpc + expert / edp if zero >= 1 else dense + expert)
 
     moe_layers = [i for i in stage_layers if spec.is_moe_layer(i)]
@@ -230,18 +259,28 @@ def memory_per_rank(
 
     def act(i: int, mode: str) -> float:
         return layer_activation_bytes(spec, i, micro_batch_tokens, seq_len, tp, mode,
-                                      recv_of.get(i, 0.0), sequence_parallel, etp)
+                                      recv_of.get(i, 0.0), sequence_parallel, etp,
+                                      attention_kernel, recompute_modules)
 
-    per_mb = sum(act(i, recompute) for i in stage_layers)
+    chunks = full_recompute_chunks(len(stage_layers), recompute, recompute_method,
+                                   recompute_num_layers)
+    recomputed = {stage_layers[j] for c in chunks for j in c}
+    per_mb = sum(act(i, "none") for i in stage_layers if i not in recomputed) \
+        + sum(act(stage_layers[c[0]], "full") for c in chunks) if recompute == "full" \
+        else sum(act(i, recompute) for i in stage_layers)
     t_h = micro_batch_tokens * spec.hidden / tp
     if first:
         per_mb += ACT_BYTES * t_h                      # embedding output
     if last:
         # final norm input (2·T·h/t) and fp32 logits for the loss (4·T·V/t)
         per_mb += ACT_BYTES * t_h + 4 * micro_batch_tokens * spec.vocab / tp
+    # MTP depth: enorm and hnorm inputs (2h each), eh_proj input (4h), final norm input
+    # (2h), fp32 logits of its own loss (4V) per token
+    depths = sum(1 for i in stage_layers if i >= spec.layers)
+    per_mb += depths * (10 * t_h + 4 * micro_batch_tokens * spec.vocab / tp)
     workspace = 0.0
-    if recompute == "full" and stage_layers:
-        workspace = max(act(i, "none") for i in stage_layers)
+    if chunks:
+        workspace = max(sum(act(stage_layers[j], "none") for j in c) for c in chunks)
     buffers = 0.0
     if moe_layers:
         h = spec.hidden

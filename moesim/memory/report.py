@@ -12,7 +12,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from moesim.errors import InputError
-from moesim.memory.model import memory_per_rank, split_layers
+from moesim.memory.model import memory_per_rank
+from moesim.schedule.layout_string import stage_chunks
 from moesim.schedule.a2a_overlap import a2a_1f1b_order, flatten
 from moesim.schedule.dualpipe import KINDS as DUAL_KINDS
 from moesim.schedule.dualpipe import make_dual_order, peak_alive
@@ -48,11 +49,17 @@ class StageMemory:
         self.common = dict(
             micro_batch_tokens=sch.tokens_per_microbatch, seq_len=sch.seq_len, tp=par.tp,
             pp=par.pp, ep=par.ep, dp=lay.dp, zero=par.zero, recompute=scn.memory.recompute,
+            attention_kernel=scn.memory.attention, grad_dtype=scn.memory.grad_dtype,
+            param_dtype=None if scn.memory.param_dtype == "bf16" else scn.memory.param_dtype,
+            recompute_modules=scn.memory.recompute_modules,
+            recompute_method=scn.memory.recompute_method,
+            recompute_num_layers=scn.memory.recompute_num_layers,
             cp=par.cp, etp=par.etp, sequence_parallel=bool(par.sequence_parallel),
             device=res.device, source=scn.source,
             dispatch_bytes_per_elem=DISPATCH_BYTES[scn.routing.dispatch_dtype])
-        self.chunks = split_layers(res.model.layers, par.pp * v if self.dual is None
-                                   else self.dual.stages)  # virtual stage c*p + s
+        self.chunks = stage_chunks(scn, res.model, par.pp * v if self.dual is None
+                                   else self.dual.stages,  # virtual stage c*p + s
+                                   dual=self.dual is not None)
         self._cache: dict[tuple, dict] = {}
 
     def held_stages(self, s: int) -> list[int]:

@@ -13,6 +13,7 @@ from typing import Any
 from moesim.errors import InputError
 
 ATTENTION_KINDS = ("mha", "gqa", "mla")
+PRECISIONS = ("bf16", "fp8")
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,15 +50,34 @@ class ModelSpec:
     gated: bool = True              # SwiGLU (3 matrices) if True, else 2-matrix FFN
     tied_embeddings: bool = False   # LM head shares the embedding matrix
     weight_bytes: int = 2           # bytes per weight element (2 = bf16)
+    # GEMM precision of the training recipe, "bf16" or "fp8": set from compute.precision
+    # when the scenario is resolved (moesim.model.costs adds the FP8 quantisation kernels)
+    precision: str = "bf16"
+    # Multi-token prediction depths (DeepSeek-V3 §2.2; Megatron-Core mtp_num_layers): each
+    # one more transformer layer (MoE when the last layer is), its embedding projection and
+    # norms, and a second output head and loss (moesim.model.mtp)
+    mtp_layers: int = 0
+    # Sliding-window attention (moesim.model.window): keys a query sees (0: full), and every
+    # how many layers one uses full attention (Megatron window_attn_skip_freq; 0: none)
+    window: int = 0
+    window_full_every: int = 0
+    attention_sinks: bool = False   # a learned sink logit per head (GPT-OSS)
 
     @property
     def moe(self) -> bool:
         return self.n_experts > 0
 
     def is_moe_layer(self, i: int) -> bool:
+        if i >= self.layers:        # an MTP layer is MoE when the last decoder layer is
+            return self.layers > 0 and self.is_moe_layer(self.layers - 1)
         if not self.moe or i < self.first_dense_layers:
             return False
         return (i - self.first_dense_layers) % self.moe_layer_freq == self.moe_layer_freq - 1
+
+    @property
+    def blocks(self) -> int:
+        """Decoder layers plus MTP layers (indices ``layers`` .. ``blocks - 1``)."""
+        return self.layers + self.mtp_layers
 
     @property
     def n_moe_layers(self) -> int:
@@ -92,7 +112,7 @@ def check_type(name: str, value: Any, source: str) -> Any:
             raise InputError(source, f"model.{name}", "an integer", value)
         if value < 0:
             raise InputError(source, f"model.{name}", "an integer >= 0", value)
-        top = MAX_LAYERS if name in ("layers", "first_dense_layers") else MAX_DIM
+        top = MAX_LAYERS if name in ("layers", "first_dense_layers", "mtp_layers") else MAX_DIM
         if value > top:
             raise InputError(source, f"model.{name}", f"at most {top:,} (the most this "
                              "simulator runs; docs/scenarios.md, Size limits)", value)
@@ -109,6 +129,8 @@ def validate(spec: ModelSpec, source: str) -> ModelSpec:
     for name in ("layers", "hidden", "heads", "vocab", "moe_layer_freq", "weight_bytes"):
         if getattr(spec, name) < 1:
             raise bad(name, "an integer >= 1", getattr(spec, name))
+    if spec.precision not in PRECISIONS:
+        raise bad("precision", f"one of {', '.join(PRECISIONS)}", spec.precision)
     if spec.attention not in ATTENTION_KINDS:
         raise bad("attention", f"one of {', '.join(ATTENTION_KINDS)}", spec.attention)
     if spec.attention == "mla":

@@ -27,7 +27,10 @@ import numpy as np
 from moesim.collectives.communicator import CollectiveSpec
 from moesim.compute.base import ComputeModel, Kernel
 from moesim.gating import make_placement, route_microbatch
-from moesim.memory.model import split_layers
+from moesim.model import mtp, window
+from moesim.program import cuda_graphs, recompute
+from moesim.program.recompute_ops import RecomputeOps
+from moesim.schedule.layout_string import stage_chunks
 from moesim.model import costs
 from moesim.program import cp as cpx
 from moesim.program import etp as etpx
@@ -64,19 +67,26 @@ class StepPlan:
 
 
 class Timer:
-    """Memoized kernel-list durations (identical layers cost the same)."""
+    """Memoized kernel-list durations (identical layers cost the same); the kernel lists
+    are kept by key (:meth:`kernels_for`) for the ops that carry them."""
 
     def __init__(self, model: ComputeModel) -> None:
         self.model = model
         self.cache: dict[tuple, tuple[float, float]] = {}
+        self.kernels: dict[tuple, tuple[Kernel, ...]] = {}
 
     def __call__(self, key: tuple, make) -> tuple[float, float]:
         hit = self.cache.get(key)
         if hit is None:
             ks: list[Kernel] = make()
+            self.kernels[key] = tuple(ks)
             hit = self.cache[key] = (sum(self.model.time_s(k) for k in ks),
                                      sum(k.flops for k in ks))
         return hit
+
+    def kernels_for(self, key: tuple) -> tuple[Kernel, ...]:
+        """The kernels priced under ``key`` (after a call with it)."""
+        return self.kernels.get(key, ())
 
 
 def build_step(res, step: int | None = None, *, replicas: str = "independent",
@@ -95,7 +105,7 @@ def build_step(res, step: int | None = None, *, replicas: str = "independent",
                     replicas, dedup).build()
 
 
-class Builder(GradientOps, DualPipeOps, PairedOps, FoldedOps):
+class Builder(GradientOps, DualPipeOps, PairedOps, FoldedOps, RecomputeOps):
     def __init__(self, res, step: int, replicas: str = "independent",
                  dedup: bool = False) -> None:
         self.res = res
@@ -121,9 +131,10 @@ class Builder(GradientOps, DualPipeOps, PairedOps, FoldedOps):
                      else None)
         self.order = make_order(sch.kind, self.pp, self.m, self.v) if self.dual is None else None
         self.pairs = PairRule(self.order, self.pp, self.v) if self.dual is None else None
-        self.chunks = split_layers(self.spec.layers, self.dual.stages if self.dual is not None
-                                   else self.pp * self.v)
-        self.moe_layers = [i for i in range(self.spec.layers) if self.spec.is_moe_layer(i)]
+        self.chunks = stage_chunks(scn, self.spec, self.dual.stages if self.dual is not None
+                                   else self.pp * self.v, dual=self.dual is not None)
+        self.moe_layers = [i for i in range(self.spec.blocks) if self.spec.is_moe_layer(i)]
+        self.rc = recompute.RecomputeRule(scn.memory, self.chunks, self.spec)
         self.moe_index = {layer: j for j, layer in enumerate(self.moe_layers)}
         self.gpn = scn.gpus_per_node
         self.routing = res.routing
@@ -313,10 +324,11 @@ class Builder(GradientOps, DualPipeOps, PairedOps, FoldedOps):
     def _compute(self, prog: list[Op], name: str, layer: int, mb: int, phase: str, key: tuple,
                  make, deps: tuple[int, ...] = (), **kw) -> None:
         t, fl = self.timer(key, make)
-        if name != "opt.adam":
+        if name != "opt.adam" and not name.startswith("bwd.recompute"):  # model FLOPs only
             self.flops += fl
         prog.append(Op(stream="compute", kind="compute", name=name, duration_s=t, flops=fl,
-                       layer=layer, microbatch=mb, phase=phase, deps=deps, **kw))
+                       layer=layer, microbatch=mb, phase=phase, deps=deps,
+                       kernels=self.timer.kernels_for(key), **kw))
 
     def _recv(self, src: int, key: tuple, mb: int, phase: str, layer: int) -> Op:
         return Op(stream="compute", kind="pp", name=f"{phase}.recv", recv_from=src, key=key,
@@ -351,9 +363,12 @@ class Builder(GradientOps, DualPipeOps, PairedOps, FoldedOps):
         if self.zero == 3 and self.dp > 1:
             deps = self._zero3_gather(prog, rank, layer, mb, phase)
         start = len(prog)
-        attn = ("attn", phase)
-        attn_k = lambda: [*costs.norm_kernels(spec, self.tokens, tp, phase),  # noqa: E731
-                          *costs.attention_kernels(spec, self.tokens, self.seq, tp, phase)]
+        seq = window.effective_seq(spec, layer, self.seq)   # a sliding window scores less
+        attn = ("attn", phase) if seq == self.seq else ("attn", phase, seq)
+        graphs = self.scn.overlap.cuda_graphs
+        attn_k = lambda: cuda_graphs.maybe([  # noqa: E731
+            *costs.norm_kernels(spec, self.tokens, tp, phase),
+            *costs.attention_kernels(spec, self.tokens, seq, tp, phase)], "attn" in graphs)
         if phase == "fwd":
             self._attention(prog, rank, layer, mb, phase, attn, attn_k, deps=deps)
             self._tp_allreduce(prog, rank, layer, mb, phase, "attn")
@@ -361,16 +376,25 @@ class Builder(GradientOps, DualPipeOps, PairedOps, FoldedOps):
                 self._moe(prog, rank, layer, mb, phase)
             else:
                 self._compute(prog, "fwd.ffn", layer, mb, phase, ("ffn", phase),
-                              lambda: costs.dense_ffn_kernels(spec, self.tokens, tp, phase))
+                              lambda: cuda_graphs.maybe(costs.dense_ffn_kernels(
+                                  spec, self.tokens, tp, phase), "mlp" in graphs))
             self._tp_allreduce(prog, rank, layer, mb, phase, "mlp")
+            if layer >= spec.layers:    # an MTP depth's projection, head and loss
+                self._compute(prog, "fwd.mtp", layer, mb, phase, ("mtp", phase),
+                              lambda: mtp.head_kernels(spec, self.tokens, tp, phase))
         else:
+            self._recompute(prog, layer, mb, deps)
+            if layer >= spec.layers:
+                self._compute(prog, "bwd.mtp", layer, mb, phase, ("mtp", phase),
+                              lambda: mtp.head_kernels(spec, self.tokens, tp, phase))
             self._tp_allreduce(prog, rank, layer, mb, phase, "mlp")
             if moe:
                 self._moe(prog, rank, layer, mb, phase, deps=deps)
                 deps = ()
             else:
                 self._compute(prog, "bwd.ffn", layer, mb, phase, ("ffn", phase),
-                              lambda: costs.dense_ffn_kernels(spec, self.tokens, tp, phase),
+                              lambda: cuda_graphs.maybe(costs.dense_ffn_kernels(
+                                  spec, self.tokens, tp, phase), "mlp" in graphs),
                               deps=deps)
                 deps = ()
             self._tp_allreduce(prog, rank, layer, mb, phase, "attn")
@@ -414,19 +438,26 @@ class Builder(GradientOps, DualPipeOps, PairedOps, FoldedOps):
         experts = tuple(int(e) for e in np.flatnonzero(local))
         hot = int(np.argmax(local)) if experts else -1
         t_exp, f_exp = 0.0, 0.0
+        exp_ks: list[Kernel] = []
         for e in experts:
-            t, f = self.timer(("expert", int(local[e]), phase, self.etp),
-                              lambda n=int(local[e]): etpx.expert_kernels(spec, n, self.etp,
-                                                                          phase))
+            key = ("expert", int(local[e]), phase, self.etp)
+            t, f = self.timer(key, lambda n=int(local[e]): etpx.expert_kernels(spec, n, self.etp,
+                                                                               phase))
             t_exp += t
             f_exp += f
+            exp_ks += self.timer.kernels_for(key)
         self.flops += f_exp
         exp_op = Op(stream="compute", kind="compute", name=f"{phase}.experts", duration_s=t_exp,
+                    kernels=tuple(exp_ks),
                     flops=f_exp, layer=layer, microbatch=mb, phase=phase, tokens=recv,
                     experts=experts, expert_tokens=tuple(int(local[e]) for e in experts),
                     hot_expert=hot, hot_tokens=int(local[hot]) if hot >= 0 else 0)
-        pre = lambda: [*costs.router_kernels(spec, self.ep_tokens, phase),  # noqa: E731
-                       *costs.permute_kernels(spec, sent, phase)]
+        graphs = self.scn.overlap.cuda_graphs
+        pre = lambda: [  # noqa: E731
+            *cuda_graphs.maybe(costs.router_kernels(spec, self.ep_tokens, phase),
+                               "moe_router" in graphs),
+            *cuda_graphs.maybe(costs.permute_kernels(spec, sent, phase),
+                               "moe_preprocess" in graphs)]
         post = lambda: [*costs.unpermute_kernels(spec, sent, phase),  # noqa: E731
                         *costs.shared_expert_kernels(spec, self.tokens, tp, phase)]
         d_out = float(_matrix(disp)[pos].sum())
@@ -447,6 +478,7 @@ class Builder(GradientOps, DualPipeOps, PairedOps, FoldedOps):
             self._coll(prog, "ep_combine", "bwd.combine", comb, ("bcomb",) + gkey, layer, mb,
                        phase, c_out, tokens=sent)
             self._etp(prog, etp_g, local, layer, mb, phase, 0)
+            self._recompute_experts(prog, layer, mb, local, experts, recv)
             prog.append(exp_op)
             self._etp(prog, etp_g, local, layer, mb, phase, 1)
             self._coll(prog, "ep_dispatch", "bwd.dispatch", disp, ("bdisp",) + gkey, layer, mb,

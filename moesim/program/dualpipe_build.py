@@ -57,6 +57,9 @@ class PartTimer:
         part = self.part
         return self.base(key + (part,), lambda: costs.backward_part(make(), part))
 
+    def kernels_for(self, key: tuple) -> tuple:
+        return self.base.kernels_for(key + (self.part,))
+
 
 def pair_items(prog: list[Op], a: int, b: int, last: dict[int, int],
                interleave: bool = True) -> None:
@@ -240,15 +243,18 @@ class DualPipeOps:
             local = self.route(group[0], group, layer, mb).rank_expert_tokens[group.index(rank)]
             experts = tuple(int(e) for e in local.nonzero()[0])
             t_exp = f_exp = 0.0
+            ks: list = []
             for e in experts:
-                t, f = self.timer(("expert", int(local[e]), "bwd", "W"),
-                                  lambda n=int(local[e]): W(costs.expert_kernels(spec, n, "bwd"),
-                                                            "W"))
+                key = ("expert", int(local[e]), "bwd", "W")
+                t, f = self.timer(key, lambda n=int(local[e]): W(
+                    costs.expert_kernels(spec, n, "bwd"), "W"))
                 t_exp += t
                 f_exp += f
+                ks += self.timer.kernels_for(key)
             self.flops += f_exp
             prog.append(Op(stream="compute", kind="compute", name="bwd.w_experts",
                            duration_s=t_exp, flops=f_exp, layer=layer, microbatch=mb,
+                           kernels=tuple(ks),
                            phase="bwd", experts=experts,
                            expert_tokens=tuple(int(local[e]) for e in experts)))
         else:

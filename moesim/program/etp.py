@@ -24,7 +24,7 @@ def expert_kernels(spec: ModelSpec, tokens: int, etp: int, phase: str) -> list:
     """One expert's kernels for ``tokens`` (gathered) tokens at width expert_ffn/etp."""
     if etp <= 1:
         return costs.expert_kernels(spec, tokens, phase)
-    return costs.ffn_kernels(spec, tokens, spec.expert_ffn // etp, "expert", phase)
+    return costs.expert_kernels(spec, tokens, phase, width=spec.expert_ffn // etp)
 
 
 def gather_bytes(spec: ModelSpec, group_tokens: int) -> float:

@@ -34,6 +34,9 @@ class Op:
     hot_expert: int = -1        # expert ops: the most-loaded local expert (for stall attribution)
     hot_tokens: int = 0         # its token count
     sms: int = 0                # communication ops: SMs the kernel holds from issue to end
+    # compute ops: the kernels priced into duration_s (moesim.compute.base.Kernel; shared
+    # with the builder's cache, so identical ops hold one tuple): `moesim kernels`
+    kernels: tuple = ()
 
     @property
     def is_compute(self) -> bool:

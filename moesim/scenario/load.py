@@ -23,14 +23,19 @@ from moesim.outputs import check_name
 from moesim.paths import shown
 from moesim.scenario.blame import CLI, blame_overrides
 from moesim.scenario.limits import check_field, check_tokens
+from moesim.program.cuda_graphs import MODULES as CUDA_GRAPH_MODULES
 from moesim.scenario.schema import (
+    ATTENTION_KERNELS,
     DICT_SECTIONS,
     DTYPES,
     ENGINE_MODES,
     EP_BACKENDS,
+    GRAD_DTYPES,
     NETWORK_MODELS,
     OVERLAP_KINDS,
+    PARAM_DTYPES,
     RECOMPUTE,
+    RECOMPUTE_MODULES,
     REPLICA_MODES,
     SCHEDULE_KINDS,
     SECTIONS,
@@ -61,6 +66,9 @@ _RULES: dict[str, tuple[str, Any]] = {
     "parallel.ep": ("pos", None), "parallel.zero": ("range", (0, 3)), "parallel.vpp": ("pos", None),
     "parallel.cp": ("pos", None), "parallel.etp": ("pos", None),
     "parallel.sequence_parallel": ("bool", None),
+    "parallel.pipeline_layout": ("optstr", None),
+    "parallel.decoder_first_pipeline_num_layers": ("optnonneg", None),
+    "parallel.decoder_last_pipeline_num_layers": ("optnonneg", None),
     "parallel.order": ("order", None), "parallel.ep_backend": ("ep_backend", None),
     "parallel.ep_backend.kind": ("choice", EP_BACKENDS),
     "parallel.ep_backend.sms": ("optnonneg", None),
@@ -72,6 +80,12 @@ _RULES: dict[str, tuple[str, Any]] = {
     "overlap.ep_comm_overlap": ("bool", None), "overlap.dp_overlap": ("bool", None),
     "overlap.kind": ("choice", OVERLAP_KINDS),
     "memory.recompute": ("choice", RECOMPUTE),
+    "memory.attention": ("choice", ATTENTION_KERNELS),
+    "memory.grad_dtype": ("choice", GRAD_DTYPES), "memory.param_dtype": ("choice", PARAM_DTYPES),
+    "memory.recompute_modules": ("modules", RECOMPUTE_MODULES),
+    "overlap.cuda_graphs": ("modules", CUDA_GRAPH_MODULES),
+    "memory.recompute_method": ("choice", ("uniform", "block")),
+    "memory.recompute_num_layers": ("pos", None),
     "engine.mode": ("choice", ENGINE_MODES), "engine.replicas": ("choice", REPLICA_MODES),
     "engine.coalesce_rtol": ("unit", None),
     "routing.dispatch_dtype": ("choice", DTYPES), "routing.combine_dtype": ("choice", DTYPES),
@@ -117,6 +131,12 @@ def _check(src: str, key: str, v: Any) -> Any:
         raise InputError(src, key, "an integer >= 0 (or omit it)", v)
     if kind == "ep_backend":
         return _ep_backend(src, key, v)
+    if kind == "modules":
+        if v is None:
+            return () if key == "overlap.cuda_graphs" else None
+        if not (isinstance(v, list | tuple) and all(x in detail for x in v)):
+            raise InputError(src, key, f"a list of {', '.join(detail)} (or omit it)", v)
+        return tuple(v)
     if kind == "order":
         names = sorted(map(str, v)) if isinstance(v, list | tuple) else None
         if names not in (["dp", "ep", "pp", "tp"], ["cp", "dp", "ep", "pp", "tp"]):
@@ -297,6 +317,7 @@ def build_scenario(data: dict, source: str = "<scenario>", default_name: str = "
         memory=_fixed(src, data, "memory", MemoryConfig),
         engine=_fixed(src, data, "engine", EngineConfig),
         serve=_section(src, data, "serve"),   # checked by moesim.serve.config
+        rl=_section(src, data, "rl"),         # checked by moesim.rl.config
         source=src,
     )
     _check_schedule(scn)
@@ -349,7 +370,19 @@ def _check_overlap(scn: Scenario) -> Scenario:
         if par.ep < 2:
             raise InputError(src, "parallel.ep", "at least 2 with overlap.kind a2a-1f1b",
                              par.ep)
-    if ov.ep_comm_overlap or ov.kind == "static":
+    static = ov.ep_comm_overlap or ov.kind == "static"
+    if static and par.pp == 1 and sch.kind in ("1f1b", "interleaved"):
+        # 1F1B on one stage runs F0 B0 F1 B1 ...: no adjacent items of different
+        # micro-batches to pair (moesim.program.overlap.PairRule), so the pairing would
+        # change nothing. Megatron-Core overlaps there with its combined 1F1B
+        # (combined_1f1b_schedule_for_no_pipelining: F(i+1) with B(i)) = a2a-1f1b.
+        field = "overlap.kind" if ov.kind == "static" else "overlap.ep_comm_overlap"
+        raise InputError(src, field, f"no static pairing with {sch.kind} on one pipeline "
+                         "stage (F0 B0 F1 B1 ... has no adjacent items of different "
+                         "micro-batches, so it would change nothing): overlap.kind a2a-1f1b "
+                         "(Megatron-Core's combined 1F1B, F(i+1) with B(i)) or "
+                         "schedule.kind gpipe", "static" if ov.kind == "static" else True)
+    if static:
         scn = dataclasses.replace(scn, overlap=dataclasses.replace(
             ov, ep_comm_overlap=True, kind="static"))
     return scn

@@ -18,7 +18,9 @@ from typing import Any
 from moesim.errors import InputError
 from moesim.layout.mesh import Layout
 from moesim.scenario.blame import blame_overrides
+from moesim.scenario.checks import check_hot_shares, check_sms, node_limit_warning
 from moesim.scenario.schema import Scenario
+from moesim.schedule.layout_string import stage_chunks
 
 
 @dataclass(frozen=True)
@@ -102,7 +104,7 @@ def calibrated_device(device: Any, compute: Any, scn: Scenario) -> Any:
 
 def calibration_cluster(scn: Scenario) -> Any:
     """``cluster: {topology: calibration, params: {file: calib.json, ranks: N}}``: the
-    machine a calibration was recorded on (``moesim.validation.replay.machine_topology``:
+    machine a calibration was recorded on (``moesim.validation.cpu.replay.machine_topology``:
     N ranks on one host, links with the calibrated all-to-all latency and bandwidth,
     half duplex for gloo). Pair it with ``compute: {kind: calibration, file: ...}`` and
     ``cluster.device: cpu`` to simulate the recording machine itself. A relative
@@ -123,8 +125,8 @@ def calibration_cluster(scn: Scenario) -> Any:
     p = Path(path)
     if not p.is_absolute() and Path(src).is_file():
         p = Path(src).parent / p
-    from moesim.validation.calibration import load_calibration
-    from moesim.validation.replay import machine_topology
+    from moesim.validation.calibration.model import load_calibration
+    from moesim.validation.cpu.replay import machine_topology
     comm = load_calibration(p).comm
     if comm is None:
         raise InputError(str(p), "comm", "an all-to-all fit (a GPU calibration has one only "
@@ -177,6 +179,20 @@ def resolve(scn: Scenario) -> Resolved:
         raise blame_overrides(err, scn.source, scn.overrides) from None
 
 
+def _product_error(src: str, par: Any, world: int, overrides: tuple[str, ...]) -> InputError:
+    """tp*cp*pp does not divide ``world``: blame the factor without which it would (one
+    given with --set first, then cp, then pp), naming the others."""
+    given = [k.split("=", 1)[0].strip().removeprefix("parallel.") for k in overrides]
+    sizes = {"tp": par.tp, "cp": par.cp, "pp": par.pp}
+    names = [n for n in given if n in sizes and sizes[n] > 1] + ["cp", "pp"]
+    culprit = next((n for n in names if sizes[n] > 1 and world % (
+        par.tp * par.cp * par.pp // sizes[n]) == 0), "pp")
+    shown = [n for n in ("tp", "cp", "pp") if n != culprit and (n != "cp" or par.cp > 1)]
+    what = "*".join(n for n in ("tp", "cp", "pp") if n != "cp" or par.cp > 1)
+    return InputError(src, f"parallel.{culprit}", f"{what} to divide the world size {world} "
+                      f"({', '.join(f'{n}={sizes[n]}' for n in shown)})", sizes[culprit])
+
+
 def _resolve(scn: Scenario) -> Resolved:
     src = scn.source
     _check_simulated(scn)
@@ -190,10 +206,7 @@ def _resolve(scn: Scenario) -> Resolved:
         if world % par.tp:
             raise InputError(src, "parallel.tp", f"a divisor of the world size {world}", par.tp)
         if world % (par.tp * par.cp * par.pp):
-            cp = f", cp={par.cp}" if par.cp > 1 else ""
-            what = "tp*cp*pp" if par.cp > 1 else "tp*pp"
-            raise InputError(src, "parallel.pp", f"{what} to divide the world size {world} "
-                             f"(tp={par.tp}{cp})", par.pp)
+            raise _product_error(src, par, world, scn.overrides)
         par = dataclasses.replace(par, dp=world // (par.tp * par.cp * par.pp))
     scn = dataclasses.replace(scn, parallel=par, world=world, gpus_per_node=gpn)
     layout, warns = scenario_layout(scn)
@@ -213,11 +226,20 @@ def _resolve(scn: Scenario) -> Resolved:
         if model.layers < chunks:
             raise InputError(src, "parallel.vpp", f"pp*vpp <= the model's {model.layers} "
                              f"layers (pp={par.pp})", par.vpp)
+        # the pipeline layout and the MTP layers' place, checked before any work
+        dual = scn.schedule.kind in ("dualpipe", "dualpipev")
+        stage_chunks(scn, model, 2 * par.pp if dual else
+                     par.pp * (par.vpp if scn.schedule.kind == "interleaved" else 1), dual)
 
     routing = None
     routing_from_dict = _delegate("moesim.gating", "routing_from_dict")
     if routing_from_dict is not None:
         routing = routing_from_dict(dict(scn.routing.policy), src)
+        if model is not None and getattr(model, "n_experts", 0):
+            check_hot_shares(src, scn.routing.policy, routing, model.n_experts,
+                             routing.top_k or model.top_k)
+        limit = node_limit_warning(routing, layout, scn.gpus_per_node)
+        warns = [*warns, *([limit] if limit else [])]
 
     device = compute = None
     name = scn.cluster.device or getattr(topo, "device", None)
@@ -226,8 +248,14 @@ def _resolve(scn: Scenario) -> Resolved:
         device = get_device(name, src, field="cluster.device")
     elif get_device is not None and topo is not None and name is not None:
         device = name  # the topology already holds a device object
-    compute_model_from_dict = _delegate("moesim.compute.roofline", "compute_model_from_dict")
+    # compute.model: catalog (default, where the catalog covers the device) or roofline
+    compute_model_from_dict = _delegate("moesim.compute.select", "compute_model")
     if compute_model_from_dict is not None and device is not None:
         compute = compute_model_from_dict(dict(scn.compute), src, device)
         device = calibrated_device(device, compute, scn)
+    if device is not None:
+        check_sms(src, scn, device)
+    prec = dict(scn.compute).get("precision")
+    if model is not None and prec in ("bf16", "fp8") and getattr(model, "precision", prec) != prec:
+        model = dataclasses.replace(model, precision=prec)   # the FP8 recipe's kernels
     return Resolved(scn, layout, tuple(warns), topo, model, routing, device, compute)

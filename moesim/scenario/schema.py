@@ -15,6 +15,7 @@ from types import MappingProxyType
 from typing import Any
 
 from moesim.layout.mesh import DEFAULT_ORDER
+from moesim.memory.activations import ATTENTION_KERNELS, RECOMPUTE_MODULES
 from moesim.units import MB
 
 NETWORK_MODELS = ("flow", "analytical")
@@ -92,11 +93,19 @@ class ParallelConfig:
     cp: int = 1
     etp: int = 1
     sequence_parallel: bool = False
+    # Megatron-Core's pipeline_model_parallel_layout (e.g. "Et*3|(tt|)*29m|L") and
+    # decoder_first/last_pipeline_num_layers (moesim.schedule.layout_string); None: the
+    # even split
+    pipeline_layout: str | None = None
+    decoder_first_pipeline_num_layers: int | None = None
+    decoder_last_pipeline_num_layers: int | None = None
 
 
 #: ParallelConfig fields that Scenario.to_dict() leaves out while at their defaults, so a
 #: scenario not using them echoes byte for byte as before they existed
-PARALLEL_OMIT_DEFAULTS = {"cp": 1, "etp": 1, "sequence_parallel": False}
+PARALLEL_OMIT_DEFAULTS = {"cp": 1, "etp": 1, "sequence_parallel": False,
+                          "pipeline_layout": None, "decoder_first_pipeline_num_layers": None,
+                          "decoder_last_pipeline_num_layers": None}
 
 
 @dataclass(frozen=True)
@@ -128,11 +137,39 @@ class OverlapConfig:
     # NCCL_DEBUG=INFO ("N coll channels"). 0 (default): compute is not slowed.
     nccl_sms: int = 0
     kind: str = "none"                # EP overlap: none | static | a2a-1f1b (OVERLAP_KINDS)
+    # Megatron-Core cuda_graph_modules captured in CUDA graphs (kernels launched from the
+    # GPU: moesim.program.cuda_graphs): attn, mlp, moe_router, moe_preprocess; () none
+    cuda_graphs: tuple[str, ...] = ()
+
+
+#: OverlapConfig fields that Scenario.to_dict() leaves out while at their defaults
+OVERLAP_OMIT_DEFAULTS = {"cuda_graphs": []}
+
+
+PARAM_DTYPES = ("bf16", "fp8")
+GRAD_DTYPES = ("bf16", "fp32")
 
 
 @dataclass(frozen=True)
 class MemoryConfig:
+    """Activation recomputation and how parameters, gradients and attention are stored
+    (moesim.memory.model; docs/model.md)."""
+
     recompute: str = "none"           # activation recomputation: none | selective | full
+    attention: str = "fused"          # fused (FlashAttention/TE: no score matrix) | materialized
+    grad_dtype: str = "bf16"          # stored gradients; Megatron's bf16 recipes keep fp32
+    param_dtype: str = "bf16"         # stored weights; fp8 = TE fp8 primary weights
+    # Megatron-Core's recompute_modules (selective; None: its default [core_attn]),
+    # recompute_method and recompute_num_layers (full): moesim.memory.activations
+    recompute_modules: tuple[str, ...] | None = None
+    recompute_method: str = "uniform"
+    recompute_num_layers: int = 1
+
+
+#: MemoryConfig fields that Scenario.to_dict() leaves out while at their defaults
+MEMORY_OMIT_DEFAULTS = {"attention": "fused", "grad_dtype": "bf16", "param_dtype": "bf16",
+                        "recompute_modules": None, "recompute_method": "uniform",
+                        "recompute_num_layers": 1}
 
 
 ENGINE_MODES = ("exact", "fast")
@@ -175,6 +212,7 @@ class Scenario:
     memory: MemoryConfig = field(default_factory=MemoryConfig)
     engine: EngineConfig = field(default_factory=EngineConfig)
     serve: Any = field(default_factory=dict)     # dict for moesim.serve.config (serving)
+    rl: Any = field(default_factory=dict)        # dict for moesim.rl.config (RL post-training)
     source: str = "<scenario>"                   # file it came from (for error messages)
     world: int | None = None                     # GPUs in the cluster, once resolved
     gpus_per_node: int | None = None             # from the topology, once resolved
@@ -184,6 +222,7 @@ class Scenario:
         object.__setattr__(self, "model", _frozen(self.model))
         object.__setattr__(self, "compute", _frozen(self.compute))
         object.__setattr__(self, "serve", _frozen(self.serve))
+        object.__setattr__(self, "rl", _frozen(self.rl))
 
     def to_dict(self) -> dict:
         """The full configuration, JSON-able (lists, dicts, scalars)."""
@@ -192,11 +231,19 @@ class Scenario:
         for k, default in PARALLEL_OMIT_DEFAULTS.items():
             if out["parallel"].get(k) == default:
                 del out["parallel"][k]
+        for k, default in OVERLAP_OMIT_DEFAULTS.items():
+            if out["overlap"].get(k) == default:
+                del out["overlap"][k]
+        for k, default in MEMORY_OMIT_DEFAULTS.items():
+            if out["memory"].get(k) == default:
+                del out["memory"][k]
         r = out["routing"]
         out["routing"] = {**r["policy"], "dispatch_dtype": r["dispatch_dtype"],
                           "combine_dtype": r["combine_dtype"], "a2a_algo": r["a2a_algo"]}
         if not out["serve"]:    # training scenarios echo exactly what they did before
             del out["serve"]
+        if not out["rl"]:
+            del out["rl"]
         return out
 
 
@@ -220,6 +267,6 @@ SECTIONS: dict[str, type] = {
     "engine": EngineConfig,
 }
 #: sections that are free-form dicts validated by their owner
-DICT_SECTIONS = ("model", "compute", "serve")
+DICT_SECTIONS = ("model", "compute", "serve", "rl")
 TOP_LEVEL = ("name", "seed", "cluster", "model", "routing", "parallel", "schedule", "compute",
-             "overlap", "memory", "engine", "serve")
+             "overlap", "memory", "engine", "serve", "rl")

@@ -73,7 +73,10 @@ def run_point(point: dict) -> dict:
     rec: dict[str, Any] = {k: point[k] for k in ("point_id", "index", "values", "seed")}
     t0 = time.perf_counter()
     try:
-        result = simulate(point["scenario"], point["overrides"], record_series=False)
+        summary = _rl_summary(point)    # a scenario with an rl section: RL steps
+        if summary is None:
+            summary = simulate(point["scenario"], point["overrides"],
+                               record_series=False).summary
     except InputError as err:
         rec.update(status="skipped", reason=str(err))
     except Exception as err:  # noqa: BLE001 - a failed point is data, the sweep goes on
@@ -81,9 +84,20 @@ def run_point(point: dict) -> dict:
         rec.update(status="failed", error=f"{type(err).__name__}: {err}",
                    traceback="".join(tb[-6:]))
     else:
-        rec.update(status="ok", metrics=point_metrics(result.summary))
+        rec.update(status="ok", metrics=point_metrics(summary))
     rec["sim_wall_s"] = time.perf_counter() - t0
     return rec
+
+
+def _rl_summary(point: dict) -> dict | None:
+    """The RL summary (:mod:`moesim.rl.summary`) of a point whose scenario has an ``rl``
+    section, else None."""
+    from moesim.scenario import load_scenario
+
+    if not load_scenario(point["scenario"], point["overrides"], resolve=False).rl:
+        return None
+    from moesim.rl.run import rl_summary
+    return rl_summary(point["scenario"], point["overrides"])
 
 
 @dataclass

@@ -12,6 +12,7 @@ import numpy as np
 from matplotlib.axes import Axes
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.collections import PathCollection
+from matplotlib.colors import to_rgba
 from matplotlib.figure import Figure
 from matplotlib.patches import Patch
 from matplotlib.path import Path
@@ -20,7 +21,17 @@ from moesim.engine.breakdown import breakdown
 from moesim.trace.link_bins import adaptive_edges
 from moesim.trace.result import SimResult
 from moesim.trace.spans import COMM_KINDS, KINDS, Span
-from moesim.trace.timeline_marks import mark_layers, min_width_ms, phase_handles
+from moesim.trace.time_squeeze import mark_cuts, squeeze_map, squeeze_spans
+from moesim.trace.timeline_marks import (
+    WIDENED_ALPHA,
+    WIDENED_HATCH,
+    category_shares,
+    mark_layers,
+    min_width_ms,
+    phase_handles,
+    share_label,
+    widened_handle,
+)
 
 KIND_COLORS = {
     "compute": "#4C72B0", "ep_dispatch": "#55A868", "ep_combine": "#8FD694", "tp": "#8172B3",
@@ -114,7 +125,9 @@ def plot_timeline(result: SimResult, ax: Axes, ranks: Iterable[int] | None = Non
                   layers: Iterable[int] | None = None, max_rows: int = MAX_ROWS,
                   annotate: int = 3) -> Axes:
     """Gantt chart, one row per rank: compute (top lane), communication by kind (middle),
-    bubble and stall (bottom); spans of the compute stream that are communication or waits
+    bubble and stall (bottom); with ``layers``, the stretches of the step without those
+    layers' spans are cut out of the time axis (:mod:`moesim.trace.time_squeeze`,
+    dashed separators, ticks in the step's real time); spans of the compute stream that are communication or waits
     are drawn in their kind's lane; communication at least a few pixels wide
     (:func:`moesim.trace.timeline_marks.min_width_ms`). A strip above the rows marks the
     first rank's layers, forward and backward (:func:`~moesim.trace.timeline_marks.mark_layers`).
@@ -134,9 +147,14 @@ def plot_timeline(result: SimResult, ax: Axes, ranks: Iterable[int] | None = Non
              and (layer_set is None or s.layer in layer_set)]
     if len(rank_list) > max_rows:
         return _timeline_aggregate(result, ax, rank_list, spans, max_rows)
+    # zoomed on layers: the stretches of the step without them are cut out of the axis
+    cut = squeeze_map(spans) if layer_set is not None else None
+    if cut is not None:
+        spans = squeeze_spans(spans, cut)
     row_of = {r: i for i, r in enumerate(rank_list)}
     hot = set(result.hot_ranks)
     lane_h, lane_y = 0.26, (0.08, 0.38, 0.68)
+    widened = False
     t0 = min((s.start_s for s in spans), default=0.0) * 1e3
     t1 = max((s.end_s for s in spans), default=result.step_time_s) * 1e3
     by_kind: dict[str, list[tuple[int, float, float]]] = {}
@@ -145,10 +163,22 @@ def plot_timeline(result: SimResult, ax: Axes, ranks: Iterable[int] | None = Non
     kinds_seen = []
     for kind in sorted(by_kind):  # one collection per kind, drawn in the old (kind, row) order
         lane = _lane(Span(0, "", kind, "", 0, 0))
-        # shorter spans are widened to stay visible (communication: a few pixels)
-        verts = _bar_verts(np.array(by_kind[kind], dtype=float),
-                           min_width_ms(kind, t0, t1), np.array(lane_y[lane]), lane_h)
-        coll = PathCollection([_rects_path(verts)], facecolors=KIND_COLORS.get(kind, "grey"),
+        arr = np.array(by_kind[kind], dtype=float)
+        color = KIND_COLORS.get(kind, "grey")
+        # spans shorter than a few pixels are widened to stay visible: the widening is
+        # drawn pale and hatched under the spans' true widths, so it reads as widened
+        min_w = min_width_ms(kind, t0, t1)
+        narrow = arr[(arr[:, 2] - arr[:, 1]) * 1e3 < min_w]
+        if len(narrow):
+            halo = PathCollection(
+                [_rects_path(_bar_verts(narrow, min_w, np.array(lane_y[lane]), lane_h))],
+                facecolors=to_rgba(color, WIDENED_ALPHA), edgecolors=color, linewidths=0,
+                hatch=WIDENED_HATCH, snap=True, zorder=0.9)
+            halo.set_gid(f"timeline:{kind}:widened")
+            ax.add_collection(halo, autolim=False)
+            widened = True
+        verts = _bar_verts(arr, 0.0, np.array(lane_y[lane]), lane_h)
+        coll = PathCollection([_rects_path(verts)], facecolors=color,
                               edgecolors="none", snap=True)
         coll.set_gid(f"timeline:{kind}")
         ax.add_collection(coll, autolim=False)  # the limits are set below
@@ -183,6 +213,8 @@ def plot_timeline(result: SimResult, ax: Axes, ranks: Iterable[int] | None = Non
     if len(rank_list) > 1:
         ax.hlines(range(1, len(rank_list)), *ax.get_xlim(), colors="#BBBBBB", lw=0.5)
     ax.set_xlabel("time in step (ms)")
+    if cut is not None:
+        mark_cuts(ax, cut)
     ax.set_ylabel("rank")
     what = ""
     if layer_set:
@@ -200,15 +232,37 @@ def plot_timeline(result: SimResult, ax: Axes, ranks: Iterable[int] | None = Non
     for s in spans:
         if s.args and s.args.get("sms"):
             held.setdefault(s.kind, (s.args["sms"], s.args.get("sm_share", 0.0)))
-    label = {k: (f"{k} ({held[k][0]} SMs, {held[k][1]:.0%})" if k in held else k)
-             for k in order}
-    ax.legend(handles=[Patch(color=KIND_COLORS[k], label=label[k]) for k in order]
-              + (phase_handles() if any(s.layer >= 0 for s in spans) else []),
+    shares = category_shares(_per_rank_rows(result, rank_list), result.step_time_s)
+    label = {k: share_label(k, shares.get(k)) for k in order}
+    label.update({k: f"{label[k]} ({held[k][0]} SMs, {held[k][1]:.0%})" for k in held
+                  if k in label})
+    handles = [Patch(color=KIND_COLORS[k], label=label[k]) for k in order]
+    if shares.get("idle", 0.0) > 0:
+        handles.append(Patch(facecolor="white", edgecolor="#BBBBBB",
+                             label=share_label("idle", shares["idle"])))
+    if widened:
+        handles.append(widened_handle(t0, t1))
+    what_share = "share of step" + (f", mean over {n} ranks" if n > 1 else "")
+    ax.legend(handles=handles + (phase_handles() if any(s.layer >= 0 for s in spans) else []),
               loc="upper left",
               bbox_to_anchor=(1.005, 1.0), fontsize=8, frameon=False,
-              title="lanes per rank:\ncompute / comm / wait", title_fontsize=7)
+              title=f"lanes per rank:\ncompute / comm / wait\n({what_share})",
+              title_fontsize=7)
     ax.grid(axis="x", alpha=0.3)
     return ax
+
+
+def _per_rank_rows(result: SimResult, rank_list: list[int], spans: list[Span] | None = None
+                   ) -> list[dict[str, float]]:
+    """The breakdown of each rank of ``rank_list``: the summary's (every rank, also where
+    spans were kept for a few only), else from ``spans`` (default: all of them)."""
+    rows_s = (result.summary or {}).get("per_rank") or []
+    if len(rows_s) == result.n_ranks and all("breakdown_s" in r for r in rows_s):
+        by_rank = {r["rank"]: r["breakdown_s"] for r in rows_s}
+    else:
+        by_rank = dict(enumerate(breakdown(result.spans if spans is None else spans,
+                                           result.n_ranks, result.step_time_s)[1]))
+    return [by_rank[r] for r in rank_list if r in by_rank]
 
 
 def _short_list(xs: list[int], n: int = 8) -> str:
@@ -220,11 +274,7 @@ def _timeline_aggregate(result: SimResult, ax: Axes, rank_list: list[int], spans
     step = result.step_time_s
     # the summary's per-rank breakdown covers every rank even when spans were kept for a
     # few ranks only (the fast path); the spans are the fallback
-    rows_s = (result.summary or {}).get("per_rank") or []
-    if len(rows_s) == result.n_ranks and all("breakdown_s" in r for r in rows_s):
-        per_rank = [r["breakdown_s"] for r in sorted(rows_s, key=lambda r: r["rank"])]
-    else:
-        per_rank = breakdown(spans, result.n_ranks, step)[1]
+    per_rank = _per_rank_rows(result, list(range(result.n_ranks)), spans)
     rank_set = set(rank_list)
     rows = [[r for r in grp if r in rank_set]
             for grp in timeline_rows(result.n_ranks, result.ranks_per_node, max_rows)]
@@ -343,12 +393,33 @@ def binned_utilization(series: list[tuple[float, float]], capacity_Bps: float,
     return np.diff(carried) / (capacity_Bps * np.diff(edges))
 
 
+def busiest_links(nbytes: np.ndarray, capacity_Bps: np.ndarray, groups: list[str],
+                  step_s: float, top: int) -> list[int]:
+    """The ``top`` links of highest mean utilization over the step (bytes / (capacity ×
+    step): the time each would need at full rate, so a 50 GB/s NIC bounding an EP
+    all-to-all ranks above a 450 GB/s NVLink carrying more bytes), each link kind that
+    carried bytes keeping its busiest among them; links that carried nothing left out."""
+    with np.errstate(divide="ignore", invalid="ignore"):
+        util = np.where(capacity_Bps > 0, nbytes / (capacity_Bps * max(step_s, 1e-30)), 0.0)
+    ranked = [int(i) for i in np.argsort(-util, kind="stable") if nbytes[i] > 0]
+    chosen = ranked[:top]
+    for g in dict.fromkeys(groups[i] for i in ranked):
+        if top > 0 and not any(groups[i] == g for i in chosen):
+            first = next(i for i in ranked if groups[i] == g)
+            # replace the lowest-ranked link of a kind shown more than once
+            counts = {k: sum(groups[j] == k for j in chosen) for k in set(groups[j] for j in chosen)}
+            drop = next((j for j in reversed(chosen) if counts[groups[j]] > 1), None)
+            if drop is not None:
+                chosen[chosen.index(drop)] = first
+    return chosen
+
+
 def plot_links(result: SimResult, ax: Axes, top: int = 8, bins: int = 300) -> Axes:
-    """The ``top`` busiest links by bytes, grouped by NVLink / PCIe / NIC / leaf-spine.
-    With utilization series: a heat-map, one row per link, of the mean utilization (% of
-    capacity) in at most ``bins`` time bins that follow the bursts
-    (:func:`moesim.trace.link_bins.adaptive_edges`); without: mean utilization over the
-    step (bytes / capacity / step time) as horizontal bars."""
+    """The ``top`` links of highest utilization (:func:`busiest_links`), grouped by
+    NVLink / PCIe / NIC / leaf-spine. With utilization series: a heat-map, one row per
+    link, of the mean utilization (% of capacity) in at most ``bins`` time bins that
+    follow the bursts (:func:`moesim.trace.link_bins.adaptive_edges`); without: mean
+    utilization over the step (bytes / capacity / step time) as horizontal bars."""
     ls = result.links
     if ls is None or len(ls.names) == 0:
         ax.text(0.5, 0.5, "no link statistics in this run", ha="center", va="center",
@@ -357,7 +428,8 @@ def plot_links(result: SimResult, ax: Axes, top: int = 8, bins: int = 300) -> Ax
         return ax
     nbytes = np.asarray(ls.bytes, float)
     cap = np.asarray(ls.capacity_Bps, float)
-    busiest = [int(i) for i in np.argsort(-nbytes, kind="stable")[:top] if nbytes[i] > 0]
+    all_groups = [link_group(n, k) for n, k in zip(ls.names, ls.kinds, strict=True)]
+    busiest = busiest_links(nbytes, cap, all_groups, result.step_time_s, top)
     if not busiest:  # e.g. the fast path, which does not track per-link bytes
         shortcuts = (result.summary or {}).get("shortcuts") or []
         untracked = any(isinstance(s, dict) and s.get("name") == "no_link_bytes"
@@ -368,10 +440,12 @@ def plot_links(result: SimResult, ax: Axes, top: int = 8, bins: int = 300) -> Ax
                 transform=ax.transAxes)
         ax.set_axis_off()
         return ax
-    groups = {i: link_group(ls.names[i], ls.kinds[i]) for i in busiest}
+    groups = {i: all_groups[i] for i in busiest}
+    mean_util = {i: nbytes[i] / (cap[i] * result.step_time_s) * 100
+                 if cap[i] > 0 and result.step_time_s > 0 else 0.0 for i in busiest}
 
     def order_key(i: int) -> tuple:
-        return (_GROUP_ORDER.get(groups[i], 9), groups[i], -nbytes[i])
+        return (_GROUP_ORDER.get(groups[i], 9), groups[i], -mean_util[i])
 
     step = result.step_time_s
     if busiest and all(i in ls.series for i in busiest):
@@ -388,7 +462,8 @@ def plot_links(result: SimResult, ax: Axes, top: int = 8, bins: int = 300) -> Ax
         ax.figure.colorbar(im, ax=ax, label="utilization (% of capacity)", pad=0.01)
         ax.set_yticks(range(len(order)))
         ax.set_yticklabels([f"{groups[i]}: {ls.names[i]}  ({nbytes[i] / 1e9:.2f} GB @ "
-                            f"{cap[i] / 1e9:.0f} GB/s)" for i in order], fontsize=7)
+                            f"{cap[i] / 1e9:.0f} GB/s, mean {mean_util[i]:.1f} %)"
+                            for i in order], fontsize=7)
         for k in range(1, len(order)):
             if groups[order[k]] != groups[order[k - 1]]:
                 ax.axhline(k - 0.5, color="white", lw=1.5)
@@ -399,11 +474,11 @@ def plot_links(result: SimResult, ax: Axes, top: int = 8, bins: int = 300) -> Ax
         ax.set_xlim(0, nb)
         ax.set_xlabel(f"time in step (ms), NOT to scale: one column per bin, {nb} bins "
                       f"placed where the rates change ({w.min():.3g} to {w.max():.3g} ms wide)")
-        ax.set_title(f"Utilization over time of the {len(order)} busiest links "
-                     f"(of {len(ls.names)}), grouped by kind")
+        ax.set_title(f"Utilization over time of the {len(order)} most utilized links "
+                     f"(of {len(ls.names)}; ranked by bytes / capacity / step), grouped by kind")
         return ax
     order = sorted(busiest, key=order_key)
-    util = [nbytes[i] / (cap[i] * step) * 100 if cap[i] > 0 and step > 0 else 0.0 for i in order]
+    util = [mean_util[i] for i in order]
     y = np.arange(len(order))
     ax.barh(y, util, color=[_GROUP_STYLE.get(groups[i], "grey") for i in order])
     for yi, i, u in zip(y, order, util, strict=True):
@@ -414,7 +489,7 @@ def plot_links(result: SimResult, ax: Axes, top: int = 8, bins: int = 300) -> Ax
     ax.set_ylim(len(order) - 0.5, -0.5)
     ax.set_xlim(0, max([100.0, *util]) * 1.35)
     ax.set_xlabel("mean utilization over the step (% = bytes / capacity / step time)")
-    ax.set_title(f"The {len(order)} busiest links (of {len(ls.names)})")
+    ax.set_title(f"The {len(order)} most utilized links (of {len(ls.names)})")
     ax.legend(handles=[Patch(color=_GROUP_STYLE.get(g, "grey"), label=g)
                        for g in dict.fromkeys(groups[i] for i in order)],
               loc="lower right", fontsize=8)

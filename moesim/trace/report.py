@@ -20,7 +20,7 @@ import numpy as np
 
 from moesim import __version__
 from moesim.errors import InputError
-from moesim.outputs import Outputs, check_dir_target, foreign_files, run_manifest
+from moesim.outputs import Outputs, check_dir_target, claim, foreign_files, run_manifest
 from moesim.program.hot import HOT_RULE
 from moesim.trace.chrome import write_chrome_trace
 from moesim.trace.plots import (
@@ -131,7 +131,7 @@ def render_markdown(s: dict) -> str:
                    + f"all: {_short(kept['ranks'])}. Rule: {kept.get('rule')}.")
     out.append("")
     if st.get("top"):
-        out += ["| layer | phase | blocking rank | expert | tokens | ms (sum) | waits | cause |",
+        out += ["| layer | phase | blocking rank | expert | tokens (max) | ms (sum) | waits | cause |",
                 "|---|---|---|---|---|---|---|---|"]
         for t in st["top"]:
             reason = str(t["reason"]).replace("|", "\\|")
@@ -235,7 +235,8 @@ def check_outdir(outdir: Path, force: bool, scenario: Any = None) -> None:
 
 
 def write_run_outputs(result: SimResult, outdir: str | Path, *, force: bool = False,
-                      quiet: bool = False, parallel: bool = True) -> list[Path]:
+                      quiet: bool = False, parallel: bool = True,
+                      claimed: bool = False) -> list[Path]:
     """Write summary.md, summary.json, trace.json, timeline.png, experts.png, links.png
     and stalls.csv into ``outdir``; returns their paths.
 
@@ -246,8 +247,16 @@ def write_run_outputs(result: SimResult, outdir: str | Path, *, force: bool = Fa
     With ``parallel`` (default), where the process can fork safely (Linux, more than one
     CPU, no other Python thread), a forked child writes trace.json while this process
     writes the other files; the files are the same bytes either way. If the child
-    fails, trace.json is written again here (raising the error)."""
+    fails, trace.json is written again here (raising the error).
+
+    The folder is held (:func:`moesim.outputs.claim`) while writing, unless ``claimed``:
+    the caller holds it already (``moesim run`` does, from its check before simulating)."""
     outdir = Path(outdir)
+    if not claimed:
+        check_outdir(outdir, force, result.scenario)
+        with claim(outdir):
+            return write_run_outputs(result, outdir, force=force, quiet=quiet,
+                                     parallel=parallel, claimed=True)
     check_outdir(outdir, force, result.scenario)
     outs = Outputs(outdir, force=force)
     try:

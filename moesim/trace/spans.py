@@ -54,3 +54,16 @@ class Span:
     @property
     def dur_s(self) -> float:
         return self.end_s - self.start_s
+
+
+#: all-to-alls that follow the expert computation of their (layer, micro-batch, phase):
+#: a wait there is on the late rank's experts
+AFTER_EXPERTS = ("fwd.combine", "bwd.dispatch")
+
+
+def wait_reason(blocking: int, op_name: str, expert: int = -1, tokens: int = 0) -> str:
+    """A stall's cause in words, the same in both engines: the late rank's hot expert
+    where it is known (``expert`` >= 0), else the op the late rank arrived late at."""
+    if expert >= 0:
+        return f"rank {blocking} still computing hot expert {expert} ({tokens} tokens)"
+    return f"rank {blocking} arrived late at {op_name}"

@@ -80,7 +80,8 @@ def stall_over_ranks(result: SimResult, rows: list[dict]) -> dict:
 
 def top_stalls(rows: list[dict], n: int = 10) -> list[dict]:
     """Stalls grouped by (layer, phase, blocking rank, expert), summed over waiting ranks
-    and micro-batches, largest first."""
+    and micro-batches, largest first; ``tokens`` the largest count among them and
+    ``reason`` the cause text of a wait with that count (so the two agree)."""
     groups: dict[tuple, dict] = {}
     for r in rows:
         key = (r["layer"], r["phase"], r["blocking_rank"], r["expert"])
@@ -93,7 +94,8 @@ def top_stalls(rows: list[dict], n: int = 10) -> list[dict]:
         g["max_seconds"] = max(g["max_seconds"], r["seconds"])
         g["count"] += 1
         g["waiting_ranks"].add(r["rank"])
-        g["tokens"] = max(g["tokens"], r["tokens"])
+        if r["tokens"] > g["tokens"]:
+            g["tokens"], g["reason"] = r["tokens"], r["reason"]
     out = sorted(groups.values(), key=lambda g: (-g["seconds"], g["layer"], g["blocking_rank"]))
     for g in out:
         g["waiting_ranks"] = sorted(g["waiting_ranks"])

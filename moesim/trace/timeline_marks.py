@@ -1,6 +1,8 @@
 """What a per-rank timeline needs besides its bars: minimum widths that keep short
-communication visible at step scale, and a strip above the rows that marks where
-each layer's forward and backward run.
+communication visible at step scale (drawn pale and hatched, apart from the spans'
+true widths, so a widened sliver does not read as time spent), each category's share
+of the step for the legend, and a strip above the rows that marks where each layer's
+forward and backward run.
 
 Every drawing function takes a matplotlib Axes and returns it.
 """
@@ -19,6 +21,10 @@ from moesim.trace.spans import COMM_KINDS, Span
 MIN_FRAC = 1 / 1500
 COMM_MIN_FRAC = 1 / 400
 
+#: the widened part of a bar narrower than its minimum width: pale and hatched
+WIDENED_ALPHA = 0.3
+WIDENED_HATCH = "////"
+
 PHASE_COLORS = {"fwd": "#9ECAE1", "bwd": "#FDAE6B"}
 STRIP = (1.005, 1.045)   # the strip above the rows, in axes fractions (y)
 LABEL_GID = "layers:label"   # gid of the strip's texts
@@ -28,6 +34,33 @@ def min_width_ms(kind: str, t0_ms: float, t1_ms: float) -> float:
     """Narrowest bar (ms) drawn for a span of ``kind`` on an axis from t0 to t1 ms."""
     frac = COMM_MIN_FRAC if kind in COMM_KINDS else MIN_FRAC
     return (t1_ms - t0_ms) * frac
+
+
+def widened_handle(t0_ms: float, t1_ms: float) -> Patch:
+    """Legend entry saying what a pale, hatched bar is."""
+    comm = (t1_ms - t0_ms) * COMM_MIN_FRAC
+    return Patch(facecolor=(0.5, 0.5, 0.5, WIDENED_ALPHA), edgecolor="#777777", lw=0,
+                 hatch=WIDENED_HATCH,
+                 label=f"pale, hatched: widened to be seen (comm.\ndrawn >= {comm:.3g} ms; "
+                       "true width solid)")
+
+
+def category_shares(per_rank: list[dict[str, float]], step_s: float) -> dict[str, float]:
+    """Mean share (0..1) of the step per category over the rows ``per_rank`` (each a
+    breakdown: seconds per category, exclusive, summing to the step)."""
+    if not per_rank or step_s <= 0:
+        return {}
+    keys = dict.fromkeys(k for row in per_rank for k in row)
+    return {k: sum(row.get(k, 0.0) for row in per_rank) / len(per_rank) / step_s
+            for k in keys}
+
+
+def share_label(kind: str, share: float | None) -> str:
+    """``kind 12.3 %`` (``<0.1 %`` for a sliver), or ``kind`` without a share."""
+    if share is None:
+        return kind
+    pct = share * 100
+    return f"{kind} {pct:.1f} %" if pct >= 0.05 or pct == 0 else f"{kind} <0.1 %"
 
 
 def layer_segments(spans: list[Span], rank: int) -> list[tuple[str, int, float, float]]:

@@ -1,31 +1,34 @@
-"""Validation against real torch runs: record, ingest, calibrate, validate.
+"""Validation against real runs: record, ingest, calibrate, validate.
 
-Modules (torch is optional; only ``moe_layer`` and ``record`` import it, and
-only when called):
+One subpackage per concept (torch is optional; only ``recorder`` imports it, and only
+when called):
 
-- ``moe_layer``     an expert-parallel MoE layer in torch (all-to-all dispatch/combine)
-- ``record``        runs it on N processes under ``torch.profiler`` (optionally pinned and
-                    at raised priority), writes Kineto traces + ``routing.json``
-- ``kineto``        loads a Kineto JSON (gzip or not) into complete events; rank, world
-- ``collectives``   finds torch.distributed all-to-alls and their split sizes in events
-- ``steps``         training steps: ``ProfilerStep`` spans, or found from the all-to-alls
-- ``op_cost``       FLOPs and bytes of a traced op from its recorded shapes
-- ``gpu_kernels``   GPU kernel names → classes (GEMM, attention, NCCL, DeepEP, ...)
-- ``gpu_trace``     GPU kernels of a Kineto trace, per stream, with their launching op
-- ``gpu_summary``   busy time, overlap, exposed communication, phases of a GPU trace
-- ``gpu_report``    the text tables of ``moesim ingest`` on a GPU trace
-- ``gpu_calibrate`` a device calibration from a GPU trace's kernels
-- ``gpu_validate``  a GPU trace's per-layer phases against a scenario's compute model
-- ``gpu_pair``      a simulated DualPipe F&B pair read as a GPU trace of one is read
-- ``ingest``        parses Kineto (torch.profiler) JSON into :class:`TraceStep` data
-- ``ingest_report`` the text table of ``moesim ingest``
-- ``calibrate``     least-squares fit of compute, communication and host-gap models
-- ``calibration``   the fitted model (a ``ComputeModel``) and its file format
-- ``replay``        traced steps → simulator op programs (pure; no trace durations)
-- ``validate``      simulates each traced step; measured vs simulated phases, medians
-                    over steps, relative errors
-- ``noise``         run-to-run noise of two recordings of one configuration
-- ``overlay``       plot of measured over simulated timelines on a matplotlib Axes
+- ``recorder``     the torch recorder: an expert-parallel MoE layer (``moe_layer``), run on
+                   N processes under ``torch.profiler`` (``record``), and the GEMM/memory
+                   shape sweep (``sweep_record``); writes Kineto traces + ``routing.json``
+- ``kineto``       the Kineto JSON format both trace kinds share: loading, complete events,
+                   rank and world (``events``); FLOPs and bytes of an op from its recorded
+                   shapes (``op_cost``)
+- ``cpu``          CPU-side (host) traces of a recorded run: all-to-alls and their splits
+                   (``collectives``), training steps (``steps``), parsing into
+                   ``TraceStep`` data (``ingest``, table: ``ingest_report``), traced steps
+                   → simulator programs (``replay``), measured vs simulated phases
+                   (``validate``), run-to-run noise (``noise``), the overlay plot
+                   (``overlay``), the recording host's facts (``host_facts``)
+- ``gpu``          GPU kernels of a Kineto trace: kernel classes (``kernels``), kernels per
+                   stream with their launching op (``trace``), busy/overlap/exposed
+                   summaries (``summary``, tables: ``report``), a simulated DualPipe F&B
+                   pair read as a trace (``pair``), per-layer phases against a scenario's
+                   compute model (``validate``)
+- ``calibration``  fitting models to traces: least squares on CPU traces (``calibrate``),
+                   a device calibration from GPU kernels (``gpu_calibrate``), the fitted
+                   model and its file format (``model``), the shape sweep's table
+                   (``shape_fit``) and the with/without-sweep study (``shape_study``)
+
+Order of use (and of dependence): ``recorder`` writes traces; ``kineto`` reads them;
+``cpu`` and ``gpu`` turn them into steps and kernels; ``calibration`` fits a model from
+those; ``cpu.replay``/``cpu.validate`` and ``gpu.validate`` price the traced work with the
+model and compare.
 """
 
 from __future__ import annotations

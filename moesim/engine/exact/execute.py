@@ -24,7 +24,7 @@ from collections.abc import Sequence
 import simpy
 
 from moesim.program.ops import Op
-from moesim.trace.spans import Span
+from moesim.trace.spans import Span, wait_reason
 
 _EP_KINDS = ("ep_dispatch", "ep_combine")
 
@@ -219,10 +219,7 @@ class Executor:
         if wait > 0:
             b = int(rec.blocking_rank)
             expert, tokens = self._hot.get((b, op.layer, op.microbatch, op.phase), (-1, 0))
-            if expert >= 0:
-                reason = f"rank {b} still computing hot expert {expert} ({tokens} tokens)"
-            else:
-                reason = f"rank {b} arrived late at {op.name}"
+            reason = wait_reason(b, op.name, expert, tokens)
             self._span(rank, op, "stall", t0, t_start, waited_on=b, expert=expert,
                        tokens=tokens, reason=reason, peers=group)
         self._span(rank, op, op.kind, t_start, max(t_start, float(rec.end_s)), bytes=op.nbytes,

@@ -36,6 +36,7 @@ from moesim.engine.summary import link_stats, make_result, summarize
 from moesim.model import costs
 from moesim.program import cp as cpx
 from moesim.program import etp as etpx
+from moesim.program import recompute
 from moesim.program.build import ACT_BYTES, Builder, Timer
 from moesim.program.overlap import PairRule
 from moesim.program.replicas import replicas_mode
@@ -58,6 +59,7 @@ class Context:
         k = self.spec.top_k if res.routing.top_k is None else res.routing.top_k
         self.sent = self.ep_tokens * k
         self.chunks, self.order = b.chunks, b.order
+        self.rc = b.rc          # activation recomputation (moesim.program.recompute)
         self.timer = Timer(res.compute)
         topo = res.topology
         gpus = list(topo.gpus)
@@ -87,12 +89,20 @@ class Context:
         self._lut: dict[str, tuple[np.ndarray, np.ndarray]] = {}
         self.exact_flows = 0    # flows the step would time flow by flow (simulate_fast)
 
+    def _expert_kernels(self, x: int, ph: str, part: str) -> list:
+        ks = etpx.expert_kernels(self.spec, x * self.etp, self.etp, ph)
+        if part == "act":
+            return recompute.act_kernels(ks)
+        return costs.backward_part(ks, part) if part else ks
+
     def expert_cost(self, local: np.ndarray, phase: str) -> tuple[np.ndarray, np.ndarray]:
         """(seconds, FLOP) of every (rank, expert) with ``local`` tokens; a lookup
         table per token count (0 tokens: no kernel), filled on demand. ``phase``:
         ``fwd``, ``bwd``, or ``bwd.B`` / ``bwd.W`` (the backward's input- and
         weight-gradient parts, :func:`moesim.model.costs.split_backward`)."""
         ph, _, part = phase.partition(".")
+        if phase == "act":      # moe_act recompute: the activation function only
+            ph, part = "fwd", "act"
         lut = self._lut.get(phase)
         top = int(local.max(initial=0))
         if lut is None or len(lut[0]) <= top:
@@ -109,9 +119,7 @@ class Context:
                 # ETP: the peers' tokens too (taken equal to this rank's), 1/etp wide
                 t_lut[x], f_lut[x] = self.timer(
                     ("expert", x, ph, self.etp) + ((part,) if part else ()),
-                    lambda x=x: (costs.backward_part(
-                        etpx.expert_kernels(self.spec, x * self.etp, self.etp, ph), part)
-                        if part else etpx.expert_kernels(self.spec, x * self.etp, self.etp, ph)))
+                    lambda x=x: self._expert_kernels(x, ph, part))
         return t_lut[local], f_lut[local]
 
     def send_share(self, src: int, dst: int) -> float:
@@ -221,7 +229,8 @@ def _route_rec(ctx: Context, r, group: tuple[int, ...], forward_only: bool = Fal
     flat = np.flatnonzero(local)
     rows, vals = flat // local.shape[1], local.ravel()[flat]
     exp_t, exp_f = {}, {}
-    for phase in ("fwd", "bwd") + (("bwd.B", "bwd.W") if ctx.dual is not None else ()):
+    for phase in (("fwd", "bwd") + (("bwd.B", "bwd.W") if ctx.dual is not None else ())
+                  + (("act",) if ctx.rc.any_act else ())):
         t, f = ctx.expert_cost(vals, phase)
         exp_t[phase] = np.bincount(rows, weights=t, minlength=n)
         exp_f[phase] = float(f.sum())

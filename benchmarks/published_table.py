@@ -1,0 +1,203 @@
+"""Every published figure moesim is compared against, with its error: the table of
+docs/results/published.md (issue 21).
+
+    python benchmarks/published_table.py                         # print the table
+    python benchmarks/published_table.py --profile PATH/train.json --write docs/results/published.md
+    python benchmarks/published_table.py --json out.json         # the figures as JSON
+    python benchmarks/published_table.py --before before.json    # add a "before" column
+
+Each figure is one ``moesim run ... --json`` (or ``moesim validate --json`` for
+DeepSeek's profile) in a child process, with the scenario and ``--set`` shown. Nothing in
+moesim is fitted to any of them: the error is (moesim - published) / published.
+
+Published figures (original sources; docs/sources.md):
+
+- DeepSeek-V3 on 2048 H800: 19.9 s per step. DeepSeek-V3 Technical Report
+  (arXiv:2412.19437) §1: 180K H800 GPU hours per trillion tokens; §4.2: final batch
+  15360 × 4096 tokens; 15360 · 4096 · 180e3 / 1e12 · 3600 / 2048 s.
+- DeepSeek's profile of one DualPipe F&B pair (github.com/deepseek-ai/profile-data,
+  train.json; H800, EP64, 4 MoE layers per chunk): span, compute-stream busy time and
+  exposed communication as moesim's GPU ingest reads them (needs ``--profile``).
+- Mixtral 8x7B BF16 on H100 with Megatron-Core v0.9: 468 TFLOP/s per GPU
+  (NVIDIA/Megatron-LM ``megatron/core/transformer/moe/README.md``, commit c230e0d7).
+  moesim's scenario ``mixtral-8x7b-64gpu`` is our guess at the layout (the README names
+  none); TFLOP/s per GPU = moesim's model FLOPs (every GEMM and attention FLOP of the
+  step, no recomputation) / step / GPUs.
+- DeepSeek-V3 on 1024 H100, FP8, Megatron-Bridge (NeMo 25.09, "DeepSeekV3 (dropless)":
+  GBS 8192, MBS 1, sequence 4096, TP2 PP8 VP4 EP64, forced-balanced routing): 1297
+  tokens/s per GPU, 338 TFLOP/s per GPU (NVIDIA-NeMo/Megatron-Bridge
+  ``docs/performance-summary.md``). Their layout adds an MTP layer and a custom
+  pipeline split that moesim does not model.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from bench_deepseek import PUBLISHED_STEP_S  # noqa: E402  (this folder)
+
+H100_1024 = ["cluster.topology=dgx-h100", "cluster.device=H100", "cluster.nodes=128",
+             "parallel.tp=2", "parallel.pp=8", "parallel.vpp=4", "parallel.ep=64",
+             "schedule.kind=interleaved", "overlap.kind=a2a-1f1b", "schedule.microbatches=128",
+             "routing.kind=uniform", "routing.max_nodes=null", "memory.recompute=selective"]
+RUNS = {
+    "deepseek-v3-2048": ("deepseek-v3-2048", []),
+    "mixtral-8x7b-64gpu": ("mixtral-8x7b-64gpu", []),
+    "deepseek-v3-1024-h100": ("deepseek-v3-2048", H100_1024),
+}
+
+
+#: --runs-dir: the JSON outputs of the same commands, by file name
+RUN_FILES = {"deepseek-v3-2048": "ds_shipped.json", "mixtral-8x7b-64gpu": "mixtral64.json",
+             "deepseek-v3-1024-h100": "ds1024.json", "validate": "validate.json"}
+RUNS_DIR: Path | None = None
+
+
+def moesim(args: list[str]) -> dict:
+    p = subprocess.run([sys.executable, "-m", "moesim", *args], capture_output=True,
+                       text=True, cwd=ROOT, check=False)
+    if p.returncode:
+        raise SystemExit(f"moesim {' '.join(args)}: {p.stderr.strip().splitlines()[-1:]}")
+    return json.loads(p.stdout)
+
+
+def run(name: str) -> dict:
+    if RUNS_DIR is not None and (RUNS_DIR / RUN_FILES[name]).is_file():
+        return json.loads((RUNS_DIR / RUN_FILES[name]).read_text())
+    scn, sets = RUNS[name]
+    args = ["run", scn, "--no-files", "--json", "--quiet"]
+    for s in sets:
+        args += ["--set", s]
+    t = time.perf_counter()
+    d = moesim(args)
+    print(f"  {name}: {time.perf_counter() - t:.0f} s", file=sys.stderr, flush=True)
+    return d
+
+
+def figures(profile: str | None) -> list[dict]:
+    """[{figure, source, published, moesim, unit}] measured now."""
+    out = []
+    d = run("deepseek-v3-2048")
+    b = d["breakdown_s"]
+    out.append({"figure": "DeepSeek-V3, 2048 H800: step", "unit": "s",
+                "published": PUBLISHED_STEP_S, "moesim": d["step_time_s"],
+                "source": "DeepSeek-V3 report §1, §4.2",
+                "parts": {"compute": b["compute"], "ep_dispatch+combine":
+                          b["ep_dispatch"] + b["ep_combine"], "bubble": b["bubble"],
+                          "stall": b["stall"]}})
+    d = run("mixtral-8x7b-64gpu")
+    out.append({"figure": "Mixtral 8x7B, 64 H100 BF16: TFLOP/s per GPU", "unit": "TFLOP/s",
+                "published": 468.0, "moesim": d["model_flops"] / d["step_time_s"] / d["world"]
+                / 1e12, "source": "Megatron-Core MoE README (MCore v0.9)"})
+    d = run("deepseek-v3-1024-h100")
+    out.append({"figure": "DeepSeek-V3, 1024 H100 FP8: tokens/s per GPU", "unit": "tokens/s",
+                "published": 1297.0, "moesim": d["tokens_per_s"] / d["world"],
+                "source": "Megatron-Bridge performance summary (NeMo 25.09, DGX-H100)"})
+    out.append({"figure": "DeepSeek-V3, 1024 H100 FP8: TFLOP/s per GPU", "unit": "TFLOP/s",
+                "published": 338.0, "moesim": d["model_flops"] / d["step_time_s"] / d["world"]
+                / 1e12, "source": "Megatron-Bridge performance summary (NeMo 25.09, DGX-H100)"})
+    if profile:
+        saved = RUNS_DIR / RUN_FILES["validate"] if RUNS_DIR is not None else None
+        v = (json.loads(saved.read_text()) if saved is not None and saved.is_file() else
+             moesim(["validate", profile, "--scenario", "scenarios/deepseek-v3-fb-pair.yaml",
+                     "--json"]))
+        m, s = v["measured"], v["simulated"]
+        src = "DeepSeek profile-data train.json (GPU ingest)"
+        out += [
+            {"figure": "DeepSeek F&B pair (H800): span", "unit": "ms", "source": src,
+             "published": m["span_s"] * 1e3, "moesim": s["span_s"] * 1e3},
+            {"figure": "DeepSeek F&B pair: compute streams busy", "unit": "ms", "source": src,
+             "published": m["stream_busy_s"]["compute"] * 1e3,
+             "moesim": s["stream_busy_s"]["compute"] * 1e3},
+            {"figure": "DeepSeek F&B pair: exposed communication", "unit": "ms", "source": src,
+             "published": m["exposed_comm_s"] * 1e3, "moesim": s["exposed_comm_s"] * 1e3},
+        ]
+        for p, e in v["median_abs_error_by_pass"].items():
+            out.append({"figure": f"DeepSeek F&B pair: GEMM+attention per layer, median "
+                        f"|error| {p}", "unit": "", "source": src, "published": None,
+                        "moesim": e})
+    return out
+
+
+def _num(x, unit: str) -> str:
+    if x is None:
+        return "-"
+    return f"{x:.1%}" if unit == "" else f"{x:,.2f}"
+
+
+def table(rows: list[dict], before: dict[str, dict] | None) -> list[str]:
+    head = "| figure | source | published | moesim | error |"
+    sep = "|---|---|---|---|---|"
+    if before:
+        head += " before (moesim) | before error |"
+        sep += "---|---|"
+    lines = [head, sep]
+    for r in rows:
+        u = r["unit"]
+        err = (r["moesim"] - r["published"]) / r["published"] if r["published"] else None
+        cells = [f"{r['figure']}" + (f" ({u})" if u else ""), r["source"],
+                 _num(r["published"], u), _num(r["moesim"], u),
+                 "-" if err is None else f"{err:+.1%}"]
+        if before:
+            b = before.get(r["figure"])
+            be = (None if b is None or not r["published"] else
+                  (b["moesim"] - r["published"]) / r["published"])
+            cells += [_num(b["moesim"], u) if b else "-", "-" if be is None else f"{be:+.1%}"]
+        lines.append("| " + " | ".join(cells) + " |")
+    return lines
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--profile", help="DeepSeek's train.json (github.com/deepseek-ai/profile-data)")
+    ap.add_argument("--json", help="also write the figures as JSON here")
+    ap.add_argument("--before", help="figures JSON of an earlier revision: a before column")
+    ap.add_argument("--write", help="write the markdown page here (e.g. docs/results/published.md)")
+    ap.add_argument("--runs-dir", help="reuse the JSON outputs of the same runs saved here "
+                    f"({', '.join(RUN_FILES.values())}) instead of running them")
+    args = ap.parse_args(argv)
+    global RUNS_DIR
+    RUNS_DIR = Path(args.runs_dir) if args.runs_dir else None
+    t0 = time.perf_counter()
+    rows = figures(args.profile)
+    before = None
+    if args.before:
+        before = {r["figure"]: r for r in json.loads(Path(args.before).read_text())}
+    if args.json:
+        Path(args.json).write_text(json.dumps(rows, indent=1) + "\n")
+    load = os.getloadavg()
+    stamp = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
+    body = [
+        "# Published figures against moesim",
+        "",
+        f"Generated by `python benchmarks/published_table.py` on {stamp}, load average "
+        f"{load[0]:.1f} / {load[1]:.1f} / {load[2]:.1f} (1/5/15 min), "
+        f"{time.perf_counter() - t0:.0f} s. Error = (moesim - published) / published; "
+        "nothing is fitted to these figures. Sources: the benchmark's docstring and "
+        "docs/sources.md; why figures moved: docs/kernels.md.",
+        "",
+        *table(rows, before),
+        "",
+    ]
+    parts = [r for r in rows if "parts" in r]
+    for r in parts:
+        body.append(f"{r['figure']}, mean over ranks: " + ", ".join(
+            f"{k} {v:.2f} s" for k, v in r["parts"].items()))
+        body.append("")
+    text = "\n".join(body)
+    if args.write:
+        Path(args.write).write_text(text)
+    print(text)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,84 @@
+"""``moesim rl SCENARIO``: GRPO post-training steps (rollouts, scoring, training, weight
+sync; colocated or disaggregated, synchronous or with bounded staleness).
+
+Prints the steady-state step, the phases and the pools' utilization; ``--json`` prints
+summary.json (step_time_s, phases_s, samples_per_s, tokens_per_s_per_gpu, utilization,
+staleness, long_tail_s, steps); ``-o DIR`` writes summary.json, details.json (pools,
+weight sync, KV), trace.json (Perfetto: a process per pool, counter tracks of the rollout
+batch and KV use), gantt.png (the first steps) and summary.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("scenario", help="scenario YAML file with an rl section, or shipped name "
+                   "(e.g. grpo-qwen3-30b-a3b)")
+    p.add_argument("--steps", type=int, default=None,
+                   help="RL steps to simulate (default: the scenario's rl.steps)")
+    p.add_argument("-o", "--out", default=None, help="output directory (default: print only)")
+    p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+                   help="override one field, e.g. --set rl.max_lag=1 (repeatable)")
+    p.add_argument("--json", action="store_true", help="print summary.json on stdout")
+    p.add_argument("--force", action="store_true",
+                   help="write into an output directory that holds other files")
+    p.add_argument("--quiet", action="store_true", help="no progress lines")
+
+
+def run(args: argparse.Namespace) -> int:
+    from moesim.errors import InputError
+    from moesim.rl.run import resolve_rl, simulate_rl
+    from moesim.rl.summary import details, summarize, text_summary
+    from moesim.trace.progress import Progress
+    from moesim.trace.report import check_outdir
+
+    if args.steps is not None and not 1 <= args.steps <= 10_000:
+        raise InputError("command line", "--steps", "an integer from 1 to 10000", args.steps)
+    setup = resolve_rl(args.scenario, args.overrides)
+    steps = args.steps or setup.cfg.steps
+    out = Path(args.out) if args.out else None
+    if out is not None:
+        check_outdir(out, args.force)        # before the long part
+    prog = Progress(steps, f"RL steps of {setup.scenario.name}", quiet=args.quiet or args.json)
+    done = [0]
+
+    def progress(k: int, total: int) -> None:
+        prog.update(k - done[0])
+        done[0] = k
+
+    result = simulate_rl(setup, steps, progress=progress)
+    prog.close()
+    summary, det = summarize(result), details(result)
+    if out is not None:
+        write_outputs(result, summary, det, out, force=args.force)
+    if args.json:
+        print(json.dumps(summary, indent=1))
+    else:
+        print(text_summary(summary, det))
+        if out is not None:
+            print(f"  wrote {out}/ (summary.json, details.json, trace.json, gantt.png)")
+    return 0
+
+
+def write_outputs(result, summary: dict, det: dict, out: Path, *, force: bool) -> None:
+    from moesim.outputs import Outputs
+    from moesim.rl.plot import plot_gantt
+    from moesim.rl.summary import text_summary
+    from moesim.rl.trace import write_trace
+    from moesim.trace.plots import new_figure
+    from moesim.trace.report import save_figure
+
+    outs = Outputs(out, force=force)
+    try:
+        outs.add("trace.json", lambda t: write_trace(result, t))
+        outs.add("details.json", lambda t: t.write_text(json.dumps(det, indent=1) + "\n"))
+        fig = new_figure(12, 4.5)
+        plot_gantt(result, fig.add_subplot())
+        outs.add("gantt.png", lambda t: save_figure(fig, t))
+        outs.commit(summary, lambda s: "# RL run\n\n```\n" + text_summary(s, det) + "\n```\n")
+    finally:
+        outs.discard()

@@ -1,0 +1,318 @@
+"""Kernel catalog compute model: each kernel at the rate its own authors measured.
+
+A :class:`CatalogModel` prices a :class:`~moesim.compute.base.Kernel` from the published
+table for its device, ``kind``, dtype and pass (``moesim/data/kernels/*.yaml``, read by
+:mod:`moesim.compute.catalog_data`; docs/kernels.md "Catalog"):
+
+- GEMMs (``gemm``, ``grouped_gemm``, ``kgrouped_gemm``): the rows of the kernel's
+  weight shape (n, k) (for ``dgrad``: (k, n), the shape of dX = dY·Wᵀ), or of the
+  nearest published shape within 2x in each dim; along tokens per group the achieved
+  rate is interpolated log-log between rows, so at a row's shape the time is the
+  row's published FLOPs / TFLOP/s exactly, and between rows time grows with FLOPs
+  (the data loader checks every curve allows that).
+- attention (``attn_fwd``, ``attn_bwd``): rate by sequence length (log-log) and head
+  dim (geometric), time = FLOPs / rate; a forward + backward figure prices either
+  pass when no pass-specific table covers it.
+- ``memory``: bytes / achieved bandwidth; ``mla_decode``: max(bytes / bandwidth,
+  FLOPs / rate), FlashMLA's published ceilings.
+
+Every catalog time adds ``count`` × the device's launch overhead, as the roofline does,
+so switching models changes only the kernels' rates. Anything the catalog does not cover
+(``kind`` "", a dtype or device without a table, a shape below the smallest row, or
+above the largest where the table does not hold its rate) is priced by the roofline
+and says so (:meth:`CatalogModel.price`, :func:`coverage`).
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from dataclasses import dataclass
+
+from moesim.compute.base import Kernel
+from moesim.compute.catalog_data import GEMM_KINDS, Table, curve, families
+from moesim.compute.roofline import HIGH_PRECISION_KERNELS, RooflineModel
+
+#: A GEMM whose weight shape is not in a table borrows the nearest published shape when
+#: both dims are within this factor of it (our choice: a tile schedule changes little
+#: within 2x; beyond it, the roofline prices the kernel).
+NEAREST_SHAPE_FACTOR = 2.0
+_SUFFIXES = ("_bwd", "_dgrad", "_wgrad")
+_MEMO_LIMIT = 1 << 16
+
+
+@dataclass(frozen=True, slots=True)
+class Priced:
+    """A kernel's time and what priced it: ``source`` "catalog" or "roofline" (or a
+    model's name), ``detail`` the table and row, or why the catalog did not apply."""
+
+    time_s: float
+    source: str
+    detail: str = ""
+
+
+def _base_name(name: str) -> str:
+    for s in _SUFFIXES:
+        if name.endswith(s):
+            return name[:-len(s)]
+    return name
+
+
+def _interp(points: list[tuple[float, float]], x: float) -> tuple[float, str] | None:
+    """Rate at ``x`` on ``points`` (axis, rate) sorted by axis: a point's own rate at
+    it, log-log between points; None outside."""
+    for a, r in points:
+        if x == a:
+            return r, "exact"
+    if x < points[0][0] or x > points[-1][0]:
+        return None
+    for (a, ra), (b, rb) in zip(points, points[1:], strict=False):
+        if a < x < b:
+            w = math.log(x / a) / math.log(b / a)
+            return math.exp(math.log(ra) + w * math.log(rb / ra)), "interpolated"
+    return None   # unreachable: x lies in some segment
+
+
+class CatalogModel:
+    """A :class:`~moesim.compute.base.ComputeModel` from published kernel tables, the
+    roofline for what they do not cover."""
+
+    def __init__(self, roofline: RooflineModel, tables: tuple[Table, ...]) -> None:
+        self.roofline = roofline
+        self.device = roofline.device
+        self.precision = roofline.precision
+        self.launch_overhead_s = roofline.launch_overhead_s
+        dev = self.device.name
+        self.tables = tuple(t for t in tables if t.covers(dev))
+        self.name = f"catalog({dev},{self.precision})"
+        #: pricing calls so far: source -> [kernels, seconds] (see :func:`coverage`)
+        self.tally: dict[str, list[float]] = {"catalog": [0, 0.0], "roofline": [0, 0.0]}
+        self._memo: dict[Kernel, Priced] = {}    # identical kernels price identically
+
+    # -------------------------------------------------------------------- pricing
+    def time_s(self, kernel: Kernel) -> float:
+        return self.price(kernel).time_s
+
+    def price(self, kernel: Kernel) -> Priced:
+        p = self._memo.get(kernel)
+        if p is None:
+            if len(self._memo) >= _MEMO_LIMIT:
+                self._memo.clear()
+            p = self._memo[kernel] = self._price(kernel)
+        t = self.tally[p.source]
+        t[0] += 1
+        t[1] += p.time_s
+        return p
+
+    def dtype_of(self, kernel: Kernel) -> str:
+        """The kernel's dtype; "" = the scenario's precision, except the kernels an FP8
+        recipe keeps in BF16 (:data:`~moesim.compute.roofline.HIGH_PRECISION_KERNELS`)."""
+        if kernel.dtype:
+            return kernel.dtype
+        if self.precision == "fp8" and _base_name(kernel.name) in HIGH_PRECISION_KERNELS:
+            return "bf16"
+        return self.precision
+
+    def _fallback(self, kernel: Kernel, why: str) -> Priced:
+        return Priced(self.roofline.time_s(kernel), "roofline", why)
+
+    def _price(self, kernel: Kernel) -> Priced:
+        kind = kernel.kind
+        if not kind:
+            return self._fallback(kernel, "no kind")
+        dtype = self.dtype_of(kernel)
+        tables = [t for t in self.tables if t.dtype in (dtype, "any")]
+        if kind in GEMM_KINDS:
+            pass_ = kernel.pass_ or "fwd"
+            tables = [t for t in tables if t.kind == kind and pass_ in t.passes]
+            got = self._gemm(kernel, tables, pass_)
+        elif kind in ("attn_fwd", "attn_bwd"):
+            got = self._attention(kernel, tables)
+        elif kind in ("memory", "mla_decode"):
+            got = self._rate(kernel, [t for t in tables if t.kind == kind])
+        else:
+            return self._fallback(kernel, f"kind {kind!r} not in the catalog")
+        if isinstance(got, str):
+            return self._fallback(kernel, got)
+        seconds, detail = got
+        n = max(kernel.count, 1)
+        return Priced(n * self.launch_overhead_s + seconds, "catalog", detail)
+
+    def _where(self, kernel: Kernel, dtype_note: str = "") -> str:
+        return (f"no {self.device.name} {self.dtype_of(kernel)} {kernel.kind}"
+                f"{' ' + kernel.pass_ if kernel.pass_ else ''} table{dtype_note}")
+
+    # ------------------------------------------------------------------ GEMMs
+    def _gemm(self, kernel: Kernel, tables: list[Table], pass_: str) -> tuple | str:
+        if not tables:
+            return self._where(kernel)
+        groups = max(kernel.groups, 1)
+        m, n, k = kernel.m, kernel.n, kernel.k
+        if pass_ == "dgrad":          # dX(m, k) = dY(m, n) · Wᵀ: a GEMM of shape (m, k, n)
+            n, k = k, n
+        if m <= 0 or n <= 0 or k <= 0:
+            return f"GEMM without a shape (m={m}, n={n}, k={k})"
+        count = max(kernel.count, 1)
+        per_launch = kernel.flops / count
+        why = ""
+        for t in tables:
+            fams = _families(t)
+            shape = (n, k) if (n, k) in fams else _nearest(fams, n, k)
+            if shape is None:
+                why = why or f"shape n={n} k={k} not within 2x of a {t.id} shape"
+                continue
+            pts = _points(t, shape, groups)
+            x = m / groups
+            got = _interp(pts, x)
+            how = ""
+            if got is None and x > pts[-1][0] and t.hold_above:
+                got, how = (pts[-1][1], "held"), f" (above the largest row, {pts[-1][0]:g})"
+            if got is None:
+                why = why or (f"{x:g} tokens per group outside {t.id}'s range "
+                              f"{pts[0][0]:g}-{pts[-1][0]:g}")
+                continue
+            tflops, kind = got
+            near = "" if shape == (n, k) else f" (nearest shape n={shape[0]} k={shape[1]})"
+            detail = (f"{t.id} m/groups={x:g} n={n} k={k}: {kind} {tflops:.4g} TFLOP/s"
+                      f"{near}{how}")
+            return count * (per_launch / (tflops * 1e12)), detail
+        return why
+
+    # -------------------------------------------------------------- attention
+    def _attention(self, kernel: Kernel, tables: list[Table]) -> tuple | str:
+        if kernel.seq <= 0 or kernel.head_dim <= 0:
+            return "attention without seq or head_dim"
+        why = ""
+        for kind in (kernel.kind, "attn_fwdbwd"):
+            cands = [t for t in tables if t.kind == kind and t.causal == kernel.causal]
+            if not cands:
+                continue
+            got = _attention_rate(cands, kernel.seq, kernel.head_dim)
+            if isinstance(got, str):
+                why = why or got
+                continue
+            tflops, detail = got
+            count = max(kernel.count, 1)
+            return count * (kernel.flops / count / (tflops * 1e12)), detail
+        return why or self._where(kernel, f" (causal={kernel.causal})")
+
+    # ----------------------------------------------------- bandwidth-bound kernels
+    def _rate(self, kernel: Kernel, tables: list[Table]) -> tuple | str:
+        if not tables:
+            return self._where(kernel)
+        t = tables[0]
+        mem = kernel.bytes / (t.gbps * 1e9)
+        if t.kind == "memory":
+            return mem, f"{t.id}: {t.gbps:g} GB/s"
+        comp = kernel.flops / (t.tflops * 1e12)
+        bound = "memory" if mem >= comp else "compute"
+        return max(mem, comp), f"{t.id}: {bound}-bound ({t.gbps:g} GB/s, {t.tflops:g} TFLOP/s)"
+
+
+@functools.lru_cache(maxsize=256)
+def _families(t: Table) -> dict:
+    return families(t)
+
+
+@functools.lru_cache(maxsize=4096)
+def _points(t: Table, shape: tuple[int, int], groups: int) -> list[tuple[float, float]]:
+    return [(r.axis, r.tflops) for r in curve(_families(t)[shape], groups)]
+
+
+def _nearest(fams: dict, n: int, k: int) -> tuple[int, int] | None:
+    """The published (n, k) nearest in log distance with both dims within
+    NEAREST_SHAPE_FACTOR; None when there is none."""
+    lim = math.log(NEAREST_SHAPE_FACTOR) + 1e-12
+    best = None
+    for fn, fk in fams:
+        dn, dk = abs(math.log(n / fn)), abs(math.log(k / fk))
+        if dn <= lim and dk <= lim:
+            key = (dn + dk, fn, fk)
+            if best is None or key < best[0]:
+                best = (key, (fn, fk))
+    return None if best is None else best[1]
+
+
+def _seq_rate(t: Table, seq: int) -> tuple[float, str] | None:
+    pts = [(r.axis, r.tflops) for r in sorted(t.rows, key=lambda r: r.axis)]
+    got = _interp(pts, seq)
+    if got is None and seq > pts[-1][0] and t.hold_above:
+        return pts[-1][1], "held"
+    return got
+
+
+def _attention_rate(tables: list[Table], seq: int, head_dim: int) -> tuple[float, str] | str:
+    """Rate at (seq, head_dim) from tables of one kind and causality: the table of that
+    head dim, or the geometric interpolation of the two around it."""
+    by_d = {t.head_dim: t for t in tables}
+    dims = sorted(by_d)
+    if head_dim in by_d:
+        pair = [by_d[head_dim]]
+    else:
+        lo = [d for d in dims if d < head_dim]
+        hi = [d for d in dims if d > head_dim]
+        if lo and not hi and by_d[lo[-1]].hold_above:
+            pair = [by_d[lo[-1]]]     # wider heads run at least as fast: hold the widest
+        elif not lo or not hi:
+            return f"head_dim {head_dim} outside {dims[0]}-{dims[-1]} ({tables[0].kind})"
+        else:
+            pair = [by_d[lo[-1]], by_d[hi[0]]]
+    rates = []
+    for t in pair:
+        got = _seq_rate(t, seq)
+        if got is None:
+            seqs = [r.seq for r in t.rows]
+            return f"seq {seq} outside {t.id}'s range {min(seqs)}-{max(seqs)}"
+        rates.append(got)
+    if len(pair) == 1:
+        (rate, how), = rates
+        held = "" if pair[0].head_dim == head_dim else f" (head_dim {head_dim} held at " \
+            f"{pair[0].head_dim})"
+        return rate, f"{pair[0].id} seq={seq}: {how} {rate:.4g} TFLOP/s{held}"
+    (ra, _), (rb, _) = rates
+    w = math.log(head_dim / pair[0].head_dim) / math.log(pair[1].head_dim / pair[0].head_dim)
+    rate = math.exp(math.log(ra) + w * math.log(rb / ra))
+    return rate, (f"{pair[0].id}+{pair[1].id} seq={seq} head_dim={head_dim}: "
+                  f"interpolated {rate:.4g} TFLOP/s")
+
+
+# ------------------------------------------------------------------- provenance
+def price(model, kernel: Kernel) -> Priced:
+    """``model.price(kernel)`` for a catalog model; any other ComputeModel's time with
+    its name as the source."""
+    fn = getattr(model, "price", None)
+    if fn is not None:
+        return fn(kernel)
+    return Priced(model.time_s(kernel), "roofline" if isinstance(model, RooflineModel)
+                  else str(getattr(model, "name", type(model).__name__)))
+
+
+@dataclass(frozen=True, slots=True)
+class Coverage:
+    n_kernels: int
+    n_roofline: int
+    total_s: float
+    roofline_s: float
+
+    @property
+    def roofline_fraction(self) -> float:
+        return self.roofline_s / self.total_s if self.total_s > 0 else 0.0
+
+    def line(self) -> str:
+        return (f"priced by the roofline: {self.n_roofline} of {self.n_kernels} kernels, "
+                f"{100 * self.roofline_fraction:.1f} % of compute time")
+
+
+def coverage(model, kernels) -> Coverage:
+    """How much of ``kernels`` (each counted once, as given) the roofline priced."""
+    n = nr = 0
+    total = rs = 0.0
+    for k in kernels:
+        p = price(model, k)
+        n += 1
+        total += p.time_s
+        if p.source == "roofline":
+            nr += 1
+            rs += p.time_s
+    return Coverage(n, nr, total, rs)
+

@@ -1,0 +1,75 @@
+"""The scenario's ``compute`` section → the compute model a run uses.
+
+``compute.model`` chooses how kernels are priced:
+
+- ``catalog`` (default): the kernel catalog (:mod:`moesim.compute.catalog`) where it
+  covers the device (H100, H800, A100 as shipped), the roofline for every kernel it does
+  not cover and on every other device (CPU, H200), exactly as before;
+- ``roofline``: the roofline alone (:mod:`moesim.compute.roofline`).
+
+``compute.catalog: PATH`` replaces the shipped tables with a YAML file or a folder of
+them (relative to the scenario file, else to the working folder), in the format of ``moesim/data/kernels``. The
+roofline's own fields (``precision``, ``mfu_large``, ...) still set the fallback. A
+calibration (``kind: calibration``) overrides both: it prices every kernel from the
+recorded traces and takes no ``model`` or ``catalog``.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from moesim.compute.base import ComputeModel
+from moesim.compute.catalog import CatalogModel
+from moesim.compute.catalog_data import load_catalog
+from moesim.compute.devices import DeviceSpec
+from moesim.compute.roofline import RooflineModel, compute_model_from_dict as _roofline_dict
+from moesim.errors import InputError
+
+MODELS = ("catalog", "roofline")
+DEFAULT_MODEL = "catalog"
+
+
+def compute_model(d: Any, source: str, device: DeviceSpec) -> ComputeModel:
+    """The compute model for a scenario's ``compute`` mapping ``d`` on ``device``."""
+    d = {} if d is None else d
+    if not isinstance(d, dict):
+        raise InputError(source, "compute", "a mapping (kind, model, precision, ...)", d)
+    rest = {k: v for k, v in d.items() if k not in ("model", "catalog")}
+    if d.get("kind") == "calibration":
+        given = sorted(set(d) & {"model", "catalog"})
+        if given:
+            raise InputError(source, f"compute.{given[0]}", "no model or catalog with kind: "
+                             "calibration (the calibration prices every kernel)", d[given[0]])
+        return _roofline_dict(rest, source, device)
+    which = d.get("model", DEFAULT_MODEL)
+    if which not in MODELS:
+        raise InputError(source, "compute.model", " or ".join(MODELS), which)
+    path = d.get("catalog")
+    if path is not None and (not isinstance(path, str) or not path):
+        raise InputError(source, "compute.catalog", "a path to a kernel catalog YAML file "
+                         "or folder", path)
+    if path is not None and which != "catalog":
+        raise InputError(source, "compute.catalog", "no catalog with model: roofline", path)
+    roofline = _roofline_dict(rest, source, device)
+    if which == "roofline" or not isinstance(roofline, RooflineModel):
+        return roofline
+    if path is not None:
+        p = Path(path)
+        if not p.is_absolute() and Path(source).is_file() and (Path(source).parent / p).exists():
+            p = Path(source).parent / p     # relative to the scenario file, else to the cwd
+        tables = load_catalog(p)
+    else:
+        tables = shipped_catalog()
+    model = CatalogModel(roofline, tables)
+    return model if model.tables else roofline
+
+
+_SHIPPED: list = []
+
+
+def shipped_catalog():
+    """The tables shipped in ``moesim/data/kernels`` (read once per process)."""
+    if not _SHIPPED:
+        _SHIPPED.append(load_catalog())
+    return _SHIPPED[0]

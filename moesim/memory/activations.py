@@ -1,0 +1,127 @@
+"""Activations one layer keeps for its backward, tensor by tensor, and what each
+recompute choice drops (pure arithmetic, bytes; docs/model.md, "Activations").
+
+The dense transformer layer follows Korthikanti et al. 2022 ("Reducing Activation
+Recomputation in Large Transformer Models", §4.1, Eq. 1-2), written per tensor so that
+attention of any width (GQA, MLA) and the MoE layer can be counted by the same rules.
+Per token, bf16 (2 bytes) unless said, a = query heads, s = sequence length:
+
+attention block
+  ``ln_out``   2h              the input layer norm's output, input of the QKV GEMM
+  ``latents``  2(2q_r + 2kv_r + r)  MLA only: the compressed query/key-value vectors
+               before and after their norms, the RoPE key part
+  ``qkv``      2(q + k + v)    Q, K and V as the core attention saves them (q, k, v: the
+               query, key and value widths of all heads: h, h, h for MHA;
+               kv_heads·head_dim for GQA's K and V; MLA's up-projected heads)
+  ``core``     fused kernel (FlashAttention, arXiv:2205.14135 §3.1 / FlashAttention-2
+               arXiv:2307.08691 Algorithm 2; cuDNN/TE fused attention): one fp32
+               log-sum-exp per head, 4a; a materialising kernel: the score matrix, softmax
+               output 2 + dropout mask 1 + dropout output 2 bytes per score, 5as
+  ``proj_in``  2·o             the core output (o = heads·v_head_dim), input of the output GEMM
+  ``mask``     h               the attention's output dropout mask (1 byte)
+both layer norms' inputs (the residual stream): ``norm_in`` 4h
+MLP block: ``mlp_in`` 2h (the second layer norm's output), the FFN's saved tensors, its
+output dropout mask h. A dense FFN of width f saves fc1's output and the activation's
+output: 2·2f + 2f = 6f gated (SwiGLU: gate and up), 2f + 2f = 4f otherwise. For MHA with
+f = 4h, not gated, the layer sums to Korthikanti's 34h + 5as.
+
+MoE block: the router's fp32 probabilities 4E, the shared experts' FFN tensors, and per
+routed assignment the permuted input 2h (fc1's input), the expert FFN's tensors, and the
+expert output 2h that the weighted combine's backward reads (the gradient of the routing
+probability). The dropout mask is per token, after the combine.
+
+Megatron-Core's selective recompute modules (megatron/core/transformer/
+transformer_config.py, ``recompute_modules``; NVIDIA/Megatron-LM d98e8a6) drop:
+``core_attn`` the core attention's own state (``core``); ``layernorm`` both layer norms'
+outputs (``ln_out``, ``mlp_in``; output-discarding checkpoints); ``mla_up_proj`` MLA's
+up-projected ``qkv``; ``moe_act`` the routed experts' activation outputs (2f per
+assignment); ``mlp`` a dense FFN's tensors; ``shared_experts`` the shared experts'
+tensors; ``moe`` everything of the MoE block but its input. Full recompute keeps each
+recomputed layer's input, 2h.
+"""
+
+from __future__ import annotations
+
+from moesim.model.spec import ModelSpec
+
+ACT_BYTES = 2         # bf16 activations
+LSE_BYTES = 4         # fp32 log-sum-exp per head and query (FlashAttention-2 Algorithm 2)
+ATTENTION_KERNELS = ("fused", "materialized")
+RECOMPUTE_MODULES = ("core_attn", "mla_up_proj", "layernorm", "moe_act", "mlp", "moe",
+                     "shared_experts")
+#: Megatron-Core's default recompute_modules (transformer_config.py __post_init__)
+DEFAULT_MODULES = ("core_attn",)
+
+
+def attention_widths(spec: ModelSpec) -> tuple[int, int, int, int]:
+    """(q, k, v, o): widths of all heads' queries, keys, values and core outputs."""
+    if spec.attention == "mla":
+        qk = spec.heads * (spec.qk_nope_dim + spec.qk_rope_dim)
+        v = spec.heads * spec.v_head_dim
+        return qk, qk, v, v
+    q = spec.heads * spec.head_dim
+    kv = spec.kv_heads * spec.head_dim
+    return q, kv, kv, q
+
+
+def attention_tensors(spec: ModelSpec, seq_len: int, attention_kernel: str = "fused",
+                      ) -> dict[str, float]:
+    """Bytes per token of each tensor the attention block saves (see module docstring)."""
+    h = spec.hidden
+    q, k, v, o = attention_widths(spec)
+    latents = 0.0
+    if spec.attention == "mla":
+        latents = ACT_BYTES * (2 * spec.q_lora_rank + 2 * spec.kv_lora_rank + spec.qk_rope_dim)
+    core = (5 * spec.heads * seq_len if attention_kernel == "materialized"
+            else LSE_BYTES * spec.heads)
+    return {"ln_out": ACT_BYTES * h, "latents": latents, "qkv": ACT_BYTES * (q + k + v),
+            "core": core, "proj_in": ACT_BYTES * o, "mask": h}
+
+
+def ffn_saved_bytes(spec: ModelSpec, width: float) -> float:
+    """Bytes per token an FFN of ``width`` saves beyond its input: fc1 output(s) and the
+    activation output, 6f gated, 4f otherwise."""
+    return ACT_BYTES * width * (3 if spec.gated else 2)
+
+
+def modules_of(recompute: str, modules) -> frozenset[str]:
+    """The selective modules in force (Megatron's default ``core_attn`` when None)."""
+    if recompute != "selective":
+        return frozenset()
+    return frozenset(DEFAULT_MODULES if modules is None else modules)
+
+
+def layer_bytes_per_token(spec: ModelSpec, layer: int, seq_len: int, *,
+                          modules: frozenset[str] = frozenset(),
+                          attention_kernel: str = "fused") -> tuple[float, float]:
+    """(bytes per token of the layer's TP-split tensors, bytes per routed assignment
+    received beyond the expert FFN's own) for layer ``layer`` with the selective
+    ``modules`` recomputed."""
+    h = spec.hidden
+    att = attention_tensors(spec, seq_len, attention_kernel)
+    if "core_attn" in modules:
+        att["core"] = 0.0
+    if "layernorm" in modules:
+        att["ln_out"] = 0.0
+    if "mla_up_proj" in modules and spec.attention == "mla":
+        att["qkv"] = 0.0
+    tok = sum(att.values()) + 4 * h + h                  # + both norms' inputs, MLP mask
+    mlp_in = 0.0 if "layernorm" in modules else ACT_BYTES * h
+    if not spec.is_moe_layer(layer):
+        return tok + mlp_in + (0.0 if "mlp" in modules
+                               else ffn_saved_bytes(spec, spec.dense_ffn)), 0.0
+    if "moe" in modules:                                 # only the MoE block's input
+        return tok + ACT_BYTES * h, 0.0
+    tok += mlp_in + 4 * spec.n_experts                   # fp32 router probabilities
+    if "shared_experts" not in modules:
+        tok += ffn_saved_bytes(spec, spec.n_shared_experts * spec.shared_ffn)
+    tok += ACT_BYTES * h * spec.top_k                    # expert outputs, for the combine
+    return tok, ACT_BYTES * h                            # permuted input, on the expert's rank
+
+
+def routed_expert_bytes(spec: ModelSpec, width: float, modules: frozenset[str]) -> float:
+    """Bytes one routed assignment's expert FFN (of ``width``, after ETP) saves."""
+    saved = ffn_saved_bytes(spec, width)
+    if "moe_act" in modules:
+        saved -= ACT_BYTES * width                       # the activation's output
+    return saved

@@ -1,0 +1,118 @@
+"""One layer's kernels on one rank, op by op and pass by pass (pure: no simpy).
+
+What ``moesim kernels`` prints and ``moesim validate`` compares kernel class by kernel
+class: the op lists :mod:`moesim.program.build` (and the fast engine) price, for one
+micro-batch of ``micro_batch_size · seq_len / cp`` tokens per rank and balanced routing
+(each of the rank's ``n_experts / ep`` experts receives ``tokens / tp · top_k · ep /
+n_experts`` rows, the mean of any routing).
+
+Passes: ``fwd``; ``dgrad`` (the input-gradient part ``B`` of the backward); ``wgrad``
+(its weight-gradient part ``W``): :func:`moesim.model.costs.backward_part`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from moesim.compute.base import Kernel
+from moesim.model import costs
+from moesim.program import etp as etpx
+
+PASSES = ("fwd", "dgrad", "wgrad")
+
+
+@dataclass(frozen=True)
+class OpKernels:
+    op: str                      # the program op that launches them (fwd.attn, bwd.experts, ...)
+    kernels: tuple[Kernel, ...]
+
+
+def balanced_rows(res) -> tuple[int, int]:
+    """(local experts, rows per local expert) of one micro-batch under balanced routing."""
+    spec, par = res.model, res.scenario.parallel
+    if not spec.moe:
+        return 0, 0
+    sch = res.scenario.schedule
+    tokens = sch.micro_batch_size * sch.seq_len // max(res.layout.cp, 1)
+    ep_tokens = max(1, tokens // par.tp)
+    local = max(spec.n_experts // max(par.ep, 1), 1)
+    rows = ep_tokens * spec.top_k * par.ep // spec.n_experts
+    return local, int(rows)
+
+
+def layer_ops(res, layer: int, pass_: str) -> list[OpKernels]:
+    """The ops of ``layer`` in ``pass_`` with their kernels, in execution order."""
+    if pass_ not in PASSES:
+        raise ValueError(f"pass must be one of {PASSES}, got {pass_!r}")
+    spec, scn = res.model, res.scenario
+    tp, sch = scn.parallel.tp, scn.schedule
+    cp, etp = max(res.layout.cp, 1), max(res.layout.etp, 1)
+    tokens = sch.micro_batch_size * sch.seq_len // cp
+    phase = "fwd" if pass_ == "fwd" else "bwd"
+    part = {"dgrad": "B", "wgrad": "W"}.get(pass_)
+
+    def pick(ks: list[Kernel]) -> tuple[Kernel, ...]:
+        return tuple(ks if part is None else costs.backward_part(ks, part))
+
+    pre = "fwd" if phase == "fwd" else "bwd"
+    attn = (f"{pre}.attn", [*costs.norm_kernels(spec, tokens, tp, phase),
+                            *costs.attention_kernels(spec, tokens, sch.seq_len, tp, phase)])
+    if spec.is_moe_layer(layer):
+        ep_tokens = max(1, tokens // tp)
+        sent = ep_tokens * spec.top_k
+        local, rows = balanced_rows(res)
+        experts = [k for _ in range(local)
+                   for k in etpx.expert_kernels(spec, rows * etp, etp, phase)]
+        mlp = [(f"{pre}.router", [*costs.router_kernels(spec, ep_tokens, phase),
+                                  *costs.permute_kernels(spec, sent, phase)]),
+               (f"{pre}.experts", experts),
+               (f"{pre}.unpermute", [*costs.unpermute_kernels(spec, sent, phase),
+                                     *costs.shared_expert_kernels(spec, tokens, tp, phase)])]
+    else:
+        mlp = [(f"{pre}.ffn", costs.dense_ffn_kernels(spec, tokens, tp, phase))]
+    ops = [attn, *mlp] if phase == "fwd" else [*mlp[::-1], attn]
+    out = [OpKernels(name, pick(ks)) for name, ks in ops]
+    return [o for o in out if o.kernels]
+
+
+def price(model, kernel: Kernel) -> tuple[float, str, str]:
+    """(seconds, source, detail) of a kernel: the compute model's provenance when it has
+    one (a kernel catalog: ``moesim.compute.catalog.price``), else its name."""
+    try:
+        from moesim.compute.catalog import price as catalog_price
+    except ImportError:
+        catalog_price = None
+    if catalog_price is not None:
+        p = catalog_price(model, kernel)
+        return p.time_s, p.source, p.detail
+    return model.time_s(kernel), getattr(model, "name", type(model).__name__), ""
+
+
+def step_pricing(res) -> dict:
+    """What priced the step's kernels: every layer's kernels in every pass for one
+    micro-batch (balanced routing), each layer kind weighted by how many layers the model
+    has. ``roofline_kernels`` / ``roofline_fraction``: the kernels (and their share of
+    that compute time) the roofline priced, a kernel catalog covering the rest."""
+    spec = res.model
+    kinds: dict[bool, tuple[int, int]] = {}
+    for i in range(spec.layers):
+        moe = spec.is_moe_layer(i)
+        first, n = kinds.get(moe, (i, 0))
+        kinds[moe] = (first, n + 1)
+    n_all = n_roof = 0
+    t_all = t_roof = 0.0
+    for first, n in kinds.values():
+        for p in PASSES:
+            for o in layer_ops(res, first, p):
+                for k in o.kernels:
+                    t, src, _ = price(res.compute, k)
+                    roof = src.startswith("roofline")
+                    n_all += n
+                    t_all += n * t
+                    n_roof += n * roof
+                    t_roof += n * t * roof
+    return {"kernels": n_all, "roofline_kernels": n_roof,
+            "roofline_fraction": t_roof / t_all if t_all > 0 else 0.0,
+            "compute_model": getattr(res.compute, "name", type(res.compute).__name__),
+            "counted": "every layer's kernels in fwd, dgrad and wgrad for one micro-batch, "
+                       "balanced routing"}

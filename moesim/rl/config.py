@@ -1,0 +1,275 @@
+"""The ``rl:`` scenario section: GRPO post-training steps (docs/rl.md).
+
+```yaml
+rl:
+  algorithm: grpo
+  steps: 4                          # RL steps simulated (moesim rl --steps overrides)
+  prompts_per_step: 64
+  samples_per_prompt: 32            # the GRPO group size
+  prompt_tokens:   {dist: fixed, mean: 256}
+  response_tokens: {dist: lognormal, mean: 2900, max: 3840}
+  colocated: true                   # one pool, phases in turn, a switch cost between them
+  rollout: {gpus: 32, tp: 2, ep: 1, kv_fraction: 0.9}
+  train:   {gpus: 32, tp: 1, pp: 1, ep: 8, mini_batches: 4, epochs: 1}
+  old_logprob: true                 # the old policy's log-probs: a forward pass
+  reference: true                   # the reference policy's log-probs: a forward pass
+  reward: {kind: rule}              # or {kind: model}: a forward pass of a reward model
+  max_lag: 0                        # 0 synchronous; k: rollouts up to k versions old
+  weight_sync: {method: nccl}       # nccl (flows over the topology) | ipc (colocated)
+```
+
+Every problem is one :class:`~moesim.errors.InputError` naming the file and the
+``rl.`` field. Defaults and their sources are next to each field.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+from moesim.errors import InputError
+
+DISTS = ("fixed", "uniform", "lognormal", "empirical")
+ALGORITHMS = ("grpo",)
+REWARD_KINDS = ("rule", "model")
+SYNC_METHODS = ("nccl", "ipc")
+KV_DTYPES = ("bf16", "fp8")
+#: vLLM's ``gpu_memory_utilization`` default: the fraction of each GPU's memory the engine
+#: may use for weights, activations and KV cache (vllm/config/cache.py, CacheConfig)
+DEFAULT_KV_FRACTION = 0.9
+#: vLLM's ``max_num_seqs`` default on GPUs of >= 70 GiB other than A100 (H100, H200): at
+#: most 1024 running sequences per engine step (vllm/engine/arg_utils.py,
+#: EngineArgs.get_batch_defaults, default_max_num_seqs for LLM_CLASS)
+DEFAULT_MAX_BATCH = 1024
+
+
+@dataclass(frozen=True)
+class LengthDist:
+    """Tokens per sequence: ``fixed`` (``mean``), ``uniform`` (``min``..``max``),
+    ``lognormal`` (mean ``mean``, log-space sigma ``sigma``, truncated at ``max``),
+    ``empirical`` (lengths from ``file``, one integer per line)."""
+
+    dist: str = "fixed"
+    mean: float = 256
+    max: int | None = None
+    min: int = 1
+    sigma: float = 0.5          # lognormal only; an assumption of ours, set it from your data
+    file: str | None = None
+
+
+@dataclass(frozen=True)
+class RolloutPool:
+    gpus: int = 8
+    tp: int = 1                 # tensor parallel of one engine replica
+    ep: int = 1                 # expert parallel: 1, or a multiple of tp (attention DP = ep/tp)
+    kv_fraction: float = DEFAULT_KV_FRACTION
+    max_batch: int = DEFAULT_MAX_BATCH
+    kv_dtype: str = "bf16"
+
+    @property
+    def replica_gpus(self) -> int:
+        return max(self.tp, self.ep)
+
+    @property
+    def replicas(self) -> int:
+        return self.gpus // self.replica_gpus
+
+
+@dataclass(frozen=True)
+class TrainPool:
+    gpus: int | None = None     # None: the rest of the cluster (colocated: the rollout pool)
+    tp: int = 1
+    pp: int = 1
+    ep: int = 1
+    mini_batches: int = 1       # optimizer steps per RL step (per epoch)
+    epochs: int = 1             # passes over the step's samples
+    seq_len: int | None = None  # packed row length (None: the scenario's schedule.seq_len)
+
+    @property
+    def dp(self) -> int:
+        return self.gpus // (self.tp * self.pp)
+
+
+@dataclass(frozen=True)
+class RewardConfig:
+    kind: str = "rule"
+    #: rule: CPU seconds per sample (a verifier; an assumption of ours: set it for yours)
+    cpu_s_per_sample: float = 0.001
+    workers: int = 32           # rule: samples scored in parallel (CPU processes)
+    model: Any = None           # model: a model section (None: the policy's own dims)
+
+
+@dataclass(frozen=True)
+class WeightSyncConfig:
+    method: str = "nccl"
+    #: host-side software time per parameter tensor (gather/convert/load call overhead):
+    #: four eager PyTorch ops (gather, dtype cast, send, the engine's load copy) at ~10 us of
+    #: dispatch each; PyTorch eager per-op overhead is ~10 us (moesim.compute.devices), an
+    #: assumption, not a fit: set it from a profile of your stack
+    per_tensor_s: float = 40e-6
+
+
+@dataclass(frozen=True)
+class RLConfig:
+    algorithm: str = "grpo"
+    steps: int = 4
+    prompts_per_step: int = 64
+    samples_per_prompt: int = 8
+    prompt_tokens: LengthDist = field(default_factory=LengthDist)
+    response_tokens: LengthDist = field(default_factory=lambda: LengthDist(mean=1024))
+    colocated: bool = False
+    rollout: RolloutPool = field(default_factory=RolloutPool)
+    train: TrainPool = field(default_factory=TrainPool)
+    old_logprob: bool = True
+    reference: bool = True
+    reward: RewardConfig = field(default_factory=RewardConfig)
+    max_lag: int = 0
+    weight_sync: WeightSyncConfig = field(default_factory=WeightSyncConfig)
+
+    @property
+    def samples_per_step(self) -> int:
+        return self.prompts_per_step * self.samples_per_prompt
+
+    @property
+    def total_gpus(self) -> int:
+        return self.rollout.gpus if self.colocated else self.rollout.gpus + self.train.gpus
+
+
+_SUB = {"prompt_tokens": LengthDist, "response_tokens": LengthDist, "rollout": RolloutPool,
+        "train": TrainPool, "reward": RewardConfig, "weight_sync": WeightSyncConfig}
+#: field -> (kind, detail): pos int >= 1, nonneg int >= 0, posnum > 0, nonnegnum >= 0,
+#: frac in (0, 1], bool, choice, optpos (None or int >= 1)
+_RULES: dict[str, tuple[str, Any]] = {
+    "algorithm": ("choice", ALGORITHMS), "steps": ("pos", None),
+    "prompts_per_step": ("pos", None), "samples_per_prompt": ("pos", None),
+    "colocated": ("bool", None), "old_logprob": ("bool", None), "reference": ("bool", None),
+    "max_lag": ("nonneg", None),
+    "dist": ("choice", DISTS), "mean": ("posnum", None), "max": ("optpos", None),
+    "min": ("pos", None), "sigma": ("nonnegnum", None), "file": ("optstr", None),
+    "gpus": ("optpos", None), "tp": ("pos", None), "ep": ("pos", None), "pp": ("pos", None),
+    "kv_fraction": ("frac", None), "max_batch": ("pos", None), "kv_dtype": ("choice", KV_DTYPES),
+    "mini_batches": ("pos", None), "epochs": ("pos", None), "seq_len": ("optpos", None),
+    "kind": ("choice", REWARD_KINDS), "cpu_s_per_sample": ("nonnegnum", None),
+    "workers": ("pos", None), "model": ("optdict", None),
+    "method": ("choice", SYNC_METHODS), "per_tensor_s": ("nonnegnum", None),
+}
+
+
+def _is_int(v: Any) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+def _is_num(v: Any) -> bool:
+    return isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v)
+
+
+def _check(src: str, key: str, name: str, v: Any) -> None:
+    kind, detail = _RULES[name]
+    bad = {
+        "pos": lambda: not (_is_int(v) and v >= 1),
+        "nonneg": lambda: not (_is_int(v) and v >= 0),
+        "optpos": lambda: v is not None and not (_is_int(v) and v >= 1),
+        "posnum": lambda: not (_is_num(v) and v > 0),
+        "nonnegnum": lambda: not (_is_num(v) and v >= 0),
+        "frac": lambda: not (_is_num(v) and 0 < v <= 1),
+        "bool": lambda: not isinstance(v, bool),
+        "choice": lambda: v not in detail,
+        "optstr": lambda: v is not None and not (isinstance(v, str) and v),
+        "optdict": lambda: v is not None and not isinstance(v, dict),
+    }[kind]
+    if bad():
+        expected = {"pos": "an integer >= 1", "nonneg": "an integer >= 0",
+                    "optpos": "an integer >= 1 (or omit it)", "posnum": "a finite number > 0",
+                    "nonnegnum": "a finite number >= 0", "frac": "a number in (0, 1]",
+                    "bool": "true or false", "choice": f"one of {list(detail or ())}",
+                    "optstr": "a file path", "optdict": "a model section mapping"}[kind]
+        raise InputError(src, key, expected, v)
+
+
+def _sub(src: str, key: str, cls: type, d: Any) -> Any:
+    if isinstance(d, cls):
+        return d
+    if not isinstance(d, dict):
+        raise InputError(src, key, f"a mapping of the {key} keys", d)
+    valid = [f.name for f in dataclasses.fields(cls)]
+    for k, v in d.items():
+        if k not in valid:
+            raise InputError(src, f"{key}.{k}", f"one of the {key} keys {valid}", k)
+        _check(src, f"{key}.{k}", k, v)
+    return cls(**d)
+
+
+def rl_from_dict(d: Any, source: str, *, world: int | None = None) -> RLConfig:
+    """Check the ``rl`` section against itself (and the cluster's ``world`` GPUs)."""
+    if not d:
+        raise InputError(source, "rl", "an rl section, e.g. rl: {prompts_per_step: 64, "
+                         "samples_per_prompt: 8, rollout: {gpus: 8}, train: {gpus: 8}}", d)
+    if not isinstance(d, dict):
+        raise InputError(source, "rl", "a mapping of key: value", d)
+    valid = [f.name for f in dataclasses.fields(RLConfig)]
+    kwargs = {}
+    for k, v in d.items():
+        if k not in valid:
+            raise InputError(source, f"rl.{k}", f"one of the rl keys {valid}", k)
+        if k in _SUB:
+            kwargs[k] = _sub(source, f"rl.{k}", _SUB[k], v)
+        else:
+            _check(source, f"rl.{k}", k, v)
+            kwargs[k] = v
+    cfg = RLConfig(**kwargs)
+    if cfg.rollout.gpus is None:
+        raise InputError(source, "rl.rollout.gpus", "the rollout pool's GPUs, an integer >= 1")
+    if cfg.train.gpus is None:
+        rest = cfg.rollout.gpus if cfg.colocated else (world or 0) - cfg.rollout.gpus
+        if rest < 1:
+            raise InputError(source, "rl.train.gpus", "an integer >= 1 (the rest of the "
+                             f"cluster's {world} GPUs is {rest})")
+        cfg = dataclasses.replace(cfg, train=dataclasses.replace(cfg.train, gpus=rest))
+    _consistent(cfg, source, world)
+    return cfg
+
+
+def _consistent(cfg: RLConfig, src: str, world: int | None) -> None:
+    for name in ("prompt_tokens", "response_tokens"):
+        dist = getattr(cfg, name)
+        key = f"rl.{name}"
+        if dist.dist == "empirical" and not dist.file:
+            raise InputError(src, f"{key}.file", "a file of lengths for dist: empirical")
+        if dist.dist == "uniform" and dist.max is None:
+            raise InputError(src, f"{key}.max", "the upper bound of dist: uniform")
+        if dist.max is not None and dist.max < dist.min:
+            raise InputError(src, f"{key}.max", f"at least {key}.min = {dist.min}", dist.max)
+        if dist.max is not None and dist.dist in ("fixed", "lognormal") and dist.mean > dist.max:
+            raise InputError(src, f"{key}.mean", f"at most {key}.max = {dist.max}", dist.mean)
+    if cfg.colocated and cfg.max_lag != 0:
+        raise InputError(src, "rl.max_lag", "0 with rl.colocated: true (one pool runs the "
+                         "phases in turn, so no rollout can overlap training)", cfg.max_lag)
+    if not cfg.colocated and cfg.weight_sync.method == "ipc":
+        raise InputError(src, "rl.weight_sync.method", "nccl for disaggregated pools (CUDA "
+                         "IPC hands over memory on the same GPU only)", "ipc")
+    ro, tr = cfg.rollout, cfg.train
+    if ro.ep > 1 and ro.ep % ro.tp:
+        raise InputError(src, "rl.rollout.ep", f"1 or a multiple of rl.rollout.tp = {ro.tp} "
+                         "(a replica spans ep GPUs, attention data parallel ep / tp)", ro.ep)
+    if ro.gpus % ro.replica_gpus:
+        raise InputError(src, "rl.rollout.gpus", f"a multiple of the replica's "
+                         f"{ro.replica_gpus} GPUs (max of tp, ep)", ro.gpus)
+    if tr.gpus % (tr.tp * tr.pp):
+        raise InputError(src, "rl.train.gpus", f"a multiple of tp x pp = {tr.tp * tr.pp}",
+                         tr.gpus)
+    if (tr.gpus // tr.pp) % tr.ep:
+        raise InputError(src, "rl.train.ep", f"a divisor of gpus / pp = {tr.gpus // tr.pp}",
+                         tr.ep)
+    if cfg.colocated and tr.gpus != ro.gpus:
+        raise InputError(src, "rl.train.gpus", f"rl.rollout.gpus = {ro.gpus} with "
+                         "rl.colocated: true (one pool)", tr.gpus)
+    if cfg.samples_per_step % (tr.mini_batches):
+        raise InputError(src, "rl.train.mini_batches", "a divisor of the step's samples "
+                         f"(prompts_per_step x samples_per_prompt = {cfg.samples_per_step})",
+                         tr.mini_batches)
+    if world is not None and cfg.total_gpus > world:
+        raise InputError(src, "rl.train.gpus" if not cfg.colocated else "rl.rollout.gpus",
+                         f"pools that fit the cluster's {world} GPUs (rollout + train = "
+                         f"{cfg.total_gpus})", tr.gpus if not cfg.colocated else ro.gpus)

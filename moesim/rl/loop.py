@@ -1,0 +1,140 @@
+"""The RL step loop over time: which pool does which phase when, and with which policy
+version (pure arithmetic over phase durations; no engine, no simpy).
+
+Versions: the policy after ``v`` optimizer steps of RL steps is version ``v`` (version 0 at
+the start). RL step ``s`` trains on batch ``s`` and publishes version ``s + 1``; the
+rollout pool generates batch ``s`` with the version it holds, which must be at least
+``s - max_lag`` (the sample's lag, ``s - version``, is at most ``max_lag``).
+
+**Disaggregated** (two pools): the trainer scores batch ``s`` (reward, old-policy and
+reference log-probs) once it is generated, trains it, publishes version ``s + 1`` and
+takes part in its weight sync, which needs the rollout pool between two generations. The
+rollout pool, when free, first loads a published version newer than its own (the sync),
+else generates the next batch if its version is recent enough, else waits for the next
+version. ``max_lag: 0`` is the synchronous loop: step = generate + score + train + sync.
+
+**Colocated** (one pool, ``max_lag`` 0): generate, switch to training (onload of the
+optimizer states), score, train, switch back (offload), weight hand-over, in turn.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+#: the trainer's scoring phases, in the order they run
+SCORE_PHASES = ("reward", "old_logprob", "reference")
+PHASES = ("generate", "old_logprob", "reference", "reward", "train", "weight_sync", "switch")
+
+
+@dataclass(frozen=True)
+class StepDurations:
+    """Wall time of each phase of one RL step (s)."""
+
+    generate: float
+    train: float
+    weight_sync: float
+    old_logprob: float = 0.0
+    reference: float = 0.0
+    reward: float = 0.0
+    switch_in: float = 0.0      # colocated: rollout -> training (onload)
+    switch_out: float = 0.0     # colocated: training -> rollout (offload)
+
+
+@dataclass
+class Span:
+    pool: str                   # rollout | train (colocated: both are the one pool)
+    phase: str                  # one of PHASES
+    step: int
+    start_s: float
+    end_s: float
+    version: int | None = None  # generate: the policy version it ran; weight_sync: loaded
+
+
+@dataclass
+class Timeline:
+    spans: list[Span] = field(default_factory=list)
+    #: per step: the policy version its batch was generated with
+    gen_version: list[int] = field(default_factory=list)
+    #: per step: when its weight sync (version step + 1 on the rollout pool) ended
+    step_end_s: list[float] = field(default_factory=list)
+    gen_start_s: list[float] = field(default_factory=list)
+
+    @property
+    def makespan_s(self) -> float:
+        return max((sp.end_s for sp in self.spans), default=0.0)
+
+    def lags(self) -> list[int]:
+        return [s - v for s, v in enumerate(self.gen_version)]
+
+
+def schedule(durs: list[StepDurations], max_lag: int, colocated: bool) -> Timeline:
+    if colocated:
+        if max_lag:
+            raise ValueError("a colocated pool runs with max_lag 0")
+        return _colocated(durs)
+    return _disaggregated(durs, max_lag)
+
+
+def _colocated(durs: list[StepDurations]) -> Timeline:
+    tl = Timeline()
+    t = 0.0
+    for s, d in enumerate(durs):
+        tl.gen_version.append(s)
+        tl.gen_start_s.append(t)
+        order = [("rollout", "generate", d.generate), ("train", "switch", d.switch_in)]
+        order += [("train", p, getattr(d, p)) for p in SCORE_PHASES]
+        order += [("train", "train", d.train), ("train", "switch", d.switch_out),
+                  ("rollout", "weight_sync", d.weight_sync)]
+        for pool, phase, dur in order:
+            if dur <= 0 and phase not in ("generate", "train", "weight_sync"):
+                continue
+            ver = s if phase == "generate" else s + 1 if phase == "weight_sync" else None
+            tl.spans.append(Span(pool, phase, s, t, t + dur, ver))
+            t += dur
+        tl.step_end_s.append(t)
+    return tl
+
+
+def _disaggregated(durs: list[StepDurations], k: int) -> Timeline:
+    n = len(durs)
+    tl = Timeline(gen_version=[0] * n, step_end_s=[0.0] * n, gen_start_s=[0.0] * n)
+    t_roll = t_train = 0.0
+    loaded = 0                 # version on the rollout pool
+    next_gen = next_train = 0
+    gen_end: dict[int, float] = {}
+    waiting: tuple[int, float] | None = None   # (version, published at) awaiting its sync
+    while next_train < n or waiting is not None:
+        if waiting is None and next_train < n and next_train in gen_end:
+            s, d = next_train, durs[next_train]
+            t = max(t_train, gen_end[s])
+            for phase in (*SCORE_PHASES, "train"):
+                dur = getattr(d, phase)
+                if dur > 0 or phase == "train":
+                    tl.spans.append(Span("train", phase, s, t, t + dur))
+                    t += dur
+            t_train = t
+            waiting = (s + 1, t)
+            next_train += 1
+            continue
+        can_gen = next_gen < n and loaded >= next_gen - k
+        if waiting is not None and (waiting[1] <= t_roll or not can_gen):
+            v, pub = waiting
+            t = max(t_roll, pub)
+            end = t + durs[v - 1].weight_sync
+            tl.spans.append(Span("rollout", "weight_sync", v - 1, t, end, v))
+            tl.spans.append(Span("train", "weight_sync", v - 1, t, end, v))
+            t_roll = t_train = end
+            loaded = v
+            tl.step_end_s[v - 1] = end
+            waiting = None
+            continue
+        if not can_gen:    # cannot happen: the trainer is waiting for this batch
+            raise RuntimeError("RL loop stalled")
+        s = next_gen
+        tl.gen_version[s] = loaded
+        tl.gen_start_s[s] = t_roll
+        end = t_roll + durs[s].generate
+        tl.spans.append(Span("rollout", "generate", s, t_roll, end, loaded))
+        gen_end[s] = t_roll = end
+        next_gen += 1
+    return tl

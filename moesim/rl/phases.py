@@ -1,0 +1,99 @@
+"""One RL step's phase durations from its batch: generation on the rollout pool, scoring
+and training on the trainer pool (:class:`TrainerCosts`), reward, weight sync and switch.
+
+The trainer's passes run over the batch packed into rows of the trainer's sequence length
+(:mod:`moesim.rl.packing`): the old-policy and reference log-probs are one forward pass
+each over all of the step's rows; training is ``epochs x mini_batches`` optimizer steps,
+each a training step over its mini-batch's rows. Group-normalised advantages (each
+sample's reward minus its group's mean, over the group's standard deviation) are a
+reduction over a few thousand numbers on the CPU: no time is charged for them.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Protocol
+
+import numpy as np
+
+from moesim.load.costs import StepCosts
+from moesim.rl.config import RLConfig
+from moesim.rl.generate import Generation, generate
+from moesim.rl.loop import StepDurations
+from moesim.rl.packing import pack_rows, split_mini_batches
+
+
+class TrainerCosts(Protocol):
+    def forward_s(self, rows: int) -> float:
+        """One forward pass (log-probs of every token) over ``rows`` packed rows."""
+
+    def train_step_s(self, rows: int) -> float:
+        """One training step (forward, backward, optimizer) over ``rows`` packed rows."""
+
+    def reward_model_s(self, rows: int) -> float:
+        """The reward model's forward pass over ``rows`` packed rows."""
+
+
+@dataclass(frozen=True)
+class LinearTrainerCosts:
+    """Every pass linear in rows: for tests and envelope studies (hand-computable)."""
+
+    forward_per_row_s: float = 0.0
+    train_base_s: float = 0.0
+    train_per_row_s: float = 0.0
+    reward_per_row_s: float = 0.0
+
+    def forward_s(self, rows: int) -> float:
+        return self.forward_per_row_s * rows
+
+    def train_step_s(self, rows: int) -> float:
+        return self.train_base_s + self.train_per_row_s * rows
+
+    def reward_model_s(self, rows: int) -> float:
+        return self.reward_per_row_s * rows
+
+
+@dataclass
+class Batch:
+    """The samples of one RL step: lengths in tokens."""
+
+    prompt: np.ndarray
+    response: np.ndarray
+
+    @property
+    def tokens(self) -> int:
+        return int(self.prompt.sum() + self.response.sum())
+
+
+@dataclass
+class StepWork:
+    durations: StepDurations
+    generation: Generation
+    rows: int                     # packed rows of the whole batch
+    mini_batch_rows: list[int]
+
+
+def step_work(cfg: RLConfig, batch: Batch, seq_len: int, rollout: StepCosts,
+              kv_tokens: int, trainer: TrainerCosts, sync_s: float,
+              switch_s: tuple[float, float] = (0.0, 0.0)) -> StepWork:
+    """Durations of every phase of one step over ``batch``."""
+    ro, tr = cfg.rollout, cfg.train
+    gen = generate(batch.prompt, batch.response, rollout, ro.replicas, kv_tokens,
+                   ro.max_batch)
+    lengths = batch.prompt + batch.response
+    rows = pack_rows(lengths, seq_len)
+    mb_rows = [pack_rows(lengths[ix], seq_len) for ix in split_mini_batches(len(lengths),
+                                                                             tr.mini_batches)]
+    train = tr.epochs * sum(trainer.train_step_s(r) for r in mb_rows)
+    rw = cfg.reward
+    if rw.kind == "rule":
+        reward = math.ceil(len(lengths) / rw.workers) * rw.cpu_s_per_sample
+    else:
+        reward = trainer.reward_model_s(rows)
+    d = StepDurations(
+        generate=gen.time_s, train=train, weight_sync=sync_s,
+        old_logprob=trainer.forward_s(rows) if cfg.old_logprob else 0.0,
+        reference=trainer.forward_s(rows) if cfg.reference else 0.0,
+        reward=reward, switch_in=switch_s[0], switch_out=switch_s[1])
+    return StepWork(d, gen, rows, mb_rows)

@@ -1,0 +1,120 @@
+"""The RL run's summary (``summary.json``, ``moesim rl --json``) and its text form.
+
+Keys (docs/rl.md): ``step_time_s`` (mean over the steady-state steps: all but the first
+and the last ``max_lag``, which fill and drain the pipeline), ``phases_s`` (mean wall
+time of each phase per step), ``samples_per_s``, ``tokens_per_s_per_gpu`` (prompt +
+response tokens trained per second per GPU of both pools, each token counted once
+whatever the epochs), ``utilization`` (busy fraction of
+each pool over the run), ``staleness`` (samples per lag in versions), ``long_tail_s``
+(mean over steps: 90 % of samples done to the last), ``steps`` (one row per step).
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import numpy as np
+
+from moesim.rl.loop import PHASES
+
+KEYS = ("step_time_s", "phases_s", "samples_per_s", "tokens_per_s_per_gpu", "utilization",
+        "staleness", "long_tail_s", "steps")
+
+
+def _busy(spans, pool: str, phases=None) -> float:
+    return sum(sp.end_s - sp.start_s for sp in spans
+               if sp.pool == pool and (phases is None or sp.phase in phases))
+
+
+def summarize(run) -> dict:
+    cfg = run.setup.cfg
+    tl = run.timeline
+    n = len(run.works)
+    ends = tl.step_end_s
+    times = [ends[0]] + [ends[i] - ends[i - 1] for i in range(1, n)]
+    k = cfg.max_lag
+    steady = times[k:n - k] if n > 2 * k else times
+    step = float(np.mean(steady))
+    phases = {p: 0.0 for p in PHASES}
+    for w in run.works:
+        d = w.durations
+        for p in PHASES:
+            phases[p] += (d.switch_in + d.switch_out) if p == "switch" else getattr(d, p)
+    phases = {p: v / n for p, v in phases.items()}
+    span = tl.makespan_s or 1.0
+    if cfg.colocated:
+        util = {"rollout": _busy(tl.spans, "rollout", ("generate",)) / span,
+                "train": _busy(tl.spans, "train", ("old_logprob", "reference", "reward",
+                                                   "train")) / span}
+    else:
+        util = {"rollout": _busy(tl.spans, "rollout") / span,
+                "train": _busy(tl.spans, "train") / span}
+    lags = Counter()
+    for s, lag in enumerate(tl.lags()):
+        lags[lag] += len(run.batches[s].response)
+    tokens = np.mean([b.tokens for b in run.batches])
+    rows = []
+    for s, w in enumerate(run.works):
+        d, b = w.durations, run.batches[s]
+        rows.append({
+            "step": s, "end_s": ends[s], "time_s": times[s],
+            "generate_start_s": tl.gen_start_s[s], "policy_version": tl.gen_version[s],
+            "lag": s - tl.gen_version[s], "samples": int(len(b.response)),
+            "prompt_tokens": int(b.prompt.sum()), "response_tokens": int(b.response.sum()),
+            "rows": w.rows, "mini_batch_rows": w.mini_batch_rows,
+            "long_tail_s": w.generation.long_tail_s,
+            "phases_s": {p: ((d.switch_in + d.switch_out) if p == "switch" else getattr(d, p))
+                         for p in PHASES},
+        })
+    return {
+        "step_time_s": step,
+        "phases_s": phases,
+        "samples_per_s": cfg.samples_per_step / step if step > 0 else 0.0,
+        "tokens_per_s_per_gpu": float(tokens / step / cfg.total_gpus) if step > 0 else 0.0,
+        "utilization": util,
+        "staleness": {str(k): int(v) for k, v in sorted(lags.items())},
+        "long_tail_s": float(np.mean([w.generation.long_tail_s for w in run.works])),
+        "steps": rows,
+    }
+
+
+def details(run) -> dict:
+    """What the summary leaves out: the configuration, pools, sync and KV figures."""
+    import dataclasses
+
+    s = run.sync
+    setup = run.setup
+    return {
+        "scenario": setup.scenario.name, "seed": setup.scenario.seed,
+        "rl": dataclasses.asdict(setup.cfg), "trainer_seq_len": setup.seq_len,
+        "gpus": {"rollout": setup.cfg.rollout.gpus, "train": setup.cfg.train.gpus,
+                 "total": setup.cfg.total_gpus},
+        "engine_replicas": setup.cfg.rollout.replicas,
+        "kv_tokens_per_replica": run.kv_tokens,
+        "weight_sync": dataclasses.asdict(s),
+        "switch_s": {"into_training": run.switch_s[0], "out_of_training": run.switch_s[1]},
+    }
+
+
+def text_summary(summary: dict, det: dict) -> str:
+    ph = summary["phases_s"]
+    cfg = det["rl"]
+    mode = "colocated" if cfg["colocated"] else f"disaggregated, max_lag {cfg['max_lag']}"
+    ws = det["weight_sync"]
+    lines = [
+        f"{det['scenario']}: GRPO on {det['gpus']['total']} GPUs ({mode}; rollout "
+        f"{det['gpus']['rollout']} GPUs = {det['engine_replicas']} engine replicas, train "
+        f"{det['gpus']['train']} GPUs), {len(summary['steps'])} steps",
+        f"  step {summary['step_time_s']:.2f} s (steady state), "
+        f"{summary['samples_per_s']:.1f} samples/s, "
+        f"{summary['tokens_per_s_per_gpu']:,.0f} tokens/s per GPU",
+        "  phases per step: " + ", ".join(f"{k} {v:.2f} s" for k, v in ph.items() if v > 0),
+        f"  utilization: rollout {summary['utilization']['rollout'] * 100:.0f} %, train "
+        f"{summary['utilization']['train'] * 100:.0f} %; long tail (90 % -> last sample) "
+        f"{summary['long_tail_s']:.2f} s; staleness "
+        + ", ".join(f"lag {k}: {v}" for k, v in summary["staleness"].items()),
+        f"  weight sync {ws['time_s']:.2f} s = flows {ws['flow_s']:.2f} s + copy "
+        f"{ws['copy_s']:.2f} s + {ws['tensors']:,} tensors x software "
+        f"{ws['software_s']:.2f} s; {ws['param_bytes'] / 1e9:.2f} GB into each replica",
+    ]
+    return "\n".join(lines)

@@ -1,0 +1,77 @@
+"""Values checked against what they apply to, once the scenario is resolved and before
+any work: a routing share against the model's top-k, hot experts against its experts,
+node-limited routing against the nodes an EP group spans, the SMs a communication
+kernel holds against the device's. Each failure is one line naming the field the user
+wrote (the command line's when it came from ``--set``: the caller blames it, see
+:func:`moesim.scenario.blame.blame_overrides`); a value the user never wrote (a
+default) is named as such, against the field that made it apply.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+
+from moesim.errors import InputError
+from moesim.gating.config import RoutingConfig, with_top_k
+from moesim.gating.skew import base_shares, hot_ids
+
+
+def check_hot_shares(src: str, policy: Mapping[str, Any], routing: RoutingConfig,
+                     n_experts: int, top_k: int) -> None:
+    """Hot routing: the hot experts exist, and no expert is given more than 1/top_k of
+    the assignments (a token picks an expert at most once)."""
+    if routing.kind != "hot" or n_experts <= 0 or top_k <= 0:
+        return
+    ids = hot_ids(routing, n_experts, src)
+    cfg = with_top_k(routing, top_k)
+    q = base_shares(cfg, n_experts, 0, 0, src)
+    if not np.any(q * top_k > 1.0 + 1e-12):
+        return
+    limit = f"1/top_k = {1.0 / top_k:.4g}"
+    if policy.get("hot_token_fraction") is not None:
+        raise InputError(src, "routing.hot_token_fraction", f"at most the {len(ids)} hot "
+                         f"expert(s) (a share per hot expert <= {limit} of the assignments: "
+                         "a token picks an expert at most once)", routing.hot_token_fraction)
+    if policy.get("hot_fraction") is not None:
+        raise InputError(src, "routing.hot_fraction", f"a share per hot expert <= {limit} "
+                         "(a token picks an expert at most once)", float(q.max()))
+    raise InputError(src, "routing.kind", f"hot routing that top_k={top_k} allows: the "
+                     f"default routing.hot_fraction {routing.hot_fraction:g} over "
+                     f"{len(ids)} hot expert(s) gives one more than {limit} of the "
+                     "assignments; set routing.hot_fraction (or hot_token_fraction)",
+                     routing.kind)
+
+
+def check_sms(src: str, scn: Any, device: Any) -> None:
+    """The SMs a communication kernel holds, against the device's (the same rule as
+    ``moesim collective --sms``): DeepEP's normal kernels an even number >= 2, and
+    every count fewer than the device has (compute needs some)."""
+    dev_sms = int(getattr(device, "sms", 0) or 0)
+    backend = scn.parallel.ep_backend
+    if backend.sms is not None and backend.kind == "deepep" and (
+            backend.sms < 2 or backend.sms % 2):
+        raise InputError(src, "parallel.ep_backend.sms", "an even number of SMs >= 2 "
+                         "(DeepEP runs 2 SMs per channel)", backend.sms)
+    name = getattr(device, "name", device)
+    for field, v in (("parallel.ep_backend.sms", backend.sms),
+                     ("overlap.nccl_sms", scn.overlap.nccl_sms)):
+        if v and dev_sms and v >= dev_sms:
+            raise InputError(src, field, f"fewer than the device's {dev_sms} SMs ({name})", v)
+
+
+def node_limit_warning(routing: RoutingConfig, layout: Any, gpus_per_node: int | None
+                       ) -> str | None:
+    """Node-limited routing picks at most ``max_nodes`` of the nodes an EP group spans: a
+    limit above what the group spans limits nothing, said in a warning (not refused:
+    the shipped DeepSeek-V3 scenarios keep ``max_nodes: 4`` in their smaller what-ifs)."""
+    if routing.max_nodes is None or not gpus_per_node or layout.ep < 2:
+        return None
+    group = layout.group_of(0, "ep")
+    nodes = len({int(r) // gpus_per_node for r in group})
+    if routing.max_nodes <= nodes:
+        return None
+    return (f"routing.max_nodes {routing.max_nodes} limits nothing: an EP group of "
+            f"{len(group)} ranks spans {nodes} node(s) ({gpus_per_node} GPUs per node)")

@@ -1,0 +1,199 @@
+"""RL runs end to end (moesim.rl.run, moesim rl): phases by hand with linear costs,
+conservation of samples and tokens, lags, outputs, same seed same bytes, bad input."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+import yaml
+
+from moesim.cli import main
+from moesim.load.costs import LinearStepCosts
+from moesim.rl.phases import LinearTrainerCosts
+from moesim.rl.run import resolve_rl, simulate_rl
+from moesim.rl.summary import KEYS, summarize
+
+RL = {
+    "steps": 3, "prompts_per_step": 4, "samples_per_prompt": 4,
+    "prompt_tokens": {"dist": "fixed", "mean": 64},
+    "response_tokens": {"dist": "fixed", "mean": 128},
+    "colocated": False,
+    "rollout": {"gpus": 8, "tp": 1, "ep": 1},
+    "train": {"gpus": 8, "tp": 1, "ep": 8, "mini_batches": 2, "seq_len": 512},
+    "reward": {"kind": "rule", "cpu_s_per_sample": 0.001, "workers": 32},
+    "max_lag": 0, "weight_sync": {"method": "nccl"},
+}
+ROLL = LinearStepCosts(prefill_base_s=0.01, prefill_per_token_s=1e-5, decode_base_s=0.02,
+                       decode_per_seq_s=1e-3, decode_per_ctx_token_s=1e-6)
+TRAIN = LinearTrainerCosts(forward_per_row_s=0.05, train_base_s=0.3, train_per_row_s=0.2)
+
+
+def scenario(tmp_path, **rl):
+    data = {"name": "rl-toy", "seed": 5,
+            "cluster": {"topology": "dgx-h100", "nodes": 2, "device": "H100"},
+            "model": {"preset": "toy"}, "routing": {"kind": "uniform"},
+            "compute": {"kind": "roofline"}, "engine": {"mode": "fast"},
+            "schedule": {"seq_len": 512},
+            "rl": {**RL, **rl}}
+    p = tmp_path / "rl.yaml"
+    p.write_text(yaml.safe_dump(data))
+    return p
+
+
+def hand_generate():
+    # 16 samples over 8 replicas: 2 per replica; one prefill of 2 x 64 tokens, then 127
+    # decode steps at batch 2 over contexts 65 .. 191
+    pre = 0.01 + 1e-5 * 128
+    dec = sum(0.02 + 1e-3 * 2 + 1e-6 * 2 * c for c in range(65, 192))
+    return pre + dec
+
+
+def test_synchronous_step_is_generate_score_train_sync(tmp_path):
+    run = simulate_rl(resolve_rl(scenario(tmp_path)), 3, rollout_costs=ROLL,
+                      trainer_costs=TRAIN)
+    s = summarize(run)
+    assert set(s) == set(KEYS)
+    ph = s["phases_s"]
+    # 16 sequences of 192 tokens pack 2 per row of 512: 8 rows, 4 per mini-batch
+    assert ph["generate"] == pytest.approx(hand_generate(), rel=1e-9)
+    assert ph["old_logprob"] == pytest.approx(0.05 * 8) == ph["reference"]
+    assert ph["reward"] == pytest.approx(0.001)             # 16 samples on 32 workers
+    assert ph["train"] == pytest.approx(2 * (0.3 + 0.2 * 4))
+    assert ph["weight_sync"] == pytest.approx(run.sync.time_s) and run.sync.time_s > 0
+    assert ph["switch"] == 0
+    total = sum(ph.values())
+    assert s["step_time_s"] == pytest.approx(total, rel=1e-12)
+    for row in s["steps"]:
+        assert row["time_s"] == pytest.approx(total, rel=1e-12)
+        assert row["lag"] == 0
+    assert s["staleness"] == {"0": 48}
+    # samples and tokens conserved: generated = scored = trained; tokens trained are the
+    # prompts and the responses generated
+    assert all(r["samples"] == 16 and r["prompt_tokens"] == 16 * 64 and
+               r["response_tokens"] == 16 * 128 for r in s["steps"])
+    assert s["tokens_per_s_per_gpu"] * s["step_time_s"] * 16 == pytest.approx(16 * 192)
+    assert s["samples_per_s"] == pytest.approx(16 / total)
+
+
+def test_one_step_off_is_max_of_generate_and_train_plus_sync(tmp_path):
+    run = simulate_rl(resolve_rl(scenario(tmp_path, max_lag=1, steps=6)), 6,
+                      rollout_costs=ROLL, trainer_costs=TRAIN)
+    s = summarize(run)
+    ph = s["phases_s"]
+    trainer = ph["reward"] + ph["old_logprob"] + ph["reference"] + ph["train"]
+    steady = max(ph["generate"], trainer) + ph["weight_sync"]
+    assert [r["time_s"] for r in s["steps"][1:-1]] == pytest.approx([steady] * 4, rel=1e-12)
+    assert s["step_time_s"] == pytest.approx(steady, rel=1e-12)
+    assert all(r["lag"] <= 1 for r in s["steps"])
+    assert sum(s["staleness"].values()) == 6 * 16 and s["staleness"]["1"] == 5 * 16
+
+
+def test_colocated_adds_the_switch(tmp_path):
+    p = scenario(tmp_path, colocated=True, rollout={"gpus": 8}, train={
+        "gpus": 8, "ep": 8, "mini_batches": 2, "seq_len": 512}, weight_sync={"method": "ipc"})
+    run = simulate_rl(resolve_rl(p), 2, rollout_costs=ROLL, trainer_costs=TRAIN)
+    s = summarize(run)
+    assert s["phases_s"]["switch"] == pytest.approx(sum(run.switch_s)) and sum(run.switch_s) > 0
+    assert s["step_time_s"] == pytest.approx(sum(s["phases_s"].values()), rel=1e-12)
+    assert s["utilization"]["rollout"] + s["utilization"]["train"] < 1
+
+
+def test_cli_outputs_and_same_seed_same_bytes(tmp_path, capsys):
+    p = scenario(tmp_path, steps=2)
+    outs = []
+    for name in ("a", "b"):
+        out = tmp_path / name
+        assert main(["rl", str(p), "-o", str(out), "--quiet", "--json"]) == 0
+        s = json.loads(capsys.readouterr().out)
+        assert set(s) == set(KEYS)
+        outs.append(out)
+    for f in ("summary.json", "trace.json", "details.json"):
+        assert (outs[0] / f).read_bytes() == (outs[1] / f).read_bytes()
+    assert (outs[0] / "gantt.png").stat().st_size > 0
+    trace = json.loads((outs[0] / "trace.json").read_text())["traceEvents"]
+    procs = {e["args"]["name"] for e in trace if e.get("name") == "process_name"}
+    assert len(procs) == 2
+    counters = {e["name"] for e in trace if e["ph"] == "C"}
+    assert counters == {"rollout batch", "KV use"}
+    assert max(e["args"]["fraction"] for e in trace if e["name"] == "KV use") <= 1
+    # a rerun of the same scenario replaces its own outputs; another seed changes them
+    assert main(["rl", str(p), "-o", str(outs[0]), "--quiet", "--set", "seed=6",
+                 "--set", "rl.response_tokens.dist=uniform",
+                 "--set", "rl.response_tokens.max=200"]) == 0
+
+
+@pytest.mark.parametrize("sets, field", [
+    (["rl.colocated=true", "rl.max_lag=1"], "rl.max_lag"),
+    (["rl.rollout.gpus=0"], "rl.rollout.gpus"),
+    (["rl.frobnicate=1"], "rl.frobnicate"),
+    (["rl.train.gpus=16"], "rl.train.gpus"),
+    (["rl.train.seq_len=100"], "rl.train.seq_len"),
+    (["rl.train.mini_batches=3"], "rl.train.mini_batches"),
+    (["rl.response_tokens.dist=zipf"], "rl.response_tokens.dist"),
+    (["rl.rollout.kv_fraction=1.5"], "rl.rollout.kv_fraction"),
+    (["rl.rollout.kv_fraction=0.001"], "rl.rollout.kv_fraction"),
+    (["rl.weight_sync.method=ipc"], "rl.weight_sync.method"),
+    (["rl.max_lag=-1"], "rl.max_lag"),
+])
+def test_bad_rl_values_one_line_exit_2(tmp_path, capsys, sets, field):
+    p = scenario(tmp_path)
+    args = ["rl", str(p), "--quiet"]
+    for s in sets:
+        args += ["--set", s]
+    assert main(args) == 2
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err and field in err and "Traceback" not in err
+
+
+def test_bad_steps_and_missing_section(tmp_path, capsys):
+    p = scenario(tmp_path)
+    assert main(["rl", str(p), "--steps", "0"]) == 2
+    assert "--steps" in capsys.readouterr().err
+    assert main(["rl", "mixtral-8x7b-ep8"]) == 2
+    err = capsys.readouterr().err
+    assert "rl" in err and "\n" not in err.strip()
+
+
+def test_hand_generate_formula_is_what_the_costs_give():
+    # the hand formula above, against the replica loop for one replica of 2 samples
+    from moesim.rl.generate import generate
+    import numpy as np
+    g = generate(np.full(2, 64), np.full(2, 128), ROLL, 1, 10_000, 1024)
+    assert g.time_s == pytest.approx(hand_generate(), rel=1e-12)
+    assert math.isfinite(g.long_tail_s)
+
+
+def test_sweep_point_of_an_rl_scenario_is_an_rl_row(tmp_path):
+    from moesim.sweep.runner import run_point
+    from moesim.sweep.spec import expand, parse_sweep
+
+    p = scenario(tmp_path, steps=2)
+    spec = parse_sweep({"scenario": str(p), "set": ["rl.train.gpus=null", "rl.train.ep=4"],
+                        "axes": {"rl.rollout.gpus": [4, 8], "rl.max_lag": [0, 1]}},
+                       str(tmp_path / "s.yaml"), tmp_path)
+    points = expand(spec)
+    assert len(points) == 4
+    rec = run_point(points[1].as_dict())
+    assert rec["status"] == "ok", rec
+    m = rec["metrics"]
+    for key in ("step_time_s", "phases_s.generate", "phases_s.weight_sync",
+                "utilization.rollout", "utilization.train", "samples_per_s", "long_tail_s"):
+        assert key in m
+    # rollout 4 GPUs, the rest (12) train: the trainer's pool follows the split
+    setup = resolve_rl(p, ["rl.train.gpus=null", "rl.train.ep=4", "rl.rollout.gpus=4"])
+    assert setup.cfg.train.gpus == 12
+
+
+def test_gantt_takes_an_axes_and_draws_every_span(tmp_path):
+    from moesim.rl.plot import plot_gantt
+    from moesim.trace.plots import new_figure
+
+    run = simulate_rl(resolve_rl(scenario(tmp_path, max_lag=1)), 3, rollout_costs=ROLL,
+                      trainer_costs=TRAIN)
+    fig = new_figure(8, 4)
+    ax = fig.add_subplot()
+    assert plot_gantt(run, ax, max_steps=2) is ax
+    drawn = [sp for sp in run.timeline.spans if sp.step < 2]
+    assert len(ax.patches) == len(drawn)
