@@ -46,6 +46,10 @@ from moesim.trace.result import SimResult
 from moesim.trace.spans import Span
 
 
+#: (token count, phase) expert kernel lists kept for the other parts of the backward
+EK_MEMO_MAX = 1 << 16
+
+
 class Context:
     """What every chain shares: model dims, costs, network, schedule."""
 
@@ -88,9 +92,17 @@ class Context:
         self._cp: dict[tuple[int, str], float] = {}
         self._lut: dict[str, tuple[np.ndarray, np.ndarray]] = {}
         self.exact_flows = 0    # flows the step would time flow by flow (simulate_fast)
+        self._ek: dict[tuple[int, str], list] = {}   # (tokens, phase) -> expert kernels
 
     def _expert_kernels(self, x: int, ph: str, part: str) -> list:
-        ks = etpx.expert_kernels(self.spec, x * self.etp, self.etp, ph)
+        # the backward's B and W parts (and the activation recompute) are cut from one
+        # kernel list: built once per token count (route records price their phases one
+        # after the other over the same counts; the memo is dropped when it grows large)
+        ks = self._ek.get((x, ph))
+        if ks is None:
+            if len(self._ek) >= EK_MEMO_MAX:
+                self._ek.clear()
+            ks = self._ek[(x, ph)] = etpx.expert_kernels(self.spec, x * self.etp, self.etp, ph)
         if part == "act":
             return recompute.act_kernels(ks)
         return costs.backward_part(ks, part) if part else ks
