@@ -21,8 +21,11 @@ Then (unless ``--no-validate``) the comparison with the simulated traced configu
 DualPipe F&B pair on the exact engine, ~1 min each): span, compute/communication
 stream busy time, exposed communication, and per phase the mean over the 4 layers of
 the GEMM, attention, dispatch/combine and GPU busy times, measured against two compute
-models: the H800 FP8 roofline (no calibration), and GEMM/attention rates fitted on the
-forward chunk only (``moesim validate --fit-forward``), predicting the backward.
+models: the scenario's (the kernel catalog on H800, the roofline for kernels it has no
+row for; no calibration), and GEMM/attention rates fitted on the forward chunk only
+(``moesim validate --fit-forward``), predicting the backward. Then the mean kernel time
+per layer by pass and kernel class (:mod:`moesim.validation.gpu.classes`) and the checks
+against issue 21's goals (PASS / MISS).
 Errors are (simulated - measured) / measured; nothing is tuned to the trace.
 """
 
@@ -61,7 +64,8 @@ def compare(tr, g: dict, scenario: str) -> dict[str, dict]:
     fit = forward_fit(g, res.model, *args, fallback=res.compute)
     rank = g["rank"] if g["rank"] is not None else 0
     docs = {}
-    for name, model in (("roofline", res.compute), ("forward fit", fit)):
+    for name, model in ((getattr(res.compute, "name", "scenario"), res.compute),
+                        ("forward fit", fit)):
         if model is None:
             continue
         sim = simulate_pair(res, model, rank)

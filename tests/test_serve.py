@@ -36,7 +36,10 @@ def _scenario(tmp_path, serve: dict, model: dict | None = None, name: str = "s",
             "model": model or {"layers": L, "hidden": H, "heads": A, "kv_heads": A,
                                "head_dim": D, "vocab": V, "attention": "mha", "dense_ffn": F,
                                "n_experts": 0},
-            "serve": serve}
+            "serve": serve,
+            # the roofline alone: every expected time below is its arithmetic (the kernel
+            # catalog would price the memory-bound kernels at its streaming bandwidth)
+            "compute": {"model": "roofline"}}
     if routing:
         data["routing"] = routing
     p = tmp_path / f"{name}.yaml"
