@@ -6,9 +6,10 @@ published measurements.
     python benchmarks/bench_rl.py --repeat 1 --no-compare
 
 Each repetition runs ``moesim rl``'s simulation in a fresh child process (the engines'
-memo tables and the rollout step-cost cache start empty) and reports its wall time, CPU time (user + sys) and peak
-resident set (``ru_maxrss``, MB = 10^6 bytes); the table gives the median over
-``--repeat`` children (goal: 8 steps of the Qwen3-30B-A3B scenario in <= 60 s on 2 cores).
+memo tables and the rollout step-cost cache start empty) and reports its wall time, CPU
+time (user + sys) and peak resident set (``ru_maxrss``, MB = 10^6 bytes); the table
+gives the median over ``--repeat`` children (goal: 8 steps of the Qwen3-30B-A3B scenario
+in <= 60 s on 2 cores).
 
 Then (unless ``--no-compare``) the weight sync is set against published measurements
 that come with their configuration, printing the error (nothing is fitted to them):
