@@ -95,3 +95,21 @@ def test_program_ops_carry_the_kernels_they_were_priced_from():
             assert sum(k.flops for k in o.kernels) == pytest.approx(o.flops, rel=1e-12)
     names = {o.name for o in ops if o.kernels}
     assert {"fwd.attn", "fwd.experts", "bwd.experts"} <= names
+
+
+def test_run_summary_says_what_priced_the_kernels(capsys):
+    from moesim.program.inventory import step_pricing
+    res = _res("deepseek-v3-fb-pair")
+    kp = step_pricing(res)
+    # 8 MoE layers, one micro-batch: every pass's kernels, each layer counted
+    n = sum(len(o.kernels) for p in ("fwd", "dgrad", "wgrad") for o in layer_ops(res, 0, p))
+    assert kp["kernels"] == 8 * n
+    assert 0 < kp["roofline_kernels"] < kp["kernels"]          # H800: the catalog prices most
+    assert 0 < kp["roofline_fraction"] < 0.5
+    roof = _res("deepseek-v3-fb-pair", "compute.model=roofline")
+    assert step_pricing(roof)["roofline_fraction"] == 1.0
+    toy = step_pricing(_res("toy-cpu"))              # a CPU: no catalog, all roofline
+    assert main(["run", "toy-cpu", "--no-files"]) == 0
+    out = capsys.readouterr().out
+    assert (f"priced by the roofline: {toy['kernels']} of {toy['kernels']} kernels, 100.0% "
+            "of compute time") in out

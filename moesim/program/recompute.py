@@ -43,10 +43,8 @@ def recomputes(recompute: str, modules, method: str, num_layers: int, position: 
 
 
 def _norms(spec: ModelSpec, tokens: int, tp: int) -> list[Kernel]:
-    """The two RMSNorms of a layer without the residual adds (costs.norm_kernels prices
-    2 norms + 2 adds at 20 B and 10 FLOP per element: the norms are 8 B and 8 FLOP)."""
-    return [replace(k, name="norm", flops=k.flops * 8 / 10, bytes=k.bytes * 8 / 20, count=2)
-            for k in costs.norm_kernels(spec, tokens, tp, "fwd")]
+    """The two RMSNorms of a layer, without the residual adds."""
+    return [k for k in costs.norm_kernels(spec, tokens, tp, "fwd") if k.name == "norm"]
 
 
 def layer_recompute_kernels(spec: ModelSpec, layer: int, mods: frozenset[str], *,
@@ -100,10 +98,8 @@ def expert_recompute(spec: ModelSpec, layer: int, mods: frozenset[str],
     for n in expert_tokens:
         if n <= 0:
             continue
-        if whole:
-            t, f = price(n, lambda n=n: forward(n))
-        else:
-            t, f = price(n, lambda n=n: [k for k in forward(n) if k.name.endswith("_act")])
+        t, f = price(n, (lambda n=n: forward(n)) if whole else
+                     (lambda n=n: act_kernels(forward(n))))
         t_all += t
         f_all += f
     return t_all, f_all

@@ -6,10 +6,9 @@
   -parallel replica; a log-prob pass is a serving prefill step
   (:func:`moesim.serve.run.simulate_serve`) of one row per GPU plus the LM head and
   log-softmax over every token (a prefill samples the last token only), times the rows
-  each data-parallel group holds. Forward passes
-  run with the pipeline stages folded into data parallelism (one stage). Times are
-  memoised by their inputs: RL steps whose mini-batches pack into the same number of
-  rows per replica are simulated once.
+  each data-parallel group holds. Forward passes run with the pipeline stages folded into
+  data parallelism (one stage). Times are memoised by their inputs: RL steps whose
+  mini-batches pack into the same number of rows per replica are simulated once.
 - :class:`EngineStepCosts` (:class:`moesim.load.costs.StepCosts`) for one rollout replica:
   decode steps simulated by ``moesim serve`` at a grid of (batch, context) points and
   interpolated linearly (exact where the step is linear in context: reading the KV cache),
@@ -23,6 +22,7 @@ import bisect
 import dataclasses
 import math
 
+from moesim.engine.api import simulate
 from moesim.model.costs import memory_op
 from moesim.scenario.resolve import resolve
 from moesim.scenario.schema import ClusterConfig, EngineConfig, ParallelConfig, Scenario
@@ -67,7 +67,6 @@ class EngineTrainerCosts:
             m = math.ceil(m / self.pp) * self.pp
         key = ("train", m)
         if key not in self.memo:
-            from moesim.engine.api import simulate
             scn = dataclasses.replace(self.scn, schedule=dataclasses.replace(
                 self.scn.schedule, microbatches=m))
             self.memo[key] = float(simulate(resolve(scn)).summary["step_time_s"])
@@ -80,7 +79,7 @@ class EngineTrainerCosts:
         already; routing a whole batch of rows costs minutes of CPU at DeepSeek-V3 size)."""
         groups = self.gpus // self.tp            # data-parallel groups, stages folded
         per_group = max(1, math.ceil(rows / groups))
-        key = ("fwd", id(model))
+        key = ("fwd", None if model is None else repr(sorted(model.items())))
         if key not in self.memo:
             scn = self.scn if model is None else dataclasses.replace(self.scn, model=model)
             backend = scn.parallel.ep_backend.kind if self.ep > 1 else "nccl"

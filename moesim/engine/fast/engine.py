@@ -27,7 +27,7 @@ from moesim.engine.breakdown import CATEGORIES, rank_breakdown
 from moesim.engine.fast.dp import RingCost, gradient_phase
 from moesim.engine.fast.dual import a2a_pair, dual_gradient_phase, run_dual_chain
 from moesim.engine.fast.links import LinkBytes
-from moesim.engine.fast.network import FastNetwork
+from moesim.engine.fast.network import EXACT_FLOW_BUDGET, FastNetwork
 from moesim.engine.fast.pipeline import Chain, RouteRec, all_pairs
 from moesim.engine.fast.spans import choose_span_ranks
 from moesim.engine.fast.stash import RecordStash
@@ -44,6 +44,10 @@ from moesim.scenario.resolve import Resolved
 from moesim.schedule.a2a_overlap import a2a_1f1b_order
 from moesim.trace.result import SimResult
 from moesim.trace.spans import Span
+
+
+#: (token count, phase) expert kernel lists kept for the other parts of the backward
+EK_MEMO_MAX = 1 << 16
 
 
 class Context:
@@ -87,9 +91,18 @@ class Context:
         self._tp: dict[int, float] = {}
         self._cp: dict[tuple[int, str], float] = {}
         self._lut: dict[str, tuple[np.ndarray, np.ndarray]] = {}
+        self.exact_flows = 0    # flows the step would time flow by flow (simulate_fast)
+        self._ek: dict[tuple[int, str], list] = {}   # (tokens, phase) -> expert kernels
 
     def _expert_kernels(self, x: int, ph: str, part: str) -> list:
-        ks = etpx.expert_kernels(self.spec, x * self.etp, self.etp, ph)
+        # the backward's B and W parts (and the activation recompute) are cut from one
+        # kernel list: built once per token count (route records price their phases one
+        # after the other over the same counts; the memo is dropped when it grows large)
+        ks = self._ek.get((x, ph))
+        if ks is None:
+            if len(self._ek) >= EK_MEMO_MAX:
+                self._ek.clear()
+            ks = self._ek[(x, ph)] = etpx.expert_kernels(self.spec, x * self.etp, self.etp, ph)
         if part == "act":
             return recompute.act_kernels(ks)
         return costs.backward_part(ks, part) if part else ks
@@ -359,6 +372,8 @@ def simulate_fast(res: Resolved, *, progress=None, span_ranks: int = 64,
     chains = _chains(lay)
     if dedup:
         chains = [c for c in chains if b.rmap.is_rep(c[0][0])]
+    ctx.exact_flows = ctx.net.exact_flow_estimate(chains, len(b.moe_layers), ctx.m)
+    ctx.net.exact_ok = ctx.exact_flows <= EXACT_FLOW_BUDGET
     acc = {k: np.zeros(world) for k in CATEGORIES if k != "idle"}
     end = np.zeros(world)
     send_end = np.zeros(world)
