@@ -124,6 +124,9 @@ def figures(profile: str | None) -> list[dict]:
             out.append({"figure": f"DeepSeek F&B pair: GEMM+attention per layer, median "
                         f"|error| {p}", "unit": "", "source": src, "published": None,
                         "moesim": e})
+        if v.get("kernel_classes"):
+            out.append({"figure": "kernel classes", "unit": "table", "source": src,
+                        "published": None, "moesim": None, "rows": v["kernel_classes"]["rows"]})
     return out
 
 
@@ -141,6 +144,8 @@ def table(rows: list[dict], before: dict[str, dict] | None) -> list[str]:
         sep += "---|---|"
     lines = [head, sep]
     for r in rows:
+        if r["unit"] == "table":
+            continue
         u = r["unit"]
         err = (r["moesim"] - r["published"]) / r["published"] if r["published"] else None
         cells = [f"{r['figure']}" + (f" ({u})" if u else ""), r["source"],
@@ -187,6 +192,17 @@ def main(argv: list[str] | None = None) -> int:
         *table(rows, before),
         "",
     ]
+    for r in rows:
+        if r["unit"] != "table":
+            continue
+        body += ["DeepSeek's F&B pair, mean kernel time per layer by pass and class (ms; "
+                 "`moesim validate` / `python benchmarks/deepseek_profile.py`):", "",
+                 "| pass | class | measured | moesim | error |", "|---|---|---|---|---|"]
+        for c in r["rows"]:
+            err = "-" if c["error"] is None else f"{c['error']:+.1%}"
+            body.append(f"| {c['pass']} | {c['class']} | {c['measured_s'] * 1e3:.3f} | "
+                        f"{c['simulated_s'] * 1e3:.3f} | {err} |")
+        body.append("")
     parts = [r for r in rows if "parts" in r]
     for r in parts:
         body.append(f"{r['figure']}, mean over ranks: " + ", ".join(
