@@ -5,6 +5,15 @@ the exact engine on a 128-GPU DualPipe + DeepEP case with skew.
     python benchmarks/bench_deepseek.py                  # both parts, median of 3
     python benchmarks/bench_deepseek.py --repeat 1 --skip-fidelity
     python benchmarks/bench_deepseek.py --skip-2048
+    python benchmarks/bench_deepseek.py --qwen [--qwen-reference]   # Qwen3-235B, 256 H100
+    python benchmarks/bench_deepseek.py --compare REV   # summaries byte-identical to REV's?
+
+Each timed run prints wall, CPU (user + sys of its process) and peak RSS, with the load
+average (the machine may be shared). ``--qwen`` runs ``scenarios/qwen3-235b-256gpu.yaml``
+as shipped (fast path, no ``engine.coalesce_rtol``: over the flow budget its EP32
+all-to-alls share links, shortcut ``a2a_sharing_over_budget``); ``--qwen-reference``
+also runs it with every multi-host all-to-all flow by flow at ``engine.coalesce_rtol=0.05``
+(tens of minutes) and prints the step difference.
 
 Every run is a fresh child process (``ru_maxrss`` = its peak resident set). Published
 step: DeepSeek-V3 Technical Report (arXiv:2412.19437) §1: 180K H800 GPU hours per
@@ -17,9 +26,11 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -32,24 +43,33 @@ FIDELITY = ["cluster.nodes=16", "parallel.pp=2", "parallel.ep=16", "model.layers
             "model.first_dense_layers=0", "schedule.microbatches=4", "routing.max_nodes=null"]
 
 CHILD = r"""
-import json, resource, sys, time
+import hashlib, json, resource, sys, time
 from moesim.engine.api import simulate
-name, overrides = json.loads(sys.argv[1])
+from moesim.trace.report import jsonable
+name, overrides, budget = json.loads(sys.argv[1])
+if budget is not None:
+    import moesim.engine.fast.engine as fe
+    import moesim.engine.fast.network as fn
+    fn.EXACT_FLOW_BUDGET = fe.EXACT_FLOW_BUDGET = budget
 t = time.perf_counter()
 r = simulate(name, overrides)
 wall = time.perf_counter() - t
+ru = resource.getrusage(resource.RUSAGE_SELF)
 s = r.summary
-print(json.dumps({"wall_s": wall, "maxrss_MB": resource.getrusage(
-    resource.RUSAGE_SELF).ru_maxrss / 1e3, "step_s": r.step_time_s,
+sha = hashlib.sha256(json.dumps(jsonable(s), sort_keys=True).encode()).hexdigest()[:16]
+print(json.dumps({"wall_s": wall, "cpu_s": ru.ru_utime + ru.ru_stime, "sha": sha,
+    "maxrss_MB": ru.ru_maxrss / 1e3, "step_s": r.step_time_s,
     "breakdown_s": s["breakdown_s"], "stall": [row["breakdown_s"]["stall"]
     for row in s["per_rank"]], "oom": s["memory"]["oom"],
     "peak_GB": s["memory"]["peak_bytes_max"] / 1e9}))
 """
 
 
-def child(name: str, overrides: list[str]) -> dict:
-    p = subprocess.run([sys.executable, "-c", CHILD, json.dumps([name, overrides])],
-                       capture_output=True, text=True, cwd=ROOT, check=False)
+def child(name: str, overrides: list[str], budget: int | None = None,
+          tree: Path = ROOT) -> dict:
+    env = dict(os.environ, PYTHONPATH=str(tree))
+    p = subprocess.run([sys.executable, "-c", CHILD, json.dumps([name, overrides, budget])],
+                       capture_output=True, text=True, cwd=tree, check=False, env=env)
     if p.returncode:
         raise SystemExit(p.stderr.strip().splitlines()[-1])
     return json.loads(p.stdout.strip().splitlines()[-1])
@@ -60,15 +80,27 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--skip-2048", action="store_true")
     ap.add_argument("--skip-fidelity", action="store_true")
+    ap.add_argument("--qwen", action="store_true", help="Qwen3-235B-A22B on 256 H100 as shipped")
+    ap.add_argument("--qwen-reference", action="store_true",
+                    help="also flow by flow at coalesce_rtol 0.05 (tens of minutes)")
+    ap.add_argument("--compare", metavar="REV",
+                    help="run deepseek-v3-2048 (and --qwen) at REV too: summaries identical?")
     args = ap.parse_args(argv)
+    print(f"load average {os.getloadavg()[0]:.2f} (1 min) at the start")
     if not args.skip_2048:
         runs = [child("deepseek-v3-2048", []) for _ in range(args.repeat)]
         r = runs[0]
         walls = [x["wall_s"] for x in runs]
         print("deepseek-v3-2048 (as shipped: DualPipe, DeepEP on 20 SMs, fast engine)")
         print(f"  wall {statistics.median(walls):.1f} s median of {len(walls)} "
-              f"({', '.join(f'{w:.1f}' for w in walls)}), peak RSS "
-              f"{statistics.median(x['maxrss_MB'] for x in runs):.0f} MB")
+              f"({', '.join(f'{w:.1f}' for w in walls)}), CPU "
+              f"{statistics.median(x['cpu_s'] for x in runs):.1f} s, peak RSS "
+              f"{statistics.median(x['maxrss_MB'] for x in runs):.0f} MB, summary sha256 "
+              f"{r['sha']}")
+        if args.compare:
+            o = at_rev(args.compare, "deepseek-v3-2048", [])
+            print(f"  at {args.compare}: CPU {o['cpu_s']:.1f} s, wall {o['wall_s']:.1f} s, "
+                  f"summary {'identical' if o['sha'] == r['sha'] else 'DIFFERENT'}")
         err = r["step_s"] / PUBLISHED_STEP_S - 1
         print(f"  step {r['step_s']:.2f} s against {PUBLISHED_STEP_S:.2f} s implied by the "
               f"published GPU hours and batch: error {err:+.1%}")
@@ -89,7 +121,33 @@ def main(argv: list[str] | None = None) -> int:
         stall = max(abs(a - b) for a, b in zip(e["stall"], f["stall"], strict=True)) / step
         print(f"  worst category {worst} {gap:.2%} of the step; worst rank's stall "
               f"{stall:.2%} of the step")
+    if args.qwen:
+        q = child("qwen3-235b-256gpu", [])
+        print("qwen3-235b-256gpu (as shipped: fast path, no engine.coalesce_rtol)")
+        print(f"  wall {q['wall_s']:.1f} s, CPU {q['cpu_s']:.1f} s, peak RSS "
+              f"{q['maxrss_MB']:.0f} MB, step {q['step_s'] * 1e3:.3f} ms")
+        if args.qwen_reference:
+            ref = child("qwen3-235b-256gpu", ["engine.coalesce_rtol=0.05"], budget=10**15)
+            print(f"  flow by flow at coalesce_rtol 0.05: step {ref['step_s'] * 1e3:.3f} ms "
+                  f"({ref['cpu_s']:.0f} s CPU): as shipped {q['step_s'] / ref['step_s'] - 1:+.3%}")
+        if args.compare:
+            o = at_rev(args.compare, "qwen3-235b-256gpu", [])
+            print(f"  at {args.compare}: step {o['step_s'] * 1e3:.3f} ms, CPU {o['cpu_s']:.1f} s")
+    print(f"load average {os.getloadavg()[0]:.2f} (1 min) at the end")
     return 0
+
+
+def at_rev(rev: str, name: str, overrides: list[str]) -> dict:
+    """One child run in a temporary worktree of ``rev``."""
+    with tempfile.TemporaryDirectory() as tmp:
+        wt = Path(tmp) / "tree"
+        subprocess.run(["git", "worktree", "add", "--detach", str(wt), rev], cwd=ROOT,
+                       check=True, capture_output=True)
+        try:
+            return child(name, overrides, tree=wt)
+        finally:
+            subprocess.run(["git", "worktree", "remove", "--force", str(wt)], cwd=ROOT,
+                           check=False, capture_output=True)
 
 
 if __name__ == "__main__":

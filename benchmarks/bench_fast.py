@@ -125,4 +125,5 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    from results_page import run_benchmark   # this folder
+    raise SystemExit(run_benchmark(main, "fast-path", "Fast path: wall time and memory"))

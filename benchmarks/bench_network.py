@@ -1,6 +1,14 @@
 """Benchmark of the flow-level network: the max-min solver and FlowNetwork growth.
 
     python benchmarks/bench_network.py [--quick]
+    python benchmarks/bench_network.py --scaling [--write]   # skewed all-to-all-v, 32-256 GPUs
+
+``--scaling`` runs skewed all-to-all-v on 32, 64, 128 and 256 GPUs (dgx-h100), each in
+a fresh process, with this tree's engine and with the engine of ``--old-rev`` (its
+``moesim/network`` checked out into a temporary package, for this benchmark only), and
+``mixtral-8x7b-64gpu`` on the exact engine with both trees; prints wall, CPU
+(user+sys) and peak RSS, the speed-up and the fitted growth exponent; ``--write``
+regenerates docs/results/network.md with the date and load average.
 
 Prints wall time (median of a few runs) and peak Python heap (tracemalloc) for
 1. one max-min solve of 10,000 concurrent random flows on a 256-GPU fat-tree,
@@ -37,6 +45,9 @@ NVLINK_BPS = 450e9
 NIC_BPS = 50e9
 NVLINK_LAT_S = 3.33e-6
 IB_LAT_S = 2.8e-6
+
+#: the engine before issue 25 (per-event passes over all pairs, no compiled loops)
+OLD_REV = "962e931"
 
 
 @dataclass
@@ -244,7 +255,17 @@ def bench_growth(rng: np.random.Generator, sizes: list[int], repeats: int) -> No
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--quick", action="store_true", help="fewer repeats, smaller growth range")
+    p.add_argument("--scaling", action="store_true",
+                   help="skewed all-to-all-v 32-256 GPUs, new vs old engine (bench_network_scaling.py)")
+    p.add_argument("--sizes", type=int, nargs="*", default=[32, 64, 128, 256])
+    p.add_argument("--old-rev", default=OLD_REV, help="git revision of the previous engine")
+    p.add_argument("--no-old", action="store_true", help="skip the previous engine")
+    p.add_argument("--no-scenario", action="store_true", help="skip mixtral-8x7b-64gpu exact")
+    p.add_argument("--write", action="store_true", help="regenerate docs/results/network.md")
     args = p.parse_args(argv)
+    if args.scaling:
+        from bench_network_scaling import scaling
+        return scaling(args)
     rng = np.random.default_rng(0)
     repeats = 1 if args.quick else 3
     bench_solver(rng, repeats)

@@ -215,4 +215,5 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    from results_page import run_benchmark   # this folder
+    raise SystemExit(run_benchmark(main, "deepseek-profile", "DeepSeek's profile against moesim"))

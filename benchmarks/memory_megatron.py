@@ -31,6 +31,8 @@ CONFIGS = [
     ("Mixtral 8x7B, PP2 EP8, recompute none", "mixtral-8x7b-ep8", ["memory.recompute=none"]),
     ("Mixtral 8x7B, PP4 VPP2 EP8, selective", "mixtral-8x7b-64gpu", []),
     ("DeepSeek-V3, PP16 EP64 1F1B, full", "deepseek-v3-2048", ["schedule.kind=1f1b"]),
+    ("DeepSeek-V3 with 1 MTP layer, as above", "deepseek-v3-2048",
+     ["schedule.kind=1f1b", "model.mtp_layers=1"]),
     ("Qwen3-235B-A22B, TP2 PP8 VPP4 EP32 SP, selective", "qwen3-235b-256gpu", []),
     ("Qwen3-235B-A22B, as above, recompute none", "qwen3-235b-256gpu",
      ["memory.recompute=none"]),

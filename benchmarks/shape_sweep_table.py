@@ -100,4 +100,7 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    import sys
+
+    from results_page import run_benchmark   # this folder
+    sys.exit(run_benchmark(main, "shape-sweep", "Skewed recordings with and without a shape sweep"))

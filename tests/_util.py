@@ -25,7 +25,7 @@ def two_gpu_scenario(tmp_path, **over):
         "routing": {"kind": "hot", "hot_experts": [0], "hot_fraction": 0.45},
         "parallel": {"tp": 1, "pp": 1, "ep": 2},
         "schedule": {"kind": "1f1b", "microbatches": 1, "micro_batch_size": 1, "seq_len": 512},
-        "compute": {"kind": "roofline"},
+        "compute": {"kind": "roofline", "model": "roofline"},   # hand-computed roofline times
     }
     for k, v in over.items():
         data[k] = {**data.get(k, {}), **v} if isinstance(v, dict) else v

@@ -270,3 +270,26 @@ def test_nested_annotations_innermost_wins():
     tr = gpu_trace_from_doc(b.doc(), "x")
     got = [(k.phase.name, k.phase.index) if k.phase else None for k in tr.kernels]
     assert got == [("mlp(F)", 0), ("1F1B", 0), ("mlp(F)", 1), None]
+
+
+@pytest.mark.parametrize("field, value, expected", [
+    ("ts", "12.5", "a number (µs)"),            # non-numeric: was dropped silently
+    ("ts", float("nan"), "a finite time"),       # NaN start: was blamed on dur
+    ("ts", None, "a number (µs)"),
+    ("ts", True, "a number (µs)"),
+    ("dur", "7", "a number (µs)"),
+    ("dur", -1.0, "a finite duration >= 0"),
+])
+def test_malformed_event_times_name_the_event_and_field(tmp_path, capsys, field, value,
+                                                        expected):
+    """Issue 20 item 15: a complete event whose ts or dur is not a finite number is
+    one line naming the file, traceEvents[i] and that field (never dropped)."""
+    b = overlap_trace(DEEPEP_DISPATCH, DEEPEP_COMBINE)
+    i = next(j for j, e in enumerate(b.events) if e.get("ph") == "X" and e.get("cat") == "kernel")
+    b.events[i][field] = value
+    p = b.write(tmp_path / "bad.json")
+    _one_line_error(capsys, ["ingest", str(p)], str(p), f"traceEvents[{i}].{field}",
+                    expected)
+    del b.events[i][field]                       # missing altogether: the same
+    p = b.write(tmp_path / "missing.json")
+    _one_line_error(capsys, ["ingest", str(p)], f"traceEvents[{i}].{field}")

@@ -156,6 +156,47 @@ def test_attention_time_is_monotone_in_seq_at_fixed_tokens():
         assert all(b >= a for a, b in zip(times, times[1:])), d
 
 
+def test_nearest_published_shape_within_2x_and_hold_above_by_hand():
+    model = catalog()
+    # n=2048, k=7168 is not published; (2112, 7168) is within 2x in both dims and nearest
+    p = model.price(gemm("gemm", 4096, 2048, 7168))
+    assert "nearest shape n=2112 k=7168" in p.detail and "exact 1127" in p.detail
+    assert p.time_s == 2.0 * 4096 * 2048 * 7168 / 1127e12
+    # 16384 tokens: above the largest row (4096), held at its 1168 TFLOP/s
+    p = model.price(gemm("gemm", 16384, 7168, 2048))
+    assert "held" in p.detail or "above the largest row" in p.detail
+    assert p.time_s == 2.0 * 16384 * 7168 * 2048 / 1168e12
+    # grouped, priced per expert (groups=1): 512 rows = the masked 2 x 512 row (1040)
+    p = model.price(gemm("grouped_gemm", 512, 4096, 7168))
+    assert p.time_s == 2.0 * 512 * 4096 * 7168 / 1040e12
+
+
+def test_attention_head_dim_between_and_above_the_published_ones_by_hand():
+    model = catalog(precision="bf16")
+    f = 1e12
+    # head dim 181 ~ between 128 and 256 at seq 4096, causal: 579 and 612 TFLOP/s,
+    # geometric weight log(181/128)/log(2)
+    w = math.log(181 / 128) / math.log(2)
+    rate = 579 * (612 / 579) ** w
+    p = model.price(Kernel("attention", f, 0.0, kind="attn_fwd", seq=4096, head_dim=181,
+                           causal=True))
+    assert p.time_s == pytest.approx(f / (rate * 1e12), rel=1e-12)
+    # backward on H800: no FA3 backward table, the FA2 forward+backward figure; head dim
+    # 192 is wider than its widest (128) and holds that rate: 294 TFLOP/s at 4k causal
+    p = model.price(Kernel("attention_bwd", f, 0.0, kind="attn_bwd", seq=4096, head_dim=192,
+                           causal=True))
+    assert p.time_s == f / 294e12 and "held at 128" in p.detail
+
+
+def test_dtype_follows_the_fp8_recipe_when_unset():
+    model = catalog()                               # precision fp8
+    assert model.dtype_of(Kernel("router_dgrad", 1.0, 0.0)) == "bf16"
+    assert model.dtype_of(Kernel("lm_head_wgrad", 1.0, 0.0)) == "bf16"
+    assert model.dtype_of(Kernel("expert_gemm_dgrad", 1.0, 0.0)) == "fp8"
+    assert model.dtype_of(Kernel("expert_gemm", 1.0, 0.0, dtype="bf16")) == "bf16"
+    assert catalog(precision="bf16").dtype_of(Kernel("expert_gemm", 1.0, 0.0)) == "bf16"
+
+
 # ----------------------------------------------------------------- fallback
 def test_outside_the_catalog_falls_back_to_the_roofline_and_is_counted():
     model = catalog(overhead=4e-6)
@@ -247,6 +288,8 @@ BAD = {
                   "tables[0].rows[0]"),
     "unknown kind": ("tables:\n- {id: x, kind: conv, dtype: fp8, passes: [fwd], devices: "
                      "[H800], source: s}\n", "tables[0].kind"),
+    "unknown device": ("tables:\n- {id: x, kind: memory, dtype: any, passes: [fwd], devices: "
+                       "[H900], gbps: 100, source: s}\n", "tables[0].devices"),
     "no source": ("tables:\n- {id: x, kind: memory, dtype: any, passes: [fwd], devices: "
                   "[H800], gbps: 100}\n", "tables[0].source"),
     "time falls between rows": (
@@ -277,6 +320,19 @@ def test_malformed_catalog_on_the_command_line_exits_2_with_one_line(tmp_path, c
     assert rc == 2 and len(err.strip().splitlines()) == 1, err
     assert "mine.yaml" in err and "tflops" in err and "Traceback" not in err
     assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("d, field", [
+    ({"model": "fast"}, "compute.model"),
+    ({"model": "roofline", "catalog": "x.yaml"}, "compute.catalog"),
+    ({"catalog": 3}, "compute.catalog"),
+    ({"kind": "calibration", "file": "c.json", "model": "catalog"}, "compute.model"),
+    ({"catalog": "no/such/file.yaml"}, "no/such/file.yaml"),
+])
+def test_bad_model_choice_is_one_line(d, field):
+    with pytest.raises(InputError) as e:
+        compute_model(d, "s.yaml", H800)
+    assert field in str(e.value) and "\n" not in str(e.value)
 
 
 def test_a_users_catalog_replaces_the_shipped_one(tmp_path):

@@ -64,4 +64,4 @@ def test_mtp_with_dualpipe_is_refused():
                                                      "schedule.kind=dualpipev", "schedule.microbatches=4"],
                                          resolve=False))
         build_step(resolved)
-    assert ei.value.field == "model.mtp_layers"
+    assert ei.value.field.endswith("model.mtp_layers")     # given by --set

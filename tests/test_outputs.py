@@ -408,3 +408,6 @@ def test_run_refuses_a_serving_scenario_in_one_line(tmp_path, monkeypatch, capsy
     assert main(["run", "hot-expert", "--quiet", "--set", "serve.phase=decode"]) == 2
     _one_line_error(capsys, "command line: --set serve.phase", "moesim serve")
     assert not (tmp_path / "out").exists()
+    # nor does `memory` give a training step's gradients and optimizer states for it
+    assert main(["memory", "mixtral-8x7b-serve"]) == 2
+    _one_line_error(capsys, "mixtral-8x7b-serve.yaml: serve:", "moesim serve")

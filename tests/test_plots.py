@@ -209,7 +209,7 @@ def test_links_ranked_by_utilization_not_bytes():
     labels = [t.get_text() for t in ax.get_yticklabels()]
     assert labels == ["gpu0->nvsw0", "gpu1->nvsw0", "nic0->leaf0"]   # grouped NVLink first
     assert ax.containers[0][2].get_width() == pytest.approx(50.0)
-    groups = [link_group(n, k) for n, k in zip(res.links.names, res.links.kinds)]
+    groups = [link_group(n, k) for n, k in zip(res.links.names, res.links.kinds, strict=True)]
     ls = res.links
     assert busiest_links(ls.bytes, ls.capacity_Bps, groups, 4.5e-3, 1) == [10]
     # every kind that carried bytes keeps its busiest link among the rows

@@ -2,9 +2,8 @@
 a fresh folder (issue 12, item 2): the what-ifs of one scenario each get a folder of
 their own instead of refusing the previous one's.
 
-The exact-engine runs of mixtral-8x7b-64gpu take 15-30 s each here; nothing in the
-README's code blocks takes over a minute, so none is skipped (the deepseek-v3-2048 run
-of the benchmark table, ~55 s on the fast path, is in a table, not a code block)."""
+The examples run as tests/doc_examples.py runs every page's (tests/test_docs_examples.py
+does docs/); here also: each `run` prints the folder it wrote, and no two share one."""
 
 from __future__ import annotations
 
@@ -14,28 +13,17 @@ from pathlib import Path
 
 import pytest
 
-from moesim.cli import main
+from tests.doc_examples import fresh_folder, page_examples, run_example
 
-ROOT = Path(__file__).resolve().parent.parent
-README = ROOT / "README.md"
+README = Path(__file__).resolve().parent.parent / "README.md"
 
 
-def readme_commands(text: str) -> list[list[str]]:
-    """argv lists (without ``moesim``) of the moesim commands in the README's fenced code
-    blocks, in order: lines of a ``bash`` block, or ``$ ``-prompted lines of an output
-    block; a ``pip install ... && moesim ...`` line gives its moesim part."""
+def readme_commands() -> list[list[str]]:
+    """argv lists (without ``moesim``) of the moesim commands among the README's examples,
+    in order (tests/doc_examples.py finds them: ``bash`` blocks and ``$ `` prompts)."""
     cmds = []
-    in_block = False
-    for line in text.splitlines():
-        if line.startswith("```"):
-            in_block = not in_block
-            continue
-        if not in_block:
-            continue
-        line = line.strip()
-        if line.startswith("$ "):
-            line = line[2:]
-        for part in line.split("&&"):
+    for ex in page_examples(README):
+        for part in ex.command.split("&&"):
             words = shlex.split(part, comments=True)
             if words and words[0] == "moesim":
                 cmds.append(words[1:])
@@ -43,7 +31,7 @@ def readme_commands(text: str) -> list[list[str]]:
 
 
 def test_readme_commands_are_found():
-    cmds = readme_commands(README.read_text())
+    cmds = readme_commands()
     runs = [c for c in cmds if c[0] == "run"]
     assert runs[0] == ["run", "scenarios/hot-expert.yaml", "-o", "out/hot"]
     assert len(runs) >= 9
@@ -54,21 +42,21 @@ def test_readme_commands_are_found():
 
 @pytest.mark.slow
 def test_readme_examples_run_in_order_in_a_fresh_folder(tmp_path, monkeypatch, capsys):
-    for d in ("scenarios", "topologies", "traces"):
-        (tmp_path / d).symlink_to(ROOT / d, target_is_directory=True)
-    monkeypatch.chdir(tmp_path)
+    folder = fresh_folder(tmp_path)
+    monkeypatch.chdir(folder)
     monkeypatch.setenv("MPLBACKEND", "Agg")
     folders = []
-    for argv in readme_commands(README.read_text()):
-        rc = main([*argv, "--quiet"] if argv[0] == "run" else argv)
-        out, err = capsys.readouterr()
-        assert rc == 0, f"moesim {shlex.join(argv)} -> exit {rc}: {err.strip()[-500:]}"
-        if argv[0] == "run" and "--no-files" not in argv:
-            m = re.search(r"wrote (\S+)/ \(summary\.md", out) or re.search(
-                r"^moesim run: wrote (\S+)/$", err, re.M)
-            assert m, (out[-300:], err[-300:])   # the folder is printed
-            folders.append(m.group(1))
-            assert (tmp_path / m.group(1) / "summary.json").is_file()
+    for ex in page_examples(README):
+        if ex.skip_reason():
+            continue
+        for r in run_example(ex, folder, capsys):
+            argv = r.argv[1:]
+            if r.argv[0] == "moesim" and argv[0] == "run" and "--no-files" not in argv:
+                m = re.search(r"wrote (\S+)/ \(summary\.md", r.out) or re.search(
+                    r"^moesim run: wrote (\S+)/$", r.err, re.M)
+                assert m, (r.out[-300:], r.err[-300:])   # the folder is printed
+                folders.append(m.group(1))
+                assert (folder / m.group(1) / "summary.json").is_file()
     assert len(folders) == len(set(folders)), folders   # each what-if has its own folder
     assert "out/hot" in folders
-    assert (tmp_path / "calib.json").is_file() and (tmp_path / "out/val/overlay.png").is_file()
+    assert (folder / "calib.json").is_file() and (folder / "out/val/overlay.png").is_file()

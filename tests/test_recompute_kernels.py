@@ -6,6 +6,8 @@ from __future__ import annotations
 import dataclasses
 
 from moesim.model import PRESETS, costs
+import pytest
+
 from moesim.program.recompute import expert_recompute, layer_recompute_kernels, recomputes
 
 TOY = PRESETS["toy"]            # h 512, 8 heads of 64, 8 experts top-2, f 1024, dense_ffn 2048
@@ -39,7 +41,11 @@ def test_core_attention_recompute_is_the_core_kernel():
 
 def test_layernorm_recompute_is_the_two_norms():
     got = kernels(TOY, {"layernorm"})
-    assert flops(got) == 8 * T * H and sum(k.bytes for k in got) == 8 * T * H
+    # two RMSNorms over T x h: 4 FLOP per element each; read x, write y (bf16) and an
+    # fp32 1/rms per row
+    assert [k.name for k in got] == ["recompute.norm", "recompute.norm"]
+    assert flops(got) == 2 * 4 * T * H
+    assert sum(k.bytes for k in got) == 2 * (2 * 2 * T * H + 4 * T)
 
 
 def test_full_recompute_reruns_the_whole_layer_forward():
@@ -70,3 +76,42 @@ def test_expert_recompute_by_hand():
     _, f = expert_recompute(TOY, 0, frozenset({"moe"}), [100, 28], price, fwd)
     assert f == 128 * (3 * 2 * H * 1024 + 5 * 1024)
     assert expert_recompute(TOY, 0, frozenset({"core_attn"}), [100], price, fwd) == (0.0, 0.0)
+
+
+def _plan(*sets):
+    from moesim.program.build import build_step
+    from moesim.scenario import load_scenario, resolve
+    res = resolve(load_scenario("toy-cpu", ["model.n_experts=0", "model.top_k=0",
+                                            "parallel.ep=1", *sets], resolve=False))
+    return res, build_step(res)
+
+
+def test_mlp_recompute_in_the_step_program():
+    # a dense toy: every layer's backward starts with the MLP's forward kernels again
+    res, p = _plan("memory.recompute=selective", "memory.recompute_modules=[mlp]")
+    _, p0 = _plan()
+    T = res.scenario.schedule.tokens_per_microbatch
+    rc = [op for op in p.programs[0] if op.name == "bwd.recompute"]
+    m, layers = res.scenario.schedule.microbatches, 2
+    assert len(rc) == m * layers
+    assert all(op.phase == "bwd" and op.flops == flops(costs.dense_ffn_kernels(DENSE, T, 1,
+                                                                               "fwd"))
+               for op in rc)
+    assert p.model_flops == p0.model_flops          # MFU counts model FLOPs, not recompute
+    assert not any(op.name == "bwd.recompute" for op in p0.programs[0])
+
+
+def test_recompute_time_on_both_engines():
+    from moesim.engine.api import simulate
+    steps = {}
+    for mode in ("exact", "fast"):
+        for r in ("none", "full"):
+            sets = ["model.n_experts=0", "model.top_k=0", "parallel.ep=1",
+                    f"engine.mode={mode}", f"memory.recompute={r}"]
+            steps[mode, r] = simulate("toy-cpu", sets, record_series=False) \
+                .summary["step_time_s"]
+    res, p = _plan("memory.recompute=full")
+    extra = sum(op.duration_s for op in p.programs[0] if op.name == "bwd.recompute")
+    assert extra > 0
+    for mode in ("exact", "fast"):
+        assert steps[mode, "full"] - steps[mode, "none"] == pytest.approx(extra, rel=1e-6)

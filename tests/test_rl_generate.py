@@ -95,3 +95,18 @@ def test_packing_conserves_tokens():
     # by hand: 3000, 3000, 1000, 1000, 100 into rows of 4096 -> [3000+1000, 3000+1000, 100]
     assert pack([1000, 3000, 100, 3000, 1000], 4096).tolist() == [4000, 4000, 100]
     assert pack_rows([4096] * 3, 4096) == 3 and rows_per_replica(5, 2) == 3
+
+
+def test_preemption_by_recompute_hand_computed():
+    # 2 samples, prompt 10, response 5, KV room for 24 tokens: both admitted (11 + 11
+    # with their first tokens); one decode step fills the cache (24); the next step has no
+    # room, so the last admitted is preempted (12 tokens freed) and the first runs alone
+    # to its end; then the second is readmitted: a prefill of its prompt and its 2 tokens
+    g = generate(np.full(2, 10), np.full(2, 5), COSTS, replicas=1, kv_tokens=24,
+                 max_batch=8)
+    first = (0.5 + 0.01 * 20) + (1.0 + 0.1 * 2 + 0.001 * 2 * 11) \
+        + sum(1.0 + 0.1 + 0.001 * c for c in (12, 13, 14))
+    second = first + (0.5 + 0.01 * 12) + sum(1.0 + 0.1 + 0.001 * c for c in (13, 14))
+    assert g.finish_s == pytest.approx([first, second], rel=1e-12)
+    assert g.preemptions == 1
+    assert max(kv for _, _, kv in g.series[0]) <= 24

@@ -3,6 +3,7 @@ conservation of samples and tokens, lags, outputs, same seed same bytes, bad inp
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 
@@ -197,3 +198,11 @@ def test_gantt_takes_an_axes_and_draws_every_span(tmp_path):
     assert plot_gantt(run, ax, max_steps=2) is ax
     drawn = [sp for sp in run.timeline.spans if sp.step < 2]
     assert len(ax.patches) == len(drawn)
+
+
+def test_reward_model_is_a_forward_pass_over_the_rows(tmp_path):
+    costs = dataclasses.replace(TRAIN, reward_per_row_s=0.125)
+    p = scenario(tmp_path, reward={"kind": "model"}, old_logprob=False)
+    s = summarize(simulate_rl(resolve_rl(p), 1, rollout_costs=ROLL, trainer_costs=costs))
+    assert s["phases_s"]["reward"] == pytest.approx(0.125 * 8)     # 8 packed rows
+    assert s["phases_s"]["old_logprob"] == 0

@@ -44,7 +44,7 @@ def test_dualpipev_text_and_order(capsys, tmp_path):
     (["1f1b", "--pp", "2", "--microbatches", "4", "--times", "F=1,B=1,W=2,FB=2"], "W <= B"),
     (["1f1b", "--pp", "2", "--microbatches", "4", "--times", "F=nan,B=2,W=1,FB=3"], "--times"),
     (["1f1b", "--pp", "2", "--microbatches", "4", "--plot", "/nonexistent-dir/x.png"],
-     "--plot: expected a writable file path"),
+     "--plot: expected an existing folder for the output file"),   # before the work
 ])
 def test_bad_input_is_one_line(capsys, argv, words):
     assert main(["schedule", *argv]) == 2

@@ -17,8 +17,8 @@ from typing import Any
 
 from moesim.cli.common import CLI as _CLI
 from moesim.cli.common import load_topology_args, print_result
-from moesim.cli.ep_collective import EP_OPS, add_ep_arguments, run_ep
-from moesim.cli.head_collective import HEAD_OPS, add_head_arguments, run_head
+from moesim.cli.ep_collective import EP_DEFAULTS, EP_OPS, add_ep_arguments, run_ep
+from moesim.cli.head_collective import HEAD_DEFAULTS, HEAD_OPS, add_head_arguments, run_head
 from moesim.collectives.algorithms import ALGOS, OPS, check_op_algo
 from moesim.collectives.simulate import MODELS, simulate_collective
 from moesim.errors import InputError
@@ -49,7 +49,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--matrix", default=None, metavar="JSON",
                    help="source x destination byte matrix (JSON list of rows, numbers in bytes "
                         "or sizes like '2MiB'); makes all_to_all an all_to_all_v")
-    p.add_argument("--model", default="flow", help="network model: flow | analytical")
+    p.add_argument("--model", default=None,
+                   help="network model: flow | analytical (default flow; not for the EP ops)")
     p.add_argument("--json", action="store_true", help="print the result as JSON")
     add_ep_arguments(p)
     add_head_arguments(p)
@@ -101,10 +102,37 @@ def load_matrix(path: str) -> list[list[float]]:
     return rows
 
 
+#: flags -> the ops they apply to (every other op refuses them: a flag that would be
+#: ignored is an error, not a silent default)
+FLAG_OPS: dict[str, tuple[str, ...]] = {
+    **{f: OPS for f in ("size", "algo", "matrix")},
+    "root": ("broadcast",),
+    "model": (*OPS, *HEAD_OPS),
+    **{f: EP_OPS for f in EP_DEFAULTS},
+    **{f: HEAD_OPS for f in HEAD_DEFAULTS},
+}
+_FLAG_NAMES = {"size": "--bytes", "top_k": "--top-k", "max_nodes": "--max-nodes",
+               "zipf_s": "--zipf-s", "hot_experts": "--hot-experts",
+               "hot_fraction": "--hot-fraction", "head_hidden": "--head-hidden"}
+
+
+def check_flags_apply(args: argparse.Namespace) -> None:
+    """Refuse, in one line, a flag given with an ``--op`` it does not apply to."""
+    for dest, ops in FLAG_OPS.items():
+        v = getattr(args, dest, None)
+        if v is not None and args.op not in ops:
+            flag = _FLAG_NAMES.get(dest, "--" + dest)
+            raise InputError(_CLI, flag, f"no {flag} with --op {args.op} (it applies to "
+                             f"--op {' | '.join(ops)})", v)
+
+
 def run(args: argparse.Namespace) -> int:
     op = args.op
     if op not in ALL_OPS:
         raise InputError(_CLI, "--op", "one of " + ", ".join(ALL_OPS), op)
+    check_flags_apply(args)
+    if args.model is None:
+        args.model = "flow"
     if op in EP_OPS:
         return run_ep(args, parse_ranks(args.ranks) if args.ranks else None)
     if op in HEAD_OPS:

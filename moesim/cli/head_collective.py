@@ -20,6 +20,8 @@ from moesim.errors import InputError
 
 _CLI = "command line"
 HEAD_OPS = ("dist_topk",)
+#: flags of the head ops and their defaults (None in the parser: see EP_DEFAULTS)
+HEAD_DEFAULTS = {"vocab": None, "k": None, "batch": None, "head_hidden": 7168}
 
 
 def add_head_arguments(p: argparse.ArgumentParser) -> None:
@@ -27,7 +29,7 @@ def add_head_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--vocab", type=int, default=None, help="vocabulary size V (tokens)")
     g.add_argument("--k", type=int, default=None, help="top-k kept by the sampler")
     g.add_argument("--batch", type=int, default=None, help="tokens sampled at once (requests)")
-    g.add_argument("--head-hidden", type=int, default=7168, dest="head_hidden",
+    g.add_argument("--head-hidden", type=int, default=None, dest="head_hidden",
                    help="hidden size of the head (default 7168; sets its GEMM only)")
 
 
@@ -36,6 +38,8 @@ def run_head(args: argparse.Namespace, ranks: list[int] | None) -> int:
     from moesim.serve.head import head_costs
     from moesim.topology import load_topology
 
+    if args.head_hidden is None:
+        args.head_hidden = HEAD_DEFAULTS["head_hidden"]
     for flag in ("vocab", "k", "batch"):
         if getattr(args, flag) is None:
             raise InputError(_CLI, f"--{flag}", f"an integer for --op {args.op}", None)

@@ -20,6 +20,7 @@ from __future__ import annotations
 import argparse
 import json
 
+from moesim.cli.common import refuse_serving
 from moesim.errors import InputError
 from moesim.memory.matmul import DTYPE_BYTES, matmul_report
 from moesim.memory.megatron import compare
@@ -34,10 +35,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="scenario YAML file or shipped name (e.g. toy-cpu)")
     p.add_argument("--matmul", nargs=3, type=int, metavar=("M", "K", "N"),
                    help="instead of a scenario: the tensors of Y = X·W, X (M,K), W (K,N)")
-    p.add_argument("--dtype", default="bf16", help="with --matmul: element type "
+    p.add_argument("--dtype", default=None, help="with --matmul: element type "
                    f"({', '.join(DTYPE_BYTES)}; default bf16)")
-    p.add_argument("--tp", type=int, default=1, help="with --matmul: tensor-parallel GPUs")
-    p.add_argument("--pp", type=int, default=1, help="with --matmul: pipeline stages")
+    p.add_argument("--tp", type=int, default=None,
+                   help="with --matmul: tensor-parallel GPUs (default 1)")
+    p.add_argument("--pp", type=int, default=None,
+                   help="with --matmul: pipeline stages (default 1)")
     p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                    help="override one field, e.g. --set parallel.zero=1 (repeatable)")
     p.add_argument("--megatron", action="store_true",
@@ -132,17 +135,33 @@ def format_matmul(t: dict) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
+    matmul_only = {"--dtype": args.dtype, "--tp": args.tp, "--pp": args.pp}
+    if args.matmul is None:
+        given = [(f, v) for f, v in matmul_only.items() if v is not None]
+        if given:   # a scenario's layout comes from its file (--set parallel.tp=...)
+            raise InputError("command line", given[0][0], f"{given[0][0]} only with --matmul "
+                             "(for a scenario: --set parallel.tp=N, parallel.pp=N)",
+                             given[0][1])
     if args.matmul is not None:
         if args.scenario is not None:
             raise InputError("command line", "--matmul", "either a scenario or --matmul, "
                              "not both", args.scenario)
+        if args.overrides:
+            raise InputError("command line", "--set", "--set only with a scenario (not "
+                             "--matmul)", args.overrides[0])
+        if getattr(args, "megatron", False):
+            raise InputError("command line", "--megatron", "--megatron only with a scenario "
+                             "(not --matmul)", True)
         m, k, n = args.matmul
-        t = matmul_report(m, k, n, args.dtype, args.tp, args.pp)
+        t = matmul_report(m, k, n, "bf16" if args.dtype is None else args.dtype,
+                          1 if args.tp is None else args.tp, 1 if args.pp is None else args.pp)
         print(json.dumps(t, indent=2) if args.json else format_matmul(t))
         return 0
     if args.scenario is None:
         raise InputError("command line", "scenario", "a scenario file or --matmul M K N", None)
     scn = load_scenario(args.scenario, args.overrides, resolve=False)
+    refuse_serving(scn, args.overrides, "memory", "count a training step's gradients and "
+                   "optimizer states; `moesim serve` prints the serving memory")
     res = resolve(scn)
     table = memory_table(res)
     maxr = stage_max_rows(res)

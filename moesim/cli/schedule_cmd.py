@@ -111,11 +111,19 @@ def format_report(rep: dict, unit: str, show_order: bool) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
+    from moesim.outputs import check_figure_target, save_figure
+    from moesim.scenario.limits import check_schedule
+
     t = parse_times(args.times)
+    if args.force and not args.plot:
+        raise InputError("command line", "--force", "--force only with --plot (it lets the "
+                         "picture replace an existing file)", True)
     out = Path(args.plot) if args.plot else None
-    if out is not None and out.exists() and not args.force:
-        raise InputError(str(out), "--plot", "a path that does not exist yet (or pass --force)",
-                         "existing file")
+    if out is not None:
+        if not out.suffix:   # the file really written (PNG), checked as such
+            out = out.with_name(out.name + ".png")
+        check_figure_target(out, args.force, "--plot")
+    check_schedule(args.pp, args.microbatches)
     rep = schedule_report(args.kind, args.pp, args.microbatches, t)
     tl = rep.pop("_timeline")
     if out is not None:
@@ -124,10 +132,7 @@ def run(args: argparse.Namespace) -> int:
 
         fig = new_figure(max(8.0, min(40.0, tl.step / 4)), 1.0 + 0.4 * args.pp)
         plot_schedule(fig.add_subplot(), tl, unit=args.unit)
-        try:
-            fig.savefig(out, bbox_inches="tight")
-        except OSError as err:
-            raise InputError(str(out), "--plot", "a writable file path", err.strerror) from None
+        save_figure(fig, out, force=args.force, bbox_inches="tight")
     if args.json:
         if not args.order:
             rep.pop("order")

@@ -34,12 +34,16 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from moesim.errors import InputError
+    from moesim.scenario.blame import named_by
     from moesim.sweep.plots import write_sweep_plots
     from moesim.sweep.results import load_results
     from moesim.sweep.runner import run_sweep
     from moesim.sweep.spec import expand, load_sweep
 
-    spec = load_sweep(args.file)
+    try:
+        spec = load_sweep(args.file)
+    except InputError as err:   # an error of the scenario it names names the sweep too
+        raise named_by(err, args.file, "scenario of") from None
     out = Path(args.out) if args.out else Path("out") / "sweeps" / spec.name
     if args.workers is not None and args.workers < 1:
         raise InputError("command line", "--workers", "an integer >= 1", args.workers)

@@ -25,6 +25,7 @@ and says so (:meth:`CatalogModel.price`, :func:`coverage`).
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
 
@@ -37,6 +38,7 @@ from moesim.compute.roofline import HIGH_PRECISION_KERNELS, RooflineModel
 #: within 2x; beyond it, the roofline prices the kernel).
 NEAREST_SHAPE_FACTOR = 2.0
 _SUFFIXES = ("_bwd", "_dgrad", "_wgrad")
+_MEMO_LIMIT = 1 << 16
 
 
 @dataclass(frozen=True, slots=True)
@@ -85,13 +87,18 @@ class CatalogModel:
         self.name = f"catalog({dev},{self.precision})"
         #: pricing calls so far: source -> [kernels, seconds] (see :func:`coverage`)
         self.tally: dict[str, list[float]] = {"catalog": [0, 0.0], "roofline": [0, 0.0]}
+        self._memo: dict[Kernel, Priced] = {}    # identical kernels price identically
 
     # -------------------------------------------------------------------- pricing
     def time_s(self, kernel: Kernel) -> float:
         return self.price(kernel).time_s
 
     def price(self, kernel: Kernel) -> Priced:
-        p = self._price(kernel)
+        p = self._memo.get(kernel)
+        if p is None:
+            if len(self._memo) >= _MEMO_LIMIT:
+                self._memo.clear()
+            p = self._memo[kernel] = self._price(kernel)
         t = self.tally[p.source]
         t[0] += 1
         t[1] += p.time_s
@@ -149,12 +156,12 @@ class CatalogModel:
         per_launch = kernel.flops / count
         why = ""
         for t in tables:
-            fams = families(t)
+            fams = _families(t)
             shape = (n, k) if (n, k) in fams else _nearest(fams, n, k)
             if shape is None:
                 why = why or f"shape n={n} k={k} not within 2x of a {t.id} shape"
                 continue
-            pts = [(r.axis, r.tflops) for r in curve(fams[shape], groups)]
+            pts = _points(t, shape, groups)
             x = m / groups
             got = _interp(pts, x)
             how = ""
@@ -200,6 +207,16 @@ class CatalogModel:
         comp = kernel.flops / (t.tflops * 1e12)
         bound = "memory" if mem >= comp else "compute"
         return max(mem, comp), f"{t.id}: {bound}-bound ({t.gbps:g} GB/s, {t.tflops:g} TFLOP/s)"
+
+
+@functools.lru_cache(maxsize=256)
+def _families(t: Table) -> dict:
+    return families(t)
+
+
+@functools.lru_cache(maxsize=4096)
+def _points(t: Table, shape: tuple[int, int], groups: int) -> list[tuple[float, float]]:
+    return [(r.axis, r.tflops) for r in curve(_families(t)[shape], groups)]
 
 
 def _nearest(fams: dict, n: int, k: int) -> tuple[int, int] | None:

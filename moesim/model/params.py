@@ -39,7 +39,8 @@ def attention_params(spec: ModelSpec) -> AttentionParams:
     q = h * spec.heads * spec.head_dim
     kv = 2 * h * spec.kv_heads * spec.head_dim
     out = spec.heads * spec.head_dim * h
-    return AttentionParams(tp_split=q + kv + out, replicated=0)
+    sinks = spec.heads if spec.attention_sinks else 0   # one learned logit per head
+    return AttentionParams(tp_split=q + kv + out + sinks, replicated=0)
 
 
 def ffn_params(spec: ModelSpec, width: int) -> int:

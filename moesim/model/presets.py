@@ -65,6 +65,19 @@ QWEN3_30B_A3B = ModelSpec(
     top_k=8, expert_ffn=768, gated=True, tied_embeddings=False,
 )
 
+# GPT-OSS-120B (OpenAI, the model card's config.json, huggingface.co/openai/gpt-oss-120b:
+# num_hidden_layers 36, hidden_size 2880, num_attention_heads 64, num_key_value_heads 8,
+# head_dim 64, vocab_size 201088, num_local_experts 128, num_experts_per_tok 4,
+# intermediate_size 2880, sliding_window 128 with layer_types alternating
+# sliding_attention / full_attention from the first layer, learned attention sinks,
+# tie_word_embeddings false, SwiGLU). Attention and expert biases are not counted.
+GPT_OSS_120B = ModelSpec(
+    name="gpt-oss-120b", layers=36, hidden=2880, heads=64, kv_heads=8, head_dim=64,
+    vocab=201088, attention="gqa", dense_ffn=2880, first_dense_layers=0, n_experts=128,
+    top_k=4, expert_ffn=2880, gated=True, tied_embeddings=False, window=128,
+    window_full_every=2, attention_sinks=True,
+)
+
 # A toy model for fast CPU runs and tests (not a published model): 2 layers, hidden 512,
 # 8 heads of 64, 8 experts top-2 with SwiGLU FFN 1024, vocab 32000.
 TOY = ModelSpec(
@@ -73,5 +86,5 @@ TOY = ModelSpec(
 )
 
 PRESETS: dict[str, ModelSpec] = {
-    s.name: s for s in (MIXTRAL_8X7B, DEEPSEEK_V3, SWITCH_BASE, QWEN3_235B_A22B, QWEN3_30B_A3B, TOY)
+    s.name: s for s in (MIXTRAL_8X7B, DEEPSEEK_V3, SWITCH_BASE, QWEN3_235B_A22B, QWEN3_30B_A3B, GPT_OSS_120B, TOY)
 }

@@ -57,6 +57,11 @@ class ModelSpec:
     # one more transformer layer (MoE when the last layer is), its embedding projection and
     # norms, and a second output head and loss (moesim.model.mtp)
     mtp_layers: int = 0
+    # Sliding-window attention (moesim.model.window): keys a query sees (0: full), and every
+    # how many layers one uses full attention (Megatron window_attn_skip_freq; 0: none)
+    window: int = 0
+    window_full_every: int = 0
+    attention_sinks: bool = False   # a learned sink logit per head (GPT-OSS)
 
     @property
     def moe(self) -> bool:

@@ -49,9 +49,9 @@ from typing import Any
 import numpy as np
 import simpy
 
-from moesim.network import incremental, jit
 from moesim.network.base import LinkSet, checked_flow
-from moesim.network.maxmin import CAP_FLOOR, SAT_RTOL, SMALL_PAIRS
+from moesim.network.maxmin import SMALL_PAIRS
+from moesim.network.slots import PLAT, RATE, Slots
 
 #: absolute and relative tolerance (seconds, fraction of ``env.now``) within which
 #: flows predicted to finish are completed together in one step.
@@ -67,33 +67,6 @@ SolveHook = Callable[[float, np.ndarray, np.ndarray, np.ndarray], None]
 def _nonzero(mask: np.ndarray) -> np.ndarray:
     """Indices of the true entries of a 1-D bool array (np.flatnonzero, less overhead)."""
     return mask.nonzero()[0]
-
-
-class _Grow:
-    """A growable 1-D numpy array (amortized O(1) append of blocks)."""
-
-    def __init__(self, dtype: Any, fill: float = 0) -> None:
-        self.a = np.zeros(64, dtype=dtype)
-        self.fill = fill
-        self.n = 0
-
-    def extend(self, values: np.ndarray) -> None:
-        need = self.n + len(values)
-        if need > len(self.a):
-            new = np.full(max(need, 2 * len(self.a)), self.fill, dtype=self.a.dtype)
-            new[: self.n] = self.a[: self.n]
-            self.a = new
-        self.a[self.n:need] = values
-        self.n = need
-
-    @property
-    def v(self) -> np.ndarray:
-        return self.a[: self.n]
-
-    def compact(self, keep: np.ndarray) -> None:
-        kept = self.a[: self.n][keep]
-        self.a[: len(kept)] = kept
-        self.n = len(kept)
 
 
 class FlowNetwork:
@@ -119,32 +92,12 @@ class FlowNetwork:
             raise ValueError("links need capacity_Bps > 0 and latency_s >= 0 on every link")
         self._n_links = len(self._cap)
         self._routes: dict[tuple[str, str, int], np.ndarray] = {}
-        # per flow slot (a flow's bytes left are rem - rate * (t - tref) until its next change)
-        self._rem = _Grow(float)       # bytes left to send as of self._tref
-        self._tref = _Grow(float)      # time of the flow's last rate change, s
-        self._rate = _Grow(float)      # bytes/s since self._tref (0 once finished)
-        self._tfin = _Grow(float, np.inf)  # predicted time its last byte leaves (inf: none)
-        self._size = _Grow(float)      # bytes of the flow
-        self._plat = _Grow(float)      # sum of path latencies, s
-        self._start = _Grow(float)     # start time, s
-        self._group = _Grow(np.int64)  # transfer group id
-        self._alive = _Grow(bool)
-        # (flow slot, link) pairs of every flow in a slot, in slot order
-        self._pf = _Grow(np.int64)
-        self._pl = _Grow(np.int64)
-        self._pstart = _Grow(np.int64)  # slot s's pairs are pstart[s]:pstart[s+1]
-        self._pstart.extend(np.zeros(1, dtype=np.int64))
-        self._lcnt = np.zeros(self._n_links, dtype=np.int64)  # running flows per link
-        self._n_alive = 0          # running flows
-        self._n_alive_pairs = 0    # their (flow, link) pairs
-        self._lindex: tuple[np.ndarray, np.ndarray] | None = None  # link -> flows, when valid
-        self._ws: list[np.ndarray] | None = None   # compiled solve's scratch arrays
+        self._slots = Slots(self._cap, self._lat)   # per-flow state, pairs, link counts
         self._pending: list[tuple[np.ndarray, float, int]] = []  # (path, bytes, group)
         self._groups: dict[int, list[Any]] = {}   # id -> [event, flows left, tag]
         self._next_group = 0
         self._version = 0
         self._kick_scheduled = False
-        self._done_bytes = np.zeros(self._n_links)  # bytes of flows compacted away
         self._record = record_series
         self._series: dict[int, list[tuple[float, float]]] = {}
         self._last_load = np.zeros(self._n_links)
@@ -191,13 +144,7 @@ class FlowNetwork:
 
     def link_bytes(self) -> np.ndarray:
         """Bytes carried so far per link (completed flows plus progress of running ones)."""
-        out = self._done_bytes.copy()
-        if self._pf.n:
-            now = float(self.env.now)
-            left = self._rem.v - self._rate.v * (now - self._tref.v)
-            sent = np.where(self._alive.v, self._size.v - left, self._size.v)
-            out += np.bincount(self._pl.v, weights=sent[self._pf.v], minlength=self._n_links)
-        return out
+        return self._slots.link_bytes(float(self.env.now))
 
     def series(self) -> dict[int, list[tuple[float, float]]]:
         """Per link id: (t_s, load_Bps) change points (only with ``record_series=True``)."""
@@ -205,7 +152,7 @@ class FlowNetwork:
 
     def active_flows(self) -> int:
         """Number of flows currently sending."""
-        return self._n_alive
+        return self._slots.n_alive
 
     # ---- mechanics -------------------------------------------------------------
     def _route(self, src: str, dst: str, key: int) -> np.ndarray:
@@ -228,75 +175,37 @@ class FlowNetwork:
 
     def _flush_pending(self, now: float) -> int:
         """Move queued flows into slots; returns the first new slot."""
-        first = self._rem.n
         if not self._pending:
-            return first
+            return self._slots.n
         paths, sizes, gids = zip(*self._pending, strict=True)
         self._pending = []
-        n_new = len(sizes)
-        size = np.asarray(sizes, dtype=float)
-        self._rem.extend(size)
-        self._size.extend(size)
-        self._rate.extend(np.zeros(n_new))
-        self._tref.extend(np.full(n_new, now))
-        self._tfin.extend(np.full(n_new, np.inf))
-        self._start.extend(np.full(n_new, now))
-        self._group.extend(np.asarray(gids, dtype=np.int64))
-        self._alive.extend(np.ones(n_new, dtype=bool))
-        lens = np.fromiter((len(p) for p in paths), dtype=np.int64, count=n_new)
-        local = np.repeat(np.arange(n_new, dtype=np.int64), lens)
-        links = np.concatenate(paths)
-        self._plat.extend(np.bincount(local, weights=self._lat[links], minlength=n_new))
-        self._pstart.extend(self._pf.n + np.cumsum(lens))
-        self._pf.extend(local + first)
-        self._pl.extend(links)
-        self._lcnt += np.bincount(links, minlength=self._n_links)
-        self._n_alive += n_new
-        self._n_alive_pairs += len(links)
-        self._lindex = None
-        return first
+        return self._slots.add(paths, sizes, gids, now)
 
     def _step(self) -> None:
         self._version += 1   # any wake-up timer set before this step is now stale
         now = float(self.env.now)
         first_new = self._flush_pending(now)
-        kern = jit.kernels()
-        tol = FINISH_ATOL_S + FINISH_RTOL * abs(now)
-        rtol = self._coalesce_rtol
-        if kern is not None:
-            old_done = kern.due(self._tfin.v, self._start.v, first_new, now, tol, rtol)
-        elif rtol > 0:   # also flows whose remaining time is <= rtol x age
-            tfin = self._tfin.v
-            old_done = _nonzero(tfin[:first_new] - now
-                                <= tol + rtol * (now - self._start.v[:first_new]))
-        else:
-            old_done = _nonzero(self._tfin.v[:first_new] <= now + tol)
-        r_done = np.inf
-        if len(old_done):   # running flows that finish: their links are freed
-            r_done = float(self._rate.v[old_done].min())
-            self._complete(old_done)
-        has_new = False
-        if first_new < self._alive.n:
-            new_zero = first_new + _nonzero(self._size.v[first_new:] == 0.0)
-            if len(new_zero):   # zero bytes: delivered after the path latency alone
-                self._complete(new_zero)
-            has_new = self._n_alive > 0 and bool(self._alive.v[first_new:].any())
-        if has_new or len(old_done):
-            self._solve(now, old_done, r_done, first_new if has_new else self._alive.n, kern)
-        self._maybe_compact()
-        self._schedule_wake(now, kern)
+        slots = self._slots
+        done, n_old, n_res, wake = slots.step(now, first_new, FINISH_ATOL_S + FINISH_RTOL * abs(now),
+                                              self._coalesce_rtol, self._incremental, SMALL_PAIRS)
+        if n_old:   # running flows that finished: delivered after their path latency
+            self._complete(done[:n_old])
+        if n_old < len(done):   # zero bytes: delivered after the path latency alone
+            self._complete(done[n_old:])
+        if n_res >= 0:
+            self.n_resolved += n_res
+            self.n_solves += 1
+            if self._record or self._on_solve is not None:
+                self._report(now)
+        slots.compact()
+        if wake < np.inf:
+            self.env.timeout(max(wake - now, 0.0)).callbacks.append(
+                partial(self._on_wake, self._version))
 
     def _complete(self, idx: np.ndarray) -> None:
-        self._alive.v[idx] = False
-        self._rate.v[idx] = 0.0
-        self._tfin.v[idx] = np.inf
-        pst = self._pstart.v
-        links = self._pl.v[incremental.ranges(pst[idx], pst[idx + 1])]
-        self._lcnt -= np.bincount(links, minlength=self._n_links)
-        self._n_alive -= len(idx)
-        self._n_alive_pairs -= len(links)
         by_lat: dict[float, list[int]] = {}
-        for lat, g in zip(self._plat.v[idx].tolist(), self._group.v[idx].tolist(), strict=True):
+        plat, group = self._slots.f[PLAT, idx].tolist(), self._slots.group[idx].tolist()
+        for lat, g in zip(plat, group, strict=True):
             by_lat.setdefault(lat, []).append(g)
         for lat in sorted(by_lat):
             if lat == 0:
@@ -315,80 +224,17 @@ class FlowNetwork:
             entry = self._groups.pop(g)
             entry[0].succeed(entry[2])
 
-    def _maybe_compact(self) -> None:
-        n = self._alive.n
-        if n < 64 or self._n_alive * 2 > n:
-            return
-        alive = self._alive.v
-        keep_pair = alive[self._pf.v]
-        dead_p = ~keep_pair   # finished flows leave: credit their bytes to their links
-        self._done_bytes += np.bincount(self._pl.v[dead_p], weights=self._size.v[self._pf.v[dead_p]],
-                                        minlength=self._n_links)
-        new_id = np.cumsum(alive) - 1
-        pf = new_id[self._pf.v[keep_pair]]
-        self._pl.compact(keep_pair)
-        self._pf.compact(keep_pair)
-        self._pf.v[:] = pf
-        lens = np.diff(self._pstart.v)[alive]
-        self._pstart.n = 1
-        self._pstart.extend(np.cumsum(lens))
-        for arr in (self._rem, self._tref, self._rate, self._tfin, self._size, self._plat,
-                    self._start, self._group):
-            arr.compact(alive)
-        self._alive.compact(alive)
-        self._lindex = None
-
-    def _workspace(self, n_slots: int) -> tuple[np.ndarray, ...]:
-        """Zeroed per-link and per-slot scratch arrays of the compiled solve (kept zeroed)."""
-        ws = self._ws
-        if ws is None:
-            n = self._n_links
-            ws = self._ws = [np.zeros(0, dtype=bool), np.zeros(n, dtype=bool), np.zeros(n),
-                             np.zeros(n, dtype=np.int64), np.zeros(n), np.zeros(n),
-                             np.zeros(n, dtype=bool), np.zeros(n)]
-        if len(ws[0]) < n_slots:
-            ws[0] = np.zeros(max(n_slots, 2 * len(ws[0])), dtype=bool)
-        return tuple(ws)
-
-    def _solve(self, now: float, done: np.ndarray, r_done: float, first_new: int,
-               kern: Any) -> None:
-        """Re-rate after flows ``done`` (slots) finished and slots ``first_new:`` started."""
-        # a small problem is re-solved whole: cheaper than finding what it affects
-        whole = not (self._incremental and self._n_alive_pairs > SMALL_PAIRS)
-        if not whole and (self._lindex is None or 2 * self._n_alive_pairs < len(self._lindex[1])):
-            # (re)built over the running flows once half of those it lists have finished
-            self._lindex = (kern or incremental).link_index(self._pf.v, self._pl.v, self._alive.v,
-                                                            self._n_links)
-        lptr, lidx = self._lindex if self._lindex is not None else (None, None)
-        state = (self._pstart.v, self._pf.v, self._pl.v, lptr, lidx, self._cap, self._alive.v,
-                 self._rate.v, self._rem.v, self._tref.v, self._tfin.v, self._lcnt,
-                 np.asarray(done, dtype=np.int64), first_new, r_done, self._n_alive, whole)
-        if kern is None:
-            idx = incremental.solve(now, *state)
-        else:
-            if lptr is None:
-                lptr = lidx = np.zeros(1, dtype=np.int64)
-                state = state[:3] + (lptr, lidx) + state[5:]
-            idx = kern.solve(now, *state, incremental.FULL_FRACTION, incremental.THRESHOLD_MARGIN,
-                             CAP_FLOOR, 1.0 + SAT_RTOL, *self._workspace(self._alive.n))
-        self.n_resolved += len(idx)
-        self.n_solves += 1
-        if self._record or self._on_solve is not None:
-            rate = self._rate.v
-            keep = self._alive.v[self._pf.v]
-            pf, pl = self._pf.v[keep], self._pl.v[keep]
-            if self._record:
-                load = np.bincount(pl, weights=rate[pf], minlength=self._n_links)
-                for link in _nonzero(load != self._last_load).tolist():
-                    self._series.setdefault(link, []).append((now, float(load[link])))
-                self._last_load = load
-            if self._on_solve is not None:
-                self._on_solve(now, pf, pl, rate.copy())
-
-    def _schedule_wake(self, now: float, kern: Any) -> None:
-        if not self._n_alive:
-            return
-        t = float(kern.earliest(self._tfin.v) if kern is not None else self._tfin.v.min())
-        if t < np.inf:
-            self.env.timeout(max(t - now, 0.0)).callbacks.append(
-                partial(self._on_wake, self._version))
+    def _report(self, now: float) -> None:
+        """Per-link load change points and the ``on_solve`` hook, after a solve."""
+        slots = self._slots
+        rate = slots.f[RATE, :slots.n]
+        pf, pl = slots.pf[:slots.np], slots.pl[:slots.np]
+        keep = slots.alive[:slots.n][pf]
+        pf, pl = pf[keep], pl[keep]
+        if self._record:
+            load = np.bincount(pl, weights=rate[pf], minlength=self._n_links)
+            for link in _nonzero(load != self._last_load).tolist():
+                self._series.setdefault(link, []).append((now, float(load[link])))
+            self._last_load = load
+        if self._on_solve is not None:
+            self._on_solve(now, pf, pl, rate.copy())

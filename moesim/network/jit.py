@@ -8,8 +8,11 @@ compiled loops (:mod:`moesim.network.kernels`, numba) and vectorized numpy
 it can be imported, unless the environment variable ``MOESIM_NUMBA=0`` is set;
 :func:`use_numba` switches at run time (tests run both paths).
 
-numba is imported, and its kernels compiled, on first use only: ``moesim`` commands
-that never build a flow network do not pay for it. Compiled code is cached on disk
+numba is imported, and its kernels loaded, only when a run is large enough to gain
+from it (a flow network past ``slots.JIT_AFTER_EVENTS`` events or
+``slots.JIT_AFTER_PAIRS`` pairs, a max-min problem over ``maxmin.JIT_PAIRS`` pairs):
+importing numba and loading the cached code costs about 0.9 s of CPU, more than a small
+run's whole network. Since both paths give the same bits, a run may switch at any event. Compiled code is cached on disk
 (``cache=True``: next to the module, or numba's per-user cache directory when that is
 not writable), so the compile cost (a few seconds, docs/network.md) is paid once per
 machine and numba version.

@@ -266,3 +266,57 @@ def solve(now, pstart, pf, pl, lptr, lidx, cap, alive, rate, rem, tref, tfin, lc
         rate[s] = got[u]
         tfin[s] = now + r / got[u]
     return aff
+
+
+@njit(cache=True, nogil=True)
+def step(now, first_new, tol, rtol, f, alive, pstart, pf, pl, lptr, lidx, index_ok, cap, lcnt,
+         counts, incremental, small_pairs, full_fraction, margin, cap_floor, sat_fac,
+         hit, seen, res, cnt, share, frozen, bad, added):
+    """One event of :class:`moesim.network.slots.Slots` (its ``_step_numpy``, compiled):
+    returns (finished slots: due then zero-byte new, number due, rates re-solved or -1,
+    next finish time, lptr, lidx, index valid)."""
+    n = alive.shape[0]
+    rem, tref, rate, tfin, size, start = f[0], f[1], f[2], f[3], f[4], f[6]
+    old = due(tfin, start, first_new, now, tol, rtol)
+    r_done = np.inf
+    for u in range(old.shape[0]):
+        if rate[old[u]] < r_done:
+            r_done = rate[old[u]]
+    n_zero = 0
+    for s in range(first_new, n):
+        if size[s] == 0.0:
+            n_zero += 1
+    done = np.empty(old.shape[0] + n_zero, dtype=np.int64)
+    done[:old.shape[0]] = old
+    j = old.shape[0]
+    for s in range(first_new, n):
+        if size[s] == 0.0:
+            done[j] = s
+            j += 1
+    for u in range(done.shape[0]):
+        s = done[u]
+        alive[s] = False
+        rate[s] = 0.0
+        tfin[s] = np.inf
+        for k in range(pstart[s], pstart[s + 1]):
+            lcnt[pl[k]] -= 1
+        counts[0] -= 1
+        counts[1] -= pstart[s + 1] - pstart[s]
+    has_new = False
+    if counts[0] > 0:
+        for s in range(first_new, n):
+            if alive[s]:
+                has_new = True
+                break
+    n_res = -1
+    if has_new or old.shape[0] > 0:
+        whole = not (incremental and counts[1] > small_pairs)
+        if not whole and (not index_ok or 2 * counts[1] < lidx.shape[0]):
+            lptr, lidx = link_index(pf, pl, alive, cap.shape[0])
+            index_ok = True
+        aff = solve(now, pstart, pf, pl, lptr, lidx, cap, alive, rate, rem, tref, tfin, lcnt,
+                    old, first_new if has_new else n, r_done, counts[0], whole, full_fraction,
+                    margin, cap_floor, sat_fac, hit, seen, res, cnt, share, frozen, bad, added)
+        n_res = aff.shape[0]
+    wake = earliest(tfin) if counts[0] > 0 else np.inf
+    return done, old.shape[0], n_res, wake, lptr, lidx, index_ok

@@ -48,6 +48,9 @@ CAP_FLOOR = 1e-12
 #: plain Python (numpy's per-call overhead dominates there); the result is bit-identical
 SMALL_PAIRS = 40
 
+#: problems with more pairs than this load the compiled rounds (numba) if not loaded yet
+JIT_PAIRS = 20000
+
 
 _CAP_MSG = "every link a flow crosses needs capacity_Bps > 0"
 
@@ -71,8 +74,8 @@ def maxmin_pairs(
     rates = np.full(n_flows, np.inf)
     if po.size == 0:
         return rates
-    # compiled once loaded (a flow network loads it) or when the problem is not tiny
-    kern = jit.kernels(load=po.size > SMALL_PAIRS)
+    # compiled once loaded (a large flow network loads it) or for a large problem
+    kern = jit.kernels(load=po.size > JIT_PAIRS)
     if po.size <= SMALL_PAIRS and kern is None:
         _maxmin_small(po.tolist(), pl.tolist(), cap, rates)
         return rates

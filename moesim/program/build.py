@@ -27,7 +27,9 @@ import numpy as np
 from moesim.collectives.communicator import CollectiveSpec
 from moesim.compute.base import ComputeModel, Kernel
 from moesim.gating import make_placement, route_microbatch
-from moesim.model import mtp
+from moesim.model import mtp, window
+from moesim.program import cuda_graphs, recompute
+from moesim.program.recompute_ops import RecomputeOps
 from moesim.schedule.layout_string import stage_chunks
 from moesim.model import costs
 from moesim.program import cp as cpx
@@ -103,7 +105,7 @@ def build_step(res, step: int | None = None, *, replicas: str = "independent",
                     replicas, dedup).build()
 
 
-class Builder(GradientOps, DualPipeOps, PairedOps, FoldedOps):
+class Builder(GradientOps, DualPipeOps, PairedOps, FoldedOps, RecomputeOps):
     def __init__(self, res, step: int, replicas: str = "independent",
                  dedup: bool = False) -> None:
         self.res = res
@@ -132,6 +134,7 @@ class Builder(GradientOps, DualPipeOps, PairedOps, FoldedOps):
         self.chunks = stage_chunks(scn, self.spec, self.dual.stages if self.dual is not None
                                    else self.pp * self.v, dual=self.dual is not None)
         self.moe_layers = [i for i in range(self.spec.blocks) if self.spec.is_moe_layer(i)]
+        self.rc = recompute.RecomputeRule(scn.memory, self.chunks, self.spec)
         self.moe_index = {layer: j for j, layer in enumerate(self.moe_layers)}
         self.gpn = scn.gpus_per_node
         self.routing = res.routing
@@ -321,7 +324,7 @@ class Builder(GradientOps, DualPipeOps, PairedOps, FoldedOps):
     def _compute(self, prog: list[Op], name: str, layer: int, mb: int, phase: str, key: tuple,
                  make, deps: tuple[int, ...] = (), **kw) -> None:
         t, fl = self.timer(key, make)
-        if name != "opt.adam":
+        if name != "opt.adam" and not name.startswith("bwd.recompute"):  # model FLOPs only
             self.flops += fl
         prog.append(Op(stream="compute", kind="compute", name=name, duration_s=t, flops=fl,
                        layer=layer, microbatch=mb, phase=phase, deps=deps,
@@ -360,9 +363,12 @@ class Builder(GradientOps, DualPipeOps, PairedOps, FoldedOps):
         if self.zero == 3 and self.dp > 1:
             deps = self._zero3_gather(prog, rank, layer, mb, phase)
         start = len(prog)
-        attn = ("attn", phase)
-        attn_k = lambda: [*costs.norm_kernels(spec, self.tokens, tp, phase),  # noqa: E731
-                          *costs.attention_kernels(spec, self.tokens, self.seq, tp, phase)]
+        seq = window.effective_seq(spec, layer, self.seq)   # a sliding window scores less
+        attn = ("attn", phase) if seq == self.seq else ("attn", phase, seq)
+        graphs = self.scn.overlap.cuda_graphs
+        attn_k = lambda: cuda_graphs.maybe([  # noqa: E731
+            *costs.norm_kernels(spec, self.tokens, tp, phase),
+            *costs.attention_kernels(spec, self.tokens, seq, tp, phase)], "attn" in graphs)
         if phase == "fwd":
             self._attention(prog, rank, layer, mb, phase, attn, attn_k, deps=deps)
             self._tp_allreduce(prog, rank, layer, mb, phase, "attn")
@@ -370,12 +376,14 @@ class Builder(GradientOps, DualPipeOps, PairedOps, FoldedOps):
                 self._moe(prog, rank, layer, mb, phase)
             else:
                 self._compute(prog, "fwd.ffn", layer, mb, phase, ("ffn", phase),
-                              lambda: costs.dense_ffn_kernels(spec, self.tokens, tp, phase))
+                              lambda: cuda_graphs.maybe(costs.dense_ffn_kernels(
+                                  spec, self.tokens, tp, phase), "mlp" in graphs))
             self._tp_allreduce(prog, rank, layer, mb, phase, "mlp")
             if layer >= spec.layers:    # an MTP depth's projection, head and loss
                 self._compute(prog, "fwd.mtp", layer, mb, phase, ("mtp", phase),
                               lambda: mtp.head_kernels(spec, self.tokens, tp, phase))
         else:
+            self._recompute(prog, layer, mb, deps)
             if layer >= spec.layers:
                 self._compute(prog, "bwd.mtp", layer, mb, phase, ("mtp", phase),
                               lambda: mtp.head_kernels(spec, self.tokens, tp, phase))
@@ -385,7 +393,8 @@ class Builder(GradientOps, DualPipeOps, PairedOps, FoldedOps):
                 deps = ()
             else:
                 self._compute(prog, "bwd.ffn", layer, mb, phase, ("ffn", phase),
-                              lambda: costs.dense_ffn_kernels(spec, self.tokens, tp, phase),
+                              lambda: cuda_graphs.maybe(costs.dense_ffn_kernels(
+                                  spec, self.tokens, tp, phase), "mlp" in graphs),
                               deps=deps)
                 deps = ()
             self._tp_allreduce(prog, rank, layer, mb, phase, "attn")
@@ -443,8 +452,12 @@ class Builder(GradientOps, DualPipeOps, PairedOps, FoldedOps):
                     flops=f_exp, layer=layer, microbatch=mb, phase=phase, tokens=recv,
                     experts=experts, expert_tokens=tuple(int(local[e]) for e in experts),
                     hot_expert=hot, hot_tokens=int(local[hot]) if hot >= 0 else 0)
-        pre = lambda: [*costs.router_kernels(spec, self.ep_tokens, phase),  # noqa: E731
-                       *costs.permute_kernels(spec, sent, phase)]
+        graphs = self.scn.overlap.cuda_graphs
+        pre = lambda: [  # noqa: E731
+            *cuda_graphs.maybe(costs.router_kernels(spec, self.ep_tokens, phase),
+                               "moe_router" in graphs),
+            *cuda_graphs.maybe(costs.permute_kernels(spec, sent, phase),
+                               "moe_preprocess" in graphs)]
         post = lambda: [*costs.unpermute_kernels(spec, sent, phase),  # noqa: E731
                         *costs.shared_expert_kernels(spec, self.tokens, tp, phase)]
         d_out = float(_matrix(disp)[pos].sum())
@@ -465,6 +478,7 @@ class Builder(GradientOps, DualPipeOps, PairedOps, FoldedOps):
             self._coll(prog, "ep_combine", "bwd.combine", comb, ("bcomb",) + gkey, layer, mb,
                        phase, c_out, tokens=sent)
             self._etp(prog, etp_g, local, layer, mb, phase, 0)
+            self._recompute_experts(prog, layer, mb, local, experts, recv)
             prog.append(exp_op)
             self._etp(prog, etp_g, local, layer, mb, phase, 1)
             self._coll(prog, "ep_dispatch", "bwd.dispatch", disp, ("bdisp",) + gkey, layer, mb,

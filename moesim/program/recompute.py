@@ -43,10 +43,8 @@ def recomputes(recompute: str, modules, method: str, num_layers: int, position: 
 
 
 def _norms(spec: ModelSpec, tokens: int, tp: int) -> list[Kernel]:
-    """The two RMSNorms of a layer without the residual adds (costs.norm_kernels prices
-    2 norms + 2 adds at 20 B and 10 FLOP per element: the norms are 8 B and 8 FLOP)."""
-    return [replace(k, name="norm", flops=k.flops * 8 / 10, bytes=k.bytes * 8 / 20, count=2)
-            for k in costs.norm_kernels(spec, tokens, tp, "fwd")]
+    """The two RMSNorms of a layer, without the residual adds."""
+    return [k for k in costs.norm_kernels(spec, tokens, tp, "fwd") if k.name == "norm"]
 
 
 def layer_recompute_kernels(spec: ModelSpec, layer: int, mods: frozenset[str], *,
@@ -100,10 +98,47 @@ def expert_recompute(spec: ModelSpec, layer: int, mods: frozenset[str],
     for n in expert_tokens:
         if n <= 0:
             continue
-        if whole:
-            t, f = price(n, lambda n=n: forward(n))
-        else:
-            t, f = price(n, lambda n=n: [k for k in forward(n) if k.name.endswith("_act")])
+        t, f = price(n, (lambda n=n: forward(n)) if whole else
+                     (lambda n=n: act_kernels(forward(n))))
         t_all += t
         f_all += f
     return t_all, f_all
+
+
+class RecomputeRule:
+    """Which modules each layer re-runs in its backward, for a scenario's ``memory:``
+    section and its stage chunks (positions within a chunk decide ``block``)."""
+
+    def __init__(self, mem, chunks, spec: ModelSpec) -> None:
+        self.spec = spec
+        self._of: dict[int, frozenset[str]] = {}
+        if mem.recompute == "none":
+            return
+        for chunk in chunks:
+            for pos, layer in enumerate(chunk):
+                mods = recomputes(mem.recompute, mem.recompute_modules, mem.recompute_method,
+                                  mem.recompute_num_layers, pos)
+                if mods:
+                    self._of[layer] = mods
+
+    def mods(self, layer: int) -> frozenset[str]:
+        return self._of.get(layer, frozenset())
+
+    def expert_phase(self, layer: int) -> str | None:
+        """How the routed experts are re-run: "fwd" (the whole forward: ``moe``, full),
+        "act" (only the activation: ``moe_act``) or None."""
+        mods = self.mods(layer)
+        if not self.spec.is_moe_layer(layer) or not mods:
+            return None
+        if "full" in mods or "moe" in mods:
+            return "fwd"
+        return "act" if "moe_act" in mods else None
+
+    @property
+    def any_act(self) -> bool:
+        return any("moe_act" in m and "moe" not in m for m in self._of.values())
+
+
+def act_kernels(kernels: list[Kernel]) -> list[Kernel]:
+    """The activation-function kernels of an expert's forward (``moe_act``)."""
+    return [k for k in kernels if k.name.endswith("_act")]

@@ -4,11 +4,11 @@
   ``moesim run``'s step (:func:`moesim.engine.api.simulate`, the scenario's engine) on the
   trainer pool's layout with ``ceil(rows / dp)`` micro-batches of one packed row per data
   -parallel replica; a log-prob pass is a serving prefill step
-  (:func:`moesim.serve.run.simulate_serve`) over the same rows plus the LM head and
-  log-softmax over every token (a prefill samples the last token only). Forward passes
-  run with the pipeline stages folded into data parallelism (one stage). Times are
-  memoised by their inputs: RL steps whose mini-batches pack into the same number of
-  rows per replica are simulated once.
+  (:func:`moesim.serve.run.simulate_serve`) of one row per GPU plus the LM head and
+  log-softmax over every token (a prefill samples the last token only), times the rows
+  each data-parallel group holds. Forward passes run with the pipeline stages folded into
+  data parallelism (one stage). Times are memoised by their inputs: RL steps whose
+  mini-batches pack into the same number of rows per replica are simulated once.
 - :class:`EngineStepCosts` (:class:`moesim.load.costs.StepCosts`) for one rollout replica:
   decode steps simulated by ``moesim serve`` at a grid of (batch, context) points and
   interpolated linearly (exact where the step is linear in context: reading the KV cache),
@@ -22,6 +22,7 @@ import bisect
 import dataclasses
 import math
 
+from moesim.engine.api import simulate
 from moesim.model.costs import memory_op
 from moesim.scenario.resolve import resolve
 from moesim.scenario.schema import ClusterConfig, EngineConfig, ParallelConfig, Scenario
@@ -66,7 +67,6 @@ class EngineTrainerCosts:
             m = math.ceil(m / self.pp) * self.pp
         key = ("train", m)
         if key not in self.memo:
-            from moesim.engine.api import simulate
             scn = dataclasses.replace(self.scn, schedule=dataclasses.replace(
                 self.scn.schedule, microbatches=m))
             self.memo[key] = float(simulate(resolve(scn)).summary["step_time_s"])
@@ -74,22 +74,26 @@ class EngineTrainerCosts:
         return self.memo[key]
 
     def forward_s(self, rows: int, model: dict | None = None) -> float:
+        """``ceil(rows / groups)`` rows per data-parallel group, each priced as the
+        simulated pass over one row per group (rows of ``seq_len`` tokens fill the GEMMs
+        already; routing a whole batch of rows costs minutes of CPU at DeepSeek-V3 size)."""
         groups = self.gpus // self.tp            # data-parallel groups, stages folded
         per_group = max(1, math.ceil(rows / groups))
-        per_gpu = math.ceil(per_group / self.tp)
-        key = ("fwd", per_gpu, id(model))
+        key = ("fwd", None if model is None else repr(sorted(model.items())))
         if key not in self.memo:
             scn = self.scn if model is None else dataclasses.replace(self.scn, model=model)
             backend = scn.parallel.ep_backend.kind if self.ep > 1 else "nccl"
-            cfg = ServeConfig(phase="prefill", batch_per_gpu=per_gpu, prompt=self.seq_len,
+            # one request per GPU: a TP group computes tp rows in the step
+            cfg = ServeConfig(phase="prefill", batch_per_gpu=1, prompt=self.seq_len,
                               output=1, tp=self.tp, ep=self.ep, ep_backend=backend)
             step, res = _serve_time(scn, cfg)
-            tokens = per_gpu * self.tp * (self.seq_len - 1)
+            per_row = step / self.tp
+            tokens = self.seq_len - 1
             ks = head_kernels(res.model, tokens, self.tp)
             ks.append(memory_op("logprob_gather", 4 * tokens, tokens))
-            self.memo[key] = step + sum(res.compute.time_s(k) for k in ks)
+            self.memo[key] = per_row + sum(res.compute.time_s(k) for k in ks)
             self.simulated += 1
-        return self.memo[key]
+        return per_group * self.memo[key]
 
     def reward_model_s(self, rows: int) -> float:
         return self.forward_s(rows, self.reward_model or dict(self.scn.model))
@@ -97,8 +101,9 @@ class EngineTrainerCosts:
 
 #: decode grid: running sequences per GPU of a replica
 BATCH_PER_GPU = (1, 4, 16, 64, 256)
-#: prefill grid: prompts per GPU admitted in one step
-PROMPTS_PER_GPU = (1, 8, 64)
+#: prefill grid: prompts per GPU admitted in one step (linear beyond the last point:
+#: a prefill of many prompts is compute-bound, its time proportional to the tokens)
+PROMPTS_PER_GPU = (1, 8)
 
 
 class EngineStepCosts:
@@ -117,7 +122,7 @@ class EngineStepCosts:
         self.batch_grid = sorted({b for b in BATCH_PER_GPU if b < top} | {top})
         self.ctx_grid = sorted(set(contexts))
         self.prompt = max(1, int(prompt))
-        self.prefill_grid = sorted({p for p in PROMPTS_PER_GPU if p < top} | {top})
+        self.prefill_grid = sorted({min(p, top) for p in PROMPTS_PER_GPU})
         self.memo: dict[tuple, float] = {}
         self.simulated = 0
 

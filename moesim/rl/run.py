@@ -21,7 +21,7 @@ from moesim.rl.config import RLConfig, rl_from_dict
 from moesim.rl.lengths import draw
 from moesim.rl.loop import Timeline, schedule
 from moesim.rl.phases import Batch, StepWork, TrainerCosts, step_work
-from moesim.rl.sync import SyncResult, param_bytes, switch_cost, weight_sync
+from moesim.rl.sync import SyncResult, switch_cost, weight_sync
 from moesim.scenario import load_scenario
 from moesim.scenario.blame import blame_overrides
 from moesim.scenario.resolve import Resolved, resolve
@@ -146,10 +146,6 @@ def simulate_rl(setup: RLSetup, steps: int, *, rollout_costs: StepCosts | None =
             progress(s + 1, steps)
     tl = schedule([w.durations for w in works], cfg.max_lag, cfg.colocated)
     return RLRun(setup, batches, works, tl, sync, kv, switch)
-
-
-def model_bytes(setup: RLSetup) -> float:
-    return param_bytes(setup.res.model)
 
 
 def rl_summary(target: str | Path, overrides=(), steps: int | None = None) -> dict:

@@ -11,6 +11,7 @@ each pool over the run), ``staleness`` (samples per lag in versions), ``long_tai
 
 from __future__ import annotations
 
+import dataclasses
 from collections import Counter
 
 import numpy as np
@@ -80,8 +81,6 @@ def summarize(run) -> dict:
 
 def details(run) -> dict:
     """What the summary leaves out: the configuration, pools, sync and KV figures."""
-    import dataclasses
-
     s = run.sync
     setup = run.setup
     return {

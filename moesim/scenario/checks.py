@@ -43,3 +43,50 @@ def check_hot_shares(src: str, policy: Mapping[str, Any], routing: RoutingConfig
                      f"{len(ids)} hot expert(s) gives one more than {limit} of the "
                      "assignments; set routing.hot_fraction (or hot_token_fraction)",
                      routing.kind)
+
+
+def check_sms(src: str, scn: Any, device: Any) -> None:
+    """The SMs a communication kernel holds, against the device's (the same rule as
+    ``moesim collective --sms``): DeepEP's normal kernels an even number >= 2, and
+    every count fewer than the device has (compute needs some)."""
+    dev_sms = int(getattr(device, "sms", 0) or 0)
+    backend = scn.parallel.ep_backend
+    if backend.sms is not None and backend.kind == "deepep" and (
+            backend.sms < 2 or backend.sms % 2):
+        raise InputError(src, "parallel.ep_backend.sms", "an even number of SMs >= 2 "
+                         "(DeepEP runs 2 SMs per channel)", backend.sms)
+    name = getattr(device, "name", device)
+    for field, v in (("parallel.ep_backend.sms", backend.sms),
+                     ("overlap.nccl_sms", scn.overlap.nccl_sms)):
+        if v and dev_sms and v >= dev_sms:
+            raise InputError(src, field, f"fewer than the device's {dev_sms} SMs ({name})", v)
+
+
+def node_limit_warning(routing: RoutingConfig, layout: Any, gpus_per_node: int | None
+                       ) -> str | None:
+    """Node-limited routing picks at most ``max_nodes`` of the nodes an EP group spans: a
+    limit above what the group spans limits nothing, said in a warning (not refused:
+    the shipped DeepSeek-V3 scenarios keep ``max_nodes: 4`` in their smaller what-ifs)."""
+    if routing.max_nodes is None or not gpus_per_node or layout.ep < 2:
+        return None
+    group = layout.group_of(0, "ep")
+    nodes = len({int(r) // gpus_per_node for r in group})
+    if routing.max_nodes <= nodes:
+        return None
+    return (f"routing.max_nodes {routing.max_nodes} limits nothing: an EP group of "
+            f"{len(group)} ranks spans {nodes} node(s) ({gpus_per_node} GPUs per node)")
+
+
+#: routing keys that shape one kind's shares only
+KIND_KEYS = {"zipf_s": ("zipf",), "hot_experts": ("hot",), "hot_fraction": ("hot",),
+             "hot_token_fraction": ("hot",), "alpha": ("dirichlet",), "file": ("file",)}
+
+
+def routing_ignored_warnings(policy: Mapping[str, Any]) -> list[str]:
+    """Keys of the ``routing:`` section that the chosen kind does not read (a hot
+    scenario's ``hot_fraction`` under ``--set routing.kind=uniform``): said in a warning,
+    not dropped silently."""
+    kind = policy.get("kind", "uniform")
+    return [f"routing.{key} applies to routing.kind {' or '.join(kinds)} only: ignored "
+            f"with kind {kind}" for key, kinds in KIND_KEYS.items()
+            if policy.get(key) is not None and kind not in kinds]

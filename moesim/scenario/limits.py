@@ -79,3 +79,36 @@ def check_work(src: str, mode: str, world: int, layers: int, microbatches: int) 
                          f"{limit:,} on the {mode} engine{hint}: {world} x {layers} x "
                          f"{microbatches} = {work:,} would take more than about ten minutes "
                          "and GBs of memory (docs/scenarios.md, Size limits)", microbatches)
+
+
+#: ``moesim collective --op ep_dispatch|ep_combine``: ranks x tokens per rank x (experts +
+#: top_k), the per-token routing the exchange samples (each token's row over the
+#: experts, its top-k picks). The DeepSeek-V3 EP64 exchange (64 x 4096 x 264) is 2^26.1
+#: and takes 7.4 s CPU, 171 MB on the shared 2-core machine; 10^8 tokens per rank
+#: asked for 191 GiB in one array
+MAX_EP_ROUTED = 2**27
+
+
+def check_ep_exchange(ranks: int, tokens: int, experts: int, top_k: int,
+                      src: str = "command line") -> None:
+    """Refuse an EP exchange too large to route per token (:data:`MAX_EP_ROUTED`)."""
+    work = ranks * max(tokens, 0) * (max(experts, 0) + max(top_k, 0))
+    if work > MAX_EP_ROUTED:
+        raise InputError(src, "--tokens/--experts/--top-k", f"EP ranks x tokens x (experts "
+                         f"+ top_k) <= {MAX_EP_ROUTED:,} (every token is routed on its own; "
+                         f"{work:,} would take minutes and GBs; docs/scenarios.md, Size "
+                         "limits)", f"{ranks} x {tokens} x ({experts} + {top_k})")
+
+
+#: ``moesim schedule``: pipeline ranks x micro-batches. 256 x 1024 (2^18) takes 10.5 s
+#: CPU and 334 MB on the shared 2-core machine, growing linearly
+MAX_SCHEDULE_ITEMS = 2**19
+
+
+def check_schedule(pp: int, microbatches: int, src: str = "command line") -> None:
+    """Refuse a pipeline schedule too large to lay out (:data:`MAX_SCHEDULE_ITEMS`)."""
+    items = pp * microbatches
+    if items > MAX_SCHEDULE_ITEMS:
+        raise InputError(src, "--pp/--microbatches", f"--pp x --microbatches <= "
+                         f"{MAX_SCHEDULE_ITEMS:,} ({items:,} items would take minutes; "
+                         "docs/scenarios.md, Size limits)", f"{pp} x {microbatches}")

@@ -23,6 +23,7 @@ from moesim.outputs import check_name
 from moesim.paths import shown
 from moesim.scenario.blame import CLI, blame_overrides
 from moesim.scenario.limits import check_field, check_tokens
+from moesim.program.cuda_graphs import MODULES as CUDA_GRAPH_MODULES
 from moesim.scenario.schema import (
     ATTENTION_KERNELS,
     DICT_SECTIONS,
@@ -82,6 +83,7 @@ _RULES: dict[str, tuple[str, Any]] = {
     "memory.attention": ("choice", ATTENTION_KERNELS),
     "memory.grad_dtype": ("choice", GRAD_DTYPES), "memory.param_dtype": ("choice", PARAM_DTYPES),
     "memory.recompute_modules": ("modules", RECOMPUTE_MODULES),
+    "overlap.cuda_graphs": ("modules", CUDA_GRAPH_MODULES),
     "memory.recompute_method": ("choice", ("uniform", "block")),
     "memory.recompute_num_layers": ("pos", None),
     "engine.mode": ("choice", ENGINE_MODES), "engine.replicas": ("choice", REPLICA_MODES),
@@ -131,7 +133,7 @@ def _check(src: str, key: str, v: Any) -> Any:
         return _ep_backend(src, key, v)
     if kind == "modules":
         if v is None:
-            return None
+            return () if key == "overlap.cuda_graphs" else None
         if not (isinstance(v, list | tuple) and all(x in detail for x in v)):
             raise InputError(src, key, f"a list of {', '.join(detail)} (or omit it)", v)
         return tuple(v)
@@ -316,6 +318,7 @@ def build_scenario(data: dict, source: str = "<scenario>", default_name: str = "
         engine=_fixed(src, data, "engine", EngineConfig),
         serve=_section(src, data, "serve"),   # checked by moesim.serve.config
         rl=_section(src, data, "rl"),         # checked by moesim.rl.config
+        load=_section(src, data, "load"),     # checked by moesim.load.config
         source=src,
     )
     _check_schedule(scn)

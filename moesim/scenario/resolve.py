@@ -17,9 +17,15 @@ from typing import Any
 
 from moesim.errors import InputError
 from moesim.layout.mesh import Layout
-from moesim.scenario.blame import blame_overrides
-from moesim.scenario.checks import check_hot_shares
+from moesim.scenario.blame import blame_overrides, named_by
+from moesim.scenario.checks import (
+    check_hot_shares,
+    check_sms,
+    node_limit_warning,
+    routing_ignored_warnings,
+)
 from moesim.scenario.schema import Scenario
+from moesim.schedule.layout_string import stage_chunks
 
 
 @dataclass(frozen=True)
@@ -175,7 +181,8 @@ def resolve(scn: Scenario) -> Resolved:
     try:
         return _resolve(scn)
     except InputError as err:
-        raise blame_overrides(err, scn.source, scn.overrides) from None
+        err = blame_overrides(err, scn.source, scn.overrides)
+        raise named_by(err, scn.source, "named by") from None
 
 
 def _product_error(src: str, par: Any, world: int, overrides: tuple[str, ...]) -> InputError:
@@ -225,6 +232,10 @@ def _resolve(scn: Scenario) -> Resolved:
         if model.layers < chunks:
             raise InputError(src, "parallel.vpp", f"pp*vpp <= the model's {model.layers} "
                              f"layers (pp={par.pp})", par.vpp)
+        # the pipeline layout and the MTP layers' place, checked before any work
+        dual = scn.schedule.kind in ("dualpipe", "dualpipev")
+        stage_chunks(scn, model, 2 * par.pp if dual else
+                     par.pp * (par.vpp if scn.schedule.kind == "interleaved" else 1), dual)
 
     routing = None
     routing_from_dict = _delegate("moesim.gating", "routing_from_dict")
@@ -233,6 +244,9 @@ def _resolve(scn: Scenario) -> Resolved:
         if model is not None and getattr(model, "n_experts", 0):
             check_hot_shares(src, scn.routing.policy, routing, model.n_experts,
                              routing.top_k or model.top_k)
+        limit = node_limit_warning(routing, layout, scn.gpus_per_node)
+        warns = [*warns, *([limit] if limit else []),
+                 *routing_ignored_warnings(scn.routing.policy)]
 
     device = compute = None
     name = scn.cluster.device or getattr(topo, "device", None)
@@ -246,6 +260,8 @@ def _resolve(scn: Scenario) -> Resolved:
     if compute_model_from_dict is not None and device is not None:
         compute = compute_model_from_dict(dict(scn.compute), src, device)
         device = calibrated_device(device, compute, scn)
+    if device is not None:
+        check_sms(src, scn, device)
     prec = dict(scn.compute).get("precision")
     if model is not None and prec in ("bf16", "fp8") and getattr(model, "precision", prec) != prec:
         model = dataclasses.replace(model, precision=prec)   # the FP8 recipe's kernels

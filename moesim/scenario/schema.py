@@ -137,6 +137,13 @@ class OverlapConfig:
     # NCCL_DEBUG=INFO ("N coll channels"). 0 (default): compute is not slowed.
     nccl_sms: int = 0
     kind: str = "none"                # EP overlap: none | static | a2a-1f1b (OVERLAP_KINDS)
+    # Megatron-Core cuda_graph_modules captured in CUDA graphs (kernels launched from the
+    # GPU: moesim.program.cuda_graphs): attn, mlp, moe_router, moe_preprocess; () none
+    cuda_graphs: tuple[str, ...] = ()
+
+
+#: OverlapConfig fields that Scenario.to_dict() leaves out while at their defaults
+OVERLAP_OMIT_DEFAULTS = {"cuda_graphs": []}
 
 
 PARAM_DTYPES = ("bf16", "fp8")
@@ -206,6 +213,7 @@ class Scenario:
     engine: EngineConfig = field(default_factory=EngineConfig)
     serve: Any = field(default_factory=dict)     # dict for moesim.serve.config (serving)
     rl: Any = field(default_factory=dict)        # dict for moesim.rl.config (RL post-training)
+    load: Any = field(default_factory=dict)      # dict for moesim.load.config (serving traffic)
     source: str = "<scenario>"                   # file it came from (for error messages)
     world: int | None = None                     # GPUs in the cluster, once resolved
     gpus_per_node: int | None = None             # from the topology, once resolved
@@ -216,6 +224,7 @@ class Scenario:
         object.__setattr__(self, "compute", _frozen(self.compute))
         object.__setattr__(self, "serve", _frozen(self.serve))
         object.__setattr__(self, "rl", _frozen(self.rl))
+        object.__setattr__(self, "load", _frozen(self.load))
 
     def to_dict(self) -> dict:
         """The full configuration, JSON-able (lists, dicts, scalars)."""
@@ -224,6 +233,9 @@ class Scenario:
         for k, default in PARALLEL_OMIT_DEFAULTS.items():
             if out["parallel"].get(k) == default:
                 del out["parallel"][k]
+        for k, default in OVERLAP_OMIT_DEFAULTS.items():
+            if out["overlap"].get(k) == default:
+                del out["overlap"][k]
         for k, default in MEMORY_OMIT_DEFAULTS.items():
             if out["memory"].get(k) == default:
                 del out["memory"][k]
@@ -234,6 +246,8 @@ class Scenario:
             del out["serve"]
         if not out["rl"]:
             del out["rl"]
+        if not out["load"]:
+            del out["load"]
         return out
 
 
@@ -257,6 +271,6 @@ SECTIONS: dict[str, type] = {
     "engine": EngineConfig,
 }
 #: sections that are free-form dicts validated by their owner
-DICT_SECTIONS = ("model", "compute", "serve", "rl")
+DICT_SECTIONS = ("model", "compute", "serve", "rl", "load")
 TOP_LEVEL = ("name", "seed", "cluster", "model", "routing", "parallel", "schedule", "compute",
-             "overlap", "memory", "engine", "serve", "rl")
+             "overlap", "memory", "engine", "serve", "rl", "load")

@@ -110,14 +110,14 @@ def layout_chunks(text: str, *, layers: int, mtp: int, n_stages: int,
         if not cond:
             raise InputError(source, FIELD, expected, text)
 
-    need(len(stages) == n_stages, f"{n_stages} stages (pp·vpp), got {len(stages)}")
+    need(len(stages) == n_stages, f"{n_stages} stages (pp·vpp; this one has {len(stages)})")
     need(flat.count("E") == 1 and stages[0].startswith("E"),
          "E (the embedding) once, opening the first stage")
     need(flat.count("L") == 1 and stages[-1].endswith("L"),
          "L (the loss) once, closing the last stage")
-    need(flat.count("t") == layers, f"{layers} t (the model's decoder layers), got "
-         f"{flat.count('t')}")
-    need(flat.count("m") == mtp, f"{mtp} m (model.mtp_layers), got {flat.count('m')}")
+    need(flat.count("t") == layers, f"{layers} t, the model's decoder layers (this one has "
+         f"{flat.count('t')})")
+    need(flat.count("m") == mtp, f"{mtp} m, model.mtp_layers (this one has {flat.count('m')})")
     need("t" not in flat[flat.find("m"):] if "m" in flat else True,
          "every m (MTP layer) after the last t (Megatron: decoder layers before MTP)")
     out, dec, extra = [], 0, layers

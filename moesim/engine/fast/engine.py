@@ -27,7 +27,7 @@ from moesim.engine.breakdown import CATEGORIES, rank_breakdown
 from moesim.engine.fast.dp import RingCost, gradient_phase
 from moesim.engine.fast.dual import a2a_pair, dual_gradient_phase, run_dual_chain
 from moesim.engine.fast.links import LinkBytes
-from moesim.engine.fast.network import FastNetwork
+from moesim.engine.fast.network import EXACT_FLOW_BUDGET, FastNetwork
 from moesim.engine.fast.pipeline import Chain, RouteRec, all_pairs
 from moesim.engine.fast.spans import choose_span_ranks
 from moesim.engine.fast.stash import RecordStash
@@ -36,6 +36,7 @@ from moesim.engine.summary import link_stats, make_result, summarize
 from moesim.model import costs
 from moesim.program import cp as cpx
 from moesim.program import etp as etpx
+from moesim.program import recompute
 from moesim.program.build import ACT_BYTES, Builder, Timer
 from moesim.program.overlap import PairRule
 from moesim.program.replicas import replicas_mode
@@ -43,6 +44,10 @@ from moesim.scenario.resolve import Resolved
 from moesim.schedule.a2a_overlap import a2a_1f1b_order
 from moesim.trace.result import SimResult
 from moesim.trace.spans import Span
+
+
+#: (token count, phase) expert kernel lists kept for the other parts of the backward
+EK_MEMO_MAX = 1 << 16
 
 
 class Context:
@@ -58,6 +63,7 @@ class Context:
         k = self.spec.top_k if res.routing.top_k is None else res.routing.top_k
         self.sent = self.ep_tokens * k
         self.chunks, self.order = b.chunks, b.order
+        self.rc = b.rc          # activation recomputation (moesim.program.recompute)
         self.timer = Timer(res.compute)
         topo = res.topology
         gpus = list(topo.gpus)
@@ -85,6 +91,21 @@ class Context:
         self._tp: dict[int, float] = {}
         self._cp: dict[tuple[int, str], float] = {}
         self._lut: dict[str, tuple[np.ndarray, np.ndarray]] = {}
+        self.exact_flows = 0    # flows the step would time flow by flow (simulate_fast)
+        self._ek: dict[tuple[int, str], list] = {}   # (tokens, phase) -> expert kernels
+
+    def _expert_kernels(self, x: int, ph: str, part: str) -> list:
+        # the backward's B and W parts (and the activation recompute) are cut from one
+        # kernel list: built once per token count (route records price their phases one
+        # after the other over the same counts; the memo is dropped when it grows large)
+        ks = self._ek.get((x, ph))
+        if ks is None:
+            if len(self._ek) >= EK_MEMO_MAX:
+                self._ek.clear()
+            ks = self._ek[(x, ph)] = etpx.expert_kernels(self.spec, x * self.etp, self.etp, ph)
+        if part == "act":
+            return recompute.act_kernels(ks)
+        return costs.backward_part(ks, part) if part else ks
 
     def expert_cost(self, local: np.ndarray, phase: str) -> tuple[np.ndarray, np.ndarray]:
         """(seconds, FLOP) of every (rank, expert) with ``local`` tokens; a lookup
@@ -92,6 +113,8 @@ class Context:
         ``fwd``, ``bwd``, or ``bwd.B`` / ``bwd.W`` (the backward's input- and
         weight-gradient parts, :func:`moesim.model.costs.split_backward`)."""
         ph, _, part = phase.partition(".")
+        if phase == "act":      # moe_act recompute: the activation function only
+            ph, part = "fwd", "act"
         lut = self._lut.get(phase)
         top = int(local.max(initial=0))
         if lut is None or len(lut[0]) <= top:
@@ -108,9 +131,7 @@ class Context:
                 # ETP: the peers' tokens too (taken equal to this rank's), 1/etp wide
                 t_lut[x], f_lut[x] = self.timer(
                     ("expert", x, ph, self.etp) + ((part,) if part else ()),
-                    lambda x=x: (costs.backward_part(
-                        etpx.expert_kernels(self.spec, x * self.etp, self.etp, ph), part)
-                        if part else etpx.expert_kernels(self.spec, x * self.etp, self.etp, ph)))
+                    lambda x=x: self._expert_kernels(x, ph, part))
         return t_lut[local], f_lut[local]
 
     def send_share(self, src: int, dst: int) -> float:
@@ -220,7 +241,8 @@ def _route_rec(ctx: Context, r, group: tuple[int, ...], forward_only: bool = Fal
     flat = np.flatnonzero(local)
     rows, vals = flat // local.shape[1], local.ravel()[flat]
     exp_t, exp_f = {}, {}
-    for phase in ("fwd", "bwd") + (("bwd.B", "bwd.W") if ctx.dual is not None else ()):
+    for phase in (("fwd", "bwd") + (("bwd.B", "bwd.W") if ctx.dual is not None else ())
+                  + (("act",) if ctx.rc.any_act else ())):
         t, f = ctx.expert_cost(vals, phase)
         exp_t[phase] = np.bincount(rows, weights=t, minlength=n)
         exp_f[phase] = float(f.sum())
@@ -350,6 +372,8 @@ def simulate_fast(res: Resolved, *, progress=None, span_ranks: int = 64,
     chains = _chains(lay)
     if dedup:
         chains = [c for c in chains if b.rmap.is_rep(c[0][0])]
+    ctx.exact_flows = ctx.net.exact_flow_estimate(chains, len(b.moe_layers), ctx.m)
+    ctx.net.exact_ok = ctx.exact_flows <= EXACT_FLOW_BUDGET
     acc = {k: np.zeros(world) for k in CATEGORIES if k != "idle"}
     end = np.zeros(world)
     send_end = np.zeros(world)

@@ -41,6 +41,13 @@ SHARING_MAX_MEMBERS = 32
 #: Groups within one host keep sharing, which is exact there.
 EXACT_MAX_MEMBERS = 32
 
+#: flows the fast path may run flow by flow on the flow network in one step (about
+#: 30 s of CPU on the development machine); a step that would run more (counted before
+#: it starts by :func:`exact_flow_estimate`, e.g. Qwen3-235B on 256 GPUs: EP32 over 4
+#: nodes, 94 layers x 128 micro-batches, about 49 million) times those all-to-alls by
+#: per-link processor sharing instead, and says so in the summary's shortcuts
+EXACT_FLOW_BUDGET = 1_000_000
+
 
 def _start_levels(matrix: np.ndarray, arrivals: np.ndarray, k_max: int):
     """(flat bytes, flat start times max(arrival_i, arrival_j), mask of flows with bytes,
@@ -270,6 +277,7 @@ class FastNetwork:
         self._hosts: dict[tuple[int, ...], bool] = {}
         self._env = None     # simpy environment and FlowNetwork of exact_finish, lazily
         self._flow = None
+        self.exact_ok = True  # False: over EXACT_FLOW_BUDGET, multi-host groups share per link
 
     def incidence(self, group: Sequence[int]) -> _Incidence:
         inc = self._inc.get(group) if isinstance(group, tuple) else None
@@ -291,7 +299,7 @@ class FastNetwork:
         """Per member: end of a direct all-to-all-v whose members arrive at ``arrivals``:
         flow by flow on the max-min network for groups over several hosts of at most
         ``EXACT_MAX_MEMBERS`` (:meth:`exact_finish`), else :meth:`_Incidence.finish`."""
-        if len(group) > EXACT_MAX_MEMBERS:
+        if len(group) > EXACT_MAX_MEMBERS or not self.exact_ok:
             return self.incidence(group).finish(matrix, arrivals)
         key = tuple(int(r) for r in group)
         if self._multi_host(key):
@@ -302,9 +310,23 @@ class FastNetwork:
         """Whether :meth:`a2a_finish` on ``group`` is a pure function of its arguments:
         :meth:`exact_finish` is not (its simpy clock moves on, so the same exchange
         may round differently later), so its calls can be neither skipped nor reused."""
-        if len(group) > EXACT_MAX_MEMBERS:
+        if len(group) > EXACT_MAX_MEMBERS or not self.exact_ok:
             return True
         return not self._multi_host(tuple(int(r) for r in group))
+
+    def exact_flow_estimate(self, chains, moe_layers: int, microbatches: int) -> int:
+        """Flows :meth:`exact_finish` would run in a step of ``chains`` (per chain the EP
+        group of every stage), ``moe_layers`` MoE layers spread over the stages, each
+        micro-batch timing four all-to-alls per layer (dispatch and combine, forward
+        and backward) of at most n (n - 1) flows."""
+        total = 0
+        for groups in chains:
+            per_stage = moe_layers / max(len(groups), 1)
+            for g in groups:
+                n = len(g)
+                if n <= EXACT_MAX_MEMBERS and self._multi_host(tuple(int(r) for r in g)):
+                    total += int(per_stage * microbatches * 4 * n * (n - 1))
+        return total
 
     def _multi_host(self, group: tuple[int, ...]) -> bool:
         hit = self._hosts.get(group)

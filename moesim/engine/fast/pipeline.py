@@ -28,7 +28,8 @@ import numpy as np
 
 from moesim.engine.fast.pairs import run_pair
 from moesim.engine.fast.zero3 import Zero3Gathers
-from moesim.model import costs, mtp
+from moesim.model import costs, mtp, window
+from moesim.program import cuda_graphs, recompute
 from moesim.trace.spans import AFTER_EXPERTS, Span, wait_reason
 
 CATS = ("compute", "ep_dispatch", "ep_combine", "tp", "dp", "pp", "zero", "bubble", "stall")
@@ -114,7 +115,8 @@ class Chain:
         t, fl = self.c.timer(key, make)
         if t <= 0 and fl <= 0:
             return
-        self.out[s].flops += fl * self.n
+        if not name.startswith("bwd.recompute"):    # model FLOPs only
+            self.out[s].flops += fl * self.n
         if self.rec is not None:
             self.rec.append(("c", t, name, layer, mb, phase, {"flops": fl}))
             return
@@ -222,15 +224,21 @@ class Chain:
         d = self.c.etp_time(self.groups[s], rec.recv)
         self._charge_tp(s, d, f"{phase}.{name}", layer, mb, phase)
 
-    def _expert_gemms(self, s: int, rec: RouteRec, layer: int, mb: int, phase: str) -> None:
+    def _expert_gemms(self, s: int, rec: RouteRec, layer: int, mb: int, phase: str,
+                      name: str | None = None) -> None:
+        """The routed experts' kernels of ``phase`` (``name``: a recompute of the
+        forward, "fwd" or "act", inside the backward: time, not model FLOPs)."""
         d = rec.exp_t[phase]
-        self.out[s].flops += rec.exp_f[phase]
+        if name is None:
+            self.out[s].flops += rec.exp_f[phase]
+        name = name or f"{phase}.experts"
+        ph = "bwd" if name.startswith("bwd.") else phase
         if self.rec is not None:
-            self.rec.append(("c", d, f"{phase}.experts", layer, mb, phase, {"tokens": rec.recv}))
+            self.rec.append(("c", d, name, layer, mb, ph, {"tokens": rec.recv}))
             return
         a = self.t[s]
         self.out[s].acc["compute"] += d
-        self._span(s, "compute", f"{phase}.experts", a, a + d, layer, mb, phase,
+        self._span(s, "compute", name, a, a + d, layer, mb, ph,
                    tokens=rec.recv)
         self.t[s] = a + d
 
@@ -241,15 +249,20 @@ class Chain:
             self._zero3(s, layer, mb, phase)
         spec, tok, tp = c.spec, c.tokens, c.tp
         moe = spec.is_moe_layer(layer)
-        attn = lambda: [*costs.norm_kernels(spec, tok, tp, phase),  # noqa: E731
-                        *costs.attention_kernels(spec, tok, c.seq, tp, phase)]
-        ffn = lambda: costs.dense_ffn_kernels(spec, tok, tp, phase)  # noqa: E731
+        seq = window.effective_seq(spec, layer, c.seq)   # a sliding window scores less
+        akey = ("attn", phase) if seq == c.seq else ("attn", phase, seq)
+        graphs = c.res.scenario.overlap.cuda_graphs
+        attn = lambda: cuda_graphs.maybe([  # noqa: E731
+            *costs.norm_kernels(spec, tok, tp, phase),
+            *costs.attention_kernels(spec, tok, seq, tp, phase)], "attn" in graphs)
+        ffn = lambda: cuda_graphs.maybe(  # noqa: E731
+            costs.dense_ffn_kernels(spec, tok, tp, phase), "mlp" in graphs)
         # sequence parallelism: an MoE layer keeps one reduce-scatter and one all-gather,
         # half the ring bytes of its two all-reduces (moesim.program.folding)
         share = 0.5 if moe and c.sp else 1.0
         if phase == "fwd":
-            self._compute(s, "fwd.attn", ("attn", phase), attn, layer, mb, phase)
-            self._cp(s, ("attn", phase), attn, layer, mb, phase)
+            self._compute(s, "fwd.attn", akey, attn, layer, mb, phase)
+            self._cp(s, akey, attn, layer, mb, phase)
             self._tp(s, "fwd.tp_attn", layer, mb, phase, share)
             if moe:
                 self._moe(s, layer, mb, phase)
@@ -260,6 +273,12 @@ class Chain:
                 self._compute(s, "fwd.mtp", ("mtp", phase),
                               lambda: mtp.head_kernels(spec, tok, tp, phase), layer, mb, phase)
         else:
+            mods = c.rc.mods(layer)
+            if mods:        # activation recomputation (moesim.program.recompute)
+                self._compute(s, "bwd.recompute", ("recompute", moe, mods, seq),
+                              lambda: recompute.layer_recompute_kernels(
+                                  spec, layer, mods, tokens=tok, seq_len=seq, tp=tp,
+                                  ep_tokens=c.ep_tokens, sent=c.sent), layer, mb, phase)
             if layer >= spec.layers:
                 self._compute(s, "bwd.mtp", ("mtp", phase),
                               lambda: mtp.head_kernels(spec, tok, tp, phase), layer, mb, phase)
@@ -269,8 +288,8 @@ class Chain:
             else:
                 self._compute(s, "bwd.ffn", ("ffn", phase), ffn, layer, mb, phase)
             self._tp(s, "bwd.tp_attn", layer, mb, phase, share)
-            self._compute(s, "bwd.attn", ("attn", phase), attn, layer, mb, phase)
-            self._cp(s, ("attn", phase), attn, layer, mb, phase)
+            self._compute(s, "bwd.attn", akey, attn, layer, mb, phase)
+            self._cp(s, akey, attn, layer, mb, phase)
 
     def _zero3(self, s: int, layer: int, mb: int, phase: str) -> None:
         """ZeRO-3: wait for this layer's weight gathers (moesim.engine.fast.zero3)."""
@@ -297,8 +316,12 @@ class Chain:
         c = self.c
         spec, sent = c.spec, c.sent
         rec = self.route(s, layer, mb)
-        pre = lambda: [*costs.router_kernels(spec, c.ep_tokens, phase),  # noqa: E731
-                       *costs.permute_kernels(spec, sent, phase)]
+        graphs = c.res.scenario.overlap.cuda_graphs
+        pre = lambda: [  # noqa: E731
+            *cuda_graphs.maybe(costs.router_kernels(spec, c.ep_tokens, phase),
+                               "moe_router" in graphs),
+            *cuda_graphs.maybe(costs.permute_kernels(spec, sent, phase),
+                               "moe_preprocess" in graphs)]
         post = lambda: [*costs.unpermute_kernels(spec, sent, phase),  # noqa: E731
                         *costs.shared_expert_kernels(spec, c.tokens, c.tp, phase)]
         if phase == "fwd":
@@ -310,6 +333,9 @@ class Chain:
         else:
             self._compute(s, "bwd.unpermute", ("post", phase), post, layer, mb, phase)
             self._a2a(s, "ep_combine", "bwd.combine", rec, layer, mb, phase)
+            rc = c.rc.expert_phase(layer)
+            if rc is not None:      # the experts' forward (or activation) again
+                self._expert_gemms(s, rec, layer, mb, rc, "bwd.recompute_experts")
             self._experts(s, rec, layer, mb, phase)
             self._a2a(s, "ep_dispatch", "bwd.dispatch", rec, layer, mb, phase)
             self._compute(s, "bwd.router", ("router", phase), pre, layer, mb, phase)

@@ -100,9 +100,13 @@ def complete_events(doc: dict[str, Any], source: str, origin_us: float = 0.0) ->
         if not isinstance(e, dict) or e.get("ph") != "X":
             continue
         ts, dur = e.get("ts"), e.get("dur")
-        if not isinstance(ts, int | float) or not isinstance(dur, int | float):
-            continue
-        if not (math.isfinite(ts) and math.isfinite(dur)) or dur < 0:
+        for field, v in (("ts", ts), ("dur", dur)):   # a complete event has both, numbers
+            if isinstance(v, bool) or not isinstance(v, int | float):
+                raise InputError(source, f"traceEvents[{i}].{field}", "a number (µs) in "
+                                 "every complete ('X') event", v)
+        if not math.isfinite(ts):
+            raise InputError(source, f"traceEvents[{i}].ts", "a finite time (µs)", ts)
+        if not math.isfinite(dur) or dur < 0:
             raise InputError(source, f"traceEvents[{i}].dur", "a finite duration >= 0", dur)
         args = e.get("args") if isinstance(e.get("args"), dict) else {}
         out.append(Event(i, str(e.get("name", "")), str(e.get("cat", "")),

@@ -1,0 +1,229 @@
+"""Skewed all-to-all-v from 32 to 256 GPUs: this tree's flow network against the
+previous engine, measured in the same run (``python benchmarks/bench_network.py
+--scaling``; see that file). Each measurement is a fresh child process, so CPU time
+(user + sys) and peak RSS are its own; the previous engine is ``moesim/network`` of
+``--old-rev`` checked out into a temporary package (``git show``), for this benchmark
+only. Flows: every GPU to every other, tokens ~ Poisson(128) x 7392 B (as
+``bench_network.all_to_all``), on dgx-h100 servers, all started at t = 0.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import resource
+import subprocess
+import sys
+import tempfile
+import time
+from datetime import UTC, datetime
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+OLD_MODULES = ("base", "flow", "incremental", "maxmin")
+
+
+def old_package(rev: str, into: Path) -> Path:
+    """``moesim/network`` of ``rev`` as package ``oldnet`` under ``into``."""
+    pkg = into / "oldnet"
+    pkg.mkdir(parents=True, exist_ok=True)
+    (pkg / "__init__.py").write_text("")
+    for m in OLD_MODULES:
+        src = subprocess.run(["git", "show", f"{rev}:moesim/network/{m}.py"], cwd=ROOT,
+                             check=True, capture_output=True, text=True).stdout
+        (pkg / f"{m}.py").write_text(src.replace("moesim.network.", "oldnet."))
+    return into
+
+
+def child(engine: str, gpus: int) -> dict:
+    """One skewed all-to-all-v in this process; engine 'new' or 'old' (oldnet on path)."""
+    import simpy
+
+    from bench_network import all_to_all, make_topology
+    if engine == "old":
+        from oldnet.flow import FlowNetwork
+    else:
+        from moesim.network import FlowNetwork
+        from moesim.network import jit
+        jit.kernels()   # loaded before the clock starts (its cost is measured apart)
+        small, _ = make_topology(8, "dgx-h100")
+        env = simpy.Environment()
+        warm = FlowNetwork(env, small)
+        warm.transfer_many(all_to_all(small, np.random.default_rng(1)))
+        env.run()
+    topo, _ = make_topology(gpus, "dgx-h100")
+    flows = all_to_all(topo, np.random.default_rng(1))
+    env = simpy.Environment()
+    net = FlowNetwork(env, topo)
+    done = np.zeros(len(flows))
+
+    def record(ev):
+        done[ev.value] = env.now
+
+    r0 = resource.getrusage(resource.RUSAGE_SELF)
+    t0 = time.perf_counter()
+    for i, f in enumerate(flows):
+        net.transfer(*f, tag=i).callbacks.append(record)
+    env.run()
+    wall = time.perf_counter() - t0
+    r1 = resource.getrusage(resource.RUSAGE_SELF)
+    return {"engine": engine, "gpus": gpus, "flows": len(flows), "wall_s": wall,
+            "cpu_s": (r1.ru_utime - r0.ru_utime) + (r1.ru_stime - r0.ru_stime),
+            "rss_MB": r1.ru_maxrss / 1024, "end_s": env.now, "solves": net.n_solves,
+            "finish_sha": hashlib.sha256(done.tobytes()).hexdigest()[:16],
+            "finish": done.tolist() if gpus <= 64 else None}
+
+
+def run_child(engine: str, gpus: int, old_dir: Path | None) -> dict:
+    env = dict(os.environ)
+    paths = [str(ROOT / "benchmarks"), str(ROOT)] + ([str(old_dir)] if old_dir else [])
+    env["PYTHONPATH"] = os.pathsep.join(paths)
+    code = ("import json, sys; from bench_network_scaling import child; "
+            f"print(json.dumps(child({engine!r}, {gpus})))")
+    out = subprocess.run([sys.executable, "-c", code], env=env, check=True,
+                         capture_output=True, text=True).stdout
+    return json.loads(out.strip().splitlines()[-1])
+
+
+def scenario_cpu(tree: Path) -> tuple[float, float, float]:
+    """(wall s, CPU s, step s) of mixtral-8x7b-64gpu on the exact engine in ``tree``."""
+    env = dict(os.environ, PYTHONPATH=str(tree))
+    r0 = resource.getrusage(resource.RUSAGE_CHILDREN)
+    t0 = time.perf_counter()
+    out = subprocess.run([sys.executable, "-m", "moesim", "run", "scenarios/mixtral-8x7b-64gpu.yaml",
+                          "--set", "engine.mode=exact", "--no-files", "--quiet", "--json"],
+                         cwd=tree, env=env, check=True, capture_output=True, text=True).stdout
+    wall = time.perf_counter() - t0
+    r1 = resource.getrusage(resource.RUSAGE_CHILDREN)
+    step = json.loads(out)["step_time_s"]
+    return wall, (r1.ru_utime - r0.ru_utime) + (r1.ru_stime - r0.ru_stime), step
+
+
+WARM_CODE = """
+import resource as r
+a = r.getrusage(r.RUSAGE_SELF)
+from moesim.network import jit
+if jit.kernels() is None:
+    raise SystemExit("none")
+import simpy
+from moesim.network import FlowNetwork
+from moesim.topology import load_topology
+topo = load_topology("dgx-h100", nodes=1)
+env = simpy.Environment()
+net = FlowNetwork(env, topo)
+g = list(topo.gpus)
+net.transfer_many([(x, y, 1e6 * (i + 1)) for i, (x, y) in
+                   enumerate((x, y) for x in g for y in g if x != y)])
+env.run()
+b = r.getrusage(r.RUSAGE_SELF)
+print(b.ru_utime - a.ru_utime + b.ru_stime - a.ru_stime)
+"""
+
+
+def compile_cost() -> tuple[float, float]:
+    """CPU seconds of a fresh process that imports numba and runs one small network:
+    with an empty numba cache (compiles every kernel), then with the cache filled."""
+    out = []
+    with tempfile.TemporaryDirectory() as cache:
+        for _ in range(2):
+            env = dict(os.environ, PYTHONPATH=str(ROOT), NUMBA_CACHE_DIR=cache)
+            p = subprocess.run([sys.executable, "-c", WARM_CODE], env=env, capture_output=True,
+                               text=True)
+            txt = p.stdout.strip()
+            out.append(float(txt) if p.returncode == 0 and txt else float("nan"))
+    return out[0], out[1]
+
+
+def scaling(args) -> int:
+    load0 = os.getloadavg()
+    rows = []
+    with tempfile.TemporaryDirectory() as tmp:
+        old_dir = None if args.no_old else old_package(args.old_rev, Path(tmp))
+        for g in args.sizes:
+            new = run_child("new", g, None)
+            old = run_child("old", g, old_dir) if old_dir else None
+            rows.append((new, old))
+            line = (f"skewed all-to-all-v {g:4d} GPUs, {new['flows']:6d} flows: new wall "
+                    f"{new['wall_s']:7.2f} s cpu {new['cpu_s']:7.2f} s rss {new['rss_MB']:5.0f} MB, "
+                    f"{new['solves']} solves")
+            if old:
+                same = old["finish_sha"] == new["finish_sha"]
+                line += (f" | old wall {old['wall_s']:7.2f} s cpu {old['cpu_s']:7.2f} s rss "
+                         f"{old['rss_MB']:5.0f} MB | speed-up (cpu) {old['cpu_s'] / new['cpu_s']:.2f}x"
+                         f", finish times {'identical' if same else 'DIFFERENT'}")
+                if not same and new["finish"] and old["finish"]:
+                    a, b = np.array(new["finish"]), np.array(old["finish"])
+                    line += f" (max rel {np.max(np.abs(a - b) / b):.1e})"
+            print(line, flush=True)
+        scen = None
+        if not args.no_scenario:
+            new_s = scenario_cpu(ROOT)
+            old_s = None
+            if old_dir:
+                wt = Path(tmp) / "oldtree"
+                subprocess.run(["git", "worktree", "add", "--detach", str(wt), args.old_rev],
+                               cwd=ROOT, check=True, capture_output=True)
+                try:
+                    old_s = scenario_cpu(wt)
+                finally:
+                    subprocess.run(["git", "worktree", "remove", "--force", str(wt)], cwd=ROOT,
+                                   check=False, capture_output=True)
+            scen = (new_s, old_s)
+            print(f"mixtral-8x7b-64gpu exact: new wall {new_s[0]:.1f} s cpu {new_s[1]:.1f} s, "
+                  f"step {new_s[2]!r}" + (f" | old wall {old_s[0]:.1f} s cpu {old_s[1]:.1f} s, "
+                                         f"step {old_s[2]!r}" if old_s else ""), flush=True)
+    gpus = [r[0]["gpus"] for r in rows]
+    expo = {}
+    if len(gpus) > 1:
+        for k in ("new", "old"):
+            cpu = [r[0 if k == "new" else 1]["cpu_s"] for r in rows if r[0 if k == "new" else 1]]
+            if len(cpu) == len(gpus):
+                expo[k] = float(np.polyfit(np.log(gpus), np.log(cpu), 1)[0])
+        print("growth exponent of CPU time vs GPUs: "
+              + ", ".join(f"{k} {v:.2f}" for k, v in expo.items()))
+    cc = compile_cost()
+    print(f"numba in a fresh process: first run (compiles) {cc[0]:.2f} s CPU, "
+          f"with the cache {cc[1]:.2f} s CPU")
+    load1 = os.getloadavg()
+    print(f"load average before {load0[0]:.2f}, after {load1[0]:.2f}")
+    if args.write:
+        write_page(rows, scen, expo, cc, load0, load1, args.old_rev)
+    return 0
+
+
+def write_page(rows, scen, expo, cc, load0, load1, rev) -> None:
+    from moesim.outputs import write_text
+
+    when = datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC")
+    lines = ["# Flow network: skewed all-to-all-v, this engine against the previous one", "",
+             f"Regenerated by `python benchmarks/bench_network.py --scaling --write` on {when} "
+             f"(load average {load0[0]:.2f} before, {load1[0]:.2f} after, on a shared 2-core "
+             f"machine: CPU time, user + sys, is the figure to read; wall time includes waiting "
+             f"for the cores). Previous engine: `moesim/network` at {rev}. Every GPU sends to "
+             "every other tokens ~ Poisson(128) x 7392 B, dgx-h100 servers, all flows started "
+             "at t = 0; one fresh process per cell; RSS = peak resident set of that process.",
+             "", "| GPUs | flows | solves | new CPU (s) | new wall (s) | new RSS (MB) | old CPU (s) "
+             "| old wall (s) | old RSS (MB) | speed-up (CPU) | finish times |",
+             "|---|---|---|---|---|---|---|---|---|---|---|"]
+    for new, old in rows:
+        o = (f"{old['cpu_s']:.2f} | {old['wall_s']:.2f} | {old['rss_MB']:.0f} | "
+             f"{old['cpu_s'] / new['cpu_s']:.2f}x | "
+             + ("identical" if old["finish_sha"] == new["finish_sha"] else "differ")
+             if old else "– | – | – | – | –")
+        lines.append(f"| {new['gpus']} | {new['flows']} | {new['solves']} | {new['cpu_s']:.2f} | "
+                     f"{new['wall_s']:.2f} | {new['rss_MB']:.0f} | {o} |")
+    lines += ["", "Growth exponent of CPU time against GPUs (least squares, log-log): "
+              + ", ".join(f"{k} {v:.2f}" for k, v in expo.items()) + ".", "",
+              f"numba in a fresh process with one small network: {cc[0]:.2f} s CPU the first time "
+              f"(empty cache: every kernel compiled), {cc[1]:.2f} s CPU after (import and cached "
+              "code; paid only by networks large enough to gain from it)."]
+    if scen:
+        (nw, nc, ns), old = scen
+        lines += ["", f"`mixtral-8x7b-64gpu` with `engine.mode=exact` (`moesim run --no-files`): "
+                  f"new {nc:.1f} s CPU ({nw:.1f} s wall), step {ns!r} s"
+                  + (f"; previous {old[1]:.1f} s CPU ({old[0]:.1f} s wall), step {old[2]!r} s"
+                     if old else "") + "."]
+    write_text(ROOT / "docs" / "results" / "network.md", "\n".join(lines) + "\n", force=True)

@@ -1,0 +1,223 @@
+"""The flow network's state: one slot per flow, its (flow, link) pairs, per-link counts.
+
+Per slot (a flow's bytes left are rem - rate * (t - tref) until its next change):
+bytes left as of its last rate change, that time, its rate (0 once finished), its
+predicted finish (inf: none), size, path latency, start time (rows of one float array,
+:data:`REM` ... :data:`START`), transfer group and whether it is still sending.
+Pairs are kept in slot order; slot s's pairs are ``pstart[s]:pstart[s+1]``. Running
+flows per link and in all are counted as flows start and finish, and a link -> running
+flows index is built when the incremental re-solve needs it (and again once half of
+those it lists have finished). Finished slots are compacted away once they are half
+of all slots.
+
+:meth:`Slots.step` is one event: the flows due to finish leave, zero-byte new flows
+are done at once, the rates are re-solved (:func:`moesim.network.kernels.step`
+compiled, or the numpy path here and in :mod:`moesim.network.incremental`; the same
+bits), and the next finish time is returned. No simpy here.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from moesim.network import incremental, jit
+from moesim.network.maxmin import CAP_FLOOR, SAT_RTOL
+
+#: rows of :attr:`Slots.f`
+REM, TREF, RATE, TFIN, SIZE, PLAT, START = range(7)
+
+#: the compiled kernels are loaded (importing numba and its cached code: about 0.9 s of
+#: CPU on the development machine) once a network has taken this many events or holds
+#: this many pairs; small runs stay on numpy. Both paths give the same bits, so a run
+#: may switch between them at any event.
+JIT_AFTER_EVENTS = 2000
+JIT_AFTER_PAIRS = 20000
+
+
+def _nonzero(mask: np.ndarray) -> np.ndarray:
+    return mask.nonzero()[0]
+
+
+class Slots:
+    """Flow slots and pairs over ``cap`` (bytes/s per link) with path latencies ``lat``."""
+
+    def __init__(self, cap: np.ndarray, lat: np.ndarray) -> None:
+        self.cap, self.lat = cap, lat
+        self.n_links = len(cap)
+        self.n = 0                                     # slots in use
+        self.f = np.zeros((7, 64))
+        self.f[TFIN] = np.inf
+        self.group = np.zeros(64, dtype=np.int64)
+        self.alive = np.zeros(64, dtype=bool)
+        self.np = 0                                    # pairs in use
+        self.pf = np.zeros(256, dtype=np.int64)
+        self.pl = np.zeros(256, dtype=np.int64)
+        self.pstart = np.zeros(65, dtype=np.int64)
+        self.lcnt = np.zeros(self.n_links, dtype=np.int64)   # running flows per link
+        self.counts = np.zeros(2, dtype=np.int64)            # running flows, their pairs
+        self.lptr = np.zeros(1, dtype=np.int64)              # link -> running flows index
+        self.lidx = np.zeros(0, dtype=np.int64)
+        self.index_ok = False
+        self.ws: list[np.ndarray] | None = None              # compiled step's scratch
+        self.done_bytes = np.zeros(self.n_links)             # bytes of slots compacted away
+        self.events = 0
+
+    @property
+    def n_alive(self) -> int:
+        return int(self.counts[0])
+
+    # ---- growth ---------------------------------------------------------------
+    def add(self, paths: tuple[np.ndarray, ...], sizes: tuple[float, ...], gids: tuple[int, ...],
+            now: float) -> int:
+        """New running flows in slots; returns the first new slot."""
+        first, m = self.n, len(sizes)
+        if first + m > len(self.alive):
+            cap = max(first + m, 2 * len(self.alive))
+            f = np.zeros((7, cap))
+            f[TFIN] = np.inf
+            f[:, :first] = self.f[:, :first]
+            self.f = f
+            for name in ("group", "alive"):
+                old = getattr(self, name)
+                new = np.zeros(cap, dtype=old.dtype)
+                new[:first] = old[:first]
+                setattr(self, name, new)
+            pst = np.zeros(cap + 1, dtype=np.int64)
+            pst[:first + 1] = self.pstart[:first + 1]
+            self.pstart = pst
+        end = first + m
+        size = np.asarray(sizes, dtype=float)
+        f = self.f
+        f[REM, first:end] = size
+        f[SIZE, first:end] = size
+        f[RATE, first:end] = 0.0
+        f[TREF, first:end] = now
+        f[TFIN, first:end] = np.inf
+        f[START, first:end] = now
+        self.group[first:end] = gids
+        self.alive[first:end] = True
+        lens = np.fromiter((len(p) for p in paths), dtype=np.int64, count=m)
+        local = np.repeat(np.arange(m, dtype=np.int64), lens)
+        links = np.concatenate(paths)
+        f[PLAT, first:end] = np.bincount(local, weights=self.lat[links], minlength=m)
+        p0, p1 = self.np, self.np + len(links)
+        if p1 > len(self.pf):
+            pcap = max(p1, 2 * len(self.pf))
+            for name in ("pf", "pl"):
+                old = getattr(self, name)
+                new = np.zeros(pcap, dtype=np.int64)
+                new[:p0] = old[:p0]
+                setattr(self, name, new)
+        self.pf[p0:p1] = local + first
+        self.pl[p0:p1] = links
+        self.pstart[first + 1:end + 1] = p0 + np.cumsum(lens)
+        self.lcnt += np.bincount(links, minlength=self.n_links)
+        self.counts += (m, len(links))
+        self.n, self.np = end, p1
+        self.index_ok = False
+        return first
+
+    def compact(self) -> None:
+        """Drop finished slots once they are half of all (their bytes go to done_bytes)."""
+        n = self.n
+        if n < 64 or self.counts[0] * 2 > n:
+            return
+        alive = self.alive[:n]
+        pf, pl = self.pf[:self.np], self.pl[:self.np]
+        keep_pair = alive[pf]
+        dead = ~keep_pair
+        self.done_bytes += np.bincount(pl[dead], weights=self.f[SIZE, pf[dead]],
+                                       minlength=self.n_links)
+        new_id = np.cumsum(alive) - 1
+        m = int(keep_pair.sum())
+        self.pf[:m] = new_id[pf[keep_pair]]
+        self.pl[:m] = pl[keep_pair]
+        self.np = m
+        lens = np.diff(self.pstart[:n + 1])[alive]
+        k = len(lens)
+        self.pstart[1:k + 1] = np.cumsum(lens)
+        self.f[:, :k] = self.f[:, :n][:, alive]
+        self.f[:, k:n] = 0.0
+        self.f[TFIN, k:n] = np.inf
+        self.group[:k] = self.group[:n][alive]
+        self.alive[:k] = True
+        self.alive[k:n] = False
+        self.n = k
+        self.index_ok = False
+
+    def link_bytes(self, now: float) -> np.ndarray:
+        """Bytes carried per link (slots compacted away, then the others' progress)."""
+        out = self.done_bytes.copy()
+        if self.np:
+            f, n = self.f, self.n
+            left = f[REM, :n] - f[RATE, :n] * (now - f[TREF, :n])
+            sent = np.where(self.alive[:n], f[SIZE, :n] - left, f[SIZE, :n])
+            out += np.bincount(self.pl[:self.np], weights=sent[self.pf[:self.np]],
+                               minlength=self.n_links)
+        return out
+
+    # ---- one event ------------------------------------------------------------
+    def step(self, now: float, first_new: int, tol: float, rtol: float, incremental_on: bool,
+             small_pairs: int) -> tuple[np.ndarray, int, int, float]:
+        """Finish the due flows, re-solve; returns (finished slots: the due ones then the
+        zero-byte new ones, how many were due, rates re-solved (-1: no solve), next
+        finish time or inf)."""
+        self.events += 1
+        kern = jit.kernels(load=self.events > JIT_AFTER_EVENTS or self.np > JIT_AFTER_PAIRS)
+        n = self.n
+        if kern is not None:
+            ws = self._workspace(n)
+            done, n_old, n_res, wake, self.lptr, self.lidx, self.index_ok = kern.step(
+                now, first_new, tol, rtol, self.f[:, :n], self.alive[:n], self.pstart[:n + 1],
+                self.pf[:self.np], self.pl[:self.np], self.lptr, self.lidx, self.index_ok,
+                self.cap, self.lcnt, self.counts, incremental_on, small_pairs,
+                incremental.FULL_FRACTION, incremental.THRESHOLD_MARGIN, CAP_FLOOR,
+                1.0 + SAT_RTOL, *ws)
+            return done, n_old, n_res, wake
+        return self._step_numpy(now, first_new, tol, rtol, incremental_on, small_pairs)
+
+    def _workspace(self, n_slots: int) -> list[np.ndarray]:
+        ws = self.ws
+        if ws is None:
+            m = self.n_links
+            ws = self.ws = [np.zeros(64, dtype=bool), np.zeros(m, dtype=bool), np.zeros(m),
+                            np.zeros(m, dtype=np.int64), np.zeros(m), np.zeros(m),
+                            np.zeros(m, dtype=bool), np.zeros(m)]
+        if len(ws[0]) < n_slots:
+            ws[0] = np.zeros(max(n_slots, 2 * len(ws[0])), dtype=bool)
+        return ws
+
+    def _step_numpy(self, now: float, first_new: int, tol: float, rtol: float,
+                    incremental_on: bool, small_pairs: int) -> tuple[np.ndarray, int, int, float]:
+        n, f = self.n, self.f
+        tfin, rate = f[TFIN, :n], f[RATE, :n]
+        if rtol > 0:   # also flows whose remaining time is <= rtol x age
+            old = _nonzero(tfin[:first_new] - now <= tol + rtol * (now - f[START, :first_new]))
+        else:
+            old = _nonzero(tfin[:first_new] <= now + tol)
+        r_done = float(rate[old].min()) if len(old) else np.inf
+        zero = first_new + _nonzero(f[SIZE, first_new:n] == 0.0)
+        done = np.concatenate((old, zero))
+        alive = self.alive[:n]
+        pf, pl, pstart = self.pf[:self.np], self.pl[:self.np], self.pstart[:n + 1]
+        if len(done):
+            alive[done] = False
+            rate[done] = 0.0
+            tfin[done] = np.inf
+            links = pl[incremental.ranges(pstart[done], pstart[done + 1])]
+            self.lcnt -= np.bincount(links, minlength=self.n_links)
+            self.counts -= (len(done), len(links))
+        has_new = self.counts[0] > 0 and bool(alive[first_new:].any())
+        n_res = -1
+        if has_new or len(old):
+            whole = not (incremental_on and self.counts[1] > small_pairs)
+            if not whole and (not self.index_ok or 2 * self.counts[1] < len(self.lidx)):
+                self.lptr, self.lidx = incremental.link_index(pf, pl, alive, self.n_links)
+                self.index_ok = True
+            idx = incremental.solve(now, pstart, pf, pl, self.lptr, self.lidx, self.cap, alive,
+                                    rate, f[REM, :n], f[TREF, :n], tfin, self.lcnt, old,
+                                    first_new if has_new else n, r_done, int(self.counts[0]),
+                                    whole)
+            n_res = len(idx)
+        wake = float(tfin.min()) if self.counts[0] else np.inf
+        return done, len(old), n_res, wake

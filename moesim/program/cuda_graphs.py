@@ -1,0 +1,33 @@
+"""CUDA graphs: kernels captured in a graph pay one graph launch instead of one launch
+each (pure; docs/model.md, "CUDA graphs").
+
+Megatron-Core (transformer_config.py ``cuda_graph_impl`` "transformer_engine" / "local"
+and ``cuda_graph_modules``, NVIDIA/Megatron-LM d98e8a6) captures per layer: ``attn`` the
+attention block (input norm, QKV, core attention, output projection), ``mlp`` a dense
+layer's MLP, ``moe_router`` the MoE block up to the router (router GEMM, softmax/top-k;
+the shared experts too when they are not overlapped with the dispatch),
+``moe_preprocess`` the token permutation before the dispatch (with ``moe_router``). A
+replayed graph launches its kernels from the GPU: moesim keeps each kernel's work and
+drops its launch overhead (``count`` 0), adding one launch for the graph
+(``cuda_graph_launch``). Transformer Engine's make_graphed_callables graphs the backward
+too, so both passes are captured. Dispatch and combine (communication) stay outside.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from moesim.compute.base import Kernel
+
+MODULES = ("attn", "mlp", "moe_router", "moe_preprocess")
+
+
+def graphed(kernels: list[Kernel]) -> list[Kernel]:
+    """``kernels`` replayed from one CUDA graph: no per-kernel launch, one graph launch."""
+    if not kernels:
+        return kernels
+    return [*(replace(k, count=0) for k in kernels), Kernel("cuda_graph_launch", 0.0, 0.0)]
+
+
+def maybe(kernels: list[Kernel], on: bool) -> list[Kernel]:
+    return graphed(kernels) if on else kernels
