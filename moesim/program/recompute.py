@@ -9,9 +9,10 @@ layer's backward:
 
 * selective (``recompute_modules``, transformer_config.py): ``core_attn`` the core
   attention kernel; ``layernorm`` the two RMSNorms; ``mla_up_proj`` MLA's query and
-  key-value up-projection GEMMs and the RoPE application after them; ``mlp`` a dense layer's FFN; ``shared_experts`` the
-  shared experts' FFN; ``moe_act`` the routed experts' activation function; ``moe`` the
-  router, permutation, routed experts, unpermutation and shared experts;
+  key-value up-projection GEMMs and the RoPE application after them; ``mlp`` a dense
+  layer's FFN; ``shared_experts`` the shared experts' FFN; ``moe_act`` the routed
+  experts' activation function; ``moe`` the router, permutation, routed experts,
+  unpermutation and shared experts;
 * full (transformer_block.py ``_checkpointed_forward``): the whole layer's forward
   (norms, attention, then the FFN or the MoE block as ``moe``), for every layer
   (uniform) or the first ``recompute_num_layers`` layers of each stage chunk (block).
