@@ -4,7 +4,8 @@ whose times are serving steps simulated at grid points and interpolated.
 - decode: the step of ``batch`` requests per attention-DP rank at ``context`` tokens of KV
   cache each (``serve.phase: decode``), on a grid of batches x contexts;
 - prefill: the step of ``prompts`` prompts of ``tokens / prompts`` tokens per
-  attention-DP rank (``serve.phase: prefill``), on a grid of prompts x prompt lengths.
+  attention-DP rank (``serve.phase: prefill``), on a grid of prompts x prompt lengths
+  (with DeepEP's normal kernels where the scenario decodes with its low-latency ones).
 
 Between grid points the time is bilinear (linear in each coordinate; beyond the grid,
 the last two points extended). Every point is one step of the scenario's engine with
@@ -121,6 +122,10 @@ class EngineStepCosts:
         from moesim.serve.config import serving_scenario
         from moesim.serve.run import simulate_serve
         cfg = dataclasses.replace(self.cfg, **kw)
+        if cfg.phase == "prefill" and cfg.ep_backend == "deepep-ll":
+            # DeepEP's low-latency kernels are for decoding, its normal kernels for
+            # prefilling (deepseek-ai/DeepEP README): a colocated engine switches
+            cfg = dataclasses.replace(cfg, ep_backend="deepep")
         if cfg.requests_per_group() % 2:
             cfg = dataclasses.replace(cfg, two_microbatch=False)
         res = resolve(serving_scenario(self.res.scenario, cfg))
