@@ -110,7 +110,7 @@ def rank_params(spec: ModelSpec, layers: Sequence[int], *, tp: int, ep: int,
     depths = sum(1 for i in layers if i >= spec.layers)
     if depths:   # MTP: projection and norms per depth; the stage builds the embedding
         dense += depths * mtp_extra_params(spec) / tp
-        if not first:
+        if not first and not (last and spec.tied_embeddings):  # (a tied head is a copy)
             dense += embedding_params(spec) / tp
         if not last:            # its own output head, away from the loss stage
             dense += lm_head_params(spec) / tp

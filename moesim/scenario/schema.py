@@ -140,10 +140,14 @@ class OverlapConfig:
     # Megatron-Core cuda_graph_modules captured in CUDA graphs (kernels launched from the
     # GPU: moesim.program.cuda_graphs): attn, mlp, moe_router, moe_preprocess; () none
     cuda_graphs: tuple[str, ...] = ()
+    # Megatron-Core moe_shared_expert_overlap: the shared experts' fc1+activation run on
+    # their own stream under the dispatch all-to-all, fc2 under the combine (backward:
+    # mirrored) (moesim.program.shared_overlap)
+    shared_expert: bool = False
 
 
 #: OverlapConfig fields that Scenario.to_dict() leaves out while at their defaults
-OVERLAP_OMIT_DEFAULTS = {"cuda_graphs": []}
+OVERLAP_OMIT_DEFAULTS = {"cuda_graphs": [], "shared_expert": False}
 
 
 PARAM_DTYPES = ("bf16", "fp8")
