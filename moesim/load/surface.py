@@ -132,6 +132,11 @@ class EngineStepCosts:
         self.sims += 1
         if self.progress:
             self.progress(kw)
+        if res.scenario.engine.mode == "fast":      # the step time only: no summary
+            from moesim.engine.fast.forward import simulate_forward
+            from moesim.serve.program import ServeBuilder
+            return simulate_forward(res, ServeBuilder(res, cfg), span_ranks=0,
+                                    step_only=True)[0]
         return float(simulate_serve(res, cfg, spans=False).summary["step_time_s"])
 
     def direct_decode(self, batch: float, context: float) -> float:

@@ -90,12 +90,12 @@ def price(model, kernel: Kernel) -> tuple[float, str, str]:
 
 def step_pricing(res) -> dict:
     """What priced the step's kernels: every layer's kernels in every pass for one
-    micro-batch (balanced routing), each layer kind weighted by how many layers the model
-    has. ``roofline_kernels`` / ``roofline_fraction``: the kernels (and their share of
+    micro-batch (balanced routing), each layer kind weighted by how many layers (MTP
+    layers included) the model has; the embedding, heads and optimizer are left out. ``roofline_kernels`` / ``roofline_fraction``: the kernels (and their share of
     that compute time) the roofline priced, a kernel catalog covering the rest."""
     spec = res.model
     kinds: dict[bool, tuple[int, int]] = {}
-    for i in range(spec.layers):
+    for i in range(getattr(spec, "blocks", spec.layers)):   # MTP layers included
         moe = spec.is_moe_layer(i)
         first, n = kinds.get(moe, (i, 0))
         kinds[moe] = (first, n + 1)
