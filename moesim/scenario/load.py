@@ -25,6 +25,7 @@ from moesim.program.cuda_graphs import MODULES as CUDA_GRAPH_MODULES
 from moesim.scenario.blame import CLI, blame_overrides
 from moesim.scenario.limits import check_field, check_tokens
 from moesim.scenario.schema import (
+    ACTIVATION_DTYPES,
     ATTENTION_KERNELS,
     DICT_SECTIONS,
     DTYPES,
@@ -82,6 +83,7 @@ _RULES: dict[str, tuple[str, Any]] = {
     "memory.recompute": ("choice", RECOMPUTE),
     "memory.attention": ("choice", ATTENTION_KERNELS),
     "memory.grad_dtype": ("choice", GRAD_DTYPES), "memory.param_dtype": ("choice", PARAM_DTYPES),
+    "memory.activation_dtype": ("choice", ACTIVATION_DTYPES),
     "memory.recompute_modules": ("modules", RECOMPUTE_MODULES),
     "overlap.cuda_graphs": ("modules", CUDA_GRAPH_MODULES),
     "memory.recompute_method": ("choice", ("uniform", "block")),
