@@ -8,7 +8,7 @@ import dataclasses
 import pytest
 
 from moesim.engine.api import simulate
-from moesim.rl.engine_costs import EngineStepCosts, EngineTrainerCosts, pool_cluster
+from moesim.rl.engine_costs import EngineTrainerCosts, pool_cluster, rollout_costs
 from moesim.rl.run import resolve_rl
 from moesim.scenario.resolve import resolve
 from moesim.serve.config import ServeConfig, serving_scenario
@@ -21,22 +21,20 @@ def _setup(tmp_path):
     return resolve_rl(scenario(tmp_path))
 
 
-def test_decode_grid_points_are_serving_steps_and_linear_between(tmp_path):
+def test_rollout_costs_are_serving_steps_of_one_replica(tmp_path):
     scn = _setup(tmp_path).scenario
-    ec = EngineStepCosts(scn, 2, 8, tp=1, ep=2, kv_dtype="bf16", max_batch=64,
-                         contexts=(64, 192), prompt=64)
-    assert ec.batch_grid == [1, 4, 16, 32] and ec.ctx_grid == [64, 192]
+    sc = rollout_costs(scn, 2, 8, tp=1, ep=2, kv_dtype="bf16", max_batch=64, prompt=64,
+                       response_max=128, cache=False)
+    assert sc.batches.tolist() == [1, 4, 16, 64] and sc.contexts.tolist() == [64, 128, 192]
     direct = dataclasses.replace(scn, cluster=pool_cluster(scn, 2, 8), serve={},
                                  engine=dataclasses.replace(scn.engine, mode="fast"))
-    cfg = ServeConfig(phase="decode", batch_per_gpu=4, prompt=192, context=192, output=1,
+    # 4 sequences on one attention-DP rank (TP1, EP2: two ranks per replica)
+    cfg = ServeConfig(phase="decode", batch_per_gpu=4, prompt=64, context=192, output=1,
                       tp=1, ep=2)
     want = simulate_serve(resolve(serving_scenario(direct, cfg)), cfg).summary["step_time_s"]
-    assert ec.decode_s(8, 192) == pytest.approx(want, rel=1e-12)   # 8 on 2 GPUs = 4 per GPU
-    mid = ec.decode_s(8, 128)
-    assert mid == pytest.approx((ec.decode_s(8, 64) + ec.decode_s(8, 192)) / 2, rel=1e-12)
-    n = ec.simulated
-    ec.decode_s(8, 100)
-    assert ec.simulated == n                                        # memoised
+    assert sc.decode_s(4, 192) == pytest.approx(want, rel=1e-9)
+    mid = sc.decode_s(4, 160)
+    assert mid == pytest.approx((sc.decode_s(4, 128) + sc.decode_s(4, 192)) / 2, rel=1e-9)
 
 
 def test_training_step_is_the_engine_step_over_the_rows(tmp_path):

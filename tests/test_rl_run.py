@@ -101,7 +101,8 @@ def test_colocated_adds_the_switch(tmp_path):
     assert s["utilization"]["rollout"] + s["utilization"]["train"] < 1
 
 
-def test_cli_outputs_and_same_seed_same_bytes(tmp_path, capsys):
+def test_cli_outputs_and_same_seed_same_bytes(tmp_path, capsys, monkeypatch):
+    monkeypatch.setenv("MOESIM_CACHE", str(tmp_path / "cache"))
     p = scenario(tmp_path, steps=2)
     outs = []
     for name in ("a", "b"):
@@ -158,7 +159,7 @@ def test_bad_steps_and_missing_section(tmp_path, capsys):
 
 
 def test_hand_generate_formula_is_what_the_costs_give():
-    # the hand formula above, against the replica loop for one replica of 2 samples
+    # the hand formula above, against the generation engine for one replica of 2 samples
     from moesim.rl.generate import generate
     import numpy as np
     g = generate(np.full(2, 64), np.full(2, 128), ROLL, 1, 10_000, 1024)
@@ -166,8 +167,10 @@ def test_hand_generate_formula_is_what_the_costs_give():
     assert math.isfinite(g.long_tail_s)
 
 
-def test_sweep_point_of_an_rl_scenario_is_an_rl_row(tmp_path):
+def test_sweep_point_of_an_rl_scenario_is_an_rl_row(tmp_path, monkeypatch):
     from moesim.sweep.runner import run_point
+
+    monkeypatch.setenv("MOESIM_CACHE", str(tmp_path / "cache"))
     from moesim.sweep.spec import expand, parse_sweep
 
     p = scenario(tmp_path, steps=2)

@@ -326,7 +326,9 @@ def _pooled_counts(rng: np.random.Generator, n: np.ndarray, q: np.ndarray, k: in
     """:func:`_sparse_counts` when every row shares the arcs ``q`` (E,): the call draws
     ``POOL_ORDERS`` independent random circle orders and each token takes one of them at
     random (so each token's k experts follow the design exactly; tokens sharing an order
-    are as tokens of one group), its point uniform. Cost O(POOL_ORDERS·E + tokens·k)."""
+    are as tokens of one group), its point uniform. Tokens are exchangeable, so they are
+    drawn order by order with sorted points (sorted needles: fast searches) and dealt to
+    the rows by a random permutation. Cost O(POOL_ORDERS·E + tokens·k)."""
     r_, e_ = n.shape[0], q.shape[0]
     span = k * TICKS
     tokens = int(n.sum())
@@ -336,12 +338,15 @@ def _pooled_counts(rng: np.random.Generator, n: np.ndarray, q: np.ndarray, k: in
     order = rng.permuted(np.broadcast_to(np.arange(e_), (pool, e_)), axis=1)
     ends = np.cumsum(q[order], axis=1)
     ends += np.arange(pool, dtype=np.int64)[:, None] * span
-    which = rng.integers(0, pool, size=tokens)
-    u = rng.integers(0, TICKS, size=tokens, dtype=np.int64)
-    x = (u + which * span)[:, None] + np.arange(k, dtype=np.int64) * TICKS
-    arc = np.searchsorted(ends.ravel(), x.ravel(), side="right")
-    row = np.repeat(np.repeat(np.arange(r_), n), k)
-    return np.bincount(row * e_ + order.ravel()[arc], minlength=r_ * e_).reshape(r_, e_)
+    flat_ends, flat_order = ends.ravel(), order.ravel()
+    per = rng.multinomial(tokens, np.full(pool, 1.0 / pool))
+    base = np.repeat(np.arange(pool, dtype=np.int64) * span, per)
+    u = np.sort(base + rng.integers(0, TICKS, size=tokens, dtype=np.int64))
+    row = rng.permutation(np.repeat(np.arange(r_, dtype=np.int64), n)) * e_
+    needles = u[None, :] + (np.arange(k, dtype=np.int64) * TICKS)[:, None]
+    arc = np.searchsorted(flat_ends, needles.ravel(), side="right")   # sorted per winding
+    cell = (row[None, :] + flat_order[arc].reshape(k, tokens)).ravel()
+    return np.bincount(cell, minlength=r_ * e_).reshape(r_, e_)
 
 
 def _same_rows(rng: np.random.Generator, n: np.ndarray, pi: np.ndarray, k: int

@@ -4,7 +4,8 @@ whose times are serving steps simulated at grid points and interpolated.
 - decode: the step of ``batch`` requests per attention-DP rank at ``context`` tokens of KV
   cache each (``serve.phase: decode``), on a grid of batches x contexts;
 - prefill: the step of ``prompts`` prompts of ``tokens / prompts`` tokens per
-  attention-DP rank (``serve.phase: prefill``), on a grid of prompts x prompt lengths.
+  attention-DP rank (``serve.phase: prefill``), on a grid of prompts x prompt lengths
+  (with DeepEP's normal kernels where the scenario decodes with its low-latency ones).
 
 Between grid points the time is bilinear (linear in each coordinate; beyond the grid,
 the last two points extended). Every point is one step of the scenario's engine with
@@ -121,12 +122,21 @@ class EngineStepCosts:
         from moesim.serve.config import serving_scenario
         from moesim.serve.run import simulate_serve
         cfg = dataclasses.replace(self.cfg, **kw)
+        if cfg.phase == "prefill" and cfg.ep_backend == "deepep-ll":
+            # DeepEP's low-latency kernels are for decoding, its normal kernels for
+            # prefilling (deepseek-ai/DeepEP README): a colocated engine switches
+            cfg = dataclasses.replace(cfg, ep_backend="deepep")
         if cfg.requests_per_group() % 2:
             cfg = dataclasses.replace(cfg, two_microbatch=False)
         res = resolve(serving_scenario(self.res.scenario, cfg))
         self.sims += 1
         if self.progress:
             self.progress(kw)
+        if res.scenario.engine.mode == "fast":      # the step time only: no summary
+            from moesim.engine.fast.forward import simulate_forward
+            from moesim.serve.program import ServeBuilder
+            return simulate_forward(res, ServeBuilder(res, cfg), span_ranks=0,
+                                    step_only=True)[0]
         return float(simulate_serve(res, cfg, spans=False).summary["step_time_s"])
 
     def direct_decode(self, batch: float, context: float) -> float:
@@ -155,14 +165,17 @@ class EngineStepCosts:
         the surface (decode and prefill)."""
         rng = np.random.default_rng(seed)
         rows = []
+        # batches the deployment runs as its grid points do: a multiple of tp, and of
+        # the two micro-batches when it has them (an odd batch runs as one micro-batch)
+        unit = self.cfg.tp * self.cfg.microbatches
         for _ in range(points):
             b = float(rng.integers(self.batches[0], self.batches[-1] + 1))
-            b = max(self.cfg.tp, b - b % self.cfg.tp)
+            b = max(unit, b - b % unit)
             c = float(rng.integers(self.contexts[0], self.contexts[-1] + 1))
             d = self.direct_decode(b, c)
             rows.append(("decode", b, c, self.decode_s(int(b), c), d))
             p = float(rng.integers(self.prompts[0], self.prompts[-1] + 1))
-            p = max(self.cfg.tp, p - p % self.cfg.tp)
+            p = max(unit, p - p % unit)
             L = float(rng.integers(self.prompt_lens[0], self.prompt_lens[-1] + 1))
             rows.append(("prefill", p, L, self.prefill_s(int(p * L), int(p)),
                          self.direct_prefill(p, L)))

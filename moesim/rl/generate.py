@@ -1,41 +1,28 @@
-"""Rollout generation on the engine replicas of the rollout pool, priced by a
-:class:`moesim.load.costs.StepCosts` (the one module to swap for the serving issue's
-replica scheduler).
+"""Rollout generation on the engine replicas of the rollout pool: the step's samples run
+on the serving issue's generation engine (:class:`moesim.load.loop.LoadSim` with vLLM's
+continuous batching, :mod:`moesim.load.vllm`), all arriving at the start of generation.
 
-Each replica runs continuous batching as vLLM's scheduler does (vllm/v1/core/sched/
-scheduler.py), in chunks of steps between events:
+An engine replica is one lockstep group of ``members`` attention-data-parallel ranks
+(EP inside the replica: a step lasts as long as its slowest member's batch); each member
+has ``kv_tokens`` of paged KV cache and runs at most ``max_batch`` sequences. Samples
+are dealt to the members round robin. The scheduler admits while blocks are free,
+allocates them as tokens arrive and preempts by recompute when the cache is full; step
+times come from a :class:`moesim.load.costs.StepCosts` of one member.
 
-- samples are dealt to replicas round robin and wait in order;
-- the KV cache is allocated as tokens arrive: a running sample holds its prompt and the
-  tokens sampled so far; a waiting one is admitted while fewer than ``max_batch`` run and
-  the cache has room for its prompt (and, after a preemption, the tokens it had);
-- the samples admitted at one point run one prefill step over those tokens
-  (``prefill_s(tokens, prompts)``), which samples each one's next token;
-- then decode steps, one token per running sample (``decode_s(batch, context)``, context
-  the running samples' mean prompt + sampled tokens), until the next sample finishes or
-  the cache is full; steps between two events are priced in chunks of at most ``CHUNK``
-  steps at the chunk's mean context (exact for costs linear in the context);
-- when the next step's tokens do not fit, the last admitted sample is preempted (its KV
-  freed, back at the front of the queue, recomputed by a prefill of its prompt and
-  tokens when readmitted: vLLM's default, recompute) and nothing is admitted in that
-  round; a finished sample frees its KV and the waiting ones are admitted.
-
-The step's generation ends with its longest replica; ``long_tail_s`` is the time from
+The step's generation ends with its longest sample; ``long_tail_s`` is the time from
 90 % of the samples done to the last.
 """
 
 from __future__ import annotations
 
 import math
-from collections import deque
 from dataclasses import dataclass, field
 
 import numpy as np
 
 from moesim.load.costs import StepCosts
-
-#: decode steps priced at one mean context (bounds the error of a cost curved in context)
-CHUNK = 32
+from moesim.load.deploy import build_sim
+from moesim.load.request import Request
 
 
 @dataclass
@@ -44,10 +31,10 @@ class Generation:
     finish_s: np.ndarray                # per sample, from the start
     replica: np.ndarray                 # replica of each sample
     long_tail_s: float                  # 90 % of samples done -> last
-    decode_steps: int                   # decode steps summed over replicas
+    steps: int                          # engine steps (prefill and decode), all replicas
     preemptions: int = 0                # samples evicted for recompute, summed
-    #: per replica: (t_s, running samples, KV tokens in use) at every change
-    series: list[list[tuple[float, int, int]]] = field(default_factory=list)
+    #: per replica: (t_s, running sequences, KV used fraction) where the batch changes
+    series: list[list[tuple[float, int, float]]] = field(default_factory=list)
 
 
 def long_tail(finish_s: np.ndarray, fraction: float = 0.9) -> float:
@@ -58,76 +45,38 @@ def long_tail(finish_s: np.ndarray, fraction: float = 0.9) -> float:
     return float(done[-1] - done[k - 1])
 
 
+def _thin(series: list[tuple]) -> list[tuple[float, int, float]]:
+    """LoadSim's per-step (t, running, KV fraction, queue) points where the running batch
+    changes (a counter track needs no more), and the last."""
+    out: list[tuple[float, int, float]] = [(0.0, 0, 0.0)]
+    for t, running, kv, _ in series:
+        if running != out[-1][1]:
+            out.append((float(t), int(running), float(kv)))
+    if series and out[-1][0] != series[-1][0]:
+        t, running, kv, _ = series[-1]
+        out.append((float(t), int(running), float(kv)))
+    out.append((out[-1][0], 0, 0.0))
+    return out
+
+
 def generate(prompt: np.ndarray, response: np.ndarray, costs: StepCosts, replicas: int,
-             kv_tokens: int, max_batch: int) -> Generation:
+             kv_tokens: int, max_batch: int, members: int = 1) -> Generation:
     """Generate ``response[i]`` tokens after ``prompt[i]`` for every sample on
-    ``replicas`` engine replicas of ``kv_tokens`` KV-cache tokens each."""
+    ``replicas`` engine replicas of ``members`` ranks with ``kv_tokens`` each."""
     prompt = np.asarray(prompt, dtype=np.int64)
     response = np.asarray(response, dtype=np.int64)
     n = len(prompt)
-    finish = np.zeros(n)
-    rep = np.arange(n) % max(replicas, 1)
-    series = []
-    steps = evicted = 0
-    for r in range(replicas):
-        idx = np.flatnonzero(rep == r)
-        t, st, ser, ev = _replica(prompt[idx], response[idx], costs, kv_tokens, max_batch)
-        finish[idx] = t
-        steps += st
-        evicted += ev
-        series.append(ser)
+    groups = [[r * members + i for i in range(members)] for r in range(replicas)]
+    sim = build_sim(costs, groups, kv_tokens, scheduler="vllm", router="round_robin",
+                    max_seqs=max_batch)
+    reqs = [Request(id=i, arrival_s=0.0, prompt=int(prompt[i]), output=int(response[i]),
+                    tag=i) for i in range(n)]
+    sim.submit(reqs)
+    sim.run()
+    if any(r.rejected or not r.done for r in reqs):
+        raise ValueError("a sample does not fit the KV cache")   # checked by the caller
+    finish = np.array([r.finish_s for r in reqs], dtype=float)
+    rep = np.array([r.member // members for r in reqs], dtype=np.int64)
     return Generation(float(finish.max()) if n else 0.0, finish, rep, long_tail(finish),
-                      steps, evicted, series)
-
-
-def _replica(prompt, response, costs: StepCosts, cap: int, max_batch: int):
-    n = len(prompt)
-    finish = np.zeros(n)
-    waiting = deque(range(n))           # admitted front first; a preempted sample rejoins
-    run: list[int] = []                 # in admission order (the last is preempted first)
-    gen = np.zeros(n, dtype=np.int64)   # tokens sampled so far
-    used = 0                            # KV tokens held: prompt + sampled, per running sample
-    t = 0.0
-    steps = preempted = 0
-    series = [(0.0, 0, 0)]
-    while waiting or run:
-        done = [i for i in run if gen[i] >= response[i]]
-        if done:
-            finish[done] = t
-            used -= int((prompt[done] + gen[done]).sum())
-            run = [i for i in run if gen[i] < response[i]]
-            series.append((t, len(run), used))
-        evicted = False
-        while run and cap - used < len(run):    # no room for this step's tokens
-            i = run.pop()
-            used -= int(prompt[i] + gen[i])
-            waiting.appendleft(i)
-            preempted += 1
-            evicted = True
-        new = []
-        while (waiting and not evicted and len(run) + len(new) < max_batch
-               and used + int(prompt[waiting[0]] + gen[waiting[0]]) + 1 <= cap):
-            i = waiting.popleft()
-            new.append(i)
-            used += int(prompt[i] + gen[i]) + 1
-        if new:
-            ids = np.asarray(new)
-            t += costs.prefill_s(int((prompt[ids] + gen[ids]).sum()), len(new))
-            gen[ids] += 1                       # the prefill samples the next token
-            run.extend(new)
-            series.append((t, len(run), used))
-            continue
-        if not run:
-            if waiting:
-                raise ValueError("a sample does not fit the KV cache")   # checked by caller
-            break
-        ids = np.asarray(run)
-        k = int(min((response[ids] - gen[ids]).min(), CHUNK, (cap - used) // len(ids)))
-        ctx = float((prompt[ids] + gen[ids]).mean()) + (k - 1) / 2
-        t += k * costs.decode_s(len(ids), ctx)
-        gen[ids] += k
-        used += k * len(ids)
-        steps += k
-        series.append((t, len(run), used))
-    series.append((t, 0, 0))
-    return finish, steps, series, preempted
+                      sim.steps, sum(r.preemptions for r in reqs),
+                      [_thin(s) for s in sim.series])

@@ -89,7 +89,7 @@ def details(run) -> dict:
         "gpus": {"rollout": setup.cfg.rollout.gpus, "train": setup.cfg.train.gpus,
                  "total": setup.cfg.total_gpus},
         "engine_replicas": setup.cfg.rollout.replicas,
-        "kv_tokens_per_replica": run.kv_tokens,
+        "kv_tokens_per_rank": run.kv_tokens,
         "weight_sync": dataclasses.asdict(s),
         "switch_s": {"into_training": run.switch_s[0], "out_of_training": run.switch_s[1]},
     }
