@@ -175,6 +175,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--write", help="write the markdown page here (e.g. docs/results/published.md)")
     ap.add_argument("--runs-dir", help="reuse the JSON outputs of the same runs saved here "
                     f"({', '.join(RUN_FILES.values())}) instead of running them")
+    ap.add_argument("--note", default="", help="a paragraph appended to the page (how the "
+                    "saved runs were made)")
     ap.add_argument("--only-saved", action="store_true",
                     help="with --runs-dir: leave out the figures whose run is not saved there")
     args = ap.parse_args(argv)
@@ -218,6 +220,8 @@ def main(argv: list[str] | None = None) -> int:
         body.append(f"{r['figure']}, mean over ranks: " + ", ".join(
             f"{k} {v:.2f} s" for k, v in r["parts"].items()))
         body.append("")
+    if args.note:
+        body += [args.note, ""]
     text = "\n".join(body)
     if args.write:
         Path(args.write).write_text(text)
