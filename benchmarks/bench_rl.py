@@ -6,7 +6,7 @@ published measurements.
     python benchmarks/bench_rl.py --repeat 1 --no-compare
 
 Each repetition runs ``moesim rl``'s simulation in a fresh child process (the engines'
-memo tables start empty) and reports its wall time, CPU time (user + sys) and peak
+memo tables and the rollout step-cost cache start empty) and reports its wall time, CPU time (user + sys) and peak
 resident set (``ru_maxrss``, MB = 10^6 bytes); the table gives the median over
 ``--repeat`` children (goal: 8 steps of the Qwen3-30B-A3B scenario in <= 60 s on 2 cores).
 
@@ -27,9 +27,11 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import subprocess
 import sys
+import tempfile
 
 CHILD = r"""
 import json, resource, sys, time
@@ -59,9 +61,13 @@ SYNC_CASES = [
 
 
 def run_child(name: str, overrides: list[str], steps: int, timeout: float) -> dict:
+    """One child in an empty step-cost cache (moesim.load.surface): it builds the
+    rollout surface itself, as a first run does."""
     arg = json.dumps([name, overrides, steps])
-    out = subprocess.run([sys.executable, "-c", CHILD, arg], capture_output=True, text=True,
-                         timeout=timeout, check=True)
+    with tempfile.TemporaryDirectory() as cache:
+        out = subprocess.run([sys.executable, "-c", CHILD, arg], capture_output=True,
+                             text=True, timeout=timeout, check=True,
+                             env={**os.environ, "MOESIM_CACHE": cache})
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 

@@ -238,6 +238,24 @@ def write_text(path: str | Path, text: str, *, force: bool) -> Path:
     return write_file(path, lambda t: t.write_text(text), force=force)
 
 
+def figure_formats() -> tuple[str, ...]:
+    """File formats matplotlib's Agg canvas writes (png, pdf, svg, ...)."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+    return tuple(sorted(FigureCanvasAgg.get_supported_filetypes()))
+
+
+def check_figure_target(path: str | Path, force: bool, flag: str = "-o") -> Path:
+    """:func:`check_file_target` for a picture, whose suffix must name a format the
+    figure can be written in (checked before the drawing, not after)."""
+    p = Path(path)
+    fmt = p.suffix.lstrip(".").lower()
+    if fmt and fmt not in figure_formats():
+        raise InputError(str(p), flag, "a picture file ending in one of ."
+                         + ", .".join(figure_formats()), p.suffix)
+    return check_file_target(p, force, flag)
+
+
 def save_figure(fig: Any, path: str | Path, *, force: bool, **kw: Any) -> Path:
     """``fig.savefig`` to exactly ``path`` (its format from the suffix; PNG without one),
     atomically."""

@@ -86,6 +86,7 @@ def test_schedule_checked_before_work(monkeypatch, capsys, argv, needles):
     (["memory", "toy-cpu", "--dtype", "fp8"], ["--dtype", "only with --matmul"]),
     (["memory", "--matmul", "8", "8", "8", "--set", "parallel.tp=2"],
      ["--set", "only with a scenario"]),
+    (["memory", "--matmul", "8", "8", "8", "--megatron"], ["--megatron", "only with a scenario"]),
 ])
 def test_memory_flags_that_would_be_ignored_are_refused(capsys, argv, needles):
     assert main(argv) == 2
@@ -117,3 +118,15 @@ def test_node_limit_above_the_ep_group_is_warned():
     assert any("routing.max_nodes 4 limits nothing" in w and "spans 1 node" in w
                for w in res.warnings)
     assert not any("max_nodes" in w for w in resolve_path("hot-expert").warnings)
+
+
+def test_routing_keys_the_kind_does_not_read_are_warned():
+    """`--set routing.hot_fraction=0.3` on uniform routing (or a hot scenario under
+    `--set routing.kind=uniform`) changes nothing: warned, not silently dropped."""
+    res = resolve_path("toy-cpu", ["routing.hot_fraction=0.3"])
+    assert res.warnings == ("routing.hot_fraction applies to routing.kind hot only: "
+                            "ignored with kind uniform",)
+    res = resolve_path("hot-expert", ["routing.kind=zipf"])
+    assert sorted(w.split(" ")[0] for w in res.warnings) == ["routing.hot_experts",
+                                                             "routing.hot_fraction"]
+    assert resolve_path("hot-expert").warnings == ()

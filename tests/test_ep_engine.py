@@ -154,5 +154,7 @@ def test_timeline_names_the_sms_deepep_kernels_hold():
     fig, ax = plt.subplots()
     assert plot_timeline(r, ax) is ax
     labels = [t.get_text() for t in ax.get_legend().get_texts()]
-    assert "ep_dispatch (20 SMs, 15%)" in labels
+    # the share of the step (issue 20 item 9), then the SMs the kernel holds
+    share = r.summary["breakdown_s"]["ep_dispatch"] / r.step_time_s * 100
+    assert f"ep_dispatch {share:.1f} % (20 SMs, 15%)" in labels
     plt.close(fig)

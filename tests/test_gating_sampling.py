@@ -144,3 +144,67 @@ def test_same_seed_same_draws():
     a = sample_counts(np.random.default_rng([1, 2, 3]), np.full(8, 999), pi, 4)
     b = sample_counts(np.random.default_rng([1, 2, 3]), np.full(8, 999), pi, 4)
     assert a.tobytes() == b.tobytes()
+
+
+# ---- issue 23: counts against expectation in every regime of tokens per source --------
+def _chi2_bound(df: int) -> float:
+    """A bound the statistic passes with probability > 1 - 1e-6 (Wilson-Hilferty)."""
+    z = 4.9
+    return df * (1 - 2 / (9 * df) + z * np.sqrt(2 / (9 * df))) ** 3
+
+
+def _pi(kind: str, e: int, k: int) -> np.ndarray:
+    if kind == "uniform":
+        return np.full(e, k / e)
+    if kind == "zipf":
+        return cap_probs(1.0 / np.arange(1, e + 1) ** 1.0, k)   # expert 0 capped at 1
+    return cap_probs(np.random.default_rng(3).dirichlet(np.full(e, 0.3)), k)
+
+
+@pytest.mark.parametrize("kind", ["uniform", "zipf", "dirichlet"])
+@pytest.mark.parametrize("n", [1, 3, 16, 64, 300, 4096])
+def test_fast_counts_match_expectation_chi_square(kind, n):
+    # Totals over R sources of n tokens: each expert's total is a sum of independent
+    # Binomial(n, pi_e), so z_e = (count - N·pi_e) / sqrt(N·pi_e(1-pi_e)) is ~N(0, 1)
+    # and Σ z² is at most chi-square with E degrees of freedom (the k picks per token
+    # make the z's negatively correlated, which only lowers it). n = 1..64 is the sparse
+    # regime (decode), 300 mixed for the skewed shares, 4096 Gaussian.
+    e, k = 256, 8
+    pi = _pi(kind, e, k)
+    rows = max(64, 20_000 // n)
+    rng = np.random.default_rng(n)
+    c = sample_counts_fast(rng, np.full(rows, n), pi, k)
+    assert np.all(c.sum(axis=1) == k * n) and c.min() >= 0 and c.max() <= n
+    tot, big_n = c.sum(axis=0), rows * n
+    var = big_n * pi * (1 - pi)
+    live = var > 0
+    z = (tot - big_n * pi)[live] / np.sqrt(var[live])
+    assert (z ** 2).sum() < _chi2_bound(int(live.sum())), (z ** 2).sum()
+    assert np.abs(z).max() < 5.5
+    assert np.all(tot[~live & (pi >= 1)] == big_n)
+
+
+@pytest.mark.parametrize("n", [1, 4, 64])
+def test_sparse_rows_give_the_last_expert_its_share(n):
+    # the bug of issue 23: rows with no Gaussian entry put their residual on the last
+    # expert (DeepSeek-V3 decode, 64 tokens per source: expert 255 ~6x its neighbours)
+    pi = np.full(256, 1 / 32)
+    c = sample_counts_fast(np.random.default_rng(0), np.full(131072 // n, n), pi, 8)
+    tot = c.sum(axis=0)         # mean 4096 per expert, sd ~63
+    mean = tot.mean()
+    assert tot[-1] < mean + 6 * np.sqrt(mean) and tot.max() < 1.25 * mean
+
+
+def test_sparse_rows_variance_and_covariance_of_a_k_subset():
+    # per source, one expert's count has Var = n·pi(1-pi) and two experts' covariance is
+    # negative (a uniform k-subset: -n·d/(E-1)); a shared circle order would make
+    # coincident arcs' counts equal (covariance +n·d for those pairs)
+    e, k, n, rows = 16, 2, 8, 40_000
+    pi = np.full(e, k / e)
+    c = sample_counts_fast(np.random.default_rng(9), np.full(rows, n), pi, k)
+    d = (k / e) * (1 - k / e)
+    np.testing.assert_allclose(c.var(axis=0), n * d, rtol=0.05)
+    cov = np.cov(c.T)
+    off = cov[~np.eye(e, dtype=bool)]
+    assert abs(off.mean() - (-n * d / (e - 1))) < 0.02 * n * d
+    assert off.max() < 0.1 * n * d

@@ -266,6 +266,15 @@ def test_kernels_without_a_kind_are_priced_exactly_as_before():
         assert model.time_s(k) == ref.time_s(k)
 
 
+def test_a_calibration_overrides_the_catalog():
+    calib = Path(__file__).resolve().parents[1] / "traces" / "calib-uniform-cpu.json"
+    model = compute_model({"kind": "calibration", "file": str(calib)}, "s.yaml", H800)
+    assert not isinstance(model, (CatalogModel, RooflineModel))
+    k = gemm("gemm", 4096, 7168, 2048)            # a kernel the catalog would price
+    assert model.time_s(k) != catalog().time_s(k)
+    assert price(model, k).source == model.name and price(model, k).time_s == model.time_s(k)
+
+
 def test_scenario_field_selects_the_model(tmp_path):
     from moesim.scenario import load_scenario, resolve
     res = resolve(load_scenario("hot-expert"))
@@ -288,6 +297,8 @@ BAD = {
                   "tables[0].rows[0]"),
     "unknown kind": ("tables:\n- {id: x, kind: conv, dtype: fp8, passes: [fwd], devices: "
                      "[H800], source: s}\n", "tables[0].kind"),
+    "unknown device": ("tables:\n- {id: x, kind: memory, dtype: any, passes: [fwd], devices: "
+                       "[H900], gbps: 100, source: s}\n", "tables[0].devices"),
     "no source": ("tables:\n- {id: x, kind: memory, dtype: any, passes: [fwd], devices: "
                   "[H800], gbps: 100}\n", "tables[0].source"),
     "time falls between rows": (

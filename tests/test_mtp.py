@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import pytest
 
-from moesim.errors import InputError
 from moesim.memory.report import memory_table
 from moesim.model import PRESETS, costs, mtp
 from moesim.program.build import build_step
@@ -58,10 +57,16 @@ def test_mtp_memory_on_the_last_stage_by_hand():
     assert b[1]["expert_params"] - a[1]["expert_params"] == 8 * 3 * h * 1024
 
 
-def test_mtp_with_dualpipe_is_refused():
-    with pytest.raises(InputError) as ei:
-        resolved = resolve(load_scenario("toy-cpu", [*BASE, "model.mtp_layers=1",
-                                                     "schedule.kind=dualpipev", "schedule.microbatches=4"],
-                                         resolve=False))
-        build_step(resolved)
-    assert ei.value.field.endswith("model.mtp_layers")     # given by --set
+def test_mtp_with_dualpipe_counts_the_same_flops():
+    # DualPipeV splits the MTP head's backward into B (dgrad) and W (wgrad): the step's
+    # model FLOPs grow by exactly what they grow by under 1F1B
+    four = ["model.layers=4", "schedule.microbatches=4"]
+
+    def grow(kind):
+        _, a = plan(*four, f"schedule.kind={kind}")
+        _, b = plan(*four, f"schedule.kind={kind}", "model.mtp_layers=1")
+        return b.model_flops - a.model_flops
+    assert grow("dualpipev") == pytest.approx(grow("1f1b"), rel=1e-12)
+    _, b = plan(*four, "schedule.kind=dualpipev", "model.mtp_layers=1")
+    names = {op.name for prog in b.programs for op in prog}
+    assert {"fwd.mtp", "bwd.mtp", "bwd.w_mtp"} <= names

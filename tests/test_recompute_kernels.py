@@ -41,7 +41,11 @@ def test_core_attention_recompute_is_the_core_kernel():
 
 def test_layernorm_recompute_is_the_two_norms():
     got = kernels(TOY, {"layernorm"})
-    assert flops(got) == 8 * T * H and sum(k.bytes for k in got) == 8 * T * H
+    # two RMSNorms over T x h: 4 FLOP per element each; read x, write y (bf16) and an
+    # fp32 1/rms per row
+    assert [k.name for k in got] == ["recompute.norm", "recompute.norm"]
+    assert flops(got) == 2 * 4 * T * H
+    assert sum(k.bytes for k in got) == 2 * (2 * 2 * T * H + 4 * T)
 
 
 def test_full_recompute_reruns_the_whole_layer_forward():
@@ -111,3 +115,13 @@ def test_recompute_time_on_both_engines():
     assert extra > 0
     for mode in ("exact", "fast"):
         assert steps[mode, "full"] - steps[mode, "none"] == pytest.approx(extra, rel=1e-6)
+
+
+def test_mla_up_proj_recompute_by_hand():
+    ds = PRESETS["deepseek-v3"]       # q latent 1536, kv latent 512, 128 heads
+    got = layer_recompute_kernels(ds, 5, frozenset({"mla_up_proj"}), tokens=T, seq_len=S,
+                                  tp=1, ep_tokens=T, sent=8 * T)
+    gemms = [k for k in got if k.name == "recompute.attention_gemm"]
+    # W_UQ: 1536 -> 128 x (128 + 64); W_UKV: 512 -> 128 x (128 + 128)
+    assert sum(k.flops for k in gemms) == 2 * T * 1536 * 128 * 192 + 2 * T * 512 * 128 * 256
+    assert any(k.name == "recompute.rotary_kernel" for k in got)

@@ -1,4 +1,5 @@
-"""Rollout generation (moesim.rl.generate) with LinearStepCosts: times by hand."""
+"""Rollout generation (moesim.rl.generate, on moesim.load's vLLM scheduler) with
+LinearStepCosts: times by hand."""
 
 from __future__ import annotations
 
@@ -24,24 +25,29 @@ def test_one_wave_hand_computed():
     decode = sum(1.0 + 0.1 * 4 + 0.001 * 4 * c for c in (11, 12, 13, 14))
     assert g.time_s == pytest.approx(prefill + decode, rel=1e-12)
     assert g.finish_s == pytest.approx([prefill + decode] * 4)
-    assert g.decode_steps == 4
+    assert g.steps == 5                           # one prefill, four decode steps
 
 
-def test_kv_capacity_admits_in_waves():
-    # room for 2 sequences of 10 + 5 tokens: two waves of two
-    g = generate(np.full(4, 10), np.full(4, 5), COSTS, replicas=1, kv_tokens=30,
+def test_a_full_kv_cache_preempts_and_everything_finishes():
+    # room for 64 tokens (4 blocks of 16) per rank: 4 samples of 10 + 20 tokens cannot all
+    # hold their whole sequences, so some are preempted and recomputed; all finish
+    g = generate(np.full(4, 10), np.full(4, 20), COSTS, replicas=1, kv_tokens=64,
                  max_batch=8)
-    wave = 0.5 + 0.01 * 20 + sum(1.0 + 0.1 * 2 + 0.001 * 2 * c for c in (11, 12, 13, 14))
-    assert g.time_s == pytest.approx(2 * wave, rel=1e-12)
-    for ser in g.series:
-        assert max(kv for _, _, kv in ser) <= 30
-        assert max(b for _, b, _ in ser) <= 2
+    assert g.preemptions > 0 and np.all(g.finish_s > 0)
+    assert max(kv for ser in g.series for _, _, kv in ser) <= 1.0
+    # with room for all, none is preempted and the step is the one-wave time
+    g = generate(np.full(4, 10), np.full(4, 20), COSTS, replicas=1, kv_tokens=1024,
+                 max_batch=8)
+    assert g.preemptions == 0
+    assert g.time_s == pytest.approx(0.5 + 0.01 * 40 + sum(
+        1.0 + 0.1 * 4 + 0.001 * 4 * c for c in range(11, 30)), rel=1e-12)
 
 
 def test_max_batch_and_replicas():
     # 8 samples on 2 replicas, at most 2 running per replica: each replica runs two waves
     g = generate(np.full(8, 10), np.full(8, 5), COSTS, replicas=2, kv_tokens=10_000,
                  max_batch=2)
+    assert g.preemptions == 0
     wave = 0.5 + 0.01 * 20 + sum(1.0 + 0.1 * 2 + 0.001 * 2 * c for c in (11, 12, 13, 14))
     assert g.time_s == pytest.approx(2 * wave, rel=1e-12)
     assert sorted(np.bincount(g.replica)) == [4, 4]
@@ -65,12 +71,12 @@ def test_every_sample_finishes_with_its_tokens():
     r = draw(LengthDist(dist="lognormal", mean=40, max=120, sigma=0.8), 200, rng)
     g = generate(p, r, COSTS, replicas=3, kv_tokens=1500, max_batch=64)
     assert len(g.finish_s) == 200 and np.all(g.finish_s > 0)
-    # the prefill gives each sample its first token; a replica runs at least as many
-    # decode steps as its longest sample needs
-    for rep in range(3):
-        assert g.decode_steps >= int(r[g.replica == rep].max()) - 1
+    assert sorted(np.bincount(g.replica).tolist()) == [66, 67, 67]
+    # the prefill gives each sample its first token; the replicas run at least as many
+    # steps as their longest samples need
+    assert g.steps >= sum(int(r[g.replica == rep].max()) for rep in range(3))
     for ser in g.series:
-        assert max(kv for _, _, kv in ser) <= 1500
+        assert max(kv for _, _, kv in ser) <= 1.0
 
 
 def test_lengths():

@@ -3,6 +3,7 @@ conservation of samples and tokens, lags, outputs, same seed same bytes, bad inp
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 
@@ -100,7 +101,8 @@ def test_colocated_adds_the_switch(tmp_path):
     assert s["utilization"]["rollout"] + s["utilization"]["train"] < 1
 
 
-def test_cli_outputs_and_same_seed_same_bytes(tmp_path, capsys):
+def test_cli_outputs_and_same_seed_same_bytes(tmp_path, capsys, monkeypatch):
+    monkeypatch.setenv("MOESIM_CACHE", str(tmp_path / "cache"))
     p = scenario(tmp_path, steps=2)
     outs = []
     for name in ("a", "b"):
@@ -157,7 +159,7 @@ def test_bad_steps_and_missing_section(tmp_path, capsys):
 
 
 def test_hand_generate_formula_is_what_the_costs_give():
-    # the hand formula above, against the replica loop for one replica of 2 samples
+    # the hand formula above, against the generation engine for one replica of 2 samples
     from moesim.rl.generate import generate
     import numpy as np
     g = generate(np.full(2, 64), np.full(2, 128), ROLL, 1, 10_000, 1024)
@@ -165,8 +167,10 @@ def test_hand_generate_formula_is_what_the_costs_give():
     assert math.isfinite(g.long_tail_s)
 
 
-def test_sweep_point_of_an_rl_scenario_is_an_rl_row(tmp_path):
+def test_sweep_point_of_an_rl_scenario_is_an_rl_row(tmp_path, monkeypatch):
     from moesim.sweep.runner import run_point
+
+    monkeypatch.setenv("MOESIM_CACHE", str(tmp_path / "cache"))
     from moesim.sweep.spec import expand, parse_sweep
 
     p = scenario(tmp_path, steps=2)
@@ -197,3 +201,11 @@ def test_gantt_takes_an_axes_and_draws_every_span(tmp_path):
     assert plot_gantt(run, ax, max_steps=2) is ax
     drawn = [sp for sp in run.timeline.spans if sp.step < 2]
     assert len(ax.patches) == len(drawn)
+
+
+def test_reward_model_is_a_forward_pass_over_the_rows(tmp_path):
+    costs = dataclasses.replace(TRAIN, reward_per_row_s=0.125)
+    p = scenario(tmp_path, reward={"kind": "model"}, old_logprob=False)
+    s = summarize(simulate_rl(resolve_rl(p), 1, rollout_costs=ROLL, trainer_costs=costs))
+    assert s["phases_s"]["reward"] == pytest.approx(0.125 * 8)     # 8 packed rows
+    assert s["phases_s"]["old_logprob"] == 0

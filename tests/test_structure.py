@@ -155,3 +155,45 @@ def test_no_tracked_file_names_a_machine_path():
             continue
         bad += [f"{f}: {n}" for n in needles if n in text]
     assert bad == []
+
+
+def private_imports() -> list[str]:
+    """Every ``from X import _name`` (top level or in a function) where X is a module of
+    another package than the importing module's (issue 20: serving imported the fast
+    engine's ``_chains`` and ``_route_rec``). A package is a folder of moesim/."""
+    mods = _modules()
+    bad = []
+    for m, p in mods.items():
+        is_pkg = p.name == "__init__.py"
+        own = m if is_pkg else m.rpartition(".")[0]
+        tree = ast.parse(p.read_text(), filename=str(p))
+        for node in ast.walk(tree):
+            if not isinstance(node, ast.ImportFrom):
+                continue
+            base = _targets(node, m, is_pkg)[0]
+            if not base.startswith("moesim"):
+                continue
+            src = base if base in mods and mods[base].name == "__init__.py" \
+                else base.rpartition(".")[0]
+            for a in node.names:
+                if a.name.startswith("_") and not a.name.startswith("__") and src != own:
+                    bad.append(f"{m} imports {base}.{a.name}")
+    return bad
+
+
+def test_private_import_finder_finds_one(tmp_path, monkeypatch):
+    pkg = tmp_path / "moesim"
+    (pkg / "a").mkdir(parents=True)
+    (pkg / "b").mkdir()
+    for f in ("__init__.py", "a/__init__.py", "b/__init__.py"):
+        (pkg / f).write_text("")
+    (pkg / "a" / "x.py").write_text("def _f():\n    pass\n")
+    (pkg / "a" / "y.py").write_text("from moesim.a.x import _f\n")          # same package
+    (pkg / "b" / "z.py").write_text("def g():\n    from moesim.a.x import _f\n")
+    monkeypatch.setitem(globals(), "ROOT", tmp_path)
+    monkeypatch.setitem(globals(), "PKG", pkg)
+    assert private_imports() == ["moesim.b.z imports moesim.a.x._f"]
+
+
+def test_no_package_imports_another_packages_private_names():
+    assert private_imports() == []

@@ -85,6 +85,22 @@ def main(argv: list[str] | None = None) -> int:
 
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0
+    except OSError as err:   # a path the system refuses (name too long, ...): one line
+        print(f"moesim {args.command}: error: {os_error_line(err)}", file=sys.stderr)
+        return 2
+
+
+def os_error_line(err: OSError) -> str:
+    """An operating-system error on a path a user gave, as InputError's one line."""
+    import errno
+
+    reason = "name too long" if err.errno == errno.ENAMETOOLONG else (
+        err.strerror or type(err).__name__)
+    where = err.filename if err.filename is not None else "command line"
+    name = str(where)
+    if len(name) > 80:
+        name = name[:40] + "…" + name[-20:]
+    return str(InputError(name, "path", "a path the operating system accepts", reason))
 
 
 if __name__ == "__main__":  # pragma: no cover

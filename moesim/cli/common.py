@@ -92,3 +92,16 @@ def print_result(res: dict, as_json: bool, fmt: Callable[[dict], str]) -> int:
     """Print ``res`` as sorted JSON (``--json``) or as ``fmt(res)``; exit status 0."""
     print(json.dumps(res, sort_keys=True) if as_json else fmt(res))
     return 0
+
+
+def refuse_serving(scn: Any, overrides: list[str], command: str, what: str) -> None:
+    """A training command (``run``, ``memory``) on a scenario with a ``serve:`` section
+    (from its file, or ``--set serve.…``): one line pointing at ``moesim serve``, never
+    a training answer silently given for a serving question."""
+    if not scn.serve:
+        return
+    keys = [o.split("=", 1)[0].strip() for o in overrides]
+    given = [k for k in keys if k == "serve" or k.startswith("serve.")]
+    raise InputError(CLI if given else scn.source, f"--set {given[0]}" if given else "serve",
+                     f"a training scenario (a serve: section is simulated by `moesim serve`; "
+                     f"`moesim {command}` would ignore it and {what})", "a serve: section")

@@ -20,6 +20,7 @@ from __future__ import annotations
 import argparse
 import json
 
+from moesim.cli.common import refuse_serving
 from moesim.errors import InputError
 from moesim.memory.matmul import DTYPE_BYTES, matmul_report
 from moesim.memory.megatron import compare
@@ -148,6 +149,9 @@ def run(args: argparse.Namespace) -> int:
         if args.overrides:
             raise InputError("command line", "--set", "--set only with a scenario (not "
                              "--matmul)", args.overrides[0])
+        if getattr(args, "megatron", False):
+            raise InputError("command line", "--megatron", "--megatron only with a scenario "
+                             "(not --matmul)", True)
         m, k, n = args.matmul
         t = matmul_report(m, k, n, "bf16" if args.dtype is None else args.dtype,
                           1 if args.tp is None else args.tp, 1 if args.pp is None else args.pp)
@@ -156,6 +160,8 @@ def run(args: argparse.Namespace) -> int:
     if args.scenario is None:
         raise InputError("command line", "scenario", "a scenario file or --matmul M K N", None)
     scn = load_scenario(args.scenario, args.overrides, resolve=False)
+    refuse_serving(scn, args.overrides, "memory", "count a training step's gradients and "
+                   "optimizer states; `moesim serve` prints the serving memory")
     res = resolve(scn)
     table = memory_table(res)
     maxr = stage_max_rows(res)

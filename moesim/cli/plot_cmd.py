@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 
 from moesim.errors import InputError
-from moesim.outputs import check_file_target, register, save_figure
+from moesim.outputs import check_figure_target, register, save_figure
 from moesim.trace.chrome import load_chrome_trace_file
 from moesim.trace.compare import load_summary
 from moesim.trace.plots import new_figure, plot_experts, plot_timeline, timeline_figsize
@@ -39,7 +39,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--what", choices=("timeline", "experts"), default="timeline",
                    help="which plot (default timeline)")
     p.add_argument("-o", "--output", help="image to write, its format from the extension "
-                   "(default RUN_DIR/zoom.png; .png is added to a name without one)")
+                   "(default RUN_DIR/zoom.png; .png is added to a name without one; an "
+                   "existing folder gets zoom.png inside it)")
     p.add_argument("--force", action="store_true", help="overwrite the output if it exists")
 
 
@@ -72,9 +73,11 @@ def run(args: argparse.Namespace) -> int:
     ranks = parse_range(args.ranks, "--ranks") if args.ranks else None
     layers = parse_range(args.layers, "--layers") if args.layers else None
     out = Path(args.output) if args.output else run_dir / "zoom.png"
-    if not out.suffix:   # the file really written (savefig adds .png), checked as such
+    if args.output and out.is_dir():   # a folder: the picture goes into it
+        out = out / "zoom.png"
+    elif not out.suffix:   # the file really written (savefig adds .png), checked as such
         out = out.with_name(out.name + ".png")
-    check_file_target(out, args.force)   # before reading the run
+    check_figure_target(out, args.force)   # before reading the run
     result = result_from_run_dir(run_dir)
     if ranks is not None:
         bad = [r for r in ranks if r >= result.n_ranks]

@@ -33,21 +33,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from moesim.cli.common import refuse_serving
     from moesim.engine.api import resolve_path
-    from moesim.errors import InputError
-    from moesim.scenario.blame import CLI
     from moesim.outputs import claim, default_run_dir
     from moesim.trace.report import check_outdir
 
     res = resolve_path(args.scenario, args.overrides)
-    if res.scenario.serve:   # never simulate a training step in place of what it says
-        keys = [o.split("=", 1)[0].strip() for o in args.overrides]
-        given = [k for k in keys if k == "serve" or k.startswith("serve.")]
-        raise InputError(CLI if given else res.scenario.source,
-                         f"--set {given[0]}" if given else "serve",
-                         "a training scenario (a serve: section is simulated by `moesim "
-                         "serve`; `moesim run` would ignore it and simulate a training step)",
-                         "a serve: section")
+    refuse_serving(res.scenario, args.overrides, "run", "simulate a training step")
     for w in res.warnings:
         print(f"moesim run: warning: {w}", file=sys.stderr)
     if args.no_files:

@@ -111,7 +111,7 @@ def format_report(rep: dict, unit: str, show_order: bool) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
-    from moesim.outputs import check_file_target, save_figure
+    from moesim.outputs import check_figure_target, save_figure
     from moesim.scenario.limits import check_schedule
 
     t = parse_times(args.times)
@@ -122,7 +122,7 @@ def run(args: argparse.Namespace) -> int:
     if out is not None:
         if not out.suffix:   # the file really written (PNG), checked as such
             out = out.with_name(out.name + ".png")
-        check_file_target(out, args.force, "--plot")
+        check_figure_target(out, args.force, "--plot")
     check_schedule(args.pp, args.microbatches)
     rep = schedule_report(args.kind, args.pp, args.microbatches, t)
     tl = rep.pop("_timeline")

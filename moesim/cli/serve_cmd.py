@@ -1,4 +1,7 @@
-"""``moesim serve SCENARIO``: simulate one prefill or decode step of a serving deployment.
+"""``moesim serve SCENARIO``: simulate one prefill or decode step of a serving deployment,
+or, with a ``load:`` section (or ``--set load...``), requests over time on it
+(:mod:`moesim.load`): TTFT/TPOT/latency percentiles, throughput, goodput under ``--slo``,
+``--find-capacity``.
 
 Prints step time, TTFT (prefill) or time per output token (decode), tokens/s and the
 memory table; ``--json`` prints the summary as JSON (phase, step_time_s, ttft_s /
@@ -28,6 +31,19 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--force", action="store_true",
                    help="write into an output directory that holds other files")
     p.add_argument("--quiet", action="store_true", help="no progress lines")
+    p.add_argument("--no-files", action="store_true",
+                   help="write no output files (the default without -o)")
+    g = p.add_argument_group("requests over time (a load: section)")
+    g.add_argument("--slo", default=None, metavar="KEY=TIME,...",
+                   help="service-level objective, e.g. ttft_p99=2s,tpot_p99=50ms: goodput "
+                   "and --find-capacity use it")
+    g.add_argument("--find-capacity", action="store_true",
+                   help="the largest arrival rate (requests/s) meeting --slo, by bisection")
+    g.add_argument("--check-surface", type=int, default=0, metavar="N",
+                   help="compare the surface with N direct simulations at random points "
+                   "and print the worst error")
+    g.add_argument("--no-cache", action="store_true",
+                   help="build the step-cost surface again instead of reading the cache")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -35,9 +51,21 @@ def run(args: argparse.Namespace) -> int:
     from moesim.serve.run import resolve_serve, simulate_serve
     from moesim.trace.report import check_outdir, full_summary, jsonable, write_run_outputs
 
+    from moesim.errors import InputError
+
+    if args.no_files and args.out:
+        raise InputError("command line", "--no-files", "either -o DIR or --no-files", "both")
     res, cfg = resolve_serve(args.scenario, args.overrides)
     for w in res.warnings:
         print(f"moesim serve: warning: {w}", file=sys.stderr)
+    if res.scenario.load:
+        from moesim.cli.serve_load import run_load_cmd
+        return run_load_cmd(args, res, cfg)
+    if args.slo or args.find_capacity or args.check_surface:
+        flag = "--slo" if args.slo else ("--find-capacity" if args.find_capacity
+                                         else "--check-surface")
+        raise InputError("command line", flag, "a scenario with a load: section (or "
+                         "--set load.arrival.rate_rps=R --set load.requests=N)", "none")
     out = Path(args.out) if args.out else None
     if out is not None:
         check_outdir(out, args.force, res.scenario.to_dict())   # before the long part
@@ -93,9 +121,7 @@ def text_summary(s: dict, out: Path | None) -> str:
                  f"{mem['free_bytes'] / gb:.2f} GB of {mem['capacity_bytes'] / gb:.1f} GB; "
                  f"largest batch {mem['largest_batch_per_gpu']} requests per GPU"
                  + ("  ** OOM **" if mem["oom"] else ""))
-    if out is not None:
-        lines.append(f"  wrote {out}/ (summary.md, trace.json, timeline.png, ...)")
-    return "\n".join(lines)
+    return "\n".join(lines)      # (write_run_outputs says what it wrote)
 
 
 def serving_markdown(s: dict) -> str:

@@ -168,11 +168,11 @@ def _run_gpu(args: argparse.Namespace, gpu: list) -> int:
     from moesim.scenario.load import load_scenario
     from moesim.scenario.resolve import resolve
     from moesim.validation.calibration.model import load_calibration
+    from moesim.validation.gpu.classes import class_table
+    from moesim.validation.gpu.classes import compare as compare_classes
     from moesim.validation.gpu.pair import measured_streams, simulate_pair
     from moesim.validation.gpu.summary import summarize
     from moesim.validation.gpu.validate import forward_fit, gpu_validate, text_table
-    from moesim.validation.gpu.classes import class_table
-    from moesim.validation.gpu.classes import compare as compare_classes
 
     if args.scenario is None:
         raise InputError("command line", "--scenario", "a scenario to compare a GPU trace "

@@ -26,6 +26,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
+from moesim.compute.devices import DEVICES
 from moesim.errors import InputError
 from moesim.yamlio import read_yaml
 
@@ -57,10 +58,6 @@ class Row:
     def axis(self) -> float:
         """What the table interpolates along: tokens per group, or sequence length."""
         return self.seq if self.seq else self.m / self.groups
-
-    @property
-    def flops(self) -> float:
-        return 2.0 * self.m * self.n * self.k
 
 
 @dataclass(frozen=True, slots=True)
@@ -167,7 +164,8 @@ def _table(t: Any, file: str, at: str) -> Table:
     kw: dict[str, Any] = dict(
         id=t["id"], kind=kind, dtype=t["dtype"], source=" ".join(t["source"].split()),
         passes=_str_list(t, "passes", file, at, PASSES),
-        devices=_str_list(t, "devices", file, at, None), file=file, hold_above=above == "hold")
+        devices=_str_list(t, "devices", file, at, tuple(DEVICES)), file=file,
+        hold_above=above == "hold")
     if kind in RATE_KINDS:
         kw["gbps"] = _positive(t.get("gbps"), file, f"{at}.gbps")
         if kind == "mla_decode":

@@ -215,7 +215,9 @@ def sample_counts_fast(rng: np.random.Generator, n: np.ndarray, pi: np.ndarray,
     indicators, which has diagonal d = pi(1 - pi) and zero row sums (k picks per
     token). Entries with n·d >= GAUSS_MIN_VAR are drawn from the Gaussian with
     that mean and covariance n·(diag(A·a) - a aᵀ) (:func:`_rank_one`); the others
-    exactly, as independent binomials. The Gaussian part absorbs the total so the
+    exactly, as independent binomials (a row with no Gaussian entry is drawn exactly
+    by :func:`_sparse_counts`: few tokens per source, every decode step). The
+    Gaussian part absorbs the total so the
     row sums to k·n, and a randomized cumulative rounding (unbiased, sum-keeping)
     makes integers. Rows that would leave [0, n] (beyond 5 sd) fall back to
     :func:`sample_counts`. Cost O(R·E) Gaussian draws.
@@ -230,10 +232,16 @@ def sample_counts_fast(rng: np.random.Generator, n: np.ndarray, pi: np.ndarray,
     nf = n[:, None].astype(float)
     d = p * (1.0 - p)
     big = nf * d >= GAUSS_MIN_VAR
-    small = ~big & (p > 0)
+    sparse = ~big.any(axis=1)
+    small = ~big & (p > 0) & ~sparse[:, None]
     out = np.zeros(p.shape, dtype=np.int64)
     if small.any():
         out[small] = rng.binomial(np.broadcast_to(n[:, None], p.shape)[small], p[small])
+    if sparse.all():      # no Gaussian entry to absorb the total: drawn exactly
+        return _sparse_counts(rng, n, p, k)
+    if sparse.any():
+        rows = np.flatnonzero(sparse)
+        out[rows] = _sparse_counts(rng, n[rows], p[rows], k)
     db = np.where(big, d, 0.0)
     if np.ndim(pi) == 1 and np.all(big == big[0]):
         a1, big_a1 = _rank_one_row(db[:1])  # the same for every row: solve once
@@ -258,6 +266,87 @@ def sample_counts_fast(rng: np.random.Generator, n: np.ndarray, pi: np.ndarray,
     if bad.any():
         out[bad] = sample_counts(rng, n[bad], p[bad], k)
     return out
+
+
+#: a row with no Gaussian entry is drawn by :func:`sample_counts` in up to this many
+#: groups of tokens, each with its own circle order (exact marginals; the groups break the
+#: equal counts of experts whose arcs coincide on one circle)
+SPARSE_GROUPS = 8
+
+
+def _sparse_counts(rng: np.random.Generator, n: np.ndarray, p: np.ndarray, k: int
+                   ) -> np.ndarray:
+    """Rows whose entries are all sparse (n·pi·(1-pi) < GAUSS_MIN_VAR), drawn exactly:
+    each row's tokens split into min(n, SPARSE_GROUPS) groups, each group on its own
+    random circle order (the design of the module doc). Unrolled, a group's arcs tile
+    [0, k·TICKS) end to end; a token's uniform point u stands for the k points
+    u + w·TICKS (w < k), each in exactly one arc, so each token picks k distinct experts
+    with P(e) = pi_e. Every count is Binomial(n, pi) (a sum of independent binomials
+    with the same pi), rows sum to k·n, entries <= n; with n <= SPARSE_GROUPS every
+    token has its own order (the exact per-token law). Cost O(groups·E + tokens·k·log).
+
+    Was (issue 23): the binomials were drawn independently and the whole row residual
+    was added to the last expert (expert 255 of DeepSeek-V3 decode took 6x its share)."""
+    r_, e_ = p.shape
+    out = np.zeros((r_, e_), dtype=np.int64)
+    span = k * TICKS
+    if bool(np.all(p == p[:1])):
+        return _pooled_counts(rng, n, to_ticks(p[0], k), k)
+    step = max(1, (1 << 62) // span // SPARSE_GROUPS)     # rows per chunk: keys fit int64
+    for lo in range(0, r_, step):
+        hi = min(r_, lo + step)
+        nn = n[lo:hi]
+        g = np.clip(nn, 1, SPARSE_GROUPS)
+        rows = np.repeat(np.arange(hi - lo), g)
+        first = np.concatenate([[0], np.cumsum(g)[:-1]])
+        j = np.arange(rows.shape[0]) - first[rows]
+        part = nn[rows] // g[rows] + (j < nn[rows] % g[rows])
+        ng = rows.shape[0]
+        order = rng.permuted(np.broadcast_to(np.arange(e_), (ng, e_)), axis=1)
+        q = to_ticks(p[lo:hi], k)[rows]
+        ends = np.cumsum(np.take_along_axis(q, order, axis=1), axis=1)
+        ends += np.arange(ng, dtype=np.int64)[:, None] * span
+        grp = np.repeat(np.arange(ng), part)                     # each token's group
+        u = rng.integers(0, TICKS, size=grp.shape[0], dtype=np.int64)
+        x = (u + grp * span)[:, None] + np.arange(k, dtype=np.int64) * TICKS
+        arc = np.searchsorted(ends.ravel(), x.ravel(), side="right")
+        expert = order.ravel()[arc]
+        tok_row = np.repeat(rows[grp], k)
+        out[lo:hi] = np.bincount(tok_row * e_ + expert,
+                                 minlength=(hi - lo) * e_).reshape(hi - lo, e_)
+    return out
+
+
+#: orders drawn per call when every row shares pi (:func:`_pooled_counts`)
+POOL_ORDERS = 256
+
+
+def _pooled_counts(rng: np.random.Generator, n: np.ndarray, q: np.ndarray, k: int
+                   ) -> np.ndarray:
+    """:func:`_sparse_counts` when every row shares the arcs ``q`` (E,): the call draws
+    ``POOL_ORDERS`` independent random circle orders and each token takes one of them at
+    random (so each token's k experts follow the design exactly; tokens sharing an order
+    are as tokens of one group), its point uniform. Tokens are exchangeable, so they are
+    drawn order by order with sorted points (sorted needles: fast searches) and dealt to
+    the rows by a random permutation. Cost O(POOL_ORDERS·E + tokens·k)."""
+    r_, e_ = n.shape[0], q.shape[0]
+    span = k * TICKS
+    tokens = int(n.sum())
+    if tokens == 0:
+        return np.zeros((r_, e_), dtype=np.int64)
+    pool = min(POOL_ORDERS, tokens)
+    order = rng.permuted(np.broadcast_to(np.arange(e_), (pool, e_)), axis=1)
+    ends = np.cumsum(q[order], axis=1)
+    ends += np.arange(pool, dtype=np.int64)[:, None] * span
+    flat_ends, flat_order = ends.ravel(), order.ravel()
+    per = rng.multinomial(tokens, np.full(pool, 1.0 / pool))
+    base = np.repeat(np.arange(pool, dtype=np.int64) * span, per)
+    u = np.sort(base + rng.integers(0, TICKS, size=tokens, dtype=np.int64))
+    row = rng.permutation(np.repeat(np.arange(r_, dtype=np.int64), n)) * e_
+    needles = u[None, :] + (np.arange(k, dtype=np.int64) * TICKS)[:, None]
+    arc = np.searchsorted(flat_ends, needles.ravel(), side="right")   # sorted per winding
+    cell = (row[None, :] + flat_order[arc].reshape(k, tokens)).ravel()
+    return np.bincount(cell, minlength=r_ * e_).reshape(r_, e_)
 
 
 def _same_rows(rng: np.random.Generator, n: np.ndarray, pi: np.ndarray, k: int

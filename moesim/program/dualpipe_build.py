@@ -36,7 +36,7 @@ from __future__ import annotations
 from contextlib import contextmanager
 from dataclasses import replace
 
-from moesim.model import costs
+from moesim.model import costs, mtp
 from moesim.program.ops import Op
 from moesim.program.overlap import ep_stream, is_ep
 from moesim.schedule.a2a_overlap import a2a_1f1b_order, flatten
@@ -235,6 +235,9 @@ class DualPipeOps:
         experts with the tokens they received, or the dense FFN), then attention's."""
         spec, tp, tok = self.spec, self.tp, self.tokens
         W = costs.backward_part
+        if layer >= spec.layers:     # an MTP depth's eh_proj and output head (moesim.model.mtp)
+            self._compute(prog, "bwd.w_mtp", layer, mb, "bwd", ("mtp", "bwd", "W"),
+                          lambda: W(mtp.head_kernels(spec, tok, tp, "bwd"), "W"))
         if spec.is_moe_layer(layer):
             self._compute(prog, "bwd.w_mlp", layer, mb, "bwd", ("w_moe", "bwd"), lambda: W(
                 [*costs.router_kernels(spec, self.ep_tokens, "bwd"),

@@ -9,9 +9,10 @@ layer's backward:
 
 * selective (``recompute_modules``, transformer_config.py): ``core_attn`` the core
   attention kernel; ``layernorm`` the two RMSNorms; ``mla_up_proj`` MLA's query and
-  key-value up-projection GEMMs; ``mlp`` a dense layer's FFN; ``shared_experts`` the
-  shared experts' FFN; ``moe_act`` the routed experts' activation function; ``moe`` the
-  router, permutation, routed experts, unpermutation and shared experts;
+  key-value up-projection GEMMs and the RoPE application after them; ``mlp`` a dense
+  layer's FFN; ``shared_experts`` the shared experts' FFN; ``moe_act`` the routed
+  experts' activation function; ``moe`` the router, permutation, routed experts,
+  unpermutation and shared experts;
 * full (transformer_block.py ``_checkpointed_forward``): the whole layer's forward
   (norms, attention, then the FFN or the MoE block as ``moe``), for every layer
   (uniform) or the first ``recompute_num_layers`` layers of each stage chunk (block).
@@ -43,10 +44,8 @@ def recomputes(recompute: str, modules, method: str, num_layers: int, position: 
 
 
 def _norms(spec: ModelSpec, tokens: int, tp: int) -> list[Kernel]:
-    """The two RMSNorms of a layer without the residual adds (costs.norm_kernels prices
-    2 norms + 2 adds at 20 B and 10 FLOP per element: the norms are 8 B and 8 FLOP)."""
-    return [replace(k, name="norm", flops=k.flops * 8 / 10, bytes=k.bytes * 8 / 20, count=2)
-            for k in costs.norm_kernels(spec, tokens, tp, "fwd")]
+    """The two RMSNorms of a layer, without the residual adds."""
+    return [k for k in costs.norm_kernels(spec, tokens, tp, "fwd") if k.name == "norm"]
 
 
 def layer_recompute_kernels(spec: ModelSpec, layer: int, mods: frozenset[str], *,
@@ -68,8 +67,11 @@ def layer_recompute_kernels(spec: ModelSpec, layer: int, mods: frozenset[str], *
         if "core_attn" in mods:
             out += [k for k in attn if k.name == "attention"]
         if "mla_up_proj" in mods and spec.attention == "mla":
+            # the up-projection GEMMs (from the q and kv latents) and the RoPE application
+            # and key/query assembly between them and the core attention (elementwise)
             ranks = {spec.q_lora_rank, spec.kv_lora_rank} - {0}
-            out += [k for k in attn if k.name == "attention_gemm" and k.k in ranks]
+            out += [k for k in attn if (k.name == "attention_gemm" and k.k in ranks)
+                    or k.kclass == "elementwise"]
     if not moe:
         if full or "mlp" in mods:
             out += costs.dense_ffn_kernels(spec, tokens, tp, "fwd")
@@ -100,10 +102,8 @@ def expert_recompute(spec: ModelSpec, layer: int, mods: frozenset[str],
     for n in expert_tokens:
         if n <= 0:
             continue
-        if whole:
-            t, f = price(n, lambda n=n: forward(n))
-        else:
-            t, f = price(n, lambda n=n: [k for k in forward(n) if k.name.endswith("_act")])
+        t, f = price(n, (lambda n=n: forward(n)) if whole else
+                     (lambda n=n: act_kernels(forward(n))))
         t_all += t
         f_all += f
     return t_all, f_all

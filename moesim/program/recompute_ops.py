@@ -37,14 +37,10 @@ class RecomputeOps:
         if rc is None or not experts:
             return
         spec, etp = self.spec, self.etp
-        t_rc = f_rc = 0.0
-        for e in experts:
-            n = int(local[e])
-            t, f = self.timer(("expert", n, rc, etp), lambda n=n: (
-                etpx.expert_kernels(spec, n, etp, "fwd") if rc == "fwd" else
-                recompute.act_kernels(etpx.expert_kernels(spec, n, etp, "fwd"))))
-            t_rc += t
-            f_rc += f
+        t_rc, f_rc = recompute.expert_recompute(
+            spec, layer, self.rc.mods(layer), [int(local[e]) for e in experts],
+            lambda n, make: self.timer(("expert", n, rc, etp), make),
+            lambda n: etpx.expert_kernels(spec, n, etp, "fwd"))
         prog.append(Op(stream="compute", kind="compute", name="bwd.recompute_experts",
                        duration_s=t_rc, flops=f_rc, layer=layer, microbatch=mb, phase="bwd",
                        tokens=recv))

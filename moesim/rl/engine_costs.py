@@ -6,23 +6,20 @@
   -parallel replica; a log-prob pass is a serving prefill step
   (:func:`moesim.serve.run.simulate_serve`) of one row per GPU plus the LM head and
   log-softmax over every token (a prefill samples the last token only), times the rows
-  each data-parallel group holds. Forward passes
-  run with the pipeline stages folded into data parallelism (one stage). Times are
-  memoised by their inputs: RL steps whose mini-batches pack into the same number of
-  rows per replica are simulated once.
-- :class:`EngineStepCosts` (:class:`moesim.load.costs.StepCosts`) for one rollout replica:
-  decode steps simulated by ``moesim serve`` at a grid of (batch, context) points and
-  interpolated linearly (exact where the step is linear in context: reading the KV cache),
-  prefill steps at a grid of prompt counts. The serving issue's engine-backed surface
-  replaces it when it lands (docs/rl.md).
+  each data-parallel group holds. Forward passes run with the pipeline stages folded into
+  data parallelism (one stage). Times are memoised by their inputs: RL steps whose
+  mini-batches pack into the same number of rows per replica are simulated once.
+- :func:`rollout_costs` (a :class:`moesim.load.costs.StepCosts`) for one rollout replica:
+  the serving issue's step-cost surface (:mod:`moesim.load.surface`) on a grid sized to
+  the RL step's batches and contexts.
 """
 
 from __future__ import annotations
 
-import bisect
 import dataclasses
 import math
 
+from moesim.engine.api import simulate
 from moesim.model.costs import memory_op
 from moesim.scenario.resolve import resolve
 from moesim.scenario.schema import ClusterConfig, EngineConfig, ParallelConfig, Scenario
@@ -67,7 +64,6 @@ class EngineTrainerCosts:
             m = math.ceil(m / self.pp) * self.pp
         key = ("train", m)
         if key not in self.memo:
-            from moesim.engine.api import simulate
             scn = dataclasses.replace(self.scn, schedule=dataclasses.replace(
                 self.scn.schedule, microbatches=m))
             self.memo[key] = float(simulate(resolve(scn)).summary["step_time_s"])
@@ -80,7 +76,7 @@ class EngineTrainerCosts:
         already; routing a whole batch of rows costs minutes of CPU at DeepSeek-V3 size)."""
         groups = self.gpus // self.tp            # data-parallel groups, stages folded
         per_group = max(1, math.ceil(rows / groups))
-        key = ("fwd", id(model))
+        key = ("fwd", None if model is None else repr(sorted(model.items())))
         if key not in self.memo:
             scn = self.scn if model is None else dataclasses.replace(self.scn, model=model)
             backend = scn.parallel.ep_backend.kind if self.ep > 1 else "nccl"
@@ -100,69 +96,31 @@ class EngineTrainerCosts:
         return self.forward_s(rows, self.reward_model or dict(self.scn.model))
 
 
-#: decode grid: running sequences per GPU of a replica
-BATCH_PER_GPU = (1, 4, 16, 64, 256)
-#: prefill grid: prompts per GPU admitted in one step (linear beyond the last point:
-#: a prefill of many prompts is compute-bound, its time proportional to the tokens)
-PROMPTS_PER_GPU = (1, 8)
+def rollout_costs(scn: Scenario, replica_gpus: int, gpus_per_node: int, *, tp: int, ep: int,
+                  kv_dtype: str, max_batch: int, prompt: int, response_max: int,
+                  cache: bool = True):
+    """The serving issue's engine-backed step-cost surface
+    (:class:`moesim.load.surface.EngineStepCosts`) of one engine replica: decode steps at
+    1 .. ``max_batch`` sequences per attention-DP rank and contexts from the prompt to
+    the longest sample, prefill steps of 1 .. 64 prompts of the mean prompt length (linear
+    beyond), each simulated once by ``moesim serve`` on the fast engine (cached on disk
+    by the scenario's content unless ``cache`` is false)."""
+    from moesim.load.surface import EngineStepCosts
+
+    one = dataclasses.replace(scn, cluster=pool_cluster(scn, replica_gpus, gpus_per_node),
+                              serve={}, engine=EngineConfig(mode="fast"),
+                              parallel=ParallelConfig(order=scn.parallel.order))
+    cfg = ServeConfig(phase="decode", batch_per_gpu=1, prompt=prompt, context=prompt,
+                      output=1, tp=tp, ep=ep, kv_dtype=kv_dtype)
+    res = resolve(serving_scenario(one, cfg))
+    return EngineStepCosts(
+        res, cfg, batches=sorted({b for b in BATCHES if b < max_batch} | {max_batch}),
+        contexts=sorted({prompt, prompt + response_max // 2, prompt + response_max}),
+        prompts=sorted({p for p in PROMPTS if p < max_batch} | {min(max_batch, 64)}),
+        prompt_lens=[prompt], cache=cache)
 
 
-class EngineStepCosts:
-    """Decode and prefill step times of one engine replica, interpolated from serving
-    steps simulated at grid points (each simulated once)."""
-
-    def __init__(self, scn: Scenario, replica_gpus: int, gpus_per_node: int, *, tp: int,
-                 ep: int, kv_dtype: str, max_batch: int, contexts: tuple[int, int],
-                 prompt: int) -> None:
-        self.scn = dataclasses.replace(
-            scn, cluster=pool_cluster(scn, replica_gpus, gpus_per_node), serve={},
-            engine=EngineConfig(mode="fast"),
-            parallel=ParallelConfig(order=scn.parallel.order))
-        self.g, self.tp, self.ep, self.kv_dtype = replica_gpus, tp, ep, kv_dtype
-        top = max(1, math.ceil(max_batch / replica_gpus))
-        self.batch_grid = sorted({b for b in BATCH_PER_GPU if b < top} | {top})
-        self.ctx_grid = sorted(set(contexts))
-        self.prompt = max(1, int(prompt))
-        self.prefill_grid = sorted({min(p, top) for p in PROMPTS_PER_GPU})
-        self.memo: dict[tuple, float] = {}
-        self.simulated = 0
-
-    def _sim(self, phase: str, per_gpu: int, ctx: int) -> float:
-        key = (phase, per_gpu, ctx)
-        if key not in self.memo:
-            cfg = ServeConfig(phase=phase, batch_per_gpu=per_gpu, prompt=ctx, context=ctx,
-                              output=1, tp=self.tp, ep=self.ep, kv_dtype=self.kv_dtype)
-            self.memo[key] = _serve_time(self.scn, cfg)[0]
-            self.simulated += 1
-        return self.memo[key]
-
-    def decode_s(self, batch: int, context: float) -> float:
-        per_gpu = max(1.0, batch / self.g)
-        return _interp2(self.batch_grid, self.ctx_grid, per_gpu, context,
-                        lambda b, c: self._sim("decode", b, c))
-
-    def prefill_s(self, tokens: int, prompts: int) -> float:
-        per_gpu = max(1.0, prompts / self.g)
-        # a grid step at the mean prompt, scaled to the tokens actually prefilled
-        base = _interp1(self.prefill_grid, per_gpu,
-                        lambda p: self._sim("prefill", p, self.prompt))
-        return base * tokens / max(1.0, prompts * self.prompt)
-
-
-def _bracket(grid: list[int], x: float) -> tuple[int, int, float]:
-    if x <= grid[0] or len(grid) == 1:
-        return grid[0], grid[0], 0.0
-    if x >= grid[-1]:
-        return grid[-2], grid[-1], (x - grid[-2]) / (grid[-1] - grid[-2])
-    i = bisect.bisect_right(grid, x)
-    lo, hi = grid[i - 1], grid[i]
-    return lo, hi, (x - lo) / (hi - lo)
-
-
-def _interp1(grid, x, f) -> float:
-    lo, hi, w = _bracket(grid, x)
-    return f(lo) if w == 0 else (1 - w) * f(lo) + w * f(hi)
-
-
-def _interp2(bgrid, cgrid, b, c, f) -> float:
-    return _interp1(bgrid, b, lambda bb: _interp1(cgrid, c, lambda cc: f(bb, cc)))
+#: decode grid: running sequences per attention-DP rank
+BATCHES = (1, 4, 16, 64, 256)
+#: prefill grid: prompts per attention-DP rank admitted in one step (linear beyond)
+PROMPTS = (1, 8)

@@ -80,7 +80,7 @@ def step_work(cfg: RLConfig, batch: Batch, seq_len: int, rollout: StepCosts,
     """Durations of every phase of one step over ``batch``."""
     ro, tr = cfg.rollout, cfg.train
     gen = generate(batch.prompt, batch.response, rollout, ro.replicas, kv_tokens,
-                   ro.max_batch)
+                   ro.max_batch, members=ro.replica_gpus // ro.tp)
     lengths = batch.prompt + batch.response
     rows = pack_rows(lengths, seq_len)
     mb_rows = [pack_rows(lengths[ix], seq_len) for ix in split_mini_batches(len(lengths),

@@ -21,7 +21,7 @@ from moesim.rl.config import RLConfig, rl_from_dict
 from moesim.rl.lengths import draw
 from moesim.rl.loop import Timeline, schedule
 from moesim.rl.phases import Batch, StepWork, TrainerCosts, step_work
-from moesim.rl.sync import SyncResult, param_bytes, switch_cost, weight_sync
+from moesim.rl.sync import SyncResult, switch_cost, weight_sync
 from moesim.scenario import load_scenario
 from moesim.scenario.blame import blame_overrides
 from moesim.scenario.resolve import Resolved, resolve
@@ -50,7 +50,7 @@ class RLRun:
     works: list[StepWork]
     timeline: Timeline
     sync: SyncResult
-    kv_tokens: int              # KV-cache tokens per engine replica
+    kv_tokens: int              # KV-cache tokens per attention-DP rank of a replica
     switch_s: tuple[float, float]
 
 
@@ -94,20 +94,20 @@ def replica_weight_bytes(spec, ro) -> float:
 
 
 def kv_capacity(setup: RLSetup) -> int:
-    """KV-cache tokens of one engine replica: ``kv_fraction`` of each GPU's memory less
-    its weights (vLLM's gpu_memory_utilization budget), over the per-token bytes of the
-    GPU's share (GQA heads split over TP), times the replica's attention-DP groups."""
+    """KV-cache tokens of one attention-DP rank of an engine replica (a TP group):
+    ``kv_fraction`` of each GPU's memory less its weights (vLLM's gpu_memory_utilization
+    budget), over the per-token bytes of the GPU's share (GQA heads split over TP)."""
     ro, spec = setup.cfg.rollout, setup.res.model
     free = ro.kv_fraction * setup.res.device.hbm_bytes - replica_weight_bytes(spec, ro)
     per_token = kv_bytes_per_token(spec, KV_ELEM[ro.kv_dtype], ro.tp)
-    tokens = int(max(free, 0) // per_token) * (ro.replica_gpus // ro.tp)
-    return tokens
+    return int(max(free, 0) // per_token)
 
 
 def simulate_rl(setup: RLSetup, steps: int, *, rollout_costs: StepCosts | None = None,
                 trainer_costs: TrainerCosts | None = None, on_solve=None,
-                progress=None) -> RLRun:
-    """Simulate ``steps`` RL steps. Without costs given, the engines price them."""
+                progress=None, cache: bool = True) -> RLRun:
+    """Simulate ``steps`` RL steps. Without costs given, the engines price them
+    (``cache``: keep the rollout step-cost surface on disk, moesim.load.surface)."""
     cfg, res = setup.cfg, setup.res
     ro, tr = cfg.rollout, cfg.train
     batches = [draw_batch(setup, s) for s in range(steps)]
@@ -115,7 +115,7 @@ def simulate_rl(setup: RLSetup, steps: int, *, rollout_costs: StepCosts | None =
     longest = max(int((b.prompt + b.response).max()) for b in batches)
     if kv < longest:
         raise InputError(setup.source, "rl.rollout.kv_fraction",
-                         f"room in each replica's KV cache for the longest sample ({longest} "
+                         f"room in each engine rank's KV cache for the longest sample ({longest} "
                          f"tokens); {kv} tokens fit beside the weights", ro.kv_fraction)
     gpus = list(res.topology.gpus)
     roll = gpus[:ro.gpus]
@@ -125,15 +125,14 @@ def simulate_rl(setup: RLSetup, steps: int, *, rollout_costs: StepCosts | None =
                        ipc=cfg.colocated, hbm_Bps=res.device.hbm_Bps, on_solve=on_solve)
     switch = switch_cost(res.model, tr.gpus, ro.replica_gpus) if cfg.colocated else (0.0, 0.0)
     if rollout_costs is None or trainer_costs is None:
-        from moesim.rl.engine_costs import EngineStepCosts, EngineTrainerCosts
+        from moesim.rl.engine_costs import EngineTrainerCosts, rollout_costs as surface
         gpn = res.scenario.gpus_per_node or len(gpus)
         if rollout_costs is None:
-            pm = float(np.mean([b.prompt.mean() for b in batches]))
-            rmax = max(int(b.response.max()) for b in batches)
-            rollout_costs = EngineStepCosts(
-                setup.scenario, ro.replica_gpus, gpn, tp=ro.tp, ep=ro.ep,
-                kv_dtype=ro.kv_dtype, max_batch=ro.max_batch,
-                contexts=(max(1, int(pm)), int(pm) + rmax), prompt=int(pm))
+            rollout_costs = surface(
+                setup.scenario, ro.replica_gpus, gpn, tp=ro.tp, ep=ro.ep, kv_dtype=ro.kv_dtype,
+                max_batch=ro.max_batch, cache=cache,
+                prompt=max(1, int(np.mean([b.prompt.mean() for b in batches]))),
+                response_max=max(int(b.response.max()) for b in batches))
         if trainer_costs is None:
             trainer_costs = EngineTrainerCosts(
                 setup.scenario, tr.gpus, gpn, tp=tr.tp, pp=tr.pp, ep=tr.ep,
@@ -146,10 +145,6 @@ def simulate_rl(setup: RLSetup, steps: int, *, rollout_costs: StepCosts | None =
             progress(s + 1, steps)
     tl = schedule([w.durations for w in works], cfg.max_lag, cfg.colocated)
     return RLRun(setup, batches, works, tl, sync, kv, switch)
-
-
-def model_bytes(setup: RLSetup) -> float:
-    return param_bytes(setup.res.model)
 
 
 def rl_summary(target: str | Path, overrides=(), steps: int | None = None) -> dict:

@@ -11,6 +11,7 @@ each pool over the run), ``staleness`` (samples per lag in versions), ``long_tai
 
 from __future__ import annotations
 
+import dataclasses
 from collections import Counter
 
 import numpy as np
@@ -80,8 +81,6 @@ def summarize(run) -> dict:
 
 def details(run) -> dict:
     """What the summary leaves out: the configuration, pools, sync and KV figures."""
-    import dataclasses
-
     s = run.sync
     setup = run.setup
     return {
@@ -90,7 +89,7 @@ def details(run) -> dict:
         "gpus": {"rollout": setup.cfg.rollout.gpus, "train": setup.cfg.train.gpus,
                  "total": setup.cfg.total_gpus},
         "engine_replicas": setup.cfg.rollout.replicas,
-        "kv_tokens_per_replica": run.kv_tokens,
+        "kv_tokens_per_rank": run.kv_tokens,
         "weight_sync": dataclasses.asdict(s),
         "switch_s": {"into_training": run.switch_s[0], "out_of_training": run.switch_s[1]},
     }

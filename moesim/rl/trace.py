@@ -13,9 +13,9 @@ PIDS = {"rollout": 1, "train": 2}
 
 
 def pool_counters(run) -> list[tuple[float, int, float]]:
-    """(t_s, running sequences, KV fraction) of the rollout pool at every change."""
+    """(t_s, running sequences, KV fraction) of the rollout pool at every change (KV:
+    the mean over replicas of each replica's fullest rank)."""
     reps = run.setup.cfg.rollout.replicas
-    cap = max(run.kv_tokens, 1) * reps
     events = []
     for s, w in enumerate(run.works):
         t0 = run.timeline.gen_start_s[s]
@@ -23,11 +23,11 @@ def pool_counters(run) -> list[tuple[float, int, float]]:
             events += [(t0 + t, r, b, kv) for t, b, kv in ser]
     events.sort(key=lambda e: (e[0], e[1]))
     cur_b = [0] * reps
-    cur_kv = [0] * reps
+    cur_kv = [0.0] * reps
     out: list[tuple[float, int, float]] = []
     for t, r, b, kv in events:
         cur_b[r], cur_kv[r] = b, kv
-        row = (t, sum(cur_b), sum(cur_kv) / cap)
+        row = (t, sum(cur_b), sum(cur_kv) / reps)
         if out and out[-1][0] == t:
             out[-1] = row
         elif not out or out[-1][1:] != row[1:]:

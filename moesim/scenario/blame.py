@@ -20,3 +20,22 @@ def blame_overrides(err: InputError, source: str, overrides: list[str] | tuple[s
         if err.field == key or err.field.startswith((key + ".", key + "[")):
             return InputError(CLI, f"--set {err.field}", *err.args[2:])
     return err
+
+
+def named_by(err: InputError, user_file: str, how: str) -> InputError:
+    """``err`` about a file that ``user_file`` names (a sweep's scenario, a scenario's
+    topology): the same error, its file shown as the user would write it and the file
+    the user gave named with it (``bad.yaml (scenario of sweep.yaml)``); else ``err``."""
+    from pathlib import Path
+
+    from moesim.paths import shown
+
+    src = err.source
+    if src in (user_file, CLI) or not Path(src).is_file():
+        return err
+    try:
+        if Path(src).resolve() == Path(user_file).resolve():
+            return err
+    except OSError:
+        return err
+    return InputError(f"{shown(src)} ({how} {shown(user_file)})", *err.args[1:])

@@ -75,3 +75,18 @@ def node_limit_warning(routing: RoutingConfig, layout: Any, gpus_per_node: int |
         return None
     return (f"routing.max_nodes {routing.max_nodes} limits nothing: an EP group of "
             f"{len(group)} ranks spans {nodes} node(s) ({gpus_per_node} GPUs per node)")
+
+
+#: routing keys that shape one kind's shares only
+KIND_KEYS = {"zipf_s": ("zipf",), "hot_experts": ("hot",), "hot_fraction": ("hot",),
+             "hot_token_fraction": ("hot",), "alpha": ("dirichlet",), "file": ("file",)}
+
+
+def routing_ignored_warnings(policy: Mapping[str, Any]) -> list[str]:
+    """Keys of the ``routing:`` section that the chosen kind does not read (a hot
+    scenario's ``hot_fraction`` under ``--set routing.kind=uniform``): said in a warning,
+    not dropped silently."""
+    kind = policy.get("kind", "uniform")
+    return [f"routing.{key} applies to routing.kind {' or '.join(kinds)} only: ignored "
+            f"with kind {kind}" for key, kinds in KIND_KEYS.items()
+            if policy.get(key) is not None and kind not in kinds]

@@ -17,8 +17,13 @@ from typing import Any
 
 from moesim.errors import InputError
 from moesim.layout.mesh import Layout
-from moesim.scenario.blame import blame_overrides
-from moesim.scenario.checks import check_hot_shares, check_sms, node_limit_warning
+from moesim.scenario.blame import blame_overrides, named_by
+from moesim.scenario.checks import (
+    check_hot_shares,
+    check_sms,
+    node_limit_warning,
+    routing_ignored_warnings,
+)
 from moesim.scenario.schema import Scenario
 from moesim.schedule.layout_string import stage_chunks
 
@@ -176,7 +181,8 @@ def resolve(scn: Scenario) -> Resolved:
     try:
         return _resolve(scn)
     except InputError as err:
-        raise blame_overrides(err, scn.source, scn.overrides) from None
+        err = blame_overrides(err, scn.source, scn.overrides)
+        raise named_by(err, scn.source, "named by") from None
 
 
 def _product_error(src: str, par: Any, world: int, overrides: tuple[str, ...]) -> InputError:
@@ -239,7 +245,8 @@ def _resolve(scn: Scenario) -> Resolved:
             check_hot_shares(src, scn.routing.policy, routing, model.n_experts,
                              routing.top_k or model.top_k)
         limit = node_limit_warning(routing, layout, scn.gpus_per_node)
-        warns = [*warns, *([limit] if limit else [])]
+        warns = [*warns, *([limit] if limit else []),
+                 *routing_ignored_warnings(scn.routing.policy)]
 
     device = compute = None
     name = scn.cluster.device or getattr(topo, "device", None)

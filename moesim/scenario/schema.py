@@ -140,13 +140,18 @@ class OverlapConfig:
     # Megatron-Core cuda_graph_modules captured in CUDA graphs (kernels launched from the
     # GPU: moesim.program.cuda_graphs): attn, mlp, moe_router, moe_preprocess; () none
     cuda_graphs: tuple[str, ...] = ()
+    # Megatron-Core moe_shared_expert_overlap: the shared experts' fc1+activation run on
+    # their own stream under the dispatch all-to-all, fc2 under the combine (backward:
+    # mirrored) (moesim.program.shared_overlap)
+    shared_expert: bool = False
 
 
 #: OverlapConfig fields that Scenario.to_dict() leaves out while at their defaults
-OVERLAP_OMIT_DEFAULTS = {"cuda_graphs": []}
+OVERLAP_OMIT_DEFAULTS = {"cuda_graphs": [], "shared_expert": False}
 
 
 PARAM_DTYPES = ("bf16", "fp8")
+ACTIVATION_DTYPES = ("bf16", "fp8")   # memory.activation_dtype (moesim.memory.activations)
 GRAD_DTYPES = ("bf16", "fp32")
 
 
@@ -164,12 +169,15 @@ class MemoryConfig:
     recompute_modules: tuple[str, ...] | None = None
     recompute_method: str = "uniform"
     recompute_num_layers: int = 1
+    # Linear inputs saved for backward: bf16 | fp8 (DeepSeek-V3 §3.3.2, with its E5M6 and
+    # SwiGLU exceptions; moesim.memory.activations)
+    activation_dtype: str = "bf16"
 
 
 #: MemoryConfig fields that Scenario.to_dict() leaves out while at their defaults
 MEMORY_OMIT_DEFAULTS = {"attention": "fused", "grad_dtype": "bf16", "param_dtype": "bf16",
                         "recompute_modules": None, "recompute_method": "uniform",
-                        "recompute_num_layers": 1}
+                        "recompute_num_layers": 1, "activation_dtype": "bf16"}
 
 
 ENGINE_MODES = ("exact", "fast")
@@ -213,6 +221,7 @@ class Scenario:
     engine: EngineConfig = field(default_factory=EngineConfig)
     serve: Any = field(default_factory=dict)     # dict for moesim.serve.config (serving)
     rl: Any = field(default_factory=dict)        # dict for moesim.rl.config (RL post-training)
+    load: Any = field(default_factory=dict)      # dict for moesim.load.config (serving traffic)
     source: str = "<scenario>"                   # file it came from (for error messages)
     world: int | None = None                     # GPUs in the cluster, once resolved
     gpus_per_node: int | None = None             # from the topology, once resolved
@@ -223,6 +232,7 @@ class Scenario:
         object.__setattr__(self, "compute", _frozen(self.compute))
         object.__setattr__(self, "serve", _frozen(self.serve))
         object.__setattr__(self, "rl", _frozen(self.rl))
+        object.__setattr__(self, "load", _frozen(self.load))
 
     def to_dict(self) -> dict:
         """The full configuration, JSON-able (lists, dicts, scalars)."""
@@ -244,6 +254,8 @@ class Scenario:
             del out["serve"]
         if not out["rl"]:
             del out["rl"]
+        if not out["load"]:
+            del out["load"]
         return out
 
 
@@ -267,6 +279,6 @@ SECTIONS: dict[str, type] = {
     "engine": EngineConfig,
 }
 #: sections that are free-form dicts validated by their owner
-DICT_SECTIONS = ("model", "compute", "serve", "rl")
+DICT_SECTIONS = ("model", "compute", "serve", "rl", "load")
 TOP_LEVEL = ("name", "seed", "cluster", "model", "routing", "parallel", "schedule", "compute",
-             "overlap", "memory", "engine", "serve", "rl")
+             "overlap", "memory", "engine", "serve", "rl", "load")

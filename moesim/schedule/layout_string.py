@@ -54,9 +54,6 @@ def stage_chunks(scn, spec, n_stages: int, dual: bool = False) -> list[range]:
     first = getattr(par, "decoder_first_pipeline_num_layers", None)
     last = getattr(par, "decoder_last_pipeline_num_layers", None)
     mtp = spec.mtp_layers
-    if mtp and dual:
-        raise InputError(src, "model.mtp_layers", "0 with DualPipe(V) (MTP is simulated "
-                         "with gpipe, 1f1b and interleaved schedules)", mtp)
     if (layout is not None or first is not None or last is not None) and dual:
         raise InputError(src, FIELD if layout is not None else
                          "parallel.decoder_first_pipeline_num_layers",

@@ -108,8 +108,9 @@ def _int_ok(v: Any, lo: int) -> bool:
 def serve_from_dict(d: Any, source: str) -> ServeConfig:
     """Check the ``serve`` section; every problem is one :class:`InputError`."""
     if not d:
-        raise InputError(source, "serve", "a serve section, e.g. serve: {phase: decode, "
-                         "batch_per_gpu: 64}", d)
+        raise InputError(source, "serve", "a serving scenario with a serve: section, e.g. "
+                         "serve: {phase: decode, batch_per_gpu: 64} (a training scenario "
+                         "runs with `moesim run`)", "no serve section")
     if not isinstance(d, dict):
         raise InputError(source, "serve", "a mapping of key: value", d)
     d = dict(d)

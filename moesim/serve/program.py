@@ -73,7 +73,8 @@ class ServeBuilder(Builder):
             self._layer(prog, rank, layer, mb, "fwd")
         self._head(prog, rank, mb)
 
-    def _attn_kernels(self):
+    def attn_kernels(self):
+        """One layer's attention kernels for one micro-batch (:class:`ForwardStep`)."""
         spec, tp, cfg = self.spec, self.tp, self.cfg
         if cfg.phase == "prefill":
             return serve_costs.prefill_attention_kernels(spec, self.tokens, cfg.prompt, tp,
@@ -84,7 +85,7 @@ class ServeBuilder(Builder):
     def _layer(self, prog: list[Op], rank: int, layer: int, mb: int, phase: str) -> None:
         spec, tp = self.spec, self.tp
         start = len(prog)
-        self._compute(prog, "fwd.attn", layer, mb, "fwd", ("attn", "fwd"), self._attn_kernels)
+        self._compute(prog, "fwd.attn", layer, mb, "fwd", ("attn", "fwd"), self.attn_kernels)
         self._tp_allreduce(prog, rank, layer, mb, "fwd", "attn")
         if spec.is_moe_layer(layer):
             self._moe(prog, rank, layer, mb, "fwd")
@@ -94,13 +95,24 @@ class ServeBuilder(Builder):
         self._tp_allreduce(prog, rank, layer, mb, "fwd", "mlp")
         self._layer_starts.append(start)
 
+    def head_kernels(self):
+        """The LM head's kernels for one micro-batch (:class:`ForwardStep`)."""
+        return serve_costs.head_kernels(self.spec, self.head_tokens, self.tp)
+
+    def head_tp_s(self, rings, group: tuple[int, ...]) -> float:
+        """The distributed top-k over the TP ``group`` on the fast engine's ring model:
+        two all-reduces of one fp32 per token, an all-gather of k candidates per rank."""
+        b, tp = self.head_tokens, self.tp
+        k = min(self.cfg.sample_top_k, -(-self.spec.vocab // tp))
+        return (2 * rings.time("all_reduce", group, float(b * FP32_BYTES))
+                + rings.time("all_gather", group, float(tp * b * k * (FP32_BYTES + ID_BYTES))))
+
     def _head(self, prog: list[Op], rank: int, mb: int) -> None:
         """LM head over the vocabulary slice, then the distributed top-k of the TP group:
         all-reduce of the max and of the sum of exponentials (one fp32 per token each),
         all-gather of every rank's k candidates (fp32 value + int32 id)."""
         b, tp = self.head_tokens, self.tp
-        self._compute(prog, "fwd.lm_head", -1, mb, "fwd", ("head", "fwd"),
-                      lambda: serve_costs.head_kernels(self.spec, b, tp))
+        self._compute(prog, "fwd.lm_head", -1, mb, "fwd", ("head", "fwd"), self.head_kernels)
         if tp <= 1:
             return
         group = self.lay.group_of(rank, "tp")

@@ -47,12 +47,14 @@ def resolve_serve(target: str | Path, overrides=()) -> tuple[Resolved, ServeConf
 
 
 def simulate_serve(res: Resolved, cfg: ServeConfig, *, progress=None,
-                   record_series: bool = True) -> SimResult:
+                   record_series: bool = True, spans: bool = True) -> SimResult:
     """Run one serving step on the scenario's engine; ``result.summary`` is the serving
-    summary (:func:`serve_summary`)."""
+    summary (:func:`serve_summary`). ``spans=False``: the fast engine keeps none (a step
+    priced for a surface; the exact engine keeps its own)."""
     if res.scenario.engine.mode == "fast":
         from moesim.serve.fast import simulate_serve_fast
-        result, plan = simulate_serve_fast(res, cfg, progress=progress)
+        result, plan = simulate_serve_fast(res, cfg, progress=progress,
+                                           span_ranks=64 if spans else 0)
         result.summary = serve_summary(res, cfg, result.summary, plan)
         result.summary["engine"] = "fast"
         return result

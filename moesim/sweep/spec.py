@@ -272,12 +272,24 @@ def parse_sweep(data: Any, source: str = "<sweep>", base_dir: Path | None = None
     for k in ("skew", "by"):
         if plots.get(k) is not None and plots[k] not in {a.key for a in axes}:
             raise InputError(src, f"plots.{k}", "one of the axis keys", plots[k])
+    serving = [k for k in [*(a.key for a in axes), *set_keys]
+               if k.split(".")[0] in ("serve", "load")]
+    if serving:     # a sweep runs training steps: never ignore a serving axis (issue 20)
+        k = serving[0]
+        raise InputError(src, f"axes.{k}" if k in {a.key for a in axes} else f"set: {k}",
+                         "a training-step field (sweeps simulate `moesim run` steps; "
+                         "serving is simulated by `moesim serve SCENARIO --set ...` per "
+                         "point)", k)
     base_seed = 0
     if check_scenario:
         from moesim.scenario.load import load_scenario
 
         scn = load_scenario(scenario, list(raw_set), resolve=False)
         base_seed = scn.seed
+        if scn.serve:
+            raise InputError(src, "scenario", "a training scenario (this one has a serve: "
+                             "section; a sweep would simulate training steps in its place)",
+                             data.get("scenario"))
         for a in axes:
             _check_axis(src, scenario, tuple(raw_set), a)
     seeds = _seeds(src, data.get("seeds"), base_seed)

@@ -24,7 +24,7 @@ import numpy as np
 from moesim.engine.fast.dp import buckets, group_collective, optimizer_tail
 from moesim.engine.fast.pairs import run_pair
 from moesim.engine.fast.pipeline import Chain
-from moesim.model import costs
+from moesim.model import costs, mtp
 from moesim.program.dualpipe_build import PartTimer
 
 
@@ -94,6 +94,9 @@ class DualChain(Chain):
         c = self.c
         spec, tok, tp = c.spec, c.tokens, c.tp
         W = costs.backward_part
+        if layer >= spec.layers:     # an MTP depth's eh_proj and output head (moesim.model.mtp)
+            self._compute(s, "bwd.w_mtp", ("mtp", "bwd", "W"), lambda: W(
+                mtp.head_kernels(spec, tok, tp, "bwd"), "W"), layer, mb, "bwd")
         if spec.is_moe_layer(layer):
             self._compute(s, "bwd.w_mlp", ("w_moe", "bwd"), lambda: W(
                 [*costs.router_kernels(spec, c.ep_tokens, "bwd"),

@@ -1,0 +1,280 @@
+"""A forward-only step on the lockstep model: serving steps and RL scoring.
+
+The public entry point for a step that runs the model forward only (issue 20: serving
+reached into the fast engine's private names). A forward step has one pipeline stage and
+forward items only, so it is the simplest case of the lockstep model: each EP group is one
+chain (:class:`moesim.engine.fast.pipeline.Chain`); every member runs the same attention
+(the caller's :class:`ForwardStep`: e.g. KV-cache reads for decode, the prompt's causal
+attention for prefill), then the EP dispatch, its own experts and the combine, timed as
+the fast engine times them (routing through the builder's ``route``, so token counts and
+expert statistics equal the exact engine's; all-to-alls by the link bound, DeepEP
+exchanges by the exact engine's rule on link-bound flow ends), then the caller's head. No
+gradient phase, no optimizer.
+
+Two micro-batches run as the exact builder interleaves them
+(:func:`moesim.program.overlap.interleave`): the compute stream runs their segments
+alternately (A1 B1 A2 B2 ..., a segment ending at each all-to-all), the all-to-alls run in
+that order on one ``ep`` stream, each starting when its segment's compute and the previous
+all-to-all are done, and a micro-batch's next segment waits for its all-to-all (that wait
+is its exposed communication). Compute that runs while an all-to-all holding SMs is in
+flight (DeepEP's normal kernels) runs at ``1 - held/SMs`` of its rate until the
+all-to-all ends (the exact engine's re-rating in closed form).
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Protocol
+
+import numpy as np
+
+from moesim.engine.breakdown import CATEGORIES
+from moesim.engine.fast.engine import Context, _chains, _route_rec
+from moesim.engine.fast.pipeline import Chain
+from moesim.engine.fast.summary import make_plan, shortcuts
+from moesim.engine.summary import link_stats, make_result, summarize
+from moesim.model import costs
+from moesim.scenario.resolve import Resolved
+from moesim.trace.result import SimResult
+
+
+class ForwardStep(Protocol):
+    """What a forward-only step adds to the training builder's machinery."""
+
+    head_tokens: int                    # tokens reaching the head per micro-batch
+
+    def attn_kernels(self) -> list:
+        """Kernels of one layer's attention (one micro-batch)."""
+
+    def head_kernels(self) -> list:
+        """Kernels of the head (one micro-batch)."""
+
+    def head_tp_s(self, rings, group: tuple[int, ...]) -> float:
+        """Seconds of the head's communication over the TP ``group`` (``rings``: the
+        fast engine's ring cost model, ``rings.time(op, group, nbytes)``)."""
+
+
+class ForwardChain(Chain):
+    """A chain of one stage running forward items with the step's own attention and
+    head (``step``: a :class:`ForwardStep`)."""
+
+    def __init__(self, ctx, groups, route, span_pos, step: ForwardStep) -> None:
+        super().__init__(ctx, groups, route, span_pos)
+        self.sb = step
+        self.pairing = False
+
+    # ------------------------------------------------------------ two micro-batches
+    def run_pair(self, s: int, items) -> None:
+        """Interleave the items' segments on one compute stream and one ep stream."""
+        self.ep_free = np.zeros(self.n)
+        self.pairing = True
+        gens = [self._segments(s, it) for it in items]
+        waits: list = [None] * len(gens)
+        alive = [True] * len(gens)
+        while any(alive):
+            for i, g in enumerate(gens):
+                if not alive[i]:
+                    continue
+                if waits[i] is not None:
+                    self._wait_ep(s, *waits[i])
+                try:
+                    waits[i] = self._issue(s, *next(g))
+                except StopIteration:
+                    alive[i] = False
+        self.pairing = False
+        self.out[s].end = self.t[s].copy()
+
+    def _segments(self, s: int, item):
+        """One micro-batch's ops; yields at each all-to-all (the end of a segment)."""
+        c, sb, mb = self.c, self.sb, item.mb
+        spec, tok, tp = c.spec, c.tokens, c.tp
+        self._compute(s, "fwd.embedding", ("emb", "fwd"),
+                      lambda: costs.embedding_kernels(spec, tok, tp, "fwd"), -1, mb, "fwd")
+        for layer in range(spec.layers):
+            self._compute(s, "fwd.attn", ("attn", "fwd"), sb.attn_kernels, layer, mb, "fwd")
+            self._tp(s, "fwd.tp_attn", layer, mb, "fwd")
+            if spec.is_moe_layer(layer):
+                rec = self.route(s, layer, mb)
+                self._compute(s, "fwd.router", ("router", "fwd"), lambda: [
+                    *costs.router_kernels(spec, c.ep_tokens, "fwd"),
+                    *costs.permute_kernels(spec, c.sent, "fwd")], layer, mb, "fwd")
+                yield "ep_dispatch", "fwd.dispatch", rec, layer, mb
+                self._experts(s, rec, layer, mb, "fwd")
+                yield "ep_combine", "fwd.combine", rec, layer, mb
+                self._compute(s, "fwd.unpermute", ("post", "fwd"), lambda: [
+                    *costs.unpermute_kernels(spec, c.sent, "fwd"),
+                    *costs.shared_expert_kernels(spec, tok, tp, "fwd")], layer, mb, "fwd")
+            else:
+                self._compute(s, "fwd.ffn", ("ffn", "fwd"), lambda: costs.dense_ffn_kernels(
+                    spec, tok, tp, "fwd"), layer, mb, "fwd")
+            self._tp(s, "fwd.tp_mlp", layer, mb, "fwd")
+        self._head(s, mb)
+
+    def _issue(self, s: int, kind: str, name: str, rec, layer: int, mb: int):
+        """Start an all-to-all on the ep stream; the compute stream goes on."""
+        a_ep = np.maximum(self.t[s], self.ep_free)
+        peers = np.where(rec.nz, a_ep[None, :], -np.inf)
+        late = peers.argmax(axis=1)
+        start = np.maximum(a_ep, peers.max(axis=1))
+        x = rec.a2a[name]
+        if x.ndim == 2:
+            dur = np.maximum(self.c.net.a2a_finish(self.groups[s], x, a_ep), start) - start
+        else:
+            dur = x
+        end = start + dur
+        self.ep_free = end
+        if self.span_pos[s]:
+            g = np.asarray(self.groups[s])
+            self._span(s, "stall", name, a_ep, start, layer, mb, "fwd", stream="ep",
+                       waited_on=np.where(start > a_ep, g[late], -1), expert=rec.hot[late],
+                       tokens=rec.hot_tok[late], peers=tuple(g.tolist()),
+                       reason=f"partner arrived late at {name}")
+            self._span(s, kind, name, start, end, layer, mb, "fwd", stream="ep",
+                       peers=tuple(g.tolist()))
+        return kind, a_ep, start, end
+
+    def _wait_ep(self, s: int, kind: str, a_ep, start, end) -> None:
+        """The compute stream waits for a micro-batch's all-to-all: exposed time, the
+        part spent waiting for a late partner counted as stall."""
+        t = self.t[s]
+        done = np.maximum(t, end)
+        stall = np.clip(np.minimum(start, done) - np.maximum(t, a_ep), 0.0, None)
+        acc = self.out[s].acc
+        acc["stall"] += stall
+        acc[kind] += done - t - stall
+        self.t[s] = done
+
+    def _rate(self, s: int, work):
+        """Duration of ``work`` seconds of compute from now while the ep stream's kernels
+        hold SMs until ``ep_free`` (share f): min(w / (1 - f), w + busy · f)."""
+        f = self.c.ep_sm_frac
+        if not self.pairing or f <= 0:
+            return work
+        busy = np.maximum(self.ep_free - self.t[s], 0.0)
+        return np.minimum(work / (1.0 - f), work + busy * f)
+
+    def _compute(self, s: int, name: str, key: tuple, make, layer, mb, phase) -> None:
+        if not self.pairing or self.c.ep_sm_frac <= 0:
+            return super()._compute(s, name, key, make, layer, mb, phase)
+        t, fl = self.c.timer(key, make)
+        if t <= 0 and fl <= 0:
+            return
+        d = self._rate(s, np.full(self.n, t))
+        a = self.t[s]
+        self.out[s].acc["compute"] += d
+        self.out[s].flops += fl * self.n
+        self._span(s, "compute", name, a, a + d, layer, mb, phase, flops=fl)
+        self.t[s] = a + d
+
+    def _experts(self, s: int, rec, layer: int, mb: int, phase: str) -> None:
+        a = self.t[s]
+        d = self._rate(s, rec.exp_t[phase])
+        self.out[s].acc["compute"] += d
+        self.out[s].flops += rec.exp_f[phase]
+        self._span(s, "compute", f"{phase}.experts", a, a + d, layer, mb, phase,
+                   tokens=rec.recv)
+        self.t[s] = a + d
+
+    # ------------------------------------------------------------ one micro-batch at a time
+    def layer(self, s: int, layer: int, mb: int, phase: str) -> None:
+        c = self.c
+        self._compute(s, "fwd.attn", ("attn", "fwd"), self.sb.attn_kernels, layer, mb, "fwd")
+        self._tp(s, "fwd.tp_attn", layer, mb, "fwd")
+        if c.spec.is_moe_layer(layer):
+            self._moe(s, layer, mb, "fwd")
+        else:
+            self._compute(s, "fwd.ffn", ("ffn", "fwd"), lambda: costs.dense_ffn_kernels(
+                c.spec, c.tokens, c.tp, "fwd"), layer, mb, "fwd")
+        self._tp(s, "fwd.tp_mlp", layer, mb, "fwd")
+
+    def item(self, s: int, item, budget: float = 0.0) -> None:
+        c = self.c
+        mb = item.mb
+        self.budget = budget
+        self._compute(s, "fwd.embedding", ("emb", "fwd"), lambda: costs.embedding_kernels(
+            c.spec, c.tokens, c.tp, "fwd"), -1, mb, "fwd")
+        for layer in range(c.spec.layers):
+            self.layer(s, layer, mb, "fwd")
+        self._head(s, mb)
+        self.budget = 0.0
+        self.out[s].end = self.t[s].copy()
+
+    def _head(self, s: int, mb: int) -> None:
+        c, sb = self.c, self.sb
+        self._compute(s, "fwd.lm_head", ("head", "fwd"), sb.head_kernels, -1, mb, "fwd")
+        if c.tp > 1:     # e.g. a distributed top-k over the TP group
+            g = tuple(c.res.layout.group_of(self.groups[s][0], "tp"))
+            d = sb.head_tp_s(c.rings, g)
+            a = self.t[s]
+            self.out[s].acc["tp"] += d
+            self._span(s, "tp", "fwd.head_topk", a, a + d, -1, mb, "fwd")
+            self.t[s] = a + d
+
+
+def simulate_forward(res: Resolved, builder, *, progress=None, span_ranks: int = 64,
+                     step_only: bool = False) -> tuple[SimResult | float, object]:
+    """One forward-only step of ``res`` on the lockstep model. ``builder``: the step's
+    :class:`moesim.program.build.Builder` (its routing, micro-batches and compute model)
+    that is also a :class:`ForwardStep`. Spans are kept for the ``span_ranks`` lowest
+    ranks (0: none, the cheapest). Returns the result (training summary keys) and the
+    step plan; ``step_only``: the step time in seconds instead of the result (no
+    summary, memory table or spans: what a step-cost surface needs)."""
+    t0 = time.perf_counter()
+    lay = res.layout
+    b = builder
+    ctx = Context(res, b)
+    ctx.timer = b.timer                 # e.g. FP8 weights: the builder's compute model
+    items = [it for it in ctx.order[0] if it.kind == "F"]
+    world = lay.world
+    acc = {k: np.zeros(world) for k in CATEGORIES if k != "idle"}
+    end = np.zeros(world)
+    flops = 0.0
+    spans = []
+    want = set(range(min(span_ranks, world)))
+    chains = _chains(lay)
+    if progress:
+        progress("built", len(chains) * len(items))
+    for groups in chains:
+        g = groups[0]
+        cache: dict[tuple, object] = {}
+
+        def route(s: int, layer: int, mb: int, g=g, cache=cache):
+            rec = cache.get((layer, mb))
+            if rec is None:
+                rec = cache[(layer, mb)] = _route_rec(ctx, b.route(g[0], g, layer, mb), g,
+                                                     forward_only=True)
+                b._routes.pop((g[0], layer, mb), None)      # keep memory flat
+            return rec
+
+        ch = ForwardChain(ctx, groups, route, [[e for e, r in enumerate(g) if r in want]], b)
+        if ctx.overlap and len(items) == 2:
+            ch.run_pair(0, items)
+        else:
+            for it in items:
+                ch.item(0, it)
+        if progress:
+            progress("items", len(items))
+        o = ch.out[0]
+        idx = np.asarray(g)
+        for k in acc:
+            acc[k][idx] = o.acc[k]
+        end[idx] = o.end
+        flops += o.flops
+        spans += ch.spans
+    step = float(end.max(initial=0.0))
+    if step_only:
+        return step, None
+    rows = []
+    for r in range(world):
+        row = dict.fromkeys(CATEGORIES, 0.0)
+        for k in acc:
+            row[k] = float(acc[k][r])
+        row["idle"] = max(0.0, step - sum(row[k] for k in acc))
+        rows.append(row)
+    plan = make_plan(b, flops)
+    spans.sort(key=lambda s: (s.rank, s.start_s, s.end_s))
+    summary = summarize(res, plan, rows, step)
+    summary["replicas"] = "independent"
+    summary["shortcuts"] = shortcuts(ctx, False, len(chains), world, span_ranks)
+    links = link_stats(res.topology, np.zeros(len(res.topology.link_names)))
+    return make_result(res, plan, spans, summary, step, links, t0), plan

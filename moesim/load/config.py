@@ -1,0 +1,223 @@
+"""The ``load:`` scenario section: requests over time on a serving deployment.
+
+```yaml
+load:
+  arrival: {kind: poisson, rate_rps: 4}     # poisson | gamma (cv) | trace (file)
+  requests: 2000                            # or duration_s: arrivals for that long
+  prompt_tokens: {dist: lognormal, mean: 1024, sigma: 0.8, max: 8192}
+  output_tokens: {dist: lognormal, mean: 256, sigma: 0.8, max: 2048}
+  scheduler: vllm                           # vllm | sarathi | disaggregated
+  token_budget: 2048                        # tokens per step (sarathi; vllm's prompt cap)
+  max_seqs: 256                             # running requests per attention-DP rank
+  block_size: 16                            # KV block in tokens
+  router: least_outstanding                 # round_robin | least_outstanding
+  kv_fraction: 0.9                          # share of a GPU's free memory for the KV cache
+  kv_tokens: null                           # or: KV cache tokens per attention-DP rank
+  prefill_groups: 1                         # disaggregated: groups in the prefill pool
+  seed: 0                                   # default: the scenario's seed
+  surface: {batches: [1, 8, 64, 256], contexts: [128, 4096]}   # optional: the cost grid
+```
+Defaults are vLLM's (vllm/config.py: ``gpu_memory_utilization`` 0.9, ``block_size`` 16,
+``max_num_seqs`` 256, ``max_num_batched_tokens`` 2048 with chunked prefill).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from moesim.errors import InputError
+from moesim.load import arrivals as arr
+from moesim.load import lengths as lens
+from moesim.load.request import Request
+from moesim.load.router import ROUTERS
+
+SCHEDULERS = ("vllm", "sarathi", "disaggregated")
+KEYS = ("arrival", "requests", "duration_s", "prompt_tokens", "output_tokens", "scheduler",
+        "token_budget", "max_seqs", "block_size", "router", "kv_fraction", "kv_tokens",
+        "prefill_groups", "seed", "surface")
+SURFACE_KEYS = ("batches", "contexts", "prompts", "prompt_lens")
+
+
+@dataclass(frozen=True)
+class LoadConfig:
+    arrival: dict = field(default_factory=lambda: {"kind": "poisson", "rate_rps": 1.0})
+    requests: int | None = None
+    duration_s: float | None = None
+    prompt_tokens: dict = field(default_factory=lambda: {"dist": "fixed", "mean": 1024})
+    output_tokens: dict = field(default_factory=lambda: {"dist": "fixed", "mean": 128})
+    scheduler: str = "vllm"
+    token_budget: int = 2048
+    max_seqs: int = 256
+    block_size: int = 16
+    router: str = "least_outstanding"
+    kv_fraction: float = 0.9
+    kv_tokens: int | None = None
+    prefill_groups: int = 1
+    seed: int = 0
+    surface: dict = field(default_factory=dict)   # grid of the step-cost surface
+    base: str = "."                      # folder relative file names are read from
+    source: str = "<load>"
+
+    @property
+    def rate(self) -> float | None:
+        r = self.arrival.get("rate_rps")
+        return None if r is None else float(r)
+
+    def with_rate(self, rate: float) -> LoadConfig:
+        import dataclasses
+        return dataclasses.replace(self, arrival={**self.arrival, "rate_rps": rate})
+
+    def requests_list(self) -> list[Request]:
+        """The requests of the run, seeded: arrival times, prompt and output tokens."""
+        a = self.arrival
+        if a["kind"] == "trace":
+            t, p, o = arr.read_trace(_path(self, a["file"]), self.source)
+            if self.rate is not None and len(t) > 1 and t[-1] > 0:
+                t = t * (len(t) - 1) / t[-1] / self.rate
+            if self.duration_s is not None:
+                keep = t < self.duration_s
+                t, p, o = t[keep], p[keep], o[keep]
+            if self.requests is not None:
+                t, p, o = t[:self.requests], p[:self.requests], o[:self.requests]
+        else:
+            n = self.requests if self.requests is not None else None
+            g_rng = np.random.default_rng([self.seed, 1])
+            cv = float(a.get("cv", 1.0))
+            if n is None:   # enough gaps for the duration, drawn in blocks
+                gaps = np.zeros(0)
+                while gaps.sum() * 1.0 < self.duration_s * self.rate:
+                    gaps = np.concatenate([gaps, arr.gaps(a["kind"], g_rng, 4096, cv)])
+                t = np.cumsum(gaps) / self.rate
+                t = t[t < self.duration_s]
+            else:
+                t = np.cumsum(arr.gaps(a["kind"], g_rng, n, cv)) / self.rate
+            t = t - (t[0] if len(t) else 0.0)      # the first request at t = 0
+            p = lens.draw(self.prompt_tokens, np.random.default_rng([self.seed, 2]), len(t),
+                          _counts(self, "prompt_tokens"))
+            o = lens.draw(self.output_tokens, np.random.default_rng([self.seed, 3]), len(t),
+                          _counts(self, "output_tokens"))
+        return [Request(id=i, arrival_s=float(t[i]), prompt=int(p[i]), output=int(o[i]))
+                for i in range(len(t))]
+
+
+def _path(cfg: LoadConfig, name: str) -> Path:
+    p = Path(name)
+    return p if p.is_absolute() else Path(cfg.base) / p
+
+
+def _counts(cfg: LoadConfig, key: str) -> np.ndarray | None:
+    d = getattr(cfg, key)
+    if d["dist"] != "empirical":
+        return None
+    return lens.read_counts(_path(cfg, d["file"]), d.get("column"), cfg.source, f"load.{key}")
+
+
+def _num(v: Any, src: str, fld: str, lo: float, integer: bool = False, strict=False):
+    ok = isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v) and (
+        v > lo if strict else v >= lo) and (not integer or float(v).is_integer())
+    if not ok:
+        what = "an integer" if integer else "a finite number"
+        raise InputError(src, fld, f"{what} {'>' if strict else '>='} {lo:g}", v)
+    return int(v) if integer else float(v)
+
+
+def _dist(d: Any, src: str, fld: str) -> dict:
+    if not isinstance(d, dict) or d.get("dist") not in lens.DISTS:
+        raise InputError(src, f"{fld}.dist", f"one of {list(lens.DISTS)} in a mapping "
+                         "{dist: ..., mean: ...}", d)
+    d = dict(d)
+    need = {"fixed": ("mean",), "uniform": ("min", "max"), "lognormal": ("mean",),
+            "empirical": ("file",)}[d["dist"]]
+    allowed = {"dist", "mean", "min", "max", "sigma", "file", "column"}
+    for k in d:
+        if k not in allowed:
+            raise InputError(src, f"{fld}.{k}", f"one of {sorted(allowed)}", k)
+    for k in need:
+        if k not in d:
+            raise InputError(src, f"{fld}.{k}", f"a value for {d['dist']} lengths", "missing")
+    for k in ("mean", "min", "max"):
+        if k in d:
+            d[k] = _num(d[k], src, f"{fld}.{k}", 1, integer=(k != "mean"))
+    if "sigma" in d:
+        d["sigma"] = _num(d["sigma"], src, f"{fld}.sigma", 0)
+    if d["dist"] == "uniform" and d["min"] > d["max"]:
+        raise InputError(src, f"{fld}.max", f">= min ({d['min']})", d["max"])
+    return d
+
+
+def load_from_dict(d: Any, source: str, seed: int = 0, base: str = ".") -> LoadConfig:
+    """Check the ``load`` section; every problem is one :class:`InputError`."""
+    if not isinstance(d, dict):
+        raise InputError(source, "load", "a mapping of key: value", d)
+    d = dict(d)
+    for k in d:
+        if k not in KEYS:
+            raise InputError(source, f"load.{k}", f"one of the load keys {list(KEYS)}", k)
+    a = {"kind": "poisson", **dict(d.get("arrival") or {})}
+    if a.get("kind") not in arr.KINDS:
+        raise InputError(source, "load.arrival.kind", f"one of {list(arr.KINDS)}",
+                         a.get("kind"))
+    for k in a:
+        if k not in ("kind", "rate_rps", "cv", "file"):
+            raise InputError(source, f"load.arrival.{k}", "one of kind, rate_rps, cv, file", k)
+    if a["kind"] == "trace":
+        if "file" not in a:
+            raise InputError(source, "load.arrival.file", "a trace CSV for kind: trace",
+                             "missing")
+    elif "rate_rps" not in a:
+        raise InputError(source, "load.arrival.rate_rps", "an arrival rate in requests/s",
+                         "missing")
+    if a.get("rate_rps") is not None:
+        a["rate_rps"] = _num(a["rate_rps"], source, "load.arrival.rate_rps", 0, strict=True)
+    if "cv" in a:
+        a["cv"] = _num(a["cv"], source, "load.arrival.cv", 0, strict=True)
+    d["arrival"] = a
+    if d.get("requests") is not None:
+        d["requests"] = _num(d["requests"], source, "load.requests", 1, integer=True)
+    if d.get("duration_s") is not None:
+        d["duration_s"] = _num(d["duration_s"], source, "load.duration_s", 0, strict=True)
+    if d.get("requests") is None and d.get("duration_s") is None:
+        if a["kind"] != "trace":
+            raise InputError(source, "load.requests", "a number of requests (or "
+                             "load.duration_s)", "missing")
+    for k in ("prompt_tokens", "output_tokens"):
+        if k in d:
+            d[k] = _dist(d[k], source, f"load.{k}")
+    if "scheduler" in d and d["scheduler"] not in SCHEDULERS:
+        raise InputError(source, "load.scheduler", f"one of {list(SCHEDULERS)}",
+                         d["scheduler"])
+    if "router" in d and d["router"] not in ROUTERS:
+        raise InputError(source, "load.router", f"one of {list(ROUTERS)}", d["router"])
+    for k in ("token_budget", "max_seqs", "block_size", "prefill_groups"):
+        if k in d:
+            d[k] = _num(d[k], source, f"load.{k}", 1, integer=True)
+    if d.get("kv_tokens") is not None:
+        d["kv_tokens"] = _num(d["kv_tokens"], source, "load.kv_tokens", 1, integer=True)
+    if "kv_fraction" in d:
+        d["kv_fraction"] = _num(d["kv_fraction"], source, "load.kv_fraction", 0, strict=True)
+        if d["kv_fraction"] > 1:
+            raise InputError(source, "load.kv_fraction", "a share in (0, 1]", d["kv_fraction"])
+    sf = d.get("surface") or {}
+    if not isinstance(sf, dict):
+        raise InputError(source, "load.surface", f"a mapping with keys among "
+                         f"{list(SURFACE_KEYS)}", sf)
+    for k, v in sf.items():
+        if k not in SURFACE_KEYS:
+            raise InputError(source, f"load.surface.{k}", f"one of {list(SURFACE_KEYS)}", k)
+        if not isinstance(v, list | tuple) or not v:
+            raise InputError(source, f"load.surface.{k}", "a non-empty list of integers", v)
+        for x in v:
+            _num(x, source, f"load.surface.{k}", 1, integer=True)
+        if len(set(v)) != len(v):
+            raise InputError(source, f"load.surface.{k}", "distinct values", v)
+    d["surface"] = {k: tuple(int(x) for x in v) for k, v in sf.items()}
+    if "seed" in d:
+        d["seed"] = _num(d["seed"], source, "load.seed", 0, integer=True)
+    else:
+        d["seed"] = seed
+    return LoadConfig(**d, base=base, source=source)

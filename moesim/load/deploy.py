@@ -1,0 +1,143 @@
+"""A deployment for :class:`moesim.load.loop.LoadSim`: its lockstep groups of attention
+data-parallel ranks, each rank's KV cache and scheduler, and (disaggregated) the KV
+transfer between the pools.
+
+From a serve scenario (:func:`build_for`): a *member* is one TP group (an attention-DP
+rank); members joined by an EP group (or a TP group spanning them) step together (the
+connected components of the EP and TP groups of the serving layout). A member's KV cache
+holds ``kv_fraction`` of a GPU's memory minus its weights and activations (the serving
+memory table, :mod:`moesim.serve.memory`), divided by the KV bytes per token on a GPU.
+"""
+
+from __future__ import annotations
+
+from moesim.errors import InputError
+from moesim.load.disagg import DecodeOnly, KVTransfer, PrefillOnly
+from moesim.load.kvcache import BlockManager
+from moesim.load.loop import LoadSim
+from moesim.load.sarathi import ChunkedPrefill
+from moesim.load.vllm import ContinuousBatching
+
+POLICIES = {"vllm": ContinuousBatching, "sarathi": ChunkedPrefill}
+
+
+def build_sim(costs, groups: list[list[int]], kv_tokens: int, *, scheduler: str = "vllm",
+              router: str = "least_outstanding", max_seqs: int = 256,
+              token_budget: int = 2048, block_size: int = 16, prefill_groups: int = 1,
+              kv_bytes_per_token: float = 0.0, seconds_per_byte=None,
+              series: bool = True) -> LoadSim:
+    """A LoadSim over ``groups`` (member ids 0..M-1) with ``kv_tokens`` of KV cache per
+    member. ``scheduler``: ``vllm`` | ``sarathi`` | ``disaggregated`` (the first
+    ``prefill_groups`` groups prefill, the others decode; ``seconds_per_byte(src, dst)``
+    prices a KV transfer between members)."""
+    members = sorted(m for g in groups for m in g)
+    if members != list(range(len(members))):
+        raise ValueError("members must be numbered 0..M-1")
+    blocks = max(1, kv_tokens // block_size)
+    opts = {"max_seqs": max_seqs, "token_budget": token_budget}
+    if scheduler != "disaggregated":
+        cls = POLICIES[scheduler]
+        scheds = [cls(BlockManager(blocks, block_size), **opts) for _ in members]
+        return LoadSim(costs, groups, scheds, router=router, series=series)
+    if not 1 <= prefill_groups < len(groups):
+        raise ValueError("disaggregated serving needs prefill_groups in [1, groups)")
+    pre = {m for g in groups[:prefill_groups] for m in g}
+    scheds = [(PrefillOnly if m in pre else DecodeOnly)(BlockManager(blocks, block_size),
+                                                          **opts) for m in members]
+    sim = LoadSim(costs, groups, scheds, router=router, series=series,
+                  entry=sorted(pre))
+    move = KVTransfer(sim, kv_bytes_per_token, seconds_per_byte or (lambda a, b: 0.0))
+    move.decode_members = [m for m in members if m not in pre]
+    sim.handoff = move
+    sim.transfer = move
+    return sim
+
+
+def lockstep_groups(layout) -> tuple[list[list[int]], list[int]]:
+    """(groups of member ids, first GPU rank of each member): members are TP groups,
+    joined when an EP or TP group spans them."""
+    world = layout.world
+    parent = list(range(world))
+
+    def find(x: int) -> int:
+        while parent[x] != x:
+            parent[x] = parent[parent[x]]
+            x = parent[x]
+        return x
+
+    for r in range(world):
+        for kind in ("tp", "ep"):
+            for o in layout.group_of(r, kind):
+                a, b = find(r), find(int(o))
+                if a != b:
+                    parent[b] = a
+    lead: dict[int, int] = {}
+    for r in range(world):
+        t0 = int(min(layout.group_of(r, "tp")))
+        lead.setdefault(t0, len(lead))
+    first = [0] * len(lead)
+    for t0, m in lead.items():
+        first[m] = t0
+    comp: dict[int, list[int]] = {}
+    for t0, m in sorted(lead.items(), key=lambda x: x[1]):
+        comp.setdefault(find(t0), []).append(m)
+    return list(comp.values()), first
+
+
+def kv_tokens_per_member(res, cfg, load_cfg) -> int:
+    """KV tokens one attention-DP rank holds: (kv_fraction · HBM - weights - activations)
+    of a GPU over the KV bytes per token on a GPU (the serving memory table)."""
+    if load_cfg.kv_tokens is not None:
+        return load_cfg.kv_tokens
+    from moesim.serve.memory import table
+    cap = float(getattr(res.device, "hbm_bytes", 0.0) or 0.0)
+    t = table(res.model, cfg, cap)
+    free = load_cfg.kv_fraction * cap - t["weights_bytes"] - t["activations_bytes"]
+    per = float(t["kv_per_token_bytes"])
+    tokens = int(free // per) if per > 0 else 0
+    if tokens < load_cfg.block_size:
+        raise InputError(load_cfg.source, "load.kv_fraction", "room for a KV cache after "
+                         f"weights and activations ({free / 1e9:.1f} GB free per GPU)",
+                         load_cfg.kv_fraction)
+    return tokens
+
+
+def build_for(res, cfg, load_cfg, costs, *, series: bool = True) -> LoadSim:
+    """The LoadSim of a resolved serve scenario and its ``load`` section."""
+    groups, first = lockstep_groups(res.layout)
+    kv = kv_tokens_per_member(res, cfg, load_cfg)
+    spb = None
+    bpt = 0.0
+    if load_cfg.scheduler == "disaggregated":
+        if len(groups) < 2:
+            raise InputError(load_cfg.source, "load.scheduler", "disaggregated serving on "
+                             "at least two lockstep groups (a cluster larger than one EP "
+                             f"group); this layout has {len(groups)}", "disaggregated")
+        if load_cfg.prefill_groups >= len(groups):
+            raise InputError(load_cfg.source, "load.prefill_groups",
+                             f"fewer than the {len(groups)} lockstep groups",
+                             load_cfg.prefill_groups)
+        from moesim.serve.memory import table
+        bpt = float(table(res.model, cfg, 0.0)["kv_per_token_bytes"])
+        spb = transfer_pricing(res.topology, first)
+    return build_sim(costs, groups, kv, scheduler=load_cfg.scheduler, router=load_cfg.router,
+                     max_seqs=load_cfg.max_seqs, token_budget=load_cfg.token_budget,
+                     block_size=load_cfg.block_size, prefill_groups=load_cfg.prefill_groups,
+                     kv_bytes_per_token=bpt, seconds_per_byte=spb, series=series)
+
+
+def transfer_pricing(topo, first: list[int]):
+    """Seconds per byte from member a's first GPU to member b's: 1 / the bottleneck
+    link's bandwidth on the route between them."""
+    gpus = list(topo.gpus)
+    cache: dict[tuple[int, int], float] = {}
+
+    def spb(a: int, b: int) -> float:
+        hit = cache.get((a, b))
+        if hit is None:
+            links = topo.route(gpus[first[a]], gpus[first[b]])
+            bw = min((float(topo.capacity_Bps[i]) for i in links), default=float("inf"))
+            hit = cache[(a, b)] = 0.0 if bw == float("inf") else 1.0 / bw
+        return hit
+
+    return spb

@@ -1,0 +1,187 @@
+"""Step costs from the engine, as a surface: a :class:`moesim.load.costs.StepCosts`
+whose times are serving steps simulated at grid points and interpolated.
+
+- decode: the step of ``batch`` requests per attention-DP rank at ``context`` tokens of KV
+  cache each (``serve.phase: decode``), on a grid of batches x contexts;
+- prefill: the step of ``prompts`` prompts of ``tokens / prompts`` tokens per
+  attention-DP rank (``serve.phase: prefill``), on a grid of prompts x prompt lengths
+  (with DeepEP's normal kernels where the scenario decodes with its low-latency ones).
+
+Between grid points the time is bilinear (linear in each coordinate; beyond the grid,
+the last two points extended). Every point is one step of the scenario's engine with
+its routing, EP kernels and network (two micro-batches where the batch divides in two).
+The grid's times are cached on disk under a key of the scenario's content (the
+resolved scenario, the serve section, the grid and moesim's version), so a second run
+reads them. :meth:`EngineStepCosts.check` simulates random points directly and returns
+the worst relative error.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import os
+import time
+from pathlib import Path
+
+import numpy as np
+
+#: default grids (requests per attention-DP rank, tokens)
+BATCHES = (1, 2, 4, 8, 16, 32, 64, 128, 256)
+CONTEXTS = (128, 1024, 4096, 16384)
+PROMPTS = (1, 2, 4, 8)
+PROMPT_LENS = (128, 1024, 4096)
+
+
+def cache_dir() -> Path:
+    base = os.environ.get("MOESIM_CACHE") or os.environ.get("XDG_CACHE_HOME")
+    return Path(base) / "moesim" if base else Path.home() / ".cache" / "moesim"
+
+
+def _interp(xs: np.ndarray, x: float) -> tuple[int, float]:
+    """Segment index i and weight w with x = (1-w)·xs[i] + w·xs[i+1] (extended)."""
+    if len(xs) == 1:
+        return 0, 0.0
+    i = int(np.clip(np.searchsorted(xs, x) - 1, 0, len(xs) - 2))
+    return i, (x - xs[i]) / (xs[i + 1] - xs[i])
+
+
+def bilinear(xs, ys, z, x: float, y: float) -> float:
+    i, u = _interp(xs, x)
+    j, v = _interp(ys, y)
+    if len(ys) == 1:
+        return float(z[i, 0] * (1 - u) + (z[i + 1, 0] * u if len(xs) > 1 else 0.0))
+    i1 = min(i + 1, len(xs) - 1)
+    return float((1 - u) * ((1 - v) * z[i, j] + v * z[i, j + 1])
+                 + u * ((1 - v) * z[i1, j] + v * z[i1, j + 1]))
+
+
+class EngineStepCosts:
+    """StepCosts of a resolved serve scenario (``res``, ``cfg``) from its engine."""
+
+    def __init__(self, res, cfg, *, batches=None, contexts=None, prompts=None,
+                 prompt_lens=None, cache: Path | None | bool = True, progress=None) -> None:
+        self.res, self.cfg = res, cfg
+        tp = cfg.tp
+        self.batches = np.array(sorted({max(tp, b - b % tp) for b in (batches or BATCHES)}),
+                                dtype=float)
+        self.contexts = np.array(sorted(contexts or CONTEXTS), dtype=float)
+        self.prompts = np.array(sorted({max(tp, b - b % tp) for b in (prompts or PROMPTS)}),
+                                dtype=float)
+        self.prompt_lens = np.array(sorted(prompt_lens or PROMPT_LENS), dtype=float)
+        self.progress = progress
+        self.sims = 0
+        self.build_s = 0.0
+        self.from_cache = False
+        path = None
+        if cache:
+            d = cache if isinstance(cache, Path) else cache_dir()
+            path = d / f"surface-{self.key()}.json"
+            if path.is_file():
+                try:
+                    data = json.loads(path.read_text(encoding="utf-8"))
+                    self.decode = np.array(data["decode"])
+                    self.prefill = np.array(data["prefill"])
+                    self.build_s = float(data.get("build_s", 0.0))
+                    self.from_cache = True
+                    return
+                except (OSError, ValueError, KeyError):
+                    pass
+        t0 = time.process_time()
+        self.decode = np.array([[self.direct_decode(b, c) for c in self.contexts]
+                                for b in self.batches])
+        self.prefill = np.array([[self.direct_prefill(p, L) for L in self.prompt_lens]
+                                 for p in self.prompts])
+        self.build_s = time.process_time() - t0
+        if path is not None:
+            try:
+                from moesim.outputs import write_text
+                path.parent.mkdir(parents=True, exist_ok=True)
+                write_text(path, json.dumps({"decode": self.decode.tolist(),
+                                             "prefill": self.prefill.tolist(),
+                                             "build_s": self.build_s}), force=True)
+            except OSError:
+                pass                # a cache that cannot be written is only slower
+
+    # ------------------------------------------------------------ the key
+    def key(self) -> str:
+        from moesim import __version__
+        scn = self.res.scenario.to_dict()
+        scn.pop("source", None)
+        scn.pop("load", None)
+        blob = json.dumps({"scenario": scn, "serve": dataclasses.asdict(self.cfg),
+                           "grid": [self.batches.tolist(), self.contexts.tolist(),
+                                    self.prompts.tolist(), self.prompt_lens.tolist()],
+                           "version": __version__}, sort_keys=True, default=str)
+        return hashlib.sha256(blob.encode()).hexdigest()[:20]
+
+    # ------------------------------------------------------------ direct simulation
+    def _step(self, **kw) -> float:
+        from moesim.scenario.resolve import resolve
+        from moesim.serve.config import serving_scenario
+        from moesim.serve.run import simulate_serve
+        cfg = dataclasses.replace(self.cfg, **kw)
+        if cfg.phase == "prefill" and cfg.ep_backend == "deepep-ll":
+            # DeepEP's low-latency kernels are for decoding, its normal kernels for
+            # prefilling (deepseek-ai/DeepEP README): a colocated engine switches
+            cfg = dataclasses.replace(cfg, ep_backend="deepep")
+        if cfg.requests_per_group() % 2:
+            cfg = dataclasses.replace(cfg, two_microbatch=False)
+        res = resolve(serving_scenario(self.res.scenario, cfg))
+        self.sims += 1
+        if self.progress:
+            self.progress(kw)
+        if res.scenario.engine.mode == "fast":      # the step time only: no summary
+            from moesim.engine.fast.forward import simulate_forward
+            from moesim.serve.program import ServeBuilder
+            return simulate_forward(res, ServeBuilder(res, cfg), span_ranks=0,
+                                    step_only=True)[0]
+        return float(simulate_serve(res, cfg, spans=False).summary["step_time_s"])
+
+    def direct_decode(self, batch: float, context: float) -> float:
+        b = max(1, int(round(batch)) // self.cfg.tp)
+        return self._step(phase="decode", batch_per_gpu=b, context=max(1, int(round(context))))
+
+    def direct_prefill(self, prompts: float, prompt_len: float) -> float:
+        p = max(1, int(round(prompts)) // self.cfg.tp)
+        return self._step(phase="prefill", batch_per_gpu=p, prompt=max(1, int(round(prompt_len))))
+
+    # ------------------------------------------------------------ StepCosts
+    def decode_s(self, batch: int, context: float) -> float:
+        if batch <= 0:
+            return 0.0
+        return max(0.0, bilinear(self.batches, self.contexts, self.decode, batch, context))
+
+    def prefill_s(self, tokens: int, prompts: int) -> float:
+        if prompts <= 0:
+            return max(0.0, bilinear(self.prompts, self.prompt_lens, self.prefill, 0.0,
+                                     float(self.prompt_lens[0])))
+        return max(0.0, bilinear(self.prompts, self.prompt_lens, self.prefill, prompts,
+                                 tokens / prompts))
+
+    def check(self, points: int = 6, seed: int = 0) -> dict:
+        """Random points inside the grid, simulated directly: the worst relative error of
+        the surface (decode and prefill)."""
+        rng = np.random.default_rng(seed)
+        rows = []
+        # batches the deployment runs as its grid points do: a multiple of tp, and of
+        # the two micro-batches when it has them (an odd batch runs as one micro-batch)
+        unit = self.cfg.tp * self.cfg.microbatches
+        for _ in range(points):
+            b = float(rng.integers(self.batches[0], self.batches[-1] + 1))
+            b = max(unit, b - b % unit)
+            c = float(rng.integers(self.contexts[0], self.contexts[-1] + 1))
+            d = self.direct_decode(b, c)
+            rows.append(("decode", b, c, self.decode_s(int(b), c), d))
+            p = float(rng.integers(self.prompts[0], self.prompts[-1] + 1))
+            p = max(unit, p - p % unit)
+            L = float(rng.integers(self.prompt_lens[0], self.prompt_lens[-1] + 1))
+            rows.append(("prefill", p, L, self.prefill_s(int(p * L), int(p)),
+                         self.direct_prefill(p, L)))
+        errs = [abs(s - d) / d for _, _, _, s, d in rows if d > 0]
+        worst = max(range(len(rows)), key=lambda i: abs(rows[i][3] - rows[i][4]) /
+                    max(rows[i][4], 1e-30))
+        return {"points": [{"phase": ph, "x": x, "y": y, "surface_s": s, "direct_s": d}
+                           for ph, x, y, s, d in rows],
+                "worst_error": max(errs, default=0.0), "worst": rows[worst][:3]}

@@ -1,0 +1,55 @@
+"""Phase times from the engines (moesim.rl.engine_costs) on the toy model: grid points
+are the serving / training steps simulated directly, between them linear, memoised."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from moesim.engine.api import simulate
+from moesim.rl.engine_costs import EngineTrainerCosts, pool_cluster, rollout_costs
+from moesim.rl.run import resolve_rl
+from moesim.scenario.resolve import resolve
+from moesim.serve.config import ServeConfig, serving_scenario
+from moesim.serve.run import simulate_serve
+
+from tests.test_rl_run import scenario
+
+
+def _setup(tmp_path):
+    return resolve_rl(scenario(tmp_path))
+
+
+def test_rollout_costs_are_serving_steps_of_one_replica(tmp_path):
+    scn = _setup(tmp_path).scenario
+    sc = rollout_costs(scn, 2, 8, tp=1, ep=2, kv_dtype="bf16", max_batch=64, prompt=64,
+                       response_max=128, cache=False)
+    assert sc.batches.tolist() == [1, 4, 16, 64] and sc.contexts.tolist() == [64, 128, 192]
+    direct = dataclasses.replace(scn, cluster=pool_cluster(scn, 2, 8), serve={},
+                                 engine=dataclasses.replace(scn.engine, mode="fast"))
+    # 4 sequences on one attention-DP rank (TP1, EP2: two ranks per replica)
+    cfg = ServeConfig(phase="decode", batch_per_gpu=4, prompt=64, context=192, output=1,
+                      tp=1, ep=2)
+    want = simulate_serve(resolve(serving_scenario(direct, cfg)), cfg).summary["step_time_s"]
+    assert sc.decode_s(4, 192) == pytest.approx(want, rel=1e-9)
+    mid = sc.decode_s(4, 160)
+    assert mid == pytest.approx((sc.decode_s(4, 128) + sc.decode_s(4, 192)) / 2, rel=1e-9)
+
+
+def test_training_step_is_the_engine_step_over_the_rows(tmp_path):
+    setup = _setup(tmp_path)
+    scn = setup.scenario
+    tc = EngineTrainerCosts(scn, 8, 8, tp=1, pp=1, ep=8, seq_len=512)
+    # 20 rows on 8 data-parallel replicas: the busiest gets 3 micro-batches of one row
+    par = dataclasses.replace(scn.parallel, tp=1, pp=1, ep=8, dp=None)
+    direct = dataclasses.replace(
+        scn, cluster=pool_cluster(scn, 8, 8), parallel=par, serve={},
+        schedule=dataclasses.replace(scn.schedule, microbatches=3, micro_batch_size=1,
+                                     seq_len=512))
+    want = simulate(resolve(direct)).summary["step_time_s"]
+    assert tc.train_step_s(20) == pytest.approx(want, rel=1e-12)
+    assert tc.train_step_s(17) == tc.train_step_s(24) and tc.simulated == 1
+    # a log-prob pass is linear in the rows each data-parallel group holds
+    assert tc.forward_s(16) == pytest.approx(2 * tc.forward_s(8), rel=1e-12)
+    assert tc.reward_model_s(8) == pytest.approx(tc.forward_s(8), rel=1e-12)
