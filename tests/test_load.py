@@ -269,3 +269,20 @@ def test_rollout_batch_at_t0_interrupted_at_a_weight_update_and_resumed():
     assert all(r.generated == 20 for r in sim.finished)
     # resumed at 0.5: prefill 0.41, then 19 decode steps at batch 4 (0.028 s)
     assert max(r.finish_s for r in sim.finished) == pytest.approx(0.5 + 0.41 + 19 * 0.028)
+
+
+def test_empirical_lengths_are_drawn_from_the_file(tmp_path):
+    (tmp_path / "lens.csv").write_text("prompt,output\n100,7\n300,9\n")
+    lc = load_from_dict({"arrival": {"rate_rps": 5}, "requests": 400,
+                         "prompt_tokens": {"dist": "empirical", "file": "lens.csv",
+                                           "column": "prompt"},
+                         "output_tokens": {"dist": "empirical", "file": "lens.csv",
+                                           "column": "output"}}, "s.yaml", base=str(tmp_path))
+    rs = lc.requests_list()
+    assert {r.prompt for r in rs} == {100, 300} and {r.output for r in rs} == {7, 9}
+    bad = load_from_dict({"arrival": {"rate_rps": 5}, "requests": 4,
+                          "prompt_tokens": {"dist": "empirical", "file": "lens.csv",
+                                            "column": "nope"}}, "s.yaml", base=str(tmp_path))
+    with pytest.raises(InputError) as e:
+        bad.requests_list()
+    assert e.value.field == "load.prompt_tokens"
