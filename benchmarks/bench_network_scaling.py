@@ -225,5 +225,7 @@ def write_page(rows, scen, expo, cc, load0, load1, rev) -> None:
         lines += ["", f"`mixtral-8x7b-64gpu` with `engine.mode=exact` (`moesim run --no-files`): "
                   f"new {nc:.1f} s CPU ({nw:.1f} s wall), step {ns!r} s"
                   + (f"; previous {old[1]:.1f} s CPU ({old[0]:.1f} s wall), step {old[2]!r} s"
-                     if old else "") + "."]
+                     if old else "") + ". The previous revision also prices kernels as "
+                  "they were then, so its step may differ; the network alone is checked with "
+                  "`benchmarks/compare_summaries.py` (docs/network.md)."]
     write_text(ROOT / "docs" / "results" / "network.md", "\n".join(lines) + "\n", force=True)

@@ -10,7 +10,7 @@ memory, and the throughput against DeepSeek's published per-node decode figure.
 The surface is built in a fresh temporary cache (its build time is measured) unless
 ``--cache`` reads the user's. Workload: Poisson arrivals at ``--rate`` requests/s,
 lognormal prompts (mean ``--prompt``, sigma 0.8, at most 16K) and outputs (mean
-``--output``, sigma 0.8, at most 4K), vLLM continuous batching. Nothing is fitted to the
+``--output``, sigma 0.8, at most 4K), vLLM continuous batching (``--scheduler``). Nothing is fitted to the
 published figure: it is printed beside the simulated one with the error.
 """
 
@@ -39,11 +39,12 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--scenario", default="deepseek-v3-decode")
     ap.add_argument("--requests", type=int, default=10_000)
-    ap.add_argument("--rate", type=float, default=200.0, help="arrivals per second")
+    ap.add_argument("--rate", type=float, default=12.0, help="arrivals per second")
     ap.add_argument("--prompt", type=int, default=4096)
     ap.add_argument("--output", type=int, default=512)
     ap.add_argument("--check", type=int, default=3, help="surface check points per phase")
     ap.add_argument("--cache", action="store_true", help="use the user's surface cache")
+    ap.add_argument("--scheduler", default="vllm", choices=("vllm", "sarathi"))
     args = ap.parse_args(argv)
 
     from moesim.load.config import load_from_dict
@@ -74,7 +75,8 @@ def main(argv=None) -> int:
                          "prompt_tokens": {"dist": "lognormal", "mean": args.prompt,
                                            "sigma": 0.8, "max": 16384},
                          "output_tokens": {"dist": "lognormal", "mean": args.output,
-                                           "sigma": 0.8, "max": 4096}},
+                                           "sigma": 0.8, "max": 4096},
+                         "scheduler": args.scheduler},
                         "bench", seed=0)
     w2, c2 = time.perf_counter(), _cpu()
     sim, s = run_load(lambda c, series: build_for(res, cfg, c, costs, series=series), lc,

@@ -118,14 +118,14 @@ def comparison_table(docs: dict[str, dict]) -> list[str]:
     names = list(docs)
     first = docs[names[0]]
     head = f"{'what':<30}{'measured ms':>12}" + "".join(
-        f"{n + ' ms':>16}{'error':>9}" for n in names)
+        f"{n + ' ms':>22}{'error':>9}" for n in names)
     lines = [head]
 
     def row(label: str, meas: float | None, sims: list) -> None:
         if meas is None or meas <= 0:
             return
-        cells = "".join(("{:>16}{:>9}".format("-", "-") if s is None else
-                         f"{s * 1e3:>16.3f}{(s - meas) / meas:>+9.1%}") for s in sims)
+        cells = "".join(("{:>22}{:>9}".format("-", "-") if s is None else
+                         f"{s * 1e3:>22.3f}{(s - meas) / meas:>+9.1%}") for s in sims)
         lines.append(f"{label:<30}{meas * 1e3:>12.3f}{cells}")
 
     m = first["measured"]

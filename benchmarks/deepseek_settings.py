@@ -38,6 +38,7 @@ SETTINGS = [
 #: issue 21's what-ifs (docs/deepep.md, "What-ifs ... before and after"): the questions a
 #: wrong compute/communication split answers wrongly. InfiniBand x2 doubles the NIC and
 #: the GPU-NIC PCIe link behind it (otherwise PCIe Gen5 x16, 63 GB/s, caps the NIC).
+WHATIF_FILES = ("ds_shipped", "ds_ib2", "ds_sms32", "ds_ep32", "ds_1f1b")  # --runs-dir names
 WHATIFS = [
     ("as shipped (DualPipe, DeepEP on 20 SMs, EP64)", []),
     ("InfiniBand x2 (`cluster.params.nic_GBps=100 cluster.params.pcie_GBps=126`)",
@@ -57,13 +58,18 @@ def run(sets: list[str]) -> dict:
     return json.loads(out)
 
 
-def whatifs(out_json: str | None, before_json: str | None) -> int:
+def whatifs(out_json: str | None, before_json: str | None, runs_dir: str | None = None) -> int:
     """The what-if table: each setting's step and its change against as shipped, with the
-    compute / exposed-communication split; a before column from ``before_json``."""
+    compute / exposed-communication split; a before column from ``before_json``;
+    ``runs_dir``: the runs' ``--json`` outputs saved as ``WHATIF_FILES`` + ``.json``."""
     rows = []
-    for label, sets in WHATIFS:
+    for (label, sets), fname in zip(WHATIFS, WHATIF_FILES, strict=True):
         t0 = time.perf_counter()
-        d = run(sets)
+        if runs_dir:
+            with open(f"{runs_dir}/{fname}.json") as f:
+                d = json.load(f)
+        else:
+            d = run(sets)
         b = d["breakdown_s"]
         rows.append({"setting": label, "step_s": d["step_time_s"], "compute_s": b["compute"],
                      "exposed_ep_s": b["ep_dispatch"] + b["ep_combine"],
@@ -101,9 +107,11 @@ def main() -> int:
     ap.add_argument("--whatifs", action="store_true", help="issue 21's sensitivity table")
     ap.add_argument("--json", help="with --whatifs: write the rows as JSON here")
     ap.add_argument("--before", help="with --whatifs: rows JSON of an earlier revision")
+    ap.add_argument("--runs-dir", help="with --whatifs: read the runs' saved --json outputs "
+                    f"({', '.join(f + '.json' for f in WHATIF_FILES)}) instead of running")
     args = ap.parse_args()
     if args.whatifs:
-        return whatifs(args.json, args.before)
+        return whatifs(args.json, args.before, args.runs_dir)
     print(f"published: {PUBLISHED_S:.2f} s per step (DeepSeek-V3 report §1, §4.2)",
           file=sys.stderr)
     print("| setting | step (s) | error vs published | compute, mean over ranks (s) | "

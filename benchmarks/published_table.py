@@ -59,6 +59,7 @@ RUNS = {
 RUN_FILES = {"deepseek-v3-2048": "ds_shipped.json", "mixtral-8x7b-64gpu": "mixtral64.json",
              "deepseek-v3-1024-h100": "ds1024.json", "validate": "validate.json"}
 RUNS_DIR: Path | None = None
+ONLY_SAVED = False
 
 
 def moesim(args: list[str]) -> dict:
@@ -72,6 +73,8 @@ def moesim(args: list[str]) -> dict:
 def run(name: str) -> dict:
     if RUNS_DIR is not None and (RUNS_DIR / RUN_FILES[name]).is_file():
         return json.loads((RUNS_DIR / RUN_FILES[name]).read_text())
+    if ONLY_SAVED:
+        return None
     scn, sets = RUNS[name]
     args = ["run", scn, "--no-files", "--json", "--quiet"]
     for s in sets:
@@ -86,24 +89,28 @@ def figures(profile: str | None) -> list[dict]:
     """[{figure, source, published, moesim, unit}] measured now."""
     out = []
     d = run("deepseek-v3-2048")
-    b = d["breakdown_s"]
-    out.append({"figure": "DeepSeek-V3, 2048 H800: step", "unit": "s",
-                "published": PUBLISHED_STEP_S, "moesim": d["step_time_s"],
-                "source": "DeepSeek-V3 report §1, §4.2",
-                "parts": {"compute": b["compute"], "ep_dispatch+combine":
-                          b["ep_dispatch"] + b["ep_combine"], "bubble": b["bubble"],
-                          "stall": b["stall"]}})
+    if d is not None:
+        b = d["breakdown_s"]
+        out.append({"figure": "DeepSeek-V3, 2048 H800: step", "unit": "s",
+                    "published": PUBLISHED_STEP_S, "moesim": d["step_time_s"],
+                    "source": "DeepSeek-V3 report §1, §4.2",
+                    "parts": {"compute": b["compute"], "ep_dispatch+combine":
+                              b["ep_dispatch"] + b["ep_combine"], "bubble": b["bubble"],
+                              "stall": b["stall"]}})
     d = run("mixtral-8x7b-64gpu")
-    out.append({"figure": "Mixtral 8x7B, 64 H100 BF16: TFLOP/s per GPU", "unit": "TFLOP/s",
-                "published": 468.0, "moesim": d["model_flops"] / d["step_time_s"] / d["world"]
-                / 1e12, "source": "Megatron-Core MoE README (MCore v0.9)"})
+    if d is not None:
+        out.append({"figure": "Mixtral 8x7B, 64 H100 BF16: TFLOP/s per GPU", "unit": "TFLOP/s",
+                    "published": 468.0, "moesim": d["model_flops"] / d["step_time_s"]
+                    / d["world"] / 1e12, "source": "Megatron-Core MoE README (MCore v0.9)"})
     d = run("deepseek-v3-1024-h100")
-    out.append({"figure": "DeepSeek-V3, 1024 H100 FP8: tokens/s per GPU", "unit": "tokens/s",
-                "published": 1297.0, "moesim": d["tokens_per_s"] / d["world"],
-                "source": "Megatron-Bridge performance summary (NeMo 25.09, DGX-H100)"})
-    out.append({"figure": "DeepSeek-V3, 1024 H100 FP8: TFLOP/s per GPU", "unit": "TFLOP/s",
-                "published": 338.0, "moesim": d["model_flops"] / d["step_time_s"] / d["world"]
-                / 1e12, "source": "Megatron-Bridge performance summary (NeMo 25.09, DGX-H100)"})
+    if d is not None:
+        src = "Megatron-Bridge performance summary (NeMo 25.09, DGX-H100)"
+        out.append({"figure": "DeepSeek-V3, 1024 H100 FP8: tokens/s per GPU",
+                    "unit": "tokens/s", "published": 1297.0,
+                    "moesim": d["tokens_per_s"] / d["world"], "source": src})
+        out.append({"figure": "DeepSeek-V3, 1024 H100 FP8: TFLOP/s per GPU", "unit": "TFLOP/s",
+                    "published": 338.0, "moesim": d["model_flops"] / d["step_time_s"]
+                    / d["world"] / 1e12, "source": src})
     if profile:
         saved = RUNS_DIR / RUN_FILES["validate"] if RUNS_DIR is not None else None
         v = (json.loads(saved.read_text()) if saved is not None and saved.is_file() else
@@ -122,8 +129,11 @@ def figures(profile: str | None) -> list[dict]:
         ]
         for p, e in v["median_abs_error_by_pass"].items():
             out.append({"figure": f"DeepSeek F&B pair: GEMM+attention per layer, median "
-                        f"|error| {p}", "unit": "", "source": src, "published": None,
+                        f"abs. error {p}", "unit": "", "source": src, "published": None,
                         "moesim": e})
+        if v.get("kernel_classes"):
+            out.append({"figure": "kernel classes", "unit": "table", "source": src,
+                        "published": None, "moesim": None, "rows": v["kernel_classes"]["rows"]})
     return out
 
 
@@ -141,6 +151,8 @@ def table(rows: list[dict], before: dict[str, dict] | None) -> list[str]:
         sep += "---|---|"
     lines = [head, sep]
     for r in rows:
+        if r["unit"] == "table":
+            continue
         u = r["unit"]
         err = (r["moesim"] - r["published"]) / r["published"] if r["published"] else None
         cells = [f"{r['figure']}" + (f" ({u})" if u else ""), r["source"],
@@ -163,9 +175,14 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--write", help="write the markdown page here (e.g. docs/results/published.md)")
     ap.add_argument("--runs-dir", help="reuse the JSON outputs of the same runs saved here "
                     f"({', '.join(RUN_FILES.values())}) instead of running them")
+    ap.add_argument("--note", default="", help="a paragraph appended to the page (how the "
+                    "saved runs were made)")
+    ap.add_argument("--only-saved", action="store_true",
+                    help="with --runs-dir: leave out the figures whose run is not saved there")
     args = ap.parse_args(argv)
-    global RUNS_DIR
+    global RUNS_DIR, ONLY_SAVED
     RUNS_DIR = Path(args.runs_dir) if args.runs_dir else None
+    ONLY_SAVED = args.only_saved
     t0 = time.perf_counter()
     rows = figures(args.profile)
     before = None
@@ -187,11 +204,24 @@ def main(argv: list[str] | None = None) -> int:
         *table(rows, before),
         "",
     ]
+    for r in rows:
+        if r["unit"] != "table":
+            continue
+        body += ["DeepSeek's F&B pair, mean kernel time per layer by pass and class (ms; "
+                 "`moesim validate` / `python benchmarks/deepseek_profile.py`):", "",
+                 "| pass | class | measured | moesim | error |", "|---|---|---|---|---|"]
+        for c in r["rows"]:
+            err = "-" if c["error"] is None else f"{c['error']:+.1%}"
+            body.append(f"| {c['pass']} | {c['class']} | {c['measured_s'] * 1e3:.3f} | "
+                        f"{c['simulated_s'] * 1e3:.3f} | {err} |")
+        body.append("")
     parts = [r for r in rows if "parts" in r]
     for r in parts:
         body.append(f"{r['figure']}, mean over ranks: " + ", ".join(
             f"{k} {v:.2f} s" for k, v in r["parts"].items()))
         body.append("")
+    if args.note:
+        body += [args.note, ""]
     text = "\n".join(body)
     if args.write:
         Path(args.write).write_text(text)

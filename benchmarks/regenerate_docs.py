@@ -38,7 +38,8 @@ PAGES: list[tuple[str, list[str], str]] = [
      ["shape_sweep_table.py", "--study", "traces/sweep-study-repeat"], ""),
     ("deepep", ["deepep_table.py", "--markdown"], ""),
     ("deepseek-settings", ["deepseek_settings.py"], ""),
-    ("fast-path", ["bench_fast.py"], ""),
+    ("serving-load", ["bench_serve_load.py"], ""),
+    ("fast-path", ["bench_fast.py", "--no-scaling"], ""),   # the scaling tables: hours at load
     ("deepseek-profile", ["deepseek_profile.py", "PATH/train.json"], "profile"),
     ("published", ["published_table.py", "--profile", "PATH/train.json"], "profile"),
 ]

@@ -33,7 +33,7 @@ def test_layer_gemm_flops_are_the_models_flops_per_token():
     for p in ("fwd", "dgrad", "wgrad"):
         ops = layer_ops(res, 0, p)
         experts = [o for o in ops if o.op.endswith("experts")]
-        rest = [o for o in ops if not o.op.endswith("experts")]
+        rest = [o for o in ops if not o.op.endswith("experts") and o.op != "bwd.recompute"]
         # the rank's own tokens through attention, router and shared expert; balanced,
         # its local experts receive as many rows as its own tokens' top-k assignments
         # (the EP group's ep·t tokens' rows over ep ranks)
@@ -46,8 +46,19 @@ def test_layer_gemm_flops_are_the_models_flops_per_token():
 def test_passes_hold_their_kernels_only():
     res = _res("deepseek-v3-fb-pair")
     for p in ("fwd", "dgrad", "wgrad"):
-        ks = [k for o in layer_ops(res, 0, p) for k in o.kernels]
+        ks = [k for o in layer_ops(res, 0, p) for k in o.kernels if o.op != "bwd.recompute"]
         assert {k.pass_ for k in ks} == {p}
+    # DeepSeek's recipe (the scenario's memory section): the RMSNorms and the MLA
+    # up-projections' forward again before the backward
+    (rc,) = [o for o in layer_ops(res, 0, "dgrad") if o.op == "bwd.recompute"]
+    gemms = [k for k in rc.kernels if k.kind == "gemm"]
+    s = res.model
+    assert {(k.n, k.k) for k in gemms} == {
+        (s.heads * (s.qk_nope_dim + s.qk_rope_dim), s.q_lora_rank),
+        (s.heads * (s.qk_nope_dim + s.v_head_dim), s.kv_lora_rank)}
+    assert all(k.pass_ == "fwd" for k in rc.kernels)
+    assert not [o for o in layer_ops(_res("deepseek-v3-fb-pair", "memory.recompute=none"), 0,
+                                     "dgrad") if o.op == "bwd.recompute"]
     names = {k.name for o in layer_ops(res, 0, "wgrad") for k in o.kernels}
     assert names == {"per_channel_cast_and_transpose", "attention_gemm_wgrad", "router_wgrad",
                      "shared_gemm_wgrad", "expert_gemm_wgrad"}

@@ -219,6 +219,10 @@ def test_azure_trace_columns(tmp_path):
      "load.prompt_tokens.dist"),
     ({"arrival": {"rate_rps": 1}, "requests": 3, "kv_fraction": 1.5}, "load.kv_fraction"),
     ({"arrival": {"rate_rps": 1}, "requests": 3, "colour": 1}, "load.colour"),
+    ({"arrival": {"rate_rps": 1}, "requests": 3, "surface": {"batches": [0, 2]}},
+     "load.surface.batches"),
+    ({"arrival": {"rate_rps": 1}, "requests": 3, "surface": {"widths": [1]}},
+     "load.surface.widths"),
 ])
 def test_bad_load_sections_name_the_field(d, field):
     with pytest.raises(InputError) as e:
@@ -230,3 +234,55 @@ def test_slo_parsing():
     assert parse_slo("ttft_p99=2s,tpot_p99=50ms") == {"ttft_p99": 2.0, "tpot_p99": 0.05}
     with pytest.raises(InputError):
         parse_slo("ttft_p98=2s")
+
+
+def test_surface_interpolation_is_exact_on_a_bilinear_function_and_extends_linearly():
+    from moesim.load.surface import bilinear
+    xs, ys = np.array([1.0, 4.0, 16.0]), np.array([128.0, 1024.0])
+
+    def f(x, y):
+        return 0.01 + 0.002 * x + 1e-5 * y + 3e-7 * x * y
+
+    z = np.array([[f(x, y) for y in ys] for x in xs])
+    for x, y in [(1, 128), (2.5, 500), (16, 1024), (10, 700), (20, 1024), (16, 2000)]:
+        assert bilinear(xs, ys, z, x, y) == pytest.approx(f(x, y), rel=1e-12)
+
+
+def test_rollout_batch_at_t0_interrupted_at_a_weight_update_and_resumed():
+    # an RL rollout: 4 tagged samples at t = 0 on one member; a weight update at 0.2 s
+    # interrupts (the step in flight is dropped), the samples resume by recompute
+    sim = build_sim(C, [[0]], 100_000)
+    reqs = [Request(i, 0.0, 100, 20, tag=("prompt", i // 2)) for i in range(4)]
+    sim.submit(reqs)
+    sim.run(until=0.2)
+    # 0..0.41 prefill of 400 tokens: nothing sampled yet at 0.2
+    left = sim.interrupt()
+    assert {r.id for r in left} == {0, 1, 2, 3} and sim.members[0].kv.used == 0
+    assert all(r.generated == 0 for r in left)
+    sim.run(until=0.5)                      # the dropped step's end passes unapplied
+    assert all(r.generated == 0 for r in reqs) and not sim.finished
+    for r in left:
+        r.arrival_s = sim.now
+    sim.submit(left)
+    sim.run()
+    assert sorted(r.tag for r in sim.finished) == [("prompt", 0)] * 2 + [("prompt", 1)] * 2
+    assert all(r.generated == 20 for r in sim.finished)
+    # resumed at 0.5: prefill 0.41, then 19 decode steps at batch 4 (0.028 s)
+    assert max(r.finish_s for r in sim.finished) == pytest.approx(0.5 + 0.41 + 19 * 0.028)
+
+
+def test_empirical_lengths_are_drawn_from_the_file(tmp_path):
+    (tmp_path / "lens.csv").write_text("prompt,output\n100,7\n300,9\n")
+    lc = load_from_dict({"arrival": {"rate_rps": 5}, "requests": 400,
+                         "prompt_tokens": {"dist": "empirical", "file": "lens.csv",
+                                           "column": "prompt"},
+                         "output_tokens": {"dist": "empirical", "file": "lens.csv",
+                                           "column": "output"}}, "s.yaml", base=str(tmp_path))
+    rs = lc.requests_list()
+    assert {r.prompt for r in rs} == {100, 300} and {r.output for r in rs} == {7, 9}
+    bad = load_from_dict({"arrival": {"rate_rps": 5}, "requests": 4,
+                          "prompt_tokens": {"dist": "empirical", "file": "lens.csv",
+                                            "column": "nope"}}, "s.yaml", base=str(tmp_path))
+    with pytest.raises(InputError) as e:
+        bad.requests_list()
+    assert e.value.field == "load.prompt_tokens"

@@ -77,3 +77,35 @@ def test_full_recompute_uniform_and_block_by_hand():
     with pytest.raises(InputError) as ei:
         memory_per_rank(four, recompute="selective", recompute_modules=["attn"], **kw)
     assert ei.value.field == "memory.recompute_modules"
+
+
+def test_fp8_activation_caching_on_deepseek_v3_by_hand():
+    """DeepSeek-V3 report §3.3.2: Linear inputs in FP8 (1 + 4/128 bytes with the 1x128
+    tiles' fp32 scales), the output projection's input in E5M6 (1.5 + 4/128), the MoE
+    SwiGLU's input in FP8; with layernorm and mla_up_proj recomputed (§3.2.3)."""
+    from moesim.memory.activations import layer_bytes_per_token, routed_expert_bytes
+    ds = PRESETS["deepseek-v3"]   # h 7168, 128 heads, q/kv ranks 1536/512, rope 64, f 2048
+    h, fp8, e5m6 = 7168, 1 + 4 / 128, 1.5 + 4 / 128
+    mods = frozenset({"layernorm", "mla_up_proj"})
+    common = 512 + 7168 + 4 * h + h + 4 * 256 + 2 * h * 8  # lse, mask, norm inputs, router,
+    #                                                       expert outputs: stay as they are
+    bf16 = common + 2 * (2 * 1536 + 2 * 512 + 64) + 2 * 16384 + 2 * (2 * 2048 + 2048)
+    f8 = (common + 2 * (1536 + 512 + 64) + fp8 * (1536 + 512)   # normed latents in FP8
+          + e5m6 * 16384                                        # output projection's input
+          + fp8 * (2 * 2048 + 2048))                            # shared SwiGLU in and out
+    layer = ds.first_dense_layers                                # the first MoE layer
+    assert layer_bytes_per_token(ds, layer, 4096, modules=mods) == (pytest.approx(bf16), 2 * h)
+    tok, per = layer_bytes_per_token(ds, layer, 4096, modules=mods, act_dtype="fp8")
+    assert tok == pytest.approx(f8) and per == pytest.approx(fp8 * h)   # permuted input
+    # a routed assignment: SwiGLU input 2f in FP8, its output (fc2's input) FP8, or
+    # recomputed with moe_act
+    assert routed_expert_bytes(ds, 2048, mods, "fp8") == pytest.approx(fp8 * 3 * 2048)
+    assert routed_expert_bytes(ds, 2048, mods | {"moe_act"}, "fp8") == pytest.approx(
+        fp8 * 2 * 2048)
+    assert routed_expert_bytes(ds, 2048, mods) == 2 * 3 * 2048
+
+
+def test_activation_dtype_is_checked():
+    with pytest.raises(InputError) as ei:
+        memory_per_rank(TOY, micro_batch_tokens=T, seq_len=S, activation_dtype="fp4")
+    assert ei.value.field == "memory.activation_dtype"

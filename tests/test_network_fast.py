@@ -275,6 +275,8 @@ def test_backend_switch_and_environment_variable() -> None:
     finally:
         jit.use_numba(old)
     code = "from moesim.network import jit; print(jit.backend())"
-    out = subprocess.run([sys.executable, "-c", code], env={"MOESIM_NUMBA": "0", "PATH": ""},
+    import os
+
+    out = subprocess.run([sys.executable, "-c", code], env={**os.environ, "MOESIM_NUMBA": "0"},
                          capture_output=True, text=True, check=True).stdout.strip()
     assert out == "numpy"

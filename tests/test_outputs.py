@@ -411,3 +411,21 @@ def test_run_refuses_a_serving_scenario_in_one_line(tmp_path, monkeypatch, capsy
     # nor does `memory` give a training step's gradients and optimizer states for it
     assert main(["memory", "mixtral-8x7b-serve"]) == 2
     _one_line_error(capsys, "mixtral-8x7b-serve.yaml: serve:", "moesim serve")
+
+
+def test_a_sweep_into_a_folder_being_written_fails_in_one_line(tmp_path, capsys):
+    """Item 7 for sweeps: a sweep folder another run holds is refused before any point
+    runs; free again, the same folder is accepted as a new sweep's (the lock file does
+    not count as a file of the user's)."""
+    from moesim.outputs import LOCK_NAME, claim
+    from moesim.sweep.runner import prepare_outdir
+    from moesim.sweep.spec import load_sweep
+
+    sweep = ROOT / "scenarios" / "sweeps" / "zipf-capacity.yaml"
+    out = tmp_path / "sw"
+    with claim(out):
+        assert main(["sweep", str(sweep), "-o", str(out), "--quiet"]) == 2
+        _one_line_error(capsys, str(out), "another moesim run")
+        assert sorted(p.name for p in out.iterdir()) == [LOCK_NAME]
+        prepare_outdir(load_sweep(sweep), out)      # the holder itself may write there
+    assert (out / "sweep.json").exists() and not (out / LOCK_NAME).exists()

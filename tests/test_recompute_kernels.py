@@ -115,3 +115,13 @@ def test_recompute_time_on_both_engines():
     assert extra > 0
     for mode in ("exact", "fast"):
         assert steps[mode, "full"] - steps[mode, "none"] == pytest.approx(extra, rel=1e-6)
+
+
+def test_mla_up_proj_recompute_by_hand():
+    ds = PRESETS["deepseek-v3"]       # q latent 1536, kv latent 512, 128 heads
+    got = layer_recompute_kernels(ds, 5, frozenset({"mla_up_proj"}), tokens=T, seq_len=S,
+                                  tp=1, ep_tokens=T, sent=8 * T)
+    gemms = [k for k in got if k.name == "recompute.attention_gemm"]
+    # W_UQ: 1536 -> 128 x (128 + 64); W_UKV: 512 -> 128 x (128 + 128)
+    assert sum(k.flops for k in gemms) == 2 * T * 1536 * 128 * 192 + 2 * T * 512 * 128 * 256
+    assert any(k.name == "recompute.rotary_kernel" for k in got)

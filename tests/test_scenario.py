@@ -274,9 +274,9 @@ def tmp_path_of(p: Path) -> Path:
     ("hot-expert", ["routing.hot_fraction=0.9"], "command line: --set routing.hot_fraction",
      ["<= 1/top_k = 0.5", "got 0.9"]),
     # kind=hot alone: the share is hot_fraction's default, which the user never wrote
-    ("deepseek-v3-prefill", ["routing.kind=hot"], "command line: --set routing.kind",
+    ("deepseek-v3-fb-pair", ["routing.kind=hot"], "command line: --set routing.kind",
      ["default routing.hot_fraction 0.5", "top_k=8", "got 'hot'"]),
-    ("deepseek-v3-prefill", ["routing.kind=hot", "routing.hot_token_fraction=1.5",
+    ("deepseek-v3-fb-pair", ["routing.kind=hot", "routing.hot_token_fraction=1.5",
                              "routing.hot_experts=1"],
      "command line: --set routing.hot_token_fraction", ["got 1.5"]),
     ("hot-expert", ["routing.hot_experts=[3, 9]"], "command line: --set routing.hot_experts",

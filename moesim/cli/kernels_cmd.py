@@ -110,9 +110,10 @@ def run(args: argparse.Namespace) -> int:
         layer = next((i for i in range(spec.layers) if spec.is_moe_layer(i)), 0)
     else:
         layer = args.layer
-        if not 0 <= layer < spec.layers:
+        top = getattr(spec, "blocks", spec.layers)     # MTP layers follow the decoder's
+        if not 0 <= layer < top:
             raise InputError("command line", "--layer",
-                             f"a layer index from 0 to {spec.layers - 1}", layer)
+                             f"a layer index from 0 to {top - 1}", layer)
     passes = (args.pass_,) if args.pass_ else PASSES
     doc = inventory(res, layer, passes)
     print(json.dumps(doc, indent=1) if args.json else _fmt(doc))

@@ -34,6 +34,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from moesim.errors import InputError
+    from moesim.outputs import check_dir_target, claim
     from moesim.scenario.blame import named_by
     from moesim.sweep.plots import write_sweep_plots
     from moesim.sweep.results import load_results
@@ -60,8 +61,10 @@ def run(args: argparse.Namespace) -> int:
         print(f"moesim sweep: {spec.name}: {len(expand(spec))} points "
               f"({spec.mode} over {', '.join(spec.axis_keys)}; {len(spec.seeds)} seed(s)) "
               f"-> {out}", file=sys.stderr)
-    rep = run_sweep(spec, out, scheduler=args.scheduler, workers=args.workers,
-                    processes=not args.threads, quiet=args.quiet, force=args.force)
+    check_dir_target(out)
+    with claim(out):   # one sweep at a time writes into a folder (issue 20 item 7)
+        rep = run_sweep(spec, out, scheduler=args.scheduler, workers=args.workers,
+                        processes=not args.threads, quiet=args.quiet, force=args.force)
     paths = [] if args.no_plots else write_sweep_plots(out, load_results(out), spec)
     counts = ", ".join(f"{k} {v}" for k, v in sorted(rep.counts.items()))
     print(f"moesim sweep: {rep.total} points ({counts}); ran {rep.ran}, "

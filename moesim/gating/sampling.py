@@ -343,11 +343,10 @@ def _pooled_counts(rng: np.random.Generator, n: np.ndarray, q: np.ndarray, k: in
     base = np.repeat(np.arange(pool, dtype=np.int64) * span, per)
     u = np.sort(base + rng.integers(0, TICKS, size=tokens, dtype=np.int64))
     row = rng.permutation(np.repeat(np.arange(r_, dtype=np.int64), n)) * e_
-    out = np.zeros(r_ * e_, dtype=np.int64)
-    for w in range(k):          # needles sorted within each winding
-        arc = np.searchsorted(flat_ends, u + w * TICKS, side="right")
-        out += np.bincount(row + flat_order[arc], minlength=r_ * e_)
-    return out.reshape(r_, e_)
+    needles = u[None, :] + (np.arange(k, dtype=np.int64) * TICKS)[:, None]
+    arc = np.searchsorted(flat_ends, needles.ravel(), side="right")   # sorted per winding
+    cell = (row[None, :] + flat_order[arc].reshape(k, tokens)).ravel()
+    return np.bincount(cell, minlength=r_ * e_).reshape(r_, e_)
 
 
 def _same_rows(rng: np.random.Generator, n: np.ndarray, pi: np.ndarray, k: int

@@ -87,18 +87,6 @@ class Scheduler:
             req.admitted_s = now
         self.running.append(req)
 
-    def _preempt_last(self, keep: Request) -> bool:
-        """Preempt the most recently admitted running request other than ``keep`` by
-        recompute (vLLM's default for single sequences): its blocks are freed and it
-        goes back to the front of the queue. False when there is none."""
-        for i in range(len(self.running) - 1, -1, -1):
-            r = self.running[i]
-            if r is not keep:
-                del self.running[i]
-                self._requeue(r)
-                return True
-        return False
-
     def _fits_ever(self, r: Request, now: float) -> bool:
         """A request whose prompt alone exceeds the whole cache is refused (vLLM marks it
         FINISHED_IGNORED): it leaves the queue with ``rejected`` set."""
@@ -118,23 +106,24 @@ class Scheduler:
         self.preempted += 1
         self.waiting.appendleft(r)
 
-    def _decodes(self, batch: Batch, limit: int | None = None) -> None:
-        """Every running request whose prefill is done decodes one token; each needs a
-        slot for it, preempting the latest admitted when no block is free."""
-        for r in list(self.running):
-            if r not in self.running or r.to_prefill:
-                continue
+    def _decodes(self, batch: Batch) -> None:
+        """Every running request whose prefill is done decodes one token and needs a
+        slot for it. As vLLM's scheduler (``_schedule_running``): requests are served in
+        admission order; one that finds no free block preempts, by recompute, the last
+        request not yet served this step (or itself when none is left), which goes back
+        to the front of the queue with its blocks freed."""
+        queue = deque(r for r in self.running if not r.to_prefill)
+        while queue:
+            r = queue.popleft()
             while not self.kv.can_grow(r.id, r.kv_tokens + 1):
-                if not self._preempt_last(keep=r):
+                victim = queue.pop() if queue else r
+                self.running.remove(victim)
+                self._requeue(victim)
+                if victim is r:
                     break
-            if not self.kv.can_grow(r.id, r.kv_tokens + 1):     # alone and still no room
-                self.running.remove(r)
-                self._requeue(r)
-                continue
-            self.kv.grow(r.id, r.kv_tokens + 1)
-            batch.decode.append(r)
-            if limit is not None and len(batch.decode) >= limit:
-                break
+            else:
+                self.kv.grow(r.id, r.kv_tokens + 1)
+                batch.decode.append(r)
 
     def finish(self, batch: Batch, now: float, tbt=None) -> list[Request]:
         """Apply a finished step: prefilled tokens; a request whose prefill completed

@@ -132,6 +132,11 @@ class EngineStepCosts:
         self.sims += 1
         if self.progress:
             self.progress(kw)
+        if res.scenario.engine.mode == "fast":      # the step time only: no summary
+            from moesim.engine.fast.forward import simulate_forward
+            from moesim.serve.program import ServeBuilder
+            return simulate_forward(res, ServeBuilder(res, cfg), span_ranks=0,
+                                    step_only=True)[0]
         return float(simulate_serve(res, cfg, spans=False).summary["step_time_s"])
 
     def direct_decode(self, batch: float, context: float) -> float:
@@ -160,14 +165,17 @@ class EngineStepCosts:
         the surface (decode and prefill)."""
         rng = np.random.default_rng(seed)
         rows = []
+        # batches the deployment runs as its grid points do: a multiple of tp, and of
+        # the two micro-batches when it has them (an odd batch runs as one micro-batch)
+        unit = self.cfg.tp * self.cfg.microbatches
         for _ in range(points):
             b = float(rng.integers(self.batches[0], self.batches[-1] + 1))
-            b = max(self.cfg.tp, b - b % self.cfg.tp)
+            b = max(unit, b - b % unit)
             c = float(rng.integers(self.contexts[0], self.contexts[-1] + 1))
             d = self.direct_decode(b, c)
             rows.append(("decode", b, c, self.decode_s(int(b), c), d))
             p = float(rng.integers(self.prompts[0], self.prompts[-1] + 1))
-            p = max(self.cfg.tp, p - p % self.cfg.tp)
+            p = max(unit, p - p % unit)
             L = float(rng.integers(self.prompt_lens[0], self.prompt_lens[-1] + 1))
             rows.append(("prefill", p, L, self.prefill_s(int(p * L), int(p)),
                          self.direct_prefill(p, L)))

@@ -6,7 +6,8 @@ come, first served while their prompt's KV blocks are free, the running batch st
 ``max_seqs`` and the step's prompt tokens under ``token_budget`` (a prompt longer than the
 budget runs alone); if any was admitted the step prefills them (each samples its first
 token). Otherwise every running request decodes one token; one that needs a new block
-when none is free preempts the most recently admitted request by recompute.
+when none is free preempts by recompute the last running request not yet served in the
+step (the most recently admitted), or itself.
 """
 
 from __future__ import annotations

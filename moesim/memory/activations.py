@@ -38,6 +38,20 @@ up-projected ``qkv``; ``moe_act`` the routed experts' activation outputs (2f per
 assignment); ``mlp`` a dense FFN's tensors; ``shared_experts`` the shared experts'
 tensors; ``moe`` everything of the MoE block but its input. Full recompute keeps each
 recomputed layer's input, 2h.
+
+FP8 activation caching (``memory.activation_dtype: fp8``; DeepSeek-V3 report,
+arXiv:2412.19437 §3.3.2 "Low-Precision Storage"): the inputs the Linear operators save
+for their backward are cached in FP8 with one fp32 scale per 1x128 tile (1 + 4/128
+bytes per value, §3.3.1 fine-grained quantization): ``ln_out``, MLA's normed latents,
+a dense FFN's fc2 input, the expert FFNs' fc2 input and the routed experts' permuted
+input. Two exceptions as the report gives them: the output projection's input
+(``proj_in``) is cached in DeepSeek's E5M6 (12 bits, 1.5 + 4/128 bytes); the SwiGLU's
+input in the MoE (fc1's output, shared and routed experts) is cached in FP8 too (the
+output is recomputed: ``moe_act`` drops it for the routed experts). What is not a
+Linear's input stays bf16: norm inputs (the residual stream), Q/K/V as the core
+attention saves them, the log-sum-exp, the experts' outputs for the combine, a dense
+FFN's SwiGLU input, and ``mlp_in``, which also feeds the router, kept in BF16/FP32
+(§3.3.1: the gating module stays in its original precision).
 """
 
 from __future__ import annotations
@@ -51,6 +65,11 @@ RECOMPUTE_MODULES = ("core_attn", "mla_up_proj", "layernorm", "moe_act", "mlp", 
                      "shared_experts")
 #: Megatron-Core's default recompute_modules (transformer_config.py __post_init__)
 DEFAULT_MODULES = ("core_attn",)
+ACTIVATION_DTYPES = ("bf16", "fp8")
+#: bytes per cached value under fp8 caching: FP8 / DeepSeek's E5M6, with one fp32 scale
+#: per 1x128 tile (DeepSeek-V3 report §3.3.1-3.3.2)
+FP8_CACHE = 1 + 4 / 128
+E5M6_CACHE = 1.5 + 4 / 128
 
 
 def attention_widths(spec: ModelSpec) -> tuple[int, int, int, int]:
@@ -65,23 +84,30 @@ def attention_widths(spec: ModelSpec) -> tuple[int, int, int, int]:
 
 
 def attention_tensors(spec: ModelSpec, seq_len: int, attention_kernel: str = "fused",
-                      ) -> dict[str, float]:
+                      act_dtype: str = "bf16") -> dict[str, float]:
     """Bytes per token of each tensor the attention block saves (see module docstring)."""
     h = spec.hidden
     q, k, v, o = attention_widths(spec)
+    lin, proj = (FP8_CACHE, E5M6_CACHE) if act_dtype == "fp8" else (ACT_BYTES, ACT_BYTES)
     latents = 0.0
-    if spec.attention == "mla":
-        latents = ACT_BYTES * (2 * spec.q_lora_rank + 2 * spec.kv_lora_rank + spec.qk_rope_dim)
+    if spec.attention == "mla":     # before their norms (bf16), after (up-projection input)
+        latents = (ACT_BYTES * (spec.q_lora_rank + spec.kv_lora_rank + spec.qk_rope_dim)
+                   + lin * (spec.q_lora_rank + spec.kv_lora_rank))
     core = (5 * spec.heads * seq_len if attention_kernel == "materialized"
             else LSE_BYTES * spec.heads)
-    return {"ln_out": ACT_BYTES * h, "latents": latents, "qkv": ACT_BYTES * (q + k + v),
-            "core": core, "proj_in": ACT_BYTES * o, "mask": h}
+    return {"ln_out": lin * h, "latents": latents, "qkv": ACT_BYTES * (q + k + v),
+            "core": core, "proj_in": proj * o, "mask": h}
 
 
-def ffn_saved_bytes(spec: ModelSpec, width: float) -> float:
-    """Bytes per token an FFN of ``width`` saves beyond its input: fc1 output(s) and the
-    activation output, 6f gated, 4f otherwise."""
-    return ACT_BYTES * width * (3 if spec.gated else 2)
+def ffn_saved_bytes(spec: ModelSpec, width: float, act_dtype: str = "bf16",
+                    moe: bool = False) -> float:
+    """Bytes per token an FFN of ``width`` saves beyond its input: fc1 output(s) (the
+    activation's input) and the activation output (fc2's input), 6f gated, 4f otherwise
+    in bf16. FP8 caching: fc2's input in FP8, and in the MoE the activation's input too."""
+    fc1_out = width * (2 if spec.gated else 1)
+    if act_dtype != "fp8":
+        return ACT_BYTES * (fc1_out + width)
+    return (FP8_CACHE if moe else ACT_BYTES) * fc1_out + FP8_CACHE * width
 
 
 def modules_of(recompute: str, modules) -> frozenset[str]:
@@ -93,12 +119,13 @@ def modules_of(recompute: str, modules) -> frozenset[str]:
 
 def layer_bytes_per_token(spec: ModelSpec, layer: int, seq_len: int, *,
                           modules: frozenset[str] = frozenset(),
-                          attention_kernel: str = "fused") -> tuple[float, float]:
+                          attention_kernel: str = "fused",
+                          act_dtype: str = "bf16") -> tuple[float, float]:
     """(bytes per token of the layer's TP-split tensors, bytes per routed assignment
     received beyond the expert FFN's own) for layer ``layer`` with the selective
-    ``modules`` recomputed."""
+    ``modules`` recomputed and Linear inputs cached in ``act_dtype``."""
     h = spec.hidden
-    att = attention_tensors(spec, seq_len, attention_kernel)
+    att = attention_tensors(spec, seq_len, attention_kernel, act_dtype)
     if "core_attn" in modules:
         att["core"] = 0.0
     if "layernorm" in modules:
@@ -109,19 +136,22 @@ def layer_bytes_per_token(spec: ModelSpec, layer: int, seq_len: int, *,
     mlp_in = 0.0 if "layernorm" in modules else ACT_BYTES * h
     if not spec.is_moe_layer(layer):
         return tok + mlp_in + (0.0 if "mlp" in modules
-                               else ffn_saved_bytes(spec, spec.dense_ffn)), 0.0
+                               else ffn_saved_bytes(spec, spec.dense_ffn, act_dtype)), 0.0
     if "moe" in modules:                                 # only the MoE block's input
         return tok + ACT_BYTES * h, 0.0
     tok += mlp_in + 4 * spec.n_experts                   # fp32 router probabilities
     if "shared_experts" not in modules:
-        tok += ffn_saved_bytes(spec, spec.n_shared_experts * spec.shared_ffn)
+        tok += ffn_saved_bytes(spec, spec.n_shared_experts * spec.shared_ffn, act_dtype,
+                               moe=True)
     tok += ACT_BYTES * h * spec.top_k                    # expert outputs, for the combine
-    return tok, ACT_BYTES * h                            # permuted input, on the expert's rank
+    lin = FP8_CACHE if act_dtype == "fp8" else ACT_BYTES
+    return tok, lin * h                                  # permuted input, on the expert's rank
 
 
-def routed_expert_bytes(spec: ModelSpec, width: float, modules: frozenset[str]) -> float:
+def routed_expert_bytes(spec: ModelSpec, width: float, modules: frozenset[str],
+                        act_dtype: str = "bf16") -> float:
     """Bytes one routed assignment's expert FFN (of ``width``, after ETP) saves."""
-    saved = ffn_saved_bytes(spec, width)
-    if "moe_act" in modules:
-        saved -= ACT_BYTES * width                       # the activation's output
+    saved = ffn_saved_bytes(spec, width, act_dtype, moe=True)
+    if "moe_act" in modules:                             # the activation's output
+        saved -= (FP8_CACHE if act_dtype == "fp8" else ACT_BYTES) * width
     return saved

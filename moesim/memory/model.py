@@ -39,6 +39,7 @@ from dataclasses import asdict, dataclass
 from moesim.compute.devices import DeviceSpec
 from moesim.errors import InputError
 from moesim.memory.activations import (
+    ACTIVATION_DTYPES,
     ATTENTION_KERNELS,
     RECOMPUTE_MODULES,
     layer_bytes_per_token,
@@ -110,7 +111,7 @@ def rank_params(spec: ModelSpec, layers: Sequence[int], *, tp: int, ep: int,
     depths = sum(1 for i in layers if i >= spec.layers)
     if depths:   # MTP: projection and norms per depth; the stage builds the embedding
         dense += depths * mtp_extra_params(spec) / tp
-        if not first:
+        if not first and not (last and spec.tied_embeddings):  # (a tied head is a copy)
             dense += embedding_params(spec) / tp
         if not last:            # its own output head, away from the loss stage
             dense += lm_head_params(spec) / tp
@@ -128,7 +129,8 @@ def layer_activation_bytes(spec: ModelSpec, layer: int, tokens: int, seq_len: in
                            recompute: str, received_tokens: float,
                            sequence_parallel: bool = True, etp: int = 1,
                            attention_kernel: str = "fused",
-                           modules: Sequence[str] | None = None) -> float:
+                           modules: Sequence[str] | None = None,
+                           act_dtype: str = "bf16") -> float:
     """Bytes one micro-batch of ``tokens`` tokens (this rank's, after CP) leaves alive in
     layer ``layer`` (:mod:`moesim.memory.activations`); ``modules``: the selective
     recompute modules (None: Megatron's default, core_attn)."""
@@ -139,11 +141,12 @@ def layer_activation_bytes(spec: ModelSpec, layer: int, tokens: int, seq_len: in
     whole = 0.0 if sequence_parallel else 10 * t_h * (1 - 1 / tp)
     mods = modules_of(recompute, modules)
     tok, per_assignment = layer_bytes_per_token(spec, layer, seq_len, modules=mods,
-                                                attention_kernel=attention_kernel)
+                                                attention_kernel=attention_kernel,
+                                                act_dtype=act_dtype)
     total = whole + tokens * tok / tp
     if per_assignment:
         total += received_tokens * etp * (
-            per_assignment + routed_expert_bytes(spec, spec.expert_ffn / etp, mods))
+            per_assignment + routed_expert_bytes(spec, spec.expert_ffn / etp, mods, act_dtype))
     return total
 
 
@@ -175,7 +178,7 @@ def memory_per_rank(
     sequence_parallel: bool = True, attention_kernel: str = "fused",
     grad_dtype: str = "bf16", param_dtype: str | None = None,
     recompute_modules: Sequence[str] | None = None, recompute_method: str = "uniform",
-    recompute_num_layers: int = 1,
+    recompute_num_layers: int = 1, activation_dtype: str = "bf16",
 ) -> MemoryBreakdown:
     """Bytes on one rank of pipeline stage ``stage``.
 
@@ -196,7 +199,9 @@ def memory_per_rank(
     stage (of each virtual chunk), the rest keep everything.
     ``grad_dtype``: the stored gradient (bf16; fp32 as Megatron's main_grad with bf16
     training); ``param_dtype``: the stored weight (None: ``spec.weight_bytes``; fp8 for
-    Transformer Engine's fp8 primary weights, Megatron ``--fp8-param-gather``).
+    Transformer Engine's fp8 primary weights, Megatron ``--fp8-param-gather``);
+    ``activation_dtype``: fp8 caches the Linear inputs saved for backward in FP8
+    (DeepSeek-V3 §3.3.2; :mod:`moesim.memory.activations`).
     """
     for name, value in (("tp", tp), ("pp", pp), ("ep", ep), ("dp", dp), ("cp", cp),
                         ("etp", etp),
@@ -213,6 +218,8 @@ def memory_per_rank(
     for mod in recompute_modules or ():
         _check(mod in RECOMPUTE_MODULES, source, "memory.recompute_modules",
                f"a list of {', '.join(RECOMPUTE_MODULES)}", mod)
+    _check(activation_dtype in ACTIVATION_DTYPES, source, "memory.activation_dtype",
+           f"one of {', '.join(ACTIVATION_DTYPES)}", activation_dtype)
     _check(attention_kernel in ATTENTION_KERNELS, source, "memory.attention",
            f"one of {', '.join(ATTENTION_KERNELS)}", attention_kernel)
     for name, dt in (("grad_dtype", grad_dtype), ("param_dtype", param_dtype)):
@@ -260,7 +267,7 @@ def memory_per_rank(
     def act(i: int, mode: str) -> float:
         return layer_activation_bytes(spec, i, micro_batch_tokens, seq_len, tp, mode,
                                       recv_of.get(i, 0.0), sequence_parallel, etp,
-                                      attention_kernel, recompute_modules)
+                                      attention_kernel, recompute_modules, activation_dtype)
 
     chunks = full_recompute_chunks(len(stage_layers), recompute, recompute_method,
                                    recompute_num_layers)

@@ -54,6 +54,7 @@ class StageMemory:
             recompute_modules=scn.memory.recompute_modules,
             recompute_method=scn.memory.recompute_method,
             recompute_num_layers=scn.memory.recompute_num_layers,
+            activation_dtype=scn.memory.activation_dtype,
             cp=par.cp, etp=par.etp, sequence_parallel=bool(par.sequence_parallel),
             device=res.device, source=scn.source,
             dispatch_bytes_per_elem=DISPATCH_BYTES[scn.routing.dispatch_dtype])

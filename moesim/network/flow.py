@@ -8,13 +8,16 @@ piecewise-constant rate) plus the sum of its path's link latencies.
 
 Mechanics (one simpy callback chain, no process per flow):
 
-* State is kept in numpy arrays indexed by flow slot: bytes left as of the flow's
-  last rate change (``tref``), current rate, predicted finish time, size, path
-  latency, and the id of the transfer group whose event the flow belongs to. A
-  flow's bytes and finish time are only recomputed when its own rate changes, so a
-  step costs work in the flows it re-rates, not in all running flows. Paths are
-  stored as (flow, link) pairs; finished flows' slots are compacted away once they
-  are half of all slots.
+* State is kept in numpy arrays indexed by flow slot (:mod:`moesim.network.slots`):
+  bytes left as of the flow's last rate change (``tref``), current rate, predicted
+  finish time, size, path latency, and the id of the transfer group whose event the
+  flow belongs to. A flow's bytes and finish time are only recomputed when its own
+  rate changes. Paths are stored as (flow, link) pairs with a pair range per slot,
+  running flows are counted per link, and a link -> running flows index lets an
+  event walk only the links and flows it reaches; finished flows' slots are
+  compacted away once they are half of all slots. One event is one compiled call
+  (:mod:`moesim.network.kernels`, numba) or the numpy path, with the same bits
+  (:mod:`moesim.network.jit` chooses).
 * ``transfer``/``transfer_many`` only queue flows and schedule one zero-delay
   "kick" at the current time, so any number of flows started at the same
   simulated time (an all-to-all) cause one re-solve.

@@ -9,7 +9,7 @@ schedule) this produces, for each global rank, the ordered ops of its streams:
 - ``comm``: data-parallel gradient buckets (all-reduce, or reduce-scatter with ZeRO)
   that overlap backward, ZeRO-3 weight all-gathers prefetched one layer ahead, the
   ZeRO-1/2 parameter all-gather after the optimizer;
-- ``pp``: eager pipeline sends of activations and gradients.
+- ``pp``: eager pipeline sends of activations and gradients (``ep``: own-stream EP).
 
 Routing is sampled per (EP group, MoE layer, micro-batch) by
 :func:`moesim.gating.route_microbatch`; the same byte matrix is handed to every
@@ -28,7 +28,7 @@ from moesim.collectives.communicator import CollectiveSpec
 from moesim.compute.base import ComputeModel, Kernel
 from moesim.gating import make_placement, route_microbatch
 from moesim.model import mtp, window
-from moesim.program import cuda_graphs, recompute
+from moesim.program import cuda_graphs, recompute, shared_overlap
 from moesim.program.recompute_ops import RecomputeOps
 from moesim.schedule.layout_string import stage_chunks
 from moesim.model import costs
@@ -259,7 +259,8 @@ class Builder(GradientOps, DualPipeOps, PairedOps, FoldedOps, RecomputeOps):
         self._layer_starts = []
         last_bwd: dict[int, int] = {}    # layer -> index of its last backward op
         overlap = self.scn.overlap.ep_comm_overlap and self.ep > 1
-        own_stream = overlap or self.ep_backend.deepep   # DeepEP kernels: their own stream
+        own_stream = (overlap or self.ep_backend.deepep    # DeepEP; shared experts beside
+                      or shared_overlap.enabled(self.scn, self.spec))
         pending = None   # (start index in prog, schedule item) of an unpaired item
         for item in self.order[stage]:
             item_start = len(prog)
@@ -351,10 +352,9 @@ class Builder(GradientOps, DualPipeOps, PairedOps, FoldedOps, RecomputeOps):
                        sms=sms))
 
     def _spec(self, key: tuple, make) -> CollectiveSpec:
-        spec = self._specs.get(key)
-        if spec is None:
-            spec = self._specs[key] = make()
-        return spec
+        if key not in self._specs:
+            self._specs[key] = make()
+        return self._specs[key]
 
     def _layer(self, prog: list[Op], rank: int, layer: int, mb: int, phase: str) -> None:
         spec, tp = self.spec, self.tp
@@ -452,38 +452,46 @@ class Builder(GradientOps, DualPipeOps, PairedOps, FoldedOps, RecomputeOps):
                     flops=f_exp, layer=layer, microbatch=mb, phase=phase, tokens=recv,
                     experts=experts, expert_tokens=tuple(int(local[e]) for e in experts),
                     hot_expert=hot, hot_tokens=int(local[hot]) if hot >= 0 else 0)
-        graphs = self.scn.overlap.cuda_graphs
-        pre = lambda: [  # noqa: E731
-            *cuda_graphs.maybe(costs.router_kernels(spec, self.ep_tokens, phase),
-                               "moe_router" in graphs),
-            *cuda_graphs.maybe(costs.permute_kernels(spec, sent, phase),
-                               "moe_preprocess" in graphs)]
-        post = lambda: [*costs.unpermute_kernels(spec, sent, phase),  # noqa: E731
-                        *costs.shared_expert_kernels(spec, self.tokens, tp, phase)]
+        pre = lambda: cuda_graphs.router_kernels(  # noqa: E731
+            spec, self.ep_tokens, sent, phase, self.scn.overlap.cuda_graphs)
+        side = shared_overlap.enabled(self.scn, spec)
+        post = lambda: shared_overlap.post_kernels(  # noqa: E731
+            spec, sent, self.tokens, tp, phase, side)
+        pkey = ("post", phase, "side") if side else ("post", phase)
         d_out = float(_matrix(disp)[pos].sum())
         c_out = float(_matrix(comb)[pos].sum())
         if phase == "fwd":
             self._compute(prog, "fwd.router", layer, mb, phase, ("router", phase), pre, deps=deps)
             self._coll(prog, "ep_dispatch", "fwd.dispatch", disp, ("disp",) + gkey, layer, mb,
                        phase, d_out, tokens=sent)
+            self._shared_part(prog, layer, mb, phase, 0, side)
             self._etp(prog, etp_g, local, layer, mb, phase, 0)
             prog.append(exp_op)
             self._etp(prog, etp_g, local, layer, mb, phase, 1)
             self._coll(prog, "ep_combine", "fwd.combine", comb, ("comb",) + gkey, layer, mb,
                        phase, c_out, tokens=recv)
-            self._compute(prog, "fwd.unpermute", layer, mb, phase, ("post", phase), post)
+            self._shared_part(prog, layer, mb, phase, 1, side)
+            self._compute(prog, "fwd.unpermute", layer, mb, phase, pkey, post)
         else:
-            self._compute(prog, "bwd.unpermute", layer, mb, phase, ("post", phase), post,
-                          deps=deps)
+            self._compute(prog, "bwd.unpermute", layer, mb, phase, pkey, post, deps=deps)
             self._coll(prog, "ep_combine", "bwd.combine", comb, ("bcomb",) + gkey, layer, mb,
                        phase, c_out, tokens=sent)
+            self._shared_part(prog, layer, mb, phase, 0, side)
             self._etp(prog, etp_g, local, layer, mb, phase, 0)
             self._recompute_experts(prog, layer, mb, local, experts, recv)
             prog.append(exp_op)
             self._etp(prog, etp_g, local, layer, mb, phase, 1)
             self._coll(prog, "ep_dispatch", "bwd.dispatch", disp, ("bdisp",) + gkey, layer, mb,
                        phase, d_out, tokens=recv)
+            self._shared_part(prog, layer, mb, phase, 1, side)
             self._compute(prog, "bwd.router", layer, mb, phase, ("router", phase), pre)
+
+    def _shared_part(self, prog: list[Op], layer: int, mb: int, phase: str, part: int,
+                     on: bool) -> None:  # beside the all-to-all just issued (shared_overlap)
+        if on:
+            self._compute(prog, shared_overlap.NAMES[phase][part], layer, mb, phase,
+                          ("shared", phase, part), lambda: shared_overlap.part_kernels(
+                              self.spec, self.tokens, self.tp, phase, part))
 
 
 def _matrix(spec) -> np.ndarray:

@@ -6,8 +6,9 @@ micro-batch of ``micro_batch_size · seq_len / cp`` tokens per rank and balanced
 (each of the rank's ``n_experts / ep`` experts receives ``tokens / tp · top_k · ep /
 n_experts`` rows, the mean of any routing).
 
-Passes: ``fwd``; ``dgrad`` (the input-gradient part ``B`` of the backward); ``wgrad``
-(its weight-gradient part ``W``): :func:`moesim.model.costs.backward_part`.
+Passes: ``fwd``; ``dgrad`` (the input-gradient part ``B`` of the backward, after the
+forward kernels ``memory.recompute`` re-runs: op ``bwd.recompute``); ``wgrad`` (its
+weight-gradient part ``W``): :func:`moesim.model.costs.backward_part`.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from dataclasses import dataclass
 from moesim.compute.base import Kernel
 from moesim.model import costs
 from moesim.program import etp as etpx
+from moesim.program import recompute
 
 PASSES = ("fwd", "dgrad", "wgrad")
 
@@ -72,7 +74,31 @@ def layer_ops(res, layer: int, pass_: str) -> list[OpKernels]:
         mlp = [(f"{pre}.ffn", costs.dense_ffn_kernels(spec, tokens, tp, phase))]
     ops = [attn, *mlp] if phase == "fwd" else [*mlp[::-1], attn]
     out = [OpKernels(name, pick(ks)) for name, ks in ops]
+    if pass_ == "dgrad":     # the forward kernels activation recomputation re-runs first
+        out.insert(0, OpKernels("bwd.recompute", tuple(_recomputed(res, layer, tokens))))
     return [o for o in out if o.kernels]
+
+
+def _recomputed(res, layer: int, tokens: int) -> list[Kernel]:
+    """The forward kernels ``memory.recompute`` re-runs in the layer's backward (the first
+    layer of a stage chunk: :mod:`moesim.program.recompute`), routed experts included when
+    their whole forward is re-run (``moe``, full)."""
+    spec, scn = res.model, res.scenario
+    mem, tp = scn.memory, scn.parallel.tp
+    mods = recompute.recomputes(mem.recompute, mem.recompute_modules, mem.recompute_method,
+                                mem.recompute_num_layers, 0)
+    if not mods:
+        return []
+    ep_tokens = max(1, tokens // tp)
+    ks = recompute.layer_recompute_kernels(
+        spec, layer, mods, tokens=tokens, seq_len=scn.schedule.seq_len, tp=tp,
+        ep_tokens=ep_tokens, sent=ep_tokens * spec.top_k)
+    if spec.is_moe_layer(layer) and ("full" in mods or "moe" in mods):
+        local, rows = balanced_rows(res)
+        etp = max(res.layout.etp, 1)
+        ks += [k for _ in range(local)
+               for k in etpx.expert_kernels(spec, rows * etp, etp, "fwd")]
+    return ks
 
 
 def price(model, kernel: Kernel) -> tuple[float, str, str]:
@@ -90,12 +116,12 @@ def price(model, kernel: Kernel) -> tuple[float, str, str]:
 
 def step_pricing(res) -> dict:
     """What priced the step's kernels: every layer's kernels in every pass for one
-    micro-batch (balanced routing), each layer kind weighted by how many layers the model
-    has. ``roofline_kernels`` / ``roofline_fraction``: the kernels (and their share of
+    micro-batch (balanced routing), each layer kind weighted by how many layers (MTP
+    layers included) the model has; the embedding, heads and optimizer are left out. ``roofline_kernels`` / ``roofline_fraction``: the kernels (and their share of
     that compute time) the roofline priced, a kernel catalog covering the rest."""
     spec = res.model
     kinds: dict[bool, tuple[int, int]] = {}
-    for i in range(spec.layers):
+    for i in range(getattr(spec, "blocks", spec.layers)):   # MTP layers included
         moe = spec.is_moe_layer(i)
         first, n = kinds.get(moe, (i, 0))
         kinds[moe] = (first, n + 1)

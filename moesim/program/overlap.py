@@ -13,6 +13,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from moesim.program.ops import Op
+from moesim.program.shared_overlap import is_side
 
 
 def is_ep(op: Op) -> bool:
@@ -25,8 +26,11 @@ def ep_stream(prog: list[Op], start: int) -> None:
     for i in range(start, len(prog)):
         if is_ep(prog[i]):
             prog[i] = replace(prog[i], stream="ep", deps=prog[i].deps + (i - 1,))
-            if i + 1 < len(prog):
-                prog[i + 1] = replace(prog[i + 1], deps=prog[i + 1].deps + (i,))
+            j = i + 1   # the next op that needs the exchange (shared parts run beside it)
+            while j < len(prog) - 1 and is_side(prog[j].name):
+                j += 1
+            if j < len(prog):
+                prog[j] = replace(prog[j], deps=prog[j].deps + (i,))
 
 
 def interleave(prog: list[Op], a: int, b: int, last_bwd: dict[int, int]) -> None:

@@ -9,9 +9,10 @@ layer's backward:
 
 * selective (``recompute_modules``, transformer_config.py): ``core_attn`` the core
   attention kernel; ``layernorm`` the two RMSNorms; ``mla_up_proj`` MLA's query and
-  key-value up-projection GEMMs; ``mlp`` a dense layer's FFN; ``shared_experts`` the
-  shared experts' FFN; ``moe_act`` the routed experts' activation function; ``moe`` the
-  router, permutation, routed experts, unpermutation and shared experts;
+  key-value up-projection GEMMs and the RoPE application after them; ``mlp`` a dense
+  layer's FFN; ``shared_experts`` the shared experts' FFN; ``moe_act`` the routed
+  experts' activation function; ``moe`` the router, permutation, routed experts,
+  unpermutation and shared experts;
 * full (transformer_block.py ``_checkpointed_forward``): the whole layer's forward
   (norms, attention, then the FFN or the MoE block as ``moe``), for every layer
   (uniform) or the first ``recompute_num_layers`` layers of each stage chunk (block).
@@ -66,8 +67,11 @@ def layer_recompute_kernels(spec: ModelSpec, layer: int, mods: frozenset[str], *
         if "core_attn" in mods:
             out += [k for k in attn if k.name == "attention"]
         if "mla_up_proj" in mods and spec.attention == "mla":
+            # the up-projection GEMMs (from the q and kv latents) and the RoPE application
+            # and key/query assembly between them and the core attention (elementwise)
             ranks = {spec.q_lora_rank, spec.kv_lora_rank} - {0}
-            out += [k for k in attn if k.name == "attention_gemm" and k.k in ranks]
+            out += [k for k in attn if (k.name == "attention_gemm" and k.k in ranks)
+                    or k.kclass == "elementwise"]
     if not moe:
         if full or "mlp" in mods:
             out += costs.dense_ffn_kernels(spec, tokens, tp, "fwd")

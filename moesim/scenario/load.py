@@ -21,10 +21,11 @@ import yaml
 from moesim.errors import InputError
 from moesim.outputs import check_name
 from moesim.paths import shown
+from moesim.program.cuda_graphs import MODULES as CUDA_GRAPH_MODULES
 from moesim.scenario.blame import CLI, blame_overrides
 from moesim.scenario.limits import check_field, check_tokens
-from moesim.program.cuda_graphs import MODULES as CUDA_GRAPH_MODULES
 from moesim.scenario.schema import (
+    ACTIVATION_DTYPES,
     ATTENTION_KERNELS,
     DICT_SECTIONS,
     DTYPES,
@@ -78,10 +79,11 @@ _RULES: dict[str, tuple[str, Any]] = {
     "schedule.step": ("nonneg", None), "schedule.dp_bucket_MB": ("posnum", None),
     "schedule.zero3_prefetch": ("pos", None),
     "overlap.ep_comm_overlap": ("bool", None), "overlap.dp_overlap": ("bool", None),
-    "overlap.kind": ("choice", OVERLAP_KINDS),
+    "overlap.kind": ("choice", OVERLAP_KINDS), "overlap.shared_expert": ("bool", None),
     "memory.recompute": ("choice", RECOMPUTE),
     "memory.attention": ("choice", ATTENTION_KERNELS),
     "memory.grad_dtype": ("choice", GRAD_DTYPES), "memory.param_dtype": ("choice", PARAM_DTYPES),
+    "memory.activation_dtype": ("choice", ACTIVATION_DTYPES),
     "memory.recompute_modules": ("modules", RECOMPUTE_MODULES),
     "overlap.cuda_graphs": ("modules", CUDA_GRAPH_MODULES),
     "memory.recompute_method": ("choice", ("uniform", "block")),
@@ -372,6 +374,14 @@ def _check_overlap(scn: Scenario) -> Scenario:
             raise InputError(src, "parallel.ep", "at least 2 with overlap.kind a2a-1f1b",
                              par.ep)
     static = ov.ep_comm_overlap or ov.kind == "static"
+    if ov.shared_expert and (ov.kind != "none" or static
+                             or sch.kind in ("dualpipe", "dualpipev")):
+        # those schedules already place the shared experts beside another
+        # micro-batch's all-to-all (moesim.program.shared_overlap)
+        raise InputError(src, "overlap.shared_expert", "false with overlap.kind "
+                         f"{'static' if static else ov.kind} or schedule.kind {sch.kind} "
+                         "(it overlaps one micro-batch's shared experts with its own "
+                         "all-to-all, under gpipe, 1f1b or interleaved)", True)
     if static and par.pp == 1 and sch.kind in ("1f1b", "interleaved"):
         # 1F1B on one stage runs F0 B0 F1 B1 ...: no adjacent items of different
         # micro-batches to pair (moesim.program.overlap.PairRule), so the pairing would

@@ -140,13 +140,18 @@ class OverlapConfig:
     # Megatron-Core cuda_graph_modules captured in CUDA graphs (kernels launched from the
     # GPU: moesim.program.cuda_graphs): attn, mlp, moe_router, moe_preprocess; () none
     cuda_graphs: tuple[str, ...] = ()
+    # Megatron-Core moe_shared_expert_overlap: the shared experts' fc1+activation run on
+    # their own stream under the dispatch all-to-all, fc2 under the combine (backward:
+    # mirrored) (moesim.program.shared_overlap)
+    shared_expert: bool = False
 
 
 #: OverlapConfig fields that Scenario.to_dict() leaves out while at their defaults
-OVERLAP_OMIT_DEFAULTS = {"cuda_graphs": []}
+OVERLAP_OMIT_DEFAULTS = {"cuda_graphs": [], "shared_expert": False}
 
 
 PARAM_DTYPES = ("bf16", "fp8")
+ACTIVATION_DTYPES = ("bf16", "fp8")   # memory.activation_dtype (moesim.memory.activations)
 GRAD_DTYPES = ("bf16", "fp32")
 
 
@@ -164,12 +169,15 @@ class MemoryConfig:
     recompute_modules: tuple[str, ...] | None = None
     recompute_method: str = "uniform"
     recompute_num_layers: int = 1
+    # Linear inputs saved for backward: bf16 | fp8 (DeepSeek-V3 §3.3.2, with its E5M6 and
+    # SwiGLU exceptions; moesim.memory.activations)
+    activation_dtype: str = "bf16"
 
 
 #: MemoryConfig fields that Scenario.to_dict() leaves out while at their defaults
 MEMORY_OMIT_DEFAULTS = {"attention": "fused", "grad_dtype": "bf16", "param_dtype": "bf16",
                         "recompute_modules": None, "recompute_method": "uniform",
-                        "recompute_num_layers": 1}
+                        "recompute_num_layers": 1, "activation_dtype": "bf16"}
 
 
 ENGINE_MODES = ("exact", "fast")

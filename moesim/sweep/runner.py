@@ -25,7 +25,7 @@ from typing import Any, TextIO
 
 from moesim.engine.api import simulate
 from moesim.errors import InputError
-from moesim.outputs import check_dir_target, make_dir, write_text
+from moesim.outputs import LOCK_NAME, check_dir_target, make_dir, write_text
 from moesim.sweep.results import (
     POINTS_FILE,
     SPEC_FILE,
@@ -127,7 +127,9 @@ def prepare_outdir(spec: SweepSpec, outdir: Path, force: bool = False) -> None:
     holding other files unless ``force``. Writes ``sweep.json`` (the spec echo)."""
     outdir = check_dir_target(outdir)   # a file, under a file, no permission, too long
     spec_path = outdir / SPEC_FILE
-    if outdir.is_dir() and any(outdir.iterdir()) and not spec_path.exists() and not force:
+    held = (LOCK_NAME,)   # the lock of the sweep writing here (moesim.outputs.claim)
+    if (outdir.is_dir() and any(p.name not in held for p in outdir.iterdir())
+            and not spec_path.exists() and not force):
         raise InputError(str(outdir), "-o", "an empty directory or an earlier sweep's "
                          "output (use --force to write into it)", "a directory with other files")
     make_dir(outdir)

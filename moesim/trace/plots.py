@@ -286,9 +286,11 @@ def _timeline_aggregate(result: SimResult, ax: Axes, rank_list: list[int], spans
             frac[i, j] = np.mean([per_rank[r].get(k, 0.0) for r in grp]) / step
     y = np.arange(len(rows))
     left = np.zeros(len(rows))
+    shares = category_shares([per_rank[r] for r in rank_list], step)
     for j, k in enumerate(keys):
-        if frac[:, j].any():
-            ax.barh(y, frac[:, j] * 100, left=left, height=0.85, color=KIND_COLORS[k], label=k)
+        if frac[:, j].any():   # the legend gives the share over all the ranks shown
+            ax.barh(y, frac[:, j] * 100, left=left, height=0.85, color=KIND_COLORS[k],
+                    label=share_label(k, shares.get(k)))
             left += frac[:, j] * 100
     hot = set(result.hot_ranks)
     rpn = max(1, result.ranks_per_node)

@@ -211,13 +211,14 @@ class ForwardChain(Chain):
             self.t[s] = a + d
 
 
-def simulate_forward(res: Resolved, builder, *, progress=None, span_ranks: int = 64
-                     ) -> tuple[SimResult, object]:
+def simulate_forward(res: Resolved, builder, *, progress=None, span_ranks: int = 64,
+                     step_only: bool = False) -> tuple[SimResult | float, object]:
     """One forward-only step of ``res`` on the lockstep model. ``builder``: the step's
     :class:`moesim.program.build.Builder` (its routing, micro-batches and compute model)
     that is also a :class:`ForwardStep`. Spans are kept for the ``span_ranks`` lowest
     ranks (0: none, the cheapest). Returns the result (training summary keys) and the
-    step plan."""
+    step plan; ``step_only``: the step time in seconds instead of the result (no
+    summary, memory table or spans: what a step-cost surface needs)."""
     t0 = time.perf_counter()
     lay = res.layout
     b = builder
@@ -261,6 +262,8 @@ def simulate_forward(res: Resolved, builder, *, progress=None, span_ranks: int =
         flops += o.flops
         spans += ch.spans
     step = float(end.max(initial=0.0))
+    if step_only:
+        return step, None
     rows = []
     for r in range(world):
         row = dict.fromkeys(CATEGORIES, 0.0)

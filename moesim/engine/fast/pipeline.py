@@ -29,7 +29,7 @@ import numpy as np
 from moesim.engine.fast.pairs import run_pair
 from moesim.engine.fast.zero3 import Zero3Gathers
 from moesim.model import costs, mtp, window
-from moesim.program import cuda_graphs, recompute
+from moesim.program import cuda_graphs, recompute, shared_overlap
 from moesim.trace.spans import AFTER_EXPERTS, Span, wait_reason
 
 CATS = ("compute", "ep_dispatch", "ep_combine", "tp", "dp", "pp", "zero", "bubble", "stall")
@@ -213,6 +213,33 @@ class Chain:
         self._a2a_spans(s, kind, name, rec, layer, mb, phase, a, start, end, late)
         self.t[s] = end
 
+    def _a2a_beside(self, s: int, kind: str, name: str, rec: RouteRec, layer: int, mb: int,
+                    phase: str) -> None:
+        """An all-to-all on its own stream with the shared experts' part beside it on
+        the compute stream (``overlap.shared_expert``, moesim.program.shared_overlap): the
+        next op starts when both are done."""
+        c = self.c
+        part = 0 if name in ("fwd.dispatch", "bwd.combine") else 1
+        side = shared_overlap.NAMES[phase][part]
+        d, fl = c.timer(("shared", phase, part), lambda: shared_overlap.part_kernels(
+            c.spec, c.tokens, c.tp, phase, part))
+        if rec.mats is not None:
+            c.links.a2a(self.groups[s], rec.mats[name], c.a2a_algo)
+        self.out[s].flops += fl * self.n
+        a = self.t[s]
+        start, end, late = self._a2a_times(s, name, rec, a)
+        self.out[s].ep_iv.append((start, end))
+        busy = a + d        # the compute stream's shared part
+        acc = self.out[s].acc
+        acc["compute"] += d
+        acc["stall"] += np.maximum(0.0, start - busy)
+        acc[kind] += np.maximum(0.0, end - np.maximum(start, busy))
+        self._a2a_spans(s, kind, name, rec, layer, mb, phase, a, start, end, late,
+                        stream="ep")
+        self._span(s, "compute", side, a, busy, layer, mb, phase,
+                   flops=fl)
+        self.t[s] = np.maximum(end, busy)
+
     def _experts(self, s: int, rec: RouteRec, layer: int, mb: int, phase: str) -> None:
         if self.c.etp > 1:     # ETP all-gather before, reduce-scatter after the experts
             self._etp(s, rec, layer, mb, phase, "etp_gather")
@@ -316,28 +343,27 @@ class Chain:
         c = self.c
         spec, sent = c.spec, c.sent
         rec = self.route(s, layer, mb)
-        graphs = c.res.scenario.overlap.cuda_graphs
-        pre = lambda: [  # noqa: E731
-            *cuda_graphs.maybe(costs.router_kernels(spec, c.ep_tokens, phase),
-                               "moe_router" in graphs),
-            *cuda_graphs.maybe(costs.permute_kernels(spec, sent, phase),
-                               "moe_preprocess" in graphs)]
-        post = lambda: [*costs.unpermute_kernels(spec, sent, phase),  # noqa: E731
-                        *costs.shared_expert_kernels(spec, c.tokens, c.tp, phase)]
+        pre = lambda: cuda_graphs.router_kernels(  # noqa: E731
+            spec, c.ep_tokens, sent, phase, c.res.scenario.overlap.cuda_graphs)
+        side = shared_overlap.enabled(c.res.scenario, spec)
+        post = lambda: shared_overlap.post_kernels(  # noqa: E731
+            spec, sent, c.tokens, c.tp, phase, side)
+        pkey = ("post", phase, "side") if side else ("post", phase)
+        a2a = self._a2a_beside if side else self._a2a
         if phase == "fwd":
             self._compute(s, "fwd.router", ("router", phase), pre, layer, mb, phase)
-            self._a2a(s, "ep_dispatch", "fwd.dispatch", rec, layer, mb, phase)
+            a2a(s, "ep_dispatch", "fwd.dispatch", rec, layer, mb, phase)
             self._experts(s, rec, layer, mb, phase)
-            self._a2a(s, "ep_combine", "fwd.combine", rec, layer, mb, phase)
-            self._compute(s, "fwd.unpermute", ("post", phase), post, layer, mb, phase)
+            a2a(s, "ep_combine", "fwd.combine", rec, layer, mb, phase)
+            self._compute(s, "fwd.unpermute", pkey, post, layer, mb, phase)
         else:
-            self._compute(s, "bwd.unpermute", ("post", phase), post, layer, mb, phase)
-            self._a2a(s, "ep_combine", "bwd.combine", rec, layer, mb, phase)
+            self._compute(s, "bwd.unpermute", pkey, post, layer, mb, phase)
+            a2a(s, "ep_combine", "bwd.combine", rec, layer, mb, phase)
             rc = c.rc.expert_phase(layer)
             if rc is not None:      # the experts' forward (or activation) again
                 self._expert_gemms(s, rec, layer, mb, rc, "bwd.recompute_experts")
             self._experts(s, rec, layer, mb, phase)
-            self._a2a(s, "ep_dispatch", "bwd.dispatch", rec, layer, mb, phase)
+            a2a(s, "ep_dispatch", "bwd.dispatch", rec, layer, mb, phase)
             self._compute(s, "bwd.router", ("router", phase), pre, layer, mb, phase)
 
     # ------------------------------------------------------------ one schedule item
