@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -78,3 +79,23 @@ def test_serve_on_a_training_scenario_says_so_in_one_line(tmp_path):
                        capture_output=True, text=True, env=dict(os.environ), timeout=300)
     assert p.returncode == 2 and "no serve section" in p.stderr
     assert len(p.stderr.strip().splitlines()) == 1
+
+
+def test_serve_refuses_a_training_layout_it_would_ignore(tmp_path):
+    """A serving step's layout is serve.tp / serve.ep with one pipeline stage: a
+    scenario's own parallel.pp (or tp, ep, ...) would be ignored, so it is refused in one
+    line naming the field and who wrote it (issue 20, item 14)."""
+    from moesim.errors import InputError
+    from moesim.serve.run import resolve_serve
+
+    with pytest.raises(InputError) as ei:
+        resolve_serve("mixtral-8x7b-serve", ["parallel.pp=2"])
+    assert ei.value.field == "--set parallel.pp" or ei.value.field.endswith("parallel.pp")
+    assert ei.value.source == "command line" and ei.value.got == 2
+    text = (Path("scenarios") / "mixtral-8x7b-serve.yaml").read_text()
+    f = tmp_path / "serve-pp.yaml"
+    f.write_text(text.replace("\nserve:", "\nparallel: {ep: 4}\nserve:", 1))
+    with pytest.raises(InputError) as ei:
+        resolve_serve(f)
+    assert (ei.value.source, ei.value.field, ei.value.got) == (str(f), "parallel.ep", 4)
+    resolve_serve("mixtral-8x7b-serve")          # the shipped file leaves them unset

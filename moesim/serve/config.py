@@ -143,6 +143,26 @@ def serve_from_dict(d: Any, source: str) -> ServeConfig:
     return cfg
 
 
+#: fields of a scenario's own ``parallel`` section that a serving step replaces (its layout
+#: is ``serve.tp`` / ``serve.ep``, one pipeline stage, attention data parallel): given
+#: anything but their defaults they would be ignored, so they are refused (issue 20, 14)
+SERVE_REPLACES = ("tp", "pp", "dp", "ep", "zero", "vpp", "cp", "etp", "sequence_parallel",
+                  "pipeline_layout", "decoder_first_pipeline_num_layers",
+                  "decoder_last_pipeline_num_layers")
+
+
+def check_training_layout_unset(scn: Scenario) -> None:
+    """Refuse a ``parallel.*`` field a serving step would ignore, naming it."""
+    default = ParallelConfig()
+    for name in SERVE_REPLACES:
+        got = getattr(scn.parallel, name)
+        if got != getattr(default, name):
+            raise InputError(scn.source, f"parallel.{name}",
+                             f"left unset ({getattr(default, name)}): a serving step takes "
+                             "its layout from serve.tp and serve.ep (one pipeline stage, "
+                             "attention data parallel)", got)
+
+
 def serving_scenario(scn: Scenario, cfg: ServeConfig, world: int | None = None) -> Scenario:
     """The training-step scenario whose forward pass is the serving step: pp 1, dp =
     world / tp (attention DP), ``cfg.ep``, the EP backend, the micro-batches (one

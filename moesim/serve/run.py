@@ -16,7 +16,12 @@ from moesim.errors import InputError
 from moesim.scenario import load_scenario
 from moesim.scenario.blame import blame_overrides
 from moesim.scenario.resolve import Resolved, resolve
-from moesim.serve.config import ServeConfig, serve_from_dict, serving_scenario
+from moesim.serve.config import (
+    ServeConfig,
+    check_training_layout_unset,
+    serve_from_dict,
+    serving_scenario,
+)
 from moesim.serve.memory import serve_memory
 from moesim.serve.program import build_serve_step
 from moesim.trace.result import SimResult
@@ -33,6 +38,7 @@ def resolve_serve(target: str | Path, overrides=()) -> tuple[Resolved, ServeConf
     scn = load_scenario(target, list(overrides), resolve=False)
     try:
         cfg = serve_from_dict(dict(scn.serve), scn.source)
+        check_training_layout_unset(scn)
         try:
             res = resolve(serving_scenario(scn, cfg))
             serving_scenario(scn, cfg, res.layout.world)   # attn_dp and tp against the world
