@@ -13,6 +13,7 @@ decode-only pools).
 
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
 from collections import deque
 from dataclasses import dataclass, field
 
@@ -54,7 +55,7 @@ class Batch:
         return d + max(0.0, costs.prefill_s(t, p) - costs.prefill_s(0, 0))
 
 
-class Scheduler:
+class Scheduler(ABC):
     """Shared state and mechanics; subclasses implement :meth:`plan`."""
 
     def __init__(self, kv: BlockManager, *, max_seqs: int = MAX_SEQS,
@@ -78,8 +79,9 @@ class Scheduler:
     def outstanding(self) -> int:
         return len(self.waiting) + len(self.running)
 
-    def plan(self, now: float) -> Batch:          # pragma: no cover - abstract
-        raise NotImplementedError
+    @abstractmethod
+    def plan(self, now: float) -> Batch:
+        """The next step's batch: each policy module (vllm, sarathi, disagg) says how."""
 
     # ------------------------------------------------------------ mechanics
     def _admit(self, req: Request, now: float) -> None:
