@@ -229,18 +229,8 @@ def _route_rec(ctx: Context, r, group: tuple[int, ...], forward_only: bool = Fal
         a2a = {}
         done: dict[tuple[str, str], tuple] = {}
         pure = ctx.net.stateless(group)
-        if pure:    # the distinct plans' link bounds in one pass (FastNetwork.a2a_finish_many)
-            specs: dict[tuple[str, str], object] = {}
-            for name in mats:
-                key = ctx.ep_backend.plan_key(name)   # directions with one plan share it
-                if key not in specs:
-                    specs[key] = ctx.ep_backend.spec(r, group, name, L)
-            ends = ctx.net.a2a_finish_many(group, [sp.byte_matrix() for sp in specs.values()],
-                                           np.zeros(n))
-            for (key, spec), end in zip(specs.items(), ends, strict=True):
-                done[key] = (spec, spec.notify_s + np.maximum(end, spec.sm_s) + spec.fill_s)
         for name in mats:
-            key = ctx.ep_backend.plan_key(name)
+            key = ctx.ep_backend.plan_key(name)   # directions with one plan share it
             if key not in done:
                 spec = ctx.ep_backend.spec(r, group, name, L)
                 end = ctx.net.a2a_finish(group, spec.byte_matrix(), np.zeros(n))

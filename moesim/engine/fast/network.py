@@ -48,6 +48,31 @@ EXACT_MAX_MEMBERS = 32
 #: per-link processor sharing instead, and says so in the summary's shortcuts
 EXACT_FLOW_BUDGET = 1_000_000
 
+#: all-to-alls timed by the staggered link bound with every member arriving together
+#: before the compiled loop (:mod:`moesim.engine.fast.kernels`, numba) takes over: importing
+#: numba costs about a second of CPU, more than a small run's link bounds
+JIT_AFTER_CALLS = 2000
+
+_jit: dict[str, object] = {"calls": 0, "kernel": None}
+
+
+def _compiled_drain():
+    """The compiled equal-arrivals link bound, or None (numpy): after
+    ``JIT_AFTER_CALLS`` calls, where :func:`moesim.network.jit.kernels` says numba is
+    wanted and importable (``MOESIM_NUMBA=0`` or ``use_numba(False)``: numpy)."""
+    _jit["calls"] = int(_jit["calls"]) + 1     # type: ignore[call-overload]
+    if int(_jit["calls"]) <= JIT_AFTER_CALLS:     # type: ignore[call-overload]
+        return None
+    from moesim.network import jit
+
+    if jit.kernels() is None:
+        return None
+    if _jit["kernel"] is None:
+        from moesim.engine.fast.kernels import drain_equal_ends
+
+        _jit["kernel"] = drain_equal_ends
+    return _jit["kernel"]
+
 
 def _start_levels(matrix: np.ndarray, arrivals: np.ndarray, k_max: int):
     """(flat bytes, flat start times max(arrival_i, arrival_j), mask of flows with bytes,
@@ -132,6 +157,11 @@ class _Incidence:
         ``SHARING_MAX_MEMBERS``: :meth:`drain_finish`)."""
         a = np.asarray(arrivals, dtype=float)
         if self.n > SHARING_MAX_MEMBERS:
+            if len(a) and np.all(a == a[0]):
+                kernel = _compiled_drain()
+                if kernel is not None:     # the same bits as below (tested)
+                    return kernel(np.ascontiguousarray(matrix, dtype=float).ravel(),
+                                  self.pad_t, self.cap, self.lat, self.n, float(a[0]))
             f_pair, live = self.drain_finish(matrix, a, k_max)
         else:
             f_pair, live = self.flow_finish(matrix, a, k_max)
@@ -184,46 +214,6 @@ class _Incidence:
         f_pair = np.full(len(flat), -np.inf)      # pairs without bytes: not live
         f_pair[nzp] = np.maximum(f_nz, start[nzp]) + self.lat[nzp]
         return f_pair, live
-
-    def finish_many(self, matrices: Sequence[np.ndarray], arrivals: np.ndarray
-                    ) -> list[np.ndarray]:
-        """:meth:`finish` of each of ``matrices`` with the same ``arrivals``; when every
-        member arrives together on a group over ``SHARING_MAX_MEMBERS`` (a DeepEP
-        exchange's directions), the staggered link bound of all of them in one pass:
-        each matrix's link loads are summed in their own bins in the same order as
-        alone, so every end is the same float as one call each."""
-        a = np.asarray(arrivals, dtype=float)
-        if (self.n <= SHARING_MAX_MEMBERS or len(matrices) < 2 or not len(a)
-                or not np.all(a == a[0])):
-            return [self.finish(m, a) for m in matrices]
-        n2, width = self.n * self.n, self.n_links + 1
-        flats = [np.asarray(m, dtype=float).ravel() for m in matrices]
-        nzps = [np.flatnonzero(f) for f in flats]
-        hops_n = self.pad_t.shape[0]
-        # pair by pair (as drain_finish), matrix k's links offset into its own bins
-        hops = np.concatenate([self.pad_t[:, nz] + k * width for k, nz in enumerate(nzps)],
-                              axis=1)
-        idx = np.concatenate([h.T.ravel() for h in np.split(
-            hops, np.cumsum([len(nz) for nz in nzps])[:-1], axis=1)])
-        w = np.concatenate([np.repeat(f[nz], hops_n) for f, nz in zip(flats, nzps, strict=True)])
-        load = np.bincount(idx, weights=w, minlength=len(flats) * width
-                           ).reshape(len(flats), width)[:, :self.n_links]
-        f_link = np.full((len(flats), width), -np.inf)
-        f_link[:, :self.n_links] = np.where(load > 0, a[0] + load / self.cap, -np.inf)
-        f_link = f_link.ravel()
-        f_nz = f_link.take(hops[0])
-        for row in hops[1:]:
-            np.maximum(f_nz, f_link.take(row), out=f_nz)
-        f_pair = np.full((len(flats), n2), -np.inf)
-        lo = 0
-        for k, nz in enumerate(nzps):
-            hi = lo + len(nz)
-            f_pair[k, nz] = np.maximum(f_nz[lo:hi], a[0]) + self.lat[nz]
-            lo = hi
-        live = np.stack(flats) > 0
-        f_pair = np.where(live, f_pair, -np.inf).reshape(len(flats), self.n, self.n)
-        end = np.maximum(np.maximum(f_pair.max(axis=2), f_pair.max(axis=1)), a[None, :])
-        return [end[k] if live[k].any() else a.copy() for k in range(len(flats))]
 
     def flow_finish(self, matrix: np.ndarray, arrivals: np.ndarray, k_max: int = 6):
         """(n*n,) end of every flow i→j (start max(arrival_i, arrival_j)) and the mask of
@@ -345,14 +335,6 @@ class FastNetwork:
         if self._multi_host(key):
             return self.exact_finish(key, matrix, arrivals)
         return self.incidence(key).finish(matrix, arrivals)
-
-    def a2a_finish_many(self, group: Sequence[int], matrices: Sequence[np.ndarray],
-                        arrivals: np.ndarray) -> list[np.ndarray]:
-        """:meth:`a2a_finish` of each of ``matrices`` (same group and arrivals), in one
-        pass where the link bound applies (:meth:`_Incidence.finish_many`)."""
-        if len(group) > EXACT_MAX_MEMBERS or not self.exact_ok:
-            return self.incidence(group).finish_many(matrices, arrivals)
-        return [self.a2a_finish(group, m, arrivals) for m in matrices]
 
     def stateless(self, group: Sequence[int]) -> bool:
         """Whether :meth:`a2a_finish` on ``group`` is a pure function of its arguments:
