@@ -153,7 +153,6 @@ def rewrite(prog: list[Op], start: int, last_bwd: dict[int, int], res, model) ->
         first, last = gemm_at(ks, False), gemm_at(ks, True)
         t = [model.time_s(k) for k in ks]
         rest_s, rest_f = op.duration_s, op.flops
-        head = -1
         if ag is not None:              # kernels before the first GEMM, then the ring
             pre_s = sum(t[:first])
             head = put(replace(op, duration_s=pre_s, flops=0.0))
@@ -163,7 +162,7 @@ def rewrite(prog: list[Op], start: int, last_bwd: dict[int, int], res, model) ->
             for k in range(tp):
                 put(replace(op, duration_s=t[first] / tp, flops=ks[first].flops / tp,
                             deps=(steps[k - 1],) if k else (), kernels=()))
-            where[ag_idx[j]] = steps[-1]
+            where[ag_of[j]] = steps[-1]
             rest_s -= pre_s + t[first]
             rest_f -= ks[first].flops
         if j not in rs_of:
@@ -179,7 +178,6 @@ def rewrite(prog: list[Op], start: int, last_bwd: dict[int, int], res, model) ->
                               for _ in range(n)]
         return chunks[j][-1]
 
-    ag_idx = {j: i for j, i in ag_of.items()}
     for i in range(start, len(prog)):
         op = prog[i]
         if i in coll_of and prog[i].coll.op == "all_gather":

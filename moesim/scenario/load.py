@@ -412,7 +412,8 @@ def _check_tp_comm(scn: Scenario, static: bool) -> None:
             (not par.sequence_parallel, "parallel.sequence_parallel", "true", False),
             (sch.kind in ("dualpipe", "dualpipev"), "schedule.kind", "gpipe, 1f1b or "
              "interleaved", sch.kind),
-            (static or ov.kind != "none", "overlap.kind", "none", ov.kind),
+            (static or ov.kind != "none", "overlap.kind", "none",
+             "static" if static else ov.kind),
             (par.cp > 1, "parallel.cp", "1", par.cp), (par.zero == 3, "parallel.zero",
                                                        "0, 1 or 2", 3)):
         if bad:
