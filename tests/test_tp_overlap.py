@@ -105,7 +105,7 @@ def test_the_pieces_of_a_pipelined_reduce_scatter(tmp_path):
     rs = [(i, o) for i, o in enumerate(prog) if o.name == "fwd.sp_attn_reduce_scatter"]
     assert len(rs) == 4 and all(o.stream == "tp_ub" for _, o in rs)
     assert all(o.coll.nbytes == 4096 * 512 * 2 / 4 for _, o in rs)
-    for i, o in rs:                 # chunk k waits for the GEMM's chunk k only
+    for _, o in rs:                 # chunk k waits for the GEMM's chunk k only
         (d,) = o.deps
         assert prog[d].name == "fwd.attn" and prog[d].duration_s == pytest.approx(
             PROJ * SLOW / 4)

@@ -53,8 +53,9 @@ input. Two exceptions as the report gives them: the output projection's input
 input in the MoE (fc1's output, shared and routed experts) is cached in FP8 too (the
 output is recomputed: ``moe_act`` drops it for the routed experts). What is not a
 Linear's input stays bf16: norm inputs (the residual stream), Q/K/V as the core
-attention saves them, the log-sum-exp, a dense FFN's SwiGLU input, and ``mlp_in``, which also feeds the router, kept in BF16/FP32
-(§3.3.1: the gating module stays in its original precision).
+attention saves them, the log-sum-exp, a dense FFN's SwiGLU input, and ``mlp_in``, which
+also feeds the router, kept in BF16/FP32 (§3.3.1: the gating module stays in its
+original precision).
 """
 
 from __future__ import annotations

@@ -31,8 +31,6 @@ from moesim.model import costs, mtp, window
 from moesim.program import cp as cpx
 from moesim.program import cuda_graphs, recompute, shared_overlap, tp_overlap
 from moesim.program import etp as etpx
-from moesim.program.recompute_ops import RecomputeOps
-from moesim.schedule.layout_string import stage_chunks
 from moesim.program.dualpipe_build import DualPipeOps, PairedOps
 from moesim.program.ep_backend import EPBackend
 from moesim.program.folding import FoldedOps
@@ -40,9 +38,11 @@ from moesim.program.grads import GradientOps
 from moesim.program.hot import hot_ranks
 from moesim.program.ops import Op
 from moesim.program.overlap import PairRule, ep_stream, interleave
+from moesim.program.recompute_ops import RecomputeOps
 from moesim.program.replicas import ReplicaMap, replica_map
 from moesim.schedule.dualpipe import KINDS as DUAL_KINDS
 from moesim.schedule.dualpipe import make_dual_order
+from moesim.schedule.layout_string import stage_chunks
 from moesim.schedule.pipeline import make_order
 
 ACT_BYTES = 2  # bf16 activations and gradients on the wire (Megatron default dtype)

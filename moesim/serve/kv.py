@@ -12,12 +12,11 @@
 - Sliding-window layers (``model.window``, ``window_full_every``; :mod:`moesim.model.window`)
   keep the last ``min(context, window)`` tokens, full layers the whole context
   (:func:`kv_bytes_per_request`). vLLM's sliding-window KV manager frees the blocks that
-  left the window (vllm-project/vllm
-  002f349, vllm/v1/core/single_type_kv_cache_manager.py
-  ``SlidingWindowManager.remove_skipped_blocks``: tokens before ``computed - window + 1``). Attention sinks (GPT-OSS,
-  ``model.attention_sinks``) are a learned logit per head (openai/gpt-oss,
-  gpt_oss/torch/model.py ``sdpa``: ``S`` joins the scores before the softmax), not cached
-  tokens: they add no KV bytes.
+  left the window (vllm-project/vllm 002f349, vllm/v1/core/single_type_kv_cache_manager.py
+  ``SlidingWindowManager.remove_skipped_blocks``: the tokens before ``computed - window +
+  1``). Attention sinks (GPT-OSS, ``model.attention_sinks``) are a learned logit per head
+  (openai/gpt-oss, gpt_oss/torch/model.py ``sdpa``: ``S`` joins the scores before the
+  softmax), not cached tokens: they add no KV bytes.
 """
 
 from __future__ import annotations

@@ -10,9 +10,9 @@ collectives move to the ``ep`` stream and the two micro-batches interleave segme
 segment, one's all-to-all under the other's compute, as DeepSeek's prefill and decode
 do: DeepSeek-V3 report §3.4). What differs (:mod:`moesim.serve.costs`): attention reads
 the KV cache (decode; a sliding-window layer only its last ``window`` tokens) or writes it
-(prefill), there is no backward, no gradient and no
-optimizer, and the LM head samples by a vocabulary-parallel distributed top-k
-(:mod:`moesim.serve.head`) over the TP group, for one token per request.
+(prefill), there is no backward, no gradient and no optimizer, and the LM head samples by
+a vocabulary-parallel distributed top-k (:mod:`moesim.serve.head`) over the TP group, for
+one token per request.
 """
 
 from __future__ import annotations

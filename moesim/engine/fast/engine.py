@@ -45,7 +45,6 @@ from moesim.schedule.a2a_overlap import a2a_1f1b_order
 from moesim.trace.result import SimResult
 from moesim.trace.spans import Span
 
-
 #: (token count, phase) expert kernel lists kept for the other parts of the backward
 EK_MEMO_MAX = 1 << 16
 

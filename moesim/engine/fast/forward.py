@@ -95,7 +95,7 @@ class ForwardChain(Chain):
                       lambda: costs.embedding_kernels(spec, tok, tp, "fwd"), -1, mb, "fwd")
         for layer in range(spec.layers):
             self._compute(s, "fwd.attn", sb.attn_key(layer),
-                          lambda: sb.attn_kernels(layer), layer, mb, "fwd")
+                          lambda n=layer: sb.attn_kernels(n), layer, mb, "fwd")
             self._tp(s, "fwd.tp_attn", layer, mb, "fwd")
             if spec.is_moe_layer(layer):
                 rec = self.route(s, layer, mb)
