@@ -77,14 +77,19 @@ class CatalogModel:
     """A :class:`~moesim.compute.base.ComputeModel` from published kernel tables, the
     roofline for what they do not cover."""
 
-    def __init__(self, roofline: RooflineModel, tables: tuple[Table, ...]) -> None:
+    def __init__(self, roofline: RooflineModel, tables: tuple[Table, ...],
+                 gemm_library: str = "") -> None:
         self.roofline = roofline
         self.device = roofline.device
         self.precision = roofline.precision
         self.launch_overhead_s = roofline.launch_overhead_s
         dev = self.device.name
-        self.tables = tuple(t for t in tables if t.covers(dev))
-        self.name = f"catalog({dev},{self.precision})"
+        #: GEMMs are priced by the tables of this library only ("" = tables without one)
+        self.gemm_library = gemm_library
+        self.tables = tuple(t for t in tables if t.covers(dev)
+                            and (t.kind not in GEMM_KINDS or t.library == gemm_library))
+        lib = f",{gemm_library}" if gemm_library else ""
+        self.name = f"catalog({dev},{self.precision}{lib})"
         #: pricing calls so far: source -> [kernels, seconds] (see :func:`coverage`)
         self.tally: dict[str, list[float]] = {"catalog": [0, 0.0], "roofline": [0, 0.0]}
         self._memo: dict[Kernel, Priced] = {}    # identical kernels price identically
