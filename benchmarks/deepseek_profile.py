@@ -43,7 +43,7 @@ from moesim.validation.gpu.report import phase_table, text_report
 from moesim.validation.gpu.summary import summarize
 from moesim.validation.gpu.trace import load_gpu_trace
 from moesim.validation.gpu.validate import forward_fit, gpu_validate
-from moesim.validation.gpu.classes import class_table, pair_model
+from moesim.validation.gpu.classes import class_table, pair_model, recompute_kernels
 from moesim.validation.gpu.classes import compare as compare_classes
 
 # DeepSeek-V3 Technical Report (arXiv:2412.19437) §3.2.2: "only 20 SMs are sufficient
@@ -73,7 +73,8 @@ def compare(tr, g: dict, scenario: str) -> dict[str, dict]:
         # already fitted on kernels that ran there)
         priced = pair_model(res, model) if model is res.compute else model
         docs[name] = gpu_validate(g, res.model, priced, *args, sim=sim,
-                                  streams=measured_streams(tr))
+                                  streams=measured_streams(tr),
+                                  recompute=recompute_kernels(res))
         if name == "forward fit":
             docs[name]["forward_fit"] = {"gemm_flops_per_s": fit.gemm_flops_per_s,
                                          "attention_flops_per_s": fit.attention_flops_per_s}

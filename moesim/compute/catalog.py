@@ -188,16 +188,21 @@ class CatalogModel:
         if kernel.seq <= 0 or kernel.head_dim <= 0:
             return "attention without seq or head_dim"
         why = ""
-        for kind in (kernel.kind, "attn_fwdbwd"):
-            cands = [t for t in tables if t.kind == kind and t.causal == kernel.causal]
-            if not cands:
-                continue
-            got = _attention_rate(cands, kernel.seq, kernel.head_dim)
+        count = max(kernel.count, 1)
+        for kind in (kernel.kind, "causal from forward", "attn_fwdbwd"):
+            if kind == "causal from forward":
+                got = _causal_from_forward(kernel, tables)
+                if got is None:
+                    continue
+            else:
+                cands = [t for t in tables if t.kind == kind and t.causal == kernel.causal]
+                if not cands:
+                    continue
+                got = _attention_rate(cands, kernel.seq, kernel.head_dim)
             if isinstance(got, str):
                 why = why or got
                 continue
             tflops, detail = got
-            count = max(kernel.count, 1)
             return count * (kernel.flops / count / (tflops * 1e12)), detail
         return why or self._where(kernel, f" (causal={kernel.causal})")
 
@@ -279,6 +284,30 @@ def _attention_rate(tables: list[Table], seq: int, head_dim: int) -> tuple[float
     rate = math.exp(math.log(ra) + w * math.log(rb / ra))
     return rate, (f"{pair[0].id}+{pair[1].id} seq={seq} head_dim={head_dim}: "
                   f"interpolated {rate:.4g} TFLOP/s")
+
+
+def _causal_from_forward(kernel: Kernel, tables: list[Table]) -> tuple[float, str] | str | None:
+    """A causal backward kernel no causal backward table covers: the non-causal backward
+    rate × the causal / non-causal ratio of the forward tables at the same (seq, head
+    dim) (FlashAttention-3 publishes its backward without a causal mask only; the
+    mask's idle and partial tiles cost the backward what they cost the forward). None
+    when this does not apply."""
+    if kernel.kind != "attn_bwd" or not kernel.causal:
+        return None
+    bwd = [t for t in tables if t.kind == "attn_bwd" and not t.causal]
+    fwd = {c: [t for t in tables if t.kind == "attn_fwd" and t.causal == c]
+           for c in (True, False)}
+    if not bwd or not fwd[True] or not fwd[False]:
+        return None
+    got = [_attention_rate(ts, kernel.seq, kernel.head_dim) for ts in (bwd, fwd[True],
+                                                                      fwd[False])]
+    bad = next((g for g in got if isinstance(g, str)), None)
+    if bad is not None:
+        return bad
+    (rb, db), (rc, _), (rn, _) = got
+    rate = rb * rc / rn
+    return rate, (f"{db} x causal/non-causal forward {rc:.4g}/{rn:.4g} = "
+                  f"{rate:.4g} TFLOP/s")
 
 
 # ------------------------------------------------------------------- provenance

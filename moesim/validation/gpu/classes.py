@@ -102,6 +102,27 @@ def simulated(res: Any, model: Any, layer: int | None = None) -> dict[str, dict[
     return out
 
 
+_ATTN_PART = ("attention", "norm", "router", "rotary", "_copy_tensor", "direct_copy")
+
+
+def recompute_kernels(res: Any, layer: int | None = None) -> dict[str, list]:
+    """{"attn": [...], "mlp": [...]}: the forward kernels the scenario's activation
+    recomputation re-runs in one MoE layer's backward (op ``bwd.recompute`` of
+    ``moesim kernels``), by the part whose backward annotation launches them (DeepSeek's
+    profile runs the recomputed MLA up-projections under ``attn(B)``)."""
+    spec = res.model
+    if layer is None:
+        layer = next((i for i in range(spec.layers) if spec.is_moe_layer(i)), 0)
+    out: dict[str, list] = {"attn": [], "mlp": []}
+    for o in layer_ops(res, layer, "dgrad"):
+        if o.op != "bwd.recompute":
+            continue
+        for k in o.kernels:
+            base = k.name.removeprefix("recompute.")
+            out["attn" if base.startswith(_ATTN_PART) else "mlp"].append(k)
+    return out
+
+
 def pair_model(res: Any, model: Any) -> Any:
     """``model`` priced on the SMs an overlapped DualPipe pair leaves compute
     (:func:`moesim.compute.sm_share.pair_sms`: the device's less the EP kernels'), as
