@@ -5,8 +5,9 @@ table for its device, ``kind``, dtype and pass (``moesim/data/kernels/*.yaml``, 
 :mod:`moesim.compute.catalog_data`; docs/kernels.md "Catalog"):
 
 - GEMMs (``gemm``, ``grouped_gemm``, ``kgrouped_gemm``): the rows of the kernel's
-  weight shape (n, k) (for ``dgrad``: (k, n), the shape of dX = dY·Wᵀ), or of the
-  nearest published shape within 2x in each dim; along tokens per group the achieved
+  weight shape (n, k) (for ``dgrad``: (k, n), the shape of dX = dY·Wᵀ), or those of a
+  published shape with K within 2x scaled by waves of output tiles and by K
+  (:meth:`CatalogModel._wave_scale`); along tokens per group the achieved
   rate is interpolated log-log between rows, so at a row's shape the time is the
   row's published FLOPs / TFLOP/s exactly, and between rows time grows with FLOPs
   (the data loader checks every curve allows that).
@@ -32,10 +33,12 @@ from dataclasses import dataclass
 from moesim.compute.base import Kernel
 from moesim.compute.catalog_data import GEMM_KINDS, Table, curve, families
 from moesim.compute.roofline import HIGH_PRECISION_KERNELS, RooflineModel
+from moesim.compute.sm_share import BLOCK_M, BLOCK_N, GROUPED_KINDS, waves
 
-#: A GEMM whose weight shape is not in a table borrows the nearest published shape when
-#: both dims are within this factor of it (our choice: a tile schedule changes little
-#: within 2x; beyond it, the roofline prices the kernel).
+#: A GEMM whose shape is not in a table is scaled from a published shape whose reduction
+#: dim K is within this factor (our choice: the time of one output tile is taken as
+#: proportional to K, which holds less well the further K is; beyond 2x, the roofline
+#: prices the kernel). Its N is handled by counting waves of tiles (_wave_scale).
 NEAREST_SHAPE_FACTOR = 2.0
 _SUFFIXES = ("_bwd", "_dgrad", "_wgrad")
 _MEMO_LIMIT = 1 << 16
@@ -160,11 +163,12 @@ class CatalogModel:
         count = max(kernel.count, 1)
         per_launch = kernel.flops / count
         why = ""
+        wgrad = pass_ == "wgrad"
         for t in tables:
             fams = _families(t)
-            shape = (n, k) if (n, k) in fams else _nearest(fams, n, k)
+            shape = (n, k) if (n, k) in fams else _nearest(fams, n, k, wgrad)
             if shape is None:
-                why = why or f"shape n={n} k={k} not within 2x of a {t.id} shape"
+                why = why or (f"shape n={n} k={k}: no {t.id} shape with k within 2x")
                 continue
             pts = _points(t, shape, groups)
             x = m / groups
@@ -177,11 +181,42 @@ class CatalogModel:
                               f"{pts[0][0]:g}-{pts[-1][0]:g}")
                 continue
             tflops, kind = got
-            near = "" if shape == (n, k) else f" (nearest shape n={shape[0]} k={shape[1]})"
+            scale, near = 1.0, ""
+            if shape != (n, k):
+                scale, near = self._wave_scale(kernel, (n, k), shape, pts[-1][0], wgrad)
             detail = (f"{t.id} m/groups={x:g} n={n} k={k}: {kind} {tflops:.4g} TFLOP/s"
                       f"{near}{how}")
-            return count * (per_launch / (tflops * 1e12)), detail
+            return count * (per_launch / (tflops * 1e12)) * scale, detail
         return why
+
+    def _wave_scale(self, kernel: Kernel, shape: tuple[int, int], ref: tuple[int, int],
+                    x_ref: float, wgrad: bool) -> tuple[float, str]:
+        """Time of an unpublished GEMM shape relative to FLOPs at the rate of the published
+        shape ``ref`` (both as the table keys them: (N, K) of the GEMM, or the weight's
+        (n, k) for a weight gradient). A persistent GEMM's time is its waves of output
+        tiles (:mod:`moesim.compute.sm_share`: 128 × 128 tiles over the device's SMs) times
+        the time of one tile, which is proportional to the reduction dim (K; the tokens for
+        a weight gradient, the same for both shapes). Counted at ``x_ref`` tokens per group
+        (the curve's largest row, so the factor does not change along the curve and time
+        stays monotone in FLOPs): time = FLOPs / rate × waves(shape) / waves(ref) ×
+        (N_ref · K_ref) / (N · K) × (K / K_ref)."""
+        sms = max(int(getattr(self.device, "sms", 0) or 0), 1)
+        per = max(kernel.count, 1) if kernel.kind in GROUPED_KINDS else 1
+        groups = max(kernel.groups, 1) * per
+        rows = math.ceil(x_ref)
+
+        def w(nn: int, kk: int) -> int:
+            if wgrad:   # dW (k × n) per group
+                t = math.ceil(kk / BLOCK_M) * math.ceil(nn / BLOCK_N)
+            else:       # Y (rows × N) per group
+                t = math.ceil(rows / BLOCK_M) * math.ceil(nn / BLOCK_N)
+            return waves(t * groups, sms)
+
+        (n, k), (nr, kr) = shape, ref
+        ws, wr = w(n, k), w(nr, kr)
+        f = ws / wr * (nr * kr) / (n * k) * (1.0 if wgrad else k / kr)
+        return f, (f" (from n={nr} k={kr}: {ws}/{wr} waves of 128x128 tiles on {sms} SMs"
+                   f"{'' if wgrad else f', K {k}/{kr}'}: x{f:.3g})")
 
     # -------------------------------------------------------------- attention
     def _attention(self, kernel: Kernel, tables: list[Table]) -> tuple | str:
@@ -229,17 +264,23 @@ def _points(t: Table, shape: tuple[int, int], groups: int) -> list[tuple[float, 
     return [(r.axis, r.tflops) for r in curve(_families(t)[shape], groups)]
 
 
-def _nearest(fams: dict, n: int, k: int) -> tuple[int, int] | None:
-    """The published (n, k) nearest in log distance with both dims within
-    NEAREST_SHAPE_FACTOR; None when there is none."""
+def _nearest(fams: dict, n: int, k: int, wgrad: bool = False) -> tuple[int, int] | None:
+    """The published (n, k) an unpublished GEMM shape is scaled from
+    (:meth:`CatalogModel._wave_scale`): the reduction dim K within NEAREST_SHAPE_FACTOR
+    and nearest (log distance), then N nearest; for a weight gradient (reduction over
+    the tokens, the curve's axis) the nearest (n, k). None when there is none."""
     lim = math.log(NEAREST_SHAPE_FACTOR) + 1e-12
     best = None
     for fn, fk in fams:
         dn, dk = abs(math.log(n / fn)), abs(math.log(k / fk))
-        if dn <= lim and dk <= lim:
-            key = (dn + dk, fn, fk)
-            if best is None or key < best[0]:
-                best = (key, (fn, fk))
+        if wgrad:
+            key = (dn + dk, 0.0, fn, fk)
+        elif dk <= lim:
+            key = (dk, dn, fn, fk)
+        else:
+            continue
+        if best is None or key < best[0]:
+            best = (key, (fn, fk))
     return None if best is None else best[1]
 
 
