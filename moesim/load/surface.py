@@ -71,6 +71,7 @@ class EngineStepCosts:
                                 dtype=float)
         self.prompt_lens = np.array(sorted(prompt_lens or PROMPT_LENS), dtype=float)
         self.progress = progress
+        self._steps = None
         self.sims = 0
         self.build_s = 0.0
         self.from_cache = False
@@ -118,26 +119,13 @@ class EngineStepCosts:
 
     # ------------------------------------------------------------ direct simulation
     def _step(self, **kw) -> float:
-        from moesim.scenario.resolve import resolve
-        from moesim.serve.config import serving_scenario
-        from moesim.serve.run import simulate_serve
-        cfg = dataclasses.replace(self.cfg, **kw)
-        if cfg.phase == "prefill" and cfg.ep_backend == "deepep-ll":
-            # DeepEP's low-latency kernels are for decoding, its normal kernels for
-            # prefilling (deepseek-ai/DeepEP README): a colocated engine switches
-            cfg = dataclasses.replace(cfg, ep_backend="deepep")
-        if cfg.requests_per_group() % 2:
-            cfg = dataclasses.replace(cfg, two_microbatch=False)
-        res = resolve(serving_scenario(self.res.scenario, cfg))
+        if self._steps is None:
+            from moesim.serve.steps import ServeSteps
+            self._steps = ServeSteps(self.res, self.cfg)     # kept across the points
         self.sims += 1
         if self.progress:
             self.progress(kw)
-        if res.scenario.engine.mode == "fast":      # the step time only: no summary
-            from moesim.engine.fast.forward import simulate_forward
-            from moesim.serve.program import ServeBuilder
-            return simulate_forward(res, ServeBuilder(res, cfg), span_ranks=0,
-                                    step_only=True)[0]
-        return float(simulate_serve(res, cfg, spans=False).summary["step_time_s"])
+        return self._steps.step_s(**kw)
 
     def direct_decode(self, batch: float, context: float) -> float:
         b = max(1, int(round(batch)) // self.cfg.tp)
