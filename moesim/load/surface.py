@@ -8,7 +8,16 @@ whose times are serving steps simulated at grid points and interpolated.
   (with DeepEP's normal kernels where the scenario decodes with its low-latency ones).
 
 Between grid points the time is bilinear (linear in each coordinate; beyond the grid,
-the last two points extended). Every point is one step of the scenario's engine with
+the last two points extended). The step is not linear in the batch everywhere: a GEMM of
+m tokens is priced by the kernel catalog from its smallest published row on and by the
+roofline below it (``moesim.compute.catalog``: DeepGEMM's rows start at m = 64), so a
+decode step jumps where a micro-batch reaches 64 tokens (DeepSeek-V3 decode: +7 % from
+126 to 128 requests per GPU), and bends at the rows after. The default decode grid is
+therefore refined where it is wrong (:meth:`EngineStepCosts._refine`): each batch
+interval's midpoint is simulated at the smallest and the largest context and, when the
+interpolation misses it by more than ``REFINE_RTOL``, it becomes a grid row and both
+halves are checked in turn, down to adjacent batches the deployment runs (so a jump lies
+between two rows, never inside an interval). An explicit ``batches`` grid is used as given. Every point is one step of the scenario's engine with
 its routing, EP kernels and network (two micro-batches where the batch divides in two).
 The grid's times are cached on disk under a key of the scenario's content (the
 resolved scenario, the serve section, the grid and moesim's version), so a second run
@@ -32,6 +41,10 @@ BATCHES = (1, 2, 4, 8, 16, 32, 64, 128, 256)
 CONTEXTS = (128, 1024, 4096, 16384)
 PROMPTS = (1, 2, 4, 8)
 PROMPT_LENS = (128, 1024, 4096)
+#: the default decode grid is refined where the interpolation misses a midpoint by more
+#: than this (relative), with at most REFINE_MAX_ROWS rows added
+REFINE_RTOL = 0.005
+REFINE_MAX_ROWS = 24
 
 
 def cache_dir() -> Path:
@@ -61,9 +74,11 @@ class EngineStepCosts:
     """StepCosts of a resolved serve scenario (``res``, ``cfg``) from its engine."""
 
     def __init__(self, res, cfg, *, batches=None, contexts=None, prompts=None,
-                 prompt_lens=None, cache: Path | None | bool = True, progress=None) -> None:
+                 prompt_lens=None, cache: Path | None | bool = True, progress=None,
+                refine: float | None = None) -> None:
         self.res, self.cfg = res, cfg
         tp = cfg.tp
+        self.refine = (REFINE_RTOL if batches is None else 0.0) if refine is None else refine
         self.batches = np.array(sorted({max(tp, b - b % tp) for b in (batches or BATCHES)}),
                                 dtype=float)
         self.contexts = np.array(sorted(contexts or CONTEXTS), dtype=float)
@@ -82,6 +97,7 @@ class EngineStepCosts:
             if path.is_file():
                 try:
                     data = json.loads(path.read_text(encoding="utf-8"))
+                    self.batches = np.array(data["batches"], dtype=float)
                     self.decode = np.array(data["decode"])
                     self.prefill = np.array(data["prefill"])
                     self.build_s = float(data.get("build_s", 0.0))
@@ -92,6 +108,8 @@ class EngineStepCosts:
         t0 = time.process_time()
         self.decode = np.array([[self.direct_decode(b, c) for c in self.contexts]
                                 for b in self.batches])
+        if self.refine > 0:
+            self._refine()
         self.prefill = np.array([[self.direct_prefill(p, L) for L in self.prompt_lens]
                                  for p in self.prompts])
         self.build_s = time.process_time() - t0
@@ -99,7 +117,8 @@ class EngineStepCosts:
             try:
                 from moesim.outputs import write_text
                 path.parent.mkdir(parents=True, exist_ok=True)
-                write_text(path, json.dumps({"decode": self.decode.tolist(),
+                write_text(path, json.dumps({"batches": self.batches.tolist(),
+                                             "decode": self.decode.tolist(),
                                              "prefill": self.prefill.tolist(),
                                              "build_s": self.build_s}), force=True)
             except OSError:
@@ -114,8 +133,37 @@ class EngineStepCosts:
         blob = json.dumps({"scenario": scn, "serve": dataclasses.asdict(self.cfg),
                            "grid": [self.batches.tolist(), self.contexts.tolist(),
                                     self.prompts.tolist(), self.prompt_lens.tolist()],
+                           "refine": self.refine,
                            "version": __version__}, sort_keys=True, default=str)
         return hashlib.sha256(blob.encode()).hexdigest()[:20]
+
+    def _refine(self) -> None:
+        """Add decode rows where linear interpolation between two rows misses their
+        midpoint (a batch the deployment runs: a multiple of tp x micro-batches) by more
+        than ``self.refine`` at the smallest or the largest context; each added row's
+        halves are checked in turn (at most ``REFINE_MAX_ROWS`` rows)."""
+        unit = self.cfg.tp * self.cfg.microbatches
+        rows = {float(b): list(r) for b, r in zip(self.batches, self.decode, strict=True)}
+        ends = (0, len(self.contexts) - 1)
+        todo = list(zip(self.batches[:-1].tolist(), self.batches[1:].tolist()))
+        added = 0
+        while todo and added < REFINE_MAX_ROWS:
+            lo, hi = todo.pop(0)
+            mid = float((lo + hi) // 2 // unit * unit)
+            if not lo < mid < hi:
+                continue
+            got = {j: self.direct_decode(mid, self.contexts[j]) for j in ends}
+            w = (mid - lo) / (hi - lo)
+            miss = max(abs((1 - w) * rows[lo][j] + w * rows[hi][j] - d) / d
+                       for j, d in got.items())
+            if miss <= self.refine:
+                continue
+            rows[mid] = [got[j] if j in got else self.direct_decode(mid, c)
+                         for j, c in enumerate(self.contexts)]
+            added += 1
+            todo += [(lo, mid), (mid, hi)]
+        self.batches = np.array(sorted(rows))
+        self.decode = np.array([rows[b] for b in self.batches])
 
     # ------------------------------------------------------------ direct simulation
     def _step(self, **kw) -> float:
