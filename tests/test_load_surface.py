@@ -68,3 +68,28 @@ def test_no_refinement_when_linear():
     s = _surface(refine=0.5)      # a 50 % tolerance: nothing added
     assert s.batches.tolist() == [float(b) for b in surface.BATCHES]
     assert isinstance(s.decode, np.ndarray) and s.decode.shape == (9, 4)
+
+
+def kinked_ms(b: float, ctx: float) -> float:
+    """Linear in the batch; in the context flat up to 6,000 tokens, then 0.1 us per
+    token and request (attention outlasting the overlapped exchange)."""
+    return 20.0 + 0.4 * b + max(0.0, ctx - 6000) * 1e-4 * b
+
+
+class KinkSurface(HandSurface):
+    def direct_decode(self, batch, context):
+        return kinked_ms(batch, context) * 1e-3
+
+
+def test_contexts_are_refined_at_a_kink():
+    # at 256 requests: 122.4 ms up to 6,000 tokens, + 0.0256 ms per token beyond.
+    # [4096, 16384]: midpoint 10240 interpolates to 255.3 ms, is 230.9: a column;
+    # [4096, 10240] -> 7168 (176.6 vs 152.3); [4096, 7168] -> 5632 (137.4 vs 122.4);
+    # [5632, 7168] -> 6400 (137.4 vs 132.6); [5632, 6400] -> 6016 (127.5 vs 122.8);
+    # the rest are linear or within 0.5 % (5824: 122.6 vs 122.4)
+    cfg = SimpleNamespace(tp=1, microbatches=2)
+    s = KinkSurface(None, cfg, cache=False)
+    assert s.batches.tolist() == [float(b) for b in surface.BATCHES]   # linear in batch
+    assert s.contexts.tolist() == [128, 1024, 4096, 5632, 6016, 6400, 7168, 10240, 16384]
+    for c in (6400, 8000, 12000):
+        assert s.decode_s(256, c) == pytest.approx(kinked_ms(256, c) * 1e-3, rel=1e-12)
