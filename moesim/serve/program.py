@@ -36,9 +36,13 @@ def build_serve_step(res, cfg: ServeConfig, *, replicas: str = "independent",
 
 class ServeBuilder(Builder):
     def __init__(self, res, cfg: ServeConfig, replicas: str = "independent",
-                 dedup: bool = False) -> None:
+                 dedup: bool = False, routing_cache: dict | None = None) -> None:
         super().__init__(res, cfg.step, replicas, dedup)
         self.cfg = cfg
+        if routing_cache is not None:
+            # the routing law per (seed, step, layer) and DeepEP's copy ratios, kept by
+            # the caller across steps of one deployment (moesim.serve.steps)
+            self._dedup_cache = routing_cache
         self.kv_bytes = cfg.kv_bytes
         # tokens that reach the LM head per micro-batch: one per request (prefill samples
         # the first output token from each prompt's last position)
