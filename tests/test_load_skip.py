@@ -151,3 +151,25 @@ def test_vectorised_decode_costs_are_the_scalar_floats():
     for b in (1, 3, 64, 255):
         many = C.decode_s_many(b, ctx)
         assert [float(x) for x in many] == [C.decode_s(b, c) for c in ctx.tolist()]
+
+
+@pytest.mark.parametrize("c_at,admitted", [(0.0, 1.25), (1.0, 1.75)])
+def test_an_arrival_exactly_at_a_step_boundary(c_at, admitted):
+    # steps of exactly 0.25 s (prefill) and 0.5 s (decode): A's decode steps end at 0.75,
+    # 1.25, 1.75, ...; B arrives at 1.25 exactly. Stepwise, simpy runs same-time events
+    # in the order they were created: with C arriving at 0 (at the other replica), B's
+    # arrival event is created at 0, before the step end at 1.25 (created at 0.75), so the
+    # plan at 1.25 admits B. With C arriving at 1.0, B's event is created at 1.0, after
+    # the step's: the plan at 1.25 runs first and B waits for 1.75. Skipping cuts its run
+    # the same way.
+    costs = LinearStepCosts(prefill_base_s=0.25, decode_base_s=0.5)
+    for skip in (False, True):
+        sim = build_sim(costs, [[0], [1]], 10_000, router="round_robin")
+        sim.skip = skip
+        reqs = [Request(0, 0.0, 10, 20), Request(1, 1.25, 10, 3), Request(2, c_at, 10, 3)]
+        sim.submit(reqs)
+        sim.run()
+        b = reqs[1]
+        assert b.member == 0 and b.admitted_s == admitted
+        assert reqs[0].finish_s == 0.25 + 19 * 0.5 + 0.25   # its decode waits one prefill
+        assert (sim.skipped > 0) == skip

@@ -60,15 +60,18 @@ def _thin(series: list[tuple]) -> list[tuple[float, int, float]]:
 
 
 def generate(prompt: np.ndarray, response: np.ndarray, costs: StepCosts, replicas: int,
-             kv_tokens: int, max_batch: int, members: int = 1) -> Generation:
+             kv_tokens: int, max_batch: int, members: int = 1, *,
+             skip: bool = True) -> Generation:
     """Generate ``response[i]`` tokens after ``prompt[i]`` for every sample on
-    ``replicas`` engine replicas of ``members`` ranks with ``kv_tokens`` each."""
+    ``replicas`` engine replicas of ``members`` ranks with ``kv_tokens`` each
+    (``skip``: the engine skips between events, the same results; False steps)."""
     prompt = np.asarray(prompt, dtype=np.int64)
     response = np.asarray(response, dtype=np.int64)
     n = len(prompt)
     groups = [[r * members + i for i in range(members)] for r in range(replicas)]
     sim = build_sim(costs, groups, kv_tokens, scheduler="vllm", router="round_robin",
                     max_seqs=max_batch)
+    sim.skip = skip
     reqs = [Request(id=i, arrival_s=0.0, prompt=int(prompt[i]), output=int(response[i]),
                     tag=i) for i in range(n)]
     sim.submit(reqs)
