@@ -54,7 +54,7 @@ def _pair(reqs_fn, groups, kv, costs=C, **kw):
 def _same(a, b):
     (sa, ra), (sb, rb) = a, b
     assert len(ra) == len(rb)
-    for x, y in zip(ra, rb):
+    for x, y in zip(ra, rb, strict=True):
         for k in ("arrival_s", "admitted_s", "first_token_s", "last_token_s", "finish_s"):
             vx, vy = getattr(x, k), getattr(y, k)
             assert (vx is None) == (vy is None)
@@ -71,7 +71,7 @@ def _same(a, b):
     assert sb.tbt_n == sa.tbt_n and sb.tbt_sum == sa.tbt_sum
     assert np.array_equal(sb.tbt_hist, sa.tbt_hist)
     assert [len(s) for s in sb.series] == [len(s) for s in sa.series]
-    for s1, s2 in zip(sa.series, sb.series):
+    for s1, s2 in zip(sa.series, sb.series, strict=True):
         a1, a2 = np.array(s1, dtype=float), np.array(s2, dtype=float)
         assert np.array_equal(a1, a2)
     assert sb.skipped > 0 and sa.skipped == 0
@@ -119,7 +119,7 @@ def test_rollout_batch_at_t0_with_a_weight_update_in_a_skipped_run():
         sim.skip = skip
         rng = np.random.default_rng(2)
         reqs = [Request(i, 0.0, int(p), int(o)) for i, (p, o) in enumerate(
-            zip(rng.integers(20, 120, 64), rng.integers(5, 300, 64)))]
+            zip(rng.integers(20, 120, 64), rng.integers(5, 300, 64), strict=True))]
         sim.submit(reqs)
         sim.run(until=1.3)
         mid = (sim.steps, summarize(sim)["requests"], sim.kv_peak,

@@ -256,7 +256,7 @@ class LoadSim:
             self.tbt_hist += np.bincount(_tbt_bins(g), minlength=_TBT_BINS) * B
         t = float(T[upto])
         for mb in run.members:
-            for r, k, g0 in zip(mb.reqs, mb.k0.tolist(), mb.gen0.tolist()):
+            for r, k, g0 in zip(mb.reqs, mb.k0.tolist(), mb.gen0.tolist(), strict=True):
                 r.kv_tokens = k + upto
                 r.generated = g0 + upto
                 r.last_token_s = t
@@ -268,7 +268,7 @@ class LoadSim:
             for mb in run.members:
                 kv = np.maximum(kv, run.used_at(mb, steps) / mb.sched.kv.blocks)
             self.series[gi] += zip(T[a + 1:upto + 1].tolist(), [run.running0] * n,
-                                   kv.tolist(), [run.waiting0] * n)
+                                   kv.tolist(), [run.waiting0] * n, strict=True)
         run.applied = upto
 
     # ------------------------------------------------------------ records

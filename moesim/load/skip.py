@@ -23,7 +23,7 @@ it (:meth:`DecodeRun.settle`).
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -80,8 +80,6 @@ class DecodeRun:
     planned: int = 1                   # steps whose blocks are allocated
     last: int = 0                      # the step the run ends with (K unless cut)
     resume: float = 0.0                # after a weight update: end of the step in flight
-    cut_done: bool = False
-    rows: list = field(default_factory=list)
 
     @property
     def K(self) -> int:
@@ -102,7 +100,6 @@ class DecodeRun:
                 and since > self.T[j - 1]):
             j += 1
         self.last = min(max(j, 1, self.applied + 1), self.K)
-        self.cut_done = True
         return self.last
 
     def in_flight(self, t: float) -> int:
