@@ -78,6 +78,7 @@ class LoadSim:
         self.skip = skip
         self._runs: list[DecodeRun | None] = [None] * len(groups)
         self._since: list[float | None] = [None] * len(groups)
+        self._feeds: list[list] = []
         for gi in range(len(groups)):
             self.env.process(self._group(gi))
 
@@ -94,7 +95,14 @@ class LoadSim:
     def submit(self, requests: Iterable[Request]) -> None:
         reqs = sorted(requests, key=lambda r: (r.arrival_s, r.id))
         self.requests += reqs
-        self.env.process(self._arrivals(reqs))
+        st = [reqs, 0]                    # the requests, the next to arrive
+        self._feeds.append(st)
+        self.env.process(self._arrivals(st))
+
+    def next_arrival(self) -> float:
+        """When the next submitted request arrives (inf: none left)."""
+        return min((rs[i].arrival_s for rs, i in self._feeds if i < len(rs)),
+                   default=math.inf)
 
     def run(self, until: float | None = None) -> None:
         self.env.run(until=until)
@@ -130,14 +138,16 @@ class LoadSim:
         self._area += self._in * (now - self._last)
         self._last = now
 
-    def _arrivals(self, reqs: list[Request]):
+    def _arrivals(self, st: list):
+        reqs = st[0]
         since = -math.inf               # a process starts before the clock's other events
-        for r in reqs:
+        for i, r in enumerate(reqs):
             if r.arrival_s > self.env.now:
                 since = self.env.now
                 yield self.env.timeout(r.arrival_s - self.env.now)
             self._tick()
             self._in += 1
+            st[1] = i + 1
             self.admit(r, since=since)
 
     def admit(self, r: Request, eligible: list[int] | None = None, *,
@@ -176,7 +186,9 @@ class LoadSim:
             self._kv_mark(g)
             run = None
             if (self.skip and self.on_step is None
-                    and sum(scheds[m].preempted for m in g) == pre):
+                    and sum(scheds[m].preempted for m in g) == pre
+                    and (len(self.groups) > 1        # (an arrival cuts a run at once:
+                         or self.next_arrival() > env.now + 2 * max(live))):  # not worth it)
                 run = plan_run(self.costs, batches, scheds, env.now, max(live))
             if run is None:
                 yield env.timeout(max(live))

@@ -150,18 +150,20 @@ def plan_run(costs, batches, group_scheds, now: float, first_s: float) -> Decode
     """The run of identical decode steps starting with the planned ``batches`` (each
     (member, Batch); ``first_s`` the first step's time), or None when only that step
     can be taken before something changes."""
-    members = []
     rem = math.inf
-    for m, b in batches:
+    for _, b in batches:              # the next finish first: the cheap bound
         if b.prefill:
             return None
+        if b.decode:
+            rem = min(rem, min(r.output - r.generated for r in b.decode))
+            if rem < 2:
+                return None
+    members = []
+    for m, b in batches:
         if not b.decode:
             continue
         s = group_scheds[m]
         reqs = b.decode
-        rem = min(rem, min(r.output - r.generated for r in reqs))
-        if rem < 2:
-            return None
         held = s.kv.held
         a = np.array([(r.kv_tokens, held.get(r.id, 0), r.generated, r.prompt) for r in reqs],
                      dtype=np.int64)
