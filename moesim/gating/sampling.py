@@ -31,6 +31,8 @@ Three evaluations of the same design:
 
 from __future__ import annotations
 
+import os
+
 import numpy as np
 
 #: ticks per unit of probability (2**40: exact in int64 and in float64)
@@ -336,17 +338,60 @@ def _pooled_counts(rng: np.random.Generator, n: np.ndarray, q: np.ndarray, k: in
         return np.zeros((r_, e_), dtype=np.int64)
     pool = min(POOL_ORDERS, tokens)
     order = rng.permuted(np.broadcast_to(np.arange(e_), (pool, e_)), axis=1)
-    ends = np.cumsum(q[order], axis=1)
-    ends += np.arange(pool, dtype=np.int64)[:, None] * span
-    flat_ends, flat_order = ends.ravel(), order.ravel()
     per = rng.multinomial(tokens, np.full(pool, 1.0 / pool))
     base = np.repeat(np.arange(pool, dtype=np.int64) * span, per)
     u = np.sort(base + rng.integers(0, TICKS, size=tokens, dtype=np.int64))
     row = rng.permutation(np.repeat(np.arange(r_, dtype=np.int64), n)) * e_
+    kern = _pool_kernel(tokens * k)
+    if kern is not None:        # the same counts, without the search
+        out = np.zeros(r_ * e_, dtype=np.int64)
+        kern(np.ascontiguousarray(order), np.ascontiguousarray(q, dtype=np.int64), u, row,
+             k, TICKS, span, out)
+        return out.reshape(r_, e_)
+    ends = np.cumsum(q[order], axis=1)
+    ends += np.arange(pool, dtype=np.int64)[:, None] * span
+    flat_ends, flat_order = ends.ravel(), order.ravel()
     needles = u[None, :] + (np.arange(k, dtype=np.int64) * TICKS)[:, None]
     arc = np.searchsorted(flat_ends, needles.ravel(), side="right")   # sorted per winding
     cell = (row[None, :] + flat_order[arc].reshape(k, tokens)).ravel()
     return np.bincount(cell, minlength=r_ * e_).reshape(r_, e_)
+
+
+#: the compiled counting loop (:mod:`moesim.gating.pool_kernel`) runs once this many
+#: (token, pick) points have been counted in the process (importing numba costs about a
+#: second of CPU, what numpy's search takes over ~5 million points); both give the same
+#: counts. ``MOESIM_NUMBA=0`` keeps numpy (as for the flow network, docs/network.md).
+POOL_JIT_AFTER = 1 << 22
+_POOL = {"points": 0, "kernel": None,
+         "want": os.environ.get("MOESIM_NUMBA", "1").strip().lower()
+         not in ("0", "false", "no", "off")}
+
+
+def _pool_kernel(points: int):
+    """The compiled counting loop once enough points have been counted (else None)."""
+    if _POOL["kernel"] is not None or not _POOL["want"]:
+        return _POOL["kernel"]
+    _POOL["points"] += points
+    if _POOL["points"] < POOL_JIT_AFTER:
+        return None
+    try:
+        from moesim.gating.pool_kernel import pooled_cells
+    except ImportError:         # numba missing (platforms without its wheels): numpy
+        _POOL["want"] = False
+        return None
+    _POOL["kernel"] = pooled_cells
+    return pooled_cells
+
+
+def use_pool_kernel(on: bool | None) -> None:
+    """Tests: ``True`` compiles and uses the loop now, ``False`` keeps numpy, ``None``
+    restores the default (numpy until ``POOL_JIT_AFTER`` points)."""
+    _POOL["points"] = 0
+    _POOL["kernel"] = None
+    _POOL["want"] = on is not False
+    if on:
+        _POOL["points"] = POOL_JIT_AFTER
+        _pool_kernel(0)
 
 
 #: :func:`_same_rows`' draw-independent arrays per (pi, n, rows): every micro-batch of a

@@ -36,7 +36,7 @@ from moesim.engine.summary import link_stats, make_result, summarize
 from moesim.model import costs
 from moesim.program import cp as cpx
 from moesim.program import etp as etpx
-from moesim.program import recompute
+from moesim.program import recompute, tp_overlap
 from moesim.program.build import ACT_BYTES, Builder, Timer
 from moesim.program.overlap import PairRule
 from moesim.program.replicas import replicas_mode
@@ -44,7 +44,6 @@ from moesim.scenario.resolve import Resolved
 from moesim.schedule.a2a_overlap import a2a_1f1b_order
 from moesim.trace.result import SimResult
 from moesim.trace.spans import Span
-
 
 #: (token count, phase) expert kernel lists kept for the other parts of the backward
 EK_MEMO_MAX = 1 << 16
@@ -64,6 +63,7 @@ class Context:
         self.sent = self.ep_tokens * k
         self.chunks, self.order = b.chunks, b.order
         self.rc = b.rc          # activation recomputation (moesim.program.recompute)
+        self.tpo = tp_overlap.enabled(scn)     # TE userbuffers (moesim.engine.fast.tp_ub)
         self.timer = Timer(res.compute)
         topo = res.topology
         gpus = list(topo.gpus)
