@@ -152,3 +152,21 @@ def test_compiled_link_bound_equals_numpy_bit_for_bit(monkeypatch):
         got = drain_equal_ends(np.ascontiguousarray(m, dtype=float).ravel(), inc.pad_t,
                                inc.cap, inc.lat, 64, t0)
         assert got.tobytes() == want.tobytes()
+
+
+def test_compiled_link_bound_follows_the_numba_switch(monkeypatch):
+    """``use_numba(False)`` (or MOESIM_NUMBA=0) keeps the fast path's link bound on
+    numpy; with numba wanted and importable the compiled loop takes over after
+    ``JIT_AFTER_CALLS`` calls."""
+    from moesim.engine.fast import network as fast_network
+    from moesim.network import jit
+
+    monkeypatch.setattr(fast_network, "JIT_AFTER_CALLS", 0)
+    old = jit.use_numba(False)
+    try:
+        assert fast_network._compiled_drain() is None
+        jit.use_numba(True)
+        if jit.numba_available():
+            assert fast_network._compiled_drain() is not None
+    finally:
+        jit.use_numba(old)
