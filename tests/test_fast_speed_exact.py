@@ -196,3 +196,21 @@ def test_deepep_plans_from_shared_token_sums_equal_their_own_sums(monkeypatch):
                 [s.matrix.tobytes() for s in want.stages]
             for f in ("sm_write_bytes", "rdma_bytes_per_rank", "nvl_bytes_per_rank"):
                 assert getattr(got, f).tobytes() == getattr(want, f).tobytes()
+
+
+def test_dedup_estimate_from_the_dispatch_equals_its_own_sums():
+    """Without replicas or padding, routing hands its dispatch (assignments per source
+    and home rank) to the dedup estimate: the same copies as summing ``kept`` again."""
+    from moesim.gating import dedup
+
+    rng = np.random.default_rng(2)
+    home = np.repeat(np.arange(64), 4)      # Megatron-Core: expert e on rank e // 4
+    ratios = (rng.random(64) * 0.5 + 0.4, rng.random(8) * 0.3 + 0.2)
+    for _ in range(3):
+        kept = rng.integers(0, 200, (64, 256))
+        by_rank = np.zeros((64, 64), dtype=np.int64)
+        for e, h in enumerate(home):
+            by_rank[:, h] += kept[:, e]
+        want = dedup.estimate(kept, home, 8, ratios)
+        got = dedup.estimate(kept, home, 8, ratios, by_rank=by_rank)
+        assert all(a.tobytes() == b.tobytes() for a, b in zip(want, got, strict=True))

@@ -91,18 +91,22 @@ def _home_order(home: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
 
 
 def estimate(kept: np.ndarray, home: np.ndarray, ranks_per_node: int,
-             ratios: tuple[np.ndarray, np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+             ratios: tuple[np.ndarray, np.ndarray], by_rank: np.ndarray | None = None
+             ) -> tuple[np.ndarray, np.ndarray]:
     """(gpu_tokens, node_tokens) for ``kept`` (S × E assignments): each (source, GPU) and
     (source, node) assignment count times the probe's copies per assignment there
     (:func:`probe_ratios`), rounded, and kept between one copy per token holding any
-    assignment there and the assignment count itself."""
+    assignment there and the assignment count itself. ``by_rank``: the (S × S)
+    assignments per source and home rank when the caller has them (the dispatch of a
+    placement without replicas: the same integers)."""
     s_, e_ = kept.shape
     n_nodes = max(1, s_ // ranks_per_node)
     r_gpu, r_node = ratios
     # assignments src -> home rank: sum the columns of each rank's experts
-    order, ranks, first = _home_order(home)
-    by_rank = np.zeros((s_, s_), dtype=np.int64)
-    by_rank[:, ranks] = np.add.reduceat(kept[:, order], first, axis=1)
+    if by_rank is None:
+        order, ranks, first = _home_order(home)
+        by_rank = np.zeros((s_, s_), dtype=np.int64)
+        by_rank[:, ranks] = np.add.reduceat(kept[:, order], first, axis=1)
     by_node = by_rank.reshape(s_, n_nodes, ranks_per_node).sum(axis=2)
     k_tokens = kept.sum(axis=1)
     gpu = np.clip(np.rint(by_rank * r_gpu[None, :]).astype(np.int64),

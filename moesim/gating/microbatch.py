@@ -187,8 +187,10 @@ def route_microbatch(cfg: RoutingConfig, *, n_experts: int, top_k: int,
                     cfg.max_nodes, np.random.default_rng([seed, dedup.STREAM_DEDUP, step, layer]))
                 if dedup_cache is not None:
                     dedup_cache[ckey] = ratios
+            # without replicas or padding the dispatch is the assignments per home rank
+            same = rows is kept and not placement.replicated
             gpu_tok, node_tok = dedup.estimate(kept, placement.home, dedup_ranks_per_node,
-                                               ratios)
+                                               ratios, by_rank=dispatch if same else None)
     return MicrobatchRouting(
         assign=assign, kept=kept, dropped=assign - kept, capacity=cap, padding=rows - kept,
         expert_tokens=kept.sum(axis=0), rank_expert_tokens=rank_expert,
