@@ -92,7 +92,8 @@ class Context:
         self._cp: dict[tuple[int, str], float] = {}
         self._lut: dict[str, tuple[np.ndarray, np.ndarray]] = {}
         self.exact_flows = 0    # flows the step would time flow by flow (simulate_fast)
-        self._ek: dict[tuple[int, str], list] = {}   # (tokens, phase) -> expert kernels
+        self._ek: dict[tuple[int, str], tuple] = {}   # (tokens, phase) -> kernels, s, model
+        self._rpn: dict[tuple[int, ...], int] = {}   # EP group -> ranks per node
 
     def _expert_kernels(self, x: int, ph: str) -> tuple[list, dict]:
         """One expert's kernel list for ``x`` tokens in phase ``ph`` and each kernel's
@@ -100,15 +101,15 @@ class Context:
         the activation recompute) are cut from this list, so their kernels are the same
         objects (route records price their phases one after the other over the same
         counts; the memo is dropped when it grows large)."""
+        model = self.timer.model
         hit = self._ek.get((x, ph))
-        if hit is None:
+        if hit is None or hit[2] is not model:    # (prices of another compute model)
             if len(self._ek) >= EK_MEMO_MAX:
                 self._ek.clear()
             # ETP: the peers' tokens too (taken equal to this rank's), 1/etp wide
             ks = etpx.expert_kernels(self.spec, x * self.etp, self.etp, ph)
-            model = self.timer.model
-            hit = self._ek[(x, ph)] = (ks, {id(k): model.time_s(k) for k in ks})
-        return hit
+            hit = self._ek[(x, ph)] = (ks, {id(k): model.time_s(k) for k in ks}, model)
+        return hit[0], hit[1]
 
     def _expert_price(self, x: int, ph: str, part: str) -> tuple[float, float]:
         """(seconds, FLOP) of one expert's ``part`` ("" the whole phase, "B", "W",
@@ -150,6 +151,13 @@ class Context:
             for x in np.unique(local[miss]).tolist():
                 t_lut[x], f_lut[x] = self._expert_price(x, ph, part)
         return t_lut[local], f_lut[local]
+
+    def ep_ranks_per_node(self, group: tuple[int, ...]) -> int:
+        """EP ranks per node of ``group`` (DeepEP's check), once per group."""
+        hit = self._rpn.get(group)
+        if hit is None:
+            hit = self._rpn[group] = self.ep_backend.ranks_per_node(group, self.gpn)
+        return hit
 
     def send_share(self, src: int, dst: int) -> float:
         """Flows on the bottleneck of a backward send src→dst while ``src``'s gradient
@@ -225,7 +233,7 @@ def _route_rec(ctx: Context, r, group: tuple[int, ...], forward_only: bool = Fal
         # a DeepEP exchange starts when every member has arrived (after the count
         # exchange): its flows start together; a member is done at max(its last flow,
         # its SM bound) + fill/drain (moesim.collectives.ep_exchange, the exact rule)
-        L = ctx.ep_backend.ranks_per_node(group, ctx.gpn)
+        L = ctx.ep_ranks_per_node(group)
         a2a = {}
         done: dict[tuple[str, str], tuple] = {}
         pure = ctx.net.stateless(group)
