@@ -119,7 +119,8 @@ class Scheduler(ABC):
         # fast path, the same outcome: every request's next token fits, none preempts
         bs, held = kv.block_size, kv.held
         cross = [r for r in ready if r.kv_tokens >= held.get(r.id, 0) * bs]
-        if sum(kv.need(r.kv_tokens + 1) - held.get(r.id, 0) for r in cross) <= kv.free:
+        if not kv.windowed and sum(kv.need(r.kv_tokens + 1) - held.get(r.id, 0)
+                                   for r in cross) <= kv.free:
             for r in cross:
                 kv.grow(r.id, r.kv_tokens + 1)
             batch.decode += ready

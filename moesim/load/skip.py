@@ -150,6 +150,8 @@ def plan_run(costs, batches, group_scheds, now: float, first_s: float) -> Decode
     """The run of identical decode steps starting with the planned ``batches`` (each
     (member, Batch); ``first_s`` the first step's time), or None when only that step
     can be taken before something changes."""
+    if any(group_scheds[m].kv.windowed for m, _ in batches):
+        return None                   # windowed KV groups free blocks mid-run: step
     rem = math.inf
     for _, b in batches:              # the next finish first: the cheap bound
         if b.prefill:
