@@ -204,3 +204,17 @@ def test_windowed_disaggregated_run_hands_over_and_finishes():
     sim.run()
     assert all(r.done for r in reqs)
     assert all(m.kv.used == 0 for m in sim.members)
+
+
+def test_a_windowed_kv_transfer_moves_the_window_of_its_windowed_layers():
+    from tests.test_load_disagg import links
+    # 1,000-token prompt, 2 layers (one windowed, 128), 1,000 B per token over both:
+    # 500 * 1,000 + 500 * 128 = 564,000 B at 1e6 B/s: 0.564 s
+    sim = build_sim(C, [[0], [1]], 100_000, scheduler="disaggregated",
+                    kv_bytes_per_token=1000.0, links=links(2, 1e6),
+                    gpus_of=[("g0",), ("g1",)], layer_windows=[128, 0])
+    sim.submit([Request(0, 0.0, 1000, 2)])
+    sim.run()
+    (_, _, _, t0, t1), = sim.transfer.log
+    assert sim.transfer.bytes == 564_000
+    assert t1 - t0 == pytest.approx(0.564)

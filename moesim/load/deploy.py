@@ -60,7 +60,7 @@ def build_sim(costs, groups: list[list[int]], kv_tokens: int, *, scheduler: str 
     scheds = [(PrefillOnly if m in pre else DecodeOnly)(cache(), **opts) for m in members]
     sim = LoadSim(costs, groups, scheds, router=router, series=series,
                   entry=sorted(pre))
-    move = KVTransfer(sim, kv_bytes_per_token, links, gpus_of)
+    move = KVTransfer(sim, kv_bytes_per_token, links, gpus_of, layer_windows)
     move.decode_members = [m for m in members if m not in pre]
     sim.handoff = move
     sim.transfer = move

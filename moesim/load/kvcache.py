@@ -19,11 +19,12 @@ Sliding-window layers (vLLM's hybrid KV cache manager, vllm-project/vllm 002f349
   ``computed - W + 1`` (``computed``: the tokens already in the cache when the step is
   scheduled), then allocates up to ``ceil(tokens / block_size)``
   (vllm/v1/core/single_type_kv_cache_manager.py ``SlidingWindowManager.
-  remove_skipped_blocks``, called before ``get_num_blocks_to_allocate`` in
-  ``KVCacheManager.allocate_slots``): ``ceil(tokens / bs) - max(0, (computed - W + 1) //
-  bs)`` blocks, the last ``W`` tokens plus the partial block. A prompt prefilled in one
-  step holds all its blocks for that step (nothing is computed yet); a decode at context
-  ``c`` holds ``W / bs`` or ``W / bs + 1`` blocks once ``c > W`` (block-aligned ``W``).
+  remove_skipped_blocks``; it runs before ``get_num_blocks_to_allocate`` in
+  vllm/v1/core/kv_cache_manager.py ``allocate_slots``, vllm-project/vllm 003df29):
+  ``ceil(tokens / bs) - max(0, (computed - W + 1) // bs)`` blocks, the last ``W`` tokens
+  plus the partial block. A prompt prefilled in one step holds all its blocks for that
+  step (nothing is computed yet); a decode at context ``c`` holds ``W / bs`` or
+  ``W / bs + 1`` blocks once ``c > W`` (block-aligned ``W``).
 
 ``computed`` is what the schedulers' calls imply: ``grow(rid, tokens)`` is called with the
 request's cached tokens plus the step's new ones, so it is the lesser of the tokens of the
