@@ -126,7 +126,7 @@ def test_gpt_oss_deployment_holds_twice_the_blocks_and_about_twice_the_requests(
     kv = sim.members[0].kv
     # 529,600 full-attention tokens = 33,100 blocks of 36 layers; the hybrid pool's block
     # is one group of 18 layers: 529,600 * 36 // (18 * 16) = 66,200 blocks, same bytes
-    assert kv.windows == (128, 0) and kv.blocks == 66_200
+    assert kv.windows == (128, 0) and kv.blocks == 66_200 and kv.tokens == 529_600
     full = build_sim(C, [[0]], 529_600).members[0].kv
     assert full.blocks == 33_100 and not full.windowed
     # requests at 4,097 tokens (4,096 prefilled, one decoded): without windows each holds

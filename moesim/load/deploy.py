@@ -47,7 +47,7 @@ def build_sim(costs, groups: list[list[int]], kv_tokens: int, *, scheduler: str 
     blocks = max(1, kv_tokens * layers // (size * block_size))
 
     def cache() -> BlockManager:
-        return BlockManager(blocks, block_size, windows)
+        return BlockManager(blocks, block_size, windows, blocks * block_size * size // layers)
 
     opts = {"max_seqs": max_seqs, "token_budget": token_budget}
     if scheduler != "disaggregated":

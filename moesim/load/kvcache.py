@@ -54,10 +54,11 @@ def kv_groups(layer_windows: list[int]) -> tuple[tuple[int, ...], int]:
 class BlockManager:
     """``blocks`` blocks of ``block_size`` tokens shared by the KV cache groups
     ``windows`` (one entry per group: 0 full attention, W a sliding window of W tokens).
-    ``held[rid]``: the blocks request ``rid`` holds over all groups."""
+    ``held[rid]``: the blocks request ``rid`` holds over all groups. ``tokens``: the pool
+    in tokens of every layer (default ``blocks · block_size``, one group of all layers)."""
 
     def __init__(self, blocks: int, block_size: int = BLOCK_SIZE,
-                 windows: tuple[int, ...] = (0,)) -> None:
+                 windows: tuple[int, ...] = (0,), tokens: int | None = None) -> None:
         if blocks < 1 or block_size < 1:
             raise ValueError("a KV cache needs at least one block of at least one token")
         if not windows or any(w < 0 for w in windows):
@@ -66,6 +67,7 @@ class BlockManager:
         self.block_size = block_size
         self.windows = tuple(int(w) for w in windows)
         self.windowed = any(self.windows)
+        self.tokens = blocks * block_size if tokens is None else tokens
         self.used = 0
         self.held: dict[int, int] = {}      # request id -> blocks
         self._at: dict[int, tuple[int, int]] = {}   # rid -> (tokens grown to, computed)
