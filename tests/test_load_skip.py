@@ -13,6 +13,7 @@ from moesim.load.deploy import build_sim
 from moesim.load.metrics import summarize
 from moesim.load.request import Request
 from moesim.load.skip import delay_to
+from tests.test_load_disagg import links
 
 # a decode step's cost grows with the context, so every skipped step has its own time
 C = LinearStepCosts(prefill_base_s=0.010, prefill_per_token_s=0.001, decode_base_s=0.020,
@@ -108,7 +109,7 @@ def test_skipping_equals_stepping_with_one_block_tokens_and_max_seqs():
 def test_skipping_equals_stepping_disaggregated():
     a, b = _pair(lambda: _reqs(n=60, rate=20.0, seed=5), [[0], [1], [2]], 50_000,
                  scheduler="disaggregated", kv_bytes_per_token=1000.0,
-                 seconds_per_byte=lambda x, y: 1e-7 * (1 + x + y))
+                 links=links(3, 1e6), gpus_of=[("g0",), ("g1",), ("g2",)])
     _same(a, b)
 
 
