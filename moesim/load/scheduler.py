@@ -81,7 +81,11 @@ class Scheduler(ABC):
 
     @abstractmethod
     def plan(self, now: float) -> Batch:
-        """The next step's batch: each policy module (vllm, sarathi, disagg) says how."""
+        """The next step's batch: each policy module (vllm, sarathi, disagg) says how.
+        The event loop skips ahead (:mod:`moesim.load.skip`) after a plan that only
+        decodes: a policy must then plan the same decodes again as long as nothing
+        arrives, finishes or is preempted and the free blocks only shrink (admission
+        stays blocked); every policy here does."""
 
     # ------------------------------------------------------------ mechanics
     def _admit(self, req: Request, now: float) -> None:
