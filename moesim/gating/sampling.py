@@ -394,34 +394,63 @@ def use_pool_kernel(on: bool | None) -> None:
         _pool_kernel(0)
 
 
-def _same_rows(rng: np.random.Generator, n: np.ndarray, pi: np.ndarray, k: int
-               ) -> np.ndarray | None:
-    """:func:`sample_counts_fast` when every row has the same ``n`` and ``pi`` and no
-    entry is drawn exactly: the same draws and the same floating-point operations,
-    with everything that does not depend on the draws computed on one row and
-    broadcast (None: take the general path, nothing drawn)."""
-    r_ = n.shape[0]
+#: :func:`_same_rows`' draw-independent arrays per (pi, n, rows): every micro-batch of a
+#: layer draws from the same law
+_SAME: dict[tuple, tuple | None] = {}
+_SAME_MAX = 256
+
+
+def _same_setup(pi: np.ndarray, n0: int, r_: int) -> tuple | None:
+    """What :func:`_same_rows` computes before its draws (None: an entry is drawn
+    exactly), remembered per (pi, n, rows); read-only arrays."""
+    key = (pi.tobytes(), n0, r_)
+    if key in _SAME:
+        return _SAME[key]
+    if len(_SAME) >= _SAME_MAX:
+        _SAME.clear()
     p = pi[None, :]
-    nf = n[:, None].astype(float)
+    nf = np.full((r_, 1), float(n0))
     nf1 = nf[:1]
     d = p * (1.0 - p)
     big = nf1 * d >= GAUSS_MIN_VAR
     if (~big & (p > 0)).any():
+        _SAME[key] = None
         return None
     db = np.where(big, d, 0.0)
     a, big_a = _rank_one_row(db)
     s = np.sqrt(big_a[:, None] * a)
+    a_s = np.divide(a, s, out=np.zeros_like(a), where=s > 0)
+    mean = np.where(big, nf1 * p, 0.0)
+    vb = nf1 * db
+    sv = np.broadcast_to(vb.sum(axis=1), (r_,))
+    out = (a, s, a_s, np.sqrt(nf), mean, vb, sv, sv > 0)
+    for x in out:
+        if x.flags.writeable:
+            x.setflags(write=False)
+    _SAME[key] = out
+    return out
+
+
+def _same_rows(rng: np.random.Generator, n: np.ndarray, pi: np.ndarray, k: int
+               ) -> np.ndarray | None:
+    """:func:`sample_counts_fast` when every row has the same ``n`` and ``pi`` and no
+    entry is drawn exactly: the same draws and the same floating-point operations,
+    with everything that does not depend on the draws computed once per (pi, n, rows)
+    (:func:`_same_setup`) and broadcast (None: take the general path, nothing drawn)."""
+    r_ = n.shape[0]
+    setup = _same_setup(pi, int(n[0]), r_)
+    if setup is None:
+        return None
+    a, s, a_s, sqrt_nf, mean, vb, sv, sv_pos = setup
     z = rng.standard_normal((r_, pi.shape[0]))
-    proj = np.sum(np.divide(a, s, out=np.zeros_like(a), where=s > 0) * z, axis=1)
+    proj = np.sum(a_s * z, axis=1)
     # the general path's expressions, evaluated in place (the same values)
     x = np.multiply(s, z, out=z)
     x -= a * proj[:, None]
-    x *= np.sqrt(nf)
+    x *= sqrt_nf
     target = k * n
-    y = np.add(np.where(big, nf1 * p, 0.0), x, out=x)
-    vb = nf1 * db
-    sv = np.broadcast_to(vb.sum(axis=1), (r_,))
-    shift = np.divide(y.sum(axis=1) - target, sv, out=np.zeros(r_), where=sv > 0)
+    y = np.add(mean, x, out=x)
+    shift = np.divide(y.sum(axis=1) - target, sv, out=np.zeros(r_), where=sv_pos)
     y -= vb * shift[:, None]
     c = np.empty((r_, y.shape[1] + 1))
     c[:, 0] = 0.0
@@ -432,5 +461,6 @@ def _same_rows(rng: np.random.Generator, n: np.ndarray, pi: np.ndarray, k: int
     out = (c[:, 1:] - c[:, :-1]).astype(np.int64)
     bad = (out.sum(axis=1) != k * n) | np.any(out < 0, axis=1) | np.any(out > n[:, None], axis=1)
     if bad.any():
+        p = pi[None, :]
         out[bad] = sample_counts(rng, n[bad], np.broadcast_to(p, (r_, p.shape[1]))[bad], k)
     return out

@@ -54,7 +54,7 @@ import simpy
 
 from moesim.network.base import LinkSet, checked_flow
 from moesim.network.maxmin import SMALL_PAIRS
-from moesim.network.slots import PLAT, RATE, Slots
+from moesim.network.slots import COUNTERS, PLAT, RATE, Slots
 
 #: absolute and relative tolerance (seconds, fraction of ``env.now``) within which
 #: flows predicted to finish are completed together in one step.
@@ -156,6 +156,13 @@ class FlowNetwork:
     def active_flows(self) -> int:
         """Number of flows currently sending."""
         return self._slots.n_alive
+
+    def counters(self) -> dict[str, int]:
+        """What the re-solves did so far, summed over events (``moesim.network.slots.COUNTERS``):
+        solves, flows and pairs re-solved, max-min rounds and the pairs they passed over,
+        links reached and index entries walked by the incremental closure, rates changed,
+        whole re-solves. The same on the compiled and the numpy path."""
+        return dict(zip(COUNTERS, self._slots.stats.tolist(), strict=True))
 
     # ---- mechanics -------------------------------------------------------------
     def _route(self, src: str, dst: str, key: int) -> np.ndarray:

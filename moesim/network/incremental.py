@@ -22,6 +22,9 @@ from moesim.network.maxmin import CAP_FLOOR, maxmin_pairs
 #: flows within this relative margin of the change threshold are candidates too
 THRESHOLD_MARGIN = 1e-6
 
+#: a re-solved rate counts as changed (``stats``) when it moved by more than this, relative
+CHANGE_RTOL = 1e-12
+
 #: when at least this fraction of the running flows are candidates, re-solve them all
 #: (exact too; finding the affected subset would cost more than it saves)
 FULL_FRACTION = 0.9
@@ -52,14 +55,17 @@ def solve(now: float, pstart: np.ndarray, pf: np.ndarray, pl: np.ndarray, lptr: 
           lidx: np.ndarray | None, cap: np.ndarray, alive: np.ndarray, rate: np.ndarray,
           rem: np.ndarray, tref: np.ndarray, tfin: np.ndarray, lcnt: np.ndarray,
           done: np.ndarray, first_new: int, r_done: float, n_alive: int,
-          whole: bool) -> np.ndarray:
+          whole: bool, stats: np.ndarray | None = None) -> np.ndarray:
     """Re-rate after slots ``done`` finished and alive slots ``first_new:`` started;
     updates rate, rem, tref and tfin of the re-rated slots and returns them (sorted).
 
     Flow slot s crosses links ``pl[pstart[s]:pstart[s+1]]`` (pairs in slot order,
     ``pf`` the slot of each pair); ``lcnt``: running flows per link; ``whole``:
     re-solve every running flow, else only those the change can affect (the
-    link -> flows index ``lptr``/``lidx`` of :func:`link_index` is then needed)."""
+    link -> flows index ``lptr``/``lidx`` of :func:`link_index` is then needed);
+    ``stats``: counters to add to (``moesim.network.slots.COUNTERS``)."""
+    if stats is None:
+        stats = np.zeros(9, dtype=np.int64)
     n = len(alive)
     cap_used = cap
     if not whole:
@@ -92,6 +98,8 @@ def solve(now: float, pstart: np.ndarray, pf: np.ndarray, pl: np.ndarray, lptr: 
             idx = np.flatnonzero(hit)
             links = np.flatnonzero(seen)
             lens = lptr[links + 1] - lptr[links]
+            stats[5] += len(links)
+            stats[6] += 2 * int(lens.sum())
             fs = lidx[ranges(lptr[links], lptr[links + 1])]
             # the capacity the others leave, summed in slot (= pair) order per link
             load = np.bincount(np.repeat(links, lens), weights=np.where(hit[fs], 0.0, rate[fs]),
@@ -99,8 +107,12 @@ def solve(now: float, pstart: np.ndarray, pf: np.ndarray, pl: np.ndarray, lptr: 
             cap_used = np.maximum(cap - load, cap * CAP_FLOOR)
     if whole:
         idx = np.flatnonzero(alive)
+        stats[8] += 1
     sub = ranges(pstart[idx], pstart[idx + 1])
-    got = maxmin_pairs(pf[sub], pl[sub], n, cap_used)[idx]
+    got = maxmin_pairs(pf[sub], pl[sub], n, cap_used, stats=stats)[idx]
+    old = rate[idx]
+    stats[:3] += (1, len(idx), len(sub))
+    stats[7] += int(np.count_nonzero(np.abs(got - old) > CHANGE_RTOL * np.maximum(got, old)))
     r = rem[idx] - rate[idx] * (now - tref[idx])
     rem[idx] = r
     tref[idx] = now

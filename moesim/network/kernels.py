@@ -26,11 +26,12 @@ from numba import njit
 
 @njit(cache=True, nogil=True)
 def maxmin_segments(seg_start, seg_end, pl, cap, out, cap_floor, sat_fac,
-                    cnt, share, frozen, bad, added):
+                    cnt, share, frozen, bad, added, stats):
     """Max-min rate of flow i crossing links ``pl[seg_start[i]:seg_end[i]]``, into
     ``out[i]``; flows in the order numpy's solver sees them (sorted by flow id).
     ``cnt`` (int), ``share``, ``frozen``, ``added`` (float), ``bad`` (bool): per-link
-    workspaces, zero on entry and on return."""
+    workspaces, zero on entry and on return. Adds the rounds and the pairs they passed
+    over to ``stats[3]`` and ``stats[4]``."""
     nf = seg_start.shape[0]
     act = np.arange(nf)
     fmin = np.empty(nf)
@@ -41,8 +42,10 @@ def maxmin_segments(seg_start, seg_end, pl, cap, out, cap_floor, sat_fac,
     n_act = nf
     while n_act > 0:
         n_used = 0
+        stats[3] += 1
         for a in range(n_act):
             i = act[a]
+            stats[4] += seg_end[i] - seg_start[i]
             for k in range(seg_start[i], seg_end[i]):
                 lk = pl[k]
                 if cnt[lk] == 0:
@@ -150,12 +153,13 @@ def earliest(tfin):
 @njit(cache=True, nogil=True)
 def solve(now, pstart, pf, pl, lptr, lidx, cap, alive, rate, rem, tref, tfin, lcnt,
           done, first_new, r_done, n_alive, whole, full_fraction, margin, cap_floor, sat_fac,
-          hit, seen, res, cnt, share, frozen, bad, added):
+          change_rtol, hit, seen, res, cnt, share, frozen, bad, added, stats):
     """Re-rate after slots ``done`` finished and alive slots ``first_new:`` started.
 
     ``whole``: re-solve every running flow (else the incremental rule decides, with
     ``full_fraction`` and ``margin`` as in :mod:`moesim.network.incremental`). Updates
-    rate, rem, tref and tfin of the re-rated slots and returns them (sorted)."""
+    rate, rem, tref and tfin of the re-rated slots and returns them (sorted). Adds to
+    ``stats`` what it did (the counters of :mod:`moesim.network.slots`)."""
     n = alive.shape[0]
     aff = np.empty(0, dtype=np.int64)
     links = np.empty(0, dtype=np.int64)
@@ -226,6 +230,9 @@ def solve(now, pstart, pf, pl, lptr, lidx, cap, alive, rate, rem, tref, tfin, lc
                             n_stack += 1
             aff = np.sort(hits[:n_hit])
             links = seen_l[:n_seen]
+            stats[5] += n_seen
+            for u in range(n_seen):
+                stats[6] += 2 * (lptr[links[u] + 1] - lptr[links[u]])
             # capacity the unaffected flows leave, summed in pair order (np.bincount's)
             for u in range(n_seen):
                 lk = links[u]
@@ -253,13 +260,19 @@ def solve(now, pstart, pf, pl, lptr, lidx, cap, alive, rate, rem, tref, tfin, lc
             if alive[s]:
                 aff[m] = s
                 m += 1
+        stats[8] += 1
     got = np.empty(aff.shape[0])
     maxmin_segments(pstart[aff], pstart[aff + 1], pl, cap if whole else res, got,
-                    cap_floor, sat_fac, cnt, share, frozen, bad, added)
+                    cap_floor, sat_fac, cnt, share, frozen, bad, added, stats)
     for u in range(links.shape[0]):
         res[links[u]] = 0.0
+    stats[0] += 1
+    stats[1] += aff.shape[0]
     for u in range(aff.shape[0]):
         s = aff[u]
+        stats[2] += pstart[s + 1] - pstart[s]
+        if abs(got[u] - rate[s]) > change_rtol * max(got[u], rate[s]):
+            stats[7] += 1
         r = rem[s] - rate[s] * (now - tref[s])
         rem[s] = r
         tref[s] = now
@@ -271,7 +284,7 @@ def solve(now, pstart, pf, pl, lptr, lidx, cap, alive, rate, rem, tref, tfin, lc
 @njit(cache=True, nogil=True)
 def step(now, first_new, tol, rtol, f, alive, pstart, pf, pl, lptr, lidx, index_ok, cap, lcnt,
          counts, incremental, small_pairs, full_fraction, margin, cap_floor, sat_fac,
-         hit, seen, res, cnt, share, frozen, bad, added):
+         change_rtol, stats, hit, seen, res, cnt, share, frozen, bad, added):
     """One event of :class:`moesim.network.slots.Slots` (its ``_step_numpy``, compiled):
     returns (finished slots: due then zero-byte new, number due, rates re-solved or -1,
     next finish time, lptr, lidx, index valid)."""
@@ -314,9 +327,11 @@ def step(now, first_new, tol, rtol, f, alive, pstart, pf, pl, lptr, lidx, index_
         if not whole and (not index_ok or 2 * counts[1] < lidx.shape[0]):
             lptr, lidx = link_index(pf, pl, alive, cap.shape[0])
             index_ok = True
+        fn = first_new if has_new else n
         aff = solve(now, pstart, pf, pl, lptr, lidx, cap, alive, rate, rem, tref, tfin, lcnt,
-                    old, first_new if has_new else n, r_done, counts[0], whole, full_fraction,
-                    margin, cap_floor, sat_fac, hit, seen, res, cnt, share, frozen, bad, added)
+                    old, fn, r_done, counts[0], whole, full_fraction,
+                    margin, cap_floor, sat_fac, change_rtol, hit, seen, res, cnt, share, frozen,
+                    bad, added, stats)
         n_res = aff.shape[0]
     wake = earliest(tfin) if counts[0] > 0 else np.inf
     return done, old.shape[0], n_res, wake, lptr, lidx, index_ok

@@ -60,14 +60,19 @@ def maxmin_pairs(
     pair_link: np.ndarray,
     n_flows: int,
     capacity_Bps: np.ndarray,
+    *,
+    stats: np.ndarray | None = None,
 ) -> np.ndarray:
     """Max-min fair rate (bytes/s) of each flow, from (flow, link) incidence pairs.
 
     ``pair_flow[k]`` crosses ``pair_link[k]``; a flow must not list a link twice.
     Pairs sorted by flow are used as they are (else sorted here). A flow with no
     pair (src == dst) gets rate ``inf``. ``capacity_Bps`` is indexed by link id
-    and must be > 0 for every link used.
+    and must be > 0 for every link used. ``stats`` (int64, optional): the rounds and
+    the pairs they passed over are added to ``stats[3]`` and ``stats[4]``.
     """
+    if stats is None:
+        stats = np.zeros(5, dtype=np.int64)
     cap = np.asarray(capacity_Bps, dtype=float)
     po = np.asarray(pair_flow, dtype=np.int64)   # original flow id per pair
     pl = np.asarray(pair_link, dtype=np.int64)
@@ -77,7 +82,7 @@ def maxmin_pairs(
     # compiled once loaded (a large flow network loads it) or for a large problem
     kern = jit.kernels(load=po.size > JIT_PAIRS)
     if po.size <= SMALL_PAIRS and kern is None:
-        _maxmin_small(po.tolist(), pl.tolist(), cap, rates)
+        stats[3:5] += _maxmin_small(po.tolist(), pl.tolist(), cap, rates)
         return rates
     if np.any(po[1:] < po[:-1]):
         order = np.argsort(po, kind="stable")
@@ -85,7 +90,7 @@ def maxmin_pairs(
     if np.any(cap[pl] <= 0):
         raise ValueError(_CAP_MSG)
     if kern is not None:
-        _maxmin_compiled(kern, po, pl, cap, rates)
+        _maxmin_compiled(kern, po, pl, cap, rates, stats)
         return rates
     n_links = cap.shape[0]
     frozen_load = np.zeros(n_links)
@@ -97,6 +102,7 @@ def maxmin_pairs(
     seg_len = np.diff(np.append(starts, po.size))
     flow_ids = po[starts]
     while pl.size:
+        stats[3:5] += (1, pl.size)
         cnt = np.bincount(pl, minlength=n_links)
         share.fill(np.inf)
         used = cnt > 0
@@ -120,7 +126,7 @@ def maxmin_pairs(
 
 
 def _maxmin_compiled(kern, po: np.ndarray, pl: np.ndarray, cap: np.ndarray,
-                     rates: np.ndarray) -> None:
+                     rates: np.ndarray, stats: np.ndarray) -> None:
     """The rounds of :func:`maxmin_pairs` compiled, on pairs sorted by flow; writes ``rates``."""
     starts = np.flatnonzero(np.concatenate(([True], po[1:] != po[:-1])))
     ends = np.append(starts[1:], po.size)
@@ -128,13 +134,15 @@ def _maxmin_compiled(kern, po: np.ndarray, pl: np.ndarray, cap: np.ndarray,
     n = len(cap)
     kern.maxmin_segments(starts, ends, pl, cap, out, CAP_FLOOR, 1.0 + SAT_RTOL,
                          np.zeros(n, dtype=np.int64), np.zeros(n), np.zeros(n),
-                         np.zeros(n, dtype=bool), np.zeros(n))
+                         np.zeros(n, dtype=bool), np.zeros(n), stats)
     rates[po[starts]] = out
 
 
-def _maxmin_small(po: list[int], pl: list[int], cap: np.ndarray, rates: np.ndarray) -> None:
+def _maxmin_small(po: list[int], pl: list[int], cap: np.ndarray,
+                  rates: np.ndarray) -> tuple[int, int]:
     """The rounds of :func:`maxmin_pairs` in plain Python, with the same floating-point
-    operations in the same order (so the same rates to the last bit); writes ``rates``."""
+    operations in the same order (so the same rates to the last bit); writes ``rates``,
+    returns (rounds, pairs the rounds passed over)."""
     flows: dict[int, list[int]] = {}
     pairs = zip(po, pl, strict=True)
     if any(a > b for a, b in zip(po, po[1:], strict=False)):   # same order as the stable sort by flow
@@ -148,7 +156,10 @@ def _maxmin_small(po: list[int], pl: list[int], cap: np.ndarray, rates: np.ndarr
     frozen_load = dict.fromkeys(used, 0.0)
     active = list(flows.items())
     inf = float("inf")
+    rounds = round_pairs = 0
     while active:
+        rounds += 1
+        round_pairs += sum(len(links) for _, links in active)
         cnt: dict[int, int] = {}
         for _, links in active:
             for link in links:
@@ -174,6 +185,7 @@ def _maxmin_small(po: list[int], pl: list[int], cap: np.ndarray, rates: np.ndarr
         for link, w in added.items():
             frozen_load[link] += w
         active = rest
+    return rounds, round_pairs
 
 
 def maxmin_rates(indptr: np.ndarray, indices: np.ndarray, capacity_Bps: np.ndarray) -> np.ndarray:

@@ -26,6 +26,14 @@ from moesim.network.maxmin import CAP_FLOOR, SAT_RTOL
 #: rows of :attr:`Slots.f`
 REM, TREF, RATE, TFIN, SIZE, PLAT, START = range(7)
 
+#: what the events did, summed (:attr:`Slots.stats`, ``FlowNetwork.counters()``): events
+#: with a re-solve, flows and (flow, link) pairs re-solved, max-min rounds, pairs passed
+#: over by those rounds, links reached by the incremental closure, link -> flows index
+#: entries walked (closure and residual capacity), rates that changed (by more than
+#: :data:`CHANGE_RTOL` relative; a new flow counts), whole re-solves
+COUNTERS = ("solves", "flows", "pairs", "rounds", "round_pairs", "links", "walked", "changed",
+            "whole")
+
 #: the compiled kernels are loaded (importing numba and its cached code: about 0.9 s of
 #: CPU on the development machine) once a network has taken this many events or holds
 #: this many pairs; small runs stay on numpy. Both paths give the same bits, so a run
@@ -61,6 +69,7 @@ class Slots:
         self.ws: list[np.ndarray] | None = None              # compiled step's scratch
         self.done_bytes = np.zeros(self.n_links)             # bytes of slots compacted away
         self.events = 0
+        self.stats = np.zeros(len(COUNTERS), dtype=np.int64)  # see COUNTERS
 
     @property
     def n_alive(self) -> int:
@@ -172,7 +181,7 @@ class Slots:
                 self.pf[:self.np], self.pl[:self.np], self.lptr, self.lidx, self.index_ok,
                 self.cap, self.lcnt, self.counts, incremental_on, small_pairs,
                 incremental.FULL_FRACTION, incremental.THRESHOLD_MARGIN, CAP_FLOOR,
-                1.0 + SAT_RTOL, *ws)
+                1.0 + SAT_RTOL, incremental.CHANGE_RTOL, self.stats, *ws)
             return done, n_old, n_res, wake
         return self._step_numpy(now, first_new, tol, rtol, incremental_on, small_pairs)
 
@@ -217,7 +226,7 @@ class Slots:
             idx = incremental.solve(now, pstart, pf, pl, self.lptr, self.lidx, self.cap, alive,
                                     rate, f[REM, :n], f[TREF, :n], tfin, self.lcnt, old,
                                     first_new if has_new else n, r_done, int(self.counts[0]),
-                                    whole)
+                                    whole, self.stats)
             n_res = len(idx)
         wake = float(tfin.min()) if self.counts[0] else np.inf
         return done, len(old), n_res, wake

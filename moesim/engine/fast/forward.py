@@ -72,8 +72,11 @@ class ForwardStep(Protocol):
 
     head_tokens: int                    # tokens reaching the head per micro-batch
 
-    def attn_kernels(self) -> list:
-        """Kernels of one layer's attention (one micro-batch)."""
+    def attn_key(self, layer: int) -> tuple:
+        """Cache key of layer ``layer``'s attention kernels (equal keys, equal kernels)."""
+
+    def attn_kernels(self, layer: int) -> list:
+        """Kernels of layer ``layer``'s attention (one micro-batch)."""
 
     def head_kernels(self) -> list:
         """Kernels of the head (one micro-batch)."""
@@ -120,7 +123,8 @@ class ForwardChain(Chain):
         self._compute(s, "fwd.embedding", ("emb", "fwd"),
                       lambda: costs.embedding_kernels(spec, tok, tp, "fwd"), -1, mb, "fwd")
         for layer in range(spec.layers):
-            self._compute(s, "fwd.attn", ("attn", "fwd"), sb.attn_kernels, layer, mb, "fwd")
+            self._compute(s, "fwd.attn", sb.attn_key(layer),
+                          lambda n=layer: sb.attn_kernels(n), layer, mb, "fwd")
             self._tp(s, "fwd.tp_attn", layer, mb, "fwd")
             if spec.is_moe_layer(layer):
                 rec = self.route(s, layer, mb)
@@ -207,7 +211,8 @@ class ForwardChain(Chain):
     # ------------------------------------------------------------ one micro-batch at a time
     def layer(self, s: int, layer: int, mb: int, phase: str) -> None:
         c = self.c
-        self._compute(s, "fwd.attn", ("attn", "fwd"), self.sb.attn_kernels, layer, mb, "fwd")
+        self._compute(s, "fwd.attn", self.sb.attn_key(layer),
+                      lambda: self.sb.attn_kernels(layer), layer, mb, "fwd")
         self._tp(s, "fwd.tp_attn", layer, mb, "fwd")
         if c.spec.is_moe_layer(layer):
             self._moe(s, layer, mb, "fwd")
