@@ -18,7 +18,6 @@ its transfer has arrived and its blocks are free.
 
 from __future__ import annotations
 
-
 from moesim.load.request import Request
 from moesim.load.scheduler import Batch, Scheduler
 from moesim.load.vllm import ContinuousBatching
@@ -106,7 +105,8 @@ class KVTransfer:
         nbytes = self.bpt * self.tokens(r.kv_tokens)
         t0 = env.now
         if self.net is not None and nbytes > 0:
-            flows = [(a, b, nbytes) for a, b in zip(self.gpus_of[src], self.gpus_of[dst])
+            flows = [(a, b, nbytes) for a, b in zip(self.gpus_of[src], self.gpus_of[dst],
+                                                    strict=True)
                      if a != b]
             if flows:
                 self.bytes += nbytes * len(flows)
