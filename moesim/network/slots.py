@@ -32,7 +32,7 @@ REM, TREF, RATE, TFIN, SIZE, PLAT, START = range(7)
 #: entries walked (closure and residual capacity), rates that changed (by more than
 #: :data:`CHANGE_RTOL` relative; a new flow counts), whole re-solves
 COUNTERS = ("solves", "flows", "pairs", "rounds", "round_pairs", "links", "walked", "changed",
-            "whole")
+            "whole", "candidates")
 
 #: the compiled kernels are loaded (importing numba and its cached code: about 0.9 s of
 #: CPU on the development machine) once a network has taken this many events or holds
@@ -180,7 +180,7 @@ class Slots:
                 now, first_new, tol, rtol, self.f[:, :n], self.alive[:n], self.pstart[:n + 1],
                 self.pf[:self.np], self.pl[:self.np], self.lptr, self.lidx, self.index_ok,
                 self.cap, self.lcnt, self.counts, incremental_on, small_pairs,
-                incremental.FULL_FRACTION, incremental.THRESHOLD_MARGIN, CAP_FLOOR,
+                incremental.CANDIDATE_FRACTION, incremental.THRESHOLD_MARGIN, CAP_FLOOR,
                 1.0 + SAT_RTOL, incremental.CHANGE_RTOL, self.stats, *ws)
             return done, n_old, n_res, wake
         return self._step_numpy(now, first_new, tol, rtol, incremental_on, small_pairs)
