@@ -4,6 +4,7 @@ published measurements.
     python benchmarks/bench_rl.py                       # 8 steps of grpo-qwen3-30b-a3b
     python benchmarks/bench_rl.py --scenario grpo-qwen3-30b-a3b-async --steps 8
     python benchmarks/bench_rl.py --repeat 1 --no-compare
+    python benchmarks/bench_rl.py --write-docs                # docs/results/rl.md
 
 Each repetition runs ``moesim rl``'s simulation in a fresh child process (the engines'
 memo tables and the rollout step-cost cache start empty) and reports its wall time, CPU
@@ -112,6 +113,7 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps({"scenario": a.scenario, "steps": a.steps, "repeat": a.repeat,
                           "median": med, "runs": rows, "sync": sync}, indent=1))
         return 0
+    print(f"load average {os.getloadavg()[0]:.2f} on {os.cpu_count()} CPUs")
     print(f"{a.scenario}: {a.steps} RL steps, median of {a.repeat} children")
     print(f"  wall {med['wall_s']:.1f} s, CPU {med['cpu_s']:.1f} s, peak RSS "
           f"{med['maxrss_MB']:.0f} MB (goal: wall <= 60 s on 2 cores)")
@@ -126,4 +128,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    from results_page import run_benchmark
+    sys.exit(run_benchmark(main, "rl", "RL steps: simulation cost and weight sync "
+                                       "(bench_rl.py)"))

@@ -1,21 +1,31 @@
-"""Wall time and peak memory of decode steps of the DeepSeek-V3 decode scenario (issue 16).
+"""CPU time, wall time and peak memory of decode steps of the DeepSeek-V3 decode scenario
+(issues 16 and 23).
 
-    python benchmarks/bench_serve.py                     # 100 decode steps, median of 3
+    python benchmarks/bench_serve.py                     # 20 decode steps, both modes, median of 3
     python benchmarks/bench_serve.py --steps 5 --repeat 1
+    python benchmarks/bench_serve.py --kept --steps 5    # one mode only (--fresh: the other)
+    python benchmarks/bench_serve.py --write-docs        # docs/results/serving-steps.md
     python benchmarks/bench_serve.py --scenario mixtral-8x7b-serve --steps 100
 
 Each repetition runs in a fresh child process: the scenario is resolved once, then
 ``--steps`` consecutive decode steps run (``serve.step`` = 0, 1, ...: routing is drawn per
-step, so a hot expert moves as the popularity drifts) on the scenario's engine (the DeepSeek-V3 decode scenario runs on the
-fast engine), then reports the wall time of all steps, per step, the mean simulated
-TPOT and the child's peak resident set (``ru_maxrss``, MB = 10^6 bytes). The table gives
-the median over ``--repeat`` children.
+step, so a hot expert moves as the popularity drifts) on the scenario's engine (the
+DeepSeek-V3 decode scenario runs on the fast engine) through
+:class:`moesim.serve.steps.ServeSteps`, the direct step a step-cost surface takes: network,
+expert prices and routing law kept across steps, no spans, no summary ("kept"). The
+"fresh" mode prices each step as before issue 23's reuse: resolved and simulated afresh,
+numpy's sampler (``MOESIM_NUMBA=0``), no spans, no summary. Both modes give the same
+step times (printed).
+It reports the CPU time (user + sys) of every step (median, min, max), the wall time of
+all steps, the mean simulated TPOT, the child's peak resident set (``ru_maxrss``, MB =
+10^6 bytes) and the load average. The table gives the median over ``--repeat`` children.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import subprocess
 import sys
@@ -27,30 +37,43 @@ import sys
 PUBLISHED_TOKENS_PER_S_PER_NODE = {"deepseek-v3-decode": 14.8e3}
 
 CHILD = r"""
-import dataclasses, json, resource, sys, time
-from moesim.serve.run import resolve_serve, simulate_serve
-name, overrides, steps = json.loads(sys.argv[1])
+import json, resource, statistics, sys, time
+from moesim.serve.run import resolve_serve
+from moesim.serve.steps import ServeSteps
+name, overrides, steps, fresh = json.loads(sys.argv[1])
 t = time.perf_counter()
 res, cfg0 = resolve_serve(name, overrides)
-tpot, tps = [], []
+tpot, cpu = [], []
+pricer = ServeSteps(res, cfg0)
 for i in range(steps):
-    cfg = dataclasses.replace(cfg0, step=cfg0.step + i)   # routing drawn per step
-    s = simulate_serve(res, cfg).summary
-    tpot.append(s["step_time_s"])
-    tps.append(s["tokens_per_s_per_gpu"] * (res.scenario.gpus_per_node or 1))
+    if fresh:
+        pricer = ServeSteps(res, cfg0)      # nothing kept: resolved and simulated afresh
+    c = time.process_time()
+    tpot.append(pricer.step_s(step=cfg0.step + i))   # routing drawn per step
+    cpu.append(time.process_time() - c)
 wall = time.perf_counter() - t
+world = res.layout.world
+tokens = cfg0.batch_per_gpu * world                  # one token per request per step
+gpn = res.scenario.gpus_per_node or 1
 print(json.dumps({"wall_s": wall, "wall_per_step_s": wall / steps,
-                  "tokens_per_s_per_node": sum(tps) / steps,
+                  "cpu_per_step_s": statistics.median(cpu), "cpu_min_s": min(cpu),
+                  "cpu_max_s": max(cpu),
+                  "tokens_per_s_per_node": statistics.fmean(tokens / x / world * gpn
+                                                            for x in tpot),
                   "tpot_mean_ms": 1e3 * sum(tpot) / steps,
                   "tpot_min_ms": 1e3 * min(tpot), "tpot_max_ms": 1e3 * max(tpot),
                   "maxrss_MB": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1e3}))
 """
 
 
-def run_child(name: str, overrides: list[str], steps: int, timeout: float) -> dict:
-    arg = json.dumps([name, overrides, steps])
+def run_child(name: str, overrides: list[str], steps: int, timeout: float,
+              fresh: bool = False) -> dict:
+    """One child process; ``fresh``: every step afresh and numpy's sampler (numba off):
+    the cost of a direct step before issue 23's reuse."""
+    arg = json.dumps([name, overrides, steps, fresh])
+    env = {**os.environ, **({"MOESIM_NUMBA": "0"} if fresh else {})}
     out = subprocess.run([sys.executable, "-c", CHILD, arg], capture_output=True, text=True,
-                         timeout=timeout, check=True)
+                         timeout=timeout, check=True, env=env)
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
@@ -58,30 +81,58 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--scenario", default="deepseek-v3-decode")
     p.add_argument("--set", dest="overrides", action="append", default=[])
-    p.add_argument("--steps", type=int, default=100)
+    p.add_argument("--steps", type=int, default=20)
     p.add_argument("--repeat", type=int, default=3)
     p.add_argument("--timeout", type=float, default=24 * 3600.0)
+    p.add_argument("--fresh", action="store_true",
+                   help="only the fresh mode (each step resolved afresh, numpy sampler)")
+    p.add_argument("--kept", action="store_true", help="only the kept-state mode")
     p.add_argument("--json", action="store_true")
     a = p.parse_args(argv)
-    rows = [run_child(a.scenario, a.overrides, a.steps, a.timeout) for _ in range(a.repeat)]
-    med = {k: statistics.median(r[k] for r in rows) for k in rows[0]}
+    modes = [m for m, on in (("kept", not a.fresh), ("fresh", not a.kept)) if on]
+    out = {}
+    for mode in modes:
+        load0 = os.getloadavg()[0]
+        rows = [run_child(a.scenario, a.overrides, a.steps, a.timeout, mode == "fresh")
+                for _ in range(a.repeat)]
+        load1 = os.getloadavg()[0]
+        out[mode] = {"load_average": [load0, load1], "runs": rows,
+                     "median": {k: statistics.median(r[k] for r in rows) for k in rows[0]}}
     if a.json:
         print(json.dumps({"scenario": a.scenario, "steps": a.steps, "repeat": a.repeat,
-                          "median": med, "runs": rows}, indent=1))
+                          **out}, indent=1))
         return 0
-    print(f"{a.scenario}: {a.steps} decode steps, median of {a.repeat} children")
-    print(f"  wall {med['wall_s']:.1f} s ({med['wall_per_step_s']:.2f} s per step), "
-          f"peak RSS {med['maxrss_MB']:.0f} MB")
-    print(f"  simulated TPOT mean {med['tpot_mean_ms']:.2f} ms "
-          f"(min {med['tpot_min_ms']:.2f}, max {med['tpot_max_ms']:.2f} ms), "
-          f"{med['tokens_per_s_per_node']:,.0f} tokens/s per node")
+    print(f"{a.scenario}: {a.steps} consecutive decode steps (routing drawn per step) per "
+          f"child process, median of {a.repeat} children; CPU = user + sys of the step "
+          "alone; wall includes resolving the scenario (and importing numba); MB = 10^6 "
+          "bytes")
+    print()
+    print("| mode | CPU per step (median, min-max) | wall, all steps | peak RSS | "
+          "simulated TPOT (mean, min-max) | load average (start, end) |")
+    print("|---|---|---|---|---|---|")
+    what = {"kept": "state kept (`ServeSteps`; sampler's compiled loop)",
+            "fresh": "each step afresh, numpy sampler (before issue 23's reuse)"}
+    for mode, o in out.items():
+        m = o["median"]
+        print(f"| {what[mode]} | {m['cpu_per_step_s']:.3f} s ({m['cpu_min_s']:.3f}-"
+              f"{m['cpu_max_s']:.3f}) | {m['wall_s']:.1f} s | {m['maxrss_MB']:.0f} MB | "
+              f"{m['tpot_mean_ms']:.2f} ms ({m['tpot_min_ms']:.2f}-{m['tpot_max_ms']:.2f}) | "
+              f"{o['load_average'][0]:.2f}, {o['load_average'][1]:.2f} |")
+    if len(out) == 2:
+        same = out["kept"]["median"]["tpot_mean_ms"] == out["fresh"]["median"]["tpot_mean_ms"]
+        print()
+        print(f"Same simulated step times in both modes: {'yes' if same else 'NO'}.")
+    m = next(iter(out.values()))["median"]
     ref = PUBLISHED_TOKENS_PER_S_PER_NODE.get(a.scenario)
     if ref:
-        err = med["tokens_per_s_per_node"] / ref - 1
-        print(f"  published (DeepSeek production decode, per H800 node): {ref:,.0f} tokens/s; "
-              f"simulated {err * 100:+.1f} %")
+        err = m["tokens_per_s_per_node"] / ref - 1
+        print()
+        print(f"Simulated {m['tokens_per_s_per_node']:,.0f} output tokens/s per node; DeepSeek's "
+              f"production average {ref:,.0f} ({err * 100:+.1f} %; not the same operating "
+              "point: see serving-published.md).")
     return 0
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    from results_page import run_benchmark
+    sys.exit(run_benchmark(main, "serving-steps", "Serving steps: CPU per direct decode step"))

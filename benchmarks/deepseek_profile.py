@@ -43,7 +43,7 @@ from moesim.validation.gpu.report import phase_table, text_report
 from moesim.validation.gpu.summary import summarize
 from moesim.validation.gpu.trace import load_gpu_trace
 from moesim.validation.gpu.validate import forward_fit, gpu_validate
-from moesim.validation.gpu.classes import class_table
+from moesim.validation.gpu.classes import class_table, pair_model, recompute_kernels
 from moesim.validation.gpu.classes import compare as compare_classes
 
 # DeepSeek-V3 Technical Report (arXiv:2412.19437) §3.2.2: "only 20 SMs are sufficient
@@ -69,8 +69,12 @@ def compare(tr, g: dict, scenario: str) -> dict[str, dict]:
         if model is None:
             continue
         sim = simulate_pair(res, model, rank)
-        docs[name] = gpu_validate(g, res.model, model, *args, sim=sim,
-                                  streams=measured_streams(tr))
+        # the scenario's model prices kernels on the SMs the pair leaves them (the fit is
+        # already fitted on kernels that ran there)
+        priced = pair_model(res, model) if model is res.compute else model
+        docs[name] = gpu_validate(g, res.model, priced, *args, sim=sim,
+                                  streams=measured_streams(tr),
+                                  recompute=recompute_kernels(res))
         if name == "forward fit":
             docs[name]["forward_fit"] = {"gemm_flops_per_s": fit.gemm_flops_per_s,
                                          "attention_flops_per_s": fit.attention_flops_per_s}
@@ -184,8 +188,9 @@ def main(argv: list[str] | None = None) -> int:
     print(text_report(g))
     if docs:
         res = resolve(load_scenario(args.scenario))
-        kc = compare_classes(tr, res, res.compute)
-        print(f"\nkernel time per layer by pass and class, {res.compute.name} "
+        priced = pair_model(res, res.compute)
+        kc = compare_classes(tr, res, priced)
+        print(f"\nkernel time per layer by pass and class, {priced.name} "
               f"({kc['layers_traced']} layers traced; simulated: one layer's kernels):")
         print("\n".join(class_table(kc)))
     print("\nGPU span (first start to last end) of the kernels launched under each "

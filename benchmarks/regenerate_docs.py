@@ -39,6 +39,9 @@ PAGES: list[tuple[str, list[str], str]] = [
     ("deepep", ["deepep_table.py", "--markdown"], ""),
     ("deepseek-settings", ["deepseek_settings.py"], ""),
     ("serving-load", ["bench_serve_load.py"], ""),
+    ("serving-published", ["serving_published.py"], ""),
+    ("serving-steps", ["bench_serve.py"], ""),
+    ("rl", ["bench_rl.py"], ""),
     ("fast-path", ["bench_fast.py", "--no-scaling"], ""),   # the scaling tables: hours at load
     ("deepseek-profile", ["deepseek_profile.py", "PATH/train.json"], "profile"),
     ("published", ["published_table.py", "--profile", "PATH/train.json"], "profile"),

@@ -4,6 +4,7 @@ computation it replaces, bit for bit (docs/fast-path.md, "Speed and memory")."""
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
 from moesim.collectives.algorithms import expand
 from moesim.engine.api import resolve_path
@@ -127,3 +128,27 @@ def test_span_rerun_from_stashed_records_equals_routing_again(monkeypatch):
     again.summary.pop("sim_wall_s", None)
     assert kept.summary == again.summary
     assert np.asarray(kept.links.bytes).tobytes() == np.asarray(again.links.bytes).tobytes()
+
+
+def test_compiled_link_bound_equals_numpy_bit_for_bit(monkeypatch):
+    """The numba loop of an all-to-all whose members arrive together (every DeepEP
+    exchange on EP64) gives the numpy link bound's ends bit for bit."""
+    pytest.importorskip("numba")
+    from moesim.engine.fast import network as fast_network
+    from moesim.engine.fast.kernels import drain_equal_ends
+
+    monkeypatch.setattr(fast_network, "JIT_AFTER_CALLS", 10**12)   # finish: numpy
+
+    topo, gpus, _ = _topo()
+    inc = _Incidence(topo, gpus, tuple(range(64)))
+    rng = np.random.default_rng(3)
+    for t0, dens, frac in ((0.0, 0.25, False), (2e-3, 0.05, True), (1.5, 1.0, True),
+                           (0.0, 0.0, False)):
+        m = rng.integers(0, 4, (64, 64)) * 1e6 * (rng.random((64, 64)) < dens)
+        if frac:       # fractional bytes (the loads' order matters)
+            m = m * rng.random((64, 64)) / 3.0
+        a = np.full(64, t0)
+        want = inc.finish(m, a)      # numpy (below the compile threshold)
+        got = drain_equal_ends(np.ascontiguousarray(m, dtype=float).ravel(), inc.pad_t,
+                               inc.cap, inc.lat, 64, t0)
+        assert got.tobytes() == want.tobytes()

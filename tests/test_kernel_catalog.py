@@ -156,12 +156,32 @@ def test_attention_time_is_monotone_in_seq_at_fixed_tokens():
         assert all(b >= a for a, b in zip(times, times[1:])), d
 
 
-def test_nearest_published_shape_within_2x_and_hold_above_by_hand():
+def test_unpublished_shape_scaled_by_waves_and_hold_above_by_hand():
     model = catalog()
-    # n=2048, k=7168 is not published; (2112, 7168) is within 2x in both dims and nearest
+    # n=2048, k=7168 is not published; (2112, 7168) has the same K and the nearest N.
+    # At the curve's largest row (4096 tokens = 32 row tiles of 128) it is 32 x 17 = 544
+    # tiles, 5 waves on 132 SMs; n=2048 is 32 x 16 = 512 tiles, 4 waves. Time = FLOPs at
+    # the published 1127 TFLOP/s x 4/5 waves x (2112 / 2048) FLOPs per wave
     p = model.price(gemm("gemm", 4096, 2048, 7168))
-    assert "nearest shape n=2112 k=7168" in p.detail and "exact 1127" in p.detail
-    assert p.time_s == 2.0 * 4096 * 2048 * 7168 / 1127e12
+    assert "from n=2112 k=7168: 4/5 waves" in p.detail and "exact 1127" in p.detail
+    assert p.time_s == pytest.approx(2.0 * 4096 * 2048 * 7168 / 1127e12 * 4 / 5 * 2112 / 2048,
+                                     rel=1e-12)
+    # n=576 (MLA's kv_a): 32 x 5 = 160 tiles, 2 waves: 2/5 of the 2112-wide GEMM's time
+    p = model.price(gemm("gemm", 4096, 576, 7168))
+    assert p.source == "catalog"
+    assert p.time_s == pytest.approx(2.0 * 4096 * 2112 * 7168 / 1127e12 * 2 / 5, rel=1e-12)
+    # K scales the time of a tile: the input gradient of kv_a, (m, N=7168, K=576), from
+    # (32768, 512): 32 x 256 = 8192 tiles, 63 waves; 32 x 56 = 1792 tiles, 14 waves
+    p = model.price(gemm("gemm", 4096, 576, 7168, pass_="dgrad"))
+    t_ref = 2.0 * 4096 * 32768 * 512 / 775e12
+    assert p.time_s == pytest.approx(t_ref * 14 / 63 * 576 / 512, rel=1e-12)
+    # K beyond 2x of every published K: the roofline
+    p = model.price(gemm("gemm", 4096, 7168, 65536))
+    assert p.source == "roofline" and "k within 2x" in p.detail
+    # along tokens an unpublished shape keeps one factor: time monotone in FLOPs
+    ts = [model.price(gemm("gemm", m, 576, 7168)).time_s for m in (64, 100, 128, 1000, 4096,
+                                                                   9000)]
+    assert ts == sorted(ts)
     # 16384 tokens: above the largest row (4096), held at its 1168 TFLOP/s
     p = model.price(gemm("gemm", 16384, 7168, 2048))
     assert "held" in p.detail or "above the largest row" in p.detail
@@ -181,11 +201,16 @@ def test_attention_head_dim_between_and_above_the_published_ones_by_hand():
     p = model.price(Kernel("attention", f, 0.0, kind="attn_fwd", seq=4096, head_dim=181,
                            causal=True))
     assert p.time_s == pytest.approx(f / (rate * 1e12), rel=1e-12)
-    # backward on H800: no FA3 backward table, the FA2 forward+backward figure; head dim
-    # 192 is wider than its widest (128) and holds that rate: 294 TFLOP/s at 4k causal
+    # backward on H800: FlashAttention-3's backward figure (non-causal, head dims 64 and
+    # 128); head dim 192 is wider than its widest and holds 128's rate, 542 TFLOP/s at
+    # 4k, times the forward figure's causal / non-causal ratio at head dim 192 (geometric
+    # between 128 and 256: causal 579 -> 612, non-causal 638 -> 736 at 4k)
+    w = math.log(192 / 128) / math.log(2)
+    rate = 542 * (579 * (612 / 579) ** w) / (638 * (736 / 638) ** w)
     p = model.price(Kernel("attention_bwd", f, 0.0, kind="attn_bwd", seq=4096, head_dim=192,
                            causal=True))
-    assert p.time_s == f / 294e12 and "held at 128" in p.detail
+    assert p.time_s == pytest.approx(f / (rate * 1e12), rel=1e-12)
+    assert "held at 128" in p.detail and "causal/non-causal forward" in p.detail
 
 
 def test_dtype_follows_the_fp8_recipe_when_unset():

@@ -166,9 +166,10 @@ def test_capacity_search_is_monotone_and_meets_its_slo():
 
 
 def test_disaggregated_prefill_hands_kv_over_after_its_transfer():
-    # member 0 prefills, member 1 decodes; 100 prompt tokens x 1000 B at 1e-6 s/B
+    # member 0 prefills, member 1 decodes; 100 prompt tokens x 1000 B over a 1 MB/s link
+    from tests.test_load_disagg import links
     sim = build_sim(C, [[0], [1]], 100_000, scheduler="disaggregated",
-                    kv_bytes_per_token=1000.0, seconds_per_byte=lambda a, b: 1e-6)
+                    kv_bytes_per_token=1000.0, links=links(2, 1e6), gpus_of=[("g0",), ("g1",)])
     r = Request(0, 0.0, 100, 3)
     sim.submit([r])
     sim.run()

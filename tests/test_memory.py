@@ -46,12 +46,14 @@ def test_zero_stages_by_hand():
 
 def test_activations_by_hand():
     recv = T * 2                                   # balanced: tokens · top_k
-    per_assignment = 2 * H + 2 * F * 3            # permuted input, gate+up, act output
+    # permuted input, gate+up, act output, and the fp32 routing probability the weighted
+    # SwiGLU keeps (Megatron-Core keeps no expert output for the combine)
+    per_assignment = 2 * H + 2 * F * 3 + 4
     # attention 11h (MHA) and a fused kernel's fp32 log-sum-exp per head and query (no
     # scores), both norms' inputs 4h, the MoE block's input 2h and output dropout mask h,
-    # fp32 router probabilities, the top-2 expert outputs for the combine
+    # fp32 router probabilities
     layer = (11 * T * H + 4 * A * T + 4 * T * H + 2 * T * H + T * H + 4 * E * T
-             + 2 * 2 * T * H + recv * per_assignment)
+             + recv * per_assignment)
     m = mem()
     assert layer_activation_bytes(TOY, 0, T, S, 1, "none", recv) == layer
     # 2 layers + embedding output + final norm input + fp32 logits
@@ -85,7 +87,7 @@ def test_inflight_microbatches_gpipe_vs_1f1b():
 def test_hot_expert_rank_holds_more():
     cold = mem(received_tokens=100)
     hot = mem(received_tokens=[100, 1100])
-    per_assignment = 2 * H + 2 * F * 3
+    per_assignment = 2 * H + 2 * F * 3 + 4         # + the fp32 routing probability
     assert hot.activations - cold.activations == 1000 * per_assignment
     assert hot.token_buffers - cold.token_buffers == 1000 * H * 4
     with pytest.raises(InputError) as ei:

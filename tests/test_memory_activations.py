@@ -45,9 +45,10 @@ def test_each_selective_module_drops_its_tensors():
     assert base - layer(modules=["core_attn", "layernorm"]) == T * 4 * H
     # moe_act: the SwiGLU output of every routed assignment, 2f each
     assert base - layer(modules=["core_attn", "moe_act"]) == 2 * T * 2 * F
-    # moe: the whole MoE block but its input: router probs, combine outputs, experts (the
-    # output dropout mask belongs to the bias-dropout-add after the block and stays)
-    moe_block = 4 * E * T + 2 * 2 * T * H + 2 * T * (2 * H + 6 * F)
+    # moe: the whole MoE block but its input: router probs, experts with their fp32
+    # routing probabilities (the output dropout mask belongs to the bias-dropout-add after
+    # the block and stays)
+    moe_block = 4 * E * T + 2 * T * (2 * H + 6 * F + 4)
     assert base - layer(modules=["core_attn", "moe"]) == moe_block
     dense = dataclasses.replace(TOY, n_experts=0, top_k=0)
     d = layer_activation_bytes(dense, 0, T, S, 1, "selective", 0)
@@ -87,16 +88,17 @@ def test_fp8_activation_caching_on_deepseek_v3_by_hand():
     ds = PRESETS["deepseek-v3"]   # h 7168, 128 heads, q/kv ranks 1536/512, rope 64, f 2048
     h, fp8, e5m6 = 7168, 1 + 4 / 128, 1.5 + 4 / 128
     mods = frozenset({"layernorm", "mla_up_proj"})
-    common = 512 + 7168 + 4 * h + h + 4 * 256 + 2 * h * 8  # lse, mask, norm inputs, router,
-    #                                                       expert outputs: stay as they are
+    common = 512 + 7168 + 4 * h + h + 4 * 256   # lse, mask, norm inputs, router: as they are
     bf16 = common + 2 * (2 * 1536 + 2 * 512 + 64) + 2 * 16384 + 2 * (2 * 2048 + 2048)
     f8 = (common + 2 * (1536 + 512 + 64) + fp8 * (1536 + 512)   # normed latents in FP8
           + e5m6 * 16384                                        # output projection's input
           + fp8 * (2 * 2048 + 2048))                            # shared SwiGLU in and out
     layer = ds.first_dense_layers                                # the first MoE layer
-    assert layer_bytes_per_token(ds, layer, 4096, modules=mods) == (pytest.approx(bf16), 2 * h)
+    # per routed assignment: the permuted input and the weighted SwiGLU's fp32 probability
+    assert layer_bytes_per_token(ds, layer, 4096, modules=mods) == (pytest.approx(bf16),
+                                                                      2 * h + 4)
     tok, per = layer_bytes_per_token(ds, layer, 4096, modules=mods, act_dtype="fp8")
-    assert tok == pytest.approx(f8) and per == pytest.approx(fp8 * h)   # permuted input
+    assert tok == pytest.approx(f8) and per == pytest.approx(fp8 * h + 4)
     # a routed assignment: SwiGLU input 2f in FP8, its output (fc2's input) FP8, or
     # recomputed with moe_act
     assert routed_expert_bytes(ds, 2048, mods, "fp8") == pytest.approx(fp8 * 3 * 2048)

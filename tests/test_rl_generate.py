@@ -101,3 +101,18 @@ def test_packing_conserves_tokens():
     # by hand: 3000, 3000, 1000, 1000, 100 into rows of 4096 -> [3000+1000, 3000+1000, 100]
     assert pack([1000, 3000, 100, 3000, 1000], 4096).tolist() == [4000, 4000, 100]
     assert pack_rows([4096] * 3, 4096) == 3 and rows_per_replica(5, 2) == 3
+
+
+def test_generation_skipping_between_events_equals_stepping():
+    # preemptions (a small cache), several replicas of two ranks: the engine's skipped
+    # runs give every sample the stepwise finish time, float for float
+    rng = np.random.default_rng(4)
+    p = draw(LengthDist(dist="uniform", min=5, max=60), 96, rng)
+    r = draw(LengthDist(dist="lognormal", mean=80, max=300, sigma=0.7), 96, rng)
+    a = generate(p, r, COSTS, replicas=3, kv_tokens=1200, max_batch=24, members=2,
+                 skip=False)
+    b = generate(p, r, COSTS, replicas=3, kv_tokens=1200, max_batch=24, members=2)
+    assert a.preemptions > 0 and a.preemptions == b.preemptions
+    assert np.array_equal(a.finish_s, b.finish_s) and a.time_s == b.time_s
+    assert a.steps == b.steps and a.long_tail_s == b.long_tail_s
+    assert a.series == b.series

@@ -138,6 +138,8 @@ def test_cli_outputs_and_same_seed_same_bytes(tmp_path, capsys, monkeypatch):
     (["rl.rollout.kv_fraction=0.001"], "rl.rollout.kv_fraction"),
     (["rl.weight_sync.method=ipc"], "rl.weight_sync.method"),
     (["rl.max_lag=-1"], "rl.max_lag"),
+    (["rl.partial_rollouts=true"], "rl.partial_rollouts"),
+    (["rl.partial_rollouts=3", "rl.max_lag=1"], "rl.partial_rollouts"),
 ])
 def test_bad_rl_values_one_line_exit_2(tmp_path, capsys, sets, field):
     p = scenario(tmp_path)
@@ -209,3 +211,44 @@ def test_reward_model_is_a_forward_pass_over_the_rows(tmp_path):
     s = summarize(simulate_rl(resolve_rl(p), 1, rollout_costs=ROLL, trainer_costs=costs))
     assert s["phases_s"]["reward"] == pytest.approx(0.125 * 8)     # 8 packed rows
     assert s["phases_s"]["old_logprob"] == 0
+
+
+def test_partial_rollouts_pause_at_each_sync_hand_worked(tmp_path):
+    # generation: prefill 0.1 s (one step per replica, 2 samples of 64 tokens), then 127
+    # decode steps of 0.01 s: G = 1.37 s. Training 2 mini-batches x 0.1025 s = 0.205 s,
+    # no scoring passes. max_lag 1 with partial rollouts:
+    # - batch 0: [0, G] under version 0; version 1 published at P1 = G + 0.205
+    # - batch 1 starts at G under version 0; at P1 (0.205 s in: the prefill and 10 decode
+    #   steps done, 11 tokens per sample, the step in flight dropped) the sync (W s)
+    #   pauses it; then one prefill (0.1 s) recomputes prompt + 11 tokens and samples the
+    #   12th, and 116 decode steps finish: 0.205 + W + 0.1 + 1.16 s; every sample holds
+    #   tokens of versions 0 and 1 and counts as lag 1 (its oldest)
+    # - batch 2 likewise, under versions 1 and 2, paused 0.205 s after it starts
+    roll = LinearStepCosts(prefill_base_s=0.1, decode_base_s=0.01)
+    train = LinearTrainerCosts(train_base_s=0.1025)
+    p = scenario(tmp_path, max_lag=1, partial_rollouts=True, old_logprob=False,
+                 reference=False, reward={"kind": "rule", "cpu_s_per_sample": 0.0})
+    run = simulate_rl(resolve_rl(p), 3, rollout_costs=roll, trainer_costs=train)
+    W = run.sync.time_s
+    G = 0.1 + 127 * 0.01
+    g1 = 0.205 + W + 0.1 + 1.16
+    tl = run.timeline
+    assert tl.gen_start_s == pytest.approx([0.0, G, G + g1], rel=1e-12)
+    assert tl.step_end_s == pytest.approx([G + 0.205 + W, G + g1 + 0.205 + W,
+                                           G + 2 * g1 + 0.205 + W], rel=1e-12)
+    assert [int(v.min()) for v in tl.first_version] == [0, 0, 1]
+    assert [int(v.max()) for v in tl.last_version] == [0, 1, 2]
+    s = summarize(run)
+    assert s["staleness"] == {"0": 16, "1": 32}
+    assert [r["two_version_samples"] for r in s["steps"]] == [0, 16, 16]
+    # generate excludes the sync inside it
+    assert s["phases_s"]["generate"] == pytest.approx((G + 2 * (g1 - W)) / 3, rel=1e-12)
+    # engine steps per replica: batch 0 one prefill + 127 decodes; batches 1 and 2 one
+    # prefill + 10 decodes, then (the dropped step not counted) one prefill + 116
+    assert [w.generation.steps for w in run.works] == [8 * 128] + [8 * (1 + 10 + 1 + 116)] * 2
+    # without partial rollouts the sync of version 1 waits for batch 1's generation
+    q = scenario(tmp_path, max_lag=1, old_logprob=False, reference=False,
+                 reward={"kind": "rule", "cpu_s_per_sample": 0.0})
+    base = simulate_rl(resolve_rl(q), 3, rollout_costs=roll, trainer_costs=train)
+    assert base.timeline.step_end_s[0] == pytest.approx(2 * G + W, rel=1e-12)
+    assert summarize(base)["staleness"] == {"0": 16, "1": 32}

@@ -168,7 +168,7 @@ def _run_gpu(args: argparse.Namespace, gpu: list) -> int:
     from moesim.scenario.load import load_scenario
     from moesim.scenario.resolve import resolve
     from moesim.validation.calibration.model import load_calibration
-    from moesim.validation.gpu.classes import class_table
+    from moesim.validation.gpu.classes import class_table, pair_model, recompute_kernels
     from moesim.validation.gpu.classes import compare as compare_classes
     from moesim.validation.gpu.pair import measured_streams, simulate_pair
     from moesim.validation.gpu.summary import summarize
@@ -199,11 +199,15 @@ def _run_gpu(args: argparse.Namespace, gpu: list) -> int:
     if args.output:
         _check_gpu_out(Path(args.output), args.force)   # before the simulation
     sim = simulate_pair(res, model, g["rank"] if g["rank"] is not None else 0)
-    doc = gpu_validate(g, res.model, model, tokens, scn.schedule.seq_len, scn.parallel.ep,
-                       sim=sim, streams=measured_streams(gpu[0]))
+    # the scenario's own model prices kernels on the SMs an overlapped pair leaves them,
+    # as the traced kernels ran (a calibration or a forward fit was measured there)
+    priced = pair_model(res, model) if model is res.compute else model
+    doc = gpu_validate(g, res.model, priced, tokens, scn.schedule.seq_len, scn.parallel.ep,
+                       sim=sim, streams=measured_streams(gpu[0]),
+                       recompute=recompute_kernels(res))
     doc.update(source=args.trace_dir, scenario=args.scenario,
                compute_model=args.calibration or getattr(model, "name", "scenario"))
-    doc["kernel_classes"] = compare_classes(gpu[0], res, model)
+    doc["kernel_classes"] = compare_classes(gpu[0], res, priced)
     if fit_doc is not None:
         doc["forward_fit"] = fit_doc
     if args.output:

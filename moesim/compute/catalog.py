@@ -5,8 +5,9 @@ table for its device, ``kind``, dtype and pass (``moesim/data/kernels/*.yaml``, 
 :mod:`moesim.compute.catalog_data`; docs/kernels.md "Catalog"):
 
 - GEMMs (``gemm``, ``grouped_gemm``, ``kgrouped_gemm``): the rows of the kernel's
-  weight shape (n, k) (for ``dgrad``: (k, n), the shape of dX = dY·Wᵀ), or of the
-  nearest published shape within 2x in each dim; along tokens per group the achieved
+  weight shape (n, k) (for ``dgrad``: (k, n), the shape of dX = dY·Wᵀ), or those of a
+  published shape with K within 2x scaled by waves of output tiles and by K
+  (:meth:`CatalogModel._wave_scale`); along tokens per group the achieved
   rate is interpolated log-log between rows, so at a row's shape the time is the
   row's published FLOPs / TFLOP/s exactly, and between rows time grows with FLOPs
   (the data loader checks every curve allows that).
@@ -32,10 +33,12 @@ from dataclasses import dataclass
 from moesim.compute.base import Kernel
 from moesim.compute.catalog_data import GEMM_KINDS, Table, curve, families
 from moesim.compute.roofline import HIGH_PRECISION_KERNELS, RooflineModel
+from moesim.compute.sm_share import BLOCK_M, BLOCK_N, GROUPED_KINDS, waves
 
-#: A GEMM whose weight shape is not in a table borrows the nearest published shape when
-#: both dims are within this factor of it (our choice: a tile schedule changes little
-#: within 2x; beyond it, the roofline prices the kernel).
+#: A GEMM whose shape is not in a table is scaled from a published shape whose reduction
+#: dim K is within this factor (our choice: the time of one output tile is taken as
+#: proportional to K, which holds less well the further K is; beyond 2x, the roofline
+#: prices the kernel). Its N is handled by counting waves of tiles (_wave_scale).
 NEAREST_SHAPE_FACTOR = 2.0
 _SUFFIXES = ("_bwd", "_dgrad", "_wgrad")
 _MEMO_LIMIT = 1 << 16
@@ -77,14 +80,19 @@ class CatalogModel:
     """A :class:`~moesim.compute.base.ComputeModel` from published kernel tables, the
     roofline for what they do not cover."""
 
-    def __init__(self, roofline: RooflineModel, tables: tuple[Table, ...]) -> None:
+    def __init__(self, roofline: RooflineModel, tables: tuple[Table, ...],
+                 gemm_library: str = "") -> None:
         self.roofline = roofline
         self.device = roofline.device
         self.precision = roofline.precision
         self.launch_overhead_s = roofline.launch_overhead_s
         dev = self.device.name
-        self.tables = tuple(t for t in tables if t.covers(dev))
-        self.name = f"catalog({dev},{self.precision})"
+        #: GEMMs are priced by the tables of this library only ("" = tables without one)
+        self.gemm_library = gemm_library
+        self.tables = tuple(t for t in tables if t.covers(dev)
+                            and (t.kind not in GEMM_KINDS or t.library == gemm_library))
+        lib = f",{gemm_library}" if gemm_library else ""
+        self.name = f"catalog({dev},{self.precision}{lib})"
         #: pricing calls so far: source -> [kernels, seconds] (see :func:`coverage`)
         self.tally: dict[str, list[float]] = {"catalog": [0, 0.0], "roofline": [0, 0.0]}
         self._memo: dict[Kernel, Priced] = {}    # identical kernels price identically
@@ -155,11 +163,12 @@ class CatalogModel:
         count = max(kernel.count, 1)
         per_launch = kernel.flops / count
         why = ""
+        wgrad = pass_ == "wgrad"
         for t in tables:
             fams = _families(t)
-            shape = (n, k) if (n, k) in fams else _nearest(fams, n, k)
+            shape = (n, k) if (n, k) in fams else _nearest(fams, n, k, wgrad)
             if shape is None:
-                why = why or f"shape n={n} k={k} not within 2x of a {t.id} shape"
+                why = why or (f"shape n={n} k={k}: no {t.id} shape with k within 2x")
                 continue
             pts = _points(t, shape, groups)
             x = m / groups
@@ -172,27 +181,63 @@ class CatalogModel:
                               f"{pts[0][0]:g}-{pts[-1][0]:g}")
                 continue
             tflops, kind = got
-            near = "" if shape == (n, k) else f" (nearest shape n={shape[0]} k={shape[1]})"
+            scale, near = 1.0, ""
+            if shape != (n, k):
+                scale, near = self._wave_scale(kernel, (n, k), shape, pts[-1][0], wgrad)
             detail = (f"{t.id} m/groups={x:g} n={n} k={k}: {kind} {tflops:.4g} TFLOP/s"
                       f"{near}{how}")
-            return count * (per_launch / (tflops * 1e12)), detail
+            return count * (per_launch / (tflops * 1e12)) * scale, detail
         return why
+
+    def _wave_scale(self, kernel: Kernel, shape: tuple[int, int], ref: tuple[int, int],
+                    x_ref: float, wgrad: bool) -> tuple[float, str]:
+        """Time of an unpublished GEMM shape relative to FLOPs at the rate of the published
+        shape ``ref`` (both as the table keys them: (N, K) of the GEMM, or the weight's
+        (n, k) for a weight gradient). A persistent GEMM's time is its waves of output
+        tiles (:mod:`moesim.compute.sm_share`: 128 × 128 tiles over the device's SMs) times
+        the time of one tile, which is proportional to the reduction dim (K; the tokens for
+        a weight gradient, the same for both shapes). Counted at ``x_ref`` tokens per group
+        (the curve's largest row, so the factor does not change along the curve and time
+        stays monotone in FLOPs): time = FLOPs / rate × waves(shape) / waves(ref) ×
+        (N_ref · K_ref) / (N · K) × (K / K_ref)."""
+        sms = max(int(getattr(self.device, "sms", 0) or 0), 1)
+        per = max(kernel.count, 1) if kernel.kind in GROUPED_KINDS else 1
+        groups = max(kernel.groups, 1) * per
+        rows = math.ceil(x_ref)
+
+        def w(nn: int, kk: int) -> int:
+            if wgrad:   # dW (k × n) per group
+                t = math.ceil(kk / BLOCK_M) * math.ceil(nn / BLOCK_N)
+            else:       # Y (rows × N) per group
+                t = math.ceil(rows / BLOCK_M) * math.ceil(nn / BLOCK_N)
+            return waves(t * groups, sms)
+
+        (n, k), (nr, kr) = shape, ref
+        ws, wr = w(n, k), w(nr, kr)
+        f = ws / wr * (nr * kr) / (n * k) * (1.0 if wgrad else k / kr)
+        return f, (f" (from n={nr} k={kr}: {ws}/{wr} waves of 128x128 tiles on {sms} SMs"
+                   f"{'' if wgrad else f', K {k}/{kr}'}: x{f:.3g})")
 
     # -------------------------------------------------------------- attention
     def _attention(self, kernel: Kernel, tables: list[Table]) -> tuple | str:
         if kernel.seq <= 0 or kernel.head_dim <= 0:
             return "attention without seq or head_dim"
         why = ""
-        for kind in (kernel.kind, "attn_fwdbwd"):
-            cands = [t for t in tables if t.kind == kind and t.causal == kernel.causal]
-            if not cands:
-                continue
-            got = _attention_rate(cands, kernel.seq, kernel.head_dim)
+        count = max(kernel.count, 1)
+        for kind in (kernel.kind, "causal from forward", "attn_fwdbwd"):
+            if kind == "causal from forward":
+                got = _causal_from_forward(kernel, tables)
+                if got is None:
+                    continue
+            else:
+                cands = [t for t in tables if t.kind == kind and t.causal == kernel.causal]
+                if not cands:
+                    continue
+                got = _attention_rate(cands, kernel.seq, kernel.head_dim)
             if isinstance(got, str):
                 why = why or got
                 continue
             tflops, detail = got
-            count = max(kernel.count, 1)
             return count * (kernel.flops / count / (tflops * 1e12)), detail
         return why or self._where(kernel, f" (causal={kernel.causal})")
 
@@ -219,17 +264,23 @@ def _points(t: Table, shape: tuple[int, int], groups: int) -> list[tuple[float, 
     return [(r.axis, r.tflops) for r in curve(_families(t)[shape], groups)]
 
 
-def _nearest(fams: dict, n: int, k: int) -> tuple[int, int] | None:
-    """The published (n, k) nearest in log distance with both dims within
-    NEAREST_SHAPE_FACTOR; None when there is none."""
+def _nearest(fams: dict, n: int, k: int, wgrad: bool = False) -> tuple[int, int] | None:
+    """The published (n, k) an unpublished GEMM shape is scaled from
+    (:meth:`CatalogModel._wave_scale`): the reduction dim K within NEAREST_SHAPE_FACTOR
+    and nearest (log distance), then N nearest; for a weight gradient (reduction over
+    the tokens, the curve's axis) the nearest (n, k). None when there is none."""
     lim = math.log(NEAREST_SHAPE_FACTOR) + 1e-12
     best = None
     for fn, fk in fams:
         dn, dk = abs(math.log(n / fn)), abs(math.log(k / fk))
-        if dn <= lim and dk <= lim:
-            key = (dn + dk, fn, fk)
-            if best is None or key < best[0]:
-                best = (key, (fn, fk))
+        if wgrad:
+            key = (dn + dk, 0.0, fn, fk)
+        elif dk <= lim:
+            key = (dk, dn, fn, fk)
+        else:
+            continue
+        if best is None or key < best[0]:
+            best = (key, (fn, fk))
     return None if best is None else best[1]
 
 
@@ -274,6 +325,30 @@ def _attention_rate(tables: list[Table], seq: int, head_dim: int) -> tuple[float
     rate = math.exp(math.log(ra) + w * math.log(rb / ra))
     return rate, (f"{pair[0].id}+{pair[1].id} seq={seq} head_dim={head_dim}: "
                   f"interpolated {rate:.4g} TFLOP/s")
+
+
+def _causal_from_forward(kernel: Kernel, tables: list[Table]) -> tuple[float, str] | str | None:
+    """A causal backward kernel no causal backward table covers: the non-causal backward
+    rate × the causal / non-causal ratio of the forward tables at the same (seq, head
+    dim) (FlashAttention-3 publishes its backward without a causal mask only; the
+    mask's idle and partial tiles cost the backward what they cost the forward). None
+    when this does not apply."""
+    if kernel.kind != "attn_bwd" or not kernel.causal:
+        return None
+    bwd = [t for t in tables if t.kind == "attn_bwd" and not t.causal]
+    fwd = {c: [t for t in tables if t.kind == "attn_fwd" and t.causal == c]
+           for c in (True, False)}
+    if not bwd or not fwd[True] or not fwd[False]:
+        return None
+    got = [_attention_rate(ts, kernel.seq, kernel.head_dim) for ts in (bwd, fwd[True],
+                                                                      fwd[False])]
+    bad = next((g for g in got if isinstance(g, str)), None)
+    if bad is not None:
+        return bad
+    (rb, db), (rc, _), (rn, _) = got
+    rate = rb * rc / rn
+    return rate, (f"{db} x causal/non-causal forward {rc:.4g}/{rn:.4g} = "
+                  f"{rate:.4g} TFLOP/s")
 
 
 # ------------------------------------------------------------------- provenance

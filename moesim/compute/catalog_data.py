@@ -10,9 +10,14 @@ Each YAML file under ``moesim/data/kernels/`` (or a user's file or folder named 
   paper and figure/table);
 - GEMM and attention tables: ``columns`` and ``rows`` (one list per row, in the order of
   ``columns``); GEMM columns from ``m`` or ``m_per_group``, ``groups``, ``n``, ``k``,
-  ``tflops``, ``gbps``; attention columns ``seq``, ``tflops`` with table-level
+  ``tflops``, ``gbps``, ``speedup`` (a row published as another kernel's rate and its
+  speedup over this one: the row's rate is ``tflops / speedup``); attention columns
+  ``seq``, ``tflops`` with table-level
   ``head_dim`` and ``causal``; ``above_range``: ``hold`` or ``roofline`` (default);
-- ``memory`` tables: ``gbps``; ``mla_decode`` tables: ``gbps`` and ``tflops``.
+- ``memory`` tables: ``gbps``; ``mla_decode`` tables: ``gbps`` and ``tflops``;
+- ``library`` (optional, GEMM tables): the kernel library the rows measure. A scenario's
+  ``compute.gemm_library`` picks the GEMM tables of one library; tables without one are
+  the default's (:mod:`moesim.compute.select`).
 
 Anything malformed raises :class:`moesim.errors.InputError` naming the file and the
 field (``tables[2].rows[3]``): one line, never a traceback.
@@ -36,10 +41,10 @@ RATE_KINDS = ("memory", "mla_decode")
 KINDS = GEMM_KINDS + ATTN_KINDS + RATE_KINDS
 DTYPES = ("bf16", "fp8", "fp32", "any")
 PASSES = ("fwd", "dgrad", "wgrad", "bwd", "")
-GEMM_COLUMNS = ("m", "m_per_group", "groups", "n", "k", "tflops", "gbps")
+GEMM_COLUMNS = ("m", "m_per_group", "groups", "n", "k", "tflops", "gbps", "speedup")
 ATTN_COLUMNS = ("seq", "tflops")
 _KEYS = {"id", "kind", "dtype", "passes", "devices", "source", "columns", "rows",
-         "head_dim", "causal", "above_range", "gbps", "tflops"}
+         "head_dim", "causal", "above_range", "gbps", "tflops", "library"}
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,6 +80,7 @@ class Table:
     hold_above: bool = False
     gbps: float = 0.0
     tflops: float = 0.0
+    library: str = ""          # GEMM tables: the kernel library measured ("" = the default)
 
     def covers(self, device: str) -> bool:
         return device.lower() in (d.lower() for d in self.devices)
@@ -107,10 +113,12 @@ def _str_list(d: dict, key: str, file: str, at: str, allowed: tuple[str, ...] | 
 def _gemm_row(values: list, columns: tuple[str, ...], file: str, at: str) -> Row:
     d = {}
     for col, v in zip(columns, values, strict=True):
-        d[col] = _positive(v, file, f"{at}.{col}", integer=col not in ("tflops", "gbps"))
+        d[col] = _positive(v, file, f"{at}.{col}",
+                           integer=col not in ("tflops", "gbps", "speedup"))
     groups = d.get("groups", 1)
     m = d["m"] if "m" in d else d["m_per_group"] * groups
-    return Row(tflops=d["tflops"], m=m, n=d["n"], k=d["k"], groups=groups)
+    return Row(tflops=d["tflops"] / d.get("speedup", 1.0), m=m, n=d["n"], k=d["k"],
+               groups=groups)
 
 
 def _rows(t: dict, file: str, at: str, kind: str) -> tuple[Row, ...]:
@@ -166,6 +174,10 @@ def _table(t: Any, file: str, at: str) -> Table:
         passes=_str_list(t, "passes", file, at, PASSES),
         devices=_str_list(t, "devices", file, at, tuple(DEVICES)), file=file,
         hold_above=above == "hold")
+    lib = t.get("library", "")
+    if lib != "" and (kind not in GEMM_KINDS or not isinstance(lib, str) or not lib.strip()):
+        raise _bad(file, f"{at}.library", "a library name, on a GEMM table", lib)
+    kw["library"] = lib
     if kind in RATE_KINDS:
         kw["gbps"] = _positive(t.get("gbps"), file, f"{at}.gbps")
         if kind == "mla_decode":

@@ -7,6 +7,9 @@
   not cover and on every other device (CPU, H200), exactly as before;
 - ``roofline``: the roofline alone (:mod:`moesim.compute.roofline`).
 
+``compute.gemm_library: NAME`` prices GEMMs by the tables of that kernel library (a
+table's ``library``; shipped: ``dpsk-cutlass``, DeepSeek's in-house CUTLASS kernels of
+its public training profile) instead of the default tables (DeepGEMM).
 ``compute.catalog: PATH`` replaces the shipped tables with a YAML file or a folder of
 them (relative to the scenario file, else to the working folder), in the format of ``moesim/data/kernels``. The
 roofline's own fields (``precision``, ``mfu_large``, ...) still set the fallback. A
@@ -35,9 +38,9 @@ def compute_model(d: Any, source: str, device: DeviceSpec) -> ComputeModel:
     d = {} if d is None else d
     if not isinstance(d, dict):
         raise InputError(source, "compute", "a mapping (kind, model, precision, ...)", d)
-    rest = {k: v for k, v in d.items() if k not in ("model", "catalog")}
+    rest = {k: v for k, v in d.items() if k not in ("model", "catalog", "gemm_library")}
     if d.get("kind") == "calibration":
-        given = sorted(set(d) & {"model", "catalog"})
+        given = sorted(set(d) & {"model", "catalog", "gemm_library"})
         if given:
             raise InputError(source, f"compute.{given[0]}", "no model or catalog with kind: "
                              "calibration (the calibration prices every kernel)", d[given[0]])
@@ -51,6 +54,9 @@ def compute_model(d: Any, source: str, device: DeviceSpec) -> ComputeModel:
                          "or folder", path)
     if path is not None and which != "catalog":
         raise InputError(source, "compute.catalog", "no catalog with model: roofline", path)
+    lib = d.get("gemm_library", "")   # a catalog choice: model: roofline ignores it
+    if not isinstance(lib, str):
+        raise InputError(source, "compute.gemm_library", "a library name", lib)
     roofline = _roofline_dict(rest, source, device)
     if which == "roofline" or not isinstance(roofline, RooflineModel):
         return roofline
@@ -61,7 +67,11 @@ def compute_model(d: Any, source: str, device: DeviceSpec) -> ComputeModel:
         tables = load_catalog(p)
     else:
         tables = shipped_catalog()
-    model = CatalogModel(roofline, tables)
+    known = sorted({t.library for t in tables if t.library})
+    if lib != "" and lib not in known:
+        raise InputError(source, "compute.gemm_library", "a library of the catalog's GEMM "
+                         f"tables ({', '.join(known) or 'none'})", lib)
+    model = CatalogModel(roofline, tables, gemm_library=lib)
     return model if model.tables else roofline
 
 

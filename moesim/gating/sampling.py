@@ -31,6 +31,8 @@ Three evaluations of the same design:
 
 from __future__ import annotations
 
+import os
+
 import numpy as np
 
 #: ticks per unit of probability (2**40: exact in int64 and in float64)
@@ -336,47 +338,119 @@ def _pooled_counts(rng: np.random.Generator, n: np.ndarray, q: np.ndarray, k: in
         return np.zeros((r_, e_), dtype=np.int64)
     pool = min(POOL_ORDERS, tokens)
     order = rng.permuted(np.broadcast_to(np.arange(e_), (pool, e_)), axis=1)
-    ends = np.cumsum(q[order], axis=1)
-    ends += np.arange(pool, dtype=np.int64)[:, None] * span
-    flat_ends, flat_order = ends.ravel(), order.ravel()
     per = rng.multinomial(tokens, np.full(pool, 1.0 / pool))
     base = np.repeat(np.arange(pool, dtype=np.int64) * span, per)
     u = np.sort(base + rng.integers(0, TICKS, size=tokens, dtype=np.int64))
     row = rng.permutation(np.repeat(np.arange(r_, dtype=np.int64), n)) * e_
+    kern = _pool_kernel(tokens * k)
+    if kern is not None:        # the same counts, without the search
+        out = np.zeros(r_ * e_, dtype=np.int64)
+        kern(np.ascontiguousarray(order), np.ascontiguousarray(q, dtype=np.int64), u, row,
+             k, TICKS, span, out)
+        return out.reshape(r_, e_)
+    ends = np.cumsum(q[order], axis=1)
+    ends += np.arange(pool, dtype=np.int64)[:, None] * span
+    flat_ends, flat_order = ends.ravel(), order.ravel()
     needles = u[None, :] + (np.arange(k, dtype=np.int64) * TICKS)[:, None]
     arc = np.searchsorted(flat_ends, needles.ravel(), side="right")   # sorted per winding
     cell = (row[None, :] + flat_order[arc].reshape(k, tokens)).ravel()
     return np.bincount(cell, minlength=r_ * e_).reshape(r_, e_)
 
 
-def _same_rows(rng: np.random.Generator, n: np.ndarray, pi: np.ndarray, k: int
-               ) -> np.ndarray | None:
-    """:func:`sample_counts_fast` when every row has the same ``n`` and ``pi`` and no
-    entry is drawn exactly: the same draws and the same floating-point operations,
-    with everything that does not depend on the draws computed on one row and
-    broadcast (None: take the general path, nothing drawn)."""
-    r_ = n.shape[0]
+#: the compiled counting loop (:mod:`moesim.gating.pool_kernel`) runs once this many
+#: (token, pick) points have been counted in the process (importing numba costs about a
+#: second of CPU, what numpy's search takes over ~5 million points); both give the same
+#: counts. ``MOESIM_NUMBA=0`` keeps numpy (as for the flow network, docs/network.md).
+POOL_JIT_AFTER = 1 << 22
+_POOL = {"points": 0, "kernel": None,
+         "want": os.environ.get("MOESIM_NUMBA", "1").strip().lower()
+         not in ("0", "false", "no", "off")}
+
+
+def _pool_kernel(points: int):
+    """The compiled counting loop once enough points have been counted (else None)."""
+    if _POOL["kernel"] is not None or not _POOL["want"]:
+        return _POOL["kernel"]
+    _POOL["points"] += points
+    if _POOL["points"] < POOL_JIT_AFTER:
+        return None
+    try:
+        from moesim.gating.pool_kernel import pooled_cells
+    except ImportError:         # numba missing (platforms without its wheels): numpy
+        _POOL["want"] = False
+        return None
+    _POOL["kernel"] = pooled_cells
+    return pooled_cells
+
+
+def use_pool_kernel(on: bool | None) -> None:
+    """Tests: ``True`` compiles and uses the loop now, ``False`` keeps numpy, ``None``
+    restores the default (numpy until ``POOL_JIT_AFTER`` points)."""
+    _POOL["points"] = 0
+    _POOL["kernel"] = None
+    _POOL["want"] = on is not False
+    if on:
+        _POOL["points"] = POOL_JIT_AFTER
+        _pool_kernel(0)
+
+
+#: :func:`_same_rows`' draw-independent arrays per (pi, n, rows): every micro-batch of a
+#: layer draws from the same law
+_SAME: dict[tuple, tuple | None] = {}
+_SAME_MAX = 256
+
+
+def _same_setup(pi: np.ndarray, n0: int, r_: int) -> tuple | None:
+    """What :func:`_same_rows` computes before its draws (None: an entry is drawn
+    exactly), remembered per (pi, n, rows); read-only arrays."""
+    key = (pi.tobytes(), n0, r_)
+    if key in _SAME:
+        return _SAME[key]
+    if len(_SAME) >= _SAME_MAX:
+        _SAME.clear()
     p = pi[None, :]
-    nf = n[:, None].astype(float)
+    nf = np.full((r_, 1), float(n0))
     nf1 = nf[:1]
     d = p * (1.0 - p)
     big = nf1 * d >= GAUSS_MIN_VAR
     if (~big & (p > 0)).any():
+        _SAME[key] = None
         return None
     db = np.where(big, d, 0.0)
     a, big_a = _rank_one_row(db)
     s = np.sqrt(big_a[:, None] * a)
+    a_s = np.divide(a, s, out=np.zeros_like(a), where=s > 0)
+    mean = np.where(big, nf1 * p, 0.0)
+    vb = nf1 * db
+    sv = np.broadcast_to(vb.sum(axis=1), (r_,))
+    out = (a, s, a_s, np.sqrt(nf), mean, vb, sv, sv > 0)
+    for x in out:
+        if x.flags.writeable:
+            x.setflags(write=False)
+    _SAME[key] = out
+    return out
+
+
+def _same_rows(rng: np.random.Generator, n: np.ndarray, pi: np.ndarray, k: int
+               ) -> np.ndarray | None:
+    """:func:`sample_counts_fast` when every row has the same ``n`` and ``pi`` and no
+    entry is drawn exactly: the same draws and the same floating-point operations,
+    with everything that does not depend on the draws computed once per (pi, n, rows)
+    (:func:`_same_setup`) and broadcast (None: take the general path, nothing drawn)."""
+    r_ = n.shape[0]
+    setup = _same_setup(pi, int(n[0]), r_)
+    if setup is None:
+        return None
+    a, s, a_s, sqrt_nf, mean, vb, sv, sv_pos = setup
     z = rng.standard_normal((r_, pi.shape[0]))
-    proj = np.sum(np.divide(a, s, out=np.zeros_like(a), where=s > 0) * z, axis=1)
+    proj = np.sum(a_s * z, axis=1)
     # the general path's expressions, evaluated in place (the same values)
     x = np.multiply(s, z, out=z)
     x -= a * proj[:, None]
-    x *= np.sqrt(nf)
+    x *= sqrt_nf
     target = k * n
-    y = np.add(np.where(big, nf1 * p, 0.0), x, out=x)
-    vb = nf1 * db
-    sv = np.broadcast_to(vb.sum(axis=1), (r_,))
-    shift = np.divide(y.sum(axis=1) - target, sv, out=np.zeros(r_), where=sv > 0)
+    y = np.add(mean, x, out=x)
+    shift = np.divide(y.sum(axis=1) - target, sv, out=np.zeros(r_), where=sv_pos)
     y -= vb * shift[:, None]
     c = np.empty((r_, y.shape[1] + 1))
     c[:, 0] = 0.0
@@ -387,5 +461,6 @@ def _same_rows(rng: np.random.Generator, n: np.ndarray, pi: np.ndarray, k: int
     out = (c[:, 1:] - c[:, :-1]).astype(np.int64)
     bad = (out.sum(axis=1) != k * n) | np.any(out < 0, axis=1) | np.any(out > n[:, None], axis=1)
     if bad.any():
+        p = pi[None, :]
         out[bad] = sample_counts(rng, n[bad], np.broadcast_to(p, (r_, p.shape[1]))[bad], k)
     return out

@@ -11,6 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Protocol
 
+import numpy as np
+
 
 class StepCosts(Protocol):
     def prefill_s(self, tokens: int, prompts: int) -> float:
@@ -39,3 +41,8 @@ class LinearStepCosts:
     def decode_s(self, batch: int, context: int) -> float:
         return (self.decode_base_s + self.decode_per_seq_s * batch
                 + self.decode_per_ctx_token_s * batch * context)
+
+    def decode_s_many(self, batch: int, contexts):
+        """``decode_s(batch, c)`` for every ``c`` of ``contexts`` (the same floats)."""
+        return (self.decode_base_s + self.decode_per_seq_s * batch
+                + self.decode_per_ctx_token_s * batch * np.asarray(contexts, dtype=float))

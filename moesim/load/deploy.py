@@ -24,12 +24,13 @@ POLICIES = {"vllm": ContinuousBatching, "sarathi": ChunkedPrefill}
 def build_sim(costs, groups: list[list[int]], kv_tokens: int, *, scheduler: str = "vllm",
               router: str = "least_outstanding", max_seqs: int = 256,
               token_budget: int = 2048, block_size: int = 16, prefill_groups: int = 1,
-              kv_bytes_per_token: float = 0.0, seconds_per_byte=None,
-              series: bool = True) -> LoadSim:
+              kv_bytes_per_token: float = 0.0, links=None,
+              gpus_of: list[tuple[str, ...]] | None = None, series: bool = True) -> LoadSim:
     """A LoadSim over ``groups`` (member ids 0..M-1) with ``kv_tokens`` of KV cache per
     member. ``scheduler``: ``vllm`` | ``sarathi`` | ``disaggregated`` (the first
-    ``prefill_groups`` groups prefill, the others decode; ``seconds_per_byte(src, dst)``
-    prices a KV transfer between members)."""
+    ``prefill_groups`` groups prefill, the others decode; their KV caches move as flows
+    over ``links``, a topology, between the GPUs ``gpus_of[member]``: see
+    :class:`moesim.load.disagg.KVTransfer`)."""
     members = sorted(m for g in groups for m in g)
     if members != list(range(len(members))):
         raise ValueError("members must be numbered 0..M-1")
@@ -46,7 +47,7 @@ def build_sim(costs, groups: list[list[int]], kv_tokens: int, *, scheduler: str 
                                                           **opts) for m in members]
     sim = LoadSim(costs, groups, scheds, router=router, series=series,
                   entry=sorted(pre))
-    move = KVTransfer(sim, kv_bytes_per_token, seconds_per_byte or (lambda a, b: 0.0))
+    move = KVTransfer(sim, kv_bytes_per_token, links, gpus_of)
     move.decode_members = [m for m in members if m not in pre]
     sim.handoff = move
     sim.transfer = move
@@ -106,7 +107,7 @@ def build_for(res, cfg, load_cfg, costs, *, series: bool = True) -> LoadSim:
     """The LoadSim of a resolved serve scenario and its ``load`` section."""
     groups, first = lockstep_groups(res.layout)
     kv = kv_tokens_per_member(res, cfg, load_cfg)
-    spb = None
+    gpus_of = None
     bpt = 0.0
     if load_cfg.scheduler == "disaggregated":
         if len(groups) < 2:
@@ -119,25 +120,10 @@ def build_for(res, cfg, load_cfg, costs, *, series: bool = True) -> LoadSim:
                              load_cfg.prefill_groups)
         from moesim.serve.memory import table
         bpt = float(table(res.model, cfg, 0.0)["kv_per_token_bytes"])
-        spb = transfer_pricing(res.topology, first)
+        gpus = list(res.topology.gpus)
+        gpus_of = [tuple(gpus[r] for r in res.layout.group_of(f, "tp")) for f in first]
     return build_sim(costs, groups, kv, scheduler=load_cfg.scheduler, router=load_cfg.router,
                      max_seqs=load_cfg.max_seqs, token_budget=load_cfg.token_budget,
                      block_size=load_cfg.block_size, prefill_groups=load_cfg.prefill_groups,
-                     kv_bytes_per_token=bpt, seconds_per_byte=spb, series=series)
-
-
-def transfer_pricing(topo, first: list[int]):
-    """Seconds per byte from member a's first GPU to member b's: 1 / the bottleneck
-    link's bandwidth on the route between them."""
-    gpus = list(topo.gpus)
-    cache: dict[tuple[int, int], float] = {}
-
-    def spb(a: int, b: int) -> float:
-        hit = cache.get((a, b))
-        if hit is None:
-            links = topo.route(gpus[first[a]], gpus[first[b]])
-            bw = min((float(topo.capacity_Bps[i]) for i in links), default=float("inf"))
-            hit = cache[(a, b)] = 0.0 if bw == float("inf") else 1.0 / bw
-        return hit
-
-    return spb
+                     kv_bytes_per_token=bpt, links=res.topology if gpus_of else None,
+                     gpus_of=gpus_of, series=series)

@@ -4,15 +4,19 @@ Patel et al., ISCA 2024; DeepSeek-V3 report §3.4: prefill and decode deployment
 The first ``prefill_groups`` lockstep groups only prefill (continuous batching of prompts,
 each prefill sampling the first token); the others only decode. When a prompt's prefill
 ends its KV cache moves from the prefill rank's GPUs to a decode rank's (the router's
-choice among decode ranks): ``kv_tokens · kv_per_token_bytes`` over the topology route
-between the two GPUs, at its bottleneck link's bandwidth, one transfer at a time per
-prefill rank (a flow per TP rank in parallel: the bytes are per GPU). The decode rank
-admits it when its blocks are free.
+choice among decode ranks) as flows on the max-min flow network over the topology
+(:class:`moesim.network.FlowNetwork`, the one the exact engine runs): one flow per TP
+rank, TP rank i of the prefill rank to TP rank i of the decode rank, each of
+``kv_tokens · kv_per_token_bytes`` (the KV model's bytes on one GPU,
+:mod:`moesim.serve.memory`). Transfers that are in flight together share the links
+they cross max-min (two on one link each get half of it); a transfer starts as its
+prefill ends. The network carries the KV transfers only: the steps' own all-to-alls are
+inside the step costs. The decode rank admits the request when its transfer has
+arrived and its blocks are free.
 """
 
 from __future__ import annotations
 
-import simpy
 
 from moesim.load.request import Request
 from moesim.load.scheduler import Batch, Scheduler
@@ -62,16 +66,25 @@ class DecodeOnly(Scheduler):
         return batch
 
 class KVTransfer:
-    """Moves a prefilled request's KV cache to a decode rank over the topology."""
+    """Moves a prefilled request's KV cache to a decode rank as flows over ``links``
+    (a topology; None: the hand-over is instant). ``gpus_of[m]``: member m's GPU names,
+    in TP order. ``log``: (request id, prefill member, decode member, start s, end s)
+    per transfer; ``bytes``: bytes moved (all flows); ``busy_s``: transfer durations
+    summed."""
 
-    def __init__(self, sim, kv_bytes_per_token: float, seconds_per_byte) -> None:
+    def __init__(self, sim, kv_bytes_per_token: float, links=None,
+                 gpus_of: list[tuple[str, ...]] | None = None) -> None:
         self.sim = sim
         self.bpt = kv_bytes_per_token
-        self.spb = seconds_per_byte          # (prefill member, decode member) -> s/byte
-        self.links: dict[int, simpy.Resource] = {}
+        self.gpus_of = gpus_of
+        self.net = None
+        if links is not None:
+            from moesim.network import FlowNetwork
+            self.net = FlowNetwork(sim.env, links)
         self.decode_members: list[int] = []
         self.bytes = 0.0
         self.busy_s = 0.0
+        self.log: list[tuple[int, int, int, float, float]] = []
 
     def __call__(self, r: Request, src: int) -> None:
         self.sim.env.process(self._move(r, src))
@@ -79,14 +92,16 @@ class KVTransfer:
     def _move(self, r: Request, src: int):
         env = self.sim.env
         dst = self.sim.router.pick(self.decode_members)
-        res = self.links.setdefault(src, simpy.Resource(env, capacity=1))
-        with res.request() as slot:
-            yield slot
-            nbytes = self.bpt * r.kv_tokens
-            dt = nbytes * self.spb(src, dst)
-            self.bytes += nbytes
-            self.busy_s += dt
-            yield env.timeout(dt)
+        nbytes = self.bpt * r.kv_tokens
+        t0 = env.now
+        if self.net is not None and nbytes > 0:
+            flows = [(a, b, nbytes) for a, b in zip(self.gpus_of[src], self.gpus_of[dst])
+                     if a != b]
+            if flows:
+                self.bytes += nbytes * len(flows)
+                yield self.net.transfer_many(flows)
+        self.busy_s += env.now - t0
+        self.log.append((r.id, src, dst, t0, env.now))
         r.member = dst
         r.prefill_left = 0
         self.sim.members[dst].add(r)

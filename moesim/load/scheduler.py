@@ -114,7 +114,17 @@ class Scheduler(ABC):
         admission order; one that finds no free block preempts, by recompute, the last
         request not yet served this step (or itself when none is left), which goes back
         to the front of the queue with its blocks freed."""
-        queue = deque(r for r in self.running if not r.to_prefill)
+        kv = self.kv
+        ready = [r for r in self.running if not r.prefill_left]
+        # fast path, the same outcome: every request's next token fits, none preempts
+        bs, held = kv.block_size, kv.held
+        cross = [r for r in ready if r.kv_tokens >= held.get(r.id, 0) * bs]
+        if sum(kv.need(r.kv_tokens + 1) - held.get(r.id, 0) for r in cross) <= kv.free:
+            for r in cross:
+                kv.grow(r.id, r.kv_tokens + 1)
+            batch.decode += ready
+            return
+        queue = deque(ready)
         while queue:
             r = queue.popleft()
             while not self.kv.can_grow(r.id, r.kv_tokens + 1):

@@ -8,7 +8,21 @@ whose times are serving steps simulated at grid points and interpolated.
   (with DeepEP's normal kernels where the scenario decodes with its low-latency ones).
 
 Between grid points the time is bilinear (linear in each coordinate; beyond the grid,
-the last two points extended). Every point is one step of the scenario's engine with
+the last two points extended). The step is not linear in the batch everywhere: a GEMM of
+m tokens is priced by the kernel catalog from its smallest published row on and by the
+roofline below it (``moesim.compute.catalog``: DeepGEMM's rows start at m = 64), so a
+decode step jumps where a micro-batch reaches 64 tokens (DeepSeek-V3 decode: +7 % from
+126 to 128 requests per GPU), and bends at the rows after. The default decode grid is
+therefore refined where it is wrong (:meth:`EngineStepCosts._refine`): each batch
+interval's midpoint is simulated at the smallest and the largest context and, when the
+interpolation misses it by more than ``REFINE_RTOL``, it becomes a grid row and both
+halves are checked in turn, down to adjacent batches the deployment runs (so a jump lies
+between two rows, never inside an interval). The contexts are refined the same way at the
+largest batch and the row nearest half of it: with two micro-batches the step is the
+larger of one's compute and the other's all-to-all at every segment, so it bends where
+the KV reads make attention outlast the exchange (DeepSeek-V3 decode at 256 requests per
+GPU: 5.2 ms per 1K tokens of context below ~8K, 7.2 above; linear interpolation between
+4K and 16K missed 8K by 3.3 %). An explicit ``batches`` grid is used as given. Every point is one step of the scenario's engine with
 its routing, EP kernels and network (two micro-batches where the batch divides in two).
 The grid's times are cached on disk under a key of the scenario's content (the
 resolved scenario, the serve section, the grid and moesim's version), so a second run
@@ -32,6 +46,10 @@ BATCHES = (1, 2, 4, 8, 16, 32, 64, 128, 256)
 CONTEXTS = (128, 1024, 4096, 16384)
 PROMPTS = (1, 2, 4, 8)
 PROMPT_LENS = (128, 1024, 4096)
+#: the default decode grid is refined where the interpolation misses a midpoint by more
+#: than this (relative), with at most REFINE_MAX_ROWS rows and columns added
+REFINE_RTOL = 0.005
+REFINE_MAX_ROWS = 24
 
 
 def cache_dir() -> Path:
@@ -61,9 +79,11 @@ class EngineStepCosts:
     """StepCosts of a resolved serve scenario (``res``, ``cfg``) from its engine."""
 
     def __init__(self, res, cfg, *, batches=None, contexts=None, prompts=None,
-                 prompt_lens=None, cache: Path | None | bool = True, progress=None) -> None:
+                 prompt_lens=None, cache: Path | None | bool = True, progress=None,
+                refine: float | None = None) -> None:
         self.res, self.cfg = res, cfg
         tp = cfg.tp
+        self.refine = (REFINE_RTOL if batches is None else 0.0) if refine is None else refine
         self.batches = np.array(sorted({max(tp, b - b % tp) for b in (batches or BATCHES)}),
                                 dtype=float)
         self.contexts = np.array(sorted(contexts or CONTEXTS), dtype=float)
@@ -71,6 +91,7 @@ class EngineStepCosts:
                                 dtype=float)
         self.prompt_lens = np.array(sorted(prompt_lens or PROMPT_LENS), dtype=float)
         self.progress = progress
+        self._steps = None
         self.sims = 0
         self.build_s = 0.0
         self.from_cache = False
@@ -81,6 +102,7 @@ class EngineStepCosts:
             if path.is_file():
                 try:
                     data = json.loads(path.read_text(encoding="utf-8"))
+                    self.batches = np.array(data["batches"], dtype=float)
                     self.decode = np.array(data["decode"])
                     self.prefill = np.array(data["prefill"])
                     self.build_s = float(data.get("build_s", 0.0))
@@ -91,6 +113,8 @@ class EngineStepCosts:
         t0 = time.process_time()
         self.decode = np.array([[self.direct_decode(b, c) for c in self.contexts]
                                 for b in self.batches])
+        if self.refine > 0:
+            self._refine()
         self.prefill = np.array([[self.direct_prefill(p, L) for L in self.prompt_lens]
                                  for p in self.prompts])
         self.build_s = time.process_time() - t0
@@ -98,7 +122,8 @@ class EngineStepCosts:
             try:
                 from moesim.outputs import write_text
                 path.parent.mkdir(parents=True, exist_ok=True)
-                write_text(path, json.dumps({"decode": self.decode.tolist(),
+                write_text(path, json.dumps({"batches": self.batches.tolist(),
+                                             "decode": self.decode.tolist(),
                                              "prefill": self.prefill.tolist(),
                                              "build_s": self.build_s}), force=True)
             except OSError:
@@ -113,31 +138,63 @@ class EngineStepCosts:
         blob = json.dumps({"scenario": scn, "serve": dataclasses.asdict(self.cfg),
                            "grid": [self.batches.tolist(), self.contexts.tolist(),
                                     self.prompts.tolist(), self.prompt_lens.tolist()],
+                           "refine": self.refine,
                            "version": __version__}, sort_keys=True, default=str)
         return hashlib.sha256(blob.encode()).hexdigest()[:20]
 
+    def _refine(self) -> None:
+        """Add decode rows (batches) where linear interpolation between two rows misses
+        their midpoint (a batch the deployment runs: a multiple of tp x micro-batches) by
+        more than ``self.refine`` at the smallest or the largest context, then columns
+        (contexts) where it misses a context midpoint at the largest batch or the row
+        nearest half of it; each added line's halves are checked in turn (at most
+        ``REFINE_MAX_ROWS`` lines in all)."""
+        unit = self.cfg.tp * self.cfg.microbatches
+        left = [REFINE_MAX_ROWS]
+        ends = (0, len(self.contexts) - 1)
+        self.batches, self.decode = self._refine_axis(
+            self.batches, self.contexts, self.decode, unit, ends,
+            lambda b, c: self.direct_decode(b, c), left)
+        top = len(self.batches) - 1
+        half = int(np.argmin(np.abs(self.batches - self.batches[-1] / 2)))
+        self.contexts, cols = self._refine_axis(
+            self.contexts, self.batches, self.decode.T, 1, tuple(sorted({half, top})),
+            lambda c, b: self.direct_decode(b, c), left)
+        self.decode = cols.T
+
+    def _refine_axis(self, xs, ys, z, unit: int, probes: tuple, sim, left: list):
+        """Lines of ``z`` (one per x in ``xs``, over ``ys``) refined along x: the midpoint
+        of each x interval, rounded down to ``unit``, simulated at the ``probes`` (indices
+        of ``ys``; ``sim(x, y)``) and added as a line when interpolation misses it by
+        more than ``self.refine``. ``left[0]``: lines that may still be added."""
+        lines = {float(x): list(r) for x, r in zip(xs, z, strict=True)}
+        todo = list(zip(xs[:-1].tolist(), xs[1:].tolist()))
+        while todo and left[0] > 0:
+            lo, hi = todo.pop(0)
+            mid = float((lo + hi) // 2 // unit * unit)
+            if not lo < mid < hi:
+                continue
+            got = {j: sim(mid, ys[j]) for j in probes}
+            w = (mid - lo) / (hi - lo)
+            miss = max(abs((1 - w) * lines[lo][j] + w * lines[hi][j] - d) / d
+                       for j, d in got.items())
+            if miss <= self.refine:
+                continue
+            lines[mid] = [got[j] if j in got else sim(mid, y) for j, y in enumerate(ys)]
+            left[0] -= 1
+            todo += [(lo, mid), (mid, hi)]
+        out = np.array(sorted(lines))
+        return out, np.array([lines[x] for x in out])
+
     # ------------------------------------------------------------ direct simulation
     def _step(self, **kw) -> float:
-        from moesim.scenario.resolve import resolve
-        from moesim.serve.config import serving_scenario
-        from moesim.serve.run import simulate_serve
-        cfg = dataclasses.replace(self.cfg, **kw)
-        if cfg.phase == "prefill" and cfg.ep_backend == "deepep-ll":
-            # DeepEP's low-latency kernels are for decoding, its normal kernels for
-            # prefilling (deepseek-ai/DeepEP README): a colocated engine switches
-            cfg = dataclasses.replace(cfg, ep_backend="deepep")
-        if cfg.requests_per_group() % 2:
-            cfg = dataclasses.replace(cfg, two_microbatch=False)
-        res = resolve(serving_scenario(self.res.scenario, cfg))
+        if self._steps is None:
+            from moesim.serve.steps import ServeSteps
+            self._steps = ServeSteps(self.res, self.cfg)     # kept across the points
         self.sims += 1
         if self.progress:
             self.progress(kw)
-        if res.scenario.engine.mode == "fast":      # the step time only: no summary
-            from moesim.engine.fast.forward import simulate_forward
-            from moesim.serve.program import ServeBuilder
-            return simulate_forward(res, ServeBuilder(res, cfg), span_ranks=0,
-                                    step_only=True)[0]
-        return float(simulate_serve(res, cfg, spans=False).summary["step_time_s"])
+        return self._steps.step_s(**kw)
 
     def direct_decode(self, batch: float, context: float) -> float:
         b = max(1, int(round(batch)) // self.cfg.tp)

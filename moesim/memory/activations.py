@@ -26,9 +26,13 @@ output: 2·2f + 2f = 6f gated (SwiGLU: gate and up), 2f + 2f = 4f otherwise. For
 f = 4h, not gated, the layer sums to Korthikanti's 34h + 5as.
 
 MoE block: the router's fp32 probabilities 4E, the shared experts' FFN tensors, and per
-routed assignment the permuted input 2h (fc1's input), the expert FFN's tensors, and the
-expert output 2h that the weighted combine's backward reads (the gradient of the routing
-probability). The dropout mask is per token, after the combine.
+routed assignment the permuted input 2h (fc1's input), the expert FFN's tensors and its
+fp32 routing probability, 4 bytes. Megatron-Core multiplies the probability inside the
+experts' activation (moe/experts.py ``TEGroupedMLP.forward``: ``weighted_bias_swiglu_impl``;
+fusions/fused_bias_swiglu.py ``WeightedSwiGLUFunction`` saves fc1's output and the
+probabilities) and unpermutes without probabilities (moe/token_dispatcher.py, ``unpermute``
+with no ``probs``), so no expert output is kept for the combine's backward
+(NVIDIA/Megatron-LM d98e8a6). The dropout mask is per token, after the combine.
 
 Megatron-Core's selective recompute modules (megatron/core/transformer/
 transformer_config.py, ``recompute_modules``; NVIDIA/Megatron-LM d98e8a6) drop:
@@ -49,9 +53,9 @@ input. Two exceptions as the report gives them: the output projection's input
 input in the MoE (fc1's output, shared and routed experts) is cached in FP8 too (the
 output is recomputed: ``moe_act`` drops it for the routed experts). What is not a
 Linear's input stays bf16: norm inputs (the residual stream), Q/K/V as the core
-attention saves them, the log-sum-exp, the experts' outputs for the combine, a dense
-FFN's SwiGLU input, and ``mlp_in``, which also feeds the router, kept in BF16/FP32
-(§3.3.1: the gating module stays in its original precision).
+attention saves them, the log-sum-exp, a dense FFN's SwiGLU input, and ``mlp_in``, which
+also feeds the router, kept in BF16/FP32 (§3.3.1: the gating module stays in its
+original precision).
 """
 
 from __future__ import annotations
@@ -60,6 +64,9 @@ from moesim.model.spec import ModelSpec
 
 ACT_BYTES = 2         # bf16 activations
 LSE_BYTES = 4         # fp32 log-sum-exp per head and query (FlashAttention-2 Algorithm 2)
+#: the fp32 routing probability Megatron-Core's weighted SwiGLU saves per routed assignment
+#: (fusions/fused_bias_swiglu.py ``WeightedSwiGLUFunction``, d98e8a6)
+PROB_BYTES = 4
 ATTENTION_KERNELS = ("fused", "materialized")
 RECOMPUTE_MODULES = ("core_attn", "mla_up_proj", "layernorm", "moe_act", "mlp", "moe",
                      "shared_experts")
@@ -143,9 +150,10 @@ def layer_bytes_per_token(spec: ModelSpec, layer: int, seq_len: int, *,
     if "shared_experts" not in modules:
         tok += ffn_saved_bytes(spec, spec.n_shared_experts * spec.shared_ffn, act_dtype,
                                moe=True)
-    tok += ACT_BYTES * h * spec.top_k                    # expert outputs, for the combine
     lin = FP8_CACHE if act_dtype == "fp8" else ACT_BYTES
-    return tok, lin * h                                  # permuted input, on the expert's rank
+    # on the expert's rank: the permuted input and the routing probability the weighted
+    # SwiGLU keeps (no expert output is kept for the combine)
+    return tok, lin * h + PROB_BYTES
 
 
 def routed_expert_bytes(spec: ModelSpec, width: float, modules: frozenset[str],

@@ -9,13 +9,13 @@ schedule) this produces, for each global rank, the ordered ops of its streams:
 - ``comm``: data-parallel gradient buckets (all-reduce, or reduce-scatter with ZeRO)
   that overlap backward, ZeRO-3 weight all-gathers prefetched one layer ahead, the
   ZeRO-1/2 parameter all-gather after the optimizer;
-- ``pp``: eager pipeline sends of activations and gradients (``ep``: own-stream EP).
+- ``pp``: eager pipeline sends of activations and gradients (``ep``: own-stream EP;
+  ``tp_ub``: TP pieces beside GEMMs, :mod:`moesim.program.tp_overlap`).
 
 Routing is sampled per (EP group, MoE layer, micro-batch) by
-:func:`moesim.gating.route_microbatch`; the same byte matrix is handed to every
-member of the group, so dispatch and combine are exact all-to-all-v exchanges.
-Expert popularity (which expert is hot) depends on (seed, step, layer) only, so it
-is shared by all data-parallel replicas; token sampling differs per EP group.
+:func:`moesim.gating.route_microbatch`; the same byte matrix is handed to every member
+of the group, so dispatch and combine are exact all-to-all-v exchanges. Expert
+popularity depends on (seed, step, layer) only, shared by all data-parallel replicas.
 """
 
 from __future__ import annotations
@@ -27,12 +27,9 @@ import numpy as np
 from moesim.collectives.communicator import CollectiveSpec
 from moesim.compute.base import ComputeModel, Kernel
 from moesim.gating import make_placement, route_microbatch
-from moesim.model import mtp, window
-from moesim.program import cuda_graphs, recompute, shared_overlap
-from moesim.program.recompute_ops import RecomputeOps
-from moesim.schedule.layout_string import stage_chunks
-from moesim.model import costs
+from moesim.model import costs, mtp, window
 from moesim.program import cp as cpx
+from moesim.program import cuda_graphs, recompute, shared_overlap, tp_overlap
 from moesim.program import etp as etpx
 from moesim.program.dualpipe_build import DualPipeOps, PairedOps
 from moesim.program.ep_backend import EPBackend
@@ -41,9 +38,11 @@ from moesim.program.grads import GradientOps
 from moesim.program.hot import hot_ranks
 from moesim.program.ops import Op
 from moesim.program.overlap import PairRule, ep_stream, interleave
+from moesim.program.recompute_ops import RecomputeOps
 from moesim.program.replicas import ReplicaMap, replica_map
 from moesim.schedule.dualpipe import KINDS as DUAL_KINDS
 from moesim.schedule.dualpipe import make_dual_order
+from moesim.schedule.layout_string import stage_chunks
 from moesim.schedule.pipeline import make_order
 
 ACT_BYTES = 2  # bf16 activations and gradients on the wire (Megatron default dtype)
@@ -175,9 +174,8 @@ class Builder(GradientOps, DualPipeOps, PairedOps, FoldedOps, RecomputeOps):
             r = route_microbatch(
                 self.routing, n_experts=spec.n_experts, top_k=spec.top_k,
                 tokens_per_rank=np.full(len(group), self.ep_tokens, dtype=np.int64),
-                placement=self.placement,
-                ranks_per_node=self._ep_ranks_per_node(group), hidden=spec.hidden,
-                dispatch_dtype=scn.routing.dispatch_dtype,
+                placement=self.placement, ranks_per_node=self._ep_ranks_per_node(group),
+                hidden=spec.hidden, dispatch_dtype=scn.routing.dispatch_dtype,
                 combine_dtype=scn.routing.combine_dtype, seed=scn.seed, step=self.step,
                 layer=j, microbatch=canon * self.m + mb, source=scn.source,
                 dedup_ranks_per_node=self.ep_backend.ranks_per_node(group, self.gpn)
@@ -265,6 +263,8 @@ class Builder(GradientOps, DualPipeOps, PairedOps, FoldedOps, RecomputeOps):
         for item in self.order[stage]:
             item_start = len(prog)
             self._item(prog, rank, stage, pp_group, item, last_bwd)
+            if tp_overlap.enabled(self.scn):    # TE userbuffers: TP comm beside GEMMs
+                tp_overlap.rewrite(prog, item_start, last_bwd, self.res, self.timer.model)
             if own_stream:
                 ep_stream(prog, item_start)
             if not overlap:

@@ -16,6 +16,7 @@ import numpy as np
 from moesim.collectives.communicator import CollectiveSpec
 from moesim.program import cp as cpx
 from moesim.program import etp as etpx
+from moesim.program import tp_overlap
 from moesim.program.ops import Op
 
 ACT_BYTES = 2  # bf16 activations on the wire (as moesim.program.build)
@@ -43,7 +44,9 @@ class FoldedOps:
             return
         ops = ("reduce_scatter", "all_gather")
         if self.spec.is_moe_layer(layer):
-            ops = ops[:1] if which == "attn" else ops[1:]
+            # with TE's overlap the backward's exchanges are the gradients' own kinds
+            swap = phase == "bwd" and tp_overlap.enabled(self.scn)    # (tp_overlap)
+            ops = ops[:1] if (which == "attn") != swap else ops[1:]
         for op in ops:
             spec = self._spec(("sp", op, group), lambda o=op: CollectiveSpec(o, group, nbytes))
             self._coll(prog, "tp", f"{phase}.sp_{which}_{op}", spec,

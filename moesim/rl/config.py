@@ -126,6 +126,7 @@ class RLConfig:
     reference: bool = True
     reward: RewardConfig = field(default_factory=RewardConfig)
     max_lag: int = 0
+    partial_rollouts: bool = False
     weight_sync: WeightSyncConfig = field(default_factory=WeightSyncConfig)
 
     @property
@@ -145,7 +146,7 @@ _RULES: dict[str, tuple[str, Any]] = {
     "algorithm": ("choice", ALGORITHMS), "steps": ("pos", None),
     "prompts_per_step": ("pos", None), "samples_per_prompt": ("pos", None),
     "colocated": ("bool", None), "old_logprob": ("bool", None), "reference": ("bool", None),
-    "max_lag": ("nonneg", None),
+    "max_lag": ("nonneg", None), "partial_rollouts": ("bool", None),
     "dist": ("choice", DISTS), "mean": ("posnum", None), "max": ("optpos", None),
     "min": ("pos", None), "sigma": ("nonnegnum", None), "file": ("optstr", None),
     "gpus": ("optpos", None), "tp": ("pos", None), "ep": ("pos", None), "pp": ("pos", None),
@@ -246,6 +247,10 @@ def _consistent(cfg: RLConfig, src: str, world: int | None) -> None:
     if cfg.colocated and cfg.max_lag != 0:
         raise InputError(src, "rl.max_lag", "0 with rl.colocated: true (one pool runs the "
                          "phases in turn, so no rollout can overlap training)", cfg.max_lag)
+    if cfg.partial_rollouts and cfg.max_lag < 1:
+        raise InputError(src, "rl.partial_rollouts", "false with rl.max_lag: 0 (a sample "
+                         "continued under a newer version is off-policy: partial rollouts "
+                         "need max_lag >= 1, disaggregated pools)", True)
     if not cfg.colocated and cfg.weight_sync.method == "ipc":
         raise InputError(src, "rl.weight_sync.method", "nccl for disaggregated pools (CUDA "
                          "IPC hands over memory on the same GPU only)", "ipc")

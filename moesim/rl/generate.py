@@ -60,23 +60,81 @@ def _thin(series: list[tuple]) -> list[tuple[float, int, float]]:
 
 
 def generate(prompt: np.ndarray, response: np.ndarray, costs: StepCosts, replicas: int,
-             kv_tokens: int, max_batch: int, members: int = 1) -> Generation:
+             kv_tokens: int, max_batch: int, members: int = 1, *,
+             skip: bool = True) -> Generation:
     """Generate ``response[i]`` tokens after ``prompt[i]`` for every sample on
-    ``replicas`` engine replicas of ``members`` ranks with ``kv_tokens`` each."""
-    prompt = np.asarray(prompt, dtype=np.int64)
-    response = np.asarray(response, dtype=np.int64)
-    n = len(prompt)
-    groups = [[r * members + i for i in range(members)] for r in range(replicas)]
-    sim = build_sim(costs, groups, kv_tokens, scheduler="vllm", router="round_robin",
-                    max_seqs=max_batch)
-    reqs = [Request(id=i, arrival_s=0.0, prompt=int(prompt[i]), output=int(response[i]),
-                    tag=i) for i in range(n)]
-    sim.submit(reqs)
-    sim.run()
-    if any(r.rejected or not r.done for r in reqs):
-        raise ValueError("a sample does not fit the KV cache")   # checked by the caller
-    finish = np.array([r.finish_s for r in reqs], dtype=float)
-    rep = np.array([r.member // members for r in reqs], dtype=np.int64)
-    return Generation(float(finish.max()) if n else 0.0, finish, rep, long_tail(finish),
-                      sim.steps, sum(r.preemptions for r in reqs),
-                      [_thin(s) for s in sim.series])
+    ``replicas`` engine replicas of ``members`` ranks with ``kv_tokens`` each
+    (``skip``: the engine skips between events, the same results; False steps)."""
+    return Rollout(prompt, response, costs, replicas, kv_tokens, max_batch, members,
+                   skip=skip).finish()
+
+
+class Rollout:
+    """A generation that weight updates may pause (partial rollouts): :meth:`pause` at
+    ``t`` (seconds from the start) interrupts the engines (every unfinished sample leaves
+    with its tokens, its KV cache freed, the step in flight dropped), waits ``dur_s``
+    (the weight sync) and resubmits the unfinished samples, which recompute their KV
+    cache (prompt and tokens so far) under the new ``version`` and continue.
+    ``first_version`` / ``last_version``: per sample, the policy version of its first
+    token and of its last (a sample with no token before a pause starts under the new
+    version)."""
+
+    def __init__(self, prompt, response, costs: StepCosts, replicas: int, kv_tokens: int,
+                 max_batch: int, members: int = 1, *, version: int = 0,
+                 skip: bool = True) -> None:
+        prompt = np.asarray(prompt, dtype=np.int64)
+        response = np.asarray(response, dtype=np.int64)
+        self.members = members
+        n = len(prompt)
+        groups = [[r * members + i for i in range(members)] for r in range(replicas)]
+        self.sim = build_sim(costs, groups, kv_tokens, scheduler="vllm", router="round_robin",
+                             max_seqs=max_batch)
+        self.sim.skip = skip
+        self.reqs = [Request(id=i, arrival_s=0.0, prompt=int(prompt[i]),
+                             output=int(response[i]), tag=i) for i in range(n)]
+        self.first_version = np.full(n, version, dtype=np.int64)
+        self.last_version = np.full(n, version, dtype=np.int64)
+        self.paused_s = 0.0
+        self.pauses: list[tuple[float, float, int]] = []     # (start, end, version)
+        self.sim.submit(self.reqs)
+
+    @property
+    def done(self) -> bool:
+        return all(r.done for r in self.reqs)
+
+    def run_until(self, t: float) -> bool:
+        """Generate until ``t`` (from the start) or the last sample; whether all are done."""
+        if t > self.sim.now:
+            self.sim.run(until=t)
+        return self.done
+
+    def pause(self, t: float, dur_s: float, version: int) -> None:
+        if self.run_until(t):
+            return
+        left = self.sim.interrupt()
+        if self.sim.record:                               # the batch is empty meanwhile
+            for ser in self.sim.series:
+                ser.append((self.sim.now, 0, 0.0, 0))
+        end = self.sim.now + dur_s
+        if end > self.sim.now:
+            self.sim.run(until=end)
+        for r in left:
+            if r.generated == 0:
+                self.first_version[r.tag] = version
+            self.last_version[r.tag] = version
+            r.arrival_s = self.sim.now
+        self.pauses.append((t, end, version))
+        self.paused_s += dur_s
+        self.sim.submit(left)
+
+    def finish(self) -> Generation:
+        self.sim.run()
+        reqs, sim, members = self.reqs, self.sim, self.members
+        n = len(reqs)
+        if any(r.rejected or not r.done for r in reqs):
+            raise ValueError("a sample does not fit the KV cache")   # checked by the caller
+        finish = np.array([r.finish_s for r in reqs], dtype=float)
+        rep = np.array([r.member // members for r in reqs], dtype=np.int64)
+        return Generation(float(finish.max()) if n else 0.0, finish, rep, long_tail(finish),
+                          sim.steps, sum(r.preemptions for r in reqs),
+                          [_thin(s) for s in sim.series])

@@ -13,6 +13,11 @@ rollout pool, when free, first loads a published version newer than its own (the
 else generates the next batch if its version is recent enough, else waits for the next
 version. ``max_lag: 0`` is the synchronous loop: step = generate + score + train + sync.
 
+**Partial rollouts** (disaggregated, ``max_lag >= 1``, :func:`schedule_partial`): a
+weight sync does not wait for the generation in flight: it starts when the trainer
+publishes, pausing the generation; the unfinished samples continue under the new version
+afterwards (their KV cache recomputed). A sample's lag counts its oldest version.
+
 **Colocated** (one pool, ``max_lag`` 0): generate, switch to training (onload of the
 optimizer states), score, train, switch back (offload), weight hand-over, in turn.
 """
@@ -58,6 +63,9 @@ class Timeline:
     #: per step: when its weight sync (version step + 1 on the rollout pool) ended
     step_end_s: list[float] = field(default_factory=list)
     gen_start_s: list[float] = field(default_factory=list)
+    #: partial rollouts: per step, each sample's version at its first and its last token
+    first_version: list | None = None
+    last_version: list | None = None
 
     @property
     def makespan_s(self) -> float:
@@ -137,4 +145,60 @@ def _disaggregated(durs: list[StepDurations], k: int) -> Timeline:
         tl.spans.append(Span("rollout", "generate", s, t_roll, end, loaded))
         gen_end[s] = t_roll = end
         next_gen += 1
+    return tl
+
+
+def schedule_partial(durs: list[StepDurations], max_lag: int, rollout) -> Timeline:
+    """The disaggregated loop with partial rollouts. ``durs[s].generate`` is ignored:
+    ``rollout(s, version)`` starts step ``s``'s generation (a
+    :class:`moesim.rl.generate.Rollout`, on its own clock from 0) and this loop pauses it
+    at every weight sync that starts before it ends. Returns the timeline; each step's
+    Rollout is left in ``tl.rollouts``."""
+    n, k = len(durs), max_lag
+    tl = Timeline(gen_version=[0] * n, step_end_s=[0.0] * n, gen_start_s=[0.0] * n,
+                  first_version=[None] * n, last_version=[None] * n)
+    tl.rollouts = [None] * n
+    pub: dict[int, tuple[float, float]] = {}     # version -> (sync start, sync end)
+    t = t_train = 0.0
+    loaded = 0
+
+    def sync(v: int) -> None:
+        a, b = pub[v]
+        tl.spans.append(Span("rollout", "weight_sync", v - 1, a, b, v))
+        tl.spans.append(Span("train", "weight_sync", v - 1, a, b, v))
+        tl.step_end_s[v - 1] = b
+
+    for s in range(n):
+        while loaded + 1 in pub and (pub[loaded + 1][0] <= t or loaded < s - k):
+            loaded += 1                 # a sync before this generation (or awaited)
+            sync(loaded)
+            t = max(t, pub[loaded][1])
+        tl.gen_version[s] = loaded
+        tl.gen_start_s[s] = t
+        ro = tl.rollouts[s] = rollout(s, loaded)
+        seg, ver = 0.0, loaded          # the generation's segments between syncs
+        while loaded + 1 in pub and not ro.run_until(pub[loaded + 1][0] - t):
+            loaded += 1
+            a, b = pub[loaded]
+            ro.pause(a - t, b - a, loaded)
+            tl.spans.append(Span("rollout", "generate", s, t + seg, a, ver))
+            sync(loaded)
+            seg, ver = b - t, loaded
+        gen = ro.finish()
+        end = t + gen.time_s
+        tl.spans.append(Span("rollout", "generate", s, t + seg, end, ver))
+        tl.first_version[s], tl.last_version[s] = ro.first_version, ro.last_version
+        t = end
+        d = durs[s]                     # the trainer: score and train, then publish
+        u = max(t_train, end)
+        for phase in (*SCORE_PHASES, "train"):
+            dur = getattr(d, phase)
+            if dur > 0 or phase == "train":
+                tl.spans.append(Span("train", phase, s, u, u + dur))
+                u += dur
+        pub[s + 1] = (u, u + d.weight_sync)
+        t_train = u + d.weight_sync
+    while loaded < n:
+        loaded += 1
+        sync(loaded)
     return tl

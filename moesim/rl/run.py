@@ -18,8 +18,9 @@ from moesim.errors import InputError
 from moesim.load.costs import StepCosts
 from moesim.memory.model import rank_params
 from moesim.rl.config import RLConfig, rl_from_dict
+from moesim.rl.generate import Rollout
 from moesim.rl.lengths import draw
-from moesim.rl.loop import Timeline, schedule
+from moesim.rl.loop import Timeline, schedule, schedule_partial
 from moesim.rl.phases import Batch, StepWork, TrainerCosts, step_work
 from moesim.rl.sync import SyncResult, switch_cost, weight_sync
 from moesim.scenario import load_scenario
@@ -125,7 +126,8 @@ def simulate_rl(setup: RLSetup, steps: int, *, rollout_costs: StepCosts | None =
                        ipc=cfg.colocated, hbm_Bps=res.device.hbm_Bps, on_solve=on_solve)
     switch = switch_cost(res.model, tr.gpus, ro.replica_gpus) if cfg.colocated else (0.0, 0.0)
     if rollout_costs is None or trainer_costs is None:
-        from moesim.rl.engine_costs import EngineTrainerCosts, rollout_costs as surface
+        from moesim.rl.engine_costs import EngineTrainerCosts
+        from moesim.rl.engine_costs import rollout_costs as surface
         gpn = res.scenario.gpus_per_node or len(gpus)
         if rollout_costs is None:
             rollout_costs = surface(
@@ -138,12 +140,29 @@ def simulate_rl(setup: RLSetup, steps: int, *, rollout_costs: StepCosts | None =
                 setup.scenario, tr.gpus, gpn, tp=tr.tp, pp=tr.pp, ep=tr.ep,
                 seq_len=setup.seq_len, reward_model=cfg.reward.model)
     works = []
+    partial = cfg.partial_rollouts
     for s, batch in enumerate(batches):
         works.append(step_work(cfg, batch, setup.seq_len, rollout_costs, kv, trainer_costs,
-                               sync.time_s, switch))
-        if progress is not None:
+                               sync.time_s, switch, generation=not partial))
+        if progress is not None and not partial:
             progress(s + 1, steps)
-    tl = schedule([w.durations for w in works], cfg.max_lag, cfg.colocated)
+    if not partial:
+        tl = schedule([w.durations for w in works], cfg.max_lag, cfg.colocated)
+        return RLRun(setup, batches, works, tl, sync, kv, switch)
+
+    def rollout(s: int, version: int) -> Rollout:
+        if progress is not None and s:
+            progress(s, steps)
+        b = batches[s]
+        return Rollout(b.prompt, b.response, rollout_costs, ro.replicas, kv, ro.max_batch,
+                       ro.replica_gpus // ro.tp, version=version)
+
+    tl = schedule_partial([w.durations for w in works], cfg.max_lag, rollout)
+    for w, r in zip(works, tl.rollouts, strict=True):
+        w.generation = gen = r.finish()
+        w.durations = dataclasses.replace(w.durations, generate=gen.time_s - r.paused_s)
+    if progress is not None:
+        progress(steps, steps)
     return RLRun(setup, batches, works, tl, sync, kv, switch)
 
 

@@ -52,7 +52,10 @@ def summarize(run) -> dict:
                 "train": _busy(tl.spans, "train") / span}
     lags = Counter()
     for s, lag in enumerate(tl.lags()):
-        lags[lag] += len(run.batches[s].response)
+        if tl.first_version is not None:     # partial rollouts: each sample's oldest
+            lags.update((s - tl.first_version[s]).tolist())
+        else:
+            lags[lag] += len(run.batches[s].response)
     tokens = np.mean([b.tokens for b in run.batches])
     rows = []
     for s, w in enumerate(run.works):
@@ -63,6 +66,10 @@ def summarize(run) -> dict:
             "lag": s - tl.gen_version[s], "samples": int(len(b.response)),
             "prompt_tokens": int(b.prompt.sum()), "response_tokens": int(b.response.sum()),
             "rows": w.rows, "mini_batch_rows": w.mini_batch_rows,
+            **({} if tl.first_version is None else {
+                "last_version": int(tl.last_version[s].max()),
+                "two_version_samples": int((tl.first_version[s]
+                                            != tl.last_version[s]).sum())}),
             "long_tail_s": w.generation.long_tail_s,
             "phases_s": {p: ((d.switch_in + d.switch_out) if p == "switch" else getattr(d, p))
                          for p in PHASES},

@@ -80,6 +80,7 @@ _RULES: dict[str, tuple[str, Any]] = {
     "schedule.zero3_prefetch": ("pos", None),
     "overlap.ep_comm_overlap": ("bool", None), "overlap.dp_overlap": ("bool", None),
     "overlap.kind": ("choice", OVERLAP_KINDS), "overlap.shared_expert": ("bool", None),
+    "overlap.tp_comm": ("bool", None),
     "memory.recompute": ("choice", RECOMPUTE),
     "memory.attention": ("choice", ATTENTION_KERNELS),
     "memory.grad_dtype": ("choice", GRAD_DTYPES), "memory.param_dtype": ("choice", PARAM_DTYPES),
@@ -393,10 +394,32 @@ def _check_overlap(scn: Scenario) -> Scenario:
                          "micro-batches, so it would change nothing): overlap.kind a2a-1f1b "
                          "(Megatron-Core's combined 1F1B, F(i+1) with B(i)) or "
                          "schedule.kind gpipe", "static" if ov.kind == "static" else True)
+    if ov.tp_comm:
+        _check_tp_comm(scn, static)
     if static:
         scn = dataclasses.replace(scn, overlap=dataclasses.replace(
             ov, ep_comm_overlap=True, kind="static"))
     return scn
+
+
+def _check_tp_comm(scn: Scenario, static: bool) -> None:
+    """TE userbuffers need sequence parallelism over TP > 1 (Megatron's
+    --tp-comm-overlap asserts --sequence-parallel); moesim pairs them on the 1F1B, GPipe
+    and interleaved programs without EP overlap, CP or ZeRO-3."""
+    src, ov, par, sch = scn.source, scn.overlap, scn.parallel, scn.schedule
+    for bad, field, want, got in (
+            (par.tp < 2, "parallel.tp", "at least 2", par.tp),
+            (not par.sequence_parallel, "parallel.sequence_parallel", "true", False),
+            (sch.kind in ("dualpipe", "dualpipev"), "schedule.kind", "gpipe, 1f1b or "
+             "interleaved", sch.kind),
+            (static or ov.kind != "none", "overlap.kind", "none",
+             "static" if static else ov.kind),
+            (par.cp > 1, "parallel.cp", "1", par.cp), (par.zero == 3, "parallel.zero",
+                                                       "0, 1 or 2", 3)):
+        if bad:
+            raise InputError(src, field, f"{want} with overlap.tp_comm (Transformer "
+                             "Engine's TP communication overlap, moesim.program."
+                             "tp_overlap)", got)
 
 
 def _resolve(scn: Scenario) -> Scenario:

@@ -144,10 +144,13 @@ class OverlapConfig:
     # their own stream under the dispatch all-to-all, fc2 under the combine (backward:
     # mirrored) (moesim.program.shared_overlap)
     shared_expert: bool = False
+    # Transformer Engine userbuffers (Megatron --tp-comm-overlap): the sequence-parallel
+    # all-gathers and reduce-scatters beside the TP GEMMs, chunked (moesim.program.tp_overlap)
+    tp_comm: bool = False
 
 
 #: OverlapConfig fields that Scenario.to_dict() leaves out while at their defaults
-OVERLAP_OMIT_DEFAULTS = {"cuda_graphs": [], "shared_expert": False}
+OVERLAP_OMIT_DEFAULTS = {"cuda_graphs": [], "shared_expert": False, "tp_comm": False}
 
 
 PARAM_DTYPES = ("bf16", "fp8")

@@ -9,10 +9,19 @@
   (``qk_rope_dim`` values) are cached: ``layers · (kv_lora_rank + qk_rope_dim) · bytes``
   per token. The latent is shared by all heads, so TP does not split it: every rank of a
   TP group caches all of it.
+- Sliding-window layers (``model.window``, ``window_full_every``; :mod:`moesim.model.window`)
+  keep the last ``min(context, window)`` tokens, full layers the whole context
+  (:func:`kv_bytes_per_request`). vLLM's sliding-window KV manager frees the blocks that
+  left the window (vllm-project/vllm 002f349, vllm/v1/core/single_type_kv_cache_manager.py
+  ``SlidingWindowManager.remove_skipped_blocks``: the tokens before ``computed - window +
+  1``). Attention sinks (GPT-OSS, ``model.attention_sinks``) are a learned logit per head
+  (openai/gpt-oss, gpt_oss/torch/model.py ``sdpa``: ``S`` joins the scores before the
+  softmax), not cached tokens: they add no KV bytes.
 """
 
 from __future__ import annotations
 
+from moesim.model import window
 from moesim.model.spec import ModelSpec
 
 
@@ -26,3 +35,11 @@ def kv_values_per_token_layer(spec: ModelSpec, tp: int = 1) -> int:
 def kv_bytes_per_token(spec: ModelSpec, elem_bytes: int = 2, tp: int = 1) -> int:
     """KV-cache bytes per token over all layers on one rank (``tp`` = 1: the model)."""
     return spec.layers * kv_values_per_token_layer(spec, tp) * elem_bytes
+
+
+def kv_bytes_per_request(spec: ModelSpec, context: int, elem_bytes: int = 2,
+                         tp: int = 1) -> int:
+    """KV-cache bytes of one request with ``context`` tokens on one rank: each layer's
+    values per token × the tokens it keeps (a windowed layer ``min(context, window)``)."""
+    per = kv_values_per_token_layer(spec, tp) * elem_bytes
+    return per * sum(window.kv_tokens(spec, layer, context) for layer in range(spec.layers))

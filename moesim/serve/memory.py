@@ -6,7 +6,8 @@ what is free, and the largest batch that fits. Pure arithmetic, bytes throughout
   resident though a token uses a few;
 - KV cache: a TP group serves ``tp · batch_per_gpu`` requests, each caching
   ``kv_tokens`` tokens of :func:`moesim.serve.kv.kv_bytes_per_token` on every rank (GQA
-  heads split over TP, MLA's latent not);
+  heads split over TP, MLA's latent not), a sliding-window layer only its last ``window``
+  (:func:`moesim.serve.kv.kv_bytes_per_request`);
 - activations: per micro-batch alive (two with two-micro-batch overlap) the tensors a
   forward keeps for its largest layer (:func:`moesim.memory.model.layer_activation_bytes`
   with FlashAttention's ``selective`` rule: no score matrix; an upper bound on inference's
@@ -21,7 +22,7 @@ from __future__ import annotations
 
 from moesim.memory.model import ACT_BYTES, layer_activation_bytes, rank_params
 from moesim.serve.config import ServeConfig
-from moesim.serve.kv import kv_bytes_per_token
+from moesim.serve.kv import kv_bytes_per_request, kv_bytes_per_token
 
 FP32_BYTES = 4
 #: bisection bound on batch_per_gpu (no device holds 2^24 requests per GPU)
@@ -52,7 +53,7 @@ def table(spec, cfg: ServeConfig, capacity: float, batch: int | None = None,
     buffers = (sent + recv) * spec.hidden * 2 * ACT_BYTES if spec.moe else 0.0
     logits = mb_requests * -(-spec.vocab // tp) * FP32_BYTES
     activations = m * (act_layer + buffers + logits)
-    kv_req = float(kv_bytes_per_token(spec, cfg.kv_bytes, tp) * cfg.kv_tokens)
+    kv_req = float(kv_bytes_per_request(spec, cfg.kv_tokens, cfg.kv_bytes, tp))
     kv_total = kv_req * requests
     w = weight_bytes(spec, tp, cfg.ep)
     used = w + kv_total + activations

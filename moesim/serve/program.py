@@ -9,15 +9,16 @@ and, with two micro-batches, the same EP overlap (:mod:`moesim.program.overlap`:
 collectives move to the ``ep`` stream and the two micro-batches interleave segment by
 segment, one's all-to-all under the other's compute, as DeepSeek's prefill and decode
 do: DeepSeek-V3 report §3.4). What differs (:mod:`moesim.serve.costs`): attention reads
-the KV cache (decode) or writes it (prefill), there is no backward, no gradient and no
-optimizer, and the LM head samples by a vocabulary-parallel distributed top-k
-(:mod:`moesim.serve.head`) over the TP group, for one token per request.
+the KV cache (decode; a sliding-window layer only its last ``window`` tokens) or writes it
+(prefill), there is no backward, no gradient and no optimizer, and the LM head samples by
+a vocabulary-parallel distributed top-k (:mod:`moesim.serve.head`) over the TP group, for
+one token per request.
 """
 
 from __future__ import annotations
 
 from moesim.collectives.communicator import CollectiveSpec
-from moesim.model import costs
+from moesim.model import costs, window
 from moesim.program.build import Builder, StepPlan, Timer
 from moesim.program.ops import Op
 from moesim.program.overlap import ep_stream, interleave
@@ -35,9 +36,13 @@ def build_serve_step(res, cfg: ServeConfig, *, replicas: str = "independent",
 
 class ServeBuilder(Builder):
     def __init__(self, res, cfg: ServeConfig, replicas: str = "independent",
-                 dedup: bool = False) -> None:
+                 dedup: bool = False, routing_cache: dict | None = None) -> None:
         super().__init__(res, cfg.step, replicas, dedup)
         self.cfg = cfg
+        if routing_cache is not None:
+            # the routing law per (seed, step, layer) and DeepEP's copy ratios, kept by
+            # the caller across steps of one deployment (moesim.serve.steps)
+            self._dedup_cache = routing_cache
         self.kv_bytes = cfg.kv_bytes
         # tokens that reach the LM head per micro-batch: one per request (prefill samples
         # the first output token from each prompt's last position)
@@ -73,19 +78,36 @@ class ServeBuilder(Builder):
             self._layer(prog, rank, layer, mb, "fwd")
         self._head(prog, rank, mb)
 
-    def attn_kernels(self):
-        """One layer's attention kernels for one micro-batch (:class:`ForwardStep`)."""
-        spec, tp, cfg = self.spec, self.tp, self.cfg
+    def attn_span(self, layer: int) -> float:
+        """Keys layer ``layer``'s queries see: the prompt (prefill; a windowed layer the
+        causal length with its window's pairs, :func:`moesim.model.window.effective_seq`)
+        or the cached context (decode; a windowed layer ``min(context, window)``)."""
+        cfg = self.cfg
         if cfg.phase == "prefill":
-            return serve_costs.prefill_attention_kernels(spec, self.tokens, cfg.prompt, tp,
+            return window.effective_seq(self.spec, layer, cfg.prompt)
+        return window.kv_tokens(self.spec, layer, cfg.kv_tokens)
+
+    def attn_key(self, layer: int) -> tuple:
+        """Cache key of layer ``layer``'s attention kernels (one per span)."""
+        span = self.attn_span(layer)
+        full = self.cfg.prompt if self.cfg.phase == "prefill" else self.cfg.kv_tokens
+        return ("attn", "fwd") if span == full else ("attn", "fwd", span)
+
+    def attn_kernels(self, layer: int = 0):
+        """Layer ``layer``'s attention kernels for one micro-batch (:class:`ForwardStep`)."""
+        spec, tp, cfg = self.spec, self.tp, self.cfg
+        span = self.attn_span(layer)
+        if cfg.phase == "prefill":
+            return serve_costs.prefill_attention_kernels(spec, self.tokens, span, tp,
                                                          self.kv_bytes)
-        return serve_costs.decode_attention_kernels(spec, self.tokens, cfg.kv_tokens, tp,
+        return serve_costs.decode_attention_kernels(spec, self.tokens, int(span), tp,
                                                     self.kv_bytes)
 
     def _layer(self, prog: list[Op], rank: int, layer: int, mb: int, phase: str) -> None:
         spec, tp = self.spec, self.tp
         start = len(prog)
-        self._compute(prog, "fwd.attn", layer, mb, "fwd", ("attn", "fwd"), self.attn_kernels)
+        self._compute(prog, "fwd.attn", layer, mb, "fwd", self.attn_key(layer),
+                      lambda: self.attn_kernels(layer))
         self._tp_allreduce(prog, rank, layer, mb, "fwd", "attn")
         if spec.is_moe_layer(layer):
             self._moe(prog, rank, layer, mb, "fwd")

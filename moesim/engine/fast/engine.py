@@ -36,7 +36,7 @@ from moesim.engine.summary import link_stats, make_result, summarize
 from moesim.model import costs
 from moesim.program import cp as cpx
 from moesim.program import etp as etpx
-from moesim.program import recompute
+from moesim.program import recompute, tp_overlap
 from moesim.program.build import ACT_BYTES, Builder, Timer
 from moesim.program.overlap import PairRule
 from moesim.program.replicas import replicas_mode
@@ -44,7 +44,6 @@ from moesim.scenario.resolve import Resolved
 from moesim.schedule.a2a_overlap import a2a_1f1b_order
 from moesim.trace.result import SimResult
 from moesim.trace.spans import Span
-
 
 #: (token count, phase) expert kernel lists kept for the other parts of the backward
 EK_MEMO_MAX = 1 << 16
@@ -64,6 +63,7 @@ class Context:
         self.sent = self.ep_tokens * k
         self.chunks, self.order = b.chunks, b.order
         self.rc = b.rc          # activation recomputation (moesim.program.recompute)
+        self.tpo = tp_overlap.enabled(scn)     # TE userbuffers (moesim.engine.fast.tp_ub)
         self.timer = Timer(res.compute)
         topo = res.topology
         gpus = list(topo.gpus)
@@ -94,18 +94,38 @@ class Context:
         self.exact_flows = 0    # flows the step would time flow by flow (simulate_fast)
         self._ek: dict[tuple[int, str], list] = {}   # (tokens, phase) -> expert kernels
 
-    def _expert_kernels(self, x: int, ph: str, part: str) -> list:
-        # the backward's B and W parts (and the activation recompute) are cut from one
-        # kernel list: built once per token count (route records price their phases one
-        # after the other over the same counts; the memo is dropped when it grows large)
-        ks = self._ek.get((x, ph))
-        if ks is None:
+    def _expert_kernels(self, x: int, ph: str) -> tuple[list, dict]:
+        """One expert's kernel list for ``x`` tokens in phase ``ph`` and each kernel's
+        seconds (by ``id``), each kernel priced once: the backward's B and W parts (and
+        the activation recompute) are cut from this list, so their kernels are the same
+        objects (route records price their phases one after the other over the same
+        counts; the memo is dropped when it grows large)."""
+        hit = self._ek.get((x, ph))
+        if hit is None:
             if len(self._ek) >= EK_MEMO_MAX:
                 self._ek.clear()
-            ks = self._ek[(x, ph)] = etpx.expert_kernels(self.spec, x * self.etp, self.etp, ph)
-        if part == "act":
-            return recompute.act_kernels(ks)
-        return costs.backward_part(ks, part) if part else ks
+            # ETP: the peers' tokens too (taken equal to this rank's), 1/etp wide
+            ks = etpx.expert_kernels(self.spec, x * self.etp, self.etp, ph)
+            model = self.timer.model
+            hit = self._ek[(x, ph)] = (ks, {id(k): model.time_s(k) for k in ks})
+        return hit
+
+    def _expert_price(self, x: int, ph: str, part: str) -> tuple[float, float]:
+        """(seconds, FLOP) of one expert's ``part`` ("" the whole phase, "B", "W",
+        "act") for ``x`` tokens: what ``Timer`` gives for that kernel list (the same
+        sums in the same order), under the same key, every kernel priced once."""
+        key = ("expert", x, ph, self.etp) + ((part,) if part else ())
+        timer = self.timer
+        hit = timer.cache.get(key)
+        if hit is None:
+            ks, secs = self._expert_kernels(x, ph)
+            if part == "act":
+                ks = recompute.act_kernels(ks)
+            elif part:
+                ks = costs.backward_part(ks, part)
+            timer.kernels[key] = tuple(ks)
+            hit = timer.cache[key] = (sum(secs[id(k)] for k in ks), sum(k.flops for k in ks))
+        return hit
 
     def expert_cost(self, local: np.ndarray, phase: str) -> tuple[np.ndarray, np.ndarray]:
         """(seconds, FLOP) of every (rank, expert) with ``local`` tokens; a lookup
@@ -128,10 +148,7 @@ class Context:
         miss = np.isnan(t_lut[local])
         if miss.any():
             for x in np.unique(local[miss]).tolist():
-                # ETP: the peers' tokens too (taken equal to this rank's), 1/etp wide
-                t_lut[x], f_lut[x] = self.timer(
-                    ("expert", x, ph, self.etp) + ((part,) if part else ()),
-                    lambda x=x: self._expert_kernels(x, ph, part))
+                t_lut[x], f_lut[x] = self._expert_price(x, ph, part)
         return t_lut[local], f_lut[local]
 
     def send_share(self, src: int, dst: int) -> float:

@@ -38,13 +38,45 @@ from moesim.scenario.resolve import Resolved
 from moesim.trace.result import SimResult
 
 
+class ForwardState:
+    """What consecutive forward steps of one deployment share (issue 23: a decode step
+    rebuilt the network every step): the fast network (every group's routes and link
+    incidence, memoized collective times), the ring cost model and the expert kernels'
+    prices per token count. Valid for one topology, model and compute model; a step of
+    another (compared by identity) starts it afresh. The flow network's simpy clock
+    (:meth:`moesim.engine.fast.network.FastNetwork.exact_finish`) restarts at every step,
+    so a step with the state gives the same floats as a fresh one."""
+
+    def __init__(self) -> None:
+        self._key: tuple | None = None
+        self._parts: tuple | None = None
+
+    def attach(self, ctx: Context) -> None:
+        """Give ``ctx`` the shared parts (the first step keeps its own as the shared)."""
+        res = ctx.res
+        objs = (res.topology, res.model, res.compute)
+        vals = (type(ctx.timer.model), ctx.etp, res.scenario.engine.coalesce_rtol,
+                tuple(ctx.net.gpus))
+        if self._key is None or vals != self._key[1] or any(
+                a is not b for a, b in zip(objs, self._key[0])):
+            self._key = (objs, vals)
+            self._parts = (ctx.net, ctx.rings, ctx._lut, ctx._ek)
+            return
+        net, rings, lut, ek = self._parts
+        net._env = net._flow = None     # the flow network's clock starts at 0, as fresh
+        ctx.net, ctx.rings, ctx._lut, ctx._ek = net, rings, lut, ek
+
+
 class ForwardStep(Protocol):
     """What a forward-only step adds to the training builder's machinery."""
 
     head_tokens: int                    # tokens reaching the head per micro-batch
 
-    def attn_kernels(self) -> list:
-        """Kernels of one layer's attention (one micro-batch)."""
+    def attn_key(self, layer: int) -> tuple:
+        """Cache key of layer ``layer``'s attention kernels (equal keys, equal kernels)."""
+
+    def attn_kernels(self, layer: int) -> list:
+        """Kernels of layer ``layer``'s attention (one micro-batch)."""
 
     def head_kernels(self) -> list:
         """Kernels of the head (one micro-batch)."""
@@ -91,7 +123,8 @@ class ForwardChain(Chain):
         self._compute(s, "fwd.embedding", ("emb", "fwd"),
                       lambda: costs.embedding_kernels(spec, tok, tp, "fwd"), -1, mb, "fwd")
         for layer in range(spec.layers):
-            self._compute(s, "fwd.attn", ("attn", "fwd"), sb.attn_kernels, layer, mb, "fwd")
+            self._compute(s, "fwd.attn", sb.attn_key(layer),
+                          lambda n=layer: sb.attn_kernels(n), layer, mb, "fwd")
             self._tp(s, "fwd.tp_attn", layer, mb, "fwd")
             if spec.is_moe_layer(layer):
                 rec = self.route(s, layer, mb)
@@ -178,7 +211,8 @@ class ForwardChain(Chain):
     # ------------------------------------------------------------ one micro-batch at a time
     def layer(self, s: int, layer: int, mb: int, phase: str) -> None:
         c = self.c
-        self._compute(s, "fwd.attn", ("attn", "fwd"), self.sb.attn_kernels, layer, mb, "fwd")
+        self._compute(s, "fwd.attn", self.sb.attn_key(layer),
+                      lambda: self.sb.attn_kernels(layer), layer, mb, "fwd")
         self._tp(s, "fwd.tp_attn", layer, mb, "fwd")
         if c.spec.is_moe_layer(layer):
             self._moe(s, layer, mb, "fwd")
@@ -212,18 +246,22 @@ class ForwardChain(Chain):
 
 
 def simulate_forward(res: Resolved, builder, *, progress=None, span_ranks: int = 64,
-                     step_only: bool = False) -> tuple[SimResult | float, object]:
+                     step_only: bool = False, state: ForwardState | None = None
+                     ) -> tuple[SimResult | float, object]:
     """One forward-only step of ``res`` on the lockstep model. ``builder``: the step's
     :class:`moesim.program.build.Builder` (its routing, micro-batches and compute model)
     that is also a :class:`ForwardStep`. Spans are kept for the ``span_ranks`` lowest
     ranks (0: none, the cheapest). Returns the result (training summary keys) and the
     step plan; ``step_only``: the step time in seconds instead of the result (no
-    summary, memory table or spans: what a step-cost surface needs)."""
+    summary, memory table or spans: what a step-cost surface needs); ``state``: a
+    :class:`ForwardState` kept across steps of one deployment."""
     t0 = time.perf_counter()
     lay = res.layout
     b = builder
     ctx = Context(res, b)
     ctx.timer = b.timer                 # e.g. FP8 weights: the builder's compute model
+    if state is not None:
+        state.attach(ctx)
     items = [it for it in ctx.order[0] if it.kind == "F"]
     world = lay.world
     acc = {k: np.zeros(world) for k in CATEGORIES if k != "idle"}

@@ -48,6 +48,31 @@ EXACT_MAX_MEMBERS = 32
 #: per-link processor sharing instead, and says so in the summary's shortcuts
 EXACT_FLOW_BUDGET = 1_000_000
 
+#: all-to-alls timed by the staggered link bound with every member arriving together
+#: before the compiled loop (:mod:`moesim.engine.fast.kernels`, numba) takes over: importing
+#: numba costs about a second of CPU, more than a small run's link bounds
+JIT_AFTER_CALLS = 2000
+
+_jit: dict[str, object] = {"calls": 0, "kernel": None}
+
+
+def _compiled_drain():
+    """The compiled equal-arrivals link bound, or None (numpy): after
+    ``JIT_AFTER_CALLS`` calls, where :func:`moesim.network.jit.kernels` says numba is
+    wanted and importable (``MOESIM_NUMBA=0`` or ``use_numba(False)``: numpy)."""
+    _jit["calls"] = int(_jit["calls"]) + 1     # type: ignore[call-overload]
+    if int(_jit["calls"]) <= JIT_AFTER_CALLS:     # type: ignore[call-overload]
+        return None
+    from moesim.network import jit
+
+    if jit.kernels() is None:
+        return None
+    if _jit["kernel"] is None:
+        from moesim.engine.fast.kernels import drain_equal_ends
+
+        _jit["kernel"] = drain_equal_ends
+    return _jit["kernel"]
+
 
 def _start_levels(matrix: np.ndarray, arrivals: np.ndarray, k_max: int):
     """(flat bytes, flat start times max(arrival_i, arrival_j), mask of flows with bytes,
@@ -132,6 +157,11 @@ class _Incidence:
         ``SHARING_MAX_MEMBERS``: :meth:`drain_finish`)."""
         a = np.asarray(arrivals, dtype=float)
         if self.n > SHARING_MAX_MEMBERS:
+            if len(a) and np.all(a == a[0]):
+                kernel = _compiled_drain()
+                if kernel is not None:     # the same bits as below (tested)
+                    return kernel(np.ascontiguousarray(matrix, dtype=float).ravel(),
+                                  self.pad_t, self.cap, self.lat, self.n, float(a[0]))
             f_pair, live = self.drain_finish(matrix, a, k_max)
         else:
             f_pair, live = self.flow_finish(matrix, a, k_max)

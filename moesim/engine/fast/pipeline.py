@@ -26,6 +26,7 @@ from functools import lru_cache
 
 import numpy as np
 
+from moesim.engine.fast import tp_ub
 from moesim.engine.fast.pairs import run_pair
 from moesim.engine.fast.zero3 import Zero3Gathers
 from moesim.model import costs, mtp, window
@@ -140,6 +141,8 @@ class Chain:
         self.t[s] = b
 
     def _tp(self, s: int, name: str, layer, mb, phase, share: float = 1.0) -> None:
+        if self.c.tpo and tp_ub.charge(self, s, name, layer, mb, phase):
+            return          # TE userbuffers: beside the GEMMs (moesim.engine.fast.tp_ub)
         d = self.c.tp_time(self.groups[s][0]) * share
         if d <= 0:
             return
@@ -270,6 +273,23 @@ class Chain:
         self.t[s] = a + d
 
     # ------------------------------------------------------------ one layer
+    def attn_op(self, layer: int, phase: str) -> tuple:
+        """(timer key, kernel maker) of layer ``layer``'s norms and attention."""
+        c = self.c
+        spec, tok, tp = c.spec, c.tokens, c.tp
+        seq = window.effective_seq(spec, layer, c.seq)   # a sliding window scores less
+        graphs = c.res.scenario.overlap.cuda_graphs
+        return (("attn", phase) if seq == c.seq else ("attn", phase, seq),
+                lambda: cuda_graphs.maybe([*costs.norm_kernels(spec, tok, tp, phase),
+                                           *costs.attention_kernels(spec, tok, seq, tp, phase)],
+                                          "attn" in graphs))
+
+    def ffn_op(self, phase: str) -> tuple:
+        """(timer key, kernel maker) of a dense layer's FFN."""
+        c = self.c
+        return ("ffn", phase), lambda: cuda_graphs.maybe(costs.dense_ffn_kernels(
+            c.spec, c.tokens, c.tp, phase), "mlp" in c.res.scenario.overlap.cuda_graphs)
+
     def layer(self, s: int, layer: int, mb: int, phase: str) -> None:
         c = self.c
         if self.z3.on:
@@ -277,13 +297,7 @@ class Chain:
         spec, tok, tp = c.spec, c.tokens, c.tp
         moe = spec.is_moe_layer(layer)
         seq = window.effective_seq(spec, layer, c.seq)   # a sliding window scores less
-        akey = ("attn", phase) if seq == c.seq else ("attn", phase, seq)
-        graphs = c.res.scenario.overlap.cuda_graphs
-        attn = lambda: cuda_graphs.maybe([  # noqa: E731
-            *costs.norm_kernels(spec, tok, tp, phase),
-            *costs.attention_kernels(spec, tok, seq, tp, phase)], "attn" in graphs)
-        ffn = lambda: cuda_graphs.maybe(  # noqa: E731
-            costs.dense_ffn_kernels(spec, tok, tp, phase), "mlp" in graphs)
+        (akey, attn), ffn = self.attn_op(layer, phase), self.ffn_op(phase)[1]
         # sequence parallelism: an MoE layer keeps one reduce-scatter and one all-gather,
         # half the ring bytes of its two all-reduces (moesim.program.folding)
         share = 0.5 if moe and c.sp else 1.0

@@ -10,6 +10,13 @@ exchange taken out of ``elementwise``/``other`` by name (``permute``: Megatron's
 ``moe_permute``/``moe_unpermute``, DeepSeek's ``expand_to_fused``, ``get_fused_mapping``,
 ``clean_and_count_expert``, ``reduce_fused``).
 
+Measured time of a class is the time its kernels keep the GPU busy (the union of their
+intervals), not the sum of their durations: DeepSeek's framework runs half the routed
+experts' weight-gradient GEMMs on a second stream beside the first (the profile's
+``mlp(W)``; DeepGEMM's own k-grouped weight-gradient kernel "utilizes 2 streams",
+deepseek-ai/DeepGEMM issue #125), and two GEMMs sharing the SMs each take longer
+while together taking the GPU time of both. On one stream the two are the same.
+
 Simulated: one layer's kernels in each pass (:mod:`moesim.program.inventory`: fwd =
 F, dgrad = B, wgrad = W), priced by the compute model, grouped the same way: GEMMs
 (every GEMM kind, the router's included), attention (flash attention and its pre/post
@@ -22,7 +29,9 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from moesim.compute.sm_share import OnSms, pair_sms
 from moesim.program.inventory import layer_ops
+from moesim.validation.gpu.summary import length, union
 
 CLASSES = ("gemm", "attention", "cast", "norm", "elementwise", "permute", "other")
 PASS_OF = {"F": "fwd", "B": "dgrad", "W": "wgrad"}
@@ -59,7 +68,7 @@ def simulated_class(k: Any) -> str:
 
 def measured(tr: Any) -> tuple[dict[str, dict[str, float]], int]:
     """({pass: {class: seconds per layer}}, layers traced) from a GPU trace."""
-    sums: dict[str, dict[str, float]] = {p: {} for p in PASS_OF}
+    spans: dict[str, dict[str, list]] = {p: {} for p in PASS_OF}
     layers: dict[str, set] = {p: set() for p in PASS_OF}
     for k in tr.kernels:
         m = _PHASE_RE.fullmatch(k.phase.name) if k.phase is not None else None
@@ -70,7 +79,8 @@ def measured(tr: Any) -> tuple[dict[str, dict[str, float]], int]:
             continue
         p = m.group(2)
         layers[p].add(k.phase.index)
-        sums[p][c] = sums[p].get(c, 0.0) + k.dur_s
+        spans[p].setdefault(c, []).append((k.start_s, k.start_s + k.dur_s))
+    sums = {p: {c: length(union(iv)) for c, iv in d.items()} for p, d in spans.items()}
     n = max((len(v) for v in layers.values()), default=0)
     return ({p: {c: v / max(len(layers[p]), 1) for c, v in d.items()} for p, d in sums.items()},
             n)
@@ -90,6 +100,35 @@ def simulated(res: Any, model: Any, layer: int | None = None) -> dict[str, dict[
                 d[c] = d.get(c, 0.0) + model.time_s(k)
         out[p] = d
     return out
+
+
+_ATTN_PART = ("attention", "norm", "router", "rotary", "_copy_tensor", "direct_copy")
+
+
+def recompute_kernels(res: Any, layer: int | None = None) -> dict[str, list]:
+    """{"attn": [...], "mlp": [...]}: the forward kernels the scenario's activation
+    recomputation re-runs in one MoE layer's backward (op ``bwd.recompute`` of
+    ``moesim kernels``), by the part whose backward annotation launches them (DeepSeek's
+    profile runs the recomputed MLA up-projections under ``attn(B)``)."""
+    spec = res.model
+    if layer is None:
+        layer = next((i for i in range(spec.layers) if spec.is_moe_layer(i)), 0)
+    out: dict[str, list] = {"attn": [], "mlp": []}
+    for o in layer_ops(res, layer, "dgrad"):
+        if o.op != "bwd.recompute":
+            continue
+        for k in o.kernels:
+            base = k.name.removeprefix("recompute.")
+            out["attn" if base.startswith(_ATTN_PART) else "mlp"].append(k)
+    return out
+
+
+def pair_model(res: Any, model: Any) -> Any:
+    """``model`` priced on the SMs an overlapped DualPipe pair leaves compute
+    (:func:`moesim.compute.sm_share.pair_sms`: the device's less the EP kernels'), as
+    the traced kernels ran; ``model`` itself when the scenario has no such pair."""
+    sms = pair_sms(res)
+    return model if sms is None else OnSms(model, sms)
 
 
 def compare(tr: Any, res: Any, model: Any) -> dict:

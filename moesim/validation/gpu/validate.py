@@ -56,11 +56,13 @@ NO_PAIR = ("per layer and phase (attn/mlp × F/B/W): GEMM kernel time and attent
 
 
 def part_kernels(spec: Any, part: str, pss: str, tokens: int, seq_len: int,
-                 ep: int) -> tuple[list[Kernel], list[Kernel]]:
+                 ep: int, recompute: dict | None = None) -> tuple[list[Kernel], list[Kernel]]:
     """(GEMM kernels, attention kernels) one layer's ``part`` runs in pass ``pss`` on
     one rank: the pass's own kernels (``F`` forward, ``B`` dgrad, ``W`` wgrad:
     :func:`moesim.model.costs.backward_part`), so each GEMM is priced in its pass's
-    layout and the attention backward with its pre/post-processing kernels."""
+    layout and the attention backward with its pre/post-processing kernels; in ``B``
+    also the forward kernels recomputation re-runs there (``recompute``: {part:
+    kernels}, :func:`moesim.validation.gpu.classes.recompute_kernels`)."""
     phase = "fwd" if pss == "F" else "bwd"
     if part == "attn":
         ks = attention_kernels(spec, tokens, seq_len, 1, phase) + router_kernels(spec, tokens,
@@ -72,6 +74,8 @@ def part_kernels(spec: Any, part: str, pss: str, tokens: int, seq_len: int,
         ks += shared_expert_kernels(spec, tokens, 1, phase)
     if pss != "F":
         ks = backward_part(ks, pss)
+    if pss == "B" and recompute:
+        ks = list(recompute.get(part, [])) + ks
     return ([k for k in ks if k.kind in GEMM_KINDS],
             [k for k in ks if k.kclass == "attention"])
 
@@ -127,10 +131,12 @@ def _err(sim: float | None, meas: float) -> float | None:
 
 
 def gpu_validate(g: dict, spec: Any, model: Any, tokens: int, seq_len: int, ep: int,
-                 sim: dict | None = None, streams: dict | None = None) -> dict:
+                 sim: dict | None = None, streams: dict | None = None,
+                 recompute: dict | None = None) -> dict:
     """``g``: :func:`moesim.validation.gpu.summary.summarize`; ``model``: a compute model
     (``time_s(Kernel)``); ``sim``: :func:`moesim.validation.gpu.pair.simulate_pair` (None:
-    not simulated); ``streams``: :func:`moesim.validation.gpu.pair.measured_streams`.
+    not simulated); ``streams``: :func:`moesim.validation.gpu.pair.measured_streams`;
+    ``recompute``: the recomputed kernels the ``B`` phases also run (:func:`part_kernels`).
     Returns {"measured", "simulated", "error", ...} (seconds)."""
     have = sim is not None and sim.get("span_s") is not None
     sim_pair = sim["phases"] if have else {}
@@ -153,7 +159,7 @@ def gpu_validate(g: dict, spec: Any, model: Any, tokens: int, seq_len: int, ep: 
         if part in ("dispatch", "combine"):
             sim_k = {"gemm_s": None, "attention_s": None}
         else:
-            gemms, attn = part_kernels(spec, part, pss, tokens, seq_len, ep)
+            gemms, attn = part_kernels(spec, part, pss, tokens, seq_len, ep, recompute)
             sim_k = {"gemm_s": float(sum(model.time_s(k) for k in gemms)),
                      "attention_s": float(sum(model.time_s(k) for k in attn))}
         row = sim_pair.get(p["phase"], {}).get(lay) if have else None

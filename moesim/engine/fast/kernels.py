@@ -1,0 +1,52 @@
+"""numba-compiled inner loop of the fast path's staggered link bound (loaded lazily by
+:mod:`moesim.engine.fast.network` once a run times many all-to-alls).
+
+:func:`drain_equal_ends` is :meth:`moesim.engine.fast.network._Incidence.finish` for an
+all-to-all whose members all arrive together (every DeepEP exchange) on a group timed
+by the staggered link bound: the same floating-point operations in the same order
+(link loads summed pair by pair as ``np.bincount`` sums them, then ``a0 + load / cap``,
+maxima over hops and over each member's flows), hence the same bits (tested against
+the numpy path in tests/test_fast_speed_exact.py). No moesim imports.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import njit
+
+
+@njit(cache=True, nogil=True)
+def drain_equal_ends(flat, pad_t, cap, lat, n, a0):   # pragma: no cover - compiled
+    """Per member: when all its flows are done, every flow starting at ``a0``.
+    ``flat``: (n*n,) bytes i→j; ``pad_t``: (hops, n*n) local link ids padded with
+    ``len(cap)``; ``cap``: bytes/s per link; ``lat``: (n*n,) path latency."""
+    n_links = cap.shape[0]
+    hops, n2 = pad_t.shape
+    load = np.zeros(n_links + 1)
+    for p in range(n2):             # pair by pair, hop by hop: np.bincount's order
+        w = flat[p]
+        if w != 0.0:
+            for h in range(hops):
+                load[pad_t[h, p]] += w
+    f_link = np.empty(n_links + 1)
+    for lk in range(n_links):
+        f_link[lk] = a0 + load[lk] / cap[lk] if load[lk] > 0 else -np.inf
+    f_link[n_links] = -np.inf
+    end = np.full(n, -np.inf)
+    for p in range(n2):
+        if flat[p] > 0:
+            f = f_link[pad_t[0, p]]
+            for h in range(1, hops):
+                x = f_link[pad_t[h, p]]
+                if x > f:
+                    f = x
+            f = (f if f > a0 else a0) + lat[p]
+            i, j = p // n, p % n
+            if f > end[i]:
+                end[i] = f
+            if f > end[j]:
+                end[j] = f
+    for i in range(n):
+        if a0 > end[i]:
+            end[i] = a0
+    return end

@@ -1,0 +1,35 @@
+"""The decode-only deployment compared with DeepSeek's published production figures
+(issue 23): its operating point comes from the published averages, worked by hand here,
+and its layout gives each GPU what DeepSeek's EP144 unit gives it."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+from moesim.serve.run import resolve_serve
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
+import serving_published as pub  # noqa: E402
+
+
+def test_operating_point_is_littles_law_on_the_published_averages():
+    res, cfg = resolve_serve("deepseek-v3-decode-production")
+    # 14.8k output tokens/s per node of 8 GPUs = 1,850 per GPU; each request decodes
+    # 21 tokens/s (20-22): 1850 / 21 = 88.1 requests per GPU at a time
+    per_gpu = pub.DECODE_TOKENS_PER_S_PER_NODE / res.scenario.gpus_per_node
+    assert round(per_gpu / (sum(pub.DECODE_TOKENS_PER_S_PER_REQUEST) / 2)) == 88
+    assert cfg.batch_per_gpu == 88 and cfg.kv_tokens == 4989
+    assert cfg.phase == "decode" and cfg.microbatches == 2
+
+
+def test_each_gpu_holds_two_routed_experts_as_in_deepseeks_ep144_unit():
+    # DeepSeek: (256 routed + 32 redundant) / 144 GPUs = 2 per GPU, plus the shared one
+    res, cfg = resolve_serve("deepseek-v3-decode-production")
+    assert (256 + 32) // 144 == 2
+    assert res.model.n_experts // res.layout.ep == 2 and res.model.n_shared_experts == 1
+    assert res.layout.world == 128 and res.layout.dp == 128      # attention DP, TP1
+
+
+def test_cache_hit_share_is_the_published_one():
+    assert abs(pub.CACHE_HIT_SHARE * 100 - 56.3) < 0.06       # 342B of 608B: 56.25 %
