@@ -263,6 +263,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--sizes", type=int, nargs="*", default=[32, 64, 128, 256])
     p.add_argument("--old-rev", default=OLD_REV, help="git revision of the previous engine")
     p.add_argument("--no-old", action="store_true", help="skip the previous engine")
+    p.add_argument("--old-max", type=int, default=128,
+                   help="run the previous engine only up to this many GPUs")
     p.add_argument("--no-scenario", action="store_true", help="skip mixtral-8x7b-64gpu exact")
     p.add_argument("--numpy-sizes", type=int, nargs="*", default=[32, 64],
                    help="sizes also run on the numpy path (MOESIM_NUMBA=0) and compared")

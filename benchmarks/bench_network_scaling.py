@@ -179,7 +179,7 @@ def scaling(args) -> int:
         old_dir = None if args.no_old else old_package(args.old_rev, tmpd)
         for g in args.sizes:
             new = run_child("new", g, None, tmpd)
-            old = run_child("old", g, old_dir, tmpd) if old_dir else None
+            old = run_child("old", g, old_dir, tmpd) if old_dir and g <= args.old_max else None
             npy = run_child("numpy", g, None, tmpd) if g in args.numpy_sizes else None
             rows.append((new, old, npy))
             line = (f"skewed all-to-all-v {g:4d} GPUs, {new['flows']:6d} flows: new wall "
@@ -222,9 +222,11 @@ def scaling(args) -> int:
     expo = {}
     if len(gpus) > 1:
         for k, j in (("new", 0), ("old", 1)):
-            cpu = [r[j]["cpu_s"] for r in rows if r[j]]
-            if len(cpu) == len(gpus):
-                expo[k] = float(np.polyfit(np.log(gpus), np.log(cpu), 1)[0])
+            pts = [(r[0]["gpus"], r[j]["cpu_s"]) for r in rows if r[j]]
+            if len(pts) > 1:
+                g_, c_ = zip(*pts, strict=True)
+                expo[f"{k} CPU ({g_[0]}-{g_[-1]} GPUs)"] = float(
+                    np.polyfit(np.log(g_), np.log(c_), 1)[0])
         for k in ("flows", "pairs", "changed"):
             expo[f"{k} per re-solve"] = float(np.polyfit(np.log(gpus), np.log(
                 [max(per_event(r[0])[k], 1e-9) for r in rows]), 1)[0])

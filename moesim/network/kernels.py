@@ -1,15 +1,20 @@
 """numba-compiled inner loops of the flow model (loaded by :mod:`moesim.network.jit`).
 
-Each function does, loop by loop, the floating-point operations of its numpy
-counterpart in the same order, so both give the same bits (tests run both):
-
 * :func:`maxmin_segments` = :func:`moesim.network.maxmin.maxmin_pairs` (progressive
-  filling by rounds of local bottlenecks) on flows given as pair ranges;
-* :func:`solve` = one re-rate of :class:`moesim.network.flow.FlowNetwork`: the
-  choice between a whole and an incremental re-solve, the affected closure
-  walked from the changed links over a link -> flows index (only the links and flows
-  it reaches), the capacity the unaffected flows leave on those links (summed in pair
-  order, as ``np.bincount`` does), the max-min rounds, and the per-flow state update;
+  filling by rounds of local bottlenecks) on flows given as pair ranges, loop by loop
+  the floating-point operations of the numpy rounds in the same order: the same bits;
+* :func:`maxmin_levels`: the same allocation by bottleneck levels (a heap of link
+  shares; each pair frozen once instead of once per round): the flow network's solver
+  on this path, equal to the rounds up to rounding (tests: within 1e-12 relative);
+* :func:`solve` = one re-rate of :class:`moesim.network.flow.FlowNetwork`: the choice
+  between a whole and an incremental re-solve; when at least ``full_fraction`` of the
+  running flows are candidates (rate >= the change's threshold, or new), every
+  candidate re-solved on the capacity the slower flows leave (one pass over the pairs);
+  else the affected closure walked from the changed links over a link -> flows index
+  (only the links and flows it reaches) and the capacity the unaffected flows leave on
+  those links (summed in pair order, as ``np.bincount`` does); then the max-min levels
+  and the per-flow state update. The numpy path (:mod:`moesim.network.incremental`)
+  re-solves the closure by rounds: the same rates up to rounding;
 * :func:`link_index`, :func:`due` and :func:`earliest`: the link -> running flows
   index (a stable counting sort), the flows due to finish, and the next finish time.
 
@@ -296,7 +301,8 @@ def solve(now, pstart, pf, pl, lptr, lidx, cap, alive, rate, rem, tref, tfin, lc
     """Re-rate after slots ``done`` finished and alive slots ``first_new:`` started.
 
     ``whole``: re-solve every running flow (else the incremental rule decides, with
-    ``full_fraction`` and ``margin`` as in :mod:`moesim.network.incremental`). Updates
+    ``margin`` as in :mod:`moesim.network.incremental` and ``full_fraction`` its
+    ``CANDIDATE_FRACTION``: at or above it, every candidate is re-solved). Updates
     rate, rem, tref and tfin of the re-rated slots and returns them (sorted). Adds to
     ``stats`` what it did (the counters of :mod:`moesim.network.slots`)."""
     n = alive.shape[0]

@@ -13,7 +13,7 @@ of all slots.
 :meth:`Slots.step` is one event: the flows due to finish leave, zero-byte new flows
 are done at once, the rates are re-solved (:func:`moesim.network.kernels.step`
 compiled, or the numpy path here and in :mod:`moesim.network.incremental`; the same
-bits), and the next finish time is returned. No simpy here.
+rates up to rounding), and the next finish time is returned. No simpy here.
 """
 
 from __future__ import annotations
@@ -36,8 +36,8 @@ COUNTERS = ("solves", "flows", "pairs", "rounds", "round_pairs", "links", "walke
 
 #: the compiled kernels are loaded (importing numba and its cached code: about 0.9 s of
 #: CPU on the development machine) once a network has taken this many events or holds
-#: this many pairs; small runs stay on numpy. Both paths give the same bits, so a run
-#: may switch between them at any event.
+#: this many pairs; small runs stay on numpy. Both paths give the same rates up to
+#: rounding (within 1e-12, tested), so a run may switch between them at any event.
 JIT_AFTER_EVENTS = 2000
 JIT_AFTER_PAIRS = 20000
 
