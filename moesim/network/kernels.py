@@ -3,9 +3,10 @@
 * :func:`maxmin_segments` = :func:`moesim.network.maxmin.maxmin_pairs` (progressive
   filling by rounds of local bottlenecks) on flows given as pair ranges, loop by loop
   the floating-point operations of the numpy rounds in the same order: the same bits;
-* :func:`maxmin_levels`: the same allocation by bottleneck levels (a heap of link
-  shares; each pair frozen once instead of once per round): the flow network's solver
-  on this path, equal to the rounds up to rounding (tests: within 1e-12 relative);
+* :func:`moesim.network.levels.maxmin_levels`: the same allocation by bottleneck levels
+  (a heap of link shares; each pair frozen once instead of once per round): the flow
+  network's solver on this path, equal to the rounds up to rounding (tests: within
+  1e-12 relative);
 * :func:`solve` = one re-rate of :class:`moesim.network.flow.FlowNetwork`: the choice
   between a whole and an incremental re-solve; when at least ``full_fraction`` of the
   running flows are candidates (rate >= the change's threshold, or new), every
@@ -20,13 +21,16 @@
 
 Workspace arrays (per link or per flow slot) are passed in zeroed and left zeroed, so
 a call costs work in what it touches, not in the size of the network.
-No moesim imports (the constants come in as arguments): no import cycle.
+Imports only :mod:`moesim.network.levels` (the constants come in as arguments): no
+import cycle.
 """
 
 from __future__ import annotations
 
 import numpy as np
 from numba import njit
+
+from moesim.network.levels import maxmin_levels
 
 
 @njit(cache=True, nogil=True)
@@ -101,145 +105,6 @@ def maxmin_segments(seg_start, seg_end, pl, cap, out, cap_floor, sat_fac,
     for i in range(nf):
         for k in range(seg_start[i], seg_end[i]):
             frozen[pl[k]] = 0.0
-
-
-@njit(cache=True, nogil=True)
-def _less(key, a, b):
-    """Heap order of local links a, b: smaller share first, then smaller id."""
-    return key[a] < key[b] or (key[a] == key[b] and a < b)
-
-
-@njit(cache=True, nogil=True)
-def _down(heap, pos, key, n, j):
-    """Move heap[j] down until heap[:n] is a min-heap below it."""
-    u = heap[j]
-    while True:
-        c = 2 * j + 1
-        if c >= n:
-            break
-        if c + 1 < n and _less(key, heap[c + 1], heap[c]):
-            c += 1
-        if not _less(key, heap[c], u):
-            break
-        heap[j] = heap[c]
-        pos[heap[j]] = j
-        j = c
-    heap[j] = u
-    pos[u] = j
-
-
-@njit(cache=True, nogil=True)
-def _sift(heap, pos, key, n, j):
-    """Restore the min-heap order of heap[:n] after the key of heap[j] changed."""
-    u = heap[j]
-    while j > 0:
-        p = (j - 1) >> 1
-        if not _less(key, u, heap[p]):
-            break
-        heap[j] = heap[p]
-        pos[heap[j]] = j
-        j = p
-    heap[j] = u
-    pos[u] = j
-    _down(heap, pos, key, n, j)
-
-
-@njit(cache=True, nogil=True)
-def maxmin_levels(seg_start, seg_end, pl, cap, out, cap_floor, cnt, frozen, bad, stats):
-    """Max-min rate of flow i crossing links ``pl[seg_start[i]:seg_end[i]]``, into ``out[i]``,
-    by bottleneck levels: the link of smallest fair share ``max(cap - frozen load, cap x
-    cap_floor) / unfrozen flows`` is taken from a heap, its unfrozen flows are frozen at
-    that share, and the shares of the other links those flows cross are recomputed.
-
-    This is progressive filling level by level: the allocation of the rounds of
-    :func:`maxmin_segments` (a link's share never decreases while filling, so the smallest
-    share is final), in work proportional to the pairs (each frozen once) and the share
-    updates (log of the links each), not pairs x rounds. Rates differ from the rounds'
-    in the last bits (loads summed per level, not per round; shares are not merged within
-    ``SAT_RTOL``). ``cnt`` (int), ``frozen`` (float), ``bad`` (bool): per-link workspaces,
-    zero on entry and on return. Adds the levels and the pairs frozen to ``stats[3]`` and
-    ``stats[4]``."""
-    nf = seg_start.shape[0]
-    n_pairs = 0
-    for i in range(nf):
-        n_pairs += seg_end[i] - seg_start[i]
-    used = np.empty(n_pairs, dtype=np.int64)
-    n_used = 0
-    for i in range(nf):
-        for k in range(seg_start[i], seg_end[i]):
-            lk = pl[k]
-            if cnt[lk] == 0:
-                used[n_used] = lk
-                n_used += 1
-            cnt[lk] += 1
-    # link -> flows over local link ids (order of first use): a counting sort of the pairs
-    lid = np.empty(cap.shape[0], dtype=np.int64)
-    ptr = np.empty(n_used + 1, dtype=np.int64)
-    ptr[0] = 0
-    key = np.empty(n_used)
-    heap = np.empty(n_used, dtype=np.int64)
-    pos = np.empty(n_used, dtype=np.int64)
-    for u in range(n_used):
-        lk = used[u]
-        lid[lk] = u
-        ptr[u + 1] = ptr[u] + cnt[lk]
-        c = cap[lk]
-        x = c - frozen[lk]
-        y = c * cap_floor
-        key[u] = (x if x >= y else y) / cnt[lk]
-        heap[u] = u
-        pos[u] = u
-    fill = ptr[:-1].copy()
-    lf = np.empty(n_pairs, dtype=np.int64)
-    for i in range(nf):
-        for k in range(seg_start[i], seg_end[i]):
-            u = lid[pl[k]]
-            lf[fill[u]] = i
-            fill[u] += 1
-    nh = n_used
-    for j in range((nh >> 1) - 1, -1, -1):
-        _down(heap, pos, key, nh, j)
-    fz = np.zeros(nf, dtype=np.bool_)
-    dirty = np.empty(n_used, dtype=np.int64)
-    while nh > 0:
-        u = heap[0]
-        v = key[u]
-        stats[3] += 1
-        n_dirty = 0
-        for q in range(ptr[u], ptr[u + 1]):
-            i = lf[q]
-            if fz[i]:
-                continue
-            fz[i] = True
-            out[i] = v
-            stats[4] += seg_end[i] - seg_start[i]
-            for k in range(seg_start[i], seg_end[i]):
-                l2 = pl[k]
-                frozen[l2] += v
-                cnt[l2] -= 1
-                if not bad[l2]:
-                    bad[l2] = True
-                    dirty[n_dirty] = l2
-                    n_dirty += 1
-        for d in range(n_dirty):   # the popped link is among them, now without flows
-            l2 = dirty[d]
-            bad[l2] = False
-            w = lid[l2]
-            j = pos[w]
-            if cnt[l2] > 0:
-                c = cap[l2]
-                x = c - frozen[l2]
-                y = c * cap_floor
-                key[w] = (x if x >= y else y) / cnt[l2]
-                _sift(heap, pos, key, nh, j)
-            else:   # no unfrozen flow left: out of the heap
-                nh -= 1
-                if j < nh:
-                    heap[j] = heap[nh]
-                    pos[heap[j]] = j
-                    _sift(heap, pos, key, nh, j)
-    for u in range(n_used):
-        frozen[used[u]] = 0.0
 
 
 @njit(cache=True, nogil=True)
