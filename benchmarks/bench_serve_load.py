@@ -104,7 +104,8 @@ def main(argv=None) -> int:
         PUBLISHED_OUTPUT_TOKENS_PER_S_PER_NODE * 100
     print(f"  DeepSeek's published decode average "
           f"{PUBLISHED_OUTPUT_TOKENS_PER_S_PER_NODE:,.0f} per node: {err:+.1f} % (colocated "
-          "prefill here, disaggregated there; first arrival to last finish, ramp included)")
+          "prefill here, disaggregated there; first arrival to last finish, ramp included:"
+          " not like for like; that comparison is benchmarks/serving_published.py)")
     return 0
 
 

@@ -168,7 +168,7 @@ class EngineStepCosts:
         of ``ys``; ``sim(x, y)``) and added as a line when interpolation misses it by
         more than ``self.refine``. ``left[0]``: lines that may still be added."""
         lines = {float(x): list(r) for x, r in zip(xs, z, strict=True)}
-        todo = list(zip(xs[:-1].tolist(), xs[1:].tolist()))
+        todo = list(zip(xs[:-1].tolist(), xs[1:].tolist(), strict=True))
         while todo and left[0] > 0:
             lo, hi = todo.pop(0)
             mid = float((lo + hi) // 2 // unit * unit)

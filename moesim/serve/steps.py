@@ -25,7 +25,6 @@ import dataclasses
 from moesim.scenario.resolve import Resolved, resolve
 from moesim.serve.config import ServeConfig, serving_scenario
 
-
 #: routing laws kept (one per seed, routing step and MoE layer) before the cache is dropped
 ROUTING_CACHE_MAX = 1 << 14
 

@@ -58,7 +58,7 @@ class ForwardState:
         vals = (type(ctx.timer.model), ctx.etp, res.scenario.engine.coalesce_rtol,
                 tuple(ctx.net.gpus))
         if self._key is None or vals != self._key[1] or any(
-                a is not b for a, b in zip(objs, self._key[0])):
+                a is not b for a, b in zip(objs, self._key[0], strict=True)):
             self._key = (objs, vals)
             self._parts = (ctx.net, ctx.rings, ctx._lut, ctx._ek)
             return
