@@ -117,6 +117,8 @@ def main(argv: list[str] | None = None) -> int:
     print(f"{a.scenario}: {a.steps} RL steps, median of {a.repeat} children")
     print(f"  wall {med['wall_s']:.1f} s, CPU {med['cpu_s']:.1f} s, peak RSS "
           f"{med['maxrss_MB']:.0f} MB (goal: wall <= 60 s on 2 cores)")
+    print("  each child: " + "; ".join(f"wall {r['wall_s']:.1f} s, CPU {r['cpu_s']:.1f} s"
+                                       for r in rows))
     ph = rows[0]["phases_s"]
     print(f"  simulated step {rows[0]['step_time_s']:.1f} s: "
           + ", ".join(f"{k} {v:.2f} s" for k, v in ph.items() if v > 0))

@@ -1,6 +1,6 @@
 """The serving loop's skipping between events (moesim.load.skip) against stepping one
 by one: every request's times, the KV cache, the series and the statistics are equal,
-float for float (the brief asked for 1e-9 relative; the sums are done in the same order)."""
+float for float, not within a tolerance (the sums are done in the stepwise order)."""
 
 from __future__ import annotations
 
