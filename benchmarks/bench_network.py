@@ -1,14 +1,17 @@
 """Benchmark of the flow-level network: the max-min solver and FlowNetwork growth.
 
     python benchmarks/bench_network.py [--quick]
-    python benchmarks/bench_network.py --scaling [--write]   # skewed all-to-all-v, 32-256 GPUs
+    python benchmarks/bench_network.py --scaling [--write-docs]   # skewed all-to-all-v, 32-256 GPUs
 
 ``--scaling`` runs skewed all-to-all-v on 32, 64, 128 and 256 GPUs (dgx-h100), each in
 a fresh process, with this tree's engine and with the engine of ``--old-rev`` (its
 ``moesim/network`` checked out into a temporary package, for this benchmark only), and
 ``mixtral-8x7b-64gpu`` on the exact engine with both trees; prints wall, CPU
-(user+sys) and peak RSS, the speed-up and the fitted growth exponent; ``--write``
-regenerates docs/results/network.md with the date and load average.
+(user+sys) and peak RSS, the speed-up, whether every finish time is within 1e-12
+relative of the previous engine's (exit status 1 if not; ``--numpy-sizes`` also runs
+this tree's numpy path), what one re-solve does (``FlowNetwork.counters()``) and the
+fitted growth exponents; ``--write-docs`` regenerates docs/results/network.md with the
+date and load average.
 
 Prints wall time (median of a few runs) and peak Python heap (tracemalloc) for
 1. one max-min solve of 10,000 concurrent random flows on a 256-GPU fat-tree,
@@ -260,8 +263,13 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--sizes", type=int, nargs="*", default=[32, 64, 128, 256])
     p.add_argument("--old-rev", default=OLD_REV, help="git revision of the previous engine")
     p.add_argument("--no-old", action="store_true", help="skip the previous engine")
+    p.add_argument("--old-max", type=int, default=128,
+                   help="run the previous engine only up to this many GPUs")
     p.add_argument("--no-scenario", action="store_true", help="skip mixtral-8x7b-64gpu exact")
-    p.add_argument("--write", action="store_true", help="regenerate docs/results/network.md")
+    p.add_argument("--numpy-sizes", type=int, nargs="*", default=[32, 64],
+                   help="sizes also run on the numpy path (MOESIM_NUMBA=0) and compared")
+    p.add_argument("--write", "--write-docs", dest="write", action="store_true",
+                   help="regenerate docs/results/network.md")
     args = p.parse_args(argv)
     if args.scaling:
         from bench_network_scaling import scaling

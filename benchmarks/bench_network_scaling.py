@@ -38,8 +38,10 @@ def old_package(rev: str, into: Path) -> Path:
     return into
 
 
-def child(engine: str, gpus: int) -> dict:
-    """One skewed all-to-all-v in this process; engine 'new' or 'old' (oldnet on path)."""
+def child(engine: str, gpus: int, finish_path: str = "") -> dict:
+    """One skewed all-to-all-v in this process; engine 'new' (compiled path), 'numpy' (this
+    tree with ``MOESIM_NUMBA=0``) or 'old' (oldnet on path). Finish times go to
+    ``finish_path`` (.npy) when given."""
     import simpy
 
     from bench_network import all_to_all, make_topology
@@ -48,6 +50,8 @@ def child(engine: str, gpus: int) -> dict:
     else:
         from moesim.network import FlowNetwork
         from moesim.network import jit
+        if engine == "numpy":
+            jit.use_numba(False)
         jit.kernels()   # loaded before the clock starts (its cost is measured apart)
         small, _ = make_topology(8, "dgx-h100")
         env = simpy.Environment()
@@ -70,22 +74,60 @@ def child(engine: str, gpus: int) -> dict:
     env.run()
     wall = time.perf_counter() - t0
     r1 = resource.getrusage(resource.RUSAGE_SELF)
+    if finish_path:
+        np.save(finish_path, done)
     return {"engine": engine, "gpus": gpus, "flows": len(flows), "wall_s": wall,
             "cpu_s": (r1.ru_utime - r0.ru_utime) + (r1.ru_stime - r0.ru_stime),
             "rss_MB": r1.ru_maxrss / 1024, "end_s": env.now, "solves": net.n_solves,
             "finish_sha": hashlib.sha256(done.tobytes()).hexdigest()[:16],
-            "finish": done.tolist() if gpus <= 64 else None}
+            "counters": net.counters() if hasattr(net, "counters") else None}
 
 
-def run_child(engine: str, gpus: int, old_dir: Path | None) -> dict:
+def run_child(engine: str, gpus: int, old_dir: Path | None, tmp: Path) -> dict:
     env = dict(os.environ)
     paths = [str(ROOT / "benchmarks"), str(ROOT)] + ([str(old_dir)] if old_dir else [])
     env["PYTHONPATH"] = os.pathsep.join(paths)
+    fin = tmp / f"finish-{engine}-{gpus}.npy"
     code = ("import json, sys; from bench_network_scaling import child; "
-            f"print(json.dumps(child({engine!r}, {gpus})))")
+            f"print(json.dumps(child({engine!r}, {gpus}, {str(fin)!r})))")
     out = subprocess.run([sys.executable, "-c", code], env=env, check=True,
                          capture_output=True, text=True).stdout
-    return json.loads(out.strip().splitlines()[-1])
+    res = json.loads(out.strip().splitlines()[-1])
+    res["finish"] = np.load(fin)
+    fin.unlink()
+    return res
+
+
+def median_child(engine: str, gpus: int, old_dir: Path | None, tmp: Path, reps: int) -> dict:
+    """The run of median CPU time among ``reps`` fresh processes (``reps`` noted)."""
+    runs = sorted((run_child(engine, gpus, old_dir, tmp) for _ in range(reps)),
+                  key=lambda r: r["cpu_s"])
+    out = runs[len(runs) // 2]
+    out["reps"] = reps
+    return out
+
+
+#: finish times of this engine must be within this relative difference of the previous one
+FINISH_RTOL = 1e-12
+
+
+def finish_diff(a: dict, b: dict) -> float:
+    """Largest relative difference between two runs' finish times."""
+    return float(np.max(np.abs(a["finish"] - b["finish"]) / b["finish"]))
+
+
+def agreement(a: dict, b: dict) -> str:
+    if a["finish_sha"] == b["finish_sha"]:
+        return "identical"
+    d = finish_diff(a, b)
+    return f"within {FINISH_RTOL:g} (max rel {d:.1e})" if d <= FINISH_RTOL else f"DIFFER (max rel {d:.1e})"
+
+
+def per_event(new: dict) -> dict[str, float]:
+    """The new engine's counters per re-solve."""
+    c = new["counters"]
+    n = max(c["solves"], 1)
+    return {k: v / n for k, v in c.items() if k != "solves"}
 
 
 def scenario_cpu(tree: Path) -> tuple[float, float, float]:
@@ -140,30 +182,42 @@ def compile_cost() -> tuple[float, float]:
 def scaling(args) -> int:
     load0 = os.getloadavg()
     rows = []
+    ok = True
     with tempfile.TemporaryDirectory() as tmp:
-        old_dir = None if args.no_old else old_package(args.old_rev, Path(tmp))
+        tmpd = Path(tmp)
+        old_dir = None if args.no_old else old_package(args.old_rev, tmpd)
         for g in args.sizes:
-            new = run_child("new", g, None)
-            old = run_child("old", g, old_dir) if old_dir else None
-            rows.append((new, old))
+            reps = 3 if g <= 64 else 1   # median of 3 where cheap
+            new = median_child("new", g, None, tmpd, reps)
+            old = (median_child("old", g, old_dir, tmpd, reps)
+                   if old_dir and g <= args.old_max else None)
+            npy = median_child("numpy", g, None, tmpd, reps) if g in args.numpy_sizes else None
+            rows.append((new, old, npy))
             line = (f"skewed all-to-all-v {g:4d} GPUs, {new['flows']:6d} flows: new wall "
                     f"{new['wall_s']:7.2f} s cpu {new['cpu_s']:7.2f} s rss {new['rss_MB']:5.0f} MB, "
                     f"{new['solves']} solves")
             if old:
-                same = old["finish_sha"] == new["finish_sha"]
                 line += (f" | old wall {old['wall_s']:7.2f} s cpu {old['cpu_s']:7.2f} s rss "
                          f"{old['rss_MB']:5.0f} MB | speed-up (cpu) {old['cpu_s'] / new['cpu_s']:.2f}x"
-                         f", finish times {'identical' if same else 'DIFFERENT'}")
-                if not same and new["finish"] and old["finish"]:
-                    a, b = np.array(new["finish"]), np.array(old["finish"])
-                    line += f" (max rel {np.max(np.abs(a - b) / b):.1e})"
+                         f", finish times {agreement(new, old)}")
+                ok = ok and finish_diff(new, old) <= FINISH_RTOL
+            if npy:
+                ref = old or new
+                line += (f" | numpy path cpu {npy['cpu_s']:7.2f} s, finish times "
+                         f"{agreement(npy, ref)} vs {'old' if old else 'new'}")
+                ok = ok and finish_diff(npy, ref) <= FINISH_RTOL
             print(line, flush=True)
+            pe = per_event(new)
+            print(f"    per re-solve: {pe['flows']:.0f} flows / {pe['pairs']:.0f} pairs re-solved, "
+                  f"{pe['rounds']:.1f} bottleneck levels, {pe['changed']:.0f} rates changed, "
+                  f"{pe['walked']:.0f} index entries walked; {new['counters']['candidates']} of "
+                  f"{new['solves']} re-solved every candidate", flush=True)
         scen = None
         if not args.no_scenario:
             new_s = scenario_cpu(ROOT)
             old_s = None
             if old_dir:
-                wt = Path(tmp) / "oldtree"
+                wt = tmpd / "oldtree"
                 subprocess.run(["git", "worktree", "add", "--detach", str(wt), args.old_rev],
                                cwd=ROOT, check=True, capture_output=True)
                 try:
@@ -178,12 +232,16 @@ def scaling(args) -> int:
     gpus = [r[0]["gpus"] for r in rows]
     expo = {}
     if len(gpus) > 1:
-        for k in ("new", "old"):
-            cpu = [r[0 if k == "new" else 1]["cpu_s"] for r in rows if r[0 if k == "new" else 1]]
-            if len(cpu) == len(gpus):
-                expo[k] = float(np.polyfit(np.log(gpus), np.log(cpu), 1)[0])
-        print("growth exponent of CPU time vs GPUs: "
-              + ", ".join(f"{k} {v:.2f}" for k, v in expo.items()))
+        for k, j in (("new", 0), ("old", 1)):
+            pts = [(r[0]["gpus"], r[j]["cpu_s"]) for r in rows if r[j]]
+            if len(pts) > 1:
+                g_, c_ = zip(*pts, strict=True)
+                expo[f"{k} CPU ({g_[0]}-{g_[-1]} GPUs)"] = float(
+                    np.polyfit(np.log(g_), np.log(c_), 1)[0])
+        for k in ("flows", "pairs", "changed"):
+            expo[f"{k} per re-solve"] = float(np.polyfit(np.log(gpus), np.log(
+                [max(per_event(r[0])[k], 1e-9) for r in rows]), 1)[0])
+        print("growth exponent vs GPUs: " + ", ".join(f"{k} {v:.2f}" for k, v in expo.items()))
     cc = compile_cost()
     print(f"numba in a fresh process: first run (compiles) {cc[0]:.2f} s CPU, "
           f"with the cache {cc[1]:.2f} s CPU")
@@ -191,6 +249,9 @@ def scaling(args) -> int:
     print(f"load average before {load0[0]:.2f}, after {load1[0]:.2f}")
     if args.write:
         write_page(rows, scen, expo, cc, load0, load1, args.old_rev)
+    if not ok:
+        print(f"FAILED: finish times differ from the previous engine by more than {FINISH_RTOL:g}")
+        return 1
     return 0
 
 
@@ -199,23 +260,37 @@ def write_page(rows, scen, expo, cc, load0, load1, rev) -> None:
 
     when = datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC")
     lines = ["# Flow network: skewed all-to-all-v, this engine against the previous one", "",
-             f"Regenerated by `python benchmarks/bench_network.py --scaling --write` on {when} "
-             f"(load average {load0[0]:.2f} before, {load1[0]:.2f} after, on a shared 2-core "
-             f"machine: CPU time, user + sys, is the figure to read; wall time includes waiting "
-             f"for the cores). Previous engine: `moesim/network` at {rev}. Every GPU sends to "
-             "every other tokens ~ Poisson(128) x 7392 B, dgx-h100 servers, all flows started "
-             "at t = 0; one fresh process per cell; RSS = peak resident set of that process.",
-             "", "| GPUs | flows | solves | new CPU (s) | new wall (s) | new RSS (MB) | old CPU (s) "
-             "| old wall (s) | old RSS (MB) | speed-up (CPU) | finish times |",
-             "|---|---|---|---|---|---|---|---|---|---|---|"]
-    for new, old in rows:
-        o = (f"{old['cpu_s']:.2f} | {old['wall_s']:.2f} | {old['rss_MB']:.0f} | "
-             f"{old['cpu_s'] / new['cpu_s']:.2f}x | "
-             + ("identical" if old["finish_sha"] == new["finish_sha"] else "differ")
-             if old else "– | – | – | – | –")
+             f"Regenerated by `python benchmarks/bench_network.py --scaling --write-docs` on "
+             f"{when} (load average {load0[0]:.2f} before, {load1[0]:.2f} after, on a shared "
+             f"{os.cpu_count()}-core machine: CPU time, user + sys, is the figure to read; wall "
+             f"time includes waiting for the cores). Previous engine: `moesim/network` at {rev} "
+             "(before issue 25). Every GPU sends to every other tokens ~ Poisson(128) x 7392 B, "
+             "dgx-h100 servers, all flows started at t = 0; one fresh process per cell; RSS = "
+             "peak resident set of that process; median of 3 runs (by CPU time) up to 64 GPUs, "
+             "one run above. \"numpy path\": this tree with `MOESIM_NUMBA=0`. Finish times are compared flow by flow; the check fails above "
+             f"{FINISH_RTOL:g} relative.", "",
+             "| GPUs | flows | solves | new CPU (s) | new wall (s) | new RSS (MB) | old CPU (s) "
+             "| old wall (s) | speed-up (CPU) | finish times vs old | numpy path CPU (s) "
+             "| numpy path finish times |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    for new, old, npy in rows:
+        o = (f"{old['cpu_s']:.2f} | {old['wall_s']:.2f} | {old['cpu_s'] / new['cpu_s']:.2f}x | "
+             f"{agreement(new, old)}" if old else "– | – | – | –")
+        q = (f"{npy['cpu_s']:.2f} | {agreement(npy, old or new)} vs {'old' if old else 'new'}"
+             if npy else "– | –")
         lines.append(f"| {new['gpus']} | {new['flows']} | {new['solves']} | {new['cpu_s']:.2f} | "
-                     f"{new['wall_s']:.2f} | {new['rss_MB']:.0f} | {o} |")
-    lines += ["", "Growth exponent of CPU time against GPUs (least squares, log-log): "
+                     f"{new['wall_s']:.2f} | {new['rss_MB']:.0f} | {o} | {q} |")
+    lines += ["", "What one re-solve does on the compiled path (means over the re-solves; "
+              "`FlowNetwork.counters()`):", "",
+              "| GPUs | running flows re-solved | pairs re-solved | bottleneck levels "
+              "| rates changed > 1e-12 | closure index entries walked | re-solves of every candidate |",
+              "|---|---|---|---|---|---|---|"]
+    for new, _, _ in rows:
+        pe = per_event(new)
+        lines.append(f"| {new['gpus']} | {pe['flows']:.0f} | {pe['pairs']:.0f} | "
+                     f"{pe['rounds']:.1f} | {pe['changed']:.0f} | {pe['walked']:.0f} | "
+                     f"{new['counters']['candidates']} of {new['solves']} |")
+    lines += ["", "Growth exponents against GPUs (least squares, log-log): "
               + ", ".join(f"{k} {v:.2f}" for k, v in expo.items()) + ".", "",
               f"numba in a fresh process with one small network: {cc[0]:.2f} s CPU the first time "
               f"(empty cache: every kernel compiled), {cc[1]:.2f} s CPU after (import and cached "
@@ -226,6 +301,5 @@ def write_page(rows, scen, expo, cc, load0, load1, rev) -> None:
                   f"new {nc:.1f} s CPU ({nw:.1f} s wall), step {ns!r} s"
                   + (f"; previous {old[1]:.1f} s CPU ({old[0]:.1f} s wall), step {old[2]!r} s"
                      if old else "") + ". The previous revision also prices kernels as "
-                  "they were then, so its step may differ; the network alone is checked with "
-                  "`benchmarks/compare_summaries.py` (docs/network.md)."]
+                  "they were then, so its step may differ."]
     write_text(ROOT / "docs" / "results" / "network.md", "\n".join(lines) + "\n", force=True)

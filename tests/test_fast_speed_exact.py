@@ -152,3 +152,47 @@ def test_compiled_link_bound_equals_numpy_bit_for_bit(monkeypatch):
         got = drain_equal_ends(np.ascontiguousarray(m, dtype=float).ravel(), inc.pad_t,
                                inc.cap, inc.lat, 64, t0)
         assert got.tobytes() == want.tobytes()
+
+
+def test_compiled_link_bound_follows_the_numba_switch(monkeypatch):
+    """``use_numba(False)`` (or MOESIM_NUMBA=0) keeps the fast path's link bound on
+    numpy; with numba wanted and importable the compiled loop takes over after
+    ``JIT_AFTER_CALLS`` calls."""
+    from moesim.engine.fast import network as fast_network
+    from moesim.network import jit
+
+    monkeypatch.setattr(fast_network, "JIT_AFTER_CALLS", 0)
+    old = jit.use_numba(False)
+    try:
+        assert fast_network._compiled_drain() is None
+        jit.use_numba(True)
+        if jit.numba_available():
+            assert fast_network._compiled_drain() is not None
+    finally:
+        jit.use_numba(old)
+
+
+def test_deepep_plans_from_shared_token_sums_equal_their_own_sums(monkeypatch):
+    """The internode plans of one routed micro-batch multiply the token copies summed
+    once per counts by their whole bytes per token; every array equals the plan summing
+    its own byte products (fp8 dispatch, bf16 dispatch and combine)."""
+    from moesim.ep import plan as ep_plan
+    from moesim.gating.tokens import DedupCounts
+
+    rng = np.random.default_rng(11)
+    n, per = 64, 8
+    for _ in range(3):
+        gpu = rng.integers(0, 3000, (n, n))
+        node = gpu.reshape(n, n // per, per).sum(axis=2) // 2
+        counts = DedupCounts(pair_tokens=gpu * 2, gpu_tokens=gpu, node_tokens=node,
+                             tokens=gpu.sum(axis=1), ranks_per_node=per)
+        for op, dtype in (("ep_dispatch", "fp8"), ("ep_combine", "bf16"),
+                          ("ep_dispatch", "bf16")):
+            got = ep_plan.plan_ep_exchange(counts, op, "deepep", dtype, 7168, 8)
+            with monkeypatch.context() as m:
+                m.setattr(ep_plan, "_forwarded", lambda *a: None)
+                want = ep_plan.plan_ep_exchange(counts, op, "deepep", dtype, 7168, 8)
+            assert [s.matrix.tobytes() for s in got.stages] == \
+                [s.matrix.tobytes() for s in want.stages]
+            for f in ("sm_write_bytes", "rdma_bytes_per_rank", "nvl_bytes_per_rank"):
+                assert getattr(got, f).tobytes() == getattr(want, f).tobytes()

@@ -174,3 +174,25 @@ def test_an_arrival_exactly_at_a_step_boundary(c_at, admitted):
         assert b.member == 0 and b.admitted_s == admitted
         assert reqs[0].finish_s == 0.25 + 19 * 0.5 + 0.25   # its decode waits one prefill
         assert (sim.skipped > 0) == skip
+
+
+def test_a_skipped_run_ends_in_the_stepwise_order_of_same_time_events():
+    # prefill 0.25 s, decode 0.5 s. Member 0 (group 0) runs A (6 tokens) and E; member 1
+    # runs D. Y arrives at 1.0 and goes to member 1 (fewer outstanding), finishing there
+    # at 1.5. A finishes at 0.25 + 5 x 0.5 = 2.75, the very time X arrives. Stepwise,
+    # X's arrival event (created at 1.0, when Y arrived) comes before A's last step end
+    # (created at 2.25): X sees member 0 with 2 outstanding, member 1 with 1, and joins
+    # member 1. A skipped run ends on an event created when its last step starts, as the
+    # stepwise loop's, so X still comes first.
+    costs = LinearStepCosts(prefill_base_s=0.25, decode_base_s=0.5)
+    for skip in (False, True):
+        sim = build_sim(costs, [[0], [1]], 10_000, router="least_outstanding")
+        sim.skip = skip
+        a, d, e = Request(0, 0.0, 10, 6), Request(1, 0.0, 10, 40), Request(2, 0.0, 10, 30)
+        y, x = Request(3, 1.0, 10, 1), Request(4, 2.75, 10, 3)
+        sim.submit([a, e, d, y, x])
+        sim.run()
+        assert (a.member, e.member, d.member, y.member) == (0, 0, 1, 1)
+        assert a.finish_s == 2.75 and y.finish_s == 1.5
+        assert x.member == 1
+        assert (sim.skipped > 0) == skip

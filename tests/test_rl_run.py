@@ -252,3 +252,17 @@ def test_partial_rollouts_pause_at_each_sync_hand_worked(tmp_path):
     base = simulate_rl(resolve_rl(q), 3, rollout_costs=roll, trainer_costs=train)
     assert base.timeline.step_end_s[0] == pytest.approx(2 * G + W, rel=1e-12)
     assert summarize(base)["staleness"] == {"0": 16, "1": 32}
+
+
+def test_partial_rollouts_from_the_command_line(tmp_path, capsys, monkeypatch):
+    monkeypatch.setenv("MOESIM_CACHE", str(tmp_path / "cache"))
+    p = scenario(tmp_path, steps=3)
+    out = tmp_path / "o"
+    assert main(["rl", str(p), "-o", str(out), "--json", "--set", "rl.max_lag=1",
+                 "--set", "rl.partial_rollouts=true"]) == 0
+    s = json.loads(capsys.readouterr().out)
+    assert sum(s["staleness"].values()) == 3 * 16
+    assert all("two_version_samples" in r for r in s["steps"])
+    trace = json.loads((out / "trace.json").read_text())["traceEvents"]
+    assert any(e.get("cat") == "weight_sync" for e in trace)
+    assert "partial rollouts" in (out / "summary.md").read_text()

@@ -65,7 +65,10 @@ def _simulate_and_report(args: argparse.Namespace, res, out: Path | None) -> int
         else:
             prog.update(n)
 
-    result = simulate(res, progress=progress)
+    # links' load over time is drawn only into the output files (links.png): without
+    # them the exact engine's flow network keeps no series (moesim.network.flow)
+    result = simulate(res, progress=progress, **({} if out is not None else
+                                                   {"record_series": False}))
     prog.close()
     if out is not None:
         # checked again as each file is put in place: files created meanwhile are kept

@@ -83,7 +83,7 @@ def run_load_cmd(args, res, cfg) -> int:
     summary = {"scenario": res.scenario.name, "mode": "load", "scheduler": load_cfg.scheduler,
                "router": load_cfg.router, "groups": len(sim.groups),
                "members": len(sim.members), "kv_tokens_per_member":
-               sim.members[0].kv.blocks * sim.members[0].kv.block_size, "load": load}
+               sim.members[0].kv.tokens, "load": load}
     if out is not None:
         _write(out, sim, summary, args.force)
         say(f"wrote {out}/ (summary.json, requests.csv, load.png, trace.json)")

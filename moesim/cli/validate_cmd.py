@@ -226,7 +226,8 @@ def _run_gpu(args: argparse.Namespace, gpu: list) -> int:
         print(text_table(doc))
         kc = doc["kernel_classes"]
         print(f"\nkernel time per layer by pass and class ({kc['layers_traced']} layers "
-              "traced; simulated: one layer's kernels, moesim kernels):")
+              "traced; simulated: one layer's kernels, moesim kernels, "
+              f"{getattr(priced, 'name', 'the compute model')}):")
         print("\n".join(class_table(kc)))
         if args.output:
             print(f"wrote {Path(args.output) / 'validation.json'}")

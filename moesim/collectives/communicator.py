@@ -89,6 +89,9 @@ class _State:
     matrix: np.ndarray | None = None
     frozen: dict[int, float] | None = None  # last snapshot of arrivals handed out
     done: int = 0
+    pos: dict[int, int] | None = None      # direct: group position of each rank
+    out: list[list[tuple[int, float]]] | None = None   # direct: (j, bytes) i sends, by i
+    into: list[list[tuple[int, float]]] | None = None  # direct: (i, bytes) j receives, by j
 
 
 class Communicator:
@@ -140,11 +143,21 @@ class Communicator:
             m = spec.byte_matrix()
             st.matrix = m
             g = spec.group
-            nz = (m > 0) & ~np.eye(len(g), dtype=bool)
+            n = len(g)
+            nz = (m > 0) & ~np.eye(n, dtype=bool)
+            src, dst = np.nonzero(nz)                   # row-major: by sender, then receiver
+            vals = m[src, dst].tolist()
+            out: list[list[tuple[int, float]]] = [[] for _ in range(n)]
+            into: list[list[tuple[int, float]]] = [[] for _ in range(n)]
+            for i, j, b in zip(src.tolist(), dst.tolist(), vals, strict=True):
+                out[i].append((j, b))
+                into[j].append((i, b))
+            st.out, st.into = out, into
+            st.pos = {r: i for i, r in enumerate(g)}
             for i, r in enumerate(g):
-                partners = np.flatnonzero(nz[i] | nz[:, i])
+                partners = sorted({j for j, _ in out[i]} | {j for j, _ in into[i]})
                 st.peers[r] = {g[j] for j in partners}
-                st.pending[r] = int(nz[i].sum() + nz[:, i].sum())
+                st.pending[r] = len(out[i]) + len(into[i])
         return st
 
     def _record(self, st: _State, rank: int, relevant: Sequence[int], end: float) -> Any:
@@ -190,18 +203,21 @@ class Communicator:
 
     def _join_direct(self, key: Hashable, st: _State, rank: int) -> None:
         g = st.spec.group
-        pos = {r: i for i, r in enumerate(g)}
-        m = st.matrix
-        assert m is not None
-        i = pos[rank]
-        for p in g:
-            if p == rank or p not in st.events:
-                continue
-            j = pos[p]
-            if m[i, j] > 0:
-                self._start_flow(key, st, rank, p, float(m[i, j]))
-            if m[j, i] > 0:
-                self._start_flow(key, st, p, rank, float(m[j, i]))
+        assert st.pos is not None and st.out is not None and st.into is not None
+        i = st.pos[rank]
+        arrived = st.events
+        # the flows with every partner already here, in group order of the partner:
+        # i -> p before p -> i (as a walk over the group would start them)
+        sends = {j: b for j, b in st.out[i] if g[j] in arrived and j != i}
+        recvs = {j: b for j, b in st.into[i] if g[j] in arrived and j != i}
+        for j in sorted(sends.keys() | recvs.keys()):
+            p = g[j]
+            b = sends.get(j)
+            if b is not None:
+                self._start_flow(key, st, rank, p, b)
+            b = recvs.get(j)
+            if b is not None:
+                self._start_flow(key, st, p, rank, b)
         if st.pending[rank] == 0:
             self._finish(key, st, rank, ())
 

@@ -162,8 +162,8 @@ def plan_ep_exchange(counts: DedupCounts, op: str, kernel: str, dtype: str, hidd
     if kernel == "nccl":
         return _plan_nccl(counts, op, dtype, hidden, combine)
     logical = logical_bytes_per_token("deepep", dtype, hidden)
-    gpu, node = counts.gpu_tokens.astype(float), counts.node_tokens.astype(float)
-    nvl_logical = (gpu.sum(axis=0) * logical)       # dispatch: received (token, GPU) copies
+    gpu, node, gpu_in, node_out = _count_sums(counts)
+    nvl_logical = (gpu_in * logical)       # dispatch: received (token, GPU) copies
     if n <= L:  # one NVLink domain: intranode kernels (csrc/kernels/legacy/intranode.cu)
         msg = intranode_bytes_per_token(dtype, hidden, top_k, combine=combine)
         acc = gpu * msg
@@ -185,13 +185,17 @@ def plan_ep_exchange(counts: DedupCounts, op: str, kernel: str, dtype: str, hidd
     rdma = np.zeros((n, n))
     rdma[rows, peer] = node * msg
     # forwarder of (s, d): the GPU of d's node with s's local index (s itself at home)
-    sent = gpu * msg
-    nvl = np.bincount(fwd_pair, weights=sent.ravel(), minlength=n * n).reshape(n, n)
-    fwd_writes = np.bincount(fwd_flat, weights=sent.ravel(), minlength=n)
+    fwd = _forwarded(counts, gpu, fwd_pair, fwd_flat, n, msg)
+    if fwd is not None:      # whole bytes: the token sums times msg are the same floats
+        nvl, fwd_writes = fwd[0] * msg, fwd[1] * msg
+    else:
+        sent = gpu * msg
+        nvl = np.bincount(fwd_pair, weights=sent.ravel(), minlength=n * n).reshape(n, n)
+        fwd_writes = np.bincount(fwd_flat, weights=sent.ravel(), minlength=n)
     if combine:  # reverse every flow: GPUs -> forwarder over NVLink, one RDMA send back
         rdma, nvl = rdma.T, nvl.T
-    send_writes = node.sum(axis=1) * msg       # tokens into the RDMA send buffer
-    recv_writes = gpu.sum(axis=0) * hidden_bytes(dtype, hidden)  # copy-out to recv_x
+    send_writes = node_out * msg       # tokens into the RDMA send buffer
+    recv_writes = gpu_in * hidden_bytes(dtype, hidden)  # copy-out to recv_x
     nvl_chunk, rdma_chunk = _chunks_of(combine, n)
     stages = (_stage("rdma", "rdma", rdma), _stage("nvl", "nvl", nvl))
     if combine:
@@ -201,7 +205,38 @@ def plan_ep_exchange(counts: DedupCounts, op: str, kernel: str, dtype: str, hidd
                   (("rdma", rdma_chunk * msg), ("nvl", nvl_chunk * msg)),
                   {"rdma_hops": 0 if combine else 1, "nvl_hops": 0 if combine else 2,
                    "launches": 0 if combine else 2},
-                  node.sum(axis=1) * logical, nvl_logical, float(msg))
+                  node_out * logical, nvl_logical, float(msg))
+
+
+#: the counts last planned and what every plan of them shares (a routed micro-batch's
+#: directions are planned one after the other from one DedupCounts)
+_LAST: list = [None, None, None]
+
+
+def _count_sums(counts: DedupCounts) -> tuple[np.ndarray, ...]:
+    """(gpu, node) copies as floats, (token, GPU) copies each rank receives and (token,
+    node) copies each rank sends: the same arrays for every plan of ``counts``."""
+    if _LAST[0] is not counts:
+        gpu, node = counts.gpu_tokens.astype(float), counts.node_tokens.astype(float)
+        _LAST[:] = [counts, (gpu, node, gpu.sum(axis=0), node.sum(axis=1)), None]
+    return _LAST[1]
+
+
+def _forwarded(counts: DedupCounts, gpu: np.ndarray, fwd_pair: np.ndarray,
+               fwd_flat: np.ndarray, n: int, msg: float) -> tuple[np.ndarray, ...] | None:
+    """(token copies per (forwarder, destination), per forwarder) of ``counts``, or None
+    when their products with ``msg`` bytes might not be exact: with whole bytes per
+    token and every sum below 2^53, Σ copies · msg == (Σ copies) · msg in floats, so
+    each plan multiplies the shared sums instead of summing its own products."""
+    if not float(msg).is_integer() or float(gpu.sum()) * msg >= 2.0 ** 53:
+        return None
+    if _LAST[0] is not counts:
+        _count_sums(counts)
+    if _LAST[2] is None:
+        w = gpu.ravel()
+        _LAST[2] = (np.bincount(fwd_pair, weights=w, minlength=n * n).reshape(n, n),
+                    np.bincount(fwd_flat, weights=w, minlength=n))
+    return _LAST[2]
 
 
 def _plan_ll(counts: DedupCounts, op: str, dtype: str, hidden: int, combine: bool) -> EpPlan:

@@ -6,17 +6,22 @@ From a serve scenario (:func:`build_for`): a *member* is one TP group (an attent
 rank); members joined by an EP group (or a TP group spanning them) step together (the
 connected components of the EP and TP groups of the serving layout). A member's KV cache
 holds ``kv_fraction`` of a GPU's memory minus its weights and activations (the serving
-memory table, :mod:`moesim.serve.memory`), divided by the KV bytes per token on a GPU.
+memory table, :mod:`moesim.serve.memory`), divided by the KV bytes per token on a GPU
+with every layer full (``kv_tokens``). With sliding-window layers the cache is vLLM's
+hybrid one (:mod:`moesim.load.kvcache`): groups of ``group_size`` layers share a pool of
+``kv_tokens · layers / (group_size · block_size)`` blocks (the same bytes), and a windowed
+group holds only the blocks of its window.
 """
 
 from __future__ import annotations
 
 from moesim.errors import InputError
 from moesim.load.disagg import DecodeOnly, KVTransfer, PrefillOnly
-from moesim.load.kvcache import BlockManager
+from moesim.load.kvcache import BlockManager, kv_groups
 from moesim.load.loop import LoadSim
 from moesim.load.sarathi import ChunkedPrefill
 from moesim.load.vllm import ContinuousBatching
+from moesim.model.window import is_window_layer
 
 POLICIES = {"vllm": ContinuousBatching, "sarathi": ChunkedPrefill}
 
@@ -25,29 +30,37 @@ def build_sim(costs, groups: list[list[int]], kv_tokens: int, *, scheduler: str 
               router: str = "least_outstanding", max_seqs: int = 256,
               token_budget: int = 2048, block_size: int = 16, prefill_groups: int = 1,
               kv_bytes_per_token: float = 0.0, links=None,
-              gpus_of: list[tuple[str, ...]] | None = None, series: bool = True) -> LoadSim:
+              gpus_of: list[tuple[str, ...]] | None = None, series: bool = True,
+              layer_windows: list[int] | None = None) -> LoadSim:
     """A LoadSim over ``groups`` (member ids 0..M-1) with ``kv_tokens`` of KV cache per
     member. ``scheduler``: ``vllm`` | ``sarathi`` | ``disaggregated`` (the first
     ``prefill_groups`` groups prefill, the others decode; their KV caches move as flows
     over ``links``, a topology, between the GPUs ``gpus_of[member]``: see
-    :class:`moesim.load.disagg.KVTransfer`)."""
+    :class:`moesim.load.disagg.KVTransfer`). ``layer_windows``: each layer's sliding
+    window (0: full attention; None: every layer full), which makes the KV cache vLLM's
+    hybrid one (:func:`moesim.load.kvcache.kv_groups`)."""
     members = sorted(m for g in groups for m in g)
     if members != list(range(len(members))):
         raise ValueError("members must be numbered 0..M-1")
-    blocks = max(1, kv_tokens // block_size)
+    windows, size = kv_groups(layer_windows) if layer_windows else ((0,), 1)
+    layers = len(layer_windows) if layer_windows else 1
+    blocks = max(1, kv_tokens * layers // (size * block_size))
+
+    def cache() -> BlockManager:
+        return BlockManager(blocks, block_size, windows, blocks * block_size * size // layers)
+
     opts = {"max_seqs": max_seqs, "token_budget": token_budget}
     if scheduler != "disaggregated":
         cls = POLICIES[scheduler]
-        scheds = [cls(BlockManager(blocks, block_size), **opts) for _ in members]
+        scheds = [cls(cache(), **opts) for _ in members]
         return LoadSim(costs, groups, scheds, router=router, series=series)
     if not 1 <= prefill_groups < len(groups):
         raise ValueError("disaggregated serving needs prefill_groups in [1, groups)")
     pre = {m for g in groups[:prefill_groups] for m in g}
-    scheds = [(PrefillOnly if m in pre else DecodeOnly)(BlockManager(blocks, block_size),
-                                                          **opts) for m in members]
+    scheds = [(PrefillOnly if m in pre else DecodeOnly)(cache(), **opts) for m in members]
     sim = LoadSim(costs, groups, scheds, router=router, series=series,
                   entry=sorted(pre))
-    move = KVTransfer(sim, kv_bytes_per_token, links, gpus_of)
+    move = KVTransfer(sim, kv_bytes_per_token, links, gpus_of, layer_windows)
     move.decode_members = [m for m in members if m not in pre]
     sim.handoff = move
     sim.transfer = move
@@ -126,4 +139,10 @@ def build_for(res, cfg, load_cfg, costs, *, series: bool = True) -> LoadSim:
                      max_seqs=load_cfg.max_seqs, token_budget=load_cfg.token_budget,
                      block_size=load_cfg.block_size, prefill_groups=load_cfg.prefill_groups,
                      kv_bytes_per_token=bpt, links=res.topology if gpus_of else None,
-                     gpus_of=gpus_of, series=series)
+                     gpus_of=gpus_of, series=series, layer_windows=windows_of(res.model))
+
+
+def windows_of(spec) -> list[int] | None:
+    """Each layer's sliding window (0: full attention), or None when no layer has one."""
+    out = [spec.window if is_window_layer(spec, i) else 0 for i in range(spec.layers)]
+    return out if any(out) else None

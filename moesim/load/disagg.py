@@ -8,11 +8,12 @@ choice among decode ranks) as flows on the max-min flow network over the topolog
 (:class:`moesim.network.FlowNetwork`, the one the exact engine runs): one flow per TP
 rank, TP rank i of the prefill rank to TP rank i of the decode rank, each of
 ``kv_tokens · kv_per_token_bytes`` (the KV model's bytes on one GPU,
-:mod:`moesim.serve.memory`). Transfers that are in flight together share the links
-they cross max-min (two on one link each get half of it); a transfer starts as its
-prefill ends. The network carries the KV transfers only: the steps' own all-to-alls are
-inside the step costs. The decode rank admits the request when its transfer has
-arrived and its blocks are free.
+:mod:`moesim.serve.memory`; a sliding-window layer's share covers its last
+``min(kv_tokens, window)`` tokens, the blocks vLLM still holds). Transfers that are in
+flight together share the links they cross max-min (two on one link each get half of it);
+a transfer starts as its prefill ends. The network carries the KV transfers only: the
+steps' own all-to-alls are inside the step costs. The decode rank admits the request when
+its transfer has arrived and its blocks are free.
 """
 
 from __future__ import annotations
@@ -72,9 +73,11 @@ class KVTransfer:
     summed."""
 
     def __init__(self, sim, kv_bytes_per_token: float, links=None,
-                 gpus_of: list[tuple[str, ...]] | None = None) -> None:
+                 gpus_of: list[tuple[str, ...]] | None = None,
+                 layer_windows: list[int] | None = None) -> None:
         self.sim = sim
         self.bpt = kv_bytes_per_token
+        self.windows = layer_windows
         self.gpus_of = gpus_of
         self.net = None
         if links is not None:
@@ -85,13 +88,21 @@ class KVTransfer:
         self.busy_s = 0.0
         self.log: list[tuple[int, int, int, float, float]] = []
 
+    def tokens(self, k: int) -> float:
+        """Full-layer tokens of the bytes of a ``k``-token cache (windowed layers keep
+        ``min(k, window)``)."""
+        w = self.windows
+        if not w:
+            return k
+        return sum(min(k, x) if x else k for x in w) / len(w)
+
     def __call__(self, r: Request, src: int) -> None:
         self.sim.env.process(self._move(r, src))
 
     def _move(self, r: Request, src: int):
         env = self.sim.env
         dst = self.sim.router.pick(self.decode_members)
-        nbytes = self.bpt * r.kv_tokens
+        nbytes = self.bpt * self.tokens(r.kv_tokens)
         t0 = env.now
         if self.net is not None and nbytes > 0:
             flows = [(a, b, nbytes) for a, b in zip(self.gpus_of[src], self.gpus_of[dst],

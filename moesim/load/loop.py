@@ -198,11 +198,14 @@ class LoadSim:
                 continue
             # a run of identical decode steps: to its end, or to the step in flight when
             # something reaches the group (then replan there)
+            # (the last step's end is an event created when that step starts, as the
+            # stepwise loop creates it: same-time events keep their stepwise order)
             self._runs[gi] = run
             self._wake[gi] = woken = env.event()
-            yield env.timeout(delay_to(env.now, float(run.T[-1]))) | woken
-            if epoch == self._epoch and env.now < run.T[-1]:
-                end = float(run.T[run.cut(env.now, self._since[gi])])
+            yield env.timeout(delay_to(env.now, float(run.T[-2]))) | woken
+            if epoch == self._epoch:
+                last = run.cut(env.now, self._since[gi]) if woken.triggered else run.K
+                end = float(run.T[last])
                 if end > env.now:
                     yield env.timeout(delay_to(env.now, end))
             if epoch != self._epoch:      # a weight update settled the run

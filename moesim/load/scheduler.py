@@ -81,7 +81,11 @@ class Scheduler(ABC):
 
     @abstractmethod
     def plan(self, now: float) -> Batch:
-        """The next step's batch: each policy module (vllm, sarathi, disagg) says how."""
+        """The next step's batch: each policy module (vllm, sarathi, disagg) says how.
+        The event loop skips ahead (:mod:`moesim.load.skip`) after a plan that only
+        decodes: a policy must then plan the same decodes again as long as nothing
+        arrives, finishes or is preempted and the free blocks only shrink (admission
+        stays blocked); every policy here does."""
 
     # ------------------------------------------------------------ mechanics
     def _admit(self, req: Request, now: float) -> None:
@@ -119,7 +123,8 @@ class Scheduler(ABC):
         # fast path, the same outcome: every request's next token fits, none preempts
         bs, held = kv.block_size, kv.held
         cross = [r for r in ready if r.kv_tokens >= held.get(r.id, 0) * bs]
-        if sum(kv.need(r.kv_tokens + 1) - held.get(r.id, 0) for r in cross) <= kv.free:
+        if not kv.windowed and sum(kv.need(r.kv_tokens + 1) - held.get(r.id, 0)
+                                   for r in cross) <= kv.free:
             for r in cross:
                 kv.grow(r.id, r.kv_tokens + 1)
             batch.decode += ready

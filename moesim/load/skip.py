@@ -16,8 +16,9 @@ plans up to the step in flight would hold), times between tokens, the per-step s
 rows and the KV peak, each equal to the stepwise loop's (tests/test_load_skip.py).
 
 Something arriving at a member of the group in the middle (an admission, a KV hand-over)
-*cuts* the run at the step in flight (:meth:`DecodeRun.cut`); a weight update settles
-it (:meth:`DecodeRun.settle`).
+*cuts* the run at the step in flight (:meth:`DecodeRun.cut`); a weight update, or a
+``run(until)`` that stops inside it, brings it to the clock (``LoadSim._settle``: the
+steps ended so far applied, the step in flight planned).
 """
 
 from __future__ import annotations
@@ -126,7 +127,7 @@ class DecodeRun:
                 for i in more.tolist():
                     rid = mb.reqs[i].id
                     n = int(need[i])
-                    kv.used += n - held[rid]
+                    kv.used += n - held.get(rid, 0)
                     held[rid] = n
                 mb.held = np.maximum(mb.held, need)
         self.planned = planned
@@ -150,6 +151,8 @@ def plan_run(costs, batches, group_scheds, now: float, first_s: float) -> Decode
     """The run of identical decode steps starting with the planned ``batches`` (each
     (member, Batch); ``first_s`` the first step's time), or None when only that step
     can be taken before something changes."""
+    if any(group_scheds[m].kv.windowed for m, _ in batches):
+        return None                   # windowed KV groups free blocks mid-run: step
     rem = math.inf
     for _, b in batches:              # the next finish first: the cheap bound
         if b.prefill:

@@ -1,27 +1,36 @@
 """numba-compiled inner loops of the flow model (loaded by :mod:`moesim.network.jit`).
 
-Each function does, loop by loop, the floating-point operations of its numpy
-counterpart in the same order, so both give the same bits (tests run both):
-
 * :func:`maxmin_segments` = :func:`moesim.network.maxmin.maxmin_pairs` (progressive
-  filling by rounds of local bottlenecks) on flows given as pair ranges;
-* :func:`solve` = one re-rate of :class:`moesim.network.flow.FlowNetwork`: the
-  choice between a whole and an incremental re-solve, the affected closure
-  walked from the changed links over a link -> flows index (only the links and flows
-  it reaches), the capacity the unaffected flows leave on those links (summed in pair
-  order, as ``np.bincount`` does), the max-min rounds, and the per-flow state update;
+  filling by rounds of local bottlenecks) on flows given as pair ranges, loop by loop
+  the floating-point operations of the numpy rounds in the same order: the same bits;
+* :func:`moesim.network.levels.maxmin_levels`: the same allocation by bottleneck levels
+  (a heap of link shares; each pair frozen once instead of once per round): the flow
+  network's solver on this path, equal to the rounds up to rounding (tests: within
+  1e-12 relative);
+* :func:`solve` = one re-rate of :class:`moesim.network.flow.FlowNetwork`: the choice
+  between a whole and an incremental re-solve; when at least ``full_fraction`` of the
+  running flows are candidates (rate >= the change's threshold, or new), every
+  candidate re-solved on the capacity the slower flows leave (one pass over the pairs);
+  else the affected closure walked from the changed links over a link -> flows index
+  (only the links and flows it reaches) and the capacity the unaffected flows leave on
+  those links (summed in pair order, as ``np.bincount`` does); then the max-min levels
+  and the per-flow state update. The numpy path (:mod:`moesim.network.incremental`)
+  re-solves the closure by rounds: the same rates up to rounding;
 * :func:`link_index`, :func:`due` and :func:`earliest`: the link -> running flows
   index (a stable counting sort), the flows due to finish, and the next finish time.
 
 Workspace arrays (per link or per flow slot) are passed in zeroed and left zeroed, so
 a call costs work in what it touches, not in the size of the network.
-No moesim imports (the constants come in as arguments): no import cycle.
+Imports only :mod:`moesim.network.levels` (the constants come in as arguments): no
+import cycle.
 """
 
 from __future__ import annotations
 
 import numpy as np
 from numba import njit
+
+from moesim.network.levels import maxmin_levels
 
 
 @njit(cache=True, nogil=True)
@@ -157,7 +166,8 @@ def solve(now, pstart, pf, pl, lptr, lidx, cap, alive, rate, rem, tref, tfin, lc
     """Re-rate after slots ``done`` finished and alive slots ``first_new:`` started.
 
     ``whole``: re-solve every running flow (else the incremental rule decides, with
-    ``full_fraction`` and ``margin`` as in :mod:`moesim.network.incremental`). Updates
+    ``margin`` as in :mod:`moesim.network.incremental` and ``full_fraction`` its
+    ``CANDIDATE_FRACTION``: at or above it, every candidate is re-solved). Updates
     rate, rem, tref and tfin of the re-rated slots and returns them (sorted). Adds to
     ``stats`` what it did (the counters of :mod:`moesim.network.slots`)."""
     n = alive.shape[0]
@@ -182,7 +192,21 @@ def solve(now, pstart, pf, pl, lptr, lidx, cap, alive, rate, rem, tref, tfin, lc
             if alive[s]:
                 n_cand += 1
         if n_cand >= full_fraction * n_alive:
-            whole = True
+            # every candidate (rate >= thr, or new) re-solved, on the capacity the slower
+            # flows leave: exact by the same rule, and one pass over the pairs instead of
+            # a closure walk over most of them
+            aff = np.empty(n_cand, dtype=np.int64)
+            m = 0
+            for s in range(n):
+                if not alive[s]:
+                    continue
+                if s >= first_new or rate[s] >= thr:
+                    aff[m] = s
+                    m += 1
+                else:
+                    for k in range(pstart[s], pstart[s + 1]):
+                        frozen[pl[k]] += rate[s]
+            stats[9] += 1
         else:
             stack = np.empty(16, dtype=np.int64)
             n_stack = 0
@@ -249,7 +273,7 @@ def solve(now, pstart, pf, pl, lptr, lidx, cap, alive, rate, rem, tref, tfin, lc
                 hit[aff[u]] = False
             for u in range(n_seen):
                 seen[links[u]] = False
-    if whole:
+    elif whole:
         m = 0
         for s in range(n):
             if alive[s]:
@@ -262,8 +286,14 @@ def solve(now, pstart, pf, pl, lptr, lidx, cap, alive, rate, rem, tref, tfin, lc
                 m += 1
         stats[8] += 1
     got = np.empty(aff.shape[0])
-    maxmin_segments(pstart[aff], pstart[aff + 1], pl, cap if whole else res, got,
-                    cap_floor, sat_fac, cnt, share, frozen, bad, added, stats)
+    if links.shape[0] > 0:   # closure: on the residual capacity
+        maxmin_levels(pstart[aff], pstart[aff + 1], pl, res, got, cap_floor, cnt, frozen, bad,
+                      stats)
+    else:   # whole, or candidates with the slower flows' load already in ``frozen``
+        maxmin_levels(pstart[aff], pstart[aff + 1], pl, cap, got, cap_floor, cnt, frozen, bad,
+                      stats)
+        if not whole:
+            frozen[:] = 0.0
     for u in range(links.shape[0]):
         res[links[u]] = 0.0
     stats[0] += 1

@@ -13,7 +13,7 @@ of all slots.
 :meth:`Slots.step` is one event: the flows due to finish leave, zero-byte new flows
 are done at once, the rates are re-solved (:func:`moesim.network.kernels.step`
 compiled, or the numpy path here and in :mod:`moesim.network.incremental`; the same
-bits), and the next finish time is returned. No simpy here.
+rates up to rounding), and the next finish time is returned. No simpy here.
 """
 
 from __future__ import annotations
@@ -32,12 +32,12 @@ REM, TREF, RATE, TFIN, SIZE, PLAT, START = range(7)
 #: entries walked (closure and residual capacity), rates that changed (by more than
 #: :data:`CHANGE_RTOL` relative; a new flow counts), whole re-solves
 COUNTERS = ("solves", "flows", "pairs", "rounds", "round_pairs", "links", "walked", "changed",
-            "whole")
+            "whole", "candidates")
 
 #: the compiled kernels are loaded (importing numba and its cached code: about 0.9 s of
 #: CPU on the development machine) once a network has taken this many events or holds
-#: this many pairs; small runs stay on numpy. Both paths give the same bits, so a run
-#: may switch between them at any event.
+#: this many pairs; small runs stay on numpy. Both paths give the same rates up to
+#: rounding (within 1e-12, tested), so a run may switch between them at any event.
 JIT_AFTER_EVENTS = 2000
 JIT_AFTER_PAIRS = 20000
 
@@ -180,7 +180,7 @@ class Slots:
                 now, first_new, tol, rtol, self.f[:, :n], self.alive[:n], self.pstart[:n + 1],
                 self.pf[:self.np], self.pl[:self.np], self.lptr, self.lidx, self.index_ok,
                 self.cap, self.lcnt, self.counts, incremental_on, small_pairs,
-                incremental.FULL_FRACTION, incremental.THRESHOLD_MARGIN, CAP_FLOOR,
+                incremental.CANDIDATE_FRACTION, incremental.THRESHOLD_MARGIN, CAP_FLOOR,
                 1.0 + SAT_RTOL, incremental.CHANGE_RTOL, self.stats, *ws)
             return done, n_old, n_res, wake
         return self._step_numpy(now, first_new, tol, rtol, incremental_on, small_pairs)

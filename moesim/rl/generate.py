@@ -96,6 +96,7 @@ class Rollout:
         self.last_version = np.full(n, version, dtype=np.int64)
         self.paused_s = 0.0
         self.pauses: list[tuple[float, float, int]] = []     # (start, end, version)
+        self.result: Generation | None = None
         self.sim.submit(self.reqs)
 
     @property
@@ -128,6 +129,9 @@ class Rollout:
         self.sim.submit(left)
 
     def finish(self) -> Generation:
+        """Generate to the last sample (once; later calls return the same result)."""
+        if self.result is not None:
+            return self.result
         self.sim.run()
         reqs, sim, members = self.reqs, self.sim, self.members
         n = len(reqs)
@@ -135,6 +139,8 @@ class Rollout:
             raise ValueError("a sample does not fit the KV cache")   # checked by the caller
         finish = np.array([r.finish_s for r in reqs], dtype=float)
         rep = np.array([r.member // members for r in reqs], dtype=np.int64)
-        return Generation(float(finish.max()) if n else 0.0, finish, rep, long_tail(finish),
-                          sim.steps, sum(r.preemptions for r in reqs),
-                          [_thin(s) for s in sim.series])
+        self.result = Generation(float(finish.max()) if n else 0.0, finish, rep,
+                                 long_tail(finish), sim.steps,
+                                 sum(r.preemptions for r in reqs),
+                                 [_thin(s) for s in sim.series])
+        return self.result

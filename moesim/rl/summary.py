@@ -106,6 +106,8 @@ def text_summary(summary: dict, det: dict) -> str:
     ph = summary["phases_s"]
     cfg = det["rl"]
     mode = "colocated" if cfg["colocated"] else f"disaggregated, max_lag {cfg['max_lag']}"
+    if cfg.get("partial_rollouts"):
+        mode += ", partial rollouts"
     ws = det["weight_sync"]
     lines = [
         f"{det['scenario']}: GRPO on {det['gpus']['total']} GPUs ({mode}; rollout "
