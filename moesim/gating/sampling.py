@@ -366,8 +366,10 @@ def _identity_rows(pool: int, e_: int) -> np.ndarray:
     whose copy is column-major: ~20 % less time)."""
     hit = _ROWS.get((pool, e_))
     if hit is None:
-        hit = _ROWS[(pool, e_)] = np.tile(np.arange(e_), (pool, 1))
+        hit = np.tile(np.arange(e_), (pool, 1))
         hit.setflags(write=False)
+        if pool == POOL_ORDERS and len(_ROWS) < 16:    # kept: a full pool, few widths
+            _ROWS[(pool, e_)] = hit
     return hit
 
 
