@@ -57,3 +57,13 @@ def test_kernel_by_hand():
 def test_numpy_until_enough_points():
     sampling.use_pool_kernel(None)
     assert sampling._pool_kernel(10) is None       # below POOL_JIT_AFTER: numpy
+
+
+def test_orders_drawn_as_from_the_broadcast_view():
+    """The pool's orders come from contiguous rows 0..E-1 (faster to shuffle): the same
+    orders and the same generator state after as from the broadcast view drawn before."""
+    a, b = np.random.default_rng(11), np.random.default_rng(11)
+    old = a.permuted(np.broadcast_to(np.arange(256), (256, 256)), axis=1)
+    new = b.permuted(sampling._identity_rows(256, 256), axis=1)
+    np.testing.assert_array_equal(old, new)
+    assert a.integers(1 << 62) == b.integers(1 << 62)
