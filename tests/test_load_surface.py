@@ -93,3 +93,20 @@ def test_contexts_are_refined_at_a_kink():
     assert s.contexts.tolist() == [128, 1024, 4096, 5632, 6016, 6400, 7168, 10240, 16384]
     for c in (6400, 8000, 12000):
         assert s.decode_s(256, c) == pytest.approx(kinked_ms(256, c) * 1e-3, rel=1e-12)
+
+
+@pytest.mark.parametrize("nb,nc", [(5, 7), (1, 4), (4, 1), (1, 1)])
+def test_decode_s_many_equals_decode_s_float_for_float(nb, nc):
+    # the serving loop prices a skipped run of decode steps with decode_s_many: it must
+    # give decode_s's floats exactly, inside the grid, on its points and beyond it
+    rng = np.random.default_rng(nb * 10 + nc)
+    costs = EngineStepCosts.__new__(EngineStepCosts)
+    costs.batches = np.cumsum(rng.integers(1, 64, nb)).astype(float)
+    costs.contexts = np.cumsum(rng.integers(64, 4096, nc)).astype(float)
+    costs.decode = rng.uniform(0.01, 0.2, (nb, nc))
+    ctx = np.concatenate([rng.uniform(0, costs.contexts[-1] * 1.5, 200), costs.contexts,
+                          [0.0, 1.0]])
+    for b in [0, 1, *costs.batches.astype(int), int(costs.batches[-1]) + 17, 3]:
+        many = costs.decode_s_many(b, ctx)
+        assert many.shape == ctx.shape
+        assert [float(x) for x in many] == [costs.decode_s(b, float(c)) for c in ctx]

@@ -75,6 +75,20 @@ def bilinear(xs, ys, z, x: float, y: float) -> float:
                  + u * ((1 - v) * z[i1, j] + v * z[i1, j + 1]))
 
 
+def bilinear_many(xs, ys, z, x: float, y) -> np.ndarray:
+    """:func:`bilinear` at ``(x, y_k)`` for every ``y_k`` of ``y``: the same floats (the
+    same IEEE operations in the same order, elementwise)."""
+    i, u = _interp(xs, x)
+    y = np.asarray(y, dtype=float)
+    if len(ys) == 1:
+        return np.full(y.shape, bilinear(xs, ys, z, x, 0.0))
+    j = np.clip(np.searchsorted(ys, y) - 1, 0, len(ys) - 2)
+    v = (y - ys[j]) / (ys[j + 1] - ys[j])
+    i1 = min(i + 1, len(xs) - 1)
+    return ((1 - u) * ((1 - v) * z[i, j] + v * z[i, j + 1])
+            + u * ((1 - v) * z[i1, j] + v * z[i1, j + 1]))
+
+
 class EngineStepCosts:
     """StepCosts of a resolved serve scenario (``res``, ``cfg``) from its engine."""
 
@@ -209,6 +223,15 @@ class EngineStepCosts:
         if batch <= 0:
             return 0.0
         return max(0.0, bilinear(self.batches, self.contexts, self.decode, batch, context))
+
+    def decode_s_many(self, batch: int, contexts) -> np.ndarray:
+        """``decode_s(batch, c)`` for every ``c`` of ``contexts``, vectorised (the same
+        floats: the serving loop's skipped runs price their steps with it)."""
+        c = np.asarray(contexts, dtype=float)
+        if batch <= 0:
+            return np.zeros(c.shape)
+        return np.maximum(0.0, bilinear_many(self.batches, self.contexts, self.decode,
+                                             batch, c))
 
     def prefill_s(self, tokens: int, prompts: int) -> float:
         if prompts <= 0:
