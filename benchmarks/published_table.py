@@ -47,7 +47,10 @@ from bench_deepseek import PUBLISHED_STEP_S  # noqa: E402  (this folder)
 H100_1024 = ["cluster.topology=dgx-h100", "cluster.device=H100", "cluster.nodes=128",
              "parallel.tp=2", "parallel.pp=8", "parallel.vpp=4", "parallel.ep=64",
              "schedule.kind=interleaved", "overlap.kind=a2a-1f1b", "schedule.microbatches=128",
-             "routing.kind=uniform", "routing.max_nodes=null", "memory.recompute=selective"]
+             "routing.kind=uniform", "routing.max_nodes=null", "memory.recompute=selective",
+             # NeMo runs Transformer Engine's GEMMs, not DeepSeek's in-house CUTLASS ones
+             # the 2048-GPU scenario selects: the catalog's default (DeepGEMM) tables
+             'compute.gemm_library=""']
 RUNS = {
     "deepseek-v3-2048": ("deepseek-v3-2048", []),
     "mixtral-8x7b-64gpu": ("mixtral-8x7b-64gpu", []),
