@@ -50,7 +50,10 @@ H100_1024 = ["cluster.topology=dgx-h100", "cluster.device=H100", "cluster.nodes=
              "routing.kind=uniform", "routing.max_nodes=null", "memory.recompute=selective",
              # NeMo runs Transformer Engine's GEMMs, not DeepSeek's in-house CUTLASS ones
              # the 2048-GPU scenario selects: the catalog's default (DeepGEMM) tables
-             'compute.gemm_library=""']
+             'compute.gemm_library=""',
+             # Megatron's default selective recompute in BF16 (not the 2048-GPU scenario's
+             # DeepSeek recipe)
+             "memory.recompute_modules=[core_attn]", "memory.activation_dtype=bf16"]
 RUNS = {
     "deepseek-v3-2048": ("deepseek-v3-2048", []),
     "mixtral-8x7b-64gpu": ("mixtral-8x7b-64gpu", []),
