@@ -306,7 +306,11 @@ def test_fidelity_128_gpus_against_exact_engine(monkeypatch):
 
 @pytest.mark.slow
 @pytest.mark.parametrize("shape", [
-    [*FIDELITY[:-1], "overlap.ep_comm_overlap=true"],  # measured +0.85 %
+    # measured +0.85 % on the scenario's routing and recompute of the time (zipf 0.3,
+    # full), pinned here; on today's balanced routing and DeepSeek's selective recompute
+    # the same cut is +1.66 % (docs/fast-path.md)
+    [*FIDELITY[:-1], "overlap.ep_comm_overlap=true", "routing.kind=zipf",
+     "routing.zipf_s=0.3", "memory.recompute=full"],
     ["schedule.kind=1f1b", "overlap.kind=none", "parallel.ep_backend.kind=nccl",
      "engine.mode=exact", "cluster.nodes=8", "parallel.pp=8", "parallel.ep=8",
      "model.layers=8", "model.first_dense_layers=0", "schedule.microbatches=16",
