@@ -30,7 +30,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from moesim.network.levels import maxmin_levels
+from moesim.network.levels import count_links, fair_share, maxmin_levels
 
 
 @njit(cache=True, nogil=True)
@@ -50,23 +50,12 @@ def maxmin_segments(seg_start, seg_end, pl, cap, out, cap_floor, sat_fac,
     used = np.empty(n_pairs, dtype=np.int64)
     n_act = nf
     while n_act > 0:
-        n_used = 0
         stats[3] += 1
-        for a in range(n_act):
-            i = act[a]
-            stats[4] += seg_end[i] - seg_start[i]
-            for k in range(seg_start[i], seg_end[i]):
-                lk = pl[k]
-                if cnt[lk] == 0:
-                    used[n_used] = lk
-                    n_used += 1
-                cnt[lk] += 1
+        n_used, pairs = count_links(act, n_act, seg_start, seg_end, pl, cnt, used)
+        stats[4] += pairs
         for u in range(n_used):
             lk = used[u]
-            c = cap[lk]
-            x = c - frozen[lk]
-            y = c * cap_floor
-            share[lk] = (x if x >= y else y) / cnt[lk]
+            share[lk] = fair_share(cap[lk], frozen[lk], cap_floor, cnt[lk])
         for a in range(n_act):
             i = act[a]
             m = np.inf

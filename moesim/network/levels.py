@@ -61,7 +61,25 @@ def _sift(heap, pos, key, n, j):
 
 
 @njit(cache=True, nogil=True)
-def _fair_share(c, load, cap_floor, n):
+def count_links(act, n_act, seg_start, seg_end, pl, cnt, used):
+    """Count the flows ``act[:n_act]`` on each link they cross into ``cnt`` and list the
+    links in order of first use in ``used``; returns (links used, pairs passed over)."""
+    n_used = 0
+    pairs = 0
+    for a in range(n_act):
+        i = act[a]
+        pairs += seg_end[i] - seg_start[i]
+        for k in range(seg_start[i], seg_end[i]):
+            lk = pl[k]
+            if cnt[lk] == 0:
+                used[n_used] = lk
+                n_used += 1
+            cnt[lk] += 1
+    return n_used, pairs
+
+
+@njit(cache=True, nogil=True)
+def fair_share(c, load, cap_floor, n):
     """Share of n unfrozen flows on a link of capacity c carrying ``load`` (floored)."""
     x = c - load
     y = c * cap_floor
@@ -81,14 +99,7 @@ def maxmin_levels(seg_start, seg_end, pl, cap, out, cap_floor, cnt, frozen, bad,
     for i in range(nf):
         n_pairs += seg_end[i] - seg_start[i]
     used = np.empty(n_pairs, dtype=np.int64)
-    n_used = 0
-    for i in range(nf):
-        for k in range(seg_start[i], seg_end[i]):
-            lk = pl[k]
-            if cnt[lk] == 0:
-                used[n_used] = lk
-                n_used += 1
-            cnt[lk] += 1
+    n_used = count_links(np.arange(nf), nf, seg_start, seg_end, pl, cnt, used)[0]
     # link -> flows over local link ids (order of first use): a counting sort of the pairs
     lid = np.empty(cap.shape[0], dtype=np.int64)
     ptr = np.empty(n_used + 1, dtype=np.int64)
@@ -100,7 +111,7 @@ def maxmin_levels(seg_start, seg_end, pl, cap, out, cap_floor, cnt, frozen, bad,
         lk = used[u]
         lid[lk] = u
         ptr[u + 1] = ptr[u] + cnt[lk]
-        key[u] = _fair_share(cap[lk], frozen[lk], cap_floor, cnt[lk])
+        key[u] = fair_share(cap[lk], frozen[lk], cap_floor, cnt[lk])
         heap[u] = u
         pos[u] = u
     fill = ptr[:-1].copy()
@@ -141,7 +152,7 @@ def maxmin_levels(seg_start, seg_end, pl, cap, out, cap_floor, cnt, frozen, bad,
             w = lid[l2]
             j = pos[w]
             if cnt[l2] > 0:
-                key[w] = _fair_share(cap[l2], frozen[l2], cap_floor, cnt[l2])
+                key[w] = fair_share(cap[l2], frozen[l2], cap_floor, cnt[l2])
                 _sift(heap, pos, key, nh, j)
             else:   # no unfrozen flow left: out of the heap
                 nh -= 1
