@@ -136,6 +136,7 @@ def test_cli_outputs_and_same_seed_same_bytes(tmp_path, capsys, monkeypatch):
     (["rl.response_tokens.dist=zipf"], "rl.response_tokens.dist"),
     (["rl.rollout.kv_fraction=1.5"], "rl.rollout.kv_fraction"),
     (["rl.rollout.kv_fraction=0.001"], "rl.rollout.kv_fraction"),
+    (["rl.rollout.cuda_graphs=2"], "rl.rollout.cuda_graphs"),
     (["rl.weight_sync.method=ipc"], "rl.weight_sync.method"),
     (["rl.max_lag=-1"], "rl.max_lag"),
     (["rl.partial_rollouts=true"], "rl.partial_rollouts"),

@@ -85,6 +85,24 @@ def test_dense_decode_batch1_is_weight_and_kv_bytes_over_bandwidth(tmp_path):
     # + gate/up (one GEMM), act, down; embedding; head: norm, GEMM, sampler
     launches = L * 12 + 1 + 3
     assert step == pytest.approx(launches * LAUNCH + (w + kv + act) / BW, rel=1e-12)
+    # replayed from a CUDA graph (serve.cuda_graphs): the same bytes, no launch paid
+    res, cfg = resolve_serve(_scenario(tmp_path, {"phase": "decode", "batch_per_gpu": 1,
+                                                  "context": c, "cuda_graphs": True},
+                                       name="graphed"))
+    graphed = simulate_serve(res, cfg).summary["step_time_s"]
+    assert graphed == pytest.approx((w + kv + act) / BW, rel=1e-12)
+    assert step - graphed == pytest.approx(launches * LAUNCH, rel=1e-9)
+
+
+def test_cuda_graphs_leave_prefill_eager(tmp_path):
+    # vLLM captures decode batches only; a prefill step launches every kernel
+    steps = []
+    for graphs in (False, True):
+        res, cfg = resolve_serve(_scenario(tmp_path, {"phase": "prefill", "batch_per_gpu": 1,
+                                                      "prompt": 512, "cuda_graphs": graphs},
+                                           name=f"p{graphs}"))
+        steps.append(simulate_serve(res, cfg).summary["step_time_s"])
+    assert steps[0] == steps[1]
 
 
 def _ffn_op(tmp_path, batch: int) -> float:
@@ -274,6 +292,7 @@ def test_same_seed_same_bytes(tmp_path, capsys):
     ("serve.attn_dp=4", "serve.attn_dp"),
     ("serve.ep_backend=gloo", "serve.ep_backend"),
     ("serve.two_microbatch=maybe", "serve.two_microbatch"),
+    ("serve.cuda_graphs=1", "serve.cuda_graphs"),
     ("serve.batch_per_gpu=63", "serve.batch_per_gpu"),    # odd with two micro-batches
     ("serve.colour=red", "serve.colour"),
     ("engine.mode=turbo", "engine.mode"),

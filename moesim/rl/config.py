@@ -67,6 +67,7 @@ class RolloutPool:
     kv_fraction: float = DEFAULT_KV_FRACTION
     max_batch: int = DEFAULT_MAX_BATCH
     kv_dtype: str = "bf16"
+    cuda_graphs: bool = False   # decode steps replayed from CUDA graphs (serve.cuda_graphs)
 
     @property
     def replica_gpus(self) -> int:
@@ -151,6 +152,7 @@ _RULES: dict[str, tuple[str, Any]] = {
     "min": ("pos", None), "sigma": ("nonnegnum", None), "file": ("optstr", None),
     "gpus": ("optpos", None), "tp": ("pos", None), "ep": ("pos", None), "pp": ("pos", None),
     "kv_fraction": ("frac", None), "max_batch": ("pos", None), "kv_dtype": ("choice", KV_DTYPES),
+    "cuda_graphs": ("bool", None),
     "mini_batches": ("pos", None), "epochs": ("pos", None), "seq_len": ("optpos", None),
     "kind": ("choice", REWARD_KINDS), "cpu_s_per_sample": ("nonnegnum", None),
     "workers": ("pos", None), "model": ("optdict", None),

@@ -98,7 +98,7 @@ class EngineTrainerCosts:
 
 def rollout_costs(scn: Scenario, replica_gpus: int, gpus_per_node: int, *, tp: int, ep: int,
                   kv_dtype: str, max_batch: int, prompt: int, response_max: int,
-                  cache: bool = True):
+                  cache: bool = True, cuda_graphs: bool = False):
     """The serving issue's engine-backed step-cost surface
     (:class:`moesim.load.surface.EngineStepCosts`) of one engine replica: decode steps at
     1 .. ``max_batch`` sequences per attention-DP rank and contexts from the prompt to
@@ -111,7 +111,7 @@ def rollout_costs(scn: Scenario, replica_gpus: int, gpus_per_node: int, *, tp: i
                               serve={}, engine=EngineConfig(mode="fast"),
                               parallel=ParallelConfig(order=scn.parallel.order))
     cfg = ServeConfig(phase="decode", batch_per_gpu=1, prompt=prompt, context=prompt,
-                      output=1, tp=tp, ep=ep, kv_dtype=kv_dtype)
+                      output=1, tp=tp, ep=ep, kv_dtype=kv_dtype, cuda_graphs=cuda_graphs)
     res = resolve(serving_scenario(one, cfg))
     return EngineStepCosts(
         res, cfg, batches=sorted({b for b in BATCHES if b < max_batch} | {max_batch}),

@@ -132,7 +132,7 @@ def simulate_rl(setup: RLSetup, steps: int, *, rollout_costs: StepCosts | None =
         if rollout_costs is None:
             rollout_costs = surface(
                 setup.scenario, ro.replica_gpus, gpn, tp=ro.tp, ep=ro.ep, kv_dtype=ro.kv_dtype,
-                max_batch=ro.max_batch, cache=cache,
+                max_batch=ro.max_batch, cache=cache, cuda_graphs=ro.cuda_graphs,
                 prompt=max(1, int(np.mean([b.prompt.mean() for b in batches]))),
                 response_max=max(int(b.response.max()) for b in batches))
         if trainer_costs is None:

@@ -28,6 +28,13 @@ from moesim.scenario.schema import Scenario
 from moesim.schedule.layout_string import stage_chunks
 
 
+#: ``overlap.cuda_graphs`` entry set by a serving decode step with ``serve.cuda_graphs``
+#: (:func:`moesim.serve.config.serving_scenario`), not a scenario's own: every kernel of
+#: the step is replayed from one CUDA graph, so none pays a host launch (the compute
+#: model's launch overhead is 0; a calibration's measured op gaps are kept)
+WHOLE_STEP_GRAPH = "step"
+
+
 @dataclass(frozen=True)
 class Resolved:
     scenario: Scenario          # with ``world``, ``gpus_per_node`` and ``parallel.dp`` filled in
@@ -258,7 +265,10 @@ def _resolve(scn: Scenario) -> Resolved:
     # compute.model: catalog (default, where the catalog covers the device) or roofline
     compute_model_from_dict = _delegate("moesim.compute.select", "compute_model")
     if compute_model_from_dict is not None and device is not None:
-        compute = compute_model_from_dict(dict(scn.compute), src, device)
+        cd = dict(scn.compute)
+        if WHOLE_STEP_GRAPH in scn.overlap.cuda_graphs and cd.get("kind") != "calibration":
+            cd["launch_overhead_us"] = 0.0      # a step replayed from one CUDA graph
+        compute = compute_model_from_dict(cd, src, device)
         device = calibrated_device(device, compute, scn)
     if device is not None:
         check_sms(src, scn, device)

@@ -15,6 +15,7 @@ serve:
   kv_dtype: bf16           # bf16 | fp8 (bytes per cached value)
   sample_top_k: 50         # tokens kept by the sampler's top-k
   step: 0                  # routing step index (expert popularity drifts per step)
+  cuda_graphs: false       # decode replayed from a CUDA graph: no per-kernel launch cost
 ```
 
 A TP group serves ``tp · batch_per_gpu`` requests (attention data parallelism over the
@@ -32,6 +33,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from moesim.errors import InputError
+from moesim.scenario.resolve import WHOLE_STEP_GRAPH
 from moesim.scenario.schema import (
     EPBackendConfig,
     OverlapConfig,
@@ -67,6 +69,7 @@ class ServeConfig:
     kv_dtype: str = "bf16"
     sample_top_k: int = DEFAULT_TOP_K
     step: int = 0
+    cuda_graphs: bool = False
 
     @property
     def microbatches(self) -> int:
@@ -132,8 +135,9 @@ def serve_from_dict(d: Any, source: str) -> ServeConfig:
     for k, allowed in choices.items():
         if k in d and d[k] not in allowed:
             raise InputError(source, f"serve.{k}", f"one of {list(allowed)}", d[k])
-    if "two_microbatch" in d and not isinstance(d["two_microbatch"], bool):
-        raise InputError(source, "serve.two_microbatch", "true or false", d["two_microbatch"])
+    for k in ("two_microbatch", "cuda_graphs"):
+        if k in d and not isinstance(d[k], bool):
+            raise InputError(source, f"serve.{k}", "true or false", d[k])
     cfg = ServeConfig(**d)
     if cfg.requests_per_group() % cfg.microbatches:
         raise InputError(source, "serve.batch_per_gpu",
@@ -167,7 +171,17 @@ def serving_scenario(scn: Scenario, cfg: ServeConfig, world: int | None = None) 
     """The training-step scenario whose forward pass is the serving step: pp 1, dp =
     world / tp (attention DP), ``cfg.ep``, the EP backend, the micro-batches (one
     micro-batch = ``requests_per_group / m`` sequences of ``prompt`` tokens for prefill,
-    of 1 token for decode) and the EP overlap for two micro-batches."""
+    of 1 token for decode) and the EP overlap for two micro-batches.
+
+    ``cuda_graphs`` (decode only): the step is replayed from a CUDA graph, as vLLM
+    (vllm/config/model.py: ``ModelConfig.enforce_eager`` defaults to False, "use CUDA
+    graph and eager execution in hybrid"; NeMo RL's examples/configs/grpo_math_1B.yaml
+    keeps ``enforce_eager: False``) runs decode batches, so no
+    kernel pays a host launch (``overlap.cuda_graphs`` holds
+    :data:`~moesim.scenario.resolve.WHOLE_STEP_GRAPH`: the compute model's launch overhead
+    is 0, as :mod:`moesim.program.cuda_graphs` drops it for Megatron's modules); every
+    kernel's work is kept. The graph's own launch, once per step, is not added. Prefill
+    steps (token counts beyond the captured sizes) launch eagerly."""
     src = scn.source
     if world is not None:
         if world % cfg.tp:
@@ -186,6 +200,7 @@ def serving_scenario(scn: Scenario, cfg: ServeConfig, world: int | None = None) 
     seq = cfg.prompt if cfg.phase == "prefill" else 1
     sch = ScheduleConfig(kind="gpipe", microbatches=m, micro_batch_size=per_mb, seq_len=seq,
                          step=cfg.step)
+    graphs = (WHOLE_STEP_GRAPH,) if cfg.cuda_graphs and cfg.phase == "decode" else ()
     ov = OverlapConfig(ep_comm_overlap=cfg.two_microbatch, dp_overlap=False,
-                       nccl_sms=scn.overlap.nccl_sms)
+                       nccl_sms=scn.overlap.nccl_sms, cuda_graphs=graphs)
     return dataclasses.replace(scn, parallel=par, schedule=sch, overlap=ov)

@@ -55,13 +55,15 @@ class ServeSteps:
         return cfg
 
     def resolved(self, cfg: ServeConfig) -> Resolved:
-        """The deployment resolved for ``cfg``: resolved once per layout, then the step's
+        """The deployment resolved for ``cfg``: resolved once per layout (and CUDA-graph
+        choice, which sets the compute model's launch overhead), then the step's
         schedule and overlap put in (the only parts of the scenario a serve field
         changes besides the layout)."""
         scn = serving_scenario(self.res.scenario, cfg)
-        base = self._resolved.get(scn.parallel)
+        key = (scn.parallel, scn.overlap.cuda_graphs)     # graphs: another compute model
+        base = self._resolved.get(key)
         if base is None:
-            base = self._resolved[scn.parallel] = resolve(scn)
+            base = self._resolved[key] = resolve(scn)
             return base
         return dataclasses.replace(base, scenario=dataclasses.replace(
             base.scenario, schedule=scn.schedule, overlap=scn.overlap))

@@ -1,0 +1,95 @@
+"""GRPO step times against NeMo RL's published ones, with their full configurations
+(issue 24): the error printed, the simulated phases beside it.
+
+    python benchmarks/rl_published.py                  # prints the comparison (~2 min CPU)
+    python benchmarks/rl_published.py --steps 6        # RL steps simulated (default 4)
+    python benchmarks/rl_published.py --write-docs     # docs/results/rl-published.md
+
+Published: NeMo RL v0.6, docs/about/performance-summary.md at github.com/NVIDIA-NeMo/RL
+commit 69c7ca117 ("Perf page update for v0.6"), table "H100 BF16 Benchmarks", the two
+Qwen3-30B-A3B rows on 32 GPUs (DGX-H100, Megatron-Core training, vLLM generation, BF16;
+each figure the average of 5 steps):
+
+- On policy: G-average sequence length 3,203, 1,102 tokens/s/GPU, total step time 192 s;
+  recipe ``examples/configs/recipes/llm/performance/grpo-qwen3-30ba3b-4n8g.yaml``,
+  scenario ``scenarios/grpo-qwen3-30b-a3b-nemo-rl.yaml``;
+- 1-step off: G-average 3,201, 1,414 tokens/s/GPU, 152 s; recipe
+  ``grpo-qwen3-30ba3b-4n8g-async-1off.yaml``, scenario
+  ``scenarios/grpo-qwen3-30b-a3b-nemo-rl-async.yaml``.
+
+The scenarios' comments map every recipe field to moesim's; the prompt length and the
+response-length law are not published (the law's mean is set so that the mean sample has
+the published G-average length, an input of the run). Nothing is fitted to the step
+times: they are only printed beside the simulated ones. The last row prices the
+on-policy run's decode steps eagerly (``rl.rollout.cuda_graphs: false``, vLLM's
+``enforce_eager: True``): what the kernels' host launches cost a generation.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+
+#: (scenario, published row, published step time s, published tokens/s/GPU,
+#:  published G-average sequence length)
+ROWS = (
+    ("grpo-qwen3-30b-a3b-nemo-rl", "On policy, colocated", 192.0, 1102.0, 3203),
+    ("grpo-qwen3-30b-a3b-nemo-rl-async", "1-step off, 16 + 16 GPUs", 152.0, 1414.0, 3201),
+)
+PHASES = ("generate", "old_logprob", "reference", "reward", "train", "weight_sync", "switch")
+
+
+def _run(name: str, overrides: list[str], steps: int) -> dict:
+    from moesim.rl.run import rl_summary
+    return rl_summary(name, overrides, steps=steps)
+
+
+def _mean_len(s: dict) -> float:
+    rows = s["steps"]
+    samples = sum(r["samples"] for r in rows)
+    return sum(r["prompt_tokens"] + r["response_tokens"] for r in rows) / samples
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--steps", type=int, default=4, help="RL steps simulated per run")
+    a = ap.parse_args(argv)
+    t0 = time.process_time()
+    print(f"NeMo RL v0.6 (H100 BF16 table) against moesim, {a.steps} simulated steps per "
+          "run (steady-state mean); s = seconds")
+    print()
+    print("| run | scenario | mean sample (simulated / published) | step simulated | "
+          "step published | error | tokens/s/GPU simulated / published |")
+    print("|---|---|---|---|---|---|---|")
+    out = []
+    for name, row, step_pub, tok_pub, len_pub in ROWS:
+        s = _run(name, [], a.steps)
+        out.append((name, row, s))
+        err = (s["step_time_s"] / step_pub - 1) * 100
+        print(f"| {row} | `{name}` | {_mean_len(s):,.0f} / {len_pub:,} tokens | "
+              f"{s['step_time_s']:.1f} s | {step_pub:.0f} s | {err:+.1f} % | "
+              f"{s['tokens_per_s_per_gpu']:,.0f} / {tok_pub:,.0f} |")
+    eager = _run(ROWS[0][0], ["rl.rollout.cuda_graphs=false"], a.steps)
+    err = (eager["step_time_s"] / ROWS[0][2] - 1) * 100
+    print(f"| {ROWS[0][1]}, decode eager (`rl.rollout.cuda_graphs=false`) | `{ROWS[0][0]}` | "
+          f"{_mean_len(eager):,.0f} / {ROWS[0][4]:,} tokens | {eager['step_time_s']:.1f} s | "
+          f"{ROWS[0][2]:.0f} s | {err:+.1f} % | {eager['tokens_per_s_per_gpu']:,.0f} / "
+          f"{ROWS[0][3]:,.0f} |")
+    print()
+    print("Simulated phases per step (mean wall time, s; NeMo RL publishes no breakdown):")
+    print()
+    print("| run | " + " | ".join(PHASES) + " | long tail (90 % -> last) |")
+    print("|---|" + "---|" * (len(PHASES) + 1))
+    for name, row, s in [*out, (ROWS[0][0], ROWS[0][1] + ", decode eager", eager)]:
+        ph = s["phases_s"]
+        print(f"| {row} | " + " | ".join(f"{ph.get(p, 0.0):.2f}" for p in PHASES)
+              + f" | {s['long_tail_s']:.2f} |")
+    print()
+    print(f"CPU for this page: {time.process_time() - t0:.0f} s.")
+    return 0
+
+
+if __name__ == "__main__":
+    from results_page import run_benchmark
+    sys.exit(run_benchmark(main, "rl-published", "RL step times against NeMo RL's published runs"))
