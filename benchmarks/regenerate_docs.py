@@ -42,6 +42,7 @@ PAGES: list[tuple[str, list[str], str]] = [
     ("serving-published", ["serving_published.py"], ""),
     ("serving-steps", ["bench_serve.py"], ""),
     ("rl", ["bench_rl.py"], ""),
+    ("rl-published", ["rl_published.py"], ""),
     ("fast-path", ["bench_fast.py", "--no-scaling"], ""),   # the scaling tables: hours at load
     ("deepseek-profile", ["deepseek_profile.py", "PATH/train.json"], "profile"),
     ("published", ["published_table.py", "--profile", "PATH/train.json"], "profile"),

@@ -335,7 +335,9 @@ def test_serving_layout_is_pp1_dp_attention():
     ["serve.two_microbatch=true", "serve.ep_backend=deepep-ll", "routing.kind=hot",
      "routing.hot_fraction=0.5"],
     # TP2 x attention DP4, EP4: TP all-reduces and the head's distributed top-k
-    ["serve.tp=2", "serve.ep=4", "serve.batch_per_gpu=16", "serve.two_microbatch=true"]])
+    ["serve.tp=2", "serve.ep=4", "serve.batch_per_gpu=16", "serve.two_microbatch=true"],
+    # decode replayed from a CUDA graph: both engines drop every launch
+    ["serve.cuda_graphs=true"], ["serve.cuda_graphs=true", "serve.two_microbatch=true"]])
 def test_fast_engine_matches_exact_step(tmp_path, overrides):
     path = _ep_scenario(tmp_path, "fx")
     steps = {}
