@@ -116,3 +116,27 @@ def test_generation_skipping_between_events_equals_stepping():
     assert np.array_equal(a.finish_s, b.finish_s) and a.time_s == b.time_s
     assert a.steps == b.steps and a.long_tail_s == b.long_tail_s
     assert a.series == b.series
+
+
+def test_sliding_window_layers_hold_only_their_window():
+    # 4 samples of 10 + 100 tokens on a 2-layer model, one full layer and one of a 16-token
+    # window (vLLM's hybrid cache: a group per window, blocks of 16 tokens). At the last
+    # token a sample holds ceil(110 / 16) = 7 blocks in the full group and at most 2 in
+    # the windowed one (the blocks wholly before token 110 - 16 + 1 freed): 9 blocks, 36
+    # for all four. 288 tokens of KV over 2 layers are 288 * 2 / 16 = 36 blocks: the
+    # windowed model runs in one wave; every layer full needs 4 * 7 = 28 blocks of one
+    # group and 288 tokens give 18, so it preempts. 448 tokens (28 blocks) hold it.
+    from moesim.rl.run import kv_need
+    one_wave = 0.5 + 0.01 * 40 + sum(1.0 + 0.1 * 4 + 0.001 * 4 * c for c in range(11, 110))
+    g = generate(np.full(4, 10), np.full(4, 100), COSTS, replicas=1, kv_tokens=288,
+                 max_batch=8, layer_windows=[0, 16])
+    assert g.preemptions == 0
+    assert g.time_s == pytest.approx(one_wave, rel=1e-12)
+    full = generate(np.full(4, 10), np.full(4, 100), COSTS, replicas=1, kv_tokens=288,
+                    max_batch=8)
+    assert full.preemptions > 0 and full.time_s > one_wave
+    full = generate(np.full(4, 10), np.full(4, 100), COSTS, replicas=1, kv_tokens=448,
+                    max_batch=8)
+    assert full.preemptions == 0 and full.time_s == pytest.approx(one_wave, rel=1e-12)
+    # the capacity check's need: (110 + 16) / 2 layers, rounded up; every layer full: 110
+    assert kv_need(110, [0, 16]) == 63 and kv_need(110, None) == 110

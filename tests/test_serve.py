@@ -369,3 +369,21 @@ def test_fp8_kv_cache_halves_its_bytes():
     f8 = serve_from_dict({"phase": "decode", "context": 4096, "kv_dtype": "fp8"}, "t")
     assert (table(DEEPSEEK_V3, f8, 80e9)["kv_per_request_bytes"] * 2
             == table(DEEPSEEK_V3, bf, 80e9)["kv_per_request_bytes"] == 4096 * 70272)
+
+
+def test_deepep_needs_a_hidden_multiple_of_128(tmp_path, capsys):
+    # DeepEP's kernels static_assert kHidden % 128 == 0: with hidden 1000, `auto` runs the
+    # exchange on NCCL (the same step as ep_backend: nccl); asking for DeepEP is one line
+    path = _ep_scenario(tmp_path, "h1000", ep_backend="auto")
+    args = ["model.hidden=1000", "model.head_dim=125"]
+    res, cfg = resolve_serve(path, args)
+    assert res.scenario.parallel.ep_backend.kind == "nccl"
+    auto = simulate_serve(res, cfg).summary["step_time_s"]
+    res, cfg = resolve_serve(path, [*args, "serve.ep_backend=nccl"])
+    assert simulate_serve(res, cfg).summary["step_time_s"] == auto
+    res, cfg = resolve_serve(path, ["serve.ep_backend=auto"])      # hidden 1024: DeepEP LL
+    assert res.scenario.parallel.ep_backend.kind == "deepep-ll"
+    sets = [x for a in args for x in ("--set", a)]
+    assert main(["serve", path, *sets, "--set", "serve.ep_backend=deepep-ll"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err and "serve.ep_backend" in err and "multiple of 128" in err

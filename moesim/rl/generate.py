@@ -4,7 +4,9 @@ continuous batching, :mod:`moesim.load.vllm`), all arriving at the start of gene
 
 An engine replica is one lockstep group of ``members`` attention-data-parallel ranks
 (EP inside the replica: a step lasts as long as its slowest member's batch); each member
-has ``kv_tokens`` of paged KV cache and runs at most ``max_batch`` sequences. Samples
+has ``kv_tokens`` of paged KV cache (counted over all layers; sliding-window layers
+hold only their window, as vLLM's hybrid cache frees the rest) and runs at most
+``max_batch`` sequences. Samples
 are dealt to the members round robin. The scheduler admits while blocks are free,
 allocates them as tokens arrive and preempts by recompute when the cache is full; step
 times come from a :class:`moesim.load.costs.StepCosts` of one member.
@@ -61,12 +63,15 @@ def _thin(series: list[tuple]) -> list[tuple[float, int, float]]:
 
 def generate(prompt: np.ndarray, response: np.ndarray, costs: StepCosts, replicas: int,
              kv_tokens: int, max_batch: int, members: int = 1, *,
-             skip: bool = True) -> Generation:
+             skip: bool = True, layer_windows: list[int] | None = None) -> Generation:
     """Generate ``response[i]`` tokens after ``prompt[i]`` for every sample on
     ``replicas`` engine replicas of ``members`` ranks with ``kv_tokens`` each
-    (``skip``: the engine skips between events, the same results; False steps)."""
+    (``skip``: the engine skips between events, the same results; False steps;
+    ``layer_windows``: each layer's sliding window, 0 full attention, as
+    :func:`moesim.load.deploy.windows_of` gives it: vLLM's hybrid KV cache, the blocks
+    that leave a window freed)."""
     return Rollout(prompt, response, costs, replicas, kv_tokens, max_batch, members,
-                   skip=skip).finish()
+                   skip=skip, layer_windows=layer_windows).finish()
 
 
 class Rollout:
@@ -81,14 +86,14 @@ class Rollout:
 
     def __init__(self, prompt, response, costs: StepCosts, replicas: int, kv_tokens: int,
                  max_batch: int, members: int = 1, *, version: int = 0,
-                 skip: bool = True) -> None:
+                 skip: bool = True, layer_windows: list[int] | None = None) -> None:
         prompt = np.asarray(prompt, dtype=np.int64)
         response = np.asarray(response, dtype=np.int64)
         self.members = members
         n = len(prompt)
         groups = [[r * members + i for i in range(members)] for r in range(replicas)]
         self.sim = build_sim(costs, groups, kv_tokens, scheduler="vllm", router="round_robin",
-                             max_seqs=max_batch)
+                             max_seqs=max_batch, layer_windows=layer_windows)
         self.sim.skip = skip
         self.reqs = [Request(id=i, arrival_s=0.0, prompt=int(prompt[i]),
                              output=int(response[i]), tag=i) for i in range(n)]

@@ -77,12 +77,13 @@ class StepWork:
 def step_work(cfg: RLConfig, batch: Batch, seq_len: int, rollout: StepCosts,
               kv_tokens: int, trainer: TrainerCosts, sync_s: float,
               switch_s: tuple[float, float] = (0.0, 0.0), *,
-              generation: bool = True) -> StepWork:
+              generation: bool = True, layer_windows: list[int] | None = None) -> StepWork:
     """Durations of every phase of one step over ``batch`` (``generation`` False: all
     but the generation, which partial rollouts simulate with the loop)."""
     ro, tr = cfg.rollout, cfg.train
     gen = (generate(batch.prompt, batch.response, rollout, ro.replicas, kv_tokens,
-                    ro.max_batch, members=ro.replica_gpus // ro.tp) if generation else
+                    ro.max_batch, members=ro.replica_gpus // ro.tp,
+                    layer_windows=layer_windows) if generation else
            Generation(0.0, np.zeros(0), np.zeros(0, dtype=np.int64), 0.0, 0))
     lengths = batch.prompt + batch.response
     rows = pack_rows(lengths, seq_len)

@@ -16,6 +16,7 @@ import numpy as np
 
 from moesim.errors import InputError
 from moesim.load.costs import StepCosts
+from moesim.load.deploy import windows_of
 from moesim.memory.model import rank_params
 from moesim.rl.config import RLConfig, rl_from_dict
 from moesim.rl.generate import Rollout
@@ -104,6 +105,15 @@ def kv_capacity(setup: RLSetup) -> int:
     return int(max(free, 0) // per_token)
 
 
+def kv_need(tokens: int, layer_windows: list[int] | None) -> int:
+    """KV tokens (counted over all layers, as :func:`kv_capacity` counts them) that one
+    sequence of ``tokens`` holds: a sliding-window layer keeps only its last ``W``."""
+    if not layer_windows:
+        return tokens
+    held = sum(min(tokens, w) if w else tokens for w in layer_windows)
+    return -(-held // len(layer_windows))
+
+
 def simulate_rl(setup: RLSetup, steps: int, *, rollout_costs: StepCosts | None = None,
                 trainer_costs: TrainerCosts | None = None, on_solve=None,
                 progress=None, cache: bool = True) -> RLRun:
@@ -113,8 +123,9 @@ def simulate_rl(setup: RLSetup, steps: int, *, rollout_costs: StepCosts | None =
     ro, tr = cfg.rollout, cfg.train
     batches = [draw_batch(setup, s) for s in range(steps)]
     kv = kv_capacity(setup)
+    windows = windows_of(res.model)
     longest = max(int((b.prompt + b.response).max()) for b in batches)
-    if kv < longest:
+    if kv < kv_need(longest, windows):
         raise InputError(setup.source, "rl.rollout.kv_fraction",
                          f"room in each engine rank's KV cache for the longest sample ({longest} "
                          f"tokens); {kv} tokens fit beside the weights", ro.kv_fraction)
@@ -143,7 +154,8 @@ def simulate_rl(setup: RLSetup, steps: int, *, rollout_costs: StepCosts | None =
     partial = cfg.partial_rollouts
     for s, batch in enumerate(batches):
         works.append(step_work(cfg, batch, setup.seq_len, rollout_costs, kv, trainer_costs,
-                               sync.time_s, switch, generation=not partial))
+                               sync.time_s, switch, generation=not partial,
+                               layer_windows=windows))
         if progress is not None and not partial:
             progress(s + 1, steps)
     if not partial:
@@ -155,7 +167,7 @@ def simulate_rl(setup: RLSetup, steps: int, *, rollout_costs: StepCosts | None =
             progress(s, steps)
         b = batches[s]
         return Rollout(b.prompt, b.response, rollout_costs, ro.replicas, kv, ro.max_batch,
-                       ro.replica_gpus // ro.tp, version=version)
+                       ro.replica_gpus // ro.tp, version=version, layer_windows=windows)
 
     tl = schedule_partial([w.durations for w in works], cfg.max_lag, rollout)
     for w, r in zip(works, tl.rollouts, strict=True):

@@ -11,7 +11,7 @@ serve:
   attn_dp: 128             # optional check: must equal GPUs / tp
   ep: 128                  # expert parallel
   two_microbatch: true     # two micro-batches, one's all-to-all under the other's compute
-  ep_backend: auto         # auto (deepep for prefill, deepep-ll for decode) | nccl | deepep | deepep-ll
+  ep_backend: auto         # auto (deepep for prefill, deepep-ll for decode; nccl if hidden % 128 != 0) | nccl | deepep | deepep-ll
   kv_dtype: bf16           # bf16 | fp8 (bytes per cached value)
   sample_top_k: 50         # tokens kept by the sampler's top-k
   step: 0                  # routing step index (expert popularity drifts per step)
@@ -29,6 +29,8 @@ routing, the EP exchanges and the executor are the training step's.
 from __future__ import annotations
 
 import dataclasses
+import functools
+import json
 from dataclasses import dataclass
 from typing import Any
 
@@ -167,6 +169,25 @@ def check_training_layout_unset(scn: Scenario) -> None:
                              "attention data parallel)", got)
 
 
+#: DeepEP's kernels carry hidden sizes that are multiples of 128 (deepseek-ai/DeepEP
+#: csrc/kernels/internode_ll.cu: ``EP_STATIC_ASSERT(kHidden % 128 == 0)``; the FP8 cast's
+#: 128-value blocks); ``ep_backend: auto`` uses NCCL for any other (gpt-oss: 2880)
+DEEPEP_HIDDEN_ALIGN = 128
+
+
+@functools.lru_cache(maxsize=64)
+def _hidden_of(model_json: str, source: str) -> int:
+    from moesim.model.load import model_from_dict
+    return int(model_from_dict(json.loads(model_json), source).hidden)
+
+
+def _hidden(scn: Scenario) -> int:
+    """The scenario's model's hidden size (0: no model section)."""
+    if not scn.model:
+        return 0
+    return _hidden_of(json.dumps(dict(scn.model), sort_keys=True, default=str), scn.source)
+
+
 def serving_scenario(scn: Scenario, cfg: ServeConfig, world: int | None = None) -> Scenario:
     """The training-step scenario whose forward pass is the serving step: pp 1, dp =
     world / tp (attention DP), ``cfg.ep``, the EP backend, the micro-batches (one
@@ -191,6 +212,13 @@ def serving_scenario(scn: Scenario, cfg: ServeConfig, world: int | None = None) 
             raise InputError(src, "serve.attn_dp", f"GPUs / tp = {world // cfg.tp}",
                              cfg.attn_dp)
     backend = cfg.backend if cfg.ep > 1 else "nccl"
+    if backend in ("deepep", "deepep-ll") and _hidden(scn) % DEEPEP_HIDDEN_ALIGN:
+        if cfg.ep_backend != "auto":
+            raise InputError(src, "serve.ep_backend", "nccl or auto for a hidden size that is "
+                             f"not a multiple of {DEEPEP_HIDDEN_ALIGN} (DeepEP's kernels "
+                             f"static_assert kHidden % {DEEPEP_HIDDEN_ALIGN} == 0; this "
+                             f"model's hidden is {_hidden(scn)})", cfg.ep_backend)
+        backend = "nccl"           # auto: what such a deployment can run
     par = ParallelConfig(tp=cfg.tp, pp=1, dp=None, ep=cfg.ep, zero=0, vpp=1,
                          order=scn.parallel.order,
                          ep_backend=EPBackendConfig(kind=backend,
