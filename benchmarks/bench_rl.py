@@ -59,6 +59,13 @@ SYNC_CASES = [
      "verl/experimental/fully_async_policy/README.md: 15.76 s"),
     ("verl fully-async 16 -> 16, checkpoint engine (H20)", "grpo-qwen3-30b-a3b-async", [],
      4.38, "verl/experimental/fully_async_policy/README.md: 4.38 s"),
+    ("NeMo RL DeepSeek-V3 refit over NCCL, 256 trainer GPUs (TP1 PP16 EP16) -> vLLM TP32 "
+     "on 4 nodes (H100)", "grpo-deepseek-v3",
+     ["cluster.topology=dgx-h100", "cluster.device=H100", "cluster.nodes=36",
+      "rl.rollout.gpus=32", "rl.rollout.tp=32", "rl.rollout.ep=1", "rl.train.gpus=256",
+      "rl.train.tp=1", "rl.train.pp=16", "rl.train.ep=16"], 14.21,
+     "NVIDIA-NeMo/RL docs/guides/checkpoint-engine-refit.md (aa8bfb2e8), DeepSeek-V3 "
+     "benchmark, dedicated async refit timer, NCCL: 14.21 s"),
 ]
 
 
