@@ -49,6 +49,14 @@ print(json.dumps({"wall_s": time.perf_counter() - t, "cpu_s": ru.ru_utime + ru.r
                   "phases_s": s["phases_s"]}))
 """
 
+#: NeMo RL's DeepSeek-V3 refit benchmark as grpo-deepseek-v3 overrides: 36 DGX H100
+#: nodes, Megatron TP1 PP16 EP16 on 32 of them, one vLLM TP32 engine on the other 4
+NEMO_REFIT = ["cluster.topology=dgx-h100", "cluster.device=H100", "cluster.nodes=36",
+              "rl.rollout.gpus=32", "rl.rollout.tp=32", "rl.rollout.ep=1",
+              "rl.train.gpus=256", "rl.train.tp=1", "rl.train.pp=16", "rl.train.ep=16"]
+NEMO_REFIT_SOURCE = ("NVIDIA-NeMo/RL docs/guides/checkpoint-engine-refit.md (aa8bfb2e8), "
+                     "DeepSeek-V3 benchmark, dedicated async refit timer, NCCL: 14.21 s")
+
 #: (label, scenario, overrides, published seconds, source)
 SYNC_CASES = [
     ("verl checkpoint_engine NCCL, 2 -> 30 GPUs (H100, CX-7)", "grpo-qwen3-30b-a3b-async",
@@ -60,12 +68,11 @@ SYNC_CASES = [
     ("verl fully-async 16 -> 16, checkpoint engine (H20)", "grpo-qwen3-30b-a3b-async", [],
      4.38, "verl/experimental/fully_async_policy/README.md: 4.38 s"),
     ("NeMo RL DeepSeek-V3 refit over NCCL, 256 trainer GPUs (TP1 PP16 EP16) -> vLLM TP32 "
-     "on 4 nodes (H100)", "grpo-deepseek-v3",
-     ["cluster.topology=dgx-h100", "cluster.device=H100", "cluster.nodes=36",
-      "rl.rollout.gpus=32", "rl.rollout.tp=32", "rl.rollout.ep=1", "rl.train.gpus=256",
-      "rl.train.tp=1", "rl.train.pp=16", "rl.train.ep=16"], 14.21,
-     "NVIDIA-NeMo/RL docs/guides/checkpoint-engine-refit.md (aa8bfb2e8), DeepSeek-V3 "
-     "benchmark, dedicated async refit timer, NCCL: 14.21 s"),
+     "on 4 nodes (H100), moesim's gather + chain", "grpo-deepseek-v3", NEMO_REFIT, 14.21,
+     NEMO_REFIT_SOURCE),
+    ("same, sharded (each vLLM rank pulls its own shard, as NeMo's checkpoint engine)",
+     "grpo-deepseek-v3", [*NEMO_REFIT, "rl.weight_sync.method=sharded"], 14.21,
+     NEMO_REFIT_SOURCE),
 ]
 
 
@@ -96,7 +103,8 @@ def sync_comparison() -> list[dict]:
                         pp=cfg.train.pp, ep=cfg.train.ep,
                         replica_gpus=cfg.rollout.replica_gpus,
                         per_tensor_s=cfg.weight_sync.per_tensor_s, ipc=False,
-                        hbm_Bps=res.device.hbm_Bps)
+                        hbm_Bps=res.device.hbm_Bps,
+                        sharded=cfg.weight_sync.method == "sharded")
         rows.append({"case": label, "published_s": published, "simulated_s": r.time_s,
                      "flow_s": r.flow_s, "software_s": r.software_s,
                      "error": r.time_s / published - 1, "source": source})

@@ -138,6 +138,8 @@ def test_cli_outputs_and_same_seed_same_bytes(tmp_path, capsys, monkeypatch):
     (["rl.rollout.kv_fraction=0.001"], "rl.rollout.kv_fraction"),
     (["rl.rollout.cuda_graphs=2"], "rl.rollout.cuda_graphs"),
     (["rl.weight_sync.method=ipc"], "rl.weight_sync.method"),
+    (["rl.colocated=true", "rl.max_lag=0", "rl.weight_sync.method=sharded"],
+     "rl.weight_sync.method"),
     (["rl.max_lag=-1"], "rl.max_lag"),
     (["rl.partial_rollouts=true"], "rl.partial_rollouts"),
     (["rl.partial_rollouts=3", "rl.max_lag=1"], "rl.partial_rollouts"),

@@ -99,3 +99,40 @@ def test_switch_cost_by_hand():
     into, out = switch_cost(spec, pool_gpus=8, replica_gpus=2)
     one_way = (46_405_120 * 2 / 2 + 46_405_120 * 12 / 8) / PCIE_Bps
     assert into == pytest.approx(one_way) and out == pytest.approx(one_way)
+
+
+def test_sharded_sync_sends_every_engine_gpu_its_share_from_every_holder():
+    from moesim.rl.sync import sharded_flows
+    gpus = [f"g{i}" for i in range(16)]
+    flows = sharded_flows(1000.0, gpus[8:12], gpus[:8], replica_gpus=2)
+    assert len(flows) == 4 * 8                        # every holder to every engine GPU
+    assert [b for *_, b in flows] == [1000.0 / (4 * 2)] * 32
+    into = {}
+    for _, dst, b in flows:
+        into[gpus.index(dst)] = into.get(gpus.index(dst), 0.0) + b
+    assert into == {i: pytest.approx(500.0) for i in range(8)}     # 1/g of the model each
+    sent = {}
+    for src, _, b in flows:
+        sent[src] = sent.get(src, 0.0) + b
+    assert sent == {h: pytest.approx(1000.0) for h in gpus[8:12]}  # its shard, 4 replicas
+
+
+def test_sharded_sync_on_a_cluster_within_link_capacities_and_faster_than_the_chain():
+    topo = load_topology("dgx-h100", nodes=2)
+    gpus = list(topo.gpus)
+    spec = _toy(2)
+
+    def check(now, pair_flow, pair_link, rates):
+        load = np.bincount(pair_link, weights=rates[pair_flow], minlength=len(topo.capacity_Bps))
+        assert np.all(load <= np.asarray(topo.capacity_Bps) * (1 + 1e-9))
+
+    kw = dict(tp=1, pp=1, ep=4, replica_gpus=2, per_tensor_s=0.0, ipc=False,
+              hbm_Bps=3.35e12, on_solve=check)
+    chain = weight_sync(topo, spec, gpus[8:], gpus[:8], **kw)
+    sharded = weight_sync(topo, spec, gpus[8:], gpus[:8], sharded=True, **kw)
+    assert sharded.flows == 4 * 8 and sharded.gather_bytes == 0
+    assert sharded.bytes_per_replica == pytest.approx(param_bytes(spec))
+    # all of it crosses from node 1 to node 0: at best over every NIC of a node at once
+    nic = topo.capacity_Bps[topo.route(gpus[8], gpus[0])[0]]
+    assert sharded.flow_s >= 4 * param_bytes(spec) / (8 * nic) * (1 - 1e-9)
+    assert sharded.flow_s < chain.flow_s

@@ -15,7 +15,7 @@ rl:
   reference: true                   # the reference policy's log-probs: a forward pass
   reward: {kind: rule}              # or {kind: model}: a forward pass of a reward model
   max_lag: 0                        # 0 synchronous; k: rollouts up to k versions old
-  weight_sync: {method: nccl}       # nccl (flows over the topology) | ipc (colocated)
+  weight_sync: {method: nccl}       # nccl (gather + chain broadcast) | sharded | ipc (colocated)
 ```
 
 Every problem is one :class:`~moesim.errors.InputError` naming the file and the
@@ -34,7 +34,7 @@ from moesim.errors import InputError
 DISTS = ("fixed", "uniform", "lognormal", "empirical")
 ALGORITHMS = ("grpo",)
 REWARD_KINDS = ("rule", "model")
-SYNC_METHODS = ("nccl", "ipc")
+SYNC_METHODS = ("nccl", "ipc", "sharded")
 KV_DTYPES = ("bf16", "fp8")
 #: vLLM's ``gpu_memory_utilization`` default: the fraction of each GPU's memory the engine
 #: may use for weights, activations and KV cache (vllm/config/cache.py, CacheConfig)
@@ -253,9 +253,12 @@ def _consistent(cfg: RLConfig, src: str, world: int | None) -> None:
         raise InputError(src, "rl.partial_rollouts", "false with rl.max_lag: 0 (a sample "
                          "continued under a newer version is off-policy: partial rollouts "
                          "need max_lag >= 1, disaggregated pools)", True)
+    if cfg.colocated and cfg.weight_sync.method == "sharded":
+        raise InputError(src, "rl.weight_sync.method", "ipc or nccl with rl.colocated: true "
+                         "(a sharded sync moves weights between two pools)", "sharded")
     if not cfg.colocated and cfg.weight_sync.method == "ipc":
-        raise InputError(src, "rl.weight_sync.method", "nccl for disaggregated pools (CUDA "
-                         "IPC hands over memory on the same GPU only)", "ipc")
+        raise InputError(src, "rl.weight_sync.method", "nccl or sharded for disaggregated "
+                         "pools (CUDA IPC hands over memory on the same GPU only)", "ipc")
     ro, tr = cfg.rollout, cfg.train
     if ro.ep > 1 and ro.ep % ro.tp:
         raise InputError(src, "rl.rollout.ep", f"1 or a multiple of rl.rollout.tp = {ro.tp} "

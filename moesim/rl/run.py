@@ -134,7 +134,8 @@ def simulate_rl(setup: RLSetup, steps: int, *, rollout_costs: StepCosts | None =
     train = roll if cfg.colocated else gpus[ro.gpus:ro.gpus + tr.gpus]
     sync = weight_sync(res.topology, res.model, train, roll, tp=tr.tp, pp=tr.pp, ep=tr.ep,
                        replica_gpus=ro.replica_gpus, per_tensor_s=cfg.weight_sync.per_tensor_s,
-                       ipc=cfg.colocated, hbm_Bps=res.device.hbm_Bps, on_solve=on_solve)
+                       ipc=cfg.colocated, hbm_Bps=res.device.hbm_Bps, on_solve=on_solve,
+                       sharded=cfg.weight_sync.method == "sharded")
     switch = switch_cost(res.model, tr.gpus, ro.replica_gpus) if cfg.colocated else (0.0, 0.0)
     if rollout_costs is None or trainer_costs is None:
         from moesim.rl.engine_costs import EngineTrainerCosts

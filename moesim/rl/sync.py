@@ -14,6 +14,12 @@ GPU ``j`` → replica 1 GPU ``j`` → .... Every transfer is a flow on the topol
 flow network (:class:`moesim.network.FlowNetwork`), all started together: the fluid limit
 of a bucketed, pipelined sync (a bucket is gathered while the previous one is broadcast).
 
+**Method sharded** (disaggregated), as NeMo RL's checkpoint-engine refit with
+``shard_expert_weights`` does (NVIDIA-NeMo/RL docs/guides/checkpoint-engine-refit.md: each
+vLLM rank loads only its "destination-local" tensors): no gather and no chain; every engine
+GPU receives its ``1/g`` share of every parameter straight from the trainer GPUs holding
+it (:func:`sharded_flows`), all flows at once on the same max-min network.
+
 **Software cost**: the gather/convert/load calls are per tensor on the host, serial with
 the copies: ``tensors x weight_sync.per_tensor_s`` (published: gather and convert are most
 of a sync; verl fully-async README, Qwen3-30B-A3B 16→16 GPUs: 15.8 s, 4.4 s with the
@@ -77,6 +83,16 @@ def holders(train_gpus: list, tp: int, pp: int, ep: int) -> list:
     return list(train_gpus[:min(m, len(train_gpus))])
 
 
+def sharded_flows(nbytes: float, src_gpus: list, rollout_gpus: list, replica_gpus: int
+                  ) -> list[tuple[str, str, float]]:
+    """Flows of a sharded sync (method ``sharded``): every engine GPU receives its
+    ``1/g`` of every parameter straight from the trainer GPUs that hold it, each holder
+    sending ``nbytes / (holders · g)`` to every engine GPU of every replica (a uniform
+    resharding: each holder's parameters are split evenly over the inference shards)."""
+    share = nbytes / (len(src_gpus) * replica_gpus)
+    return [(h, d, share) for d in rollout_gpus for h in src_gpus]
+
+
 def sync_flows(nbytes: float, src_gpus: list, rollout_gpus: list, replica_gpus: int
                ) -> tuple[list[tuple[str, str, float]], list[tuple[str, str, float]]]:
     """(gather flows, broadcast-chain flows) moving ``nbytes`` to every replica."""
@@ -121,10 +137,16 @@ def run_flows(topo, flows: list[tuple[str, str, float]], on_solve=None
 
 def weight_sync(topo, spec: ModelSpec, train_gpus: list, rollout_gpus: list, *, tp: int,
                 pp: int, ep: int, replica_gpus: int, per_tensor_s: float, ipc: bool,
-                hbm_Bps: float, on_solve=None) -> SyncResult:
+                hbm_Bps: float, on_solve=None, sharded: bool = False) -> SyncResult:
+    """The sync of ``spec``'s weights from ``train_gpus`` to every engine replica of
+    ``rollout_gpus``: gathered and chain-broadcast (``sharded`` False: verl's NCCL
+    checkpoint engine) or pulled shard by shard (``sharded``: :func:`sharded_flows`)."""
     nbytes = param_bytes(spec)
     src = holders(train_gpus, tp, pp, ep)
-    gather, chain = sync_flows(nbytes, src, rollout_gpus, replica_gpus)
+    if sharded:
+        gather, chain = [], sharded_flows(nbytes, src, rollout_gpus, replica_gpus)
+    else:
+        gather, chain = sync_flows(nbytes, src, rollout_gpus, replica_gpus)
     flow_s, link = run_flows(topo, gather + chain, on_solve)
     copy_s = 2 * nbytes / replica_gpus / hbm_Bps if ipc else 0.0
     tensors = tensor_count(spec)
