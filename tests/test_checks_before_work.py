@@ -99,6 +99,9 @@ def test_memory_flags_that_would_be_ignored_are_refused(capsys, argv, needles):
     (["overlap.nccl_sms=1000"], ["--set overlap.nccl_sms", "132 SMs", "got 1000"]),
     (["parallel.ep_backend.kind=deepep", "parallel.ep_backend.sms=21"],
      ["--set parallel.ep_backend.sms", "an even number"]),
+    # DeepEP's kernels static_assert kHidden % 128 == 0 (gpt-oss's 2880 is not)
+    (["parallel.ep_backend.kind=deepep", "model.hidden=1000"],
+     ["--set parallel.ep_backend.kind", "multiple of 128", "hidden is 1000"]),
 ])
 def test_scenario_sms_checked_against_the_device_before_work(monkeypatch, capsys, sets,
                                                               needles):

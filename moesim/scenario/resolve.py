@@ -19,6 +19,7 @@ from moesim.errors import InputError
 from moesim.layout.mesh import Layout
 from moesim.scenario.blame import blame_overrides, named_by
 from moesim.scenario.checks import (
+    check_deepep_hidden,
     check_hot_shares,
     check_sms,
     node_limit_warning,
@@ -272,6 +273,8 @@ def _resolve(scn: Scenario) -> Resolved:
         device = calibrated_device(device, compute, scn)
     if device is not None:
         check_sms(src, scn, device)
+    if model is not None:
+        check_deepep_hidden(src, scn, model)
     prec = dict(scn.compute).get("precision")
     if model is not None and prec in ("bf16", "fp8") and getattr(model, "precision", prec) != prec:
         model = dataclasses.replace(model, precision=prec)   # the FP8 recipe's kernels

@@ -35,6 +35,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from moesim.errors import InputError
+from moesim.scenario.checks import DEEPEP_HIDDEN_ALIGN
 from moesim.scenario.resolve import WHOLE_STEP_GRAPH
 from moesim.scenario.schema import (
     EPBackendConfig,
@@ -169,12 +170,6 @@ def check_training_layout_unset(scn: Scenario) -> None:
                              "attention data parallel)", got)
 
 
-#: DeepEP's kernels carry hidden sizes that are multiples of 128 (deepseek-ai/DeepEP
-#: csrc/kernels/internode_ll.cu: ``EP_STATIC_ASSERT(kHidden % 128 == 0)``; the FP8 cast's
-#: 128-value blocks); ``ep_backend: auto`` uses NCCL for any other (gpt-oss: 2880)
-DEEPEP_HIDDEN_ALIGN = 128
-
-
 @functools.lru_cache(maxsize=64)
 def _hidden_of(model_json: str, source: str) -> int:
     from moesim.model.load import model_from_dict
@@ -218,7 +213,7 @@ def serving_scenario(scn: Scenario, cfg: ServeConfig, world: int | None = None) 
                              f"not a multiple of {DEEPEP_HIDDEN_ALIGN} (DeepEP's kernels "
                              f"static_assert kHidden % {DEEPEP_HIDDEN_ALIGN} == 0; this "
                              f"model's hidden is {_hidden(scn)})", cfg.ep_backend)
-        backend = "nccl"           # auto: what such a deployment can run
+        backend = "nccl"           # auto: what such a deployment can run (gpt-oss: 2880)
     par = ParallelConfig(tp=cfg.tp, pp=1, dp=None, ep=cfg.ep, zero=0, vpp=1,
                          order=scn.parallel.order,
                          ep_backend=EPBackendConfig(kind=backend,
