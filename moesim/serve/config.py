@@ -11,7 +11,8 @@ serve:
   attn_dp: 128             # optional check: must equal GPUs / tp
   ep: 128                  # expert parallel
   two_microbatch: true     # two micro-batches, one's all-to-all under the other's compute
-  ep_backend: auto         # auto (deepep for prefill, deepep-ll for decode; nccl if hidden % 128 != 0) | nccl | deepep | deepep-ll
+  ep_backend: auto         # auto | nccl | deepep | deepep-ll; auto: deepep for prefill,
+                           # deepep-ll for decode, nccl for a hidden not a multiple of 128
   kv_dtype: bf16           # bf16 | fp8 (bytes per cached value)
   sample_top_k: 50         # tokens kept by the sampler's top-k
   step: 0                  # routing step index (expert popularity drifts per step)
