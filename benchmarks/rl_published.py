@@ -1,7 +1,7 @@
 """GRPO step times against NeMo RL's published ones, with their full configurations
 (issue 24): the error printed, the simulated phases beside it.
 
-    python benchmarks/rl_published.py                  # prints the comparison (~2 min CPU)
+    python benchmarks/rl_published.py                  # prints the comparison (~80 s of CPU)
     python benchmarks/rl_published.py --steps 6        # RL steps simulated (default 4)
     python benchmarks/rl_published.py --write-docs     # docs/results/rl-published.md
 
