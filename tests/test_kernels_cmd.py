@@ -91,6 +91,11 @@ def test_kernels_text_and_bad_input(capsys):
     assert err.count("\n") == 1 and "--layer" in err
     assert main(["kernels", "mixtral-8x7b-64gpu", "--pass", "bwd"]) == 2
     assert main(["kernels", "no-such-scenario"]) == 2
+    capsys.readouterr()
+    # a serving scenario: one line, never a training layer's kernels in its place
+    assert main(["kernels", "deepseek-v3-decode"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "serve:" in err and "moesim serve" in err
 
 
 def test_program_ops_carry_the_kernels_they_were_priced_from():

@@ -104,7 +104,10 @@ def _fmt(doc: dict) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
-    res = resolve(load_scenario(args.scenario, args.overrides, resolve=False))
+    from moesim.cli.common import refuse_serving
+    scn = load_scenario(args.scenario, args.overrides, resolve=False)
+    refuse_serving(scn, args.overrides, "kernels", "list a training layer's kernels")
+    res = resolve(scn)
     spec = res.model
     if args.layer is None:
         layer = next((i for i in range(spec.layers) if spec.is_moe_layer(i)), 0)
