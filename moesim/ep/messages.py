@@ -48,13 +48,25 @@ SRC_IDX_BYTES = 4          # intranode.cu channel_src_idx_buffers: int
 LL_HEADER_BYTES = 16       # internode_ll.cu: sizeof(int4) header before the payload
 
 
+def deepep_carries(hidden: int) -> bool:
+    """Whether DeepEP's kernels carry tokens of ``hidden`` values (their static asserts:
+    ``kHidden % 128 == 0`` in internode_ll.cu)."""
+    return hidden >= 1 and hidden % FP8_BLOCK == 0
+
+
+def deepep_hidden_expected(hidden: int) -> str:
+    """What a scenario asking DeepEP for a hidden size it cannot carry should ask for."""
+    return (f"for a hidden size that is not a multiple of {FP8_BLOCK} (DeepEP's kernels "
+            f"static_assert kHidden % {FP8_BLOCK} == 0; this model's hidden is {hidden})")
+
+
 def check_message(dtype: str, hidden: int, top_k: int, source: str = "command line",
                   prefix: str = "--") -> None:
     """InputError unless dtype is fp8/bf16, hidden a positive multiple of 128 (the
     kernels' static asserts: ``kHidden % 128 == 0`` in internode_ll.cu) and top_k >= 1."""
     if dtype not in DTYPES:
         raise InputError(source, prefix + "dtype", "one of " + ", ".join(DTYPES), dtype)
-    if isinstance(hidden, bool) or not isinstance(hidden, int) or hidden < 1 or hidden % FP8_BLOCK:
+    if isinstance(hidden, bool) or not isinstance(hidden, int) or not deepep_carries(hidden):
         raise InputError(source, prefix + "hidden", f"a positive multiple of {FP8_BLOCK}", hidden)
     if isinstance(top_k, bool) or not isinstance(top_k, int) or top_k < 1:
         raise InputError(source, prefix + "top-k", "an integer >= 1", top_k)

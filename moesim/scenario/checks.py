@@ -14,6 +14,7 @@ from typing import Any
 
 import numpy as np
 
+from moesim.ep.messages import deepep_carries, deepep_hidden_expected
 from moesim.errors import InputError
 from moesim.gating.config import RoutingConfig, with_top_k
 from moesim.gating.skew import base_shares, hot_ids
@@ -62,21 +63,14 @@ def check_sms(src: str, scn: Any, device: Any) -> None:
             raise InputError(src, field, f"fewer than the device's {dev_sms} SMs ({name})", v)
 
 
-#: DeepEP's kernels carry hidden sizes that are multiples of 128 (deepseek-ai/DeepEP
-#: csrc/kernels/internode_ll.cu: ``EP_STATIC_ASSERT(kHidden % 128 == 0)``)
-DEEPEP_HIDDEN_ALIGN = 128
-
-
 def check_deepep_hidden(src: str, scn: Any, model: Any) -> None:
     """An EP exchange on DeepEP's kernels needs a hidden size they carry (a serving
     step's ``ep_backend: auto`` picks NCCL instead: moesim.serve.config)."""
     kind = scn.parallel.ep_backend.kind
     hidden = int(getattr(model, "hidden", 0) or 0)
-    if kind in ("deepep", "deepep-ll") and scn.parallel.ep > 1 and hidden % DEEPEP_HIDDEN_ALIGN:
-        raise InputError(src, "parallel.ep_backend.kind", f"nccl for a hidden size that is not a "
-                         f"multiple of {DEEPEP_HIDDEN_ALIGN} (DeepEP's kernels static_assert "
-                         f"kHidden % {DEEPEP_HIDDEN_ALIGN} == 0; this model's hidden is "
-                         f"{hidden})", kind)
+    if kind in ("deepep", "deepep-ll") and scn.parallel.ep > 1 and not deepep_carries(hidden):
+        raise InputError(src, "parallel.ep_backend.kind",
+                         "nccl " + deepep_hidden_expected(hidden), kind)
 
 
 def node_limit_warning(routing: RoutingConfig, layout: Any, gpus_per_node: int | None

@@ -35,8 +35,8 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
+from moesim.ep.messages import deepep_carries, deepep_hidden_expected
 from moesim.errors import InputError
-from moesim.scenario.checks import DEEPEP_HIDDEN_ALIGN
 from moesim.scenario.resolve import WHOLE_STEP_GRAPH
 from moesim.scenario.schema import (
     EPBackendConfig,
@@ -208,12 +208,11 @@ def serving_scenario(scn: Scenario, cfg: ServeConfig, world: int | None = None) 
             raise InputError(src, "serve.attn_dp", f"GPUs / tp = {world // cfg.tp}",
                              cfg.attn_dp)
     backend = cfg.backend if cfg.ep > 1 else "nccl"
-    if backend in ("deepep", "deepep-ll") and _hidden(scn) % DEEPEP_HIDDEN_ALIGN:
+    hidden = _hidden(scn) if backend in ("deepep", "deepep-ll") else 0
+    if hidden and not deepep_carries(hidden):
         if cfg.ep_backend != "auto":
-            raise InputError(src, "serve.ep_backend", "nccl or auto for a hidden size that is "
-                             f"not a multiple of {DEEPEP_HIDDEN_ALIGN} (DeepEP's kernels "
-                             f"static_assert kHidden % {DEEPEP_HIDDEN_ALIGN} == 0; this "
-                             f"model's hidden is {_hidden(scn)})", cfg.ep_backend)
+            raise InputError(src, "serve.ep_backend",
+                             "nccl or auto " + deepep_hidden_expected(hidden), cfg.ep_backend)
         backend = "nccl"           # auto: what such a deployment can run (gpt-oss: 2880)
     par = ParallelConfig(tp=cfg.tp, pp=1, dp=None, ep=cfg.ep, zero=0, vpp=1,
                          order=scn.parallel.order,
