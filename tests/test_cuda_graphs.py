@@ -1,5 +1,6 @@
 """CUDA graphs (overlap.cuda_graphs): captured kernels pay one graph launch instead of
-one launch each; worked out by hand on the toy model."""
+one host launch each, and the device's graph floor per kernel; worked out by hand on the
+toy model."""
 
 from __future__ import annotations
 
@@ -20,15 +21,34 @@ def _plan(*sets):
 
 
 def launches(ks):
-    return sum(k.count for k in ks)
+    """Host launches: the kernels not replayed from a graph."""
+    return sum(k.count for k in ks if not k.graphed)
 
 
 def test_graphed_kernels_keep_their_work_and_launch_once():
     ks = costs.norm_kernels(TOY, 256) + costs.attention_kernels(TOY, 256, 128)
     g = graphed(ks)
     assert launches(ks) > 1 and launches(g) == 1
+    assert sum(k.count for k in g if k.graphed) == launches(ks)   # each still runs
     assert sum(k.flops for k in g) == sum(k.flops for k in ks)
     assert sum(k.bytes for k in g) == sum(k.bytes for k in ks)
+
+
+def test_graphed_kernel_pays_the_graph_floor_on_hopper():
+    # gpu-benches' H200 graph replay: 65,536 bytes per kernel at 52 GB/s = 1.26 µs each
+    from moesim.compute.devices import get_device
+    from moesim.compute.roofline import RooflineModel
+    from moesim.compute.base import Kernel
+    h100 = get_device("H100")
+    assert h100.graph_kernel_s == pytest.approx(65536 / 52e9)
+    assert get_device("H800").graph_kernel_s == get_device("H200").graph_kernel_s == \
+        h100.graph_kernel_s
+    m = RooflineModel(h100)
+    k = Kernel("norm", 0.0, 3.35e12 * 0.8 * 1e-6, count=3)     # 1 µs of HBM traffic
+    g = graphed([k])
+    assert m.time_s(k) == pytest.approx(3 * 4e-6 + 1e-6)
+    assert m.time_s(g[0]) == pytest.approx(3 * 65536 / 52e9 + 1e-6)
+    assert m.time_s(g[1]) == pytest.approx(4e-6)        # the graph's own host launch
 
 
 def test_attention_and_router_graphs_in_the_program():

@@ -24,7 +24,7 @@ from moesim.compute.select import compute_model, shipped_catalog
 from moesim.engine.exact.execute import Executor
 from moesim.errors import InputError
 from moesim.network import FlowNetwork
-from moesim.program.build import Timer
+from moesim.program.timer import Timer
 from moesim.program.ops import Op
 from moesim.units import GB
 

@@ -8,7 +8,7 @@ scenario can name either.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Protocol
 
 
@@ -47,6 +47,19 @@ class Kernel:
     heads: int = 0
     head_dim: int = 0
     causal: bool = True
+    # replayed from a CUDA graph (moesim.program.cuda_graphs): each of its ``count``
+    # launches costs the device's graph floor (``DeviceSpec.graph_kernel_s``) instead of a
+    # host launch (``launch_overhead_s``); its work is the same
+    graphed: bool = False
+    # its launches are another kernel's: one grouped launch runs every expert of a rank
+    # (vLLM's fused MoE, DeepGEMM's grouped GEMMs; ``compute.expert_launches: grouped``),
+    # so only the rank's first expert pays the fixed cost per launch; its work is the same
+    fused: bool = False
+
+
+def fused_launches(kernels: list[Kernel], on: bool = True) -> list[Kernel]:
+    """``kernels`` whose launches are another kernel's (``Kernel.fused``) when ``on``."""
+    return [replace(k, fused=True) for k in kernels] if on else kernels
 
 
 class ComputeModel(Protocol):

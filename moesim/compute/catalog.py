@@ -144,7 +144,7 @@ class CatalogModel:
             return self._fallback(kernel, got)
         seconds, detail = got
         n = max(kernel.count, 1)
-        return Priced(n * self.launch_overhead_s + seconds, "catalog", detail)
+        return Priced(n * self.roofline.per_launch_s(kernel) + seconds, "catalog", detail)
 
     def _where(self, kernel: Kernel, dtype_note: str = "") -> str:
         return (f"no {self.device.name} {self.dtype_of(kernel)} {kernel.kind}"

@@ -15,6 +15,17 @@ from moesim.units import GB, TB, US
 # Kernel launch overhead has no published figure here: a CUDA kernel launch costs a few µs of
 # host/driver latency; 4 µs is our assumption, meant to be replaced by a calibration.
 GPU_LAUNCH_OVERHEAD_S = 4 * US
+# What a kernel replayed from a CUDA graph still costs on the GPU beyond its work, on
+# Hopper: te42kyfo/gpu-benches gpu-small-kernels/h200_graph.txt (commit c35574e,
+# 2024-06-21; main.cu: 10,000 back-to-back "scale" kernels captured in one graph, bandwidth =
+# 2 x 8 bytes x size / time per kernel): at the smallest size, 4096 doubles (65,536 bytes
+# moved), the best block size reaches 52 GB/s, so each kernel takes 65,536 / 52e9 =
+# 1.26 µs, of which moving 64 KiB at the same file's large-size rate is ~0.02 µs. Measured
+# on an H200; H100 and H800 have the same GH100 SMs (whitepaper, datasheets below). The same
+# benchmark launched from a stream, without a graph, gives 2.43 µs (h200.txt, 27 GB/s;
+# the repository's fit in repeated-stream.svg: "a= 2433 ns"), above which moesim's 4 µs
+# assumption stays for eager launches (the host's PyTorch dispatch adds to it).
+HOPPER_GRAPH_KERNEL_S = 65536 / 52e9
 
 
 @dataclass(frozen=True, slots=True)
@@ -25,6 +36,7 @@ class DeviceSpec:
     hbm_Bps: float                  # bytes/s, peak HBM bandwidth
     peak_fp8_flops: float = 0.0     # FLOP/s, dense fp8 peak (0: none)
     launch_overhead_s: float = GPU_LAUNCH_OVERHEAD_S   # seconds per kernel launch
+    graph_kernel_s: float = 0.0     # seconds per kernel replayed from a CUDA graph (0: none known)
     sms: int = 0                    # streaming multiprocessors (0: compute is not shared)
     calibrated_from: str = ""       # where measured figures came from, if measured
     notes: str = ""
@@ -35,16 +47,19 @@ DEVICES: dict[str, DeviceSpec] = {
     # half the sparsity figure); fp8 dense 1979 TFLOP/s (same datasheet, 2× bf16).
     # 132 SMs on H100 SXM5 (NVIDIA H100 Tensor Core GPU Architecture whitepaper).
     "H100": DeviceSpec("H100", 989e12, 80 * GB, 3.35 * TB, peak_fp8_flops=1979e12, sms=132,
+                       graph_kernel_s=HOPPER_GRAPH_KERNEL_S,
                        notes="SXM5; NVLink 900 GB/s bidirectional"),
     # H200 SXM: 989 TFLOP/s bf16, 141 GB, 4.8 TB/s (NVIDIA H200 datasheet).
     # H200 is the same GH100 configuration as H100 SXM5 with HBM3e: 132 SMs (NVIDIA H200
     # Tensor Core GPU datasheet: "based on the NVIDIA Hopper architecture"; whitepaper above).
     "H200": DeviceSpec("H200", 989e12, 141 * GB, 4.8 * TB, peak_fp8_flops=1979e12, sms=132,
+                       graph_kernel_s=HOPPER_GRAPH_KERNEL_S,
                        notes="SXM; NVLink 900 GB/s bidirectional"),
     # H800 SXM: ~989 TFLOP/s, 80 GB, ~3.35 TB/s (as H100 SXM; DeepSeek-V3 report §3.2.2:
     # same compute as H100, NVLink cut to 400 GB/s bidirectional).
     # 132 SMs: DeepSeek-V3 report §3.2.2 ("20 SMs out of the 132 SMs of an H800").
     "H800": DeviceSpec("H800", 989e12, 80 * GB, 3.35 * TB, peak_fp8_flops=1979e12, sms=132,
+                       graph_kernel_s=HOPPER_GRAPH_KERNEL_S,
                        notes="SXM; NVLink 400 GB/s bidirectional"),
     # A100 SXM 80GB: 312 TFLOP/s bf16, 80 GB, 2.04 TB/s (NVIDIA A100
     # datasheet); no fp8.

@@ -76,6 +76,8 @@ class RooflineModel:
         self.hbm_Bps = device.hbm_Bps * float(hbm_efficiency)   # achieved bytes/s
         self.launch_overhead_s = float(
             device.launch_overhead_s if launch_overhead_s is None else launch_overhead_s)
+        #: per launch of a kernel replayed from a CUDA graph (moesim.compute.devices)
+        self.graph_kernel_s = float(getattr(device, "graph_kernel_s", 0.0) or 0.0)
         self.name = f"roofline({device.name},{precision})"
 
     def efficiency(self, m: int, n: int = 0, k: int = 0) -> float:
@@ -97,7 +99,14 @@ class RooflineModel:
             peak = self.high_precision_flops if high else self.peak_flops
             compute = kernel.flops / (peak * eff)
         memory = kernel.bytes / self.hbm_Bps if kernel.bytes > 0 else 0.0
-        return kernel.count * self.launch_overhead_s + max(compute, memory)
+        return kernel.count * self.per_launch_s(kernel) + max(compute, memory)
+
+    def per_launch_s(self, kernel: Kernel) -> float:
+        """Fixed seconds per launch: the host launch, or the graph floor when replayed;
+        none for a kernel whose launches are another's (``Kernel.fused``)."""
+        if kernel.fused:
+            return 0.0
+        return self.graph_kernel_s if kernel.graphed else self.launch_overhead_s
 
 
 _ROOFLINE_KEYS = {

@@ -19,6 +19,7 @@ recorded traces and takes no ``model`` or ``catalog``.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -38,6 +39,31 @@ def compute_model(d: Any, source: str, device: DeviceSpec) -> ComputeModel:
     d = {} if d is None else d
     if not isinstance(d, dict):
         raise InputError(source, "compute", "a mapping (kind, model, precision, ...)", d)
+    launches = d.get("expert_launches", "per_expert")
+    if launches not in EXPERT_LAUNCHES:
+        raise InputError(source, "compute.expert_launches", " or ".join(EXPERT_LAUNCHES),
+                         launches)
+    return _compute_model({k: v for k, v in d.items() if k != "expert_launches"}, source,
+                          device)
+
+
+def grouped_experts(compute: Any) -> bool:
+    """Whether a scenario's ``compute`` mapping (checked by :func:`compute_model`) runs a
+    rank's routed experts in one launch per kernel (``expert_launches: grouped``)."""
+    return isinstance(compute, Mapping) and compute.get("expert_launches") == "grouped"
+
+
+#: ``compute.expert_launches``: ``per_expert`` (default) launches each routed expert's
+#: kernels on their own, as Transformer Engine's GroupedLinear does for Megatron-Core
+#: (one GEMM per local expert, on several streams: Megatron-LM MoE README,
+#: ``--moe-grouped-gemm``); ``grouped`` runs all of a rank's experts in one launch per
+#: kernel, as vLLM's fused MoE (vllm/model_executor/layers/fused_moe/fused_moe.py: one
+#: ``fused_moe_kernel`` per expert GEMM for every expert) and DeepGEMM's grouped GEMMs do;
+#: serving steps use ``grouped`` unless the scenario says otherwise
+EXPERT_LAUNCHES = ("per_expert", "grouped")
+
+
+def _compute_model(d: dict, source: str, device: DeviceSpec) -> ComputeModel:
     rest = {k: v for k, v in d.items() if k not in ("model", "catalog", "gemm_library")}
     if d.get("kind") == "calibration":
         given = sorted(set(d) & {"model", "catalog", "gemm_library"})

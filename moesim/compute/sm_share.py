@@ -85,6 +85,9 @@ class OnSms:
         dev = getattr(model, "device", None)
         self.total = int(getattr(dev, "sms", 0) or 0)
         self.launch_overhead_s = float(getattr(model, "launch_overhead_s", 0.0) or 0.0)
+        self.graph_kernel_s = float(getattr(model, "graph_kernel_s", None)
+                                    or getattr(getattr(model, "roofline", None),
+                                               "graph_kernel_s", 0.0) or 0.0)
         self.name = f"{getattr(model, 'name', type(model).__name__)} on {self.sms} SMs"
 
     def time_s(self, k: Kernel) -> float:
@@ -92,7 +95,8 @@ class OnSms:
         r = sm_ratio(k, self.sms, self.total)
         if r == 1.0:
             return t
-        fixed = min(max(k.count, 1) * self.launch_overhead_s, t)
+        per = 0.0 if k.fused else self.graph_kernel_s if k.graphed else self.launch_overhead_s
+        fixed = min(max(k.count, 1) * per, t)
         return fixed + (t - fixed) * r
 
 

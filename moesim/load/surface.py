@@ -25,14 +25,16 @@ GPU: 5.2 ms per 1K tokens of context below ~8K, 7.2 above; linear interpolation 
 4K and 16K missed 8K by 3.3 %). An explicit ``batches`` grid is used as given. Every point is one step of the scenario's engine with
 its routing, EP kernels and network (two micro-batches where the batch divides in two).
 The grid's times are cached on disk under a key of the scenario's content (the
-resolved scenario, the serve section, the grid and moesim's version), so a second run
-reads them. :meth:`EngineStepCosts.check` simulates random points directly and returns
+resolved scenario, the serve section, the grid, moesim's version and a digest of its
+source and data files, :func:`code_hash`), so a second run reads them and a changed
+moesim does not. :meth:`EngineStepCosts.check` simulates random points directly and returns
 the worst relative error.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import functools
 import hashlib
 import json
 import os
@@ -50,6 +52,20 @@ PROMPT_LENS = (128, 1024, 4096)
 #: than this (relative), with at most REFINE_MAX_ROWS rows and columns added
 REFINE_RTOL = 0.005
 REFINE_MAX_ROWS = 24
+
+
+@functools.lru_cache(maxsize=1)
+def code_hash() -> str:
+    """A digest of moesim's own source and data files, part of a surface's cache key: a
+    cached surface was priced by this code (the version string alone stays the same
+    across changes to the kernel prices)."""
+    root = Path(__file__).resolve().parents[1]
+    h = hashlib.sha256()
+    for p in sorted(root.rglob("*")):
+        if (p.suffix in (".py", ".yaml", ".yml", ".json", ".csv") and "__pycache__" not in p.parts
+                and p.is_file()):
+            h.update(p.relative_to(root).as_posix().encode() + b"\0" + p.read_bytes())
+    return h.hexdigest()[:16]
 
 
 def cache_dir() -> Path:
@@ -153,7 +169,8 @@ class EngineStepCosts:
                            "grid": [self.batches.tolist(), self.contexts.tolist(),
                                     self.prompts.tolist(), self.prompt_lens.tolist()],
                            "refine": self.refine,
-                           "version": __version__}, sort_keys=True, default=str)
+                           "version": __version__, "code": code_hash()},
+                          sort_keys=True, default=str)
         return hashlib.sha256(blob.encode()).hexdigest()[:20]
 
     def _refine(self) -> None:

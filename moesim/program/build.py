@@ -25,7 +25,8 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from moesim.collectives.communicator import CollectiveSpec
-from moesim.compute.base import ComputeModel, Kernel
+from moesim.compute.base import Kernel, fused_launches
+from moesim.compute.select import grouped_experts
 from moesim.gating import make_placement, route_microbatch
 from moesim.model import costs, mtp, window
 from moesim.program import cp as cpx
@@ -40,6 +41,7 @@ from moesim.program.ops import Op
 from moesim.program.overlap import PairRule, ep_stream, interleave
 from moesim.program.recompute_ops import RecomputeOps
 from moesim.program.replicas import ReplicaMap, replica_map
+from moesim.program.timer import Timer
 from moesim.schedule.dualpipe import KINDS as DUAL_KINDS
 from moesim.schedule.dualpipe import make_dual_order
 from moesim.schedule.layout_string import stage_chunks
@@ -63,29 +65,6 @@ class StepPlan:
     tokens_per_step: int                        # tokens of the global batch
     hot_ranks: list[int] = field(default_factory=list)
     inflight: list[int] = field(default_factory=list)  # activations alive per stage (mbs)
-
-
-class Timer:
-    """Memoized kernel-list durations (identical layers cost the same); the kernel lists
-    are kept by key (:meth:`kernels_for`) for the ops that carry them."""
-
-    def __init__(self, model: ComputeModel) -> None:
-        self.model = model
-        self.cache: dict[tuple, tuple[float, float]] = {}
-        self.kernels: dict[tuple, tuple[Kernel, ...]] = {}
-
-    def __call__(self, key: tuple, make) -> tuple[float, float]:
-        hit = self.cache.get(key)
-        if hit is None:
-            ks: list[Kernel] = make()
-            self.kernels[key] = tuple(ks)
-            hit = self.cache[key] = (sum(self.model.time_s(k) for k in ks),
-                                     sum(k.flops for k in ks))
-        return hit
-
-    def kernels_for(self, key: tuple) -> tuple[Kernel, ...]:
-        """The kernels priced under ``key`` (after a call with it)."""
-        return self.kernels.get(key, ())
 
 
 def build_step(res, step: int | None = None, *, replicas: str = "independent",
@@ -125,6 +104,7 @@ class Builder(GradientOps, DualPipeOps, PairedOps, FoldedOps, RecomputeOps):
         self.tokens = sch.micro_batch_size * sch.seq_len // self.cp  # per rank per micro-batch
         self.ep_tokens = max(1, self.tokens // self.tp)          # routed per rank (seq-parallel)
         self.timer = Timer(res.compute)
+        self.grouped = grouped_experts(self.scn.compute)   # compute.expert_launches
         # DualPipe(V): per-rank items (moesim.schedule.dualpipe) instead of a stage order
         self.dual = (make_dual_order(sch.kind, self.pp, self.m) if sch.kind in DUAL_KINDS
                      else None)
@@ -439,10 +419,11 @@ class Builder(GradientOps, DualPipeOps, PairedOps, FoldedOps, RecomputeOps):
         hot = int(np.argmax(local)) if experts else -1
         t_exp, f_exp = 0.0, 0.0
         exp_ks: list[Kernel] = []
-        for e in experts:
-            key = ("expert", int(local[e]), phase, self.etp)
-            t, f = self.timer(key, lambda n=int(local[e]): etpx.expert_kernels(spec, n, self.etp,
-                                                                               phase))
+        for i, e in enumerate(experts):      # grouped: later experts share the 1st's launches
+            fu = self.grouped and i > 0
+            key = ("expert", int(local[e]), phase, self.etp) + (("fused",) if fu else ())
+            t, f = self.timer(key, lambda n=int(local[e]), fu=fu: fused_launches(
+                etpx.expert_kernels(spec, n, self.etp, phase), fu))
             t_exp += t
             f_exp += f
             exp_ks += self.timer.kernels_for(key)

@@ -24,6 +24,7 @@ from moesim.ep.plan import plan_ep_exchange
 from moesim.ep.timing import SM_WRITE_BPS, medium_rates, path_latencies
 from moesim.errors import InputError
 from moesim.gating.tokens import DedupCounts
+from moesim.scenario.resolve import WHOLE_STEP_GRAPH
 
 DEEPEP_KINDS = ("deepep", "deepep-ll")
 #: name of the engine's EP op -> (DeepEP op, which dtype) of each direction
@@ -51,6 +52,8 @@ class EPBackend:
         self.dtypes = {"dispatch": scn.routing.dispatch_dtype,
                        "combine": scn.routing.combine_dtype, "grad": "bf16"}
         self.launch_s = float(getattr(res.device, "launch_overhead_s", 0.0))
+        if WHOLE_STEP_GRAPH in scn.overlap.cuda_graphs:     # DeepEP's kernels are captured
+            self.launch_s = float(getattr(res.device, "graph_kernel_s", 0.0))
         self._bounds: dict[tuple[int, ...], tuple[float, float, dict[str, float]]] = {}
         self._counts: tuple | None = None     # (routed micro-batch, its DedupCounts)
         if self.kind in DEEPEP_KINDS:

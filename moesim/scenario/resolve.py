@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from moesim.errors import InputError
+from moesim.units import US
 from moesim.layout.mesh import Layout
 from moesim.scenario.blame import blame_overrides, named_by
 from moesim.scenario.checks import (
@@ -32,7 +33,8 @@ from moesim.schedule.layout_string import stage_chunks
 #: ``overlap.cuda_graphs`` entry set by a serving decode step with ``serve.cuda_graphs``
 #: (:func:`moesim.serve.config.serving_scenario`), not a scenario's own: every kernel of
 #: the step is replayed from one CUDA graph, so none pays a host launch (the compute
-#: model's launch overhead is 0; a calibration's measured op gaps are kept)
+#: model's launch overhead is the device's graph floor, ``DeviceSpec.graph_kernel_s``; a
+#: calibration's measured op gaps are kept)
 WHOLE_STEP_GRAPH = "step"
 
 
@@ -268,7 +270,8 @@ def _resolve(scn: Scenario) -> Resolved:
     if compute_model_from_dict is not None and device is not None:
         cd = dict(scn.compute)
         if WHOLE_STEP_GRAPH in scn.overlap.cuda_graphs and cd.get("kind") != "calibration":
-            cd["launch_overhead_us"] = 0.0      # a step replayed from one CUDA graph
+            # a step replayed from one CUDA graph: every kernel costs the graph floor
+            cd["launch_overhead_us"] = float(getattr(device, "graph_kernel_s", 0.0)) / US
         compute = compute_model_from_dict(cd, src, device)
         device = calibrated_device(device, compute, scn)
     if device is not None:

@@ -196,9 +196,11 @@ def serving_scenario(scn: Scenario, cfg: ServeConfig, world: int | None = None) 
     keeps ``enforce_eager: False``) runs decode batches, so no
     kernel pays a host launch (``overlap.cuda_graphs`` holds
     :data:`~moesim.scenario.resolve.WHOLE_STEP_GRAPH`: the compute model's launch overhead
-    is 0, as :mod:`moesim.program.cuda_graphs` drops it for Megatron's modules); every
-    kernel's work is kept. The graph's own launch, once per step, is not added. Prefill
-    steps (token counts beyond the captured sizes) launch eagerly."""
+    is the device's graph floor, as :mod:`moesim.program.cuda_graphs` charges Megatron's
+    graphed modules); every kernel's work is kept. The graph's own launch, once per step,
+    is not added. Prefill steps (token counts beyond the captured sizes) launch eagerly.
+    The routed experts run in one launch per kernel (``compute.expert_launches:
+    grouped``) unless the scenario's ``compute`` says ``per_expert``."""
     src = scn.source
     if world is not None:
         if world % cfg.tp:
@@ -226,4 +228,7 @@ def serving_scenario(scn: Scenario, cfg: ServeConfig, world: int | None = None) 
     graphs = (WHOLE_STEP_GRAPH,) if cfg.cuda_graphs and cfg.phase == "decode" else ()
     ov = OverlapConfig(ep_comm_overlap=cfg.two_microbatch, dp_overlap=False,
                        nccl_sms=scn.overlap.nccl_sms, cuda_graphs=graphs)
-    return dataclasses.replace(scn, parallel=par, schedule=sch, overlap=ov)
+    # a rank's routed experts run in one launch per kernel (vLLM's fused MoE, DeepGEMM's
+    # grouped GEMMs) unless the scenario says otherwise (moesim.compute.select)
+    compute = {"expert_launches": "grouped", **dict(scn.compute or {})}
+    return dataclasses.replace(scn, parallel=par, schedule=sch, overlap=ov, compute=compute)

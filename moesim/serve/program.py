@@ -19,7 +19,8 @@ from __future__ import annotations
 
 from moesim.collectives.communicator import CollectiveSpec
 from moesim.model import costs, window
-from moesim.program.build import Builder, StepPlan, Timer
+from moesim.program.build import Builder, StepPlan
+from moesim.program.timer import Timer
 from moesim.program.ops import Op
 from moesim.program.overlap import ep_stream, interleave
 from moesim.serve import costs as serve_costs

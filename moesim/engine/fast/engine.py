@@ -23,6 +23,8 @@ import time
 
 import numpy as np
 
+from moesim.compute.base import fused_launches
+from moesim.compute.select import grouped_experts
 from moesim.engine.breakdown import CATEGORIES, rank_breakdown
 from moesim.engine.fast.dp import RingCost, gradient_phase
 from moesim.engine.fast.dual import a2a_pair, dual_gradient_phase, run_dual_chain
@@ -37,7 +39,8 @@ from moesim.model import costs
 from moesim.program import cp as cpx
 from moesim.program import etp as etpx
 from moesim.program import recompute, tp_overlap
-from moesim.program.build import ACT_BYTES, Builder, Timer
+from moesim.program.build import ACT_BYTES, Builder
+from moesim.program.timer import Timer
 from moesim.program.overlap import PairRule
 from moesim.program.replicas import replicas_mode
 from moesim.scenario.resolve import Resolved
@@ -65,6 +68,7 @@ class Context:
         self.rc = b.rc          # activation recomputation (moesim.program.recompute)
         self.tpo = tp_overlap.enabled(scn)     # TE userbuffers (moesim.engine.fast.tp_ub)
         self.timer = Timer(res.compute)
+        self.grouped = grouped_experts(scn.compute)    # compute.expert_launches: grouped
         topo = res.topology
         gpus = list(topo.gpus)
         self.rank_host = [topo.host_of(g) for g in gpus]
@@ -90,36 +94,38 @@ class Context:
         self._share: dict[tuple[int, int], float] = {}
         self._tp: dict[int, float] = {}
         self._cp: dict[tuple[int, str], float] = {}
-        self._lut: dict[str, tuple[np.ndarray, np.ndarray]] = {}
+        self._lut: dict[tuple[str, bool], tuple[np.ndarray, np.ndarray]] = {}
         self.exact_flows = 0    # flows the step would time flow by flow (simulate_fast)
         self._ek: dict[tuple[int, str], tuple] = {}   # (tokens, phase) -> kernels, s, model
         self._rpn: dict[tuple[int, ...], int] = {}   # EP group -> ranks per node
 
-    def _expert_kernels(self, x: int, ph: str) -> tuple[list, dict]:
+    def _expert_kernels(self, x: int, ph: str, fused: bool = False) -> tuple[list, dict]:
         """One expert's kernel list for ``x`` tokens in phase ``ph`` and each kernel's
-        seconds (by ``id``), each kernel priced once: the backward's B and W parts (and
-        the activation recompute) are cut from this list, so their kernels are the same
-        objects (route records price their phases one after the other over the same
-        counts; the memo is dropped when it grows large)."""
+        seconds (by ``id``), each kernel priced once: the backward's B and W parts (and the
+        activation recompute) are cut from this list, so their kernels are the same objects
+        (the memo is dropped when it grows large). ``fused``: an expert after a rank's
+        first under grouped launches (``Kernel.fused``)."""
         model = self.timer.model
-        hit = self._ek.get((x, ph))
+        hit = self._ek.get((x, ph, fused))
         if hit is None or hit[2] is not model:    # (prices of another compute model)
             if len(self._ek) >= EK_MEMO_MAX:
                 self._ek.clear()
             # ETP: the peers' tokens too (taken equal to this rank's), 1/etp wide
-            ks = etpx.expert_kernels(self.spec, x * self.etp, self.etp, ph)
-            hit = self._ek[(x, ph)] = (ks, {id(k): model.time_s(k) for k in ks}, model)
+            ks = fused_launches(etpx.expert_kernels(self.spec, x * self.etp, self.etp, ph),
+                                fused)
+            hit = self._ek[(x, ph, fused)] = (ks, {id(k): model.time_s(k) for k in ks}, model)
         return hit[0], hit[1]
 
-    def _expert_price(self, x: int, ph: str, part: str) -> tuple[float, float]:
+    def _expert_price(self, x: int, ph: str, part: str, fused: bool = False) -> tuple:
         """(seconds, FLOP) of one expert's ``part`` ("" the whole phase, "B", "W",
         "act") for ``x`` tokens: what ``Timer`` gives for that kernel list (the same
         sums in the same order), under the same key, every kernel priced once."""
-        key = ("expert", x, ph, self.etp) + ((part,) if part else ())
+        key = (("expert", x, ph, self.etp) + ((part,) if part else ())
+               + (("fused",) if fused else ()))
         timer = self.timer
         hit = timer.cache.get(key)
         if hit is None:
-            ks, secs = self._expert_kernels(x, ph)
+            ks, secs = self._expert_kernels(x, ph, fused)
             if part == "act":
                 ks = recompute.act_kernels(ks)
             elif part:
@@ -128,15 +134,16 @@ class Context:
             hit = timer.cache[key] = (sum(secs[id(k)] for k in ks), sum(k.flops for k in ks))
         return hit
 
-    def expert_cost(self, local: np.ndarray, phase: str) -> tuple[np.ndarray, np.ndarray]:
+    def expert_cost(self, local: np.ndarray, phase: str, fused: bool = False) -> tuple:
         """(seconds, FLOP) of every (rank, expert) with ``local`` tokens; a lookup
         table per token count (0 tokens: no kernel), filled on demand. ``phase``:
         ``fwd``, ``bwd``, or ``bwd.B`` / ``bwd.W`` (the backward's input- and
-        weight-gradient parts, :func:`moesim.model.costs.split_backward`)."""
+        weight-gradient parts, :func:`moesim.model.costs.split_backward`), ``fused``."""
         ph, _, part = phase.partition(".")
         if phase == "act":      # moe_act recompute: the activation function only
             ph, part = "fwd", "act"
-        lut = self._lut.get(phase)
+        lkey = (phase, fused)
+        lut = self._lut.get(lkey)
         top = int(local.max(initial=0))
         if lut is None or len(lut[0]) <= top:
             size = max(top + 1, 2 * (len(lut[0]) if lut else 64))
@@ -144,12 +151,12 @@ class Context:
             if lut is not None:
                 new[0][:len(lut[0])], new[1][:len(lut[1])] = lut
             new[0][0] = new[1][0] = 0.0
-            lut = self._lut[phase] = new
+            lut = self._lut[lkey] = new
         t_lut, f_lut = lut
         miss = np.isnan(t_lut[local])
         if miss.any():
             for x in np.unique(local[miss]).tolist():
-                t_lut[x], f_lut[x] = self._expert_price(x, ph, part)
+                t_lut[x], f_lut[x] = self._expert_price(x, ph, part, fused)
         return t_lut[local], f_lut[local]
 
     def ep_ranks_per_node(self, group: tuple[int, ...]) -> int:
@@ -200,12 +207,10 @@ class Context:
     def etp_time(self, group: tuple[int, ...], recv: np.ndarray) -> np.ndarray:
         """Per EP member: its ETP all-gather (or reduce-scatter) of the tokens the ETP
         group received, the peers taken to receive as many as the member."""
-        out = np.zeros(len(group))
-        for e, r in enumerate(group):
-            g = tuple(self.res.layout.group_of(r, "etp"))
-            out[e] = self.rings.time("all_gather", g, etpx.gather_bytes(
-                self.spec, int(recv[e]) * self.etp))
-        return out
+        lay, spec = self.res.layout, self.spec
+        return np.array([self.rings.time("all_gather", tuple(lay.group_of(r, "etp")),
+                                         etpx.gather_bytes(spec, int(recv[e]) * self.etp))
+                         for e, r in enumerate(group)], dtype=float)
 
     def tp_time(self, rank: int) -> float:
         if self.tp <= 1:
@@ -218,8 +223,7 @@ class Context:
         return hit
 
 
-def _route_rec(ctx: Context, r, group: tuple[int, ...], forward_only: bool = False
-               ) -> RouteRec:
+def _route_rec(ctx: Context, r, group: tuple[int, ...], forward_only: bool = False) -> RouteRec:
     """``forward_only``: time the forward dispatch and combine only (serving)."""
     n = len(group)
     grad_bpt = float(ACT_BYTES * ctx.spec.hidden)
@@ -269,6 +273,9 @@ def _route_rec(ctx: Context, r, group: tuple[int, ...], forward_only: bool = Fal
     for phase in (("fwd", "bwd") + (("bwd.B", "bwd.W") if ctx.dual is not None else ())
                   + (("act",) if ctx.rc.any_act else ())):
         t, f = ctx.expert_cost(vals, phase)
+        if ctx.grouped and len(rows) > 1:   # a rank's later experts share the 1st's launches
+            later = np.r_[False, rows[1:] == rows[:-1]]
+            t = np.where(later, ctx.expert_cost(vals, phase, fused=True)[0], t)
         exp_t[phase] = np.bincount(rows, weights=t, minlength=n)
         exp_f[phase] = float(f.sum())
     has = local.sum(axis=1) > 0

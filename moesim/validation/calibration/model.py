@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import json
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import cached_property
 from pathlib import Path
 
@@ -97,6 +97,8 @@ class CalibratedComputeModel:
         return self.op_gap_s if g is None else g
 
     def time_s(self, kernel: Kernel) -> float:
+        if kernel.graphed or kernel.fused:  # graph replay / grouped: no op overheads
+            kernel = replace(kernel, count=0, graphed=False, fused=False)
         if kernel.name == "attention" and self.attention_flops_per_s > 0:
             return (kernel.count * self.attention_overhead_s
                     + kernel.flops / self.attention_flops_per_s)
