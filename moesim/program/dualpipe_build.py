@@ -36,6 +36,7 @@ from __future__ import annotations
 from contextlib import contextmanager
 from dataclasses import replace
 
+from moesim.compute.base import fused_launches
 from moesim.model import costs, mtp
 from moesim.program.ops import Op
 from moesim.program.overlap import ep_stream, is_ep
@@ -247,10 +248,11 @@ class DualPipeOps:
             experts = tuple(int(e) for e in local.nonzero()[0])
             t_exp = f_exp = 0.0
             ks: list = []
-            for e in experts:
-                key = ("expert", int(local[e]), "bwd", "W")
-                t, f = self.timer(key, lambda n=int(local[e]): W(
-                    costs.expert_kernels(spec, n, "bwd"), "W"))
+            for i, e in enumerate(experts):   # grouped: later experts share the 1st's launches
+                fu = self.grouped and i > 0
+                key = ("expert", int(local[e]), "bwd", "W") + (("fused",) if fu else ())
+                t, f = self.timer(key, lambda n=int(local[e]), fu=fu: W(
+                    fused_launches(costs.expert_kernels(spec, n, "bwd"), fu), "W"))
                 t_exp += t
                 f_exp += f
                 ks += self.timer.kernels_for(key)

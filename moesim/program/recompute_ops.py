@@ -4,6 +4,7 @@ activation recomputation's forward kernels, re-run inside the backward
 
 from __future__ import annotations
 
+from moesim.compute.base import fused_launches
 from moesim.model import window
 from moesim.program import etp as etpx
 from moesim.program import recompute
@@ -37,9 +38,15 @@ class RecomputeOps:
         if rc is None or not experts:
             return
         spec, etp = self.spec, self.etp
+        calls = [0]
+
+        def price(n, make):     # grouped: the experts after the rank's first share its launches
+            fu = self.grouped and calls[0] > 0
+            calls[0] += 1
+            return self.timer(("expert", n, rc, etp) + (("fused",) if fu else ()),
+                              lambda: fused_launches(make(), fu))
         t_rc, f_rc = recompute.expert_recompute(
-            spec, layer, self.rc.mods(layer), [int(local[e]) for e in experts],
-            lambda n, make: self.timer(("expert", n, rc, etp), make),
+            spec, layer, self.rc.mods(layer), [int(local[e]) for e in experts], price,
             lambda n: etpx.expert_kernels(spec, n, etp, "fwd"))
         prog.append(Op(stream="compute", kind="compute", name="bwd.recompute_experts",
                        duration_s=t_rc, flops=f_rc, layer=layer, microbatch=mb, phase="bwd",
