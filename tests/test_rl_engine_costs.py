@@ -72,3 +72,20 @@ def test_training_step_is_the_engine_step_over_the_rows(tmp_path):
     # a log-prob pass is linear in the rows each data-parallel group holds
     assert tc.forward_s(16) == pytest.approx(2 * tc.forward_s(8), rel=1e-12)
     assert tc.reward_model_s(8) == pytest.approx(tc.forward_s(8), rel=1e-12)
+
+
+def test_trainer_passes_launch_experts_one_by_one_rollouts_grouped(tmp_path):
+    # the trainer's log-prob pass is Megatron's (each expert its own launches) although it
+    # is priced as a serving prefill step, whose default is grouped; a scenario's own
+    # compute.expert_launches still wins
+    scn = _setup(tmp_path).scenario
+    ep = 2                                        # the toy's 8 experts: 4 per rank
+
+    def fwd(s):
+        return EngineTrainerCosts(s, 2, 8, tp=1, pp=1, ep=ep, seq_len=128).forward_s(2)
+    per = dataclasses.replace(scn, compute={**dict(scn.compute),
+                                            "expert_launches": "per_expert"})
+    grouped = dataclasses.replace(scn, compute={**dict(scn.compute),
+                                                "expert_launches": "grouped"})
+    assert fwd(scn) == fwd(per)
+    assert fwd(grouped) < fwd(per)

@@ -79,6 +79,10 @@ class EngineTrainerCosts:
         key = ("fwd", None if model is None else repr(sorted(model.items())))
         if key not in self.memo:
             scn = self.scn if model is None else dataclasses.replace(self.scn, model=model)
+            # the trainer's pass (Megatron-Core, Transformer Engine's GroupedLinear): each
+            # expert launched on its own, not serving's grouped default
+            scn = dataclasses.replace(scn, compute={"expert_launches": "per_expert",
+                                                    **dict(scn.compute)})
             backend = scn.parallel.ep_backend.kind if self.ep > 1 else "nccl"
             # one request per GPU: a TP group computes tp rows in the step
             cfg = ServeConfig(phase="prefill", batch_per_gpu=1, prompt=self.seq_len,
