@@ -10,8 +10,9 @@ the shared experts too when they are not overlapped with the dispatch),
 replayed graph launches its kernels from the GPU: moesim keeps each kernel's work and
 its launches, each paying the device's graph floor (``Kernel.graphed``;
 ``DeviceSpec.graph_kernel_s``, 1.26 µs on Hopper, measured) instead of a host launch,
-and adds one host launch for the graph (``cuda_graph_launch``). Transformer Engine's make_graphed_callables graphs the backward
-too, so both passes are captured. Dispatch and combine (communication) stay outside.
+and adds one host launch for the graph (``cuda_graph_launch``). Transformer Engine's
+make_graphed_callables graphs the backward too, so both passes are captured. Dispatch
+and combine (communication) stay outside.
 """
 
 from __future__ import annotations
