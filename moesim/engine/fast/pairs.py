@@ -32,6 +32,29 @@ from __future__ import annotations
 
 import numpy as np
 
+from moesim.network import jit
+
+#: overlapped compute ops timed on numpy before the compiled loop
+#: (:func:`moesim.engine.fast.kernels.slowed`, numba) takes over
+JIT_AFTER_CALLS = 5000
+
+_jit: dict[str, object] = {"calls": 0, "kernel": None}
+
+
+def _compiled_slowed():
+    """The compiled :meth:`_Pair._slowed`, or None (numpy): after ``JIT_AFTER_CALLS``
+    calls, where :func:`moesim.network.jit.kernels` says numba is wanted and importable
+    (``MOESIM_NUMBA=0`` or ``use_numba(False)``: numpy)."""
+    if _jit["kernel"] is not None:
+        return _jit["kernel"] if jit.kernels(load=False) is not None else None
+    _jit["calls"] = int(_jit["calls"]) + 1     # type: ignore[call-overload]
+    if int(_jit["calls"]) <= JIT_AFTER_CALLS or jit.kernels() is None:   # type: ignore
+        return None
+    from moesim.engine.fast.kernels import slowed
+
+    _jit["kernel"] = slowed
+    return slowed
+
 
 def segments(ops: list[tuple]) -> list[list[tuple]]:
     """Split an item's recorded ops after each all-to-all."""
@@ -96,6 +119,9 @@ class _Pair:
             return np.broadcast_to(np.asarray(w, dtype=float), a.shape) + 0.0
         j, _, e, _ = self.kern[-1]
         r = 1.0 - self.f
+        kern = _compiled_slowed()
+        if kern is not None and a.ndim == 1:
+            return kern(a, np.asarray(w, dtype=float).reshape(-1), j, e, r)
         pre = np.maximum(0.0, j - a)                  # full rate before the kernel joins
         win = np.maximum(0.0, e - np.maximum(a, j))   # at rate r while it runs
         w1 = np.maximum(0.0, w - pre)
