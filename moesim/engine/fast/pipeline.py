@@ -28,6 +28,7 @@ import numpy as np
 
 from moesim.engine.fast import tp_ub
 from moesim.engine.fast.pairs import run_pair
+from moesim.engine.fast.spans import add_spans
 from moesim.engine.fast.zero3 import Zero3Gathers
 from moesim.model import costs, mtp, window
 from moesim.program import cuda_graphs, recompute, shared_overlap
@@ -98,19 +99,8 @@ class Chain:
         pos = self.span_pos[s]
         if not pos:
             return
-        ranks = self.groups[s]
-        arrays = {k: v.tolist() for k, v in kw.items() if isinstance(v, np.ndarray)}
-        al, bl = np.asarray(a, dtype=float).tolist(), np.asarray(b, dtype=float).tolist()
-        waits = kind in ("stall", "bubble")
-        out = self.spans
-        for e in pos:
-            if bl[e] > al[e] or not waits:
-                extra = dict(kw)
-                for k, v in arrays.items():
-                    extra[k] = v[e]
-                out.append(Span(rank=ranks[e], stream=stream, kind=kind, name=name,
-                                start_s=al[e], end_s=bl[e], layer=layer, microbatch=mb,
-                                phase=phase, **extra))
+        add_spans(self.spans, self.groups[s], pos, kind, name, a, b, layer, mb, phase, stream,
+                  kw)
 
     def _compute(self, s: int, name: str, key: tuple, make, layer, mb, phase) -> None:
         t, fl = self.c.timer(key, make)
