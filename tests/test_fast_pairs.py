@@ -146,3 +146,26 @@ def test_compiled_slowed_equals_numpy_bit_for_bit(monkeypatch):
                 finally:
                     jit.use_numba(old)
                 assert got.shape == want.shape and got.tobytes() == want.tobytes()
+
+
+def test_compiled_idle_split_equals_numpy_bit_for_bit():
+    """The numba loop that splits a compute-stream wait between a kernel's transfer and
+    its wait for partners adds the numpy expressions' values bit for bit."""
+    pytest.importorskip("numba")
+    from moesim.engine.fast.kernels import idle_split
+
+    rng = np.random.default_rng(11)
+    n = 131
+    for _ in range(200):
+        g0 = rng.random(n) * rng.choice([1e-6, 1e-3, 1.0])
+        g1 = np.maximum(g0, g0 + (rng.random(n) - 0.3) * 1e-3)
+        j = g0 + (rng.random(n) - 0.5) * 1e-3
+        st = j + rng.random(n) * 1e-3 * (rng.random(n) < 0.7)
+        e = st + rng.random(n) * 1e-3
+        st[::5], e[::9], j[::7] = g1[::5], g0[::9], g0[::7]      # ties
+        busy0, stall0 = rng.random(n), rng.random(n)
+        want_b = busy0 + np.maximum(0.0, np.minimum(e, g1) - np.maximum(st, g0))
+        want_s = stall0 + np.maximum(0.0, np.minimum(st, g1) - np.maximum(j, g0))
+        b, s = busy0.copy(), stall0.copy()
+        idle_split(b, s, j, st, e, g0, g1)
+        assert b.tobytes() == want_b.tobytes() and s.tobytes() == want_s.tobytes()

@@ -51,10 +51,14 @@ def _pairwise(a, lo, n):  # pragma: no cover - compiled
     its own stack (numba's on-disk cache cannot hold a recursive function)."""
     if n <= 128:
         return _block(a, lo, n)
-    st_lo = np.empty(64, dtype=np.int64)
-    st_n = np.empty(64, dtype=np.int64)
-    st_left = np.empty(64)
-    st_state = np.empty(64, dtype=np.int64)    # 0 new, 1 left pending, 2 right pending
+    return _pairwise_stack(a, lo, n, np.empty(64, dtype=np.int64), np.empty(64, dtype=np.int64),
+                           np.empty(64), np.empty(64, dtype=np.int64))
+
+
+@njit(cache=True, nogil=True)
+def _pairwise_stack(a, lo, n, st_lo, st_n, st_left, st_state):  # pragma: no cover
+    """:func:`_pairwise` of n > 128 with the caller's stack (64 entries each; states 0
+    new, 1 left pending, 2 right pending)."""
     d = 0
     st_lo[0], st_n[0], st_state[0] = lo, n, 0
     val = 0.0
@@ -90,18 +94,23 @@ def same_counts(a, s, a_s, mean, vb, sqrt_nf, sv, sv_pos, z, u, n, k, out):  # p
     r_, e_ = z.shape
     bad = np.zeros(r_, dtype=np.bool_)
     tmp = np.empty(e_)
+    s_lo, s_n = np.empty(64, dtype=np.int64), np.empty(64, dtype=np.int64)
+    s_left, s_state = np.empty(64), np.empty(64, dtype=np.int64)
     for r in range(r_):
         zr = z[r]
         for e in range(e_):
             tmp[e] = a_s[e] * zr[e]
-        proj = 0.0 + _pairwise(tmp, 0, e_)
+        proj = 0.0 + (_block(tmp, 0, e_) if e_ <= 128 else
+                      _pairwise_stack(tmp, 0, e_, s_lo, s_n, s_left, s_state))
         sq = sqrt_nf[r]
         for e in range(e_):
             zr[e] = mean[e] + (s[e] * zr[e] - a[e] * proj) * sq
         target = k * n[r]
         shift = 0.0
         if sv_pos[r]:
-            shift = ((0.0 + _pairwise(zr, 0, e_)) - float(target)) / sv[r]
+            tot_y = (_block(zr, 0, e_) if e_ <= 128 else
+                     _pairwise_stack(zr, 0, e_, s_lo, s_n, s_left, s_state))
+            shift = ((0.0 + tot_y) - float(target)) / sv[r]
         for e in range(e_):
             zr[e] -= vb[e] * shift
         ur = u[r]

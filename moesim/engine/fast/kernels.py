@@ -80,3 +80,20 @@ def slowed(a, w, j, e, r):   # pragma: no cover - compiled
         else:
             out[i] = pre + (win + (w1 - win * r))
     return out
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _minimum(x, y):   # pragma: no cover - compiled
+    """``np.minimum`` of two floats (NaN from the first, else the smaller)."""
+    return x if (x <= y or x != x) else y
+
+
+@njit(cache=True, nogil=True)
+def idle_split(busy, stall, j, st, e, g0, g1):   # pragma: no cover - compiled
+    """:meth:`moesim.engine.fast.pairs._Pair._idle_to` for one kernel (joined at ``j``,
+    moving data from ``st`` to ``e``) over the compute stream's wait from ``g0`` to
+    ``g1``: adds its transfer to ``busy`` and its wait for partners to ``stall``, in
+    place, with the numpy path's operations element by element."""
+    for i in range(busy.shape[0]):
+        busy[i] += _maximum(0.0, _minimum(e[i], g1[i]) - _maximum(st[i], g0[i]))
+        stall[i] += _maximum(0.0, _minimum(st[i], g1[i]) - _maximum(j[i], g0[i]))

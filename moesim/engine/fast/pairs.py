@@ -50,9 +50,9 @@ def _compiled_slowed():
     _jit["calls"] = int(_jit["calls"]) + 1     # type: ignore[call-overload]
     if int(_jit["calls"]) <= JIT_AFTER_CALLS or jit.kernels() is None:   # type: ignore
         return None
-    from moesim.engine.fast.kernels import slowed
+    from moesim.engine.fast.kernels import idle_split, slowed
 
-    _jit["kernel"] = slowed
+    _jit["kernel"], _jit["idle"] = slowed, idle_split
     return slowed
 
 
@@ -101,7 +101,11 @@ class _Pair:
         g0, g1 = self.tc, np.maximum(self.tc, t)
         if self.kern and (g1 > g0).any():
             acc = self.acc
+            kern = _compiled_slowed() and _jit.get("idle")
             for j, st, e, kind in self.kern:
+                if kern is not None and acc[kind] is not acc["stall"] and g0.ndim == 1:
+                    kern(acc[kind], acc["stall"], j, st, e, g0, g1)   # the same bits
+                    continue
                 acc[kind] += np.maximum(0.0, np.minimum(e, g1) - np.maximum(st, g0))
                 acc["stall"] += np.maximum(0.0, np.minimum(st, g1) - np.maximum(j, g0))
             # kernels over on every rank cannot overlap a later wait
