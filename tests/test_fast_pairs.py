@@ -110,3 +110,62 @@ def test_dualpipe_deepep_128_gpus_within_one_percent_of_exact():
         assert abs(f.summary["breakdown_s"][k] - v) < 0.01 * step, k
     for re, rf in zip(e.summary["per_rank"], f.summary["per_rank"], strict=True):
         assert abs(re["breakdown_s"]["stall"] - rf["breakdown_s"]["stall"]) < 0.01 * step
+
+
+def test_compiled_slowed_equals_numpy_bit_for_bit(monkeypatch):
+    """The numba loop of a compute op under a running EP kernel gives the numpy path's
+    durations bit for bit (scalar and per-rank work, before, inside and after the
+    kernel, ties); ``use_numba(False)`` keeps numpy."""
+    pytest.importorskip("numba")
+    from moesim.engine.fast import pairs
+    from moesim.network import jit
+
+    rng = np.random.default_rng(7)
+    n = 257
+    for f in (0.15, 0.5, 20 / 132):
+        p = pairs._Pair.__new__(pairs._Pair)
+        p.f = f
+        for _ in range(40):
+            a = rng.random(n) * rng.choice([1e-6, 1e-3, 1.0])
+            j = a + (rng.random(n) - 0.5) * 1e-3
+            e = j + rng.random(n) * 1e-3
+            j[::7], e[::11], a[::13] = a[::7], j[::11], e[::13]   # ties
+            p.kern = [(j, None, e, "ep_dispatch")]
+            for w in (rng.random() * 1e-3, rng.random(n) * 1e-3, np.float64(0.0),
+                      rng.random(n) * np.where(rng.random(n) < 0.3, 0.0, 2e-3)):
+                monkeypatch.setattr(pairs, "_jit", {"calls": 0, "kernel": None})
+                monkeypatch.setattr(pairs, "JIT_AFTER_CALLS", 10**9)
+                want = p._slowed(a, w)
+                monkeypatch.setattr(pairs, "JIT_AFTER_CALLS", 0)
+                old = jit.use_numba(True)
+                try:
+                    got = p._slowed(a, w)
+                    assert pairs._jit["kernel"] is not None
+                    jit.use_numba(False)
+                    assert pairs._compiled_slowed() is None
+                finally:
+                    jit.use_numba(old)
+                assert got.shape == want.shape and got.tobytes() == want.tobytes()
+
+
+def test_compiled_idle_split_equals_numpy_bit_for_bit():
+    """The numba loop that splits a compute-stream wait between a kernel's transfer and
+    its wait for partners adds the numpy expressions' values bit for bit."""
+    pytest.importorskip("numba")
+    from moesim.engine.fast.kernels import idle_split
+
+    rng = np.random.default_rng(11)
+    n = 131
+    for _ in range(200):
+        g0 = rng.random(n) * rng.choice([1e-6, 1e-3, 1.0])
+        g1 = np.maximum(g0, g0 + (rng.random(n) - 0.3) * 1e-3)
+        j = g0 + (rng.random(n) - 0.5) * 1e-3
+        st = j + rng.random(n) * 1e-3 * (rng.random(n) < 0.7)
+        e = st + rng.random(n) * 1e-3
+        st[::5], e[::9], j[::7] = g1[::5], g0[::9], g0[::7]      # ties
+        busy0, stall0 = rng.random(n), rng.random(n)
+        want_b = busy0 + np.maximum(0.0, np.minimum(e, g1) - np.maximum(st, g0))
+        want_s = stall0 + np.maximum(0.0, np.minimum(st, g1) - np.maximum(j, g0))
+        b, s = busy0.copy(), stall0.copy()
+        idle_split(b, s, j, st, e, g0, g1)
+        assert b.tobytes() == want_b.tobytes() and s.tobytes() == want_s.tobytes()

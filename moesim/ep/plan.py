@@ -105,8 +105,13 @@ class EpPlan:
 def _stage(name: str, medium: str, m: np.ndarray) -> Stage:
     """A stage from a (src, dst) byte matrix; a rank's bytes to itself do not move."""
     m = np.array(m, dtype=float)
-    np.fill_diagonal(m, 0.0)
-    m[m < 0] = 0.0
+    if m.ndim == 2 and m.shape[0] == m.shape[1]:
+        m.flat[::m.shape[1] + 1] = 0.0      # np.fill_diagonal of a square matrix
+    else:
+        np.fill_diagonal(m, 0.0)
+    neg = m < 0
+    if neg.any():
+        m[neg] = 0.0
     return Stage(name, medium, m)
 
 

@@ -107,10 +107,14 @@ def estimate(kept: np.ndarray, home: np.ndarray, ranks_per_node: int,
         order, ranks, first = _home_order(home)
         by_rank = np.zeros((s_, s_), dtype=np.int64)
         by_rank[:, ranks] = np.add.reduceat(kept[:, order], first, axis=1)
-    by_node = by_rank.reshape(s_, n_nodes, ranks_per_node).sum(axis=2)
+    if by_rank.shape == (s_, n_nodes * ranks_per_node) and by_rank.dtype == np.int64:
+        by_node = np.add.reduceat(by_rank, np.arange(0, s_, ranks_per_node), axis=1)
+    else:
+        by_node = by_rank.reshape(s_, n_nodes, ranks_per_node).sum(axis=2)
     k_tokens = kept.sum(axis=1)
-    gpu = np.clip(np.rint(by_rank * r_gpu[None, :]).astype(np.int64),
-                  (by_rank > 0).astype(np.int64), by_rank)
-    node = np.clip(np.rint(by_node * r_node[None, :]).astype(np.int64),
-                   (by_node > 0).astype(np.int64), by_node)
+    # np.clip(x, lo, hi) is minimum(maximum(x, lo), hi): the same integers
+    gpu = np.minimum(np.maximum(np.rint(by_rank * r_gpu[None, :]).astype(np.int64),
+                                (by_rank > 0).astype(np.int64)), by_rank)
+    node = np.minimum(np.maximum(np.rint(by_node * r_node[None, :]).astype(np.int64),
+                                 (by_node > 0).astype(np.int64)), by_node)
     return np.minimum(gpu, k_tokens[:, None]), np.minimum(node, k_tokens[:, None])

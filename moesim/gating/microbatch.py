@@ -160,7 +160,11 @@ def route_microbatch(cfg: RoutingConfig, *, n_experts: int, top_k: int,
         p_mean = psum / n_tok if n_tok else pi / k
     else:
         assign = assign_counts(rng, pi, t, k)
-        kept = np.minimum(assign, np.minimum(cap, assign.max(initial=0))[:, None]).astype(np.int64)
+        if np.isposinf(cap).all() and assign.dtype == np.int64:   # no capacity: all kept
+            kept = assign.copy()
+        else:
+            kept = np.minimum(assign, np.minimum(cap, assign.max(initial=0))[:, None]
+                              ).astype(np.int64)
         if cfg.jitter == 0.0:
             p_mean = pi / k
         else:

@@ -53,6 +53,15 @@ class Placement:
         ranks, first = np.unique(self.home[by_home], return_index=True)
         return by_home, ranks, first
 
+    @cached_property
+    def _blocks(self) -> int:
+        """Experts per rank when expert e's only holder is rank e // that (the default
+        placement without replicas), else 0."""
+        per = self.n_experts // self.ep
+        ok = (not self.replicated and per * self.ep == self.n_experts
+              and np.array_equal(self.home, np.arange(self.n_experts) // per))
+        return per if ok else 0
+
     def experts_on(self, rank: int) -> tuple[int, ...]:
         """Experts whose weights live on EP rank ``rank`` (home or replica)."""
         return tuple(e for e, h in enumerate(self.holders) if rank in h)
@@ -73,6 +82,13 @@ class Placement:
         s_, e_ = kept.shape
         home = self.home
         rep = self.replicated
+        per = self._blocks
+        if per and e_ == self.n_experts and kept.dtype == np.int64:   # whole numbers: sums
+            dispatch = (sum(kept[:, j::per] for j in range(1, per)) + kept[:, 0::per]
+                        if per <= 8 else np.add.reduceat(kept, np.arange(0, e_, per), axis=1))
+            rank_expert = np.zeros((self.ep, e_), dtype=np.int64)
+            rank_expert[home, np.arange(e_)] = kept.sum(axis=0)
+            return dispatch, rank_expert
         plain = kept.copy()
         plain[:, list(rep)] = 0
         # sum the columns of each destination rank (experts grouped by home rank)

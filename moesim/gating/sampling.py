@@ -35,6 +35,8 @@ import os
 
 import numpy as np
 
+from moesim.gating.same_jit import same_kernel
+
 #: ticks per unit of probability (2**40: exact in int64 and in float64)
 TICKS = 1 << 40
 
@@ -440,7 +442,10 @@ def _same_setup(pi: np.ndarray, n0: int, r_: int) -> tuple | None:
     vb = nf1 * db
     sv = np.broadcast_to(vb.sum(axis=1), (r_,))
     out = (a, s, a_s, np.sqrt(nf), mean, vb, sv, sv > 0)
-    for x in out:
+    # the same arrays as flat contiguous rows, for the compiled loop
+    out += (tuple(np.ascontiguousarray(x).reshape(-1) for x in out[:3] + out[4:6])
+            + tuple(np.ascontiguousarray(x).reshape(-1) for x in (out[3],) + out[6:]),)
+    for x in out[:8] + out[8]:
         if x.flags.writeable:
             x.setflags(write=False)
     _SAME[key] = out
@@ -457,8 +462,24 @@ def _same_rows(rng: np.random.Generator, n: np.ndarray, pi: np.ndarray, k: int
     setup = _same_setup(pi, int(n[0]), r_)
     if setup is None:
         return None
-    a, s, a_s, sqrt_nf, mean, vb, sv, sv_pos = setup
     z = rng.standard_normal((r_, pi.shape[0]))
+    kern = same_kernel()
+    if kern is not None:    # the same operations compiled (moesim.gating.same_kernel)
+        out = np.empty(z.shape, dtype=np.int64)
+        bad = kern(*setup[8], z, rng.random((r_, 1)).reshape(-1), n, k, out)
+    else:
+        out, bad = _same_numpy(rng, n, k, setup, z)
+    if bad.any():
+        p = pi[None, :]
+        out[bad] = sample_counts(rng, n[bad], np.broadcast_to(p, (r_, p.shape[1]))[bad], k)
+    return out
+
+
+def _same_numpy(rng: np.random.Generator, n: np.ndarray, k: int, setup: tuple,
+                z: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`_same_rows` after its normal draws, on numpy: (counts, rows to redo)."""
+    r_ = n.shape[0]
+    a, s, a_s, sqrt_nf, mean, vb, sv, sv_pos, _ = setup
     proj = np.sum(a_s * z, axis=1)
     # the general path's expressions, evaluated in place (the same values)
     x = np.multiply(s, z, out=z)
@@ -476,7 +497,4 @@ def _same_rows(rng: np.random.Generator, n: np.ndarray, pi: np.ndarray, k: int
     np.floor(c, out=c)
     out = (c[:, 1:] - c[:, :-1]).astype(np.int64)
     bad = (out.sum(axis=1) != k * n) | np.any(out < 0, axis=1) | np.any(out > n[:, None], axis=1)
-    if bad.any():
-        p = pi[None, :]
-        out[bad] = sample_counts(rng, n[bad], np.broadcast_to(p, (r_, p.shape[1]))[bad], k)
-    return out
+    return out, bad

@@ -62,10 +62,15 @@ class StageMemory:
                                    else self.dual.stages,  # virtual stage c*p + s
                                    dual=self.dual is not None)
         self._cache: dict[tuple, dict] = {}
+        self._per_s: dict[tuple, object] = {}   # held stages and peaks per pipeline rank
 
     def held_stages(self, s: int) -> list[int]:
         """DualPipe(V): the model stages pipeline rank ``s`` holds (two)."""
-        return sorted({st for it in self.dual.items[s] for _, _, st in it.parts()})
+        hit = self._per_s.get(("held", s))
+        if hit is None:
+            hit = self._per_s[("held", s)] = tuple(sorted(
+                {st for it in self.dual.items[s] for _, _, st in it.parts()}))
+        return list(hit)
 
     def stage_layers(self, s: int) -> list[int]:
         if self.dual is not None:
@@ -124,7 +129,10 @@ class StageMemory:
         (:func:`moesim.schedule.dualpipe.peak_alive`: PP+1 for DualPipe), the larger
         stage's token buffers and workspace."""
         spec, d = self.res.model, self.dual
-        best, at_peak = peak_alive(d, s)
+        hit = self._per_s.get(("peak", s))
+        if hit is None:     # the same for every rank of pipeline rank s
+            hit = self._per_s[("peak", s)] = peak_alive(d, s)
+        best, at_peak = hit[0], dict(hit[1])
         recv = list(received) if received else None
         common = dict(self.common, pp=d.stages)
         out: dict = {}

@@ -181,6 +181,11 @@ class Builder(GradientOps, DualPipeOps, PairedOps, FoldedOps, RecomputeOps):
         self.expert_capacity[j] = cap if not np.isfinite(prev) else prev + cap
         self.lb[j] += r.lb_loss
         self.lb_n[j] += 1
+        idx = np.fromiter(group, dtype=np.int64, count=len(group))
+        tok = np.asarray(r.rank_tokens)
+        if tok.dtype.kind == "i" and len(set(group)) == len(group):   # whole numbers
+            self.received[idx, j] = np.maximum(self.received[idx, j], tok)
+            return
         for pos, rank in enumerate(group):
             self.received[rank, j] = max(self.received[rank, j], int(r.rank_tokens[pos]))
 

@@ -22,6 +22,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from functools import partial
+from operator import attrgetter
 from pathlib import Path
 from typing import Any
 
@@ -129,7 +130,7 @@ class EndIndex:
     """One rank's spans sorted by end time, for "latest span ending by t" queries."""
 
     def __init__(self, spans: list[Span]) -> None:
-        self.spans = sorted(spans, key=lambda s: (s.end_s, s.start_s, s.stream, s.name))
+        self.spans = sorted(spans, key=attrgetter("end_s", "start_s", "stream", "name"))
         self.ends = [s.end_s for s in self.spans]
 
     def upto(self, t_s: float) -> int:

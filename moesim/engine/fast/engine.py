@@ -267,7 +267,7 @@ def _route_rec(ctx: Context, r, group: tuple[int, ...], forward_only: bool = Fal
                                                     ctx.a2a_algo, m)) for k, m in mats.items()}
         nz = off
     local = r.rank_expert_tokens
-    flat = np.flatnonzero(local)
+    flat = np.nonzero(local.ravel() != 0)[0]
     rows, vals = flat // local.shape[1], local.ravel()[flat]
     exp_t, exp_f = {}, {}
     for phase in (("fwd", "bwd") + (("bwd.B", "bwd.W") if ctx.dual is not None else ())

@@ -50,3 +50,50 @@ def drain_equal_ends(flat, pad_t, cap, lat, n, a0):   # pragma: no cover - compi
         if a0 > end[i]:
             end[i] = a0
     return end
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _maximum(x, y):   # pragma: no cover - compiled
+    """``np.maximum`` of two floats (NaN from the first, else the larger)."""
+    return x if (x >= y or x != x) else y
+
+
+@njit(cache=True, nogil=True)
+def slowed(a, w, j, e, r):   # pragma: no cover - compiled
+    """:meth:`moesim.engine.fast.pairs._Pair._slowed` per rank: the duration of ``w``
+    seconds of full-rate compute starting at ``a`` under a kernel from ``j`` to ``e``
+    that leaves rate ``r``; ``w`` (n,) or (1,) for every rank. The numpy path's
+    operations, element by element, so the same bits."""
+    n = a.shape[0]
+    one = w.shape[0] == 1
+    out = np.empty(n)
+    for i in range(n):
+        ai, ji = a[i], j[i]
+        wi = w[0] if one else w[i]
+        pre = _maximum(0.0, ji - ai)
+        win = _maximum(0.0, e[i] - _maximum(ai, ji))
+        w1 = _maximum(0.0, wi - pre)
+        if wi <= pre:
+            out[i] = wi
+        elif w1 <= win * r:
+            out[i] = pre + w1 / r
+        else:
+            out[i] = pre + (win + (w1 - win * r))
+    return out
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _minimum(x, y):   # pragma: no cover - compiled
+    """``np.minimum`` of two floats (NaN from the first, else the smaller)."""
+    return x if (x <= y or x != x) else y
+
+
+@njit(cache=True, nogil=True)
+def idle_split(busy, stall, j, st, e, g0, g1):   # pragma: no cover - compiled
+    """:meth:`moesim.engine.fast.pairs._Pair._idle_to` for one kernel (joined at ``j``,
+    moving data from ``st`` to ``e``) over the compute stream's wait from ``g0`` to
+    ``g1``: adds its transfer to ``busy`` and its wait for partners to ``stall``, in
+    place, with the numpy path's operations element by element."""
+    for i in range(busy.shape[0]):
+        busy[i] += _maximum(0.0, _minimum(e[i], g1[i]) - _maximum(st[i], g0[i]))
+        stall[i] += _maximum(0.0, _minimum(st[i], g1[i]) - _maximum(j[i], g0[i]))

@@ -60,11 +60,13 @@ def _compiled_drain():
     """The compiled equal-arrivals link bound, or None (numpy): after
     ``JIT_AFTER_CALLS`` calls, where :func:`moesim.network.jit.kernels` says numba is
     wanted and importable (``MOESIM_NUMBA=0`` or ``use_numba(False)``: numpy)."""
-    _jit["calls"] = int(_jit["calls"]) + 1     # type: ignore[call-overload]
-    if int(_jit["calls"]) <= JIT_AFTER_CALLS:     # type: ignore[call-overload]
+    _jit["calls"] = calls = int(_jit["calls"]) + 1     # type: ignore[call-overload]
+    if calls <= JIT_AFTER_CALLS:
         return None
     from moesim.network import jit
 
+    if _jit["kernel"] is not None:      # loaded: only the switch turns it off
+        return _jit["kernel"] if jit.kernels(load=False) is not None else None
     if jit.kernels() is None:
         return None
     if _jit["kernel"] is None:
@@ -101,6 +103,8 @@ class _Incidence:
         link_of: list[int] = []
         lat = np.zeros(n * n)
         lat_all = topo.latency_s
+        # numpy sums fewer than 8 float64s one by one from 0.0: the same sum here
+        lat_l = lat_all.tolist() if lat_all.dtype == np.float64 else None
         for i, a in enumerate(group):
             for j, b in enumerate(group):
                 if i == j:
@@ -109,7 +113,13 @@ class _Incidence:
                 p = i * n + j
                 pair_of.extend([p] * len(path))
                 link_of.extend(path)
-                lat[p] = float(lat_all[list(path)].sum()) if path else 0.0
+                if lat_l is not None and len(path) < 8:
+                    x = 0.0
+                    for lk in path:
+                        x += lat_l[lk]
+                    lat[p] = x
+                else:
+                    lat[p] = float(lat_all[list(path)].sum()) if path else 0.0
         links, local = np.unique(np.asarray(link_of, dtype=np.int64), return_inverse=True)
         self.n = n
         self.pair = np.asarray(pair_of, dtype=np.int64)

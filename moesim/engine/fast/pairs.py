@@ -32,6 +32,29 @@ from __future__ import annotations
 
 import numpy as np
 
+from moesim.network import jit
+
+#: overlapped compute ops timed on numpy before the compiled loop
+#: (:func:`moesim.engine.fast.kernels.slowed`, numba) takes over
+JIT_AFTER_CALLS = 5000
+
+_jit: dict[str, object] = {"calls": 0, "kernel": None}
+
+
+def _compiled_slowed():
+    """The compiled :meth:`_Pair._slowed`, or None (numpy): after ``JIT_AFTER_CALLS``
+    calls, where :func:`moesim.network.jit.kernels` says numba is wanted and importable
+    (``MOESIM_NUMBA=0`` or ``use_numba(False)``: numpy)."""
+    if _jit["kernel"] is not None:
+        return _jit["kernel"] if jit.kernels(load=False) is not None else None
+    _jit["calls"] = int(_jit["calls"]) + 1     # type: ignore[call-overload]
+    if int(_jit["calls"]) <= JIT_AFTER_CALLS or jit.kernels() is None:   # type: ignore
+        return None
+    from moesim.engine.fast.kernels import idle_split, slowed
+
+    _jit["kernel"], _jit["idle"] = slowed, idle_split
+    return slowed
+
 
 def segments(ops: list[tuple]) -> list[list[tuple]]:
     """Split an item's recorded ops after each all-to-all."""
@@ -78,7 +101,11 @@ class _Pair:
         g0, g1 = self.tc, np.maximum(self.tc, t)
         if self.kern and (g1 > g0).any():
             acc = self.acc
+            kern = _compiled_slowed() and _jit.get("idle")
             for j, st, e, kind in self.kern:
+                if kern is not None and acc[kind] is not acc["stall"] and g0.ndim == 1:
+                    kern(acc[kind], acc["stall"], j, st, e, g0, g1)   # the same bits
+                    continue
                 acc[kind] += np.maximum(0.0, np.minimum(e, g1) - np.maximum(st, g0))
                 acc["stall"] += np.maximum(0.0, np.minimum(st, g1) - np.maximum(j, g0))
             # kernels over on every rank cannot overlap a later wait
@@ -96,6 +123,9 @@ class _Pair:
             return np.broadcast_to(np.asarray(w, dtype=float), a.shape) + 0.0
         j, _, e, _ = self.kern[-1]
         r = 1.0 - self.f
+        kern = _compiled_slowed()
+        if kern is not None and a.ndim == 1:
+            return kern(a, np.asarray(w, dtype=float).reshape(-1), j, e, r)
         pre = np.maximum(0.0, j - a)                  # full rate before the kernel joins
         win = np.maximum(0.0, e - np.maximum(a, j))   # at rate r while it runs
         w1 = np.maximum(0.0, w - pre)

@@ -28,6 +28,7 @@ import numpy as np
 
 from moesim.engine.fast import tp_ub
 from moesim.engine.fast.pairs import run_pair
+from moesim.engine.fast.spans import add_spans
 from moesim.engine.fast.zero3 import Zero3Gathers
 from moesim.model import costs, mtp, window
 from moesim.program import cuda_graphs, recompute, shared_overlap
@@ -91,6 +92,7 @@ class Chain:
         self.rec: list[tuple] | None = None   # while set, ops are recorded (pairs.run_pair)
         self.z3 = Zero3Gathers(ctx, groups)
         self._send_d: dict[tuple, np.ndarray] = {}
+        self._peers: dict[int, tuple] = {}
 
     # ------------------------------------------------------------ spans
     def _span(self, s: int, kind: str, name: str, a, b, layer=-1, mb=-1, phase="",
@@ -98,19 +100,8 @@ class Chain:
         pos = self.span_pos[s]
         if not pos:
             return
-        ranks = self.groups[s]
-        arrays = {k: v.tolist() for k, v in kw.items() if isinstance(v, np.ndarray)}
-        al, bl = np.asarray(a, dtype=float).tolist(), np.asarray(b, dtype=float).tolist()
-        waits = kind in ("stall", "bubble")
-        out = self.spans
-        for e in pos:
-            if bl[e] > al[e] or not waits:
-                extra = dict(kw)
-                for k, v in arrays.items():
-                    extra[k] = v[e]
-                out.append(Span(rank=ranks[e], stream=stream, kind=kind, name=name,
-                                start_s=al[e], end_s=bl[e], layer=layer, microbatch=mb,
-                                phase=phase, **extra))
+        add_spans(self.spans, self.groups[s], pos, kind, name, a, b, layer, mb, phase, stream,
+                  kw)
 
     def _compute(self, s: int, name: str, key: tuple, make, layer, mb, phase) -> None:
         t, fl = self.c.timer(key, make)
@@ -186,7 +177,11 @@ class Chain:
     def _a2a_spans(self, s: int, kind: str, name: str, rec: RouteRec, layer: int, mb: int,
                    phase: str, a, start, end, late, stream: str = "compute") -> None:
         if self.span_pos[s]:
-            g = np.asarray(self.groups[s])
+            hit = self._peers.get(s)
+            if hit is None:     # the group as an array and as the spans' peers, once
+                g = np.asarray(self.groups[s])
+                hit = self._peers[s] = (g, tuple(g.tolist()))
+            g, peers = hit
             waited = np.where(start > a, g[late], -1)
             hot_e, hot_t = rec.hot[late], rec.hot_tok[late]
             if name not in AFTER_EXPERTS:   # the late rank's experts have not run yet
@@ -195,10 +190,8 @@ class Chain:
             for e in self.span_pos[s]:
                 why[e] = wait_reason(int(waited[e]), name, int(hot_e[e]), int(hot_t[e]))
             self._span(s, "stall", name, a, start, layer, mb, phase, waited_on=waited,
-                       expert=hot_e, tokens=hot_t, peers=tuple(g.tolist()),
-                       reason=why, stream=stream)
-            self._span(s, kind, name, start, end, layer, mb, phase, peers=tuple(g.tolist()),
-                       stream=stream)
+                       expert=hot_e, tokens=hot_t, peers=peers, reason=why, stream=stream)
+            self._span(s, kind, name, start, end, layer, mb, phase, peers=peers, stream=stream)
 
     def _a2a(self, s: int, kind: str, name: str, rec: RouteRec, layer: int, mb: int,
              phase: str) -> None:

@@ -18,6 +18,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from moesim.trace.spans import Span
+
 MAX_EXTRA_CHAINS = 3
 ALL_HOT_MAX_WORLD = 512
 
@@ -66,3 +68,34 @@ def choose_span_ranks(chains: list[list[tuple[int, ...]]], stall: np.ndarray,
                f"{MAX_EXTRA_CHAINS} more chains" if world <= ALL_HOT_MAX_WORLD else ""))
     return rerun, {"ranks": kept, "lowest": sorted(want), "focus_chain": focus,
                    "most_stalled_rank": top, "per_stage": picked, "rule": rule}
+
+
+def add_spans(out: list, ranks, pos, kind: str, name: str, a, b, layer, mb, phase, stream,
+              kw: dict) -> None:
+    """Append the spans of positions ``pos`` (of group ``ranks``) for an op from ``a`` to
+    ``b`` (per position); array values in ``kw`` are per position too. A wait (stall,
+    bubble) of zero length leaves no span."""
+    waits = kind in ("stall", "bubble")
+    a, b = np.asarray(a, dtype=float), np.asarray(b, dtype=float)
+    names = [k for k, v in kw.items() if isinstance(v, np.ndarray)]
+    if len(pos) <= 4 and a.ndim == b.ndim == 1 and all(kw[k].ndim == 1 for k in names):
+        for e in pos:      # a few kept ranks: read their entries only (the same values)
+            ae, be = a.item(e), b.item(e)
+            if be > ae or not waits:
+                extra = dict(kw)
+                for k in names:
+                    extra[k] = kw[k].item(e)
+                out.append(Span(rank=ranks[e], stream=stream, kind=kind, name=name,
+                                start_s=ae, end_s=be, layer=layer, microbatch=mb,
+                                phase=phase, **extra))
+        return
+    arrays = {k: kw[k].tolist() for k in names}
+    al, bl = a.tolist(), b.tolist()
+    for e in pos:
+        if bl[e] > al[e] or not waits:
+            extra = dict(kw)
+            for k, v in arrays.items():
+                extra[k] = v[e]
+            out.append(Span(rank=ranks[e], stream=stream, kind=kind, name=name,
+                            start_s=al[e], end_s=bl[e], layer=layer, microbatch=mb,
+                            phase=phase, **extra))
