@@ -56,7 +56,7 @@ def test_kernel_by_hand():
 
 def test_numpy_until_enough_points():
     sampling.use_pool_kernel(None)
-    assert sampling._pool_kernel(10) is None       # below POOL_JIT_AFTER: numpy
+    assert sampling.POOL.get(10) is None       # below POOL_JIT_AFTER: numpy
 
 
 def test_orders_drawn_as_from_the_broadcast_view():

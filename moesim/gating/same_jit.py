@@ -1,16 +1,21 @@
-"""When :func:`moesim.gating.sampling._same_rows` hands its draws to the compiled loop
-(:mod:`moesim.gating.same_kernel`, numba) instead of numpy: after ``SAME_JIT_AFTER``
-calls (importing numba costs about a second of CPU, more than a small run's routing),
-where numba is wanted (``MOESIM_NUMBA`` not ``0``; :func:`use_same_kernel`) and
-importable. Both give the same counts, bit for bit. No moesim imports."""
+"""When the routing sampler's compiled loops (numba) take over from numpy: the counting
+loop of :func:`moesim.gating.sampling._pooled_counts` (:mod:`moesim.gating.pool_kernel`)
+and the arithmetic after :func:`moesim.gating.sampling._same_rows`' draws
+(:mod:`moesim.gating.same_kernel`). Each is loaded once enough work has run on numpy
+(importing numba costs about a second of CPU, more than a small run's routing), where
+numba is wanted (``MOESIM_NUMBA`` not ``0``) and importable; both paths give the same
+counts, bit for bit. No moesim imports."""
 
 from __future__ import annotations
 
+import importlib
 import os
 
 #: calls of ``_same_rows`` on numpy before the compiled loop takes over
 SAME_JIT_AFTER = 256
-
+#: (token, pick) points counted on numpy before the pooled counting loop takes over
+#: (numpy's search takes about as long as importing numba over ~5 million points)
+POOL_JIT_AFTER = 1 << 22
 
 
 def _env_want() -> bool:
@@ -18,30 +23,48 @@ def _env_want() -> bool:
                                                                       "off")
 
 
-_STATE: dict = {"calls": 0, "kernel": None, "want": _env_want()}
+class LazyKernel:
+    """A compiled function loaded once more than ``after`` units of work (calls, points)
+    have run on numpy; ``state``: whether it is wanted, the work so far, the function."""
+
+    def __init__(self, module: str, name: str, after: int) -> None:
+        self.module, self.name, self.after = module, name, after
+        self.state: dict = {"work": 0, "kernel": None, "want": _env_want()}
+
+    def get(self, work: int = 1):
+        """The compiled function, or None (numpy) before enough work or without numba."""
+        st = self.state
+        if st["kernel"] is not None or not st["want"]:
+            return st["kernel"] if st["want"] else None
+        st["work"] += work
+        return self._load() if st["work"] > self.after else None
+
+    def _load(self):
+        try:
+            fn = getattr(importlib.import_module(self.module), self.name)
+        except ImportError:     # numba missing (platforms without its wheels): numpy
+            self.state["want"] = False
+            return None
+        self.state["kernel"] = fn
+        return fn
+
+    def use(self, on: bool | None) -> None:
+        """Tests: ``True`` loads and uses it now, ``False`` keeps numpy, ``None`` restores
+        the default (``MOESIM_NUMBA``; numpy until ``after``)."""
+        self.state.update(work=0, kernel=None, want=_env_want() if on is None else bool(on))
+        if on:
+            self._load()
+
+
+SAME = LazyKernel("moesim.gating.same_kernel", "same_counts", SAME_JIT_AFTER)
+POOL = LazyKernel("moesim.gating.pool_kernel", "pooled_cells", POOL_JIT_AFTER)
+_STATE = SAME.state
 
 
 def same_kernel():
-    """The compiled loop, or None (numpy) before ``SAME_JIT_AFTER`` calls or without
-    numba."""
-    if not _STATE["want"]:
-        return None
-    if _STATE["kernel"] is None:
-        _STATE["calls"] += 1
-        if _STATE["calls"] <= SAME_JIT_AFTER:
-            return None
-        try:
-            from moesim.gating.same_kernel import same_counts
-        except ImportError:     # numba missing (platforms without its wheels): numpy
-            _STATE["want"] = False
-            return None
-        _STATE["kernel"] = same_counts
-    return _STATE["kernel"]
+    """The compiled equal-rows loop, or None (numpy)."""
+    return SAME.get()
 
 
 def use_same_kernel(on: bool | None) -> None:
-    """Tests: ``True`` uses the compiled loop from the next call, ``False`` keeps numpy,
-    ``None`` restores the default (``MOESIM_NUMBA``; numpy for ``SAME_JIT_AFTER`` calls)."""
-    _STATE["kernel"] = None
-    _STATE["want"] = _env_want() if on is None else on
-    _STATE["calls"] = SAME_JIT_AFTER if on else 0
+    SAME.use(on)

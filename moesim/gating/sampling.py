@@ -31,11 +31,9 @@ Three evaluations of the same design:
 
 from __future__ import annotations
 
-import os
-
 import numpy as np
 
-from moesim.gating.same_jit import same_kernel
+from moesim.gating.same_jit import POOL, same_kernel
 
 #: ticks per unit of probability (2**40: exact in int64 and in float64)
 TICKS = 1 << 40
@@ -344,7 +342,7 @@ def _pooled_counts(rng: np.random.Generator, n: np.ndarray, q: np.ndarray, k: in
     base = np.repeat(np.arange(pool, dtype=np.int64) * span, per)
     u = np.sort(base + rng.integers(0, TICKS, size=tokens, dtype=np.int64))
     row = rng.permutation(np.repeat(np.arange(r_, dtype=np.int64), n)) * e_
-    kern = _pool_kernel(tokens * k)
+    kern = POOL.get(tokens * k)   # the compiled loop once enough points ran on numpy
     if kern is not None:        # the same counts, without the search
         out = np.zeros(r_ * e_, dtype=np.int64)
         kern(np.ascontiguousarray(order), np.ascontiguousarray(q, dtype=np.int64), u, row,
@@ -375,41 +373,10 @@ def _identity_rows(pool: int, e_: int) -> np.ndarray:
     return hit
 
 
-#: the compiled counting loop (:mod:`moesim.gating.pool_kernel`) runs once this many
-#: (token, pick) points have been counted in the process (importing numba costs about a
-#: second of CPU, what numpy's search takes over ~5 million points); both give the same
-#: counts. ``MOESIM_NUMBA=0`` keeps numpy (as for the flow network, docs/network.md).
-POOL_JIT_AFTER = 1 << 22
-_POOL = {"points": 0, "kernel": None,
-         "want": os.environ.get("MOESIM_NUMBA", "1").strip().lower()
-         not in ("0", "false", "no", "off")}
-
-
-def _pool_kernel(points: int):
-    """The compiled counting loop once enough points have been counted (else None)."""
-    if _POOL["kernel"] is not None or not _POOL["want"]:
-        return _POOL["kernel"]
-    _POOL["points"] += points
-    if _POOL["points"] < POOL_JIT_AFTER:
-        return None
-    try:
-        from moesim.gating.pool_kernel import pooled_cells
-    except ImportError:         # numba missing (platforms without its wheels): numpy
-        _POOL["want"] = False
-        return None
-    _POOL["kernel"] = pooled_cells
-    return pooled_cells
-
-
 def use_pool_kernel(on: bool | None) -> None:
-    """Tests: ``True`` compiles and uses the loop now, ``False`` keeps numpy, ``None``
-    restores the default (numpy until ``POOL_JIT_AFTER`` points)."""
-    _POOL["points"] = 0
-    _POOL["kernel"] = None
-    _POOL["want"] = on is not False
-    if on:
-        _POOL["points"] = POOL_JIT_AFTER
-        _pool_kernel(0)
+    """Tests: ``True`` compiles and uses the pooled counting loop now, ``False`` keeps
+    numpy, ``None`` restores the default (:data:`moesim.gating.same_jit.POOL`)."""
+    POOL.use(on)
 
 
 #: :func:`_same_rows`' draw-independent arrays per (pi, n, rows): every micro-batch of a
