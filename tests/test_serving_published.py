@@ -33,3 +33,15 @@ def test_each_gpu_holds_two_routed_experts_as_in_deepseeks_ep144_unit():
 
 def test_cache_hit_share_is_the_published_one():
     assert abs(pub.CACHE_HIT_SHARE * 100 - 56.3) < 0.06       # 342B of 608B: 56.25 %
+
+
+def test_sglang_scenario_gives_each_gpu_the_blogs_four_expert_slots_and_batch():
+    # LMSYS blog (2025-05-05): EP72 over 9 nodes with 256 + 32 redundant experts = 4 per GPU;
+    # decode table: batch size 256, KV cache length 2,000, 22,282 tokens/s per node
+    res, cfg = resolve_serve("deepseek-v3-decode-sglang")
+    assert (256 + 32) // 72 == 4
+    assert res.model.n_experts // res.layout.ep == 4
+    assert res.layout.world == 64 and res.layout.dp == 64 and res.scenario.gpus_per_node == 8
+    assert cfg.batch_per_gpu == 256 and cfg.kv_tokens == 2000
+    assert cfg.phase == "decode" and cfg.microbatches == 2 and cfg.backend == "deepep-ll"
+    assert pub.SGLANG_TOKENS_PER_S_PER_NODE == 22_282
