@@ -45,3 +45,17 @@ def test_sglang_scenario_gives_each_gpu_the_blogs_four_expert_slots_and_batch():
     assert cfg.batch_per_gpu == 256 and cfg.kv_tokens == 2000
     assert cfg.phase == "decode" and cfg.microbatches == 2 and cfg.backend == "deepep-ll"
     assert pub.SGLANG_TOKENS_PER_S_PER_NODE == 22_282
+
+
+def test_sglang_prefill_scenario_is_the_blogs_ep32_unit_with_16k_tokens_per_gpu():
+    # LMSYS blog (2025-05-05): prefill "On 4 nodes (4x8xH100, EP32)", "16,384 tokens per
+    # device and an input length of 4,096": 4 prompts per GPU; 50,302 tokens/s per node
+    # ("SGLang (Default)"), 59,337 with "Simulated Perfect EPLB"
+    res, cfg = resolve_serve("deepseek-v3-prefill-sglang")
+    assert res.layout.world == 32 and res.scenario.gpus_per_node == 8
+    assert res.layout.ep == 32 and res.layout.dp == 32
+    assert res.model.n_experts // res.layout.ep == 8
+    assert cfg.batch_per_gpu * cfg.prompt == 16_384 and cfg.prompt == 4096
+    assert cfg.phase == "prefill" and cfg.microbatches == 2 and cfg.backend == "deepep"
+    assert pub.SGLANG_PREFILL_TOKENS_PER_S_PER_NODE == 50_302
+    assert pub.SGLANG_PREFILL_PERFECT_EPLB_PER_NODE == 59_337
