@@ -57,6 +57,15 @@ class Kernel:
     fused: bool = False
 
 
+def per_launch_s(kernel: Kernel, launch_s: float, graph_s: float) -> float:
+    """Fixed seconds per launch of ``kernel``: a host launch (``launch_s``), the graph
+    floor when replayed from a CUDA graph (``graph_s``), none when its launches are
+    another kernel's (``Kernel.fused``)."""
+    if kernel.fused:
+        return 0.0
+    return graph_s if kernel.graphed else launch_s
+
+
 def fused_launches(kernels: list[Kernel], on: bool = True) -> list[Kernel]:
     """``kernels`` whose launches are another kernel's (``Kernel.fused``) when ``on``."""
     return [replace(k, fused=True) for k in kernels] if on else kernels

@@ -86,6 +86,7 @@ class CatalogModel:
         self.device = roofline.device
         self.precision = roofline.precision
         self.launch_overhead_s = roofline.launch_overhead_s
+        self.graph_kernel_s = roofline.graph_kernel_s
         dev = self.device.name
         #: GEMMs are priced by the tables of this library only ("" = tables without one)
         self.gemm_library = gemm_library

@@ -16,7 +16,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from moesim.compute.base import ComputeModel, Kernel
+from moesim.compute.base import ComputeModel, Kernel, per_launch_s
 from moesim.compute.devices import DeviceSpec
 from moesim.errors import InputError
 from moesim.units import US
@@ -102,11 +102,8 @@ class RooflineModel:
         return kernel.count * self.per_launch_s(kernel) + max(compute, memory)
 
     def per_launch_s(self, kernel: Kernel) -> float:
-        """Fixed seconds per launch: the host launch, or the graph floor when replayed;
-        none for a kernel whose launches are another's (``Kernel.fused``)."""
-        if kernel.fused:
-            return 0.0
-        return self.graph_kernel_s if kernel.graphed else self.launch_overhead_s
+        """Fixed seconds per launch (:func:`moesim.compute.base.per_launch_s`)."""
+        return per_launch_s(kernel, self.launch_overhead_s, self.graph_kernel_s)
 
 
 _ROOFLINE_KEYS = {

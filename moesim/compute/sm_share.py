@@ -33,7 +33,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from moesim.compute.base import Kernel
+from moesim.compute.base import Kernel, per_launch_s
 
 #: Output tile of the GEMM kernels (see the module docstring).
 BLOCK_M = 128
@@ -85,9 +85,7 @@ class OnSms:
         dev = getattr(model, "device", None)
         self.total = int(getattr(dev, "sms", 0) or 0)
         self.launch_overhead_s = float(getattr(model, "launch_overhead_s", 0.0) or 0.0)
-        self.graph_kernel_s = float(getattr(model, "graph_kernel_s", None)
-                                    or getattr(getattr(model, "roofline", None),
-                                               "graph_kernel_s", 0.0) or 0.0)
+        self.graph_kernel_s = float(getattr(model, "graph_kernel_s", 0.0) or 0.0)
         self.name = f"{getattr(model, 'name', type(model).__name__)} on {self.sms} SMs"
 
     def time_s(self, k: Kernel) -> float:
@@ -95,7 +93,7 @@ class OnSms:
         r = sm_ratio(k, self.sms, self.total)
         if r == 1.0:
             return t
-        per = 0.0 if k.fused else self.graph_kernel_s if k.graphed else self.launch_overhead_s
+        per = per_launch_s(k, self.launch_overhead_s, self.graph_kernel_s)
         fixed = min(max(k.count, 1) * per, t)
         return fixed + (t - fixed) * r
 
