@@ -180,7 +180,10 @@ def test_fast_counts_match_expectation_chi_square(kind, n):
     live = var > 0
     z = (tot - big_n * pi)[live] / np.sqrt(var[live])
     assert (z ** 2).sum() < _chi2_bound(int(live.sum())), (z ** 2).sum()
-    assert np.abs(z).max() < 5.5
+    # |z| is near-Gaussian only where an expert expects a few tokens or more: one of
+    # mean 0.1 that gets 2 (a Poisson tail of ~0.5 %) has z = 6, so the bound skips those
+    well = (big_n * pi)[live] >= 5
+    assert np.abs(z[well]).max() < 5.5
     assert np.all(tot[~live & (pi >= 1)] == big_n)
 
 

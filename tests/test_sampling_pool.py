@@ -1,9 +1,11 @@
-"""The compiled counting loop of the pooled sampler gives numpy's counts (issue 23).
+"""The compiled pooled sampler gives numpy's counts (issue 23).
 
-``moesim.gating.sampling._pooled_counts`` (every decode step's routing: few tokens per
-source, every row the same law) counts each token's k experts with one search of the arc
-ends and a ``bincount``, or, once enough points have been counted, with the numba loop of
-:mod:`moesim.gating.pool_kernel`. Both must give the same integers from the same draws.
+``moesim.gating.pooled.pooled_counts`` (every decode step's routing: few tokens per
+source, every row the same law) draws its floats once, then builds the orders and counts
+each token's k experts on numpy (Fisher-Yates vectorized over the orders, one search of
+the arc ends and a ``bincount``) or, once enough points have been counted, in the numba
+loop of :mod:`moesim.gating.pool_kernel`. Both must give the same integers from the same
+draws.
 """
 
 from __future__ import annotations
@@ -11,7 +13,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from moesim.gating import sampling
+from moesim.gating import pooled, sampling
 from moesim.gating.sampling import TICKS, cap_probs, to_ticks
 
 pytest.importorskip("numba")
@@ -20,11 +22,11 @@ pytest.importorskip("numba")
 @pytest.fixture(autouse=True)
 def _restore():
     yield
-    sampling.use_pool_kernel(None)
+    pooled.use_pool_kernel(None)
 
 
 def _counts(on: bool, seed: int, n, q, k):
-    sampling.use_pool_kernel(on)
+    pooled.use_pool_kernel(on)
     return sampling._pooled_counts(np.random.default_rng(seed), np.asarray(n), q, k)
 
 
@@ -33,6 +35,7 @@ def _counts(on: bool, seed: int, n, q, k):
     (8, 1, 8, 2, 0.0),          # one token per source
     (3, 5, 16, 4, 1.2),         # strong skew, fewer tokens than the pool
     (16, 300, 64, 6, 0.0),      # more tokens than POOL_ORDERS
+    (1, 300_000, 16, 4, 0.5),   # ~1,200 points per order
 ])
 def test_kernel_counts_equal_numpy(rows, per_row, experts, k, skew):
     w = 1.0 / np.arange(1, experts + 1) ** skew
@@ -55,15 +58,52 @@ def test_kernel_by_hand():
 
 
 def test_numpy_until_enough_points():
-    sampling.use_pool_kernel(None)
-    assert sampling.POOL.get(10) is None       # below POOL_JIT_AFTER: numpy
+    pooled.use_pool_kernel(None)
+    assert pooled.POOL.get(10) is None       # below POOL_JIT_AFTER: numpy
 
 
-def test_orders_drawn_as_from_the_broadcast_view():
-    """The pool's orders come from contiguous rows 0..E-1 (faster to shuffle): the same
-    orders and the same generator state after as from the broadcast view drawn before."""
-    a, b = np.random.default_rng(11), np.random.default_rng(11)
-    old = a.permuted(np.broadcast_to(np.arange(256), (256, 256)), axis=1)
-    new = b.permuted(sampling._identity_rows(256, 256), axis=1)
-    np.testing.assert_array_equal(old, new)
-    assert a.integers(1 << 62) == b.integers(1 << 62)
+def _words(*v32):
+    """uint64 words holding these 32-bit numbers, low half first."""
+    v = list(v32) + [0] * (len(v32) % 2)
+    return np.array([v[i] | (v[i + 1] << 32) for i in range(0, len(v), 2)], dtype=np.uint64)
+
+
+def test_orders_by_hand():
+    """Fisher-Yates from 32-bit numbers: E = 3, position 2 swaps with (v0·3) >> 32, then
+    position 1 with (v1·2) >> 32. v = (0.1, 0.9)·2^32: 2<->0 gives [2, 1, 0], then 1<->1;
+    v = (0.7, 0.2)·2^32: 2<->2, then 1<->0: [1, 0, 2]."""
+    f = 1 << 32
+    assert pooled.order_words(1, 3) == 1
+    np.testing.assert_array_equal(pooled.orders(_words(f // 10, 9 * f // 10), 1, 3),
+                                  [[2, 1, 0]])
+    np.testing.assert_array_equal(pooled.orders(_words(7 * f // 10, f // 5), 1, 3),
+                                  [[1, 0, 2]])
+
+
+def test_orders_uniform():
+    """Every one of the 6 orders of 3 experts about equally often (chi-square, 5 dof:
+    the 0.999 quantile is 20.5)."""
+    rng = np.random.default_rng(5)
+    o = pooled.orders(rng.bit_generator.random_raw(pooled.order_words(6000, 3)), 6000, 3)
+    code = o[:, 0] * 9 + o[:, 1] * 3 + o[:, 2]
+    _, seen = np.unique(code, return_counts=True)
+    assert seen.size == 6
+    assert ((seen - 1000.0) ** 2 / 1000.0).sum() < 20.5
+
+
+def test_one_draw_per_call():
+    """The call's randomness is one draw of raw words: ceil(pool·(E-1)/2) for the orders
+    and one per token; the generator after it is where that draw leaves it."""
+    q = to_ticks(np.full(16, 0.25), 4)
+    n = np.array([3, 0, 5])
+    for on in (False, True):
+        a, b = np.random.default_rng(2), np.random.default_rng(2)
+        pooled.use_pool_kernel(on)
+        pooled.pooled_counts(a, n, q, 4, TICKS)
+        b.bit_generator.random_raw((8 * 15 + 1) // 2 + 8)
+        assert a.integers(1 << 62) == b.integers(1 << 62)
+
+
+def test_ticks_must_be_a_power_of_two():
+    with pytest.raises(ValueError, match="power of two"):
+        pooled.pooled_counts(np.random.default_rng(0), np.array([1]), np.array([3, 3]), 1, 6)

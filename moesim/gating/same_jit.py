@@ -1,5 +1,5 @@
 """When the routing sampler's compiled loops (numba) take over from numpy: the counting
-loop of :func:`moesim.gating.sampling._pooled_counts` (:mod:`moesim.gating.pool_kernel`)
+loop of :func:`moesim.gating.pooled.pooled_counts` (:mod:`moesim.gating.pool_kernel`)
 and the arithmetic after :func:`moesim.gating.sampling._same_rows`' draws
 (:mod:`moesim.gating.same_kernel`). Each is loaded once enough work has run on numpy
 (importing numba costs about a second of CPU, more than a small run's routing), where
@@ -57,7 +57,7 @@ class LazyKernel:
 
 
 SAME = LazyKernel("moesim.gating.same_kernel", "same_counts", SAME_JIT_AFTER)
-POOL = LazyKernel("moesim.gating.pool_kernel", "pooled_cells", POOL_JIT_AFTER)
+POOL = LazyKernel("moesim.gating.pool_kernel", "pooled_counts", POOL_JIT_AFTER)
 _STATE = SAME.state
 
 

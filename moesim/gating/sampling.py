@@ -33,7 +33,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from moesim.gating.same_jit import POOL, same_kernel
+from moesim.gating.pooled import pooled_counts
+from moesim.gating.same_jit import same_kernel
 
 #: ticks per unit of probability (2**40: exact in int64 and in float64)
 TICKS = 1 << 40
@@ -230,6 +231,11 @@ def sample_counts_fast(rng: np.random.Generator, n: np.ndarray, pi: np.ndarray,
         same = _same_rows(rng, n, np.asarray(pi, dtype=float), k)
         if same is not None:
             return same
+    if np.ndim(pi) == 1 and r_:
+        pi1 = np.asarray(pi, dtype=float)
+        if bool(np.all(n.max() * (pi1 * (1.0 - pi1)) < GAUSS_MIN_VAR)):
+            # every row sparse (each decode step): what the lines below reach, sooner
+            return _pooled_counts(rng, n, _ticks_row(pi1, k), k)
     p = np.broadcast_to(np.asarray(pi, dtype=float), (r_, np.shape(pi)[-1]))
     nf = n[:, None].astype(float)
     d = p * (1.0 - p)
@@ -293,7 +299,7 @@ def _sparse_counts(rng: np.random.Generator, n: np.ndarray, p: np.ndarray, k: in
     out = np.zeros((r_, e_), dtype=np.int64)
     span = k * TICKS
     if bool(np.all(p == p[:1])):
-        return _pooled_counts(rng, n, to_ticks(p[0], k), k)
+        return _pooled_counts(rng, n, _ticks_row(np.ascontiguousarray(p[0]), k), k)
     step = max(1, (1 << 62) // span // SPARSE_GROUPS)     # rows per chunk: keys fit int64
     for lo in range(0, r_, step):
         hi = min(r_, lo + step)
@@ -319,64 +325,27 @@ def _sparse_counts(rng: np.random.Generator, n: np.ndarray, p: np.ndarray, k: in
     return out
 
 
-#: orders drawn per call when every row shares pi (:func:`_pooled_counts`)
-POOL_ORDERS = 256
+_TICKS_ROW: dict[tuple[bytes, int], np.ndarray] = {}
+
+
+def _ticks_row(pi: np.ndarray, k: int) -> np.ndarray:
+    """:func:`to_ticks` of one row, remembered (a layer's micro-batches share the law);
+    read-only."""
+    key = (pi.tobytes(), k)
+    hit = _TICKS_ROW.get(key)
+    if hit is None:
+        if len(_TICKS_ROW) >= _RANK_ONE_MAX:
+            _TICKS_ROW.clear()
+        hit = _TICKS_ROW[key] = to_ticks(pi, k)
+        hit.setflags(write=False)
+    return hit
 
 
 def _pooled_counts(rng: np.random.Generator, n: np.ndarray, q: np.ndarray, k: int
                    ) -> np.ndarray:
-    """:func:`_sparse_counts` when every row shares the arcs ``q`` (E,): the call draws
-    ``POOL_ORDERS`` independent random circle orders and each token takes one of them at
-    random (so each token's k experts follow the design exactly; tokens sharing an order
-    are as tokens of one group), its point uniform. Tokens are exchangeable, so they are
-    drawn order by order with sorted points (sorted needles: fast searches) and dealt to
-    the rows by a random permutation. Cost O(POOL_ORDERS·E + tokens·k)."""
-    r_, e_ = n.shape[0], q.shape[0]
-    span = k * TICKS
-    tokens = int(n.sum())
-    if tokens == 0:
-        return np.zeros((r_, e_), dtype=np.int64)
-    pool = min(POOL_ORDERS, tokens)
-    order = rng.permuted(_identity_rows(pool, e_), axis=1)
-    per = rng.multinomial(tokens, np.full(pool, 1.0 / pool))
-    base = np.repeat(np.arange(pool, dtype=np.int64) * span, per)
-    u = np.sort(base + rng.integers(0, TICKS, size=tokens, dtype=np.int64))
-    row = rng.permutation(np.repeat(np.arange(r_, dtype=np.int64), n)) * e_
-    kern = POOL.get(tokens * k)   # the compiled loop once enough points ran on numpy
-    if kern is not None:        # the same counts, without the search
-        out = np.zeros(r_ * e_, dtype=np.int64)
-        kern(np.ascontiguousarray(order), np.ascontiguousarray(q, dtype=np.int64), u, row,
-             k, TICKS, span, out)
-        return out.reshape(r_, e_)
-    ends = np.cumsum(q[order], axis=1)
-    ends += np.arange(pool, dtype=np.int64)[:, None] * span
-    flat_ends, flat_order = ends.ravel(), order.ravel()
-    needles = u[None, :] + (np.arange(k, dtype=np.int64) * TICKS)[:, None]
-    arc = np.searchsorted(flat_ends, needles.ravel(), side="right")   # sorted per winding
-    cell = (row[None, :] + flat_order[arc].reshape(k, tokens)).ravel()
-    return np.bincount(cell, minlength=r_ * e_).reshape(r_, e_)
-
-
-_ROWS: dict[tuple[int, int], np.ndarray] = {}
-
-
-def _identity_rows(pool: int, e_: int) -> np.ndarray:
-    """(pool, E) rows 0..E-1, C-contiguous, read-only: ``rng.permuted`` shuffles each
-    row in its own memory (the same draws, the same orders as from a broadcast view,
-    whose copy is column-major: ~20 % less time)."""
-    hit = _ROWS.get((pool, e_))
-    if hit is None:
-        hit = np.tile(np.arange(e_), (pool, 1))
-        hit.setflags(write=False)
-        if pool == POOL_ORDERS and len(_ROWS) < 16:    # kept: a full pool, few widths
-            _ROWS[(pool, e_)] = hit
-    return hit
-
-
-def use_pool_kernel(on: bool | None) -> None:
-    """Tests: ``True`` compiles and uses the pooled counting loop now, ``False`` keeps
-    numpy, ``None`` restores the default (:data:`moesim.gating.same_jit.POOL`)."""
-    POOL.use(on)
+    """:func:`_sparse_counts` when every row shares the arcs ``q`` (E,): a pool of random
+    circle orders, each token on one of them (:func:`moesim.gating.pooled.pooled_counts`)."""
+    return pooled_counts(rng, n, q, k, TICKS)
 
 
 #: :func:`_same_rows`' draw-independent arrays per (pi, n, rows): every micro-batch of a
