@@ -141,6 +141,7 @@ def route_microbatch(cfg: RoutingConfig, *, n_experts: int, top_k: int,
     if path == "auto":
         path = "token" if n_tok * n_experts <= TOKEN_PATH_LIMIT else "counts"
     cap = capacity(t, k, n_experts, cfg.capacity_factor)
+    all_kept = False      # kept == assign by construction (no capacity, counts path)
 
     choices: list[np.ndarray] = []
     if path == "token":
@@ -162,6 +163,7 @@ def route_microbatch(cfg: RoutingConfig, *, n_experts: int, top_k: int,
         assign = assign_counts(rng, pi, t, k)
         if np.isposinf(cap).all() and assign.dtype == np.int64:   # no capacity: all kept
             kept = assign.copy()
+            all_kept = True
         else:
             kept = np.minimum(assign, np.minimum(cap, assign.max(initial=0))[:, None]
                               ).astype(np.int64)
@@ -174,8 +176,10 @@ def route_microbatch(cfg: RoutingConfig, *, n_experts: int, top_k: int,
     rows = padded_counts(kept, cap) if cfg.pad_to_capacity else kept
     dispatch, rank_expert = placement.split_counts(rows, ranks_per_node)
     dbytes, cbytes = byte_matrices(dispatch, hidden, dispatch_dtype, combine_dtype, source)
-    tot = int(assign.sum())
-    f = assign.sum(axis=0) / tot if tot else np.zeros(n_experts)
+    kept_sum = kept.sum(axis=0)
+    col = kept_sum if all_kept else assign.sum(axis=0)
+    tot = int(col.sum())
+    f = col / tot if tot else np.zeros(n_experts)
     gpu_tok = node_tok = None
     if dedup_ranks_per_node is not None:
         if path == "token":
@@ -196,8 +200,10 @@ def route_microbatch(cfg: RoutingConfig, *, n_experts: int, top_k: int,
             gpu_tok, node_tok = dedup.estimate(kept, placement.home, dedup_ranks_per_node,
                                                ratios, by_rank=dispatch if same else None)
     return MicrobatchRouting(
-        assign=assign, kept=kept, dropped=assign - kept, capacity=cap, padding=rows - kept,
-        expert_tokens=kept.sum(axis=0), rank_expert_tokens=rank_expert,
+        assign=assign, kept=kept,
+        dropped=np.zeros_like(assign) if all_kept else assign - kept, capacity=cap,
+        padding=np.zeros_like(kept) if rows is kept else rows - kept,
+        expert_tokens=kept_sum, rank_expert_tokens=rank_expert,
         rank_tokens=dispatch.sum(axis=0), dispatch_tokens=dispatch,
         combine_tokens=dispatch.T.copy(), dispatch_bytes=dbytes, combine_bytes=cbytes,
         router_prob_mean=p_mean, f=f, lb_loss=lb_loss(f, p_mean), shares=q,
