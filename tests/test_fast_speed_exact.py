@@ -136,8 +136,10 @@ def test_compiled_link_bound_equals_numpy_bit_for_bit(monkeypatch):
     pytest.importorskip("numba")
     from moesim.engine.fast import network as fast_network
     from moesim.engine.fast.kernels import drain_equal_ends
+    from moesim.network import jit
 
-    monkeypatch.setattr(fast_network, "JIT_AFTER_CALLS", 10**12)   # finish: numpy
+    # finish: numpy (numba may be imported already: the threshold alone does not hold it)
+    monkeypatch.setitem(jit._state, "want", False)
 
     topo, gpus, _ = _topo()
     inc = _Incidence(topo, gpus, tuple(range(64)))
@@ -148,7 +150,7 @@ def test_compiled_link_bound_equals_numpy_bit_for_bit(monkeypatch):
         if frac:       # fractional bytes (the loads' order matters)
             m = m * rng.random((64, 64)) / 3.0
         a = np.full(64, t0)
-        want = inc.finish(m, a)      # numpy (below the compile threshold)
+        want = inc.finish(m, a)      # numpy
         got = drain_equal_ends(np.ascontiguousarray(m, dtype=float).ravel(), inc.pad_t,
                                inc.cap, inc.lat, 64, t0)
         assert got.tobytes() == want.tobytes()
@@ -157,7 +159,7 @@ def test_compiled_link_bound_equals_numpy_bit_for_bit(monkeypatch):
 def test_compiled_link_bound_follows_the_numba_switch(monkeypatch):
     """``use_numba(False)`` (or MOESIM_NUMBA=0) keeps the fast path's link bound on
     numpy; with numba wanted and importable the compiled loop takes over after
-    ``JIT_AFTER_CALLS`` calls."""
+    ``JIT_AFTER_CALLS`` calls, or at once once numba is imported."""
     from moesim.engine.fast import network as fast_network
     from moesim.network import jit
 
@@ -170,6 +172,23 @@ def test_compiled_link_bound_follows_the_numba_switch(monkeypatch):
             assert fast_network._compiled_drain() is not None
     finally:
         jit.use_numba(old)
+
+
+def test_compiled_link_bound_at_once_when_numba_is_imported(monkeypatch):
+    """Once numba is imported (e.g. by the routing sampler) the compiled link bound
+    runs from the first call: the import the threshold waits out is paid."""
+    pytest.importorskip("numba")
+    import numba  # noqa: F401
+
+    from moesim.engine.fast import network as fast_network
+    from moesim.network import jit
+
+    monkeypatch.setattr(fast_network, "JIT_AFTER_CALLS", 10**12)
+    monkeypatch.setattr(fast_network, "_jit", {"calls": 0, "kernel": None})
+    monkeypatch.setitem(jit._state, "want", True)
+    assert fast_network._compiled_drain() is not None
+    monkeypatch.setitem(jit._state, "want", False)
+    assert fast_network._compiled_drain() is None
 
 
 def test_deepep_plans_from_shared_token_sums_equal_their_own_sums(monkeypatch):

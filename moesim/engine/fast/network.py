@@ -19,6 +19,7 @@ Units: seconds, bytes, bytes/s.
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Sequence
 
 import numpy as np
@@ -58,10 +59,12 @@ _jit: dict[str, object] = {"calls": 0, "kernel": None}
 
 def _compiled_drain():
     """The compiled equal-arrivals link bound, or None (numpy): after
-    ``JIT_AFTER_CALLS`` calls, where :func:`moesim.network.jit.kernels` says numba is
-    wanted and importable (``MOESIM_NUMBA=0`` or ``use_numba(False)``: numpy)."""
+    ``JIT_AFTER_CALLS`` calls, or at once when numba is imported already (e.g. by the
+    routing sampler: its import, the cost the threshold waits out, is paid), where
+    :func:`moesim.network.jit.kernels` says numba is wanted and importable
+    (``MOESIM_NUMBA=0`` or ``use_numba(False)``: numpy)."""
     _jit["calls"] = calls = int(_jit["calls"]) + 1     # type: ignore[call-overload]
-    if calls <= JIT_AFTER_CALLS:
+    if calls <= JIT_AFTER_CALLS and _jit["kernel"] is None and "numba" not in sys.modules:
         return None
     from moesim.network import jit
 
