@@ -32,23 +32,33 @@ def drain_equal_ends(flat, pad_t, cap, lat, n, a0):   # pragma: no cover - compi
     for lk in range(n_links):
         f_link[lk] = a0 + load[lk] / cap[lk] if load[lk] > 0 else -np.inf
     f_link[n_links] = -np.inf
-    end = np.full(n, -np.inf)
+    # each pair's end: the max over its hops, hop row by hop row (maxima of floats
+    # without NaN: any order gives the same float), then over each row and column
+    f = np.empty(n2)
+    row = pad_t[0]
     for p in range(n2):
-        if flat[p] > 0:
-            f = f_link[pad_t[0, p]]
-            for h in range(1, hops):
-                x = f_link[pad_t[h, p]]
-                if x > f:
-                    f = x
-            f = (f if f > a0 else a0) + lat[p]
-            i, j = p // n, p % n
-            if f > end[i]:
-                end[i] = f
-            if f > end[j]:
-                end[j] = f
+        f[p] = f_link[row[p]]
+    for h in range(1, hops):
+        row = pad_t[h]
+        for p in range(n2):
+            x = f_link[row[p]]
+            f[p] = x if x > f[p] else f[p]
+    for p in range(n2):
+        x = f[p]
+        x = (x if x > a0 else a0) + lat[p]
+        f[p] = x if flat[p] > 0 else -np.inf
+    end = np.full(n, a0)
+    col = np.full(n, -np.inf)
     for i in range(n):
-        if a0 > end[i]:
-            end[i] = a0
+        m = -np.inf
+        b = i * n
+        for j in range(n):
+            x = f[b + j]
+            m = x if x > m else m
+            col[j] = x if x > col[j] else col[j]
+        end[i] = m if m > end[i] else end[i]
+    for j in range(n):
+        end[j] = col[j] if col[j] > end[j] else end[j]
     return end
 
 
