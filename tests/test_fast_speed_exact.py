@@ -134,7 +134,6 @@ def test_compiled_link_bound_equals_numpy_bit_for_bit(monkeypatch):
     """The numba loop of an all-to-all whose members arrive together (every DeepEP
     exchange on EP64) gives the numpy link bound's ends bit for bit."""
     pytest.importorskip("numba")
-    from moesim.engine.fast import network as fast_network
     from moesim.engine.fast.kernels import drain_equal_ends
     from moesim.network import jit
 

@@ -29,8 +29,9 @@ from typing import Protocol
 import numpy as np
 
 from moesim.engine.breakdown import CATEGORIES
-from moesim.engine.fast.engine import Context, _chains, _route_rec
+from moesim.engine.fast.engine import Context, _chains
 from moesim.engine.fast.pipeline import Chain
+from moesim.engine.fast.records import _route_rec
 from moesim.engine.fast.summary import make_plan, shortcuts
 from moesim.engine.summary import link_stats, make_result, summarize
 from moesim.model import costs
