@@ -232,3 +232,37 @@ def test_dedup_estimate_from_the_dispatch_equals_its_own_sums():
         want = dedup.estimate(kept, home, 8, ratios)
         got = dedup.estimate(kept, home, 8, ratios, by_rank=by_rank)
         assert all(a.tobytes() == b.tobytes() for a, b in zip(want, got, strict=True))
+
+
+def test_compiled_staggered_link_bound_equals_numpy_bit_for_bit(monkeypatch):
+    """The numba loop of an all-to-all whose members arrive apart (start levels, the
+    staggered link bound of groups over ``SHARING_MAX_MEMBERS``) gives the numpy
+    ``drain_finish`` ends bit for bit: distinct arrivals, more arrivals than levels
+    (quantiles), ties, fractional and negative bytes, no bytes."""
+    pytest.importorskip("numba")
+    from moesim.engine.fast import network as fast_network
+    from moesim.network import jit
+
+    topo, gpus, _ = _topo()
+    inc = _Incidence(topo, gpus, tuple(range(64)))
+    rng = np.random.default_rng(7)
+    cases = []
+    for dens, frac, spread in ((0.25, False, 3), (0.05, True, 64), (1.0, True, 10),
+                               (0.6, True, 2), (0.0, False, 5), (0.3, False, 64)):
+        m = rng.integers(0, 4, (64, 64)) * 1e6 * (rng.random((64, 64)) < dens)
+        if frac:
+            m = m * rng.random((64, 64)) / 3.0
+        a = rng.integers(0, spread, 64) * 1.7e-4 + 0.25
+        cases.append((m, a))
+    m, a = cases[1]
+    m = m.copy()
+    m[0, 1] = -5.0                      # bytes below zero: loaded, not a live flow
+    cases.append((m, a))
+    cases.append((cases[0][0].T, cases[0][1]))    # a transposed view
+    monkeypatch.setitem(jit._state, "want", False)
+    want = [inc.finish(m, a) for m, a in cases]
+    monkeypatch.setitem(jit._state, "want", True)
+    monkeypatch.setattr(fast_network, "JIT_AFTER_CALLS", 0)
+    assert fast_network._compiled_drain(levels=True) is not None
+    for (m, a), w in zip(cases, want, strict=True):
+        assert inc.finish(m, a).tobytes() == w.tobytes()

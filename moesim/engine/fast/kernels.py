@@ -62,6 +62,49 @@ def drain_equal_ends(flat, pad_t, cap, lat, n, a0):   # pragma: no cover - compi
     return end
 
 
+@njit(cache=True, nogil=True)
+def drain_level_ends(flat, start, taus, pad_t, cap, lat, n, arr):   # pragma: no cover
+    """Per member: :meth:`moesim.engine.fast.network._Incidence.finish` by the staggered
+    link bound when members arrive apart (``drain_finish``'s start levels): flow p starts
+    at ``start[p]``; each link's load at level τ_k sums, pair by pair (np.bincount's
+    order), the bytes of its flows starting at or after τ_k; the link is done at the
+    latest τ_k + load / cap; a flow ends at max(its latest link, its start) + its path
+    latency; a member at the latest end of its flows, or its arrival ``arr``. ``taus``
+    from :func:`moesim.engine.fast.network._start_levels` (not empty)."""
+    n_links = cap.shape[0]
+    hops, n2 = pad_t.shape
+    k_n = taus.shape[0]
+    load = np.zeros((n_links + 1, k_n))
+    for p in range(n2):
+        w = flat[p]
+        if w != 0.0:
+            sp = start[p]
+            for k in range(k_n):
+                if sp >= taus[k]:
+                    for h in range(hops):
+                        load[pad_t[h, p], k] += w
+    f_link = np.full(n_links + 1, -np.inf)
+    for lk in range(n_links):
+        m = -np.inf
+        for k in range(k_n):
+            if load[lk, k] > 0:
+                x = taus[k] + load[lk, k] / cap[lk]
+                m = x if x > m else m
+        f_link[lk] = m
+    end = arr.copy()
+    for p in range(n2):
+        if flat[p] > 0:
+            f = f_link[pad_t[0, p]]
+            for h in range(1, hops):
+                x = f_link[pad_t[h, p]]
+                f = x if x > f else f
+            f = (f if f > start[p] else start[p]) + lat[p]
+            i, j = p // n, p % n
+            end[i] = f if f > end[i] else end[i]
+            end[j] = f if f > end[j] else end[j]
+    return end
+
+
 @njit(cache=True, nogil=True, inline="always")
 def _maximum(x, y):   # pragma: no cover - compiled
     """``np.maximum`` of two floats (NaN from the first, else the larger)."""

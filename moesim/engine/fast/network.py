@@ -57,8 +57,9 @@ JIT_AFTER_CALLS = 2000
 _jit: dict[str, object] = {"calls": 0, "kernel": None}
 
 
-def _compiled_drain():
-    """The compiled equal-arrivals link bound, or None (numpy): after
+def _compiled_drain(levels: bool = False):
+    """The compiled equal-arrivals link bound (``levels``: the staggered one of
+    members arriving apart, ``drain_level_ends``), or None (numpy): after
     ``JIT_AFTER_CALLS`` calls, or at once when numba is imported already (e.g. by the
     routing sampler: its import, the cost the threshold waits out, is paid), where
     :func:`moesim.network.jit.kernels` says numba is wanted and importable
@@ -68,15 +69,16 @@ def _compiled_drain():
         return None
     from moesim.network import jit
 
-    if _jit["kernel"] is not None:      # loaded: only the switch turns it off
-        return _jit["kernel"] if jit.kernels(load=False) is not None else None
-    if jit.kernels() is None:
-        return None
     if _jit["kernel"] is None:
-        from moesim.engine.fast.kernels import drain_equal_ends
+        if jit.kernels() is None:
+            return None
+        from moesim.engine.fast import kernels
 
-        _jit["kernel"] = drain_equal_ends
-    return _jit["kernel"]
+        _jit["kernel"] = kernels
+    elif jit.kernels(load=False) is None:      # loaded: only the switch turns it off
+        return None
+    mod = _jit["kernel"]
+    return mod.drain_level_ends if levels else mod.drain_equal_ends   # type: ignore[attr-defined]
 
 
 def _start_levels(matrix: np.ndarray, arrivals: np.ndarray, k_max: int):
@@ -170,11 +172,16 @@ class _Incidence:
         ``SHARING_MAX_MEMBERS``: :meth:`drain_finish`)."""
         a = np.asarray(arrivals, dtype=float)
         if self.n > SHARING_MAX_MEMBERS:
-            if len(a) and np.all(a == a[0]):
-                kernel = _compiled_drain()
-                if kernel is not None:     # the same bits as below (tested)
-                    return kernel(np.ascontiguousarray(matrix, dtype=float).ravel(),
-                                  self.pad_t, self.cap, self.lat, self.n, float(a[0]))
+            equal = bool(len(a)) and bool(np.all(a == a[0]))
+            kernel = _compiled_drain(levels=not equal)
+            if kernel is not None and equal:     # the same bits as drain_finish (tested)
+                return kernel(np.ascontiguousarray(matrix, dtype=float).ravel(),
+                              self.pad_t, self.cap, self.lat, self.n, float(a[0]))
+            if kernel is not None:
+                flat, start, live, taus = _start_levels(matrix, a, k_max)
+                if taus is None:
+                    return a.copy()
+                return kernel(flat, start, taus, self.pad_t, self.cap, self.lat, self.n, a)
             f_pair, live = self.drain_finish(matrix, a, k_max)
         else:
             f_pair, live = self.flow_finish(matrix, a, k_max)
