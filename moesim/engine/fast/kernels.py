@@ -1,12 +1,15 @@
-"""numba-compiled inner loop of the fast path's staggered link bound (loaded lazily by
-:mod:`moesim.engine.fast.network` once a run times many all-to-alls).
+"""numba-compiled inner loops of the fast path's staggered link bound (loaded lazily by
+:mod:`moesim.engine.fast.network` once a run times many all-to-alls, or numba is
+imported already).
 
 :func:`drain_equal_ends` is :meth:`moesim.engine.fast.network._Incidence.finish` for an
 all-to-all whose members all arrive together (every DeepEP exchange) on a group timed
 by the staggered link bound: the same floating-point operations in the same order
 (link loads summed pair by pair as ``np.bincount`` sums them, then ``a0 + load / cap``,
 maxima over hops and over each member's flows), hence the same bits (tested against
-the numpy path in tests/test_fast_speed_exact.py). No moesim imports.
+the numpy path in tests/test_fast_speed_exact.py); :func:`drain_level_ends` is the same
+for members arriving apart (``drain_finish``'s start levels, one load per link and
+level). No moesim imports.
 """
 
 from __future__ import annotations

@@ -49,9 +49,9 @@ EXACT_MAX_MEMBERS = 32
 #: per-link processor sharing instead, and says so in the summary's shortcuts
 EXACT_FLOW_BUDGET = 1_000_000
 
-#: all-to-alls timed by the staggered link bound with every member arriving together
-#: before the compiled loop (:mod:`moesim.engine.fast.kernels`, numba) takes over: importing
-#: numba costs about a second of CPU, more than a small run's link bounds
+#: all-to-alls timed by the staggered link bound before the compiled loops
+#: (:mod:`moesim.engine.fast.kernels`, numba) take over, unless numba is imported already:
+#: importing numba costs about a second of CPU, more than a small run's link bounds
 JIT_AFTER_CALLS = 2000
 
 _jit: dict[str, object] = {"calls": 0, "kernel": None}
