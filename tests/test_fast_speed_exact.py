@@ -134,10 +134,11 @@ def test_compiled_link_bound_equals_numpy_bit_for_bit(monkeypatch):
     """The numba loop of an all-to-all whose members arrive together (every DeepEP
     exchange on EP64) gives the numpy link bound's ends bit for bit."""
     pytest.importorskip("numba")
-    from moesim.engine.fast import network as fast_network
     from moesim.engine.fast.kernels import drain_equal_ends
+    from moesim.network import jit
 
-    monkeypatch.setattr(fast_network, "JIT_AFTER_CALLS", 10**12)   # finish: numpy
+    # finish: numpy (numba may be imported already: the threshold alone does not hold it)
+    monkeypatch.setitem(jit._state, "want", False)
 
     topo, gpus, _ = _topo()
     inc = _Incidence(topo, gpus, tuple(range(64)))
@@ -148,7 +149,7 @@ def test_compiled_link_bound_equals_numpy_bit_for_bit(monkeypatch):
         if frac:       # fractional bytes (the loads' order matters)
             m = m * rng.random((64, 64)) / 3.0
         a = np.full(64, t0)
-        want = inc.finish(m, a)      # numpy (below the compile threshold)
+        want = inc.finish(m, a)      # numpy
         got = drain_equal_ends(np.ascontiguousarray(m, dtype=float).ravel(), inc.pad_t,
                                inc.cap, inc.lat, 64, t0)
         assert got.tobytes() == want.tobytes()
@@ -157,7 +158,7 @@ def test_compiled_link_bound_equals_numpy_bit_for_bit(monkeypatch):
 def test_compiled_link_bound_follows_the_numba_switch(monkeypatch):
     """``use_numba(False)`` (or MOESIM_NUMBA=0) keeps the fast path's link bound on
     numpy; with numba wanted and importable the compiled loop takes over after
-    ``JIT_AFTER_CALLS`` calls."""
+    ``JIT_AFTER_CALLS`` calls, or at once once numba is imported."""
     from moesim.engine.fast import network as fast_network
     from moesim.network import jit
 
@@ -170,6 +171,23 @@ def test_compiled_link_bound_follows_the_numba_switch(monkeypatch):
             assert fast_network._compiled_drain() is not None
     finally:
         jit.use_numba(old)
+
+
+def test_compiled_link_bound_at_once_when_numba_is_imported(monkeypatch):
+    """Once numba is imported (e.g. by the routing sampler) the compiled link bound
+    runs from the first call: the import the threshold waits out is paid."""
+    pytest.importorskip("numba")
+    import numba  # noqa: F401
+
+    from moesim.engine.fast import network as fast_network
+    from moesim.network import jit
+
+    monkeypatch.setattr(fast_network, "JIT_AFTER_CALLS", 10**12)
+    monkeypatch.setattr(fast_network, "_jit", {"calls": 0, "kernel": None})
+    monkeypatch.setitem(jit._state, "want", True)
+    assert fast_network._compiled_drain() is not None
+    monkeypatch.setitem(jit._state, "want", False)
+    assert fast_network._compiled_drain() is None
 
 
 def test_deepep_plans_from_shared_token_sums_equal_their_own_sums(monkeypatch):
@@ -214,3 +232,37 @@ def test_dedup_estimate_from_the_dispatch_equals_its_own_sums():
         want = dedup.estimate(kept, home, 8, ratios)
         got = dedup.estimate(kept, home, 8, ratios, by_rank=by_rank)
         assert all(a.tobytes() == b.tobytes() for a, b in zip(want, got, strict=True))
+
+
+def test_compiled_staggered_link_bound_equals_numpy_bit_for_bit(monkeypatch):
+    """The numba loop of an all-to-all whose members arrive apart (start levels, the
+    staggered link bound of groups over ``SHARING_MAX_MEMBERS``) gives the numpy
+    ``drain_finish`` ends bit for bit: distinct arrivals, more arrivals than levels
+    (quantiles), ties, fractional and negative bytes, no bytes."""
+    pytest.importorskip("numba")
+    from moesim.engine.fast import network as fast_network
+    from moesim.network import jit
+
+    topo, gpus, _ = _topo()
+    inc = _Incidence(topo, gpus, tuple(range(64)))
+    rng = np.random.default_rng(7)
+    cases = []
+    for dens, frac, spread in ((0.25, False, 3), (0.05, True, 64), (1.0, True, 10),
+                               (0.6, True, 2), (0.0, False, 5), (0.3, False, 64)):
+        m = rng.integers(0, 4, (64, 64)) * 1e6 * (rng.random((64, 64)) < dens)
+        if frac:
+            m = m * rng.random((64, 64)) / 3.0
+        a = rng.integers(0, spread, 64) * 1.7e-4 + 0.25
+        cases.append((m, a))
+    m, a = cases[1]
+    m = m.copy()
+    m[0, 1] = -5.0                      # bytes below zero: loaded, not a live flow
+    cases.append((m, a))
+    cases.append((cases[0][0].T, cases[0][1]))    # a transposed view
+    monkeypatch.setitem(jit._state, "want", False)
+    want = [inc.finish(m, a) for m, a in cases]
+    monkeypatch.setitem(jit._state, "want", True)
+    monkeypatch.setattr(fast_network, "JIT_AFTER_CALLS", 0)
+    assert fast_network._compiled_drain(levels=True) is not None
+    for (m, a), w in zip(cases, want, strict=True):
+        assert inc.finish(m, a).tobytes() == w.tobytes()

@@ -264,6 +264,20 @@ def _plan_ll(counts: DedupCounts, op: str, dtype: str, hidden: int, combine: boo
                   sel * logical, (pair * same).sum(axis=1) * logical, float(msg))
 
 
+def ll_matrix(pair_tokens: np.ndarray, dtype: str, hidden: int, combine: bool) -> np.ndarray:
+    """Bytes between EP ranks of :func:`_plan_ll`'s stages summed (what an exchange's
+    ``byte_matrix`` carries), without the plan: every (token, expert) message to its
+    GPU, the diagonal zero, the combine's the transpose (a view, as the plan's stages
+    are laid out). The same floats: the plan's RDMA and NVLink stages never share a
+    pair, so each entry is one product plus zeros (tests/test_ep_plan_ll_matrix.py)."""
+    m = pair_tokens.astype(float) * ll_bytes_per_message(dtype, hidden, combine=combine)
+    m.flat[::m.shape[1] + 1] = 0.0
+    neg = m < 0
+    if neg.any():
+        m[neg] = 0.0
+    return m.T if combine else m
+
+
 def _plan_nccl(counts: DedupCounts, op: str, dtype: str, hidden: int, combine: bool) -> EpPlan:
     """Today's pairwise all-to-all: one copy per (token, expert) of the hidden vector."""
     n, L = counts.pair_tokens.shape[0], counts.ranks_per_node

@@ -17,10 +17,12 @@ combine's gradient travels as a dispatch and the dispatch's as a combine, both i
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 
 from moesim.collectives.ep_exchange import EPExchangeSpec
-from moesim.ep.plan import plan_ep_exchange
+from moesim.ep.plan import ll_matrix, plan_ep_exchange
 from moesim.ep.timing import SM_WRITE_BPS, medium_rates, path_latencies
 from moesim.errors import InputError
 from moesim.gating.tokens import DedupCounts
@@ -56,6 +58,7 @@ class EPBackend:
             self.launch_s = float(getattr(res.device, "graph_kernel_s", 0.0))
         self._bounds: dict[tuple[int, ...], tuple[float, float, dict[str, float]]] = {}
         self._counts: tuple | None = None     # (routed micro-batch, its DedupCounts)
+        self._ll: dict[tuple, EPExchangeSpec] = {}  # (group, op, dtype) -> a planned LL spec
         if self.kind in DEEPEP_KINDS:
             if res.routing.replicate:
                 raise InputError(self.src, "routing.replicate",
@@ -104,8 +107,17 @@ class EPBackend:
 
     def spec(self, route, group: tuple[int, ...], name: str, ranks_per_node: int
              ) -> EPExchangeSpec:
-        """The planned exchange ``name`` (``fwd.dispatch`` ...) of one routed micro-batch."""
+        """The planned exchange ``name`` (``fwd.dispatch`` ...) of one routed micro-batch.
+        Low-latency kernels: planned once per (group, op, dtype), then only the byte
+        matrix (:func:`moesim.ep.plan.ll_matrix`), the rest not depending on the counts."""
         op, which = DIRECTIONS[name]
+        if self.kind == "deepep-ll":
+            fixed = self._ll.get((group, op, which))
+            if fixed is not None:
+                matrix = ll_matrix(route.dispatch_tokens, self.dtypes[which], self.hidden,
+                                   op == "ep_combine")
+                matrix.setflags(write=False)
+                return dataclasses.replace(fixed, matrix=matrix, sm_s=np.zeros(len(group)))
         if self._counts is None or self._counts[0] is not route \
                 or self._counts[1].ranks_per_node != ranks_per_node:
             # every direction of one routed micro-batch plans from the same counts
@@ -122,9 +134,12 @@ class EPBackend:
                 else np.zeros(len(group)))
         matrix = sum(st.matrix for st in plan.stages)
         matrix.setflags(write=False)
-        return EPExchangeSpec(group=tuple(group), kernel=self.kind, ep_op=op, matrix=matrix,
-                              sm_s=sm_s, fill_s=fill(plan), notify_s=notify(plan),
-                              sms=plan.sms)
+        out = EPExchangeSpec(group=tuple(group), kernel=self.kind, ep_op=op, matrix=matrix,
+                             sm_s=sm_s, fill_s=fill(plan), notify_s=notify(plan),
+                             sms=plan.sms)
+        if self.kind == "deepep-ll":      # no SMs held, no fill or notify: as every plan
+            self._ll[(group, op, which)] = out
+        return out
 
     def _fixed(self, group: tuple[int, ...], plan):
         """Fill/drain and notify of ``plan`` on this group's links (cached per group)."""

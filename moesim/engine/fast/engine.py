@@ -30,7 +30,8 @@ from moesim.engine.fast.dp import RingCost, gradient_phase
 from moesim.engine.fast.dual import a2a_pair, dual_gradient_phase, run_dual_chain
 from moesim.engine.fast.links import LinkBytes
 from moesim.engine.fast.network import EXACT_FLOW_BUDGET, FastNetwork
-from moesim.engine.fast.pipeline import Chain, RouteRec, all_pairs
+from moesim.engine.fast.pipeline import Chain, RouteRec
+from moesim.engine.fast.records import _route_rec
 from moesim.engine.fast.spans import choose_span_ranks
 from moesim.engine.fast.stash import RecordStash
 from moesim.engine.fast.summary import make_plan, shortcuts
@@ -221,68 +222,6 @@ class Context:
             nbytes = float(self.tokens * self.spec.hidden * ACT_BYTES)
             hit = self._tp[rank] = self.rings.time("all_reduce", tuple(g), nbytes)
         return hit
-
-
-def _route_rec(ctx: Context, r, group: tuple[int, ...], forward_only: bool = False) -> RouteRec:
-    """``forward_only``: time the forward dispatch and combine only (serving)."""
-    n = len(group)
-    grad_bpt = float(ACT_BYTES * ctx.spec.hidden)
-    mats = {"fwd.dispatch": r.dispatch_bytes, "fwd.combine": r.combine_bytes}
-    if not forward_only:
-        mats.update({"bwd.combine": r.dispatch_tokens * grad_bpt,
-                     "bwd.dispatch": r.combine_tokens * grad_bpt})
-    off = all_pairs(n)
-    d_out, c_out = r.dispatch_bytes.sum(axis=1), r.combine_bytes.sum(axis=1)
-    if ctx.ep_backend.deepep:
-        # a DeepEP exchange starts when every member has arrived (after the count
-        # exchange): its flows start together; a member is done at max(its last flow,
-        # its SM bound) + fill/drain (moesim.collectives.ep_exchange, the exact rule)
-        L = ctx.ep_ranks_per_node(group)
-        a2a = {}
-        done: dict[tuple[str, str], tuple] = {}
-        pure = ctx.net.stateless(group)
-        for name in mats:
-            key = ctx.ep_backend.plan_key(name)   # directions with one plan share it
-            if key not in done:
-                spec = ctx.ep_backend.spec(r, group, name, L)
-                end = ctx.net.a2a_finish(group, spec.byte_matrix(), np.zeros(n))
-                done[key] = (spec, spec.notify_s + np.maximum(end, spec.sm_s) + spec.fill_s)
-            elif not pure:      # the flow network's clock moves on: time it again
-                spec = done[key][0]
-                end = ctx.net.a2a_finish(group, spec.byte_matrix(), np.zeros(n))
-                done[key] = (spec, spec.notify_s + np.maximum(end, spec.sm_s) + spec.fill_s)
-            spec, a2a[name] = done[key]
-            m = spec.byte_matrix()
-            mats[name] = m          # the bytes that really cross the links
-            if name == "fwd.dispatch":
-                d_out = m.sum(axis=1)
-            elif name == "fwd.combine":
-                c_out = m.sum(axis=1)
-        nz = off
-    elif ctx.a2a_algo == "direct":
-        a2a = {k: np.asarray(m, dtype=float) for k, m in mats.items()}
-        nz = ((r.dispatch_tokens > 0) | (r.dispatch_tokens.T > 0)) & off
-    else:   # phased: everybody waits for everybody, all finish together
-        a2a = {k: np.full(n, ctx.net.collective_time("all_to_all_v", group, 0.0,
-                                                    ctx.a2a_algo, m)) for k, m in mats.items()}
-        nz = off
-    local = r.rank_expert_tokens
-    flat = np.nonzero(local.ravel() != 0)[0]
-    rows, vals = flat // local.shape[1], local.ravel()[flat]
-    exp_t, exp_f = {}, {}
-    for phase in (("fwd", "bwd") + (("bwd.B", "bwd.W") if ctx.dual is not None else ())
-                  + (("act",) if ctx.rc.any_act else ())):
-        t, f = ctx.expert_cost(vals, phase)
-        if ctx.grouped and len(rows) > 1:   # a rank's later experts share the 1st's launches
-            later = np.r_[False, rows[1:] == rows[:-1]]
-            t = np.where(later, ctx.expert_cost(vals, phase, fused=True)[0], t)
-        exp_t[phase] = np.bincount(rows, weights=t, minlength=n)
-        exp_f[phase] = float(f.sum())
-    has = local.sum(axis=1) > 0
-    hot = np.where(has, local.argmax(axis=1), -1)
-    hot_tok = np.where(has, local.max(axis=1), 0)
-    return RouteRec(a2a=a2a, nz=nz, exp_t=exp_t, exp_f=exp_f, hot=hot, hot_tok=hot_tok,
-                    recv=np.asarray(r.rank_tokens), d_out=d_out, c_out=c_out, mats=mats)
 
 
 def _units(ctx: Context, s: int) -> list[list]:

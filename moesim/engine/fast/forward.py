@@ -29,8 +29,9 @@ from typing import Protocol
 import numpy as np
 
 from moesim.engine.breakdown import CATEGORIES
-from moesim.engine.fast.engine import Context, _chains, _route_rec
-from moesim.engine.fast.pipeline import Chain
+from moesim.engine.fast.engine import Context, _chains
+from moesim.engine.fast.pipeline import Chain, all_pairs
+from moesim.engine.fast.records import _route_rec
 from moesim.engine.fast.summary import make_plan, shortcuts
 from moesim.engine.summary import link_stats, make_result, summarize
 from moesim.model import costs
@@ -146,9 +147,12 @@ class ForwardChain(Chain):
     def _issue(self, s: int, kind: str, name: str, rec, layer: int, mb: int):
         """Start an all-to-all on the ep stream; the compute stream goes on."""
         a_ep = np.maximum(self.t[s], self.ep_free)
-        peers = np.where(rec.nz, a_ep[None, :], -np.inf)
-        late = peers.argmax(axis=1)
-        start = np.maximum(a_ep, peers.max(axis=1))
+        if not self.span_pos[s] and self.n > 1 and rec.nz is all_pairs(self.n):
+            start = np.full(self.n, a_ep.max())    # everybody waits for everybody
+        else:
+            peers = np.where(rec.nz, a_ep[None, :], -np.inf)
+            late = peers.argmax(axis=1)
+            start = np.maximum(a_ep, peers.max(axis=1))
         x = rec.a2a[name]
         if x.ndim == 2:
             dur = np.maximum(self.c.net.a2a_finish(self.groups[s], x, a_ep), start) - start

@@ -1,12 +1,15 @@
-"""numba-compiled inner loop of the fast path's staggered link bound (loaded lazily by
-:mod:`moesim.engine.fast.network` once a run times many all-to-alls).
+"""numba-compiled inner loops of the fast path's staggered link bound (loaded lazily by
+:mod:`moesim.engine.fast.network` once a run times many all-to-alls, or numba is
+imported already).
 
 :func:`drain_equal_ends` is :meth:`moesim.engine.fast.network._Incidence.finish` for an
 all-to-all whose members all arrive together (every DeepEP exchange) on a group timed
 by the staggered link bound: the same floating-point operations in the same order
 (link loads summed pair by pair as ``np.bincount`` sums them, then ``a0 + load / cap``,
 maxima over hops and over each member's flows), hence the same bits (tested against
-the numpy path in tests/test_fast_speed_exact.py). No moesim imports.
+the numpy path in tests/test_fast_speed_exact.py); :func:`drain_level_ends` is the same
+for members arriving apart (``drain_finish``'s start levels, one load per link and
+level). No moesim imports.
 """
 
 from __future__ import annotations
@@ -32,23 +35,76 @@ def drain_equal_ends(flat, pad_t, cap, lat, n, a0):   # pragma: no cover - compi
     for lk in range(n_links):
         f_link[lk] = a0 + load[lk] / cap[lk] if load[lk] > 0 else -np.inf
     f_link[n_links] = -np.inf
-    end = np.full(n, -np.inf)
+    # each pair's end: the max over its hops, hop row by hop row (maxima of floats
+    # without NaN: any order gives the same float), then over each row and column
+    f = np.empty(n2)
+    row = pad_t[0]
+    for p in range(n2):
+        f[p] = f_link[row[p]]
+    for h in range(1, hops):
+        row = pad_t[h]
+        for p in range(n2):
+            x = f_link[row[p]]
+            f[p] = x if x > f[p] else f[p]
+    for p in range(n2):
+        x = f[p]
+        x = (x if x > a0 else a0) + lat[p]
+        f[p] = x if flat[p] > 0 else -np.inf
+    end = np.full(n, a0)
+    col = np.full(n, -np.inf)
+    for i in range(n):
+        m = -np.inf
+        b = i * n
+        for j in range(n):
+            x = f[b + j]
+            m = x if x > m else m
+            col[j] = x if x > col[j] else col[j]
+        end[i] = m if m > end[i] else end[i]
+    for j in range(n):
+        end[j] = col[j] if col[j] > end[j] else end[j]
+    return end
+
+
+@njit(cache=True, nogil=True)
+def drain_level_ends(flat, start, taus, pad_t, cap, lat, n, arr):   # pragma: no cover
+    """Per member: :meth:`moesim.engine.fast.network._Incidence.finish` by the staggered
+    link bound when members arrive apart (``drain_finish``'s start levels): flow p starts
+    at ``start[p]``; each link's load at level τ_k sums, pair by pair (np.bincount's
+    order), the bytes of its flows starting at or after τ_k; the link is done at the
+    latest τ_k + load / cap; a flow ends at max(its latest link, its start) + its path
+    latency; a member at the latest end of its flows, or its arrival ``arr``. ``taus``
+    from :func:`moesim.engine.fast.network._start_levels` (not empty)."""
+    n_links = cap.shape[0]
+    hops, n2 = pad_t.shape
+    k_n = taus.shape[0]
+    load = np.zeros((n_links + 1, k_n))
+    for p in range(n2):
+        w = flat[p]
+        if w != 0.0:
+            sp = start[p]
+            for k in range(k_n):
+                if sp >= taus[k]:
+                    for h in range(hops):
+                        load[pad_t[h, p], k] += w
+    f_link = np.full(n_links + 1, -np.inf)
+    for lk in range(n_links):
+        m = -np.inf
+        for k in range(k_n):
+            if load[lk, k] > 0:
+                x = taus[k] + load[lk, k] / cap[lk]
+                m = x if x > m else m
+        f_link[lk] = m
+    end = arr.copy()
     for p in range(n2):
         if flat[p] > 0:
             f = f_link[pad_t[0, p]]
             for h in range(1, hops):
                 x = f_link[pad_t[h, p]]
-                if x > f:
-                    f = x
-            f = (f if f > a0 else a0) + lat[p]
+                f = x if x > f else f
+            f = (f if f > start[p] else start[p]) + lat[p]
             i, j = p // n, p % n
-            if f > end[i]:
-                end[i] = f
-            if f > end[j]:
-                end[j] = f
-    for i in range(n):
-        if a0 > end[i]:
-            end[i] = a0
+            end[i] = f if f > end[i] else end[i]
+            end[j] = f if f > end[j] else end[j]
     return end
 
 

@@ -19,6 +19,7 @@ Units: seconds, bytes, bytes/s.
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Sequence
 
 import numpy as np
@@ -48,32 +49,36 @@ EXACT_MAX_MEMBERS = 32
 #: per-link processor sharing instead, and says so in the summary's shortcuts
 EXACT_FLOW_BUDGET = 1_000_000
 
-#: all-to-alls timed by the staggered link bound with every member arriving together
-#: before the compiled loop (:mod:`moesim.engine.fast.kernels`, numba) takes over: importing
-#: numba costs about a second of CPU, more than a small run's link bounds
+#: all-to-alls timed by the staggered link bound before the compiled loops
+#: (:mod:`moesim.engine.fast.kernels`, numba) take over, unless numba is imported already:
+#: importing numba costs about a second of CPU, more than a small run's link bounds
 JIT_AFTER_CALLS = 2000
 
 _jit: dict[str, object] = {"calls": 0, "kernel": None}
 
 
-def _compiled_drain():
-    """The compiled equal-arrivals link bound, or None (numpy): after
-    ``JIT_AFTER_CALLS`` calls, where :func:`moesim.network.jit.kernels` says numba is
-    wanted and importable (``MOESIM_NUMBA=0`` or ``use_numba(False)``: numpy)."""
+def _compiled_drain(levels: bool = False):
+    """The compiled equal-arrivals link bound (``levels``: the staggered one of
+    members arriving apart, ``drain_level_ends``), or None (numpy): after
+    ``JIT_AFTER_CALLS`` calls, or at once when numba is imported already (e.g. by the
+    routing sampler: its import, the cost the threshold waits out, is paid), where
+    :func:`moesim.network.jit.kernels` says numba is wanted and importable
+    (``MOESIM_NUMBA=0`` or ``use_numba(False)``: numpy)."""
     _jit["calls"] = calls = int(_jit["calls"]) + 1     # type: ignore[call-overload]
-    if calls <= JIT_AFTER_CALLS:
+    if calls <= JIT_AFTER_CALLS and _jit["kernel"] is None and "numba" not in sys.modules:
         return None
     from moesim.network import jit
 
-    if _jit["kernel"] is not None:      # loaded: only the switch turns it off
-        return _jit["kernel"] if jit.kernels(load=False) is not None else None
-    if jit.kernels() is None:
-        return None
     if _jit["kernel"] is None:
-        from moesim.engine.fast.kernels import drain_equal_ends
+        if jit.kernels() is None:
+            return None
+        from moesim.engine.fast import kernels
 
-        _jit["kernel"] = drain_equal_ends
-    return _jit["kernel"]
+        _jit["kernel"] = kernels
+    elif jit.kernels(load=False) is None:      # loaded: only the switch turns it off
+        return None
+    mod = _jit["kernel"]
+    return mod.drain_level_ends if levels else mod.drain_equal_ends   # type: ignore[attr-defined]
 
 
 def _start_levels(matrix: np.ndarray, arrivals: np.ndarray, k_max: int):
@@ -167,11 +172,16 @@ class _Incidence:
         ``SHARING_MAX_MEMBERS``: :meth:`drain_finish`)."""
         a = np.asarray(arrivals, dtype=float)
         if self.n > SHARING_MAX_MEMBERS:
-            if len(a) and np.all(a == a[0]):
-                kernel = _compiled_drain()
-                if kernel is not None:     # the same bits as below (tested)
-                    return kernel(np.ascontiguousarray(matrix, dtype=float).ravel(),
-                                  self.pad_t, self.cap, self.lat, self.n, float(a[0]))
+            equal = bool(len(a)) and bool(np.all(a == a[0]))
+            kernel = _compiled_drain(levels=not equal)
+            if kernel is not None and equal:     # the same bits as drain_finish (tested)
+                return kernel(np.ascontiguousarray(matrix, dtype=float).ravel(),
+                              self.pad_t, self.cap, self.lat, self.n, float(a[0]))
+            if kernel is not None:
+                flat, start, live, taus = _start_levels(matrix, a, k_max)
+                if taus is None:
+                    return a.copy()
+                return kernel(flat, start, taus, self.pad_t, self.cap, self.lat, self.n, a)
             f_pair, live = self.drain_finish(matrix, a, k_max)
         else:
             f_pair, live = self.flow_finish(matrix, a, k_max)
