@@ -201,8 +201,8 @@ def route_microbatch(cfg: RoutingConfig, *, n_experts: int, top_k: int,
                                                ratios, by_rank=dispatch if same else None)
     return MicrobatchRouting(
         assign=assign, kept=kept,
-        dropped=np.zeros_like(assign) if all_kept else assign - kept, capacity=cap,
-        padding=np.zeros_like(kept) if rows is kept else rows - kept,
+        dropped=np.zeros(assign.shape, np.int64) if all_kept else assign - kept, capacity=cap,
+        padding=np.zeros(kept.shape, np.int64) if rows is kept else rows - kept,
         expert_tokens=kept_sum, rank_expert_tokens=rank_expert,
         rank_tokens=dispatch.sum(axis=0), dispatch_tokens=dispatch,
         combine_tokens=dispatch.T.copy(), dispatch_bytes=dbytes, combine_bytes=cbytes,
