@@ -162,7 +162,7 @@ def route_microbatch(cfg: RoutingConfig, *, n_experts: int, top_k: int,
     else:
         assign = assign_counts(rng, pi, t, k)
         if np.isposinf(cap).all() and assign.dtype == np.int64:   # no capacity: all kept
-            kept = assign.copy()
+            kept = assign       # the same array: nothing reads them to write
             all_kept = True
         else:
             kept = np.minimum(assign, np.minimum(cap, assign.max(initial=0))[:, None]

@@ -140,6 +140,7 @@ class Builder(GradientOps, DualPipeOps, PairedOps, FoldedOps, RecomputeOps):
         self.rmap: ReplicaMap | None = replica_map(self.lay) if replicas == "identical" else None
         self.dedup = dedup
         self._counted: set[tuple[int, int, int]] = set()
+        self._rpn: dict[tuple[int, ...], int | None] = {}
 
     # ---------------------------------------------------------------- routing
     def route(self, group_idx: int, group: tuple[int, ...], layer: int, mb: int):
@@ -172,7 +173,8 @@ class Builder(GradientOps, DualPipeOps, PairedOps, FoldedOps, RecomputeOps):
         return r
 
     def _account(self, r, group: tuple[int, ...], j: int) -> None:
-        self.expert_tokens[j] += r.assign.sum(axis=0)
+        self.expert_tokens[j] += (r.expert_tokens if r.kept is r.assign  # nothing dropped
+                                  else r.assign.sum(axis=0))
         self.expert_kept[j] += r.expert_tokens
         # capacity per expert summed over the sources and micro-batches of the step,
         # comparable with expert_tokens (inf when there is no capacity factor)
@@ -190,6 +192,14 @@ class Builder(GradientOps, DualPipeOps, PairedOps, FoldedOps, RecomputeOps):
             self.received[rank, j] = max(self.received[rank, j], int(r.rank_tokens[pos]))
 
     def _ep_ranks_per_node(self, group: tuple[int, ...]) -> int | None:
+        """Consecutive EP ranks per node of ``group`` (None: no node structure, or not
+        equally many consecutive ranks per node); remembered per group."""
+        hit = self._rpn.get(group, False)
+        if hit is False:
+            hit = self._rpn[group] = self._ranks_per_node_of(group)
+        return hit
+
+    def _ranks_per_node_of(self, group: tuple[int, ...]) -> int | None:
         if not self.gpn:
             return None
         hosts = [g // self.gpn for g in group]

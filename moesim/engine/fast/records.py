@@ -22,7 +22,6 @@ def _route_rec(ctx, r, group: tuple[int, ...], forward_only: bool = False) -> Ro
         mats.update({"bwd.combine": r.dispatch_tokens * grad_bpt,
                      "bwd.dispatch": r.combine_tokens * grad_bpt})
     off = all_pairs(n)
-    d_out, c_out = r.dispatch_bytes.sum(axis=1), r.combine_bytes.sum(axis=1)
     if ctx.ep_backend.deepep:
         # a DeepEP exchange starts when every member has arrived (after the count
         # exchange): its flows start together; a member is done at max(its last flow,
@@ -49,13 +48,16 @@ def _route_rec(ctx, r, group: tuple[int, ...], forward_only: bool = False) -> Ro
             elif name == "fwd.combine":
                 c_out = m.sum(axis=1)
         nz = off
-    elif ctx.a2a_algo == "direct":
-        a2a = {k: np.asarray(m, dtype=float) for k, m in mats.items()}
-        nz = ((r.dispatch_tokens > 0) | (r.dispatch_tokens.T > 0)) & off
-    else:   # phased: everybody waits for everybody, all finish together
-        a2a = {k: np.full(n, ctx.net.collective_time("all_to_all_v", group, 0.0,
-                                                    ctx.a2a_algo, m)) for k, m in mats.items()}
-        nz = off
+    else:
+        d_out, c_out = r.dispatch_bytes.sum(axis=1), r.combine_bytes.sum(axis=1)
+        if ctx.a2a_algo == "direct":
+            a2a = {k: np.asarray(m, dtype=float) for k, m in mats.items()}
+            nz = ((r.dispatch_tokens > 0) | (r.dispatch_tokens.T > 0)) & off
+        else:   # phased: everybody waits for everybody, all finish together
+            a2a = {k: np.full(n, ctx.net.collective_time("all_to_all_v", group, 0.0,
+                                                        ctx.a2a_algo, m))
+                   for k, m in mats.items()}
+            nz = off
     local = r.rank_expert_tokens
     flat = np.nonzero(local.ravel() != 0)[0]
     rows, vals = flat // local.shape[1], local.ravel()[flat]
@@ -73,8 +75,9 @@ def _route_rec(ctx, r, group: tuple[int, ...], forward_only: bool = False) -> Ro
             t = np.where(later, ctx.expert_cost(vals, phase, fused=True)[0], t)
         exp_t[phase] = np.bincount(rows, weights=t, minlength=n)
         exp_f[phase] = float(f.sum())
-    has = local.sum(axis=1) > 0
+    top = local.max(axis=1)
+    has = top > 0           # token counts are >= 0: a rank with any has a positive max
     hot = np.where(has, local.argmax(axis=1), -1)
-    hot_tok = np.where(has, local.max(axis=1), 0)
+    hot_tok = np.where(has, top, 0)
     return RouteRec(a2a=a2a, nz=nz, exp_t=exp_t, exp_f=exp_f, hot=hot, hot_tok=hot_tok,
                     recv=np.asarray(r.rank_tokens), d_out=d_out, c_out=c_out, mats=mats)
