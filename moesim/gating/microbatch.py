@@ -91,6 +91,20 @@ def _check_node_limit(cfg: RoutingConfig, placement: Placement, ranks_per_node: 
     return node
 
 
+_ZEROS: dict[tuple[int, ...], np.ndarray] = {}
+
+
+def _zeros(shape: tuple[int, ...]) -> np.ndarray:
+    """A read-only int64 array of zeros of ``shape``, shared (no drops, no padding)."""
+    z = _ZEROS.get(shape)
+    if z is None:
+        if len(_ZEROS) >= 64:
+            _ZEROS.clear()
+        z = _ZEROS[shape] = np.zeros(shape, dtype=np.int64)
+        z.setflags(write=False)
+    return z
+
+
 def route_microbatch(cfg: RoutingConfig, *, n_experts: int, top_k: int,
                      tokens_per_rank: np.ndarray, placement: Placement,
                      ranks_per_node: int | None, hidden: int, dispatch_dtype: str,
@@ -201,8 +215,8 @@ def route_microbatch(cfg: RoutingConfig, *, n_experts: int, top_k: int,
                                                ratios, by_rank=dispatch if same else None)
     return MicrobatchRouting(
         assign=assign, kept=kept,
-        dropped=np.zeros(assign.shape, np.int64) if all_kept else assign - kept, capacity=cap,
-        padding=np.zeros(kept.shape, np.int64) if rows is kept else rows - kept,
+        dropped=_zeros(assign.shape) if all_kept else assign - kept, capacity=cap,
+        padding=_zeros(kept.shape) if rows is kept else rows - kept,
         expert_tokens=kept_sum, rank_expert_tokens=rank_expert,
         rank_tokens=dispatch.sum(axis=0), dispatch_tokens=dispatch,
         combine_tokens=dispatch.T.copy(), dispatch_bytes=dbytes, combine_bytes=cbytes,
