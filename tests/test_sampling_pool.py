@@ -107,3 +107,25 @@ def test_one_draw_per_call():
 def test_ticks_must_be_a_power_of_two():
     with pytest.raises(ValueError, match="power of two"):
         pooled.pooled_counts(np.random.default_rng(0), np.array([1]), np.array([3, 3]), 1, 6)
+
+
+@pytest.mark.parametrize("orders", [1, 32])
+def test_any_pool_keeps_variance_and_covariance(monkeypatch, orders):
+    """The module doc's claim: given the pool, tokens are independent and include expert
+    e with probability pi_e whatever the order, so over calls a count's variance is
+    n·pi(1-pi) and two experts' covariance n·(P(both) - pi_e·pi_f), even with one order
+    shared by every token of a call. E = 16, k = 4, pi = 1/4, n = 16 tokens: variance
+    16·1/4·3/4 = 3; the design's P(both) = k(k-1)/(E(E-1)) = 1/20, covariance
+    16·(1/20 - 1/16) = -0.2. 4,000 calls: the variance's standard error ~0.07, the
+    covariance's ~0.05."""
+    monkeypatch.setattr(pooled, "POOL_ORDERS", orders)
+    pooled.use_pool_kernel(False)
+    q = to_ticks(np.full(16, 0.25), 4)
+    rng = np.random.default_rng(17)
+    c = np.array([pooled.pooled_counts(rng, np.array([16]), q, 4, TICKS)[0]
+                  for _ in range(4000)])
+    assert (c.sum(axis=1) == 64).all()
+    var = c.var(axis=0, ddof=1)
+    np.testing.assert_allclose(var.mean(), 3.0, rtol=0.05)
+    cov = np.cov(c[:, 0], c[:, 1])[0, 1]
+    assert abs(cov - (-0.2)) < 0.2, cov
