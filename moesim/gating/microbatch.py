@@ -73,21 +73,34 @@ class MicrobatchRouting:
     padding: np.ndarray | None = None       # (S, E) int64
 
 
+#: :func:`_check_node_limit`'s result per (homes, ranks per node, max_nodes, top_k) that
+#: passed (read-only arrays; None: the limit cannot bind)
+_NODE_LIMIT: dict[tuple, np.ndarray | None] = {}
+
+
 def _check_node_limit(cfg: RoutingConfig, placement: Placement, ranks_per_node: int | None,
                       top_k: int, source: str) -> np.ndarray | None:
     if cfg.max_nodes is None or ranks_per_node is None:
         return None
     if isinstance(ranks_per_node, bool) or not isinstance(ranks_per_node, int) or ranks_per_node < 1:
         raise InputError(source, "ranks_per_node", "an integer >= 1", ranks_per_node)
+    key = (placement.home.tobytes(), ranks_per_node, cfg.max_nodes, top_k)
+    if key in _NODE_LIMIT:          # checked before, for every micro-batch alike
+        return _NODE_LIMIT[key]
+    if len(_NODE_LIMIT) >= 64:
+        _NODE_LIMIT.clear()
     node = placement.node_of_expert(ranks_per_node)
     per_node = np.sort(np.bincount(node))
     per_node = per_node[per_node > 0]
     if cfg.max_nodes >= per_node.size:
+        _NODE_LIMIT[key] = None
         return None  # the limit cannot bind
     if per_node[: cfg.max_nodes].sum() < top_k:
         raise InputError(source, "routing.max_nodes",
                          f"enough nodes that any {cfg.max_nodes} hold >= top_k={top_k} experts",
                          cfg.max_nodes)
+    node.setflags(write=False)
+    _NODE_LIMIT[key] = node
     return node
 
 
