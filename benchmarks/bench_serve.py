@@ -14,7 +14,9 @@ DeepSeek-V3 decode scenario runs on the fast engine) through
 :class:`moesim.serve.steps.ServeSteps`, the direct step a step-cost surface takes: network,
 expert prices and routing law kept across steps, no spans, no summary ("kept"). The
 "fresh" mode prices each step as before issue 23's reuse: resolved and simulated afresh,
-numpy's sampler (``MOESIM_NUMBA=0``), no spans, no summary. Both modes give the same
+numba off (numpy's form of today's sampler, whose circle orders are built in a Python loop:
+slower than the sampler before 2026-12-02, so this mode stands for the old cost only
+roughly; the issue measured 1.6-1.9 s then; ``MOESIM_NUMBA=0``), no spans, no summary. Both modes give the same
 step times (printed).
 It reports the CPU time (user + sys) of every step (median, min, max), the wall time of
 all steps, the mean simulated TPOT, the child's peak resident set (``ru_maxrss``, MB =
@@ -68,8 +70,8 @@ print(json.dumps({"wall_s": wall, "wall_per_step_s": wall / steps,
 
 def run_child(name: str, overrides: list[str], steps: int, timeout: float,
               fresh: bool = False) -> dict:
-    """One child process; ``fresh``: every step afresh and numpy's sampler (numba off):
-    the cost of a direct step before issue 23's reuse."""
+    """One child process; ``fresh``: every step afresh and numba off (numpy's form of the
+    sampler): roughly the cost of a direct step before issue 23's reuse."""
     arg = json.dumps([name, overrides, steps, fresh])
     env = {**os.environ, **({"MOESIM_NUMBA": "0"} if fresh else {})}
     out = subprocess.run([sys.executable, "-c", CHILD, arg], capture_output=True, text=True,
@@ -111,7 +113,7 @@ def main(argv: list[str] | None = None) -> int:
           "simulated TPOT (mean, min-max) | load average (start, end) |")
     print("|---|---|---|---|---|---|")
     what = {"kept": "state kept (`ServeSteps`; sampler's compiled loop)",
-            "fresh": "each step afresh, numpy sampler (before issue 23's reuse)"}
+            "fresh": "each step afresh, numba off (about the cost before issue 23's reuse)"}
     for mode, o in out.items():
         m = o["median"]
         print(f"| {what[mode]} | {m['cpu_per_step_s']:.3f} s ({m['cpu_min_s']:.3f}-"
