@@ -14,10 +14,10 @@ DeepSeek-V3 decode scenario runs on the fast engine) through
 :class:`moesim.serve.steps.ServeSteps`, the direct step a step-cost surface takes: network,
 expert prices and routing law kept across steps, no spans, no summary ("kept"). The
 "fresh" mode prices each step as before issue 23's reuse: resolved and simulated afresh,
-numba off (numpy's form of today's sampler, whose circle orders are built in a Python loop:
-slower than the sampler before 2026-12-02, so this mode stands for the old cost only
-roughly; the issue measured 1.6-1.9 s then; ``MOESIM_NUMBA=0``), no spans, no summary. Both modes give the same
-step times (printed).
+numba off (``MOESIM_NUMBA=0``: numpy's form of today's sampler, whose circle orders are
+built in a Python loop, slower than the sampler before 2026-12-02, so this mode stands for
+the old cost only roughly; the issue measured 1.6-1.9 s then), no spans, no summary. Both
+modes give the same step times (printed).
 It reports the CPU time (user + sys) of every step (median, min, max), the wall time of
 all steps, the mean simulated TPOT, the child's peak resident set (``ru_maxrss``, MB =
 10^6 bytes) and the load average. The table gives the median over ``--repeat`` children.
