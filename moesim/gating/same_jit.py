@@ -4,12 +4,13 @@ and the arithmetic after :func:`moesim.gating.sampling._same_rows`' draws
 (:mod:`moesim.gating.same_kernel`). Each is loaded once enough work has run on numpy
 (importing numba costs about a second of CPU, more than a small run's routing), where
 numba is wanted (``MOESIM_NUMBA`` not ``0``) and importable; both paths give the same
-counts, bit for bit. No moesim imports."""
+counts, bit for bit. Imports only :mod:`moesim.jitenv`."""
 
 from __future__ import annotations
 
 import importlib
-import os
+
+from moesim.jitenv import numba_wanted
 
 #: calls of ``_same_rows`` on numpy before the compiled loop takes over
 SAME_JIT_AFTER = 256
@@ -18,18 +19,13 @@ SAME_JIT_AFTER = 256
 POOL_JIT_AFTER = 1 << 22
 
 
-def _env_want() -> bool:
-    return os.environ.get("MOESIM_NUMBA", "1").strip().lower() not in ("0", "false", "no",
-                                                                      "off")
-
-
 class LazyKernel:
     """A compiled function loaded once more than ``after`` units of work (calls, points)
     have run on numpy; ``state``: whether it is wanted, the work so far, the function."""
 
     def __init__(self, module: str, name: str, after: int) -> None:
         self.module, self.name, self.after = module, name, after
-        self.state: dict = {"work": 0, "kernel": None, "want": _env_want()}
+        self.state: dict = {"work": 0, "kernel": None, "want": numba_wanted()}
 
     def get(self, work: int = 1):
         """The compiled function, or None (numpy) before enough work or without numba."""
@@ -51,7 +47,7 @@ class LazyKernel:
     def use(self, on: bool | None) -> None:
         """Tests: ``True`` loads and uses it now, ``False`` keeps numpy, ``None`` restores
         the default (``MOESIM_NUMBA``; numpy until ``after``)."""
-        self.state.update(work=0, kernel=None, want=_env_want() if on is None else bool(on))
+        self.state.update(work=0, kernel=None, want=numba_wanted() if on is None else bool(on))
         if on:
             self._load()
 

@@ -23,13 +23,11 @@ seconds, docs/network.md) is paid once per machine and numba version.
 from __future__ import annotations
 
 import importlib.util
-import os
 from types import ModuleType
 
-_state: dict[str, object] = {
-    "want": os.environ.get("MOESIM_NUMBA", "1").strip().lower() not in ("0", "false", "no", "off"),
-    "kernels": None,
-}
+from moesim.jitenv import numba_wanted
+
+_state: dict[str, object] = {"want": numba_wanted(), "kernels": None}
 
 
 def numba_available() -> bool:
