@@ -26,7 +26,7 @@ from moesim.ep.plan import ll_matrix, plan_ep_exchange
 from moesim.ep.timing import SM_WRITE_BPS, medium_rates, path_latencies
 from moesim.errors import InputError
 from moesim.gating.tokens import DedupCounts
-from moesim.scenario.resolve import WHOLE_STEP_GRAPH
+from moesim.scenario.resolve import step_graph_floor_s
 
 DEEPEP_KINDS = ("deepep", "deepep-ll")
 #: name of the engine's EP op -> (DeepEP op, which dtype) of each direction
@@ -53,9 +53,9 @@ class EPBackend:
         self.top_k = int(k)
         self.dtypes = {"dispatch": scn.routing.dispatch_dtype,
                        "combine": scn.routing.combine_dtype, "grad": "bf16"}
-        self.launch_s = float(getattr(res.device, "launch_overhead_s", 0.0))
-        if WHOLE_STEP_GRAPH in scn.overlap.cuda_graphs:     # DeepEP's kernels are captured
-            self.launch_s = float(getattr(res.device, "graph_kernel_s", 0.0))
+        floor = step_graph_floor_s(scn, res.device)     # DeepEP's kernels are captured
+        self.launch_s = (float(getattr(res.device, "launch_overhead_s", 0.0)) if floor is None
+                         else floor)
         self._bounds: dict[tuple[int, ...], tuple[float, float, dict[str, float]]] = {}
         self._counts: tuple | None = None     # (routed micro-batch, its DedupCounts)
         self._ll: dict[tuple, EPExchangeSpec] = {}  # (group, op, dtype) -> a planned LL spec

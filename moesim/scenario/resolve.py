@@ -38,6 +38,16 @@ from moesim.schedule.layout_string import stage_chunks
 WHOLE_STEP_GRAPH = "step"
 
 
+def step_graph_floor_s(scn, device) -> float | None:
+    """Seconds a kernel costs when the whole step is replayed from one CUDA graph
+    (:data:`WHOLE_STEP_GRAPH` in ``overlap.cuda_graphs``): the device's graph floor
+    (``DeviceSpec.graph_kernel_s``, 0 where unknown); None when the step runs eagerly.
+    The one test, for the compute model's launches and DeepEP's."""
+    if WHOLE_STEP_GRAPH not in scn.overlap.cuda_graphs:
+        return None
+    return float(getattr(device, "graph_kernel_s", 0.0))
+
+
 @dataclass(frozen=True)
 class Resolved:
     scenario: Scenario          # with ``world``, ``gpus_per_node`` and ``parallel.dp`` filled in
@@ -269,9 +279,10 @@ def _resolve(scn: Scenario) -> Resolved:
     compute_model_from_dict = _delegate("moesim.compute.select", "compute_model")
     if compute_model_from_dict is not None and device is not None:
         cd = dict(scn.compute)
-        if WHOLE_STEP_GRAPH in scn.overlap.cuda_graphs and cd.get("kind") != "calibration":
+        floor = step_graph_floor_s(scn, device)
+        if floor is not None and cd.get("kind") != "calibration":
             # a step replayed from one CUDA graph: every kernel costs the graph floor
-            cd["launch_overhead_us"] = float(getattr(device, "graph_kernel_s", 0.0)) / US
+            cd["launch_overhead_us"] = floor / US
         compute = compute_model_from_dict(cd, src, device)
         device = calibrated_device(device, compute, scn)
     if device is not None:
