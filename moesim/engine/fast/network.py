@@ -19,12 +19,12 @@ Units: seconds, bytes, bytes/s.
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Sequence
 
 import numpy as np
 
 from moesim.collectives.algorithms import expand
+from moesim.engine.fast.lazy import fast_kernels
 
 #: all-to-alls of groups larger than this use the staggered link bound instead of
 #: per-link processor sharing: sharing sorts every link's flows per all-to-all, which
@@ -61,23 +61,11 @@ def _compiled_drain(levels: bool = False):
     """The compiled equal-arrivals link bound (``levels``: the staggered one of
     members arriving apart, ``drain_level_ends``), or None (numpy): after
     ``JIT_AFTER_CALLS`` calls, or at once when numba is imported already (e.g. by the
-    routing sampler: its import, the cost the threshold waits out, is paid), where
-    :func:`moesim.network.jit.kernels` says numba is wanted and importable
-    (``MOESIM_NUMBA=0`` or ``use_numba(False)``: numpy)."""
-    _jit["calls"] = calls = int(_jit["calls"]) + 1     # type: ignore[call-overload]
-    if calls <= JIT_AFTER_CALLS and _jit["kernel"] is None and "numba" not in sys.modules:
+    routing sampler: its import, the cost the threshold waits out, is paid); the switch
+    as :func:`moesim.engine.fast.lazy.fast_kernels` reads it."""
+    mod = fast_kernels(_jit, JIT_AFTER_CALLS, eager=True)
+    if mod is None:
         return None
-    from moesim.network import jit
-
-    if _jit["kernel"] is None:
-        if jit.kernels() is None:
-            return None
-        from moesim.engine.fast import kernels
-
-        _jit["kernel"] = kernels
-    elif jit.kernels(load=False) is None:      # loaded: only the switch turns it off
-        return None
-    mod = _jit["kernel"]
     return mod.drain_level_ends if levels else mod.drain_equal_ends   # type: ignore[attr-defined]
 
 

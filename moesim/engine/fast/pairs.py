@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from moesim.network import jit
+from moesim.engine.fast.lazy import fast_kernels
 
 #: overlapped compute ops timed on numpy before the compiled loop
 #: (:func:`moesim.engine.fast.kernels.slowed`, numba) takes over
@@ -43,17 +43,16 @@ _jit: dict[str, object] = {"calls": 0, "kernel": None}
 
 def _compiled_slowed():
     """The compiled :meth:`_Pair._slowed`, or None (numpy): after ``JIT_AFTER_CALLS``
-    calls, where :func:`moesim.network.jit.kernels` says numba is wanted and importable
-    (``MOESIM_NUMBA=0`` or ``use_numba(False)``: numpy)."""
-    if _jit["kernel"] is not None:
-        return _jit["kernel"] if jit.kernels(load=False) is not None else None
-    _jit["calls"] = int(_jit["calls"]) + 1     # type: ignore[call-overload]
-    if int(_jit["calls"]) <= JIT_AFTER_CALLS or jit.kernels() is None:   # type: ignore
-        return None
-    from moesim.engine.fast.kernels import idle_split, slowed
+    calls, the switch as :func:`moesim.engine.fast.lazy.fast_kernels` reads it."""
+    mod = fast_kernels(_jit, JIT_AFTER_CALLS)
+    return None if mod is None else mod.slowed   # type: ignore[attr-defined]
 
-    _jit["kernel"], _jit["idle"] = slowed, idle_split
-    return slowed
+
+def _compiled_idle():
+    """The compiled idle split of :meth:`_Pair._idle_to`, or None (numpy): as
+    :func:`_compiled_slowed`."""
+    mod = fast_kernels(_jit, JIT_AFTER_CALLS)
+    return None if mod is None else mod.idle_split   # type: ignore[attr-defined]
 
 
 def segments(ops: list[tuple]) -> list[list[tuple]]:
@@ -101,7 +100,7 @@ class _Pair:
         g0, g1 = self.tc, np.maximum(self.tc, t)
         if self.kern and (g1 > g0).any():
             acc = self.acc
-            kern = _compiled_slowed() and _jit.get("idle")
+            kern = _compiled_idle()
             for j, st, e, kind in self.kern:
                 if kern is not None and acc[kind] is not acc["stall"] and g0.ndim == 1:
                     kern(acc[kind], acc["stall"], j, st, e, g0, g1)   # the same bits
