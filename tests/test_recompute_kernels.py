@@ -65,7 +65,10 @@ def test_which_layers_full_recompute_reruns():
 
 
 def test_expert_recompute_by_hand():
-    def price(n, make):
+    seen = []
+
+    def price(n, make, later):
+        seen.append((n, later))
         return 1e-6 * n, flops(make())
 
     def fwd(n):
@@ -73,6 +76,8 @@ def test_expert_recompute_by_hand():
     # moe_act: only the SwiGLU of each expert, 5 FLOP per element of n x 1024
     t, f = expert_recompute(TOY, 0, frozenset({"moe_act"}), [100, 0, 28], price, fwd)
     assert f == 5 * 128 * 1024 and t == 128e-6
+    # the expert without tokens is not priced; the rank's later experts say so
+    assert seen == [(100, False), (28, True)]
     _, f = expert_recompute(TOY, 0, frozenset({"moe"}), [100, 28], price, fwd)
     assert f == 128 * (3 * 2 * H * 1024 + 5 * 1024)
     assert expert_recompute(TOY, 0, frozenset({"core_attn"}), [100], price, fwd) == (0.0, 0.0)

@@ -87,23 +87,27 @@ def layer_recompute_kernels(spec: ModelSpec, layer: int, mods: frozenset[str], *
 
 def expert_recompute(spec: ModelSpec, layer: int, mods: frozenset[str],
                      expert_tokens: list[int],
-                     price: Callable[[int, Callable[[], list[Kernel]]], tuple[float, float]],
+                     price: Callable[[int, Callable[[], list[Kernel]], bool],
+                                     tuple[float, float]],
                      forward: Callable[[int], list[Kernel]]) -> tuple[float, float]:
     """(seconds, FLOPs) of the routed experts' forward re-run in the backward: the whole
     expert FFN for ``moe`` or full recompute, only its activation for ``moe_act``.
-    ``forward(n)``: one expert's forward kernels for n tokens; ``price(n, make)``: time
-    and FLOPs of ``make()`` (the step's kernel timer)."""
+    ``forward(n)``: one expert's forward kernels for n tokens; ``price(n, make, later)``:
+    time and FLOPs of ``make()`` (the step's kernel timer), ``later`` for every expert
+    with tokens after the rank's first (grouped launches share the first's)."""
     if not spec.is_moe_layer(layer) or not mods:
         return 0.0, 0.0
     whole = "full" in mods or "moe" in mods
     if not whole and "moe_act" not in mods:
         return 0.0, 0.0
     t_all = f_all = 0.0
+    later = False
     for n in expert_tokens:
         if n <= 0:
             continue
         t, f = price(n, (lambda n=n: forward(n)) if whole else
-                     (lambda n=n: act_kernels(forward(n))))
+                     (lambda n=n: act_kernels(forward(n))), later)
+        later = True
         t_all += t
         f_all += f
     return t_all, f_all

@@ -38,11 +38,9 @@ class RecomputeOps:
         if rc is None or not experts:
             return
         spec, etp = self.spec, self.etp
-        calls = [0]
 
-        def price(n, make):     # grouped: the experts after the rank's first share its launches
-            fu = self.grouped and calls[0] > 0
-            calls[0] += 1
+        def price(n, make, later):  # grouped: the experts after the rank's first share its launches
+            fu = self.grouped and later
             return self.timer(("expert", n, rc, etp) + (("fused",) if fu else ()),
                               lambda: fused_launches(make(), fu))
         t_rc, f_rc = recompute.expert_recompute(
