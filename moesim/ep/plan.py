@@ -104,7 +104,12 @@ class EpPlan:
 
 def _stage(name: str, medium: str, m: np.ndarray) -> Stage:
     """A stage from a (src, dst) byte matrix; a rank's bytes to itself do not move."""
-    m = np.array(m, dtype=float)
+    return Stage(name, medium, _moving(np.array(m, dtype=float)))
+
+
+def _moving(m: np.ndarray) -> np.ndarray:
+    """``m`` in place without the bytes that do not move: the diagonal (a rank's bytes to
+    itself) and negative entries set to 0."""
     if m.ndim == 2 and m.shape[0] == m.shape[1]:
         m.flat[::m.shape[1] + 1] = 0.0      # np.fill_diagonal of a square matrix
     else:
@@ -112,7 +117,7 @@ def _stage(name: str, medium: str, m: np.ndarray) -> Stage:
     neg = m < 0
     if neg.any():
         m[neg] = 0.0
-    return Stage(name, medium, m)
+    return m
 
 
 def _chunks(table: dict[int, tuple[int, int]], n: int) -> tuple[int, int]:
@@ -270,11 +275,8 @@ def ll_matrix(pair_tokens: np.ndarray, dtype: str, hidden: int, combine: bool) -
     GPU, the diagonal zero, the combine's the transpose (a view, as the plan's stages
     are laid out). The same floats: the plan's RDMA and NVLink stages never share a
     pair, so each entry is one product plus zeros (tests/test_ep_plan_ll_matrix.py)."""
-    m = pair_tokens.astype(float) * ll_bytes_per_message(dtype, hidden, combine=combine)
-    m.flat[::m.shape[1] + 1] = 0.0
-    neg = m < 0
-    if neg.any():
-        m[neg] = 0.0
+    m = _moving(pair_tokens.astype(float) * ll_bytes_per_message(dtype, hidden,
+                                                                 combine=combine))
     return m.T if combine else m
 
 
