@@ -142,7 +142,7 @@ def test_compiled_slowed_equals_numpy_bit_for_bit(monkeypatch):
                     got = p._slowed(a, w)
                     assert pairs._jit["kernel"] is not None
                     jit.use_numba(False)
-                    assert pairs._compiled_slowed() is None
+                    assert pairs._compiled("slowed") is None
                 finally:
                     jit.use_numba(old)
                 assert got.shape == want.shape and got.tobytes() == want.tobytes()

@@ -41,18 +41,13 @@ JIT_AFTER_CALLS = 5000
 _jit: dict[str, object] = {"calls": 0, "kernel": None}
 
 
-def _compiled_slowed():
-    """The compiled :meth:`_Pair._slowed`, or None (numpy): after ``JIT_AFTER_CALLS``
-    calls, the switch as :func:`moesim.engine.fast.lazy.fast_kernels` reads it."""
+def _compiled(name: str):
+    """The compiled loop ``name`` of :mod:`moesim.engine.fast.kernels` (``slowed``:
+    :meth:`_Pair._slowed`; ``idle_split``: :meth:`_Pair._idle_to`), or None (numpy):
+    after ``JIT_AFTER_CALLS`` calls, the switch as
+    :func:`moesim.engine.fast.lazy.fast_kernels` reads it."""
     mod = fast_kernels(_jit, JIT_AFTER_CALLS)
-    return None if mod is None else mod.slowed   # type: ignore[attr-defined]
-
-
-def _compiled_idle():
-    """The compiled idle split of :meth:`_Pair._idle_to`, or None (numpy): as
-    :func:`_compiled_slowed`."""
-    mod = fast_kernels(_jit, JIT_AFTER_CALLS)
-    return None if mod is None else mod.idle_split   # type: ignore[attr-defined]
+    return None if mod is None else getattr(mod, name)
 
 
 def segments(ops: list[tuple]) -> list[list[tuple]]:
@@ -100,7 +95,7 @@ class _Pair:
         g0, g1 = self.tc, np.maximum(self.tc, t)
         if self.kern and (g1 > g0).any():
             acc = self.acc
-            kern = _compiled_idle()
+            kern = _compiled("idle_split")
             for j, st, e, kind in self.kern:
                 if kern is not None and acc[kind] is not acc["stall"] and g0.ndim == 1:
                     kern(acc[kind], acc["stall"], j, st, e, g0, g1)   # the same bits
@@ -122,7 +117,7 @@ class _Pair:
             return np.broadcast_to(np.asarray(w, dtype=float), a.shape) + 0.0
         j, _, e, _ = self.kern[-1]
         r = 1.0 - self.f
-        kern = _compiled_slowed()
+        kern = _compiled("slowed")
         if kern is not None and a.ndim == 1:
             return kern(a, np.asarray(w, dtype=float).reshape(-1), j, e, r)
         pre = np.maximum(0.0, j - a)                  # full rate before the kernel joins

@@ -32,12 +32,9 @@ def _route_rec(ctx, r, group: tuple[int, ...], forward_only: bool = False) -> Ro
         pure = ctx.net.stateless(group)
         for name in mats:
             key = ctx.ep_backend.plan_key(name)   # directions with one plan share it
-            if key not in done:
-                spec = ctx.ep_backend.spec(r, group, name, L)
-                end = ctx.net.a2a_finish(group, spec.byte_matrix(), np.zeros(n))
-                done[key] = (spec, spec.notify_s + np.maximum(end, spec.sm_s) + spec.fill_s)
-            elif not pure:      # the flow network's clock moves on: time it again
-                spec = done[key][0]
+            if key not in done or not pure:   # not pure: the flow network's clock moves on
+                spec = (done[key][0] if key in done
+                        else ctx.ep_backend.spec(r, group, name, L))
                 end = ctx.net.a2a_finish(group, spec.byte_matrix(), np.zeros(n))
                 done[key] = (spec, spec.notify_s + np.maximum(end, spec.sm_s) + spec.fill_s)
             spec, a2a[name] = done[key]

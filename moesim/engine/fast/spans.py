@@ -79,18 +79,12 @@ def add_spans(out: list, ranks, pos, kind: str, name: str, a, b, layer, mb, phas
     a, b = np.asarray(a, dtype=float), np.asarray(b, dtype=float)
     names = [k for k, v in kw.items() if isinstance(v, np.ndarray)]
     if len(pos) <= 4 and a.ndim == b.ndim == 1 and all(kw[k].ndim == 1 for k in names):
-        for e in pos:      # a few kept ranks: read their entries only (the same values)
-            ae, be = a.item(e), b.item(e)
-            if be > ae or not waits:
-                extra = dict(kw)
-                for k in names:
-                    extra[k] = kw[k].item(e)
-                out.append(Span(rank=ranks[e], stream=stream, kind=kind, name=name,
-                                start_s=ae, end_s=be, layer=layer, microbatch=mb,
-                                phase=phase, **extra))
-        return
-    arrays = {k: kw[k].tolist() for k in names}
-    al, bl = a.tolist(), b.tolist()
+        # a few kept ranks: read their entries only (the same values as tolist's)
+        al, bl = {e: a.item(e) for e in pos}, {e: b.item(e) for e in pos}
+        arrays = {k: {e: kw[k].item(e) for e in pos} for k in names}
+    else:
+        al, bl = a.tolist(), b.tolist()
+        arrays = {k: kw[k].tolist() for k in names}
     for e in pos:
         if bl[e] > al[e] or not waits:
             extra = dict(kw)
