@@ -155,6 +155,38 @@ def test_compiled_link_bound_equals_numpy_bit_for_bit(monkeypatch):
         assert got.tobytes() == want.tobytes()
 
 
+def test_ll_pair_pass_equals_two_link_bounds_bit_for_bit(monkeypatch):
+    """The compiled pass that times a DeepEP low-latency dispatch and its combine at once
+    gives the byte matrices of ``ll_matrix`` and, for each, the ends of the numpy link
+    bound, bit for bit (integer messages, zero rows and a dense case)."""
+    pytest.importorskip("numba")
+    from moesim.engine.fast.kernels import ll_pair_ends
+    from moesim.ep.messages import ll_bytes_per_message
+    from moesim.ep.plan import ll_matrix
+    from moesim.network import jit
+
+    monkeypatch.setitem(jit._state, "want", False)      # inc.finish: numpy
+    topo, gpus, _ = _topo()
+    inc = _Incidence(topo, gpus, tuple(range(64)))
+    rng = np.random.default_rng(5)
+    bd = ll_bytes_per_message("fp8", 7168, combine=False)
+    bc = ll_bytes_per_message("bf16", 7168, combine=True)
+    for lam, dens in ((3.0, 1.0), (1.0, 0.1), (40.0, 0.6), (0.0, 0.0)):
+        tok = rng.poisson(lam, (64, 64)) * (rng.random((64, 64)) < dens)
+        tok[5] = 0                                      # a rank that sends nothing
+        m_d, m_c = np.empty((64, 64)), np.empty((64, 64))
+        end_d, end_c = ll_pair_ends(tok.astype(np.int64), float(bd), float(bc), inc.pad_t,
+                                    inc.cap, inc.lat, 0.0, m_d, m_c)
+        want_d = ll_matrix(tok, "fp8", 7168, combine=False)
+        want_c = ll_matrix(tok, "bf16", 7168, combine=True)
+        assert m_d.tobytes() == want_d.tobytes()
+        assert np.ascontiguousarray(m_c.T).tobytes() == np.ascontiguousarray(want_c).tobytes()
+        assert end_d.tobytes() == inc.finish(want_d, np.zeros(64)).tobytes()
+        assert end_c.tobytes() == inc.finish(want_c, np.zeros(64)).tobytes()
+        if lam:
+            assert end_c.max() > end_d.max() > 0    # bf16 combine messages are larger
+
+
 def test_compiled_link_bound_follows_the_numba_switch(monkeypatch):
     """``use_numba(False)`` (or MOESIM_NUMBA=0) keeps the fast path's link bound on
     numpy; with numba wanted and importable the compiled loop takes over after

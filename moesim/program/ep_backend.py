@@ -22,6 +22,7 @@ import dataclasses
 import numpy as np
 
 from moesim.collectives.ep_exchange import EPExchangeSpec
+from moesim.ep.messages import ll_bytes_per_message
 from moesim.ep.plan import ll_matrix, plan_ep_exchange
 from moesim.ep.timing import SM_WRITE_BPS, medium_rates, path_latencies
 from moesim.errors import InputError
@@ -104,6 +105,19 @@ class EPBackend:
         backward dispatch in bf16)."""
         op, which = DIRECTIONS[name]
         return op, self.dtypes[which]
+
+    def ll_forward(self, group: tuple[int, ...]):
+        """(dispatch spec, combine spec, bytes of a dispatch message, of a combine
+        message) of the forward low-latency exchanges of ``group``, once both were
+        planned (:meth:`spec`); None before, or for other kernels."""
+        if self.kind != "deepep-ll":
+            return None
+        d = self._ll.get((group, "ep_dispatch", "dispatch"))
+        c = self._ll.get((group, "ep_combine", "combine"))
+        if d is None or c is None:
+            return None
+        return (d, c, ll_bytes_per_message(self.dtypes["dispatch"], self.hidden, combine=False),
+                ll_bytes_per_message(self.dtypes["combine"], self.hidden, combine=True))
 
     def spec(self, route, group: tuple[int, ...], name: str, ranks_per_node: int
              ) -> EPExchangeSpec:

@@ -9,7 +9,9 @@ by the staggered link bound: the same floating-point operations in the same orde
 maxima over hops and over each member's flows), hence the same bits (tested against
 the numpy path in tests/test_fast_speed_exact.py); :func:`drain_level_ends` is the same
 for members arriving apart (``drain_finish``'s start levels, one load per link and
-level). No moesim imports.
+level); :func:`ll_pair_ends` times a DeepEP low-latency dispatch and its combine in one
+pass over the paths (what two :func:`drain_equal_ends` calls on ``ll_matrix``'s bytes give,
+bit for bit: tests/test_fast_speed_exact.py). No moesim imports.
 """
 
 from __future__ import annotations
@@ -106,6 +108,72 @@ def drain_level_ends(flat, start, taus, pad_t, cap, lat, n, arr):   # pragma: no
             end[i] = f if f > end[i] else end[i]
             end[j] = f if f > end[j] else end[j]
     return end
+
+
+@njit(cache=True, nogil=True)
+def ll_pair_ends(tok, bd, bc, pad_t, cap, lat, a0, m_d, m_c):   # pragma: no cover
+    """A DeepEP low-latency dispatch and its combine at once, both starting at ``a0``:
+    :func:`drain_equal_ends` of each, from the (token, expert) messages ``tok`` (n, n)
+    int64 between EP ranks. Fills ``m_d`` and ``m_c`` (n, n) with ``tok`` times the
+    bytes of a dispatch message ``bd`` and of a combine message ``bc``, the diagonal
+    and negatives 0 (:func:`moesim.ep.plan.ll_matrix` before the combine's transpose:
+    combine flow i→j carries ``m_c[j, i]``); returns the (n,) ends of the dispatch and
+    of the combine. Each link's load sums its pairs in the same order as
+    :func:`drain_equal_ends`, so the same bits; one pass over the paths for both."""
+    n = tok.shape[0]
+    n_links = cap.shape[0]
+    hops = pad_t.shape[0]
+    for i in range(n):
+        for j in range(n):
+            t = tok[i, j]
+            x, y = t * bd, t * bc
+            m_d[i, j] = x if (i != j and x > 0.0) else 0.0
+            m_c[i, j] = y if (i != j and y > 0.0) else 0.0
+    load_d = np.zeros(n_links + 1)
+    load_c = np.zeros(n_links + 1)
+    for i in range(n):
+        for j in range(n):
+            p = i * n + j
+            wd, wc = m_d[i, j], m_c[j, i]
+            if wd != 0.0:
+                for h in range(hops):
+                    load_d[pad_t[h, p]] += wd
+            if wc != 0.0:
+                for h in range(hops):
+                    load_c[pad_t[h, p]] += wc
+    f_d = np.empty(n_links + 1)
+    f_c = np.empty(n_links + 1)
+    for lk in range(n_links):
+        f_d[lk] = a0 + load_d[lk] / cap[lk] if load_d[lk] > 0 else -np.inf
+        f_c[lk] = a0 + load_c[lk] / cap[lk] if load_c[lk] > 0 else -np.inf
+    f_d[n_links] = f_c[n_links] = -np.inf
+    # each member's end: the latest end of the flows it sends (a row, kept in a
+    # register) or receives (a column); maxima of floats without NaN: any order
+    end_d = np.full(n, a0)
+    end_c = np.full(n, a0)
+    for i in range(n):
+        row_d = row_c = a0
+        for j in range(n):
+            p = i * n + j
+            if m_d[i, j] > 0:
+                x = f_d[pad_t[0, p]]
+                for h in range(1, hops):
+                    y = f_d[pad_t[h, p]]
+                    x = y if y > x else x
+                x = (x if x > a0 else a0) + lat[p]
+                row_d = x if x > row_d else row_d
+                end_d[j] = x if x > end_d[j] else end_d[j]
+            if m_c[j, i] > 0:
+                x = f_c[pad_t[0, p]]
+                for h in range(1, hops):
+                    y = f_c[pad_t[h, p]]
+                    x = y if y > x else x
+                x = (x if x > a0 else a0) + lat[p]
+                row_c = x if x > row_c else row_c
+                end_c[j] = x if x > end_c[j] else end_c[j]
+        end_d[i] = row_d if row_d > end_d[i] else end_d[i]
+        end_c[i] = row_c if row_c > end_c[i] else end_c[i]
+    return end_d, end_c
 
 
 @njit(cache=True, nogil=True, inline="always")

@@ -344,6 +344,23 @@ class FastNetwork:
             return self.exact_finish(key, matrix, arrivals)
         return self.incidence(key).finish(matrix, arrivals)
 
+    def ll_pair_finish(self, group: Sequence[int], tokens: np.ndarray, bd: float, bc: float):
+        """A DeepEP low-latency dispatch and combine from (token, expert) messages
+        ``tokens`` (n, n), starting together at 0, in one compiled pass
+        (:func:`moesim.engine.fast.kernels.ll_pair_ends`): (dispatch bytes, the combine's
+        before its transpose, dispatch ends, combine ends), the same floats as two
+        :meth:`a2a_finish` calls; None where those would not take that compiled bound."""
+        if len(group) <= EXACT_MAX_MEMBERS and self.exact_ok:
+            return None
+        inc = self.incidence(group)
+        mod = fast_kernels(_jit, JIT_AFTER_CALLS, eager=True)
+        if inc.n <= SHARING_MAX_MEMBERS or mod is None:
+            return None
+        m_d, m_c = np.empty((inc.n, inc.n)), np.empty((inc.n, inc.n))
+        ends = mod.ll_pair_ends(np.ascontiguousarray(tokens, dtype=np.int64), float(bd),   # type: ignore[attr-defined]
+                                float(bc), inc.pad_t, inc.cap, inc.lat, 0.0, m_d, m_c)
+        return m_d, m_c, *ends
+
     def stateless(self, group: Sequence[int]) -> bool:
         """Whether :meth:`a2a_finish` on ``group`` is a pure function of its arguments:
         :meth:`exact_finish` is not (its simpy clock moves on, so the same exchange

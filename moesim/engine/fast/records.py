@@ -30,7 +30,10 @@ def _route_rec(ctx, r, group: tuple[int, ...], forward_only: bool = False) -> Ro
         a2a = {}
         done: dict[tuple[str, str], tuple] = {}
         pure = ctx.net.stateless(group)
-        for name in mats:
+        pair = _ll_forward(ctx, r, group) if forward_only and pure else None
+        if pair is not None:       # the forward low-latency pair in one compiled pass
+            a2a, mats, d_out, c_out = pair
+        for name in (() if pair is not None else mats):
             key = ctx.ep_backend.plan_key(name)   # directions with one plan share it
             if key not in done or not pure:   # not pure: the flow network's clock moves on
                 spec = (done[key][0] if key in done
@@ -78,3 +81,26 @@ def _route_rec(ctx, r, group: tuple[int, ...], forward_only: bool = False) -> Ro
     hot_tok = np.where(has, top, 0)
     return RouteRec(a2a=a2a, nz=nz, exp_t=exp_t, exp_f=exp_f, hot=hot, hot_tok=hot_tok,
                     recv=np.asarray(r.rank_tokens), d_out=d_out, c_out=c_out, mats=mats)
+
+
+def _ll_forward(ctx, r, group: tuple[int, ...]):
+    """(ends, byte matrices, dispatch and combine bytes sent per member) of the forward
+    DeepEP low-latency dispatch and combine of routed micro-batch ``r``, both timed in one
+    compiled pass (:meth:`moesim.engine.fast.network.FastNetwork.ll_pair_finish`): what
+    the loop of :func:`_route_rec` computes from the planned specs, the same floats;
+    None until both are planned, or where that pass does not apply."""
+    fixed = ctx.ep_backend.ll_forward(group)
+    if fixed is None:
+        return None
+    sd, sc, bd, bc = fixed
+    got = ctx.net.ll_pair_finish(group, r.dispatch_tokens, bd, bc)
+    if got is None:
+        return None
+    m_d, m_c, end_d, end_c = got
+    m_d.setflags(write=False)
+    m_c = m_c.T                         # the combine's matrix, as ll_matrix lays it out
+    m_c.setflags(write=False)
+    zero = np.zeros(len(group))         # no SMs held (the planned specs' sm_s)
+    a2a = {"fwd.dispatch": sd.notify_s + np.maximum(end_d, zero) + sd.fill_s,
+           "fwd.combine": sc.notify_s + np.maximum(end_c, zero) + sc.fill_s}
+    return a2a, {"fwd.dispatch": m_d, "fwd.combine": m_c}, m_d.sum(axis=1), m_c.sum(axis=1)
