@@ -17,6 +17,7 @@ from moesim.gating import dedup
 from moesim.gating.balance import lb_loss
 from moesim.gating.config import RoutingConfig, with_top_k
 from moesim.gating.matrices import byte_matrices
+from moesim.gating.memo import Memo
 from moesim.gating.placement import Placement
 from moesim.gating.router import (
     assign_counts,
@@ -74,8 +75,9 @@ class MicrobatchRouting:
 
 
 #: :func:`_check_node_limit`'s result per (homes, ranks per node, max_nodes, top_k) that
-#: passed (read-only arrays; None: the limit cannot bind)
-_NODE_LIMIT: dict[tuple, np.ndarray | None] = {}
+#: passed (read-only arrays; None: the limit cannot bind); shared zeros per shape
+_NODE_LIMIT = Memo(64)
+_ZEROS = Memo(64)
 
 
 def _check_node_limit(cfg: RoutingConfig, placement: Placement, ranks_per_node: int | None,
@@ -85,37 +87,28 @@ def _check_node_limit(cfg: RoutingConfig, placement: Placement, ranks_per_node: 
     if isinstance(ranks_per_node, bool) or not isinstance(ranks_per_node, int) or ranks_per_node < 1:
         raise InputError(source, "ranks_per_node", "an integer >= 1", ranks_per_node)
     key = (placement.home.tobytes(), ranks_per_node, cfg.max_nodes, top_k)
-    if key in _NODE_LIMIT:          # checked before, for every micro-batch alike
-        return _NODE_LIMIT[key]
-    if len(_NODE_LIMIT) >= 64:
-        _NODE_LIMIT.clear()
+    # checked once, for every micro-batch alike
+    return _NODE_LIMIT.get(key, lambda: _node_limit(cfg.max_nodes, placement, ranks_per_node,
+                                                    top_k, source))
+
+
+def _node_limit(max_nodes: int, placement: Placement, ranks_per_node: int, top_k: int,
+                source: str) -> np.ndarray | None:
     node = placement.node_of_expert(ranks_per_node)
     per_node = np.sort(np.bincount(node))
     per_node = per_node[per_node > 0]
-    if cfg.max_nodes >= per_node.size:
-        _NODE_LIMIT[key] = None
+    if max_nodes >= per_node.size:
         return None  # the limit cannot bind
-    if per_node[: cfg.max_nodes].sum() < top_k:
+    if per_node[:max_nodes].sum() < top_k:
         raise InputError(source, "routing.max_nodes",
-                         f"enough nodes that any {cfg.max_nodes} hold >= top_k={top_k} experts",
-                         cfg.max_nodes)
-    node.setflags(write=False)
-    _NODE_LIMIT[key] = node
+                         f"enough nodes that any {max_nodes} hold >= top_k={top_k} experts",
+                         max_nodes)
     return node
-
-
-_ZEROS: dict[tuple[int, ...], np.ndarray] = {}
 
 
 def _zeros(shape: tuple[int, ...]) -> np.ndarray:
     """A read-only int64 array of zeros of ``shape``, shared (no drops, no padding)."""
-    z = _ZEROS.get(shape)
-    if z is None:
-        if len(_ZEROS) >= 64:
-            _ZEROS.clear()
-        z = _ZEROS[shape] = np.zeros(shape, dtype=np.int64)
-        z.setflags(write=False)
-    return z
+    return _ZEROS.get(shape, lambda: np.zeros(shape, dtype=np.int64))
 
 
 def route_microbatch(cfg: RoutingConfig, *, n_experts: int, top_k: int,

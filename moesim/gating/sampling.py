@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from moesim.gating.memo import Memo
 from moesim.gating.pooled import pooled_counts
 from moesim.gating.same_jit import same_kernel
 
@@ -188,23 +189,17 @@ def _rank_one(d: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return a, big_a
 
 
-_RANK_ONE: dict[bytes, tuple[np.ndarray, np.ndarray]] = {}
-_RANK_ONE_MAX = 512
+#: :func:`_rank_one_row` per row, :func:`_ticks_row` per (row, k), :func:`_same_setup` per
+#: (pi, n, rows): every micro-batch of a layer asks for the same
+_RANK_ONE = Memo(512)
+_TICKS_ROW = Memo(512)
+_SAME = Memo(256)
 
 
 def _rank_one_row(d: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """:func:`_rank_one` of one row, remembered per row (every micro-batch of a layer
     solves the same one); read-only results."""
-    key = d.tobytes()
-    hit = _RANK_ONE.get(key)
-    if hit is None:
-        if len(_RANK_ONE) >= _RANK_ONE_MAX:
-            _RANK_ONE.clear()
-        a, big_a = _rank_one(d)
-        a.setflags(write=False)
-        big_a.setflags(write=False)
-        hit = _RANK_ONE[key] = (a, big_a)
-    return hit
+    return _RANK_ONE.get(d.tobytes(), lambda: _rank_one(d))
 
 
 def sample_counts_fast(rng: np.random.Generator, n: np.ndarray, pi: np.ndarray,
@@ -325,20 +320,10 @@ def _sparse_counts(rng: np.random.Generator, n: np.ndarray, p: np.ndarray, k: in
     return out
 
 
-_TICKS_ROW: dict[tuple[bytes, int], np.ndarray] = {}
-
-
 def _ticks_row(pi: np.ndarray, k: int) -> np.ndarray:
     """:func:`to_ticks` of one row, remembered (a layer's micro-batches share the law);
     read-only."""
-    key = (pi.tobytes(), k)
-    hit = _TICKS_ROW.get(key)
-    if hit is None:
-        if len(_TICKS_ROW) >= _RANK_ONE_MAX:
-            _TICKS_ROW.clear()
-        hit = _TICKS_ROW[key] = to_ticks(pi, k)
-        hit.setflags(write=False)
-    return hit
+    return _TICKS_ROW.get((pi.tobytes(), k), lambda: to_ticks(pi, k))
 
 
 def _pooled_counts(rng: np.random.Generator, n: np.ndarray, q: np.ndarray, k: int
@@ -348,27 +333,19 @@ def _pooled_counts(rng: np.random.Generator, n: np.ndarray, q: np.ndarray, k: in
     return pooled_counts(rng, n, q, k, TICKS)
 
 
-#: :func:`_same_rows`' draw-independent arrays per (pi, n, rows): every micro-batch of a
-#: layer draws from the same law
-_SAME: dict[tuple, tuple | None] = {}
-_SAME_MAX = 256
-
-
 def _same_setup(pi: np.ndarray, n0: int, r_: int) -> tuple | None:
     """What :func:`_same_rows` computes before its draws (None: an entry is drawn
     exactly), remembered per (pi, n, rows); read-only arrays."""
-    key = (pi.tobytes(), n0, r_)
-    if key in _SAME:
-        return _SAME[key]
-    if len(_SAME) >= _SAME_MAX:
-        _SAME.clear()
+    return _SAME.get((pi.tobytes(), n0, r_), lambda: _make_same(pi, n0, r_))
+
+
+def _make_same(pi: np.ndarray, n0: int, r_: int) -> tuple | None:
     p = pi[None, :]
     nf = np.full((r_, 1), float(n0))
     nf1 = nf[:1]
     d = p * (1.0 - p)
     big = nf1 * d >= GAUSS_MIN_VAR
     if (~big & (p > 0)).any():
-        _SAME[key] = None
         return None
     db = np.where(big, d, 0.0)
     a, big_a = _rank_one_row(db)
@@ -379,13 +356,8 @@ def _same_setup(pi: np.ndarray, n0: int, r_: int) -> tuple | None:
     sv = np.broadcast_to(vb.sum(axis=1), (r_,))
     out = (a, s, a_s, np.sqrt(nf), mean, vb, sv, sv > 0)
     # the same arrays as flat contiguous rows, for the compiled loop
-    out += (tuple(np.ascontiguousarray(x).reshape(-1) for x in out[:3] + out[4:6])
-            + tuple(np.ascontiguousarray(x).reshape(-1) for x in (out[3],) + out[6:]),)
-    for x in out[:8] + out[8]:
-        if x.flags.writeable:
-            x.setflags(write=False)
-    _SAME[key] = out
-    return out
+    return out + ((tuple(np.ascontiguousarray(x).reshape(-1) for x in out[:3] + out[4:6])
+                   + tuple(np.ascontiguousarray(x).reshape(-1) for x in (out[3],) + out[6:])),)
 
 
 def _same_rows(rng: np.random.Generator, n: np.ndarray, pi: np.ndarray, k: int
