@@ -143,6 +143,8 @@ def test_cli_outputs_and_same_seed_same_bytes(tmp_path, capsys, monkeypatch):
     (["rl.max_lag=-1"], "rl.max_lag"),
     (["rl.partial_rollouts=true"], "rl.partial_rollouts"),
     (["rl.partial_rollouts=3", "rl.max_lag=1"], "rl.partial_rollouts"),
+    (["rl.kv_after_sync=keep", "rl.max_lag=1"], "rl.kv_after_sync"),
+    (["rl.kv_after_sync=maybe"], "rl.kv_after_sync"),
 ])
 def test_bad_rl_values_one_line_exit_2(tmp_path, capsys, sets, field):
     p = scenario(tmp_path)
@@ -255,6 +257,60 @@ def test_partial_rollouts_pause_at_each_sync_hand_worked(tmp_path):
     base = simulate_rl(resolve_rl(q), 3, rollout_costs=roll, trainer_costs=train)
     assert base.timeline.step_end_s[0] == pytest.approx(2 * G + W, rel=1e-12)
     assert summarize(base)["staleness"] == {"0": 16, "1": 32}
+
+
+def test_partial_rollouts_keeping_kv_hand_worked(tmp_path):
+    # the run above with kv_after_sync: keep. Batch 1 starts at G; version 1 is
+    # published 0.205 s in, during the decode step from 0.20 to 0.21 s: the engines finish
+    # it (12 tokens per sample), the sync runs from 0.21 s for W s, and the samples go on
+    # with their KV caches: no prefill, 116 decode steps: 0.21 + W + 1.16 s. The trainer
+    # that published at 0.205 s waits for the sync to end.
+    roll = LinearStepCosts(prefill_base_s=0.1, decode_base_s=0.01)
+    train = LinearTrainerCosts(train_base_s=0.1025)
+    p = scenario(tmp_path, max_lag=1, partial_rollouts=True, kv_after_sync="keep",
+                 old_logprob=False, reference=False,
+                 reward={"kind": "rule", "cpu_s_per_sample": 0.0})
+    run = simulate_rl(resolve_rl(p), 3, rollout_costs=roll, trainer_costs=train)
+    W = run.sync.time_s
+    G = 0.1 + 127 * 0.01
+    g1 = 0.21 + W + 1.16
+    tl = run.timeline
+    assert tl.gen_start_s == pytest.approx([0.0, G, G + g1], rel=1e-12)
+    # (the last sync follows every generation: it starts when the trainer publishes)
+    assert tl.step_end_s == pytest.approx([G + 0.21 + W, G + g1 + 0.21 + W,
+                                           G + 2 * g1 + 0.205 + W], rel=1e-12)
+    syncs = [sp for sp in tl.spans if sp.phase == "weight_sync" and sp.pool == "rollout"]
+    assert [sp.start_s for sp in syncs][:2] == pytest.approx([G + 0.21, G + g1 + 0.21],
+                                                            rel=1e-12)
+    s = summarize(run)
+    assert s["staleness"] == {"0": 16, "1": 32}
+    assert [r["two_version_samples"] for r in s["steps"]] == [0, 16, 16]
+    # one prefill and 127 decode steps per replica in every batch: nothing recomputed
+    assert [w.generation.steps for w in run.works] == [8 * 128] * 3
+    assert s["phases_s"]["generate"] == pytest.approx((G + 2 * (g1 - W)) / 3, rel=1e-12)
+
+
+@pytest.mark.parametrize("skip", [True, False])
+def test_hold_finishes_the_steps_in_flight_and_keeps_kv(skip):
+    # 2 samples of 64 prompt tokens, 20 output tokens, on one replica: prefill 0.1 s, then
+    # decode steps of 0.01 s. A hold asked 0.155 s in waits for the step ending at 0.16 s
+    # (7 tokens each); released at 0.5 s, the 13 steps left end at 0.63 s. The KV cache
+    # is never freed (the same blocks all along) and nothing is prefilled again.
+    from moesim.rl.generate import Rollout
+
+    roll = LinearStepCosts(prefill_base_s=0.1, decode_base_s=0.01)
+    ro = Rollout([64, 64], [20, 20], roll, 1, 10_000, 8, skip=skip)
+    assert ro.pause(0.155, 0.5 - 0.16, 1, keep_kv=True) == pytest.approx(0.16, rel=1e-12)
+    assert [r.generated for r in ro.reqs] == [7, 7]
+    assert all(r.kv_tokens == 64 + 6 for r in ro.reqs)   # the 7th token's KV: next step
+    gen = ro.finish()
+    assert gen.time_s == pytest.approx(0.63, rel=1e-12)
+    assert gen.steps == 1 + 19 and gen.preemptions == 0
+    assert list(ro.first_version) == [0, 0] and list(ro.last_version) == [1, 1]
+    # a hold asked during the last step: that step ends every sample, no sync inside
+    ro = Rollout([64, 64], [20, 20], roll, 1, 10_000, 8, skip=skip)
+    assert ro.pause(0.285, 1.0, 1, keep_kv=True) is None
+    assert ro.finish().time_s == pytest.approx(0.29, rel=1e-12)
 
 
 def test_partial_rollouts_from_the_command_line(tmp_path, capsys, monkeypatch):

@@ -11,7 +11,9 @@ EP group of attention-DP ranks). Without EP a group is one member (an independen
 :class:`LoadSim` is the generation engine for serving and for RL rollouts:
 ``submit(requests)`` (each arrives at its ``arrival_s``), ``run(until)``, ``interrupt()``
 (a weight update: every unfinished request leaves with its progress, KV freed; the step
-in flight is discarded), ``finished``. Deterministic: no randomness inside.
+in flight is discarded), ``hold()`` / ``release(at)`` (a weight update between steps:
+the steps in flight finish, the requests keep their KV caches), ``finished``.
+Deterministic: no randomness inside.
 
 Between events the loop skips (``skip=True``, the default): once a group has planned a
 step in which its members only decode, the steps up to the next event (a request
@@ -79,6 +81,8 @@ class LoadSim:
         self._runs: list[DecodeRun | None] = [None] * len(groups)
         self._since: list[float | None] = [None] * len(groups)
         self._feeds: list[list] = []
+        self._hold: simpy.Event | None = None     # a hold in progress (:meth:`hold`)
+        self._parked: list[simpy.Event] = []
         for gi in range(len(groups)):
             self.env.process(self._group(gi))
 
@@ -127,6 +131,27 @@ class LoadSim:
         self._in -= len(out)
         return out
 
+    def hold(self) -> float:
+        """A weight update applied between engine steps, the requests keeping their KV
+        caches (NeMo RL's in-flight weight updates without KV recompute): every group
+        finishes its step in flight and plans no new one. Runs to the moment the last
+        group is at a step boundary and returns it; :meth:`release` lets them go on."""
+        self._hold = self.env.event()
+        self._parked = [self.env.event() for _ in self.groups]
+        for gi in range(len(self.groups)):
+            self.wake(gi)
+        self.env.run(until=simpy.AllOf(self.env, self._parked))
+        self._tick()
+        return self.env.now
+
+    def release(self, at: float) -> None:
+        """End a :meth:`hold` at ``at`` (seconds): the groups plan their next steps then."""
+        if at > self.env.now:
+            self.env.run(until=at)
+        held, self._hold = self._hold, None
+        if held is not None:
+            held.succeed()
+
     def mean_in_system(self, t_end: float | None = None) -> float:
         self._tick()
         t = self.env.now if t_end is None else t_end
@@ -168,6 +193,11 @@ class LoadSim:
         env, g = self.env, self.groups[gi]
         scheds = self.members
         while True:
+            if self._hold is not None:      # at a step boundary: wait out the hold
+                if not self._parked[gi].triggered:
+                    self._parked[gi].succeed()
+                yield self._hold
+                continue
             if not any(scheds[m].has_work() for m in g):
                 self._wake[gi] = env.event()
                 yield self._wake[gi]

@@ -36,6 +36,11 @@ ALGORITHMS = ("grpo",)
 REWARD_KINDS = ("rule", "model")
 SYNC_METHODS = ("nccl", "ipc", "sharded")
 KV_DTYPES = ("bf16", "fp8")
+#: partial rollouts, after a weight sync: ``recompute`` each paused sample's KV cache under
+#: the new weights (AReaL's interruptible rollouts), or ``keep`` the caches computed under
+#: the old ones (NeMo RL's in-flight weight updates without
+#: ``recompute_kv_cache_after_weight_updates``)
+KV_AFTER_SYNC = ("recompute", "keep")
 #: vLLM's ``gpu_memory_utilization`` default: the fraction of each GPU's memory the engine
 #: may use for weights, activations and KV cache (vllm/config/cache.py, CacheConfig)
 DEFAULT_KV_FRACTION = 0.9
@@ -128,6 +133,7 @@ class RLConfig:
     reward: RewardConfig = field(default_factory=RewardConfig)
     max_lag: int = 0
     partial_rollouts: bool = False
+    kv_after_sync: str = "recompute"    # partial rollouts: recompute | keep the KV caches
     weight_sync: WeightSyncConfig = field(default_factory=WeightSyncConfig)
 
     @property
@@ -148,6 +154,7 @@ _RULES: dict[str, tuple[str, Any]] = {
     "prompts_per_step": ("pos", None), "samples_per_prompt": ("pos", None),
     "colocated": ("bool", None), "old_logprob": ("bool", None), "reference": ("bool", None),
     "max_lag": ("nonneg", None), "partial_rollouts": ("bool", None),
+    "kv_after_sync": ("choice", KV_AFTER_SYNC),
     "dist": ("choice", DISTS), "mean": ("posnum", None), "max": ("optpos", None),
     "min": ("pos", None), "sigma": ("nonnegnum", None), "file": ("optstr", None),
     "gpus": ("optpos", None), "tp": ("pos", None), "ep": ("pos", None), "pp": ("pos", None),
@@ -253,6 +260,10 @@ def _consistent(cfg: RLConfig, src: str, world: int | None) -> None:
         raise InputError(src, "rl.partial_rollouts", "false with rl.max_lag: 0 (a sample "
                          "continued under a newer version is off-policy: partial rollouts "
                          "need max_lag >= 1, disaggregated pools)", True)
+    if cfg.kv_after_sync == "keep" and not cfg.partial_rollouts:
+        raise InputError(src, "rl.kv_after_sync", "recompute without rl.partial_rollouts "
+                         "(the KV caches kept across a weight sync are those of samples a "
+                         "sync pauses)", "keep")
     if cfg.colocated and cfg.weight_sync.method == "sharded":
         raise InputError(src, "rl.weight_sync.method", "ipc or nccl with rl.colocated: true "
                          "(a sharded sync moves weights between two pools)", "sharded")

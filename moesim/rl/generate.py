@@ -79,7 +79,9 @@ class Rollout:
     ``t`` (seconds from the start) interrupts the engines (every unfinished sample leaves
     with its tokens, its KV cache freed, the step in flight dropped), waits ``dur_s``
     (the weight sync) and resubmits the unfinished samples, which recompute their KV
-    cache (prompt and tokens so far) under the new ``version`` and continue.
+    cache (prompt and tokens so far) under the new ``version`` and continue; with
+    ``keep_kv`` the engines finish their steps in flight, wait ``dur_s`` and go on with
+    the KV caches they hold.
     ``first_version`` / ``last_version``: per sample, the policy version of its first
     token and of its last (a sample with no token before a pause starts under the new
     version)."""
@@ -114,9 +116,29 @@ class Rollout:
             self.sim.run(until=t)
         return self.done
 
-    def pause(self, t: float, dur_s: float, version: int) -> None:
+    def pause(self, t: float, dur_s: float, version: int, keep_kv: bool = False
+              ) -> float | None:
+        """The weight sync of ``version`` from ``t``, ``dur_s`` long; returns when it
+        started (None: every sample was done first). ``keep_kv``: the engines finish their
+        steps in flight, load the weights and go on, every sample keeping its KV cache
+        (computed under the old weights: no recompute); the sync starts when the last
+        engine is at a step boundary."""
         if self.run_until(t):
-            return
+            return None
+        if keep_kv:
+            start = self.sim.hold()
+            left = [r for r in self.reqs if not r.done]
+            if not left:                    # the steps in flight finished every sample
+                self.sim.release(start)
+                return None
+            for r in left:
+                if r.generated == 0:
+                    self.first_version[r.tag] = version
+                self.last_version[r.tag] = version
+            self.sim.release(start + dur_s)
+            self.pauses.append((start, start + dur_s, version))
+            self.paused_s += dur_s
+            return start
         left = self.sim.interrupt()
         if self.sim.record:                               # the batch is empty meanwhile
             for ser in self.sim.series:
@@ -132,6 +154,7 @@ class Rollout:
         self.pauses.append((t, end, version))
         self.paused_s += dur_s
         self.sim.submit(left)
+        return t
 
     def finish(self) -> Generation:
         """Generate to the last sample (once; later calls return the same result)."""

@@ -16,7 +16,8 @@ version. ``max_lag: 0`` is the synchronous loop: step = generate + score + train
 **Partial rollouts** (disaggregated, ``max_lag >= 1``, :func:`schedule_partial`): a
 weight sync does not wait for the generation in flight: it starts when the trainer
 publishes, pausing the generation; the unfinished samples continue under the new version
-afterwards (their KV cache recomputed). A sample's lag counts its oldest version.
+afterwards (their KV cache recomputed, or with ``kv_after_sync: keep`` kept, the sync then
+starting at the engines' next step boundary). A sample's lag counts its oldest version.
 
 **Colocated** (one pool, ``max_lag`` 0): generate, switch to training (onload of the
 optimizer states), score, train, switch back (offload), weight hand-over, in turn.
@@ -148,12 +149,15 @@ def _disaggregated(durs: list[StepDurations], k: int) -> Timeline:
     return tl
 
 
-def schedule_partial(durs: list[StepDurations], max_lag: int, rollout) -> Timeline:
+def schedule_partial(durs: list[StepDurations], max_lag: int, rollout,
+                     keep_kv: bool = False) -> Timeline:
     """The disaggregated loop with partial rollouts. ``durs[s].generate`` is ignored:
     ``rollout(s, version)`` starts step ``s``'s generation (a
     :class:`moesim.rl.generate.Rollout`, on its own clock from 0) and this loop pauses it
-    at every weight sync that starts before it ends. Returns the timeline; each step's
-    Rollout is left in ``tl.rollouts``."""
+    at every weight sync that starts before it ends (``keep_kv``: the sync waits for the
+    engines' steps in flight, the samples keep their KV caches; the trainer, which
+    published, waits with it). Returns the timeline; each step's Rollout is left in
+    ``tl.rollouts``."""
     n, k = len(durs), max_lag
     tl = Timeline(gen_version=[0] * n, step_end_s=[0.0] * n, gen_start_s=[0.0] * n,
                   first_version=[None] * n, last_version=[None] * n)
@@ -178,9 +182,18 @@ def schedule_partial(durs: list[StepDurations], max_lag: int, rollout) -> Timeli
         ro = tl.rollouts[s] = rollout(s, loaded)
         seg, ver = 0.0, loaded          # the generation's segments between syncs
         while loaded + 1 in pub and not ro.run_until(pub[loaded + 1][0] - t):
+            a, b = pub[loaded + 1]
+            start = ro.pause(a - t, b - a, loaded + 1, keep_kv)
+            if start is None:           # the steps in flight finished the generation:
+                done_s = t + ro.finish().time_s     # the sync follows it
+                if done_s > a:
+                    pub[loaded + 1] = (done_s, done_s + (b - a))
+                    t_train = max(t_train, done_s + (b - a))
+                break
             loaded += 1
-            a, b = pub[loaded]
-            ro.pause(a - t, b - a, loaded)
+            if t + start > a:           # the sync began at the engines' step boundary
+                a, b = pub[loaded] = (t + start, t + start + (b - a))
+                t_train = max(t_train, b)
             tl.spans.append(Span("rollout", "generate", s, t + seg, a, ver))
             sync(loaded)
             seg, ver = b - t, loaded

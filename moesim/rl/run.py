@@ -170,7 +170,8 @@ def simulate_rl(setup: RLSetup, steps: int, *, rollout_costs: StepCosts | None =
         return Rollout(b.prompt, b.response, rollout_costs, ro.replicas, kv, ro.max_batch,
                        ro.replica_gpus // ro.tp, version=version, layer_windows=windows)
 
-    tl = schedule_partial([w.durations for w in works], cfg.max_lag, rollout)
+    tl = schedule_partial([w.durations for w in works], cfg.max_lag, rollout,
+                          keep_kv=cfg.kv_after_sync == "keep")
     for w, r in zip(works, tl.rollouts, strict=True):
         w.generation = gen = r.finish()
         w.durations = dataclasses.replace(w.durations, generate=gen.time_s - r.paused_s)

@@ -107,7 +107,8 @@ def text_summary(summary: dict, det: dict) -> str:
     cfg = det["rl"]
     mode = "colocated" if cfg["colocated"] else f"disaggregated, max_lag {cfg['max_lag']}"
     if cfg.get("partial_rollouts"):
-        mode += ", partial rollouts"
+        mode += (", partial rollouts, KV kept across syncs"
+                 if cfg.get("kv_after_sync") == "keep" else ", partial rollouts")
     ws = det["weight_sync"]
     lines = [
         f"{det['scenario']}: GRPO on {det['gpus']['total']} GPUs ({mode}; rollout "
