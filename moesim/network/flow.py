@@ -52,7 +52,7 @@ from typing import Any
 import numpy as np
 import simpy
 
-from moesim.network.base import LinkSet, checked_flow
+from moesim.network.base import LinkSet, checked_bytes, checked_flow
 from moesim.network.maxmin import SMALL_PAIRS
 from moesim.network.slots import COUNTERS, PLAT, RATE, Slots
 
@@ -115,8 +115,25 @@ class FlowNetwork:
 
     # ---- interface -------------------------------------------------------------
     def transfer(self, src: str, dst: str, nbytes: float, key: int = 0, tag: Any = None) -> simpy.Event:
-        """Start one flow now; the event (value ``tag``) succeeds at delivery."""
-        return self.transfer_many([(src, dst, nbytes)], key=key, tag=tag)
+        """Start one flow now; the event (value ``tag``) succeeds at delivery.
+        (``transfer_many`` of one flow, without its loop.)"""
+        ev = simpy.Event(self.env)
+        gid = self._next_group
+        self._next_group = gid + 1
+        nbytes = checked_bytes(src, dst, nbytes)
+        path = self._routes.get((src, dst, key))
+        if path is None:
+            path = self._route(src, dst, key)
+        if not len(path):   # src == dst crosses no link: delivered at once
+            ev.succeed(tag)
+            return ev
+        self._pending.append((path, nbytes, gid))
+        self._groups[gid] = [ev, 1, tag]
+        self.n_flows += 1
+        if not self._kick_scheduled:
+            self._kick_scheduled = True
+            self.env.timeout(0).callbacks.append(self._on_kick)
+        return ev
 
     def transfer_many(self, flows: Sequence[tuple[str, str, float]], key: int = 0,
                       tag: Any = None) -> simpy.Event:
@@ -194,8 +211,8 @@ class FlowNetwork:
     def _step(self) -> None:
         self._version += 1   # any wake-up timer set before this step is now stale
         now = float(self.env.now)
-        first_new = self._flush_pending(now)
         slots = self._slots
+        first_new = self._flush_pending(now) if self._pending else slots.n
         done, n_old, n_res, wake = slots.step(now, first_new, FINISH_ATOL_S + FINISH_RTOL * abs(now),
                                               self._coalesce_rtol, self._incremental, SMALL_PAIRS)
         if n_old:   # running flows that finished: delivered after their path latency
@@ -213,6 +230,14 @@ class FlowNetwork:
                 partial(self._on_wake, self._version))
 
     def _complete(self, idx: np.ndarray) -> None:
+        if len(idx) == 1:   # the common case: one flow, one delivery
+            s = idx[0]
+            lat, g = float(self._slots.f[PLAT, s]), int(self._slots.group[s])
+            if lat == 0:
+                self._deliver([g], None)
+            else:
+                self.env.timeout(lat).callbacks.append(partial(self._deliver, [g]))
+            return
         by_lat: dict[float, list[int]] = {}
         plat, group = self._slots.f[PLAT, idx].tolist(), self._slots.group[idx].tolist()
         for lat, g in zip(plat, group, strict=True):
@@ -224,6 +249,13 @@ class FlowNetwork:
                 self.env.timeout(lat).callbacks.append(partial(self._deliver, by_lat[lat]))
 
     def _deliver(self, gids: list[int], _ev: simpy.Event | None) -> None:
+        if len(gids) == 1:   # the common case: one flow's group
+            entry = self._groups[gids[0]]
+            entry[1] -= 1
+            if entry[1] == 0:
+                del self._groups[gids[0]]
+                entry[0].succeed(entry[2])
+            return
         finished = []
         for g in gids:
             entry = self._groups[g]
