@@ -96,7 +96,8 @@ class FlowNetwork:
         self._n_links = len(self._cap)
         self._routes: dict[tuple[str, str, int], np.ndarray] = {}
         self._slots = Slots(self._cap, self._lat)   # per-flow state, pairs, link counts
-        self._pending: list[tuple[np.ndarray, float, int]] = []  # (path, bytes, group)
+        # flows queued since the last step: their paths, bytes and transfer groups
+        self._pending: tuple[list[np.ndarray], list[float], list[int]] = ([], [], [])
         self._groups: dict[int, list[Any]] = {}   # id -> [event, flows left, tag]
         self._next_group = 0
         self._version = 0
@@ -127,7 +128,10 @@ class FlowNetwork:
         if not len(path):   # src == dst crosses no link: delivered at once
             ev.succeed(tag)
             return ev
-        self._pending.append((path, nbytes, gid))
+        paths, sizes, gids = self._pending
+        paths.append(path)
+        sizes.append(nbytes)
+        gids.append(gid)
         self._groups[gid] = [ev, 1, tag]
         self.n_flows += 1
         if not self._kick_scheduled:
@@ -144,14 +148,18 @@ class FlowNetwork:
         ev = self.env.event()
         gid = self._next_group
         self._next_group += 1
-        queued = []
+        q_paths, q_sizes = [], []
         for f in flows:
             src, dst, nbytes, fkey = checked_flow(f, key)
             path = self._route(src, dst, fkey)
             if len(path):   # src == dst crosses no link: delivered at once
-                queued.append((path, nbytes, gid))
-        count = len(queued)
-        self._pending.extend(queued)
+                q_paths.append(path)
+                q_sizes.append(nbytes)
+        count = len(q_paths)
+        paths, sizes, gids = self._pending
+        paths.extend(q_paths)
+        sizes.extend(q_sizes)
+        gids.extend([gid] * count)
         if count == 0:
             ev.succeed(tag)
             return ev
@@ -202,17 +210,17 @@ class FlowNetwork:
 
     def _flush_pending(self, now: float) -> int:
         """Move queued flows into slots; returns the first new slot."""
-        if not self._pending:
+        paths, sizes, gids = self._pending
+        if not paths:
             return self._slots.n
-        paths, sizes, gids = zip(*self._pending, strict=True)
-        self._pending = []
+        self._pending = ([], [], [])
         return self._slots.add(paths, sizes, gids, now)
 
     def _step(self) -> None:
         self._version += 1   # any wake-up timer set before this step is now stale
         now = float(self.env.now)
         slots = self._slots
-        first_new = self._flush_pending(now) if self._pending else slots.n
+        first_new = self._flush_pending(now) if self._pending[0] else slots.n
         done, n_old, n_res, wake = slots.step(now, first_new, FINISH_ATOL_S + FINISH_RTOL * abs(now),
                                               self._coalesce_rtol, self._incremental, SMALL_PAIRS)
         if n_old:   # running flows that finished: delivered after their path latency

@@ -17,7 +17,9 @@
   and the per-flow state update. The numpy path (:mod:`moesim.network.incremental`)
   re-solves the closure by rounds: the same rates up to rounding;
 * :func:`link_index`, :func:`due` and :func:`earliest`: the link -> running flows
-  index (a stable counting sort), the flows due to finish, and the next finish time.
+  index (a stable counting sort), the flows due to finish, and the next finish time;
+* :func:`add`: new flows into their slots and pairs (the bookkeeping of
+  :meth:`moesim.network.slots.Slots.add`).
 
 Workspace arrays (per link or per flow slot) are passed in zeroed and left zeroed, so
 a call costs work in what it touches, not in the size of the network.
@@ -118,6 +120,40 @@ def link_index(pf, pl, alive, lptr, lslot):
             lslot[fill[lk]] = pf[k]
             fill[lk] += 1
     return m
+
+
+@njit(cache=True, nogil=True)
+def add(f, group, alive, pstart, pf, pl, lcnt, counts, lat, links, lens, sizes, gids, first,
+        p0, now):
+    """:meth:`moesim.network.slots.Slots.add` compiled, on buffers already large enough:
+    flow i (slot ``first + i``) of ``sizes[i]`` bytes and group ``gids[i]`` crosses the
+    next ``lens[i]`` of ``links``; its pairs go from ``p0`` on. The path latency is summed
+    link by link from 0.0, as ``np.bincount`` sums it."""
+    k = p0
+    for i in range(lens.shape[0]):
+        s = first + i
+        f[0, s] = sizes[i]
+        f[1, s] = now
+        f[2, s] = 0.0
+        f[3, s] = np.inf
+        f[4, s] = sizes[i]
+        f[6, s] = now
+        group[s] = gids[i]
+        alive[s] = True
+        plat = 0.0
+        k1 = k + lens[i]
+        for q in range(k, k1):
+            lk = links[q - p0]
+            plat += lat[lk]
+            pf[q] = s
+            pl[q] = lk
+            lcnt[lk] += 1
+        k = k1
+        f[5, s] = plat
+        pstart[s + 1] = k1
+    counts[0] += lens.shape[0]
+    counts[1] += k - p0
+    counts[2] = 0
 
 
 @njit(cache=True, nogil=True)

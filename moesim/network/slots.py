@@ -18,6 +18,7 @@ rates up to rounding), and the next finish time is returned. No simpy here.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from itertools import accumulate
 
 import numpy as np
@@ -81,9 +82,10 @@ class Slots:
         return int(self.counts[0])
 
     # ---- growth ---------------------------------------------------------------
-    def add(self, paths: tuple[np.ndarray, ...], sizes: tuple[float, ...], gids: tuple[int, ...],
+    def add(self, paths: Sequence[np.ndarray], sizes: Sequence[float], gids: Sequence[int],
             now: float) -> int:
-        """New running flows in slots; returns the first new slot."""
+        """New running flows in slots (compiled once the kernels are loaded, else numpy;
+        the same state); returns the first new slot."""
         first, m = self.n, len(sizes)
         if first + m > len(self.alive):
             cap = max(first + m, 2 * len(self.alive))
@@ -100,6 +102,17 @@ class Slots:
             pst[:first + 1] = self.pstart[:first + 1]
             self.pstart = pst
         end = first + m
+        kern = jit.kernels(load=False)
+        if kern is not None:   # compiled: the same state
+            links = np.concatenate(paths)
+            p0 = self.np
+            self._grow_pairs(p0 + len(links))
+            kern.add(self.f, self.group, self.alive, self.pstart, self.pf, self.pl, self.lcnt,
+                     self.counts, self.lat, links, np.fromiter(map(len, paths), np.int64, m),
+                     np.array(sizes, dtype=float), np.array(gids, dtype=np.int64), first, p0,
+                     now)
+            self.n, self.np = end, p0 + len(links)
+            return first
         size = np.asarray(sizes, dtype=float)
         f = self.f
         f[REM, first:end] = size
@@ -116,13 +129,7 @@ class Slots:
         n_links = len(links)
         f[PLAT, first:end] = np.bincount(local - first, weights=self.lat[links], minlength=m)
         p0, p1 = self.np, self.np + n_links
-        if p1 > len(self.pf):
-            pcap = max(p1, 2 * len(self.pf))
-            for name in ("pf", "pl", "lidx"):
-                old = getattr(self, name)
-                new = np.zeros(pcap, dtype=np.int64)
-                new[:p0] = old[:p0]
-                setattr(self, name, new)
+        self._grow_pairs(p1)
         self.pf[p0:p1] = local
         self.pl[p0:p1] = links
         self.pstart[first + 1:end + 1] = list(accumulate(lens, initial=p0))[1:]
@@ -133,6 +140,16 @@ class Slots:
         self.n, self.np = end, p1
         self.counts[2] = 0   # the index is stale
         return first
+
+    def _grow_pairs(self, n_pairs: int) -> None:
+        """Room for ``n_pairs`` pairs (and as many link -> flows index entries)."""
+        if n_pairs > len(self.pf):
+            p0, pcap = self.np, max(n_pairs, 2 * len(self.pf))
+            for name in ("pf", "pl", "lidx"):
+                old = getattr(self, name)
+                new = np.zeros(pcap, dtype=np.int64)
+                new[:p0] = old[:p0]
+                setattr(self, name, new)
 
     def compact(self) -> None:
         """Drop finished slots once they are half of all (their bytes go to done_bytes)."""
