@@ -52,7 +52,7 @@ from typing import Any
 import numpy as np
 import simpy
 
-from moesim.network.base import LinkSet, checked_flow
+from moesim.network.base import LinkSet, checked_bytes, checked_flow
 from moesim.network.maxmin import SMALL_PAIRS
 from moesim.network.slots import COUNTERS, PLAT, RATE, Slots
 
@@ -96,7 +96,8 @@ class FlowNetwork:
         self._n_links = len(self._cap)
         self._routes: dict[tuple[str, str, int], np.ndarray] = {}
         self._slots = Slots(self._cap, self._lat)   # per-flow state, pairs, link counts
-        self._pending: list[tuple[np.ndarray, float, int]] = []  # (path, bytes, group)
+        # flows queued since the last step: their paths, bytes and transfer groups
+        self._pending: tuple[list[np.ndarray], list[float], list[int]] = ([], [], [])
         self._groups: dict[int, list[Any]] = {}   # id -> [event, flows left, tag]
         self._next_group = 0
         self._version = 0
@@ -115,8 +116,28 @@ class FlowNetwork:
 
     # ---- interface -------------------------------------------------------------
     def transfer(self, src: str, dst: str, nbytes: float, key: int = 0, tag: Any = None) -> simpy.Event:
-        """Start one flow now; the event (value ``tag``) succeeds at delivery."""
-        return self.transfer_many([(src, dst, nbytes)], key=key, tag=tag)
+        """Start one flow now; the event (value ``tag``) succeeds at delivery.
+        (``transfer_many`` of one flow, without its loop.)"""
+        ev = simpy.Event(self.env)
+        gid = self._next_group
+        self._next_group = gid + 1
+        nbytes = checked_bytes(src, dst, nbytes)
+        path = self._routes.get((src, dst, key))
+        if path is None:
+            path = self._route(src, dst, key)
+        if not len(path):   # src == dst crosses no link: delivered at once
+            ev.succeed(tag)
+            return ev
+        paths, sizes, gids = self._pending
+        paths.append(path)
+        sizes.append(nbytes)
+        gids.append(gid)
+        self._groups[gid] = [ev, 1, tag]
+        self.n_flows += 1
+        if not self._kick_scheduled:
+            self._kick_scheduled = True
+            self.env.timeout(0).callbacks.append(self._on_kick)
+        return ev
 
     def transfer_many(self, flows: Sequence[tuple[str, str, float]], key: int = 0,
                       tag: Any = None) -> simpy.Event:
@@ -127,14 +148,18 @@ class FlowNetwork:
         ev = self.env.event()
         gid = self._next_group
         self._next_group += 1
-        queued = []
+        q_paths, q_sizes = [], []
         for f in flows:
             src, dst, nbytes, fkey = checked_flow(f, key)
             path = self._route(src, dst, fkey)
             if len(path):   # src == dst crosses no link: delivered at once
-                queued.append((path, nbytes, gid))
-        count = len(queued)
-        self._pending.extend(queued)
+                q_paths.append(path)
+                q_sizes.append(nbytes)
+        count = len(q_paths)
+        paths, sizes, gids = self._pending
+        paths.extend(q_paths)
+        sizes.extend(q_sizes)
+        gids.extend([gid] * count)
         if count == 0:
             ev.succeed(tag)
             return ev
@@ -185,17 +210,17 @@ class FlowNetwork:
 
     def _flush_pending(self, now: float) -> int:
         """Move queued flows into slots; returns the first new slot."""
-        if not self._pending:
+        paths, sizes, gids = self._pending
+        if not paths:
             return self._slots.n
-        paths, sizes, gids = zip(*self._pending, strict=True)
-        self._pending = []
+        self._pending = ([], [], [])
         return self._slots.add(paths, sizes, gids, now)
 
     def _step(self) -> None:
         self._version += 1   # any wake-up timer set before this step is now stale
         now = float(self.env.now)
-        first_new = self._flush_pending(now)
         slots = self._slots
+        first_new = self._flush_pending(now) if self._pending[0] else slots.n
         done, n_old, n_res, wake = slots.step(now, first_new, FINISH_ATOL_S + FINISH_RTOL * abs(now),
                                               self._coalesce_rtol, self._incremental, SMALL_PAIRS)
         if n_old:   # running flows that finished: delivered after their path latency
@@ -213,6 +238,14 @@ class FlowNetwork:
                 partial(self._on_wake, self._version))
 
     def _complete(self, idx: np.ndarray) -> None:
+        if len(idx) == 1:   # the common case: one flow, one delivery
+            s = idx[0]
+            lat, g = float(self._slots.f[PLAT, s]), int(self._slots.group[s])
+            if lat == 0:
+                self._deliver([g], None)
+            else:
+                self.env.timeout(lat).callbacks.append(partial(self._deliver, [g]))
+            return
         by_lat: dict[float, list[int]] = {}
         plat, group = self._slots.f[PLAT, idx].tolist(), self._slots.group[idx].tolist()
         for lat, g in zip(plat, group, strict=True):
@@ -224,6 +257,13 @@ class FlowNetwork:
                 self.env.timeout(lat).callbacks.append(partial(self._deliver, by_lat[lat]))
 
     def _deliver(self, gids: list[int], _ev: simpy.Event | None) -> None:
+        if len(gids) == 1:   # the common case: one flow's group
+            entry = self._groups[gids[0]]
+            entry[1] -= 1
+            if entry[1] == 0:
+                del self._groups[gids[0]]
+                entry[0].succeed(entry[2])
+            return
         finished = []
         for g in gids:
             entry = self._groups[g]

@@ -17,7 +17,9 @@
   and the per-flow state update. The numpy path (:mod:`moesim.network.incremental`)
   re-solves the closure by rounds: the same rates up to rounding;
 * :func:`link_index`, :func:`due` and :func:`earliest`: the link -> running flows
-  index (a stable counting sort), the flows due to finish, and the next finish time.
+  index (a stable counting sort), the flows due to finish, and the next finish time;
+* :func:`add`: new flows into their slots and pairs (the bookkeeping of
+  :meth:`moesim.network.slots.Slots.add`).
 
 Workspace arrays (per link or per flow slot) are passed in zeroed and left zeroed, so
 a call costs work in what it touches, not in the size of the network.
@@ -97,10 +99,13 @@ def maxmin_segments(seg_start, seg_end, pl, cap, out, cap_floor, sat_fac,
 
 
 @njit(cache=True, nogil=True)
-def link_index(pf, pl, alive, n_links):
-    """(lptr, lslot): the running flows crossing link l are lslot[lptr[l]:lptr[l+1]],
-    in slot order (a stable counting sort of the running flows' pairs)."""
-    lptr = np.zeros(n_links + 1, dtype=np.int64)
+def link_index(pf, pl, alive, lptr, lslot):
+    """The link -> running flows index, in place: the running flows crossing link l
+    become lslot[lptr[l]:lptr[l+1]], in slot order (a stable counting sort of the running
+    flows' pairs; ``lptr`` has one entry per link plus one, ``lslot`` room for every
+    pair); returns how many entries of ``lslot`` it filled."""
+    n_links = lptr.shape[0] - 1
+    lptr[:] = 0
     m = 0
     for k in range(pl.shape[0]):
         if alive[pf[k]]:
@@ -109,13 +114,46 @@ def link_index(pf, pl, alive, n_links):
     for lk in range(n_links):
         lptr[lk + 1] += lptr[lk]
     fill = lptr[:-1].copy()
-    lslot = np.empty(m, dtype=np.int64)
     for k in range(pl.shape[0]):
         if alive[pf[k]]:
             lk = pl[k]
             lslot[fill[lk]] = pf[k]
             fill[lk] += 1
-    return lptr, lslot
+    return m
+
+
+@njit(cache=True, nogil=True)
+def add(f, group, alive, pstart, pf, pl, lcnt, counts, lat, links, lens, sizes, gids, first,
+        p0, now):
+    """:meth:`moesim.network.slots.Slots.add` compiled, on buffers already large enough:
+    flow i (slot ``first + i``) of ``sizes[i]`` bytes and group ``gids[i]`` crosses the
+    next ``lens[i]`` of ``links``; its pairs go from ``p0`` on. The path latency is summed
+    link by link from 0.0, as ``np.bincount`` sums it."""
+    k = p0
+    for i in range(lens.shape[0]):
+        s = first + i
+        f[0, s] = sizes[i]
+        f[1, s] = now
+        f[2, s] = 0.0
+        f[3, s] = np.inf
+        f[4, s] = sizes[i]
+        f[6, s] = now
+        group[s] = gids[i]
+        alive[s] = True
+        plat = 0.0
+        k1 = k + lens[i]
+        for q in range(k, k1):
+            lk = links[q - p0]
+            plat += lat[lk]
+            pf[q] = s
+            pl[q] = lk
+            lcnt[lk] += 1
+        k = k1
+        f[5, s] = plat
+        pstart[s + 1] = k1
+    counts[0] += lens.shape[0]
+    counts[1] += k - p0
+    counts[2] = 0
 
 
 @njit(cache=True, nogil=True)
@@ -150,8 +188,8 @@ def earliest(tfin):
 
 @njit(cache=True, nogil=True)
 def solve(now, pstart, pf, pl, lptr, lidx, cap, alive, rate, rem, tref, tfin, lcnt,
-          done, first_new, r_done, n_alive, whole, full_fraction, margin, cap_floor, sat_fac,
-          change_rtol, hit, seen, res, cnt, share, frozen, bad, added, stats):
+          done, first_new, r_done, n_alive, whole, full_fraction, margin, cap_floor,
+          change_rtol, hit, seen, res, cnt, frozen, bad, stats):
     """Re-rate after slots ``done`` finished and alive slots ``first_new:`` started.
 
     ``whole``: re-solve every running flow (else the incremental rule decides, with
@@ -301,32 +339,39 @@ def solve(now, pstart, pf, pl, lptr, lidx, cap, alive, rate, rem, tref, tfin, lc
 
 
 @njit(cache=True, nogil=True)
-def step(now, first_new, tol, rtol, f, alive, pstart, pf, pl, lptr, lidx, index_ok, cap, lcnt,
-         counts, incremental, small_pairs, full_fraction, margin, cap_floor, sat_fac,
-         change_rtol, stats, hit, seen, res, cnt, share, frozen, bad, added):
-    """One event of :class:`moesim.network.slots.Slots` (its ``_step_numpy``, compiled):
-    returns (finished slots: due then zero-byte new, number due, rates re-solved or -1,
-    next finish time, lptr, lidx, index valid)."""
-    n = alive.shape[0]
-    rem, tref, rate, tfin, size, start = f[0], f[1], f[2], f[3], f[4], f[6]
+def step(now, first_new, tol, n, n_pairs, f, alive, pstart, pf, pl, lptr, lidx, cap, lcnt,
+         counts, params, stats, hit, done_out, cnt, wf, wb):
+    """One event of :class:`moesim.network.slots.Slots` (its ``_step_numpy``, compiled)
+    on slots ``:n`` and pairs ``:n_pairs`` of the buffers: writes the finished slots (due,
+    then zero-byte new) into ``done_out`` and returns (how many finished, how many were
+    due, rates re-solved or -1, next finish time).
+
+    ``counts``: running flows, their pairs, whether the link -> flows index
+    ``lptr``/``lidx`` is valid, its entries (rebuilt here in place when needed);
+    ``params``: coalesce rtol, incremental (1/0), small-problem pairs, full fraction,
+    threshold margin, capacity floor, change rtol; ``hit`` (per slot), ``cnt``, ``wf``
+    (rows: residual capacity, frozen load), ``wb`` (rows: seen, bad): workspaces, zero
+    on entry and on return."""
+    rtol, incremental, small_pairs = params[0], params[1] != 0.0, params[2]
+    alive = alive[:n]
+    pstart = pstart[:n + 1]
+    pf = pf[:n_pairs]
+    pl = pl[:n_pairs]
+    rem, tref, rate, tfin, size, start = f[0, :n], f[1, :n], f[2, :n], f[3, :n], f[4, :n], f[6, :n]
     old = due(tfin, start, first_new, now, tol, rtol)
+    n_old = old.shape[0]
     r_done = np.inf
-    for u in range(old.shape[0]):
+    for u in range(n_old):
+        done_out[u] = old[u]
         if rate[old[u]] < r_done:
             r_done = rate[old[u]]
-    n_zero = 0
+    j = n_old
     for s in range(first_new, n):
         if size[s] == 0.0:
-            n_zero += 1
-    done = np.empty(old.shape[0] + n_zero, dtype=np.int64)
-    done[:old.shape[0]] = old
-    j = old.shape[0]
-    for s in range(first_new, n):
-        if size[s] == 0.0:
-            done[j] = s
+            done_out[j] = s
             j += 1
-    for u in range(done.shape[0]):
-        s = done[u]
+    for u in range(j):
+        s = done_out[u]
         alive[s] = False
         rate[s] = 0.0
         tfin[s] = np.inf
@@ -341,16 +386,15 @@ def step(now, first_new, tol, rtol, f, alive, pstart, pf, pl, lptr, lidx, index_
                 has_new = True
                 break
     n_res = -1
-    if has_new or old.shape[0] > 0:
+    if has_new or n_old > 0:
         whole = not (incremental and counts[1] > small_pairs)
-        if not whole and (not index_ok or 2 * counts[1] < lidx.shape[0]):
-            lptr, lidx = link_index(pf, pl, alive, cap.shape[0])
-            index_ok = True
+        if not whole and (counts[2] == 0 or 2 * counts[1] < counts[3]):
+            counts[3] = link_index(pf, pl, alive, lptr, lidx)
+            counts[2] = 1
         fn = first_new if has_new else n
         aff = solve(now, pstart, pf, pl, lptr, lidx, cap, alive, rate, rem, tref, tfin, lcnt,
-                    old, fn, r_done, counts[0], whole, full_fraction,
-                    margin, cap_floor, sat_fac, change_rtol, hit, seen, res, cnt, share, frozen,
-                    bad, added, stats)
+                    old, fn, r_done, counts[0], whole, params[3], params[4], params[5],
+                    params[6], hit, wb[0], wf[0], cnt, wf[1], wb[1], stats)
         n_res = aff.shape[0]
     wake = earliest(tfin) if counts[0] > 0 else np.inf
-    return done, old.shape[0], n_res, wake, lptr, lidx, index_ok
+    return j, n_old, n_res, wake

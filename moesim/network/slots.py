@@ -18,10 +18,13 @@ rates up to rounding), and the next finish time is returned. No simpy here.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from itertools import accumulate
+
 import numpy as np
 
 from moesim.network import incremental, jit
-from moesim.network.maxmin import CAP_FLOOR, SAT_RTOL
+from moesim.network.maxmin import CAP_FLOOR
 
 #: rows of :attr:`Slots.f`
 REM, TREF, RATE, TFIN, SIZE, PLAT, START = range(7)
@@ -62,11 +65,14 @@ class Slots:
         self.pl = np.zeros(256, dtype=np.int64)
         self.pstart = np.zeros(65, dtype=np.int64)
         self.lcnt = np.zeros(self.n_links, dtype=np.int64)   # running flows per link
-        self.counts = np.zeros(2, dtype=np.int64)            # running flows, their pairs
-        self.lptr = np.zeros(1, dtype=np.int64)              # link -> running flows index
-        self.lidx = np.zeros(0, dtype=np.int64)
-        self.index_ok = False
+        # running flows, their pairs, whether the link -> running flows index is valid,
+        # its entries: flows crossing link l are lidx[lptr[l]:lptr[l+1]] (lidx has room
+        # for every pair)
+        self.counts = np.zeros(4, dtype=np.int64)
+        self.lptr = np.zeros(self.n_links + 1, dtype=np.int64)
+        self.lidx = np.zeros(256, dtype=np.int64)
         self.ws: list[np.ndarray] | None = None              # compiled step's scratch
+        self._params: tuple[tuple, np.ndarray] | None = None  # compiled step's constants
         self.done_bytes = np.zeros(self.n_links)             # bytes of slots compacted away
         self.events = 0
         self.stats = np.zeros(len(COUNTERS), dtype=np.int64)  # see COUNTERS
@@ -76,9 +82,10 @@ class Slots:
         return int(self.counts[0])
 
     # ---- growth ---------------------------------------------------------------
-    def add(self, paths: tuple[np.ndarray, ...], sizes: tuple[float, ...], gids: tuple[int, ...],
+    def add(self, paths: Sequence[np.ndarray], sizes: Sequence[float], gids: Sequence[int],
             now: float) -> int:
-        """New running flows in slots; returns the first new slot."""
+        """New running flows in slots (compiled once the kernels are loaded, else numpy;
+        the same state); returns the first new slot."""
         first, m = self.n, len(sizes)
         if first + m > len(self.alive):
             cap = max(first + m, 2 * len(self.alive))
@@ -95,6 +102,17 @@ class Slots:
             pst[:first + 1] = self.pstart[:first + 1]
             self.pstart = pst
         end = first + m
+        kern = jit.kernels(load=False)
+        if kern is not None:   # compiled: the same state
+            links = np.concatenate(paths)
+            p0 = self.np
+            self._grow_pairs(p0 + len(links))
+            kern.add(self.f, self.group, self.alive, self.pstart, self.pf, self.pl, self.lcnt,
+                     self.counts, self.lat, links, np.fromiter(map(len, paths), np.int64, m),
+                     np.array(sizes, dtype=float), np.array(gids, dtype=np.int64), first, p0,
+                     now)
+            self.n, self.np = end, p0 + len(links)
+            return first
         size = np.asarray(sizes, dtype=float)
         f = self.f
         f[REM, first:end] = size
@@ -105,26 +123,33 @@ class Slots:
         f[START, first:end] = now
         self.group[first:end] = gids
         self.alive[first:end] = True
-        lens = np.fromiter((len(p) for p in paths), dtype=np.int64, count=m)
-        local = np.repeat(np.arange(m, dtype=np.int64), lens)
+        lens = list(map(len, paths))
+        local = np.repeat(np.arange(first, end, dtype=np.int64), lens)   # slot of each pair
         links = np.concatenate(paths)
-        f[PLAT, first:end] = np.bincount(local, weights=self.lat[links], minlength=m)
-        p0, p1 = self.np, self.np + len(links)
-        if p1 > len(self.pf):
-            pcap = max(p1, 2 * len(self.pf))
-            for name in ("pf", "pl"):
+        n_links = len(links)
+        f[PLAT, first:end] = np.bincount(local - first, weights=self.lat[links], minlength=m)
+        p0, p1 = self.np, self.np + n_links
+        self._grow_pairs(p1)
+        self.pf[p0:p1] = local
+        self.pl[p0:p1] = links
+        self.pstart[first + 1:end + 1] = list(accumulate(lens, initial=p0))[1:]
+        self.lcnt += np.bincount(links, minlength=self.n_links)
+        counts = self.counts
+        counts[0] += m
+        counts[1] += n_links
+        self.n, self.np = end, p1
+        self.counts[2] = 0   # the index is stale
+        return first
+
+    def _grow_pairs(self, n_pairs: int) -> None:
+        """Room for ``n_pairs`` pairs (and as many link -> flows index entries)."""
+        if n_pairs > len(self.pf):
+            p0, pcap = self.np, max(n_pairs, 2 * len(self.pf))
+            for name in ("pf", "pl", "lidx"):
                 old = getattr(self, name)
                 new = np.zeros(pcap, dtype=np.int64)
                 new[:p0] = old[:p0]
                 setattr(self, name, new)
-        self.pf[p0:p1] = local + first
-        self.pl[p0:p1] = links
-        self.pstart[first + 1:end + 1] = p0 + np.cumsum(lens)
-        self.lcnt += np.bincount(links, minlength=self.n_links)
-        self.counts += (m, len(links))
-        self.n, self.np = end, p1
-        self.index_ok = False
-        return first
 
     def compact(self) -> None:
         """Drop finished slots once they are half of all (their bytes go to done_bytes)."""
@@ -152,7 +177,7 @@ class Slots:
         self.alive[:k] = True
         self.alive[k:n] = False
         self.n = k
-        self.index_ok = False
+        self.counts[2] = 0
 
     def link_bytes(self, now: float) -> np.ndarray:
         """Bytes carried per link (slots compacted away, then the others' progress)."""
@@ -173,27 +198,38 @@ class Slots:
         finish time or inf)."""
         self.events += 1
         kern = jit.kernels(load=self.events > JIT_AFTER_EVENTS or self.np > JIT_AFTER_PAIRS)
-        n = self.n
         if kern is not None:
-            ws = self._workspace(n)
-            done, n_old, n_res, wake, self.lptr, self.lidx, self.index_ok = kern.step(
-                now, first_new, tol, rtol, self.f[:, :n], self.alive[:n], self.pstart[:n + 1],
-                self.pf[:self.np], self.pl[:self.np], self.lptr, self.lidx, self.index_ok,
-                self.cap, self.lcnt, self.counts, incremental_on, small_pairs,
-                incremental.CANDIDATE_FRACTION, incremental.THRESHOLD_MARGIN, CAP_FLOOR,
-                1.0 + SAT_RTOL, incremental.CHANGE_RTOL, self.stats, *ws)
-            return done, n_old, n_res, wake
+            n = self.n
+            ws = self.ws
+            if ws is None or len(ws[0]) < n:
+                ws = self._workspace(n)
+            key = (rtol, incremental_on, small_pairs)
+            params = self._params
+            if params is None or params[0] != key:
+                params = self._params = (key, np.array(
+                    [rtol, float(incremental_on), small_pairs, incremental.CANDIDATE_FRACTION,
+                     incremental.THRESHOLD_MARGIN, CAP_FLOOR, incremental.CHANGE_RTOL]))
+            n_done, n_old, n_res, wake = kern.step(
+                now, first_new, tol, n, self.np, self.f, self.alive, self.pstart, self.pf,
+                self.pl, self.lptr, self.lidx, self.cap, self.lcnt, self.counts, params[1],
+                self.stats, *ws)
+            return ws[1][:n_done], n_old, n_res, wake
         return self._step_numpy(now, first_new, tol, rtol, incremental_on, small_pairs)
 
     def _workspace(self, n_slots: int) -> list[np.ndarray]:
+        """The compiled step's scratch: per slot (room for ``n_slots``) hit flags and
+        finished slots; per link a count, residual capacity and frozen load, seen and
+        bad flags (zero between events)."""
         ws = self.ws
         if ws is None:
             m = self.n_links
-            ws = self.ws = [np.zeros(64, dtype=bool), np.zeros(m, dtype=bool), np.zeros(m),
-                            np.zeros(m, dtype=np.int64), np.zeros(m), np.zeros(m),
-                            np.zeros(m, dtype=bool), np.zeros(m)]
+            ws = self.ws = [np.zeros(64, dtype=bool), np.zeros(64, dtype=np.int64),
+                            np.zeros(m, dtype=np.int64), np.zeros((2, m)),
+                            np.zeros((2, m), dtype=bool)]
         if len(ws[0]) < n_slots:
-            ws[0] = np.zeros(max(n_slots, 2 * len(ws[0])), dtype=bool)
+            size = max(n_slots, 2 * len(ws[0]))
+            ws[0] = np.zeros(size, dtype=bool)
+            ws[1] = np.zeros(size, dtype=np.int64)
         return ws
 
     def _step_numpy(self, now: float, first_new: int, tol: float, rtol: float,
@@ -215,14 +251,16 @@ class Slots:
             tfin[done] = np.inf
             links = pl[incremental.ranges(pstart[done], pstart[done + 1])]
             self.lcnt -= np.bincount(links, minlength=self.n_links)
-            self.counts -= (len(done), len(links))
+            self.counts[:2] -= (len(done), len(links))
         has_new = self.counts[0] > 0 and bool(alive[first_new:].any())
         n_res = -1
         if has_new or len(old):
             whole = not (incremental_on and self.counts[1] > small_pairs)
-            if not whole and (not self.index_ok or 2 * self.counts[1] < len(self.lidx)):
-                self.lptr, self.lidx = incremental.link_index(pf, pl, alive, self.n_links)
-                self.index_ok = True
+            if not whole and (not self.counts[2] or 2 * self.counts[1] < self.counts[3]):
+                lptr, lidx = incremental.link_index(pf, pl, alive, self.n_links)
+                self.lptr[:] = lptr
+                self.lidx[:len(lidx)] = lidx
+                self.counts[2:] = (1, len(lidx))
             idx = incremental.solve(now, pstart, pf, pl, self.lptr, self.lidx, self.cap, alive,
                                     rate, f[REM, :n], f[TREF, :n], tfin, self.lcnt, old,
                                     first_new if has_new else n, r_done, int(self.counts[0]),
