@@ -47,5 +47,12 @@ def byte_matrices(dispatch_tokens: np.ndarray, hidden: int, dispatch_dtype: str,
     """(dispatch_bytes, combine_bytes), float64, src × dst of each all-to-all."""
     bd = bytes_per_token(dispatch_dtype, hidden, source, "dispatch_dtype")
     bc = bytes_per_token(combine_dtype, hidden, source, "combine_dtype")
+    return byte_matrices_of(dispatch_tokens, bd, bc)
+
+
+def byte_matrices_of(dispatch_tokens: np.ndarray, bd: float, bc: float
+                     ) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`byte_matrices` with the bytes of one token in dispatch ``bd`` and in
+    combine ``bc``."""
     d = dispatch_tokens.astype(np.float64)
     return d * bd, d.T * bc

@@ -9,6 +9,7 @@ same arguments give identical arrays.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 
 import numpy as np
 
@@ -16,7 +17,7 @@ from moesim.errors import InputError
 from moesim.gating import dedup
 from moesim.gating.balance import lb_loss
 from moesim.gating.config import RoutingConfig, with_top_k
-from moesim.gating.matrices import byte_matrices
+from moesim.gating.matrices import byte_matrices_of, bytes_per_token
 from moesim.gating.memo import Memo
 from moesim.gating.placement import Placement
 from moesim.gating.router import (
@@ -54,9 +55,7 @@ class MicrobatchRouting:
     rank_expert_tokens: np.ndarray  # (S, E) int64 tokens dst EP rank computes for expert e
     rank_tokens: np.ndarray     # (S,) int64 tokens received per destination EP rank
     dispatch_tokens: np.ndarray  # (S, S) int64 src × dst
-    combine_tokens: np.ndarray  # (S, S) int64 = dispatch_tokens.T
-    dispatch_bytes: np.ndarray  # (S, S) float64, bytes src sends to dst in dispatch
-    combine_bytes: np.ndarray   # (S, S) float64, bytes src sends to dst in combine
+    token_bytes: tuple[float, float]  # bytes of one token in dispatch, in combine
     router_prob_mean: np.ndarray  # (E,) P_i, mean router probability
     f: np.ndarray               # (E,) fraction of routed assignments per expert
     lb_loss: float              # E · Σ f_i P_i
@@ -72,6 +71,26 @@ class MicrobatchRouting:
     # capacity; they travel and are computed (in rank_expert_tokens, rank_tokens,
     # dispatch_*/combine_*), never counted as kept tokens
     padding: np.ndarray | None = None       # (S, E) int64
+
+    # made on first read (a DeepEP low-latency decode step reads none of them)
+    @cached_property
+    def combine_tokens(self) -> np.ndarray:
+        """(S, S) int64 = dispatch_tokens.T (a copy)."""
+        return self.dispatch_tokens.T.copy()
+
+    @cached_property
+    def _byte_matrices(self) -> tuple[np.ndarray, np.ndarray]:
+        return byte_matrices_of(self.dispatch_tokens, *self.token_bytes)
+
+    @property
+    def dispatch_bytes(self) -> np.ndarray:
+        """(S, S) float64, bytes src sends to dst in dispatch."""
+        return self._byte_matrices[0]
+
+    @property
+    def combine_bytes(self) -> np.ndarray:
+        """(S, S) float64, bytes src sends to dst in combine."""
+        return self._byte_matrices[1]
 
 
 #: :func:`_check_node_limit`'s result per (homes, ranks per node, max_nodes, top_k) that
@@ -194,9 +213,11 @@ def route_microbatch(cfg: RoutingConfig, *, n_experts: int, top_k: int,
 
     # rows sent and computed: the kept tokens, or every slot's capacity when padded
     rows = padded_counts(kept, cap) if cfg.pad_to_capacity else kept
-    dispatch, rank_expert = placement.split_counts(rows, ranks_per_node)
-    dbytes, cbytes = byte_matrices(dispatch, hidden, dispatch_dtype, combine_dtype, source)
     kept_sum = kept.sum(axis=0)
+    dispatch, rank_expert = placement.split_counts(rows, ranks_per_node,
+                                                   sums=kept_sum if rows is kept else None)
+    bd = bytes_per_token(dispatch_dtype, hidden, source, "dispatch_dtype")
+    bc = bytes_per_token(combine_dtype, hidden, source, "combine_dtype")
     col = kept_sum if all_kept else assign.sum(axis=0)
     tot = int(col.sum())
     f = col / tot if tot else np.zeros(n_experts)
@@ -225,7 +246,7 @@ def route_microbatch(cfg: RoutingConfig, *, n_experts: int, top_k: int,
         padding=_zeros(kept.shape) if rows is kept else rows - kept,
         expert_tokens=kept_sum, rank_expert_tokens=rank_expert,
         rank_tokens=dispatch.sum(axis=0), dispatch_tokens=dispatch,
-        combine_tokens=dispatch.T.copy(), dispatch_bytes=dbytes, combine_bytes=cbytes,
+        token_bytes=(bd, bc),
         router_prob_mean=p_mean, f=f, lb_loss=lb_loss(f, p_mean), shares=q,
         n_tokens=n_tok, top_k=k, path=path, gpu_tokens=gpu_tok, node_tokens=node_tok,
     )

@@ -70,14 +70,15 @@ class Placement:
         """Node of each expert's home rank (used by node-limited routing)."""
         return self.home // ranks_per_node
 
-    def split_counts(self, kept: np.ndarray, ranks_per_node: int | None
-                     ) -> tuple[np.ndarray, np.ndarray]:
+    def split_counts(self, kept: np.ndarray, ranks_per_node: int | None,
+                     sums: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
         """Send ``kept`` (src EP rank × expert) tokens to the holders.
 
         Returns ``dispatch`` (src × dst EP rank) and ``rank_expert`` (dst EP rank ×
         expert): the tokens each rank computes for each expert. Every kept token
         lands exactly once: dispatch.sum(1) == kept.sum(1) and
-        rank_expert.sum(0) == kept.sum(0).
+        rank_expert.sum(0) == kept.sum(0). ``sums``: ``kept.sum(axis=0)`` when the
+        caller has it.
         """
         s_, e_ = kept.shape
         home = self.home
@@ -87,7 +88,7 @@ class Placement:
             dispatch = (sum(kept[:, j::per] for j in range(1, per)) + kept[:, 0::per]
                         if per <= 8 else np.add.reduceat(kept, np.arange(0, e_, per), axis=1))
             rank_expert = np.zeros((self.ep, e_), dtype=np.int64)
-            rank_expert[home, np.arange(e_)] = kept.sum(axis=0)
+            rank_expert[home, np.arange(e_)] = kept.sum(axis=0) if sums is None else sums
             return dispatch, rank_expert
         plain = kept.copy()
         plain[:, list(rep)] = 0

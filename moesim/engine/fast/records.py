@@ -59,7 +59,7 @@ def _route_rec(ctx, r, group: tuple[int, ...], forward_only: bool = False) -> Ro
                    for k, m in mats.items()}
             nz = off
     local = r.rank_expert_tokens
-    flat = np.nonzero(local.ravel() != 0)[0]
+    flat = np.flatnonzero(local)
     rows, vals = flat // local.shape[1], local.ravel()[flat]
     exp_t, exp_f = {}, {}
     later = None
@@ -75,12 +75,24 @@ def _route_rec(ctx, r, group: tuple[int, ...], forward_only: bool = False) -> Ro
             t = np.where(later, ctx.expert_cost(vals, phase, fused=True)[0], t)
         exp_t[phase] = np.bincount(rows, weights=t, minlength=n)
         exp_f[phase] = float(f.sum())
-    top = local.max(axis=1)
-    has = top > 0           # token counts are >= 0: a rank with any has a positive max
-    hot = np.where(has, local.argmax(axis=1), -1)
-    hot_tok = np.where(has, top, 0)
+    hot, hot_tok = _hottest(n, local.shape[1], flat, rows, vals)
     return RouteRec(a2a=a2a, nz=nz, exp_t=exp_t, exp_f=exp_f, hot=hot, hot_tok=hot_tok,
                     recv=np.asarray(r.rank_tokens), d_out=d_out, c_out=c_out, mats=mats)
+
+
+def _hottest(n: int, e_: int, flat: np.ndarray, rows: np.ndarray, vals: np.ndarray
+             ) -> tuple[np.ndarray, np.ndarray]:
+    """Per rank, its most loaded expert (the first at the maximum, as ``argmax`` of its
+    row; -1 for a rank with none) and that expert's tokens, from the nonzero entries
+    (``flat`` positions ascending, their ``rows`` and ``vals``) of the (n, E) token counts
+    (>= 0), without reading the zeros."""
+    top = np.zeros(n, dtype=vals.dtype)
+    np.maximum.at(top, rows, vals)
+    at = np.flatnonzero(vals == top[rows])         # entries at their row's maximum
+    hot = np.full(n, -1, dtype=np.int64)
+    first = np.unique(rows[at], return_index=True)[1]
+    hot[rows[at[first]]] = flat[at[first]] % e_
+    return hot, top
 
 
 def _ll_forward(ctx, r, group: tuple[int, ...]):
