@@ -17,11 +17,10 @@ def _route_rec(ctx, r, group: tuple[int, ...], forward_only: bool = False) -> Ro
     dispatch and combine and price the forward experts only (serving)."""
     n = len(group)
     grad_bpt = float(ACT_BYTES * ctx.spec.hidden)
-    mats = {"fwd.dispatch": r.dispatch_bytes, "fwd.combine": r.combine_bytes}
-    if not forward_only:
-        mats.update({"bwd.combine": r.dispatch_tokens * grad_bpt,
-                     "bwd.dispatch": r.combine_tokens * grad_bpt})
+    names = ("fwd.dispatch", "fwd.combine") + (() if forward_only
+                                               else ("bwd.combine", "bwd.dispatch"))
     off = all_pairs(n)
+    mats: dict[str, np.ndarray] = {}
     if ctx.ep_backend.deepep:
         # a DeepEP exchange starts when every member has arrived (after the count
         # exchange): its flows start together; a member is done at max(its last flow,
@@ -33,7 +32,7 @@ def _route_rec(ctx, r, group: tuple[int, ...], forward_only: bool = False) -> Ro
         pair = _ll_forward(ctx, r, group) if forward_only and pure else None
         if pair is not None:       # the forward low-latency pair in one compiled pass
             a2a, mats, d_out, c_out = pair
-        for name in (() if pair is not None else mats):
+        for name in (() if pair is not None else names):
             key = ctx.ep_backend.plan_key(name)   # directions with one plan share it
             if key not in done or not pure:   # not pure: the flow network's clock moves on
                 spec = (done[key][0] if key in done
@@ -49,6 +48,10 @@ def _route_rec(ctx, r, group: tuple[int, ...], forward_only: bool = False) -> Ro
                 c_out = m.sum(axis=1)
         nz = off
     else:
+        mats = {"fwd.dispatch": r.dispatch_bytes, "fwd.combine": r.combine_bytes}
+        if not forward_only:
+            mats.update({"bwd.combine": r.dispatch_tokens * grad_bpt,
+                         "bwd.dispatch": r.combine_tokens * grad_bpt})
         d_out, c_out = r.dispatch_bytes.sum(axis=1), r.combine_bytes.sum(axis=1)
         if ctx.a2a_algo == "direct":
             a2a = {k: np.asarray(m, dtype=float) for k, m in mats.items()}
@@ -59,7 +62,7 @@ def _route_rec(ctx, r, group: tuple[int, ...], forward_only: bool = False) -> Ro
                    for k, m in mats.items()}
             nz = off
     local = r.rank_expert_tokens
-    flat = np.flatnonzero(local)
+    flat = np.nonzero(local.ravel() != 0)[0]
     rows, vals = flat // local.shape[1], local.ravel()[flat]
     exp_t, exp_f = {}, {}
     later = None
@@ -75,24 +78,12 @@ def _route_rec(ctx, r, group: tuple[int, ...], forward_only: bool = False) -> Ro
             t = np.where(later, ctx.expert_cost(vals, phase, fused=True)[0], t)
         exp_t[phase] = np.bincount(rows, weights=t, minlength=n)
         exp_f[phase] = float(f.sum())
-    hot, hot_tok = _hottest(n, local.shape[1], flat, rows, vals)
+    top = local.max(axis=1)
+    has = top > 0           # token counts are >= 0: a rank with any has a positive max
+    hot = np.where(has, local.argmax(axis=1), -1)
+    hot_tok = np.where(has, top, 0)
     return RouteRec(a2a=a2a, nz=nz, exp_t=exp_t, exp_f=exp_f, hot=hot, hot_tok=hot_tok,
                     recv=np.asarray(r.rank_tokens), d_out=d_out, c_out=c_out, mats=mats)
-
-
-def _hottest(n: int, e_: int, flat: np.ndarray, rows: np.ndarray, vals: np.ndarray
-             ) -> tuple[np.ndarray, np.ndarray]:
-    """Per rank, its most loaded expert (the first at the maximum, as ``argmax`` of its
-    row; -1 for a rank with none) and that expert's tokens, from the nonzero entries
-    (``flat`` positions ascending, their ``rows`` and ``vals``) of the (n, E) token counts
-    (>= 0), without reading the zeros."""
-    top = np.zeros(n, dtype=vals.dtype)
-    np.maximum.at(top, rows, vals)
-    at = np.flatnonzero(vals == top[rows])         # entries at their row's maximum
-    hot = np.full(n, -1, dtype=np.int64)
-    first = np.unique(rows[at], return_index=True)[1]
-    hot[rows[at[first]]] = flat[at[first]] % e_
-    return hot, top
 
 
 def _ll_forward(ctx, r, group: tuple[int, ...]):
