@@ -72,7 +72,7 @@ class MicrobatchRouting:
     # dispatch_*/combine_*), never counted as kept tokens
     padding: np.ndarray | None = None       # (S, E) int64
 
-    # made on first read (a DeepEP low-latency decode step reads none of them)
+    # made on first read (the DeepEP paths, which plan their own bytes, read none of them)
     @cached_property
     def combine_tokens(self) -> np.ndarray:
         """(S, S) int64 = dispatch_tokens.T (a copy)."""
