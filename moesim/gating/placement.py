@@ -85,8 +85,14 @@ class Placement:
         rep = self.replicated
         per = self._blocks
         if per and e_ == self.n_experts and kept.dtype == np.int64:   # whole numbers: sums
-            dispatch = (sum(kept[:, j::per] for j in range(1, per)) + kept[:, 0::per]
-                        if per <= 8 else np.add.reduceat(kept, np.arange(0, e_, per), axis=1))
+            if per == 1:
+                dispatch = kept.copy()
+            elif per <= 8:        # each rank's columns added slice by slice
+                dispatch = kept[:, 0::per] + kept[:, 1::per]
+                for j in range(2, per):
+                    dispatch += kept[:, j::per]
+            else:
+                dispatch = np.add.reduceat(kept, np.arange(0, e_, per), axis=1)
             rank_expert = np.zeros((self.ep, e_), dtype=np.int64)
             rank_expert[home, np.arange(e_)] = kept.sum(axis=0) if sums is None else sums
             return dispatch, rank_expert

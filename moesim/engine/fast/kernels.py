@@ -129,50 +129,63 @@ def ll_pair_ends(tok, bd, bc, pad_t, cap, lat, a0, m_d, m_c):   # pragma: no cov
             x, y = t * bd, t * bc
             m_d[i, j] = x if (i != j and x > 0.0) else 0.0
             m_c[i, j] = y if (i != j and y > 0.0) else 0.0
+    wd_ = m_d.ravel()
+    wc_ = m_c.T.copy().ravel()          # the combine's bytes of pair p = i·n + j (i → j)
     load_d = np.zeros(n_links + 1)
     load_c = np.zeros(n_links + 1)
-    for i in range(n):
-        for j in range(n):
-            p = i * n + j
-            wd, wc = m_d[i, j], m_c[j, i]
-            if wd != 0.0:
-                for h in range(hops):
-                    load_d[pad_t[h, p]] += wd
-            if wc != 0.0:
-                for h in range(hops):
-                    load_c[pad_t[h, p]] += wc
+    for p in range(n * n):
+        wd, wc = wd_[p], wc_[p]
+        if wd != 0.0:
+            for h in range(hops):
+                load_d[pad_t[h, p]] += wd
+        if wc != 0.0:
+            for h in range(hops):
+                load_c[pad_t[h, p]] += wc
     f_d = np.empty(n_links + 1)
     f_c = np.empty(n_links + 1)
     for lk in range(n_links):
         f_d[lk] = a0 + load_d[lk] / cap[lk] if load_d[lk] > 0 else -np.inf
         f_c[lk] = a0 + load_c[lk] / cap[lk] if load_c[lk] > 0 else -np.inf
     f_d[n_links] = f_c[n_links] = -np.inf
-    # each member's end: the latest end of the flows it sends (a row, kept in a
-    # register) or receives (a column); maxima of floats without NaN: any order
+    # each pair's end: the max over its hops, hop row by hop row (maxima of floats
+    # without NaN: any order gives the same float)
+    g_d = np.empty(n * n)
+    g_c = np.empty(n * n)
+    row = pad_t[0]
+    for p in range(n * n):
+        g_d[p] = f_d[row[p]]
+        g_c[p] = f_c[row[p]]
+    for h in range(1, hops):
+        row = pad_t[h]
+        for p in range(n * n):
+            x, y = f_d[row[p]], f_c[row[p]]
+            g_d[p] = x if x > g_d[p] else g_d[p]
+            g_c[p] = y if y > g_c[p] else g_c[p]
+    # each member's end: the latest end of the flows it sends (its row, in a register)
+    # or receives (its column)
     end_d = np.full(n, a0)
     end_c = np.full(n, a0)
+    col_d = np.full(n, -np.inf)
+    col_c = np.full(n, -np.inf)
     for i in range(n):
-        row_d = row_c = a0
+        row_d = row_c = -np.inf
         for j in range(n):
             p = i * n + j
-            if m_d[i, j] > 0:
-                x = f_d[pad_t[0, p]]
-                for h in range(1, hops):
-                    y = f_d[pad_t[h, p]]
-                    x = y if y > x else x
+            if wd_[p] > 0:
+                x = g_d[p]
                 x = (x if x > a0 else a0) + lat[p]
                 row_d = x if x > row_d else row_d
-                end_d[j] = x if x > end_d[j] else end_d[j]
-            if m_c[j, i] > 0:
-                x = f_c[pad_t[0, p]]
-                for h in range(1, hops):
-                    y = f_c[pad_t[h, p]]
-                    x = y if y > x else x
-                x = (x if x > a0 else a0) + lat[p]
-                row_c = x if x > row_c else row_c
-                end_c[j] = x if x > end_c[j] else end_c[j]
+                col_d[j] = x if x > col_d[j] else col_d[j]
+            if wc_[p] > 0:
+                y = g_c[p]
+                y = (y if y > a0 else a0) + lat[p]
+                row_c = y if y > row_c else row_c
+                col_c[j] = y if y > col_c[j] else col_c[j]
         end_d[i] = row_d if row_d > end_d[i] else end_d[i]
         end_c[i] = row_c if row_c > end_c[i] else end_c[i]
+    for j in range(n):
+        end_d[j] = col_d[j] if col_d[j] > end_d[j] else end_d[j]
+        end_c[j] = col_c[j] if col_c[j] > end_c[j] else end_c[j]
     return end_d, end_c
 
 
