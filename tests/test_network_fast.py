@@ -15,8 +15,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import moesim.network.maxmin as mm
-from moesim.network import jit
-from moesim.network import FlowNetwork
+from moesim.network import FlowNetwork, jit
 from moesim.network.maxmin import maxmin_pairs, maxmin_rates
 from tests._util import run_flows
 from tests.test_network_flow import TinyLinks

@@ -167,8 +167,9 @@ def test_bad_steps_and_missing_section(tmp_path, capsys):
 
 def test_hand_generate_formula_is_what_the_costs_give():
     # the hand formula above, against the generation engine for one replica of 2 samples
-    from moesim.rl.generate import generate
     import numpy as np
+
+    from moesim.rl.generate import generate
     g = generate(np.full(2, 64), np.full(2, 128), ROLL, 1, 10_000, 1024)
     assert g.time_s == pytest.approx(hand_generate(), rel=1e-12)
     assert math.isfinite(g.long_tail_s)
