@@ -150,7 +150,7 @@ def route_microbatch(cfg: RoutingConfig, *, n_experts: int, top_k: int,
     k = int(cfg.top_k if cfg.top_k is not None else top_k)
     t = np.asarray(tokens_per_rank)
     if t.ndim != 1 or t.shape[0] != placement.ep or np.any(t < 0) or (
-            t.size and not np.all(t == np.floor(t))):
+            t.size and t.dtype.kind not in "iu" and not np.all(t == np.floor(t))):
         raise InputError(source, "tokens_per_rank",
                          f"{placement.ep} non-negative integer token counts (one per EP rank)",
                          t.tolist() if t.size < 20 else list(t.shape))
@@ -200,7 +200,7 @@ def route_microbatch(cfg: RoutingConfig, *, n_experts: int, top_k: int,
         p_mean = psum / n_tok if n_tok else pi / k
     else:
         assign = assign_counts(rng, pi, t, k)
-        if np.isposinf(cap).all() and assign.dtype == np.int64:   # no capacity: all kept
+        if cfg.capacity_factor is None and assign.dtype == np.int64:   # no capacity: all kept
             kept = assign       # the same array: nothing reads them to write
             all_kept = True
         else:
