@@ -156,7 +156,7 @@ def test_compiled_link_bound_equals_numpy_bit_for_bit(monkeypatch):
 
 
 def test_ll_pair_pass_equals_two_link_bounds_bit_for_bit(monkeypatch):
-    """The compiled pass that times a DeepEP low-latency dispatch and its combine at once
+    """The compiled call that builds and times a DeepEP low-latency dispatch and its combine at once
     gives the byte matrices of ``ll_matrix`` and, for each, the ends of the numpy link
     bound, bit for bit (integer messages, zero rows and a dense case)."""
     pytest.importorskip("numba")

@@ -9,9 +9,9 @@ by the staggered link bound: the same floating-point operations in the same orde
 maxima over hops and over each member's flows), hence the same bits (tested against
 the numpy path in tests/test_fast_speed_exact.py); :func:`drain_level_ends` is the same
 for members arriving apart (``drain_finish``'s start levels, one load per link and
-level); :func:`ll_pair_ends` times a DeepEP low-latency dispatch and its combine in one
-pass over the paths (what two :func:`drain_equal_ends` calls on ``ll_matrix``'s bytes give,
-bit for bit: tests/test_fast_speed_exact.py). No moesim imports.
+level); :func:`ll_pair_ends` builds a DeepEP low-latency dispatch's and combine's bytes
+and times both with :func:`drain_equal_ends` in one call (the same bits as ``ll_matrix``
+and the numpy bound: tests/test_fast_speed_exact.py). No moesim imports.
 """
 
 from __future__ import annotations
@@ -112,81 +112,22 @@ def drain_level_ends(flat, start, taus, pad_t, cap, lat, n, arr):   # pragma: no
 
 @njit(cache=True, nogil=True)
 def ll_pair_ends(tok, bd, bc, pad_t, cap, lat, a0, m_d, m_c):   # pragma: no cover
-    """A DeepEP low-latency dispatch and its combine at once, both starting at ``a0``:
-    :func:`drain_equal_ends` of each, from the (token, expert) messages ``tok`` (n, n)
-    int64 between EP ranks. Fills ``m_d`` and ``m_c`` (n, n) with ``tok`` times the
-    bytes of a dispatch message ``bd`` and of a combine message ``bc``, the diagonal
+    """A DeepEP low-latency dispatch and its combine, both starting at ``a0``, in one
+    call: :func:`drain_equal_ends` of each, from the (token, expert) messages ``tok``
+    (n, n) int64 between EP ranks. Fills ``m_d`` and ``m_c`` (n, n) with ``tok`` times
+    the bytes of a dispatch message ``bd`` and of a combine message ``bc``, the diagonal
     and negatives 0 (:func:`moesim.ep.plan.ll_matrix` before the combine's transpose:
     combine flow i→j carries ``m_c[j, i]``); returns the (n,) ends of the dispatch and
-    of the combine. Each link's load sums its pairs in the same order as
-    :func:`drain_equal_ends`, so the same bits; one pass over the paths for both."""
+    of the combine."""
     n = tok.shape[0]
-    n_links = cap.shape[0]
-    hops = pad_t.shape[0]
     for i in range(n):
         for j in range(n):
             t = tok[i, j]
             x, y = t * bd, t * bc
             m_d[i, j] = x if (i != j and x > 0.0) else 0.0
             m_c[i, j] = y if (i != j and y > 0.0) else 0.0
-    wd_ = m_d.ravel()
-    wc_ = m_c.T.copy().ravel()          # the combine's bytes of pair p = i·n + j (i → j)
-    load_d = np.zeros(n_links + 1)
-    load_c = np.zeros(n_links + 1)
-    for p in range(n * n):
-        wd, wc = wd_[p], wc_[p]
-        if wd != 0.0:
-            for h in range(hops):
-                load_d[pad_t[h, p]] += wd
-        if wc != 0.0:
-            for h in range(hops):
-                load_c[pad_t[h, p]] += wc
-    f_d = np.empty(n_links + 1)
-    f_c = np.empty(n_links + 1)
-    for lk in range(n_links):
-        f_d[lk] = a0 + load_d[lk] / cap[lk] if load_d[lk] > 0 else -np.inf
-        f_c[lk] = a0 + load_c[lk] / cap[lk] if load_c[lk] > 0 else -np.inf
-    f_d[n_links] = f_c[n_links] = -np.inf
-    # each pair's end: the max over its hops, hop row by hop row (maxima of floats
-    # without NaN: any order gives the same float)
-    g_d = np.empty(n * n)
-    g_c = np.empty(n * n)
-    row = pad_t[0]
-    for p in range(n * n):
-        g_d[p] = f_d[row[p]]
-        g_c[p] = f_c[row[p]]
-    for h in range(1, hops):
-        row = pad_t[h]
-        for p in range(n * n):
-            x, y = f_d[row[p]], f_c[row[p]]
-            g_d[p] = x if x > g_d[p] else g_d[p]
-            g_c[p] = y if y > g_c[p] else g_c[p]
-    # each member's end: the latest end of the flows it sends (its row, in a register)
-    # or receives (its column)
-    end_d = np.full(n, a0)
-    end_c = np.full(n, a0)
-    col_d = np.full(n, -np.inf)
-    col_c = np.full(n, -np.inf)
-    for i in range(n):
-        row_d = row_c = -np.inf
-        for j in range(n):
-            p = i * n + j
-            if wd_[p] > 0:
-                x = g_d[p]
-                x = (x if x > a0 else a0) + lat[p]
-                row_d = x if x > row_d else row_d
-                col_d[j] = x if x > col_d[j] else col_d[j]
-            if wc_[p] > 0:
-                y = g_c[p]
-                y = (y if y > a0 else a0) + lat[p]
-                row_c = y if y > row_c else row_c
-                col_c[j] = y if y > col_c[j] else col_c[j]
-        end_d[i] = row_d if row_d > end_d[i] else end_d[i]
-        end_c[i] = row_c if row_c > end_c[i] else end_c[i]
-    for j in range(n):
-        end_d[j] = col_d[j] if col_d[j] > end_d[j] else end_d[j]
-        end_c[j] = col_c[j] if col_c[j] > end_c[j] else end_c[j]
-    return end_d, end_c
+    return (drain_equal_ends(m_d.ravel(), pad_t, cap, lat, n, a0),
+            drain_equal_ends(m_c.T.copy().ravel(), pad_t, cap, lat, n, a0))
 
 
 @njit(cache=True, nogil=True, inline="always")

@@ -346,7 +346,7 @@ class FastNetwork:
 
     def ll_pair_finish(self, group: Sequence[int], tokens: np.ndarray, bd: float, bc: float):
         """A DeepEP low-latency dispatch and combine from (token, expert) messages
-        ``tokens`` (n, n), starting together at 0, in one compiled pass
+        ``tokens`` (n, n), starting together at 0, in one compiled call
         (:func:`moesim.engine.fast.kernels.ll_pair_ends`): (dispatch bytes, the combine's
         before its transpose, dispatch ends, combine ends), the same floats as two
         :meth:`a2a_finish` calls; None where those would not take that compiled bound."""

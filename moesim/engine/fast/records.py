@@ -16,7 +16,6 @@ def _route_rec(ctx, r, group: tuple[int, ...], forward_only: bool = False) -> Ro
     :class:`moesim.engine.fast.engine.Context`). ``forward_only``: time the forward
     dispatch and combine and price the forward experts only (serving)."""
     n = len(group)
-    grad_bpt = float(ACT_BYTES * ctx.spec.hidden)
     names = ("fwd.dispatch", "fwd.combine") + (() if forward_only
                                                else ("bwd.combine", "bwd.dispatch"))
     off = all_pairs(n)
@@ -30,7 +29,7 @@ def _route_rec(ctx, r, group: tuple[int, ...], forward_only: bool = False) -> Ro
         done: dict[tuple[str, str], tuple] = {}
         pure = ctx.net.stateless(group)
         pair = _ll_forward(ctx, r, group) if forward_only and pure else None
-        if pair is not None:       # the forward low-latency pair in one compiled pass
+        if pair is not None:       # the forward low-latency pair in one compiled call
             a2a, mats, d_out, c_out = pair
         for name in (() if pair is not None else names):
             key = ctx.ep_backend.plan_key(name)   # directions with one plan share it
@@ -50,6 +49,7 @@ def _route_rec(ctx, r, group: tuple[int, ...], forward_only: bool = False) -> Ro
     else:
         mats = {"fwd.dispatch": r.dispatch_bytes, "fwd.combine": r.combine_bytes}
         if not forward_only:
+            grad_bpt = float(ACT_BYTES * ctx.spec.hidden)
             mats.update({"bwd.combine": r.dispatch_tokens * grad_bpt,
                          "bwd.dispatch": r.combine_tokens * grad_bpt})
         d_out, c_out = r.dispatch_bytes.sum(axis=1), r.combine_bytes.sum(axis=1)
@@ -89,7 +89,7 @@ def _route_rec(ctx, r, group: tuple[int, ...], forward_only: bool = False) -> Ro
 def _ll_forward(ctx, r, group: tuple[int, ...]):
     """(ends, byte matrices, dispatch and combine bytes sent per member) of the forward
     DeepEP low-latency dispatch and combine of routed micro-batch ``r``, both timed in one
-    compiled pass (:meth:`moesim.engine.fast.network.FastNetwork.ll_pair_finish`): what
+    compiled call (:meth:`moesim.engine.fast.network.FastNetwork.ll_pair_finish`): what
     the loop of :func:`_route_rec` computes from the planned specs, the same floats;
     None until both are planned, or where that pass does not apply."""
     fixed = ctx.ep_backend.ll_forward(group)
