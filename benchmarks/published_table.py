@@ -32,6 +32,10 @@ Published figures (original sources; docs/sources.md):
   tokens/s per GPU, 338 TFLOP/s per GPU (NVIDIA-NeMo/Megatron-Bridge
   ``docs/performance-summary.md``). Their layout adds an MTP layer and a custom
   pipeline split that moesim does not model.
+- cuBLAS GEMMs on an H200 NVL, BF16 and FP8 per-tensor scaling, the per-pass sums of the
+  twelve GEMMs of one layer (hidden 4096, intermediate 16384, 15,872 tokens), kernels
+  alone (NVIDIA/TransformerEngine ``docs/examples/gemm_profiling/gemm_profiling.rst``,
+  commit 1609c890e): ``benchmarks/gemm_published.py``, priced in this process.
 """
 
 from __future__ import annotations
@@ -46,6 +50,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+import gemm_published  # noqa: E402  (this folder)
 from bench_deepseek import PUBLISHED_STEP_S  # noqa: E402  (this folder)
 
 H100_1024 = ["cluster.topology=dgx-h100", "cluster.device=H100", "cluster.nodes=128",
@@ -129,6 +134,12 @@ def figures(profile: str | None) -> list[dict]:
         out.append({"figure": "DeepSeek-V3, 1024 H100 FP8: TFLOP/s per GPU", "unit": "TFLOP/s",
                     "published": 338.0, "moesim": d["model_flops"] / d["step_time_s"]
                     / d["world"] / 1e12, "source": src})
+    for r in gemm_published.rows():
+        dt = "BF16" if r["dtype"] == "bf16" else "FP8 per-tensor"
+        out.append({"figure": f"cuBLAS GEMMs, H200 NVL {dt}: one layer's "
+                    f"{gemm_published.PASS_NAMES[r['pass']]} (4 GEMMs)", "unit": "ms",
+                    "published": r["published_ms"], "moesim": r["moesim_ms"],
+                    "source": "Transformer Engine GEMM-profiling guide (pre-quantized)"})
     if profile:
         saved = RUNS_DIR / RUN_FILES["validate"] if RUNS_DIR is not None else None
         v = (json.loads(saved.read_text()) if saved is not None and saved.is_file() else

@@ -55,6 +55,13 @@ DEVICES: dict[str, DeviceSpec] = {
     "H200": DeviceSpec("H200", 989e12, 141 * GB, 4.8 * TB, peak_fp8_flops=1979e12, sms=132,
                        graph_kernel_s=HOPPER_GRAPH_KERNEL_S,
                        notes="SXM; NVLink 900 GB/s bidirectional"),
+    # H200 NVL (PCIe card, up to 600 W): 1,671 TFLOP/s bf16 and 3,341 fp8 with sparsity,
+    # 141 GB, 4.8 TB/s (NVIDIA H200 datasheet, H200 NVL column; dense = half). The same
+    # GH100 die as H200 SXM (132 SMs) at a lower power limit. NVLink bridges of 2 or 4
+    # GPUs (900 GB/s bidirectional, same datasheet).
+    "H200-NVL": DeviceSpec("H200-NVL", 835.5e12, 141 * GB, 4.8 * TB, peak_fp8_flops=1670.5e12,
+                           sms=132, graph_kernel_s=HOPPER_GRAPH_KERNEL_S,
+                           notes="PCIe, 600 W; NVLink bridge 900 GB/s bidirectional"),
     # H800 SXM: ~989 TFLOP/s, 80 GB, ~3.35 TB/s (as H100 SXM; DeepSeek-V3 report §3.2.2:
     # same compute as H100, NVLink cut to 400 GB/s bidirectional).
     # 132 SMs: DeepSeek-V3 report §3.2.2 ("20 SMs out of the 132 SMs of an H800").

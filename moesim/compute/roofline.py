@@ -24,7 +24,11 @@ from moesim.units import US
 # Defaults (chosen, then meant to be replaced by `moesim calibrate`):
 # Published whole training runs reach 40-55 % of bf16 peak (Megatron-LM SC'21 52 %,
 # PaLM Table 3 46.2 %, Llama 3 Table 4 38-43 %; docs/sources.md) and single
-# large GEMMs well above that; we take 0.75 of peak for a large bf16 GEMM.
+# large GEMMs well above that; we take 0.75 of peak for a large bf16 GEMM. Checked
+# afterwards, not fitted (benchmarks/gemm_published.py): Transformer Engine's GEMM-profiling
+# guide (NVIDIA/TransformerEngine docs/examples/gemm_profiling/gemm_profiling.rst,
+# 1609c890e) measures cuBLAS BF16 GEMMs with every dim >= 4096 at 71.2-72.6 % of an H200
+# NVL's peak, where this curve gives 0.727.
 MFU_LARGE = 0.75
 # Floor for the tiniest GEMMs (a cold expert with a handful of tokens): 2 % of peak.
 MIN_EFFICIENCY = 0.02

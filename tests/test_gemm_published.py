@@ -1,0 +1,54 @@
+"""Transformer Engine's published cuBLAS GEMM times (H200 NVL) against moesim's pricing
+(issue 21): the device's peaks from its datasheet, the GEMMs' FLOPs and moesim's time for
+them, worked by hand."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+from moesim.compute.devices import HOPPER_GRAPH_KERNEL_S, get_device
+from moesim.compute.roofline import HALF_EFFICIENCY_TOKENS, MFU_LARGE
+from moesim.errors import InputError
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
+import gemm_published as gp  # noqa: E402
+
+
+def test_h200_nvl_is_the_datasheets_nvl_column_halved_for_density():
+    nvl, sxm = get_device("h200-nvl"), get_device("H200")
+    assert nvl.name == "H200-NVL"
+    assert nvl.peak_bf16_flops == 1671e12 / 2 and nvl.peak_fp8_flops == 3341e12 / 2
+    # the same GH100 die and memory as the SXM part, at a lower power limit
+    assert (nvl.hbm_bytes, nvl.hbm_Bps, nvl.sms) == (sxm.hbm_bytes, sxm.hbm_Bps, sxm.sms)
+    assert nvl.graph_kernel_s == HOPPER_GRAPH_KERNEL_S
+    assert nvl.peak_bf16_flops < sxm.peak_bf16_flops
+    with pytest.raises(InputError):
+        get_device("H200 NVL")
+
+
+def test_each_pass_is_the_guides_6_39_tflop():
+    # 2 * 15872 * 4096 * (12288 + 4096 + 16384) + 2 * 15872 * 16384 * 4096
+    want = 2 * 15872 * 4096 * (12288 + 4096 + 16384 + 16384)
+    for p in ("fwd", "dgrad", "wgrad"):
+        assert gp.pass_flops(p) == want
+    assert round(want / 1e12, 2) == 6.39
+
+
+def test_moesim_time_is_the_roofline_worked_by_hand():
+    rows = {(r["dtype"], r["pass"]): r for r in gp.rows()}
+    d = 4096                                    # the smallest dim of every GEMM here
+    eff = MFU_LARGE * d / (d + HALF_EFFICIENCY_TOKENS)
+    flops = 2 * 15872 * 4096 * 49152
+    launches = 4 * 4e-6                         # four eager launches of 4 µs
+    bf16 = (flops / (835.5e12 * eff) + launches) * 1e3
+    fp8 = (flops / (1670.5e12 * eff) + launches) * 1e3
+    assert rows["bf16", "fwd"]["moesim_ms"] == pytest.approx(bf16, rel=1e-12)
+    assert rows["fp8", "wgrad"]["moesim_ms"] == pytest.approx(fp8, rel=1e-12)
+    assert rows["bf16", "fwd"]["model"] == "RooflineModel"   # no table covers the device
+    # the published side: 6.391e12 FLOP in 10.632 ms = 601.1 TFLOP/s
+    assert rows["bf16", "fwd"]["published_tflops"] == pytest.approx(flops / 10.632e-3 / 1e12)
+    r = rows["fp8", "dgrad"]
+    assert r["error"] == pytest.approx((r["moesim_ms"] - 5.661) / 5.661)
