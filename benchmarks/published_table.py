@@ -30,8 +30,12 @@ Published figures (original sources; docs/sources.md):
 - DeepSeek-V3 on 1024 H100, FP8, Megatron-Bridge (NeMo 25.09, "DeepSeekV3 (dropless)":
   GBS 8192, MBS 1, sequence 4096, TP2 PP8 VP4 EP64, forced-balanced routing): 1297
   tokens/s per GPU, 338 TFLOP/s per GPU (NVIDIA-NeMo/Megatron-Bridge
-  ``docs/performance-summary.md``). Their layout adds an MTP layer and a custom
-  pipeline split that moesim does not model.
+  ``docs/performance-summary.md``). ``deepseek-v3-1024-h100`` writes the recipe that ran
+  it field by field (Megatron-Bridge fa0315ae2, ``scripts/performance/run_script.py``:
+  layout "Et|(tt|)*30mL" with one MTP layer, sequence parallelism, DeepEP with forced
+  balance, EP a2a overlap in 1F1B, recompute of the MLA up-projections and the dense
+  MLPs, no overlap of the gradient reduce). Its FP8 GEMMs are Transformer Engine's
+  (cuBLAS, per-tensor current scaling), priced by the catalog's default tables.
 - cuBLAS GEMMs on an H200 NVL, BF16 and FP8 per-tensor scaling, the per-pass sums of the
   twelve GEMMs of one layer (hidden 4096, intermediate 16384, 15,872 tokens), kernels
   alone (NVIDIA/TransformerEngine ``docs/examples/gemm_profiling/gemm_profiling.rst``,
@@ -53,21 +57,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import gemm_published  # noqa: E402  (this folder)
 from bench_deepseek import PUBLISHED_STEP_S  # noqa: E402  (this folder)
 
-H100_1024 = ["cluster.topology=dgx-h100", "cluster.device=H100", "cluster.nodes=128",
-             "parallel.tp=2", "parallel.pp=8", "parallel.vpp=4", "parallel.ep=64",
-             "schedule.kind=interleaved", "overlap.kind=a2a-1f1b", "schedule.microbatches=128",
-             "routing.kind=uniform", "routing.max_nodes=null", "memory.recompute=selective",
-             # NeMo runs Transformer Engine's GEMMs, not DeepSeek's in-house CUTLASS ones
-             # the 2048-GPU scenario selects: the catalog's default (DeepGEMM) tables
-             'compute.gemm_library=""',
-             # Megatron's default selective recompute in BF16 (not the 2048-GPU scenario's
-             # DeepSeek recipe)
-             "memory.recompute_modules=[core_attn]", "memory.activation_dtype=bf16"]
 RUNS = {
     "deepseek-v3-2048": ("deepseek-v3-2048", []),
     "mixtral-8x7b-mcore": ("mixtral-8x7b-mcore", []),
     "mixtral-8x7b-64gpu": ("mixtral-8x7b-64gpu", []),
-    "deepseek-v3-1024-h100": ("deepseek-v3-2048", H100_1024),
+    "deepseek-v3-1024-h100": ("deepseek-v3-1024-h100", []),
 }
 
 
