@@ -46,6 +46,7 @@ from moesim.memory.activations import (
     modules_of,
     routed_expert_bytes,
 )
+from moesim.model.mtp import extra_params as mtp_extra_params
 from moesim.model.params import (
     attention_params,
     embedding_params,
@@ -54,7 +55,6 @@ from moesim.model.params import (
     lm_head_params,
     router_params,
 )
-from moesim.model.mtp import extra_params as mtp_extra_params
 from moesim.model.spec import ModelSpec
 from moesim.schedule.layout_string import split_layers  # noqa: F401  (re-exported)
 
@@ -179,6 +179,7 @@ def memory_per_rank(
     grad_dtype: str = "bf16", param_dtype: str | None = None,
     recompute_modules: Sequence[str] | None = None, recompute_method: str = "uniform",
     recompute_num_layers: int = 1, activation_dtype: str = "bf16",
+    chunk_ends: tuple[bool, bool] | None = None,
 ) -> MemoryBreakdown:
     """Bytes on one rank of pipeline stage ``stage``.
 
@@ -202,6 +203,9 @@ def memory_per_rank(
     Transformer Engine's fp8 primary weights, Megatron ``--fp8-param-gather``);
     ``activation_dtype``: fp8 caches the Linear inputs saved for backward in FP8
     (DeepSeek-V3 §3.3.2; :mod:`moesim.memory.activations`).
+    ``chunk_ends``: whether ``layers`` (one virtual chunk of an interleaved stage) hold the
+    embedding and the loss, for the activations (None: the first and the last stage, as
+    without interleaving); weights follow the stage.
     """
     for name, value in (("tp", tp), ("pp", pp), ("ep", ep), ("dp", dp), ("cp", cp),
                         ("etp", etp),
@@ -276,9 +280,10 @@ def memory_per_rank(
         + sum(act(stage_layers[c[0]], "full") for c in chunks) if recompute == "full" \
         else sum(act(i, recompute) for i in stage_layers)
     t_h = micro_batch_tokens * spec.hidden / tp
-    if first:
+    emb, loss = (first, last) if chunk_ends is None else chunk_ends
+    if emb:
         per_mb += ACT_BYTES * t_h                      # embedding output
-    if last:
+    if loss:
         # final norm input (2·T·h/t) and fp32 logits for the loss (4·T·V/t)
         per_mb += ACT_BYTES * t_h + 4 * micro_batch_tokens * spec.vocab / tp
     # MTP depth: enorm and hnorm inputs (2h each), eh_proj input (4h), final norm input

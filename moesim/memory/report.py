@@ -13,10 +13,10 @@ from collections.abc import Sequence
 
 from moesim.errors import InputError
 from moesim.memory.model import memory_per_rank
-from moesim.schedule.layout_string import stage_chunks
 from moesim.schedule.a2a_overlap import a2a_1f1b_order, flatten
 from moesim.schedule.dualpipe import KINDS as DUAL_KINDS
 from moesim.schedule.dualpipe import make_dual_order, peak_alive
+from moesim.schedule.layout_string import stage_chunks
 from moesim.schedule.pipeline import make_order
 
 # bytes per element of the dispatched tokens: bf16 2; fp8 1 plus one fp32 scale per 128
@@ -110,9 +110,11 @@ class StageMemory:
         acts = 0.0
         for c in range(self.v):
             if best_alive[c] > 0:
+                # the embedding's output and the loss's logits in their own chunks only
+                ends = (c == 0 and s == 0, c == self.v - 1 and s == p - 1)
                 acts += memory_per_rank(spec, stage=s, layers=list(self.chunks[c * p + s]),
                                         inflight_microbatches=best_alive[c],
-                                        **self.common).activations
+                                        chunk_ends=ends, **self.common).activations
         d = mem.as_dict()
         d["activations"] = acts
         d["peak_bytes"] = sum(d[k] for k in CATEGORIES)
