@@ -20,7 +20,20 @@ to quantize, so the two runs differ only by run-to-run noise: 0.2-0.6 %).
 
 moesim prices the same GEMMs with the compute model a scenario on ``H200-NVL`` gets by
 default (no catalog table covers the device: the roofline), at ``precision: bf16`` and
-``precision: fp8``. Nothing is fitted: the error is (moesim - published) / published.
+``precision: fp8``, without its fixed cost per launch (the figures are GPU time of
+back-to-back launches).
+
+Second source, one GEMM per device (stas00/ml-engineering ``compute/accelerator/
+README.md`` at commit b9e29720, "Maximum Achievable Matmul FLOPS comparison table", v2:
+``mamf-finder.py``, ``torch.mm`` over a brute-force search of shapes, mean of 100
+iterations after 50 warm-up ones, the cache reset between them): the best shape found
+and its TFLOP/s. BF16: A100 SXM 271.2 at MxNxK 1024x10240x5120 (torch 2.6.0+cu126), H100
+SXM 794.5 at 2048x2048x13312 (torch 2.7.0+cu126); FP8 (``float8_e4m3fn``): H100 SXM
+1402.6 at 1024x9216x14336. The best of a search, so an upper end for its shape. moesim
+prices that GEMM on ``A100`` / ``H100`` with the scenario default (the catalog: its
+DeepGEMM tables for FP8 on H100, the roofline for BF16).
+
+Nothing is fitted: the error is (moesim - published) / published.
 """
 
 from __future__ import annotations
@@ -47,6 +60,19 @@ PUBLISHED_MS = {
 #: the guide's autocast BF16 run of the same GEMMs (run-to-run noise)
 AUTOCAST_BF16_MS = {"fwd": 10.653, "dgrad": 10.813, "wgrad": 10.548}
 PASS_NAMES = {"fwd": "Fprop", "dgrad": "Dgrad", "wgrad": "Wgrad"}
+MAMF_SOURCE = ("stas00/ml-engineering compute/accelerator/README.md (b9e29720), Maximum "
+               "Achievable Matmul FLOPS table v2")
+#: (device, dtype, (M, N, K) of torch.mm(MxK, KxN), published TFLOP/s)
+MAMF = [("A100", "bf16", (1024, 10240, 5120), 271.2),
+        ("H100", "bf16", (2048, 2048, 13312), 794.5),
+        ("H100", "fp8", (1024, 9216, 14336), 1402.6)]
+
+
+def gpu_s(model, kern) -> float:
+    """moesim's time for ``kern`` without its fixed cost per launch: the published
+    figures time back-to-back launches on the GPU (CUDA events), the host ahead."""
+    launch = getattr(model, "roofline", model).per_launch_s(kern)
+    return model.time_s(kern) - max(kern.count, 1) * launch
 
 
 def pass_kernels(pass_: str, fp8: bool) -> list:
@@ -67,11 +93,28 @@ def rows(device: str = DEVICE) -> list[dict]:
         model = compute_model({"precision": dtype}, "gemm_published", dev)
         for pass_, ms in published.items():
             kernels = pass_kernels(pass_, dtype == "fp8")
-            sim = sum(model.time_s(kern) for kern in kernels) * 1e3
+            sim = sum(gpu_s(model, kern) for kern in kernels) * 1e3
             flops = sum(kern.flops for kern in kernels)
             out.append({"dtype": dtype, "pass": pass_, "published_ms": ms, "moesim_ms": sim,
                         "error": (sim - ms) / ms, "published_tflops": flops / ms / 1e9,
                         "model": type(model).__name__})
+    return out
+
+
+def mamf_rows() -> list[dict]:
+    """[{device, dtype, shape, published_tflops, moesim_tflops, error, priced_by}]: the
+    MAMF table's best GEMM of each device, priced by the scenario default on it."""
+    out = []
+    for device, dtype, (m, n, k), tflops in MAMF:
+        model = compute_model({"precision": dtype}, "gemm_published", get_device(device))
+        kern = gemm_pass("mamf", m, n, k, "fwd", fp8=dtype == "fp8",
+                         dtype="" if dtype == "fp8" else "bf16")
+        price = getattr(model, "price", None)
+        how = price(kern).source if price is not None else type(model).__name__
+        sim = kern.flops / gpu_s(model, kern) / 1e12
+        out.append({"device": device, "dtype": dtype, "shape": (m, n, k),
+                    "published_tflops": tflops, "moesim_tflops": sim,
+                    "error": (sim - tflops) / tflops, "priced_by": how})
     return out
 
 
@@ -90,6 +133,12 @@ def main(argv: list[str] | None = None) -> int:
     noise = [abs(AUTOCAST_BF16_MS[p] - PUBLISHED_MS["bf16"][p]) / PUBLISHED_MS["bf16"][p]
              for p in AUTOCAST_BF16_MS]
     print(f"run-to-run (BF16 autocast vs pre-quantized): {min(noise):.1%} - {max(noise):.1%}")
+    print(f"\n{MAMF_SOURCE}: the best GEMM found per device, TFLOP/s")
+    print("device dtype  MxNxK               published  moesim   error  priced by")
+    for r in mamf_rows():
+        shape = "x".join(str(x) for x in r["shape"])
+        print(f"{r['device']:6s} {r['dtype']:5s}  {shape:18s}  {r['published_tflops']:9.1f}  "
+              f"{r['moesim_tflops']:6.1f}  {r['error']:+6.1%}  {r['priced_by']}")
     return 0
 
 

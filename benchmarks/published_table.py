@@ -39,7 +39,8 @@ Published figures (original sources; docs/sources.md):
 - cuBLAS GEMMs on an H200 NVL, BF16 and FP8 per-tensor scaling, the per-pass sums of the
   twelve GEMMs of one layer (hidden 4096, intermediate 16384, 15,872 tokens), kernels
   alone (NVIDIA/TransformerEngine ``docs/examples/gemm_profiling/gemm_profiling.rst``,
-  commit 1609c890e): ``benchmarks/gemm_published.py``, priced in this process.
+  commit 1609c890e), and the best GEMM of a shape search on A100 and H100 (stas00/
+  ml-engineering's MAMF table): ``benchmarks/gemm_published.py``, priced in this process.
 """
 
 from __future__ import annotations
@@ -134,6 +135,12 @@ def figures(profile: str | None) -> list[dict]:
                     f"{gemm_published.PASS_NAMES[r['pass']]} (4 GEMMs)", "unit": "ms",
                     "published": r["published_ms"], "moesim": r["moesim_ms"],
                     "source": "Transformer Engine GEMM-profiling guide (pre-quantized)"})
+    for r in gemm_published.mamf_rows():
+        m, n, k = r["shape"]
+        out.append({"figure": f"cuBLAS GEMM, {r['device']} {r['dtype'].upper()}: "
+                    f"{m}x{n}x{k}, the best shape of a search", "unit": "TFLOP/s",
+                    "published": r["published_tflops"], "moesim": r["moesim_tflops"],
+                    "source": "ml-engineering MAMF table (mamf-finder.py)"})
     if profile:
         saved = RUNS_DIR / RUN_FILES["validate"] if RUNS_DIR is not None else None
         v = (json.loads(saved.read_text()) if saved is not None and saved.is_file() else

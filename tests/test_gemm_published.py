@@ -42,9 +42,9 @@ def test_moesim_time_is_the_roofline_worked_by_hand():
     d = 4096                                    # the smallest dim of every GEMM here
     eff = MFU_LARGE * d / (d + HALF_EFFICIENCY_TOKENS)
     flops = 2 * 15872 * 4096 * 49152
-    launches = 4 * 4e-6                         # four eager launches of 4 µs
-    bf16 = (flops / (835.5e12 * eff) + launches) * 1e3
-    fp8 = (flops / (1670.5e12 * eff) + launches) * 1e3
+    # GPU time of back-to-back launches: no fixed cost per launch
+    bf16 = flops / (835.5e12 * eff) * 1e3
+    fp8 = flops / (1670.5e12 * eff) * 1e3
     assert rows["bf16", "fwd"]["moesim_ms"] == pytest.approx(bf16, rel=1e-12)
     assert rows["fp8", "wgrad"]["moesim_ms"] == pytest.approx(fp8, rel=1e-12)
     assert rows["bf16", "fwd"]["model"] == "RooflineModel"   # no table covers the device
@@ -52,3 +52,16 @@ def test_moesim_time_is_the_roofline_worked_by_hand():
     assert rows["bf16", "fwd"]["published_tflops"] == pytest.approx(flops / 10.632e-3 / 1e12)
     r = rows["fp8", "dgrad"]
     assert r["error"] == pytest.approx((r["moesim_ms"] - 5.661) / 5.661)
+
+
+def test_mamf_rows_price_the_published_shape_on_the_published_device():
+    rows = {(r["device"], r["dtype"]): r for r in gp.mamf_rows()}
+    r = rows["H100", "bf16"]
+    # the roofline at M=N=2048, K=13312: 0.75 x 2048 / (2048 + 128) of 989 TFLOP/s
+    want = 989.0 * MFU_LARGE * 2048 / (2048 + HALF_EFFICIENCY_TOKENS)
+    assert r["moesim_tflops"] == pytest.approx(want, rel=1e-12)
+    assert r["priced_by"] == "roofline" and r["published_tflops"] == 794.5
+    a = rows["A100", "bf16"]
+    assert a["moesim_tflops"] == pytest.approx(312.0 * MFU_LARGE * 1024 / 1152, rel=1e-12)
+    assert a["error"] == pytest.approx((a["moesim_tflops"] - 271.2) / 271.2)
+    assert rows["H100", "fp8"]["priced_by"] == "catalog"     # DeepGEMM's tables

@@ -28,7 +28,9 @@ from moesim.units import US
 # afterwards, not fitted (benchmarks/gemm_published.py): Transformer Engine's GEMM-profiling
 # guide (NVIDIA/TransformerEngine docs/examples/gemm_profiling/gemm_profiling.rst,
 # 1609c890e) measures cuBLAS BF16 GEMMs with every dim >= 4096 at 71.2-72.6 % of an H200
-# NVL's peak, where this curve gives 0.727.
+# NVL's peak, where this curve gives 0.727; stas00/ml-engineering's MAMF table (b9e29720)
+# finds cuBLAS's best BF16 shapes, one dim 1024-2048, at 80-87 % of peak on H100 and A100,
+# where it gives 0.67-0.71.
 MFU_LARGE = 0.75
 # Floor for the tiniest GEMMs (a cold expert with a handful of tokens): 2 % of peak.
 MIN_EFFICIENCY = 0.02
