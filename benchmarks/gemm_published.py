@@ -19,7 +19,7 @@ The same guide's autocast run gives BF16 10.653 / 10.813 / 10.548 ms (BF16 has n
 to quantize, so the two runs differ only by run-to-run noise: 0.2-0.6 %).
 
 moesim prices the same GEMMs with the compute model a scenario on ``H200-NVL`` gets by
-default (no catalog table covers the device: the roofline), at ``precision: bf16`` and
+default (no catalog GEMM table covers the device: the roofline prices them), at ``precision: bf16`` and
 ``precision: fp8``, without its fixed cost per launch (the figures are GPU time of
 back-to-back launches).
 
@@ -75,6 +75,12 @@ def gpu_s(model, kern) -> float:
     return model.time_s(kern) - max(kern.count, 1) * launch
 
 
+def _priced_by(model, kern) -> str:
+    """"catalog" or "roofline": what prices ``kern`` in ``model``."""
+    price = getattr(model, "price", None)
+    return price(kern).source if price is not None else "roofline"
+
+
 def pass_kernels(pass_: str, fp8: bool) -> list:
     """The four GEMMs of one pass, as moesim's kernel inventory writes a Linear's GEMM."""
     return [gemm_pass(name, TOKENS, n, k, pass_, fp8=fp8, dtype="" if fp8 else "bf16")
@@ -86,7 +92,7 @@ def pass_flops(pass_: str) -> float:
 
 
 def rows(device: str = DEVICE) -> list[dict]:
-    """[{dtype, pass, published_ms, moesim_ms, error, published_tflops, model}]."""
+    """[{dtype, pass, published_ms, moesim_ms, error, published_tflops, priced_by}]."""
     dev = get_device(device)
     out = []
     for dtype, published in PUBLISHED_MS.items():
@@ -95,9 +101,10 @@ def rows(device: str = DEVICE) -> list[dict]:
             kernels = pass_kernels(pass_, dtype == "fp8")
             sim = sum(gpu_s(model, kern) for kern in kernels) * 1e3
             flops = sum(kern.flops for kern in kernels)
+            how = {_priced_by(model, kern) for kern in kernels}
             out.append({"dtype": dtype, "pass": pass_, "published_ms": ms, "moesim_ms": sim,
                         "error": (sim - ms) / ms, "published_tflops": flops / ms / 1e9,
-                        "model": type(model).__name__})
+                        "priced_by": "+".join(sorted(how))})
     return out
 
 
@@ -109,8 +116,7 @@ def mamf_rows() -> list[dict]:
         model = compute_model({"precision": dtype}, "gemm_published", get_device(device))
         kern = gemm_pass("mamf", m, n, k, "fwd", fp8=dtype == "fp8",
                          dtype="" if dtype == "fp8" else "bf16")
-        price = getattr(model, "price", None)
-        how = price(kern).source if price is not None else type(model).__name__
+        how = _priced_by(model, kern)
         sim = kern.flops / gpu_s(model, kern) / 1e12
         out.append({"device": device, "dtype": dtype, "shape": (m, n, k),
                     "published_tflops": tflops, "moesim_tflops": sim,

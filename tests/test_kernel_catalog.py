@@ -24,8 +24,8 @@ from moesim.compute.select import compute_model, shipped_catalog
 from moesim.engine.exact.execute import Executor
 from moesim.errors import InputError
 from moesim.network import FlowNetwork
-from moesim.program.timer import Timer
 from moesim.program.ops import Op
+from moesim.program.timer import Timer
 from moesim.units import GB
 
 H800 = get_device("H800")
@@ -262,7 +262,23 @@ def test_mla_decode_is_the_slower_of_its_two_ceilings():
 
 
 # ------------------------------------------------- devices and model choice
-@pytest.mark.parametrize("name", ["H200", "cpu"])
+def test_h200_streams_at_gpu_benches_rate_and_prices_the_rest_by_the_roofline():
+    # te42kyfo/gpu-benches gpu-stream/h200.txt: "scale" at 100 % occupancy, 3165 GB/s
+    for name in ("H200", "H200-NVL"):
+        dev = get_device(name)
+        model = compute_model({}, "s.yaml", dev)
+        assert isinstance(model, CatalogModel)
+        p = model.price(Kernel("norm", 0.0, 3165e6, kind="memory"))
+        assert p.source == "catalog" and "gpu-benches-stream-h200" in p.detail
+        assert p.time_s == pytest.approx(dev.launch_overhead_s + 1e-3, rel=1e-15)
+        ref = RooflineModel(dev)
+        for k in (gemm("gemm", 4096, 7168, 2048),
+                  Kernel("attention", 1e12, 1e6, kind="attn_fwd", seq=4096, head_dim=128)):
+            q = model.price(k)
+            assert q.source == "roofline" and q.time_s == ref.time_s(k)
+
+
+@pytest.mark.parametrize("name", ["cpu"])
 def test_device_not_covered_keeps_todays_roofline(name):
     dev = get_device(name)
     model = compute_model({}, "s.yaml", dev)

@@ -3,8 +3,9 @@
 ``compute.model`` chooses how kernels are priced:
 
 - ``catalog`` (default): the kernel catalog (:mod:`moesim.compute.catalog`) where it
-  covers the device (H100, H800, A100 as shipped), the roofline for every kernel it does
-  not cover and on every other device (CPU, H200), exactly as before;
+  covers the device (H100, H800, A100 as shipped; H200 and H200-NVL for memory-bound
+  kernels), the roofline for every kernel it does not cover and on every other device
+  (CPU), exactly as before;
 - ``roofline``: the roofline alone (:mod:`moesim.compute.roofline`).
 
 ``compute.gemm_library: NAME`` prices GEMMs by the tables of that kernel library (a
