@@ -60,6 +60,7 @@ class EPBackend:
         self._bounds: dict[tuple[int, ...], tuple[float, float, dict[str, float]]] = {}
         self._counts: tuple | None = None     # (routed micro-batch, its DedupCounts)
         self._ll: dict[tuple, EPExchangeSpec] = {}  # (group, op, dtype) -> a planned LL spec
+        self._ll_msg: tuple[float, float] | None = None  # bytes of an LL dispatch, combine message
         if self.kind in DEEPEP_KINDS:
             if res.routing.replicate:
                 raise InputError(self.src, "routing.replicate",
@@ -116,8 +117,11 @@ class EPBackend:
         c = self._ll.get((group, "ep_combine", "combine"))
         if d is None or c is None:
             return None
-        return (d, c, ll_bytes_per_message(self.dtypes["dispatch"], self.hidden, combine=False),
+        if self._ll_msg is None:      # the same for every micro-batch: worked out once
+            self._ll_msg = (
+                ll_bytes_per_message(self.dtypes["dispatch"], self.hidden, combine=False),
                 ll_bytes_per_message(self.dtypes["combine"], self.hidden, combine=True))
+        return (d, c, *self._ll_msg)
 
     def spec(self, route, group: tuple[int, ...], name: str, ranks_per_node: int
              ) -> EPExchangeSpec:
