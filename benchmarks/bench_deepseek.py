@@ -15,7 +15,10 @@ all-to-alls share links, shortcut ``a2a_sharing_over_budget``); ``--qwen-referen
 also runs it with every multi-host all-to-all flow by flow at ``engine.coalesce_rtol=0.05``
 (tens of minutes) and prints the step difference.
 
-Every run is a fresh child process (``ru_maxrss`` = its peak resident set). Published
+Every run is a fresh child process (``ru_maxrss`` = its peak resident set; CPU includes
+the chain workers it forks, moesim.engine.fast.workers). deepseek-v3-2048 runs as shipped
+(``engine.workers`` auto: two processes on a machine with two CPUs) and serially
+(``engine.workers=1``), alternated; the summaries must be identical. Published
 step: DeepSeek-V3 Technical Report (arXiv:2412.19437) §1: 180K H800 GPU hours per
 trillion tokens; §4.2: final batch 15360 sequences of 4096 tokens; on 2048 GPUs that is
 15360 · 4096 · 180e3 / 1e12 GPU-h · 3600 s / 2048 = 19.9 s per step [D]. Nothing is
@@ -55,11 +58,13 @@ t = time.perf_counter()
 r = simulate(name, overrides)
 wall = time.perf_counter() - t
 ru = resource.getrusage(resource.RUSAGE_SELF)
+rc = resource.getrusage(resource.RUSAGE_CHILDREN)    # forked chain workers, joined
 s = r.summary
 same = {k: v for k, v in s.items() if k != "sim_wall_s"}   # the one field that is a clock
 sha = hashlib.sha256(json.dumps(jsonable(same), sort_keys=True).encode()).hexdigest()[:16]
-print(json.dumps({"wall_s": wall, "cpu_s": ru.ru_utime + ru.ru_stime, "sha": sha,
-    "maxrss_MB": ru.ru_maxrss / 1e3, "step_s": r.step_time_s,
+print(json.dumps({"wall_s": wall, "cpu_s": ru.ru_utime + ru.ru_stime + rc.ru_utime
+    + rc.ru_stime, "sha": sha, "maxrss_MB": ru.ru_maxrss / 1e3,
+    "worker_maxrss_MB": rc.ru_maxrss / 1e3, "step_s": r.step_time_s,
     "breakdown_s": s["breakdown_s"], "stall": [row["breakdown_s"]["stall"]
     for row in s["per_rank"]], "oom": s["memory"]["oom"],
     "peak_GB": s["memory"]["peak_bytes_max"] / 1e9}))
@@ -89,15 +94,26 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     print(f"load average {os.getloadavg()[0]:.2f} (1 min) at the start")
     if not args.skip_2048:
-        runs = [child("deepseek-v3-2048", []) for _ in range(args.repeat)]
+        runs, serial = [], []
+        for _ in range(args.repeat):     # alternated: the machine's load hits both alike
+            runs.append(child("deepseek-v3-2048", []))
+            serial.append(child("deepseek-v3-2048", ["engine.workers=1"]))
         r = runs[0]
-        walls = [x["wall_s"] for x in runs]
         print("deepseek-v3-2048 (as shipped: DualPipe, DeepEP on 20 SMs, fast engine)")
-        print(f"  wall {statistics.median(walls):.1f} s median of {len(walls)} "
-              f"({', '.join(f'{w:.1f}' for w in walls)}), CPU "
-              f"{statistics.median(x['cpu_s'] for x in runs):.1f} s, peak RSS "
-              f"{statistics.median(x['maxrss_MB'] for x in runs):.0f} MB, summary sha256 "
-              f"{r['sha']}")
+        for label, rs in (("as shipped (engine.workers auto)", runs),
+                          ("serial (engine.workers=1)", serial)):
+            walls = [x["wall_s"] for x in rs]
+            print(f"  {label}: wall {statistics.median(walls):.1f} s median of {len(walls)} "
+                  f"({', '.join(f'{w:.1f}' for w in walls)}), CPU "
+                  f"{statistics.median(x['cpu_s'] for x in rs):.1f} s, peak RSS "
+                  f"{statistics.median(x['maxrss_MB'] for x in rs):.0f} MB (forked worker "
+                  f"{statistics.median(x['worker_maxrss_MB'] for x in rs):.0f} MB), "
+                  f"summary sha256 {rs[0]['sha']}")
+        ratio = statistics.median(a["wall_s"] / b["wall_s"]
+                                  for a, b in zip(runs, serial, strict=True))
+        same = all(x["sha"] == r["sha"] for x in runs + serial)
+        print(f"  wall as shipped / serial: {ratio:.2f} (median of the pairs); summaries "
+              f"{'identical' if same else 'DIFFERENT'}")
         if args.compare:
             o = at_rev(args.compare, "deepseek-v3-2048", [])
             print(f"  at {args.compare}: CPU {o['cpu_s']:.1f} s, wall {o['wall_s']:.1f} s, "

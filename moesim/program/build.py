@@ -140,6 +140,7 @@ class Builder(GradientOps, DualPipeOps, PairedOps, FoldedOps, RecomputeOps):
         self.rmap: ReplicaMap | None = replica_map(self.lay) if replicas == "identical" else None
         self.dedup = dedup
         self._counted: set[tuple[int, int, int]] = set()
+        self.journal: list[tuple] | None = None    # account_parts' calls (workers.py)
         self._rpn: dict[tuple[int, ...], int | None] = {}
 
     # ---------------------------------------------------------------- routing
@@ -168,28 +169,31 @@ class Builder(GradientOps, DualPipeOps, PairedOps, FoldedOps, RecomputeOps):
             if self.dedup and self.rmap is not None:  # mirror groups are not built: count them
                 mir = [self.rmap.mirrors.get(int(x), ()) for x in group]
                 groups += [tuple(m[e] for m in mir) for e in range(len(mir[0]))]
-            for g in groups:
-                self._account(r, g, self.moe_index[layer])
+            for g in groups:      # assigned (nothing dropped: kept is assign), kept, ...
+                self.account_parts(self.moe_index[layer], g, r.expert_tokens if r.kept is
+                                   r.assign else r.assign.sum(axis=0), r.expert_tokens,
+                                   float(r.capacity.sum()) if r.capacity.size else np.inf,
+                                   r.lb_loss, np.asarray(r.rank_tokens))
         return r
 
-    def _account(self, r, group: tuple[int, ...], j: int) -> None:
-        self.expert_tokens[j] += (r.expert_tokens if r.kept is r.assign  # nothing dropped
-                                  else r.assign.sum(axis=0))
-        self.expert_kept[j] += r.expert_tokens
-        # capacity per expert summed over the sources and micro-batches of the step,
-        # comparable with expert_tokens (inf when there is no capacity factor)
-        cap = float(r.capacity.sum()) if r.capacity.size else np.inf
+    def account_parts(self, j: int, group: tuple[int, ...], assigned, kept, cap: float,
+                      lb, tok: np.ndarray) -> None:
+        """Count a routed micro-batch of MoE layer ``j`` on ``group`` (+ ``journal``)."""
+        if self.journal is not None:
+            self.journal.append((j, group, assigned, kept, cap, lb, tok))
+        self.expert_tokens[j] += assigned
+        self.expert_kept[j] += kept
+        # capacity summed over sources and micro-batches (inf: no capacity factor)
         prev = self.expert_capacity[j]
         self.expert_capacity[j] = cap if not np.isfinite(prev) else prev + cap
-        self.lb[j] += r.lb_loss
+        self.lb[j] += lb
         self.lb_n[j] += 1
         idx = np.fromiter(group, dtype=np.int64, count=len(group))
-        tok = np.asarray(r.rank_tokens)
         if tok.dtype.kind == "i" and len(set(group)) == len(group):   # whole numbers
             self.received[idx, j] = np.maximum(self.received[idx, j], tok)
             return
         for pos, rank in enumerate(group):
-            self.received[rank, j] = max(self.received[rank, j], int(r.rank_tokens[pos]))
+            self.received[rank, j] = max(self.received[rank, j], int(tok[pos]))
 
     def _ep_ranks_per_node(self, group: tuple[int, ...]) -> int | None:
         """Consecutive EP ranks per node of ``group`` (None: no node structure, or not

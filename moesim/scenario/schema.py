@@ -194,6 +194,7 @@ class EngineConfig:
     mode: str = "exact"               # exact (simpy + flow network) | fast (analytical lockstep)
     replicas: str = "independent"     # identical: DP replicas share token samples; one is simulated
     coalesce_rtol: float = 0.0        # flow finishes within this fraction of their age coalesce (0 = exact)
+    workers: int | None = None        # fast path: processes for its chains (None: auto; docs/fast-path.md)
 
 
 @dataclass(frozen=True)
@@ -250,6 +251,8 @@ class Scenario:
         for k, default in MEMORY_OMIT_DEFAULTS.items():
             if out["memory"].get(k) == default:
                 del out["memory"][k]
+        # processes change how fast, not what (moesim.engine.fast.workers): not echoed
+        out["engine"].pop("workers")
         r = out["routing"]
         out["routing"] = {**r["policy"], "dispatch_dtype": r["dispatch_dtype"],
                           "combine_dtype": r["combine_dtype"], "a2a_algo": r["a2a_algo"]}

@@ -35,15 +35,16 @@ from moesim.engine.fast.records import _route_rec
 from moesim.engine.fast.spans import choose_span_ranks
 from moesim.engine.fast.stash import RecordStash
 from moesim.engine.fast.summary import make_plan, shortcuts
+from moesim.engine.fast.workers import ChainPool, workers_for
 from moesim.engine.summary import link_stats, make_result, summarize
 from moesim.model import costs
 from moesim.program import cp as cpx
 from moesim.program import etp as etpx
 from moesim.program import recompute, tp_overlap
 from moesim.program.build import ACT_BYTES, Builder
-from moesim.program.timer import Timer
 from moesim.program.overlap import PairRule
 from moesim.program.replicas import replicas_mode
+from moesim.program.timer import Timer
 from moesim.scenario.resolve import Resolved
 from moesim.schedule.a2a_overlap import a2a_1f1b_order
 from moesim.trace.result import SimResult
@@ -345,13 +346,6 @@ def simulate_fast(res: Resolved, *, progress=None, span_ranks: int = 64,
         chains = [c for c in chains if b.rmap.is_rep(c[0][0])]
     ctx.exact_flows = ctx.net.exact_flow_estimate(chains, len(b.moe_layers), ctx.m)
     ctx.net.exact_ok = ctx.exact_flows <= EXACT_FLOW_BUDGET
-    acc = {k: np.zeros(world) for k in CATEGORIES if k != "idle"}
-    end = np.zeros(world)
-    send_end = np.zeros(world)
-    last_bwd: dict[int, dict[int, np.ndarray]] = {s: {} for s in range(lay.pp)}
-    flops = 0.0
-    ep_iv: dict[tuple[int, int], tuple[np.ndarray, np.ndarray]] = {}
-    spans: list[Span] = []
     # mirrors of identical replicas have no chain run of their own, hence no spans
     want = {r for r in range(min(span_ranks, world)) if not dedup or b.rmap.is_rep(r)}
     if progress:     # same protocol as the exact engine: ("built", total), then increments
@@ -362,13 +356,50 @@ def simulate_fast(res: Resolved, *, progress=None, span_ranks: int = 64,
         return [r, *b.rmap.mirrors.get(r, ())] if dedup else [r]
 
     stash = RecordStash()
-    for groups in chains:
-        span_pos = [[e for e, r in enumerate(g) if r in want] for g in groups]
-        ch = _run_chain(ctx, b, groups, span_pos, progress, stash)
-        spans += ch.spans
+
+    def run(ci: int, prog, rerun: bool = False, span_pos=None) -> Chain:
+        groups = chains[ci]
+        if span_pos is None:
+            span_pos = [[e for e, r in enumerate(g) if r in want] for g in groups]
+        return _run_chain(ctx, b, groups, span_pos, prog, stash, rerun=rerun)
+
+    pool = ChainPool(run, len(chains), _workers(ctx, b, chains, scn.engine.workers),
+                     b, ctx.links, progress)
+    try:
+        return _finish(res, ctx, b, pool, stash, chains, copies, want, progress, dedup,
+                       mode, span_ranks, t0)
+    finally:
+        pool.close()
+
+
+def _workers(ctx: Context, b: Builder, chains, setting: int | None) -> int:
+    """Processes for the chains (moesim.engine.fast.workers): ``auto`` (None) only where
+    their link counts stay whole bytes (no TP or CP collectives, direct all-to-alls), so
+    the blocks merge exactly."""
+    stateless = all(ctx.net.stateless(g) for groups in chains for g in groups)
+    if setting is None and (ctx.tp > 1 or ctx.cp > 1 or ctx.a2a_algo != "direct"):
+        return 1
+    return workers_for(setting, len(chains), len(chains) * len(b.moe_layers) * ctx.m,
+                       stateless)
+
+
+def _finish(res, ctx, b, pool, stash, chains, copies, want, progress, dedup, mode,
+            span_ranks, t0):
+    """Run the chains in ``pool`` and make the step's result (simulate_fast's second half)."""
+    lay = res.layout
+    world = lay.world
+    acc = {k: np.zeros(world) for k in CATEGORIES if k != "idle"}
+    end = np.zeros(world)
+    send_end = np.zeros(world)
+    last_bwd: dict[int, dict[int, np.ndarray]] = {s: {} for s in range(lay.pp)}
+    flops = 0.0
+    ep_iv: dict[tuple[int, int], tuple[np.ndarray, np.ndarray]] = {}
+    spans: list[Span] = []
+    for groups, (out, chain_spans) in zip(chains, pool.first_runs(), strict=True):
+        spans += chain_spans
         mult = len(copies(groups[0][0]))
         for s, g in enumerate(groups):
-            o = ch.out[s]
+            o = out[s]
             flops += o.flops * mult
             idx = np.asarray([c for r in g for c in copies(r)])
             rep = np.repeat(np.arange(len(g)), mult)
@@ -392,11 +423,10 @@ def simulate_fast(res: Resolved, *, progress=None, span_ranks: int = 64,
     if progress and rerun:         # the chains run again count as work still to do
         progress("built", (len(chains) + len(rerun)) * sum(len(o) for o in (
             ctx.order if ctx.dual is None else ctx.dual.items)))
-    for ci in sorted(rerun):
-        groups = chains[ci]
-        span_pos = [[e for e, r in enumerate(g) if r in rerun[ci]] for g in groups]
-        spans += _run_chain(ctx, b, groups, span_pos, progress, stash, rerun=True).spans
-    del stash
+    for chain_spans in pool.reruns([(ci, [[e for e, r in enumerate(g) if r in rerun[ci]]
+                                          for g in chains[ci]]) for ci in sorted(rerun)]):
+        spans += chain_spans
+    stash.recs.clear()
     ctx.links.enabled = True
     stages = {}
     pp_coord = lay.coords["pp"]

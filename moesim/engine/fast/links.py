@@ -67,6 +67,42 @@ class LinkBytes:
                     self._bytes[lk] += b
         self._sends.clear()
 
+    def restart(self) -> None:
+        """Forget every count (the routes and paths stay): a chain run in another
+        process counts from zero, and :meth:`merge` adds its :meth:`export` here."""
+        self._bytes = np.zeros(len(self._bytes))
+        self._pending, self._sends = {}, {}
+        self._whole_total, self._fractional = 0.0, False
+
+    def export(self) -> dict | None:
+        """The counts since :meth:`restart`, while every one was a whole number of bytes
+        held back (None otherwise: they cannot be merged exactly)."""
+        if self._fractional or self._bytes.any():
+            return None
+        return {"pending": [(g, m, self._copy_of[g]) for g, m in self._pending.items()],
+                "sends": [(k, b, self._send_paths[k]) for k, b in self._sends.items()],
+                "total": self._whole_total}
+
+    def merge(self, part: dict | None) -> bool:
+        """Add another counter's :meth:`export` as if its calls had been made here, after
+        this counter's own: exact while both hold only whole bytes below 2**53 in all
+        (every sum is then exact in any order). False, adding nothing, otherwise."""
+        if (part is None or self._fractional
+                or self._whole_total + part["total"] >= _EXACT_SUM):
+            return False
+        for g, m, copies in part["pending"]:
+            self._copy_of.setdefault(g, copies)
+            acc = self._pending.get(g)
+            if acc is None:
+                self._pending[g] = m.copy()
+            else:
+                acc += m
+        for key, b, paths in part["sends"]:
+            self._send_paths.setdefault(key, paths)
+            self._sends[key] = self._sends.get(key, 0.0) + b
+        self._whole_total += part["total"]
+        return True
+
     def _copies(self, group: Sequence[int]) -> list[tuple[int, ...]]:
         """``group`` and, with identical replicas, the same group in every mirror."""
         key = group if isinstance(group, tuple) else tuple(group)
