@@ -126,6 +126,10 @@ class ChainPool:
                     self.owner[ci] = c
                     self.merged.append(ci)
             else:                      # run here, after the blocks before it
+                if msg is None or msg[0] == "error":    # merge refusals are expected: quiet
+                    why = "ended" if msg is None else msg[1].strip().splitlines()[-1]
+                    print(f"moesim: a chain worker failed ({why}); its chains run here "
+                          "instead (same results)", file=sys.stderr)
                 c.close()
                 redo = _Skip(prog, c.seen) if prog is not None else None
                 for ci in c.block:
@@ -174,8 +178,8 @@ class _Child:
         self.counter = ctx.Value("q", 0, lock=False)
         self.seen = 0
         self.conn, theirs = ctx.Pipe()
-        self.proc = ctx.Process(target=_serve, args=(pool, block, theirs, self.counter),
-                                daemon=True)
+        self.proc = ctx.Process(target=_serve, daemon=True,
+                                args=(pool, block, theirs, self.counter, self.conn))
         self.proc.start()
         theirs.close()
         self.alive = True
@@ -210,7 +214,7 @@ class _Child:
         if self.alive:
             self.send(("exit",))
             self.alive = False
-            self.proc.join(timeout=5)
+            self.proc.join(timeout=1)      # it waits for this message, unless unwinding
             if self.proc.is_alive():
                 self.proc.kill()
             self.conn.close()
@@ -232,12 +236,16 @@ class _Skip:
         self.progress(kind, n)
 
 
-def _serve(pool: ChainPool, block: list[int], conn, counter) -> None:
+def _serve(pool: ChainPool, block: list[int], conn, counter, parent_end) -> None:
     """The forked process: run ``block``, send it back, then rerun on request."""
     def prog(kind: str, n: int) -> None:
         if kind == "items":
             counter.value += n
 
+    # the parent's ends of every pipe, inherited: closed, so that its end of ours is
+    # closed when the parent ends and ``recv`` returns EOF instead of waiting forever
+    for end in [parent_end, *(c.conn for c in pool.children)]:
+        end.close()
     try:
         b, links = pool.b, pool.links
         links.restart()
