@@ -130,16 +130,16 @@ def test_files_created_while_simulating_are_not_replaced(tmp_path, monkeypatch, 
 
 
 def test_a_file_appearing_between_check_and_rename_is_kept(tmp_path, monkeypatch):
-    import moesim.trace.report as report
+    import moesim.trace.plots as plots   # imported where the figures are drawn
 
     out = tmp_path / "run"           # new: the check before writing finds nothing
-    real = report.plot_links
+    real = plots.plot_links
 
     def meanwhile(result, ax):
         (out / "summary.md").write_text("the user's")
         return real(result, ax)
 
-    monkeypatch.setattr(report, "plot_links", meanwhile)
+    monkeypatch.setattr(plots, "plot_links", meanwhile)
     with pytest.raises(InputError, match="summary.md"):
         write_run_outputs(hot_expert_result(), out, quiet=True)
     assert sorted(p.name for p in out.iterdir()) == ["summary.md"]   # no temporary files
@@ -175,7 +175,7 @@ def _snapshot(folder: Path) -> dict[str, bytes]:
 
 
 def test_interrupted_while_drawing_leaves_the_previous_run(tmp_path, monkeypatch):
-    import moesim.trace.report as report
+    import moesim.trace.plots as plots   # imported where the figures are drawn
 
     out = tmp_path / "run"
     write_run_outputs(hot_expert_result(), out, quiet=True)
@@ -184,7 +184,7 @@ def test_interrupted_while_drawing_leaves_the_previous_run(tmp_path, monkeypatch
     def ctrl_c(result, ax):
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(report, "plot_experts", ctrl_c)
+    monkeypatch.setattr(plots, "plot_experts", ctrl_c)
     other = hot_expert_result()
     other.scenario = {"seed": 8}
     for parallel in (True, False):

@@ -65,11 +65,11 @@ def test_plot_output_extension_and_folder(tmp_path, monkeypatch, capsys):
     monkeypatch.chdir(tmp_path)
     assert main(["run", "toy-cpu", "--quiet", "-o", "r"]) == 0
     capsys.readouterr()
-    import moesim.cli.plot_cmd as plot_cmd
+    import moesim.trace.plots as plots   # moesim plot imports it when it draws
 
-    real = plot_cmd.plot_timeline
+    real = plots.plot_timeline
     drawn: list[int] = []
-    monkeypatch.setattr(plot_cmd, "plot_timeline",
+    monkeypatch.setattr(plots, "plot_timeline",
                         lambda *a, **k: drawn.append(1) or real(*a, **k))
     assert main(["plot", "r", "-o", "zoom.xyz"]) == 2       # was a traceback after drawing
     _one_line(capsys, "zoom.xyz: -o: expected a picture file ending in one of", ".png",

@@ -12,7 +12,6 @@ from moesim.errors import InputError
 from moesim.outputs import check_figure_target, register, save_figure
 from moesim.trace.chrome import load_chrome_trace_file
 from moesim.trace.compare import load_summary
-from moesim.trace.plots import new_figure, plot_experts, plot_timeline, timeline_figsize
 from moesim.trace.result import SimResult
 
 
@@ -69,6 +68,7 @@ def result_from_run_dir(run_dir: Path) -> SimResult:
 
 
 def run(args: argparse.Namespace) -> int:
+    from moesim.trace.plots import new_figure, plot_experts, plot_timeline, timeline_figsize
     run_dir = Path(args.run_dir)
     ranks = parse_range(args.ranks, "--ranks") if args.ranks else None
     layers = parse_range(args.layers, "--layers") if args.layers else None

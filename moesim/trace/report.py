@@ -23,13 +23,6 @@ from moesim.errors import InputError
 from moesim.outputs import Outputs, check_dir_target, claim, foreign_files, run_manifest
 from moesim.program.hot import HOT_RULE
 from moesim.trace.chrome import write_chrome_trace
-from moesim.trace.plots import (
-    new_figure,
-    plot_experts,
-    plot_links,
-    plot_timeline,
-    timeline_figsize,
-)
 from moesim.trace.result import SimResult
 from moesim.trace.stalls import (
     path_breakdown,
@@ -272,6 +265,14 @@ def write_run_outputs(result: SimResult, outdir: str | Path, *, force: bool = Fa
             rows = stall_table(result)
             outs.add("stalls.csv", lambda t: write_stalls_csv(rows, t))
             summary = full_summary(result, rows=rows)
+            # matplotlib only where figures are drawn (0.3 s of import for --no-files runs)
+            from moesim.trace.plots import (
+                new_figure,
+                plot_experts,
+                plot_links,
+                plot_timeline,
+                timeline_figsize,
+            )
             fig = new_figure(*timeline_figsize(result.n_ranks, result.ranks_per_node))
             plot_timeline(result, fig.add_subplot())
             outs.add("timeline.png", lambda t: save_figure(fig, t))
