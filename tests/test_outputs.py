@@ -130,7 +130,7 @@ def test_files_created_while_simulating_are_not_replaced(tmp_path, monkeypatch, 
 
 
 def test_a_file_appearing_between_check_and_rename_is_kept(tmp_path, monkeypatch):
-    import moesim.trace.plots as plots   # imported where the figures are drawn
+    import moesim.trace.plots as plots  # imported where the figures are drawn
 
     out = tmp_path / "run"           # new: the check before writing finds nothing
     real = plots.plot_links
@@ -175,7 +175,7 @@ def _snapshot(folder: Path) -> dict[str, bytes]:
 
 
 def test_interrupted_while_drawing_leaves_the_previous_run(tmp_path, monkeypatch):
-    import moesim.trace.plots as plots   # imported where the figures are drawn
+    import moesim.trace.plots as plots  # imported where the figures are drawn
 
     out = tmp_path / "run"
     write_run_outputs(hot_expert_result(), out, quiet=True)

@@ -65,7 +65,7 @@ def test_plot_output_extension_and_folder(tmp_path, monkeypatch, capsys):
     monkeypatch.chdir(tmp_path)
     assert main(["run", "toy-cpu", "--quiet", "-o", "r"]) == 0
     capsys.readouterr()
-    import moesim.trace.plots as plots   # moesim plot imports it when it draws
+    import moesim.trace.plots as plots  # moesim plot imports it when it draws
 
     real = plots.plot_timeline
     drawn: list[int] = []
