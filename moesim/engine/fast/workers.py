@@ -38,9 +38,9 @@ import warnings
 from collections.abc import Callable
 
 #: ``auto`` forks only for steps of at least this many routed micro-batch records
-#: (chains × MoE layers × micro-batches): below, forking and sending the results back
-#: cost more than they save (a fork of a ~0.5 GB process takes milliseconds; a record
-#: takes ~2 ms to build on deepseek-v3-2048, docs/fast-path.md)
+#: (chains × MoE layers × micro-batches; deepseek-v3-2048 has 13,920 at about 1.5 ms
+#: each, docs/studies/fast-path-speed.md): the small steps of tests and what-if loops,
+#: a second or less, stay in one process
 MIN_RECORDS = 2000
 #: processes ``auto`` uses at most (the brief's machine has two cores)
 AUTO_MAX = 2
