@@ -376,9 +376,10 @@ def _workers(ctx: Context, b: Builder, chains, setting: int | None) -> int:
     """Processes for the chains (moesim.engine.fast.workers): ``auto`` (None) only where
     their link counts stay whole bytes (no TP or CP collectives, direct all-to-alls), so
     the blocks merge exactly."""
-    stateless = all(ctx.net.stateless(g) for groups in chains for g in groups)
-    if setting is None and (ctx.tp > 1 or ctx.cp > 1 or ctx.a2a_algo != "direct"):
+    if setting == 1 or setting is None and (ctx.tp > 1 or ctx.cp > 1
+                                            or ctx.a2a_algo != "direct"):
         return 1
+    stateless = all(ctx.net.stateless(g) for groups in chains for g in groups)
     return workers_for(setting, len(chains), len(chains) * len(b.moe_layers) * ctx.m,
                        stateless)
 

@@ -150,8 +150,9 @@ class ChainPool:
             c.send(("rerun", [todo[i] for i in idx]))
         out: list[list | None] = [None] * len(todo)
         prog = self._prog if self.progress is not None else None
+        remote = {i for idx in asked.values() for i in idx}
         for i, (ci, sp) in enumerate(todo):
-            if not any(i in idx for idx in asked.values()):
+            if i not in remote:
                 out[i] = self.run(ci, prog, True, sp).spans
         for c, idx in asked.items():
             msg = c.receive(self._pump)
