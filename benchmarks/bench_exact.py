@@ -30,14 +30,19 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 
 CHILD = r"""
-import json, resource, sys, time
+import contextlib, json, resource, sys, time
 from moesim.engine.api import resolve_path, simulate
 from moesim.trace.report import full_summary, jsonable
+try:   # as moesim run does (a revision before it has no moesim.engine.collector)
+    from moesim.engine.collector import paused
+except ImportError:
+    paused = lambda freeze: contextlib.nullcontext()
 name, overrides = json.loads(sys.argv[1])
 t = time.perf_counter()
 res = resolve_path(name, overrides)
-r = simulate(res, record_series=False)
-text = json.dumps(jsonable(full_summary(r)), indent=1)
+with paused(freeze=True):
+    r = simulate(res, record_series=False)
+    text = json.dumps(jsonable(full_summary(r)), indent=1)
 wall = time.perf_counter() - t
 ru = resource.getrusage(resource.RUSAGE_SELF)
 sys.stdout.write(text + "\n")

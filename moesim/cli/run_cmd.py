@@ -54,6 +54,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _simulate_and_report(args: argparse.Namespace, res, out: Path | None) -> int:
+    from moesim.engine import collector
     from moesim.engine.api import simulate
     from moesim.trace.report import full_summary, jsonable, write_run_outputs
 
@@ -65,16 +66,18 @@ def _simulate_and_report(args: argparse.Namespace, res, out: Path | None) -> int
         else:
             prog.update(n)
 
-    # links' load over time is drawn only into the output files (links.png): without
-    # them the exact engine's flow network keeps no series (moesim.network.flow)
-    result = simulate(res, progress=progress, **({} if out is not None else
-                                                   {"record_series": False}))
-    prog.close()
-    if out is not None:
-        # checked again as each file is put in place: files created meanwhile are kept
-        write_run_outputs(result, out, force=args.force, quiet=True, claimed=True)
-    if args.json:
-        print(json.dumps(jsonable(full_summary(result)), indent=1))
+    with collector.paused(freeze=True):   # the step and its report (moesim.engine.collector)
+        # links' load over time is drawn only into the output files (links.png): without
+        # them the exact engine's flow network keeps no series (moesim.network.flow)
+        result = simulate(res, progress=progress, **({} if out is not None else
+                                                       {"record_series": False}))
+        prog.close()
+        if out is not None:
+            # checked again as each file is put in place: files created meanwhile are kept
+            write_run_outputs(result, out, force=args.force, quiet=True, claimed=True)
+        summary = jsonable(full_summary(result)) if args.json else None
+    if summary is not None:
+        print(json.dumps(summary, indent=1))
         if out is not None:   # stdout is the JSON: the folder goes to stderr
             print(f"moesim run: wrote {out}/", file=sys.stderr)
     else:

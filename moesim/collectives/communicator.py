@@ -104,6 +104,8 @@ class Communicator:
         self.gpus = list(gpus)
         self.rank_host = None if rank_host is None else [int(h) for h in rank_host]
         self._active: dict[Hashable, _State] = {}
+        # a network that can call back at delivery without a per-flow event (FlowNetwork)
+        self._send = getattr(network, "send", None)
 
     # ------------------------------------------------------------ public
     def join(self, key: Hashable, rank: int, spec: CollectiveSpec) -> simpy.Event:
@@ -222,14 +224,16 @@ class Communicator:
             self._finish(key, st, rank, ())
 
     def _start_flow(self, key: Hashable, st: _State, src: int, dst: int, nbytes: float) -> None:
-        ev = self.network.transfer(self.gpus[src], self.gpus[dst], nbytes, tag=key)
-
         def delivered(_ev: simpy.Event | None = None) -> None:
             for r in (src, dst):
                 st.pending[r] -= 1
                 if st.pending[r] == 0:
                     self._finish(key, st, r, sorted(st.peers[r]))
 
+        if self._send is not None:   # no per-flow event: the callback runs at delivery
+            self._send(self.gpus[src], self.gpus[dst], nbytes, delivered)
+            return
+        ev = self.network.transfer(self.gpus[src], self.gpus[dst], nbytes, tag=key)
         if ev.callbacks is None:  # already processed
             delivered()
         else:

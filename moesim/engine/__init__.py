@@ -4,4 +4,5 @@
 - :mod:`moesim.engine.exact`: simpy, every flow on the max-min network;
 - :mod:`moesim.engine.fast`: the analytical lockstep path for thousands of GPUs;
 - :mod:`moesim.engine.breakdown`, :mod:`moesim.engine.summary`: what both report.
+- :mod:`moesim.engine.collector`: Python's cyclic garbage collector paused during a step.
 """

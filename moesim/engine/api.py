@@ -20,6 +20,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Protocol
 
+from moesim.engine import collector
 from moesim.engine.exact.engine import simulate_exact
 from moesim.engine.fast.engine import simulate_fast
 from moesim.errors import InputError
@@ -74,4 +75,5 @@ def simulate(target: str | Path | Resolved, overrides: Sequence[str] = (), *,
     check_size(res, mode)
     if mode != "exact":
         options = {k: v for k, v in options.items() if k not in EXACT_ONLY}
-    return ENGINES[mode](res, progress=progress, **options)
+    with collector.paused():   # almost no reference cycles; ~15 % of the CPU time
+        return ENGINES[mode](res, progress=progress, **options)

@@ -3,7 +3,10 @@
 A network model runs inside a simpy ``Environment``. It is built over a
 *link set* (anything with ``capacity_Bps``, ``latency_s``, ``link_names``,
 ``link_kinds`` and ``route(src, dst, key) -> tuple[int, ...]``; a
-:class:`moesim.topology.Topology` is one).
+:class:`moesim.topology.Topology` is one). A model may also offer ``send(src, dst,
+nbytes, callback, key=0)``: ``transfer`` calling ``callback(event)`` at delivery instead
+of returning an event (:class:`moesim.network.flow.FlowNetwork` does; the communicator
+uses it where present, else ``transfer``).
 """
 
 from __future__ import annotations

@@ -20,7 +20,9 @@ Mechanics (one simpy callback chain, no process per flow):
   rounding (:mod:`moesim.network.jit` chooses).
 * ``transfer``/``transfer_many`` only queue flows and schedule one zero-delay
   "kick" at the current time, so any number of flows started at the same
-  simulated time (an all-to-all) cause one re-solve.
+  simulated time (an all-to-all) cause one re-solve. ``send`` is ``transfer``
+  with a callback instead of an event: the delivery timeout calls it (one simpy
+  event per flow fewer; the communicator's direct all-to-alls use it).
 * After a solve, one timer is set at the earliest predicted finish. A timer made
   obsolete by a later start is recognized by a version counter and ignored.
 * Flows whose predicted finish lies within ``FINISH_ATOL_S + FINISH_RTOL * now``
@@ -65,6 +67,10 @@ FINISH_RTOL = 1e-9
 ROUTE_CACHE_MAX = 1 << 20
 
 SolveHook = Callable[[float, np.ndarray, np.ndarray, np.ndarray], None]
+
+#: the tag of a transfer group started by :meth:`FlowNetwork.send` (its entry holds the
+#: callback instead of an event)
+_CALLBACK = object()
 
 
 def _nonzero(mask: np.ndarray) -> np.ndarray:
@@ -138,6 +144,30 @@ class FlowNetwork:
             self._kick_scheduled = True
             self.env.timeout(0).callbacks.append(self._on_kick)
         return ev
+
+    def send(self, src: str, dst: str, nbytes: float, callback: Callable[[Any], None],
+             key: int = 0) -> None:
+        """Start one flow now; ``callback(event)`` is called from the simpy loop at delivery.
+        (``transfer`` without its per-flow event: for callers that start hundreds of
+        thousands of flows, such as the communicator's direct all-to-alls.)"""
+        gid = self._next_group
+        self._next_group = gid + 1
+        nbytes = checked_bytes(src, dst, nbytes)
+        path = self._routes.get((src, dst, key))
+        if path is None:
+            path = self._route(src, dst, key)
+        if not len(path):   # src == dst crosses no link: delivered at once
+            self.env.timeout(0).callbacks.append(callback)
+            return
+        paths, sizes, gids = self._pending
+        paths.append(path)
+        sizes.append(nbytes)
+        gids.append(gid)
+        self._groups[gid] = [callback, 1, _CALLBACK]
+        self.n_flows += 1
+        if not self._kick_scheduled:
+            self._kick_scheduled = True
+            self.env.timeout(0).callbacks.append(self._on_kick)
 
     def transfer_many(self, flows: Sequence[tuple[str, str, float]], key: int = 0,
                       tag: Any = None) -> simpy.Event:
@@ -238,16 +268,21 @@ class FlowNetwork:
                 partial(self._on_wake, self._version))
 
     def _complete(self, idx: np.ndarray) -> None:
+        slots = self._slots
         if len(idx) == 1:   # the common case: one flow, one delivery
             s = idx[0]
-            lat, g = float(self._slots.f[PLAT, s]), int(self._slots.group[s])
-            if lat == 0:
+            lat, g = slots.f[PLAT, s].item(), slots.group[s].item()
+            entry = self._groups[g]
+            if entry[2] is _CALLBACK:   # one flow of send(): its callback at delivery
+                del self._groups[g]
+                self.env.timeout(lat).callbacks.append(entry[0])
+            elif lat == 0:
                 self._deliver([g], None)
             else:
                 self.env.timeout(lat).callbacks.append(partial(self._deliver, [g]))
             return
         by_lat: dict[float, list[int]] = {}
-        plat, group = self._slots.f[PLAT, idx].tolist(), self._slots.group[idx].tolist()
+        plat, group = slots.f[PLAT, idx].tolist(), slots.group[idx].tolist()
         for lat, g in zip(plat, group, strict=True):
             by_lat.setdefault(lat, []).append(g)
         for lat in sorted(by_lat):
@@ -256,13 +291,13 @@ class FlowNetwork:
             else:
                 self.env.timeout(lat).callbacks.append(partial(self._deliver, by_lat[lat]))
 
-    def _deliver(self, gids: list[int], _ev: simpy.Event | None) -> None:
+    def _deliver(self, gids: list[int], ev: simpy.Event | None) -> None:
         if len(gids) == 1:   # the common case: one flow's group
             entry = self._groups[gids[0]]
             entry[1] -= 1
             if entry[1] == 0:
                 del self._groups[gids[0]]
-                entry[0].succeed(entry[2])
+                self._succeed(entry, ev)
             return
         finished = []
         for g in gids:
@@ -271,8 +306,17 @@ class FlowNetwork:
             if entry[1] == 0:
                 finished.append(g)
         for g in sorted(finished):
-            entry = self._groups.pop(g)
+            self._succeed(self._groups.pop(g), ev)
+
+    def _succeed(self, entry: list[Any], ev: simpy.Event | None) -> None:
+        """A transfer group is delivered: its event succeeds, or a send()'s callback runs
+        (from the delivery timeout ``ev``; at latency 0, from a zero-delay timeout)."""
+        if entry[2] is not _CALLBACK:
             entry[0].succeed(entry[2])
+        elif ev is not None:
+            entry[0](ev)
+        else:
+            self.env.timeout(0).callbacks.append(entry[0])
 
     def _report(self, now: float) -> None:
         """Per-link load change points and the ``on_solve`` hook, after a solve."""

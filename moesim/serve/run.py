@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 from pathlib import Path
 
+from moesim.engine import collector
 from moesim.engine.exact.engine import simulate_exact
 from moesim.errors import InputError
 from moesim.scenario import load_scenario
@@ -59,8 +60,9 @@ def simulate_serve(res: Resolved, cfg: ServeConfig, *, progress=None,
     priced for a surface; the exact engine keeps its own)."""
     if res.scenario.engine.mode == "fast":
         from moesim.serve.fast import simulate_serve_fast
-        result, plan = simulate_serve_fast(res, cfg, progress=progress,
-                                           span_ranks=64 if spans else 0)
+        with collector.paused():   # as for a training step (moesim.engine.collector)
+            result, plan = simulate_serve_fast(res, cfg, progress=progress,
+                                               span_ranks=64 if spans else 0)
         result.summary = serve_summary(res, cfg, result.summary, plan)
         result.summary["engine"] = "fast"
         return result
@@ -70,7 +72,9 @@ def simulate_serve(res: Resolved, cfg: ServeConfig, *, progress=None,
         plans.append(build_serve_step(r, cfg, replicas=replicas, dedup=dedup))
         return plans[-1]
 
-    result = simulate_exact(res, progress=progress, record_series=record_series, build=build)
+    with collector.paused():
+        result = simulate_exact(res, progress=progress, record_series=record_series,
+                                build=build)
     result.summary = serve_summary(res, cfg, result.summary, plans[-1])
     return result
 

@@ -19,6 +19,10 @@ class MirroredNetwork:
     contention between replicas (shared NICs, leaves, spines) is kept, by symmetry
     exactly. Everything else is delegated to the wrapped model."""
 
+    #: no ``send`` (it would reach the wrapped model's through ``__getattr__`` and start
+    #: no copies): callers that look for it (the communicator) use ``transfer``
+    send = None
+
     def __init__(self, network, gpu_mirrors: dict[str, tuple[str, ...]]) -> None:
         self._net = network
         self._gm = gpu_mirrors
