@@ -185,3 +185,20 @@ def test_collector_paused_restores_on_error_and_freezes_on_request() -> None:
         assert gc.get_freeze_count() >= before + len(keep)
     finally:
         gc.unfreeze()
+
+
+def test_moesim_run_freezes_only_as_its_own_process(monkeypatch, capsys) -> None:
+    """``moesim run`` called in a process that goes on (here: pytest) leaves the
+    collector as it was; from the process's own command line it freezes what the step
+    left (the process exits next)."""
+    from moesim.cli import main
+    before = gc.get_freeze_count()
+    assert main(["run", "toy-cpu", "--quiet"]) == 0
+    assert gc.get_freeze_count() == before and gc.isenabled()
+    monkeypatch.setattr("sys.argv", ["moesim", "run", "toy-cpu", "--quiet"])
+    try:
+        assert main() == 0
+        assert gc.get_freeze_count() > before and gc.isenabled()
+    finally:
+        gc.unfreeze()
+    assert "toy-cpu" in capsys.readouterr().out

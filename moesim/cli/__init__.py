@@ -72,6 +72,9 @@ def main(argv: list[str] | None = None) -> int:
     if not getattr(args, "command", None):
         parser.print_help()
         return 2
+    # the process's own command line (it exits after the command): a command may then
+    # leave process-wide state as it is (moesim run freezes the garbage collector's heap)
+    args._own_process = argv is None
     try:
         return int(importlib.import_module(args._module).run(args) or 0)
     except InputError as err:

@@ -66,7 +66,9 @@ def _simulate_and_report(args: argparse.Namespace, res, out: Path | None) -> int
         else:
             prog.update(n)
 
-    with collector.paused(freeze=True):   # the step and its report (moesim.engine.collector)
+    # the step and its report; from the command line, what they leave is frozen rather than
+    # scanned once more before the process exits (moesim.engine.collector)
+    with collector.paused(freeze=getattr(args, "_own_process", False)):
         # links' load over time is drawn only into the output files (links.png): without
         # them the exact engine's flow network keeps no series (moesim.network.flow)
         result = simulate(res, progress=progress, **({} if out is not None else

@@ -47,11 +47,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from moesim.errors import InputError
     from moesim.outputs import write_text
     from moesim.serve.run import resolve_serve, simulate_serve
     from moesim.trace.report import check_outdir, full_summary, jsonable, write_run_outputs
-
-    from moesim.errors import InputError
 
     if args.no_files and args.out:
         raise InputError("command line", "--no-files", "either -o DIR or --no-files", "both")

@@ -28,7 +28,8 @@ def paused(freeze: bool = False) -> Iterator[None]:
     still alive (all of a step's results, once: about 0.3 s on the case above).
     ``freeze=True`` skips that pass by moving every object alive at the end into the
     collector's permanent generation (``gc.freeze``), where it is never scanned again:
-    for a command that exits soon after, such as ``moesim run``; those objects are still
+    for a process that exits soon after, such as ``moesim run`` from the command line
+    (not when its ``main`` is called in a process that goes on); those objects are still
     freed by reference counting, only reference cycles among them would stay."""
     was_on = gc.isenabled()
     if was_on:
