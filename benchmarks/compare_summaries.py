@@ -8,8 +8,10 @@ The revision is checked out into a temporary git worktree (removed afterwards); 
 scenario runs as ``python -m moesim run scenarios/NAME.yaml -o DIR --quiet`` (``serve``
 or ``rl`` instead of ``run`` for a scenario with that section) with that tree first on
 ``PYTHONPATH`` and a cache folder of its own (``MOESIM_CACHE``). Prints one line per
-scenario (same / DIFFERENT, with the wall time of each run) and exits 1 when any differs. The DeepSeek-V3 2048-GPU scenario
-takes about a minute per run on two cores.
+scenario (same / DIFFERENT, with the wall time of each run) and exits 1 when any differs;
+a serving-under-load summary that differs only in its surface's build CPU time and cache
+key counts as the same (and says so). The DeepSeek-V3 2048-GPU scenario takes about a
+minute per run on two cores.
 """
 
 from __future__ import annotations
