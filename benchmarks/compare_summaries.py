@@ -25,15 +25,16 @@ import tempfile
 import time
 from pathlib import Path
 
+from moesim.scenario import load_scenario
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
 def command(path: Path) -> str:
     """The command that simulates a scenario file: ``serve`` for a ``serve:`` section,
     ``rl`` for an ``rl:`` section, else ``run``."""
-    keys = {line.split(":", 1)[0] for line in path.read_text().splitlines()
-            if line[:1].isalpha() and ":" in line}
-    return "serve" if "serve" in keys else "rl" if "rl" in keys else "run"
+    scn = load_scenario(path)
+    return "serve" if scn.serve else "rl" if scn.rl else "run"
 
 
 def equal_but_measured(a: bytes, b: bytes) -> bool:

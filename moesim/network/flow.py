@@ -125,24 +125,8 @@ class FlowNetwork:
         """Start one flow now; the event (value ``tag``) succeeds at delivery.
         (``transfer_many`` of one flow, without its loop.)"""
         ev = simpy.Event(self.env)
-        gid = self._next_group
-        self._next_group = gid + 1
-        nbytes = checked_bytes(src, dst, nbytes)
-        path = self._routes.get((src, dst, key))
-        if path is None:
-            path = self._route(src, dst, key)
-        if not len(path):   # src == dst crosses no link: delivered at once
-            ev.succeed(tag)
-            return ev
-        paths, sizes, gids = self._pending
-        paths.append(path)
-        sizes.append(nbytes)
-        gids.append(gid)
-        self._groups[gid] = [ev, 1, tag]
-        self.n_flows += 1
-        if not self._kick_scheduled:
-            self._kick_scheduled = True
-            self.env.timeout(0).callbacks.append(self._on_kick)
+        if not self._queue_one(src, dst, nbytes, key, [ev, 1, tag]):
+            ev.succeed(tag)   # src == dst crosses no link: delivered at once
         return ev
 
     def send(self, src: str, dst: str, nbytes: float, callback: Callable[[Any], None],
@@ -150,24 +134,30 @@ class FlowNetwork:
         """Start one flow now; ``callback(event)`` is called from the simpy loop at delivery.
         (``transfer`` without its per-flow event: for callers that start hundreds of
         thousands of flows, such as the communicator's direct all-to-alls.)"""
+        if not self._queue_one(src, dst, nbytes, key, [callback, 1, _CALLBACK]):
+            self.env.timeout(0).callbacks.append(callback)   # src == dst: at once
+
+    def _queue_one(self, src: str, dst: str, nbytes: float, key: int, entry: list[Any]) -> bool:
+        """Queue one flow as its own transfer group ``entry`` (event or callback, flows
+        left, tag) and schedule the kick; False (nothing queued) when src == dst."""
         gid = self._next_group
         self._next_group = gid + 1
         nbytes = checked_bytes(src, dst, nbytes)
         path = self._routes.get((src, dst, key))
         if path is None:
             path = self._route(src, dst, key)
-        if not len(path):   # src == dst crosses no link: delivered at once
-            self.env.timeout(0).callbacks.append(callback)
-            return
+        if not len(path):
+            return False
         paths, sizes, gids = self._pending
         paths.append(path)
         sizes.append(nbytes)
         gids.append(gid)
-        self._groups[gid] = [callback, 1, _CALLBACK]
+        self._groups[gid] = entry
         self.n_flows += 1
         if not self._kick_scheduled:
             self._kick_scheduled = True
             self.env.timeout(0).callbacks.append(self._on_kick)
+        return True
 
     def transfer_many(self, flows: Sequence[tuple[str, str, float]], key: int = 0,
                       tag: Any = None) -> simpy.Event:
