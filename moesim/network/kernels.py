@@ -189,7 +189,7 @@ def earliest(tfin):
 @njit(cache=True, nogil=True)
 def solve(now, pstart, pf, pl, lptr, lidx, cap, alive, rate, rem, tref, tfin, lcnt,
           done, first_new, r_done, n_alive, whole, full_fraction, margin, cap_floor,
-          change_rtol, hit, seen, res, cnt, frozen, bad, stats):
+          change_rtol, hit, seen, res, cnt, frozen, stats):
     """Re-rate after slots ``done`` finished and alive slots ``first_new:`` started.
 
     ``whole``: re-solve every running flow (else the incremental rule decides, with
@@ -314,11 +314,9 @@ def solve(now, pstart, pf, pl, lptr, lidx, cap, alive, rate, rem, tref, tfin, lc
         stats[8] += 1
     got = np.empty(aff.shape[0])
     if links.shape[0] > 0:   # closure: on the residual capacity
-        maxmin_levels(pstart[aff], pstart[aff + 1], pl, res, got, cap_floor, cnt, frozen, bad,
-                      stats)
+        maxmin_levels(pstart[aff], pstart[aff + 1], pl, res, got, cap_floor, cnt, frozen, stats)
     else:   # whole, or candidates with the slower flows' load already in ``frozen``
-        maxmin_levels(pstart[aff], pstart[aff + 1], pl, cap, got, cap_floor, cnt, frozen, bad,
-                      stats)
+        maxmin_levels(pstart[aff], pstart[aff + 1], pl, cap, got, cap_floor, cnt, frozen, stats)
         if not whole:
             frozen[:] = 0.0
     for u in range(links.shape[0]):
@@ -340,7 +338,7 @@ def solve(now, pstart, pf, pl, lptr, lidx, cap, alive, rate, rem, tref, tfin, lc
 
 @njit(cache=True, nogil=True)
 def step(now, first_new, tol, n, n_pairs, f, alive, pstart, pf, pl, lptr, lidx, cap, lcnt,
-         counts, params, stats, hit, done_out, cnt, wf, wb):
+         counts, params, stats, hit, done_out, cnt, wf, seen):
     """One event of :class:`moesim.network.slots.Slots` (its ``_step_numpy``, compiled)
     on slots ``:n`` and pairs ``:n_pairs`` of the buffers: writes the finished slots (due,
     then zero-byte new) into ``done_out`` and returns (how many finished, how many were
@@ -350,8 +348,8 @@ def step(now, first_new, tol, n, n_pairs, f, alive, pstart, pf, pl, lptr, lidx, 
     ``lptr``/``lidx`` is valid, its entries (rebuilt here in place when needed);
     ``params``: coalesce rtol, incremental (1/0), small-problem pairs, full fraction,
     threshold margin, capacity floor, change rtol; ``hit`` (per slot), ``cnt``, ``wf``
-    (rows: residual capacity, frozen load), ``wb`` (rows: seen, bad): workspaces, zero
-    on entry and on return."""
+    (rows: residual capacity, frozen load), ``seen`` (per link): workspaces, zero on
+    entry and on return."""
     rtol, incremental, small_pairs = params[0], params[1] != 0.0, params[2]
     alive = alive[:n]
     pstart = pstart[:n + 1]
@@ -394,7 +392,7 @@ def step(now, first_new, tol, n, n_pairs, f, alive, pstart, pf, pl, lptr, lidx, 
         fn = first_new if has_new else n
         aff = solve(now, pstart, pf, pl, lptr, lidx, cap, alive, rate, rem, tref, tfin, lcnt,
                     old, fn, r_done, counts[0], whole, params[3], params[4], params[5],
-                    params[6], hit, wb[0], wf[0], cnt, wf[1], wb[1], stats)
+                    params[6], hit, seen, wf[0], cnt, wf[1], stats)
         n_res = aff.shape[0]
     wake = earliest(tfin) if counts[0] > 0 else np.inf
     return j, n_old, n_res, wake

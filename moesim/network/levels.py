@@ -2,15 +2,24 @@
 :mod:`moesim.network.kernels`, the flow network's compiled path).
 
 Progressive filling level by level: the link of smallest fair share
-``max(capacity - frozen load, capacity x cap_floor) / unfrozen flows`` is taken from an
-indexed binary heap, its unfrozen flows are frozen at that share, and the shares of the
-other links they cross are recomputed in place in the heap. While filling, a link's
-share never decreases (flows frozen elsewhere leave it at least their share), so the
-smallest share is final: the allocation of :func:`moesim.network.maxmin.maxmin_pairs`
-(whose rounds freeze every local bottleneck at once), in work proportional to the pairs
-(each frozen once) and the share updates (log of the links each), not pairs x rounds.
-Rates differ from the rounds' in the last bits (loads summed per level, not per round;
-shares are not merged within ``SAT_RTOL``). No moesim imports.
+``max(capacity - frozen load, capacity x cap_floor) / unfrozen flows`` is taken from a
+binary heap, its unfrozen flows are frozen at that share, and the shares of the other
+links they cross are recomputed. While filling, a link's share never decreases (flows
+frozen elsewhere leave it at least their share), so the smallest share is final: the
+allocation of :func:`moesim.network.maxmin.maxmin_pairs` (whose rounds freeze every
+local bottleneck at once), in work proportional to the pairs (each frozen once), not
+pairs x rounds. Rates differ from the rounds' in the last bits (loads summed per level,
+not per round; shares are not merged within ``SAT_RTOL``). No moesim imports.
+
+The heap is lazy: a link whose share rose keeps its old place until it reaches the top,
+and is placed again then (a share that fell by rounding is placed again at once). The
+heap's order stays at most each link's share, so the link popped is still the one of
+smallest (share, first use), and the rates are the same bits as with a heap updated at
+every change. The flows' pairs and the links' state are copied into local arrays first
+(local link ids in order of first use), so the loops run over a few small arrays.
+(numba caches compiled code per source file: after editing this module, delete
+``moesim/network/__pycache__/*.nb[ic]``, or :mod:`moesim.network.kernels`' cached code,
+which calls these functions, keeps the old version.)
 """
 
 from __future__ import annotations
@@ -87,47 +96,84 @@ def fair_share(c, load, cap_floor, n):
 
 
 @njit(cache=True, nogil=True)
-def maxmin_levels(seg_start, seg_end, pl, cap, out, cap_floor, cnt, frozen, bad, stats):
+def maxmin_levels(seg_start, seg_end, pl, cap, out, cap_floor, cnt, frozen, stats):
     """Max-min rate of flow i crossing links ``pl[seg_start[i]:seg_end[i]]``, into ``out[i]``,
     by bottleneck levels (module doc); links of capacity ``cap`` (with a load already in
-    ``frozen``, if any: flows fixed at their rates). ``cnt`` (int), ``frozen`` (float),
-    ``bad`` (bool): per-link workspaces, zero on entry (``frozen``: the fixed load) and
-    ``cnt``, ``bad`` zero on return; ``frozen`` is zeroed on the links of these flows.
+    ``frozen``, if any: flows fixed at their rates). ``cnt`` (int), ``frozen`` (float):
+    per-link workspaces, zero on entry (``frozen``: the fixed load) and zero on the links
+    of these flows on return.
     Adds the levels and the pairs frozen to ``stats[3]`` and ``stats[4]``."""
     nf = seg_start.shape[0]
     n_pairs = 0
     for i in range(nf):
         n_pairs += seg_end[i] - seg_start[i]
-    used = np.empty(n_pairs, dtype=np.int64)
-    n_used = count_links(np.arange(nf), nf, seg_start, seg_end, pl, cnt, used)[0]
-    # link -> flows over local link ids (order of first use): a counting sort of the pairs
+    # the flows' pairs copied together, over local link ids (order of first use), and
+    # the links' state in local arrays: the loops below stay in a few small arrays
+    used = np.empty(min(n_pairs, cap.shape[0]), dtype=np.int64)
     lid = np.empty(cap.shape[0], dtype=np.int64)
+    loc = np.empty(n_pairs, dtype=np.int32)
+    fst = np.empty(nf + 1, dtype=np.int64)
+    n_used = 0
+    k2 = 0
+    for i in range(nf):
+        fst[i] = k2
+        for k in range(seg_start[i], seg_end[i]):
+            lk = pl[k]
+            if cnt[lk] == 0:
+                lid[lk] = n_used
+                used[n_used] = lk
+                n_used += 1
+            cnt[lk] += 1
+            loc[k2] = lid[lk]
+            k2 += 1
+    fst[nf] = n_pairs
+    # link -> flows over local link ids: a counting sort of the pairs
     ptr = np.empty(n_used + 1, dtype=np.int64)
     ptr[0] = 0
     key = np.empty(n_used)
     heap = np.empty(n_used, dtype=np.int64)
     pos = np.empty(n_used, dtype=np.int64)
+    lcap = np.empty(n_used)
+    lfro = np.empty(n_used)
+    lcnt = np.empty(n_used, dtype=np.int64)
     for u in range(n_used):
         lk = used[u]
-        lid[lk] = u
-        ptr[u + 1] = ptr[u] + cnt[lk]
-        key[u] = fair_share(cap[lk], frozen[lk], cap_floor, cnt[lk])
+        lcap[u] = cap[lk]
+        lfro[u] = frozen[lk]
+        lcnt[u] = cnt[lk]
+        frozen[lk] = 0.0
+        cnt[lk] = 0
+        ptr[u + 1] = ptr[u] + lcnt[u]
+        key[u] = fair_share(lcap[u], lfro[u], cap_floor, lcnt[u])
         heap[u] = u
         pos[u] = u
     fill = ptr[:-1].copy()
-    lf = np.empty(n_pairs, dtype=np.int64)
+    lf = np.empty(n_pairs, dtype=np.int32)
     for i in range(nf):
-        for k in range(seg_start[i], seg_end[i]):
-            u = lid[pl[k]]
+        for q in range(fst[i], fst[i + 1]):
+            u = loc[q]
             lf[fill[u]] = i
             fill[u] += 1
+    hkey = key.copy()   # the heap's order: at most the true share ``key`` (lazy raises)
     nh = n_used
     for j in range((nh >> 1) - 1, -1, -1):
-        _down(heap, pos, key, nh, j)
+        _down(heap, pos, hkey, nh, j)
     fz = np.zeros(nf, dtype=np.bool_)
+    lbad = np.zeros(n_used, dtype=np.bool_)
     dirty = np.empty(n_used, dtype=np.int64)
     while nh > 0:
         u = heap[0]
+        if lcnt[u] == 0:   # no unfrozen flow left: out of the heap
+            nh -= 1
+            if nh > 0:
+                heap[0] = heap[nh]
+                pos[heap[0]] = 0
+                _down(heap, pos, hkey, nh, 0)
+            continue
+        if hkey[u] != key[u]:   # its share rose since it was placed: place it again
+            hkey[u] = key[u]
+            _down(heap, pos, hkey, nh, 0)
+            continue
         v = key[u]
         stats[3] += 1
         n_dirty = 0
@@ -137,28 +183,21 @@ def maxmin_levels(seg_start, seg_end, pl, cap, out, cap_floor, cnt, frozen, bad,
                 continue
             fz[i] = True
             out[i] = v
-            stats[4] += seg_end[i] - seg_start[i]
-            for k in range(seg_start[i], seg_end[i]):
-                l2 = pl[k]
-                frozen[l2] += v
-                cnt[l2] -= 1
-                if not bad[l2]:
-                    bad[l2] = True
-                    dirty[n_dirty] = l2
+            stats[4] += fst[i + 1] - fst[i]
+            for q2 in range(fst[i], fst[i + 1]):
+                w = loc[q2]
+                lfro[w] += v
+                lcnt[w] -= 1
+                if not lbad[w]:
+                    lbad[w] = True
+                    dirty[n_dirty] = w
                     n_dirty += 1
         for d in range(n_dirty):   # the popped link is among them, now without flows
-            l2 = dirty[d]
-            bad[l2] = False
-            w = lid[l2]
-            j = pos[w]
-            if cnt[l2] > 0:
-                key[w] = fair_share(cap[l2], frozen[l2], cap_floor, cnt[l2])
-                _sift(heap, pos, key, nh, j)
-            else:   # no unfrozen flow left: out of the heap
-                nh -= 1
-                if j < nh:
-                    heap[j] = heap[nh]
-                    pos[heap[j]] = j
-                    _sift(heap, pos, key, nh, j)
-    for u in range(n_used):
-        frozen[used[u]] = 0.0
+            w = dirty[d]
+            lbad[w] = False
+            if lcnt[w] > 0:
+                s = fair_share(lcap[w], lfro[w], cap_floor, lcnt[w])
+                key[w] = s
+                if s < hkey[w]:   # lower only by rounding: placed again at once
+                    hkey[w] = s
+                    _sift(heap, pos, hkey, nh, pos[w])

@@ -218,14 +218,14 @@ class Slots:
 
     def _workspace(self, n_slots: int) -> list[np.ndarray]:
         """The compiled step's scratch: per slot (room for ``n_slots``) hit flags and
-        finished slots; per link a count, residual capacity and frozen load, seen and
-        bad flags (zero between events)."""
+        finished slots; per link a count, residual capacity and frozen load, and seen
+        flags (zero between events)."""
         ws = self.ws
         if ws is None:
             m = self.n_links
             ws = self.ws = [np.zeros(64, dtype=bool), np.zeros(64, dtype=np.int64),
                             np.zeros(m, dtype=np.int64), np.zeros((2, m)),
-                            np.zeros((2, m), dtype=bool)]
+                            np.zeros(m, dtype=bool)]
         if len(ws[0]) < n_slots:
             size = max(n_slots, 2 * len(ws[0]))
             ws[0] = np.zeros(size, dtype=bool)
