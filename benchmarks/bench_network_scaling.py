@@ -289,6 +289,8 @@ def scaling(args) -> int:
 
 
 def write_page(rows, scen, expo, cc, load0, load1, rev, speed) -> None:
+    from bench_network import OLD_REV
+
     from moesim.outputs import write_text
 
     when = datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC")
@@ -297,8 +299,8 @@ def write_page(rows, scen, expo, cc, load0, load1, rev, speed) -> None:
              f"{when} (load average {load0[0]:.2f} before, {load1[0]:.2f} after, on a shared "
              f"{os.cpu_count()}-core machine: CPU time, user + sys, is the figure to read; wall "
              f"time includes waiting for the cores; the machine's speed that day: 10^7 additions in "
-             f"a Python loop took {speed:.2f} s of CPU). Previous engine: `moesim/network` at {rev} "
-             "(before issue 25). Every GPU sends to every other tokens ~ Poisson(128) x 7392 B, "
+             f"a Python loop took {speed:.2f} s of CPU). Previous engine: `moesim/network` at {rev}"
+             + (" (before issue 25)" if rev == OLD_REV else "") + ". Every GPU sends to every other tokens ~ Poisson(128) x 7392 B, "
              "dgx-h100 servers, all flows started at t = 0; one fresh process per cell; RSS = "
              "peak resident set of that process; median of 3 runs (by CPU time) up to 64 GPUs, "
              "one run above. \"numpy path\": this tree with `MOESIM_NUMBA=0`. Finish times are compared flow by flow; the check fails above "
