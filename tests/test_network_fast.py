@@ -391,28 +391,30 @@ def test_backend_switch_and_environment_variable() -> None:
 
 @needs_numba
 def test_compiled_add_hand_example_and_same_state_as_numpy() -> None:
-    # two flows at t = 0.5 on 4 links of latency 1, 2, 4, 8 us: flow 0 (5 bytes, group 7)
-    # over links 1, 2 (latency 2 + 4 = 6 us), flow 1 (6 bytes, group 9) over link 3 (8 us)
-    from moesim.network.slots import PLAT, REM, SIZE, START, TFIN, TREF, Slots
+    # two flows at t = 0.5 on 4 links: flow 0 (5 bytes, group 7) solved over links 1, 2
+    # of a 3-link route (one shadow link left out) of latency 6 us, flow 1 (6 bytes,
+    # group 9) over link 3, a 1-link route of 8 us
+    from moesim.network.slots import NPATH, PLAT, REM, SIZE, START, TFIN, TREF, Slots
 
-    lat = np.array([1e-6, 2e-6, 4e-6, 8e-6])
     paths = [np.array([1, 2], dtype=np.int64), np.array([3], dtype=np.int64)]
 
     def state():
-        s = Slots(np.ones(4), lat)
-        s.add([np.array([0], dtype=np.int64)], [1.0], [3], 0.0)   # slot 0, pair 0
-        s.add(paths, [5.0, 6.0], [7, 9], 0.5)
+        s = Slots(np.ones(4))
+        s.add([np.array([0], dtype=np.int64)], [1.0], [3], 0.0, [1e-6], [1])   # slot 0, pair 0
+        s.add(paths, [5.0, 6.0], [7, 9], 0.5, [6e-6, 8e-6], [3, 1])
         return s
 
     a, b = both_paths(state)
-    assert b.n == 3 and b.np == 4
+    assert b.n == 3 and b.np == 4 and b.np_route == 5
     assert b.f[REM, 1:3].tolist() == [5.0, 6.0] and b.f[SIZE, 1:3].tolist() == [5.0, 6.0]
     assert b.f[TREF, 1:3].tolist() == [0.5, 0.5] and b.f[START, 1:3].tolist() == [0.5, 0.5]
     assert b.f[TFIN, 1:3].tolist() == [np.inf, np.inf]
-    assert b.f[PLAT, 1:3].tolist() == [2e-6 + 4e-6, 8e-6]
+    assert b.f[PLAT, :3].tolist() == [1e-6, 6e-6, 8e-6]
+    assert b.f[NPATH, :3].tolist() == [1.0, 3.0, 1.0]
     assert b.group[:3].tolist() == [3, 7, 9] and b.alive[:3].all()
     assert b.pf[:4].tolist() == [0, 1, 1, 2] and b.pl[:4].tolist() == [0, 1, 2, 3]
     assert b.pstart[:4].tolist() == [0, 1, 3, 4]
-    assert b.lcnt.tolist() == [1, 1, 1, 1] and b.counts.tolist() == [3, 4, 0, 0]
+    assert b.lcnt.tolist() == [1, 1, 1, 1] and b.counts.tolist() == [3, 4, 0, 0, 5]
     for name in ("f", "group", "alive", "pf", "pl", "pstart", "lcnt", "counts"):
         assert getattr(a, name).tobytes() == getattr(b, name).tobytes(), name
+    assert a.np_route == b.np_route

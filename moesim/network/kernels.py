@@ -123,12 +123,12 @@ def link_index(pf, pl, alive, lptr, lslot):
 
 
 @njit(cache=True, nogil=True)
-def add(f, group, alive, pstart, pf, pl, lcnt, counts, lat, links, lens, sizes, gids, first,
-        p0, now):
+def add(f, group, alive, pstart, pf, pl, lcnt, counts, plats, nroute, links, lens, sizes,
+        gids, first, p0, now):
     """:meth:`moesim.network.slots.Slots.add` compiled, on buffers already large enough:
-    flow i (slot ``first + i``) of ``sizes[i]`` bytes and group ``gids[i]`` crosses the
-    next ``lens[i]`` of ``links``; its pairs go from ``p0`` on. The path latency is summed
-    link by link from 0.0, as ``np.bincount`` sums it."""
+    flow i (slot ``first + i``) of ``sizes[i]`` bytes, group ``gids[i]``, route latency
+    ``plats[i]`` and ``nroute[i]`` route links is solved over the next ``lens[i]`` of
+    ``links``; its pairs go from ``p0`` on."""
     k = p0
     for i in range(lens.shape[0]):
         s = first + i
@@ -138,18 +138,18 @@ def add(f, group, alive, pstart, pf, pl, lcnt, counts, lat, links, lens, sizes, 
         f[3, s] = np.inf
         f[4, s] = sizes[i]
         f[6, s] = now
+        f[5, s] = plats[i]
+        f[7, s] = nroute[i]
+        counts[4] += nroute[i]
         group[s] = gids[i]
         alive[s] = True
-        plat = 0.0
         k1 = k + lens[i]
         for q in range(k, k1):
             lk = links[q - p0]
-            plat += lat[lk]
             pf[q] = s
             pl[q] = lk
             lcnt[lk] += 1
         k = k1
-        f[5, s] = plat
         pstart[s + 1] = k1
     counts[0] += lens.shape[0]
     counts[1] += k - p0
@@ -345,7 +345,8 @@ def step(now, first_new, tol, n, n_pairs, f, alive, pstart, pf, pl, lptr, lidx, 
     due, rates re-solved or -1, next finish time).
 
     ``counts``: running flows, their pairs, whether the link -> flows index
-    ``lptr``/``lidx`` is valid, its entries (rebuilt here in place when needed);
+    ``lptr``/``lidx`` is valid, its entries (rebuilt here in place when needed), the
+    running flows' route links (``f[7]`` summed: what the whole/incremental choice reads);
     ``params``: coalesce rtol, incremental (1/0), small-problem pairs, full fraction,
     threshold margin, capacity floor, change rtol; ``hit`` (per slot), ``cnt``, ``wf``
     (rows: residual capacity, frozen load), ``seen`` (per link): workspaces, zero on
@@ -377,6 +378,7 @@ def step(now, first_new, tol, n, n_pairs, f, alive, pstart, pf, pl, lptr, lidx, 
             lcnt[pl[k]] -= 1
         counts[0] -= 1
         counts[1] -= pstart[s + 1] - pstart[s]
+        counts[4] -= np.int64(f[7, s])
     has_new = False
     if counts[0] > 0:
         for s in range(first_new, n):
@@ -385,7 +387,7 @@ def step(now, first_new, tol, n, n_pairs, f, alive, pstart, pf, pl, lptr, lidx, 
                 break
     n_res = -1
     if has_new or n_old > 0:
-        whole = not (incremental and counts[1] > small_pairs)
+        whole = not (incremental and counts[4] > small_pairs)
         if not whole and (counts[2] == 0 or 2 * counts[1] < counts[3]):
             counts[3] = link_index(pf, pl, alive, lptr, lidx)
             counts[2] = 1

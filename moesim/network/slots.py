@@ -2,9 +2,13 @@
 
 Per slot (a flow's bytes left are rem - rate * (t - tref) until its next change):
 bytes left as of its last rate change, that time, its rate (0 once finished), its
-predicted finish (inf: none), size, path latency, start time (rows of one float array,
-:data:`REM` ... :data:`START`), transfer group and whether it is still sending.
-Pairs are kept in slot order; slot s's pairs are ``pstart[s]:pstart[s+1]``. Running
+predicted finish (inf: none), size, path latency, start time, the links of its whole
+route (rows of one float array, :data:`REM` ... :data:`NPATH`), transfer group and
+whether it is still sending. Pairs are kept in slot order; slot s's pairs are
+``pstart[s]:pstart[s+1]``: the links of its route that can be a bottleneck (the
+shadow links of :mod:`moesim.network.shadow` left out; the choices between the
+compiled and numpy paths and between whole and incremental re-solves count the whole
+routes' links, so they do not depend on it). Running
 flows per link and in all are counted as flows start and finish, and a link -> running
 flows index is built when the incremental re-solve needs it (and again once half of
 those it lists have finished). Finished slots are compacted away once they are half
@@ -27,7 +31,7 @@ from moesim.network import incremental, jit
 from moesim.network.maxmin import CAP_FLOOR
 
 #: rows of :attr:`Slots.f`
-REM, TREF, RATE, TFIN, SIZE, PLAT, START = range(7)
+REM, TREF, RATE, TFIN, SIZE, PLAT, START, NPATH = range(8)
 
 #: what the events did, summed (:attr:`Slots.stats`, ``FlowNetwork.counters()``): events
 #: with a re-solve, flows and (flow, link) pairs re-solved, max-min rounds, pairs passed
@@ -50,25 +54,26 @@ def _nonzero(mask: np.ndarray) -> np.ndarray:
 
 
 class Slots:
-    """Flow slots and pairs over ``cap`` (bytes/s per link) with path latencies ``lat``."""
+    """Flow slots and pairs over links of capacity ``cap`` (bytes/s)."""
 
-    def __init__(self, cap: np.ndarray, lat: np.ndarray) -> None:
-        self.cap, self.lat = cap, lat
+    def __init__(self, cap: np.ndarray) -> None:
+        self.cap = cap
         self.n_links = len(cap)
         self.n = 0                                     # slots in use
-        self.f = np.zeros((7, 64))
+        self.f = np.zeros((8, 64))
         self.f[TFIN] = np.inf
         self.group = np.zeros(64, dtype=np.int64)
         self.alive = np.zeros(64, dtype=bool)
         self.np = 0                                    # pairs in use
+        self.np_route = 0                              # their routes' links (NPATH)
         self.pf = np.zeros(256, dtype=np.int64)
         self.pl = np.zeros(256, dtype=np.int64)
         self.pstart = np.zeros(65, dtype=np.int64)
         self.lcnt = np.zeros(self.n_links, dtype=np.int64)   # running flows per link
         # running flows, their pairs, whether the link -> running flows index is valid,
-        # its entries: flows crossing link l are lidx[lptr[l]:lptr[l+1]] (lidx has room
-        # for every pair)
-        self.counts = np.zeros(4, dtype=np.int64)
+        # its entries (flows crossing link l are lidx[lptr[l]:lptr[l+1]]; lidx has room
+        # for every pair), their routes' links (NPATH summed)
+        self.counts = np.zeros(5, dtype=np.int64)
         self.lptr = np.zeros(self.n_links + 1, dtype=np.int64)
         self.lidx = np.zeros(256, dtype=np.int64)
         self.ws: list[np.ndarray] | None = None              # compiled step's scratch
@@ -83,13 +88,14 @@ class Slots:
 
     # ---- growth ---------------------------------------------------------------
     def add(self, paths: Sequence[np.ndarray], sizes: Sequence[float], gids: Sequence[int],
-            now: float) -> int:
+            now: float, plats: Sequence[float], nroute: Sequence[int]) -> int:
         """New running flows in slots (compiled once the kernels are loaded, else numpy;
-        the same state); returns the first new slot."""
+        the same state): ``paths`` the links they are solved over, ``plats`` their routes'
+        latencies, ``nroute`` their routes' lengths; returns the first new slot."""
         first, m = self.n, len(sizes)
         if first + m > len(self.alive):
             cap = max(first + m, 2 * len(self.alive))
-            f = np.zeros((7, cap))
+            f = np.zeros((8, cap))
             f[TFIN] = np.inf
             f[:, :first] = self.f[:, :first]
             self.f = f
@@ -107,11 +113,13 @@ class Slots:
             links = np.concatenate(paths)
             p0 = self.np
             self._grow_pairs(p0 + len(links))
+            nr = np.array(nroute, dtype=np.int64)
             kern.add(self.f, self.group, self.alive, self.pstart, self.pf, self.pl, self.lcnt,
-                     self.counts, self.lat, links, np.fromiter(map(len, paths), np.int64, m),
-                     np.array(sizes, dtype=float), np.array(gids, dtype=np.int64), first, p0,
-                     now)
+                     self.counts, np.array(plats, dtype=float), nr, links,
+                     np.fromiter(map(len, paths), np.int64, m), np.array(sizes, dtype=float),
+                     np.array(gids, dtype=np.int64), first, p0, now)
             self.n, self.np = end, p0 + len(links)
+            self.np_route += int(nr.sum())
             return first
         size = np.asarray(sizes, dtype=float)
         f = self.f
@@ -121,13 +129,14 @@ class Slots:
         f[TREF, first:end] = now
         f[TFIN, first:end] = np.inf
         f[START, first:end] = now
+        f[PLAT, first:end] = plats
+        f[NPATH, first:end] = nroute
         self.group[first:end] = gids
         self.alive[first:end] = True
         lens = list(map(len, paths))
         local = np.repeat(np.arange(first, end, dtype=np.int64), lens)   # slot of each pair
         links = np.concatenate(paths)
         n_links = len(links)
-        f[PLAT, first:end] = np.bincount(local - first, weights=self.lat[links], minlength=m)
         p0, p1 = self.np, self.np + n_links
         self._grow_pairs(p1)
         self.pf[p0:p1] = local
@@ -137,6 +146,8 @@ class Slots:
         counts = self.counts
         counts[0] += m
         counts[1] += n_links
+        counts[4] += int(f[NPATH, first:end].sum())
+        self.np_route += int(f[NPATH, first:end].sum())
         self.n, self.np = end, p1
         self.counts[2] = 0   # the index is stale
         return first
@@ -177,6 +188,27 @@ class Slots:
         self.alive[:k] = True
         self.alive[k:n] = False
         self.n = k
+        self.np_route = int(self.f[NPATH, :k].sum())
+        self.counts[2] = 0
+
+    def restore(self, shadow: np.ndarray, master: np.ndarray) -> None:
+        """Put shadow link ``shadow[i]`` back into every slot crossing ``master[i]``
+        (which carried the same flows so far), after it, with its count and the bytes
+        of the slots compacted away."""
+        for a, m in zip(shadow.tolist(), master.tolist(), strict=True):
+            pf, pl = self.pf[:self.np], self.pl[:self.np]
+            at = (pl == m).nonzero()[0] + 1
+            if len(at):
+                slot = pf[at - 1]
+                pf2, pl2 = np.insert(pf, at, slot), np.insert(pl, at, a)
+                self._grow_pairs(self.np + len(at))
+                self.np += len(at)
+                self.pf[:self.np], self.pl[:self.np] = pf2, pl2
+                n = self.n
+                self.pstart[1:n + 1] += np.cumsum(np.bincount(slot, minlength=n))
+            self.lcnt[a] = self.lcnt[m]
+            self.counts[1] += self.lcnt[m]
+            self.done_bytes[a] = self.done_bytes[m]
         self.counts[2] = 0
 
     def link_bytes(self, now: float) -> np.ndarray:
@@ -197,7 +229,7 @@ class Slots:
         zero-byte new ones, how many were due, rates re-solved (-1: no solve), next
         finish time or inf)."""
         self.events += 1
-        kern = jit.kernels(load=self.events > JIT_AFTER_EVENTS or self.np > JIT_AFTER_PAIRS)
+        kern = jit.kernels(load=self.events > JIT_AFTER_EVENTS or self.np_route > JIT_AFTER_PAIRS)
         if kern is not None:
             n = self.n
             ws = self.ws
@@ -252,15 +284,16 @@ class Slots:
             links = pl[incremental.ranges(pstart[done], pstart[done + 1])]
             self.lcnt -= np.bincount(links, minlength=self.n_links)
             self.counts[:2] -= (len(done), len(links))
+            self.counts[4] -= int(f[NPATH, done].sum())
         has_new = self.counts[0] > 0 and bool(alive[first_new:].any())
         n_res = -1
         if has_new or len(old):
-            whole = not (incremental_on and self.counts[1] > small_pairs)
+            whole = not (incremental_on and self.counts[4] > small_pairs)
             if not whole and (not self.counts[2] or 2 * self.counts[1] < self.counts[3]):
                 lptr, lidx = incremental.link_index(pf, pl, alive, self.n_links)
                 self.lptr[:] = lptr
                 self.lidx[:len(lidx)] = lidx
-                self.counts[2:] = (1, len(lidx))
+                self.counts[2:4] = (1, len(lidx))
             idx = incremental.solve(now, pstart, pf, pl, self.lptr, self.lidx, self.cap, alive,
                                     rate, f[REM, :n], f[TREF, :n], tfin, self.lcnt, old,
                                     first_new if has_new else n, r_done, int(self.counts[0]),
