@@ -44,6 +44,15 @@ def test_link_names_parsed_and_malformed_rejected() -> None:
         link_ends(["ab"])
 
 
+def test_link_names_without_arrows_leave_every_link_in() -> None:
+    # a link set whose names do not say "u->v" has no graph to read: nothing left out,
+    # and the flow runs as on any network (1 byte at 1 B/s through the slower link)
+    links = TinyLinks([("a", "r"), ("r", "b")], [2.0, 1.0], [0.0, 0.0])
+    links.link_names = ["first", "second"]
+    done, net = run_flows(FlowNetwork, links, [(0.0, "a", "b", 1.0)])
+    assert not net._drop.any() and done[0] == 1.0
+
+
 @pytest.mark.parametrize("numba", [False, True])
 def test_shadow_put_back_when_a_route_ends_at_the_relay(numba) -> None:
     # a -> r -> b: a->r (2 B/s) shadows r->b (1 B/s). Flow 0: a->b, 1 byte at t=0, rate

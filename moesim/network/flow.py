@@ -112,8 +112,11 @@ class FlowNetwork:
         # (src, dst, key) -> (links solved over, route latency, route links)
         self._routes: dict[tuple[str, str, int], tuple[np.ndarray, float, int]] = {}
         # shadow links (never a bottleneck) left out of the pairs: moesim.network.shadow
-        self._cls, self._master = shadow_classes(link_ends(links.link_names), self._cap,
-                                                 getattr(links, "gpus", ()))
+        try:
+            self._cls, self._master = shadow_classes(link_ends(links.link_names), self._cap,
+                                                     getattr(links, "gpus", ()))
+        except ValueError:   # names not "u->v": no graph to find them in, none left out
+            self._cls = self._master = np.full(self._n_links, -1, dtype=np.int64)
         self._cls_size = np.bincount(self._cls[self._cls >= 0], minlength=1)
         self._drop = (self._master >= 0) & shadow_links
         self.n_restores = 0   # classes of shadow links put back (FlowNetwork._restore)
