@@ -1,6 +1,8 @@
 """What the command-line modules share: one-line argument errors, values that look
 like negative numbers, finite numeric flags, topology errors blamed on the flag
-that gave the bad value, and printing a result as JSON or text."""
+that gave the bad value, printing a result as JSON or text, and the output flags and
+folder rule every command that writes files shares (:func:`add_output_flags`,
+:func:`output_folder`)."""
 
 from __future__ import annotations
 
@@ -9,6 +11,7 @@ import json
 import math
 import re
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any, NoReturn
 
 from moesim.errors import InputError
@@ -105,3 +108,56 @@ def refuse_serving(scn: Any, overrides: list[str], command: str, what: str) -> N
     raise InputError(CLI if given else scn.source, f"--set {given[0]}" if given else "serve",
                      f"a training scenario (a serve: section is simulated by `moesim serve`; "
                      f"`moesim {command}` would ignore it and {what})", "a serve: section")
+
+
+# ---------------------------------------------------------------- the output convention
+
+#: ``-o``'s default of ``run``, ``serve`` and ``rl`` (:func:`moesim.outputs.default_run_dir`)
+OUT_DEFAULT = "out/<scenario name>, or out/<scenario name>--<overrides> with --set"
+
+def add_output_flags(p: argparse.ArgumentParser, *, out_default: str | None = None,
+                     json_help: str = "print the summary as JSON on stdout (nothing else "
+                                      "there)",
+                     strict: bool = True, quiet: bool = True) -> None:
+    """The output flags every command shares, defined once.
+
+    With ``out_default`` (what ``-o`` defaults to, said in its help) the command writes a
+    folder: ``-o/--out DIR``, ``--no-files`` and ``--force``. Always ``--json``; with
+    ``quiet`` ``--quiet``; with ``strict`` ``--strict`` (exit 2 when a placed model does
+    not fit in device memory, :func:`moesim.memory.fit.flag_fits`). The flags sit in
+    their own group of ``--help``."""
+    g = p.add_argument_group("output")
+    if out_default is not None:
+        g.add_argument("-o", "--out", default=None, metavar="DIR",
+                       help=f"output folder (default {out_default}); it gets summary.md "
+                            "and summary.json, plus the command's other files")
+        g.add_argument("--no-files", action="store_true",
+                       help="write no files, only print")
+        g.add_argument("--force", action="store_true",
+                       help="write into a folder that holds files moesim did not write, or "
+                            "another scenario's or command's outputs")
+    g.add_argument("--json", action="store_true", help=json_help)
+    if quiet:
+        g.add_argument("--quiet", action="store_true",
+                       help="no progress line and no notes on stderr (warnings and errors "
+                            "are still printed)")
+    if strict:
+        g.add_argument("--strict", action="store_true",
+                       help="exit 2 if a placed model does not fit in device memory "
+                            "(default: a warning, and oom: true in summary.json)")
+
+
+def output_folder(args: argparse.Namespace, name: str, overrides: list[str] | tuple = (),
+                  root: str = "out") -> Path | None:
+    """The folder a command following the output convention writes: None with
+    ``--no-files``; ``-o DIR`` when given; else :func:`moesim.outputs.default_run_dir`
+    (``out/<name>``, ``out/<name>--<overrides>`` with ``--set``). ``-o`` with
+    ``--no-files`` is one line, exit 2."""
+    from moesim.outputs import default_run_dir
+
+    out = getattr(args, "out", None)
+    if getattr(args, "no_files", False):
+        if out:
+            raise InputError(CLI, "--no-files", "either -o DIR or --no-files", "both")
+        return None
+    return Path(out) if out else default_run_dir(name, list(overrides), root)

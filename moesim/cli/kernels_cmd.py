@@ -16,6 +16,7 @@ import argparse
 import json
 from collections import Counter
 
+from moesim.cli.common import add_output_flags
 from moesim.errors import InputError
 from moesim.program.inventory import PASSES, balanced_rows, layer_ops, price
 from moesim.scenario import load_scenario, resolve
@@ -29,7 +30,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="one pass only (default: all three)")
     p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                    help="override one field, e.g. --set compute.precision=fp8 (repeatable)")
-    p.add_argument("--json", action="store_true", help="print the kernels as JSON")
+    add_output_flags(p, json_help="print the kernels as JSON", strict=False, quiet=False)
 
 
 def shape(k) -> str:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import json
 
+from moesim.cli.common import add_output_flags
 from moesim.errors import InputError
 from moesim.scenario import load_scenario, resolve
 
@@ -33,7 +34,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--rank", type=int, default=0, help="global rank to show (default 0)")
     p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                    help="override one field, e.g. --set parallel.ep=16 (repeatable)")
-    p.add_argument("--json", action="store_true", help="print the groups as JSON")
+    add_output_flags(p, json_help="print the groups as JSON", strict=False, quiet=False)
 
 
 def rank_groups(lay, rank: int, gpus_per_node: int | None) -> dict:

@@ -20,7 +20,7 @@ from __future__ import annotations
 import argparse
 import json
 
-from moesim.cli.common import refuse_serving
+from moesim.cli.common import add_output_flags, refuse_serving
 from moesim.errors import InputError
 from moesim.memory.matmul import DTYPE_BYTES, matmul_report
 from moesim.memory.megatron import compare
@@ -46,7 +46,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--megatron", action="store_true",
                    help="also print Megatron-LM's theoretical memory estimate for the first "
                         "stage beside moesim's, per category (docs/model.md)")
-    p.add_argument("--json", action="store_true", help="print the table as JSON")
+    add_output_flags(p, json_help="print the table as JSON", strict=False, quiet=False)
 
 
 def _gb(x: float) -> str:

@@ -14,19 +14,17 @@ import argparse
 import json
 from pathlib import Path
 
+from moesim.cli.common import OUT_DEFAULT, add_output_flags
+
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("scenario", help="scenario YAML file with an rl section, or shipped name "
                    "(e.g. grpo-qwen3-30b-a3b)")
     p.add_argument("--steps", type=int, default=None,
                    help="RL steps to simulate (default: the scenario's rl.steps)")
-    p.add_argument("-o", "--out", default=None, help="output directory (default: print only)")
     p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                    help="override one field, e.g. --set rl.max_lag=1 (repeatable)")
-    p.add_argument("--json", action="store_true", help="print summary.json on stdout")
-    p.add_argument("--force", action="store_true",
-                   help="write into an output directory that holds other files")
-    p.add_argument("--quiet", action="store_true", help="no progress lines")
+    add_output_flags(p, out_default=OUT_DEFAULT)
 
 
 def run(args: argparse.Namespace) -> int:

@@ -15,21 +15,15 @@ import json
 import sys
 from pathlib import Path
 
+from moesim.cli.common import OUT_DEFAULT, add_output_flags
 from moesim.trace.progress import Progress
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("scenario", help="scenario YAML file or shipped name (e.g. toy-cpu)")
-    p.add_argument("-o", "--out", default=None,
-                   help="output directory (default out/<scenario name>, and "
-                        "out/<scenario name>--<overrides> with --set)")
     p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                    help="override one field, e.g. --set routing.kind=hot (repeatable)")
-    p.add_argument("--json", action="store_true", help="print the summary as JSON on stdout")
-    p.add_argument("--no-files", action="store_true", help="write no output files")
-    p.add_argument("--force", action="store_true",
-                   help="write into an output directory that holds other files")
-    p.add_argument("--quiet", action="store_true", help="no progress lines")
+    add_output_flags(p, out_default=OUT_DEFAULT)
 
 
 def run(args: argparse.Namespace) -> int:

@@ -17,22 +17,16 @@ import json
 import sys
 from pathlib import Path
 
+from moesim.cli.common import OUT_DEFAULT, add_output_flags
 from moesim.trace.progress import Progress
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("scenario", help="scenario YAML file with a serve section, or shipped name "
                    "(e.g. deepseek-v3-decode)")
-    p.add_argument("-o", "--out", default=None,
-                   help="output directory (default: print only; files as for moesim run)")
     p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                    help="override one field, e.g. --set serve.batch_per_gpu=64 (repeatable)")
-    p.add_argument("--json", action="store_true", help="print the summary as JSON on stdout")
-    p.add_argument("--force", action="store_true",
-                   help="write into an output directory that holds other files")
-    p.add_argument("--quiet", action="store_true", help="no progress lines")
-    p.add_argument("--no-files", action="store_true",
-                   help="write no output files (the default without -o)")
+    add_output_flags(p, out_default=OUT_DEFAULT)
     g = p.add_argument_group("requests over time (a load: section)")
     g.add_argument("--slo", default=None, metavar="KEY=TIME,...",
                    help="service-level objective, e.g. ttft_p99=2s,tpot_p99=50ms: goodput "

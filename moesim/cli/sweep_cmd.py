@@ -13,23 +13,22 @@ import argparse
 import sys
 from pathlib import Path
 
+from moesim.cli.common import add_output_flags
+
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("file", help="sweep YAML file (see scenarios/sweeps/)")
-    p.add_argument("-o", "--out", default=None,
-                   help="output directory (default out/sweeps/<sweep name>)")
     p.add_argument("--scheduler", default=None, metavar="ADDR",
                    help="address of an existing Dask scheduler, e.g. tcp://host:8786")
     p.add_argument("--workers", type=int, default=None, metavar="N",
                    help="worker processes of the local cluster (default: one per CPU)")
     p.add_argument("--threads", action="store_true",
                    help="local cluster of threads in this process instead of processes")
-    p.add_argument("--quiet", action="store_true", help="no progress lines")
     p.add_argument("--plot-only", action="store_true",
                    help="redraw the plots from OUTDIR/results.parquet, run nothing")
     p.add_argument("--no-plots", action="store_true", help="write no PNG files")
-    p.add_argument("--force", action="store_true",
-                   help="write into an output directory that holds other files")
+    add_output_flags(p, out_default="out/sweeps/<sweep name>",
+                     json_help="print the sweep's summary.json on stdout")
 
 
 def run(args: argparse.Namespace) -> int:
