@@ -21,8 +21,10 @@ H100 = get_device("H100")
 
 
 def test_catalog_figures():
-    assert H100.peak_bf16_flops == 989e12 and H100.hbm_Bps == 3.35e12 and H100.hbm_bytes == 80e9
-    assert get_device("h200").hbm_bytes == 141e9
+    assert H100.peak_bf16_flops == 989e12 and H100.hbm_Bps == 3.35e12
+    # device memory as nvidia-smi reports it, in MiB (devices.py cites each figure)
+    assert H100.hbm_bytes == 81559 * 2**20 == 85_520_809_984
+    assert get_device("h200").hbm_bytes == 143771 * 2**20
     assert get_device("A100").peak_fp8_flops == 0
     assert DEVICES["cpu"].calibrated_from
 

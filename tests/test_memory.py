@@ -108,7 +108,7 @@ def test_oom_flag_flips_at_capacity():
     peak = mem().peak_bytes
     assert not mem(capacity_bytes=peak).oom
     assert mem(capacity_bytes=peak - 1).oom
-    assert mem(device=get_device("H100")).capacity_bytes == 80e9
+    assert mem(device=get_device("H100")).capacity_bytes == 81559 * 1024**2   # nvidia-smi MiB
     assert mem().capacity_bytes == float("inf")
 
 

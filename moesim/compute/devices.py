@@ -3,6 +3,11 @@
 SI units: FLOP/s, bytes, bytes/s, seconds. Figures from the NVIDIA H100/H200/A100
 datasheets and, for the H800, the DeepSeek-V3 report (docs/sources.md lists them).
 Dense (non-sparse) tensor-core peaks.
+
+``hbm_bytes`` is the memory the card reports (``nvidia-smi``'s total, in MiB), not the
+datasheet's rounded "80 GB": an H100 SXM reports 81,559 MiB = 85.52e9 bytes = 79.6 GiB.
+Every fraction of device memory (a KV-cache share, vLLM's ``gpu_memory_utilization``)
+applies to this figure, as vLLM applies it to ``torch.cuda.mem_get_info``'s total.
 """
 
 from __future__ import annotations
@@ -10,7 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from moesim.errors import InputError
-from moesim.units import GB, TB, US
+from moesim.units import GB, TB, US, MiB
 
 # Kernel launch overhead has no published figure here: a CUDA kernel launch costs a few µs of
 # host/driver latency; 4 µs is our assumption, meant to be replaced by a calibration.
@@ -27,12 +32,31 @@ GPU_LAUNCH_OVERHEAD_S = 4 * US
 # assumption stays for eager launches (the host's PyTorch dispatch adds to it).
 HOPPER_GRAPH_KERNEL_S = 65536 / 52e9
 
+# Device memory as nvidia-smi reports it ("Memory-Usage ... / TOTAL MiB"); the datasheets
+# state 80 GB (H100, H800, A100 80GB) and 141 GB (H200, H200 NVL).
+# H100 SXM5 80GB ("NVIDIA H100 80GB HBM3"): 81,559 MiB (nvidia-smi in NVIDIA/nccl issue #1264
+# and huggingface/text-generation-inference issue #2572; modal-labs/modal-client PR #2797
+# lists "H100: 81559MiB (85.52 GB)").
+H100_SXM_MIB = 81559
+# H200 SXM ("NVIDIA H200"): 143,771 MiB (nvidia-smi in sgl-project/sglang issue #3196).
+H200_MIB = 143771
+# H200 NVL: the same 141 GB of HBM3e as H200 SXM (NVIDIA H200 datasheet); its nvidia-smi
+# total, 143,771 MiB, is the H200 SXM's (seen in public nvidia-smi output of a 600 W
+# "NVIDIA H200 NVL"; no issue thread to cite was found, so this rests on the equal stacks).
+H200_NVL_MIB = 143771
+# H800 SXM: the H100 SXM board with cut NVLink (DeepSeek-V3 report §3.2.2), the same 80 GB
+# of HBM3; no nvidia-smi output was found to cite, so it is taken equal to H100 SXM's.
+H800_MIB = H100_SXM_MIB
+# A100 SXM4 80GB: 81,920 MiB (modal-labs/modal-client PR #2797: "A100 80GB: 81920MiB
+# (85.89 GB)"; the A800-SXM4-80GB, the same board, reports 81920MiB in dexmal/dexbotic #41).
+A100_80GB_MIB = 81920
+
 
 @dataclass(frozen=True, slots=True)
 class DeviceSpec:
     name: str
     peak_bf16_flops: float          # FLOP/s, dense bf16 tensor-core peak
-    hbm_bytes: float                # bytes of device memory
+    hbm_bytes: float                # bytes of device memory as the card reports it (nvidia-smi)
     hbm_Bps: float                  # bytes/s, peak HBM bandwidth
     peak_fp8_flops: float = 0.0     # FLOP/s, dense fp8 peak (0: none)
     launch_overhead_s: float = GPU_LAUNCH_OVERHEAD_S   # seconds per kernel launch
@@ -43,35 +67,43 @@ class DeviceSpec:
 
 
 DEVICES: dict[str, DeviceSpec] = {
-    # H100 SXM: 989 TFLOP/s bf16 dense, 80 GB, 3.35 TB/s (NVIDIA H100 datasheet, dense =
-    # half the sparsity figure); fp8 dense 1979 TFLOP/s (same datasheet, 2× bf16).
+    # H100 SXM: 989 TFLOP/s bf16 dense, 80 GB (81,559 MiB reported, above), 3.35 TB/s
+    # (NVIDIA H100 datasheet, dense = half the sparsity figure); fp8 dense 1979 TFLOP/s
+    # (same datasheet, 2× bf16).
     # 132 SMs on H100 SXM5 (NVIDIA H100 Tensor Core GPU Architecture whitepaper).
-    "H100": DeviceSpec("H100", 989e12, 80 * GB, 3.35 * TB, peak_fp8_flops=1979e12, sms=132,
+    "H100": DeviceSpec("H100", 989e12, H100_SXM_MIB * MiB, 3.35 * TB, peak_fp8_flops=1979e12,
+                       sms=132,
                        graph_kernel_s=HOPPER_GRAPH_KERNEL_S,
                        notes="SXM5; NVLink 900 GB/s bidirectional"),
-    # H200 SXM: 989 TFLOP/s bf16, 141 GB, 4.8 TB/s (NVIDIA H200 datasheet).
+    # H200 SXM: 989 TFLOP/s bf16, 141 GB (143,771 MiB reported), 4.8 TB/s (NVIDIA H200
+    # datasheet).
     # H200 is the same GH100 configuration as H100 SXM5 with HBM3e: 132 SMs (NVIDIA H200
     # Tensor Core GPU datasheet: "based on the NVIDIA Hopper architecture"; whitepaper above).
-    "H200": DeviceSpec("H200", 989e12, 141 * GB, 4.8 * TB, peak_fp8_flops=1979e12, sms=132,
+    "H200": DeviceSpec("H200", 989e12, H200_MIB * MiB, 4.8 * TB, peak_fp8_flops=1979e12,
+                       sms=132,
                        graph_kernel_s=HOPPER_GRAPH_KERNEL_S,
                        notes="SXM; NVLink 900 GB/s bidirectional"),
     # H200 NVL (PCIe card, up to 600 W): 1,671 TFLOP/s bf16 and 3,341 fp8 with sparsity,
-    # 141 GB, 4.8 TB/s (NVIDIA H200 datasheet, H200 NVL column; dense = half). The same
+    # 141 GB (143,771 MiB reported), 4.8 TB/s (NVIDIA H200 datasheet, H200 NVL column;
+    # dense = half). The same
     # GH100 die as H200 SXM (132 SMs) at a lower power limit. NVLink bridges of 2 or 4
     # GPUs (900 GB/s bidirectional, same datasheet).
-    "H200-NVL": DeviceSpec("H200-NVL", 835.5e12, 141 * GB, 4.8 * TB, peak_fp8_flops=1670.5e12,
+    "H200-NVL": DeviceSpec("H200-NVL", 835.5e12, H200_NVL_MIB * MiB, 4.8 * TB,
+                           peak_fp8_flops=1670.5e12,
                            sms=132, graph_kernel_s=HOPPER_GRAPH_KERNEL_S,
                            notes="PCIe, 600 W; NVLink bridge 900 GB/s bidirectional"),
-    # H800 SXM: ~989 TFLOP/s, 80 GB, ~3.35 TB/s (as H100 SXM; DeepSeek-V3 report §3.2.2:
+    # H800 SXM: ~989 TFLOP/s, 80 GB (81,559 MiB, as H100 SXM), ~3.35 TB/s (as H100 SXM;
+    # DeepSeek-V3 report §3.2.2:
     # same compute as H100, NVLink cut to 400 GB/s bidirectional).
     # 132 SMs: DeepSeek-V3 report §3.2.2 ("20 SMs out of the 132 SMs of an H800").
-    "H800": DeviceSpec("H800", 989e12, 80 * GB, 3.35 * TB, peak_fp8_flops=1979e12, sms=132,
+    "H800": DeviceSpec("H800", 989e12, H800_MIB * MiB, 3.35 * TB, peak_fp8_flops=1979e12,
+                       sms=132,
                        graph_kernel_s=HOPPER_GRAPH_KERNEL_S,
                        notes="SXM; NVLink 400 GB/s bidirectional"),
-    # A100 SXM 80GB: 312 TFLOP/s bf16, 80 GB, 2.04 TB/s (NVIDIA A100
+    # A100 SXM 80GB: 312 TFLOP/s bf16, 80 GB (81,920 MiB reported), 2.04 TB/s (NVIDIA A100
     # datasheet); no fp8.
     # 108 SMs (NVIDIA A100 Tensor Core GPU Architecture whitepaper).
-    "A100": DeviceSpec("A100", 312e12, 80 * GB, 2.04 * TB, sms=108,
+    "A100": DeviceSpec("A100", 312e12, A100_80GB_MIB * MiB, 2.04 * TB, sms=108,
                        notes="SXM4 80GB; NVLink 600 GB/s bidirectional"),
     # CPU: a placeholder to be calibrated (moesim calibrate) before its times are trusted.
     # Defaults measured by moesim's author on the dev machine (AMD EPYC, 1 thread,
