@@ -1,0 +1,80 @@
+"""README.md and the guides under docs/ (not docs/results/ nor docs/studies/) read as
+guides for users: no UTC times, load averages, issue numbers, dates or "this round"
+(issue 36, item 8). Dated measurements and histories belong in docs/results/ pages (dated
+in one header line) or CHANGELOG.md.
+
+A citation is not history: the date of a published source, or another project's issue
+or pull request, is allowed when the text just before it names that source (a commit
+hash, a repository, a URL, "published", "blog", "PR", ...); see ``_citation``."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+GUIDES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+
+FORBIDDEN = {
+    "a clock time": re.compile(r"(?<![\d.:/\w])(?:[01]\d|2[0-3]):[0-5]\d(?![\d:])"),
+    "UTC": re.compile(r"\bUTC\b"),
+    "a machine load": re.compile(
+        r"\bload averages?\b|(?<!mean )(?<!max )\bload (?:about |of |)\d+(?:\.\d+)?\b"
+        r"(?!\s*(?:rps|req|requests|tokens))|\b(?:loaded|idle|busy) (?:\d-core )?machine",
+        re.I),
+    "an issue number": re.compile(r"\bissues? (?:#)?\d+|(?<![\w&/#])#\d+\b", re.I),
+    "a date": re.compile(r"\b(?:19|20)\d\d-[01]\d-[0-3]\d\b"),
+    "a history word": re.compile(
+        r"\b(?:(?:before|until|since|after|in) this round|this round|earlier today|"
+        r"today'?s?|yesterday|this (?:morning|afternoon|evening))\b", re.I),
+}
+# what, just before a date or an issue number, makes it a citation of another source
+CITATION = re.compile(
+    r"https?://\S*$|\b[0-9a-f]{7,40}\b|commit|published|blog|README|\bPR\b|pull request|"
+    r"paper|arXiv|release|posted|LMSYS|[\w.-]+/[\w.-]+|DeepGEMM|DeepEP|nccl-tests|NCCL|"
+    r"vLLM|SGLang|Megatron|TransformerEngine|FlashMLA|PyTorch|added in|as of", re.I)
+
+
+def _citation(line: str, start: int) -> bool:
+    return bool(CITATION.search(line[max(0, start - 90):start]))
+
+
+def findings(text: str) -> list[tuple[int, str, str]]:
+    """(line, what, matched text) of everything a guide must not hold."""
+    out = []
+    for no, line in enumerate(text.splitlines(), 1):
+        for what, pat in FORBIDDEN.items():
+            for m in pat.finditer(line):
+                if what in ("a date", "an issue number") and _citation(line, m.start()):
+                    continue
+                out.append((no, what, m.group(0)))
+    return out
+
+
+def test_the_checker_finds_history_and_lets_citations_through():
+    page = "\n".join([
+        "Measured 2026-12-02 14:02 UTC at load average 1.3.",           # 1
+        "The engine before issue 25 took 3 s (see #25); before this round 4 s.",   # 2
+        "28.3 s at load 2, on an idle 2-core machine.",                  # 3
+        "DeepGEMM's issue #125 (2025-07-21); commit fa0315ae2 (2025-10-10).",   # 4
+        "<https://lmsys.org/blog/2025-05-05-large-scale-ep>",            # 5
+        "experts: max/mean load 3.20, 22:1 ratio, 1:30 tokens, step 14.02 ms",  # 6
+    ])
+    got = [(n, w) for n, w, _ in findings(page)]
+    assert got == [(1, "a clock time"), (1, "UTC"), (1, "a machine load"), (1, "a date"),
+                   (2, "an issue number"), (2, "an issue number"), (2, "a history word"),
+                   (3, "a machine load"), (3, "a machine load")], got
+
+
+@pytest.mark.parametrize("page", GUIDES, ids=lambda p: str(p.relative_to(ROOT)))
+def test_guides_hold_no_dates_times_loads_or_issue_numbers(page):
+    bad = [f"{page.relative_to(ROOT)}:{n}: {what}: {hit!r}"
+           for n, what, hit in findings(page.read_text())]
+    assert not bad, ("move dated figures and history into docs/results/ or CHANGELOG.md:\n"
+                     + "\n".join(bad))
+
+
+def test_readme_is_short():
+    assert len((ROOT / "README.md").read_text().splitlines()) <= 160
