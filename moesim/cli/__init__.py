@@ -75,6 +75,9 @@ def main(argv: list[str] | None = None) -> int:
     # the process's own command line (it exits after the command): a command may then
     # leave process-wide state as it is (moesim run freezes the garbage collector's heap)
     args._own_process = argv is None
+    from moesim.outputs import set_command
+
+    set_command(args.command)   # the marker of the folder it writes names the command
     try:
         return int(importlib.import_module(args._module).run(args) or 0)
     except InputError as err:
@@ -91,6 +94,8 @@ def main(argv: list[str] | None = None) -> int:
     except OSError as err:   # a path the system refuses (name too long, ...): one line
         print(f"moesim {args.command}: error: {os_error_line(err)}", file=sys.stderr)
         return 2
+    finally:
+        set_command(None)
 
 
 def os_error_line(err: OSError) -> str:

@@ -1,19 +1,15 @@
-"""Safe output files: names, checks before long work, atomic writes, ownership.
-
-Every command that writes files goes through here:
+"""Output files: names, the default folder of a run, checks before long work, atomic
+writes.
 
 - :func:`check_name`: a scenario or sweep name that becomes a folder name
   (no path separators, no ``..``, not empty, not too long);
+- :func:`default_run_dir`: the folder a run writes when no ``-o`` is given;
 - :func:`check_file_target` / :func:`check_dir_target`: before any long work, the
   output path can be written (no file where a folder must be, parent folder exists,
-  names not too long, writable) and, unless ``force``, holds nothing of the user's;
-- :func:`claim`: a run folder belongs to one run at a time (a lock on
-  ``FOLDER/.moesim.lock`` held from the check before the work to the last rename); a
-  second run writing there at once fails in one line instead of both printing "wrote";
-- :func:`write_file` / :class:`Outputs`: every file is written to a temporary file in
-  the same folder and renamed into place (``os.replace``), the destination is
-  checked again at that moment, and the files of a run directory are put in place
-  with ``summary.json`` (which lists them, see :data:`MARKER`) last.
+  names not too long, writable);
+- :func:`write_file` / :func:`write_text` / :func:`save_figure`: every file is written
+  to a temporary file in the same folder and renamed into place (``os.replace``), the
+  destination checked again at that moment.
 
 Operating-system errors become :class:`moesim.errors.InputError` (one line, exit 2).
 """
@@ -23,19 +19,14 @@ from __future__ import annotations
 import contextlib
 import errno
 import hashlib
-import json
 import os
 import re
-import socket
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-from moesim import __version__
 from moesim.errors import InputError
 
-#: key of summary.json that marks a folder as a moesim run and lists the files it wrote
-MARKER = "moesim_output"
 #: longest scenario / sweep name (a folder name gets a suffix for the overrides)
 NAME_MAX = 100
 _TMP_SUFFIX = ".moesim-tmp"
@@ -262,226 +253,3 @@ def save_figure(fig: Any, path: str | Path, *, force: bool, **kw: Any) -> Path:
     path = Path(path)
     fmt = path.suffix.lstrip(".").lower() or "png"
     return write_file(path, lambda t: fig.savefig(t, format=fmt, **kw), force=force)
-
-
-# ---------------------------------------------------------------- run folders
-
-def run_manifest(folder: Path) -> dict | None:
-    """The :data:`MARKER` record of ``folder/summary.json`` when moesim wrote it, else None."""
-    try:
-        doc = json.loads((folder / "summary.json").read_text())
-    except (OSError, ValueError):
-        return None
-    rec = doc.get(MARKER) if isinstance(doc, dict) else None
-    if isinstance(rec, dict) and isinstance(rec.get("files"), list):
-        return rec
-    return None
-
-
-def owned_files(folder: Path) -> set[str]:
-    """Names in ``folder`` that moesim wrote there (listed in its summary.json marker)."""
-    rec = run_manifest(folder)
-    if rec is None:
-        return set()
-    return {str(f) for f in rec["files"]} | {"summary.json"}
-
-
-def foreign_files(folder: Path) -> list[str]:
-    """Names in ``folder`` moesim did not write (left-over temporary files and the lock
-    of a run writing there excepted)."""
-    if not folder.is_dir():
-        return []
-    own = owned_files(folder) | {LOCK_NAME}
-    return sorted(p.name for p in folder.iterdir()
-                  if p.name not in own and not is_temporary(p.name))
-
-
-# ---------------------------------------------------------------- one run per folder
-
-#: the lock file of a run folder while a run is writing there
-LOCK_NAME = ".moesim.lock"
-
-
-@contextlib.contextmanager
-def claim(folder: str | Path, flag: str = "-o") -> Iterator[Path]:
-    """Hold ``folder`` (made if missing) for one run: a second :func:`claim` of it, from
-    this or any other process, raises InputError naming the holder until this one ends.
-
-    The lock is ``fcntl.flock`` on ``folder/.moesim.lock``: the kernel releases it when
-    the holder exits, so a killed run leaves no stale lock (its file is taken over). The
-    holder removes the file when done; a claimer that locked a file removed meanwhile
-    tries again, so two runs never hold two different files. Where ``fcntl`` is missing
-    (Windows) the file is created with ``O_CREAT | O_EXCL`` instead. A folder the claim
-    made and left empty is removed again."""
-    folder = Path(folder)
-    made = not folder.exists()
-    make_dir(folder)
-    path = folder / LOCK_NAME
-    fd = _lock(path, flag)
-    try:
-        yield folder
-    finally:
-        with contextlib.suppress(OSError):
-            path.unlink()
-        os.close(fd)
-        if made:
-            with contextlib.suppress(OSError):
-                folder.rmdir()      # only if empty: the run failed before writing
-
-
-def _holder(path: Path) -> str:
-    try:
-        text = path.read_text().strip()
-    except OSError:
-        text = ""
-    return f"in use by another moesim run ({text})" if text else "in use by another moesim run"
-
-
-def _busy(path: Path, flag: str) -> InputError:
-    return InputError(str(path.parent), flag, "a folder no other run is writing to at the "
-                      "same time (wait for it to finish or choose another -o)", _holder(path))
-
-
-def _lock(path: Path, flag: str) -> int:
-    me = f"pid {os.getpid()} on {socket.gethostname()}"
-    try:
-        import fcntl
-    except ImportError:        # no flock: the file itself is the lock
-        try:
-            fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o644)
-        except FileExistsError:
-            raise _busy(path, flag) from None
-        except OSError as err:
-            raise os_error(path, err) from None
-        os.write(fd, me.encode())
-        return fd
-    while True:
-        try:
-            fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
-        except OSError as err:
-            raise os_error(path, err) from None
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError:
-            os.close(fd)
-            raise _busy(path, flag) from None
-        try:
-            same = os.stat(path).st_ino == os.fstat(fd).st_ino
-        except FileNotFoundError:
-            same = False
-        if same:            # else the holder removed it between our open and flock
-            os.ftruncate(fd, 0)
-            os.write(fd, me.encode())
-            return fd
-        os.close(fd)
-
-
-def marker(files: list[str], complete: bool = True) -> dict:
-    """The :data:`MARKER` record for summary.json."""
-    rec: dict[str, Any] = {"version": __version__, "files": sorted(files)}
-    if not complete:
-        rec["complete"] = False
-    return rec
-
-
-class Outputs:
-    """The files of one run folder, written atomically, ``summary.json`` last.
-
-    ``add(name, write)`` writes ``name`` to a temporary file at once;
-    ``commit(summary)`` checks every destination again (a file that appeared since,
-    not listed in the folder's moesim marker, is refused unless ``force``), marks the
-    folder incomplete (summary.json replaced by a marker listing old and new files),
-    renames the files into place, removes the files of moesim's previous run there that
-    this one does not write (e.g. a ``plot`` of it) and writes the new summary.json
-    (with the marker) last. An interruption before the commit leaves the previous run; during it, a
-    folder whose summary.json says ``complete: false`` (which ``plot``/``compare``
-    refuse and a rerun replaces)."""
-
-    def __init__(self, folder: str | Path, *, force: bool) -> None:
-        self.folder = make_dir(Path(folder))
-        self.force = force
-        self._tmp: dict[str, Path] = {}
-
-    def reserve(self, name: str) -> Path:
-        """The temporary path ``name`` is written to (by :meth:`run`, or by another
-        process, e.g. a forked writer), registered for the commit."""
-        self._tmp[name] = _tmp_path(self.folder / name)
-        return self._tmp[name]
-
-    def run(self, name: str, write: Callable[[], Any]) -> None:
-        """Call ``write()``, which writes ``name``'s reserved temporary path."""
-        try:
-            write()
-        except OSError as err:
-            raise os_error(self.folder / name, err) from None
-
-    def add(self, name: str, write: Callable[[Path], Any]) -> Path:
-        """Write ``name`` now, to its temporary path: ``write(tmp)``."""
-        tmp = self.reserve(name)
-        self.run(name, lambda: write(tmp))
-        return self.folder / name
-
-    def discard(self) -> None:
-        for tmp in self._tmp.values():
-            with contextlib.suppress(OSError):
-                tmp.unlink()
-        self._tmp.clear()
-
-    def commit(self, summary: dict, render: Callable[[dict], str] | None = None) -> list[Path]:
-        """Put every added file in place, then summary.json (``summary`` plus the marker,
-        and, with ``render``, summary.md = ``render(summary)`` before it)."""
-        try:
-            names = sorted({*self._tmp, "summary.json", *(["summary.md"] if render else [])})
-            summary = {**summary, MARKER: marker(names)}
-            if render is not None:
-                self.add("summary.md", lambda t: t.write_text(render(summary)))
-            self.add("summary.json", lambda t: t.write_text(
-                json.dumps(summary, indent=1, allow_nan=False) + "\n"))
-            own = owned_files(self.folder)
-            may = (lambda p: True) if self.force else (lambda p: p.name in own)
-            for name in names:
-                p = self.folder / name
-                if (p.exists() or p.is_symlink()) and not may(p):
-                    raise InputError(str(p), "output", "a file moesim wrote (pass --force to "
-                                     "replace it)", "a file moesim did not write")
-            # from here the folder holds no complete run until the new summary.json
-            old = owned_files(self.folder) - {"summary.json"}
-            if (self.folder / "summary.json").exists():
-                inc = {MARKER: marker(sorted(old | set(names)), complete=False)}
-                self._write_now("summary.json", json.dumps(inc) + "\n", may)
-            paths = []
-            for name in names:
-                if name != "summary.json":
-                    _put(self._tmp[name], self.folder / name, may)
-                    del self._tmp[name]
-                    paths.append(self.folder / name)
-            for name in sorted(old - set(names)):   # the previous run's other files
-                with contextlib.suppress(FileNotFoundError, IsADirectoryError):
-                    (self.folder / name).unlink()
-            _put(self._tmp["summary.json"], self.folder / "summary.json", lambda p: True)
-            del self._tmp["summary.json"]
-            return [*paths, self.folder / "summary.json"]
-        finally:
-            self.discard()
-
-    def _write_now(self, name: str, text: str, may: Callable[[Path], bool]) -> None:
-        path = self.folder / name
-        with _temporary(path, ".marker") as tmp:
-            try:
-                tmp.write_text(text)
-            except OSError as err:
-                raise os_error(path, err) from None
-            _put(tmp, path, may)
-
-
-def register(folder: Path, name: str) -> None:
-    """List ``name`` (just written into ``folder``) among the files of the moesim run
-    there, so that a rerun replaces it instead of refusing it; nothing where ``folder``
-    holds no complete moesim run."""
-    rec = run_manifest(folder)
-    if rec is None or rec.get("complete") is False or name in rec["files"]:
-        return
-    doc = json.loads((folder / "summary.json").read_text())
-    doc[MARKER] = marker([*rec["files"], name])
-    write_text(folder / "summary.json", json.dumps(doc, indent=1, allow_nan=False) + "\n",
-               force=True)
