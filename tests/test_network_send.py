@@ -187,11 +187,12 @@ def test_collector_paused_restores_on_error_and_freezes_on_request() -> None:
         gc.unfreeze()
 
 
-def test_moesim_run_freezes_only_as_its_own_process(monkeypatch, capsys) -> None:
+def test_moesim_run_freezes_only_as_its_own_process(tmp_path, monkeypatch, capsys) -> None:
     """``moesim run`` called in a process that goes on (here: pytest) leaves the
     collector as it was; from the process's own command line it freezes what the step
-    left (the process exits next)."""
+    left (the process exits next). It writes out/toy-cpu/ under tmp_path."""
     from moesim.cli import main
+    monkeypatch.chdir(tmp_path)
     before = gc.get_freeze_count()
     assert main(["run", "toy-cpu", "--quiet"]) == 0
     assert gc.get_freeze_count() == before and gc.isenabled()
