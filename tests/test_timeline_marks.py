@@ -1,13 +1,13 @@
 """Timeline readability at step scale (issue 12 item 21): communication slivers keep a
-minimum width, a strip marks layers and forward/backward, the link heat-map's bins
-follow the bursts."""
+minimum width, a strip marks layers and forward/backward, a burst shorter than a bin
+of the link heat-map shows in the link's peak."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from moesim.trace.link_bins import adaptive_edges
+from moesim.trace.link_bins import even_edges, nice_width
 from moesim.trace.plots import new_figure, plot_links, plot_timeline
 from moesim.trace.result import SimResult
 from moesim.trace.spans import Span
@@ -96,9 +96,10 @@ def test_hot_expert_strip_is_one_forward_layer():
     assert len(strip.get_paths()) == 1     # layer 3, micro-batch 1, forward on rank 0
 
 
-def test_heatmap_bins_follow_a_burst():
-    # a 10 µs burst at full rate in a 100 ms step: 300 equal bins of 0.33 ms would show
-    # it at 3 %; bins at the change points show 100 %
+def test_a_burst_shorter_than_a_bin_is_averaged_and_its_peak_printed():
+    """A 10 µs burst at full rate at 50 ms of a 100 ms step: 300 bins at most → bins of
+    0.5 ms (0.333 ms is not a round width; 200 bins); the burst's bin holds 10/500 of
+    full rate = 2 %, and the link's label says its peak is 100 %."""
     res = hot_expert_result()
     res.step_time_s = 0.1
     res.links.series = {0: [(0.0, 0.0), (0.05, 450e9), (0.05 + 1e-5, 0.0)],
@@ -106,17 +107,26 @@ def test_heatmap_bins_follow_a_burst():
     ax = plot_links(res, new_figure().add_subplot(), bins=300)
     mesh = next(c for c in ax.collections if c.get_gid() == "links:heatmap")
     util = np.asarray(mesh.get_array()).reshape(3, -1)
-    assert util[0].max() == pytest.approx(100.0)
-    assert util[2].max() == pytest.approx(100.0)
+    assert util.shape == (3, 200)
+    assert util[0, 100] == pytest.approx(2.0) and util[0].sum() == pytest.approx(2.0)
     np.testing.assert_allclose(util[1], 50.0)
+    np.testing.assert_allclose(util[2, 40:60], 100.0)     # 20-30 ms at full rate
+    labels = [t.get_text() for t in ax.get_yticklabels()]
+    assert "peak 100 %" in labels[0] and "peak 50 %" in labels[1] and "peak 100 %" in labels[2]
+    assert "0.5 ms bin" in ax.get_xlabel()
 
 
-def test_adaptive_edges_keep_at_most_bins():
-    series = [[(t, 1.0 if i % 2 else 0.0) for i, t in enumerate(np.linspace(0.01, 0.02, 1000))]]
-    e = adaptive_edges(series, 1.0, 50)
-    assert len(e) == 51 and e[0] == 0.0 and e[-1] == 1.0
-    # dense changes in 10-20 ms get almost all the bins; 20 ms - 1 s is one bin
-    assert np.sum((e > 0.01) & (e < 0.02)) >= 47
+def test_even_edges_round_widths():
+    assert nice_width(389.387, 300) == 2.0      # 1.298 ms → 2 ms
+    assert nice_width(4.5, 9) == 0.5
+    assert nice_width(100.0, 300) == 0.5        # 0.333 → 0.5
+    assert nice_width(1.0, 1) == 1.0
+    assert nice_width(0.0123, 10) == pytest.approx(0.002)
+    e = even_edges(0.389387, 300)   # 194 bins of 2 ms, the last 1.387 ms
+    assert len(e) == 196 and e[0] == 0.0 and e[-1] == 0.389387
+    np.testing.assert_allclose(np.diff(e)[:-1], 2e-3)
+    assert e[-1] - e[-2] == pytest.approx(1.387e-3)
+    np.testing.assert_allclose(even_edges(4.5e-3, 9), np.arange(10) * 0.5e-3)
 
 
 def test_aggregated_rows_count_their_hot_ranks():

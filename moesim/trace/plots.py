@@ -18,14 +18,18 @@ from matplotlib.patches import Patch
 from matplotlib.path import Path
 
 from moesim.engine.breakdown import breakdown
-from moesim.trace.link_bins import adaptive_edges
+# the link figure lives in its own module; these names stay importable from here
+from moesim.trace.link_bins import binned_utilization  # noqa: F401
+from moesim.trace.link_plot import busiest_links, link_group, plot_links  # noqa: F401
 from moesim.trace.result import SimResult
 from moesim.trace.spans import COMM_KINDS, KINDS, Span
 from moesim.trace.time_squeeze import mark_cuts, squeeze_map, squeeze_spans
 from moesim.trace.timeline_marks import (
+    TITLE_PAD_PT,
     WIDENED_ALPHA,
     WIDENED_HATCH,
     category_shares,
+    layer_segments,
     mark_layers,
     min_width_ms,
     phase_handles,
@@ -50,9 +54,10 @@ def new_figure(width_in: float = 12.0, height_in: float = 5.0, dpi: int = 110) -
 
 def timeline_figsize(n_ranks: int, ranks_per_node: int = 1) -> tuple[float, float]:
     """Figure size (inches) that keeps timeline rows readable: ~0.42 in per rank row,
-    ~0.22 in per aggregated row."""
+    ~0.22 in per aggregated row; at least 3.5 in, so that the top margin (12 % of the
+    height) holds the layer strip and the title above it."""
     if n_ranks <= MAX_ROWS:
-        return 14.0, max(3.0, 2.0 + 0.42 * n_ranks)
+        return 14.0, max(3.5, 2.0 + 0.42 * n_ranks)
     return 14.0, 2.0 + 0.22 * len(timeline_rows(n_ranks, ranks_per_node))
 
 
@@ -221,11 +226,14 @@ def plot_timeline(result: SimResult, ax: Axes, ranks: Iterable[int] | None = Non
         lo, hi = min(layer_set), max(layer_set)
         what = f"layer {lo}, " if lo == hi else f"layers {lo}–{hi}, "
     n = len(rank_list)
+    segs = layer_segments(spans, rank_list[0])
+    # the strip's height is fixed in points: a title padded past it never covers it
     ax.set_title(f"Step timeline: {what}{n} rank{'s' if n != 1 else ''}, "
                  f"step {result.step_time_s * 1e3:.2f} ms"
-                 + (f"; hot-expert ranks {_short_list(sorted(hot))}" if hot else ""), pad=18)
+                 + (f"; hot-expert ranks {_short_list(sorted(hot))}" if hot else ""),
+                 pad=TITLE_PAD_PT if segs else 6.0)
     order = [k for k in KINDS if k in kinds_seen]
-    mark_layers(ax, spans, rank_list[0], t0, t1)
+    mark_layers(ax, spans, rank_list[0], t0, t1, segs=segs)
     # communication kernels that hold SMs (DeepEP, NCCL with overlap.nccl_sms): say how
     # many, since compute overlapping them runs on the rest
     held = {}
@@ -243,7 +251,7 @@ def plot_timeline(result: SimResult, ax: Axes, ranks: Iterable[int] | None = Non
     if widened:
         handles.append(widened_handle(t0, t1))
     what_share = "share of step" + (f", mean over {n} ranks" if n > 1 else "")
-    ax.legend(handles=handles + (phase_handles() if any(s.layer >= 0 for s in spans) else []),
+    ax.legend(handles=handles + phase_handles(segs),
               loc="upper left",
               bbox_to_anchor=(1.005, 1.0), fontsize=8, frameon=False,
               title=f"lanes per rank:\ncompute / comm / wait\n({what_share})",
@@ -361,138 +369,4 @@ def plot_experts(result: SimResult, ax: Axes) -> Axes:
     ax.set_title(f"Tokens per expert: max/mean {tok.max() / mean if mean else 0:.2f}{cap_txt}{drop_txt}")
     if ax.get_legend_handles_labels()[0]:
         ax.legend(loc="upper left", bbox_to_anchor=(0.0, -0.12), fontsize=8, frameon=False)
-    return ax
-
-
-def link_group(name: str, kind: str) -> str:
-    """NVLink, PCIe, NIC (a link touching a NIC), leaf/spine (switch-to-switch), else kind."""
-    low = name.lower()
-    if "spine" in low:
-        return "leaf/spine"
-    if "nic" in low:
-        return "NIC"
-    if "leaf" in low:
-        return "leaf/spine"
-    return {"nvlink": "NVLink", "pcie": "PCIe", "ib": "NIC", "ethernet": "NIC"}.get(kind, kind)
-
-
-_GROUP_STYLE = {"NVLink": "#4C72B0", "PCIe": "#8172B3", "NIC": "#DD8452", "leaf/spine": "#55A868"}
-_GROUP_ORDER = {g: i for i, g in enumerate(_GROUP_STYLE)}
-
-
-def binned_utilization(series: list[tuple[float, float]], capacity_Bps: float,
-                       edges: np.ndarray) -> np.ndarray:
-    """Mean utilization (0..1) in each bin between ``edges`` (s) of a piecewise-constant
-    rate series [(t_s, rate_Bps), ...] (rate 0 before its first point): bytes carried in
-    the bin / (capacity × bin width)."""
-    pts = sorted(series)
-    if not pts or capacity_Bps <= 0:
-        return np.zeros(len(edges) - 1)
-    t = np.array([p[0] for p in pts] + [max(edges[-1], pts[-1][0])], dtype=float)
-    r = np.array([p[1] for p in pts], dtype=float)
-    cum = np.concatenate([[0.0], np.cumsum(r * np.diff(t))])  # bytes carried up to t[k]
-    carried = np.interp(edges, t, cum, left=0.0)
-    return np.diff(carried) / (capacity_Bps * np.diff(edges))
-
-
-def busiest_links(nbytes: np.ndarray, capacity_Bps: np.ndarray, groups: list[str],
-                  step_s: float, top: int) -> list[int]:
-    """The ``top`` links of highest mean utilization over the step (bytes / (capacity ×
-    step): the time each would need at full rate, so a 50 GB/s NIC bounding an EP
-    all-to-all ranks above a 450 GB/s NVLink carrying more bytes), each link kind that
-    carried bytes keeping its busiest among them; links that carried nothing left out."""
-    with np.errstate(divide="ignore", invalid="ignore"):
-        util = np.where(capacity_Bps > 0, nbytes / (capacity_Bps * max(step_s, 1e-30)), 0.0)
-    ranked = [int(i) for i in np.argsort(-util, kind="stable") if nbytes[i] > 0]
-    chosen = ranked[:top]
-    for g in dict.fromkeys(groups[i] for i in ranked):
-        if top > 0 and not any(groups[i] == g for i in chosen):
-            first = next(i for i in ranked if groups[i] == g)
-            # replace the lowest-ranked link of a kind shown more than once
-            counts = {k: sum(groups[j] == k for j in chosen) for k in set(groups[j] for j in chosen)}
-            drop = next((j for j in reversed(chosen) if counts[groups[j]] > 1), None)
-            if drop is not None:
-                chosen[chosen.index(drop)] = first
-    return chosen
-
-
-def plot_links(result: SimResult, ax: Axes, top: int = 8, bins: int = 300) -> Axes:
-    """The ``top`` links of highest utilization (:func:`busiest_links`), grouped by
-    NVLink / PCIe / NIC / leaf-spine. With utilization series: a heat-map, one row per
-    link, of the mean utilization (% of capacity) in at most ``bins`` time bins that
-    follow the bursts (:func:`moesim.trace.link_bins.adaptive_edges`); without: mean
-    utilization over the step (bytes / capacity / step time) as horizontal bars."""
-    ls = result.links
-    if ls is None or len(ls.names) == 0:
-        ax.text(0.5, 0.5, "no link statistics in this run", ha="center", va="center",
-                transform=ax.transAxes)
-        ax.set_axis_off()
-        return ax
-    nbytes = np.asarray(ls.bytes, float)
-    cap = np.asarray(ls.capacity_Bps, float)
-    all_groups = [link_group(n, k) for n, k in zip(ls.names, ls.kinds, strict=True)]
-    busiest = busiest_links(nbytes, cap, all_groups, result.step_time_s, top)
-    if not busiest:  # e.g. the fast path, which does not track per-link bytes
-        shortcuts = (result.summary or {}).get("shortcuts") or []
-        untracked = any(isinstance(s, dict) and s.get("name") == "no_link_bytes"
-                        for s in shortcuts)
-        ax.text(0.5, 0.5, "per-link bytes are not tracked in this run: rerun with\n"
-                "--set engine.mode=exact for link utilization" if untracked else
-                "no link carried bytes in this run", ha="center", va="center",
-                transform=ax.transAxes)
-        ax.set_axis_off()
-        return ax
-    groups = {i: all_groups[i] for i in busiest}
-    mean_util = {i: nbytes[i] / (cap[i] * result.step_time_s) * 100
-                 if cap[i] > 0 and result.step_time_s > 0 else 0.0 for i in busiest}
-
-    def order_key(i: int) -> tuple:
-        return (_GROUP_ORDER.get(groups[i], 9), groups[i], -mean_util[i])
-
-    step = result.step_time_s
-    if busiest and all(i in ls.series for i in busiest):
-        order = sorted(busiest, key=order_key)
-        edges = adaptive_edges([ls.series[i] for i in order], step, bins)
-        util = np.array([binned_utilization(ls.series[i], cap[i], edges) for i in order]) * 100
-        # one column per bin, bins of any duration equally wide: a burst of microseconds
-        # gets as much room as a quiet stretch of milliseconds
-        nb = len(edges) - 1
-        im = ax.pcolormesh(np.arange(nb + 1), np.arange(len(order) + 1) - 0.5, util,
-                           cmap="magma", vmin=0, vmax=100, shading="flat")
-        im.set_gid("links:heatmap")
-        ax.set_ylim(len(order) - 0.5, -0.5)
-        ax.figure.colorbar(im, ax=ax, label="utilization (% of capacity)", pad=0.01)
-        ax.set_yticks(range(len(order)))
-        ax.set_yticklabels([f"{groups[i]}: {ls.names[i]}  ({nbytes[i] / 1e9:.2f} GB @ "
-                            f"{cap[i] / 1e9:.0f} GB/s, mean {mean_util[i]:.1f} %)"
-                            for i in order], fontsize=7)
-        for k in range(1, len(order)):
-            if groups[order[k]] != groups[order[k - 1]]:
-                ax.axhline(k - 0.5, color="white", lw=1.5)
-        w = np.diff(edges) * 1e3
-        ticks = np.unique(np.linspace(0, nb, min(nb, 10) + 1).round().astype(int))
-        ax.set_xticks(ticks)
-        ax.set_xticklabels([f"{edges[i] * 1e3:.4g}" for i in ticks], fontsize=7)
-        ax.set_xlim(0, nb)
-        ax.set_xlabel(f"time in step (ms), NOT to scale: one column per bin, {nb} bins "
-                      f"placed where the rates change ({w.min():.3g} to {w.max():.3g} ms wide)")
-        ax.set_title(f"Utilization over time of the {len(order)} most utilized links "
-                     f"(of {len(ls.names)}; ranked by bytes / capacity / step), grouped by kind")
-        return ax
-    order = sorted(busiest, key=order_key)
-    util = [mean_util[i] for i in order]
-    y = np.arange(len(order))
-    ax.barh(y, util, color=[_GROUP_STYLE.get(groups[i], "grey") for i in order])
-    for yi, i, u in zip(y, order, util, strict=True):
-        ax.text(u, yi, f" {nbytes[i] / 1e9:.2f} GB @ {cap[i] / 1e9:.0f} GB/s", va="center",
-                fontsize=7)
-    ax.set_yticks(y)
-    ax.set_yticklabels([ls.names[i] for i in order], fontsize=7)
-    ax.set_ylim(len(order) - 0.5, -0.5)
-    ax.set_xlim(0, max([100.0, *util]) * 1.35)
-    ax.set_xlabel("mean utilization over the step (% = bytes / capacity / step time)")
-    ax.set_title(f"The {len(order)} most utilized links (of {len(ls.names)})")
-    ax.legend(handles=[Patch(color=_GROUP_STYLE.get(g, "grey"), label=g)
-                       for g in dict.fromkeys(groups[i] for i in order)],
-              loc="lower right", fontsize=8)
     return ax

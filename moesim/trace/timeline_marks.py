@@ -12,6 +12,7 @@ from __future__ import annotations
 from matplotlib.axes import Axes
 from matplotlib.collections import PatchCollection
 from matplotlib.patches import Patch, Rectangle
+from matplotlib.transforms import Affine2D, ScaledTranslation, Transform, blended_transform_factory
 
 from moesim.trace.spans import COMM_KINDS, Span
 
@@ -26,7 +27,13 @@ WIDENED_ALPHA = 0.3
 WIDENED_HATCH = "////"
 
 PHASE_COLORS = {"fwd": "#9ECAE1", "bwd": "#FDAE6B"}
-STRIP = (1.005, 1.045)   # the strip above the rows, in axes fractions (y)
+PHASE_NAMES = {"fwd": "forward", "bwd": "backward"}
+#: the strip above the rows: its bottom and top in points above the axes' top edge (a
+#: fixed height whatever the figure's, so a 64-rank timeline's strip is as thin as an
+#: 8-rank one's and the title can be placed above it)
+STRIP_PT = (3.0, 13.0)
+#: the title's pad (points) above a timeline with a strip: clear of the strip's top
+TITLE_PAD_PT = STRIP_PT[1] + 5.0
 LABEL_GID = "layers:label"   # gid of the strip's texts
 
 
@@ -86,37 +93,54 @@ def layer_segments(spans: list[Span], rank: int) -> list[tuple[str, int, float, 
     return out
 
 
-def mark_layers(ax: Axes, spans: list[Span], rank: int, t0_ms: float, t1_ms: float) -> Axes:
-    """A strip above the rows: one box per layer run of ``rank`` (forward light blue,
-    backward orange), labelled ``L<layer>`` where it is wide enough, and thin vertical
-    lines at the layer boundaries across the rows (gid ``layers:strip``)."""
-    segs = layer_segments(spans, rank)
+def _points_above_top(ax: Axes) -> Transform:
+    """y in points above the top edge of ``ax`` (to display coordinates)."""
+    return (Affine2D().scale(1.0, 1.0 / 72.0) + ax.figure.dpi_scale_trans
+            + ScaledTranslation(0.0, 1.0, ax.transAxes))
+
+
+def strip_transform(ax: Axes) -> Transform:
+    """x in data (ms), y in points above the top edge of ``ax``."""
+    return blended_transform_factory(ax.transData, _points_above_top(ax))
+
+
+def mark_layers(ax: Axes, spans: list[Span], rank: int, t0_ms: float, t1_ms: float,
+                segs: list[tuple[str, int, float, float]] | None = None) -> Axes:
+    """A strip above the rows (:data:`STRIP_PT`): one box per layer run of ``rank``
+    (forward light blue, backward orange; ``segs`` from :func:`layer_segments` if already
+    at hand), labelled ``L<layer>`` where it is wide enough, and thin vertical lines at
+    the layer boundaries across the rows (gid ``layers:strip``)."""
+    segs = layer_segments(spans, rank) if segs is None else segs
     if not segs:
         return ax
     span_ms = max(t1_ms - t0_ms, 1e-12)
-    tr = ax.get_xaxis_transform()
+    tr = strip_transform(ax)
+    y0, y1 = STRIP_PT
     boxes, colors = [], []
     for ph, layer, a, b in segs:
         x0, x1 = a * 1e3, b * 1e3
-        boxes.append(Rectangle((x0, STRIP[0]), max(x1 - x0, span_ms * MIN_FRAC),
-                               STRIP[1] - STRIP[0]))
+        boxes.append(Rectangle((x0, y0), max(x1 - x0, span_ms * MIN_FRAC), y1 - y0))
         colors.append(PHASE_COLORS[ph])
         if (x1 - x0) / span_ms > 0.025:
-            ax.text((x0 + x1) / 2, (STRIP[0] + STRIP[1]) / 2, f"L{layer}", transform=tr,
+            ax.text((x0 + x1) / 2, (y0 + y1) / 2, f"L{layer}", transform=tr,
                     ha="center", va="center", fontsize=6, clip_on=False, gid=LABEL_GID)
     coll = PatchCollection(boxes, facecolors=colors, edgecolors="white", linewidths=0.3,
                            transform=tr, clip_on=False)
     coll.set_gid("layers:strip")
     ax.add_collection(coll, autolim=False)
     if len(segs) <= 200:   # boundaries as guides; more would grey the picture out
-        ax.vlines([a * 1e3 for _, _, a, _ in segs], 0, 1, transform=tr, colors="#999999",
-                  lw=0.3, alpha=0.5, zorder=0.5)
-    ax.text(1.0, (STRIP[0] + STRIP[1]) / 2, f"  layers of rank {rank}", transform=ax.transAxes,
+        ax.vlines([a * 1e3 for _, _, a, _ in segs], 0, 1, transform=ax.get_xaxis_transform(),
+                  colors="#999999", lw=0.3, alpha=0.5, zorder=0.5)
+    right = blended_transform_factory(ax.transAxes, _points_above_top(ax))
+    ax.text(1.0, (y0 + y1) / 2, f"  layers of rank {rank}", transform=right,
             ha="left", va="center", fontsize=6, clip_on=False, gid=LABEL_GID)
     return ax
 
 
-def phase_handles() -> list[Patch]:
-    """Legend entries of the layer strip."""
-    return [Patch(color=PHASE_COLORS["fwd"], label="forward (strip: layer)"),
-            Patch(color=PHASE_COLORS["bwd"], label="backward (strip: layer)")]
+def phase_handles(segs: list[tuple[str, int, float, float]]) -> list[Patch]:
+    """Legend entries of the layer strip drawn from ``segs`` (:func:`layer_segments`):
+    one per phase it shows (a forward-only step, such as a serving step, has no
+    "backward" entry), none without a strip."""
+    drawn = {ph for ph, *_ in segs}
+    return [Patch(color=PHASE_COLORS[ph], label=f"{PHASE_NAMES[ph]} (strip: layer)")
+            for ph in PHASE_COLORS if ph in drawn]
