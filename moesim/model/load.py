@@ -1,5 +1,6 @@
 """A model from a scenario's ``model`` section: a preset (:mod:`moesim.model.presets`)
-with overrides, or explicit dims, checked by :func:`moesim.model.spec.validate`."""
+or a Hugging Face config.json (:mod:`moesim.model.hf`) with overrides, or explicit dims,
+checked by :func:`moesim.model.spec.validate`."""
 
 from __future__ import annotations
 
@@ -7,20 +8,29 @@ import dataclasses
 from typing import Any
 
 from moesim.errors import InputError
+from moesim.model.hf import load as hf_load
 from moesim.model.presets import PRESETS
 from moesim.model.spec import FIELDS, ModelSpec, check_type, validate
 
 
 def model_from_dict(d: Any, source: str) -> ModelSpec:
-    """Build a ModelSpec from ``{"preset": name, **overrides}`` or explicit dims.
+    """Build a ModelSpec from ``{"preset": name, **overrides}``, ``{"hf_config": path,
+    **overrides}`` or explicit dims.
 
     Raises InputError(source, "model.<field>", expected, got) on an unknown preset,
-    an unknown key, a wrong type or inconsistent dims.
+    an unknown key, a wrong type or inconsistent dims; a config.json's own problems name
+    that file and its key.
     """
     if not isinstance(d, dict):
-        raise InputError(source, "model", "a mapping of model fields or {preset: NAME}", d)
+        raise InputError(source, "model", "a mapping of model fields, {preset: NAME} or "
+                         "{hf_config: PATH}", d)
     fields = dict(d)
     base = ModelSpec()
+    if "hf_config" in fields:
+        if "preset" in fields:
+            raise InputError(source, "model.hf_config", "either preset or hf_config, not both",
+                             fields["hf_config"])
+        return _from_hf(fields, source)
     if "preset" in fields:
         name = fields.pop("preset")
         if not isinstance(name, str) or name not in PRESETS:
@@ -29,7 +39,7 @@ def model_from_dict(d: Any, source: str) -> ModelSpec:
     for key, value in fields.items():
         if key not in FIELDS:
             raise InputError(
-                source, f"model.{key}", f"a model field ({', '.join(['preset', *FIELDS])})", key
+                source, f"model.{key}", f"a model field ({', '.join(['preset', 'hf_config', *FIELDS])})", key
             )
         check_type(key, value, source)
     if "preset" not in d:
@@ -54,3 +64,31 @@ def _require_explicit(fields: dict, source: str) -> None:
             raise InputError(source, f"model.{key}",
                              f"a value (no preset given, so {', '.join(required)} are required;"
                              f" presets: {', '.join(sorted(PRESETS))})")
+
+
+def _from_hf(fields: dict, source: str) -> ModelSpec:
+    """A config.json's fields with the scenario's overrides on top. An inconsistency in a
+    value the config.json gave is reported against that file and its key."""
+    hf = hf_load(fields.pop("hf_config"), source)
+    for key, value in fields.items():
+        if key not in FIELDS:
+            raise InputError(source, f"model.{key}", "a model field (hf_config, "
+                             f"{', '.join(FIELDS)})", key)
+        check_type(key, value, source)
+    try:
+        return validate(dataclasses.replace(ModelSpec(), **{**hf.fields, **fields}), source)
+    except InputError as err:
+        name = err.field.removeprefix("model.")
+        if name in fields or name not in hf.origin:
+            raise
+        raise InputError(str(hf.path), f"{hf.origin[name]} (model.{name})", err.expected,
+                         err.got) from None
+
+
+def model_warnings(d: Any, source: str) -> list[str]:
+    """The warning a ``{hf_config: PATH}`` model section gives: the config.json's fields
+    moesim could not map (none for a preset or explicit dims)."""
+    if not isinstance(d, dict) or "hf_config" not in d:
+        return []
+    line = hf_load(d["hf_config"], source).warning()
+    return [line] if line else []

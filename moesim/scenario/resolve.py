@@ -243,6 +243,8 @@ def _resolve(scn: Scenario) -> Resolved:
     model_from_dict = _delegate("moesim.model", "model_from_dict")
     if model_from_dict is not None:
         model = model_from_dict(dict(scn.model), src)
+        # a model read from a Hugging Face config.json: the fields it could not map
+        warns = [*warns, *_delegate("moesim.model", "model_warnings")(dict(scn.model), src)]
         if getattr(model, "n_experts", 0):
             layout.check_experts(model.n_experts)
         chunks = par.pp * par.vpp
