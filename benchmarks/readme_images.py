@@ -40,7 +40,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", type=Path, default=DEFAULT_OUT,
                     help="where the image goes (default: docs/img/hot-expert-timeline.png)")
     args = ap.parse_args(argv)
-    from moesim.outputs import write_file   # atomic: a temporary file renamed into place
+    from moesim.outputs import write_file  # atomic: a temporary file renamed into place
 
     with tempfile.TemporaryDirectory(prefix="moesim-readme-") as tmp:
         outdir = Path(tmp) / "run"

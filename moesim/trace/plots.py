@@ -18,6 +18,7 @@ from matplotlib.patches import Patch
 from matplotlib.path import Path
 
 from moesim.engine.breakdown import breakdown
+
 # the link figure lives in its own module; these names stay importable from here
 from moesim.trace.link_bins import binned_utilization  # noqa: F401
 from moesim.trace.link_plot import busiest_links, link_group, plot_links  # noqa: F401
