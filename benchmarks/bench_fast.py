@@ -27,7 +27,7 @@ SCENARIOS = ["toy-cpu", "hot-expert", "mixtral-8x7b-ep8", "mixtral-8x7b-64gpu",
 # PP4, EP8 (one node per EP group), 4 MoE layers, 4 micro-batches; GPUs grow with nodes
 GPU_SCALING = [(n * 8, [f"cluster.nodes={n}", "parallel.pp=4", "parallel.ep=8",
                         "model.layers=4", "model.first_dense_layers=0",
-                        "schedule.microbatches=4"]) for n in (8, 16, 32, 64, 128, 256)]
+                        "schedule.microbatches=4", "routing.max_nodes=null"]) for n in (8, 16, 32, 64, 128, 256)]
 MB_SCALING = [(m, ["model.layers=8", f"schedule.microbatches={m}"]) for m in (2, 4, 8, 16, 32)]
 
 CHILD = r"""

@@ -114,13 +114,15 @@ def test_scenario_sms_checked_against_the_device_before_work(monkeypatch, capsys
         _one_line(capsys, "error: command line:", *needles)
 
 
-def test_node_limit_above_the_ep_group_is_warned():
-    """routing.max_nodes 4 on an EP group inside one node limits nothing: warned (the
-    shipped DeepSeek-V3 what-ifs keep max_nodes 4 on smaller EP groups)."""
-    res = resolve_path("hot-expert", ["routing.max_nodes=4"])
-    assert any("routing.max_nodes 4 limits nothing" in w and "spans 1 node" in w
-               for w in res.warnings)
-    assert not any("max_nodes" in w for w in resolve_path("hot-expert").warnings)
+def test_node_limit_above_the_ep_group_is_refused(capsys):
+    """routing.max_nodes 4 on an EP group inside one node limits nothing: refused before
+    any work, as `collective --max-nodes` is (issue 36); one node is allowed."""
+    for cmd in (["run", "hot-expert", "--no-files", "--quiet"], ["memory", "hot-expert"]):
+        assert main([*cmd, "--set", "routing.max_nodes=4"]) == 2
+        _one_line(capsys, "error: command line: --set routing.max_nodes: expected at most "
+                  "the 1 node(s) an EP group of 8 ranks spans", "got 4")
+    assert not any("max_nodes" in w for w in
+                   resolve_path("hot-expert", ["routing.max_nodes=1"]).warnings)
 
 
 def test_routing_keys_the_kind_does_not_read_are_warned():

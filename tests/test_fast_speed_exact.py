@@ -18,7 +18,7 @@ from moesim.gating.sampling import sample_counts_fast
 # 32 H800 (4 nodes), DualPipe PP2, EP8 in a node (timed in closed form, so its records
 # are stashed), DeepEP as shipped
 SMALL = ["cluster.nodes=4", "parallel.pp=2", "parallel.ep=8", "model.layers=3",
-         "model.first_dense_layers=1", "schedule.microbatches=4"]
+         "model.first_dense_layers=1", "schedule.microbatches=4", "routing.max_nodes=null"]
 
 
 def _topo():

@@ -25,7 +25,7 @@ DEEPSEEK_128 = ("deepseek-v3-2048", ["schedule.kind=1f1b", "overlap.kind=none",
                                      "engine.mode=exact", "overlap.ep_comm_overlap=true",
                                      "cluster.nodes=16", "parallel.pp=2", "parallel.ep=16",
                                      "model.layers=4", "model.first_dense_layers=0",
-                                     "schedule.microbatches=4"])
+                                     "schedule.microbatches=4", "routing.max_nodes=null"])
 # 128 GPUs: Mixtral, interleaved PP4 (v=2), EP8 inside each node, DP32 -> edp 4
 MIXTRAL_128 = ("mixtral-8x7b-64gpu", ["engine.mode=exact", "cluster.nodes=16",
                                       "model.layers=8", "schedule.microbatches=4"])

@@ -73,19 +73,25 @@ def check_deepep_hidden(src: str, scn: Any, model: Any) -> None:
                          "nccl " + deepep_hidden_expected(hidden), kind)
 
 
-def node_limit_warning(routing: RoutingConfig, layout: Any, gpus_per_node: int | None
-                       ) -> str | None:
+def check_node_limit(src: str, routing: RoutingConfig, layout: Any,
+                     gpus_per_node: int | None, warn: bool = False) -> str | None:
     """Node-limited routing picks at most ``max_nodes`` of the nodes an EP group spans: a
-    limit above what the group spans limits nothing, said in a warning (not refused:
-    the shipped DeepSeek-V3 scenarios keep ``max_nodes: 4`` in their smaller what-ifs)."""
+    limit above what the group spans would limit nothing, so it is refused, as
+    ``moesim collective --max-nodes`` refuses it. ``warn``: said in the returned
+    warning instead (an RL scenario's one routing section serves its trainer's and its
+    rollout engines' EP groups, which span different nodes)."""
     if routing.max_nodes is None or not gpus_per_node or layout.ep < 2:
         return None
     group = layout.group_of(0, "ep")
     nodes = len({int(r) // gpus_per_node for r in group})
     if routing.max_nodes <= nodes:
         return None
-    return (f"routing.max_nodes {routing.max_nodes} limits nothing: an EP group of "
-            f"{len(group)} ranks spans {nodes} node(s) ({gpus_per_node} GPUs per node)")
+    if warn:
+        return (f"routing.max_nodes {routing.max_nodes} limits nothing: an EP group of "
+                f"{len(group)} ranks spans {nodes} node(s) ({gpus_per_node} GPUs per node)")
+    raise InputError(src, "routing.max_nodes", f"at most the {nodes} node(s) an EP group "
+                     f"of {len(group)} ranks spans ({gpus_per_node} GPUs per node; "
+                     "node-limited routing picks among them; null for no limit)", routing.max_nodes)
 
 
 #: routing keys that shape one kind's shares only

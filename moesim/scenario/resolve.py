@@ -22,8 +22,8 @@ from moesim.scenario.blame import blame_overrides, named_by
 from moesim.scenario.checks import (
     check_deepep_hidden,
     check_hot_shares,
+    check_node_limit,
     check_sms,
-    node_limit_warning,
     routing_ignored_warnings,
 )
 from moesim.scenario.schema import Scenario
@@ -266,7 +266,7 @@ def _resolve(scn: Scenario) -> Resolved:
         if model is not None and getattr(model, "n_experts", 0):
             check_hot_shares(src, scn.routing.policy, routing, model.n_experts,
                              routing.top_k or model.top_k)
-        limit = node_limit_warning(routing, layout, scn.gpus_per_node)
+        limit = check_node_limit(src, routing, layout, scn.gpus_per_node, warn=bool(scn.rl))
         warns = [*warns, *([limit] if limit else []),
                  *routing_ignored_warnings(scn.routing.policy)]
 

@@ -73,20 +73,50 @@ def stage_chunks(scn, spec, n_stages: int, dual: bool = False) -> list[range]:
     return with_mtp(chunks, spec.layers, mtp)
 
 
-def expand(text: str) -> str:
-    """Unroll ``(...)*n`` and ``x*n`` as Megatron does; commas dropped."""
+#: the longest layout string :func:`parse_layout` unrolls (each step, groups then single
+#: pieces): 2^20 characters, far above any model's layers + pp·vpp stages (DeepSeek-V3's
+#: 32-stage layout unrolls to 95); a count such as 10^12 asked for a terabyte string
+MAX_LAYOUT_CHARS = 2**20
+_REPEATS = (r"\(([^)]+)\)\*(\d+)", r"(.)\*(\d+)")
+
+
+def expand(text: str, limit: int | None = None) -> str:
+    """Unroll ``(...)*n`` and then ``x*n`` as Megatron does; commas dropped. Each step's
+    length is worked out before the string is built: over ``limit`` characters (a count
+    of 10^12 would ask for a terabyte) raises :class:`OverflowError` holding it."""
     s = text.replace(",", "")
-    for pattern in (r"\(([^)]+)\)\*(\d+)", r"(.)\*(\d+)"):
+    for pattern in _REPEATS:
+        if limit is not None:
+            n = len(s) + sum(len(m.group(1)) * _count(m.group(2)) - len(m.group(0))
+                             for m in re.finditer(pattern, s))
+            if n > limit:
+                raise OverflowError(n)
         s = re.sub(pattern, lambda m: m.group(1) * int(m.group(2)), s)
     return s
 
 
+def _count(digits: str) -> int:
+    """A repeat count; one too long to be read as a number (over 18 digits) as 2^62."""
+    return int(digits) if len(digits) <= 18 else 2**62
+
+
+def _size(n: int) -> str:
+    return f"{n:,}" if n < 10**18 else "over 10^18"
+
+
 def parse_layout(text: str, source: str = "<layout>") -> list[str]:
-    """The stages of a layout string, each a string over E, t, m, L."""
+    """The stages of a layout string, each a string over E, t, m, L. Its length is
+    worked out before it is unrolled: over :data:`MAX_LAYOUT_CHARS` it is refused."""
     if not isinstance(text, str) or not text.strip():
         raise InputError(source, FIELD, "a Megatron layout string such as 'Et*3|(tt|)*29m|L'",
                          text)
-    stages = expand(text.strip()).split("|")
+    try:
+        stages = expand(text.strip(), MAX_LAYOUT_CHARS).split("|")
+    except OverflowError as big:
+        shown = text if len(text) <= 80 else text[:77] + "..."
+        raise InputError(source, FIELD, f"a layout that unrolls to at most "
+                         f"{MAX_LAYOUT_CHARS:,} characters (E, L, one t or m per layer, "
+                         f"| between stages; this one: {_size(big.args[0])})", shown) from None
     for st in stages:
         bad = set(st) - set(PIECES)
         if bad:

@@ -37,6 +37,12 @@ from typing import Any
 
 from moesim.ep.messages import deepep_carries, deepep_hidden_expected
 from moesim.errors import InputError
+from moesim.scenario.limits import (
+    FIELD_LIMITS,
+    MAX_MICRO_BATCH_SIZE,
+    MAX_SEQ_LEN,
+    MAX_TOKENS_PER_MICROBATCH,
+)
 from moesim.scenario.resolve import WHOLE_STEP_GRAPH
 from moesim.scenario.schema import (
     EPBackendConfig,
@@ -107,6 +113,22 @@ class ServeConfig:
 _INTS = {"batch_per_gpu": 1, "prompt": 1, "context": 1, "output": 1, "tp": 1, "attn_dp": 1,
          "ep": 1, "sample_top_k": 1, "step": 0}
 
+#: field -> its largest value and what it counts: the training step's limits
+#: (moesim.scenario.limits), which the serving step runs on (tokens of a sequence;
+#: requests of one micro-batch are its sequences; GPUs of a group)
+LIMITS: dict[str, tuple[int, str]] = {
+    "batch_per_gpu": (MAX_MICRO_BATCH_SIZE, "requests per GPU"),
+    "prompt": (MAX_SEQ_LEN, "prompt tokens per request"),
+    "context": (MAX_SEQ_LEN, "tokens in a request's KV cache"),
+    "output": (MAX_SEQ_LEN, "tokens generated per request"),
+    "sample_top_k": (MAX_SEQ_LEN, "tokens kept by the sampler (above any vocabulary)"),
+    "step": (FIELD_LIMITS["schedule.step"][0], "the routing step index"),
+    "tp": (FIELD_LIMITS["parallel.tp"][0], "GPUs per tensor-parallel group"),
+    "attn_dp": (FIELD_LIMITS["parallel.dp"][0], "attention data-parallel ranks"),
+    "ep": (FIELD_LIMITS["parallel.ep"][0], "GPUs per expert-parallel group"),
+}
+_SIZE_NOTE = "the most this simulator runs on one machine; docs/scenarios.md, Size limits"
+
 
 def _int_ok(v: Any, lo: int) -> bool:
     return isinstance(v, int) and not isinstance(v, bool) and v >= lo
@@ -135,6 +157,9 @@ def serve_from_dict(d: Any, source: str) -> ServeConfig:
         if k in _INTS and not (v is None and k in ("context", "attn_dp")) and \
                 not _int_ok(v, _INTS[k]):
             raise InputError(source, f"serve.{k}", f"an integer >= {_INTS[k]}", v)
+        if k in LIMITS and v is not None and v > LIMITS[k][0]:
+            raise InputError(source, f"serve.{k}", f"at most {LIMITS[k][0]:,} {LIMITS[k][1]} "
+                             f"({_SIZE_NOTE})", v)
     choices = {"phase": PHASES, "ep_backend": BACKENDS, "kv_dtype": tuple(KV_DTYPES)}
     for k, allowed in choices.items():
         if k in d and d[k] not in allowed:
@@ -148,7 +173,27 @@ def serve_from_dict(d: Any, source: str) -> ServeConfig:
                          f"requests per TP group (batch_per_gpu·tp = "
                          f"{cfg.requests_per_group()}) divisible into {cfg.microbatches} "
                          "equal micro-batches", cfg.batch_per_gpu)
+    _check_size(cfg, source)
     return cfg
+
+
+def _check_size(cfg: ServeConfig, source: str) -> None:
+    """A micro-batch of the step within the training step's limits: at most
+    :data:`MAX_MICRO_BATCH_SIZE` requests (sequences) and
+    :data:`MAX_TOKENS_PER_MICROBATCH` tokens per TP group (routing keeps arrays of
+    tokens x top_k per micro-batch: 10^12 requests asked for 54 TiB)."""
+    per_mb = cfg.requests_per_group() // cfg.microbatches
+    if per_mb > MAX_MICRO_BATCH_SIZE:
+        raise InputError(source, "serve.batch_per_gpu", f"batch_per_gpu·tp / micro-batches "
+                         f"<= {MAX_MICRO_BATCH_SIZE:,} requests per micro-batch of a TP "
+                         f"group (tp={cfg.tp}, {cfg.microbatches} micro-batch(es); "
+                         f"{_SIZE_NOTE})", cfg.batch_per_gpu)
+    per = cfg.prompt if cfg.phase == "prefill" else 1
+    if per_mb * per > MAX_TOKENS_PER_MICROBATCH:
+        raise InputError(source, "serve.prompt", f"requests per micro-batch x prompt <= "
+                         f"{MAX_TOKENS_PER_MICROBATCH:,} tokens per micro-batch of a TP group "
+                         f"for prefill ({per_mb} requests; routing keeps arrays of tokens x "
+                         f"top_k per micro-batch; {_SIZE_NOTE})", cfg.prompt)
 
 
 #: fields of a scenario's own ``parallel`` section that a serving step replaces (its layout
