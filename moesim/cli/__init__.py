@@ -40,6 +40,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "calibrate": ("moesim.cli.calibrate_cmd", "fit compute and communication models to traces"),
     "validate": ("moesim.cli.validate_cmd", "compare the simulator with recorded traces"),
     "sweep": ("moesim.cli.sweep_cmd", "run a what-if grid of scenarios"),
+    "models": ("moesim.cli.models_cmd", "list model presets, devices and topologies, or "
+               "read a Hugging Face config.json"),
 }
 
 
