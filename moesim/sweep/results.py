@@ -151,7 +151,7 @@ def aggregate(df: pd.DataFrame, metrics: list[str] | None = None) -> pd.DataFram
         col = g[m]
         parts += [col.mean().rename(f"{m}_mean"), col.std(ddof=1).rename(f"{m}_std"),
                   col.min().rename(f"{m}_min"), col.max().rename(f"{m}_max")]
-    out = pd.concat(parts, axis=1).reset_index()
+    out = pd.DataFrame({s.name: s for s in parts}).reset_index()   # one block, not one per column
     out.attrs["axes"] = keys
     return out
 

@@ -25,7 +25,14 @@ from typing import Any, TextIO
 
 from moesim.engine.api import simulate
 from moesim.errors import InputError
-from moesim.outputs import LOCK_NAME, check_dir_target, make_dir, write_text
+from moesim.outputs import (
+    LOCK_NAME,
+    check_dir_target,
+    check_run_folder,
+    make_dir,
+    run_manifest,
+    write_text,
+)
 from moesim.sweep.results import (
     POINTS_FILE,
     SPEC_FILE,
@@ -65,6 +72,10 @@ def point_metrics(summary: dict) -> dict[str, Any]:
     m["stall_max_rank_s"] = max((float(r["breakdown_s"].get("stall", 0.0)) for r in per_rank),
                                 default=0.0)
     m["n_hot_ranks"] = len(summary.get("hot_ranks") or [])
+    # the point's memory verdict (moesim.memory.fit): its layout does not fit on the device
+    # (None where the summary carries none)
+    oom = summary.get("oom", (summary.get("memory") or {}).get("oom"))
+    m["oom"] = None if oom is None else bool(oom)
     return m
 
 
@@ -113,6 +124,7 @@ class SweepReport:
     failed_errors: dict[str, int] = field(default_factory=dict)
     wall_s: float = 0.0
     results_path: Path | None = None
+    frame: Any = None        # the consolidated results (pandas DataFrame), as written
 
 
 def append_record(fh: TextIO, rec: dict) -> None:
@@ -122,18 +134,42 @@ def append_record(fh: TextIO, rec: dict) -> None:
     os.fsync(fh.fileno())
 
 
+def check_sweep_folder(spec: SweepSpec, outdir: str | Path, force: bool = False) -> Path:
+    """Before the long work, and again once the folder is held: ``outdir`` can be
+    written, no other run is writing it, and, unless ``force``, it is new, empty, or
+    this sweep's own (an earlier or interrupted run of a sweep of the same name, which
+    this run resumes); a folder of other files, of another command or another sweep is
+    refused."""
+    out = check_dir_target(outdir)   # a file, under a file, no permission, too long, busy
+    if force or not out.is_dir() or not [p for p in out.iterdir() if p.name != LOCK_NAME]:
+        return out
+    if run_manifest(out) is None and (out / SPEC_FILE).exists():
+        # a sweep interrupted before its summary.json (or written before sweeps had one)
+        try:
+            name = json.loads((out / SPEC_FILE).read_text()).get("name")
+        except (OSError, ValueError, AttributeError):
+            name = None
+        if name != spec.name:
+            raise InputError(str(out), "-o", f"a new folder or one of sweep {spec.name!r} "
+                             "(pass --force to write there anyway)",
+                             f"the folder of sweep {name!r}")
+        return out
+    return check_run_folder(out, force, identity=sweep_identity(spec))
+
+
+def sweep_identity(spec: SweepSpec) -> dict:
+    """What makes a sweep folder this sweep's (its name: the sweep file may grow axes
+    and values and still resume into it)."""
+    return {"sweep": spec.name}
+
+
 def prepare_outdir(spec: SweepSpec, outdir: Path, force: bool = False) -> None:
-    """Create ``outdir`` or accept it as an earlier run of a sweep; refuse a directory
-    holding other files unless ``force``. Writes ``sweep.json`` (the spec echo)."""
-    outdir = check_dir_target(outdir)   # a file, under a file, no permission, too long
-    spec_path = outdir / SPEC_FILE
-    held = (LOCK_NAME,)   # the lock of the sweep writing here (moesim.outputs.claim)
-    if (outdir.is_dir() and any(p.name not in held for p in outdir.iterdir())
-            and not spec_path.exists() and not force):
-        raise InputError(str(outdir), "-o", "an empty directory or an earlier sweep's "
-                         "output (use --force to write into it)", "a directory with other files")
+    """Create ``outdir`` or accept it as an earlier run of this sweep
+    (:func:`check_sweep_folder`). Writes ``sweep.json`` (the spec echo)."""
+    outdir = check_sweep_folder(spec, outdir, force)
     make_dir(outdir)
-    write_text(spec_path, json.dumps(spec.to_dict(), indent=1, default=list) + "\n", force=True)
+    write_text(outdir / SPEC_FILE, json.dumps(spec.to_dict(), indent=1, default=list) + "\n",
+               force=True)
 
 
 def make_client(scheduler: str | None = None, workers: int | None = None,
@@ -231,6 +267,7 @@ def run_sweep(spec: SweepSpec, outdir: str | Path, *, scheduler: str | None = No
             _close(client, own)
     final = write_results(out, spec)
     report.results_path = final.path
+    report.frame = final.frame
     report.counts = final.counts
     report.skipped_reasons = final.skipped_reasons
     report.failed_errors = final.failed_errors
