@@ -23,7 +23,7 @@ from moesim.errors import InputError
 from moesim.model import PRESETS, count_params
 from moesim.topology import load_topology, presets
 from moesim.topology.loader import read_yaml, resolve
-from moesim.units import GB, GiB, TB
+from moesim.units import GB, TB, GiB
 
 CLI = "command line"
 
