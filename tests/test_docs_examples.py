@@ -21,7 +21,7 @@ from tests.doc_examples import (
 
 PAGES = sorted((ROOT / "docs").rglob("*.md"))
 # pages whose examples run benchmarks or several simulations (tens of seconds on 2 cores)
-SLOW = {"collectives.md", "network.md", "validation.md", "sweeps.md", "scenarios.md",
+SLOW = {"collectives.md", "network.md", "validation.md", "sweeps.md", "scenarios.md", "what-ifs.md",
         "serving.md", "deepep.md", "timeline.md", "schedules.md"}
 
 

@@ -32,9 +32,13 @@ FORBIDDEN = {
 }
 # what, just before a date or an issue number, makes it a citation of another source
 CITATION = re.compile(
-    r"https?://\S*$|\b[0-9a-f]{7,40}\b|commit|published|blog|README|\bPR\b|pull request|"
-    r"paper|arXiv|release|posted|LMSYS|[\w.-]+/[\w.-]+|DeepGEMM|DeepEP|nccl-tests|NCCL|"
-    r"vLLM|SGLang|Megatron|TransformerEngine|FlashMLA|PyTorch|added in|as of", re.I)
+    r'https?://\S*$|["\u201d],?\s*$|'
+    r"\b[0-9a-f]{7,40}\b|commit|published|blog|README|\bPR\b|pull request|"
+    r"paper|arXiv|release|posted|LMSYS|DeepGEMM|DeepEP|nccl-tests|NCCL|vLLM|SGLang|"
+    r"Megatron|TransformerEngine|FlashMLA|PyTorch|added in|"
+    # another repository (owner/name), not one of moesim's own folders
+    r"(?<![\w/.-])(?!(?:docs|tests|benchmarks|moesim|scenarios|traces|topologies|notebooks|"
+    r"results|studies|out)/)[A-Za-z][\w.-]*/[A-Za-z][\w.-]*", re.I)
 
 
 def _citation(line: str, start: int) -> bool:
@@ -59,13 +63,14 @@ def test_the_checker_finds_history_and_lets_citations_through():
         "The engine before issue 25 took 3 s (see #25); before this round 4 s.",   # 2
         "28.3 s at load 2, on an idle 2-core machine.",                  # 3
         "DeepGEMM's issue #125 (2025-07-21); commit fa0315ae2 (2025-10-10).",   # 4
-        "<https://lmsys.org/blog/2025-05-05-large-scale-ep>",            # 5
+        '<https://lmsys.org/blog/2025-05-05-large-scale-ep>: "A title", 2025-05-05',  # 5
         "experts: max/mean load 3.20, 22:1 ratio, 1:30 tokens, step 14.02 ms",  # 6
+        "benchmarks/bench_rl.py on 2026-12-02, docs/rl.md as of 2026-12-01",   # 7
     ])
     got = [(n, w) for n, w, _ in findings(page)]
     assert got == [(1, "a clock time"), (1, "UTC"), (1, "a machine load"), (1, "a date"),
                    (2, "an issue number"), (2, "an issue number"), (2, "a history word"),
-                   (3, "a machine load"), (3, "a machine load")], got
+                   (3, "a machine load"), (3, "a machine load"), (7, "a date"), (7, "a date")], got
 
 
 @pytest.mark.parametrize("page", GUIDES, ids=lambda p: str(p.relative_to(ROOT)))
