@@ -252,15 +252,12 @@ def run_sweep(spec: SweepSpec, outdir: str | Path, *, scheduler: str | None = No
                     report.ran += 1
                     if on_record:
                         on_record(rec)
-                    before = prog.lines
-                    prog.update(1)   # a line at most every 2 s ...
-                    if not quiet and prog.lines == before and report.ran in (1, len(todo)):
-                        print(prog.line(), file=stream, flush=True)   # ... and first and last
-                        prog.lines += 1
+                    prog.update(1)
         except KeyboardInterrupt:
             write_results(out, spec)   # what finished is on disk and in results.parquet
             raise
         finally:
+            prog.close()
             for f in futures:
                 if not f.done():
                     f.cancel()
