@@ -240,6 +240,24 @@ def test_a_relative_path_is_read_beside_the_scenario(tmp_path, monkeypatch):
     assert res.warnings == ()
 
 
+def test_set_on_the_command_line_reads_from_the_working_directory(tmp_path, monkeypatch,
+                                                                   capsys):
+    # a scenario elsewhere with a preset; the config.json given with --set sits in the
+    # working directory, and --set model.preset= drops the file's preset
+    p = _scenario(tmp_path / "elsewhere", {"preset": "toy"})
+    (tmp_path / "here").mkdir()
+    shutil.copy(HF / "mixtral-8x7b.json", tmp_path / "here" / "mix.json")
+    monkeypatch.chdir(tmp_path / "here")
+    over = ["model.hf_config=mix.json", "model.layers=2"]
+    res = resolve_path(p, [*over, "model.preset="])
+    assert (res.model.name, res.model.layers, res.model.n_experts) == ("mix", 2, 8)
+    assert main(["memory", str(p), *[a for o in over for a in ("--set", o)]]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == ["moesim memory: error: command line: --set model.hf_config: expected "
+                   "either preset or hf_config, not both (with --set, --set model.preset= "
+                   "drops the file's preset), got 'mix.json'"]
+
+
 def test_a_checkpoint_folder_is_read_through_its_config_json(tmp_path):
     (tmp_path / "Qwen3-30B-A3B").mkdir()
     shutil.copy(HF / "qwen3-30b-a3b.json", tmp_path / "Qwen3-30B-A3B" / "config.json")
@@ -306,6 +324,7 @@ def test_a_bad_field_is_one_line_naming_the_file_and_the_field(change, line, tmp
     ({"hf_config": 3}, "model.hf_config: expected a path to a Hugging Face config.json"),
     ({"hf_config": "c.json", "preset": "toy"}, "model.hf_config: expected either preset or "
      "hf_config, not both"),
+    ({"hf_config": "."}, "model.hf_config: expected an existing config.json file"),
     ({"hf_config": "c.json", "layres": 2}, "model.layres: expected a model field"),
 ])
 def test_a_bad_model_section_names_the_scenario(model, line, tmp_path, capsys):

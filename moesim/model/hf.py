@@ -85,23 +85,24 @@ class HFModel:
 
 def config_path(value: Any, source: str) -> Path:
     """The config.json a scenario's ``model.hf_config`` names: a path relative to the
-    scenario file's folder (or the working directory when the scenario is no file), or a
-    checkpoint folder holding ``config.json``."""
+    scenario file's folder, or, when nothing is there, to the working directory (a path
+    given with ``--set`` on the command line); a checkpoint folder holding ``config.json``
+    stands for that file."""
     if not isinstance(value, str) or not value.strip() or "\0" in value:
         raise InputError(source, "model.hf_config",
                          "a path to a Hugging Face config.json (or the folder holding it)",
                          value)
-    p = Path(value).expanduser()
-    if not p.is_absolute():
-        src = Path(source)
-        if src.is_file():
-            p = src.parent / p
-    if p.is_dir() and (p / "config.json").is_file():
-        p = p / "config.json"
-    if not p.is_file():
-        raise InputError(source, "model.hf_config", "an existing config.json file (a relative "
-                         "path is read beside the scenario file)", value)
-    return p
+    given = Path(value).expanduser()
+    src = Path(source)
+    places = [given] if given.is_absolute() or not src.is_file() else \
+        [src.parent / given, given]
+    for p in places:
+        if p.is_dir() and (p / "config.json").is_file():
+            p = p / "config.json"
+        if p.is_file():
+            return p
+    raise InputError(source, "model.hf_config", "an existing config.json file (a relative "
+                     "path is read beside the scenario file)", value)
 
 
 def load(value: Any, source: str) -> HFModel:

@@ -27,9 +27,11 @@ def model_from_dict(d: Any, source: str) -> ModelSpec:
     fields = dict(d)
     base = ModelSpec()
     if "hf_config" in fields:
-        if "preset" in fields:
-            raise InputError(source, "model.hf_config", "either preset or hf_config, not both",
+        if fields.get("preset") is not None:
+            raise InputError(source, "model.hf_config", "either preset or hf_config, not both "
+                             "(with --set, --set model.preset= drops the file's preset)",
                              fields["hf_config"])
+        fields.pop("preset", None)
         return _from_hf(fields, source)
     if "preset" in fields:
         name = fields.pop("preset")
