@@ -281,6 +281,10 @@ BAD = [
     ("malformed", "{\"hidden_size\": 4096,", "s.yaml): line 1 column 22: expected valid JSON"),
     ("not an object", "[1, 2]", "s.yaml): expected a JSON object of model fields"),
     ("not utf-8", b"\xff\xfe{}", "s.yaml): expected a UTF-8 JSON file"),
+    ("a key twice", "{\"hidden_size\": 4096, \"hidden_size\": 2048}",
+     "s.yaml): hidden_size: expected each key once (this one is given twice), got 2048"),
+    ("infinity", "{\"architectures\": [\"MixtralForCausalLM\"], \"num_hidden_layers\": "
+     "Infinity}", "s.yaml): num_hidden_layers: expected an integer, got inf"),
 ]
 
 

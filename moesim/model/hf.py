@@ -132,7 +132,7 @@ def read_config(p: Path) -> dict:
         raise InputError(src, "", "a UTF-8 JSON file (a Hugging Face config.json)",
                          "bytes that are not UTF-8") from None
     try:
-        cfg = json.loads(text)
+        cfg = json.loads(text, object_pairs_hook=_no_repeats(src))
     except json.JSONDecodeError as err:
         raise InputError(src, f"line {err.lineno} column {err.colno}",
                          "valid JSON (a Hugging Face config.json)", err.msg) from None
@@ -142,6 +142,18 @@ def read_config(p: Path) -> dict:
         raise InputError(src, "", "a JSON object of model fields (a Hugging Face config.json)",
                          type(cfg).__name__)
     return cfg
+
+
+def _no_repeats(src: str):
+    """A json ``object_pairs_hook`` refusing a key given twice (json keeps the last)."""
+    def hook(pairs: list[tuple[str, Any]]) -> dict:
+        out: dict = {}
+        for k, v in pairs:
+            if k in out:
+                raise InputError(src, k, "each key once (this one is given twice)", v)
+            out[k] = v
+        return out
+    return hook
 
 
 class _Reader:
