@@ -215,6 +215,25 @@ def test_a_sliding_window_on_every_layer(tmp_path):
     assert (s.window, s.window_full_every) == (4096, 0)
 
 
+def test_window_patterns_from_layer_types(tmp_path):
+    cfg = json.loads((HF / "gpt-oss-120b.json").read_text())
+    cfg["num_hidden_layers"] = 6
+    for kinds, want, said in [
+        (["sliding_attention"] * 6, (128, 0), False),                     # every layer
+        (["sliding_attention", "sliding_attention", "full_attention"] * 2, (128, 3), False),
+        (["full_attention"] * 6, (0, 0), False),                          # no window
+        (["full_attention"] + ["sliding_attention"] * 5, (0, 0), True),   # irregular
+    ]:
+        cfg["layer_types"] = kinds
+        p = tmp_path / "c.json"
+        p.write_text(json.dumps(cfg))
+        s = model_from_dict({"hf_config": str(p)}, "x")
+        assert (s.window, s.window_full_every) == want, kinds
+        noted = any(u.startswith("the sliding/full layer pattern")
+                    for u in load(str(p), "x").unmapped)
+        assert noted == said, kinds
+
+
 def test_overrides_apply_on_top_of_the_config():
     s = spec("mixtral-8x7b", layers=4, name="small")
     assert (s.layers, s.name, s.hidden) == (4, "small", 4096)

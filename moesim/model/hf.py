@@ -108,29 +108,37 @@ def config_path(value: Any, source: str) -> Path:
 def load(value: Any, source: str) -> HFModel:
     """Read and map the config.json named by ``model.hf_config`` in ``source``."""
     p = config_path(value, source)
-    st = p.stat()
-    return _load(str(p), st.st_mtime_ns, st.st_size)
+    return _mapped(str(p), _text(p))
 
 
 @functools.lru_cache(maxsize=32)
-def _load(path: str, _mtime: int, _size: int) -> HFModel:
+def _mapped(path: str, text: str) -> HFModel:
+    """The mapping of one file's text (a scenario is resolved several times per run)."""
     p = Path(path)
-    cfg = read_config(p)
     name = (p.parent.name if p.name == "config.json" and p.parent.name else p.stem).lower()
-    return from_config(cfg, str(p), name or "hf-model", p)
+    return from_config(parse(text, path), path, name or "hf-model", p)
+
+
+def _text(p: Path) -> str:
+    src = str(p)
+    size = p.stat().st_size
+    if size > MAX_BYTES:
+        raise InputError(src, "", f"a Hugging Face config.json of at most {MAX_BYTES:,} bytes",
+                         f"{size:,} bytes")
+    try:
+        return p.read_bytes().decode("utf-8")
+    except UnicodeDecodeError:
+        raise InputError(src, "", "a UTF-8 JSON file (a Hugging Face config.json)",
+                         "bytes that are not UTF-8") from None
 
 
 def read_config(p: Path) -> dict:
     """The JSON object in ``p``; one InputError line naming the file otherwise."""
-    src = str(p)
-    if p.stat().st_size > MAX_BYTES:
-        raise InputError(src, "", f"a Hugging Face config.json of at most {MAX_BYTES:,} bytes",
-                         f"{p.stat().st_size:,} bytes")
-    try:
-        text = p.read_bytes().decode("utf-8")
-    except UnicodeDecodeError:
-        raise InputError(src, "", "a UTF-8 JSON file (a Hugging Face config.json)",
-                         "bytes that are not UTF-8") from None
+    return parse(_text(p), str(p))
+
+
+def parse(text: str, src: str) -> dict:
+    """The JSON object in ``text`` (``src`` names it in errors)."""
     try:
         cfg = json.loads(text, object_pairs_hook=_no_repeats(src))
     except json.JSONDecodeError as err:
