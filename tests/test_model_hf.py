@@ -64,8 +64,8 @@ def test_kimi_k2_counts_match_the_checkpoint():
     c = count_params(spec("kimi-k2-instruct"))
     expert_scales = 60 * 384 * 3 * (2048 // 128) * (7168 // 128)
     assert c.total + expert_scales == pytest.approx(1_026_470_731_056, rel=1e-5)
-    # the model card: 1T total, 32B activated
-    assert c.active - c.embedding == pytest.approx(32e9, rel=0.01)
+    # the model card: 1T total, 32B activated (2 digits: +-1.6 % of rounding)
+    assert c.active - c.embedding == pytest.approx(32e9, rel=0.02)
 
 
 def test_deepseek_expert_weights_by_hand():
