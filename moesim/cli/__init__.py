@@ -14,6 +14,7 @@ import sys
 
 from moesim import __version__
 from moesim.cli.common import OneLineParser, join_negative_values
+from moesim.cli.help_text import DESCRIPTIONS, TOP
 from moesim.errors import InputError
 
 # name -> (module, one-line help). Modules are imported lazily so that a command
@@ -54,11 +55,12 @@ def _available() -> dict[str, tuple[str, str]]:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = OneLineParser(prog="moesim", description=__doc__.splitlines()[0])
+    parser = OneLineParser(prog="moesim", description=TOP)
     parser.add_argument("--version", action="version", version=f"moesim {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name, (mod, help_) in _available().items():
-        p = sub.add_parser(name, help=help_, description=help_)
+        p = sub.add_parser(name, help=help_, description=DESCRIPTIONS.get(name, help_),
+                           formatter_class=argparse.RawDescriptionHelpFormatter)
         importlib.import_module(mod).add_arguments(p)
         p.set_defaults(_module=mod)
     return parser

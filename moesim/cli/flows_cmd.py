@@ -32,7 +32,7 @@ OPTIONAL = ("start_s", "key")
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--topology", required=True, metavar="FILE_OR_NAME",
-                        help="a topology YAML path or a preset name (see `moesim topology`)")
+                        help="a topology YAML path or a preset name (see moesim topology)")
     parser.add_argument("--nodes", type=int, help="number of servers (hosts for fat-tree)")
     parser.add_argument("--flows", required=True, metavar="FLOWS.json",
                         help='JSON list of {"id", "src", "dst", "bytes", "start_s"}')

@@ -32,7 +32,8 @@ def parse_range(text: str, flag: str) -> list[int]:
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("run_dir", help="run directory written by `moesim run` (trace.json, summary.json)")
+    p.add_argument("run_dir", help="run folder written by moesim run or moesim serve "
+                   "(trace.json, summary.json)")
     p.add_argument("--ranks", help="ranks to show, e.g. 0-7 or 0-3,8 (default: all)")
     p.add_argument("--layers", help="layers to show, e.g. 3-4 (default: all)")
     p.add_argument("--what", choices=("timeline", "experts"), default="timeline",
