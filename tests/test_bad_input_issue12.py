@@ -264,7 +264,8 @@ def test_bytes_errors_say_got_once_and_take_negative_values(capsys, cwd, value):
 def test_nodes_inherited_from_the_scenario_blame_the_scenario(capsys, cwd):
     line = refused(capsys, ["memory", "hot-expert", "--set", f"cluster.topology={EXPLICIT}",
                             "--set", "parallel.ep=4"],
-                   "hot-expert.yaml: cluster.nodes", "--set cluster.nodes=null",
+                   "command line: --set cluster.topology (with ",
+                   "hot-expert.yaml's cluster.nodes)", "--set cluster.nodes=null",
                    absent=["example-explicit.yaml: params"])
     assert line
     assert main(["memory", "hot-expert", "--set", f"cluster.topology={EXPLICIT}",

@@ -94,7 +94,7 @@ def test_set_changes_exactly_one_field(base):
 @pytest.mark.parametrize("item, field, hint", [
     ("parallel.ep_size=4", "parallel.ep_size", "'tp', 'pp', 'dp', 'ep'"),
     ("schedul.kind=gpipe", "schedul.kind", "cluster"),
-    ("schedule=3", "schedule", "schedule keys"),
+    ("schedule=3", "schedule", "a mapping of key: value"),
     ("microbatches", "microbatches", "key=value"),
 ])
 def test_set_rejects_unknown_keys(base, item, field, hint):

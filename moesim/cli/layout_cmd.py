@@ -5,6 +5,12 @@ attention TP, CP, DP, DP×CP (dense gradient reduction) and PP; MoE-layer EP, ET
 EDP (expert gradient reduction) of the folded expert generator; each member with the
 node it sits on (rank r on GPU r, node r // GPUs per node), so a user sees which
 collectives cross the network.
+
+A serving scenario (a ``serve:`` section) shows the serving deployment's groups, the
+layout ``moesim serve`` runs (moesim.serve.config.serving_scenario): attention TP
+(``serve.tp``), attention data parallel over the TP groups and ``serve.ep``, one
+pipeline stage. An ``rl:`` scenario places its trainer and rollout engines from
+``rl.train`` and ``rl.rollout``, not from ``parallel``: refused in one line.
 """
 
 from __future__ import annotations
@@ -15,6 +21,7 @@ import json
 from moesim.cli.common import add_output_flags
 from moesim.errors import InputError
 from moesim.scenario import load_scenario, resolve
+from moesim.scenario.blame import CLI
 
 #: group kind -> what Megatron-Core calls it and what runs over it
 GROUPS = (
@@ -29,6 +36,15 @@ GROUPS = (
 )
 
 
+#: a serving step's groups: what runs over each (no gradients, one pipeline stage)
+SERVE_GROUPS = (
+    ("tp", "TENSOR_MODEL_PARALLEL_GROUP", "attention TP all-reduce (serve.tp)"),
+    ("dp", "DATA_PARALLEL_GROUP", "attention data parallel: each TP group its own requests"),
+    ("ep", "EXPERT_MODEL_PARALLEL_GROUP", "token dispatch / combine all-to-all (serve.ep)"),
+    ("edp", "EXPERT_DATA_PARALLEL_GROUP", "ranks holding the same experts (no gradients)"),
+)
+
+
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("scenario", help="scenario YAML file or shipped name (e.g. toy-cpu)")
     p.add_argument("--rank", type=int, default=0, help="global rank to show (default 0)")
@@ -37,7 +53,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     add_output_flags(p, json_help="print the groups as JSON", strict=False, quiet=False)
 
 
-def rank_groups(lay, rank: int, gpus_per_node: int | None) -> dict:
+def rank_groups(lay, rank: int, gpus_per_node: int | None, groups=GROUPS) -> dict:
     """JSON-able groups of ``rank``: per kind the members, their nodes and whether the
     group spans more than one node."""
     c = lay.coord(rank)
@@ -47,7 +63,7 @@ def rank_groups(lay, rank: int, gpus_per_node: int | None) -> dict:
                       "etp": c.etp, "edp": c.edp},
            "groups": {}}
     out["sizes"].update(cp=lay.cp, etp=lay.etp)
-    for kind, megatron, use in GROUPS:
+    for kind, megatron, use in groups:
         g = lay.group_of(rank, kind)
         nodes = [r // gpus_per_node for r in g] if gpus_per_node else None
         out["groups"][kind] = {"megatron": megatron, "carries": use, "ranks": list(g),
@@ -68,9 +84,15 @@ def _ranges(xs: list[int]) -> str:
 
 def format_groups(name: str, t: dict) -> str:
     s = t["sizes"]
-    lines = [f"scenario {name}: {s['world']} ranks, order {t['order']} (innermost first); "
-             f"attention tp={s['tp']} cp={s['cp']} dp={s['dp']} pp={s['pp']}, "
-             f"MoE etp={s['etp']} ep={s['ep']} edp={s['edp']}",
+    if "serve" in t:
+        head = (f"scenario {name}: serving step ({t['serve']['phase']}) on {s['world']} "
+                f"GPUs: attention tp={s['tp']} x attention dp={s['dp']}, MoE ep={s['ep']} "
+                f"edp={s['edp']}, one pipeline stage (serve.tp, serve.ep)")
+    else:
+        head = (f"scenario {name}: {s['world']} ranks, order {t['order']} (innermost "
+                f"first); attention tp={s['tp']} cp={s['cp']} dp={s['dp']} pp={s['pp']}, "
+                f"MoE etp={s['etp']} ep={s['ep']} edp={s['edp']}")
+    lines = [head,
              f"rank {t['rank']}" + (f" on node {t['node']}" if t["node"] is not None else "")
              + ": " + " ".join(f"{k}={v}" for k, v in t["coords"].items()),
              f"{'group':<6} {'size':>4}  {'ranks':<28} {'nodes':<28} carries"]
@@ -83,13 +105,40 @@ def format_groups(name: str, t: dict) -> str:
     return "\n".join(lines)
 
 
+def _refuse_rl(scn, target: str, overrides: list[str]) -> None:
+    """An ``rl:`` scenario: its layouts are ``rl.train`` and ``rl.rollout``'s. Blamed on
+    the file when it has the section, else on the ``--set`` that added it."""
+    if not scn.rl:
+        return
+    keys = [o.split("=", 1)[0].strip() for o in overrides]
+    given = [k for k in keys if k == "rl" or k.startswith("rl.")]
+    if given and load_scenario(target, (), resolve=False).rl:
+        given = []
+    raise InputError(CLI if given else scn.source, f"--set {given[0]}" if given else "rl",
+                     "a training or serving scenario (an rl: section places its trainer "
+                     "and rollout engines from rl.train and rl.rollout; `moesim layout` "
+                     "would ignore them and show the parallel: section's layout)",
+                     "an rl: section")
+
+
 def run(args: argparse.Namespace) -> int:
     scn = load_scenario(args.scenario, args.overrides, resolve=False)
-    res = resolve(scn)
+    _refuse_rl(scn, args.scenario, args.overrides)
+    cfg = None
+    if scn.serve:
+        from moesim.serve.run import resolve_serve
+        res, cfg = resolve_serve(args.scenario, args.overrides)
+    else:
+        res = resolve(scn)
     lay = res.layout
     if not 0 <= args.rank < lay.world:
         raise InputError("command line", "--rank", f"a rank in 0..{lay.world - 1}", args.rank)
-    t = rank_groups(lay, args.rank, res.scenario.gpus_per_node)
+    t = rank_groups(lay, args.rank, res.scenario.gpus_per_node,
+                    GROUPS if cfg is None else SERVE_GROUPS)
+    if cfg is not None:
+        t["coords"] = {k: t["coords"][k] for k in ("tp", "dp", "ep", "edp")}
+        t["serve"] = {"phase": cfg.phase, "tp": cfg.tp, "attn_dp": lay.world // cfg.tp,
+                      "ep": cfg.ep}
     if args.json:
         print(json.dumps(t, indent=1))
     else:

@@ -1,25 +1,59 @@
 """Which input to blame: a value given by ``--set`` is the command line's, not the
-scenario file's."""
+scenario file's; so is an error about a file's value that only a ``--set`` brought
+about (``--set model.heads=3`` against the file's ``kv_heads: 8``)."""
 
 from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from contextvars import ContextVar
 
 from moesim.errors import InputError
 
 CLI = "command line"
 
+#: set while :func:`blame_overrides` checks the file again, so that check does not
+#: check again itself
+_RECHECKING: ContextVar[bool] = ContextVar("moesim_blame_rechecking", default=False)
 
-def blame_overrides(err: InputError, source: str, overrides: list[str] | tuple[str, ...]
-                    ) -> InputError:
+
+def blame_overrides(err: InputError, source: str, overrides: Sequence[str],
+                    recheck: Callable[[list[str]], object] | None = None) -> InputError:
     """``err`` naming the command line (``--set FIELD``) when the value it is about, a
     field of the scenario file ``source``, was given by one of ``overrides``
-    (``key=value`` items); else ``err`` itself."""
+    (``key=value`` items). Else, with ``recheck`` (the same checks run on the file with
+    some of the overrides), when the file alone passes them: the command line, naming
+    the ``--set`` items that bring the error about and the file's field it is about.
+    Else ``err`` itself."""
     if err.source != source or not err.field:
         return err
     for item in overrides:
         key = item.split("=", 1)[0].strip()
         if err.field == key or err.field.startswith((key + ".", key + "[")):
             return InputError(CLI, f"--set {err.field}", *err.args[2:])
-    return err
+    if recheck is None or not overrides or _RECHECKING.get():
+        return err
+    token = _RECHECKING.set(True)
+    try:
+        if _same(err, recheck, []) is not False:
+            return err                      # the file alone has it (or another error)
+        culprits = [o for o in overrides if _same(err, recheck, [o])]
+    finally:
+        _RECHECKING.reset(token)
+    keys = [o.split("=", 1)[0].strip() for o in (culprits or overrides)]
+    from moesim.paths import shown
+    return InputError(CLI, f"--set {', '.join(keys)} (with {shown(source)}'s {err.field})",
+                      *err.args[2:])
+
+
+def _same(err: InputError, recheck: Callable[[list[str]], object], overrides: list[str]
+          ) -> bool | None:
+    """True: ``recheck(overrides)`` raises ``err`` again; False: it passes; None: it
+    raises another error."""
+    try:
+        recheck(overrides)
+    except InputError as again:
+        return (again.source, again.field) == (err.source, err.field) or None
+    return False
 
 
 def named_by(err: InputError, user_file: str, how: str) -> InputError:

@@ -223,7 +223,11 @@ def apply_overrides(data: dict, overrides: list[str] | tuple[str, ...] = ()) -> 
             raise InputError(CLI, where, f"{parts[0]} is a plain value", key)
         if parts == ["name"]:
             check_name("command line", "--set name", value)
-        if parts[0] in SECTIONS:
+        if len(parts) == 1 and parts[0] not in ("name", "seed") and not isinstance(
+                value, dict | None):
+            raise InputError(CLI, where, f"a mapping of key: value (or --set "
+                             f"{parts[0]}.KEY=VALUE)", value)
+        if parts[0] in SECTIONS and not (len(parts) == 1 and isinstance(value, dict | None)):
             if len(parts) < 2 or parts[1] not in _field_names(parts[0]):
                 raise InputError(CLI, where,
                                  f"one of the {parts[0]} keys {_field_names(parts[0])}",
@@ -435,10 +439,15 @@ def load_scenario(path: str | Path, overrides: list[str] | tuple[str, ...] = (),
                   resolve: bool = True) -> Scenario:
     """Read, override, validate. ``path`` may be a file or a shipped scenario name."""
     p = _find(path)
-    data = apply_overrides(_read(p), overrides)
+    raw = _read(p)
+    data = apply_overrides(raw, overrides)
+
+    def build(ov):
+        return build_scenario(apply_overrides(raw, ov), source=str(p), default_name=p.stem,
+                              resolve=False)
     try:
         scn = build_scenario(data, source=str(p), default_name=p.stem, resolve=False)
     except InputError as err:
-        raise blame_overrides(err, str(p), overrides) from None
+        raise blame_overrides(err, str(p), overrides, build) from None
     scn = dataclasses.replace(scn, overrides=tuple(overrides))
     return _resolve(scn) if resolve else scn

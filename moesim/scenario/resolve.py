@@ -18,6 +18,7 @@ from typing import Any
 from moesim.errors import InputError
 from moesim.units import US
 from moesim.layout.mesh import Layout
+from moesim.program.cp import check_seq
 from moesim.scenario.blame import blame_overrides, named_by
 from moesim.scenario.checks import (
     check_deepep_hidden,
@@ -201,8 +202,22 @@ def resolve(scn: Scenario) -> Resolved:
     try:
         return _resolve(scn)
     except InputError as err:
-        err = blame_overrides(err, scn.source, scn.overrides)
+        err = blame_overrides(err, scn.source, scn.overrides, _recheck(scn))
         raise named_by(err, scn.source, "named by") from None
+
+
+def _recheck(scn: Scenario):
+    """The same checks on the scenario's file with some of its overrides (see
+    :func:`moesim.scenario.blame.blame_overrides`); None for a scenario a command built
+    from another (a serving step, an RL trainer: their own callers blame)."""
+    if scn.serve or scn.rl or not Path(scn.source).is_file():
+        return None
+
+    def check(overrides):
+        from moesim.scenario.load import load_scenario
+        _resolve(dataclasses.replace(load_scenario(scn.source, overrides, resolve=False),
+                                     overrides=tuple(overrides)))
+    return check
 
 
 def _product_error(src: str, par: Any, world: int, overrides: tuple[str, ...]) -> InputError:
@@ -236,6 +251,7 @@ def _resolve(scn: Scenario) -> Resolved:
         par = dataclasses.replace(par, dp=world // (par.tp * par.cp * par.pp))
     scn = dataclasses.replace(scn, parallel=par, world=world, gpus_per_node=gpn)
     layout, warns = scenario_layout(scn)
+    check_seq(src, scn.schedule.seq_len, layout.cp)   # before any command lays it out
     scn = dataclasses.replace(scn, world=layout.world, parallel=dataclasses.replace(
         par, dp=layout.dp))
 
