@@ -127,5 +127,5 @@ def test_run_summary_says_what_priced_the_kernels(capsys):
     toy = step_pricing(_res("toy-cpu"))              # a CPU: no catalog, all roofline
     assert main(["run", "toy-cpu", "--no-files"]) == 0
     out = capsys.readouterr().out
-    assert (f"priced by the roofline: {toy['kernels']} of {toy['kernels']} kernels, 100.0% "
+    assert (f"the roofline priced {toy['kernels']} of {toy['kernels']} kernels, 100.0% "
             "of compute time") in out

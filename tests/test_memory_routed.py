@@ -48,7 +48,7 @@ def test_hot_expert_rank_row_shows_larger_buffers(capsys):
     assert main(["memory", "hot-expert", "--set", "memory.attention=materialized"]) == 0
     out = capsys.readouterr().out
     mat = float(out.split("peak over all ranks: ")[1].split()[0])
-    assert mat - peak == pytest.approx(4 * (5 * 32 * 4096**2 - 4 * 32 * 4096) / 1e9, abs=0.011)
+    assert mat - peak == pytest.approx(4 * (5 * 32 * 4096**2 - 4 * 32 * 4096) / 2**30, abs=0.011)
 
 
 def test_expected_shares_beyond_the_budget(monkeypatch):

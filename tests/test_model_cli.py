@@ -25,7 +25,7 @@ def _scenario(tmp_path: Path, old: str, new: str) -> Path:
     ("model: {preset: toy}", "model: {preset: toy, hiden: 3}", "model.hiden", "a model field"),
     ("model: {preset: toy}", "model: {preset: toy, top_k: 2.5}", "model.top_k", "an integer"),
     ("device: cpu", "device: tpu", "cluster.device", "one of H100, H200, H200-NVL, H800, A100, cpu"),
-    ("compute: {kind: roofline}", "compute: {kind: roofline, mfu_large: 2}",
+    ("compute: {kind: catalog}", "compute: {kind: catalog, mfu_large: 2}",
      "compute.mfu_large", "a fraction in (0, 1]"),
 ])
 def test_bad_input_one_line_exit_2(tmp_path, capsys, old, new, field, expected):

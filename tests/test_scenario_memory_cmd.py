@@ -21,7 +21,7 @@ def test_table_text(capsys):
     assert main(["memory", "toy-cpu"]) == 0
     out = capsys.readouterr().out.splitlines()
     assert out[0].startswith("scenario toy-cpu: 2 ranks, tp=1 pp=1 dp=2 ep=2 edp=1")
-    assert "GB (10^9 bytes)" in out[1] and out[2].split()[-3:] == ["total", "capacity", "OOM"]
+    assert "GiB (2^30 bytes)" in out[1] and out[2].split()[-3:] == ["total", "capacity", "OOM"]
     assert out[3].split()[0] == "0" and out[3].split()[-1] == "ok"
 
 

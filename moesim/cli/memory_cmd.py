@@ -8,6 +8,10 @@ schedule (:func:`moesim.schedule.inflight_microbatches`): GPipe keeps m micro-ba
 1F1B p-s on stage s; an interleaved rank holds v chunks, each counted with its own
 layers. Categories from :func:`moesim.memory.model.memory_per_rank`.
 
+Sizes print in GiB (2^30 bytes): the capacity is the memory the card reports
+(:data:`moesim.compute.devices.DEVICES`), and the verdict is the one every command gives
+(:mod:`moesim.memory.fit`: ``fit`` and ``oom`` in ``--json``, a summary line).
+
 ``--megatron``: stage 0 beside Megatron-LM's own estimate
 (:mod:`moesim.memory.megatron`), per category with the difference.
 
@@ -22,12 +26,13 @@ import json
 
 from moesim.cli.common import add_output_flags, refuse_serving
 from moesim.errors import InputError
+from moesim.memory.fit import fit_line, fit_summary, step_fits
 from moesim.memory.matmul import DTYPE_BYTES, matmul_report
 from moesim.memory.megatron import compare
 from moesim.memory.report import memory_table
 from moesim.memory.routed import stage_max_rows
 from moesim.scenario import load_scenario, resolve
-from moesim.units import GB
+from moesim.units import GiB
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -49,8 +54,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     add_output_flags(p, json_help="print the table as JSON", strict=False, quiet=False)
 
 
-def _gb(x: float) -> str:
-    return f"{x / GB:8.2f}"
+def _gib(x: float) -> str:
+    return f"{x / GiB:8.2f}"
 
 
 def format_table(t: dict) -> str:
@@ -62,7 +67,7 @@ def format_table(t: dict) -> str:
         + f", ZeRO-{t['zero']}, {t['schedule']} "
         f"m={t['microbatches']}" + (f" v={t['vpp']}" if t["vpp"] > 1 else "")
         + f", recompute {t['recompute']}, device {t['device']}",
-        "memory of one rank per pipeline stage, GB (10^9 bytes)",
+        "memory of one rank per pipeline stage, GiB (2^30 bytes)",
         f"{'stage':>5} {'layers':>6} {'inflight':>8} {'weights':>8} {'grads':>8} "
         f"{'optim':>8} {'activ':>8} {'buffers':>8} {'recomp':>8} {'total':>8} "
         f"{'capacity':>8}  OOM",
@@ -76,10 +81,10 @@ def format_table(t: dict) -> str:
             hows.add(mx["how"])
         for label, x in rows:
             lines.append(
-                f"{label} {x['layers']:>6} {x['inflight']:>8} {_gb(x['weights'])} "
-                f"{_gb(x['gradients'])} {_gb(x['optimizer'])} {_gb(x['activations'])} "
-                f"{_gb(x['token_buffers'])} {_gb(x['recompute_workspace'])} "
-                f"{_gb(x['peak_bytes'])} {_gb(x['capacity_bytes'])}  "
+                f"{label} {x['layers']:>6} {x['inflight']:>8} {_gib(x['weights'])} "
+                f"{_gib(x['gradients'])} {_gib(x['optimizer'])} {_gib(x['activations'])} "
+                f"{_gib(x['token_buffers'])} {_gib(x['recompute_workspace'])} "
+                f"{_gib(x['peak_bytes'])} {_gib(x['capacity_bytes'])}  "
                 f"{'OOM' if x['oom'] else 'ok'}")
     lines.append("inflight: activation sets alive at the stage's peak (micro-batches; "
                  "chunks when interleaved)")
@@ -90,7 +95,9 @@ def format_table(t: dict) -> str:
                         "peak" if hows == {"routed"} else
                         "from expected expert shares (too many micro-batches to route "
                         "here): the run's peak also has sampling variation"))
-    lines.append(f"peak over all ranks: {t['peak_bytes_max'] / GB:.2f} GB")
+    lines.append(f"peak over all ranks: {t['peak_bytes_max'] / GiB:.2f} GiB")
+    if "fit" in t:
+        lines.append(fit_line(t["fit"]).strip())
     lines += [f"warning: {w}" for w in t["warnings"]]
     if "megatron" in t:
         lines += ["", format_megatron(t["megatron"])]
@@ -98,40 +105,50 @@ def format_table(t: dict) -> str:
 
 
 def format_megatron(c: dict) -> str:
-    """moesim's first stage beside Megatron's estimate, GB, per category."""
-    lines = [f"stage 0 against Megatron's estimate ({c['megatron_source']}), GB (10^9 bytes)",
+    """moesim's first stage beside Megatron's estimate, GiB, per category."""
+    lines = [f"stage 0 against Megatron's estimate ({c['megatron_source']}), GiB (2^30 bytes)",
              f"{'category':<20} {'moesim':>9} {'megatron':>9} {'moesim-meg':>10}"]
     for r in c["rows"]:
-        lines.append(f"{r['category']:<20} {r['moesim'] / GB:9.2f} {r['megatron'] / GB:9.2f} "
-                     f"{r['difference'] / GB:+10.2f}")
+        lines.append(f"{r['category']:<20} {r['moesim'] / GiB:9.2f} "
+                     f"{r['megatron'] / GiB:9.2f} {r['difference'] / GiB:+10.2f}")
     lines.append("why they differ, category by category: docs/model.md, "
                  "\"Memory against Megatron's estimate\"")
     return "\n".join(lines)
 
 
-def _gb3(x: float) -> str:
-    return f"{x / GB:10.3f}"
+def _gib3(x: float) -> str:
+    return f"{x / GiB:10.3f}"
 
 
 def format_matmul(t: dict) -> str:
     tp, pp = t["tp"], t["pp"]
     lines = [f"Y = X·W with X ({t['m']}, {t['k']}), W ({t['k']}, {t['n']}), {t['dtype']}; "
-             f"tp={tp} (W split by columns), pp={pp}; GB (10^9 bytes), as `moesim memory`",
+             f"tp={tp} (W split by columns), pp={pp}; GiB (2^30 bytes), as `moesim memory`",
              f"{'tensor':<22} {'phase':<9} {'shape':>15} {'whole':>10} "
              f"{'per-GPU shape':>15} {'per GPU':>10}"]
     for x in t["tensors"]:
         lines.append(f"{x['name']:<22} {x['phase']:<9} {'x'.join(map(str, x['shape'])):>15} "
-                     f"{_gb3(x['bytes'])} {'x'.join(map(str, x['gpu_shape'])):>15} "
-                     f"{_gb3(x['gpu_bytes'])}")
-    lines += [f"forward (X, W, Y): {t['forward_bytes'] / GB:.3f} GB in all, "
-              f"{t['forward_gpu_bytes'] / GB:.3f} GB per GPU with tp={tp}",
-              f"training (+ dY, dX, dW, Adam states): {t['training_bytes'] / GB:.3f} GB in "
-              f"all, {t['training_gpu_bytes'] / GB:.3f} GB per GPU with tp={tp}"]
+                     f"{_gib3(x['bytes'])} {'x'.join(map(str, x['gpu_shape'])):>15} "
+                     f"{_gib3(x['gpu_bytes'])}")
+    lines += [f"forward (X, W, Y): {t['forward_bytes'] / GiB:.3f} GiB in all, "
+              f"{t['forward_gpu_bytes'] / GiB:.3f} GiB per GPU with tp={tp}",
+              f"training (+ dY, dX, dW, Adam states): {t['training_bytes'] / GiB:.3f} GiB "
+              f"in all, {t['training_gpu_bytes'] / GiB:.3f} GiB per GPU with tp={tp}"]
     if pp > 1:
         lines.append(f"pp={pp} cannot split one matmul (stages hold whole layers): one stage's "
-                     f"GPUs hold {t['training_gpu_bytes'] / GB:.3f} GB each, the other "
+                     f"GPUs hold {t['training_gpu_bytes'] / GiB:.3f} GiB each, the other "
                      f"{pp - 1} stages none of it")
     return "\n".join(lines)
+
+
+def stage_fits(table: dict) -> list:
+    """One :class:`moesim.memory.fit.Fit` per pipeline stage (its most loaded rank), named
+    as ``moesim run`` names them."""
+    rows = [{"stage": r["stage"], "peak_bytes": max(r["peak_bytes"],
+                                                    r.get("max_rank", r)["peak_bytes"])}
+            for r in table["stages"]]
+    cap = table["stages"][0]["capacity_bytes"] if table["stages"] else float("inf")
+    return step_fits({"per_rank": rows, "capacity_bytes": cap})
 
 
 def run(args: argparse.Namespace) -> int:
@@ -170,6 +187,8 @@ def run(args: argparse.Namespace) -> int:
             row["max_rank"] = maxr[row["stage"]]
     table["peak_bytes_max"] = max(max(r["peak_bytes"], r.get("max_rank", r)["peak_bytes"])
                                   for r in table["stages"])
+    table["fit"] = fit_summary(stage_fits(table))
+    table["oom"] = table["fit"]["oom"]
     if args.megatron:
         table["megatron"] = compare(res, table["stages"][0])
     if args.json:

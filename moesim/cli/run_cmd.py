@@ -50,6 +50,7 @@ def run(args: argparse.Namespace) -> int:
 def _simulate_and_report(args: argparse.Namespace, res, out: Path | None) -> int:
     from moesim.engine import collector
     from moesim.engine.api import simulate
+    from moesim.memory.fit import fits_of, flag_fits
     from moesim.trace.report import full_summary, jsonable, write_run_outputs
 
     prog = Progress(0, f"simulating {res.scenario.name}", quiet=args.quiet)
@@ -68,6 +69,10 @@ def _simulate_and_report(args: argparse.Namespace, res, out: Path | None) -> int
         result = simulate(res, progress=progress, **({} if out is not None else
                                                        {"record_series": False}))
         prog.close()
+        # one memory verdict (moesim.memory.fit): a warning, or with --strict exit 2
+        # before any file is written
+        flag_fits(fits_of(result.summary.get("fit", {})), "run",
+                  strict=getattr(args, "strict", False))
         if out is not None:
             # checked again as each file is put in place: files created meanwhile are kept
             write_run_outputs(result, out, force=args.force, quiet=True, claimed=True)
@@ -81,7 +86,18 @@ def _simulate_and_report(args: argparse.Namespace, res, out: Path | None) -> int
     return 0
 
 
+def pricing_line(kp: dict) -> str:
+    """What priced the kernels: the compute section's choice and the roofline's share."""
+    asked = kp.get("compute_section")
+    return (f"  kernels priced by {kp['compute_model']}"
+            + (f" (compute: {asked})" if asked else "")
+            + f"; the roofline priced {kp['roofline_kernels']:,} of {kp['kernels']:,} "
+            f"kernels, {kp['roofline_fraction']:.1%} of compute time (moesim kernels lists "
+            "them)")
+
+
 def text_summary(s: dict, out: Path | None) -> str:
+    from moesim.memory.fit import fit_line
     b = s["breakdown_s"]
     step = s["step_time_s"]
     lines = [f"{s['scenario']}: step {step * 1e3:.3f} ms on {s['world']} GPUs, "
@@ -91,19 +107,17 @@ def text_summary(s: dict, out: Path | None) -> str:
     lines.append("  breakdown (mean over ranks): " + ", ".join(parts))
     kp = s.get("kernel_pricing")
     if kp:
-        lines.append(f"  priced by the roofline: {kp['roofline_kernels']:,} of "
-                     f"{kp['kernels']:,} kernels, {kp['roofline_fraction']:.1%} of compute "
-                     f"time ({kp['compute_model']}; moesim kernels lists them)")
+        lines.append(pricing_line(kp))
     ex = s.get("experts", {})
     if ex.get("max_over_mean"):
         lines.append(f"  experts: max/mean load {ex['max_over_mean_max']:.2f}, "
                      f"lb loss {ex['lb_loss_mean']:.3f}, dropped {ex['dropped_total']:,} "
                      "(token, expert) assignments summed over layers and micro-batches")
-    mem = s.get("memory", {})
-    if mem:
-        lines.append(f"  memory: peak {mem['peak_bytes_max'] / 1e9:.1f} GB of "
-                     f"{mem['capacity_bytes'] / 1e9:.1f} GB per GPU"
-                     + ("  ** OOM **" if mem["oom"] else ""))
+    if s.get("fit") is not None:
+        lines.append(fit_line(s["fit"]))
+        if s["fit"]["oom"]:
+            lines.append("  ** the figures above are for a step that does not fit in device "
+                         "memory **")
     if out is not None:
         lines.append(f"  wrote {out}/ (summary.md, trace.json, timeline.png, ...)")
     return "\n".join(lines)

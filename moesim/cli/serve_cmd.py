@@ -42,6 +42,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from moesim.errors import InputError
+    from moesim.memory.fit import fits_of, flag_fits
     from moesim.outputs import write_text
     from moesim.serve.run import resolve_serve, simulate_serve
     from moesim.trace.report import check_outdir, full_summary, jsonable, write_run_outputs
@@ -73,6 +74,9 @@ def run(args: argparse.Namespace) -> int:
 
     result = simulate_serve(res, cfg, progress=progress)
     prog.close()
+    # one memory verdict (moesim.memory.fit): a warning, or with --strict exit 2 before
+    # any file is written
+    flag_fits(fits_of(result.summary["fit"]), "serve", strict=getattr(args, "strict", False))
     if out is not None:
         # checked again as each file is put in place (moesim.outputs); summary.md is
         # moesim's own once written, so its serving section replaces it atomically
@@ -88,6 +92,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def text_summary(s: dict, out: Path | None) -> str:
+    from moesim.memory.fit import fit_line
     step = s["step_time_s"]
     mem = s["memory"]
     sv = s["serve"]
@@ -106,14 +111,19 @@ def text_summary(s: dict, out: Path | None) -> str:
     ex = s.get("experts", {})
     if ex.get("max_over_mean"):
         lines.append(f"  experts: max/mean load {ex['max_over_mean_max']:.2f}")
-    gb = 1e9
-    lines.append(f"  memory per GPU: weights {mem['weights_bytes'] / gb:.2f} GB, KV "
-                 f"{mem['kv_per_request_bytes'] / 1e6:.2f} MB per request x "
-                 f"{sv['batch_per_gpu'] * sv['tp']} = {mem['kv_total_bytes'] / gb:.2f} GB, "
-                 f"activations {mem['activations_bytes'] / gb:.2f} GB, free "
-                 f"{mem['free_bytes'] / gb:.2f} GB of {mem['capacity_bytes'] / gb:.1f} GB; "
-                 f"largest batch {mem['largest_batch_per_gpu']} requests per GPU"
-                 + ("  ** OOM **" if mem["oom"] else ""))
+    gib = 2**30
+    lines.append(f"  memory breakdown per GPU: weights {mem['weights_bytes'] / gib:.2f} GiB, KV "
+                 f"{mem['kv_per_request_bytes'] / 2**20:.2f} MiB per request x "
+                 f"{sv['batch_per_gpu'] * sv['tp']} = {mem['kv_total_bytes'] / gib:.2f} GiB, "
+                 f"activations {mem['activations_bytes'] / gib:.2f} GiB, free "
+                 f"{mem['free_bytes'] / gib:.2f} GiB of {mem['capacity_bytes'] / gib:.1f} GiB; "
+                 f"largest batch {mem['largest_batch_per_gpu']} requests per GPU")
+    if s.get("fit") is not None:
+        lines.append(fit_line(s["fit"]))
+        if s["fit"]["oom"]:
+            lines.append(f"  ** the step time, {lat.split()[0]} and tokens/s above are for a "
+                         "step that does not fit in device memory: at most "
+                         f"{mem['largest_batch_per_gpu']} requests per GPU fit **")
     return "\n".join(lines)      # (write_run_outputs says what it wrote)
 
 
@@ -127,11 +137,14 @@ def serving_markdown(s: dict) -> str:
             ("requests per step", f"{s['requests_per_step']:,}"),
             ("layout", f"TP{sv['tp']} x attention DP{sv['attn_dp']}, EP{sv['ep']}, "
                        f"{sv['ep_backend']}, two micro-batches: {sv['two_microbatch']}"),
-            ("weights per GPU", f"{mem['weights_bytes'] / 1e9:.2f} GB"),
-            ("KV cache per request", f"{mem['kv_per_request_bytes'] / 1e6:.2f} MB"),
-            ("KV cache per GPU", f"{mem['kv_total_bytes'] / 1e9:.2f} GB"),
-            ("activations per GPU", f"{mem['activations_bytes'] / 1e9:.2f} GB"),
-            ("free per GPU", f"{mem['free_bytes'] / 1e9:.2f} GB"),
+            ("weights per GPU", f"{mem['weights_bytes'] / 2**30:.2f} GiB"),
+            ("KV cache per request", f"{mem['kv_per_request_bytes'] / 2**20:.2f} MiB"),
+            ("KV cache per GPU", f"{mem['kv_total_bytes'] / 2**30:.2f} GiB"),
+            ("activations per GPU", f"{mem['activations_bytes'] / 2**30:.2f} GiB"),
+            ("free per GPU", f"{mem['free_bytes'] / 2**30:.2f} GiB of "
+                             f"{mem['capacity_bytes'] / 2**30:.1f} GiB"),
+            ("fits in device memory", "no: the figures above are for a step that does not "
+             "fit" if mem["oom"] else "yes"),
             ("largest batch", f"{mem['largest_batch_per_gpu']} requests per GPU")]
     return "\n## Serving\n\n| metric | value |\n|---|---|\n" + "".join(
         f"| {k} | {v} |\n" for k, v in rows)

@@ -1,21 +1,27 @@
 """The scenario's ``compute`` section → the compute model a run uses.
 
-``compute.model`` chooses how kernels are priced:
+``compute.kind`` says what prices the kernels:
 
-- ``catalog`` (default): the kernel catalog (:mod:`moesim.compute.catalog`) where it
-  covers the device (H100, H800, A100 as shipped; H200 and H200-NVL for memory-bound
-  kernels), the roofline for every kernel it does not cover and on every other device
-  (CPU), exactly as before;
-- ``roofline``: the roofline alone (:mod:`moesim.compute.roofline`).
+- ``catalog`` (the default, also when the section is left out): the kernel catalog
+  (:mod:`moesim.compute.catalog`) where it covers the device (H100, H800, A100 as
+  shipped; H200 and H200-NVL for memory-bound kernels), the roofline for every kernel it
+  does not cover and on every other device (CPU);
+- ``roofline``: the same section under its older name (the roofline's parameters);
+- ``calibration``: every kernel priced from recorded traces (``file``); no ``model`` or
+  ``catalog``.
 
-``compute.gemm_library: NAME`` prices GEMMs by the tables of that kernel library (a
-table's ``library``; shipped: ``dpsk-cutlass``, DeepSeek's in-house CUTLASS kernels of
-its public training profile) instead of the default tables (DeepGEMM).
+Under ``catalog`` or ``roofline``, ``model`` chooses: ``catalog`` (default) as above, or
+``roofline`` for the roofline alone (:mod:`moesim.compute.roofline`), e.g. the what-if
+``--set compute.model=roofline``.
+
+The roofline's own fields (``precision``, ``mfu_large``, ...) set the fallback under
+``catalog`` too. ``compute.gemm_library: NAME`` prices GEMMs by the tables of that kernel
+library (a table's ``library``; shipped: ``dpsk-cutlass``, DeepSeek's in-house CUTLASS
+kernels of its public training profile) instead of the default tables (DeepGEMM).
 ``compute.catalog: PATH`` replaces the shipped tables with a YAML file or a folder of
-them (relative to the scenario file, else to the working folder), in the format of ``moesim/data/kernels``. The
-roofline's own fields (``precision``, ``mfu_large``, ...) still set the fallback. A
-calibration (``kind: calibration``) overrides both: it prices every kernel from the
-recorded traces and takes no ``model`` or ``catalog``.
+them (relative to the scenario file, else to the working folder), in the format of
+``moesim/data/kernels``. :func:`describe` says in words what a section asked for; the
+step summary's ``kernel_pricing`` echoes it with what priced each kernel.
 """
 
 from __future__ import annotations
@@ -28,11 +34,28 @@ from moesim.compute.base import ComputeModel
 from moesim.compute.catalog import CatalogModel
 from moesim.compute.catalog_data import load_catalog
 from moesim.compute.devices import DeviceSpec
-from moesim.compute.roofline import RooflineModel, compute_model_from_dict as _roofline_dict
+from moesim.compute.roofline import RooflineModel
+from moesim.compute.roofline import compute_model_from_dict as _roofline_dict
 from moesim.errors import InputError
 
 MODELS = ("catalog", "roofline")
 DEFAULT_MODEL = "catalog"
+#: ``compute.kind``: the default first
+KINDS = ("catalog", "roofline", "calibration")
+DEFAULT_KIND = "catalog"
+
+
+def describe(d: Any) -> str:
+    """What a (checked) ``compute`` section asks for, in words."""
+    d = {} if not isinstance(d, Mapping) else d
+    kind = d.get("kind", DEFAULT_KIND)
+    if kind == "calibration":
+        return f"calibration ({d.get('file')})"
+    if d.get("model", DEFAULT_MODEL) == "roofline":
+        return "roofline only"
+    lib = d.get("gemm_library")
+    src = f"catalog {d['catalog']}" if d.get("catalog") else "kernel catalog"
+    return src + (f", {lib} GEMMs" if lib else "") + ", roofline where it has no row"
 
 
 def compute_model(d: Any, source: str, device: DeviceSpec) -> ComputeModel:
@@ -65,6 +88,11 @@ EXPERT_LAUNCHES = ("per_expert", "grouped")
 
 
 def _compute_model(d: dict, source: str, device: DeviceSpec) -> ComputeModel:
+    kind = d.get("kind", DEFAULT_KIND)
+    if kind not in KINDS:
+        raise InputError(source, "compute.kind", " or ".join(KINDS), kind)
+    if kind == "catalog":   # the roofline's fields set the fallback; model: roofline
+        d = {**d, "kind": "roofline"}   # (a what-if: --set compute.model=roofline) drops it
     rest = {k: v for k, v in d.items() if k not in ("model", "catalog", "gemm_library")}
     if d.get("kind") == "calibration":
         given = sorted(set(d) & {"model", "catalog", "gemm_library"})

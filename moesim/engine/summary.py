@@ -13,6 +13,7 @@ import time
 import numpy as np
 
 from moesim.engine.breakdown import CATEGORIES
+from moesim.memory.fit import fit_summary, step_fits
 from moesim.memory.report import CATEGORIES as MEMORY_CATEGORIES
 from moesim.memory.report import StageMemory
 from moesim.program.build import StepPlan
@@ -31,6 +32,8 @@ def summarize(res: Resolved, plan: StepPlan, rows: list[dict[str, float]], step:
     mfu = plan.model_flops / (step * world * peak) if step > 0 and peak > 0 else 0.0
     per_rank = [{"rank": r, "stage": int(res.layout.coords["pp"][r]),
                  "breakdown_s": row, "busy_s": step - row["idle"]} for r, row in enumerate(rows)]
+    memory = memory_summary(res, plan)
+    fit = fit_summary(step_fits(memory))     # the verdict every command reports alike
     return {
         "scenario": res.scenario.name,
         "world": world,
@@ -39,14 +42,29 @@ def summarize(res: Resolved, plan: StepPlan, rows: list[dict[str, float]], step:
         "tokens_per_s": plan.tokens_per_step / step if step > 0 else 0.0,
         "model_flops": plan.model_flops,
         "mfu": mfu,
-        "kernel_pricing": step_pricing(res),
+        "kernel_pricing": kernel_pricing(res),
         "breakdown_s": mean,
         "per_rank": per_rank,
         "experts": expert_summary(plan),
-        "memory": memory_summary(res, plan),
+        "memory": memory,
+        "fit": fit,
+        "oom": fit["oom"],
         "hot_ranks": plan.hot_ranks,
         "warnings": list(res.warnings),
     }
+
+
+def kernel_pricing(res: Resolved) -> dict:
+    """What the scenario's ``compute`` section asked for (``compute_section``, in words)
+    and what priced the step's kernels (:func:`moesim.program.inventory.step_pricing`)."""
+    from moesim.compute.catalog import CatalogModel
+    from moesim.compute.roofline import RooflineModel
+    from moesim.compute.select import describe
+    asked = describe(res.scenario.compute)
+    if isinstance(res.compute, RooflineModel) and not isinstance(res.compute, CatalogModel) \
+            and asked != "roofline only":
+        asked += f" (the catalog has no tables for {getattr(res.device, 'name', 'this device')})"
+    return {"compute_section": asked, **step_pricing(res)}
 
 
 def expert_summary(plan: StepPlan) -> dict:

@@ -20,6 +20,7 @@ Summaries put it under the key ``fit`` and repeat ``oom`` at their top level, so
 
 from __future__ import annotations
 
+import math
 import sys
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -81,3 +82,25 @@ def fit_line(fit: dict) -> str:
              + (" OOM" if c["oom"] else "") for c in checks]
     head = "  memory per GPU (** does not fit **): " if fit["oom"] else "  memory per GPU: "
     return head + ", ".join(parts)
+
+
+def fits_of(fit: dict) -> list[Fit]:
+    """The :class:`Fit` objects back from a :func:`fit_summary` object (a summary's ``fit``)."""
+    return [Fit(c["what"], c["need_bytes"], c["capacity_bytes"]) for c in fit.get("checks", [])]
+
+
+def step_fits(memory: dict, what: str = "training step") -> list[Fit]:
+    """One :class:`Fit` per pipeline stage of a step summary's ``memory`` (``per_rank``
+    rows with ``stage`` and ``peak_bytes``, and ``capacity_bytes``): each stage's most
+    loaded rank (a hot expert's rank holds the larger token buffers). A single stage is
+    named ``what``; more are ``what (stage s)``."""
+    cap = float(memory.get("capacity_bytes", float("inf")))
+    if not math.isfinite(cap):      # no device memory to check against
+        return []
+    worst: dict[int, float] = {}
+    for row in memory.get("per_rank", []):
+        s = int(row.get("stage", 0))
+        worst[s] = max(worst.get(s, 0.0), float(row["peak_bytes"]))
+    if len(worst) <= 1:
+        return [Fit(what, max(worst.values(), default=0.0), cap)] if worst else []
+    return [Fit(f"{what} (stage {s})", need, cap) for s, need in sorted(worst.items())]

@@ -14,6 +14,7 @@ from pathlib import Path
 from moesim.engine import collector
 from moesim.engine.exact.engine import simulate_exact
 from moesim.errors import InputError
+from moesim.memory.fit import fit_summary, step_fits
 from moesim.scenario import load_scenario
 from moesim.scenario.blame import blame_overrides
 from moesim.scenario.resolve import Resolved, resolve
@@ -94,12 +95,14 @@ def serve_summary(res: Resolved, cfg: ServeConfig, s: dict, plan) -> dict:
         out["tpot_s"] = step
         out["request_decode_s"] = cfg.output * step
     tps = tokens / step if step > 0 else 0.0
+    memory = serve_memory(res, cfg, plan.rank_received)
+    fit = fit_summary(step_fits(memory, "serving step"))   # as every command reports it
     out.update({
         "tokens_per_step": tokens, "requests_per_step": requests,
         "tokens_per_s": tps, "tokens_per_s_per_gpu": tps / world,
         "model_flops": s["model_flops"], "mfu": s["mfu"],
         "breakdown_s": s["breakdown_s"], "per_rank": s["per_rank"], "experts": s["experts"],
-        "memory": serve_memory(res, cfg, plan.rank_received),
+        "memory": memory, "fit": fit, "oom": fit["oom"],
         "hot_ranks": s["hot_ranks"], "warnings": s["warnings"],
         "serve": {**dataclasses.asdict(cfg), "ep_backend": res.scenario.parallel.ep_backend.kind,
                   "attn_dp": res.layout.dp, "kv_tokens": cfg.kv_tokens,

@@ -32,6 +32,7 @@ from moesim.trace.stalls import (
     top_stalls,
     write_stalls_csv,
 )
+from moesim.units import GiB
 
 #: keys left out of summary.json: wall-clock times differ between runs of the same seed
 WALL_CLOCK_KEYS = ("sim_wall_s", "wall_s")
@@ -93,6 +94,18 @@ def render_markdown(s: dict) -> str:
     if s.get("mfu") is not None:
         out.append(f"| MFU | {s['mfu'] * 100:.1f} % |")
     out.append(f"| ranks | {s.get('n_ranks')} ({s.get('ranks_per_node')} per node) |")
+    fit = s.get("fit")
+    if isinstance(fit, dict) and fit.get("checks"):
+        out.append("| fits in device memory | " + ("**no**: the figures are for a step that "
+                                                   "does not fit" if fit.get("oom") else "yes")
+                   + " |")
+    kp = s.get("kernel_pricing")
+    if isinstance(kp, dict) and kp.get("compute_model"):
+        out.append(f"| kernels priced by | {kp['compute_model']}"
+                   + (f" (compute: {kp['compute_section']})" if kp.get("compute_section")
+                      else "")
+                   + f"; roofline: {kp.get('roofline_kernels', 0):,} of {kp.get('kernels', 0):,}"
+                   f" kernels, {kp.get('roofline_fraction', 0.0):.1%} of compute time |")
     out += ["", "## Time breakdown (mean over ranks)", "", "| kind | ms | % of step |", "|---|---|---|"]
     for k, v in (s.get("breakdown_s") or {}).items():
         pct = v / step * 100 if step else 0.0
@@ -167,13 +180,18 @@ def render_markdown(s: dict) -> str:
         cap = mem.get("capacity_bytes")
         per = mem.get("per_rank") or []
         peak = mem.get("peak_bytes_max") or max((p.get("peak_bytes", 0) for p in per), default=0)
-        out += [f"- peak per rank: {peak / 1e9:.2f} GB (max over ranks)",
-                f"- capacity: {cap / 1e9:.2f} GB" if cap else "- capacity: unknown",
+        out += [f"- peak per rank: {peak / GiB:.2f} GiB (max over ranks)",
+                f"- capacity: {cap / GiB:.2f} GiB per GPU (as the card reports it)" if cap
+                else "- capacity: unknown",
                 f"- out of memory: {'YES' if mem.get('oom') else 'no'}"]
+        for c in (fit or {}).get("checks", []) if isinstance(fit, dict) else []:
+            out.append(f"- {c['what']}: {c['need_bytes'] / GiB:.2f} GiB of "
+                       f"{c['capacity_bytes'] / GiB:.2f} GiB"
+                       + (" (does not fit)" if c.get("oom") else ""))
         worst = max(per, key=lambda p: p.get("peak_bytes", 0), default=None)
         if worst and worst.get("by_category"):
-            out.append(f"- rank {worst.get('rank')} by category (GB): " + ", ".join(
-                f"{k} {v / 1e9:.2f}" for k, v in worst["by_category"].items()
+            out.append(f"- rank {worst.get('rank')} by category (GiB): " + ", ".join(
+                f"{k} {v / GiB:.2f}" for k, v in worst["by_category"].items()
                 if isinstance(v, int | float)))
     name = s.get("scenario_name") or ""
     out += ["", "## Scenario", "", f"{name} (moesim {s.get('moesim_version')}, seed {s.get('seed')})", "",
