@@ -34,10 +34,15 @@ def test_readme_commands_are_found():
     cmds = readme_commands()
     runs = [c for c in cmds if c[0] == "run"]
     assert runs[0] == ["run", "scenarios/hot-expert.yaml", "-o", "out/hot"]
-    assert len(runs) >= 9
+    assert len(runs) >= 6
     assert ["calibrate", "traces/uniform", "traces/uniform-repeat", "-o", "calib.json"] in cmds
-    # two what-ifs of one scenario, no -o: the case that used to be refused
+    # what-ifs of one scenario, no -o: each gets a folder of its own
     assert sum(1 for c in runs if c[1] == "hot-expert" and "--no-files" not in c) >= 3
+    # the memory example shows a difference: the shipped recipe, then without it
+    mem = [c for c in cmds if c[0] == "memory"]
+    assert len(mem) >= 2 and mem[0] != mem[1], mem
+    # every other command of the table is reached from the README or a guide it links
+    assert {c[0] for c in cmds} >= {"run", "serve", "rl", "memory", "calibrate", "validate"}
 
 
 @pytest.mark.slow
@@ -60,3 +65,18 @@ def test_readme_examples_run_in_order_in_a_fresh_folder(tmp_path, monkeypatch, c
     assert len(folders) == len(set(folders)), folders   # each what-if has its own folder
     assert "out/hot" in folders
     assert (folder / "calib.json").is_file() and (folder / "out/val/overlay.png").is_file()
+
+
+def test_readme_memory_example_fits_as_shipped_and_not_without_the_recipe(capsys):
+    """The README's memory example: the shipped scenario fits; the same layout without
+    DeepSeek's recompute and FP8-activation recipe is over capacity, as the README says."""
+    from moesim.cli import main
+
+    mem = [c for c in readme_commands() if c[0] == "memory"][:2]
+    verdicts = []
+    for argv in mem:
+        assert main(argv) == 0, argv
+        rows = [ln.split() for ln in capsys.readouterr().out.splitlines()
+                if ln.split() and ln.split()[0].isdigit()]     # one row per stage
+        verdicts.append({r[-1] for r in rows})
+    assert verdicts == [{"ok"}, {"OOM"}], verdicts
