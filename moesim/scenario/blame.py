@@ -36,7 +36,10 @@ def blame_overrides(err: InputError, source: str, overrides: Sequence[str],
     try:
         if _same(err, recheck, []) is not False:
             return err                      # the file alone has it (or another error)
-        culprits = [o for o in overrides if _same(err, recheck, [o])]
+        # an item that brings the error about alone, or without which it is gone
+        culprits = [o for i, o in enumerate(overrides) if _same(err, recheck, [o]) or (
+            len(overrides) > 1
+            and _same(err, recheck, [*overrides[:i], *overrides[i + 1:]]) is False)]
     finally:
         _RECHECKING.reset(token)
     keys = [o.split("=", 1)[0].strip() for o in (culprits or overrides)]

@@ -50,7 +50,8 @@ def resolve_serve(target: str | Path, overrides=()) -> tuple[Resolved, ServeConf
                 raise
             raise InputError(err.source, field, err.expected, err.got) from None
     except InputError as err:   # a value given by --set: the command line's (issue 12)
-        raise blame_overrides(err, scn.source, list(overrides)) from None
+        raise blame_overrides(err, scn.source, list(overrides),
+                              lambda ov: resolve_serve(target, ov)) from None
     return res, cfg
 
 
