@@ -111,6 +111,10 @@ def text_summary(s: dict, out: Path | None) -> str:
     ex = s.get("experts", {})
     if ex.get("max_over_mean"):
         lines.append(f"  experts: max/mean load {ex['max_over_mean_max']:.2f}")
+    kp = s.get("kernel_pricing") or {}
+    if kp.get("compute_model"):
+        lines.append(f"  kernels priced by {kp['compute_model']} (compute: "
+                     f"{kp.get('compute_section')})")
     gib = 2**30
     lines.append(f"  memory breakdown per GPU: weights {mem['weights_bytes'] / gib:.2f} GiB, KV "
                  f"{mem['kv_per_request_bytes'] / 2**20:.2f} MiB per request x "

@@ -104,6 +104,11 @@ def serve_summary(res: Resolved, cfg: ServeConfig, s: dict, plan) -> dict:
         "model_flops": s["model_flops"], "mfu": s["mfu"],
         "breakdown_s": s["breakdown_s"], "per_rank": s["per_rank"], "experts": s["experts"],
         "memory": memory, "fit": fit, "oom": fit["oom"],
+        # what priced the kernels (the training-pass counts of the engine's step do not
+        # apply to a serving step: only the model and the section's choice)
+        "kernel_pricing": {k: s["kernel_pricing"][k] for k in ("compute_section",
+                                                                "compute_model")
+                           if k in s.get("kernel_pricing", {})},
         "hot_ranks": s["hot_ranks"], "warnings": s["warnings"],
         "serve": {**dataclasses.asdict(cfg), "ep_backend": res.scenario.parallel.ep_backend.kind,
                   "attn_dp": res.layout.dp, "kv_tokens": cfg.kv_tokens,

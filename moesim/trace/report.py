@@ -104,8 +104,9 @@ def render_markdown(s: dict) -> str:
         out.append(f"| kernels priced by | {kp['compute_model']}"
                    + (f" (compute: {kp['compute_section']})" if kp.get("compute_section")
                       else "")
-                   + f"; roofline: {kp.get('roofline_kernels', 0):,} of {kp.get('kernels', 0):,}"
-                   f" kernels, {kp.get('roofline_fraction', 0.0):.1%} of compute time |")
+                   + (f"; roofline: {kp['roofline_kernels']:,} of {kp['kernels']:,} kernels, "
+                      f"{kp.get('roofline_fraction', 0.0):.1%} of compute time"
+                      if "kernels" in kp else "") + " |")
     out += ["", "## Time breakdown (mean over ranks)", "", "| kind | ms | % of step |", "|---|---|---|"]
     for k, v in (s.get("breakdown_s") or {}).items():
         pct = v / step * 100 if step else 0.0
