@@ -320,6 +320,15 @@ def test_kernels_bad_input_is_one_line(capsys, cwd, argv, names):
     refused(capsys, ["kernels", "toy-cpu", *argv], *names)
 
 
+@pytest.mark.parametrize("argv", [["kernels", "toy-cpu"], ["layout", "toy-cpu"],
+                                  ["run", "toy-cpu", "--no-files"]])
+def test_routed_experts_per_rank_are_bounded(capsys, cwd, argv):
+    """toy-cpu is EP2: 131,074 experts put 65,537 on a rank, one over the limit."""
+    refused(capsys, [*argv, "--set", "model.n_experts=131074"],
+            "command line: --set model.n_experts: expected at most 65,536 routed experts per "
+            "EP rank (n_experts / ep = 131074 / 2", "got 131074")
+
+
 def test_kernels_on_a_serving_scenario_points_at_serve(capsys, cwd):
     refused(capsys, ["kernels", "mixtral-8x7b-serve"], "serve: expected a training scenario",
             "moesim serve")

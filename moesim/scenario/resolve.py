@@ -20,6 +20,7 @@ from moesim.units import US
 from moesim.layout.mesh import Layout
 from moesim.program.cp import check_seq
 from moesim.scenario.blame import blame_overrides, named_by
+from moesim.scenario.limits import check_local_experts
 from moesim.scenario.checks import (
     check_deepep_hidden,
     check_hot_shares,
@@ -262,6 +263,7 @@ def _resolve(scn: Scenario) -> Resolved:
         # a model read from a Hugging Face config.json: the fields it could not map
         warns = [*warns, *_delegate("moesim.model", "model_warnings")(dict(scn.model), src)]
         if getattr(model, "n_experts", 0):
+            check_local_experts(src, model.n_experts, layout.ep)
             layout.check_experts(model.n_experts)
         chunks = par.pp * par.vpp
         if model.layers < par.pp:
