@@ -1,5 +1,7 @@
 """Scenarios: what to simulate (cluster, model, routing, layout, schedule)."""
 
+import sys
+
 from moesim.scenario.load import (
     SCENARIO_DIR,
     apply_overrides,
@@ -16,6 +18,9 @@ from moesim.scenario.schema import (
     Scenario,
     ScheduleConfig,
 )
+
+# blame_overrides' recheck reads the file again (set here: load imports resolve)
+sys.modules["moesim.scenario.resolve"].RELOAD = load_scenario
 
 __all__ = [
     "SCENARIO_DIR", "Scenario", "ClusterConfig", "ParallelConfig", "ScheduleConfig",

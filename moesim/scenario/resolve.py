@@ -207,16 +207,21 @@ def resolve(scn: Scenario) -> Resolved:
         raise named_by(err, scn.source, "named by") from None
 
 
+#: reads a scenario file again with some overrides, unresolved: ``load_scenario`` (set
+#: by the package, :mod:`moesim.scenario`, since moesim.scenario.load imports this module)
+RELOAD: Callable[..., Scenario] | None = None
+
+
 def _recheck(scn: Scenario):
     """The same checks on the scenario's file with some of its overrides (see
     :func:`moesim.scenario.blame.blame_overrides`); None for a scenario a command built
     from another (a serving step, an RL trainer: their own callers blame)."""
-    if scn.serve or scn.rl or not Path(scn.source).is_file():
+    reload = RELOAD
+    if reload is None or scn.serve or scn.rl or not Path(scn.source).is_file():
         return None
 
     def check(overrides):
-        from moesim.scenario.load import load_scenario
-        _resolve(dataclasses.replace(load_scenario(scn.source, overrides, resolve=False),
+        _resolve(dataclasses.replace(reload(scn.source, overrides, resolve=False),
                                      overrides=tuple(overrides)))
     return check
 
