@@ -19,7 +19,10 @@ from moesim.cli.common import CLI as _CLI
 from moesim.cli.common import load_topology_args, print_result
 from moesim.cli.ep_collective import EP_DEFAULTS, EP_OPS, add_ep_arguments, run_ep
 from moesim.cli.head_collective import HEAD_DEFAULTS, HEAD_OPS, add_head_arguments, run_head
+from moesim.cli.nccl_collective import nccl_line, nccl_result
 from moesim.collectives.algorithms import ALGOS, OPS, check_op_algo
+from moesim.collectives.nccl import ALGORITHMS as NCCL_ALGOS
+from moesim.collectives.nccl import PROTOCOLS
 from moesim.collectives.simulate import MODELS, simulate_collective
 from moesim.errors import InputError
 from moesim.units import TiB, parse_bytes
@@ -43,7 +46,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "buffer; total gathered size for all_gather/reduce_scatter")
     p.add_argument("--algo", default=None,
                    help="; ".join(f"{op}: {'|'.join(a)}" for op, a in ALGOS.items())
-                        + " (first is the default)")
+                        + " (first is the default); NCCL's " + "|".join(NCCL_ALGOS)
+                        + " force NCCL's model to that algorithm")
+    p.add_argument("--protocol", default=None,
+                   help=" | ".join(PROTOCOLS) + ": force NCCL's model to that protocol "
+                        "(default: the one NCCL's tuning model picks)")
     p.add_argument("--ranks", default=None, help="ranks taking part, e.g. 0-7 or 0,2,4 (default all)")
     p.add_argument("--root", type=int, default=None, help="broadcast root rank (default first)")
     p.add_argument("--matrix", default=None, metavar="JSON",
@@ -105,7 +112,7 @@ def load_matrix(path: str) -> list[list[float]]:
 #: flags -> the ops they apply to (every other op refuses them: a flag that would be
 #: ignored is an error, not a silent default)
 FLAG_OPS: dict[str, tuple[str, ...]] = {
-    **{f: OPS for f in ("size", "algo", "matrix")},
+    **{f: OPS for f in ("size", "algo", "matrix", "protocol")},
     "root": ("broadcast",),
     "model": (*OPS, *HEAD_OPS),
     **{f: EP_OPS for f in EP_DEFAULTS},
@@ -139,7 +146,11 @@ def run(args: argparse.Namespace) -> int:
         return run_head(args, parse_ranks(args.ranks) if args.ranks else None)
     if op == "all_to_all" and args.matrix is not None:
         op = "all_to_all_v"
-    algo = check_op_algo(op, args.algo)
+    if args.protocol is not None and args.protocol not in PROTOCOLS:
+        raise InputError(_CLI, "--protocol", "one of " + ", ".join(PROTOCOLS), args.protocol)
+    # an NCCL algorithm the flow network does not run forces NCCL's model only
+    nccl_only = args.algo in NCCL_ALGOS and args.algo not in ALGOS.get(op, ())
+    algo = check_op_algo(op, None if nccl_only else args.algo)
     if args.model not in MODELS:
         raise InputError(_CLI, "--model", "one of " + ", ".join(MODELS), args.model)
     matrix = None
@@ -183,6 +194,9 @@ def run(args: argparse.Namespace) -> int:
     res.pop("wall_s")  # keep the output a function of the inputs only
     res["topology"] = args.topology
     res["nodes"] = getattr(topo, "n_nodes", None)
+    nccl_algo = args.algo if args.algo in NCCL_ALGOS else None
+    res["nccl"] = nccl_result(topo, op, nbytes, res["ranks"], nccl_algo, args.protocol,
+                              strict=nccl_only)
     return print_result(res, args.json, format_result)
 
 
@@ -191,4 +205,5 @@ def format_result(res: dict) -> str:
     return (f"{res['op']} {res['algo']} on {res['n']} ranks ({res['topology']}, "
             f"{nodes}), {res['bytes'] / 2**20:.2f} MiB: "
             f"{res['time_s'] * 1e3:.4f} ms, algbw {res['algbw_GBps']:.2f} GB/s, "
-            f"busbw {res['busbw_GBps']:.2f} GB/s ({res['model']} model, {res['flows']} flows)")
+            f"busbw {res['busbw_GBps']:.2f} GB/s ({res['model']} model, {res['flows']} flows)"
+            + nccl_line(res))

@@ -14,7 +14,8 @@ a reading of NVIDIA/nccl at commit 5067397c2676d5aed50042fc39e5c8ee96eb0027 (NCC
   its port speed / 8 (NDR 400 Gb/s -> 50 GB/s);
 * the search's speed ladders (search.cc ``sm90SpeedArrayIntra/Inter`` and the
   pre-Hopper ones): it keeps the graph with the most ``nChannels x bw`` (ties: the
-  higher speed, tried first) within the per-GPU link bandwidth, at most
+  higher speed, tried first) within the per-GPU link bandwidth, lowering the speed
+  while the next one is above .49 of the kept graph's, at most
   ``MAXCHANNELS / 2`` = 32 ring channels; the NVLS search has one channel per GPU and
   inflates the NVLink budget by ngpus / (ngpus - 1) as non-ring patterns do;
 * ``ncclTopoDupChannels``: a graph of >= 25 GB/s channels is doubled with half the
@@ -24,7 +25,8 @@ a reading of NVIDIA/nccl at commit 5067397c2676d5aed50042fc39e5c8ee96eb0027 (NCC
 This is a simplified search: it counts link budgets instead of walking paths, so it
 is exact only for the symmetric NVSwitch + one-NIC-per-GPU servers of moesim's presets
 (dgx-h100: 12 x 30 GB/s rings on one node, 8 x 48 GB/s across nodes -- the 16 comm
-channels NCCL logs on such clusters, e.g. NVIDIA/nccl issue 1453 "Channel 05/16").
+channels NCCL logs on such clusters, e.g. NVIDIA/nccl issue 1453 "Channel 05/16";
+dgx-h800: 8 x 20 GB/s on one node, the "16 coll channels" of NVIDIA/nccl issue 892).
 """
 
 from __future__ import annotations
@@ -100,11 +102,15 @@ class NcclFacts:
 
 
 def _best(speeds: tuple[float, ...], budget: float, max_bw: float, per_speed) -> tuple[int, float]:
-    """The (channels, speed) with the most channels x speed, ties to the higher speed."""
+    """Walk the speed ladder from the highest speed <= ``max_bw`` down, as the search's
+    pass 1 does: keep the graph with the most channels x speed (ties: the first, higher
+    speed) and stop once the next speed is <= .49 of the kept one's."""
     best = (0, 0.0)
     for s in speeds:
         if s > max_bw + 1e-9:
             continue
+        if best[0] and s / best[1] <= 0.49:
+            break
         n = per_speed(s)
         if n >= 1 and n * s > best[0] * best[1] + 1e-9:
             best = (n, s)
@@ -163,9 +169,11 @@ def facts_from_params(params: dict[str, Any], device: str, nodes: int,
         nic_bw = min(float(params["nic_GBps"]), _pci_bw(float(params["pcie_GBps"])))
         # each channel enters a node through one NIC and leaves through another; the
         # GPUs in between forward over NVLink: (g-1)/g of the channels cross each GPU
-        nv_cap = (lambda s: int(gpu_bw * g / max(g - 1, 1) // s + 1e-9))
-        n, s = _best(speeds_inter, nic_bw, nic_bw,
-                     lambda s: min(ring_max, n_nics * int(nic_bw // s + 1e-9), nv_cap(s)))
+        def channels(s: float) -> int:
+            nv_cap = int(gpu_bw * g / max(g - 1, 1) // s + 1e-9)
+            return min(ring_max, n_nics * int(nic_bw // s + 1e-9), nv_cap)
+
+        n, s = _best(speeds_inter, nic_bw, nic_bw, channels)
         n, s = _dup(n, s, compcap, ring_max)
         ring = GraphFacts(n, s, s)
     graphs["ring"] = ring
