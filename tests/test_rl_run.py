@@ -31,6 +31,12 @@ ROLL = LinearStepCosts(prefill_base_s=0.01, prefill_per_token_s=1e-5, decode_bas
 TRAIN = LinearTrainerCosts(forward_per_row_s=0.05, train_base_s=0.3, train_per_row_s=0.2)
 
 
+@pytest.fixture(autouse=True)
+def _in_tmp(tmp_path, monkeypatch):
+    """moesim rl writes out/<name> by default: run every test in its own folder."""
+    monkeypatch.chdir(tmp_path)
+
+
 def scenario(tmp_path, **rl):
     data = {"name": "rl-toy", "seed": 5,
             "cluster": {"topology": "dgx-h100", "nodes": 2, "device": "H100"},
@@ -120,10 +126,17 @@ def test_cli_outputs_and_same_seed_same_bytes(tmp_path, capsys, monkeypatch):
     counters = {e["name"] for e in trace if e["ph"] == "C"}
     assert counters == {"rollout batch", "KV use"}
     assert max(e["args"]["fraction"] for e in trace if e["name"] == "KV use") <= 1
-    # a rerun of the same scenario replaces its own outputs; another seed changes them
-    assert main(["rl", str(p), "-o", str(outs[0]), "--quiet", "--set", "seed=6",
-                 "--set", "rl.response_tokens.dist=uniform",
-                 "--set", "rl.response_tokens.max=200"]) == 0
+    # a rerun of the same scenario replaces its own outputs; another scenario's (another
+    # seed) only with --force
+    assert main(["rl", str(p), "-o", str(outs[0]), "--quiet"]) == 0
+    capsys.readouterr()
+    other = ["rl", str(p), "-o", str(outs[0]), "--quiet", "--set", "seed=6",
+             "--set", "rl.response_tokens.dist=uniform", "--set", "rl.response_tokens.max=200"]
+    assert main(other) == 2
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err and "--force" in err
+    assert (outs[0] / "summary.json").read_bytes() == (outs[1] / "summary.json").read_bytes()
+    assert main([*other, "--force"]) == 0
 
 
 @pytest.mark.parametrize("sets, field", [
@@ -181,7 +194,7 @@ def test_sweep_point_of_an_rl_scenario_is_an_rl_row(tmp_path, monkeypatch):
     monkeypatch.setenv("MOESIM_CACHE", str(tmp_path / "cache"))
     from moesim.sweep.spec import expand, parse_sweep
 
-    p = scenario(tmp_path, steps=2)
+    p = scenario(tmp_path, steps=4)     # max_lag 1: 1 to fill, 2 steady, 1 to drain
     spec = parse_sweep({"scenario": str(p), "set": ["rl.train.gpus=null", "rl.train.ep=4"],
                         "axes": {"rl.rollout.gpus": [4, 8], "rl.max_lag": [0, 1]}},
                        str(tmp_path / "s.yaml"), tmp_path)
@@ -191,8 +204,10 @@ def test_sweep_point_of_an_rl_scenario_is_an_rl_row(tmp_path, monkeypatch):
     assert rec["status"] == "ok", rec
     m = rec["metrics"]
     for key in ("step_time_s", "phases_s.generate", "phases_s.weight_sync",
-                "utilization.rollout", "utilization.train", "samples_per_s", "long_tail_s"):
+                "utilization.rollout", "utilization.train", "samples_per_s", "long_tail_s",
+                "step_time_kind", "oom"):
         assert key in m
+    assert m["step_time_kind"] == "steady_state" and "stall_fraction" not in m
     # rollout 4 GPUs, the rest (12) train: the trainer's pool follows the split
     setup = resolve_rl(p, ["rl.train.gpus=null", "rl.train.ep=4", "rl.rollout.gpus=4"])
     assert setup.cfg.train.gpus == 12

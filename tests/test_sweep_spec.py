@@ -142,3 +142,40 @@ def test_expansion_counts_and_unique_ids(lens, seeds, zipped):
     for p in pts:   # every point carries each axis once, then its seed last
         assert [o.split("=")[0] for o in p.overrides] == ["model.layers", *keys, "seed"]
         assert p.overrides[-1] == f"seed={p.seed}"
+
+
+def _rl_sweep(tmp_path, **kw):
+    from tests.test_rl_run import scenario
+
+    p = scenario(tmp_path)          # an rl scenario of 3 steps, max_lag 0
+    return parse_sweep({"scenario": str(p), **kw}, "s.yaml", check_scenario=True)
+
+
+def test_rl_max_lag_sweep_needs_steps_past_the_fill_and_the_drain(tmp_path):
+    from moesim.sweep.spec import RL_STEADY_STEPS
+
+    axes = {"rl.max_lag": [0, 1, 2]}
+    need = 2 * 2 + RL_STEADY_STEPS          # 2 to fill, 2 steady, 2 to drain
+    with pytest.raises(InputError) as e:    # the scenario's own 3 steps
+        _rl_sweep(tmp_path, axes=axes)
+    assert e.value.field == "set: rl.steps" and f"rl.steps={need}" in str(e.value)
+    assert "\n" not in str(e.value)
+    with pytest.raises(InputError, match="set: rl.steps"):
+        _rl_sweep(tmp_path, axes=axes, set=[f"rl.steps={need - 1}"])
+    spec = _rl_sweep(tmp_path, axes=axes, set=[f"rl.steps={need}"])
+    assert len(expand(spec)) == 3
+    with pytest.raises(InputError, match="axes.rl.steps"):
+        _rl_sweep(tmp_path, axes={**axes, "rl.steps": [4, need]})
+    # a sweep that does not vary max_lag is not held to it
+    assert len(expand(_rl_sweep(tmp_path, axes={"rl.rollout.gpus": [8]}))) == 1
+
+
+def test_shipped_grpo_split_sweep_has_steady_steps():
+    from moesim.rl.summary import STEADY, step_window
+
+    spec = load_sweep(Path(__file__).parents[1] / "scenarios" / "sweeps" / "grpo-split.yaml")
+    steps = int(dict(s.split("=") for s in spec.base_overrides)["rl.steps"])
+    lags = dict((a.key, a.values) for a in spec.axes)["rl.max_lag"]
+    for lag in lags:
+        kind, first, last = step_window(steps, lag)
+        assert kind == STEADY and last - first + 1 >= 2

@@ -92,6 +92,13 @@ class TrainPool:
     mini_batches: int = 1       # optimizer steps per RL step (per epoch)
     epochs: int = 1             # passes over the step's samples
     seq_len: int | None = None  # packed row length (None: the scenario's schedule.seq_len)
+    #: ZeRO stage over the trainer's data-parallel group (parallel.zero): 1 shards the
+    #: optimizer states, as Megatron's distributed optimizer does (use_distributed_optimizer:
+    #: true in verl's verl/trainer/config/engine/megatron.yaml, 093191fae2, and NeMo RL's
+    #: examples/configs/grpo_math_1B.yaml megatron_cfg.optimizer, 00294d9baa); 3 shards
+    #: weights, gradients and optimizer states, as FSDP's full sharding (verl's and NeMo RL's
+    #: DTensor/FSDP trainers); 0 none
+    zero: int = 0
 
     @property
     def dp(self) -> int:
@@ -155,15 +162,44 @@ _RULES: dict[str, tuple[str, Any]] = {
     "colocated": ("bool", None), "old_logprob": ("bool", None), "reference": ("bool", None),
     "max_lag": ("nonneg", None), "partial_rollouts": ("bool", None),
     "kv_after_sync": ("choice", KV_AFTER_SYNC),
-    "dist": ("choice", DISTS), "mean": ("posnum", None), "max": ("optpos", None),
+    "dist": ("choice", DISTS), "mean": ("tokens", None), "max": ("optpos", None),
     "min": ("pos", None), "sigma": ("nonnegnum", None), "file": ("optstr", None),
     "gpus": ("optpos", None), "tp": ("pos", None), "ep": ("pos", None), "pp": ("pos", None),
     "kv_fraction": ("frac", None), "max_batch": ("pos", None), "kv_dtype": ("choice", KV_DTYPES),
     "cuda_graphs": ("bool", None),
     "mini_batches": ("pos", None), "epochs": ("pos", None), "seq_len": ("optpos", None),
+    "zero": ("stage", None),
     "kind": ("choice", REWARD_KINDS), "cpu_s_per_sample": ("nonnegnum", None),
     "workers": ("pos", None), "model": ("optdict", None),
     "method": ("choice", SYNC_METHODS), "per_tensor_s": ("nonnegnum", None),
+}
+
+
+#: what one machine can simulate: RL steps per run (each simulates a generation of every
+#: sample), samples per step (prompts x group), tokens per sequence (prompt, response,
+#: trainer row: beyond any model's context), running sequences per engine, passes over a
+#: step's samples, a lognormal's log-space sigma (beyond it the draws are all at the cap),
+#: host seconds per parameter tensor and CPU seconds per sample (beyond them a step lasts
+#: longer than a year), max_lag (at most the steps)
+MAX_STEPS = 10_000
+MAX_SAMPLES = 1_000_000
+MAX_TOKENS = 10_000_000
+MAX_BATCH = 65_536
+MAX_EPOCHS = 1_000
+MAX_SIGMA = 10.0
+MAX_SECONDS = 3_600.0
+_BOUNDS: dict[str, tuple[float, str]] = {
+    "steps": (MAX_STEPS, "RL steps one run can simulate"),
+    "max_lag": (MAX_STEPS, "the most RL steps one run can simulate"),
+    "prompts_per_step": (MAX_SAMPLES, "samples per step one machine can simulate"),
+    "samples_per_prompt": (MAX_SAMPLES, "samples per step one machine can simulate"),
+    "mean": (MAX_TOKENS, "tokens per sequence"), "max": (MAX_TOKENS, "tokens per sequence"),
+    "min": (MAX_TOKENS, "tokens per sequence"), "seq_len": (MAX_TOKENS, "tokens per row"),
+    "max_batch": (MAX_BATCH, "running sequences per engine"),
+    "epochs": (MAX_EPOCHS, "passes over a step's samples"),
+    "sigma": (MAX_SIGMA, "a lognormal's log-space sigma"),
+    "per_tensor_s": (MAX_SECONDS, "seconds per tensor"),
+    "cpu_s_per_sample": (MAX_SECONDS, "CPU seconds per sample"),
 }
 
 
@@ -184,6 +220,8 @@ def _check(src: str, key: str, name: str, v: Any) -> None:
         "posnum": lambda: not (_is_num(v) and v > 0),
         "nonnegnum": lambda: not (_is_num(v) and v >= 0),
         "frac": lambda: not (_is_num(v) and 0 < v <= 1),
+        "tokens": lambda: not (_is_num(v) and v >= 1),
+        "stage": lambda: not (_is_int(v) and 0 <= v <= 3),
         "bool": lambda: not isinstance(v, bool),
         "choice": lambda: v not in detail,
         "optstr": lambda: v is not None and not (isinstance(v, str) and v),
@@ -192,10 +230,16 @@ def _check(src: str, key: str, name: str, v: Any) -> None:
     if bad():
         expected = {"pos": "an integer >= 1", "nonneg": "an integer >= 0",
                     "optpos": "an integer >= 1 (or omit it)", "posnum": "a finite number > 0",
-                    "nonnegnum": "a finite number >= 0", "frac": "a number in (0, 1]",
+                    "nonnegnum": "a finite number >= 0", "frac": "a number in (0, 1]", "tokens": "a number of tokens >= 1",
+                    "stage": "a ZeRO stage 0, 1, 2 or 3",
                     "bool": "true or false", "choice": f"one of {list(detail or ())}",
                     "optstr": "a file path", "optdict": "a model section mapping"}[kind]
         raise InputError(src, key, expected, v)
+    bound = _BOUNDS.get(name)
+    if bound is not None and v is not None and v > bound[0]:
+        top = f"{bound[0]:,}" if isinstance(bound[0], int) else f"{bound[0]:g}"
+        raise InputError(src, key, f"at most {top} ({bound[1]}: the limit of what one "
+                         "machine simulates)", v)
 
 
 def _sub(src: str, key: str, cls: type, d: Any) -> Any:
@@ -229,6 +273,12 @@ def rl_from_dict(d: Any, source: str, *, world: int | None = None) -> RLConfig:
             _check(source, f"rl.{k}", k, v)
             kwargs[k] = v
     cfg = RLConfig(**kwargs)
+    if cfg.samples_per_step > MAX_SAMPLES:
+        raise InputError(source, "rl.samples_per_prompt", f"prompts_per_step x "
+                         f"samples_per_prompt at most {MAX_SAMPLES:,} (samples per step one "
+                         f"machine can simulate; {cfg.prompts_per_step:,} x "
+                         f"{cfg.samples_per_prompt:,} = {cfg.samples_per_step:,})",
+                         cfg.samples_per_prompt)
     if cfg.rollout.gpus is None:
         raise InputError(source, "rl.rollout.gpus", "the rollout pool's GPUs, an integer >= 1")
     if cfg.train.gpus is None:
@@ -290,6 +340,9 @@ def _consistent(cfg: RLConfig, src: str, world: int | None) -> None:
         raise InputError(src, "rl.train.mini_batches", "a divisor of the step's samples "
                          f"(prompts_per_step x samples_per_prompt = {cfg.samples_per_step})",
                          tr.mini_batches)
+    if world is not None and ro.gpus > world:
+        raise InputError(src, "rl.rollout.gpus", f"a rollout pool that fits the cluster's "
+                         f"{world} GPUs", ro.gpus)
     if world is not None and cfg.total_gpus > world:
         raise InputError(src, "rl.train.gpus" if not cfg.colocated else "rl.rollout.gpus",
                          f"pools that fit the cluster's {world} GPUs (rollout + train = "

@@ -44,14 +44,24 @@ def _serve_time(scn: Scenario, cfg: ServeConfig) -> tuple[float, object]:
     return float(simulate_serve(res, cfg, record_series=False).summary["step_time_s"]), res
 
 
+def trainer_scenario(scn: Scenario, gpus: int, gpus_per_node: int, *, tp: int, pp: int,
+                     ep: int, seq_len: int, zero: int = 0) -> Scenario:
+    """The scenario the trainer pool's steps are simulated (and its memory priced) on:
+    the pool's GPUs, its layout and ZeRO stage, one packed row of ``seq_len`` tokens per
+    micro-batch."""
+    par = dataclasses.replace(scn.parallel, tp=tp, pp=pp, ep=ep, dp=None, zero=zero)
+    return dataclasses.replace(
+        scn, cluster=pool_cluster(scn, gpus, gpus_per_node), parallel=par,
+        schedule=dataclasses.replace(scn.schedule, micro_batch_size=1, seq_len=seq_len),
+        serve={})
+
+
 class EngineTrainerCosts:
     def __init__(self, scn: Scenario, gpus: int, gpus_per_node: int, *, tp: int, pp: int,
-                 ep: int, seq_len: int, reward_model: dict | None = None) -> None:
-        par = dataclasses.replace(scn.parallel, tp=tp, pp=pp, ep=ep, dp=None)
-        self.scn = dataclasses.replace(
-            scn, cluster=pool_cluster(scn, gpus, gpus_per_node), parallel=par,
-            schedule=dataclasses.replace(scn.schedule, micro_batch_size=1, seq_len=seq_len),
-            serve={})
+                 ep: int, seq_len: int, reward_model: dict | None = None,
+                 zero: int = 0) -> None:
+        self.scn = trainer_scenario(scn, gpus, gpus_per_node, tp=tp, pp=pp, ep=ep,
+                                    seq_len=seq_len, zero=zero)
         self.gpus, self.tp, self.pp, self.ep, self.seq_len = gpus, tp, pp, ep, seq_len
         self.dp = gpus // (tp * pp)
         self.reward_model = reward_model

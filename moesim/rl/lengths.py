@@ -57,7 +57,9 @@ def draw(dist: LengthDist, n: int, rng: np.random.Generator, field: str = "rl.to
         out = rng.integers(lo, int(dist.max) + 1, size=n, dtype=np.int64)
     elif dist.dist == "lognormal":
         mu = math.log(dist.mean) - dist.sigma ** 2 / 2
-        out = np.rint(rng.lognormal(mu, dist.sigma, size=n)).astype(np.int64)
+        # clipped before the cast: a long tail beyond 2^53 tokens would overflow int64
+        out = np.rint(np.minimum(rng.lognormal(mu, dist.sigma, size=n), 2.0 ** 53)
+                      ).astype(np.int64)
     else:
         pool = read_lengths(str(dist.file), f"{field}.file")
         out = pool[rng.integers(0, len(pool), size=n)]

@@ -31,10 +31,12 @@ def plot_gantt(run, ax: Axes, max_steps: int = 4) -> Axes:
     ax.set_yticks(range(len(rows)))
     ax.set_yticklabels([f"{p}: {ph}" for p, ph in rows])
     ax.invert_yaxis()
-    ax.set_xlabel("time (s)")
+    ax.set_xlabel("time since the run's start (s)")
     cfg = run.setup.cfg
     mode = "colocated" if cfg.colocated else f"max_lag {cfg.max_lag}"
-    ax.set_title(f"{run.setup.scenario.name}: first {min(max_steps, len(run.works))} "
-                 f"RL steps ({mode}); labels: step, policy version")
+    shown = min(max_steps, len(run.works))
+    end = max((sp.end_s for sp in spans), default=0.0)
+    ax.set_title(f"{run.setup.scenario.name}: first {shown} RL steps ({mode}) over "
+                 f"{end:,.1f} s; bars: phase wall time (s), labels: step, policy version")
     ax.grid(axis="x", alpha=0.3)
     return ax

@@ -17,11 +17,11 @@ import numpy as np
 from moesim.errors import InputError
 from moesim.load.costs import StepCosts
 from moesim.load.deploy import windows_of
-from moesim.memory.model import rank_params
 from moesim.rl.config import RLConfig, rl_from_dict
 from moesim.rl.generate import Rollout
 from moesim.rl.lengths import draw
 from moesim.rl.loop import Timeline, schedule, schedule_partial
+from moesim.rl.memory import replica_weight_bytes, rl_fits
 from moesim.rl.phases import Batch, StepWork, TrainerCosts, step_work
 from moesim.rl.sync import SyncResult, switch_cost, weight_sync
 from moesim.scenario import load_scenario
@@ -44,6 +44,12 @@ class RLSetup:
     def source(self) -> str:
         return self.scenario.source
 
+    def error(self, field: str, expected: str, got) -> InputError:
+        """An error about ``field`` of the scenario, blamed on the command line when a
+        ``--set`` gave it."""
+        return blame_overrides(InputError(self.source, field, expected, got), self.source,
+                               list(self.scenario.overrides))
+
 
 @dataclass
 class RLRun:
@@ -54,16 +60,56 @@ class RLRun:
     sync: SyncResult
     kv_tokens: int              # KV-cache tokens per attention-DP rank of a replica
     switch_s: tuple[float, float]
+    fits: list = dataclasses.field(default_factory=list)   # moesim.memory.fit.Fit
+
+
+def refuse_parallel_overrides(overrides) -> None:
+    """``--set parallel.*`` would change nothing on ``rl`` (the trainer's layout is
+    ``rl.train``'s, the engines' ``rl.rollout``'s): one line saying which keys to use."""
+    for item in overrides:
+        key = str(item).split("=", 1)[0].strip()
+        if key == "parallel" or key.startswith("parallel."):
+            raise InputError("command line", f"--set {key}", "rl.train.* for the trainer's "
+                             "layout (rl.train.tp, .pp, .ep, .zero) and rl.rollout.* for the "
+                             "engines' (rl.rollout.tp, .ep): moesim rl does not read the "
+                             "parallel section", item)
+
+
+def _check_reward_model(cfg: RLConfig, source: str) -> None:
+    """A reward model's section is checked as a model of its own: its errors name
+    ``rl.reward.model.FIELD``, not the policy's ``model.FIELD``."""
+    if cfg.reward.model is None:
+        return
+    from moesim.model.load import model_from_dict
+
+    try:
+        model_from_dict(dict(cfg.reward.model), source)
+    except InputError as err:
+        field = err.field.removeprefix("model.").removeprefix("model")
+        raise InputError(source, "rl.reward.model" + (f".{field}" if field else ""),
+                         *err.args[2:]) from None
+
+
+def _check_target(target: str | Path) -> None:
+    """A path that exists but is no regular file (``/dev/null``, a FIFO) is said to be
+    so, not called missing."""
+    p = Path(target)
+    if p.exists() and not p.is_file() and not p.is_dir():
+        raise InputError(str(target), "", "a scenario YAML file (or a shipped scenario name)",
+                         "not a regular file (a device, a pipe or a socket)")
 
 
 def resolve_rl(target: str | Path, overrides=()) -> RLSetup:
     """Load a scenario with an ``rl`` section and check it against the cluster."""
+    _check_target(target)
+    refuse_parallel_overrides(overrides)
     scn = load_scenario(target, list(overrides), resolve=False)
     try:
         whole = dataclasses.replace(scn, parallel=ParallelConfig(order=scn.parallel.order),
                                     serve={})
         res = resolve(whole)
         cfg = rl_from_dict(dict(scn.rl), scn.source, world=res.layout.world)
+        _check_reward_model(cfg, scn.source)
     except InputError as err:
         raise blame_overrides(err, scn.source, list(overrides)) from None
     seq_len = cfg.train.seq_len or scn.schedule.seq_len
@@ -80,19 +126,10 @@ def draw_batch(setup: RLSetup, step: int) -> Batch:
     batch = Batch(np.repeat(prompts, cfg.samples_per_prompt), response)
     longest = int((batch.prompt + batch.response).max())
     if longest > setup.seq_len:
-        raise InputError(setup.source, "rl.train.seq_len", f"at least the longest sample, "
-                         f"prompt + response = {longest} tokens (the trainer packs samples "
-                         "into rows of seq_len)", setup.seq_len)
+        raise setup.error("rl.train.seq_len", f"at least the longest sample, prompt + "
+                          f"response = {longest} tokens (the trainer packs samples into rows "
+                          "of seq_len)", setup.seq_len)
     return batch
-
-
-def replica_weight_bytes(spec, ro) -> float:
-    """Weights on one GPU of an engine replica: dense layers split over TP, experts over
-    EP, or over TP when EP is 1 (vLLM's fused MoE shards every expert over the TP group
-    unless expert parallelism is enabled)."""
-    dense, expert = rank_params(spec, range(spec.layers), tp=ro.tp, ep=ro.ep, first=True,
-                                last=True, etp=ro.tp if ro.ep == 1 else 1)
-    return float(spec.weight_bytes * (dense + expert))
 
 
 def kv_capacity(setup: RLSetup) -> int:
@@ -114,21 +151,28 @@ def kv_need(tokens: int, layer_windows: list[int] | None) -> int:
     return -(-held // len(layer_windows))
 
 
+def draw_batches(setup: RLSetup, steps: int) -> list[Batch]:
+    return [draw_batch(setup, s) for s in range(steps)]
+
+
 def simulate_rl(setup: RLSetup, steps: int, *, rollout_costs: StepCosts | None = None,
                 trainer_costs: TrainerCosts | None = None, on_solve=None,
-                progress=None, cache: bool = True) -> RLRun:
+                progress=None, cache: bool = True, fits: list | None = None) -> RLRun:
     """Simulate ``steps`` RL steps. Without costs given, the engines price them
-    (``cache``: keep the rollout step-cost surface on disk, moesim.load.surface)."""
+    (``cache``: keep the rollout step-cost surface on disk, moesim.load.surface).
+    ``fits``: the pools' memory verdicts (default: :func:`moesim.rl.memory.rl_fits`)."""
     cfg, res = setup.cfg, setup.res
     ro, tr = cfg.rollout, cfg.train
-    batches = [draw_batch(setup, s) for s in range(steps)]
+    batches = draw_batches(setup, steps)
+    if fits is None:
+        fits = rl_fits(setup, batches)
     kv = kv_capacity(setup)
     windows = windows_of(res.model)
     longest = max(int((b.prompt + b.response).max()) for b in batches)
     if kv < kv_need(longest, windows):
-        raise InputError(setup.source, "rl.rollout.kv_fraction",
-                         f"room in each engine rank's KV cache for the longest sample ({longest} "
-                         f"tokens); {kv} tokens fit beside the weights", ro.kv_fraction)
+        raise setup.error("rl.rollout.kv_fraction", f"room in each engine rank's KV cache "
+                          f"for the longest sample ({longest} tokens); {kv} tokens fit beside "
+                          "the weights", ro.kv_fraction)
     gpus = list(res.topology.gpus)
     roll = gpus[:ro.gpus]
     train = roll if cfg.colocated else gpus[ro.gpus:ro.gpus + tr.gpus]
@@ -150,7 +194,7 @@ def simulate_rl(setup: RLSetup, steps: int, *, rollout_costs: StepCosts | None =
         if trainer_costs is None:
             trainer_costs = EngineTrainerCosts(
                 setup.scenario, tr.gpus, gpn, tp=tr.tp, pp=tr.pp, ep=tr.ep,
-                seq_len=setup.seq_len, reward_model=cfg.reward.model)
+                seq_len=setup.seq_len, reward_model=cfg.reward.model, zero=tr.zero)
     works = []
     partial = cfg.partial_rollouts
     for s, batch in enumerate(batches):
@@ -161,7 +205,7 @@ def simulate_rl(setup: RLSetup, steps: int, *, rollout_costs: StepCosts | None =
             progress(s + 1, steps)
     if not partial:
         tl = schedule([w.durations for w in works], cfg.max_lag, cfg.colocated)
-        return RLRun(setup, batches, works, tl, sync, kv, switch)
+        return RLRun(setup, batches, works, tl, sync, kv, switch, fits)
 
     def rollout(s: int, version: int) -> Rollout:
         if progress is not None and s:
@@ -177,7 +221,7 @@ def simulate_rl(setup: RLSetup, steps: int, *, rollout_costs: StepCosts | None =
         w.durations = dataclasses.replace(w.durations, generate=gen.time_s - r.paused_s)
     if progress is not None:
         progress(steps, steps)
-    return RLRun(setup, batches, works, tl, sync, kv, switch)
+    return RLRun(setup, batches, works, tl, sync, kv, switch, fits)
 
 
 def rl_summary(target: str | Path, overrides=(), steps: int | None = None) -> dict:

@@ -1,7 +1,10 @@
 """The RL run's summary (``summary.json``, ``moesim rl --json``) and its text form.
 
 Keys (docs/rl.md): ``step_time_s`` (mean over the steady-state steps: all but the first
-and the last ``max_lag``, which fill and drain the pipeline), ``phases_s`` (mean wall
+and the last ``max_lag``, which fill and drain the pipeline; with ``2 * max_lag`` steps or
+fewer there is no steady state and it is the mean over every step), ``step_time_kind``
+(``steady_state`` or ``fill_and_drain``), ``steps_averaged`` (the first and last step of
+that mean), ``phases_s`` (mean wall
 time of each phase per step), ``samples_per_s``, ``tokens_per_s_per_gpu`` (prompt +
 response tokens trained per second per GPU of both pools, each token counted once
 whatever the epochs), ``utilization`` (busy fraction of
@@ -16,15 +19,47 @@ from collections import Counter
 
 import numpy as np
 
+from moesim.memory.fit import fit_line, fit_summary
 from moesim.rl.loop import PHASES
 
-KEYS = ("step_time_s", "phases_s", "samples_per_s", "tokens_per_s_per_gpu", "utilization",
-        "staleness", "long_tail_s", "steps")
+KEYS = ("step_time_s", "step_time_kind", "steps_averaged", "phases_s", "samples_per_s",
+        "tokens_per_s_per_gpu", "utilization", "staleness", "long_tail_s", "steps", "fit",
+        "oom")
 
 
 def _busy(spans, pool: str, phases=None) -> float:
     return sum(sp.end_s - sp.start_s for sp in spans
                if sp.pool == pool and (phases is None or sp.phase in phases))
+
+
+#: ``step_time_kind``: the mean is over the steady state (the first and last ``max_lag``
+#: steps left out) or, with too few steps for one, over every step (fill and drain)
+STEADY, FILL_AND_DRAIN = "steady_state", "fill_and_drain"
+
+
+def step_window(n: int, max_lag: int) -> tuple[str, int, int]:
+    """(kind, first, last step averaged): the steady state, steps ``max_lag`` ..
+    ``n - 1 - max_lag``, when there is one (``n > 2 * max_lag``: the first ``max_lag``
+    steps fill the pipeline, the last ``max_lag`` drain it); else every step."""
+    if n > 2 * max_lag:
+        return STEADY, max_lag, n - 1 - max_lag
+    return FILL_AND_DRAIN, 0, n - 1
+
+
+def steps_for_steady_state(max_lag: int) -> int:
+    """The fewest steps with a steady state: ``2 * max_lag + 1``."""
+    return 2 * max_lag + 1
+
+
+def step_label(summary: dict, max_lag: int) -> str:
+    """How the text summary names ``step_time_s``."""
+    first, last = summary["steps_averaged"]
+    span = f"step {first}" if first == last else f"steps {first}-{last}"
+    if summary["step_time_kind"] == STEADY:
+        return f"steady state, mean of {span}"
+    return (f"fill and drain, mean of {span}: with max_lag {max_lag}, "
+            f"--steps {steps_for_steady_state(max_lag)} or more leave steps between the "
+            "fill and the drain")
 
 
 def summarize(run) -> dict:
@@ -33,9 +68,8 @@ def summarize(run) -> dict:
     n = len(run.works)
     ends = tl.step_end_s
     times = [ends[0]] + [ends[i] - ends[i - 1] for i in range(1, n)]
-    k = cfg.max_lag
-    steady = times[k:n - k] if n > 2 * k else times
-    step = float(np.mean(steady))
+    kind, first, last = step_window(n, cfg.max_lag)
+    step = float(np.mean(times[first:last + 1]))
     phases = {p: 0.0 for p in PHASES}
     for w in run.works:
         d = w.durations
@@ -76,6 +110,8 @@ def summarize(run) -> dict:
         })
     return {
         "step_time_s": step,
+        "step_time_kind": kind,
+        "steps_averaged": [first, last],
         "phases_s": phases,
         "samples_per_s": cfg.samples_per_step / step if step > 0 else 0.0,
         "tokens_per_s_per_gpu": float(tokens / step / cfg.total_gpus) if step > 0 else 0.0,
@@ -83,6 +119,8 @@ def summarize(run) -> dict:
         "staleness": {str(k): int(v) for k, v in sorted(lags.items())},
         "long_tail_s": float(np.mean([w.generation.long_tail_s for w in run.works])),
         "steps": rows,
+        "fit": fit_summary(run.fits),
+        "oom": any(f.oom for f in run.fits),
     }
 
 
@@ -114,7 +152,7 @@ def text_summary(summary: dict, det: dict) -> str:
         f"{det['scenario']}: GRPO on {det['gpus']['total']} GPUs ({mode}; rollout "
         f"{det['gpus']['rollout']} GPUs = {det['engine_replicas']} engine replicas, train "
         f"{det['gpus']['train']} GPUs), {len(summary['steps'])} steps",
-        f"  step {summary['step_time_s']:.2f} s (steady state), "
+        f"  step {summary['step_time_s']:.2f} s ({step_label(summary, cfg['max_lag'])}), "
         f"{summary['samples_per_s']:.1f} samples/s, "
         f"{summary['tokens_per_s_per_gpu']:,.0f} tokens/s per GPU",
         "  phases per step: " + ", ".join(f"{k} {v:.2f} s" for k, v in ph.items() if v > 0),
@@ -125,5 +163,6 @@ def text_summary(summary: dict, det: dict) -> str:
         f"  weight sync {ws['time_s']:.2f} s = flows {ws['flow_s']:.2f} s + copy "
         f"{ws['copy_s']:.2f} s + {ws['tensors']:,} tensors x software "
         f"{ws['software_s']:.2f} s; {ws['param_bytes'] / 1e9:.2f} GB into each replica",
+        fit_line(summary.get("fit", {})),
     ]
     return "\n".join(lines)

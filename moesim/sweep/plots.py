@@ -8,6 +8,9 @@ and a matplotlib Axes, draws, and returns the Axes; none touches pyplot state.
 * :func:`plot_heatmap`: a metric over two axes;
 * :func:`plot_best_layout`: the best layout's metric per skew level, labelled with it.
 
+Every function takes ``rl``: an RL sweep's times are shown in seconds, a training
+step's in milliseconds (:func:`label`).
+
 :func:`write_sweep_plots` picks the plots a sweep's axes allow and writes PNGs.
 """
 
@@ -40,8 +43,33 @@ SKEW_KEYS = ("routing.hot_fraction", "routing.hot_token_fraction", "routing.zipf
              "routing.alpha", "routing.capacity_factor")
 
 
-def label(metric: str) -> tuple[str, float]:
-    """Axis label with unit and the factor from SI, for a metric column."""
+# RL steps last minutes: their times in seconds (moesim.rl.summary's columns)
+RL_UNITS: dict[str, tuple[str, float]] = {
+    "step_time_s": ("RL step time (s)", 1.0),
+    "utilization.train": ("trainer busy (% of the run)", 100.0),
+    "utilization.rollout": ("rollout pool busy (% of the run)", 100.0),
+    "samples_per_s": ("samples/s", 1.0),
+    "tokens_per_s_per_gpu": ("tokens/s per GPU", 1.0),
+}
+#: the plots of an RL sweep after the step time: the pools' busy fractions (no stall or
+#: hot-rank columns: those describe a training step's ranks)
+RL_PLOTS = (("utilization.train", "utilization_train.png"),
+            ("utilization.rollout", "utilization_rollout.png"))
+
+
+def is_rl(df: pd.DataFrame) -> bool:
+    """Whether a results frame holds RL points (moesim.rl.summary's columns)."""
+    return "step_time_kind" in df.columns or "samples_per_s" in df.columns
+
+
+def label(metric: str, rl: bool = False) -> tuple[str, float]:
+    """Axis label with unit and the factor from SI, for a metric column (``rl``: of an
+    RL sweep, whose times are seconds)."""
+    if rl:
+        if metric in RL_UNITS:
+            return RL_UNITS[metric]
+        if metric.endswith("_s") or "_s." in metric:     # phases_s.generate
+            return f"{metric} (s)", 1.0
     if metric in UNITS:
         return UNITS[metric]
     if metric.endswith("_s"):
@@ -56,10 +84,10 @@ def _fmt(v: Any) -> str:
 
 
 def plot_vs_skew(ax: Axes, agg: pd.DataFrame, skew: str, metric: str = "step_time_s",
-                 by: str | None = None) -> Axes:
+                 by: str | None = None, rl: bool = False) -> Axes:
     """``metric`` (mean over seeds, bars min..max) against ``skew``, a line per ``by``
     value. Other axes, if any, are averaged (their spread widens the bars)."""
-    text, k = label(metric)
+    text, k = label(metric, rl)
     groups = [(None, agg)] if by is None else list(agg.groupby(by, sort=False, dropna=False))
     for name, g in groups:
         g2 = g.groupby(skew, sort=True).agg(mean=(f"{metric}_mean", "mean"),
@@ -81,10 +109,10 @@ def plot_vs_skew(ax: Axes, agg: pd.DataFrame, skew: str, metric: str = "step_tim
 
 
 def plot_heatmap(ax: Axes, agg: pd.DataFrame, x: str, y: str,
-                 metric: str = "step_time_s") -> Axes:
+                 metric: str = "step_time_s", rl: bool = False) -> Axes:
     """Mean ``metric`` over the ``x`` × ``y`` grid (other axes averaged), annotated;
     a missing cell (skipped or failed) is blank."""
-    text, k = label(metric)
+    text, k = label(metric, rl)
     # axis values as labels, so that a null value (e.g. no capacity limit) keeps its row
     lab = pd.DataFrame({x: agg[x].map(_fmt), y: agg[y].map(_fmt),
                         "v": agg[f"{metric}_mean"]})
@@ -107,10 +135,11 @@ def plot_heatmap(ax: Axes, agg: pd.DataFrame, x: str, y: str,
     return ax
 
 
-def plot_bars(ax: Axes, agg: pd.DataFrame, key: str, metric: str = "step_time_s") -> Axes:
+def plot_bars(ax: Axes, agg: pd.DataFrame, key: str, metric: str = "step_time_s",
+              rl: bool = False) -> Axes:
     """Mean ``metric`` per value of a (categorical) axis, bars = min..max over seeds;
     other axes averaged."""
-    text, k = label(metric)
+    text, k = label(metric, rl)
     g = agg.groupby(key, sort=False, dropna=False).agg(
         mean=(f"{metric}_mean", "mean"), lo=(f"{metric}_min", "min"),
         hi=(f"{metric}_max", "max"))
@@ -127,10 +156,11 @@ def plot_bars(ax: Axes, agg: pd.DataFrame, key: str, metric: str = "step_time_s"
 
 
 def plot_best_layout(ax: Axes, best: pd.DataFrame, skew: str, layout: list[str],
-                     metric: str = "step_time_s", by: str | None = None) -> Axes:
+                     metric: str = "step_time_s", by: str | None = None,
+                     rl: bool = False) -> Axes:
     """The best layout's mean ``metric`` per ``skew`` level (a line per ``by`` value),
     each point labelled with the winning layout values."""
-    text, k = label(metric)
+    text, k = label(metric, rl)
     groups = [(None, best)] if by is None else list(best.groupby(by, sort=False, dropna=False))
     for name, g in groups:
         g = g.sort_values(skew)
@@ -168,15 +198,20 @@ def choose(df: pd.DataFrame, spec: SweepSpec | None = None) -> dict[str, Any]:
 def write_sweep_plots(outdir: str | Path, df: pd.DataFrame,
                       spec: SweepSpec | None = None) -> list[Path]:
     """Write ``step_time.png``, ``stall_fraction.png``, ``heatmap.png`` and
-    ``best_layout.png`` (those the axes allow) into ``outdir``; return their paths."""
+    ``best_layout.png`` (those the axes allow) into ``outdir``; return their paths. An
+    RL sweep (:func:`is_rl`) gets its times in seconds and, instead of the stall
+    fraction (a training step's), the pools' busy fractions (:data:`RL_PLOTS`)."""
     from moesim.trace.plots import new_figure
 
     out = Path(outdir)
-    agg = aggregate(df, ["step_time_s", "stall_fraction", "tokens_per_s"])
-    if agg.empty:
-        return []
+    rl = is_rl(df)
     c = choose(df, spec)
     skew, by, metric = c["skew"], c["by"], c["metric"]
+    extra = RL_PLOTS if rl else (("stall_fraction", "stall_fraction.png"),)
+    wanted = [metric, *(m for m, _ in extra)] + ([] if rl else ["tokens_per_s"])
+    agg = aggregate(df, [m for m in dict.fromkeys(wanted) if m in df.columns])
+    if agg.empty:
+        return []
     by_line = by if by != skew else None
     written = []
 
@@ -184,16 +219,18 @@ def write_sweep_plots(outdir: str | Path, df: pd.DataFrame,
         fig.tight_layout()
         written.append(save_figure(fig, out / name, force=True))  # the sweep's own plots
 
-    for m, name in ((metric, "step_time.png"), ("stall_fraction", "stall_fraction.png")):
+    for m, name in ((metric, "step_time.png"), *extra):
+        if f"{m}_mean" not in agg.columns:
+            continue
         fig = new_figure(7, 4.5)
         if pd.api.types.is_numeric_dtype(agg[skew]):
-            plot_vs_skew(fig.add_subplot(), agg, skew, m, by_line)
+            plot_vs_skew(fig.add_subplot(), agg, skew, m, by_line, rl=rl)
         else:   # no numeric axis to draw against: bars per value
-            plot_bars(fig.add_subplot(), agg, skew, m)
+            plot_bars(fig.add_subplot(), agg, skew, m, rl=rl)
         save(fig, name)
     if c["heatmap"] and len(set(c["heatmap"])) == 2:
         fig = new_figure(7, 4.5)
-        plot_heatmap(fig.add_subplot(), agg, c["heatmap"][0], c["heatmap"][1], metric)
+        plot_heatmap(fig.add_subplot(), agg, c["heatmap"][0], c["heatmap"][1], metric, rl=rl)
         save(fig, "heatmap.png")
     layout = [k for k in c["layout"] if k != skew]
     if layout and pd.api.types.is_numeric_dtype(agg[skew]):
@@ -203,6 +240,6 @@ def write_sweep_plots(outdir: str | Path, df: pd.DataFrame,
         best = best_layout(sub, layout, metric)
         fig = new_figure(7, 4.5)
         plot_best_layout(fig.add_subplot(), best, skew, layout, metric,
-                         by if by not in layout and by != skew else None)
+                         by if by not in layout and by != skew else None, rl=rl)
         save(fig, "best_layout.png")
     return written

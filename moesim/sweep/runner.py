@@ -65,6 +65,9 @@ def point_metrics(summary: dict) -> dict[str, Any]:
     ``stall_fraction`` (mean stall / step time), ``stall_max_rank_s`` (the most any rank
     stalls), ``n_hot_ranks``. Wall-clock time is left out (not reproducible)."""
     m = {k: v for k, v in flatten(summary).items() if k not in VOLATILE}
+    if "step_time_kind" in summary:     # an RL point (moesim.rl.summary): no ranks' stalls
+        m["oom"] = bool(summary.get("oom", False))
+        return m
     step = float(summary.get("step_time_s") or 0.0)
     stall = float(summary.get("breakdown_s", {}).get("stall", 0.0))
     m["stall_fraction"] = stall / step if step > 0 else 0.0

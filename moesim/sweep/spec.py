@@ -232,6 +232,32 @@ def _check_axis(src: str, scenario: str, base: tuple[str, ...], axis: Axis) -> N
     raise InputError(src, field, *err.args[2:])
 
 
+#: steady RL steps a sweep over ``rl.max_lag`` needs between the ``max_lag`` steps that
+#: fill the pipeline and the ``max_lag`` that drain it, so that its step times compare
+#: steady states (moesim.rl.summary.step_window)
+RL_STEADY_STEPS = 2
+
+
+def _check_rl_steps(src: str, rl: Any, axes: tuple[Axis, ...]) -> None:
+    """A sweep over ``rl.max_lag`` runs enough steps at every point for a steady state:
+    ``2 * max_lag + RL_STEADY_STEPS`` (else one line saying which ``rl.steps`` to set)."""
+    by_key = {a.key: a.values for a in axes}
+    if "rl.max_lag" not in by_key or not hasattr(rl, "get"):
+        return
+    lags = [v for v in by_key["rl.max_lag"] if isinstance(v, int) and not isinstance(v, bool)]
+    steps = by_key.get("rl.steps", (rl.get("steps", 4),))
+    counts = [v for v in steps if isinstance(v, int) and not isinstance(v, bool)]
+    if not lags or not counts:
+        return      # a bad value: its points are skipped with the reason
+    need = 2 * max(lags) + RL_STEADY_STEPS
+    if min(counts) < need:
+        field = "axes.rl.steps" if "rl.steps" in by_key else "set: rl.steps"
+        raise InputError(src, field, f"at least {need} RL steps per point with rl.max_lag up "
+                         f"to {max(lags)} (the first and the last max_lag steps fill and "
+                         f"drain the pipeline; {RL_STEADY_STEPS} steady steps between them "
+                         f"are compared): add rl.steps={need} to set", min(counts))
+
+
 def parse_sweep(data: Any, source: str = "<sweep>", base_dir: Path | None = None,
                 default_name: str = "sweep", check_scenario: bool = True) -> SweepSpec:
     """Validate a loaded sweep mapping. With ``check_scenario`` the base scenario plus
@@ -292,6 +318,8 @@ def parse_sweep(data: Any, source: str = "<sweep>", base_dir: Path | None = None
                              data.get("scenario"))
         for a in axes:
             _check_axis(src, scenario, tuple(raw_set), a)
+        if scn.rl:
+            _check_rl_steps(src, scn.rl, axes)
     seeds = _seeds(src, data.get("seeds"), base_seed)
     desc = data.get("description", "")
     n = math.prod(len(a.values) for a in axes) if mode == "grid" else len(axes[0].values)

@@ -1,0 +1,110 @@
+"""Do the RL pools fit in device memory? One :class:`moesim.memory.fit.Fit` per placement.
+
+- **Trainer** (:func:`trainer_fit`): the trainer pool's layout (``rl.train``: tp, pp, ep,
+  ``zero``, rows of ``train.seq_len`` tokens, one row per micro-batch) priced exactly as
+  ``moesim memory`` prices a training layout (:func:`moesim.memory.report.memory_table`:
+  weights, gradients, optimizer states, activations alive at the stage's peak of the
+  schedule, token buffers, recompute workspace), on the scenario the trainer's steps are
+  simulated on (:func:`moesim.rl.engine_costs.trainer_scenario`), with as many
+  micro-batches as the largest mini-batch gives one data-parallel replica. The peak is the
+  largest over the pipeline stages (balanced routing). ``rl.train.zero`` shards what the
+  frameworks shard: Megatron's distributed optimizer is ZeRO stage 1 (optimizer states
+  over the data-parallel group), FSDP's full sharding stage 3 (docs/rl.md).
+- **Rollout engine** (:func:`rollout_fit`): one GPU of an engine replica holds its share
+  of the weights (:func:`replica_weight_bytes`), the KV cache the engine is
+  given (``kv_fraction`` of the device less the weights, as :func:`moesim.rl.run.
+  kv_capacity` sizes it, allocated up front as vLLM does) and the activations of its
+  largest step: a decode step of ``max_batch`` sequences per attention-DP rank
+  (:func:`moesim.serve.memory.table`'s activations: the largest layer's tensors, the
+  routed tokens' buffers and the head's fp32 logits).
+
+Colocated pools run the phases in turn (the switch offloads one side), so each side is
+checked on its own.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+
+from moesim.memory.fit import Fit
+from moesim.memory.model import rank_params
+from moesim.rl.packing import pack_rows, split_mini_batches
+
+
+def replica_weight_bytes(spec, ro) -> float:
+    """Weights on one GPU of an engine replica: dense layers split over TP, experts over
+    EP, or over TP when EP is 1 (vLLM's fused MoE shards every expert over the TP group
+    unless expert parallelism is enabled)."""
+    dense, expert = rank_params(spec, range(spec.layers), tp=ro.tp, ep=ro.ep, first=True,
+                                last=True, etp=ro.tp if ro.ep == 1 else 1)
+    return float(spec.weight_bytes * (dense + expert))
+
+
+def max_microbatches(setup, batches) -> int:
+    """Micro-batches (rows) the busiest data-parallel replica of the trainer gets in the
+    largest mini-batch of ``batches``."""
+    tr = setup.cfg.train
+    most = 1
+    for b in batches:
+        lengths = b.prompt + b.response
+        for ix in split_mini_batches(len(lengths), tr.mini_batches):
+            most = max(most, math.ceil(pack_rows(lengths[ix], setup.seq_len) / tr.dp))
+    return most
+
+
+def trainer_table(setup, microbatches: int) -> dict:
+    """``moesim memory``'s table of the trainer's layout with ``microbatches`` rows."""
+    from moesim.memory.report import memory_table
+    from moesim.rl.engine_costs import trainer_scenario
+    from moesim.scenario.resolve import resolve
+
+    tr = setup.cfg.train
+    scn = trainer_scenario(setup.scenario, tr.gpus, _gpus_per_node(setup), tp=tr.tp,
+                           pp=tr.pp, ep=tr.ep, zero=tr.zero, seq_len=setup.seq_len)
+    m = microbatches
+    if scn.schedule.kind == "interleaved":
+        m = math.ceil(m / tr.pp) * tr.pp
+    scn = dataclasses.replace(scn, schedule=dataclasses.replace(scn.schedule, microbatches=m))
+    return memory_table(resolve(scn))
+
+
+def trainer_fit(setup, batches) -> Fit:
+    table = trainer_table(setup, max_microbatches(setup, batches))
+    worst = max(table["stages"], key=lambda r: r["peak_bytes"])
+    tr = setup.cfg.train
+    what = (f"trainer (tp {tr.tp} pp {tr.pp} ep {tr.ep}, ZeRO-{tr.zero}"
+            + (f", stage {worst['stage']}" if tr.pp > 1 else "") + ")")
+    return Fit(what, worst["peak_bytes"], worst["capacity_bytes"])
+
+
+def rollout_need(setup) -> dict:
+    """Bytes on one GPU of a rollout engine replica: weights, KV cache, activations."""
+    from moesim.serve.config import ServeConfig
+    from moesim.serve.memory import table
+
+    ro, spec, dev = setup.cfg.rollout, setup.res.model, setup.res.device
+    weights = replica_weight_bytes(spec, ro)
+    kv = max(ro.kv_fraction * dev.hbm_bytes - weights, 0.0)
+    per_gpu = -(-ro.max_batch // ro.tp)      # a TP group runs max_batch sequences
+    cfg = ServeConfig(phase="decode", batch_per_gpu=per_gpu, prompt=1, context=1, output=1,
+                      tp=ro.tp, ep=ro.ep, kv_dtype=ro.kv_dtype)
+    acts = table(spec, cfg, dev.hbm_bytes)["activations_bytes"]
+    return {"weights": weights, "kv_cache": kv, "activations": acts,
+            "total": weights + kv + acts}
+
+
+def rollout_fit(setup) -> Fit:
+    ro = setup.cfg.rollout
+    need = rollout_need(setup)["total"]
+    return Fit(f"rollout engine (tp {ro.tp} ep {ro.ep}, kv_fraction {ro.kv_fraction:g})",
+               need, setup.res.device.hbm_bytes)
+
+
+def rl_fits(setup, batches) -> list[Fit]:
+    """The trainer's and the rollout engines' verdicts."""
+    return [trainer_fit(setup, batches), rollout_fit(setup)]
+
+
+def _gpus_per_node(setup) -> int:
+    return setup.res.scenario.gpus_per_node or len(setup.res.topology.gpus)
