@@ -37,7 +37,8 @@ def test_top_level_help_has_no_markup():
 def test_help_has_no_markup(name):
     text = SUBS[name].format_help()
     found = MARKUP.search(text)
-    assert found is None, f"moesim {name} --help: {text[max(0, found.start() - 60):found.end() + 20]!r}"
+    where = text[max(0, found.start() - 60):found.end() + 20] if found else ""
+    assert found is None, f"moesim {name} --help: {where!r}"
 
 
 MODES = {
