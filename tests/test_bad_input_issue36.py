@@ -291,6 +291,11 @@ def test_a_set_that_breaks_a_files_value_blames_the_command_line(capsys, cwd, ar
         or "'s serve.ep): expected a divisor of the model's 3" in line), line
 
 
+def test_a_set_that_needs_a_field_the_file_leaves_out_names_it(capsys, cwd):
+    refused(capsys, ["layout", "toy-cpu", "--set", "routing.kind=file"],
+            "command line: --set routing.kind (then routing.file): expected a counts file")
+
+
 def test_the_files_own_error_still_names_the_file(capsys, cwd):
     """A file that is wrong by itself stays blamed on the file, --set or not."""
     p = write(cwd, {**TOY, "model": {**TOY["model"], "heads": 3}})

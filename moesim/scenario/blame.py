@@ -44,8 +44,9 @@ def blame_overrides(err: InputError, source: str, overrides: Sequence[str],
         _RECHECKING.reset(token)
     keys = [o.split("=", 1)[0].strip() for o in (culprits or overrides)]
     from moesim.paths import shown
-    return InputError(CLI, f"--set {', '.join(keys)} (with {shown(source)}'s {err.field})",
-                      *err.args[2:])
+    # a field the file leaves out (got None) is not the file's value: the --set needs it
+    whose = f"then {err.field}" if err.got is None else f"with {shown(source)}'s {err.field}"
+    return InputError(CLI, f"--set {', '.join(keys)} ({whose})", *err.args[2:])
 
 
 def _same(err: InputError, recheck: Callable[[list[str]], object], overrides: list[str]
