@@ -177,3 +177,13 @@ class _SmallFit:
     def __new__(cls, what, need, capacity):
         from moesim.memory.fit import Fit
         return Fit(what, need, cls.CAP)
+
+
+@pytest.mark.parametrize("name", ["grpo-qwen3-30b-a3b", "grpo-qwen3-30b-a3b-async",
+                                  "grpo-qwen3-30b-a3b-nemo-rl",
+                                  "grpo-qwen3-30b-a3b-nemo-rl-async", "grpo-deepseek-v3"])
+def test_every_shipped_rl_scenario_fits(name):
+    setup = resolve_rl(name)
+    fits = rl_fits(setup, draw_batches(setup, setup.cfg.steps))
+    assert [f.oom for f in fits] == [False, False], [f.text() for f in fits]
+    assert setup.cfg.train.zero == 1        # the distributed optimizer of their frameworks
