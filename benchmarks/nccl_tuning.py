@@ -9,8 +9,9 @@ Cases (each reference is quoted with its source below):
    25.200462": algorithm 0 = Tree, protocol 0 = LL). An estimate, not a measurement.
    That log's rings list ranks up to 23 (>= 3 nodes); NCCL's tree latency is the same
    for 2 and 3 nodes (log2i(3) = 1), so the 2-node model is compared with it.
-2. 512 KiB TP16 ring-sized all-reduce across 2 DGX H100: ~53 µs by NCCL's model, the
-   figure moesim issue 38 quotes for vLLM's TP16 decode all-reduce.
+2. 512 KiB all-reduce, TP16 across 2 DGX H100: ~53 µs by NCCL's model, the figure
+   moesim issue 38 quotes for vLLM's TP16 decode all-reduce; TP32 over 4 nodes ~76 µs
+   (same source).
 3. sglang's bench_symm on 8 x H100 (sgl-project/sglang
    benchmark/kernels/all_reduce/bench_symm.sh, commit 8e17681e, "Results (H100 8-GPU,
    bf16, 500 iters)"): torch eager all_gather_into_tensor and all_to_all_single, per-rank
@@ -69,6 +70,11 @@ def main() -> int:
     _row(f"512 KiB -> {a}/{p}", t * 1e6, 53.0, f"(flow network {flow:.1f} us)")
     others = ", ".join(f"{k} {v:.1f}" for k, v in bd["candidates"].items())
     print(f"     candidates (us): {others}")
+    topo4, f4 = _facts(4)
+    t, a, p, _ = estimate("all_reduce", 512 * KiB, 8, 4, f4)
+    flow = simulate_collective(topo4, "all_reduce", 512 * KiB)["time_s"] * 1e6
+    _row(f"TP32 over 4 nodes, 512 KiB -> {a}/{p}", t * 1e6, 76.0,
+         f"(issue 38: ~76 us; flow network {flow:.1f} us)")
     print("3. sglang bench_symm, 8 x H100 eager (measured; model + 2.43 us launch)")
     errs: dict[str, list[float]] = {"all_gather": [], "all_to_all": [], "reduce_scatter": []}
     for size, refs in SGLANG_EAGER_US.items():

@@ -101,11 +101,19 @@ def test_graph_facts_of_dgx_h100():
     assert f2.comm_channels == 16
 
 
-def test_p2p_protocol_threshold():
-    # send/recv uses LL while a peer's bytes <= comm channels x 16 KiB
-    per_peer_max = 16 * 16384
-    assert us("all_to_all", 16 * per_peer_max)[2] == "LL"
-    assert us("all_to_all", 16 * per_peer_max + 16)[2] == "Simple"
+def test_p2p_protocol_and_pricing_by_hand():
+    # a peer's send takes one channel per 64 KiB and uses LL while its bytes <= channels x
+    # 16 KiB: 16 ranks -> 16 KiB per peer is LL, 16 bytes more is Simple
+    assert us("all_to_all", 16 * 16384)[2] == "LL"
+    assert us("all_to_all", 16 * 16384 + 16)[2] == "Simple"
+    # 16 MiB all_to_all on 2 x 8: per peer 1 MiB, Simple; latency = ring base 8.4 + one
+    # network step 14.0 = 22.4 µs; 8 peers on other nodes x 1 MiB through the rank's share
+    # of the network, 8 channels x 48 GB/s / 8 ranks = 48 GB/s (7 MiB over NVLink, here
+    # the ring's 8 x 48 GB/s as no NVLink figure is given, end sooner)
+    t, a, p, bd = us("all_to_all", 16 << 20)
+    assert (a, p, bd["nccl_model"]) == ("p2p", "Simple", False)
+    assert bd["latency_us"] == pytest.approx(22.4)
+    assert t == pytest.approx(22.4 + 8 * (1 << 20) / (1000 * 48.0))
 
 
 def test_cli_prints_nccl_choice(capsys):

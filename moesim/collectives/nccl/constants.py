@@ -94,3 +94,7 @@ PAT_FACTOR = 0.75
 RING_PLATEAU = (1.9, 1.4)
 #: enqueue.cc: a send/recv uses LL while its bytes <= nChannels x 16384 (NCCL_P2P_LL_THRESHOLD)
 P2P_LL_THRESHOLD = 16384
+#: enqueue.cc: a send/recv takes one channel per ``minPartSize`` bytes (up to its peer's
+#: channels): the p2p chunk / 8 inside a node, / 2 across nodes; init.cc chunk sizes
+#: NCCL_P2P_NVL_CHUNKSIZE 512 KiB, NCCL_P2P_NET_CHUNKSIZE 128 KiB -> 64 KiB either way
+P2P_MIN_PART = {"intra": (1 << 19) // 8, "net": (1 << 17) // 2}

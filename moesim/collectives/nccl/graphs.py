@@ -82,7 +82,7 @@ class NcclFacts:
     ``graphs`` maps an algorithm name (``constants.ALGORITHMS``) to its graph; an
     algorithm without one is unavailable. ``intra`` is "nvlink" or "pci";
     ``ll128_paths_ok`` says the GPU-NIC and GPU-GPU paths are those NCCL enables LL128
-    on (up to PXN between GPU and NIC, up to NVB between GPUs, on Hopper+).
+    on (GPU-GPU over NVLink, GPU-NIC on the GPU's own PCIe switch).
     """
 
     nodes: int
@@ -95,6 +95,8 @@ class NcclFacts:
     ll128_paths_ok: bool = True
     balanced_tree: bool = True
     nvls_support: bool = True
+    #: a GPU's NVLink (or PCIe) bandwidth as NCCL's topology reports it, GB/s (0: unknown)
+    gpu_intra_GBps: float = 0.0
 
     @property
     def n_ranks(self) -> int:
@@ -191,4 +193,4 @@ def facts_from_params(params: dict[str, Any], device: str, nodes: int,
                      cpu_vendor=cpu_vendor, intra=intra, graphs=graphs,
                      comm_channels=min(MAXCHANNELS, 2 * ring.n_channels),
                      ll128_paths_ok=intra == "nvlink",
-                     nvls_support="nvls" in graphs)
+                     nvls_support="nvls" in graphs, gpu_intra_GBps=gpu_bw)

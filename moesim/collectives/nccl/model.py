@@ -13,10 +13,9 @@ reduce, the total gathered size (count x nRanks) for all_gather and reduce_scatt
 
 NCCL has no cost model for send/recv (tuning.cc prices collectives only). For
 ``send_recv`` and ``all_to_all`` (grouped send/recv) moesim uses the protocol NCCL's
-enqueue.cc picks for point-to-point (LL while a peer's bytes <= channels x 16 KiB,
-else Simple) and prices it with the ring's constants: one step per peer round
-(n-1 rounds for all_to_all, 1 for send_recv) -- a moesim construction, marked
-``"nccl_model": false`` in the breakdown.
+enqueue.cc picks for point-to-point (LL while a peer's bytes <= its channels x 16 KiB,
+else Simple) and prices it with the ring's constants (see ``_p2p``) -- a moesim
+construction, marked ``"nccl_model": false`` in the breakdown.
 """
 
 from __future__ import annotations
@@ -182,22 +181,35 @@ def algo_time(op: str, algo: str, proto: str, nbytes: float, facts: NcclFacts,
 
 
 def _p2p(op: str, nbytes: float, facts: NcclFacts, protocol: str | None) -> dict:
-    n = facts.n_ranks
+    """moesim's pricing of send/recv with NCCL's constants (NCCL itself has none): every
+    peer runs at once on its own channels (enqueue.cc maps each peer round to other
+    channels), so the latency is one ring step, base + hwLat of the link type; the bytes
+    for peers on the node cross the GPU's NVLink/PCI bandwidth, those for other nodes the
+    rank's share of the ring's network channels, whichever ends last; LL halves both."""
+    n, local, nodes = facts.n_ranks, facts.ranks_per_node, facts.nodes
     ring = facts.graphs["ring"]
-    rounds = n - 1 if op == "all_to_all" else 1
     per_peer = nbytes / n if op == "all_to_all" else nbytes
-    proto = "LL" if per_peer <= facts.comm_channels * C.P2P_LL_THRESHOLD else "Simple"
+    key = "net" if nodes > 1 else "intra"
+    chans = max(1, min(facts.comm_channels, math.ceil(per_peer / C.P2P_MIN_PART[key])))
+    proto = "LL" if per_peer <= chans * C.P2P_LL_THRESHOLD else "Simple"
     if protocol is not None:
         if protocol == "LL128":
             raise InputError(_SRC, "protocol", f"LL or Simple for {op} (NCCL's send/recv "
                              "uses no LL128)", protocol)
         proto = protocol
     p = C.PROTOCOLS.index(proto)
-    hw = "net" if facts.nodes > 1 else facts.intra
-    lat = C.BASE_LAT["ring"][p] + rounds * C.HW_LAT[hw]["ring"][p]
-    bw = ring.n_channels * ring.bw_intra * (C.RING_LL_FACTOR if proto == "LL" else 1.0)
-    moved = nbytes * (n - 1) / n if op == "all_to_all" else nbytes
-    return {"algo": "p2p", "protocol": proto, "time_us": lat + moved / (1000 * bw),
+    lat = C.BASE_LAT["ring"][p] + C.HW_LAT["net" if nodes > 1 else facts.intra]["ring"][p]
+    factor = C.RING_LL_FACTOR if proto == "LL" else 1.0
+    if op == "all_to_all":
+        intra_bytes, inter_bytes = per_peer * (local - 1), per_peer * (n - local)
+    else:  # send_recv: between two nodes when the pair spans them
+        intra_bytes, inter_bytes = (0.0, nbytes) if nodes > 1 else (nbytes, 0.0)
+    intra_bw = (facts.gpu_intra_GBps or ring.n_channels * ring.bw_intra) * factor
+    inter_bw = ring.n_channels * ring.bw_inter / local * factor if nodes > 1 else math.inf
+    t_bytes = max(intra_bytes / (1000 * intra_bw), inter_bytes / (1000 * inter_bw))
+    moved = intra_bytes + inter_bytes
+    bw = moved / (1000 * t_bytes) if t_bytes > 0 else intra_bw
+    return {"algo": "p2p", "protocol": proto, "time_us": lat + t_bytes,
             "latency_us": lat, "bandwidth_GBps": bw, "nccl_model": False, "candidates": {}}
 
 
