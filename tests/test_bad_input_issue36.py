@@ -259,6 +259,24 @@ def test_layout_of_a_serving_scenario_shows_the_serving_groups(capsys, cwd):
             "command line: --set parallel.tp: expected left unset")
 
 
+def test_layout_of_a_scenario_under_load_names_its_scheduler(capsys, cwd):
+    """qwen3-30b-a3b-serve-load: 16 GPUs, TP1, EP8: two EP groups of 8 are the two
+    lockstep groups; disaggregated, one prefills and one decodes."""
+    assert main(["layout", "qwen3-30b-a3b-serve-load", "--set", "load.scheduler=disaggregated",
+                 "--set", "load.prefill_groups=1", "--json"]) == 0
+    t = json.loads(capsys.readouterr().out)
+    assert t["serve"]["load"] == {"scheduler": "disaggregated", "prefill_groups": 1,
+                                  "lockstep_groups": 2}
+    assert t["groups"]["ep"]["ranks"] == list(range(8))
+    refused(capsys, ["layout", "qwen3-30b-a3b-serve-load", "--set",
+                     "load.scheduler=disaggregated", "--set", "load.prefill_groups=2"],
+            "command line: --set load.prefill_groups: expected fewer than the 2 lockstep "
+            "groups", "got 2")
+    refused(capsys, ["layout", "mixtral-8x7b-serve-load", "--set",
+                     "load.scheduler=disaggregated"], "command line: --set load.scheduler: "
+            "expected disaggregated serving on at least two lockstep groups", "has 1")
+
+
 def test_layout_of_an_rl_scenario_is_refused(capsys, cwd):
     refused(capsys, ["layout", "grpo-qwen3-30b-a3b"], "grpo-qwen3-30b-a3b.yaml: rl: expected "
             "a training or serving scenario", "rl.train and rl.rollout")

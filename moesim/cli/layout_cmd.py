@@ -17,11 +17,12 @@ from __future__ import annotations
 
 import argparse
 import json
+from pathlib import Path
 
 from moesim.cli.common import add_output_flags
 from moesim.errors import InputError
 from moesim.scenario import load_scenario, resolve
-from moesim.scenario.blame import CLI
+from moesim.scenario.blame import CLI, blame_overrides
 
 #: group kind -> what Megatron-Core calls it and what runs over it
 GROUPS = (
@@ -85,9 +86,15 @@ def _ranges(xs: list[int]) -> str:
 def format_groups(name: str, t: dict) -> str:
     s = t["sizes"]
     if "serve" in t:
-        head = (f"scenario {name}: serving step ({t['serve']['phase']}) on {s['world']} "
-                f"GPUs: attention tp={s['tp']} x attention dp={s['dp']}, MoE ep={s['ep']} "
-                f"edp={s['edp']}, one pipeline stage (serve.tp, serve.ep)")
+        sv = t["serve"]
+        ld = sv.get("load")
+        what = (f"serving step ({sv['phase']})" if not ld else
+                f"serving deployment under load ({ld['scheduler']}" + (
+                    f": {ld['prefill_groups']} of its {ld['lockstep_groups']} lockstep "
+                    "groups prefill" if "prefill_groups" in ld else "") + ")")
+        head = (f"scenario {name}: {what} on {s['world']} GPUs: attention tp={s['tp']} x "
+                f"attention dp={s['dp']}, MoE ep={s['ep']} edp={s['edp']}, one pipeline "
+                "stage (serve.tp, serve.ep)")
     else:
         head = (f"scenario {name}: {s['world']} ranks, order {t['order']} (innermost "
                 f"first); attention tp={s['tp']} cp={s['cp']} dp={s['dp']} pp={s['pp']}, "
@@ -121,6 +128,35 @@ def _refuse_rl(scn, target: str, overrides: list[str]) -> None:
                      "an rl: section")
 
 
+def _under_load(res, overrides: list[str]) -> dict:
+    """A ``load:`` section's scheduler; disaggregated: how many lockstep groups (TP
+    groups joined by their EP groups, moesim.load.deploy) prefill, checked as
+    ``moesim serve`` checks it."""
+    from moesim.load.config import load_from_dict
+    from moesim.load.deploy import lockstep_groups
+
+    scn = res.scenario
+    src = Path(scn.source)
+    try:
+        lc = load_from_dict(dict(scn.load), scn.source, seed=scn.seed,
+                            base=str(src.parent) if src.is_file() else ".")
+        out: dict = {"scheduler": lc.scheduler}
+        if lc.scheduler == "disaggregated":
+            groups = len(lockstep_groups(res.layout)[0])
+            if groups < 2:
+                raise InputError(scn.source, "load.scheduler", "disaggregated serving on at "
+                                 "least two lockstep groups (a cluster larger than one EP "
+                                 f"group); this layout has {groups}", "disaggregated")
+            if not 1 <= lc.prefill_groups < groups:
+                raise InputError(scn.source, "load.prefill_groups", f"fewer than the {groups} "
+                                 "lockstep groups (disaggregated serving needs at least one "
+                                 "group to decode)", lc.prefill_groups)
+            out.update(prefill_groups=lc.prefill_groups, lockstep_groups=groups)
+    except InputError as err:
+        raise blame_overrides(err, scn.source, overrides) from None
+    return out
+
+
 def run(args: argparse.Namespace) -> int:
     scn = load_scenario(args.scenario, args.overrides, resolve=False)
     _refuse_rl(scn, args.scenario, args.overrides)
@@ -139,6 +175,8 @@ def run(args: argparse.Namespace) -> int:
         t["coords"] = {k: t["coords"][k] for k in ("tp", "dp", "ep", "edp")}
         t["serve"] = {"phase": cfg.phase, "tp": cfg.tp, "attn_dp": lay.world // cfg.tp,
                       "ep": cfg.ep}
+        if res.scenario.load:
+            t["serve"]["load"] = _under_load(res, args.overrides)
     if args.json:
         print(json.dumps(t, indent=1))
     else:
