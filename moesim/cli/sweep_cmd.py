@@ -28,7 +28,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--threads", action="store_true",
                    help="local cluster of threads in this process instead of processes")
     p.add_argument("--plot-only", action="store_true",
-                   help="redraw the plots from OUTDIR/results.parquet, run nothing")
+                   help="redraw the plots from the folder's results.parquet, run nothing")
     p.add_argument("--no-plots", action="store_true", help="write no PNG files")
     add_output_flags(p, out_default="out/sweeps/<sweep name>",
                      json_help="print the sweep's summary.json on stdout")
