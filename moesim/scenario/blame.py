@@ -11,6 +11,10 @@ from moesim.errors import InputError
 
 CLI = "command line"
 
+#: the most ``--set`` items whose part in an error is worked out: each costs two more
+#: passes over the checks (about a second each on a 2,048-GPU scenario)
+MAX_RECHECKED = 8
+
 #: set while :func:`blame_overrides` checks the file again, so that check does not
 #: check again itself
 _RECHECKING: ContextVar[bool] = ContextVar("moesim_blame_rechecking", default=False)
@@ -30,7 +34,7 @@ def blame_overrides(err: InputError, source: str, overrides: Sequence[str],
         key = item.split("=", 1)[0].strip()
         if err.field == key or err.field.startswith((key + ".", key + "[")):
             return InputError(CLI, f"--set {err.field}", *err.args[2:])
-    if recheck is None or not overrides or _RECHECKING.get():
+    if recheck is None or not overrides or len(overrides) > MAX_RECHECKED or _RECHECKING.get():
         return err
     token = _RECHECKING.set(True)
     try:
