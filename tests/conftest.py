@@ -30,17 +30,23 @@ _CACHES = ("__pycache__", ".pytest_cache", ".hypothesis", ".ruff_cache", ".egg-i
            ".ipynb_checkpoints", ".venv")
 
 
+# what moesim and its tests write: a folder, or a file of one of these kinds
+_OUTPUTS = (".json", ".png", ".csv", ".parquet", ".txt", ".svg", ".html", ".gz", ".pdf")
+
+
 def left_in_checkout(before: set[str], after: set[str]) -> list[str]:
     """Entries of ``git status --porcelain --ignored`` new in ``after`` that a test run
-    made: ignored paths other than caches, and untracked files at the top level (other
-    than Markdown: a page being written beside the run)."""
+    made: ignored paths other than caches (out/, build/, ...), and untracked folders or
+    output files (``_OUTPUTS``) at the top level. A source file or a page being written
+    beside the run, or a download, is not a test's output."""
     out = []
     for entry in sorted(after - before):
         code, path = entry[:2], entry[3:].strip('"')
         if any(c in path for c in _CACHES):
             continue
         top_level = "/" not in path.rstrip("/")
-        if code == "!!" or (code == "??" and top_level and not path.endswith(".md")):
+        output = path.endswith("/") or path.endswith(_OUTPUTS)
+        if code == "!!" or (code == "??" and top_level and output):
             out.append(path)
     return sorted(out)
 

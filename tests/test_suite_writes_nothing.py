@@ -15,6 +15,8 @@ def test_outputs_are_found_and_caches_and_sources_are_not():
         "?? moesim/load/window.py",         # a module being written beside the run
         "?? CHANGELOG.md",                  # a page being written beside the run
         "?? my-traces/",                    # a folder written at the top level
+        "?? zoom.png",                      # a plot written at the top level
+        "?? ruff-0.17.6-py3-none-any.whl",  # a download beside the run
     }
-    assert left_in_checkout(before, after) == ["calib.json", "my-traces/", "out/"]
+    assert left_in_checkout(before, after) == ["calib.json", "my-traces/", "out/", "zoom.png"]
     assert left_in_checkout(after, after) == []
