@@ -83,3 +83,56 @@ def test_guides_hold_no_dates_times_loads_or_issue_numbers(page):
 
 def test_readme_is_short():
     assert len((ROOT / "README.md").read_text().splitlines()) <= 150
+
+
+LINK = re.compile(r"\]\(([^)\s]+)\)")
+
+
+def heading_anchors(page: Path) -> set[str]:
+    """The anchors GitHub gives a page's headings: lower case, punctuation other than
+    '-' and '_' dropped, spaces as '-'; a repeated heading gets '-1', '-2', ..."""
+    out, seen, fenced = set(), {}, False
+    for line in page.read_text().splitlines():
+        if line.lstrip().startswith("```"):
+            fenced = not fenced
+        m = None if fenced else re.match(r"#{1,6}\s+(.*)", line)
+        if m:
+            slug = re.sub(r"[^\w\- ]", "", m.group(1).strip().lower()).replace(" ", "-")
+            n = seen.get(slug, 0)
+            seen[slug] = n + 1
+            out.add(slug if n == 0 else f"{slug}-{n}")
+    return out
+
+
+def broken_links(page: Path) -> list[str]:
+    bad, fenced = [], False
+    for no, line in enumerate(page.read_text().splitlines(), 1):
+        if line.lstrip().startswith("```"):
+            fenced = not fenced
+        if fenced:
+            continue
+        for m in LINK.finditer(line):
+            target = m.group(1)
+            if re.match(r"[a-z]+:", target):       # https:, mailto:
+                continue
+            path, _, anchor = target.partition("#")
+            file = (page.parent / path).resolve() if path else page
+            if not file.exists():
+                bad.append(f"{no}: {target}: no such file")
+            elif anchor and file.suffix == ".md" and anchor not in heading_anchors(file):
+                bad.append(f"{no}: {target}: no such heading")
+    return bad
+
+
+def test_heading_anchors_as_github_makes_them(tmp_path):
+    page = tmp_path / "p.md"
+    page.write_text("# Fast path: a model (issue 7)\n```\n# not a heading\n```\n"
+                    "## `moesim run`\n## `moesim run`\n")
+    assert heading_anchors(page) == {"fast-path-a-model-issue-7", "moesim-run", "moesim-run-1"}
+
+
+@pytest.mark.parametrize("page", [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))],
+                         ids=lambda p: str(p.relative_to(ROOT)))
+def test_every_relative_link_names_a_file_and_heading_that_exist(page):
+    # pages move and headings get renamed: a link must still land
+    assert broken_links(page) == []
