@@ -10,7 +10,9 @@ not fit (each point's ``oom``), and the mean of the headline metrics per combina
 
 from __future__ import annotations
 
+import contextlib
 import math
+from pathlib import Path
 from typing import Any
 
 import pandas as pd
@@ -19,7 +21,7 @@ from moesim.sweep.results import axis_columns
 from moesim.sweep.spec import SweepSpec, format_value
 
 #: columns of the means table in summary.md/json, when the points have them
-MEAN_METRICS = ("step_time_s", "tokens_per_s", "mfu", "memory.peak_bytes_max")
+MEAN_METRICS = ("step_time_s", "tokens_per_s", "samples_per_s", "mfu", "memory.peak_bytes_max")
 #: rows of summary.md's means table (the rest are in means.csv)
 MD_ROWS = 40
 #: points listed by name as not fitting (the rest are counted)
@@ -70,17 +72,17 @@ def sweep_summary(spec: SweepSpec, df: pd.DataFrame, agg: pd.DataFrame, *, ran: 
         "oom_points": int(len(oom)), "oom": bool(len(oom)), "memory_checked": checked,
         "oom_at": [_point(r, keys) for _, r in oom.head(OOM_LISTED).iterrows()],
         "not_run": reasons, "means": means,
-        "units": {"step_time_s": "s", "tokens_per_s": "tokens/s", "mfu": "fraction",
-                  "memory.peak_bytes_max": "bytes"},
+        "units": {"step_time_s": "s", "tokens_per_s": "tokens/s", "samples_per_s": "samples/s",
+                  "mfu": "fraction", "memory.peak_bytes_max": "bytes"},
         "files": sorted(files),
     }
 
 
-def _cell(v: Any, col: str) -> str:
+def _cell(v: Any, col: str, step_scale: float) -> str:
     if v is None:
         return "-"
     if col.startswith("step_time_s"):
-        return f"{v * 1e3:.3f}"
+        return f"{v * step_scale:.3f}"
     if col.startswith("memory.peak_bytes"):
         return f"{v / 2**30:.1f}"
     if col.startswith("mfu"):
@@ -90,8 +92,18 @@ def _cell(v: Any, col: str) -> str:
     return str(v)
 
 
-_HEAD = {"step_time_s_mean": "step (ms)", "tokens_per_s_mean": "tokens/s",
+_HEAD = {"tokens_per_s_mean": "tokens/s", "samples_per_s_mean": "samples/s",
          "mfu_mean": "MFU (%)", "memory.peak_bytes_max_mean": "peak memory (GiB)"}
+
+
+def _scenario_name(path: str) -> str:
+    """A scenario as the user gave it: a path relative to the working folder when
+    under it, else as given."""
+    p = Path(path)
+    if p.is_absolute():
+        with contextlib.suppress(ValueError):
+            return str(p.relative_to(Path.cwd()))
+    return path
 
 
 def summary_markdown(s: dict) -> str:
@@ -99,7 +111,7 @@ def summary_markdown(s: dict) -> str:
     counts = ", ".join(f"{k} {v}" for k, v in sorted(s["counts"].items()))
     axes = "; ".join(f"{k}: {', '.join(map(str, v))}" for k, v in s["axes"].items())
     lines = [f"# Sweep {s['sweep']}", "",
-             f"Scenario {s['scenario']}" + (f" with {', '.join(s['set'])}" if s["set"] else "")
+             f"Scenario {_scenario_name(s['scenario'])}" + (f" with {', '.join(s['set'])}" if s["set"] else "")
              + f"; {s['mode']} over {axes}; seeds {', '.join(map(str, s['seeds']))}.", "",
              f"{s['points']} points ({counts}); this run ran {s['ran']}, "
              f"{s['already_done']} were already done."]
@@ -115,11 +127,14 @@ def summary_markdown(s: dict) -> str:
         lines.append(f"- {n} {why}")
     if s["means"]:
         cols = list(s["means"][0])
+        steps = [r.get("step_time_s_mean") or 0.0 for r in s["means"]]
+        scale, unit = (1.0, "s") if max(steps) >= 1.0 else (1e3, "ms")   # RL steps: seconds
+        head = {**_HEAD, "step_time_s_mean": f"step ({unit})"}
         lines += ["", "Mean over seeds per combination (means.csv has spread, min and max):",
-                  "", "| " + " | ".join(_HEAD.get(c, c) for c in cols) + " |",
+                  "", "| " + " | ".join(head.get(c, c) for c in cols) + " |",
                   "|" + "---|" * len(cols)]
         for row in s["means"][:MD_ROWS]:
-            lines.append("| " + " | ".join(_cell(row[c], c) for c in cols) + " |")
+            lines.append("| " + " | ".join(_cell(row[c], c, scale) for c in cols) + " |")
         if len(s["means"]) > MD_ROWS:
             lines.append(f"\n({len(s['means']) - MD_ROWS} more rows in means.csv)")
     lines += ["", "Files: " + ", ".join(s["files"]) + "."]
