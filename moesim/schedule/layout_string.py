@@ -100,6 +100,11 @@ def _count(digits: str) -> int:
     return int(digits) if len(digits) <= 18 else 2**62
 
 
+def _shown(text: str) -> str:
+    """A layout string as an error shows it: its first 80 characters."""
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
 def _size(n: int) -> str:
     return f"{n:,}" if n < 10**18 else "over 10^18"
 
@@ -113,16 +118,16 @@ def parse_layout(text: str, source: str = "<layout>") -> list[str]:
     try:
         stages = expand(text.strip(), MAX_LAYOUT_CHARS).split("|")
     except OverflowError as big:
-        shown = text if len(text) <= 80 else text[:77] + "..."
         raise InputError(source, FIELD, f"a layout that unrolls to at most "
                          f"{MAX_LAYOUT_CHARS:,} characters (E, L, one t or m per layer, "
-                         f"| between stages; this one: {_size(big.args[0])})", shown) from None
+                         f"| between stages; this one: {_size(big.args[0])})",
+                         _shown(text)) from None
     for st in stages:
         bad = set(st) - set(PIECES)
         if bad:
             raise InputError(source, FIELD, "stages of E (embedding), t (decoder layer), "
                              "m (MTP layer), L (loss) separated by |, with x*n and (...)*n",
-                             text)
+                             _shown(text))
     return stages
 
 
@@ -135,7 +140,7 @@ def layout_chunks(text: str, *, layers: int, mtp: int, n_stages: int,
 
     def need(cond: bool, expected: str) -> None:
         if not cond:
-            raise InputError(source, FIELD, expected, text)
+            raise InputError(source, FIELD, expected, _shown(text))
 
     need(len(stages) == n_stages, f"{n_stages} stages (pp·vpp; this one has {len(stages)})")
     need(flat.count("E") == 1 and stages[0].startswith("E"),
