@@ -97,3 +97,21 @@ def test_a_terminal_gets_one_line_updated_in_place():
     p.close()
     assert out.getvalue() == text + "\n"
     assert p.lines == 2
+
+
+def test_a_line_left_open_is_ended_before_an_error_message():
+    """A run stopped mid-way on a terminal (an error, Ctrl-C): end_lines() writes the
+    newline, so the message that follows starts on its own line; only once."""
+    from moesim.trace.progress import end_lines
+
+    clock, out = FakeClock(), Terminal()
+    p = Progress(400, "sim", stream=out, clock=clock)
+    _run(p, clock, 160, 0.01)   # shown at 1 s (100 items), not at 1.6 s
+    assert not out.getvalue().endswith("\n")
+    end_lines()
+    assert out.getvalue().endswith("\x1b[K\n") and out.getvalue().count("\n") == 1
+    end_lines()
+    p.close()      # the final state (not shown yet) on a line of its own, ended
+    lines = out.getvalue().split("\n")
+    assert lines[1] == "\rsim:  40.0% (160/400), 100.0/s, 2 s elapsed, ETA 2 s\x1b[K"
+    assert out.getvalue().count("\n") == 2

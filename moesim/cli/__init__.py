@@ -16,6 +16,7 @@ from moesim import __version__
 from moesim.cli.common import OneLineParser, join_negative_values
 from moesim.cli.help_text import DESCRIPTIONS, TOP
 from moesim.errors import InputError
+from moesim.trace.progress import end_lines
 
 # name -> (module, one-line help). Modules are imported lazily so that a command
 # needing an optional extra (torch, dask) does not slow or break the others.
@@ -85,9 +86,11 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return int(importlib.import_module(args._module).run(args) or 0)
     except InputError as err:
+        end_lines()
         print(f"moesim {args.command}: error: {err}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
+        end_lines()
         print(f"moesim {args.command}: interrupted", file=sys.stderr)
         return 130
     except BrokenPipeError:  # e.g. `moesim flows ... | head`: the reader left, not an error

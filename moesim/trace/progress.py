@@ -22,6 +22,16 @@ MILESTONES = (0.25, 0.5, 0.75)
 _ERASE = "\x1b[K"
 
 
+_OPEN: list[Progress] = []     # progress lines on a terminal awaiting their newline
+
+
+def end_lines() -> None:
+    """End every progress line left open on a terminal (a run stopped by an error or
+    Ctrl-C), so that the message printed next starts on a line of its own."""
+    while _OPEN:
+        _OPEN.pop().end()
+
+
 def _is_tty(stream: TextIO) -> bool:
     try:
         return bool(stream.isatty())
@@ -68,6 +78,8 @@ class Progress:
     def _show(self) -> None:
         if self.tty:
             self.stream.write("\r" + self.line() + _ERASE)
+            if not self._open:
+                _OPEN.append(self)
             self._open = True
         else:
             self.stream.write(self.line() + "\n")
@@ -112,10 +124,16 @@ class Progress:
             return
         if self._shown != self.done:
             self._show()
+        self.end()
+
+    def end(self) -> None:
+        """The newline that ends a line updated in place, if one is open."""
         if self._open:
+            self._open = False
+            if self in _OPEN:
+                _OPEN.remove(self)
             self.stream.write("\n")
             self.stream.flush()
-            self._open = False
 
     def __enter__(self) -> Progress:
         return self
