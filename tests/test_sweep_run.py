@@ -197,3 +197,23 @@ def test_progress_lines_unless_quiet(tmp_path, client):
     buf = io.StringIO()
     run_sweep(spec, tmp_path / "q", client=client, stream=buf, quiet=True)
     assert buf.getvalue() == ""
+
+
+def _instant(point: dict) -> dict:
+    return {**{k: point[k] for k in ("point_id", "index", "values", "seed")},
+            "status": "ok", "metrics": {"step_time_s": 1.0}, "sim_wall_s": 0.0}
+
+
+def test_progress_in_a_log_is_a_few_lines_not_one_per_point(tmp_path, client):
+    """40 points into a log (not a terminal): a line at 10, 20, 30 and 40 points done
+    (a quarter each), none repeated, whatever the timing."""
+    import io
+
+    hf = "[" + ", ".join(f"{0.1 + 0.01 * i:.2f}" for i in range(20)) + "]"
+    spec = load_sweep(sweep_file(tmp_path, hf=hf, seeds="[1, 2]"))
+    buf = io.StringIO()
+    run_sweep(spec, tmp_path / "log", client=client, stream=buf, point_fn=_instant)
+    lines = buf.getvalue().splitlines()
+    assert [ln.split("(")[1].split(")")[0] for ln in lines] == ["10/40", "20/40", "30/40",
+                                                                "40/40"]
+    assert len(set(lines)) == len(lines)
