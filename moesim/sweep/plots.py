@@ -99,6 +99,9 @@ def plot_vs_skew(ax: Axes, agg: pd.DataFrame, skew: str, metric: str = "step_tim
                          g2["hi"].to_numpy(dtype=float) * k - y])
         ax.errorbar(x, y, yerr=np.clip(err, 0, None), marker="o", capsize=3,
                     label=None if name is None else f"{by}={_fmt(name)}")
+    xs = np.unique(np.asarray(agg[skew], dtype=float))
+    if len(xs) <= 12 and np.all(xs == np.round(xs)):     # integer axis values as ticks
+        ax.set_xticks(xs, [f"{int(x)}" for x in xs])
     ax.set_xlabel(skew)
     ax.set_ylabel(text)
     ax.grid(alpha=0.3)
