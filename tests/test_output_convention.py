@@ -162,7 +162,7 @@ def test_every_command_follows_the_output_convention(name, work, capsys):
     assert json.loads(again["summary.json"])[MARKER]["command"] == command
 
 
-@pytest.mark.parametrize("name", [_case(n) for n in CASES if n != "run"])
+@pytest.mark.parametrize("name", [_case(n, f"{n} -o another's") for n in CASES if n != "run"])
 def test_no_command_writes_over_another_commands_folder(name, work, capsys):
     """A `run` folder given as -o to every other command: one line, exit 2, before the
     long work, the run's files as they were."""
