@@ -355,3 +355,5 @@ def test_routed_experts_per_rank_are_bounded(capsys, cwd, argv):
 def test_kernels_on_a_serving_scenario_points_at_serve(capsys, cwd):
     refused(capsys, ["kernels", "mixtral-8x7b-serve"], "serve: expected a training scenario",
             "moesim serve")
+    refused(capsys, ["kernels", "grpo-qwen3-30b-a3b"], "grpo-qwen3-30b-a3b.yaml: rl: expected "
+            "a training or serving scenario", "`moesim kernels` would ignore them")

@@ -106,8 +106,11 @@ def _fmt(doc: dict) -> str:
 
 def run(args: argparse.Namespace) -> int:
     from moesim.cli.common import refuse_serving
+    from moesim.cli.layout_cmd import refuse_rl
     scn = load_scenario(args.scenario, args.overrides, resolve=False)
     refuse_serving(scn, args.overrides, "kernels", "list a training layer's kernels")
+    refuse_rl(scn, args.scenario, args.overrides, "kernels",
+              "list the kernels of the parallel: section's layout")
     res = resolve(scn)
     spec = res.model
     if args.layer is None:

@@ -112,7 +112,8 @@ def format_groups(name: str, t: dict) -> str:
     return "\n".join(lines)
 
 
-def _refuse_rl(scn, target: str, overrides: list[str]) -> None:
+def refuse_rl(scn, target: str, overrides: list[str], command: str = "layout",
+              what: str = "show the parallel: section's layout") -> None:
     """An ``rl:`` scenario: its layouts are ``rl.train`` and ``rl.rollout``'s. Blamed on
     the file when it has the section, else on the ``--set`` that added it."""
     if not scn.rl:
@@ -123,8 +124,8 @@ def _refuse_rl(scn, target: str, overrides: list[str]) -> None:
         given = []
     raise InputError(CLI if given else scn.source, f"--set {given[0]}" if given else "rl",
                      "a training or serving scenario (an rl: section places its trainer "
-                     "and rollout engines from rl.train and rl.rollout; `moesim layout` "
-                     "would ignore them and show the parallel: section's layout)",
+                     f"and rollout engines from rl.train and rl.rollout; `moesim {command}` "
+                     f"would ignore them and {what})",
                      "an rl: section")
 
 
@@ -159,7 +160,7 @@ def _under_load(res, overrides: list[str]) -> dict:
 
 def run(args: argparse.Namespace) -> int:
     scn = load_scenario(args.scenario, args.overrides, resolve=False)
-    _refuse_rl(scn, args.scenario, args.overrides)
+    refuse_rl(scn, args.scenario, args.overrides)
     cfg = None
     if scn.serve:
         from moesim.serve.run import resolve_serve
