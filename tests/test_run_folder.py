@@ -167,3 +167,26 @@ def test_lock_file_of_a_killed_run_is_taken_over(tmp_path):
     (out / LOCK_NAME).write_text("pid 1 on a killed host")
     assert busy_holder(out) is None
     assert _write(out, {"x": 1})["x"] == 1
+
+
+def test_an_interrupted_folder_still_says_whose_it_was(tmp_path, monkeypatch):
+    out = tmp_path / "i"
+    set_command("rl")
+    real = folder_mod._put
+
+    def put(tmp, path, may):
+        if path.name == "data.csv":
+            raise KeyboardInterrupt
+        return real(tmp, path, may)
+
+    monkeypatch.setattr(folder_mod, "_put", put)
+    with pytest.raises(KeyboardInterrupt):
+        _write(out, {"x": 1}, identity={"scenario": "a"})
+    monkeypatch.setattr(folder_mod, "_put", real)
+    assert run_manifest(out)["complete"] is False
+    set_command("serve")
+    with pytest.raises(InputError, match="the outputs of `moesim rl`"):
+        check_run_folder(out, False)
+    set_command("rl")
+    check_run_folder(out, False, identity={"scenario": "a"})
+    assert _write(out, {"x": 2}, identity={"scenario": "a"})["x"] == 2

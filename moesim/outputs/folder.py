@@ -169,8 +169,8 @@ def check_run_folder(folder: str | Path, force: bool, *, identity: Any = None,
         raise InputError(str(p), flag, "a new folder or one holding only moesim's outputs "
                          "(pass --force to write there anyway)",
                          "files moesim did not write: " + ", ".join(foreign[:5]))
-    rec = run_manifest(p)
-    if rec is None or rec.get("complete") is False:
+    rec = run_manifest(p)      # (an interrupted run's marker says whose it was too)
+    if rec is None:
         return p
     theirs, mine = rec.get("command"), _command[0]
     if theirs and mine and theirs != mine:
