@@ -153,3 +153,24 @@ def test_another_sweeps_or_commands_folder_is_refused(tmp_path: Path, capsys):
     capsys.readouterr()
     assert main(["sweep", str(f), "-o", str(tmp_path / "p"), "--threads", "--quiet"]) == 2
     assert "another scenario or settings" in one_error_line(capsys)
+
+
+def test_an_interrupted_sweeps_folder_resumes_only_the_same_sweep(tmp_path: Path, capsys):
+    """A folder a sweep was killed in (sweep.json and points.jsonl, no summary yet) is
+    that sweep's: the same sweep resumes there, another is refused in one line."""
+    import json
+
+    from moesim.sweep.runner import check_sweep_folder
+    from moesim.sweep.spec import load_sweep
+
+    f, g = tmp_path / "s.yaml", tmp_path / "t.yaml"
+    f.write_text(GOOD)
+    g.write_text(OOMY)
+    out = tmp_path / "killed"
+    out.mkdir()
+    (out / "sweep.json").write_text(json.dumps({"name": "cli"}))
+    (out / "points.jsonl").write_text("")
+    assert check_sweep_folder(load_sweep(f), out) == out
+    assert main(["sweep", str(g), "-o", str(out), "--threads", "--quiet"]) == 2
+    assert "the folder of sweep 'cli'" in one_error_line(capsys)
+    assert sorted(p.name for p in out.iterdir()) == ["points.jsonl", "sweep.json"]
