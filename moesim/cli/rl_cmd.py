@@ -1,7 +1,8 @@
 """``moesim rl SCENARIO``: GRPO post-training steps (rollouts, scoring, training, weight
 sync; colocated or disaggregated, synchronous or with bounded staleness).
 
-Prints the steady-state step, the phases and the pools' utilization; ``--json`` prints
+Prints the step (the steady-state mean, or with too few steps for one the fill-and-drain
+mean, said so), the phases, the pools' utilization and memory; ``--json`` prints
 summary.json (step_time_s, phases_s, samples_per_s, tokens_per_s_per_gpu, utilization,
 staleness, long_tail_s, steps, fit, oom); the output folder (``-o DIR``, default
 ``out/<scenario name>`` as ``moesim run``'s, none with ``--no-files``) gets summary.md,
