@@ -55,9 +55,11 @@ def run(args: argparse.Namespace) -> int:
     if res.scenario.load:
         from moesim.cli.serve_load import run_load_cmd
         return run_load_cmd(args, res, cfg)
-    if args.slo or args.find_capacity or args.check_surface:
-        flag = "--slo" if args.slo else ("--find-capacity" if args.find_capacity
-                                         else "--check-surface")
+    given = [f for f, v in (("--slo", args.slo is not None), ("--find-capacity",
+             args.find_capacity), ("--check-surface", args.check_surface),
+             ("--no-cache", args.no_cache)) if v]
+    if given:
+        flag = given[0]
         raise InputError("command line", flag, "a scenario with a load: section (or "
                          "--set load.arrival.rate_rps=R --set load.requests=N)", "none")
     out = Path(args.out) if args.out else None

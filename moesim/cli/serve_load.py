@@ -1,20 +1,26 @@
 """``moesim serve`` on a scenario with a ``load:`` section: requests over time.
 
-Builds (or reads from the cache) the engine's step-cost surface, runs the requests,
-prints the ``load`` summary (``--json``: ``{"scenario", "load"}``), optionally the
-surface's error against direct simulation (``--check-surface N``) and the capacity under
-``--slo`` (``--find-capacity``); ``-o DIR`` writes ``summary.json``, ``requests.csv``,
-``load.png`` (running batch, KV use and queue per lockstep group over time) and
-``trace.json`` (the same as Perfetto counter tracks).
+Builds (or reads from the cache) the engine's step-cost surface, runs the requests and
+prints the ``load`` summary over the steady-state measurement window
+(:mod:`moesim.load.window`; ``--json``: the summary as JSON), optionally the surface's
+error against direct simulation (``--check-surface N``) and the capacity under ``--slo``
+(``--find-capacity``). Files follow the output convention of every command: the folder
+(``-o DIR``, default ``out/<scenario>``; none with ``--no-files``) is held by this run
+(:func:`moesim.outputs.claim`) and gets ``summary.md``, ``summary.json`` (last),
+``requests.csv``, ``load.png`` and ``trace.json`` (Perfetto counter tracks), written
+atomically and marked as this command's, so the same command reruns into it.
 """
 
 from __future__ import annotations
 
 import json
 import sys
+from collections.abc import Mapping
 from pathlib import Path
 
 CLI = "command line"
+#: direct simulations --check-surface may ask for per phase (each one engine step)
+MAX_CHECK_POINTS = 100
 
 
 def _load_cfg(res, overrides):
@@ -25,132 +31,130 @@ def _load_cfg(res, overrides):
     src = Path(scn.source)
     base = str(src.parent) if src.is_file() else "."
     try:
-        return load_from_dict(dict(scn.load), scn.source, seed=scn.seed, base=base)
+        return load_from_dict(dict(scn.load) if isinstance(scn.load, Mapping) else scn.load,
+                              scn.source, seed=scn.seed, base=base)
     except InputError as err:
         raise blame_overrides(err, scn.source, list(overrides)) from None
 
 
-def run_load_cmd(args, res, cfg) -> int:
+def _check_flags(args, load_cfg):
+    """The serve-under-load flags, checked before any work: (slo or None)."""
     from moesim.errors import InputError
-    from moesim.load.deploy import build_for
     from moesim.load.metrics import parse_slo
-    from moesim.load.run import find_capacity, run_load
-    from moesim.load.surface import EngineStepCosts
-    from moesim.trace.report import check_outdir
-
-    load_cfg = _load_cfg(res, args.overrides)
-    slo = parse_slo(args.slo) if args.slo else None
+    slo = parse_slo(args.slo) if args.slo is not None else None
     if args.find_capacity and not slo:
         raise InputError(CLI, "--find-capacity", "an SLO to meet: --slo ttft_p99=2s,"
                          "tpot_p99=50ms", "no --slo")
-    out = Path(args.out) if args.out else None
-    if out is not None:
-        check_outdir(out, args.force, res.scenario.to_dict())
+    if args.find_capacity and load_cfg.rate is None:
+        raise InputError(CLI, "--find-capacity", "a load.arrival.rate_rps to start the "
+                         "search from", "none")
+    n = args.check_surface
+    if not 0 <= n <= MAX_CHECK_POINTS:
+        raise InputError(CLI, "--check-surface", f"a number of points from 0 to "
+                         f"{MAX_CHECK_POINTS} (each is one engine step per phase)", n)
+    return slo
+
+
+def run_load_cmd(args, res, cfg) -> int:
+    from moesim.cli.common import output_folder
+    from moesim.outputs import check_run_folder, claim
+
+    load_cfg = _load_cfg(res, args.overrides)
+    slo = _check_flags(args, load_cfg)
+    out = output_folder(args, res.scenario.name, args.overrides)
+    ident = res.scenario.to_dict()
+    if out is None:
+        return _simulate(args, res, cfg, load_cfg, slo, None)
+    check_run_folder(out, args.force, identity=ident)     # before the long part
+    with claim(out, force=args.force, identity=ident):
+        return _simulate(args, res, cfg, load_cfg, slo, out)
+
+
+def _simulate(args, res, cfg, load_cfg, slo, out: Path | None) -> int:
+    from moesim.load.deploy import build_for, kv_tokens_per_member, load_fits
+    from moesim.load.report import text
+    from moesim.load.run import find_capacity, run_load
+    from moesim.load.status import Status
+    from moesim.load.surface import EngineStepCosts
+    from moesim.memory.fit import flag_fits
+
     quiet = args.quiet or args.json
-
-    def say(msg: str) -> None:
-        if not quiet:
-            print(f"moesim serve: {msg}", file=sys.stderr, flush=True)
-
+    st = Status("moesim serve", quiet)
+    # the memory verdict first: with --strict a deployment that does not fit stops here
+    fit = flag_fits(load_fits(res, cfg, kv_tokens_per_member(res, cfg, load_cfg)), "serve",
+                    strict=getattr(args, "strict", False))
     n = [0]
 
     def point(kw) -> None:
         n[0] += 1
-        say(f"surface point {n[0]}: {kw}")
+        st.show(f"step-cost surface: engine steps simulated: {n[0]}")
 
-    costs = EngineStepCosts(res, cfg, cache=not args.no_cache, progress=point,
-                            **load_cfg.surface)
-    surf = {"points": costs.sims, "from_cache": costs.from_cache,
-            "build_cpu_s": costs.build_s, "key": costs.key()}
-    if args.check_surface:
-        chk = costs.check(args.check_surface)
-        surf["check"] = {"points": args.check_surface, "worst_error": chk["worst_error"],
-                         "worst_at": list(chk["worst"])}
-        say(f"surface vs direct simulation, {args.check_surface} random points per phase: "
-            f"worst error {chk['worst_error'] * 100:.2f} % at {chk['worst']}")
+    try:
+        costs = EngineStepCosts(res, cfg, cache=not args.no_cache, progress=point,
+                                **load_cfg.surface)
+        surf = {"points": costs.sims, "from_cache": costs.from_cache,
+                "build_cpu_s": costs.build_s, "key": costs.key()}
+        if args.check_surface:
+            n[0] = 0
+            chk = costs.check(args.check_surface)
+            surf["check"] = {"points": args.check_surface,
+                             "worst_error": chk["worst_error"],
+                             "worst_at": list(chk["worst"])}
 
-    def build(lc, series):
-        return build_for(res, cfg, lc, costs, series=series)
+        def build(lc, series):
+            return build_for(res, cfg, lc, costs, series=series)
 
-    sim, load = run_load(build, load_cfg, slo)
-    if args.find_capacity:
-        cap = find_capacity(build, load_cfg, slo, progress=lambda r: say(
-            f"rate {r['rate_rps']:.3f} req/s: {'meets' if r['met'] else 'misses'} the SLO "
-            f"(TTFT p99 {r['ttft_p99_s']:.3f} s, TPOT p99 {r['tpot_p99_s'] * 1e3:.1f} ms)"))
-        load["capacity_rps"] = cap["capacity_rps"]
-        load["capacity_runs"] = cap["runs"]
+        st.show(f"running {load_cfg.requests or 'the'} requests")
+        sim, load = run_load(build, load_cfg, slo)
+        if args.find_capacity:
+            k = [0]
+
+            def ran(r) -> None:
+                k[0] += 1
+                st.show(f"capacity search, run {k[0]}: {r['rate_rps']:.4g} requests/s, "
+                        f"{r['requests']:,} requests: "
+                        + ("meets the SLO" if r["met"] else f"fails ({r['verdict']})"))
+
+            load["capacity"] = find_capacity(build, load_cfg, slo, progress=ran)
+            load["capacity_rps"] = load["capacity"]["capacity_rps"]
+    finally:
+        st.close()
     load["surface"] = surf
-    summary = {"scenario": res.scenario.name, "mode": "load", "scheduler": load_cfg.scheduler,
-               "router": load_cfg.router, "groups": len(sim.groups),
-               "members": len(sim.members), "kv_tokens_per_member":
-               sim.members[0].kv.tokens, "load": load}
+    summary = {"scenario": res.scenario.name, "mode": "load",
+               "scheduler": load_cfg.scheduler, "router": load_cfg.router,
+               "groups": len(sim.groups), "members": len(sim.members),
+               "kv_tokens_per_member": sim.members[0].kv.tokens, "load": load,
+               "fit": fit, "oom": fit["oom"]}
     if out is not None:
         _write(out, sim, summary, args.force)
-        say(f"wrote {out}/ (summary.json, requests.csv, load.png, trace.json)")
     if args.json:
-        print(json.dumps(summary, indent=1))
+        print(json.dumps(summary, indent=1, allow_nan=False))
     else:
         print(text(summary))
+    if out is not None and not args.quiet:
+        print(f"moesim serve: wrote {out}/ (summary.md, summary.json, requests.csv, "
+              "load.png, trace.json)", file=sys.stderr)
     return 0
 
 
-def text(s: dict) -> str:
-    ld = s["load"]
-    rq = ld["requests"]
-
-    def pct(k, scale=1.0, unit="s"):
-        x = ld[k]
-        return (f"mean {x['mean'] * scale:.3f} / p50 {x['p50'] * scale:.3f} / p90 "
-                f"{x['p90'] * scale:.3f} / p99 {x['p99'] * scale:.3f} {unit}")
-
-    lines = [f"{s['scenario']}: {rq['arrived']} requests ({rq['finished']} finished, "
-             f"{rq['in_flight']} in flight, {rq['rejected']} rejected) on {s['members']} "
-             f"attention-DP ranks in {s['groups']} lockstep group(s), {s['scheduler']}, "
-             f"{s['router']}; {ld['duration_s']:.2f} s simulated",
-             f"  TTFT {pct('ttft_s')}", f"  TPOT {pct('tpot_s', 1e3, 'ms')}",
-             f"  time between tokens {pct('tbt_s', 1e3, 'ms')}",
-             f"  end to end {pct('e2e_s')}", f"  queueing {pct('queue_s')}",
-             f"  throughput {ld['throughput_rps']:.3f} requests/s, "
-             f"{ld['output_tokens_per_s']:,.0f} output tokens/s; mean in system "
-             f"{ld['mean_in_system']:.2f}; KV peak {ld['kv_peak_fraction'] * 100:.1f} %; "
-             f"{ld['preemptions']} preemptions"]
-    if "goodput_rps" in ld:
-        lines.append(f"  goodput {ld['goodput_rps']:.3f} requests/s under "
-                     + ", ".join(f"{k} <= {v:g} s" for k, v in ld["slo"].items())
-                     + f" (SLO {'met' if ld['slo_met'] else 'missed'})")
-    if "capacity_rps" in ld:
-        lines.append(f"  capacity {ld['capacity_rps']:.3f} requests/s meeting the SLO "
-                     f"({len(ld['capacity_runs'])} runs)")
-    sf = ld["surface"]
-    lines.append(f"  step costs: surface of {sf['points']} engine steps"
-                 + (" (cached)" if sf["from_cache"] else f" ({sf['build_cpu_s']:.1f} s CPU)")
-                 + (f"; worst error vs direct {sf['check']['worst_error'] * 100:.2f} %"
-                    if "check" in sf else ""))
-    return "\n".join(lines)
-
-
 def _write(out: Path, sim, summary: dict, force: bool) -> None:
-    import matplotlib
-    matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from moesim.load.metrics import counter_events, plot_series
-    from moesim.outputs import make_dir, save_figure, write_text
-    make_dir(out)
-    write_text(out / "summary.json", json.dumps(summary, indent=1), force=force)
-    rows = ["id,arrival_s,prompt,output,ttft_s,tpot_s,e2e_s,queue_s,preemptions,member,"
-            "rejected"]
-    for r in sorted(sim.requests, key=lambda r: r.id):
-        lat = r.latency()
-        rows.append(",".join(str(x) for x in (
-            r.id, r.arrival_s, r.prompt, r.output, lat["ttft_s"], lat["tpot_s"],
-            lat["e2e_s"], lat["queue_s"], r.preemptions, r.member, int(r.rejected))))
-    write_text(out / "requests.csv", "\n".join(rows) + "\n", force=force)
-    fig, axes = plt.subplots(3, 1, figsize=(9, 7), sharex=True)
-    for ax, what in zip(axes, ("running", "kv", "queue"), strict=True):
-        plot_series(ax, sim, what)
-    fig.tight_layout()
-    save_figure(fig, out / "load.png", force=force, dpi=110)
-    plt.close(fig)
-    write_text(out / "trace.json", json.dumps({"traceEvents": counter_events(sim),
-                                               "displayTimeUnit": "ms"}), force=force)
+    from moesim.load.metrics import counter_events
+    from moesim.load.report import load_figure, markdown, requests_csv
+    from moesim.outputs import Outputs
+
+    o = Outputs(out, force=force)
+    try:
+        o.add("requests.csv", lambda t: t.write_text(requests_csv(sim)))
+        fig = load_figure(sim, summary)
+        try:
+            o.add("load.png", lambda t: fig.savefig(t, format="png", dpi=110))
+        finally:
+            plt.close(fig)
+        o.add("trace.json", lambda t: t.write_text(json.dumps(
+            {"traceEvents": counter_events(sim), "displayTimeUnit": "ms"})))
+    except BaseException:
+        o.discard()
+        raise
+    o.commit(summary, markdown)

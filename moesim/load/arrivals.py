@@ -15,10 +15,13 @@ so capacity searches compare like with like.
 
 from __future__ import annotations
 
+import math
 from datetime import datetime
 from pathlib import Path
 
 import numpy as np
+
+from moesim.load.limits import MAX_DURATION_S, MAX_REQUESTS, MAX_TOKENS
 
 from moesim.errors import InputError
 
@@ -50,6 +53,12 @@ def read_trace(path: Path, source: str, field: str = "load.arrival.file"
     except OSError as err:
         raise InputError(source, field, "a readable trace CSV", f"{path}: {err.strerror}"
                          ) from None
+    except UnicodeDecodeError:
+        raise InputError(source, field, "a trace CSV (UTF-8 text)", f"{path}: binary bytes"
+                         ) from None
+    if len(lines) - 1 > MAX_REQUESTS:
+        raise InputError(source, field, f"at most {MAX_REQUESTS:,} request rows",
+                         f"{path}: {len(lines) - 1:,} rows")
     head = [h.strip() for h in lines[0].split(",")] if lines else []
     cols = AZURE if all(c in head for c in AZURE) else OWN
     if not all(c in head for c in cols):
@@ -61,16 +70,22 @@ def read_trace(path: Path, source: str, field: str = "load.arrival.file"
         parts = line.split(",")
         try:
             t.append(_time(parts[idx[0]]))
-            p.append(int(float(parts[idx[1]])))
-            o.append(int(float(parts[idx[2]])))
-        except (ValueError, IndexError):
-            raise InputError(source, field, f"row {i} of {path}: a time and two token "
-                             "counts", line) from None
+            pt, ot = float(parts[idx[1]]), float(parts[idx[2]])
+            if not (math.isfinite(t[-1]) and 0 <= pt <= MAX_TOKENS and 0 <= ot <= MAX_TOKENS):
+                raise ValueError
+            p.append(int(pt))
+            o.append(int(ot))
+        except (ValueError, IndexError, OverflowError):
+            raise InputError(source, field, f"row {i} of {path}: a finite time and two token "
+                             f"counts from 0 to {MAX_TOKENS:,}", line[:80]) from None
     if not t:
         raise InputError(source, field, "at least one request row", str(path))
     ta = np.asarray(t)
     if not np.all(np.isfinite(ta)) or np.any(np.diff(ta) < 0):
         raise InputError(source, field, f"times in {path} finite and non-decreasing", "")
+    if ta[-1] - ta[0] > MAX_DURATION_S:
+        raise InputError(source, field, f"times in {path} spanning at most "
+                         f"{MAX_DURATION_S:g} s", f"{ta[-1] - ta[0]:g} s")
     pa, oa = np.asarray(p, dtype=np.int64), np.asarray(o, dtype=np.int64)
     if np.any(pa < 1) or np.any(oa < 0):
         raise InputError(source, field, f"prompt tokens >= 1 and output tokens >= 0 in "

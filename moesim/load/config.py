@@ -34,9 +34,22 @@ from moesim.errors import InputError
 from moesim.load import arrivals as arr
 from moesim.load import lengths as lens
 from moesim.load.request import Request
+from moesim.load.limits import (
+    CV,
+    INT_LIMITS,
+    MAX_DURATION_S,
+    MAX_GRID,
+    MAX_GRID_POINTS,
+    MAX_REQUESTS,
+    MAX_SIGMA,
+    MAX_TOKENS,
+    RATE_RPS,
+)
 from moesim.load.router import ROUTERS
 
 SCHEDULERS = ("vllm", "sarathi", "disaggregated")
+
+
 KEYS = ("arrival", "requests", "duration_s", "prompt_tokens", "output_tokens", "scheduler",
         "token_budget", "max_seqs", "block_size", "router", "kv_fraction", "kv_tokens",
         "prefill_groups", "seed", "surface")
@@ -71,6 +84,10 @@ class LoadConfig:
     def with_rate(self, rate: float) -> LoadConfig:
         import dataclasses
         return dataclasses.replace(self, arrival={**self.arrival, "rate_rps": rate})
+
+    def with_requests(self, n: int) -> LoadConfig:
+        import dataclasses
+        return dataclasses.replace(self, requests=int(n), duration_s=None)
 
     def requests_list(self) -> list[Request]:
         """The requests of the run, seeded: arrival times, prompt and output tokens."""
@@ -117,12 +134,16 @@ def _counts(cfg: LoadConfig, key: str) -> np.ndarray | None:
     return lens.read_counts(_path(cfg, d["file"]), d.get("column"), cfg.source, f"load.{key}")
 
 
-def _num(v: Any, src: str, fld: str, lo: float, integer: bool = False, strict=False):
+def _num(v: Any, src: str, fld: str, lo: float, integer: bool = False, strict=False,
+         hi: float | None = None):
     ok = isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v) and (
-        v > lo if strict else v >= lo) and (not integer or float(v).is_integer())
+        v > lo if strict else v >= lo) and (not integer or float(v).is_integer()) and (
+        hi is None or v <= hi)
     if not ok:
         what = "an integer" if integer else "a finite number"
-        raise InputError(src, fld, f"{what} {'>' if strict else '>='} {lo:g}", v)
+        rng = f"{'>' if strict else '>='} {lo:g}" + (f" and <= {hi:,.10g}" if hi is not None
+                                                        else "")
+        raise InputError(src, fld, f"{what} {rng}", v)
     return int(v) if integer else float(v)
 
 
@@ -142,9 +163,13 @@ def _dist(d: Any, src: str, fld: str) -> dict:
             raise InputError(src, f"{fld}.{k}", f"a value for {d['dist']} lengths", "missing")
     for k in ("mean", "min", "max"):
         if k in d:
-            d[k] = _num(d[k], src, f"{fld}.{k}", 1, integer=(k != "mean"))
+            d[k] = _num(d[k], src, f"{fld}.{k}", 1, integer=(k != "mean"), hi=MAX_TOKENS)
     if "sigma" in d:
-        d["sigma"] = _num(d["sigma"], src, f"{fld}.sigma", 0)
+        d["sigma"] = _num(d["sigma"], src, f"{fld}.sigma", 0, hi=MAX_SIGMA)
+    for k in ("file", "column"):
+        if k in d and not isinstance(d[k], str):
+            raise InputError(src, f"{fld}.{k}", "a file name" if k == "file" else
+                             "a column name", d[k])
     if d["dist"] == "uniform" and d["min"] > d["max"]:
         raise InputError(src, f"{fld}.max", f">= min ({d['min']})", d["max"])
     return d
@@ -158,6 +183,9 @@ def load_from_dict(d: Any, source: str, seed: int = 0, base: str = ".") -> LoadC
     for k in d:
         if k not in KEYS:
             raise InputError(source, f"load.{k}", f"one of the load keys {list(KEYS)}", k)
+    if not isinstance(d.get("arrival") or {}, dict):
+        raise InputError(source, "load.arrival", "a mapping {kind: ..., rate_rps: ...}",
+                         d["arrival"])
     a = {"kind": "poisson", **dict(d.get("arrival") or {})}
     if a.get("kind") not in arr.KINDS:
         raise InputError(source, "load.arrival.kind", f"one of {list(arr.KINDS)}",
@@ -173,14 +201,24 @@ def load_from_dict(d: Any, source: str, seed: int = 0, base: str = ".") -> LoadC
         raise InputError(source, "load.arrival.rate_rps", "an arrival rate in requests/s",
                          "missing")
     if a.get("rate_rps") is not None:
-        a["rate_rps"] = _num(a["rate_rps"], source, "load.arrival.rate_rps", 0, strict=True)
+        a["rate_rps"] = _num(a["rate_rps"], source, "load.arrival.rate_rps", RATE_RPS[0],
+                             hi=RATE_RPS[1])
     if "cv" in a:
-        a["cv"] = _num(a["cv"], source, "load.arrival.cv", 0, strict=True)
+        a["cv"] = _num(a["cv"], source, "load.arrival.cv", CV[0], hi=CV[1])
+    if "file" in a and not isinstance(a["file"], str):
+        raise InputError(source, "load.arrival.file", "a trace file name", a["file"])
     d["arrival"] = a
     if d.get("requests") is not None:
-        d["requests"] = _num(d["requests"], source, "load.requests", 1, integer=True)
+        d["requests"] = _num(d["requests"], source, "load.requests", 1, integer=True,
+                             hi=MAX_REQUESTS)
     if d.get("duration_s") is not None:
-        d["duration_s"] = _num(d["duration_s"], source, "load.duration_s", 0, strict=True)
+        d["duration_s"] = _num(d["duration_s"], source, "load.duration_s", 0, strict=True,
+                               hi=MAX_DURATION_S)
+        if a.get("rate_rps") is not None and d.get("requests") is None \
+                and d["duration_s"] * a["rate_rps"] > MAX_REQUESTS:
+            raise InputError(source, "load.duration_s", f"at most {MAX_REQUESTS:,} requests "
+                             f"(rate_rps x duration_s; {a['rate_rps']:g} x {d['duration_s']:g}"
+                             f" = {d['duration_s'] * a['rate_rps']:,.0f})", d["duration_s"])
     if d.get("requests") is None and d.get("duration_s") is None:
         if a["kind"] != "trace":
             raise InputError(source, "load.requests", "a number of requests (or "
@@ -195,9 +233,10 @@ def load_from_dict(d: Any, source: str, seed: int = 0, base: str = ".") -> LoadC
         raise InputError(source, "load.router", f"one of {list(ROUTERS)}", d["router"])
     for k in ("token_budget", "max_seqs", "block_size", "prefill_groups"):
         if k in d:
-            d[k] = _num(d[k], source, f"load.{k}", 1, integer=True)
+            d[k] = _num(d[k], source, f"load.{k}", 1, integer=True, hi=INT_LIMITS[k])
     if d.get("kv_tokens") is not None:
-        d["kv_tokens"] = _num(d["kv_tokens"], source, "load.kv_tokens", 1, integer=True)
+        d["kv_tokens"] = _num(d["kv_tokens"], source, "load.kv_tokens", 1, integer=True,
+                              hi=INT_LIMITS["kv_tokens"])
     if "kv_fraction" in d:
         d["kv_fraction"] = _num(d["kv_fraction"], source, "load.kv_fraction", 0, strict=True)
         if d["kv_fraction"] > 1:
@@ -209,15 +248,18 @@ def load_from_dict(d: Any, source: str, seed: int = 0, base: str = ".") -> LoadC
     for k, v in sf.items():
         if k not in SURFACE_KEYS:
             raise InputError(source, f"load.surface.{k}", f"one of {list(SURFACE_KEYS)}", k)
-        if not isinstance(v, list | tuple) or not v:
-            raise InputError(source, f"load.surface.{k}", "a non-empty list of integers", v)
+        if not isinstance(v, list | tuple) or not v or len(v) > MAX_GRID_POINTS:
+            raise InputError(source, f"load.surface.{k}", "a non-empty list of at most "
+                             f"{MAX_GRID_POINTS} integers", v)
         for x in v:
-            _num(x, source, f"load.surface.{k}", 1, integer=True)
+            _num(x, source, f"load.surface.{k}", 1, integer=True,
+                 hi=MAX_GRID if k in ("batches", "prompts") else MAX_TOKENS)
         if len(set(v)) != len(v):
             raise InputError(source, f"load.surface.{k}", "distinct values", v)
     d["surface"] = {k: tuple(int(x) for x in v) for k, v in sf.items()}
     if "seed" in d:
-        d["seed"] = _num(d["seed"], source, "load.seed", 0, integer=True)
+        d["seed"] = _num(d["seed"], source, "load.seed", 0, integer=True,
+                         hi=INT_LIMITS["seed"])
     else:
         d["seed"] = seed
     return LoadConfig(**d, base=base, source=source)

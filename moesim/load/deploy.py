@@ -146,3 +146,17 @@ def windows_of(spec) -> list[int] | None:
     """Each layer's sliding window (0: full attention), or None when no layer has one."""
     out = [spec.window if is_window_layer(spec, i) else 0 for i in range(spec.layers)]
     return out if any(out) else None
+
+
+def load_fits(res, cfg, kv_tokens: int) -> list:
+    """The memory verdict of a serving deployment under load (:mod:`moesim.memory.fit`):
+    one GPU holds its weights, the activations of a step and ``kv_tokens`` of KV cache
+    (the serving memory table's bytes), against the device's memory."""
+    from moesim.memory.fit import Fit
+    from moesim.serve.memory import table
+    cap = float(getattr(res.device, "hbm_bytes", 0.0) or 0.0)
+    if cap <= 0:
+        return []
+    t = table(res.model, cfg, cap)
+    need = t["weights_bytes"] + t["activations_bytes"] + kv_tokens * t["kv_per_token_bytes"]
+    return [Fit("serving deployment under load", need, cap)]

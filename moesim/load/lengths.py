@@ -13,6 +13,8 @@ from pathlib import Path
 
 import numpy as np
 
+from moesim.load.limits import MAX_REQUESTS, MAX_TOKENS
+
 DISTS = ("fixed", "uniform", "lognormal", "empirical")
 
 
@@ -23,6 +25,9 @@ def read_counts(path: Path, column: str | None, source: str, field: str) -> np.n
     except OSError as err:
         raise InputError(source, field, "a readable file of token counts", f"{path}: "
                          f"{err.strerror}") from None
+    except UnicodeDecodeError:
+        raise InputError(source, field, "a file of token counts (UTF-8 text)",
+                         f"{path}: binary bytes") from None
     lines = [x for x in text.splitlines() if x.strip()]
     col = 0
     if lines and column is not None:
@@ -36,8 +41,13 @@ def read_counts(path: Path, column: str | None, source: str, field: str) -> np.n
         vals = np.array([float(x.split(",")[col]) for x in lines])
     except (ValueError, IndexError):
         raise InputError(source, field, "numbers of tokens", str(path)) from None
-    if vals.size == 0 or not np.all(np.isfinite(vals)) or np.any(vals < 1):
-        raise InputError(source, field, "at least one count, all >= 1", str(path))
+    if vals.size > MAX_REQUESTS:
+        raise InputError(source, field, f"at most {MAX_REQUESTS:,} counts",
+                         f"{path}: {vals.size:,}")
+    if vals.size == 0 or not np.all(np.isfinite(vals)) or np.any(vals < 1) \
+            or np.any(vals > MAX_TOKENS):
+        raise InputError(source, field, f"at least one count, all from 1 to {MAX_TOKENS:,}",
+                         str(path))
     return vals.astype(np.int64)
 
 
@@ -54,5 +64,6 @@ def draw(d: dict, rng: np.random.Generator, n: int, counts: np.ndarray | None = 
         s = float(d.get("sigma", 1.0))
         mu = math.log(float(d["mean"])) - s * s / 2          # E[X] = exp(mu + s²/2)
         x = np.rint(rng.lognormal(mu, s, size=n))
-        return np.clip(x, 1, int(d.get("max", 1 << 30))).astype(np.int64)
+        top = float(d.get("max", 1 << 30))      # (the section bounds it: no overflow)
+        return np.clip(np.nan_to_num(x, nan=1.0, posinf=top), 1, top).astype(np.int64)
     return counts[rng.integers(0, counts.size, size=n)]

@@ -1,13 +1,17 @@
 """What a run over time reports: the ``load`` object of ``moesim serve --json``.
 
-Per request (finished ones): TTFT (arrival to first token), TPOT (mean time per output
-token after the first), end-to-end latency, queueing delay (arrival to first scheduled);
-their mean and P50/P90/P99; the time between tokens over every token (P50/P90/P99, from a
-histogram); throughput (finished requests and output tokens per second of the run, from
-the first arrival to the last finish); the time-averaged number of requests in the system
-(so Little's law, ``mean_in_system = throughput_rps · mean e2e``, can be checked);
-goodput under an SLO (requests per second that met every bound, DistServe's definition);
-the peak share of KV blocks in use on any rank.
+Over the measurement window (:mod:`moesim.load.window`: steady state, warm-up and drain
+left out): per request arriving in it (and finished), TTFT (arrival to first token), TPOT
+(mean time per output token after the first), end-to-end latency, queueing delay (arrival
+to first scheduled), their mean and P50/P90/P99; throughput (requests completing inside
+the window, and their output tokens, per second of it); the time-averaged number of
+requests in the system over the window and those in flight at its end; goodput under an
+SLO (completions inside the window that met every bound, per second: DistServe's
+definition). Over the whole run: the time between tokens over every token (P50/P90/P99,
+from a histogram), the peak share of KV blocks in use on any rank, and under ``run`` the
+throughput from the first arrival to the last finish with the time-averaged requests in
+the system over that span (Little's law, ``mean_in_system = throughput_rps · e2e_mean_s``,
+holds there exactly).
 """
 
 from __future__ import annotations
@@ -45,37 +49,56 @@ def latencies(finished) -> dict[str, np.ndarray]:
 
 
 def summarize(sim, slo: dict[str, float] | None = None) -> dict:
-    """The ``load`` object of a finished (or stopped) run of ``sim``."""
+    """The ``load`` object of a finished (or stopped) run of ``sim``: the headline figures
+    over the measurement window (:mod:`moesim.load.window`), the whole run under ``run``."""
+    from moesim.load.window import mean_in_system, measure, min_requests
     fin = [r for r in sim.finished if not r.rejected]
-    lat = latencies(sim.finished)
     arrived = sum(1 for r in sim.requests if r.arrival_s <= sim.now)
-    t0 = min((r.arrival_s for r in sim.requests), default=0.0)
-    t1 = max((r.finish_s for r in fin), default=t0)
-    span = t1 - t0
-    out_tok = sum(r.generated for r in fin)
+    w = measure(sim.requests, sim.now, min_requests(SLO_KEYS[k][1] for k in (slo or {})))
+    rs, inw, leave = w.pop("_rs"), w.pop("_in"), w.pop("_leave")
+    t0, t1 = w["start_s"], w["end_s"]
+    length = t1 - t0
+    wreq = [r for r, k in zip(rs, inw, strict=True) if k and r.done and not r.rejected]
+    lat = latencies(wreq)
+    arr = np.array([r.arrival_s for r in rs], dtype=float)
+    done_in = [r for r in fin if (t0 < r.finish_s <= t1) or w["whole_run"]]
+    out_tok = sum(r.generated for r in done_in)
+    # the whole run, first arrival to last finish: Little's law holds exactly there
+    a0 = float(arr[0]) if arr.size else 0.0
+    end = max((r.finish_s for r in fin), default=a0)
+    span = end - a0
+    run_lat = latencies(sim.finished)
     out = {
         "requests": {"arrived": arrived, "finished": len(fin),
                      "in_flight": arrived - len(sim.finished),
                      "rejected": sum(1 for r in sim.finished if r.rejected)},
+        "window": w,
         "ttft_s": stats(lat["ttft_s"]), "tpot_s": stats(lat["tpot_s"]),
         "e2e_s": stats(lat["e2e_s"]), "queue_s": stats(lat["queue_s"]),
         "tbt_s": {"mean": sim.tbt_sum / sim.tbt_n if sim.tbt_n else 0.0,
                   "p50": sim.tbt_quantile(0.5), "p90": sim.tbt_quantile(0.9),
                   "p99": sim.tbt_quantile(0.99)},
-        "throughput_rps": len(fin) / span if span > 0 else 0.0,
-        "output_tokens_per_s": out_tok / span if span > 0 else 0.0,
-        "mean_in_system": sim.mean_in_system(),
+        "throughput_rps": len(done_in) / length if length > 0 else 0.0,
+        "output_tokens_per_s": out_tok / length if length > 0 else 0.0,
+        "mean_in_system": mean_in_system(arr, leave, t0, t1),
+        "in_flight_at_end": w["in_system_end"],
+        "run": {"start_s": a0, "end_s": end,
+                "throughput_rps": len(fin) / span if span > 0 else 0.0,
+                "mean_in_system": mean_in_system(arr, np.minimum(leave, sim.now), a0, end)
+                if span > 0 else 0.0,
+                "e2e_mean_s": float(run_lat["e2e_s"].mean()) if run_lat["e2e_s"].size
+                else 0.0},
         "duration_s": sim.now,
         "kv_peak_fraction": sim.kv_peak,
         "preemptions": sum(r.preemptions for r in sim.requests),
         "steps": sim.steps,
     }
     if slo:
-        good = sum(1 for r in fin if all(
+        good = sum(1 for r in done_in if all(
             r.latency()[SLO_KEYS[k][0]] <= b for k, b in slo.items()))
         out["slo"] = dict(slo)
-        out["goodput_rps"] = good / span if span > 0 else 0.0
-        out["slo_met"] = meets(lat, slo)
+        out["goodput_rps"] = good / length if length > 0 else 0.0
+        out["slo_met"] = meets(lat, slo) and w["verdict"] != "queue grows"
     t = getattr(sim, "transfer", None)
     if t is not None:
         out["kv_transfer"] = {"bytes": t.bytes, "busy_s": t.busy_s}
@@ -106,6 +129,8 @@ def parse_slo(text: str, source: str = "command line") -> dict[str, float]:
             raise InputError(source, "--slo", "a time such as 2s, 50ms", part) from None
         if not np.isfinite(s) or s <= 0:
             raise InputError(source, "--slo", "a positive finite time", part)
+        if k in out:
+            raise InputError(source, "--slo", f"each key once ({k} is given twice)", text)
         out[k] = s
     if not out:
         raise InputError(source, "--slo", "at least one KEY=TIME, e.g. ttft_p99=2s", text)
@@ -113,17 +138,21 @@ def parse_slo(text: str, source: str = "command line") -> dict[str, float]:
 
 
 def plot_series(ax, sim, what: str = "running"):
-    """Per lockstep group over time: ``running`` batch, ``kv`` (share of blocks in use on
-    its fullest rank) or ``queue``; one line per group. Returns ``ax``."""
+    """Per lockstep group over time (s): ``running`` batch, ``kv`` (the fraction of KV
+    blocks in use on its fullest rank, 0 to 1) or ``queue``; one line per group. Returns
+    ``ax``."""
     col = {"running": 1, "kv": 2, "queue": 3}[what]
-    label = {"running": "running requests", "kv": "KV blocks in use (fullest rank)",
-             "queue": "queued requests"}[what]
+    label = {"running": "running (requests)",
+             "kv": "KV blocks in use\n(fraction of the cache,\nfullest rank, 0-1)",
+             "queue": "queued (requests)"}[what]
     for gi, rows in enumerate(sim.series):
         if rows:
             a = np.asarray(rows)
             ax.step(a[:, 0], a[:, col], where="post", label=f"group {gi}", lw=0.8)
     ax.set_xlabel("time (s)")
     ax.set_ylabel(label)
+    if what == "kv":
+        ax.set_ylim(0.0, 1.02)
     if len(sim.series) <= 8:
         ax.legend(fontsize="small")
     return ax
