@@ -31,8 +31,10 @@ def _load_cfg(res, overrides):
     src = Path(scn.source)
     base = str(src.parent) if src.is_file() else "."
     try:
-        return load_from_dict(dict(scn.load) if isinstance(scn.load, Mapping) else scn.load,
-                              scn.source, seed=scn.seed, base=base)
+        cfg = load_from_dict(dict(scn.load) if isinstance(scn.load, Mapping) else scn.load,
+                             scn.source, seed=scn.seed, base=base)
+        cfg.requests_list()     # trace and length files read now, before the long part
+        return cfg
     except InputError as err:
         raise blame_overrides(err, scn.source, list(overrides)) from None
 
@@ -59,8 +61,16 @@ def run_load_cmd(args, res, cfg) -> int:
     from moesim.cli.common import output_folder
     from moesim.outputs import check_run_folder, claim
 
+    from moesim.errors import InputError
+    from moesim.load.deploy import kv_tokens_per_member
+    from moesim.scenario.blame import blame_overrides
+
     load_cfg = _load_cfg(res, args.overrides)
     slo = _check_flags(args, load_cfg)
+    try:
+        kv_tokens_per_member(res, cfg, load_cfg)     # room for a KV cache, before the work
+    except InputError as err:
+        raise blame_overrides(err, res.scenario.source, list(args.overrides)) from None
     out = output_folder(args, res.scenario.name, args.overrides)
     ident = res.scenario.to_dict()
     if out is None:

@@ -141,8 +141,9 @@ def _num(v: Any, src: str, fld: str, lo: float, integer: bool = False, strict=Fa
         hi is None or v <= hi)
     if not ok:
         what = "an integer" if integer else "a finite number"
-        rng = f"{'>' if strict else '>='} {lo:g}" + (f" and <= {hi:,.10g}" if hi is not None
-                                                        else "")
+        top = "" if hi is None else (f" and <= {int(hi):,}" if float(hi).is_integer()
+                                     else f" and <= {hi:g}")
+        rng = f"{'>' if strict else '>='} {lo:g}{top}"
         raise InputError(src, fld, f"{what} {rng}", v)
     return int(v) if integer else float(v)
 
