@@ -6,6 +6,13 @@ memory, and the throughput against DeepSeek's published per-node decode figure.
     python benchmarks/bench_serve_load.py --requests 2000 --check 2
     python benchmarks/bench_serve_load.py --scenario mixtral-8x7b-serve --rate 20
     python benchmarks/bench_serve_load.py --write-docs             # docs/results/serving-load.md
+    python benchmarks/bench_serve_load.py --capacity 500,5000 --write-docs=serving-capacity
+
+``--capacity N1,N2,...`` runs ``--find-capacity``'s search (moesim.load.run.find_capacity,
+steady-state window) on the scenario's own ``load:`` section (default scenario
+qwen3-30b-a3b-serve-load, SLO ``--slo``) with each number of requests, and beside it the
+rule it replaced (percentiles over every request of a fixed-length run, drain included),
+with the CPU time of each search.
 
 The surface is built in a fresh temporary cache (its build time is measured) unless
 ``--cache`` reads the user's. Workload: Poisson arrivals at ``--rate`` requests/s,
@@ -45,7 +52,12 @@ def main(argv=None) -> int:
     ap.add_argument("--check", type=int, default=3, help="surface check points per phase")
     ap.add_argument("--cache", action="store_true", help="use the user's surface cache")
     ap.add_argument("--scheduler", default="vllm", choices=("vllm", "sarathi"))
+    ap.add_argument("--capacity", default=None, metavar="N1,N2",
+                    help="capacity searches with these numbers of requests")
+    ap.add_argument("--slo", default="ttft_p99=1s,tpot_p99=30ms")
     args = ap.parse_args(argv)
+    if args.capacity:
+        return capacity(args)
 
     from moesim.load.config import load_from_dict
     from moesim.load.deploy import build_for
@@ -106,6 +118,78 @@ def main(argv=None) -> int:
           f"{PUBLISHED_OUTPUT_TOKENS_PER_S_PER_NODE:,.0f} per node: {err:+.1f} % (colocated "
           "prefill here, disaggregated there; first arrival to last finish, ramp included:"
           " not like for like; that comparison is benchmarks/serving_published.py)")
+    return 0
+
+
+def whole_run_capacity(build, lc, slo: dict, rel_tol: float = 0.02, max_runs: int = 24):
+    """The rule find_capacity replaced: the largest rate whose run of the configured
+    requests meets the SLO on the percentiles of every request (warm-up and drain
+    included), doubling then bisection."""
+    from moesim.load.metrics import latencies, meets
+    from moesim.load.run import run_load
+    runs = []
+
+    def ok(rate: float) -> bool:
+        sim, s = run_load(build, lc.with_rate(rate), None, series=False)
+        runs.append(rate)
+        return meets(latencies(sim.finished), slo) and s["requests"]["rejected"] == 0
+
+    lo, hi = 0.0, lc.rate
+    while len(runs) < max_runs and ok(hi):
+        lo, hi = hi, hi * 2
+    while hi - lo > rel_tol * hi and len(runs) < max_runs:
+        mid = (lo + hi) / 2
+        lo, hi = (mid, hi) if ok(mid) else (lo, mid)
+    return lo, len(runs)
+
+
+def capacity(args) -> int:
+    """Capacity with each number of requests: the steady-state search and the old rule."""
+    from moesim.cli.serve_load import _load_cfg
+    from moesim.load.deploy import build_for
+    from moesim.load.metrics import parse_slo
+    from moesim.load.run import find_capacity
+    from moesim.load.surface import EngineStepCosts
+    from moesim.serve.run import resolve_serve
+
+    scenario = "qwen3-30b-a3b-serve-load" if args.scenario == "deepseek-v3-decode" \
+        else args.scenario
+    slo = parse_slo(args.slo)
+    res, cfg = resolve_serve(scenario)
+    c0 = _cpu()
+    costs = EngineStepCosts(res, cfg, cache=args.cache)
+    print(f"{scenario}: surface of {costs.sims} engine steps, {_cpu() - c0:.1f} s CPU; "
+          f"SLO {args.slo}")
+
+    def build(lc, series):
+        return build_for(res, cfg, lc, costs, series=series)
+
+    rows = []
+    for n in (int(x) for x in args.capacity.split(",")):
+        lc = _load_cfg(res, []).with_requests(n)
+        c1 = _cpu()
+        cap = find_capacity(build, lc, slo)
+        c2 = _cpu()
+        old, old_runs = whole_run_capacity(build, lc, slo)
+        c3 = _cpu()
+        print(f"\n{n:,} requests: steady-state capacity {cap['capacity_rps']:.2f} requests/s "
+              f"({cap['verdict']}; {len(cap['runs'])} runs, {c2 - c1:.0f} s CPU)")
+        for r in cap["runs"]:
+            print(f"  {r['rate_rps']:8.3f} req/s  {r['requests']:6,} requests  "
+                  f"window {r['window_s'][0]:6.1f}-{r['window_s'][1]:6.1f} s  "
+                  f"{r['verdict']:11s}  TTFT p99 {r['ttft_p99_s'] * 1e3:7.1f} ms  "
+                  f"TPOT p99 {r['tpot_p99_s'] * 1e3:5.2f} ms  "
+                  f"{'meets' if r['met'] else 'fails'}")
+        print(f"  whole-run rule (every request's percentiles, {n:,} requests): "
+              f"{old:.2f} requests/s ({old_runs} runs, {c3 - c2:.0f} s CPU)")
+        rows.append((n, cap["capacity_rps"], old))
+    print("\nrequests  steady-state capacity  whole-run rule")
+    for n, new, old in rows:
+        print(f"{n:8,}  {new:18.2f} req/s  {old:10.2f} req/s")
+    if len(rows) > 1:
+        a, b = rows[0][1], rows[-1][1]
+        print(f"steady-state capacities differ by {abs(a - b) / max(a, b) * 100:.1f} % "
+              "(goal <= 5 %)")
     return 0
 
 
