@@ -216,3 +216,20 @@ def test_fuzz_every_numeric_field_of_load(serve, field):
             assert s["load"]["requests"]["arrived"] <= 40
         else:
             _one_line(rc, err, f"load.{field.split('.')[0]}")
+
+
+def test_a_deployment_that_does_not_fit_is_flagged_and_strict_stops_it(serve, tmp_path):
+    # 2 x 10^6 KV tokens per GPU at Mixtral's 128 KiB per token (GQA 8 x 128 x 2 x 32
+    # layers x 2 bytes) is 244 GiB: more than an H100's 79.6 GiB
+    rc, out, err = serve("--set", "load.kv_tokens=2000000", "--no-files", "--json")
+    assert rc == 0
+    s = json.loads(out)
+    assert s["oom"] is True and s["fit"]["oom"] is True
+    need = s["fit"]["checks"][0]["need_bytes"]
+    assert need > 2_000_000 * 32 * 2 * 8 * 128 * 2
+    warn = [x for x in err.splitlines() if "warning" in x]
+    assert len(warn) == 1 and "does not fit" in warn[0]
+    rc, out, err = serve("--set", "load.kv_tokens=2000000", "--no-files", "--json",
+                         "--strict")
+    _one_line(rc, err, "--strict", "does not fit")
+    assert out == ""
