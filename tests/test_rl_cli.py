@@ -114,13 +114,41 @@ def test_concurrent_loser_fails_in_one_line_naming_the_other_run(tmp_path, capsy
 
 
 @pytest.mark.parametrize("item", ["parallel.ep=8", "parallel.tp=2", "parallel.zero=1",
-                                  "parallel.ep_backend.kind=deepep", "parallel={}"])
+                                  "parallel.pp=2", "parallel={}"])
 def test_set_parallel_is_refused_naming_rl_train(tmp_path, capsys, item):
     p = scenario(tmp_path)
     assert main(["rl", str(p), "--set", item, "--no-files"]) == 2
     err = capsys.readouterr().err.strip()
     assert "\n" not in err and "command line" in err and "rl.train" in err
     assert "Traceback" not in err
+
+
+def test_a_layout_in_the_files_parallel_section_is_refused(tmp_path):
+    import yaml
+
+    p = scenario(tmp_path)
+    data = yaml.safe_load(p.read_text())
+    data["parallel"] = {"tp": 2}
+    p.write_text(yaml.safe_dump(data))
+    with pytest.raises(InputError) as e:
+        resolve_rl(p)
+    assert e.value.field == "parallel.tp" and "rl.train" in str(e.value)
+    assert e.value.source == str(p)
+
+
+def test_the_exchange_backend_is_read_for_the_trainer(tmp_path):
+    """parallel.ep_backend is the one parallel key rl reads: the trainer's exchange."""
+    from moesim.rl.engine_costs import trainer_scenario
+
+    p = scenario(tmp_path)
+    setup = resolve_rl(p, ["parallel.ep_backend.kind=deepep"])
+    assert setup.scenario.parallel.ep_backend.kind == "deepep"
+    tr = setup.cfg.train
+    scn = trainer_scenario(setup.scenario, tr.gpus, 8, tp=tr.tp, pp=tr.pp, ep=tr.ep,
+                           seq_len=setup.seq_len, zero=1)
+    assert scn.parallel.ep_backend.kind == "deepep"
+    assert (scn.parallel.ep, scn.parallel.zero) == (8, 1)
+    assert resolve_rl("grpo-deepseek-v3").scenario.parallel.ep_backend.kind == "deepep"
 
 
 def test_reward_models_field_is_blamed_on_the_reward_model(tmp_path, capsys):

@@ -63,16 +63,33 @@ class RLRun:
     fits: list = dataclasses.field(default_factory=list)   # moesim.memory.fit.Fit
 
 
+#: the parallel section's keys moesim rl reads (the expert exchange's backend, for the
+#: trainer's steps and scoring passes); the layouts are rl.train's and rl.rollout's
+PARALLEL_READ = ("ep_backend", "order")
+_LAYOUT_KEYS = "rl.train.* for the trainer's layout (rl.train.tp, .pp, .ep, .zero) and " \
+    "rl.rollout.* for the engines' (rl.rollout.tp, .ep): moesim rl reads only " \
+    "parallel.ep_backend"
+
+
 def refuse_parallel_overrides(overrides) -> None:
-    """``--set parallel.*`` would change nothing on ``rl`` (the trainer's layout is
-    ``rl.train``'s, the engines' ``rl.rollout``'s): one line saying which keys to use."""
+    """``--set parallel.*`` (but the exchange's backend) would change nothing on ``rl``
+    (the trainer's layout is ``rl.train``'s, the engines' ``rl.rollout``'s): one line
+    saying which keys to use."""
     for item in overrides:
         key = str(item).split("=", 1)[0].strip()
-        if key == "parallel" or key.startswith("parallel."):
-            raise InputError("command line", f"--set {key}", "rl.train.* for the trainer's "
-                             "layout (rl.train.tp, .pp, .ep, .zero) and rl.rollout.* for the "
-                             "engines' (rl.rollout.tp, .ep): moesim rl does not read the "
-                             "parallel section", item)
+        if key == "parallel" or (key.startswith("parallel.")
+                                 and key.split(".")[1] not in PARALLEL_READ):
+            raise InputError("command line", f"--set {key}", _LAYOUT_KEYS, item)
+
+
+def _refuse_parallel_layout(scn: Scenario) -> None:
+    """A scenario file whose parallel section sets a layout moesim rl would not use."""
+    default = ParallelConfig()
+    for f in dataclasses.fields(ParallelConfig):
+        if f.name not in PARALLEL_READ and getattr(scn.parallel, f.name) != getattr(default,
+                                                                                      f.name):
+            raise InputError(scn.source, f"parallel.{f.name}", _LAYOUT_KEYS,
+                             getattr(scn.parallel, f.name))
 
 
 def _check_reward_model(cfg: RLConfig, source: str) -> None:
@@ -105,8 +122,9 @@ def resolve_rl(target: str | Path, overrides=()) -> RLSetup:
     refuse_parallel_overrides(overrides)
     scn = load_scenario(target, list(overrides), resolve=False)
     try:
-        whole = dataclasses.replace(scn, parallel=ParallelConfig(order=scn.parallel.order),
-                                    serve={})
+        _refuse_parallel_layout(scn)
+        whole = dataclasses.replace(scn, parallel=ParallelConfig(
+            order=scn.parallel.order, ep_backend=scn.parallel.ep_backend), serve={})
         res = resolve(whole)
         cfg = rl_from_dict(dict(scn.rl), scn.source, world=res.layout.world)
         _check_reward_model(cfg, scn.source)
