@@ -101,8 +101,10 @@ def min_requests(quantiles=()) -> int:
 
 def measure(requests, now: float, need: int = MIN_REQUESTS) -> dict:
     """The window of a run of ``requests`` stopped at ``now``: start_s, end_s, the
-    requests arriving in it and completing in it, the verdict (module doc) and the
-    index arrays the metrics need (``in_window``: arrived in it, finished or not)."""
+    requests arriving in it and completing in it, the verdict (module doc; ``need``: the
+    arrivals a steady window holds, :func:`min_requests`), and for the metrics ``_rs``
+    (the arrived requests in arrival order), ``_in`` (which arrived in the window,
+    finished or not) and ``_leave`` (when each left; inf: not yet)."""
     rs = sorted((r for r in requests if r.arrival_s <= now), key=lambda r: (r.arrival_s, r.id))
     n = len(rs)
     arr = np.array([r.arrival_s for r in rs], dtype=float)
@@ -165,7 +167,7 @@ def measure(requests, now: float, need: int = MIN_REQUESTS) -> dict:
         est = rate * (TURNOVERS + 1) * w + d if rate > 0 else 0.0
         short = math.ceil(n * need / a_in) + d if a_in < need and a_in > 0 else 0
         needs = int(max(2 * n, need * 2 if a_in == 0 else short, math.ceil(est)))
-    out.update(start_s=t0, end_s=t1, requests=int(inw.sum()), completed=completed,
+    out.update(start_s=t0, end_s=t1, requests=a_in, completed=completed,
                verdict=verdict, needs_requests=needs, queue_growth=float(growth),
                in_system_growth=float(filling),
                in_system_start=int(np.count_nonzero((arr <= t0) & (leave > t0))),
