@@ -233,3 +233,17 @@ def test_a_deployment_that_does_not_fit_is_flagged_and_strict_stops_it(serve, tm
                          "--strict")
     _one_line(rc, err, "--strict", "does not fit")
     assert out == ""
+
+
+def test_stderr_holds_a_few_lines_and_none_twice(serve, monkeypatch, tmp_path):
+    # a fresh cache: the 8 surface points are simulated; in a log (not a terminal) the
+    # status line is printed at most once per 30 s, so one line for the points here
+    monkeypatch.setenv("MOESIM_CACHE", str(tmp_path / "fresh"))
+    rc, out, err = serve("-o", "few", "--slo", "ttft_p90=2s", "--find-capacity")
+    assert rc == 0, err
+    lines = err.strip().splitlines()
+    assert len(lines) == len(set(lines)) and len(lines) <= 4, lines
+    assert not any("surface point" in x for x in lines)
+    assert lines[-1] == ("moesim serve: wrote few/ (summary.md, summary.json, requests.csv, "
+                         "load.png, trace.json)")
+    assert "measurement window" in out and "capacity" in out
