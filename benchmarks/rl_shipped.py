@@ -39,11 +39,13 @@ def main() -> int:
     a = ap.parse_args()
     rows = [r for r in ROWS if not (a.quick and "deepseek" in r[1])]
     print("moesim rl NAME --steps N --json for the shipped scenarios; step: the mean of "
-          "the steady-state steps (steps_averaged); s = seconds, GiB = 2^30 bytes")
+          "the steady-state steps (steps_averaged); s = seconds, GiB = 2^30 bytes; CPU: "
+          "this process's only (the fast engine's worker processes and a warm step-cost "
+          "cache are not in it)")
     print()
     print("| scenario | steps (averaged) | step | generate | old log-probs / reference | "
           "train | weight sync | switch | long tail | generation share | trainer busy | "
-          "tokens/s per GPU | memory per GPU: trainer / engine | CPU |")
+          "tokens/s per GPU | memory per GPU: trainer / engine | CPU of this process |")
     print("|" + "---|" * 14)
     for label, name, sets, steps in rows:
         c0 = time.process_time()
