@@ -13,7 +13,6 @@ from moesim.rl.run import resolve_rl
 from moesim.scenario.resolve import resolve
 from moesim.serve.config import ServeConfig, serving_scenario
 from moesim.serve.run import simulate_serve
-
 from tests.test_rl_run import scenario
 
 

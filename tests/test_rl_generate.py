@@ -7,9 +7,9 @@ import numpy as np
 import pytest
 
 from moesim.load.costs import LinearStepCosts
+from moesim.rl.config import LengthDist
 from moesim.rl.generate import generate, long_tail
 from moesim.rl.lengths import draw
-from moesim.rl.config import LengthDist
 
 COSTS = LinearStepCosts(prefill_base_s=0.5, prefill_per_token_s=0.01, decode_base_s=1.0,
                         decode_per_seq_s=0.1, decode_per_ctx_token_s=0.001)

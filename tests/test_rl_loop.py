@@ -77,7 +77,7 @@ def test_lag_never_exceeds_max_lag(k):
     for sp in tl.spans:
         if sp.pool == "train" and sp.phase != "weight_sync":
             assert sp.start_s >= gen[sp.step].end_s - 1e-12
-    for s, g in gen.items():
+    for _s, g in gen.items():
         if g.version:
             assert sync_end[g.version] <= g.start_s + 1e-12
 

@@ -17,9 +17,7 @@ from moesim.rl.sync import (
     weight_sync,
 )
 from moesim.topology import load_topology
-
 from tests._util import TWO_GPUS
-
 
 
 def _toy(layers=1):
