@@ -154,9 +154,11 @@ def test_every_command_follows_the_output_convention(name, work, capsys):
     assert str(default) in _one_error_line(capsys, "run")
     assert _files(folder) == before
 
-    # 4. the same run again into its own folder: accepted, the files replaced
-    assert main([*argv, "--quiet", "-o", str(default)]) == 0, capsys.readouterr().err
-    capsys.readouterr()
+    # 4. the same run again into its own folder: accepted, the files replaced; --json
+    #    puts the summary, and nothing else, on stdout
+    assert main([*argv, "--json", "-o", str(default)]) == 0, capsys.readouterr().err
+    printed = json.loads(capsys.readouterr().out)
+    assert isinstance(printed, dict) and printed
     again = _files(folder)
     assert sorted(again) == sorted(before)
     assert json.loads(again["summary.json"])[MARKER]["command"] == command
