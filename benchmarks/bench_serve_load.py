@@ -99,6 +99,11 @@ def main(argv=None) -> int:
           f"ranks, {len(sim.groups)} lockstep group(s)): {w3 - w2:.1f} s wall, "
           f"{c3 - c2:.1f} s CPU, {sim.steps} steps, peak RSS {peak:.0f} MB (goal <= 60 s)")
     rq = s["requests"]
+    w = s["window"]
+    print(f"  measurement window {w['start_s']:.1f}-{w['end_s']:.1f} s: {w['requests']:,} "
+          f"requests arrive in it, {w['completed']:,} complete in it; {w['verdict']}"
+          + (f" (needs {w['needs_requests']:,} requests)" if w["needs_requests"] else "")
+          + f"; in flight at its end {s['in_flight_at_end']:,}")
     print(f"  simulated {s['duration_s']:.1f} s: {rq['finished']} finished, "
           f"{rq['rejected']} rejected, {s['preemptions']} preemptions, KV peak "
           f"{s['kv_peak_fraction'] * 100:.1f} %")
@@ -107,8 +112,11 @@ def main(argv=None) -> int:
         print(f"  {k[:-2].upper():5s} p50 {x['p50'] * 1e3:9.1f} ms  p90 {x['p90'] * 1e3:9.1f} ms"
               f"  p99 {x['p99'] * 1e3:9.1f} ms")
     nodes = res.layout.world // (res.scenario.gpus_per_node or 8)
-    per_node = s["output_tokens_per_s"] / max(1, nodes)
+    run = s["run"]
+    per_node = run["output_tokens_per_s"] / max(1, nodes)
     print(f"  throughput {s['throughput_rps']:.1f} requests/s, {s['output_tokens_per_s']:,.0f} "
+          f"output tokens/s (completions in the window); whole run, first arrival to last "
+          f"finish: {run['throughput_rps']:.1f} requests/s, {run['output_tokens_per_s']:,.0f} "
           f"output tokens/s = {per_node:,.0f} per node")
     if not args.scenario.startswith("deepseek-v3"):
         return 0
@@ -116,8 +124,9 @@ def main(argv=None) -> int:
         PUBLISHED_OUTPUT_TOKENS_PER_S_PER_NODE * 100
     print(f"  DeepSeek's published decode average "
           f"{PUBLISHED_OUTPUT_TOKENS_PER_S_PER_NODE:,.0f} per node: {err:+.1f} % (colocated "
-          "prefill here, disaggregated there; first arrival to last finish, ramp included:"
-          " not like for like; that comparison is benchmarks/serving_published.py)")
+          "prefill here, disaggregated there; the whole run, ramp and drain included, at a"
+          " rate that is not DeepSeek's: not like for like; that comparison is"
+          " benchmarks/serving_published.py)")
     return 0
 
 

@@ -84,6 +84,8 @@ def summarize(sim, slo: dict[str, float] | None = None) -> dict:
         "in_flight_at_end": w["in_system_end"],
         "run": {"start_s": a0, "end_s": end,
                 "throughput_rps": len(fin) / span if span > 0 else 0.0,
+                "output_tokens_per_s": sum(r.generated for r in fin) / span
+                if span > 0 else 0.0,
                 "mean_in_system": mean_in_system(arr, np.minimum(leave, sim.now), a0, end)
                 if span > 0 else 0.0,
                 "e2e_mean_s": float(run_lat["e2e_s"].mean()) if run_lat["e2e_s"].size
