@@ -115,7 +115,8 @@ def markdown(s: dict) -> str:
         rows.append(("goodput", f"{ld['goodput_rps']:.3f} requests/s (SLO "
                                 f"{'met' if ld['slo_met'] else 'missed'})"))
     if "capacity" in ld:
-        rows.append(("capacity", capacity_line(ld["capacity"]).strip()))
+        rows.append(("capacity", capacity_line(ld["capacity"]).strip()
+                     .removeprefix("capacity").lstrip(": ")))
     if s.get("fit") is not None:
         rows.append(("fits in device memory", "no" if s["fit"]["oom"] else "yes"))
     out = [f"# {s['scenario']}: requests over time", "", "| metric | value |", "|---|---|"]
