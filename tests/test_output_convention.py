@@ -65,7 +65,6 @@ CASES = {
 # parts whose owner had not landed the convention when this test was written
 PENDING: dict[str, str] = {
     "serve": "serve one step writes out/<name> by default: helper H3's part of issue 36",
-    "run --no-files": "run refuses -o with --no-files: helper H3's part of issue 36",
 }
 
 HOLD = """

@@ -29,9 +29,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     from moesim.cli.common import refuse_serving
     from moesim.engine.api import resolve_path
+    from moesim.errors import InputError
     from moesim.outputs import claim, default_run_dir
     from moesim.trace.report import check_outdir
 
+    if args.no_files and args.out:      # the output convention (moesim.cli.common)
+        raise InputError("command line", "--no-files", "either -o DIR or --no-files", "both")
     res = resolve_path(args.scenario, args.overrides)
     refuse_serving(res.scenario, args.overrides, "run", "simulate a training step")
     for w in res.warnings:
