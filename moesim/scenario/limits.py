@@ -5,7 +5,7 @@ Measured on a shared 2-core machine (docs/scenarios.md, "Size limits"):
 
 * the exact engine keeps every rank's op program and every flow: ``mixtral-8x7b-64gpu``
   (64 GPUs x 32 layers x 16 micro-batches = 32,768 rank-layer-micro-batches) takes
-  25.6 s CPU and 165 MB (docs/scale.md), about 0.8 ms and 5 kB per unit;
+  25.6 s CPU and 165 MB (docs/results/scale.md), about 0.8 ms and 5 kB per unit;
 * the fast path (docs/fast-path.md) runs ``deepseek-v3-2048`` (2,048 x 61 x 120 =
   15.0 M units) in 49 s and 286 MB; its memory grows faster than the GPUs (8,192 GPUs
   of a 4-layer, 4-micro-batch slice: 38.9 s, 1.35 GB; moesim.topology.bounds.MAX_GPUS).
