@@ -63,9 +63,7 @@ CASES = {
               Path("out/sweeps/one-point")),
 }
 # parts whose owner had not landed the convention when this test was written
-PENDING: dict[str, str] = {
-    "serve": "serve one step writes out/<name> by default: helper H3's part of issue 36",
-}
+PENDING: dict[str, str] = {}   # command -> why its part of the convention is pending
 
 HOLD = """
 import sys

@@ -276,7 +276,7 @@ def test_same_seed_same_bytes(tmp_path, capsys):
     md = (tmp_path / "a" / "summary.md").read_text()
     assert "## Serving" in md and "TPOT" in md and "largest batch" in md
     capsys.readouterr()
-    assert main(["serve", path, "--json"]) == 0
+    assert main(["serve", path, "--no-files", "--json"]) == 0
     s = json.loads(capsys.readouterr().out)
     for key in ("phase", "step_time_s", "tpot_s", "tokens_per_s", "tokens_per_s_per_gpu",
                 "breakdown_s", "per_rank", "experts", "memory"):

@@ -41,11 +41,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from moesim.cli.common import output_folder
     from moesim.errors import InputError
-    from moesim.memory.fit import fits_of, flag_fits
-    from moesim.outputs import write_text
-    from moesim.serve.run import resolve_serve, simulate_serve
-    from moesim.trace.report import check_outdir, full_summary, jsonable, write_run_outputs
+    from moesim.outputs import claim
+    from moesim.serve.run import resolve_serve
+    from moesim.trace.report import check_outdir
 
     if args.no_files and args.out:
         raise InputError("command line", "--no-files", "either -o DIR or --no-files", "both")
@@ -62,9 +62,24 @@ def run(args: argparse.Namespace) -> int:
         flag = given[0]
         raise InputError("command line", flag, "a scenario with a load: section (or "
                          "--set load.arrival.rate_rps=R --set load.requests=N)", "none")
-    out = Path(args.out) if args.out else None
-    if out is not None:
-        check_outdir(out, args.force, res.scenario.to_dict())   # before the long part
+    if args.no_files:
+        return _simulate_step(args, res, cfg, None)
+    # the output convention (moesim.cli.common): -o DIR, else out/<name>[--<overrides>]
+    out = output_folder(args, res.scenario.name, args.overrides)
+    check_outdir(out, args.force, res.scenario.to_dict())   # before the long part
+    with claim(out):   # the folder is this run's until its files are in place
+        check_outdir(out, args.force, res.scenario.to_dict())   # as it is now ours
+        if not (args.quiet or args.json):
+            print(f"moesim serve: output folder {out}/", file=sys.stderr)
+        return _simulate_step(args, res, cfg, out)
+
+
+def _simulate_step(args: argparse.Namespace, res, cfg, out: Path | None) -> int:
+    from moesim.memory.fit import fits_of, flag_fits
+    from moesim.outputs import write_text
+    from moesim.serve.run import simulate_serve
+    from moesim.trace.report import full_summary, jsonable, write_run_outputs
+
     prog = Progress(0, f"serving {res.scenario.name} ({cfg.phase})",
                     quiet=args.quiet or args.json)
 
@@ -82,7 +97,8 @@ def run(args: argparse.Namespace) -> int:
     if out is not None:
         # checked again as each file is put in place (moesim.outputs); summary.md is
         # moesim's own once written, so its serving section replaces it atomically
-        write_run_outputs(result, out, force=args.force, quiet=args.quiet or args.json)
+        write_run_outputs(result, out, force=args.force, quiet=args.quiet or args.json,
+                          claimed=True)
         md = out / "summary.md"
         write_text(md, md.read_text(encoding="utf-8") + serving_markdown(result.summary),
                    force=True)
