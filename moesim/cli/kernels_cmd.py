@@ -98,7 +98,7 @@ def _fmt(doc: dict) -> str:
         roof = [r for r in ks if r["priced_by"] != "catalog"]
         if any(r["priced_by"] == "catalog" for r in ks) or roof:
             rt = sum(r["x"] * r["time_s"] for r in roof)
-            lines.append(f"priced by the roofline: {sum(r['x'] for r in roof)} of "
+            lines.append(f"pass {p} priced by the roofline: {sum(r['x'] for r in roof)} of "
                          f"{sum(r['x'] for r in ks)} kernels, "
                          f"{rt / total if total else 0:.1%} of the pass's time")
     return "\n".join(lines)
