@@ -99,7 +99,7 @@ def warn_outside_range(ts, model, calib: str) -> dict:
 
 def run(args: argparse.Namespace) -> int:
     from moesim.errors import InputError
-    from moesim.outputs import check_dir_target, make_dir, write_text
+    from moesim.outputs import check_dir_target, claim, make_dir, write_text
     from moesim.validation.calibration.model import load_calibration
     from moesim.validation.cpu.host_facts import warning_line
     from moesim.validation.cpu.ingest import ingest, trace_files
@@ -136,12 +136,15 @@ def run(args: argparse.Namespace) -> int:
     doc["outside_fitted_range"] = outside
     if out is not None:
         make_dir(out)
-        write_text(out / "validation.json", json.dumps(doc, indent=1) + "\n", force=args.force)
-        med = doc["median_abs_error"]
-        _overlay(v, step, out / "overlay.png",
-                 f"{args.trace_dir} step {step}: measured vs simulated ({Path(args.calibration).name}"
-                 f"; median |error| {med:.1%})" if med is not None and math.isfinite(med)
-                 else f"{args.trace_dir} step {step}", args.force)
+        with claim(out):    # one run writes the folder at a time (moesim.outputs)
+            write_text(out / "validation.json", json.dumps(doc, indent=1) + "\n",
+                       force=args.force)
+            med = doc["median_abs_error"]
+            _overlay(v, step, out / "overlay.png",
+                     f"{args.trace_dir} step {step}: measured vs simulated "
+                     f"({Path(args.calibration).name}; median |error| {med:.1%})"
+                     if med is not None and math.isfinite(med)
+                     else f"{args.trace_dir} step {step}", args.force)
     if args.json:
         print(json.dumps({k: doc[k] for k in ("ranks", "median_abs_error", "steps", "averaging",
                                               "units", "source", "calibration",
@@ -211,9 +214,11 @@ def _run_gpu(args: argparse.Namespace, gpu: list) -> int:
     if fit_doc is not None:
         doc["forward_fit"] = fit_doc
     if args.output:
+        from moesim.outputs import claim, write_text
         out = Path(args.output)
-        out.mkdir(parents=True, exist_ok=True)
-        (out / "validation.json").write_text(json.dumps(doc, indent=1) + "\n")
+        with claim(out):    # held while the file goes in place, written atomically
+            write_text(out / "validation.json", json.dumps(doc, indent=1) + "\n",
+                       force=args.force)
     if args.json:
         print(json.dumps(doc, indent=1))
     else:
