@@ -130,5 +130,5 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    from results_page import run_benchmark   # this folder
+    from results_page import run_benchmark  # this folder
     raise SystemExit(run_benchmark(main, "fast-path", "Fast path: wall time and memory"))

@@ -47,7 +47,6 @@ def child(engine: str, gpus: int, finish_path: str = "") -> dict:
     tree with ``MOESIM_NUMBA=0``) or 'old' (oldnet on path). Finish times go to
     ``finish_path`` (.npy) when given."""
     import simpy
-
     from bench_network import all_to_all, make_topology
     if engine == "old":
         import importlib.util
@@ -56,8 +55,7 @@ def child(engine: str, gpus: int, finish_path: str = "") -> dict:
         jit = (importlib.import_module("oldnet.jit") if importlib.util.find_spec("oldnet.jit")
                else None)   # an old engine with compiled kernels runs them as the new one does
     else:
-        from moesim.network import FlowNetwork
-        from moesim.network import jit
+        from moesim.network import FlowNetwork, jit
         if engine == "numpy":
             jit.use_numba(False)
     if jit is not None:

@@ -122,5 +122,5 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    from results_page import run_benchmark   # this folder
+    from results_page import run_benchmark  # this folder
     sys.exit(run_benchmark(main, "deepep", "DeepEP kernels against DeepEP's published figures"))

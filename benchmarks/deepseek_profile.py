@@ -38,13 +38,13 @@ import sys
 from moesim.errors import InputError
 from moesim.scenario import load_scenario
 from moesim.scenario.resolve import resolve
+from moesim.validation.gpu.classes import class_table, pair_model, recompute_kernels
+from moesim.validation.gpu.classes import compare as compare_classes
 from moesim.validation.gpu.pair import measured_streams, simulate_pair
 from moesim.validation.gpu.report import phase_table, text_report
 from moesim.validation.gpu.summary import summarize
 from moesim.validation.gpu.trace import load_gpu_trace
 from moesim.validation.gpu.validate import forward_fit, gpu_validate
-from moesim.validation.gpu.classes import class_table, pair_model, recompute_kernels
-from moesim.validation.gpu.classes import compare as compare_classes
 
 # DeepSeek-V3 Technical Report (arXiv:2412.19437) §3.2.2: "only 20 SMs are sufficient
 # to fully utilize the bandwidths of IB and NVLink" for the all-to-all kernels.
@@ -220,5 +220,5 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    from results_page import run_benchmark   # this folder
+    from results_page import run_benchmark  # this folder
     raise SystemExit(run_benchmark(main, "deepseek-profile", "DeepSeek's profile against moesim"))

@@ -130,5 +130,5 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    from results_page import run_benchmark   # this folder
+    from results_page import run_benchmark  # this folder
     sys.exit(run_benchmark(main, "deepseek-settings", "DeepSeek-V3 on 2048 GPUs, one setting at a time"))

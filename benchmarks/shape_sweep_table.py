@@ -102,5 +102,5 @@ def main() -> None:
 if __name__ == "__main__":
     import sys
 
-    from results_page import run_benchmark   # this folder
+    from results_page import run_benchmark  # this folder
     sys.exit(run_benchmark(main, "shape-sweep", "Skewed recordings with and without a shape sweep"))

@@ -95,7 +95,7 @@ class Example:
 
 
 def _cuda() -> bool:
-    import torch   # only reached where torch is installed
+    import torch  # only reached where torch is installed
 
     return bool(torch.cuda.is_available())
 

@@ -36,9 +36,9 @@ def test_graphed_kernels_keep_their_work_and_launch_once():
 
 def test_graphed_kernel_pays_the_graph_floor_on_hopper():
     # gpu-benches' H200 graph replay: 65,536 bytes per kernel at 52 GB/s = 1.26 µs each
+    from moesim.compute.base import Kernel
     from moesim.compute.devices import get_device
     from moesim.compute.roofline import RooflineModel
-    from moesim.compute.base import Kernel
     h100 = get_device("H100")
     assert h100.graph_kernel_s == pytest.approx(65536 / 52e9)
     assert get_device("H800").graph_kernel_s == get_device("H200").graph_kernel_s == \

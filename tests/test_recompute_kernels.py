@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import dataclasses
 
-from moesim.model import PRESETS, costs
 import pytest
 
+from moesim.model import PRESETS, costs
 from moesim.program.recompute import expert_recompute, layer_recompute_kernels, recomputes
 
 TOY = PRESETS["toy"]            # h 512, 8 heads of 64, 8 experts top-2, f 1024, dense_ffn 2048

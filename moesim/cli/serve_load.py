@@ -59,10 +59,9 @@ def _check_flags(args, load_cfg):
 
 def run_load_cmd(args, res, cfg) -> int:
     from moesim.cli.common import output_folder
-    from moesim.outputs import check_run_folder, claim
-
     from moesim.errors import InputError
     from moesim.load.deploy import kv_tokens_per_member
+    from moesim.outputs import check_run_folder, claim
     from moesim.scenario.blame import blame_overrides
 
     load_cfg = _load_cfg(res, args.overrides)

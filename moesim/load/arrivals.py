@@ -21,9 +21,8 @@ from pathlib import Path
 
 import numpy as np
 
-from moesim.load.limits import MAX_DURATION_S, MAX_REQUESTS, MAX_TOKENS
-
 from moesim.errors import InputError
+from moesim.load.limits import MAX_DURATION_S, MAX_REQUESTS, MAX_TOKENS
 
 KINDS = ("poisson", "gamma", "trace")
 AZURE = ("TIMESTAMP", "ContextTokens", "GeneratedTokens")

@@ -33,7 +33,6 @@ import numpy as np
 from moesim.errors import InputError
 from moesim.load import arrivals as arr
 from moesim.load import lengths as lens
-from moesim.load.request import Request
 from moesim.load.limits import (
     CV,
     INT_LIMITS,
@@ -45,6 +44,7 @@ from moesim.load.limits import (
     MAX_TOKENS,
     RATE_RPS,
 )
+from moesim.load.request import Request
 from moesim.load.router import ROUTERS
 
 SCHEDULERS = ("vllm", "sarathi", "disaggregated")

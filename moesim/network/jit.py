@@ -54,7 +54,7 @@ def kernels(load: bool = True) -> ModuleType | None:
         if not numba_available():
             _state["want"] = False
             return None
-        from moesim.network import kernels as mod   # imports numba; compiles lazily
+        from moesim.network import kernels as mod  # imports numba; compiles lazily
         _state["kernels"] = mod
     return mod   # type: ignore[return-value]
 

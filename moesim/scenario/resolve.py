@@ -16,11 +16,9 @@ from pathlib import Path
 from typing import Any
 
 from moesim.errors import InputError
-from moesim.units import US
 from moesim.layout.mesh import Layout
 from moesim.program.cp import check_seq
 from moesim.scenario.blame import blame_overrides, named_by
-from moesim.scenario.limits import check_local_experts
 from moesim.scenario.checks import (
     check_deepep_hidden,
     check_hot_shares,
@@ -28,9 +26,10 @@ from moesim.scenario.checks import (
     check_sms,
     routing_ignored_warnings,
 )
+from moesim.scenario.limits import check_local_experts
 from moesim.scenario.schema import Scenario
 from moesim.schedule.layout_string import stage_chunks
-
+from moesim.units import US
 
 #: ``overlap.cuda_graphs`` entry set by a serving decode step with ``serve.cuda_graphs``
 #: (:func:`moesim.serve.config.serving_scenario`), not a scenario's own: every kernel of

@@ -20,9 +20,9 @@ from __future__ import annotations
 from moesim.collectives.communicator import CollectiveSpec
 from moesim.model import costs, window
 from moesim.program.build import Builder, StepPlan
-from moesim.program.timer import Timer
 from moesim.program.ops import Op
 from moesim.program.overlap import ep_stream, interleave
+from moesim.program.timer import Timer
 from moesim.serve import costs as serve_costs
 from moesim.serve.config import ServeConfig
 from moesim.serve.head import FP32_BYTES, ID_BYTES
