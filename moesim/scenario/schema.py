@@ -15,7 +15,7 @@ from types import MappingProxyType
 from typing import Any
 
 from moesim.layout.mesh import DEFAULT_ORDER
-from moesim.memory.activations import ATTENTION_KERNELS, RECOMPUTE_MODULES  # noqa: F401 (re-exported)
+from moesim.memory.activations import ATTENTION_KERNELS, RECOMPUTE_MODULES  # noqa: F401
 from moesim.units import MB
 
 NETWORK_MODELS = ("flow", "analytical")
