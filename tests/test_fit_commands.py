@@ -135,3 +135,13 @@ def test_memory_command_states_the_same_verdict(capsys):
     t = json.loads(capsys.readouterr().out)
     _, s, _ = _run_json(capsys, "--set", "model.vocab=4000000")
     assert t["oom"] is True and t["fit"] == s["fit"]
+
+
+def test_memory_strict_exits_2_after_the_table(capsys):
+    # deepseek-v3-2048 without its recompute recipe: every stage over capacity (README)
+    sets = ["--set", "memory.recompute=none", "--set", "memory.activation_dtype=bf16"]
+    assert main(["memory", "deepseek-v3-2048", *sets, "--strict"]) == 2
+    out, err = capsys.readouterr()
+    assert "OOM" in out and err.count("\n") == 1
+    assert "moesim memory: error: command line: --strict: expected a layout that fits" in err
+    assert main(["memory", "deepseek-v3-2048", "--strict"]) == 0   # as shipped it fits

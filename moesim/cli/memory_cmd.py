@@ -51,7 +51,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--megatron", action="store_true",
                    help="also print Megatron-LM's theoretical memory estimate for the first "
                         "stage beside moesim's, per category (docs/model.md)")
-    add_output_flags(p, json_help="print the table as JSON", strict=False, quiet=False)
+    add_output_flags(p, json_help="print the table as JSON", quiet=False)
 
 
 def _gib(x: float) -> str:
@@ -195,4 +195,7 @@ def run(args: argparse.Namespace) -> int:
         print(json.dumps(table, indent=2))
     else:
         print(format_table(table))
+    if args.strict:     # the table is printed; a stage over capacity is then exit 2
+        from moesim.memory.fit import fits_of, flag_fits
+        flag_fits(fits_of(table["fit"]), "memory", strict=True)
     return 0
