@@ -50,3 +50,22 @@ def run_flows(cls, links, flows, **kw):
         env.process(start(i, *f))
     env.run()
     return done, net
+
+
+def refused(capsys, argv, *names, absent=()):
+    """``moesim ARGV`` exits 2 with one stderr line holding every name (and none of
+    ``absent``), nothing on stdout, no traceback; returns that line."""
+    from moesim.cli import main
+
+    rc = main([str(a) for a in argv])
+    out, err = capsys.readouterr()
+    lines = err.strip().splitlines()
+    assert rc == 2, err
+    assert len(lines) == 1, err
+    assert lines[0].startswith(f"moesim {argv[0]}: error: "), lines[0]
+    assert "Traceback" not in err and out == ""
+    for name in names:
+        assert name in lines[0], (name, lines[0])
+    for name in absent:
+        assert name not in lines[0], (name, lines[0])
+    return lines[0]

@@ -16,6 +16,7 @@ from moesim.cli import main
 from moesim.errors import InputError
 from moesim.scenario import load_scenario
 from moesim.yamlio import load_text
+from tests._util import refused
 
 REPO = Path(__file__).resolve().parents[1]
 EXPLICIT = str(REPO / "topologies" / "example-explicit.yaml")
@@ -26,22 +27,6 @@ def cwd(tmp_path, monkeypatch):
     """Run in an empty folder, so "nothing written" can be checked."""
     monkeypatch.chdir(tmp_path)
     return tmp_path
-
-
-def refused(capsys, argv, *names, absent=()):
-    """``moesim ARGV`` exits 2 with one stderr line holding every name."""
-    rc = main(list(argv))
-    out, err = capsys.readouterr()
-    lines = err.strip().splitlines()
-    assert rc == 2, err
-    assert len(lines) == 1, err
-    assert lines[0].startswith(f"moesim {argv[0]}: error: "), lines[0]
-    assert "Traceback" not in err and out == ""
-    for name in names:
-        assert name in lines[0], (name, lines[0])
-    for name in absent:
-        assert name not in lines[0], (name, lines[0])
-    return lines[0]
 
 
 def written(folder: Path, inputs=()) -> list[str]:

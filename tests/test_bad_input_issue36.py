@@ -16,6 +16,7 @@ import yaml
 
 from moesim.cli import main
 from moesim.schedule.layout_string import MAX_LAYOUT_CHARS, expand, layout_chunks
+from tests._util import refused
 
 REPO = Path(__file__).resolve().parents[1]
 TOY = yaml.safe_load((REPO / "scenarios" / "toy-cpu.yaml").read_text())
@@ -32,20 +33,6 @@ def cwd(tmp_path, monkeypatch):
     """Run in an empty folder, so "nothing written" can be checked."""
     monkeypatch.chdir(tmp_path)
     return tmp_path
-
-
-def refused(capsys, argv, *names):
-    """``moesim ARGV`` exits 2 with one stderr line holding every name."""
-    rc = main([str(a) for a in argv])
-    out, err = capsys.readouterr()
-    lines = err.strip().splitlines()
-    assert rc == 2, err
-    assert len(lines) == 1, err
-    assert lines[0].startswith(f"moesim {argv[0]}: error: "), lines[0]
-    assert "Traceback" not in err and out == ""
-    for name in names:
-        assert name in lines[0], (name, lines[0])
-    return lines[0]
 
 
 def write(folder: Path, data: dict, name: str = "s.yaml") -> Path:
