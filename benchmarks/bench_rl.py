@@ -77,7 +77,7 @@ SYNC_CASES = [
 
 
 def run_child(name: str, overrides: list[str], steps: int, timeout: float) -> dict:
-    """One child in an empty step-cost cache (moesim.load.surface): it builds the
+    """One child in an empty step-cost cache (moesim.traffic.surface): it builds the
     rollout surface itself, as a first run does."""
     arg = json.dumps([name, overrides, steps])
     with tempfile.TemporaryDirectory() as cache:

@@ -8,7 +8,7 @@ memory, and the throughput against DeepSeek's published per-node decode figure.
     python benchmarks/bench_serve_load.py --write-docs             # docs/results/serving-load.md
     python benchmarks/bench_serve_load.py --capacity 500,5000 --write-docs=serving-capacity
 
-``--capacity N1,N2,...`` runs ``--find-capacity``'s search (moesim.load.run.find_capacity,
+``--capacity N1,N2,...`` runs ``--find-capacity``'s search (moesim.traffic.run.find_capacity,
 steady-state window) on the scenario's own ``load:`` section (default scenario
 qwen3-30b-a3b-serve-load, SLO ``--slo``) with each number of requests, and beside it the
 rule it replaced (percentiles over every request of a fixed-length run, drain included),
@@ -59,10 +59,10 @@ def main(argv=None) -> int:
     if args.capacity:
         return capacity(args)
 
-    from moesim.load.config import load_from_dict
-    from moesim.load.deploy import build_for
-    from moesim.load.run import run_load
-    from moesim.load.surface import EngineStepCosts
+    from moesim.traffic.config import load_from_dict
+    from moesim.traffic.deploy import build_for
+    from moesim.traffic.run import run_load
+    from moesim.traffic.surface import EngineStepCosts
     from moesim.serve.run import resolve_serve
 
     print(f"load average {os.getloadavg()[0]:.2f} on {os.cpu_count()} CPUs")
@@ -134,8 +134,8 @@ def whole_run_capacity(build, lc, slo: dict, rel_tol: float = 0.02, max_runs: in
     """The rule find_capacity replaced: the largest rate whose run of the configured
     requests meets the SLO on the percentiles of every request (warm-up and drain
     included), doubling then bisection."""
-    from moesim.load.metrics import latencies, meets
-    from moesim.load.run import run_load
+    from moesim.traffic.metrics import latencies, meets
+    from moesim.traffic.run import run_load
     runs = []
 
     def ok(rate: float) -> bool:
@@ -155,10 +155,10 @@ def whole_run_capacity(build, lc, slo: dict, rel_tol: float = 0.02, max_runs: in
 def capacity(args) -> int:
     """Capacity with each number of requests: the steady-state search and the old rule."""
     from moesim.cli.serve_load import _load_cfg
-    from moesim.load.deploy import build_for
-    from moesim.load.metrics import parse_slo
-    from moesim.load.run import find_capacity
-    from moesim.load.surface import EngineStepCosts
+    from moesim.traffic.deploy import build_for
+    from moesim.traffic.metrics import parse_slo
+    from moesim.traffic.run import find_capacity
+    from moesim.traffic.surface import EngineStepCosts
     from moesim.serve.run import resolve_serve
 
     scenario = "qwen3-30b-a3b-serve-load" if args.scenario == "deepseek-v3-decode" \

@@ -7,7 +7,7 @@ from hypothesis import settings
 settings.register_profile("moesim", deadline=None)
 settings.load_profile("moesim")
 
-# Step-cost surfaces (moesim.load.surface) are cached on disk: the suite keeps its cache in
+# Step-cost surfaces (moesim.traffic.surface) are cached on disk: the suite keeps its cache in
 # a folder of its own, never in the user's ~/.cache (subprocesses inherit the variable).
 import os  # noqa: E402
 import tempfile  # noqa: E402

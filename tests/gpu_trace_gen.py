@@ -85,7 +85,7 @@ class GpuTraceBuilder:
         return path
 
 
-# kernel names as the libraries spell them (see moesim.validation.gpu.kernels)
+# kernel names as the libraries spell them (see moesim.validation.gpu.kernel_names)
 GEMM_BF16 = ("sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n_tilesize128x128x64_warpgroupsize1x1x1_"
              "execute_segment_k_off_kernel__5x_cublas")
 GEMM_FP8 = ("void cutlass::device_kernel<deep_gemm::fp8_gemm_kernel<128u, 128u>>"

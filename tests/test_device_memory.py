@@ -71,8 +71,8 @@ def test_rollout_kv_capacity_by_hand():
 def test_serving_kv_tokens_by_hand():
     """The serving-under-load KV capacity: kv_fraction of the reported memory, less the
     weights and the step's activations, over the bytes per token."""
-    from moesim.load.config import LoadConfig
-    from moesim.load.deploy import kv_tokens_per_member
+    from moesim.traffic.config import LoadConfig
+    from moesim.traffic.deploy import kv_tokens_per_member
     from moesim.serve.memory import table
     from moesim.serve.run import resolve_serve
     res, cfg = resolve_serve("mixtral-8x7b-serve")

@@ -152,7 +152,7 @@ def test_compiled_idle_split_equals_numpy_bit_for_bit():
     """The numba loop that splits a compute-stream wait between a kernel's transfer and
     its wait for partners adds the numpy expressions' values bit for bit."""
     pytest.importorskip("numba")
-    from moesim.engine.fast.kernels import idle_split
+    from moesim.engine.fast.jit_loops import idle_split
 
     rng = np.random.default_rng(11)
     n = 131

@@ -134,7 +134,7 @@ def test_compiled_link_bound_equals_numpy_bit_for_bit(monkeypatch):
     """The numba loop of an all-to-all whose members arrive together (every DeepEP
     exchange on EP64) gives the numpy link bound's ends bit for bit."""
     pytest.importorskip("numba")
-    from moesim.engine.fast.kernels import drain_equal_ends
+    from moesim.engine.fast.jit_loops import drain_equal_ends
     from moesim.network import jit
 
     # finish: numpy (numba may be imported already: the threshold alone does not hold it)
@@ -160,7 +160,7 @@ def test_ll_pair_pass_equals_two_link_bounds_bit_for_bit(monkeypatch):
     gives the byte matrices of ``ll_matrix`` and, for each, the ends of the numpy link
     bound, bit for bit (integer messages, zero rows and a dense case)."""
     pytest.importorskip("numba")
-    from moesim.engine.fast.kernels import ll_pair_ends
+    from moesim.engine.fast.jit_loops import ll_pair_ends
     from moesim.ep.messages import ll_bytes_per_message
     from moesim.ep.plan import ll_matrix
     from moesim.network import jit

@@ -9,7 +9,7 @@ import pytest
 
 from moesim.cli import main
 from moesim.errors import InputError
-from moesim.validation.gpu.kernels import classify, gemm_dtype
+from moesim.validation.gpu.kernel_names import classify, gemm_dtype
 from moesim.validation.gpu.summary import length, overlap, summarize, union
 from moesim.validation.gpu.trace import gpu_trace_from_doc, load_gpu_trace
 from tests.gpu_trace_gen import (

@@ -1,4 +1,4 @@
-"""Requests over time (moesim.load, issue 23): times worked out by hand on tiny
+"""Requests over time (moesim.traffic, issue 23): times worked out by hand on tiny
 deployments with LinearStepCosts, invariants, the capacity search, configuration errors."""
 
 from __future__ import annotations
@@ -9,12 +9,12 @@ import numpy as np
 import pytest
 
 from moesim.errors import InputError
-from moesim.load.config import load_from_dict
-from moesim.load.costs import LinearStepCosts
-from moesim.load.deploy import build_sim
-from moesim.load.metrics import parse_slo, summarize
-from moesim.load.request import Request
-from moesim.load.run import find_capacity, run_load
+from moesim.traffic.config import load_from_dict
+from moesim.traffic.costs import LinearStepCosts
+from moesim.traffic.deploy import build_sim
+from moesim.traffic.metrics import parse_slo, summarize
+from moesim.traffic.request import Request
+from moesim.traffic.run import find_capacity, run_load
 
 C = LinearStepCosts(prefill_base_s=0.010, prefill_per_token_s=0.001, decode_base_s=0.020,
                     decode_per_seq_s=0.002)
@@ -246,7 +246,7 @@ def test_slo_parsing():
 
 
 def test_surface_interpolation_is_exact_on_a_bilinear_function_and_extends_linearly():
-    from moesim.load.surface import bilinear
+    from moesim.traffic.surface import bilinear
     xs, ys = np.array([1.0, 4.0, 16.0]), np.array([128.0, 1024.0])
 
     def f(x, y):

@@ -1,4 +1,4 @@
-"""Capacity as a steady-state property (moesim.load.window, moesim.load.run): a queue whose
+"""Capacity as a steady-state property (moesim.traffic.window, moesim.traffic.run): a queue whose
 every time is worked out by hand. Arrivals every 1/rate s (a trace of equal gaps), one
 request at a time (max_seqs 1), each a 100-token prompt and one output token: one prefill
 step of 0.010 + 0.001 x 100 = 0.110 s. A D/D/1 queue: it serves 1 / 0.110 = 9.0909
@@ -10,12 +10,12 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from moesim.load.config import load_from_dict
-from moesim.load.costs import LinearStepCosts
-from moesim.load.deploy import build_sim
-from moesim.load.metrics import parse_slo
-from moesim.load.run import find_capacity, run_load
-from moesim.load.window import GROWTH_TOL, in_system_seen, measure, mser5
+from moesim.traffic.config import load_from_dict
+from moesim.traffic.costs import LinearStepCosts
+from moesim.traffic.deploy import build_sim
+from moesim.traffic.metrics import parse_slo
+from moesim.traffic.run import find_capacity, run_load
+from moesim.traffic.window import GROWTH_TOL, in_system_seen, measure, mser5
 
 SERVICE_S = 0.010 + 0.001 * 100
 MU = 1 / SERVICE_S

@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import pytest
 
-from moesim.load.costs import LinearStepCosts
-from moesim.load.deploy import build_sim
-from moesim.load.request import Request
+from moesim.traffic.costs import LinearStepCosts
+from moesim.traffic.deploy import build_sim
+from moesim.traffic.request import Request
 from moesim.topology.loader import parse_topology
 
 #: prefill 0.01 s + 0.001 s per prompt token; decode 0.02 s per step

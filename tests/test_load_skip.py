@@ -1,4 +1,4 @@
-"""The serving loop's skipping between events (moesim.load.skip) against stepping one
+"""The serving loop's skipping between events (moesim.traffic.skip) against stepping one
 by one: every request's times, the KV cache, the series and the statistics are equal,
 float for float, not within a tolerance (the sums are done in the stepwise order)."""
 
@@ -7,12 +7,12 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from moesim.load.config import load_from_dict
-from moesim.load.costs import LinearStepCosts
-from moesim.load.deploy import build_sim
-from moesim.load.metrics import summarize
-from moesim.load.request import Request
-from moesim.load.skip import delay_to
+from moesim.traffic.config import load_from_dict
+from moesim.traffic.costs import LinearStepCosts
+from moesim.traffic.deploy import build_sim
+from moesim.traffic.metrics import summarize
+from moesim.traffic.request import Request
+from moesim.traffic.skip import delay_to
 from tests.test_load_disagg import links
 
 # a decode step's cost grows with the context, so every skipped step has its own time

@@ -1,4 +1,4 @@
-"""The status line of serving under load (moesim.load.status): rewritten in place on a
+"""The status line of serving under load (moesim.traffic.status): rewritten in place on a
 terminal, cleared before the summary; in a log a line at most every ``every_s`` seconds
 and never the same line twice."""
 
@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import io
 
-from moesim.load.status import Status
+from moesim.traffic.status import Status
 
 
 class Tty(io.StringIO):

@@ -13,8 +13,8 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
-from moesim.load import surface
-from moesim.load.surface import EngineStepCosts
+from moesim.traffic import surface
+from moesim.traffic.surface import EngineStepCosts
 
 
 def step_ms(b: float, ctx: float) -> float:

@@ -1,5 +1,5 @@
 """The serving-under-load KV cache with sliding-window layers (vLLM's hybrid KV cache
-manager, moesim.load.kvcache): blocks a windowed request holds, worked by hand; a
+manager, moesim.traffic.kvcache): blocks a windowed request holds, worked by hand; a
 gpt-oss-120b deployment's pool and how many requests it holds; runs with windows."""
 
 from __future__ import annotations
@@ -9,9 +9,9 @@ import dataclasses
 import numpy as np
 import pytest
 
-from moesim.load.deploy import build_for, build_sim, windows_of
-from moesim.load.kvcache import BlockManager, kv_groups
-from moesim.load.request import Request
+from moesim.traffic.deploy import build_for, build_sim, windows_of
+from moesim.traffic.kvcache import BlockManager, kv_groups
+from moesim.traffic.request import Request
 from moesim.model.presets import GPT_OSS_120B
 from tests.test_load_skip import C, _reqs
 
@@ -141,7 +141,7 @@ def test_gpt_oss_deployment_holds_twice_the_blocks_and_about_twice_the_requests(
 
 def test_gpt_oss_deployment_sizes_its_pool_from_memory_with_windows():
     res, cfg, lc = _gpt_oss(None)
-    from moesim.load.deploy import kv_tokens_per_member
+    from moesim.traffic.deploy import kv_tokens_per_member
     k = kv_tokens_per_member(res, cfg, lc)
     assert build_for(res, cfg, lc, C).members[0].kv.blocks == k * 36 // (18 * 16)
 

@@ -230,7 +230,7 @@ def test_compiled_maxmin_is_bit_identical_to_numpy(case) -> None:
 def test_bottleneck_levels_equal_the_rounds(case) -> None:
     # the compiled network solves by bottleneck levels (a heap), numpy by rounds of local
     # bottlenecks: the same max-min allocation, to rounding; workspaces left zero
-    from moesim.network import kernels
+    from moesim.network import jit_loops as kernels
 
     pf, pl, n, cap = case
     want = maxmin_pairs(pf, pl, n, cap)
@@ -280,7 +280,7 @@ def test_bottleneck_levels_lazy_heap_is_bit_identical(case, fixed) -> None:
     # the lazy heap pops the same links in the same order as a fresh search at every level,
     # so the rates are the same bits (caps drawn from few values: many ties), also with a
     # fixed load already on the links (the incremental re-solve's residual capacity)
-    from moesim.network import kernels
+    from moesim.network import jit_loops as kernels
 
     pf, pl, n, cap = case
     starts = np.flatnonzero(np.concatenate(([True], pf[1:] != pf[:-1])))
@@ -302,7 +302,7 @@ def test_bottleneck_levels_lazy_heap_is_bit_identical(case, fixed) -> None:
 def test_bottleneck_levels_hand_example() -> None:
     # parking lot: flow 0 over links 0, 1 (cap 10, 4), flow 1 on link 0, flow 2 on link 1.
     # level 1: link 1, 4 / 2 = 2 (flows 0, 2); level 2: link 0, 10 - 2 = 8 for flow 1
-    from moesim.network import kernels
+    from moesim.network import jit_loops as kernels
 
     got = np.empty(3)
     kernels.maxmin_levels(np.array([0, 2, 3]), np.array([2, 3, 4]), np.array([0, 1, 0, 1]),

@@ -1,4 +1,4 @@
-"""Rollout generation (moesim.rl.generate, on moesim.load's vLLM scheduler) with
+"""Rollout generation (moesim.rl.generate, on moesim.traffic's vLLM scheduler) with
 LinearStepCosts: times by hand."""
 
 from __future__ import annotations
@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from moesim.load.costs import LinearStepCosts
+from moesim.traffic.costs import LinearStepCosts
 from moesim.rl.config import LengthDist
 from moesim.rl.generate import generate, long_tail
 from moesim.rl.lengths import draw

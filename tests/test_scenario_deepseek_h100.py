@@ -4,7 +4,7 @@ field by field, worked by hand."""
 
 from __future__ import annotations
 
-from moesim.model.load import model_from_dict
+from moesim.model.read import model_from_dict
 from moesim.scenario import load_scenario, scenario_layout
 from moesim.schedule.layout_string import stage_chunks
 

@@ -10,9 +10,9 @@ def test_outputs_are_found_and_caches_and_sources_are_not():
     after = before | {
         "!! out/",                          # a run's default folder: ignored, an output
         "?? calib.json",                    # a file written at the top level
-        "!! moesim/load/__pycache__/",      # a cache
+        "!! moesim/traffic/__pycache__/",      # a cache
         "!! .pytest_cache/",                # a cache
-        "?? moesim/load/window.py",         # a module being written beside the run
+        "?? moesim/traffic/window.py",         # a module being written beside the run
         "?? CHANGELOG.md",                  # a page being written beside the run
         "?? my-traces/",                    # a folder written at the top level
         "?? zoom.png",                      # a plot written at the top level

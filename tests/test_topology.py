@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from moesim.topology import load_topology, parse_topology
-from moesim.topology.routing import ClusterRouter, GraphRouter, find_unreachable
+from moesim.topology.link_routing import ClusterRouter, GraphRouter, find_unreachable
 from moesim.topology.summary import bisection_Bps, link_classes
 
 GB = 1e9

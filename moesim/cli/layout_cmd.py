@@ -131,10 +131,10 @@ def refuse_rl(scn, target: str, overrides: list[str], command: str = "layout",
 
 def _under_load(res, overrides: list[str]) -> dict:
     """A ``load:`` section's scheduler; disaggregated: how many lockstep groups (TP
-    groups joined by their EP groups, moesim.load.deploy) prefill, checked as
+    groups joined by their EP groups, moesim.traffic.deploy) prefill, checked as
     ``moesim serve`` checks it."""
-    from moesim.load.config import load_from_dict
-    from moesim.load.deploy import lockstep_groups
+    from moesim.traffic.config import load_from_dict
+    from moesim.traffic.deploy import lockstep_groups
 
     scn = res.scenario
     src = Path(scn.source)

@@ -109,7 +109,7 @@ def run(args: argparse.Namespace) -> int:
         print(json.dumps(res, sort_keys=True) if args.json else fmt(res))
         return 0
     from moesim.model.hf import config_path, load
-    from moesim.model.load import model_from_dict
+    from moesim.model.read import model_from_dict
 
     try:
         path = config_path(args.config, CLI)

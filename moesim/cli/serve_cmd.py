@@ -1,6 +1,6 @@
 """``moesim serve SCENARIO``: simulate one prefill or decode step of a serving deployment,
 or, with a ``load:`` section (or ``--set load...``), requests over time on it
-(:mod:`moesim.load`): TTFT/TPOT/latency percentiles, throughput, goodput under ``--slo``,
+(:mod:`moesim.traffic`): TTFT/TPOT/latency percentiles, throughput, goodput under ``--slo``,
 ``--find-capacity``.
 
 Prints step time, TTFT (prefill) or time per output token (decode), tokens/s and the

@@ -2,7 +2,7 @@
 
 Builds (or reads from the cache) the engine's step-cost surface, runs the requests and
 prints the ``load`` summary over the steady-state measurement window
-(:mod:`moesim.load.window`; ``--json``: the summary as JSON), optionally the surface's
+(:mod:`moesim.traffic.window`; ``--json``: the summary as JSON), optionally the surface's
 error against direct simulation (``--check-surface N``) and the capacity under ``--slo``
 (``--find-capacity``). Files follow the output convention of every command: the folder
 (``-o DIR``, default ``out/<scenario>``; none with ``--no-files``) is held by this run
@@ -25,7 +25,7 @@ MAX_CHECK_POINTS = 100
 
 def _load_cfg(res, overrides):
     from moesim.errors import InputError
-    from moesim.load.config import load_from_dict
+    from moesim.traffic.config import load_from_dict
     from moesim.scenario.blame import blame_overrides
     scn = res.scenario
     src = Path(scn.source)
@@ -42,7 +42,7 @@ def _load_cfg(res, overrides):
 def _check_flags(args, load_cfg):
     """The serve-under-load flags, checked before any work: (slo or None)."""
     from moesim.errors import InputError
-    from moesim.load.metrics import parse_slo
+    from moesim.traffic.metrics import parse_slo
     slo = parse_slo(args.slo) if args.slo is not None else None
     if args.find_capacity and not slo:
         raise InputError(CLI, "--find-capacity", "an SLO to meet: --slo ttft_p99=2s,"
@@ -60,7 +60,7 @@ def _check_flags(args, load_cfg):
 def run_load_cmd(args, res, cfg) -> int:
     from moesim.cli.common import output_folder
     from moesim.errors import InputError
-    from moesim.load.deploy import kv_tokens_per_member
+    from moesim.traffic.deploy import kv_tokens_per_member
     from moesim.outputs import check_run_folder, claim
     from moesim.scenario.blame import blame_overrides
 
@@ -80,11 +80,11 @@ def run_load_cmd(args, res, cfg) -> int:
 
 
 def _simulate(args, res, cfg, load_cfg, slo, out: Path | None) -> int:
-    from moesim.load.deploy import build_for, kv_tokens_per_member, load_fits
-    from moesim.load.report import text
-    from moesim.load.run import find_capacity, run_load
-    from moesim.load.status import Status
-    from moesim.load.surface import EngineStepCosts
+    from moesim.traffic.deploy import build_for, kv_tokens_per_member, load_fits
+    from moesim.traffic.report import text
+    from moesim.traffic.run import find_capacity, run_load
+    from moesim.traffic.status import Status
+    from moesim.traffic.surface import EngineStepCosts
     from moesim.memory.fit import flag_fits
 
     quiet = args.quiet or args.json
@@ -149,8 +149,8 @@ def _simulate(args, res, cfg, load_cfg, slo, out: Path | None) -> int:
 def _write(out: Path, sim, summary: dict, force: bool) -> None:
     import matplotlib.pyplot as plt
 
-    from moesim.load.metrics import counter_events
-    from moesim.load.report import load_figure, markdown, requests_csv
+    from moesim.traffic.metrics import counter_events
+    from moesim.traffic.report import load_figure, markdown, requests_csv
     from moesim.outputs import Outputs
 
     o = Outputs(out, force=force)

@@ -168,7 +168,7 @@ def _check_gpu_out(out: Path, force: bool) -> None:
 
 def _run_gpu(args: argparse.Namespace, gpu: list) -> int:
     from moesim.errors import InputError
-    from moesim.scenario.load import load_scenario
+    from moesim.scenario.read import load_scenario
     from moesim.scenario.resolve import resolve
     from moesim.validation.calibration.model import load_calibration
     from moesim.validation.gpu.classes import class_table, pair_model, recompute_kernels

@@ -1,6 +1,6 @@
 """Model description, presets, parameter counts and per-op costs (pure planning code)."""
 
-from moesim.model.load import model_from_dict, model_warnings
+from moesim.model.read import model_from_dict, model_warnings
 from moesim.model.params import ParamCount, count_params
 from moesim.model.presets import PRESETS
 from moesim.model.spec import ModelSpec

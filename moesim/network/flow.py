@@ -16,7 +16,7 @@ Mechanics (one simpy callback chain, no process per flow):
   running flows are counted per link, and a link -> running flows index lets an
   event walk only the links and flows it reaches; finished flows' slots are
   compacted away once they are half of all slots. One event is one compiled call
-  (:mod:`moesim.network.kernels`, numba) or the numpy path, with the same rates up to
+  (:mod:`moesim.network.jit_loops`, numba) or the numpy path, with the same rates up to
   rounding (:mod:`moesim.network.jit` chooses).
 * ``transfer``/``transfer_many`` only queue flows and schedule one zero-delay
   "kick" at the current time, so any number of flows started at the same

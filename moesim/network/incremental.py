@@ -9,7 +9,7 @@ shared with other such flows; they are re-solved on the capacity the others leav
 
 The closure is walked from the changed links over a link -> running flows index, so an event
 costs work in the links and flows it reaches, not in all (flow, link) pairs.
-:func:`solve` is the numpy implementation; :func:`moesim.network.kernels.solve` the
+:func:`solve` is the numpy implementation; :func:`moesim.network.jit_loops.solve` the
 compiled one, with the same floating-point operations in the same order.
 """
 

@@ -1,5 +1,5 @@
 """Max-min fair rates by bottleneck levels, compiled (numba; used by
-:mod:`moesim.network.kernels`, the flow network's compiled path).
+:mod:`moesim.network.jit_loops`, the flow network's compiled path).
 
 Progressive filling level by level: the link of smallest fair share
 ``max(capacity - frozen load, capacity x cap_floor) / unfrozen flows`` is taken from a
@@ -18,7 +18,7 @@ smallest (share, first use), and the rates are the same bits as with a heap upda
 every change. The flows' pairs and the links' state are copied into local arrays first
 (local link ids in order of first use), so the loops run over a few small arrays.
 (numba caches compiled code per source file: after editing this module, delete
-``moesim/network/__pycache__/*.nb[ic]``, or :mod:`moesim.network.kernels`' cached code,
+``moesim/network/__pycache__/*.nb[ic]``, or :mod:`moesim.network.jit_loops`' cached code,
 which calls these functions, keeps the old version.)
 """
 

@@ -25,7 +25,7 @@ giving a flow rate 0).
 Problems of at most :data:`SMALL_PAIRS` pairs run the same rounds in plain Python
 (numpy's per-call overhead dominates there), with the same floating-point operations
 in the same order: the rates are bit-identical (tested). With numba installed every
-problem runs the same rounds compiled (:func:`moesim.network.kernels.maxmin_segments`,
+problem runs the same rounds compiled (:func:`moesim.network.jit_loops.maxmin_segments`,
 bit-identical too; :mod:`moesim.network.jit` chooses).
 """
 

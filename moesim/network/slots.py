@@ -15,7 +15,7 @@ those it lists have finished). Finished slots are compacted away once they are h
 of all slots.
 
 :meth:`Slots.step` is one event: the flows due to finish leave, zero-byte new flows
-are done at once, the rates are re-solved (:func:`moesim.network.kernels.step`
+are done at once, the rates are re-solved (:func:`moesim.network.jit_loops.step`
 compiled, or the numpy path here and in :mod:`moesim.network.incremental`; the same
 rates up to rounding), and the next finish time is returned. No simpy here.
 """

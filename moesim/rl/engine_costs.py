@@ -9,8 +9,8 @@
   each data-parallel group holds. Forward passes run with the pipeline stages folded into
   data parallelism (one stage). Times are memoised by their inputs: RL steps whose
   mini-batches pack into the same number of rows per replica are simulated once.
-- :func:`rollout_costs` (a :class:`moesim.load.costs.StepCosts`) for one rollout replica:
-  the serving issue's step-cost surface (:mod:`moesim.load.surface`) on a grid sized to
+- :func:`rollout_costs` (a :class:`moesim.traffic.costs.StepCosts`) for one rollout replica:
+  the serving issue's step-cost surface (:mod:`moesim.traffic.surface`) on a grid sized to
   the RL step's batches and contexts.
 """
 
@@ -114,12 +114,12 @@ def rollout_costs(scn: Scenario, replica_gpus: int, gpus_per_node: int, *, tp: i
                   kv_dtype: str, max_batch: int, prompt: int, response_max: int,
                   cache: bool = True, cuda_graphs: bool = False):
     """The serving issue's engine-backed step-cost surface
-    (:class:`moesim.load.surface.EngineStepCosts`) of one engine replica: decode steps at
+    (:class:`moesim.traffic.surface.EngineStepCosts`) of one engine replica: decode steps at
     1 .. ``max_batch`` sequences per attention-DP rank and contexts from the prompt to
     the longest sample, prefill steps of 1 .. 64 prompts of the mean prompt length (linear
     beyond), each simulated once by ``moesim serve`` on the fast engine (cached on disk
     by the scenario's content unless ``cache`` is false)."""
-    from moesim.load.surface import EngineStepCosts
+    from moesim.traffic.surface import EngineStepCosts
 
     one = dataclasses.replace(scn, cluster=pool_cluster(scn, replica_gpus, gpus_per_node),
                               serve={}, engine=EngineConfig(mode="fast"),

@@ -1,6 +1,6 @@
 """Rollout generation on the engine replicas of the rollout pool: the step's samples run
-on the serving issue's generation engine (:class:`moesim.load.loop.LoadSim` with vLLM's
-continuous batching, :mod:`moesim.load.vllm`), all arriving at the start of generation.
+on the serving issue's generation engine (:class:`moesim.traffic.loop.LoadSim` with vLLM's
+continuous batching, :mod:`moesim.traffic.vllm`), all arriving at the start of generation.
 
 An engine replica is one lockstep group of ``members`` attention-data-parallel ranks
 (EP inside the replica: a step lasts as long as its slowest member's batch); each member
@@ -9,7 +9,7 @@ hold only their window, as vLLM's hybrid cache frees the rest) and runs at most
 ``max_batch`` sequences. Samples
 are dealt to the members round robin. The scheduler admits while blocks are free,
 allocates them as tokens arrive and preempts by recompute when the cache is full; step
-times come from a :class:`moesim.load.costs.StepCosts` of one member.
+times come from a :class:`moesim.traffic.costs.StepCosts` of one member.
 
 The step's generation ends with its longest sample; ``long_tail_s`` is the time from
 90 % of the samples done to the last.
@@ -22,9 +22,9 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from moesim.load.costs import StepCosts
-from moesim.load.deploy import build_sim
-from moesim.load.request import Request
+from moesim.traffic.costs import StepCosts
+from moesim.traffic.deploy import build_sim
+from moesim.traffic.request import Request
 
 
 @dataclass
@@ -68,7 +68,7 @@ def generate(prompt: np.ndarray, response: np.ndarray, costs: StepCosts, replica
     ``replicas`` engine replicas of ``members`` ranks with ``kv_tokens`` each
     (``skip``: the engine skips between events, the same results; False steps;
     ``layer_windows``: each layer's sliding window, 0 full attention, as
-    :func:`moesim.load.deploy.windows_of` gives it: vLLM's hybrid KV cache, the blocks
+    :func:`moesim.traffic.deploy.windows_of` gives it: vLLM's hybrid KV cache, the blocks
     that leave a window freed)."""
     return Rollout(prompt, response, costs, replicas, kv_tokens, max_batch, members,
                    skip=skip, layer_windows=layer_windows).finish()

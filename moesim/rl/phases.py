@@ -17,7 +17,7 @@ from typing import Protocol
 
 import numpy as np
 
-from moesim.load.costs import StepCosts
+from moesim.traffic.costs import StepCosts
 from moesim.rl.config import RLConfig
 from moesim.rl.generate import Generation, generate
 from moesim.rl.loop import StepDurations

@@ -15,8 +15,8 @@ from pathlib import Path
 import numpy as np
 
 from moesim.errors import InputError
-from moesim.load.costs import StepCosts
-from moesim.load.deploy import windows_of
+from moesim.traffic.costs import StepCosts
+from moesim.traffic.deploy import windows_of
 from moesim.rl.config import RLConfig, rl_from_dict
 from moesim.rl.generate import Rollout
 from moesim.rl.lengths import draw
@@ -97,7 +97,7 @@ def _check_reward_model(cfg: RLConfig, source: str) -> None:
     ``rl.reward.model.FIELD``, not the policy's ``model.FIELD``."""
     if cfg.reward.model is None:
         return
-    from moesim.model.load import model_from_dict
+    from moesim.model.read import model_from_dict
 
     try:
         model_from_dict(dict(cfg.reward.model), source)
@@ -177,7 +177,7 @@ def simulate_rl(setup: RLSetup, steps: int, *, rollout_costs: StepCosts | None =
                 trainer_costs: TrainerCosts | None = None, on_solve=None,
                 progress=None, cache: bool = True, fits: list | None = None) -> RLRun:
     """Simulate ``steps`` RL steps. Without costs given, the engines price them
-    (``cache``: keep the rollout step-cost surface on disk, moesim.load.surface).
+    (``cache``: keep the rollout step-cost surface on disk, moesim.traffic.surface).
     ``fits``: the pools' memory verdicts (default: :func:`moesim.rl.memory.rl_fits`)."""
     cfg, res = setup.cfg, setup.res
     ro, tr = cfg.rollout, cfg.train

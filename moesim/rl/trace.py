@@ -1,6 +1,6 @@
 """The RL timeline as a Chrome/Perfetto trace: one process per pool, one thread per phase,
 and counter tracks on the rollout pool of its running batch (sequences, all replicas)
-and KV use (mean over replicas of the fullest rank's KV fraction, moesim.load's series).
+and KV use (mean over replicas of the fullest rank's KV fraction, moesim.traffic's series).
 Open it in https://ui.perfetto.dev."""
 
 from __future__ import annotations

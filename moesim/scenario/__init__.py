@@ -2,7 +2,7 @@
 
 import sys
 
-from moesim.scenario.load import (
+from moesim.scenario.read import (
     SCENARIO_DIR,
     apply_overrides,
     build_scenario,

@@ -207,7 +207,7 @@ def resolve(scn: Scenario) -> Resolved:
 
 
 #: reads a scenario file again with some overrides, unresolved: ``load_scenario`` (set
-#: by the package, :mod:`moesim.scenario`, since moesim.scenario.load imports this module)
+#: by the package, :mod:`moesim.scenario`, since moesim.scenario.read imports this module)
 RELOAD: Callable[..., Scenario] | None = None
 
 

@@ -225,7 +225,7 @@ class Scenario:
     engine: EngineConfig = field(default_factory=EngineConfig)
     serve: Any = field(default_factory=dict)     # dict for moesim.serve.config (serving)
     rl: Any = field(default_factory=dict)        # dict for moesim.rl.config (RL post-training)
-    load: Any = field(default_factory=dict)      # dict for moesim.load.config (serving traffic)
+    load: Any = field(default_factory=dict)      # dict for moesim.traffic.config (serving traffic)
     source: str = "<scenario>"                   # file it came from (for error messages)
     world: int | None = None                     # GPUs in the cluster, once resolved
     gpus_per_node: int | None = None             # from the topology, once resolved

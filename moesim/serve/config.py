@@ -218,7 +218,7 @@ def check_training_layout_unset(scn: Scenario) -> None:
 
 @functools.lru_cache(maxsize=64)
 def _hidden_of(model_json: str, source: str) -> int:
-    from moesim.model.load import model_from_dict
+    from moesim.model.read import model_from_dict
     return int(model_from_dict(json.loads(model_json), source).hidden)
 
 

@@ -208,7 +208,7 @@ def _check_axis(src: str, scenario: str, base: tuple[str, ...], axis: Axis) -> N
     key (or for a key fixed in ``set``), is an error of the sweep file; a value rejected
     for another reason (a layout that fails only with some other axes' values) is left
     to its points, which are then skipped with the reason."""
-    from moesim.scenario.load import apply_overrides, load_scenario
+    from moesim.scenario.read import apply_overrides, load_scenario
     from moesim.scenario.resolve import resolve
 
     try:
@@ -308,7 +308,7 @@ def parse_sweep(data: Any, source: str = "<sweep>", base_dir: Path | None = None
                          "point)", k)
     base_seed = 0
     if check_scenario:
-        from moesim.scenario.load import load_scenario
+        from moesim.scenario.read import load_scenario
 
         scn = load_scenario(scenario, list(raw_set), resolve=False)
         base_seed = scn.seed

@@ -9,6 +9,6 @@ Planning code only (networkx, numpy); no simpy.
 
 from moesim.topology.graph import NODE_KINDS, Topology
 from moesim.topology.loader import load_topology, parse_topology, presets
-from moesim.topology.routing import ROUTINGS
+from moesim.topology.link_routing import ROUTINGS
 
 __all__ = ["NODE_KINDS", "ROUTINGS", "Topology", "load_topology", "parse_topology", "presets"]

@@ -29,7 +29,7 @@ from moesim.topology.builders import (
 )
 from moesim.topology.explicit import build_explicit
 from moesim.topology.graph import Topology
-from moesim.topology.routing import ROUTINGS, ClusterRouter, GraphRouter, find_unreachable
+from moesim.topology.link_routing import ROUTINGS, ClusterRouter, GraphRouter, find_unreachable
 from moesim.yamlio import read_yaml as _read_yaml
 
 #: the repository's preset directory (``topologies/`` next to the package)

@@ -34,7 +34,7 @@ from moesim.engine.fast.pipeline import Chain, RouteRec
 from moesim.engine.fast.records import _route_rec
 from moesim.engine.fast.spans import choose_span_ranks
 from moesim.engine.fast.stash import RecordStash
-from moesim.engine.fast.summary import make_plan, shortcuts
+from moesim.engine.fast.plan_stats import make_plan, shortcuts
 from moesim.engine.fast.workers import ChainPool, workers_for
 from moesim.engine.summary import link_stats, make_result, summarize
 from moesim.model import costs

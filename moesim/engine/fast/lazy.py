@@ -1,4 +1,4 @@
-"""When the fast path's compiled loops (:mod:`moesim.engine.fast.kernels`, numba) take
+"""When the fast path's compiled loops (:mod:`moesim.engine.fast.jit_loops`, numba) take
 over from numpy: one loader for the link bound (:mod:`moesim.engine.fast.network`) and
 the compute slowed under a running EP kernel (:mod:`moesim.engine.fast.pairs`).
 
@@ -27,7 +27,7 @@ def fast_kernels(state: dict, after: int, eager: bool = False) -> ModuleType | N
         return None
     if jit.kernels() is None:
         return None
-    from moesim.engine.fast import kernels
+    from moesim.engine.fast import jit_loops as kernels
 
     state["kernel"] = kernels
     return kernels

@@ -50,7 +50,7 @@ EXACT_MAX_MEMBERS = 32
 EXACT_FLOW_BUDGET = 1_000_000
 
 #: all-to-alls timed by the staggered link bound before the compiled loops
-#: (:mod:`moesim.engine.fast.kernels`, numba) take over, unless numba is imported already:
+#: (:mod:`moesim.engine.fast.jit_loops`, numba) take over, unless numba is imported already:
 #: importing numba costs about a second of CPU, more than a small run's link bounds
 JIT_AFTER_CALLS = 2000
 
@@ -347,7 +347,7 @@ class FastNetwork:
     def ll_pair_finish(self, group: Sequence[int], tokens: np.ndarray, bd: float, bc: float):
         """A DeepEP low-latency dispatch and combine from (token, expert) messages
         ``tokens`` (n, n), starting together at 0, in one compiled call
-        (:func:`moesim.engine.fast.kernels.ll_pair_ends`): (dispatch bytes, the combine's
+        (:func:`moesim.engine.fast.jit_loops.ll_pair_ends`): (dispatch bytes, the combine's
         before its transpose, dispatch ends, combine ends), the same floats as two
         :meth:`a2a_finish` calls; None where those would not take that compiled bound."""
         if len(group) <= EXACT_MAX_MEMBERS and self.exact_ok:

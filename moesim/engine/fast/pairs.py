@@ -35,14 +35,14 @@ import numpy as np
 from moesim.engine.fast.lazy import fast_kernels
 
 #: overlapped compute ops timed on numpy before the compiled loop
-#: (:func:`moesim.engine.fast.kernels.slowed`, numba) takes over
+#: (:func:`moesim.engine.fast.jit_loops.slowed`, numba) takes over
 JIT_AFTER_CALLS = 5000
 
 _jit: dict[str, object] = {"calls": 0, "kernel": None}
 
 
 def _compiled(name: str):
-    """The compiled loop ``name`` of :mod:`moesim.engine.fast.kernels` (``slowed``:
+    """The compiled loop ``name`` of :mod:`moesim.engine.fast.jit_loops` (``slowed``:
     :meth:`_Pair._slowed`; ``idle_split``: :meth:`_Pair._idle_to`), or None (numpy):
     after ``JIT_AFTER_CALLS`` calls, the switch as
     :func:`moesim.engine.fast.lazy.fast_kernels` reads it."""

@@ -46,7 +46,7 @@ AXES = ("m", "k", "n")
 #: a family needs this many distinct sizes
 MIN_POINTS = 2
 _LABEL = re.compile(r"sweep/rows=(\d+)")
-#: GPU kernel classes of memory-bound ops (moesim.validation.gpu.kernels)
+#: GPU kernel classes of memory-bound ops (moesim.validation.gpu.kernel_names)
 _GPU_MEMORY = {"cast", "norm", "elementwise"}
 SHAPE_METHOD = ("per family (GEMMs with two dims fixed, time against the third; memory-bound "
                 "ops per op kind, time against bytes) the median (GEMM) or mean (memory) time "

@@ -5,7 +5,7 @@ Measured: the kernels launched under the trace's per-layer annotations (DualPipe
 kernels only (the ``dispatch``/``combine`` annotations and communication kernels are
 compared elsewhere), summed by class and pass (F, B, W) over the annotations and divided
 by the number of layers traced: mean kernel time per layer. Classes are those of
-:mod:`moesim.validation.gpu.kernels`, with the token permutation around the expert
+:mod:`moesim.validation.gpu.kernel_names`, with the token permutation around the expert
 exchange taken out of ``elementwise``/``other`` by name (``permute``: Megatron's
 ``moe_permute``/``moe_unpermute``, DeepSeek's ``expand_to_fused``, ``get_fused_mapping``,
 ``clean_and_count_expert``, ``reduce_fused``).

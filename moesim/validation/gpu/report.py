@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from moesim.units import s_to_ms
-from moesim.validation.gpu.kernels import CLASSES
+from moesim.validation.gpu.kernel_names import CLASSES
 
 
 def _ms(x: float) -> str:

@@ -27,7 +27,7 @@ from __future__ import annotations
 
 from collections import Counter
 
-from moesim.validation.gpu.kernels import CLASSES
+from moesim.validation.gpu.kernel_names import CLASSES
 from moesim.validation.gpu.trace import GpuKernel, GpuTrace
 
 Intervals = list[tuple[float, float]]

@@ -7,7 +7,7 @@ What is read (all times seconds):
 - GPU events: cats ``kernel``, ``gpu_memcpy``, ``gpu_memset``; stream ``args.stream``
   (else the event's tid), device ``args.device`` (else its pid); ``args.grid`` (blocks
   in x, y, z); ``args.bytes`` of a copy or set; class from the name
-  (:func:`moesim.validation.gpu.kernels.classify`).
+  (:func:`moesim.validation.gpu.kernel_names.classify`).
 - The launch: the CPU event of cat ``cuda_runtime``/``cuda_driver`` (``cudaLaunchKernel``,
   ``cuLaunchKernel``, ``cudaMemcpyAsync``, ...) whose ``args.correlation`` equals the
   GPU event's; without one, the start of the ``ac2g`` flow (``ph`` ``s``) whose ``id`` is
@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from moesim.errors import InputError
-from moesim.validation.gpu.kernels import classify, gemm_dtype
+from moesim.validation.gpu.kernel_names import classify, gemm_dtype
 from moesim.validation.kineto.events import (
     MATMUL_OPS,
     Event,
@@ -65,7 +65,7 @@ class GpuKernel:
     no link found); ``phase`` the innermost annotation holding the launch (None: none)."""
 
     name: str
-    cls: str               # a class of moesim.validation.gpu.kernels.CLASSES
+    cls: str               # a class of moesim.validation.gpu.kernel_names.CLASSES
     kind: str              # the communication kind ("" unless cls == "comm")
     device: int
     stream: int

@@ -4,10 +4,10 @@ cache, preemption by recompute, and applying a step's progress.
 A scheduler serves one attention data-parallel rank (a *member*: one TP group; with
 ``tp 1`` one GPU). Each step it :meth:`plan`\\ s a :class:`Batch` (prompt tokens to
 prefill, requests to decode), growing KV blocks as it goes; the event loop prices the
-batch with a :class:`moesim.load.costs.StepCosts`, waits that long and calls
+batch with a :class:`moesim.traffic.costs.StepCosts`, waits that long and calls
 :meth:`finish`. Policies (one per module) differ only in :meth:`plan`:
-:mod:`moesim.load.vllm` (continuous batching, prefill first), :mod:`moesim.load.sarathi`
-(chunked prefill under a token budget), :mod:`moesim.load.disagg` (prefill-only and
+:mod:`moesim.traffic.vllm` (continuous batching, prefill first), :mod:`moesim.traffic.sarathi`
+(chunked prefill under a token budget), :mod:`moesim.traffic.disagg` (prefill-only and
 decode-only pools).
 """
 
@@ -17,8 +17,8 @@ from abc import ABC, abstractmethod
 from collections import deque
 from dataclasses import dataclass, field
 
-from moesim.load.kvcache import BlockManager
-from moesim.load.request import Request
+from moesim.traffic.kvcache import BlockManager
+from moesim.traffic.request import Request
 
 #: vLLM's defaults: max_num_seqs 256, max_num_batched_tokens 2048 with chunked prefill
 #: (vllm/config.py, SchedulerConfig; vllm/engine/arg_utils.py)
@@ -82,7 +82,7 @@ class Scheduler(ABC):
     @abstractmethod
     def plan(self, now: float) -> Batch:
         """The next step's batch: each policy module (vllm, sarathi, disagg) says how.
-        The event loop skips ahead (:mod:`moesim.load.skip`) after a plan that only
+        The event loop skips ahead (:mod:`moesim.traffic.skip`) after a plan that only
         decodes: a policy must then plan the same decodes again as long as nothing
         arrives, finishes or is preempted and the free blocks only shrink (admission
         stays blocked); every policy here does."""

@@ -326,7 +326,7 @@ def build_scenario(data: dict, source: str = "<scenario>", default_name: str = "
         engine=_fixed(src, data, "engine", EngineConfig),
         serve=_section(src, data, "serve"),   # checked by moesim.serve.config
         rl=_section(src, data, "rl"),         # checked by moesim.rl.config
-        load=_section(src, data, "load"),     # checked by moesim.load.config
+        load=_section(src, data, "load"),     # checked by moesim.traffic.config
         source=src,
     )
     _check_schedule(scn)

@@ -150,7 +150,7 @@ def load_figure(sim, s: dict):
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from moesim.load.metrics import plot_series
+    from moesim.traffic.metrics import plot_series
     w = s["load"]["window"]
     fig, axes = plt.subplots(3, 1, figsize=(9, 7.5), sharex=True)
     for ax, what in zip(axes, ("running", "kv", "queue"), strict=True):

@@ -12,7 +12,7 @@ step (the most recently admitted), or itself.
 
 from __future__ import annotations
 
-from moesim.load.scheduler import Batch, Scheduler
+from moesim.traffic.scheduler import Batch, Scheduler
 
 
 class ContinuousBatching(Scheduler):

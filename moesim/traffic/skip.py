@@ -4,7 +4,7 @@ applied in one move with the same results as stepping them one by one.
 After a lockstep group has planned a step in which every member only decodes (no
 prompt tokens, no preemption), the next steps decode the same requests again as long as
 no request finishes, no request arrives, no block boundary finds the cache full and no
-weight update interrupts: a policy's :meth:`~moesim.load.scheduler.Scheduler.plan` then
+weight update interrupts: a policy's :meth:`~moesim.traffic.scheduler.Scheduler.plan` then
 returns the same batch (admission stays blocked: free blocks only shrink; the decode set
 and its order do not change). :func:`plan_run` finds how many such steps lie ahead
 (``K``: up to the first finish, included, and the last step whose blocks still fit) and
@@ -28,7 +28,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from moesim.load.request import Request
+from moesim.traffic.request import Request
 
 
 def decode_costs(costs, batch: int, ctx: np.ndarray) -> np.ndarray:

@@ -18,9 +18,9 @@ its transfer has arrived and its blocks are free.
 
 from __future__ import annotations
 
-from moesim.load.request import Request
-from moesim.load.scheduler import Batch, Scheduler
-from moesim.load.vllm import ContinuousBatching
+from moesim.traffic.request import Request
+from moesim.traffic.scheduler import Batch, Scheduler
+from moesim.traffic.vllm import ContinuousBatching
 
 
 class PrefillOnly(ContinuousBatching):

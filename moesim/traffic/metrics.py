@@ -1,6 +1,6 @@
 """What a run over time reports: the ``load`` object of ``moesim serve --json``.
 
-Over the measurement window (:mod:`moesim.load.window`: steady state, warm-up and drain
+Over the measurement window (:mod:`moesim.traffic.window`: steady state, warm-up and drain
 left out): per request arriving in it (and finished), TTFT (arrival to first token), TPOT
 (mean time per output token after the first), end-to-end latency, queueing delay (arrival
 to first scheduled), their mean and P50/P90/P99; throughput (requests completing inside
@@ -50,8 +50,8 @@ def latencies(finished) -> dict[str, np.ndarray]:
 
 def summarize(sim, slo: dict[str, float] | None = None) -> dict:
     """The ``load`` object of a finished (or stopped) run of ``sim``: the headline figures
-    over the measurement window (:mod:`moesim.load.window`), the whole run under ``run``."""
-    from moesim.load.window import mean_in_system, measure, min_requests
+    over the measurement window (:mod:`moesim.traffic.window`), the whole run under ``run``."""
+    from moesim.traffic.window import mean_in_system, measure, min_requests
     fin = [r for r in sim.finished if not r.rejected]
     arrived = sum(1 for r in sim.requests if r.arrival_s <= sim.now)
     w = measure(sim.requests, sim.now, min_requests(SLO_KEYS[k][1] for k in (slo or {})))

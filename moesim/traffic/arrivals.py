@@ -22,7 +22,7 @@ from pathlib import Path
 import numpy as np
 
 from moesim.errors import InputError
-from moesim.load.limits import MAX_DURATION_S, MAX_REQUESTS, MAX_TOKENS
+from moesim.traffic.limits import MAX_DURATION_S, MAX_REQUESTS, MAX_TOKENS
 
 KINDS = ("poisson", "gamma", "trace")
 AZURE = ("TIMESTAMP", "ContextTokens", "GeneratedTokens")

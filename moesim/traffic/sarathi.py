@@ -10,7 +10,7 @@ budget takes several steps.
 
 from __future__ import annotations
 
-from moesim.load.scheduler import Batch, Scheduler
+from moesim.traffic.scheduler import Batch, Scheduler
 
 
 class ChunkedPrefill(Scheduler):

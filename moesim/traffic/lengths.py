@@ -13,7 +13,7 @@ from pathlib import Path
 
 import numpy as np
 
-from moesim.load.limits import MAX_REQUESTS, MAX_TOKENS
+from moesim.traffic.limits import MAX_REQUESTS, MAX_TOKENS
 
 DISTS = ("fixed", "uniform", "lognormal", "empirical")
 

@@ -28,7 +28,7 @@ Sliding-window layers (vLLM's hybrid KV cache manager, vllm-project/vllm 002f349
 
 ``computed`` is what the schedulers' calls imply: ``grow(rid, tokens)`` is called with the
 request's cached tokens plus the step's new ones, so it is the lesser of the tokens of the
-previous ``grow`` and ``tokens - 1`` (a decode reserved ahead, :class:`moesim.load.disagg.
+previous ``grow`` and ``tokens - 1`` (a decode reserved ahead, :class:`moesim.traffic.disagg.
 DecodeOnly`, grows by one token per step below its reservation).
 """
 

@@ -1,14 +1,14 @@
 """A run over time end to end, and the capacity search.
 
-:func:`run_load` builds the deployment (:mod:`moesim.load.deploy`), submits the
+:func:`run_load` builds the deployment (:mod:`moesim.traffic.deploy`), submits the
 ``load`` section's requests, runs to the last finish and summarises
-(:mod:`moesim.load.metrics`, over the steady-state window of :mod:`moesim.load.window`).
+(:mod:`moesim.traffic.metrics`, over the steady-state window of :mod:`moesim.traffic.window`).
 
 :func:`find_capacity` is the largest arrival rate the deployment serves at steady state
 within an SLO, by bisection over simulations as Vidur's capacity search does
 (vidur/config_optimizer/config_explorer/capacity_search.py: a binary search on the QPS),
 the same seed at every rate (each rate replays the same request sequence compressed in
-time). A rate passes when its window is steady (:mod:`moesim.load.window`: the waiting
+time). A rate passes when its window is steady (:mod:`moesim.traffic.window`: the waiting
 queue does not grow, the window long enough), the window's percentiles meet the SLO and
 no request is refused. A run too short to tell is repeated with more requests (the same
 sequence, longer: at least twice as many, up to ``max_requests`` or a trace's rows), so
@@ -23,8 +23,8 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from moesim.load.config import LoadConfig
-from moesim.load.metrics import SLO_KEYS, summarize
+from moesim.traffic.config import LoadConfig
+from moesim.traffic.metrics import SLO_KEYS, summarize
 
 #: the most requests the capacity search gives one run (it stops extending there)
 SEARCH_MAX_REQUESTS = 100_000

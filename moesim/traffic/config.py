@@ -31,9 +31,9 @@ from typing import Any
 import numpy as np
 
 from moesim.errors import InputError
-from moesim.load import arrivals as arr
-from moesim.load import lengths as lens
-from moesim.load.limits import (
+from moesim.traffic import arrivals as arr
+from moesim.traffic import lengths as lens
+from moesim.traffic.limits import (
     CV,
     INT_LIMITS,
     MAX_DURATION_S,
@@ -44,8 +44,8 @@ from moesim.load.limits import (
     MAX_TOKENS,
     RATE_RPS,
 )
-from moesim.load.request import Request
-from moesim.load.router import ROUTERS
+from moesim.traffic.request import Request
+from moesim.traffic.balancer import ROUTERS
 
 SCHEDULERS = ("vllm", "sarathi", "disaggregated")
 

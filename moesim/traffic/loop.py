@@ -2,10 +2,10 @@
 schedulers, and what is recorded over time.
 
 A deployment is a list of *groups*; a group is the attention data-parallel ranks
-(*members*, each with its own :class:`moesim.load.scheduler.Scheduler`) that step
+(*members*, each with its own :class:`moesim.traffic.scheduler.Scheduler`) that step
 together: with expert parallelism every member joins every layer's dispatch and combine,
 so a step of the group lasts as long as its slowest member's (each member's batch priced
-by the :class:`moesim.load.costs.StepCosts`; DeepSeek-V3 report §3.4.2 runs decode as one
+by the :class:`moesim.traffic.costs.StepCosts`; DeepSeek-V3 report §3.4.2 runs decode as one
 EP group of attention-DP ranks). Without EP a group is one member (an independent replica).
 
 :class:`LoadSim` is the generation engine for serving and for RL rollouts:
@@ -18,7 +18,7 @@ Deterministic: no randomness inside.
 Between events the loop skips (``skip=True``, the default): once a group has planned a
 step in which its members only decode, the steps up to the next event (a request
 finishing, a block boundary the free blocks cannot cover, an arrival at the group, a
-weight update) are priced and applied in one move (:mod:`moesim.load.skip`) with the
+weight update) are priced and applied in one move (:mod:`moesim.traffic.skip`) with the
 stepwise loop's results: the same request times, KV blocks, peaks, series rows and
 time-between-token statistics, float for float (tests/test_load_skip.py). ``skip=False``
 steps one by one (and an ``on_step`` hook, which wants every step, implies it).
@@ -32,10 +32,10 @@ from collections.abc import Callable, Iterable
 import numpy as np
 import simpy
 
-from moesim.load.request import Request
-from moesim.load.router import Router
-from moesim.load.scheduler import Scheduler
-from moesim.load.skip import DecodeRun, delay_to, plan_run
+from moesim.traffic.request import Request
+from moesim.traffic.balancer import Router
+from moesim.traffic.scheduler import Scheduler
+from moesim.traffic.skip import DecodeRun, delay_to, plan_run
 
 #: time-between-tokens histogram: log10 bins of 1/1000 decade from 1 us
 _TBT_LO, _TBT_RES, _TBT_BINS = -6.0, 1000, 12_000

@@ -1,4 +1,4 @@
-"""A deployment for :class:`moesim.load.loop.LoadSim`: its lockstep groups of attention
+"""A deployment for :class:`moesim.traffic.loop.LoadSim`: its lockstep groups of attention
 data-parallel ranks, each rank's KV cache and scheduler, and (disaggregated) the KV
 transfer between the pools.
 
@@ -8,7 +8,7 @@ connected components of the EP and TP groups of the serving layout). A member's 
 holds ``kv_fraction`` of a GPU's memory minus its weights and activations (the serving
 memory table, :mod:`moesim.serve.memory`), divided by the KV bytes per token on a GPU
 with every layer full (``kv_tokens``). With sliding-window layers the cache is vLLM's
-hybrid one (:mod:`moesim.load.kvcache`): groups of ``group_size`` layers share a pool of
+hybrid one (:mod:`moesim.traffic.kvcache`): groups of ``group_size`` layers share a pool of
 ``kv_tokens · layers / (group_size · block_size)`` blocks (the same bytes), and a windowed
 group holds only the blocks of its window.
 """
@@ -16,11 +16,11 @@ group holds only the blocks of its window.
 from __future__ import annotations
 
 from moesim.errors import InputError
-from moesim.load.disagg import DecodeOnly, KVTransfer, PrefillOnly
-from moesim.load.kvcache import BlockManager, kv_groups
-from moesim.load.loop import LoadSim
-from moesim.load.sarathi import ChunkedPrefill
-from moesim.load.vllm import ContinuousBatching
+from moesim.traffic.disagg import DecodeOnly, KVTransfer, PrefillOnly
+from moesim.traffic.kvcache import BlockManager, kv_groups
+from moesim.traffic.loop import LoadSim
+from moesim.traffic.sarathi import ChunkedPrefill
+from moesim.traffic.vllm import ContinuousBatching
 from moesim.model.window import is_window_layer
 
 POLICIES = {"vllm": ContinuousBatching, "sarathi": ChunkedPrefill}
@@ -36,9 +36,9 @@ def build_sim(costs, groups: list[list[int]], kv_tokens: int, *, scheduler: str 
     member. ``scheduler``: ``vllm`` | ``sarathi`` | ``disaggregated`` (the first
     ``prefill_groups`` groups prefill, the others decode; their KV caches move as flows
     over ``links``, a topology, between the GPUs ``gpus_of[member]``: see
-    :class:`moesim.load.disagg.KVTransfer`). ``layer_windows``: each layer's sliding
+    :class:`moesim.traffic.disagg.KVTransfer`). ``layer_windows``: each layer's sliding
     window (0: full attention; None: every layer full), which makes the KV cache vLLM's
-    hybrid one (:func:`moesim.load.kvcache.kv_groups`)."""
+    hybrid one (:func:`moesim.traffic.kvcache.kv_groups`)."""
     members = sorted(m for g in groups for m in g)
     if members != list(range(len(members))):
         raise ValueError("members must be numbered 0..M-1")
