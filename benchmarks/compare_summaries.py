@@ -3,6 +3,8 @@ tree, and compare their ``summary.json`` byte for byte.
 
     python benchmarks/compare_summaries.py REV            # e.g. REV = main~3
     python benchmarks/compare_summaries.py REV --only toy-cpu hot-expert
+    python benchmarks/compare_summaries.py REV --engine both --only toy-cpu   # exact and fast
+    python benchmarks/compare_summaries.py REV --only hot-expert --set schedule.microbatches=2
 
 The revision is checked out into a temporary git worktree (removed afterwards); each
 scenario runs as ``python -m moesim run scenarios/NAME.yaml -o DIR --quiet`` (``serve``
@@ -50,14 +52,15 @@ def equal_but_measured(a: bytes, b: bytes) -> bool:
     return ja == jb
 
 
-def run(tree: Path, scenario: str, out: Path, cache: Path) -> float:
+def run(tree: Path, scenario: str, out: Path, cache: Path, sets: list[str] = ()) -> float:
     """One run in ``tree``, the scenario named by its path relative to the tree (the
     summary echoes it, so both runs must name it alike); step-cost surfaces of serving
     under load are cached in ``cache`` (one per tree: neither run reads the other's)."""
     env = dict(os.environ, PYTHONPATH=str(tree), MOESIM_CACHE=str(cache))
     t0 = time.perf_counter()
+    flags = [f for s in sets for f in ("--set", s)]
     subprocess.run([sys.executable, "-m", "moesim", command(tree / scenario), scenario,
-                    "-o", str(out), "--quiet"], cwd=tree, env=env, check=True,
+                    "-o", str(out), "--quiet", *flags], cwd=tree, env=env, check=True,
                    stdout=subprocess.DEVNULL)
     return time.perf_counter() - t0
 
@@ -66,7 +69,13 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("rev", help="git revision to compare the working tree with")
     ap.add_argument("--only", nargs="*", help="scenario names (default: every shipped one)")
+    ap.add_argument("--set", dest="sets", action="append", default=[], metavar="KEY=VALUE",
+                    help="override passed to both runs (repeatable)")
+    ap.add_argument("--engine", choices=("scenario", "exact", "fast", "both"),
+                    default="scenario", help="engine of training steps (`moesim run`): the "
+                    "scenario's engine.mode, one of the two, or both in turn")
     args = ap.parse_args(argv)
+    engines = {"scenario": [None], "both": ["exact", "fast"]}.get(args.engine, [args.engine])
     names = args.only or sorted(p.stem for p in (ROOT / "scenarios").glob("*.yaml"))
     bad = 0
     with tempfile.TemporaryDirectory(prefix="moesim-cmp-") as tmp:
@@ -74,19 +83,25 @@ def main(argv: list[str] | None = None) -> int:
         subprocess.run(["git", "worktree", "add", "--detach", "-q", str(base), args.rev],
                        cwd=ROOT, check=True)
         try:
-            for name in names:
+            for name, eng in [(n, e) for n in names for e in engines]:
                 scn = f"scenarios/{name}.yaml"
                 if not (base / scn).is_file():
                     print(f"{name:28s} new (not at {args.rev})")
                     continue
-                ta = run(base, scn, Path(tmp) / "a" / name, Path(tmp) / "cache-a")
-                tb = run(ROOT, scn, Path(tmp) / "b" / name, Path(tmp) / "cache-b")
-                a, b = ((Path(tmp) / d / name / "summary.json").read_bytes() for d in "ab")
+                sets = list(args.sets)
+                if eng is not None and command(ROOT / scn) == "run":
+                    sets.append(f"engine.mode={eng}")
+                elif eng == "fast":
+                    continue                     # serve / rl: one run is enough
+                tag = name if eng is None else f"{name}@{eng}"
+                ta = run(base, scn, Path(tmp) / "a" / tag, Path(tmp) / "cache-a", sets)
+                tb = run(ROOT, scn, Path(tmp) / "b" / tag, Path(tmp) / "cache-b", sets)
+                a, b = ((Path(tmp) / d / tag / "summary.json").read_bytes() for d in "ab")
                 verdict = ("same" if a == b else
                            "same but the surface's CPU time and key" if equal_but_measured(a, b)
                            else "DIFFERENT")
                 bad += verdict == "DIFFERENT"
-                print(f"{name:28s} {verdict:9s} "
+                print(f"{tag:28s} {verdict:9s} "
                       f"({args.rev}: {ta:.1f} s, working tree: {tb:.1f} s)", flush=True)
         finally:
             subprocess.run(["git", "worktree", "remove", "--force", str(base)], cwd=ROOT,
