@@ -67,9 +67,6 @@ LSE_BYTES = 4         # fp32 log-sum-exp per head and query (FlashAttention-2 Al
 #: the fp32 routing probability Megatron-Core's weighted SwiGLU saves per routed assignment
 #: (fusions/fused_bias_swiglu.py ``WeightedSwiGLUFunction``, d98e8a6)
 PROB_BYTES = 4
-ATTENTION_KERNELS = ("fused", "materialized")
-RECOMPUTE_MODULES = ("core_attn", "mla_up_proj", "layernorm", "moe_act", "mlp", "moe",
-                     "shared_experts")
 #: Megatron-Core's default recompute_modules (transformer_config.py __post_init__)
 DEFAULT_MODULES = ("core_attn",)
 ACTIVATION_DTYPES = ("bf16", "fp8")

@@ -40,8 +40,6 @@ from moesim.compute.devices import DeviceSpec
 from moesim.errors import InputError
 from moesim.memory.activations import (
     ACTIVATION_DTYPES,
-    ATTENTION_KERNELS,
-    RECOMPUTE_MODULES,
     layer_bytes_per_token,
     modules_of,
     routed_expert_bytes,
@@ -56,6 +54,7 @@ from moesim.model.params import (
     router_params,
 )
 from moesim.model.spec import ModelSpec
+from moesim.scenario.schema import ATTENTION_KERNELS, RECOMPUTE_MODULES
 from moesim.schedule.layout_string import split_layers  # noqa: F401  (re-exported)
 
 GRAD_BYTES = 2        # bf16 gradient (ZeRO §3.1: 2 + 2 + 12 = 16 bytes per parameter)

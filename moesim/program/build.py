@@ -29,7 +29,6 @@ from moesim.compute.base import Kernel, fused_launches
 from moesim.compute.select import grouped_experts
 from moesim.gating import make_placement, route_microbatch
 from moesim.model import costs, mtp, window
-from moesim.program import cp as cpx
 from moesim.program import cuda_graphs, recompute, shared_overlap, tp_overlap
 from moesim.program import etp as etpx
 from moesim.program.dualpipe_build import DualPipeOps, PairedOps
@@ -42,6 +41,7 @@ from moesim.program.overlap import PairRule, ep_stream, interleave
 from moesim.program.recompute_ops import RecomputeOps
 from moesim.program.replicas import ReplicaMap, replica_map
 from moesim.program.timer import Timer
+from moesim.scenario.checks import check_seq
 from moesim.schedule.dualpipe import KINDS as DUAL_KINDS
 from moesim.schedule.dualpipe import make_dual_order
 from moesim.schedule.layout_string import stage_chunks
@@ -100,7 +100,7 @@ class Builder(GradientOps, DualPipeOps, PairedOps, FoldedOps, RecomputeOps):
         # Megatron-Core folding: CP splits the sequence, ETP the experts, SP the TP all-reduce
         self.cp, self.etp = self.lay.cp, self.lay.etp
         self.sp = bool(par.sequence_parallel) and self.tp > 1
-        cpx.check_seq(scn.source, sch.seq_len, self.cp)
+        check_seq(scn.source, sch.seq_len, self.cp)
         self.tokens = sch.micro_batch_size * sch.seq_len // self.cp  # per rank per micro-batch
         self.ep_tokens = max(1, self.tokens // self.tp)          # routed per rank (seq-parallel)
         self.timer = Timer(res.compute)

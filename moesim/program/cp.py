@@ -22,17 +22,9 @@ ring neighbour, the same flows), on its own stream next to the attention kernel.
 from __future__ import annotations
 
 from moesim.collectives.communicator import CollectiveSpec
-from moesim.errors import InputError
 from moesim.model.spec import ModelSpec
 
 ACT_BYTES = 2  # bf16 K and V on the wire
-
-
-def check_seq(source: str, seq_len: int, cp: int) -> None:
-    """One-line error unless the sequence splits into 2·cp equal chunks."""
-    if cp > 1 and seq_len % (2 * cp):
-        raise InputError(source, "schedule.seq_len", f"a multiple of 2*cp = {2 * cp} (each "
-                         "context-parallel rank holds two load-balanced chunks)", seq_len)
 
 
 def kv_block_bytes(spec: ModelSpec, tokens: int, tp: int) -> float:

@@ -22,8 +22,6 @@ from dataclasses import replace
 from moesim.compute.base import Kernel
 from moesim.model import costs
 
-MODULES = ("attn", "mlp", "moe_router", "moe_preprocess")
-
 
 def graphed(kernels: list[Kernel]) -> list[Kernel]:
     """``kernels`` replayed from one CUDA graph: no host launch per kernel (each pays the

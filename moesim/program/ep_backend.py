@@ -27,7 +27,7 @@ from moesim.ep.plan import ll_matrix, plan_ep_exchange
 from moesim.ep.timing import SM_WRITE_BPS, medium_rates, path_latencies
 from moesim.errors import InputError
 from moesim.gating.tokens import DedupCounts
-from moesim.scenario.resolve import step_graph_floor_s
+from moesim.scenario.schema import step_graph_floor_s
 
 DEEPEP_KINDS = ("deepep", "deepep-ll")
 #: name of the engine's EP op -> (DeepEP op, which dtype) of each direction

@@ -20,6 +20,14 @@ from moesim.gating.config import RoutingConfig, with_top_k
 from moesim.gating.skew import base_shares, hot_ids
 
 
+def check_seq(source: str, seq_len: int, cp: int) -> None:
+    """One-line error unless the sequence splits into 2·cp equal chunks (context
+    parallelism, moesim.program.cp)."""
+    if cp > 1 and seq_len % (2 * cp):
+        raise InputError(source, "schedule.seq_len", f"a multiple of 2*cp = {2 * cp} (each "
+                         "context-parallel rank holds two load-balanced chunks)", seq_len)
+
+
 def check_hot_shares(src: str, policy: Mapping[str, Any], routing: RoutingConfig,
                      n_experts: int, top_k: int) -> None:
     """Hot routing: the hot experts exist, and no expert is given more than 1/top_k of

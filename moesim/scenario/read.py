@@ -21,12 +21,12 @@ import yaml
 from moesim.errors import InputError
 from moesim.outputs import check_name
 from moesim.paths import shown
-from moesim.program.cuda_graphs import MODULES as CUDA_GRAPH_MODULES
 from moesim.scenario.blame import CLI, blame_overrides
 from moesim.scenario.limits import check_field, check_tokens
 from moesim.scenario.schema import (
     ACTIVATION_DTYPES,
     ATTENTION_KERNELS,
+    CUDA_GRAPH_MODULES,
     DICT_SECTIONS,
     DTYPES,
     ENGINE_MODES,

@@ -17,36 +17,19 @@ from typing import Any
 
 from moesim.errors import InputError
 from moesim.layout.mesh import Layout
-from moesim.program.cp import check_seq
 from moesim.scenario.blame import blame_overrides, named_by
 from moesim.scenario.checks import (
     check_deepep_hidden,
     check_hot_shares,
     check_node_limit,
+    check_seq,
     check_sms,
     routing_ignored_warnings,
 )
 from moesim.scenario.limits import check_local_experts
-from moesim.scenario.schema import Scenario
+from moesim.scenario.schema import Scenario, step_graph_floor_s
 from moesim.schedule.layout_string import stage_chunks
 from moesim.units import US
-
-#: ``overlap.cuda_graphs`` entry set by a serving decode step with ``serve.cuda_graphs``
-#: (:func:`moesim.serve.config.serving_scenario`), not a scenario's own: every kernel of
-#: the step is replayed from one CUDA graph, so none pays a host launch (the compute
-#: model's launch overhead is the device's graph floor, ``DeviceSpec.graph_kernel_s``; a
-#: calibration's measured op gaps are kept)
-WHOLE_STEP_GRAPH = "step"
-
-
-def step_graph_floor_s(scn, device) -> float | None:
-    """Seconds a kernel costs when the whole step is replayed from one CUDA graph
-    (:data:`WHOLE_STEP_GRAPH` in ``overlap.cuda_graphs``): the device's graph floor
-    (``DeviceSpec.graph_kernel_s``, 0 where unknown); None when the step runs eagerly.
-    The one test, for the compute model's launches and DeepEP's."""
-    if WHOLE_STEP_GRAPH not in scn.overlap.cuda_graphs:
-        return None
-    return float(getattr(device, "graph_kernel_s", 0.0))
 
 
 @dataclass(frozen=True)

@@ -15,7 +15,6 @@ from types import MappingProxyType
 from typing import Any
 
 from moesim.layout.mesh import DEFAULT_ORDER
-from moesim.memory.activations import ATTENTION_KERNELS, RECOMPUTE_MODULES  # noqa: F401
 from moesim.units import MB
 
 NETWORK_MODELS = ("flow", "analytical")
@@ -26,6 +25,19 @@ SCHEDULE_KINDS = ("gpipe", "1f1b", "interleaved", "dualpipe", "dualpipev")
 #: all-to-all overlap, moesim.schedule.a2a_overlap)
 OVERLAP_KINDS = ("none", "static", "a2a-1f1b")
 RECOMPUTE = ("none", "selective", "full")
+#: memory.attention: fused (FlashAttention/TE: no score matrix) | materialized
+ATTENTION_KERNELS = ("fused", "materialized")
+#: memory.recompute_modules: Megatron-Core's recompute_modules names (moesim.memory.activations)
+RECOMPUTE_MODULES = ("core_attn", "mla_up_proj", "layernorm", "moe_act", "mlp", "moe",
+                     "shared_experts")
+#: overlap.cuda_graphs: Megatron-Core's cuda_graph_modules (moesim.program.cuda_graphs)
+CUDA_GRAPH_MODULES = ("attn", "mlp", "moe_router", "moe_preprocess")
+#: ``overlap.cuda_graphs`` entry set by a serving decode step with ``serve.cuda_graphs``
+#: (:func:`moesim.serve.config.serving_scenario`), not a scenario's own: every kernel of
+#: the step is replayed from one CUDA graph, so none pays a host launch (the compute
+#: model's launch overhead is the device's graph floor, ``DeviceSpec.graph_kernel_s``; a
+#: calibration's measured op gaps are kept)
+WHOLE_STEP_GRAPH = "step"
 
 
 def _frozen(d: dict | None) -> MappingProxyType:
@@ -147,6 +159,16 @@ class OverlapConfig:
     # Transformer Engine userbuffers (Megatron --tp-comm-overlap): the sequence-parallel
     # all-gathers and reduce-scatters beside the TP GEMMs, chunked (moesim.program.tp_overlap)
     tp_comm: bool = False
+
+
+def step_graph_floor_s(scn: Any, device: Any) -> float | None:
+    """Seconds a kernel costs when the whole step is replayed from one CUDA graph
+    (:data:`WHOLE_STEP_GRAPH` in ``overlap.cuda_graphs``): the device's graph floor
+    (``DeviceSpec.graph_kernel_s``, 0 where unknown); None when the step runs eagerly.
+    The one test, for the compute model's launches and DeepEP's."""
+    if WHOLE_STEP_GRAPH not in scn.overlap.cuda_graphs:
+        return None
+    return float(getattr(device, "graph_kernel_s", 0.0))
 
 
 #: OverlapConfig fields that Scenario.to_dict() leaves out while at their defaults

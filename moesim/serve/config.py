@@ -43,8 +43,8 @@ from moesim.scenario.limits import (
     MAX_SEQ_LEN,
     MAX_TOKENS_PER_MICROBATCH,
 )
-from moesim.scenario.resolve import WHOLE_STEP_GRAPH
 from moesim.scenario.schema import (
+    WHOLE_STEP_GRAPH,
     EPBackendConfig,
     OverlapConfig,
     ParallelConfig,
@@ -240,7 +240,7 @@ def serving_scenario(scn: Scenario, cfg: ServeConfig, world: int | None = None) 
     graph and eager execution in hybrid"; NeMo RL's examples/configs/grpo_math_1B.yaml
     keeps ``enforce_eager: False``) runs decode batches, so no
     kernel pays a host launch (``overlap.cuda_graphs`` holds
-    :data:`~moesim.scenario.resolve.WHOLE_STEP_GRAPH`: the compute model's launch overhead
+    :data:`~moesim.scenario.schema.WHOLE_STEP_GRAPH`: the compute model's launch overhead
     is the device's graph floor, as :mod:`moesim.program.cuda_graphs` charges Megatron's
     graphed modules); every kernel's work is kept. The graph's own launch, once per step,
     is not added. Prefill steps (token counts beyond the captured sizes) launch eagerly.
