@@ -132,13 +132,35 @@ def test_forward_only_step_has_no_backward_legend_entry():
 
 
 def test_legend_lists_only_the_kinds_drawn():
-    ax = plot_timeline(_layered_step(2, backward=False), new_figure().add_subplot())
+    res = _layered_step(2, backward=False)
+    # the breakdown is data the caller gives: per rank 3.2 ms compute, 0.8 ms dispatch
+    rows = [{"compute": 3.2 * MS, "ep_dispatch": 0.8 * MS, "idle": 0.0}] * 2
+    ax = plot_timeline(res, new_figure().add_subplot(), per_rank=rows)
     # compute 0.8 and dispatch 0.2 ms per 1 ms layer, nothing else (no idle, nothing
     # widened: 0.2 ms is over 4 ms / 400)
     assert _legend_texts(ax) == ["compute 80.0 %", "ep_dispatch 20.0 %", "forward (strip: layer)"]
     drawn = {c.get_gid().split(":")[1] for c in ax.collections
              if (c.get_gid() or "").startswith("timeline:")}
     assert drawn == {"compute", "ep_dispatch"}
+
+
+def test_timeline_takes_the_breakdown_as_data():
+    """The plot never computes a breakdown: without one (no ``per_rank``, a summary
+    without per-rank rows) the legend has no shares and an aggregated timeline is
+    refused; the summary's per-rank rows are used when they cover every rank."""
+    res = _layered_step(2, backward=False)
+    assert _legend_texts(plot_timeline(res, new_figure().add_subplot()))[:2] == [
+        "compute", "ep_dispatch"]
+    res.summary = {"per_rank": [{"rank": r, "breakdown_s": {"compute": 2 * MS,
+                                                           "ep_dispatch": 2 * MS}}
+                                for r in range(2)]}
+    assert _legend_texts(plot_timeline(res, new_figure().add_subplot()))[:2] == [
+        "compute 50.0 %", "ep_dispatch 50.0 %"]
+    with pytest.raises(ValueError, match="per_rank"):
+        plot_timeline(_layered_step(3, backward=False), new_figure().add_subplot(), max_rows=2)
+    ax = plot_timeline(_layered_step(3, backward=False), new_figure().add_subplot(),
+                       max_rows=2, per_rank=[{"compute": 4 * MS}] * 3)
+    assert ax.get_title().startswith("Step time by kind, aggregated: 3 ranks")
 
 
 def _strip_extent_px(ax, renderer) -> tuple[float, float]:

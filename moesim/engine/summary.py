@@ -17,6 +17,7 @@ from moesim.memory.fit import fit_summary, step_fits
 from moesim.memory.report import CATEGORIES as MEMORY_CATEGORIES
 from moesim.memory.report import StageMemory
 from moesim.program.build import StepPlan
+from moesim.program.hot import HOT_RULE
 from moesim.program.inventory import step_pricing
 from moesim.scenario.resolve import Resolved
 from moesim.trace.result import LinkStats, SimResult
@@ -114,7 +115,8 @@ def make_result(res: Resolved, plan: StepPlan, spans, summary: dict, step: float
     return SimResult(
         spans=spans, summary=summary, scenario=res.scenario.to_dict(),
         n_ranks=res.layout.world, ranks_per_node=int(res.topology.gpus_per_node),
-        step_time_s=step, hot_ranks=plan.hot_ranks, expert_tokens=plan.expert_tokens,
+        step_time_s=step, hot_ranks=plan.hot_ranks, hot_rule=HOT_RULE,
+        expert_tokens=plan.expert_tokens,
         expert_dropped=plan.expert_dropped, expert_capacity=plan.expert_capacity, links=links,
         wall_s=time.perf_counter() - t0)
 

@@ -6,7 +6,7 @@ and returns the Axes; none touches pyplot's global state (use
 from __future__ import annotations
 
 import heapq
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 
 import numpy as np
 from matplotlib.axes import Axes
@@ -16,8 +16,6 @@ from matplotlib.colors import to_rgba
 from matplotlib.figure import Figure
 from matplotlib.patches import Patch
 from matplotlib.path import Path
-
-from moesim.engine.breakdown import breakdown
 
 # the link figure lives in its own module; these names stay importable from here
 from moesim.trace.link_bins import binned_utilization  # noqa: F401
@@ -129,7 +127,8 @@ def timeline_rows(n_ranks: int, ranks_per_node: int, max_rows: int = MAX_ROWS) -
 
 def plot_timeline(result: SimResult, ax: Axes, ranks: Iterable[int] | None = None,
                   layers: Iterable[int] | None = None, max_rows: int = MAX_ROWS,
-                  annotate: int = 3) -> Axes:
+                  annotate: int = 3, per_rank: Sequence[dict[str, float]] | None = None
+                  ) -> Axes:
     """Gantt chart, one row per rank: compute (top lane), communication by kind (middle),
     bubble and stall (bottom); with ``layers``, the stretches of the step without those
     layers' spans are cut out of the time axis (:mod:`moesim.trace.time_squeeze`,
@@ -140,8 +139,15 @@ def plot_timeline(result: SimResult, ax: Axes, ranks: Iterable[int] | None = Non
     Hot-expert ranks are labelled in red; the ``annotate``
     longest stalls are labelled with their blocking rank and expert. With more than
     ``max_rows`` ranks, draws per node (or group of nodes) a stacked bar of the mean
-    fraction of the step in each category of :func:`moesim.engine.breakdown.breakdown`
-    (exclusive, so each bar sums to 100 %) instead.
+    fraction of the step in each category of the ranks' breakdowns (exclusive, so each
+    bar sums to 100 %) instead.
+
+    ``per_rank``: every rank's breakdown (``per_rank[r]``: seconds per category of rank
+    r, summing to the step, as :func:`moesim.engine.breakdown.breakdown` returns them);
+    default: the summary's ``per_rank`` rows. It gives the legend's shares and the
+    aggregated bars; a plot takes it as data and never computes it. Without it (a result
+    whose summary has no per-rank breakdown), the legend has no shares and more than
+    ``max_rows`` ranks cannot be drawn (ValueError).
 
     Each kind is one collection (gid ``timeline:<kind>``) holding one compound path of
     rectangles, the overlapping or touching bars of a row merged (:func:`merged_bars`),
@@ -152,7 +158,8 @@ def plot_timeline(result: SimResult, ax: Axes, ranks: Iterable[int] | None = Non
     spans = [s for s in result.spans if s.rank in rank_set
              and (layer_set is None or s.layer in layer_set)]
     if len(rank_list) > max_rows:
-        return _timeline_aggregate(result, ax, rank_list, spans, max_rows)
+        return _timeline_aggregate(result, ax, rank_list, max_rows,
+                                   _breakdowns(result, per_rank))
     # zoomed on layers: the stretches of the step without them are cut out of the axis
     cut = squeeze_map(spans) if layer_set is not None else None
     if cut is not None:
@@ -241,7 +248,9 @@ def plot_timeline(result: SimResult, ax: Axes, ranks: Iterable[int] | None = Non
     for s in spans:
         if s.args and s.args.get("sms"):
             held.setdefault(s.kind, (s.args["sms"], s.args.get("sm_share", 0.0)))
-    shares = category_shares(_per_rank_rows(result, rank_list), result.step_time_s)
+    by_rank = _breakdowns(result, per_rank)
+    shares = category_shares([by_rank[r] for r in rank_list if r in by_rank] if by_rank
+                             else [], result.step_time_s)
     label = {k: share_label(k, shares.get(k)) for k in order}
     label.update({k: f"{label[k]} ({held[k][0]} SMs, {held[k][1]:.0%})" for k in held
                   if k in label})
@@ -261,29 +270,31 @@ def plot_timeline(result: SimResult, ax: Axes, ranks: Iterable[int] | None = Non
     return ax
 
 
-def _per_rank_rows(result: SimResult, rank_list: list[int], spans: list[Span] | None = None
-                   ) -> list[dict[str, float]]:
-    """The breakdown of each rank of ``rank_list``: the summary's (every rank, also where
-    spans were kept for a few only), else from ``spans`` (default: all of them)."""
+def _breakdowns(result: SimResult, per_rank: Sequence[dict[str, float]] | None
+                ) -> dict[int, dict[str, float]] | None:
+    """Rank -> breakdown: ``per_rank`` (index = rank), else the summary's per-rank rows if
+    they cover every rank, else None."""
+    if per_rank is not None:
+        return dict(enumerate(per_rank))
     rows_s = (result.summary or {}).get("per_rank") or []
     if len(rows_s) == result.n_ranks and all("breakdown_s" in r for r in rows_s):
-        by_rank = {r["rank"]: r["breakdown_s"] for r in rows_s}
-    else:
-        by_rank = dict(enumerate(breakdown(result.spans if spans is None else spans,
-                                           result.n_ranks, result.step_time_s)[1]))
-    return [by_rank[r] for r in rank_list if r in by_rank]
+        return {r["rank"]: r["breakdown_s"] for r in rows_s}
+    return None
 
 
 def _short_list(xs: list[int], n: int = 8) -> str:
     return ", ".join(map(str, xs[:n])) + (f", … ({len(xs)} in all)" if len(xs) > n else "")
 
 
-def _timeline_aggregate(result: SimResult, ax: Axes, rank_list: list[int], spans: list[Span],
-                        max_rows: int) -> Axes:
+def _timeline_aggregate(result: SimResult, ax: Axes, rank_list: list[int], max_rows: int,
+                        per_rank: dict[int, dict[str, float]] | None) -> Axes:
     step = result.step_time_s
-    # the summary's per-rank breakdown covers every rank even when spans were kept for a
-    # few ranks only (the fast path); the spans are the fallback
-    per_rank = _per_rank_rows(result, list(range(result.n_ranks)), spans)
+    # the per-rank breakdown covers every rank even when spans were kept for a few ranks
+    # only (the fast path)
+    if per_rank is None:
+        raise ValueError(f"{len(rank_list)} ranks are drawn aggregated (more than "
+                         f"max_rows={max_rows}), from every rank's breakdown: pass per_rank "
+                         "(moesim.engine.breakdown.breakdown(spans, n_ranks, step)[1])")
     rank_set = set(rank_list)
     rows = [[r for r in grp if r in rank_set]
             for grp in timeline_rows(result.n_ranks, result.ranks_per_node, max_rows)]

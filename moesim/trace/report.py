@@ -21,7 +21,6 @@ import numpy as np
 from moesim import __version__
 from moesim.errors import InputError
 from moesim.outputs import Outputs, check_dir_target, claim, foreign_files, run_manifest
-from moesim.program.hot import HOT_RULE
 from moesim.trace.chrome import write_chrome_trace
 from moesim.trace.result import SimResult
 from moesim.trace.stalls import (
@@ -69,7 +68,7 @@ def full_summary(result: SimResult, n_top: int = 10, rows: list[dict] | None = N
                    "top": top_stalls(rows, n_top)}
     s["critical_path"] = path_breakdown(result)
     s["hot_ranks"] = list(result.hot_ranks)
-    s["hot_rule"] = HOT_RULE
+    s["hot_rule"] = result.hot_rule
     s["n_ranks"] = result.n_ranks
     s["ranks_per_node"] = result.ranks_per_node
     s.setdefault("step_time_s", result.step_time_s)

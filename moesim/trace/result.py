@@ -35,6 +35,7 @@ class SimResult:
     ranks_per_node: int
     step_time_s: float
     hot_ranks: list[int] = field(default_factory=list)     # ranks holding the most-loaded experts
+    hot_rule: str = ""               # the rule that picked hot_ranks, in words
     expert_tokens: np.ndarray | None = None   # (moe_layers, experts) tokens routed, before dropping
     expert_dropped: np.ndarray | None = None  # (moe_layers, experts) tokens dropped
     expert_capacity: np.ndarray | None = None  # (moe_layers,) capacity per expert, tokens (inf if none)
