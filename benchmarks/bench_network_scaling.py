@@ -4,7 +4,7 @@ previous engine, measured in the same run (``python benchmarks/bench_network.py
 (user + sys) and peak RSS are its own; the previous engine is ``moesim/network`` of
 ``--old-rev`` checked out into a temporary package (``git show``), for this benchmark
 only. Flows: every GPU to every other, tokens ~ Poisson(128) x 7392 B (as
-``bench_network.all_to_all``), on dgx-h100 servers, all started at t = 0.
+``network_flows.all_to_all``), on dgx-h100 servers, all started at t = 0.
 """
 
 from __future__ import annotations
@@ -23,6 +23,9 @@ from pathlib import Path
 import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
+
+#: the engine before issue 25 (per-event passes over all pairs, no compiled loops)
+OLD_REV = "962e931"
 
 
 def old_package(rev: str, into: Path) -> Path:
@@ -47,7 +50,7 @@ def child(engine: str, gpus: int, finish_path: str = "") -> dict:
     tree with ``MOESIM_NUMBA=0``) or 'old' (oldnet on path). Finish times go to
     ``finish_path`` (.npy) when given."""
     import simpy
-    from bench_network import all_to_all, make_topology
+    from network_flows import all_to_all, make_topology
     if engine == "old":
         import importlib.util
 
@@ -287,8 +290,6 @@ def scaling(args) -> int:
 
 
 def write_page(rows, scen, expo, cc, load0, load1, rev, speed) -> None:
-    from bench_network import OLD_REV
-
     from moesim.outputs import write_text
 
     when = datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC")

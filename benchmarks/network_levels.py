@@ -23,7 +23,7 @@ import time
 
 import numpy as np
 import simpy
-from bench_network import all_to_all, make_topology
+from network_flows import all_to_all, make_topology
 
 from moesim.network import FlowNetwork
 
