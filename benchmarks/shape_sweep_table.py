@@ -19,7 +19,7 @@ import argparse
 
 import numpy as np
 
-from moesim.validation.calibration.model import model_from_dict
+from moesim.compute.calibrated import model_from_dict
 from moesim.validation.calibration.shape_fit import sweep_table
 from moesim.validation.calibration.shape_study import SWEPT, SWEPT_MEMORY, compare, study_dirs
 from moesim.validation.cpu.replay import kernel_of

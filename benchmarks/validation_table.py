@@ -21,8 +21,8 @@ import argparse
 import json
 from pathlib import Path
 
+from moesim.compute.calibrated import model_from_dict
 from moesim.validation.calibration.calibrate import calibrate
-from moesim.validation.calibration.model import model_from_dict
 from moesim.validation.cpu.ingest import ingest
 from moesim.validation.cpu.noise import run_to_run_noise
 from moesim.validation.cpu.validate import PHASES, validate

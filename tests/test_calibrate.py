@@ -9,9 +9,9 @@ import pytest
 
 from moesim.cli import main
 from moesim.compute.base import Kernel
+from moesim.compute.calibrated import load_calibration, model_from_dict
 from moesim.errors import InputError
 from moesim.validation.calibration.calibrate import calibrate, comm_samples, fit_line
-from moesim.validation.calibration.model import load_calibration, model_from_dict
 from moesim.validation.cpu.ingest import RankTrace, TracedOp, TraceSet, TraceStep
 from tests.test_ingest import write_trace_dir
 
@@ -164,7 +164,7 @@ def test_gemm_fit_recovers_overhead_rate_and_operand_bandwidth():
 
 
 def test_calibrated_gemm_charges_operand_traffic():
-    from moesim.validation.calibration.model import model_from_dict
+    from moesim.compute.calibrated import model_from_dict
     doc = {"format": "moesim-calibration/1",
            "gemm": {"flops_per_s": 1e11, "overhead_s": 1e-5, "bytes_per_s": 1e10},
            "memory": {"bytes_per_s": 1e10, "overhead_s": 0.0},
@@ -178,8 +178,8 @@ def test_calibrated_gemm_charges_operand_traffic():
 def test_memory_rate_per_op_kind_and_fallback():
     """Two kinds at different bytes/s: each gets its own total-matching rate; a kind
     with too few samples, or unseen, takes the common rate."""
+    from moesim.compute.calibrated import model_from_dict
     from moesim.validation.calibration.calibrate import MIN_KIND_SAMPLES, rates_by_op
-    from moesim.validation.calibration.model import model_from_dict
     n = MIN_KIND_SAMPLES
     x = np.array(([1e6, 2e6, 3e6] * n)[: 2 * n] + [1e6], dtype=float)
     names = np.array(["aten::copy_"] * n + ["aten::gelu"] * n + ["aten::rare"], dtype=object)

@@ -7,9 +7,9 @@ from pathlib import Path
 import pytest
 
 from moesim.cli import main
+from moesim.compute.calibrated import load_calibration
 from moesim.engine.api import resolve_path, simulate
 from moesim.errors import InputError
-from moesim.validation.calibration.model import load_calibration
 
 ROOT = Path(__file__).resolve().parents[1]
 CALIB = ROOT / "traces" / "calib-uniform-cpu.json"

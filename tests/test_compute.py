@@ -141,24 +141,14 @@ def test_fp8_on_a100_rejected():
     assert ei.value.field == "compute.precision"
 
 
-def test_calibration_kind_without_module_is_input_error(monkeypatch):
-    import sys
-
-    # a None entry in sys.modules makes the import fail, as if the module were missing
-    monkeypatch.setitem(sys.modules, "moesim.validation.calibration.model", None)
-    with pytest.raises(InputError) as ei:
-        compute_model_from_dict({"kind": "calibration", "file": "cal.json"}, "s.yaml", H100)
-    assert ei.value.field == "compute.kind"
-
-
 def test_calibration_kind_delegates_to_loader(monkeypatch, tmp_path):
     import sys
     import types
 
     seen = []
-    fake = types.ModuleType("moesim.validation.calibration.model")
+    fake = types.ModuleType("moesim.compute.calibrated")
     fake.load_calibration = lambda path: seen.append(path) or RooflineModel(H100)
-    monkeypatch.setitem(sys.modules, "moesim.validation.calibration.model", fake)
+    monkeypatch.setitem(sys.modules, "moesim.compute.calibrated", fake)
     scen = tmp_path / "scen.yaml"
     scen.write_text("x: 1\n")
     model = compute_model_from_dict({"kind": "calibration", "file": "cal.json"}, str(scen), H100)

@@ -15,8 +15,8 @@ TORCH_REASON = "needs torch (the torch extra): pip install -e '.[torch]'"
 torch = pytest.importorskip("torch", reason=TORCH_REASON)
 pytestmark = pytest.mark.torch
 
+from moesim.compute.calibrated import model_from_dict  # noqa: E402
 from moesim.validation.calibration.calibrate import calibrate  # noqa: E402
-from moesim.validation.calibration.model import model_from_dict  # noqa: E402
 from moesim.validation.cpu.ingest import ingest  # noqa: E402
 from moesim.validation.cpu.validate import validate  # noqa: E402
 from tests.foreign_moe import TRUTH, Variant, record_variants  # noqa: E402

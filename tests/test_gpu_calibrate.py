@@ -8,8 +8,8 @@ import pytest
 
 from moesim.cli import main
 from moesim.compute.base import Kernel
+from moesim.compute.calibrated import load_calibration
 from moesim.validation.calibration.gpu_calibrate import gpu_calibration
-from moesim.validation.calibration.model import load_calibration
 from moesim.validation.gpu.trace import gpu_trace_from_doc
 from tests.gpu_trace_gen import (
     DEEPEP_DISPATCH,

@@ -9,7 +9,7 @@ import pytest
 
 from moesim.cli import main
 from moesim.compute.base import Kernel
-from moesim.validation.calibration.model import load_calibration
+from moesim.compute.calibrated import load_calibration
 from moesim.validation.calibration.shape_fit import gpu_samples, sweep_samples, sweep_table
 from moesim.validation.gpu.trace import gpu_trace_from_doc
 from tests.gpu_trace_gen import ELEMENTWISE, GEMM_BF16, NCCL_A2A, GpuTraceBuilder

@@ -222,7 +222,7 @@ def test_ingest_and_calibrate_do_not_import_torch():
     import sys
 
     code = ("import argparse, importlib, sys, moesim.validation, moesim.validation.cpu.ingest, "
-            "moesim.validation.calibration.model, moesim.validation.recorder.record\n"
+            "moesim.compute.calibrated, moesim.validation.recorder.record\n"
             "for c in ('record', 'ingest', 'calibrate'):\n"
             "    importlib.import_module(f'moesim.cli.{c}_cmd').add_arguments("
             "argparse.ArgumentParser())\n"

@@ -12,18 +12,18 @@ import pytest
 
 from moesim.cli import main
 from moesim.compute.base import Kernel
-from moesim.errors import InputError
-from moesim.validation.calibration.calibrate import calibrate
-from moesim.validation.calibration.model import load_calibration, model_from_dict, save_calibration
-from moesim.validation.calibration.shape_fit import (
+from moesim.compute.calibrated import load_calibration, model_from_dict, save_calibration
+from moesim.compute.shape_table import (
     Family,
     ShapeTable,
-    anchor,
     family,
     monotone,
     table_from_doc,
     table_from_samples,
 )
+from moesim.errors import InputError
+from moesim.validation.calibration.calibrate import calibrate
+from moesim.validation.calibration.shape_fit import anchor
 
 ROOT = Path(__file__).resolve().parents[1]
 TORCH_REASON = "needs torch (the torch extra): pip install -e '.[torch]'"

@@ -28,9 +28,10 @@ import numpy as np
 import pytest
 
 from moesim.cli import main
-from moesim.validation.calibration.model import model_from_dict
+from moesim.compute.calibrated import model_from_dict
+from moesim.topology.machine import machine_topology
 from moesim.validation.cpu.ingest import ingest
-from moesim.validation.cpu.replay import build_programs, exchange_matrices, machine_topology
+from moesim.validation.cpu.replay import build_programs, exchange_matrices
 from moesim.validation.cpu.validate import PHASES, relative_error, validate
 from tests.test_ingest import _a2a, _mm, _worker, _x
 
@@ -271,7 +272,7 @@ def test_inconsistent_split_sizes_are_an_input_error(tmp_path, capsys):
 
 def test_shipped_hot_trace_gives_finite_errors_and_the_stall():
     root = Path(__file__).resolve().parents[1]
-    from moesim.validation.calibration.model import load_calibration
+    from moesim.compute.calibrated import load_calibration
     v = validate(ingest([str(root / "traces/hot")]),
                  load_calibration(root / "traces/calib-uniform-cpu.json"))
     assert len(v.steps) >= 2
@@ -306,8 +307,8 @@ def test_half_duplex_machine_shares_a_rank_between_its_sends_and_receives():
     latency + 2 MB / bandwidth (each rank copies both); duplex: latency + 1 MB / bw."""
     import simpy
 
+    from moesim.compute.calibrated import CommCalibration
     from moesim.network import FlowNetwork
-    from moesim.validation.calibration.model import CommCalibration
     for duplex, nbytes in ((True, 1e6), (False, 2e6)):
         topo = machine_topology(2, CommCalibration(10e-6, 1e9, "gloo", duplex))
         env = simpy.Environment()

@@ -8,9 +8,9 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
+from moesim.compute.calibrated import load_calibration, model_from_dict
 from moesim.errors import InputError
 from moesim.validation.calibration.calibrate import calibrate, fit_total, gap_samples, host_gaps
-from moesim.validation.calibration.model import load_calibration, model_from_dict
 from moesim.validation.cpu.ingest import RankTrace, TracedOp, TraceSet, TraceStep
 from moesim.validation.cpu.validate import validate
 from tests.test_validate import CALIB, SIMULATED, US, write_traces

@@ -26,8 +26,8 @@ import numpy as np
 import pytest
 
 from moesim.cli import main
+from moesim.compute.calibrated import model_from_dict
 from moesim.errors import InputError
-from moesim.validation.calibration.model import model_from_dict
 from moesim.validation.cpu.ingest import ingest
 from moesim.validation.cpu.noise import measured_series, run_to_run_noise
 from moesim.validation.cpu.validate import PHASES, median_relative_difference, validate
@@ -139,7 +139,7 @@ def test_shipped_hot_study_stall_and_noise():
     """On the shipped hot recording, the cold rank 1 waits in the combine for rank 0
     (hot expert 0) in the measurement and in the simulation alike; the noise of a
     recording against itself is exactly 0 and against its repeat is finite."""
-    from moesim.validation.calibration.model import load_calibration
+    from moesim.compute.calibrated import load_calibration
 
     hot, rep = SHIPPED / "hot", SHIPPED / "hot-repeat"
     assert hot.is_dir() and rep.is_dir(), "the shipped traces are part of the repository"

@@ -61,11 +61,11 @@ def device_of(trace_dir: str, backend: str) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
+    from moesim.compute.calibrated import BACKENDS, save_calibration
     from moesim.compute.devices import DEVICES
     from moesim.errors import InputError
     from moesim.outputs import check_file_target
     from moesim.validation.calibration.calibrate import calibrate
-    from moesim.validation.calibration.model import BACKENDS, save_calibration
     from moesim.validation.cpu.ingest import ingest
 
     out = check_file_target(args.output, args.force)  # before the slow part
@@ -133,9 +133,9 @@ def shape_line(sec: dict) -> str:
 
 
 def _run_gpu(args: argparse.Namespace, gpu: list, out: Path) -> int:
+    from moesim.compute.calibrated import save_calibration
     from moesim.errors import InputError
     from moesim.validation.calibration.gpu_calibrate import gpu_calibration
-    from moesim.validation.calibration.model import save_calibration
 
     if len(gpu) != 1 or len(args.trace_dirs) != 1:
         raise InputError("command line", "TRACE_DIR", "one GPU trace file",

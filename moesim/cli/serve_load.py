@@ -25,8 +25,8 @@ MAX_CHECK_POINTS = 100
 
 def _load_cfg(res, overrides):
     from moesim.errors import InputError
-    from moesim.traffic.config import load_from_dict
     from moesim.scenario.blame import blame_overrides
+    from moesim.traffic.config import load_from_dict
     scn = res.scenario
     src = Path(scn.source)
     base = str(src.parent) if src.is_file() else "."
@@ -60,9 +60,9 @@ def _check_flags(args, load_cfg):
 def run_load_cmd(args, res, cfg) -> int:
     from moesim.cli.common import output_folder
     from moesim.errors import InputError
-    from moesim.traffic.deploy import kv_tokens_per_member
     from moesim.outputs import check_run_folder, claim
     from moesim.scenario.blame import blame_overrides
+    from moesim.traffic.deploy import kv_tokens_per_member
 
     load_cfg = _load_cfg(res, args.overrides)
     slo = _check_flags(args, load_cfg)
@@ -80,12 +80,12 @@ def run_load_cmd(args, res, cfg) -> int:
 
 
 def _simulate(args, res, cfg, load_cfg, slo, out: Path | None) -> int:
+    from moesim.memory.fit import flag_fits
     from moesim.traffic.deploy import build_for, kv_tokens_per_member, load_fits
     from moesim.traffic.report import text
     from moesim.traffic.run import find_capacity, run_load
     from moesim.traffic.status import Status
     from moesim.traffic.surface import EngineStepCosts
-    from moesim.memory.fit import flag_fits
 
     quiet = args.quiet or args.json
     st = Status("moesim serve", quiet)
@@ -149,9 +149,9 @@ def _simulate(args, res, cfg, load_cfg, slo, out: Path | None) -> int:
 def _write(out: Path, sim, summary: dict, force: bool) -> None:
     import matplotlib.pyplot as plt
 
+    from moesim.outputs import Outputs
     from moesim.traffic.metrics import counter_events
     from moesim.traffic.report import load_figure, markdown, requests_csv
-    from moesim.outputs import Outputs
 
     o = Outputs(out, force=force)
     try:

@@ -98,9 +98,9 @@ def warn_outside_range(ts, model, calib: str) -> dict:
 
 
 def run(args: argparse.Namespace) -> int:
+    from moesim.compute.calibrated import load_calibration
     from moesim.errors import InputError
     from moesim.outputs import check_dir_target, claim, make_dir, write_text
-    from moesim.validation.calibration.model import load_calibration
     from moesim.validation.cpu.host_facts import warning_line
     from moesim.validation.cpu.ingest import ingest, trace_files
     from moesim.validation.cpu.validate import validate
@@ -167,10 +167,10 @@ def _check_gpu_out(out: Path, force: bool) -> None:
 
 
 def _run_gpu(args: argparse.Namespace, gpu: list) -> int:
+    from moesim.compute.calibrated import load_calibration
     from moesim.errors import InputError
     from moesim.scenario.read import load_scenario
     from moesim.scenario.resolve import resolve
-    from moesim.validation.calibration.model import load_calibration
     from moesim.validation.gpu.classes import class_table, pair_model, recompute_kernels
     from moesim.validation.gpu.classes import compare as compare_classes
     from moesim.validation.gpu.pair import measured_streams, simulate_pair

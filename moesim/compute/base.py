@@ -2,7 +2,7 @@
 
 The engine asks a :class:`ComputeModel` for the duration of each :class:`Kernel`.
 The roofline model (``moesim.compute.roofline``) and a calibration fitted to
-recorded traces (``moesim.validation.calibration.model``) both implement it, so a
+recorded traces (``moesim.compute.calibrated``) both implement it, so a
 scenario can name either.
 """
 
@@ -34,10 +34,11 @@ class Kernel:
     # contiguously, m rows in all), "kgrouped_gemm" (experts' weight gradient, grouped on
     # k), "attn_fwd" / "attn_bwd" (flash attention over ``seq`` with ``heads`` x
     # ``head_dim``, ``causal``), "mla_decode", "memory" (bandwidth-bound, priced by
-    # ``bytes``); "" = unknown. ``dtype``: "bf16" | "fp8" | "fp32" ("" = the scenario's
-    # precision). ``pass_``: "fwd" | "dgrad" | "wgrad" ("" = not split). ``kclass``: the
-    # class validate compares by: gemm, attention, cast, norm, elementwise, permute,
-    # router, optimizer, other.
+    # ``bytes``); "" = unknown. Each kind is registered with its pricing in
+    # moesim.compute.kinds (a kind not registered is priced by the roofline). ``dtype``:
+    # "bf16" | "fp8" | "fp32" ("" = the scenario's precision). ``pass_``: "fwd" | "dgrad"
+    # | "wgrad" ("" = not split). ``kclass``: the class validate compares by: gemm,
+    # attention, cast, norm, elementwise, permute, router, optimizer, other.
     kind: str = ""
     dtype: str = ""
     pass_: str = ""

@@ -153,12 +153,7 @@ def compute_model_from_dict(d: Any, source: str, device: DeviceSpec) -> ComputeM
         p = Path(path)
         if not p.is_absolute() and Path(source).is_file():
             p = Path(source).parent / p
-        try:
-            from moesim.validation.calibration.model import load_calibration
-        except ImportError:
-            raise InputError(source, "compute.kind",
-                             "roofline (calibration support, moesim.validation.calibration.model, "
-                             "is not available)", kind) from None
+        from moesim.compute.calibrated import load_calibration
         return load_calibration(p)
     if kind != "roofline":
         raise InputError(source, "compute.kind", "roofline or calibration", kind)

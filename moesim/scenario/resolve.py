@@ -113,7 +113,7 @@ def calibrated_device(device: Any, compute: Any, scn: Scenario) -> Any:
 
 def calibration_cluster(scn: Scenario) -> Any:
     """``cluster: {topology: calibration, params: {file: calib.json, ranks: N}}``: the
-    machine a calibration was recorded on (``moesim.validation.cpu.replay.machine_topology``:
+    machine a calibration was recorded on (``moesim.topology.machine.machine_topology``:
     N ranks on one host, links with the calibrated all-to-all latency and bandwidth,
     half duplex for gloo). Pair it with ``compute: {kind: calibration, file: ...}`` and
     ``cluster.device: cpu`` to simulate the recording machine itself. A relative
@@ -134,8 +134,8 @@ def calibration_cluster(scn: Scenario) -> Any:
     p = Path(path)
     if not p.is_absolute() and Path(src).is_file():
         p = Path(src).parent / p
-    from moesim.validation.calibration.model import load_calibration
-    from moesim.validation.cpu.replay import machine_topology
+    from moesim.compute.calibrated import load_calibration
+    from moesim.topology.machine import machine_topology
     comm = load_calibration(p).comm
     if comm is None:
         raise InputError(str(p), "comm", "an all-to-all fit (a GPU calibration has one only "

@@ -8,7 +8,7 @@ Planning code only (networkx, numpy); no simpy.
 """
 
 from moesim.topology.graph import NODE_KINDS, Topology
-from moesim.topology.loader import load_topology, parse_topology, presets
 from moesim.topology.link_routing import ROUTINGS
+from moesim.topology.loader import load_topology, parse_topology, presets
 
 __all__ = ["NODE_KINDS", "ROUTINGS", "Topology", "load_topology", "parse_topology", "presets"]

@@ -47,12 +47,12 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from moesim.compute.calibrated import FORMAT
+from moesim.compute.shape_table import ShapeTable
 from moesim.errors import InputError
-from moesim.validation.calibration.shape_fit import ShapeTable, shape_section, trace_samples
+from moesim.validation.calibration.shape_fit import shape_section, trace_samples
 from moesim.validation.cpu.host_facts import calibration_facts
 from moesim.validation.cpu.ingest import TraceSet
-
-FORMAT = "moesim-calibration/1"
 
 
 @dataclass(frozen=True)

@@ -28,9 +28,10 @@ from __future__ import annotations
 
 import numpy as np
 
+from moesim.compute.calibrated import FORMAT
 from moesim.compute.devices import get_device
 from moesim.errors import InputError
-from moesim.validation.calibration.calibrate import FORMAT, LineFit, fit_line, line_stats, with_rate
+from moesim.validation.calibration.calibrate import LineFit, fit_line, line_stats, with_rate
 from moesim.validation.gpu.summary import summarize
 from moesim.validation.gpu.trace import GpuKernel, GpuTrace
 from moesim.validation.kineto.events import DTYPE_BYTES, MATMUL_OPS

@@ -15,9 +15,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from moesim.compute.calibrated import model_from_dict
 from moesim.errors import InputError
 from moesim.validation.calibration.calibrate import calibrate
-from moesim.validation.calibration.model import model_from_dict
 from moesim.validation.calibration.shape_fit import sweep_table
 from moesim.validation.cpu.ingest import TraceSet, ingest
 from moesim.validation.cpu.replay import outside_fitted_range

@@ -15,7 +15,8 @@ calibrations without it).
 Op ``i`` of ``programs[rank]`` is ``TraceStep.ops[i]`` of that rank, and depends on op
 ``i - 1`` (the recorded layer runs one op at a time: all-to-alls are blocking calls).
 
-The recording machine is modelled as N ranks on one host, each linked to one switch
+The recording machine (:func:`moesim.topology.machine.machine_topology`) is modelled as N
+ranks on one host, each linked to one switch
 node; each link has the calibration's bandwidth and half its latency, so a
 point-to-point transfer of B bytes takes ``latency_s + B / bandwidth_Bps`` — the
 calibrated all-to-all cost, where B is the busiest rank's off-rank bytes.
@@ -27,10 +28,9 @@ import numpy as np
 
 from moesim.collectives.communicator import CollectiveSpec
 from moesim.compute.base import Kernel
+from moesim.compute.calibrated import CalibratedComputeModel
 from moesim.errors import InputError
 from moesim.program.ops import Op
-from moesim.topology import Topology, parse_topology
-from moesim.validation.calibration.model import CalibratedComputeModel, CommCalibration
 from moesim.validation.cpu.ingest import TracedOp, TraceSet
 
 COLL_KINDS = ("all_to_all", "count_exchange")
@@ -38,40 +38,6 @@ COLL_KINDS = ("all_to_all", "count_exchange")
 ROLE_KIND = {"dispatch": "ep_dispatch", "dispatch_grad": "ep_dispatch",
              "count_exchange": "ep_dispatch", "combine": "ep_combine",
              "combine_grad": "ep_combine"}
-
-
-def machine_topology(world: int, comm: CommCalibration) -> Topology:
-    """N ranks on one host, each linked to one switch node; every transfer crosses its
-    sender's and its receiver's link, each with the calibrated bandwidth and half the
-    calibrated latency.
-
-    ``comm.duplex``: a link per direction (sends and receives of a rank do not share).
-    Half-duplex (gloo: a rank's core copies both ways): rank r's sends and receives
-    cross one directed "copy" link ``in_r → out_r`` (rank r → in_r → out_r → switch;
-    switch → in_r → out_r → rank r), so they share its bandwidth, and a transfer of B
-    bytes alone still takes ``latency_s + B / bandwidth_Bps``."""
-    nodes = [{"id": f"rank{r}", "kind": "gpu", "host": 0, "local": r} for r in range(world)]
-    nodes.append({"id": "switch", "kind": "pcie_switch"})
-    half_us = comm.latency_s / 2 * 1e6
-    kind = comm.backend or "loopback"
-    bw = comm.bandwidth_Bps / 1e9
-    if comm.duplex:
-        links = [{"src": f"rank{r}", "dst": "switch", "kind": kind,
-                  "bandwidth_GBps": bw, "latency_us": half_us} for r in range(world)]
-    else:
-        # the hops around the copy link are free: bandwidth far above the copy rate
-        free = {"kind": kind, "bandwidth_GBps": bw * 1e6, "latency_us": 0.0,
-                "bidirectional": False}
-        links = []
-        for r in range(world):
-            a, b = f"in{r}", f"out{r}"
-            nodes += [{"id": a, "kind": "pcie_switch"}, {"id": b, "kind": "pcie_switch"}]
-            links += [{"src": a, "dst": b, "kind": kind, "bandwidth_GBps": bw,
-                       "latency_us": half_us, "bidirectional": False},
-                      {"src": f"rank{r}", "dst": a, **free}, {"src": b, "dst": "switch", **free},
-                      {"src": "switch", "dst": a, **free}, {"src": b, "dst": f"rank{r}", **free}]
-    return parse_topology({"name": f"recording-machine-{world}", "nodes": nodes,
-                           "links": links}, "calibration (recording machine)")
 
 
 def kernel_of(op: TracedOp) -> Kernel:

@@ -30,15 +30,16 @@ import numpy as np
 import simpy
 
 from moesim.collectives.communicator import Communicator
+from moesim.compute.calibrated import CalibratedComputeModel
 from moesim.engine.exact.execute import Executor
 from moesim.errors import InputError
 from moesim.network import FlowNetwork
 from moesim.program.ops import Op
 from moesim.topology import Topology
+from moesim.topology.machine import machine_topology
 from moesim.trace.spans import Span
-from moesim.validation.calibration.model import CalibratedComputeModel
 from moesim.validation.cpu.ingest import TraceSet, TraceStep
-from moesim.validation.cpu.replay import COLL_KINDS, ROLE_KIND, build_programs, machine_topology
+from moesim.validation.cpu.replay import COLL_KINDS, ROLE_KIND, build_programs
 from moesim.validation.cpu.steps import step_events
 from moesim.validation.kineto.events import load_trace
 

@@ -16,7 +16,7 @@ File (JSON, written by ``moesim calibrate``)::
                # optional (older files: 0); per-phase gaps default to op_gap_s
      "shape_sweep": {"gemm": [{"axis", "fixed", "x", "t_s"}], "memory": [{"op", "x", "t_s"}],
                      "sources": [...]},
-               # optional: times interpolated by shape (moesim.validation.calibration.shape_fit)
+               # optional: times interpolated by shape (moesim.compute.shape_table)
      "fit": {"gemm": {"range": {"flops": [lo, hi]}, ...},
              "memory": {"range": {"bytes": [lo, hi]}, ...}, ...},
                # range: the sizes the line fits saw (optional; older files have none)
@@ -35,10 +35,12 @@ from pathlib import Path
 
 from moesim.compute.base import Kernel
 from moesim.compute.devices import DEVICES
+from moesim.compute.shape_table import ShapeTable, table_from_doc
 from moesim.errors import InputError
 from moesim.outputs import check_file_target, write_text
-from moesim.validation.calibration.calibrate import FORMAT
-from moesim.validation.calibration.shape_fit import ShapeTable, table_from_doc
+
+#: the calibration file's ``format``
+FORMAT = "moesim-calibration/1"
 
 
 @dataclass(frozen=True)
