@@ -1,16 +1,20 @@
 """Repository structure: no import cycle in moesim/ (function-level imports count), no
-module over 500 lines, and no tracked file naming a path of a build machine.
+module over 500 lines, no tracked file naming a path of a build machine, and no package
+using another package's private names or attributes.
 
 The import graph is built with ``ast`` from every ``import`` and ``from ... import``
 anywhere in a module (top level or inside a function), resolved to the deepest module of
-the package that the statement names. A package's ``__init__`` importing its own
-submodules is not an edge (the package and its parts are one unit there), as in the
-issue's definition.
+the package that the statement names, and from every string constant that is exactly the
+name of a module of the package (an ``importlib.import_module("moesim.x")`` hop). A
+package's ``__init__`` importing its own submodules is not an edge (the package and its
+parts are one unit there), as in the issue's definition. The layers built on this graph
+are checked in tests/test_layers.py.
 """
 
 from __future__ import annotations
 
 import ast
+import functools
 import subprocess
 from pathlib import Path
 
@@ -20,10 +24,12 @@ ROOT = Path(__file__).resolve().parents[1]
 PKG = ROOT / "moesim"
 
 
-def _modules() -> dict[str, Path]:
+def _modules(pkg: Path | None = None) -> dict[str, Path]:
+    """Dotted name -> file of every module of ``pkg`` (default: moesim/)."""
+    pkg = PKG if pkg is None else pkg
     mods = {}
-    for p in PKG.rglob("*.py"):
-        parts = list(p.relative_to(ROOT).with_suffix("").parts)
+    for p in pkg.rglob("*.py"):
+        parts = list(p.relative_to(pkg.parent).with_suffix("").parts)
         if parts[-1] == "__init__":
             parts = parts[:-1]
         mods[".".join(parts)] = p
@@ -43,13 +49,28 @@ def _targets(node: ast.AST, mod: str, is_pkg: bool) -> list[str]:
     return []
 
 
-def import_graph() -> dict[str, set[str]]:
-    mods = _modules()
+def _named_modules(node: ast.AST, mods: dict[str, Path]) -> list[str]:
+    """A string constant that is exactly the name of a module: a module imported by name
+    (``importlib.import_module("moesim.topology")``, a table of command modules)."""
+    if isinstance(node, ast.Constant) and isinstance(node.value, str) and node.value in mods:
+        return [node.value]
+    return []
+
+
+def import_graph(pkg: Path | None = None) -> dict[str, set[str]]:
+    """Module -> the modules of ``pkg`` (default: moesim/) it imports, anywhere in it
+    (read once per folder and session; do not change the sets returned)."""
+    return _import_graph(PKG if pkg is None else pkg)
+
+
+@functools.cache
+def _import_graph(pkg: Path) -> dict[str, set[str]]:
+    mods = _modules(pkg)
     edges: dict[str, set[str]] = {m: set() for m in mods}
     for m, p in mods.items():
         tree = ast.parse(p.read_text(), filename=str(p))
         for node in ast.walk(tree):
-            for t in _targets(node, m, p.name == "__init__.py"):
+            for t in _targets(node, m, p.name == "__init__.py") + _named_modules(node, mods):
                 while t and t not in mods:
                     t = t.rpartition(".")[0]
                 if not t or t == m or t.startswith(m + ".") or m.startswith(t + "."):
@@ -197,3 +218,86 @@ def test_private_import_finder_finds_one(tmp_path, monkeypatch):
 
 def test_no_package_imports_another_packages_private_names():
     assert private_imports() == []
+
+
+def _package(mod: str) -> str:
+    """The top-level package of a module (``moesim.engine.fast.dp`` -> ``engine``; a base
+    module such as ``moesim.errors`` is its own)."""
+    parts = mod.split(".")
+    return parts[1] if len(parts) > 1 else parts[0]
+
+
+def _private(name: str) -> bool:
+    return name.startswith("_") and not name.startswith("__")
+
+
+def _defined_names(tree: ast.AST) -> set[str]:
+    """Private names a module defines: functions, classes, names assigned or annotated
+    (module, class or function level), attributes assigned on ``self``/``cls`` and the
+    entries of a ``__slots__``."""
+    out: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+            out.add(node.name)
+        elif isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
+            out.add(node.id)
+        elif (isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Store)
+              and isinstance(node.value, ast.Name) and node.value.id in ("self", "cls")):
+            out.add(node.attr)
+        elif isinstance(node, ast.Assign) and any(
+                isinstance(t, ast.Name) and t.id == "__slots__" for t in node.targets):
+            out |= {c.value for c in ast.walk(node.value)
+                    if isinstance(c, ast.Constant) and isinstance(c.value, str)}
+    return {n for n in out if _private(n)}
+
+
+def private_attribute_reads() -> list[str]:
+    """Every ``obj._name`` (read or written; ``obj`` not ``self``/``cls``; not a dunder)
+    in a module of package P where ``_name`` is defined nowhere in P but is defined in a
+    module of another package: P reaches into another package's object (issue 37: the
+    fast engine read ``Builder``'s ``b._routes``). A package is a folder of moesim/ (or a
+    base module). An approximation: a name defined in both packages is not reported."""
+    mods = _modules()
+    trees = {m: ast.parse(p.read_text(), filename=str(p)) for m, p in mods.items()}
+    defined: dict[str, set[str]] = {}
+    for m, tree in trees.items():
+        defined.setdefault(_package(m), set()).update(_defined_names(tree))
+    bad: list[tuple[str, int, str]] = []
+    for m, tree in trees.items():
+        own = _package(m)
+        for node in ast.walk(tree):
+            if not (isinstance(node, ast.Attribute) and _private(node.attr)):
+                continue
+            if isinstance(node.value, ast.Name) and node.value.id in ("self", "cls"):
+                continue
+            if node.attr in defined[own]:
+                continue
+            owners = sorted(p for p, names in defined.items() if node.attr in names)
+            if owners:
+                bad.append((m, node.lineno, f"{m}:{node.lineno} reads {ast.unparse(node)} "
+                                            f"(defined in {', '.join(owners)})"))
+    return [text for *_, text in sorted(bad)]
+
+
+def test_private_attribute_finder_finds_one(tmp_path, monkeypatch):
+    pkg = tmp_path / "moesim"
+    (pkg / "a").mkdir(parents=True)
+    (pkg / "b").mkdir()
+    for f in ("__init__.py", "a/__init__.py", "b/__init__.py"):
+        (pkg / f).write_text("")
+    (pkg / "a" / "x.py").write_text(
+        "class Builder:\n    __slots__ = ('_slot',)\n\n    def __init__(self):\n"
+        "        self._routes = {}\n        self._slot = 0\n\n"
+        "    def n(self, other):\n        return len(self._routes) + other._routes.__len__()\n")
+    (pkg / "a" / "y.py").write_text("def f(b):\n    return b._routes, b._slot\n")  # own package
+    (pkg / "b" / "z.py").write_text(
+        "def g(b):\n    b._routes.clear()\n    b._slot = 1\n    return b.__dict__, b._other\n")
+    monkeypatch.setitem(globals(), "ROOT", tmp_path)
+    monkeypatch.setitem(globals(), "PKG", pkg)
+    assert private_attribute_reads() == [
+        "moesim.b.z:2 reads b._routes (defined in a)", "moesim.b.z:3 reads b._slot (defined in a)"]
+
+
+def test_no_package_reads_another_packages_private_attributes():
+    found = private_attribute_reads()
+    assert found == [], "\n".join(found)
