@@ -251,8 +251,21 @@ def _defined_names(tree: ast.AST) -> set[str]:
     return {n for n in out if _private(n)}
 
 
+def _attribute_access(node: ast.AST) -> tuple[ast.expr, str] | None:
+    """(object, private name) of ``obj._name`` or ``getattr/setattr/hasattr(obj, "_name")``."""
+    if isinstance(node, ast.Attribute) and _private(node.attr):
+        return node.value, node.attr
+    if (isinstance(node, ast.Call) and isinstance(node.func, ast.Name)
+            and node.func.id in ("getattr", "setattr", "hasattr") and len(node.args) >= 2
+            and isinstance(node.args[1], ast.Constant) and isinstance(node.args[1].value, str)
+            and _private(node.args[1].value)):
+        return node.args[0], node.args[1].value
+    return None
+
+
 def private_attribute_reads() -> list[str]:
-    """Every ``obj._name`` (read or written; ``obj`` not ``self``/``cls``; not a dunder)
+    """Every ``obj._name`` (read or written, also through ``getattr``; ``obj`` not
+    ``self``/``cls``; not a dunder)
     in a module of package P where ``_name`` is defined nowhere in P but is defined in a
     module of another package: P reaches into another package's object (issue 37: the
     fast engine read ``Builder``'s ``b._routes``). A package is a folder of moesim/ (or a
@@ -266,13 +279,13 @@ def private_attribute_reads() -> list[str]:
     for m, tree in trees.items():
         own = _package(m)
         for node in ast.walk(tree):
-            if not (isinstance(node, ast.Attribute) and _private(node.attr)):
+            found = _attribute_access(node)
+            if found is None:
                 continue
-            if isinstance(node.value, ast.Name) and node.value.id in ("self", "cls"):
+            obj, attr = found
+            if (isinstance(obj, ast.Name) and obj.id in ("self", "cls")) or attr in defined[own]:
                 continue
-            if node.attr in defined[own]:
-                continue
-            owners = sorted(p for p, names in defined.items() if node.attr in names)
+            owners = sorted(p for p, names in defined.items() if attr in names)
             if owners:
                 bad.append((m, node.lineno, f"{m}:{node.lineno} reads {ast.unparse(node)} "
                                             f"(defined in {', '.join(owners)})"))
@@ -291,11 +304,13 @@ def test_private_attribute_finder_finds_one(tmp_path, monkeypatch):
         "    def n(self, other):\n        return len(self._routes) + other._routes.__len__()\n")
     (pkg / "a" / "y.py").write_text("def f(b):\n    return b._routes, b._slot\n")  # own package
     (pkg / "b" / "z.py").write_text(
-        "def g(b):\n    b._routes.clear()\n    b._slot = 1\n    return b.__dict__, b._other\n")
+        "def g(b):\n    b._routes.clear()\n    b._slot = 1\n    return b.__dict__, b._other\n\n\n"
+        "def h(b):\n    return getattr(b, '_routes', None), getattr(b, 'routes')\n")
     monkeypatch.setitem(globals(), "ROOT", tmp_path)
     monkeypatch.setitem(globals(), "PKG", pkg)
     assert private_attribute_reads() == [
-        "moesim.b.z:2 reads b._routes (defined in a)", "moesim.b.z:3 reads b._slot (defined in a)"]
+        "moesim.b.z:2 reads b._routes (defined in a)", "moesim.b.z:3 reads b._slot (defined in a)",
+        "moesim.b.z:8 reads getattr(b, '_routes', None) (defined in a)"]
 
 
 def test_no_package_reads_another_packages_private_attributes():
