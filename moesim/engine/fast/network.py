@@ -19,11 +19,12 @@ Units: seconds, bytes, bytes/s.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import numpy as np
 
 from moesim.collectives.algorithms import expand
+from moesim.engine.fast import flow_a2a
 from moesim.engine.fast.lazy import fast_kernels
 
 #: all-to-alls of groups larger than this use the staggered link bound instead of
@@ -316,6 +317,7 @@ class FastNetwork:
         self._env = None     # simpy environment and FlowNetwork of exact_finish, lazily
         self._flow = None
         self.exact_ok = True  # False: over EXACT_FLOW_BUDGET, multi-host groups share per link
+        self.held = flow_a2a.HeldSends()   # pipeline sends for the next exact_finish
 
     def incidence(self, group: Sequence[int]) -> _Incidence:
         inc = self._inc.get(group) if isinstance(group, tuple) else None
@@ -391,57 +393,16 @@ class FastNetwork:
 
     def exact_finish(self, group: Sequence[int], matrix: np.ndarray,
                      arrivals: np.ndarray) -> np.ndarray:
-        """Per member: end of a direct all-to-all-v on the flow-level network
-        (:class:`moesim.network.FlowNetwork`, max-min re-solved at every start and
-        finish), the exact engine's semantics: flow i→j (``matrix[i, j]`` bytes > 0)
-        starts at max(arrival i, arrival j) and is delivered after its last byte plus
-        its path latency; member i is done at the latest delivery of the flows it
-        sends or receives, or at its arrival if it has none. One simpy environment per
-        FastNetwork; each call runs on an empty network from its current time. With
-        ``coalesce_rtol`` > 0 (the scenario's ``engine.coalesce_rtol``) flows finish at
-        most that fraction of their duration early, as in the exact engine."""
-        if self._env is None:   # simpy only here: the rest of the module is closed form
-            import simpy
+        """Per member: end of a direct all-to-all-v on the flow-level network, with the
+        held pipeline sends it meets (:func:`moesim.engine.fast.flow_a2a.exact_finish`)."""
+        return flow_a2a.exact_finish(self, group, matrix, arrivals)
 
-            from moesim.network import FlowNetwork
-
-            self._env = simpy.Environment()
-            self._flow = FlowNetwork(self._env, self.topo, coalesce_rtol=self.coalesce_rtol)
-        env, net = self._env, self._flow
-        m = np.asarray(matrix, dtype=float)
-        arr = np.asarray(arrivals, dtype=float)
-        t0 = float(arr.min())
-        base = env.now
-        end = arr.copy()
-        src, dst = np.nonzero(m)
-        starts = np.maximum(arr[src], arr[dst]) - t0
-        order = np.argsort(starts, kind="stable")
-        done: list[tuple[int, int, float]] = []   # (sender, receiver, delivered at)
-
-        def launch():
-            i = 0
-            while i < len(order):
-                at = float(starts[order[i]])
-                if at > env.now - base:
-                    yield env.timeout(at - (env.now - base))
-                batch = []
-                while i < len(order) and starts[order[i]] <= at:
-                    f = order[i]
-                    batch.append(f)
-                    i += 1
-                for f in batch:
-                    a, b = int(src[f]), int(dst[f])
-                    ev = net.transfer(self.gpus[group[a]], self.gpus[group[b]],
-                                      float(m[a, b]))
-                    ev.callbacks.append(
-                        lambda _e, a=a, b=b: done.append((a, b, t0 + env.now - base)))
-
-        env.process(launch())
-        env.run()
-        for a, b, when in done:
-            end[a] = max(end[a], when)
-            end[b] = max(end[b], when)
-        return end
+    def hold_send(self, key: tuple, src: tuple[int, ...], dst: tuple[int, ...],
+                  start: np.ndarray, end: np.ndarray,
+                  on_end: Callable[[np.ndarray], None] | None = None) -> None:
+        """Hold a pipeline send for the next :meth:`exact_finish` of either group
+        (:func:`moesim.engine.fast.flow_a2a.hold_send`)."""
+        flow_a2a.hold_send(self, key, src, dst, start, end, on_end)
 
     def phases_time(self, phases) -> float:
         """Seconds of phases run one after the other, each charged its link bound."""

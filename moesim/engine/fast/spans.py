@@ -16,6 +16,8 @@ runs re-run the focus chain only.
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 
 from moesim.trace.spans import Span
@@ -93,3 +95,10 @@ def add_spans(out: list, ranks, pos, kind: str, name: str, a, b, layer, mb, phas
             out.append(Span(rank=ranks[e], stream=stream, kind=kind, name=name,
                             start_s=al[e], end_s=bl[e], layer=layer, microbatch=mb,
                             phase=phase, **extra))
+
+
+def moved_ends(out: list, n0: int, pos, end) -> None:
+    """The spans :func:`add_spans` appended from ``out[n0]`` on for positions ``pos`` (an
+    op that leaves no zero-length span out) end at ``end`` (per position) instead."""
+    for i, e in enumerate(pos):
+        out[n0 + i] = dataclasses.replace(out[n0 + i], end_s=float(end[e]))
