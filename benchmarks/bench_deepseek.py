@@ -47,7 +47,7 @@ FIDELITY = ["cluster.nodes=16", "parallel.pp=2", "parallel.ep=16", "model.layers
 
 CHILD = r"""
 import hashlib, json, resource, sys, time
-from moesim.engine.api import simulate
+from moesim.wiring import simulate
 from moesim.trace.report import jsonable
 name, overrides, budget = json.loads(sys.argv[1])
 if budget is not None:

@@ -31,7 +31,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 CHILD = r"""
 import contextlib, json, resource, sys, time
-from moesim.engine.api import resolve_path, simulate
+from moesim.wiring import resolve_path, simulate
 from moesim.trace.report import full_summary, jsonable
 try:   # as moesim run does (a revision before it has no moesim.engine.collector)
     from moesim.engine.collector import paused

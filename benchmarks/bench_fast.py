@@ -32,7 +32,7 @@ MB_SCALING = [(m, ["model.layers=8", f"schedule.microbatches={m}"]) for m in (2,
 
 CHILD = r"""
 import json, resource, statistics, sys, time, tracemalloc
-from moesim.engine.api import resolve_path
+from moesim.wiring import resolve_path
 from moesim.engine.fast.engine import simulate_fast
 name, overrides, repeat, trace, replicas = json.loads(sys.argv[1])
 res = resolve_path(name, overrides)

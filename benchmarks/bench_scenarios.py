@@ -49,7 +49,7 @@ def child(spec: dict) -> dict:
     import resource
     import tracemalloc
 
-    from moesim.engine.api import simulate
+    from moesim.wiring import simulate
 
     if spec.get("mem_limit_GB"):   # fail cleanly instead of swapping a shared machine
         lim = int(spec["mem_limit_GB"] * 1e9)

@@ -37,7 +37,6 @@ import sys
 
 from moesim.errors import InputError
 from moesim.scenario import load_scenario
-from moesim.scenario.resolve import resolve
 from moesim.validation.gpu.classes import class_table, pair_model, recompute_kernels
 from moesim.validation.gpu.classes import compare as compare_classes
 from moesim.validation.gpu.pair import measured_streams, simulate_pair
@@ -45,6 +44,7 @@ from moesim.validation.gpu.report import phase_table, text_report
 from moesim.validation.gpu.summary import summarize
 from moesim.validation.gpu.trace import load_gpu_trace
 from moesim.validation.gpu.validate import forward_fit, gpu_validate
+from moesim.wiring import resolve
 
 # DeepSeek-V3 Technical Report (arXiv:2412.19437) §3.2.2: "only 20 SMs are sufficient
 # to fully utilize the bandwidths of IB and NVLink" for the all-to-all kernels.

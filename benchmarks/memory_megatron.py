@@ -23,7 +23,8 @@ from pathlib import Path
 from moesim.memory.megatron import compare
 from moesim.memory.report import memory_table
 from moesim.outputs import write_text
-from moesim.scenario import load_scenario, resolve
+from moesim.scenario import load_scenario
+from moesim.wiring import resolve
 
 #: (label, scenario, --set overrides)
 CONFIGS = [
@@ -48,7 +49,7 @@ SHORT = {"weights": "weights", "gradients": "grads", "optimizer": "optim",
 
 
 def run_one(scenario: str, sets: list[str]) -> dict:
-    res = resolve(load_scenario(scenario, sets, resolve=False))
+    res = resolve(load_scenario(scenario, sets))
     return compare(res, memory_table(res)["stages"][0])
 
 

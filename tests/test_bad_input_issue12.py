@@ -159,8 +159,8 @@ def test_scientific_notation_reads_as_numbers():
 
 def test_scientific_notation_in_a_scenario_and_in_set(cwd):
     p = scenario(cwd, TOY.replace("  seq_len: 128", "  seq_len: 128\n  dp_bucket_MB: 2.5e1"))
-    assert load_scenario(p, resolve=False).schedule.dp_bucket_MB == 25.0
-    s = load_scenario(p, ["schedule.dp_bucket_MB=1e2"], resolve=False)
+    assert load_scenario(p).schedule.dp_bucket_MB == 25.0
+    s = load_scenario(p, ["schedule.dp_bucket_MB=1e2"])
     assert s.schedule.dp_bucket_MB == 100.0
 
 

@@ -8,8 +8,8 @@ import pytest
 
 from moesim.cli import main
 from moesim.compute.calibrated import load_calibration
-from moesim.engine.api import resolve_path, simulate
 from moesim.errors import InputError
+from moesim.wiring import resolve_path, simulate
 
 ROOT = Path(__file__).resolve().parents[1]
 CALIB = ROOT / "traces" / "calib-uniform-cpu.json"
@@ -70,7 +70,7 @@ def test_gpu_recording_feeds_its_gpu_entry(tmp_path):
 
     from moesim.cli.calibrate_cmd import device_of
     from moesim.compute.devices import get_device
-    from moesim.scenario.resolve import calibrated_device
+    from moesim.wiring.resolve import calibrated_device
 
     d = tmp_path / "rec"
     d.mkdir()

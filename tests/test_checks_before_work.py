@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 
 from moesim.cli import main
-from moesim.engine.api import resolve_path
+from moesim.wiring import resolve_path
 
 
 def _boom(*a, **k):

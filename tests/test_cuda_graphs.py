@@ -10,13 +10,14 @@ from moesim.errors import InputError
 from moesim.model import PRESETS, costs
 from moesim.program.build import build_step
 from moesim.program.cuda_graphs import graphed
-from moesim.scenario import load_scenario, resolve
+from moesim.scenario import load_scenario
+from moesim.wiring import resolve
 
 TOY = PRESETS["toy"]
 
 
 def _plan(*sets):
-    res = resolve(load_scenario("toy-cpu", list(sets), resolve=False))
+    res = resolve(load_scenario("toy-cpu", list(sets)))
     return res, build_step(res)
 
 
@@ -72,5 +73,5 @@ def test_attention_and_router_graphs_in_the_program():
 
 def test_unknown_graph_module_is_refused():
     with pytest.raises(InputError) as ei:
-        load_scenario("toy-cpu", ["overlap.cuda_graphs=[router]"], resolve=False)
+        load_scenario("toy-cpu", ["overlap.cuda_graphs=[router]"])
     assert ei.value.field.endswith("overlap.cuda_graphs")

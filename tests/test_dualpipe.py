@@ -36,6 +36,7 @@ from moesim.schedule.pipeline import (
     one_f_one_b_order,
     simulate_pipeline,
 )
+from moesim.wiring import resolve as resolve_scenario
 
 
 def _s(items) -> str:
@@ -335,7 +336,8 @@ compute: {kind: roofline}
 def _load(tmp_path: Path, text: str, *sets: str, resolve: bool = False):
     p = tmp_path / "s.yaml"
     p.write_text(text)
-    return load_scenario(p, list(sets), resolve=resolve)
+    scn = load_scenario(p, list(sets))
+    return resolve_scenario(scn).scenario if resolve else scn
 
 
 def test_scenario_accepts_dualpipe_and_overlap_kinds(tmp_path):

@@ -20,7 +20,6 @@ import pytest
 from moesim.compute.base import Kernel
 from moesim.compute.devices import get_device
 from moesim.compute.roofline import RooflineModel
-from moesim.engine.api import resolve_path, simulate
 from moesim.errors import InputError
 from moesim.memory.model import memory_per_rank
 from moesim.memory.report import StageMemory
@@ -28,6 +27,7 @@ from moesim.model import costs
 from moesim.model.presets import DEEPSEEK_V3, MIXTRAL_8X7B, TOY
 from moesim.schedule.dualpipe import make_dual_order
 from moesim.schedule.evaluate import Durations, evaluate
+from moesim.wiring import resolve_path, simulate
 
 TOY_YAML = """\
 name: dualpipe-toy

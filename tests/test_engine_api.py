@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import pytest
 
-from moesim.engine.api import ENGINES, resolve_path, simulate
+from moesim.engine.api import ENGINES
 from moesim.errors import InputError
+from moesim.wiring import resolve_path, simulate
 
 TOY = ["cluster.nodes=1", "model.layers=2", "schedule.microbatches=2"]
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import pytest
 
-from moesim.engine.api import simulate
+from moesim.wiring import simulate
 
 CASES = [("gpipe", 2, 3, 1), ("gpipe", 3, 5, 1), ("1f1b", 4, 3, 1), ("1f1b", 3, 4, 1),
          ("1f1b", 4, 9, 1), ("interleaved", 2, 4, 2)]

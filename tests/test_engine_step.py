@@ -7,11 +7,10 @@ import json
 import pytest
 import yaml
 
-from moesim.engine.api import simulate
 from moesim.model import costs, model_from_dict
 from moesim.scenario import load_scenario
-from moesim.scenario.resolve import resolve
 from moesim.trace.report import jsonable
+from moesim.wiring import resolve, simulate
 from tests._util import two_gpu_scenario
 
 

@@ -9,11 +9,11 @@ import simpy
 
 from moesim.collectives.communicator import Communicator
 from moesim.collectives.ep_exchange import EPExchangeSpec
-from moesim.engine.api import simulate
 from moesim.gating import RoutingConfig, make_placement, route_microbatch
 from moesim.gating.dedup import from_choices
 from moesim.network import FlowNetwork
 from moesim.units import GB
+from moesim.wiring import simulate
 
 
 class OneLink:

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import moesim.engine.fast.engine as fast_engine
 import moesim.engine.fast.network as fast_network
-from moesim.engine.api import simulate
+from moesim.wiring import simulate
 
 # deepseek-v3-2048 cut to 32 GPUs: PP2, EP16 over two nodes per stage, 4 MoE layers,
 # 4 micro-batches, NCCL direct all-to-alls, 1F1B

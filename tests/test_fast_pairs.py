@@ -99,7 +99,7 @@ def test_a_send_leaves_after_its_items_previous_op():
 def test_dualpipe_deepep_128_gpus_within_one_percent_of_exact():
     """Issue 13: step, every breakdown category and every rank's stall within 1 % of
     the step (measured: +0.41 %, dp +0.81 %, 0.27 %; docs/fast-path.md)."""
-    from moesim.engine.api import simulate
+    from moesim.wiring import simulate
     case = ["cluster.nodes=16", "parallel.pp=2", "parallel.ep=16", "model.layers=4",
             "model.first_dense_layers=0", "schedule.microbatches=4", "routing.max_nodes=null"]
     e = simulate("deepseek-v3-2048", [*case, "engine.mode=exact"])

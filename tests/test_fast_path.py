@@ -13,7 +13,6 @@ from moesim.collectives.communicator import CollectiveSpec, Communicator
 from moesim.collectives.simulate import make_network, rank_hosts, simulate_collective
 from moesim.compute.devices import get_device
 from moesim.compute.roofline import RooflineModel
-from moesim.engine.api import resolve_path, simulate
 from moesim.engine.fast import network as fast_network
 from moesim.engine.fast.dp import RingCost
 from moesim.engine.fast.engine import simulate_fast
@@ -21,6 +20,7 @@ from moesim.engine.fast.network import FastNetwork
 from moesim.errors import InputError
 from moesim.model import costs, model_from_dict
 from moesim.trace.report import jsonable
+from moesim.wiring import resolve_path, simulate
 from tests._util import two_gpu_scenario
 
 # DeepSeek-V3 shape small enough for the exact engine: 128 GPUs, PP2, EP16 over two

@@ -8,11 +8,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from moesim.engine.api import resolve_path, simulate
 from moesim.engine.fast.engine import simulate_fast
 from moesim.trace.plots import new_figure, plot_links
 from moesim.trace.report import full_summary, render_markdown
 from moesim.trace.stalls import stall_table
+from moesim.wiring import resolve_path, simulate
 
 SMALL_64 = ["engine.mode=exact", "model.layers=8", "schedule.microbatches=4"]
 

@@ -7,13 +7,13 @@ import numpy as np
 import pytest
 
 from moesim.collectives.algorithms import expand
-from moesim.engine.api import resolve_path
 from moesim.engine.fast import engine as fast_engine
 from moesim.engine.fast.engine import simulate_fast
 from moesim.engine.fast.links import LinkBytes
 from moesim.engine.fast.network import _Incidence
 from moesim.engine.fast.stash import RecordStash
 from moesim.gating.sampling import sample_counts_fast
+from moesim.wiring import resolve_path
 
 # 32 H800 (4 nodes), DualPipe PP2, EP8 in a node (timed in closed form, so its records
 # are stashed), DeepEP as shipped

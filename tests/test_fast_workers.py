@@ -13,12 +13,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from moesim.engine.api import resolve_path
 from moesim.engine.fast import workers
 from moesim.engine.fast.links import LinkBytes
 from moesim.engine.fast.workers import blocks, workers_for
 from moesim.errors import InputError
 from moesim.topology import load_topology
+from moesim.wiring import resolve_path
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"),
                                 reason="forked workers are used on Linux only")
@@ -37,7 +37,7 @@ MIX_CUT = ["model.layers=8", "schedule.microbatches=4"]
 CHILD = r"""
 import json, os, sys
 import moesim.engine.fast.engine as fe
-from moesim.engine.api import resolve_path
+from moesim.wiring import resolve_path
 from moesim.engine.fast.workers import ChainPool
 from moesim.trace.report import jsonable
 

@@ -13,7 +13,8 @@ from moesim.model.params import ffn_params
 from moesim.model.presets import PRESETS
 from moesim.program.build import build_step
 from moesim.program.cp import kv_block_bytes, kv_exchange_bytes
-from moesim.scenario import load_scenario, resolve
+from moesim.scenario import load_scenario
+from moesim.wiring import resolve
 from tests._util import two_gpu_scenario
 
 TOY = PRESETS["toy"]
@@ -168,7 +169,7 @@ def test_folded_ep_run_conserves_tokens(tmp_path):
 ])
 def test_fast_path_follows_the_exact_engine(over):
     # measured: step -0.26 %, -0.04 %, -0.09 %, +0.25 %; zero and tp within 0.05 ms
-    from moesim.engine.api import simulate
+    from moesim.wiring import simulate
     out = {}
     for mode in ("exact", "fast"):
         scn = load_scenario("mixtral-8x7b-ep8", over + [f"engine.mode={mode}", "model.layers=4",
@@ -184,8 +185,9 @@ def test_fast_path_follows_the_exact_engine(over):
 
 def test_new_parallel_fields_echo_only_when_set():
     # shipped scenarios' summary.json stays byte-identical: defaults are left out
-    d = load_scenario("toy-cpu").to_dict()["parallel"]
+    d = resolve(load_scenario("toy-cpu")).scenario.to_dict()["parallel"]
     assert not {"cp", "etp", "sequence_parallel"} & set(d)
-    d = load_scenario("toy-cpu", ["parallel.etp=2", "parallel.ep=1", "parallel.tp=2",
-                                  "cluster.params.gpus_per_node=4"]).to_dict()["parallel"]
+    d = resolve(load_scenario("toy-cpu", ["parallel.etp=2", "parallel.ep=1", "parallel.tp=2",
+                                          "cluster.params.gpus_per_node=4"])
+                ).scenario.to_dict()["parallel"]
     assert d["etp"] == 2 and "cp" not in d

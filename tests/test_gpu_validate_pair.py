@@ -217,7 +217,7 @@ def test_shipped_fb_pair_scenario_is_the_traced_configuration():
     MoE layers, one overlapped F&B pair per rank (forward stage 1, backward stage 0)."""
     from moesim.memory.model import split_layers
     from moesim.scenario import load_scenario
-    from moesim.scenario.resolve import resolve
+    from moesim.wiring import resolve
 
     res = resolve(load_scenario("scenarios/deepseek-v3-fb-pair.yaml"))
     scn, lay = res.scenario, res.layout

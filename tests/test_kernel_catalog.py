@@ -317,7 +317,8 @@ def test_a_calibration_overrides_the_catalog():
 
 
 def test_scenario_field_selects_the_model(tmp_path):
-    from moesim.scenario import load_scenario, resolve
+    from moesim.scenario import load_scenario
+    from moesim.wiring import resolve
     res = resolve(load_scenario("hot-expert"))
     assert isinstance(res.compute, CatalogModel) and res.compute.device.name == "H100"
     res = resolve(load_scenario("hot-expert", ["compute.model=roofline"]))

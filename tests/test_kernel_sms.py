@@ -19,9 +19,9 @@ from moesim.compute.select import compute_model, shipped_catalog
 from moesim.compute.sm_share import OnSms, gemm_tiles, pair_sms, sm_ratio
 from moesim.errors import InputError
 from moesim.scenario import load_scenario
-from moesim.scenario.resolve import resolve
 from moesim.validation.gpu.classes import measured, recompute_kernels
 from moesim.validation.gpu.trace import Annotation, GpuKernel
+from moesim.wiring import resolve
 
 H800 = get_device("H800")
 

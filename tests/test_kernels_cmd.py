@@ -8,11 +8,12 @@ import pytest
 
 from moesim.cli import main
 from moesim.program.inventory import balanced_rows, layer_ops
-from moesim.scenario import load_scenario, resolve
+from moesim.scenario import load_scenario
+from moesim.wiring import resolve
 
 
 def _res(name: str, *sets: str):
-    return resolve(load_scenario(name, list(sets), resolve=False))
+    return resolve(load_scenario(name, list(sets)))
 
 
 def _gemm_flops(ops) -> float:

@@ -7,8 +7,9 @@ import pytest
 
 from moesim.errors import InputError
 from moesim.program.build import build_step
-from moesim.scenario import load_scenario, resolve
+from moesim.scenario import load_scenario
 from moesim.schedule.layout_string import expand, layout_chunks, uneven_chunks
+from moesim.wiring import resolve
 
 TOY2 = ["parallel.pp=2", "parallel.ep=1", "schedule.microbatches=2"]
 
@@ -45,8 +46,7 @@ def test_uneven_first_and_last_stages():
 
 
 def _programs(layout: str):
-    scn = load_scenario("toy-cpu", [*TOY2, f"parallel.pipeline_layout={layout}"],
-                        resolve=False)
+    scn = load_scenario("toy-cpu", [*TOY2, f"parallel.pipeline_layout={layout}"])
     return build_step(resolve(scn)).programs
 
 

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import pytest
 
-from moesim.engine.api import resolve_path
 from moesim.memory.model import ACT_BYTES, memory_per_rank
 from moesim.memory.report import StageMemory
 from moesim.model.presets import PRESETS
+from moesim.wiring import resolve_path
 
 
 def test_chunk_ends_move_exactly_the_embedding_output_and_the_logits():

@@ -8,9 +8,9 @@ import json
 import pytest
 
 from moesim.cli import main
-from moesim.engine.api import simulate
 from moesim.memory.routed import stage_max_rows
-from moesim.scenario import load_scenario, resolve
+from moesim.scenario import load_scenario
+from moesim.wiring import resolve, simulate
 
 
 def _table(capsys, scenario, *sets):
@@ -54,7 +54,7 @@ def test_hot_expert_rank_row_shows_larger_buffers(capsys):
 def test_expected_shares_beyond_the_budget(monkeypatch):
     import moesim.memory.routed as memory_routed
 
-    res = resolve(load_scenario("hot-expert", [], resolve=False))
+    res = resolve(load_scenario("hot-expert", []))
     monkeypatch.setattr(memory_routed, "ROUTE_BUDGET", 0)
     (row,) = stage_max_rows(res).values()
     # expert 3 takes 40 % of the top-2 assignments: 0.8 of the 8 × 4096 tokens of the EP

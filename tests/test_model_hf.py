@@ -14,10 +14,10 @@ import pytest
 import yaml
 
 from moesim.cli import main
-from moesim.engine.api import resolve_path
 from moesim.errors import InputError
 from moesim.model import PRESETS, count_params, model_from_dict, model_warnings
 from moesim.model.hf import load
+from moesim.wiring import resolve_path
 
 HF = Path(__file__).resolve().parent / "data" / "hf"
 

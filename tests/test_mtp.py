@@ -8,14 +8,15 @@ import pytest
 from moesim.memory.report import memory_table
 from moesim.model import PRESETS, costs, mtp
 from moesim.program.build import build_step
-from moesim.scenario import load_scenario, resolve
+from moesim.scenario import load_scenario
+from moesim.wiring import resolve
 
 TOY = PRESETS["toy"]            # 2 MoE layers, h 512, 8 experts top-2, f 1024, vocab 32000
 BASE = ["parallel.pp=2", "parallel.ep=1", "schedule.microbatches=2"]
 
 
 def plan(*sets):
-    res = resolve(load_scenario("toy-cpu", [*BASE, *sets], resolve=False))
+    res = resolve(load_scenario("toy-cpu", [*BASE, *sets]))
     return res, build_step(res)
 
 

@@ -7,12 +7,11 @@ import dataclasses
 
 import pytest
 
-from moesim.engine.api import simulate
 from moesim.rl.engine_costs import EngineTrainerCosts, pool_cluster, rollout_costs
 from moesim.rl.run import resolve_rl
-from moesim.scenario.resolve import resolve
 from moesim.serve.config import ServeConfig, serving_scenario
 from moesim.serve.run import simulate_serve
+from moesim.wiring import resolve, simulate
 from tests.test_rl_run import scenario
 
 

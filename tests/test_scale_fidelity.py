@@ -12,11 +12,11 @@ import json
 import numpy as np
 import pytest
 
-from moesim.engine.api import simulate
 from moesim.errors import InputError
 from moesim.layout.mesh import Layout
 from moesim.program.replicas import replica_map
 from moesim.trace.report import jsonable
+from moesim.wiring import simulate
 
 # 128 GPUs, 4 layers: DeepSeek-V3 shape (H800, EP over 2 nodes, node-limited routing,
 # fp8 dispatch, EP overlap, ZeRO-1), PP2, EP16, DP64 -> 4 replicas of each EP group

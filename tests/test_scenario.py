@@ -11,6 +11,14 @@ import yaml
 
 from moesim.errors import InputError
 from moesim.scenario import SCENARIO_DIR, apply_overrides, load_scenario, scenario_layout
+from moesim.wiring import resolve
+
+
+def read_and_resolve(path, overrides=()):
+    """The scenario read (moesim.scenario) and checked against its cluster
+    (moesim.wiring.resolve), as every command does before any work."""
+    return resolve(load_scenario(path, list(overrides))).scenario
+
 
 SHIPPED = sorted(p.stem for p in SCENARIO_DIR.glob("*.yaml"))
 
@@ -48,7 +56,7 @@ def test_shipped_scenarios_exist():
 
 
 def test_load_base(base):
-    s = load_scenario(base)
+    s = read_and_resolve(base)
     assert s.name == "t" and s.seed == 7
     assert s.parallel.dp == 8 and s.parallel.ep == 8 and s.parallel.order == ("tp", "ep", "dp", "pp")
     assert s.routing.dispatch_dtype == "fp8" and dict(s.routing.policy) == {"kind": "zipf",
@@ -65,7 +73,7 @@ def test_load_base(base):
 
 
 def test_to_dict_round_trips(base, tmp_path):
-    s = load_scenario(base)
+    s = read_and_resolve(base)
     d = s.to_dict()
     json.dumps(d)  # JSON-able
     assert d["routing"] == {"kind": "zipf", "zipf_s": 0.5, "dispatch_dtype": "fp8",
@@ -74,18 +82,18 @@ def test_to_dict_round_trips(base, tmp_path):
     again = tmp_path / "again.yaml"
     d = {k: v for k, v in d.items() if k not in ("source", "world", "gpus_per_node")}
     again.write_text(yaml.safe_dump(d))
-    s2 = load_scenario(again)
+    s2 = read_and_resolve(again)
     assert dataclasses.replace(s2, source=s.source) == s
 
 
 def test_set_changes_exactly_one_field(base):
-    before = load_scenario(base).to_dict()
-    after = load_scenario(base, ["schedule.microbatches=6"]).to_dict()
+    before = read_and_resolve(base).to_dict()
+    after = read_and_resolve(base, ["schedule.microbatches=6"]).to_dict()
     assert after["schedule"]["microbatches"] == 6
     after["schedule"]["microbatches"] = before["schedule"]["microbatches"]
     assert after == before
     # values are YAML: bools, lists, strings; nested free-form sections accept new keys
-    s = load_scenario(base, ["overlap.dp_overlap=false", "parallel.order=[tp, dp, ep, pp]",
+    s = read_and_resolve(base, ["overlap.dp_overlap=false", "parallel.order=[tp, dp, ep, pp]",
                              "routing.zipf_s=1.5", "model.layers=8", "name=what-if"])
     assert s.overlap.dp_overlap is False and s.parallel.order == ("tp", "dp", "ep", "pp")
     assert s.routing.policy["zipf_s"] == 1.5 and s.model["layers"] == 8 and s.name == "what-if"
@@ -99,7 +107,7 @@ def test_set_changes_exactly_one_field(base):
 ])
 def test_set_rejects_unknown_keys(base, item, field, hint):
     with pytest.raises(InputError) as err:
-        load_scenario(base, [item])
+        read_and_resolve(base, [item])
     # issue 12: the command line is to blame, not the scenario file
     assert err.value.source == "command line" and err.value.field == f"--set {field}"
     assert hint in err.value.expected
@@ -107,7 +115,7 @@ def test_set_rejects_unknown_keys(base, item, field, hint):
 
 def test_set_value_is_still_validated(base):
     with pytest.raises(InputError) as err:
-        load_scenario(base, ["schedule.kind=zigzag"])
+        read_and_resolve(base, ["schedule.kind=zigzag"])
     assert err.value.source == "command line"
     assert err.value.field == "--set schedule.kind" and "interleaved" in err.value.expected
 
@@ -122,7 +130,7 @@ def test_apply_overrides_does_not_touch_input():
 def test_malformed_yaml_names_file_and_line(tmp_path):
     p = _write(tmp_path, "name: x\nparallel:\n  tp: 1\n   pp: [2\n")
     with pytest.raises(InputError) as err:
-        load_scenario(p)
+        read_and_resolve(p)
     assert err.value.source == str(p) and err.value.field.startswith("line 4")
 
 
@@ -147,7 +155,7 @@ def test_bad_fields_name_the_field(tmp_path, edit, field):
     lines = [ln for ln in BASE.splitlines() if not ln.startswith(key + ":")]
     p = _write(tmp_path, "\n".join(lines + [edit]) + "\n")
     with pytest.raises(InputError) as err:
-        load_scenario(p)
+        read_and_resolve(p)
     assert err.value.source == str(p) and err.value.field == field
 
 
@@ -155,19 +163,19 @@ def test_experts_not_divisible_by_ep(tmp_path):
     # toy model: 8 experts; 16-way EP cannot hold them evenly
     text = BASE.replace("{preset: mixtral-8x7b}", "{preset: toy, n_experts: 12}")
     with pytest.raises(InputError) as err:
-        load_scenario(_write(tmp_path, text))
+        read_and_resolve(_write(tmp_path, text))
     assert err.value.field == "parallel.ep" and "12 routed experts" in err.value.expected
 
 
 def test_missing_file_lists_shipped():
     with pytest.raises(InputError) as err:
-        load_scenario("no-such-scenario")
+        read_and_resolve("no-such-scenario")
     assert "toy-cpu" in err.value.expected
 
 
 @pytest.mark.parametrize("name", SHIPPED)
 def test_every_shipped_scenario_loads(name):
-    s = load_scenario(name)
+    s = read_and_resolve(name)
     layout, warns = scenario_layout(s)
     assert layout.world == s.world == s.parallel.tp * s.parallel.pp * s.parallel.dp
     assert warns == []  # no shipped scenario puts TP across nodes
@@ -175,7 +183,7 @@ def test_every_shipped_scenario_loads(name):
 
 
 def test_deepseek_v3_scenario_matches_the_report():
-    s = load_scenario("deepseek-v3-2048")
+    s = read_and_resolve("deepseek-v3-2048")
     layout, _ = scenario_layout(s)
     assert (s.world, layout.pp, layout.dp, layout.ep, layout.edp) == (2048, 16, 128, 64, 2)
     assert s.parallel.zero == 1 and s.routing.policy["max_nodes"] == 4
@@ -194,31 +202,31 @@ def test_layout_must_divide_world(tmp_path):
     p = _write(tmp_path, BASE.replace("{tp: 1, pp: 2, dp: 8, ep: 8, zero: 1}",
                                       "{tp: 1, pp: 3, ep: 1}"))
     with pytest.raises(InputError) as err:
-        load_scenario(p)
+        read_and_resolve(p)
     assert err.value.field == "parallel.pp" and "world size 16" in err.value.expected
     # explicit dp that does not multiply out to the world
     p = _write(tmp_path, BASE.replace("dp: 8", "dp: 4").replace("ep: 8", "ep: 4"))
     with pytest.raises(InputError) as err:
-        load_scenario(p)
+        read_and_resolve(p)
     assert err.value.field == "parallel.dp" and "world size 16" in err.value.expected
 
 
 def test_unknown_topology_names_the_scenario_field(base):
     with pytest.raises(InputError) as err:
-        load_scenario(base, ["cluster.topology=dgx-z900"])
+        read_and_resolve(base, ["cluster.topology=dgx-z900"])
     # given by --set: the command line is to blame (issue 12)
     assert err.value.source == "command line" and err.value.field == "--set cluster.topology"
     assert "dgx-h100" in err.value.expected
     p = base.parent / "z.yaml"
     p.write_text(base.read_text().replace("topology: dgx-h100", "topology: dgx-z900"))
     with pytest.raises(InputError) as err:
-        load_scenario(p)
+        read_and_resolve(p)
     assert err.value.source == str(p) and err.value.field == "cluster.topology"
 
 
 def test_tp_across_nodes_warns(base):
     # pcie-8gpu shrunk to 2 GPUs per node, 2 nodes = 4 GPUs: a tp=4 group spans both nodes
-    s = load_scenario(base, ["cluster.topology=pcie-8gpu", "cluster.params.gpus_per_node=2",
+    s = read_and_resolve(base, ["cluster.topology=pcie-8gpu", "cluster.params.gpus_per_node=2",
                              "cluster.params.cpus=1", "cluster.params.pcie_switches_per_cpu=1",
                              "parallel.tp=4", "parallel.pp=1", "parallel.dp=1",
                              "parallel.ep=1", "model.preset=toy", "overlap.ep_comm_overlap=false"])
@@ -231,7 +239,7 @@ def test_tp_across_nodes_warns(base):
 def test_missing_required_sections(tmp_path, drop, field):
     lines = [ln for ln in BASE.splitlines() if not ln.startswith(drop)]
     with pytest.raises(InputError) as err:
-        load_scenario(_write(tmp_path, "\n".join(lines) + "\n"))
+        read_and_resolve(_write(tmp_path, "\n".join(lines) + "\n"))
     assert err.value.field == field and err.value.source.endswith("bad.yaml")
 
 
@@ -256,12 +264,12 @@ def test_static_overlap_with_one_stage_1f1b_is_refused(base, capsys, sets, field
     assert f"command line: --set {field}" in err or f"{base}: {field}" in err, err
     assert "a2a-1f1b" in err and "one pipeline stage" in err
     # with pipeline stages, or with GPipe, the pairing has items to pair: accepted
-    load_scenario(base)
-    load_scenario(base, ["parallel.pp=1", "parallel.dp=16", "schedule.kind=gpipe"])
+    read_and_resolve(base)
+    read_and_resolve(base, ["parallel.pp=1", "parallel.dp=16", "schedule.kind=gpipe"])
     # the same with the file's own value: the file is named
     text = BASE.replace("pp: 2, dp: 8", "pp: 1, dp: 16")
     with pytest.raises(InputError, match="overlap.ep_comm_overlap: expected .*a2a-1f1b"):
-        load_scenario(_write(tmp_path_of(base), text))
+        read_and_resolve(_write(tmp_path_of(base), text))
 
 
 def tmp_path_of(p: Path) -> Path:
@@ -306,11 +314,11 @@ def test_the_files_own_values_are_blamed_on_the_file(tmp_path):
     text = BASE.replace("routing: {kind: zipf, zipf_s: 0.5,",
                         "routing: {kind: hot, hot_fraction: 0.9,")
     with pytest.raises(InputError) as e:
-        load_scenario(_write(tmp_path, text))
+        read_and_resolve(_write(tmp_path, text))
     assert (e.value.source, e.value.field) == (str(tmp_path / "bad.yaml"),
                                                "routing.hot_fraction")
     text = BASE.replace("pp: 2, dp: 8, ep: 8", "pp: 1, cp: 3, ep: 8").replace(
         "overlap: {ep_comm_overlap: true}", "")
     with pytest.raises(InputError) as e:
-        load_scenario(_write(tmp_path, text))
+        read_and_resolve(_write(tmp_path, text))
     assert e.value.field == "parallel.cp" and e.value.got == 3

@@ -7,10 +7,11 @@ from __future__ import annotations
 from moesim.model.read import model_from_dict
 from moesim.scenario import load_scenario, scenario_layout
 from moesim.schedule.layout_string import stage_chunks
+from moesim.wiring import resolve
 
 
 def test_layout_and_batch_are_the_published_ones():
-    s = load_scenario("deepseek-v3-1024-h100")
+    s = resolve(load_scenario("deepseek-v3-1024-h100")).scenario
     layout, _ = scenario_layout(s)
     assert s.world == 1024 and (layout.tp, layout.pp, layout.ep) == (2, 8, 64)
     assert layout.dp == 1024 // (2 * 8) == 64 and layout.edp == 1024 // (64 * 8) == 2
@@ -23,7 +24,7 @@ def test_layout_and_batch_are_the_published_ones():
 
 
 def test_pipeline_layout_puts_two_layers_per_virtual_stage():
-    s = load_scenario("deepseek-v3-1024-h100")
+    s = resolve(load_scenario("deepseek-v3-1024-h100")).scenario
     spec = model_from_dict(dict(s.model), s.source)
     assert spec.layers == 61 and spec.mtp_layers == 1
     chunks = stage_chunks(s, spec, 8 * 4)

@@ -9,7 +9,8 @@ import pytest
 
 from moesim.cli import main
 from moesim.memory.model import memory_per_rank, split_layers
-from moesim.scenario import load_scenario, resolve
+from moesim.scenario import load_scenario
+from moesim.wiring import resolve
 
 
 def _json(capsys, *argv: str) -> dict:
@@ -27,7 +28,7 @@ def test_table_text(capsys):
 
 def test_1f1b_stage_rows_compose_the_memory_model(capsys):
     t = _json(capsys, "mixtral-8x7b-ep8")
-    res = resolve(load_scenario("mixtral-8x7b-ep8", resolve=False))
+    res = resolve(load_scenario("mixtral-8x7b-ep8"))
     assert [r["inflight"] for r in t["stages"]] == [2, 1]  # 1F1B: p - s
     assert [r["ranks"] for r in t["stages"]] == [8, 8]
     for r, layers in zip(t["stages"], split_layers(32, 2), strict=True):

@@ -16,12 +16,12 @@ import yaml
 
 from moesim.cli import main
 from moesim.model.presets import DEEPSEEK_V3, MIXTRAL_8X7B
-from moesim.scenario.resolve import resolve
 from moesim.serve.config import serve_from_dict, serving_scenario
 from moesim.serve.kv import kv_bytes_per_token
 from moesim.serve.memory import largest_batch, table
 from moesim.serve.program import build_serve_step
 from moesim.serve.run import resolve_serve, simulate_serve
+from moesim.wiring import resolve
 
 PEAK = 989e12
 BW = 3.35e12 * 0.8          # achieved HBM bytes/s

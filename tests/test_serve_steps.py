@@ -13,11 +13,11 @@ from __future__ import annotations
 import yaml
 
 from moesim.engine.fast.forward import simulate_forward
-from moesim.scenario.resolve import resolve
 from moesim.serve.config import serving_scenario
 from moesim.serve.program import ServeBuilder
 from moesim.serve.run import resolve_serve, simulate_serve
 from moesim.serve.steps import ServeSteps
+from moesim.wiring import resolve
 
 #: (changes) in the order they are priced: repeats after other points, a new routing
 #: step, a prefill (DeepEP normal kernels where decode runs low-latency ones), an odd

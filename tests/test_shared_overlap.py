@@ -9,12 +9,12 @@ import dataclasses
 
 import pytest
 
-from moesim.engine.api import simulate
 from moesim.engine.fast.engine import simulate_fast
 from moesim.errors import InputError
 from moesim.model import PRESETS, costs
 from moesim.program.shared_overlap import split
-from moesim.scenario import load_scenario, resolve
+from moesim.scenario import load_scenario
+from moesim.wiring import resolve, simulate
 
 # padded to capacity: every expert computes exactly its capacity, so both ranks reach each
 # exchange together (no stall) and the saving is per exchange, by hand
@@ -23,7 +23,7 @@ SHARED = ["model.n_shared_experts=1", "model.shared_ffn=1024", "engine.mode=exac
 
 
 def _run(*sets, fast=False, base=SHARED):
-    res = resolve(load_scenario("toy-cpu", [*base, *sets], resolve=False))
+    res = resolve(load_scenario("toy-cpu", [*base, *sets]))
     return res, (simulate_fast(res) if fast else simulate(res))
 
 
@@ -94,5 +94,5 @@ def test_both_engines_agree_with_shared_overlap(base):
 def test_refused_with_schedules_that_pair_micro_batches():
     with pytest.raises(InputError) as ei:
         load_scenario("toy-cpu", [*SHARED, "overlap.shared_expert=true",
-                                  "overlap.kind=a2a-1f1b"], resolve=False)
+                                  "overlap.kind=a2a-1f1b"])
     assert ei.value.field.endswith("overlap.shared_expert")

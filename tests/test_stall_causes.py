@@ -7,10 +7,10 @@ late at OP" (no expert). Both engines, same scenario: the same text per stall.""
 
 from __future__ import annotations
 
-from moesim.engine.api import resolve_path
 from moesim.engine.exact.engine import simulate_exact
 from moesim.engine.fast.engine import simulate_fast
 from moesim.trace.spans import wait_reason
+from moesim.wiring import resolve_path
 from tests._util import two_gpu_scenario
 
 

@@ -16,10 +16,10 @@ import pytest
 
 import moesim.sweep.runner as runner
 from moesim.cli import main
-from moesim.engine.api import simulate
 from moesim.sweep.results import POINTS_FILE, load_results, read_records
 from moesim.sweep.runner import point_metrics, run_point, run_sweep
 from moesim.sweep.spec import expand, load_sweep
+from moesim.wiring import simulate
 
 # one layer, one micro-batch: a point takes ~0.2 s
 TINY = """\

@@ -14,10 +14,10 @@ import pytest
 import yaml
 
 from moesim.cli import main
-from moesim.engine.api import simulate
 from moesim.program import tp_overlap as tpo
 from moesim.program.build import build_step
-from moesim.scenario import load_scenario, resolve
+from moesim.scenario import load_scenario
+from moesim.wiring import resolve, simulate
 
 C = 4096 * 512 * 2 / 2 / 50e9
 SLOW = 132 / (132 - 16)          # H100's 132 SMs, 16 taken by TE's pipeline/bulk kernels

@@ -7,11 +7,11 @@ import json
 
 import pytest
 
-from moesim.engine.api import simulate
 from moesim.engine.breakdown import CATEGORIES, breakdown
 from moesim.trace.chrome import load_chrome_trace
 from moesim.trace.report import write_run_outputs
 from moesim.trace.stalls import critical_path, path_breakdown
+from moesim.wiring import simulate
 from tests.test_trace_chrome import check_schema
 
 

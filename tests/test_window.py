@@ -10,7 +10,8 @@ from moesim.model import PRESETS, costs
 from moesim.model.params import attention_params
 from moesim.model.window import effective_seq, is_window_layer, kv_bytes, score_pairs
 from moesim.program.build import build_step
-from moesim.scenario import load_scenario, resolve
+from moesim.scenario import load_scenario
+from moesim.wiring import resolve
 
 OSS = PRESETS["gpt-oss-120b"]      # 64 heads of 64, 8 KV heads, window 128 every other layer
 
@@ -51,7 +52,7 @@ def test_attention_sinks_add_one_parameter_per_head():
 
 def test_window_in_the_step_program():
     sets = ["model.window=32", "model.window_full_every=2"]
-    res = resolve(load_scenario("toy-cpu", sets, resolve=False))
+    res = resolve(load_scenario("toy-cpu", sets))
     plan = build_step(res)
     fwd = {op.layer: op.flops for op in plan.programs[0] if op.name == "fwd.attn"}
     spec, T, S = res.model, res.scenario.schedule.tokens_per_microbatch, \

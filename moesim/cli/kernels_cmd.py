@@ -19,7 +19,8 @@ from collections import Counter
 from moesim.cli.common import add_output_flags
 from moesim.errors import InputError
 from moesim.program.inventory import PASSES, balanced_rows, layer_ops, price
-from moesim.scenario import load_scenario, resolve
+from moesim.scenario import load_scenario
+from moesim.wiring import resolve
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -107,7 +108,7 @@ def _fmt(doc: dict) -> str:
 def run(args: argparse.Namespace) -> int:
     from moesim.cli.common import refuse_serving
     from moesim.cli.layout_cmd import refuse_rl
-    scn = load_scenario(args.scenario, args.overrides, resolve=False)
+    scn = load_scenario(args.scenario, args.overrides)
     refuse_serving(scn, args.overrides, "kernels", "list a training layer's kernels")
     refuse_rl(scn, args.scenario, args.overrides, "kernels",
               "list the kernels of the parallel: section's layout")

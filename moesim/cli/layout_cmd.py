@@ -21,8 +21,9 @@ from pathlib import Path
 
 from moesim.cli.common import add_output_flags
 from moesim.errors import InputError
-from moesim.scenario import load_scenario, resolve
+from moesim.scenario import load_scenario
 from moesim.scenario.blame import CLI, blame_overrides
+from moesim.wiring import resolve
 
 #: group kind -> what Megatron-Core calls it and what runs over it
 GROUPS = (
@@ -120,7 +121,7 @@ def refuse_rl(scn, target: str, overrides: list[str], command: str = "layout",
         return
     keys = [o.split("=", 1)[0].strip() for o in overrides]
     given = [k for k in keys if k == "rl" or k.startswith("rl.")]
-    if given and load_scenario(target, (), resolve=False).rl:
+    if given and load_scenario(target, ()).rl:
         given = []
     raise InputError(CLI if given else scn.source, f"--set {given[0]}" if given else "rl",
                      "a training or serving scenario (an rl: section places its trainer "
@@ -159,7 +160,7 @@ def _under_load(res, overrides: list[str]) -> dict:
 
 
 def run(args: argparse.Namespace) -> int:
-    scn = load_scenario(args.scenario, args.overrides, resolve=False)
+    scn = load_scenario(args.scenario, args.overrides)
     refuse_rl(scn, args.scenario, args.overrides)
     cfg = None
     if scn.serve:

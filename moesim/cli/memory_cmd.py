@@ -31,8 +31,9 @@ from moesim.memory.matmul import DTYPE_BYTES, matmul_report
 from moesim.memory.megatron import compare
 from moesim.memory.report import memory_table
 from moesim.memory.routed import stage_max_rows
-from moesim.scenario import load_scenario, resolve
+from moesim.scenario import load_scenario
 from moesim.units import GiB
+from moesim.wiring import resolve
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -176,7 +177,7 @@ def run(args: argparse.Namespace) -> int:
         return 0
     if args.scenario is None:
         raise InputError("command line", "scenario", "a scenario file or --matmul M K N", None)
-    scn = load_scenario(args.scenario, args.overrides, resolve=False)
+    scn = load_scenario(args.scenario, args.overrides)
     refuse_serving(scn, args.overrides, "memory", "count a training step's gradients and "
                    "optimizer states; `moesim serve` prints the serving memory")
     res = resolve(scn)

@@ -28,10 +28,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from moesim.cli.common import refuse_serving
-    from moesim.engine.api import resolve_path
     from moesim.errors import InputError
     from moesim.outputs import claim, default_run_dir
     from moesim.trace.report import check_outdir
+    from moesim.wiring import resolve_path
 
     if args.no_files and args.out:      # the output convention (moesim.cli.common)
         raise InputError("command line", "--no-files", "either -o DIR or --no-files", "both")
@@ -52,9 +52,9 @@ def run(args: argparse.Namespace) -> int:
 
 def _simulate_and_report(args: argparse.Namespace, res, out: Path | None) -> int:
     from moesim.engine import collector
-    from moesim.engine.api import simulate
     from moesim.memory.fit import fits_of, flag_fits
     from moesim.trace.report import full_summary, jsonable, write_run_outputs
+    from moesim.wiring import simulate
 
     prog = Progress(0, f"simulating {res.scenario.name}", quiet=args.quiet)
 

@@ -170,12 +170,12 @@ def _run_gpu(args: argparse.Namespace, gpu: list) -> int:
     from moesim.compute.calibrated import load_calibration
     from moesim.errors import InputError
     from moesim.scenario.read import load_scenario
-    from moesim.scenario.resolve import resolve
     from moesim.validation.gpu.classes import class_table, pair_model, recompute_kernels
     from moesim.validation.gpu.classes import compare as compare_classes
     from moesim.validation.gpu.pair import measured_streams, simulate_pair
     from moesim.validation.gpu.summary import summarize
     from moesim.validation.gpu.validate import forward_fit, gpu_validate, text_table
+    from moesim.wiring import resolve
 
     if args.scenario is None:
         raise InputError("command line", "--scenario", "a scenario to compare a GPU trace "

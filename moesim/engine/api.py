@@ -1,4 +1,5 @@
-"""The one engine interface: ``simulate(target, overrides, *, progress, **options)``.
+"""The one engine interface: ``simulate(res, *, progress, engine, **options)`` over a
+resolved scenario (a file or a name goes through :func:`moesim.wiring.simulate`).
 
 An engine is a function ``engine(res, *, progress=None, **options) -> SimResult`` over a
 resolved scenario (:class:`Engine`). Two are registered in :data:`ENGINES`, chosen by
@@ -16,17 +17,15 @@ policies (:mod:`moesim.gating`) and report through the same summary
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
-from pathlib import Path
+from collections.abc import Callable
 from typing import Protocol
 
 from moesim.engine import collector
 from moesim.engine.exact.engine import simulate_exact
 from moesim.engine.fast.engine import simulate_fast
 from moesim.errors import InputError
-from moesim.scenario import load_scenario
 from moesim.scenario.limits import check_work
-from moesim.scenario.resolve import Resolved, resolve
+from moesim.scenario.resolved import Resolved
 from moesim.trace.result import SimResult
 
 Progress = Callable[..., None]
@@ -45,13 +44,6 @@ ENGINES: dict[str, Engine] = {"exact": simulate_exact, "fast": simulate_fast}
 EXACT_ONLY = ("record_series", "dedup", "mirror_traffic", "coalesce_rtol")
 
 
-def resolve_path(path: str | Path, overrides: Sequence[str] = ()) -> Resolved:
-    """Load, check and resolve a scenario file (or shipped name) with ``--set`` overrides."""
-    res = resolve(load_scenario(path, list(overrides), resolve=False))
-    check_size(res)
-    return res
-
-
 def check_size(res: Resolved, mode: str | None = None) -> None:
     """Refuse a step too large to simulate before building it (moesim.scenario.limits)."""
     scn = res.scenario
@@ -60,14 +52,11 @@ def check_size(res: Resolved, mode: str | None = None) -> None:
                scn.schedule.microbatches)
 
 
-def simulate(target: str | Path | Resolved, overrides: Sequence[str] = (), *,
-             progress: Progress | None = None, engine: str | None = None,
+def simulate(res: Resolved, *, progress: Progress | None = None, engine: str | None = None,
              **options) -> SimResult:
-    """Simulate one step. ``target``: a scenario file/name or an already resolved one.
-    ``engine`` overrides the scenario's ``engine.mode``; ``options`` go to the engine
-    (``replicas`` for both; see :func:`moesim.engine.exact.engine.simulate_exact` for the
-    exact engine's own)."""
-    res = target if isinstance(target, Resolved) else resolve_path(target, overrides)
+    """Simulate one step of a resolved scenario. ``engine`` overrides the scenario's
+    ``engine.mode``; ``options`` go to the engine (``replicas`` for both; see
+    :func:`moesim.engine.exact.engine.simulate_exact` for the exact engine's own)."""
     mode = engine or res.scenario.engine.mode
     if mode not in ENGINES:
         raise InputError(res.scenario.source, "engine.mode", "one of " + ", ".join(ENGINES),

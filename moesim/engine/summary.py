@@ -19,7 +19,7 @@ from moesim.memory.report import StageMemory
 from moesim.program.build import StepPlan
 from moesim.program.hot import HOT_RULE
 from moesim.program.inventory import step_pricing
-from moesim.scenario.resolve import Resolved
+from moesim.scenario.resolved import Resolved
 from moesim.trace.result import LinkStats, SimResult
 
 

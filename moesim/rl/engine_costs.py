@@ -19,13 +19,12 @@ from __future__ import annotations
 import dataclasses
 import math
 
-from moesim.engine.api import simulate
 from moesim.model.costs import memory_op
-from moesim.scenario.resolve import resolve
 from moesim.scenario.schema import ClusterConfig, EngineConfig, ParallelConfig, Scenario
 from moesim.serve.config import ServeConfig, serving_scenario
 from moesim.serve.costs import head_kernels
 from moesim.serve.run import simulate_serve
+from moesim.wiring import resolve, simulate
 
 
 def pool_cluster(scn: Scenario, gpus: int, gpus_per_node: int) -> ClusterConfig:

@@ -57,7 +57,7 @@ def trainer_table(setup, microbatches: int) -> dict:
     """``moesim memory``'s table of the trainer's layout with ``microbatches`` rows."""
     from moesim.memory.report import memory_table
     from moesim.rl.engine_costs import trainer_scenario
-    from moesim.scenario.resolve import resolve
+    from moesim.wiring import resolve
 
     tr = setup.cfg.train
     scn = trainer_scenario(setup.scenario, tr.gpus, _gpus_per_node(setup), tp=tr.tp,

@@ -15,8 +15,6 @@ from pathlib import Path
 import numpy as np
 
 from moesim.errors import InputError
-from moesim.traffic.costs import StepCosts
-from moesim.traffic.deploy import windows_of
 from moesim.rl.config import RLConfig, rl_from_dict
 from moesim.rl.generate import Rollout
 from moesim.rl.lengths import draw
@@ -26,9 +24,12 @@ from moesim.rl.phases import Batch, StepWork, TrainerCosts, step_work
 from moesim.rl.sync import SyncResult, switch_cost, weight_sync
 from moesim.scenario import load_scenario
 from moesim.scenario.blame import blame_overrides
-from moesim.scenario.resolve import Resolved, resolve
+from moesim.scenario.resolved import Resolved
 from moesim.scenario.schema import ParallelConfig, Scenario
 from moesim.serve.kv import kv_bytes_per_token
+from moesim.traffic.costs import StepCosts
+from moesim.traffic.deploy import windows_of
+from moesim.wiring import resolve
 
 KV_ELEM = {"bf16": 2, "fp8": 1}
 
@@ -120,7 +121,7 @@ def resolve_rl(target: str | Path, overrides=()) -> RLSetup:
     """Load a scenario with an ``rl`` section and check it against the cluster."""
     _check_target(target)
     refuse_parallel_overrides(overrides)
-    scn = load_scenario(target, list(overrides), resolve=False)
+    scn = load_scenario(target, list(overrides))
     try:
         _refuse_parallel_layout(scn)
         whole = dataclasses.replace(scn, parallel=ParallelConfig(

@@ -1,6 +1,6 @@
-"""Scenarios: what to simulate (cluster, model, routing, layout, schedule)."""
-
-import sys
+"""Scenarios as data: what to simulate (cluster, model, routing, layout, schedule), read
+from YAML with ``--set`` overrides and checked field by field. Building the named parts
+into objects is :mod:`moesim.wiring`'s (it returns a :class:`Resolved`)."""
 
 from moesim.scenario.read import (
     SCENARIO_DIR,
@@ -8,7 +8,7 @@ from moesim.scenario.read import (
     build_scenario,
     load_scenario,
 )
-from moesim.scenario.resolve import Resolved, load_cluster, resolve, scenario_layout
+from moesim.scenario.resolved import Resolved, scenario_layout
 from moesim.scenario.schema import (
     ClusterConfig,
     MemoryConfig,
@@ -19,12 +19,8 @@ from moesim.scenario.schema import (
     ScheduleConfig,
 )
 
-# blame_overrides' recheck reads the file again (set here: load imports resolve)
-sys.modules["moesim.scenario.resolve"].RELOAD = load_scenario
-
 __all__ = [
     "SCENARIO_DIR", "Scenario", "ClusterConfig", "ParallelConfig", "ScheduleConfig",
     "OverlapConfig", "MemoryConfig", "RoutingSection", "load_scenario", "build_scenario",
-    "apply_overrides", "scenario_layout", "load_cluster",
-    "Resolved", "resolve",
+    "apply_overrides", "scenario_layout", "Resolved",
 ]

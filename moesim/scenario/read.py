@@ -2,11 +2,11 @@
 
 ``load_scenario(path, overrides)`` reads the file (:mod:`moesim.yamlio`), applies
 ``--set dotted.key=value`` overrides (value parsed as a YAML scalar or list),
-checks every field, then asks the owning modules to validate the free-form parts
-(model preset, routing policy, device, compute model, topology). Every problem is
-an :class:`InputError` naming the file, the ``section.field``, the expectation and
-what was found. Layout checks (tp*cp*pp*dp = world, etp*ep | tp*cp*dp, ep | experts) happen
-here too, so a scenario that loads is one the engine can run.
+and checks every field and the sections against each other. Every problem is an
+:class:`InputError` naming the file, the ``section.field``, the expectation and what was
+found. The scenario read here is data: the owning packages validate the free-form parts
+(model preset, routing policy, device, compute model, topology) and the layout is
+checked against the cluster when :func:`moesim.wiring.resolve` builds them.
 """
 
 from __future__ import annotations
@@ -288,13 +288,10 @@ def _fixed(src: str, data: dict, name: str, cls: type) -> Any:
     return cls(**kwargs)
 
 
-def build_scenario(data: dict, source: str = "<scenario>", default_name: str = "scenario",
-                   resolve: bool = True) -> Scenario:
-    """Validate a raw dict (as read from YAML) into a :class:`Scenario`.
-
-    With ``resolve`` the owning modules check the model, routing, device, compute
-    and topology parts and the layout is checked against the cluster's world size.
-    """
+def build_scenario(data: dict, source: str = "<scenario>",
+                   default_name: str = "scenario") -> Scenario:
+    """Validate a raw dict (as read from YAML) into a :class:`Scenario` (unresolved: see
+    :func:`moesim.wiring.resolve`)."""
     src = source
     for k in data:
         if k not in TOP_LEVEL:
@@ -330,10 +327,7 @@ def build_scenario(data: dict, source: str = "<scenario>", default_name: str = "
         source=src,
     )
     _check_schedule(scn)
-    scn = _check_overlap(scn)
-    if resolve:
-        scn = _resolve(scn)
-    return scn
+    return _check_overlap(scn)
 
 
 def _check_schedule(scn: Scenario) -> None:
@@ -427,27 +421,17 @@ def _check_tp_comm(scn: Scenario, static: bool) -> None:
                              "tp_overlap)", got)
 
 
-def _resolve(scn: Scenario) -> Scenario:
-    """Fix the world size from the topology, check the layout, and let the owning
-    modules validate their sections (see :mod:`moesim.scenario.resolve`)."""
-    from moesim.scenario.resolve import resolve
-
-    return resolve(scn).scenario
-
-
-def load_scenario(path: str | Path, overrides: list[str] | tuple[str, ...] = (),
-                  resolve: bool = True) -> Scenario:
-    """Read, override, validate. ``path`` may be a file or a shipped scenario name."""
+def load_scenario(path: str | Path, overrides: list[str] | tuple[str, ...] = ()) -> Scenario:
+    """Read, override, validate (unresolved: :func:`moesim.wiring.resolve` builds its
+    parts). ``path`` may be a file or a shipped scenario name."""
     p = _find(path)
     raw = _read(p)
     data = apply_overrides(raw, overrides)
 
     def build(ov):
-        return build_scenario(apply_overrides(raw, ov), source=str(p), default_name=p.stem,
-                              resolve=False)
+        return build_scenario(apply_overrides(raw, ov), source=str(p), default_name=p.stem)
     try:
-        scn = build_scenario(data, source=str(p), default_name=p.stem, resolve=False)
+        scn = build_scenario(data, source=str(p), default_name=p.stem)
     except InputError as err:
         raise blame_overrides(err, str(p), overrides, build) from None
-    scn = dataclasses.replace(scn, overrides=tuple(overrides))
-    return _resolve(scn) if resolve else scn
+    return dataclasses.replace(scn, overrides=tuple(overrides))

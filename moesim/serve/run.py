@@ -17,7 +17,7 @@ from moesim.errors import InputError
 from moesim.memory.fit import fit_summary, step_fits
 from moesim.scenario import load_scenario
 from moesim.scenario.blame import blame_overrides
-from moesim.scenario.resolve import Resolved, resolve
+from moesim.scenario.resolved import Resolved
 from moesim.serve.config import (
     ServeConfig,
     check_training_layout_unset,
@@ -27,6 +27,7 @@ from moesim.serve.config import (
 from moesim.serve.memory import serve_memory
 from moesim.serve.program import build_serve_step
 from moesim.trace.result import SimResult
+from moesim.wiring import resolve
 
 #: the training layout fields serving sets from its own section
 _FIELDS = {"parallel.tp": "serve.tp", "parallel.pp": "serve.tp", "parallel.dp": "serve.tp",
@@ -37,7 +38,7 @@ _FIELDS = {"parallel.tp": "serve.tp", "parallel.pp": "serve.tp", "parallel.dp": 
 def resolve_serve(target: str | Path, overrides=()) -> tuple[Resolved, ServeConfig]:
     """Load a scenario with a ``serve`` section (and ``--set`` overrides), check it and
     resolve the serving layout. Errors name the ``serve`` fields."""
-    scn = load_scenario(target, list(overrides), resolve=False)
+    scn = load_scenario(target, list(overrides))
     try:
         cfg = serve_from_dict(dict(scn.serve), scn.source)
         check_training_layout_unset(scn)

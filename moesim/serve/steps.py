@@ -22,8 +22,9 @@ from __future__ import annotations
 
 import dataclasses
 
-from moesim.scenario.resolve import Resolved, resolve
+from moesim.scenario.resolved import Resolved
 from moesim.serve.config import ServeConfig, serving_scenario
+from moesim.wiring import resolve
 
 #: routing laws kept (one per seed, routing step and MoE layer) before the cache is dropped
 ROUTING_CACHE_MAX = 1 << 14

@@ -23,7 +23,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TextIO
 
-from moesim.engine.api import simulate
 from moesim.errors import InputError
 from moesim.outputs import (
     LOCK_NAME,
@@ -42,6 +41,7 @@ from moesim.sweep.results import (
 )
 from moesim.sweep.spec import Point, SweepSpec, expand
 from moesim.trace.progress import Progress
+from moesim.wiring import simulate
 
 FINAL = ("ok", "skipped")
 # summary keys that are not model output (wall-clock time) and are kept apart
@@ -108,7 +108,7 @@ def _rl_summary(point: dict) -> dict | None:
     section, else None."""
     from moesim.scenario import load_scenario
 
-    if not load_scenario(point["scenario"], point["overrides"], resolve=False).rl:
+    if not load_scenario(point["scenario"], point["overrides"]).rl:
         return None
     from moesim.rl.run import rl_summary
     return rl_summary(point["scenario"], point["overrides"])

@@ -209,7 +209,7 @@ def _check_axis(src: str, scenario: str, base: tuple[str, ...], axis: Axis) -> N
     for another reason (a layout that fails only with some other axes' values) is left
     to its points, which are then skipped with the reason."""
     from moesim.scenario.read import apply_overrides, load_scenario
-    from moesim.scenario.resolve import resolve
+    from moesim.wiring import resolve
 
     try:
         apply_overrides({}, [f"{axis.key}={format_value(axis.values[0])}"])
@@ -219,8 +219,7 @@ def _check_axis(src: str, scenario: str, base: tuple[str, ...], axis: Axis) -> N
     errors = []
     for v in axis.values:
         try:
-            resolve(load_scenario(scenario, [*base, f"{axis.key}={format_value(v)}"],
-                                  resolve=False))
+            resolve(load_scenario(scenario, [*base, f"{axis.key}={format_value(v)}"]))
             return
         except InputError as err:
             key = err.field.removeprefix("--set ")  # the value came from the sweep's overrides
@@ -310,7 +309,7 @@ def parse_sweep(data: Any, source: str = "<sweep>", base_dir: Path | None = None
     if check_scenario:
         from moesim.scenario.read import load_scenario
 
-        scn = load_scenario(scenario, list(raw_set), resolve=False)
+        scn = load_scenario(scenario, list(raw_set))
         base_seed = scn.seed
         if scn.serve:
             raise InputError(src, "scenario", "a training scenario (this one has a serve: "

@@ -1,22 +1,25 @@
 """Resolve a scenario's named parts into objects: topology, layout, model, routing,
-device and compute model.
+device and compute model (:class:`moesim.scenario.resolved.Resolved`).
 
-The owning modules are imported lazily, so a scenario loads even while one of
-them is missing (that part then resolves to ``None``); an error inside an owning
-module is never hidden.
+The schema (:mod:`moesim.scenario`) reads and checks the file as data; this module asks
+the owning packages to build their parts (``moesim.topology.load_topology``,
+``moesim.model.model_from_dict``, ``moesim.gating.routing_from_dict``,
+``moesim.compute.devices.get_device``, ``moesim.compute.select.compute_model``) and
+checks them against each other, before any work.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import importlib
-from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from moesim.compute.calibrated import load_calibration
+from moesim.compute.devices import DeviceSpec, get_device
+from moesim.compute.select import compute_model
 from moesim.errors import InputError
-from moesim.layout.mesh import Layout
+from moesim.gating import routing_from_dict
+from moesim.model import model_from_dict, model_warnings
 from moesim.scenario.blame import blame_overrides, named_by
 from moesim.scenario.checks import (
     check_deepep_hidden,
@@ -27,41 +30,17 @@ from moesim.scenario.checks import (
     routing_ignored_warnings,
 )
 from moesim.scenario.limits import check_local_experts
+from moesim.scenario.read import load_scenario
+from moesim.scenario.resolved import Resolved, scenario_layout
 from moesim.scenario.schema import Scenario, step_graph_floor_s
 from moesim.schedule.layout_string import stage_chunks
+from moesim.topology import Topology, load_topology
+from moesim.topology.machine import machine_topology
 from moesim.units import US
 
 
-@dataclass(frozen=True)
-class Resolved:
-    scenario: Scenario          # with ``world``, ``gpus_per_node`` and ``parallel.dp`` filled in
-    layout: Layout
-    warnings: tuple[str, ...]   # e.g. a TP group crossing a node boundary
-    topology: Any = None        # moesim.topology.Topology
-    model: Any = None           # moesim.model.ModelSpec
-    routing: Any = None         # moesim.gating.RoutingConfig
-    device: Any = None          # moesim.compute.devices device
-    compute: Any = None         # moesim.compute.base.ComputeModel
-
-
-def _delegate(module: str, attr: str) -> Callable[..., Any] | None:
-    """``module.attr`` if the module exists, else None (a missing dependency *inside*
-    an existing module is re-raised)."""
-    try:
-        mod = importlib.import_module(module)
-    except ModuleNotFoundError as err:
-        if err.name and (module == err.name or module.startswith(err.name + ".")):
-            return None
-        raise
-    return getattr(mod, attr, None)
-
-
-def load_cluster(scn: Scenario) -> Any:
-    """The scenario's topology (``moesim.topology.load_topology``), or None if that
-    module is not available."""
-    load_topology = _delegate("moesim.topology", "load_topology")
-    if load_topology is None:
-        return None
+def load_cluster(scn: Scenario) -> Topology:
+    """The scenario's topology (``moesim.topology.load_topology``)."""
     name = scn.cluster.topology
     if name == "calibration":
         return calibration_cluster(scn)
@@ -94,7 +73,7 @@ def _blame_scenario(err: InputError, scn: Scenario, params: dict) -> InputError:
     return InputError(scn.source, field, *err.args[2:])
 
 
-def calibrated_device(device: Any, compute: Any, scn: Scenario) -> Any:
+def calibrated_device(device: DeviceSpec, compute: Any, scn: Scenario) -> DeviceSpec:
     """The device entry fed by a calibration (``compute: {kind: calibration}``) recorded
     on that device (the calibration's ``device``: ``cpu`` for gloo recordings, the GPU's
     catalog name for nccl ones): its peak becomes the calibrated GEMM rate, its
@@ -111,7 +90,7 @@ def calibrated_device(device: Any, compute: Any, scn: Scenario) -> Any:
         calibrated_from=f"{dict(scn.compute).get('file')} (moesim calibrate)")
 
 
-def calibration_cluster(scn: Scenario) -> Any:
+def calibration_cluster(scn: Scenario) -> Topology:
     """``cluster: {topology: calibration, params: {file: calib.json, ranks: N}}``: the
     machine a calibration was recorded on (``moesim.topology.machine.machine_topology``:
     N ranks on one host, links with the calibrated all-to-all latency and bandwidth,
@@ -134,28 +113,11 @@ def calibration_cluster(scn: Scenario) -> Any:
     p = Path(path)
     if not p.is_absolute() and Path(src).is_file():
         p = Path(src).parent / p
-    from moesim.compute.calibrated import load_calibration
-    from moesim.topology.machine import machine_topology
     comm = load_calibration(p).comm
     if comm is None:
         raise InputError(str(p), "comm", "an all-to-all fit (a GPU calibration has one only "
                          "when its trace had NCCL kernels with byte counts)", "none")
     return machine_topology(ranks, comm)
-
-
-def scenario_layout(scn: Scenario) -> tuple[Layout, list[str]]:
-    """The scenario's :class:`Layout` and its warnings (e.g. TP crossing nodes)."""
-    par = scn.parallel
-    dp = par.dp
-    if dp is None:
-        if scn.world is None:
-            raise InputError(scn.source, "parallel.dp", "a data-parallel size (no topology to "
-                             "derive it from)", None)
-        dp = scn.world // (par.tp * par.cp * par.pp)
-    world = scn.world if scn.world is not None else par.tp * par.cp * par.pp * dp
-    layout = Layout(world=world, tp=par.tp, pp=par.pp, dp=dp, ep=par.ep, order=par.order,
-                    source=scn.source, cp=par.cp, etp=par.etp)
-    return layout, layout.warnings(scn.gpus_per_node)
 
 
 def _check_simulated(scn: Scenario) -> None:
@@ -189,21 +151,15 @@ def resolve(scn: Scenario) -> Resolved:
         raise named_by(err, scn.source, "named by") from None
 
 
-#: reads a scenario file again with some overrides, unresolved: ``load_scenario`` (set
-#: by the package, :mod:`moesim.scenario`, since moesim.scenario.read imports this module)
-RELOAD: Callable[..., Scenario] | None = None
-
-
 def _recheck(scn: Scenario):
     """The same checks on the scenario's file with some of its overrides (see
     :func:`moesim.scenario.blame.blame_overrides`); None for a scenario a command built
     from another (a serving step, an RL trainer: their own callers blame)."""
-    reload = RELOAD
-    if reload is None or scn.serve or scn.rl or not Path(scn.source).is_file():
+    if scn.serve or scn.rl or not Path(scn.source).is_file():
         return None
 
     def check(overrides):
-        _resolve(dataclasses.replace(reload(scn.source, overrides, resolve=False),
+        _resolve(dataclasses.replace(load_scenario(scn.source, overrides),
                                      overrides=tuple(overrides)))
     return check
 
@@ -226,10 +182,8 @@ def _resolve(scn: Scenario) -> Resolved:
     src = scn.source
     _check_simulated(scn)
     topo = load_cluster(scn)
-    world, gpn = scn.world, scn.gpus_per_node
-    if topo is not None:
-        world = len(topo.gpus)
-        gpn = getattr(topo, "gpus_per_node", None)
+    world = len(topo.gpus)
+    gpn = getattr(topo, "gpus_per_node", None)
     par = scn.parallel
     if par.dp is None and world is not None:
         if world % par.tp:
@@ -243,60 +197,50 @@ def _resolve(scn: Scenario) -> Resolved:
     scn = dataclasses.replace(scn, world=layout.world, parallel=dataclasses.replace(
         par, dp=layout.dp))
 
-    model = None
-    model_from_dict = _delegate("moesim.model", "model_from_dict")
-    if model_from_dict is not None:
-        model = model_from_dict(dict(scn.model), src)
-        # a model read from a Hugging Face config.json: the fields it could not map
-        warns = [*warns, *_delegate("moesim.model", "model_warnings")(dict(scn.model), src)]
-        if getattr(model, "n_experts", 0):
-            check_local_experts(src, model.n_experts, layout.ep)
-            layout.check_experts(model.n_experts)
-        chunks = par.pp * par.vpp
-        if model.layers < par.pp:
-            raise InputError(src, "parallel.pp", f"at most the model's {model.layers} layers",
-                             par.pp)
-        if model.layers < chunks:
-            raise InputError(src, "parallel.vpp", f"pp*vpp <= the model's {model.layers} "
-                             f"layers (pp={par.pp})", par.vpp)
-        # the pipeline layout and the MTP layers' place, checked before any work
-        dual = scn.schedule.kind in ("dualpipe", "dualpipev")
-        stage_chunks(scn, model, 2 * par.pp if dual else
-                     par.pp * (par.vpp if scn.schedule.kind == "interleaved" else 1), dual)
+    model = model_from_dict(dict(scn.model), src)
+    # a model read from a Hugging Face config.json: the fields it could not map
+    warns = [*warns, *model_warnings(dict(scn.model), src)]
+    if getattr(model, "n_experts", 0):
+        check_local_experts(src, model.n_experts, layout.ep)
+        layout.check_experts(model.n_experts)
+    chunks = par.pp * par.vpp
+    if model.layers < par.pp:
+        raise InputError(src, "parallel.pp", f"at most the model's {model.layers} layers",
+                         par.pp)
+    if model.layers < chunks:
+        raise InputError(src, "parallel.vpp", f"pp*vpp <= the model's {model.layers} "
+                         f"layers (pp={par.pp})", par.vpp)
+    # the pipeline layout and the MTP layers' place, checked before any work
+    dual = scn.schedule.kind in ("dualpipe", "dualpipev")
+    stage_chunks(scn, model, 2 * par.pp if dual else
+                 par.pp * (par.vpp if scn.schedule.kind == "interleaved" else 1), dual)
 
-    routing = None
-    routing_from_dict = _delegate("moesim.gating", "routing_from_dict")
-    if routing_from_dict is not None:
-        routing = routing_from_dict(dict(scn.routing.policy), src)
-        if model is not None and getattr(model, "n_experts", 0):
-            check_hot_shares(src, scn.routing.policy, routing, model.n_experts,
-                             routing.top_k or model.top_k)
-        limit = check_node_limit(src, routing, layout, scn.gpus_per_node, warn=bool(scn.rl))
-        warns = [*warns, *([limit] if limit else []),
-                 *routing_ignored_warnings(scn.routing.policy)]
+    routing = routing_from_dict(dict(scn.routing.policy), src)
+    if getattr(model, "n_experts", 0):
+        check_hot_shares(src, scn.routing.policy, routing, model.n_experts,
+                         routing.top_k or model.top_k)
+    limit = check_node_limit(src, routing, layout, scn.gpus_per_node, warn=bool(scn.rl))
+    warns = [*warns, *([limit] if limit else []),
+             *routing_ignored_warnings(scn.routing.policy)]
 
     device = compute = None
     name = scn.cluster.device or getattr(topo, "device", None)
-    get_device = _delegate("moesim.compute.devices", "get_device")
-    if get_device is not None and isinstance(name, str):
+    if isinstance(name, str):
         device = get_device(name, src, field="cluster.device")
-    elif get_device is not None and topo is not None and name is not None:
+    elif name is not None:
         device = name  # the topology already holds a device object
     # compute.model: catalog (default, where the catalog covers the device) or roofline
-    compute_model_from_dict = _delegate("moesim.compute.select", "compute_model")
-    if compute_model_from_dict is not None and device is not None:
+    if device is not None:
         cd = dict(scn.compute)
         floor = step_graph_floor_s(scn, device)
         if floor is not None and cd.get("kind") != "calibration":
             # a step replayed from one CUDA graph: every kernel costs the graph floor
             cd["launch_overhead_us"] = floor / US
-        compute = compute_model_from_dict(cd, src, device)
+        compute = compute_model(cd, src, device)
         device = calibrated_device(device, compute, scn)
-    if device is not None:
         check_sms(src, scn, device)
-    if model is not None:
-        check_deepep_hidden(src, scn, model)
+    check_deepep_hidden(src, scn, model)
     prec = dict(scn.compute).get("precision")
-    if model is not None and prec in ("bf16", "fp8") and getattr(model, "precision", prec) != prec:
+    if prec in ("bf16", "fp8") and getattr(model, "precision", prec) != prec:
         model = dataclasses.replace(model, precision=prec)   # the FP8 recipe's kernels
     return Resolved(scn, layout, tuple(warns), topo, model, routing, device, compute)

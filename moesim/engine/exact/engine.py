@@ -21,7 +21,7 @@ from moesim.engine.summary import link_stats, make_result, summarize
 from moesim.network import AnalyticalNetwork, FlowNetwork
 from moesim.program.build import build_step
 from moesim.program.replicas import replica_map, replicas_mode
-from moesim.scenario.resolve import Resolved
+from moesim.scenario.resolved import Resolved
 from moesim.trace.result import SimResult
 
 

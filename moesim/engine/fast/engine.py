@@ -31,10 +31,10 @@ from moesim.engine.fast.dual import a2a_pair, dual_gradient_phase, run_dual_chai
 from moesim.engine.fast.links import LinkBytes
 from moesim.engine.fast.network import EXACT_FLOW_BUDGET, FastNetwork
 from moesim.engine.fast.pipeline import Chain, RouteRec
+from moesim.engine.fast.plan_stats import make_plan, shortcuts
 from moesim.engine.fast.records import _route_rec
 from moesim.engine.fast.spans import choose_span_ranks
 from moesim.engine.fast.stash import RecordStash
-from moesim.engine.fast.plan_stats import make_plan, shortcuts
 from moesim.engine.fast.workers import ChainPool, workers_for
 from moesim.engine.summary import link_stats, make_result, summarize
 from moesim.model import costs
@@ -45,7 +45,7 @@ from moesim.program.build import ACT_BYTES, Builder
 from moesim.program.overlap import PairRule
 from moesim.program.replicas import replicas_mode
 from moesim.program.timer import Timer
-from moesim.scenario.resolve import Resolved
+from moesim.scenario.resolved import Resolved
 from moesim.schedule.a2a_overlap import a2a_1f1b_order
 from moesim.trace.result import SimResult
 from moesim.trace.spans import Span

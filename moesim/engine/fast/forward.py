@@ -31,11 +31,11 @@ import numpy as np
 from moesim.engine.breakdown import CATEGORIES
 from moesim.engine.fast.engine import Context, _chains
 from moesim.engine.fast.pipeline import Chain, all_pairs
-from moesim.engine.fast.records import _route_rec
 from moesim.engine.fast.plan_stats import make_plan, shortcuts
+from moesim.engine.fast.records import _route_rec
 from moesim.engine.summary import link_stats, make_result, summarize
 from moesim.model import costs
-from moesim.scenario.resolve import Resolved
+from moesim.scenario.resolved import Resolved
 from moesim.trace.result import SimResult
 
 

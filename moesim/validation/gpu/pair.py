@@ -122,7 +122,7 @@ def simulate_pair(res: Any, model: Any, rank: int) -> dict:
     spans keep no per-stream EP kernels)."""
     from dataclasses import replace
 
-    from moesim.engine.api import simulate
+    from moesim.wiring import simulate
 
     scn = res.scenario
     if scn.schedule.kind not in DUAL_KINDS:
