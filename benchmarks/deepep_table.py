@@ -29,7 +29,7 @@ import sys
 import time
 
 from moesim.ep.simulate import simulate_ep
-from moesim.gating.config import routing_from_dict
+from moesim.gating.section import routing_from_dict
 from moesim.topology import load_topology
 
 SOURCE = "DeepEP docs/legacy.md, Performance (H800, CX7 IB 400 Gb/s)"

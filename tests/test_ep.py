@@ -18,8 +18,8 @@ from moesim.ep.plan import plan_ep_exchange
 from moesim.ep.simulate import simulate_ep
 from moesim.ep.timing import SM_WRITE_BPS, flow_finish_times, time_plan
 from moesim.errors import InputError
-from moesim.gating.config import routing_from_dict
 from moesim.gating.placement import make_placement
+from moesim.gating.section import routing_from_dict
 from moesim.gating.tokens import dedup_counts, sample_choices
 from moesim.topology import load_topology
 

@@ -71,7 +71,7 @@ def add_ep_arguments(p: argparse.ArgumentParser) -> None:
 def run_ep(args: argparse.Namespace, ranks: list[int] | None) -> int:
     from moesim.ep.plan import DEFAULT_SMS
     from moesim.ep.simulate import ep_layout, simulate_ep
-    from moesim.gating.config import routing_from_dict
+    from moesim.gating.section import routing_from_dict
     from moesim.scenario.limits import check_ep_exchange
     from moesim.topology import load_topology
 
@@ -84,10 +84,11 @@ def run_ep(args: argparse.Namespace, ranks: list[int] | None) -> int:
         v = getattr(args, flag)
         if v is not None and not math.isfinite(v):
             raise InputError(_CLI, "--" + flag.replace("_", "-"), "a finite number", v)
-    from moesim.gating.config import KINDS
+    from moesim.gating.kinds import names
 
-    if args.routing not in KINDS or args.routing == "file":
-        raise InputError(_CLI, "--routing", "one of uniform, zipf, hot, dirichlet", args.routing)
+    if args.routing not in names(files=False):
+        raise InputError(_CLI, "--routing", "one of " + ", ".join(names(files=False)),
+                         args.routing)
     if args.max_nodes is not None and args.max_nodes < 1:
         raise InputError(_CLI, "--max-nodes", "an integer >= 1", args.max_nodes)
     if args.sms is not None and args.kernel != "deepep":

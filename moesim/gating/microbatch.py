@@ -30,7 +30,7 @@ from moesim.gating.router import (
     router_logits,
     softmax,
 )
-from moesim.gating.skew import expert_shares, inclusion_probs
+from moesim.gating.skew import exact_shares, expert_shares, inclusion_probs
 
 STREAM_ROUTE = 0
 #: ``path: auto`` samples per token while tokens × experts is at most this
@@ -167,7 +167,7 @@ def route_microbatch(cfg: RoutingConfig, *, n_experts: int, top_k: int,
     law = dedup_cache.get(lkey) if dedup_cache is not None else None
     if law is None:     # the same for every micro-batch of a (step, layer)
         q = expert_shares(cfg, n_experts, seed=seed, step=step, layer=layer, source=source)
-        pi = inclusion_probs(q, k, strict=cfg.kind == "hot", source=source,
+        pi = inclusion_probs(q, k, strict=exact_shares(cfg), source=source,
                              hot_field="routing.hot_fraction" if cfg.hot_token_fraction is None
                              else "routing.hot_token_fraction")
         law = (q, pi)

@@ -1,5 +1,8 @@
 """Expert popularity: the target share of routed assignments per expert.
 
+The shares of one layer come from the routing kind (:mod:`moesim.gating.kinds`); this
+module adds the drift over layers and steps.
+
 ``expert_shares(cfg, ...)`` returns, for one (step, layer), a vector q over
 experts with q >= 0 and sum q = 1: the expected fraction f_i of (token, expert)
 assignments that go to expert i. The router turns it into inclusion
@@ -18,59 +21,24 @@ import numpy as np
 
 from moesim.errors import InputError
 from moesim.gating.config import RoutingConfig
+from moesim.gating.kinds import STREAM_LAYER, get_kind
 from moesim.gating.sampling import cap_probs
 
-STREAM_LAYER = 1
 STREAM_STEP = 2
 STREAM_WALK = 3
 
 
-def hot_ids(cfg: RoutingConfig, n_experts: int, source: str = "routing") -> np.ndarray:
-    """The hot set as expert ids (before any drift relabelling)."""
-    if isinstance(cfg.hot_experts, int):
-        if cfg.hot_experts >= n_experts:
-            raise InputError(source, "routing.hot_experts",
-                             f"fewer hot experts than the {n_experts} experts", cfg.hot_experts)
-        return np.arange(cfg.hot_experts)
-    ids = np.asarray(cfg.hot_experts, dtype=np.int64)
-    if ids.max() >= n_experts:
-        raise InputError(source, "routing.hot_experts", f"expert ids < {n_experts}",
-                         list(cfg.hot_experts))
-    if len(ids) >= n_experts:
-        raise InputError(source, "routing.hot_experts",
-                         f"fewer hot experts than the {n_experts} experts", list(cfg.hot_experts))
-    return ids
-
-
 def base_shares(cfg: RoutingConfig, n_experts: int, seed: int, layer: int,
                 source: str = "routing") -> np.ndarray:
-    """Shares of one layer before drift. Expert 0 is the most popular for zipf."""
-    e = n_experts
-    if cfg.kind == "uniform":
-        return np.full(e, 1.0 / e)
-    if cfg.kind == "zipf":
-        w = 1.0 / np.arange(1, e + 1, dtype=float) ** cfg.zipf_s
-        return w / w.sum()
-    if cfg.kind == "hot":
-        ids = hot_ids(cfg, e, source)
-        q = np.full(e, (1.0 - cfg.hot_fraction) / (e - len(ids)))
-        q[ids] = cfg.hot_fraction / len(ids)
-        return q
-    if cfg.kind == "dirichlet":
-        rng = np.random.default_rng([seed, STREAM_LAYER, layer, 0])
-        return rng.dirichlet(np.full(e, cfg.alpha))
-    if cfg.kind == "file":
-        counts = cfg.counts or ()
-        where = cfg.file or source
-        if len(counts) != 1 and layer >= len(counts):
-            raise InputError(where, "routing.file",
-                             f"a row of counts for MoE layer {layer} (or a single row for all)",
-                             f"{len(counts)} rows")
-        row = np.asarray(counts[0] if len(counts) == 1 else counts[layer], dtype=float)
-        if row.size != e:
-            raise InputError(where, "routing.file", f"{e} expert columns", int(row.size))
-        return row / row.sum()
-    raise InputError(source, "routing.kind", "a known routing kind", cfg.kind)
+    """Shares of one layer before drift, by the registered kind ``cfg.kind``
+    (:mod:`moesim.gating.kinds`; expert 0 is the most popular for zipf)."""
+    return get_kind(cfg.kind, source).shares(cfg, n_experts, seed, layer, source)
+
+
+def exact_shares(cfg: RoutingConfig) -> bool:
+    """Whether ``cfg``'s kind asks for exact shares (hot): one above 1/top_k is refused
+    by :func:`inclusion_probs`, not capped."""
+    return get_kind(cfg.kind).exact
 
 
 def expert_shares(cfg: RoutingConfig, n_experts: int, *, seed: int, step: int, layer: int,

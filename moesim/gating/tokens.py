@@ -30,7 +30,7 @@ from moesim.gating.config import RoutingConfig
 from moesim.gating.dedup import from_choices
 from moesim.gating.placement import Placement
 from moesim.gating.router import assign_tokens
-from moesim.gating.skew import expert_shares, inclusion_probs
+from moesim.gating.skew import exact_shares, expert_shares, inclusion_probs
 
 #: random stream of :func:`sample_choices` (route_microbatch uses 0, skew 1-3)
 STREAM_CHOICES = 4
@@ -56,7 +56,7 @@ def sample_choices(cfg: RoutingConfig, *, n_experts: int, top_k: int,
     if not 1 <= k <= n_experts:
         raise InputError(source, "top_k", f"1 <= top_k <= {n_experts} experts", k)
     q = expert_shares(cfg, n_experts, seed=seed, step=step, layer=layer, source=source)
-    pi = inclusion_probs(q, k, strict=cfg.kind == "hot", source=source)
+    pi = inclusion_probs(q, k, strict=exact_shares(cfg), source=source)
     node = placement.node_of_expert(ranks_per_node)
     max_nodes = cfg.max_nodes
     if max_nodes is not None:

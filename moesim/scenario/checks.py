@@ -17,7 +17,8 @@ import numpy as np
 from moesim.ep.messages import deepep_carries, deepep_hidden_expected
 from moesim.errors import InputError
 from moesim.gating.config import RoutingConfig, with_top_k
-from moesim.gating.skew import base_shares, hot_ids
+from moesim.gating.kinds import hot_ids, keys_by_kind
+from moesim.gating.skew import base_shares
 
 
 def check_seq(source: str, seq_len: int, cp: int) -> None:
@@ -102,16 +103,11 @@ def check_node_limit(src: str, routing: RoutingConfig, layout: Any,
                      "node-limited routing picks among them; null for no limit)", routing.max_nodes)
 
 
-#: routing keys that shape one kind's shares only
-KIND_KEYS = {"zipf_s": ("zipf",), "hot_experts": ("hot",), "hot_fraction": ("hot",),
-             "hot_token_fraction": ("hot",), "alpha": ("dirichlet",), "file": ("file",)}
-
-
 def routing_ignored_warnings(policy: Mapping[str, Any]) -> list[str]:
     """Keys of the ``routing:`` section that the chosen kind does not read (a hot
     scenario's ``hot_fraction`` under ``--set routing.kind=uniform``): said in a warning,
     not dropped silently."""
     kind = policy.get("kind", "uniform")
     return [f"routing.{key} applies to routing.kind {' or '.join(kinds)} only: ignored "
-            f"with kind {kind}" for key, kinds in KIND_KEYS.items()
+            f"with kind {kind}" for key, kinds in keys_by_kind().items()
             if policy.get(key) is not None and kind not in kinds]
