@@ -15,16 +15,15 @@ from moesim.compute.devices import get_device
 from moesim.compute.roofline import RooflineModel
 from moesim.errors import InputError
 from moesim.model import PRESETS
-from moesim.program import etp as etpx
+from moesim.program import recipe
 from moesim.program.build import build_step
-from moesim.scenario import load_scenario
-from moesim.wiring import resolve
+from moesim.scenario import load_scenario, resolve
 
 TOY = PRESETS["toy"]
 
 
 def _experts_ops(*sets):
-    res = resolve(load_scenario("toy-cpu", list(sets)))
+    res = resolve(load_scenario("toy-cpu", list(sets), resolve=False))
     plan = build_step(res)
     return res, [op for op in plan.programs[0] if op.name.endswith(".experts")]
 
@@ -50,7 +49,7 @@ def test_grouped_launches_save_one_set_per_later_expert():
         assert a.experts == b.experts and a.flops == b.flops   # the same work
         n = len(a.experts)
         # launches of one expert's kernels in this phase (the same for every token count)
-        per_expert = sum(k.count for k in etpx.expert_kernels(TOY, 1, 1, a.phase))
+        per_expert = sum(k.count for k in recipe.expert(TOY, 1, 1, a.phase))
         assert a.duration_s - b.duration_s == pytest.approx(
             (n - 1) * per_expert * launch, rel=1e-9, abs=1e-15)
         checked += n > 1
@@ -60,17 +59,17 @@ def test_grouped_launches_save_one_set_per_later_expert():
 def test_serving_defaults_to_grouped_and_training_to_per_expert():
     from moesim.compute.select import grouped_experts
     from moesim.serve.config import ServeConfig, serving_scenario
-    scn = load_scenario("toy-cpu", [])
+    scn = load_scenario("toy-cpu", [], resolve=False)
     assert not grouped_experts(scn.compute)
     cfg = ServeConfig(phase="decode", batch_per_gpu=4, ep=2)
     assert grouped_experts(serving_scenario(scn, cfg).compute)
-    mine = load_scenario("toy-cpu", ["compute.expert_launches=per_expert"])
+    mine = load_scenario("toy-cpu", ["compute.expert_launches=per_expert"], resolve=False)
     assert not grouped_experts(serving_scenario(mine, cfg).compute)    # the scenario's own
 
 
 def test_bad_expert_launches_is_one_line():
     with pytest.raises(InputError) as ei:
-        resolve(load_scenario("toy-cpu", ["compute.expert_launches=fused"]))
+        resolve(load_scenario("toy-cpu", ["compute.expert_launches=fused"], resolve=False))
     assert ei.value.field.endswith("compute.expert_launches")
     p = subprocess.run([sys.executable, "-m", "moesim", "run", "toy-cpu", "--no-files",
                         "--set", "compute.expert_launches=fused"], capture_output=True,
@@ -87,12 +86,13 @@ def test_bad_expert_launches_is_one_line():
 def test_grouped_training_step_fast_matches_exact(sets):
     # grouped launches in every expert phase (forward, backward, weight-gradient part,
     # recompute) of both engines: the fast path agrees with the exact engine as without
-    from moesim.wiring import simulate
+    from moesim.engine.api import simulate
     out = {}
     for grouped in (False, True):
         for mode in ("exact", "fast"):
             extra = ["compute.expert_launches=grouped"] if grouped else []
-            res = resolve(load_scenario("toy-cpu", [*sets, *extra, f"engine.mode={mode}"]))
+            res = resolve(load_scenario("toy-cpu", [*sets, *extra, f"engine.mode={mode}"],
+                                        resolve=False))
             out[grouped, mode] = simulate(res).summary["step_time_s"]
     for grouped in (False, True):
         assert out[grouped, "fast"] == pytest.approx(out[grouped, "exact"], rel=2e-3)

@@ -8,7 +8,8 @@ import dataclasses
 import pytest
 
 from moesim.model import PRESETS, costs
-from moesim.program.recompute import expert_recompute, layer_recompute_kernels, recomputes
+from moesim.program.recipe import recompute_layer as layer_recompute_kernels
+from moesim.program.recompute import expert_recompute, recomputes
 
 TOY = PRESETS["toy"]            # h 512, 8 heads of 64, 8 experts top-2, f 1024, dense_ffn 2048
 DENSE = dataclasses.replace(TOY, n_experts=0, top_k=0)
@@ -85,10 +86,9 @@ def test_expert_recompute_by_hand():
 
 def _plan(*sets):
     from moesim.program.build import build_step
-    from moesim.scenario import load_scenario
-    from moesim.wiring import resolve
+    from moesim.scenario import load_scenario, resolve
     res = resolve(load_scenario("toy-cpu", ["model.n_experts=0", "model.top_k=0",
-                                            "parallel.ep=1", *sets]))
+                                            "parallel.ep=1", *sets], resolve=False))
     return res, build_step(res)
 
 
@@ -108,7 +108,7 @@ def test_mlp_recompute_in_the_step_program():
 
 
 def test_recompute_time_on_both_engines():
-    from moesim.wiring import simulate
+    from moesim.engine.api import simulate
     steps = {}
     for mode in ("exact", "fast"):
         for r in ("none", "full"):

@@ -54,7 +54,7 @@ def stage_max_rows(res) -> dict[int, dict]:
             for layer in _stage_moe_layers(sm, b, int(pp[g[0]])):
                 for mb in range(b.m):
                     b.route(g[0], g, layer, mb)
-                    b._routes.clear()
+                    b.forget_routes()
         received = b.received.astype(float)
     else:
         received = _expected(res, b, sm)

@@ -25,17 +25,16 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from moesim.collectives.communicator import CollectiveSpec
-from moesim.compute.base import Kernel, fused_launches
+from moesim.compute.base import Kernel
 from moesim.compute.select import grouped_experts
 from moesim.gating import make_placement, route_microbatch
-from moesim.model import costs, mtp, window
-from moesim.program import cuda_graphs, recompute, shared_overlap, tp_overlap
-from moesim.program import etp as etpx
+from moesim.model import window
+from moesim.program import recipe, recompute, shared_overlap, tp_overlap
 from moesim.program.dualpipe_build import DualPipeOps, PairedOps
 from moesim.program.ep_backend import EPBackend
 from moesim.program.folding import FoldedOps
 from moesim.program.grads import GradientOps
-from moesim.program.hot import hot_ranks
+from moesim.program.hot import hot_ranks as hot_ranks_of
 from moesim.program.ops import Op
 from moesim.program.overlap import PairRule, ep_stream, interleave
 from moesim.program.recompute_ops import RecomputeOps
@@ -69,7 +68,7 @@ class StepPlan:
 
 def build_step(res, step: int | None = None, *, replicas: str = "independent",
                dedup: bool = False) -> StepPlan:
-    """Programs for every rank of ``res`` (a :class:`moesim.scenario.resolved.Resolved`) for
+    """Programs for every rank of ``res`` (a :class:`moesim.scenario.resolve.Resolved`) for
     training step ``step`` (default: the scenario's ``schedule.step``).
 
     ``replicas="identical"``: every expert-data-parallel replica of an EP group samples
@@ -139,7 +138,8 @@ class Builder(GradientOps, DualPipeOps, PairedOps, FoldedOps, RecomputeOps):
         self.flops = 0.0
         self.rmap: ReplicaMap | None = replica_map(self.lay) if replicas == "identical" else None
         self.dedup = dedup
-        self._counted: set[tuple[int, int, int]] = set()
+        # (group index, layer, micro-batch) already counted in the expert statistics
+        self.routes_counted: set[tuple[int, int, int]] = set()
         self.journal: list[tuple] | None = None    # account_parts' calls (workers.py)
         self._rpn: dict[tuple[int, ...], int | None] = {}
 
@@ -163,8 +163,8 @@ class Builder(GradientOps, DualPipeOps, PairedOps, FoldedOps, RecomputeOps):
                 dedup_ranks_per_node=self.ep_backend.ranks_per_node(group, self.gpn)
                 if self.ep_backend.needs_dedup else None, dedup_cache=self._dedup_cache)
             self._routes[key] = r
-        if (group_idx, layer, mb) not in self._counted:
-            self._counted.add((group_idx, layer, mb))
+        if (group_idx, layer, mb) not in self.routes_counted:
+            self.routes_counted.add((group_idx, layer, mb))
             groups = [group]
             if self.dedup and self.rmap is not None:  # mirror groups are not built: count them
                 mir = [self.rmap.mirrors.get(int(x), ()) for x in group]
@@ -175,6 +175,15 @@ class Builder(GradientOps, DualPipeOps, PairedOps, FoldedOps, RecomputeOps):
                                    float(r.capacity.sum()) if r.capacity.size else np.inf,
                                    r.lb_loss, np.asarray(r.rank_tokens))
         return r
+
+    def forget_route(self, group_idx: int, layer: int, mb: int) -> None:
+        """Drop the sample :meth:`route` keeps for (group, layer, mb): keeps memory flat."""
+        canon = int(self.rmap.rep[group_idx]) if self.rmap is not None else group_idx
+        self._routes.pop((canon, layer, mb), None)
+
+    def forget_routes(self) -> None:
+        """Drop every routing sample kept (:meth:`forget_route`)."""
+        self._routes.clear()
 
     def account_parts(self, j: int, group: tuple[int, ...], assigned, kept, cap: float,
                       lb, tok: np.ndarray) -> None:
@@ -226,23 +235,21 @@ class Builder(GradientOps, DualPipeOps, PairedOps, FoldedOps, RecomputeOps):
             programs.append(self._rank_program(r))
             if self.dedup and self.rmap is not None:  # the mirrors do the same FLOPs
                 self.flops += (self.flops - before) * len(self.rmap.mirrors.get(r, ()))
-        L = len(self.moe_layers)
         kept = self.expert_kept
-        dropped = self.expert_tokens - kept
-        lb = np.divide(self.lb, np.maximum(self.lb_n, 1))
-        hot = self._hot_ranks()
         return StepPlan(
             programs=programs, moe_layers=self.moe_layers, expert_tokens=self.expert_tokens,
-            expert_kept=kept, expert_dropped=dropped,
-            expert_capacity=self.expert_capacity if L else np.zeros(0),
-            lb_loss=lb, rank_received=self.received, model_flops=self.flops,
-            tokens_per_step=self.tokens * self.m * self.dp * self.cp, hot_ranks=hot,
-            inflight=self._inflight())
+            expert_kept=kept, expert_dropped=self.expert_tokens - kept,
+            expert_capacity=self.expert_capacity if self.moe_layers else np.zeros(0),
+            lb_loss=np.divide(self.lb, np.maximum(self.lb_n, 1)), rank_received=self.received,
+            model_flops=self.flops,
+            tokens_per_step=self.tokens * self.m * self.dp * self.cp, hot_ranks=self.hot_ranks(),
+            inflight=self.inflight())
 
-    def _hot_ranks(self) -> list[int]:
+    def hot_ranks(self) -> list[int]:
+        """The ranks holding the most received tokens per stage (:mod:`moesim.program.hot`)."""
         if not self.moe_layers or self.received.size == 0:
             return []
-        return hot_ranks(self.received, self.lay.coords["pp"])
+        return hot_ranks_of(self.received, self.lay.coords["pp"])
 
     def _rank_program(self, rank: int) -> list[Op]:
         if self.dual is not None:
@@ -290,15 +297,13 @@ class Builder(GradientOps, DualPipeOps, PairedOps, FoldedOps, RecomputeOps):
                 prog.append(self._recv(src, ("act", item.mb, vstage, rank), item.mb, "fwd",
                                        layers[0] if layers else -1))
             if vstage == 0:
-                self._compute(prog, "fwd.embedding", -1, item.mb, "fwd",
-                              ("emb", "fwd"), lambda: costs.embedding_kernels(
-                                  self.spec, self.tokens, self.tp, "fwd"))
+                self._compute(prog, "fwd.embedding", -1, item.mb, "fwd", ("emb", "fwd"),
+                              lambda: recipe.embedding(self.spec, self.tokens, self.tp, "fwd"))
             for layer in layers:
                 self._layer(prog, rank, layer, item.mb, "fwd")
             if vstage == last_v:
                 self._compute(prog, "fwd.lm_head", -1, item.mb, "fwd", ("lm", "fwd"),
-                              lambda: costs.lm_head_kernels(self.spec, self.tokens, self.tp,
-                                                            "fwd"))
+                              lambda: recipe.lm_head(self.spec, self.tokens, self.tp, "fwd"))
             else:
                 dst = pp_group[(vstage + 1) % p]
                 prog.append(self._send(prog, dst, ("act", item.mb, vstage + 1, dst), item.mb,
@@ -310,8 +315,7 @@ class Builder(GradientOps, DualPipeOps, PairedOps, FoldedOps, RecomputeOps):
                                        layers[-1] if layers else -1))
             else:
                 self._compute(prog, "bwd.lm_head", -1, item.mb, "bwd", ("lm", "bwd"),
-                              lambda: costs.lm_head_kernels(self.spec, self.tokens, self.tp,
-                                                            "bwd"))
+                              lambda: recipe.lm_head(self.spec, self.tokens, self.tp, "bwd"))
             for layer in reversed(layers):
                 self._layer(prog, rank, layer, item.mb, "bwd")
                 last_bwd[layer] = len(prog) - 1
@@ -365,9 +369,7 @@ class Builder(GradientOps, DualPipeOps, PairedOps, FoldedOps, RecomputeOps):
         seq = window.effective_seq(spec, layer, self.seq)   # a sliding window scores less
         attn = ("attn", phase) if seq == self.seq else ("attn", phase, seq)
         graphs = self.scn.overlap.cuda_graphs
-        attn_k = lambda: cuda_graphs.maybe([  # noqa: E731
-            *costs.norm_kernels(spec, self.tokens, tp, phase),
-            *costs.attention_kernels(spec, self.tokens, seq, tp, phase)], "attn" in graphs)
+        attn_k = lambda: recipe.attn(spec, self.tokens, seq, tp, phase, graphs)  # noqa: E731
         if phase == "fwd":
             self._attention(prog, rank, layer, mb, phase, attn, attn_k, deps=deps)
             self._tp_allreduce(prog, rank, layer, mb, phase, "attn")
@@ -375,25 +377,23 @@ class Builder(GradientOps, DualPipeOps, PairedOps, FoldedOps, RecomputeOps):
                 self._moe(prog, rank, layer, mb, phase)
             else:
                 self._compute(prog, "fwd.ffn", layer, mb, phase, ("ffn", phase),
-                              lambda: cuda_graphs.maybe(costs.dense_ffn_kernels(
-                                  spec, self.tokens, tp, phase), "mlp" in graphs))
+                              lambda: recipe.dense_ffn(spec, self.tokens, tp, phase, graphs))
             self._tp_allreduce(prog, rank, layer, mb, phase, "mlp")
             if layer >= spec.layers:    # an MTP depth's projection, head and loss
                 self._compute(prog, "fwd.mtp", layer, mb, phase, ("mtp", phase),
-                              lambda: mtp.head_kernels(spec, self.tokens, tp, phase))
+                              lambda: recipe.mtp_head(spec, self.tokens, tp, phase))
         else:
             self._recompute(prog, layer, mb, deps)
             if layer >= spec.layers:
                 self._compute(prog, "bwd.mtp", layer, mb, phase, ("mtp", phase),
-                              lambda: mtp.head_kernels(spec, self.tokens, tp, phase))
+                              lambda: recipe.mtp_head(spec, self.tokens, tp, phase))
             self._tp_allreduce(prog, rank, layer, mb, phase, "mlp")
             if moe:
                 self._moe(prog, rank, layer, mb, phase, deps=deps)
                 deps = ()
             else:
                 self._compute(prog, "bwd.ffn", layer, mb, phase, ("ffn", phase),
-                              lambda: cuda_graphs.maybe(costs.dense_ffn_kernels(
-                                  spec, self.tokens, tp, phase), "mlp" in graphs),
+                              lambda: recipe.dense_ffn(spec, self.tokens, tp, phase, graphs),
                               deps=deps)
                 deps = ()
             self._tp_allreduce(prog, rank, layer, mb, phase, "attn")
@@ -441,8 +441,8 @@ class Builder(GradientOps, DualPipeOps, PairedOps, FoldedOps, RecomputeOps):
         for i, e in enumerate(experts):      # grouped: later experts share the 1st's launches
             fu = self.grouped and i > 0
             key = ("expert", int(local[e]), phase, self.etp) + (("fused",) if fu else ())
-            t, f = self.timer(key, lambda n=int(local[e]), fu=fu: fused_launches(
-                etpx.expert_kernels(spec, n, self.etp, phase), fu))
+            t, f = self.timer(key, lambda n=int(local[e]), fu=fu: recipe.expert(
+                spec, n, self.etp, phase, fu))
             t_exp += t
             f_exp += f
             exp_ks += self.timer.kernels_for(key)
@@ -452,10 +452,10 @@ class Builder(GradientOps, DualPipeOps, PairedOps, FoldedOps, RecomputeOps):
                     flops=f_exp, layer=layer, microbatch=mb, phase=phase, tokens=recv,
                     experts=experts, expert_tokens=tuple(int(local[e]) for e in experts),
                     hot_expert=hot, hot_tokens=int(local[hot]) if hot >= 0 else 0)
-        pre = lambda: cuda_graphs.router_kernels(  # noqa: E731
+        pre = lambda: recipe.router(  # noqa: E731
             spec, self.ep_tokens, sent, phase, self.scn.overlap.cuda_graphs)
         side = shared_overlap.enabled(self.scn, spec)
-        post = lambda: shared_overlap.post_kernels(  # noqa: E731
+        post = lambda: recipe.expert_post(  # noqa: E731
             spec, sent, self.tokens, tp, phase, side)
         pkey = ("post", phase, "side") if side else ("post", phase)
         d_out = float(_matrix(disp)[pos].sum())
@@ -490,7 +490,7 @@ class Builder(GradientOps, DualPipeOps, PairedOps, FoldedOps, RecomputeOps):
                      on: bool) -> None:  # beside the all-to-all just issued (shared_overlap)
         if on:
             self._compute(prog, shared_overlap.NAMES[phase][part], layer, mb, phase,
-                          ("shared", phase, part), lambda: shared_overlap.part_kernels(
+                          ("shared", phase, part), lambda: recipe.shared_part(
                               self.spec, self.tokens, self.tp, phase, part))
 
 

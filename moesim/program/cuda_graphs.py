@@ -20,7 +20,6 @@ from __future__ import annotations
 from dataclasses import replace
 
 from moesim.compute.base import Kernel
-from moesim.model import costs
 
 
 def graphed(kernels: list[Kernel]) -> list[Kernel]:
@@ -34,9 +33,3 @@ def graphed(kernels: list[Kernel]) -> list[Kernel]:
 def maybe(kernels: list[Kernel], on: bool) -> list[Kernel]:
     return graphed(kernels) if on else kernels
 
-
-def router_kernels(spec, ep_tokens: int, sent: int, phase: str, graphs) -> list[Kernel]:
-    """The MoE block before the dispatch: router (graphed with ``moe_router``) and
-    token permutation (graphed with ``moe_preprocess``)."""
-    return [*maybe(costs.router_kernels(spec, ep_tokens, phase), "moe_router" in graphs),
-            *maybe(costs.permute_kernels(spec, sent, phase), "moe_preprocess" in graphs)]

@@ -36,8 +36,7 @@ from __future__ import annotations
 from contextlib import contextmanager
 from dataclasses import replace
 
-from moesim.compute.base import fused_launches
-from moesim.model import costs, mtp
+from moesim.program import recipe
 from moesim.program.ops import Op
 from moesim.program.overlap import ep_stream, is_ep
 from moesim.schedule.a2a_overlap import a2a_1f1b_order, flatten
@@ -56,7 +55,7 @@ class PartTimer:
 
     def __call__(self, key: tuple, make) -> tuple[float, float]:
         part = self.part
-        return self.base(key + (part,), lambda: costs.backward_part(make(), part))
+        return self.base(key + (part,), lambda: recipe.backward_part(make(), part))
 
     def kernels_for(self, key: tuple) -> tuple:
         return self.base.kernels_for(key + (self.part,))
@@ -113,7 +112,7 @@ class DualPipeOps:
         finally:
             self.timer = base
 
-    def _inflight(self) -> list[int]:
+    def inflight(self) -> list[int]:
         if self.dual is not None:
             return inflight_activations(self.dual)
         if self.scn.overlap.kind == "a2a-1f1b":
@@ -165,7 +164,7 @@ class DualPipeOps:
             for c in copies:
                 peer = pp_group[c]
                 dg |= set(lay.group_of(peer, "dp"))
-                eg |= set(self._expert_dp_group(peer))
+                eg |= set(self.expert_dp_group(peer))
             layers = [x for x in reversed(self.chunks[s]) if x in last_w]
             parts.append((layers, s == 0, s == d.stages - 1, tuple(sorted(dg)),
                           tuple(sorted(eg)), f"s{s}."))
@@ -181,13 +180,12 @@ class DualPipeOps:
                                        layers[0] if layers else -1))
         else:
             self._compute(prog, "fwd.embedding", -1, mb, "fwd", ("emb", "fwd"),
-                          lambda: costs.embedding_kernels(self.spec, self.tokens, self.tp,
-                                                          "fwd"))
+                          lambda: recipe.embedding(self.spec, self.tokens, self.tp, "fwd"))
         for layer in layers:
             self._layer(prog, rank, layer, mb, "fwd")
         if s == d.stages - 1:
             self._compute(prog, "fwd.lm_head", -1, mb, "fwd", ("lm", "fwd"),
-                          lambda: costs.lm_head_kernels(self.spec, self.tokens, self.tp, "fwd"))
+                          lambda: recipe.lm_head(self.spec, self.tokens, self.tp, "fwd"))
             return
         dst = pp_group[d.rank(mb, s + 1)]
         if dst != rank:
@@ -196,8 +194,8 @@ class DualPipeOps:
 
     def _lm_head_bwd(self, prog: list[Op], mb: int, part: str) -> None:
         name = {"B": "bwd.lm_head", "W": "bwd.w_lm_head"}[part]
-        self._compute(prog, name, -1, mb, "bwd", ("lm", "bwd", part), lambda: costs.backward_part(
-            costs.lm_head_kernels(self.spec, self.tokens, self.tp, "bwd"), part))
+        self._compute(prog, name, -1, mb, "bwd", ("lm", "bwd", part), lambda: recipe.backward_part(
+            recipe.lm_head(self.spec, self.tokens, self.tp, "bwd"), part))
 
     def _dual_b(self, prog: list[Op], rank: int, pp_group, mb: int, s: int,
                 last_w: dict[int, int], full: bool) -> None:
@@ -235,14 +233,13 @@ class DualPipeOps:
         """Weight-gradient GEMMs of one layer: the MLP's (router, shared experts, routed
         experts with the tokens they received, or the dense FFN), then attention's."""
         spec, tp, tok = self.spec, self.tp, self.tokens
-        W = costs.backward_part
+        W = recipe.backward_part
         if layer >= spec.layers:     # an MTP depth's eh_proj and output head (moesim.model.mtp)
             self._compute(prog, "bwd.w_mtp", layer, mb, "bwd", ("mtp", "bwd", "W"),
-                          lambda: W(mtp.head_kernels(spec, tok, tp, "bwd"), "W"))
+                          lambda: W(recipe.mtp_head(spec, tok, tp, "bwd"), "W"))
         if spec.is_moe_layer(layer):
-            self._compute(prog, "bwd.w_mlp", layer, mb, "bwd", ("w_moe", "bwd"), lambda: W(
-                [*costs.router_kernels(spec, self.ep_tokens, "bwd"),
-                 *costs.shared_expert_kernels(spec, tok, tp, "bwd")], "W"))
+            self._compute(prog, "bwd.w_mlp", layer, mb, "bwd", ("w_moe", "bwd"), lambda: recipe.mlp_w(
+                spec, self.ep_tokens, tok, tp))
             group = self.lay.group_of(rank, "ep")
             local = self.route(group[0], group, layer, mb).rank_expert_tokens[group.index(rank)]
             experts = tuple(int(e) for e in local.nonzero()[0])
@@ -252,7 +249,7 @@ class DualPipeOps:
                 fu = self.grouped and i > 0
                 key = ("expert", int(local[e]), "bwd", "W") + (("fused",) if fu else ())
                 t, f = self.timer(key, lambda n=int(local[e]), fu=fu: W(
-                    fused_launches(costs.expert_kernels(spec, n, "bwd"), fu), "W"))
+                    recipe.expert(spec, n, 1, "bwd", fu), "W"))
                 t_exp += t
                 f_exp += f
                 ks += self.timer.kernels_for(key)
@@ -264,10 +261,9 @@ class DualPipeOps:
                            expert_tokens=tuple(int(local[e]) for e in experts)))
         else:
             self._compute(prog, "bwd.w_mlp", layer, mb, "bwd", ("ffn", "bwd", "W"), lambda: W(
-                costs.dense_ffn_kernels(spec, tok, tp, "bwd"), "W"))
-        self._compute(prog, "bwd.w_attn", layer, mb, "bwd", ("attn", "bwd", "W"), lambda: W(
-            [*costs.norm_kernels(spec, tok, tp, "bwd"),
-             *costs.attention_kernels(spec, tok, self.seq, tp, "bwd")], "W"))
+                recipe.dense_ffn(spec, tok, tp, "bwd"), "W"))
+        self._compute(prog, "bwd.w_attn", layer, mb, "bwd", ("attn", "bwd", "W"), lambda: recipe.attn_w(
+            spec, tok, self.seq, tp))
         last_w[layer] = len(prog) - 1
 
 

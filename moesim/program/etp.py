@@ -14,17 +14,9 @@ for their common experts, at width ``expert_ffn / etp``; the backward repeats th
 from __future__ import annotations
 
 from moesim.collectives.communicator import CollectiveSpec
-from moesim.model import costs
 from moesim.model.spec import ModelSpec
 
 ACT_BYTES = 2  # bf16 tokens on the wire
-
-
-def expert_kernels(spec: ModelSpec, tokens: int, etp: int, phase: str) -> list:
-    """One expert's kernels for ``tokens`` (gathered) tokens at width expert_ffn/etp."""
-    if etp <= 1:
-        return costs.expert_kernels(spec, tokens, phase)
-    return costs.expert_kernels(spec, tokens, phase, width=spec.expert_ffn // etp)
 
 
 def gather_bytes(spec: ModelSpec, group_tokens: int) -> float:

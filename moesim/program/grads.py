@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from moesim.collectives.communicator import CollectiveSpec
 from moesim.memory.model import rank_params
-from moesim.model import costs
+from moesim.program import recipe
 from moesim.program.ops import Op
 
 
@@ -22,7 +22,7 @@ class GradientOps:
     and op helpers)."""
 
     # ---------------------------------------------------------------- ZeRO / DP
-    def _expert_dp_group(self, rank: int) -> tuple[int, ...]:
+    def expert_dp_group(self, rank: int) -> tuple[int, ...]:
         """Ranks holding the same expert shards as ``rank``: its expert-data-parallel group
         of the folded layout (size tp·cp·dp/(etp·ep); with etp = 1 and tp > 1 it takes in
         the TP peers, each holding whole experts), as the memory model counts replicas."""
@@ -46,7 +46,7 @@ class GradientOps:
         idx = [len(prog)]
         self._coll(prog, "zero", f"{phase}.zero3_gather", spec, ("z3", layer, mb, phase, g[0]),
                    layer, mb, phase, dense_b, stream="comm", deps=gdeps)
-        eg = self._expert_dp_group(rank)
+        eg = self.expert_dp_group(rank)
         if len(eg) > 1 and expert_b > 0:
             espec = self._spec(("z3e", layer, eg),
                                lambda: CollectiveSpec("all_gather", eg, expert_b))
@@ -65,7 +65,7 @@ class GradientOps:
         lay = self.lay
         if parts is None:
             # dense gradients reduce over DP x CP (Megatron-Core DATA_PARALLEL_GROUP_WITH_CP)
-            dp_g, edp_g = lay.group_of(rank, "dp_cp"), self._expert_dp_group(rank)
+            dp_g, edp_g = lay.group_of(rank, "dp_cp"), self.expert_dp_group(rank)
             parts = [(sorted(last_bwd, key=last_bwd.get), stage == 0, stage == self.pp - 1,
                       dp_g, edp_g, "")]
         wb = self.spec.weight_bytes
@@ -111,7 +111,7 @@ class GradientOps:
         deps = tuple(reduce_ops) or ((end_bwd,) if end_bwd >= 0 else ())
         opt_idx = len(prog)
         self._compute(prog, "opt.adam", -1, -1, "opt", ("opt", shard_d + shard_e),
-                      lambda: costs.optimizer_kernels(shard_d + shard_e), deps=deps)
+                      lambda: recipe.optimizer(shard_d + shard_e), deps=deps)
         if self.zero in (1, 2):
             for grp, nbytes, tag, ptag in gathers:
                 if len(grp) > 1 and nbytes > 0:

@@ -16,9 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from moesim.compute.base import Kernel
-from moesim.model import costs
-from moesim.program import etp as etpx
-from moesim.program import recompute
+from moesim.program import recipe, recompute
 
 PASSES = ("fwd", "dgrad", "wgrad")
 
@@ -54,24 +52,21 @@ def layer_ops(res, layer: int, pass_: str) -> list[OpKernels]:
     part = {"dgrad": "B", "wgrad": "W"}.get(pass_)
 
     def pick(ks: list[Kernel]) -> tuple[Kernel, ...]:
-        return tuple(ks if part is None else costs.backward_part(ks, part))
+        return tuple(ks if part is None else recipe.backward_part(ks, part))
 
     pre = "fwd" if phase == "fwd" else "bwd"
-    attn = (f"{pre}.attn", [*costs.norm_kernels(spec, tokens, tp, phase),
-                            *costs.attention_kernels(spec, tokens, sch.seq_len, tp, phase)])
+    attn = (f"{pre}.attn", recipe.attn(spec, tokens, sch.seq_len, tp, phase))
     if spec.is_moe_layer(layer):
         ep_tokens = max(1, tokens // tp)
         sent = ep_tokens * spec.top_k
         local, rows = balanced_rows(res)
         experts = [k for _ in range(local)
-                   for k in etpx.expert_kernels(spec, rows * etp, etp, phase)]
-        mlp = [(f"{pre}.router", [*costs.router_kernels(spec, ep_tokens, phase),
-                                  *costs.permute_kernels(spec, sent, phase)]),
+                   for k in recipe.expert(spec, rows * etp, etp, phase)]
+        mlp = [(f"{pre}.router", recipe.router(spec, ep_tokens, sent, phase)),
                (f"{pre}.experts", experts),
-               (f"{pre}.unpermute", [*costs.unpermute_kernels(spec, sent, phase),
-                                     *costs.shared_expert_kernels(spec, tokens, tp, phase)])]
+               (f"{pre}.unpermute", recipe.expert_post(spec, sent, tokens, tp, phase))]
     else:
-        mlp = [(f"{pre}.ffn", costs.dense_ffn_kernels(spec, tokens, tp, phase))]
+        mlp = [(f"{pre}.ffn", recipe.dense_ffn(spec, tokens, tp, phase))]
     ops = [attn, *mlp] if phase == "fwd" else [*mlp[::-1], attn]
     out = [OpKernels(name, pick(ks)) for name, ks in ops]
     if pass_ == "dgrad":     # the forward kernels activation recomputation re-runs first
@@ -90,14 +85,14 @@ def _recomputed(res, layer: int, tokens: int) -> list[Kernel]:
     if not mods:
         return []
     ep_tokens = max(1, tokens // tp)
-    ks = recompute.layer_recompute_kernels(
+    ks = recipe.recompute_layer(
         spec, layer, mods, tokens=tokens, seq_len=scn.schedule.seq_len, tp=tp,
         ep_tokens=ep_tokens, sent=ep_tokens * spec.top_k)
     if spec.is_moe_layer(layer) and ("full" in mods or "moe" in mods):
         local, rows = balanced_rows(res)
         etp = max(res.layout.etp, 1)
         ks += [k for _ in range(local)
-               for k in etpx.expert_kernels(spec, rows * etp, etp, "fwd")]
+               for k in recipe.expert(spec, rows * etp, etp, "fwd")]
     return ks
 
 

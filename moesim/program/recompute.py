@@ -18,17 +18,16 @@ layer's backward:
   (uniform) or the first ``recompute_num_layers`` layers of each stage chunk (block).
 
 Communication a recomputed forward repeats (TP all-gather/reduce-scatter, the MoE
-dispatch and combine under ``moe`` or full) is not added: only compute.
+dispatch and combine under ``moe`` or full) is not added: only compute. The kernels
+re-run: :func:`moesim.program.recipe.recompute_layer`.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import replace
 
 from moesim.compute.base import Kernel
 from moesim.memory.activations import modules_of
-from moesim.model import costs
 from moesim.model.spec import ModelSpec
 
 
@@ -41,48 +40,6 @@ def recomputes(recompute: str, modules, method: str, num_layers: int, position: 
     if recompute == "full" and (method == "uniform" or position < max(1, num_layers)):
         return frozenset({"full"})
     return frozenset()
-
-
-def _norms(spec: ModelSpec, tokens: int, tp: int) -> list[Kernel]:
-    """The two RMSNorms of a layer, without the residual adds."""
-    return [k for k in costs.norm_kernels(spec, tokens, tp, "fwd") if k.name == "norm"]
-
-
-def layer_recompute_kernels(spec: ModelSpec, layer: int, mods: frozenset[str], *,
-                            tokens: int, seq_len: int, tp: int, ep_tokens: int,
-                            sent: int) -> list[Kernel]:
-    """Forward kernels, except the routed experts', that ``mods`` re-run in layer
-    ``layer``'s backward (named ``recompute.<kernel>``)."""
-    if not mods:
-        return []
-    moe = spec.is_moe_layer(layer)
-    full = "full" in mods
-    attn = costs.attention_kernels(spec, tokens, seq_len, tp, "fwd")
-    out: list[Kernel] = []
-    if full:
-        out += costs.norm_kernels(spec, tokens, tp, "fwd") + attn
-    else:
-        if "layernorm" in mods:
-            out += _norms(spec, tokens, tp)
-        if "core_attn" in mods:
-            out += [k for k in attn if k.name == "attention"]
-        if "mla_up_proj" in mods and spec.attention == "mla":
-            # the up-projection GEMMs (from the q and kv latents) and the RoPE application
-            # and key/query assembly between them and the core attention (elementwise)
-            ranks = {spec.q_lora_rank, spec.kv_lora_rank} - {0}
-            out += [k for k in attn if (k.name == "attention_gemm" and k.k in ranks)
-                    or k.kclass == "elementwise"]
-    if not moe:
-        if full or "mlp" in mods:
-            out += costs.dense_ffn_kernels(spec, tokens, tp, "fwd")
-    elif full or "moe" in mods:
-        out += costs.router_kernels(spec, ep_tokens, "fwd")
-        out += costs.permute_kernels(spec, sent, "fwd")
-        out += costs.unpermute_kernels(spec, sent, "fwd")
-        out += costs.shared_expert_kernels(spec, tokens, tp, "fwd")
-    elif "shared_experts" in mods:
-        out += costs.shared_expert_kernels(spec, tokens, tp, "fwd")
-    return [replace(k, name=f"recompute.{k.name}") for k in out]
 
 
 def expert_recompute(spec: ModelSpec, layer: int, mods: frozenset[str],

@@ -6,8 +6,7 @@ from __future__ import annotations
 
 from moesim.compute.base import fused_launches
 from moesim.model import window
-from moesim.program import etp as etpx
-from moesim.program import recompute
+from moesim.program import recipe, recompute
 from moesim.program.ops import Op
 
 
@@ -25,7 +24,7 @@ class RecomputeOps:
             seq = window.effective_seq(spec, layer, self.seq)
             self._compute(prog, "bwd.recompute", layer, mb, "bwd",
                           ("recompute", moe, mods, seq),
-                          lambda: recompute.layer_recompute_kernels(
+                          lambda: recipe.recompute_layer(
                               spec, layer, mods, tokens=self.tokens, seq_len=seq,
                               tp=self.tp, ep_tokens=self.ep_tokens, sent=self.ep_tokens * k),
                           deps=deps)
@@ -45,7 +44,7 @@ class RecomputeOps:
                               lambda: fused_launches(make(), fu))
         t_rc, f_rc = recompute.expert_recompute(
             spec, layer, self.rc.mods(layer), [int(local[e]) for e in experts], price,
-            lambda n: etpx.expert_kernels(spec, n, etp, "fwd"))
+            lambda n: recipe.expert(spec, n, etp, "fwd"))
         prog.append(Op(stream="compute", kind="compute", name="bwd.recompute_experts",
                        duration_s=t_rc, flops=f_rc, layer=layer, microbatch=mb, phase="bwd",
                        tokens=recv))

@@ -18,8 +18,6 @@ all-to-all waits for both, so a layer's pass shrinks by min(shared part, all-to-
 
 from __future__ import annotations
 
-from moesim.model import costs
-
 #: op names of the overlapped shared parts: under the pass's first / second all-to-all
 NAMES = {"fwd": ("fwd.shared_fc1", "fwd.shared_fc2"),
          "bwd": ("bwd.shared_fc2", "bwd.shared_fc1")}
@@ -46,15 +44,3 @@ def split(kernels: list, phase: str) -> tuple[list, list]:
     i = acts[-1] + 1 if phase == "fwd" else acts[0]
     return list(kernels[:i]), list(kernels[i:])
 
-
-def part_kernels(spec, tokens: int, tp: int, phase: str, part: int) -> list:
-    """Part ``part`` (0: beside the pass's first all-to-all, 1: its second) of the
-    shared experts' kernels for ``tokens`` rows."""
-    return split(costs.shared_expert_kernels(spec, tokens, tp, phase), phase)[part]
-
-
-def post_kernels(spec, sent: int, tokens: int, tp: int, phase: str, side: bool) -> list:
-    """The unpermute after the combine, with the shared experts unless they run beside
-    the all-to-alls (``side``)."""
-    return [*costs.unpermute_kernels(spec, sent, phase),
-            *([] if side else costs.shared_expert_kernels(spec, tokens, tp, phase))]

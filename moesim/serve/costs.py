@@ -32,6 +32,7 @@ from moesim.compute.base import Kernel
 from moesim.model import costs
 from moesim.model.costs import ACT_BYTES, FP32_BYTES, memory_op
 from moesim.model.spec import ModelSpec
+from moesim.program import recipe
 from moesim.serve.kv import kv_values_per_token_layer
 
 #: FLOP per logit of the sampler: max, exp, sum, divide and a top-k compare (~5, as the
@@ -47,9 +48,8 @@ def kv_write_kernel(spec: ModelSpec, tokens: int, tp: int, kv_bytes: int) -> Ker
 def prefill_attention_kernels(spec: ModelSpec, tokens: int, prompt: int, tp: int,
                               kv_bytes: int) -> list[Kernel]:
     """Norms, causal attention over the prompt (training's forward) and the KV write."""
-    return [*costs.norm_kernels(spec, tokens, tp, "fwd"),
-            *costs.attention_kernels(spec, tokens, prompt, tp, "fwd"),
-            kv_write_kernel(spec, tokens, tp, kv_bytes)]
+    return recipe.prefill_attn(spec, tokens, prompt, tp, kv_write_kernel(spec, tokens, tp,
+                                                                         kv_bytes))
 
 
 def decode_core_kernel(spec: ModelSpec, tokens: int, context: int, tp: int,
@@ -79,11 +79,9 @@ def decode_core_kernel(spec: ModelSpec, tokens: int, context: int, tp: int,
 def decode_attention_kernels(spec: ModelSpec, tokens: int, context: int, tp: int,
                              kv_bytes: int) -> list[Kernel]:
     """Norms, the projections of the new tokens, attention over the cache, the KV write."""
-    proj = [k for k in costs.attention_kernels(spec, tokens, 1, tp, "fwd")
-            if k.name != "attention"]
-    return [*costs.norm_kernels(spec, tokens, tp, "fwd"), *proj[:-1],
-            decode_core_kernel(spec, tokens, context, tp, kv_bytes), proj[-1],
-            kv_write_kernel(spec, tokens, tp, kv_bytes)]
+    return recipe.decode_attn(spec, tokens, tp,
+                              decode_core_kernel(spec, tokens, context, tp, kv_bytes),
+                              kv_write_kernel(spec, tokens, tp, kv_bytes))
 
 
 def head_kernels(spec: ModelSpec, tokens: int, tp: int = 1) -> list[Kernel]:

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 from moesim.collectives.communicator import CollectiveSpec
 from moesim.model import costs, window
+from moesim.program import recipe
 from moesim.program.build import Builder, StepPlan
 from moesim.program.ops import Op
 from moesim.program.overlap import ep_stream, interleave
@@ -74,7 +75,7 @@ class ServeBuilder(Builder):
     def _forward(self, prog: list[Op], rank: int, mb: int) -> None:
         spec, tp = self.spec, self.tp
         self._compute(prog, "fwd.embedding", -1, mb, "fwd", ("emb", "fwd"),
-                      lambda: costs.embedding_kernels(spec, self.tokens, tp, "fwd"))
+                      lambda: recipe.embedding(spec, self.tokens, tp, "fwd"))
         for layer in range(spec.layers):
             self._layer(prog, rank, layer, mb, "fwd")
         self._head(prog, rank, mb)
@@ -114,7 +115,7 @@ class ServeBuilder(Builder):
             self._moe(prog, rank, layer, mb, "fwd")
         else:
             self._compute(prog, "fwd.ffn", layer, mb, "fwd", ("ffn", "fwd"),
-                          lambda: costs.dense_ffn_kernels(spec, self.tokens, tp, "fwd"))
+                          lambda: recipe.dense_ffn(spec, self.tokens, tp, "fwd"))
         self._tp_allreduce(prog, rank, layer, mb, "fwd", "mlp")
         self._layer_starts.append(start)
 

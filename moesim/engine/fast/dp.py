@@ -11,8 +11,8 @@ import numpy as np
 
 from moesim.collectives.algorithms import expand, ring_orders
 from moesim.memory.model import rank_params
-from moesim.model import costs
 from moesim.network.maxmin import maxmin_pairs
+from moesim.program import recipe
 
 
 def _fill_per_byte(paths, size: np.ndarray, cap: np.ndarray) -> np.ndarray:
@@ -210,7 +210,7 @@ def optimizer_tail(timer, tails, ranks, end, ready_cf, shard: float, opt_end) ->
     """The optimizer step of ``ranks`` over ``shard`` parameters: after their compute
     stream (``end``) and, where they reduced gradients, after the last reduction
     (``ready_cf``); sets ``opt_end[ranks]`` and appends the compute tail spans."""
-    t_opt, _ = timer(("opt", shard), lambda sh=shard: costs.optimizer_kernels(sh))
+    t_opt, _ = timer(("opt", shard), lambda sh=shard: recipe.optimizer(sh))
     anyc = np.asarray([bool(tails[int(r)]) for r in ranks])
     start = np.where(anyc, np.maximum(end, ready_cf[ranks]), end)
     opt_end[ranks] = start + t_opt

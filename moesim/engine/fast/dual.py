@@ -24,7 +24,7 @@ import numpy as np
 from moesim.engine.fast.dp import buckets, group_collective, optimizer_tail
 from moesim.engine.fast.pairs import run_pair
 from moesim.engine.fast.pipeline import Chain
-from moesim.model import costs, mtp
+from moesim.program import recipe
 from moesim.program.dualpipe_build import PartTimer
 
 
@@ -93,23 +93,21 @@ class DualChain(Chain):
     def _w_layer(self, s: int, layer: int, mb: int) -> None:
         c = self.c
         spec, tok, tp = c.spec, c.tokens, c.tp
-        W = costs.backward_part
+        W = recipe.backward_part
         if layer >= spec.layers:     # an MTP depth's eh_proj and output head (moesim.model.mtp)
             self._compute(s, "bwd.w_mtp", ("mtp", "bwd", "W"), lambda: W(
-                mtp.head_kernels(spec, tok, tp, "bwd"), "W"), layer, mb, "bwd")
+                recipe.mtp_head(spec, tok, tp, "bwd"), "W"), layer, mb, "bwd")
         if spec.is_moe_layer(layer):
-            self._compute(s, "bwd.w_mlp", ("w_moe", "bwd"), lambda: W(
-                [*costs.router_kernels(spec, c.ep_tokens, "bwd"),
-                 *costs.shared_expert_kernels(spec, tok, tp, "bwd")], "W"), layer, mb, "bwd")
+            self._compute(s, "bwd.w_mlp", ("w_moe", "bwd"), lambda: recipe.mlp_w(
+                spec, c.ep_tokens, tok, tp), layer, mb, "bwd")
             self.part = "W"
             self._experts(s, self.route(s, layer, mb), layer, mb, "bwd")
             self.part = None
         else:
             self._compute(s, "bwd.w_mlp", ("ffn", "bwd", "W"), lambda: W(
-                costs.dense_ffn_kernels(spec, tok, tp, "bwd"), "W"), layer, mb, "bwd")
-        self._compute(s, "bwd.w_attn", ("attn", "bwd", "W"), lambda: W(
-            [*costs.norm_kernels(spec, tok, tp, "bwd"),
-             *costs.attention_kernels(spec, tok, c.seq, tp, "bwd")], "W"), layer, mb, "bwd")
+                recipe.dense_ffn(spec, tok, tp, "bwd"), "W"), layer, mb, "bwd")
+        self._compute(s, "bwd.w_attn", ("attn", "bwd", "W"), lambda: recipe.attn_w(
+            spec, tok, c.seq, tp), layer, mb, "bwd")
         out = self.out[s]
         self._last_bwd(s, layer)
         self.w_done[layer] = self.w_done.get(layer, 0) + 1
@@ -119,20 +117,20 @@ class DualChain(Chain):
     def _lm(self, s: int, mb: int, part: str) -> None:
         c = self.c
         name = "bwd.lm_head" if part == "B" else "bwd.w_lm_head"
-        self._compute(s, name, ("lm", "bwd", part), lambda: costs.backward_part(
-            costs.lm_head_kernels(c.spec, c.tokens, c.tp, "bwd"), part), -1, mb, "bwd")
+        self._compute(s, name, ("lm", "bwd", part), lambda: recipe.backward_part(
+            recipe.lm_head(c.spec, c.tokens, c.tp, "bwd"), part), -1, mb, "bwd")
 
     # ------------------------------------------------------------ items
     def fwd(self, s: int, mb: int, st: int) -> None:
         c, d = self.c, self.d
         layers = list(c.chunks[st])
         if st == 0:
-            self._compute(s, "fwd.embedding", ("emb", "fwd"), lambda: costs.embedding_kernels(
+            self._compute(s, "fwd.embedding", ("emb", "fwd"), lambda: recipe.embedding(
                 c.spec, c.tokens, c.tp, "fwd"), -1, mb, "fwd")
         for layer in layers:
             self.layer(s, layer, mb, "fwd")
         if st == d.stages - 1:
-            self._compute(s, "fwd.lm_head", ("lm", "fwd"), lambda: costs.lm_head_kernels(
+            self._compute(s, "fwd.lm_head", ("lm", "fwd"), lambda: recipe.lm_head(
                 c.spec, c.tokens, c.tp, "fwd"), -1, mb, "fwd")
         else:
             self._send_to(s, d.rank(mb, st + 1), ("act", mb, st + 1), mb, "fwd",
@@ -274,7 +272,7 @@ def dual_gradient_phase(res, b, rings, timer, stages: dict[int, dict], links=Non
             for c in {d.rank_of[k][st] for k in range(len(d.rank_of))}:
                 peer = pp_group[c]
                 g |= set(lay.group_of(peer, "dp") if kind == "dp"
-                         else b._expert_dp_group(peer))
+                         else b.expert_dp_group(peer))
             hit = memo[(r, st, kind)] = tuple(sorted(g))
         return hit
 

@@ -23,7 +23,6 @@ import time
 
 import numpy as np
 
-from moesim.compute.base import fused_launches
 from moesim.compute.select import grouped_experts
 from moesim.engine.breakdown import CATEGORIES, rank_breakdown
 from moesim.engine.fast.dp import RingCost, gradient_phase
@@ -37,15 +36,14 @@ from moesim.engine.fast.spans import choose_span_ranks
 from moesim.engine.fast.stash import RecordStash
 from moesim.engine.fast.workers import ChainPool, workers_for
 from moesim.engine.summary import link_stats, make_result, summarize
-from moesim.model import costs
 from moesim.program import cp as cpx
 from moesim.program import etp as etpx
-from moesim.program import recompute, tp_overlap
+from moesim.program import recipe, recompute, tp_overlap
 from moesim.program.build import ACT_BYTES, Builder
 from moesim.program.overlap import PairRule
 from moesim.program.replicas import replicas_mode
 from moesim.program.timer import Timer
-from moesim.scenario.resolved import Resolved
+from moesim.scenario.resolve import Resolved
 from moesim.schedule.a2a_overlap import a2a_1f1b_order
 from moesim.trace.result import SimResult
 from moesim.trace.spans import Span
@@ -113,8 +111,7 @@ class Context:
             if len(self._ek) >= EK_MEMO_MAX:
                 self._ek.clear()
             # ETP: the peers' tokens too (taken equal to this rank's), 1/etp wide
-            ks = fused_launches(etpx.expert_kernels(self.spec, x * self.etp, self.etp, ph),
-                                fused)
+            ks = recipe.expert(self.spec, x * self.etp, self.etp, ph, fused)
             hit = self._ek[(x, ph, fused)] = (ks, {id(k): model.time_s(k) for k in ks}, model)
         return hit[0], hit[1]
 
@@ -131,7 +128,7 @@ class Context:
             if part == "act":
                 ks = recompute.act_kernels(ks)
             elif part:
-                ks = costs.backward_part(ks, part)
+                ks = recipe.backward_part(ks, part)
             timer.kernels[key] = tuple(ks)
             hit = timer.cache[key] = (sum(secs[id(k)] for k in ks), sum(k.flops for k in ks))
         return hit
@@ -258,8 +255,7 @@ def _run_chain(ctx: Context, b: Builder, groups, span_pos, progress=None,
                 return hit
         g = groups[s]
         r = b.route(g[0], g, layer, mb)
-        canon = int(b.rmap.rep[g[0]]) if b.rmap is not None else g[0]
-        b._routes.pop((canon, layer, mb), None)   # keep memory flat
+        b.forget_route(g[0], layer, mb)   # keep memory flat
         rec = _route_rec(ctx, r, g)
         if stash is not None and not rerun and ctx.net.stateless(g):
             stash.put(key, rec)     # (records timed on the flow network: built again)

@@ -34,8 +34,8 @@ from moesim.engine.fast.pipeline import Chain, all_pairs
 from moesim.engine.fast.plan_stats import make_plan, shortcuts
 from moesim.engine.fast.records import _route_rec
 from moesim.engine.summary import link_stats, make_result, summarize
-from moesim.model import costs
-from moesim.scenario.resolved import Resolved
+from moesim.program import recipe
+from moesim.scenario.resolve import Resolved
 from moesim.trace.result import SimResult
 
 
@@ -122,24 +122,22 @@ class ForwardChain(Chain):
         c, sb, mb = self.c, self.sb, item.mb
         spec, tok, tp = c.spec, c.tokens, c.tp
         self._compute(s, "fwd.embedding", ("emb", "fwd"),
-                      lambda: costs.embedding_kernels(spec, tok, tp, "fwd"), -1, mb, "fwd")
+                      lambda: recipe.embedding(spec, tok, tp, "fwd"), -1, mb, "fwd")
         for layer in range(spec.layers):
             self._compute(s, "fwd.attn", sb.attn_key(layer),
                           lambda n=layer: sb.attn_kernels(n), layer, mb, "fwd")
             self._tp(s, "fwd.tp_attn", layer, mb, "fwd")
             if spec.is_moe_layer(layer):
                 rec = self.route(s, layer, mb)
-                self._compute(s, "fwd.router", ("router", "fwd"), lambda: [
-                    *costs.router_kernels(spec, c.ep_tokens, "fwd"),
-                    *costs.permute_kernels(spec, c.sent, "fwd")], layer, mb, "fwd")
+                self._compute(s, "fwd.router", ("router", "fwd"), lambda: recipe.router(
+                    spec, c.ep_tokens, c.sent, "fwd"), layer, mb, "fwd")
                 yield "ep_dispatch", "fwd.dispatch", rec, layer, mb
                 self._experts(s, rec, layer, mb, "fwd")
                 yield "ep_combine", "fwd.combine", rec, layer, mb
-                self._compute(s, "fwd.unpermute", ("post", "fwd"), lambda: [
-                    *costs.unpermute_kernels(spec, c.sent, "fwd"),
-                    *costs.shared_expert_kernels(spec, tok, tp, "fwd")], layer, mb, "fwd")
+                self._compute(s, "fwd.unpermute", ("post", "fwd"), lambda: recipe.expert_post(
+                    spec, c.sent, tok, tp, "fwd"), layer, mb, "fwd")
             else:
-                self._compute(s, "fwd.ffn", ("ffn", "fwd"), lambda: costs.dense_ffn_kernels(
+                self._compute(s, "fwd.ffn", ("ffn", "fwd"), lambda: recipe.dense_ffn(
                     spec, tok, tp, "fwd"), layer, mb, "fwd")
             self._tp(s, "fwd.tp_mlp", layer, mb, "fwd")
         self._head(s, mb)
@@ -221,7 +219,7 @@ class ForwardChain(Chain):
         if c.spec.is_moe_layer(layer):
             self._moe(s, layer, mb, "fwd")
         else:
-            self._compute(s, "fwd.ffn", ("ffn", "fwd"), lambda: costs.dense_ffn_kernels(
+            self._compute(s, "fwd.ffn", ("ffn", "fwd"), lambda: recipe.dense_ffn(
                 c.spec, c.tokens, c.tp, "fwd"), layer, mb, "fwd")
         self._tp(s, "fwd.tp_mlp", layer, mb, "fwd")
 
@@ -229,7 +227,7 @@ class ForwardChain(Chain):
         c = self.c
         mb = item.mb
         self.budget = budget
-        self._compute(s, "fwd.embedding", ("emb", "fwd"), lambda: costs.embedding_kernels(
+        self._compute(s, "fwd.embedding", ("emb", "fwd"), lambda: recipe.embedding(
             c.spec, c.tokens, c.tp, "fwd"), -1, mb, "fwd")
         for layer in range(c.spec.layers):
             self.layer(s, layer, mb, "fwd")
@@ -285,7 +283,7 @@ def simulate_forward(res: Resolved, builder, *, progress=None, span_ranks: int =
             if rec is None:
                 rec = cache[(layer, mb)] = _route_rec(ctx, b.route(g[0], g, layer, mb), g,
                                                      forward_only=True)
-                b._routes.pop((g[0], layer, mb), None)      # keep memory flat
+                b.forget_route(g[0], layer, mb)      # keep memory flat
             return rec
 
         ch = ForwardChain(ctx, groups, route, [[e for e, r in enumerate(g) if r in want]], b)

@@ -30,8 +30,8 @@ from moesim.engine.fast import tp_ub
 from moesim.engine.fast.pairs import run_pair
 from moesim.engine.fast.spans import add_spans
 from moesim.engine.fast.zero3 import Zero3Gathers
-from moesim.model import costs, mtp, window
-from moesim.program import cuda_graphs, recompute, shared_overlap
+from moesim.model import window
+from moesim.program import recipe, shared_overlap
 from moesim.trace.spans import AFTER_EXPERTS, Span, wait_reason
 
 CATS = ("compute", "ep_dispatch", "ep_combine", "tp", "dp", "pp", "zero", "bubble", "stall")
@@ -217,7 +217,7 @@ class Chain:
         c = self.c
         part = 0 if name in ("fwd.dispatch", "bwd.combine") else 1
         side = shared_overlap.NAMES[phase][part]
-        d, fl = c.timer(("shared", phase, part), lambda: shared_overlap.part_kernels(
+        d, fl = c.timer(("shared", phase, part), lambda: recipe.shared_part(
             c.spec, c.tokens, c.tp, phase, part))
         if rec.mats is not None:
             c.links.a2a(self.groups[s], rec.mats[name], c.a2a_algo)
@@ -273,15 +273,13 @@ class Chain:
         seq = window.effective_seq(spec, layer, c.seq)   # a sliding window scores less
         graphs = c.res.scenario.overlap.cuda_graphs
         return (("attn", phase) if seq == c.seq else ("attn", phase, seq),
-                lambda: cuda_graphs.maybe([*costs.norm_kernels(spec, tok, tp, phase),
-                                           *costs.attention_kernels(spec, tok, seq, tp, phase)],
-                                          "attn" in graphs))
+                lambda: recipe.attn(spec, tok, seq, tp, phase, graphs))
 
     def ffn_op(self, phase: str) -> tuple:
         """(timer key, kernel maker) of a dense layer's FFN."""
         c = self.c
-        return ("ffn", phase), lambda: cuda_graphs.maybe(costs.dense_ffn_kernels(
-            c.spec, c.tokens, c.tp, phase), "mlp" in c.res.scenario.overlap.cuda_graphs)
+        return ("ffn", phase), lambda: recipe.dense_ffn(
+            c.spec, c.tokens, c.tp, phase, c.res.scenario.overlap.cuda_graphs)
 
     def layer(self, s: int, layer: int, mb: int, phase: str) -> None:
         c = self.c
@@ -305,17 +303,17 @@ class Chain:
             self._tp(s, "fwd.tp_mlp", layer, mb, phase, share)
             if layer >= spec.layers:    # an MTP depth's projection, head and loss
                 self._compute(s, "fwd.mtp", ("mtp", phase),
-                              lambda: mtp.head_kernels(spec, tok, tp, phase), layer, mb, phase)
+                              lambda: recipe.mtp_head(spec, tok, tp, phase), layer, mb, phase)
         else:
             mods = c.rc.mods(layer)
             if mods:        # activation recomputation (moesim.program.recompute)
                 self._compute(s, "bwd.recompute", ("recompute", moe, mods, seq),
-                              lambda: recompute.layer_recompute_kernels(
+                              lambda: recipe.recompute_layer(
                                   spec, layer, mods, tokens=tok, seq_len=seq, tp=tp,
                                   ep_tokens=c.ep_tokens, sent=c.sent), layer, mb, phase)
             if layer >= spec.layers:
                 self._compute(s, "bwd.mtp", ("mtp", phase),
-                              lambda: mtp.head_kernels(spec, tok, tp, phase), layer, mb, phase)
+                              lambda: recipe.mtp_head(spec, tok, tp, phase), layer, mb, phase)
             self._tp(s, "bwd.tp_mlp", layer, mb, phase, share)
             if moe:
                 self._moe(s, layer, mb, phase)
@@ -350,10 +348,10 @@ class Chain:
         c = self.c
         spec, sent = c.spec, c.sent
         rec = self.route(s, layer, mb)
-        pre = lambda: cuda_graphs.router_kernels(  # noqa: E731
+        pre = lambda: recipe.router(  # noqa: E731
             spec, c.ep_tokens, sent, phase, c.res.scenario.overlap.cuda_graphs)
         side = shared_overlap.enabled(c.res.scenario, spec)
-        post = lambda: shared_overlap.post_kernels(  # noqa: E731
+        post = lambda: recipe.expert_post(  # noqa: E731
             spec, sent, c.tokens, c.tp, phase, side)
         pkey = ("post", phase, "side") if side else ("post", phase)
         a2a = self._a2a_beside if side else self._a2a
@@ -416,13 +414,13 @@ class Chain:
                            layers[0] if layers else -1, mb, "fwd")
             if vs == 0:
                 self._compute(s, "fwd.embedding", ("emb", "fwd"),
-                              lambda: costs.embedding_kernels(spec, tok, tp, "fwd"), -1, mb,
+                              lambda: recipe.embedding(spec, tok, tp, "fwd"), -1, mb,
                               "fwd")
             for layer in layers:
                 self.layer(s, layer, mb, "fwd")
             if vs == last_v:
                 self._compute(s, "fwd.lm_head", ("lm", "fwd"),
-                              lambda: costs.lm_head_kernels(spec, tok, tp, "fwd"), -1, mb,
+                              lambda: recipe.lm_head(spec, tok, tp, "fwd"), -1, mb,
                               "fwd")
             else:
                 self._send(s, (vs + 1) % p, ("act", mb, vs + 1), mb, "fwd",
@@ -433,7 +431,7 @@ class Chain:
                            layers[-1] if layers else -1, mb, "bwd")
             else:
                 self._compute(s, "bwd.lm_head", ("lm", "bwd"),
-                              lambda: costs.lm_head_kernels(spec, tok, tp, "bwd"), -1, mb,
+                              lambda: recipe.lm_head(spec, tok, tp, "bwd"), -1, mb,
                               "bwd")
             for layer in reversed(layers):
                 self.layer(s, layer, mb, "bwd")

@@ -48,8 +48,8 @@ def make_plan(b: Builder, flops: float) -> StepPlan:
         expert_kept=b.expert_kept, expert_dropped=b.expert_tokens - b.expert_kept,
         expert_capacity=b.expert_capacity if L else np.zeros(0),
         lb_loss=np.divide(b.lb, np.maximum(b.lb_n, 1)), rank_received=b.received,
-        model_flops=flops, tokens_per_step=b.tokens * b.m * b.dp, hot_ranks=b._hot_ranks(),
-        inflight=b._inflight())
+        model_flops=flops, tokens_per_step=b.tokens * b.m * b.dp, hot_ranks=b.hot_ranks(),
+        inflight=b.inflight())
 
 
 def shortcuts(ctx, dedup: bool, n_chains: int, world: int, span_ranks: int

@@ -120,7 +120,7 @@ class ChainPool:
             if (msg is not None and msg[0] == "done" and self.links.merge(msg[4])):
                 for entry in msg[2]:
                     self.b.account_parts(*entry)
-                self.b._counted |= msg[3]
+                self.b.routes_counted |= msg[3]
                 for ci, out, spans in msg[1]:
                     got[ci] = (out, spans)
                     self.owner[ci] = c
@@ -251,12 +251,12 @@ def _serve(pool: ChainPool, block: list[int], conn, counter, parent_end) -> None
         b, links = pool.b, pool.links
         links.restart()
         b.journal = []
-        before = set(b._counted)
+        before = set(b.routes_counted)
         outs = []
         for ci in block:
             ch = pool.run(ci, prog)
             outs.append((ci, ch.out, ch.spans))
-        conn.send(("done", outs, b.journal, b._counted - before, links.export()))
+        conn.send(("done", outs, b.journal, b.routes_counted - before, links.export()))
         b.journal = None
         while True:
             msg = conn.recv()

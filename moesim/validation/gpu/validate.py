@@ -34,13 +34,7 @@ from typing import Any
 import numpy as np
 
 from moesim.compute.base import Kernel
-from moesim.model.costs import (
-    attention_kernels,
-    backward_part,
-    expert_kernels,
-    router_kernels,
-    shared_expert_kernels,
-)
+from moesim.program.recipe import backward_part, dualpipe_part
 
 GEMM_KINDS = ("gemm", "grouped_gemm", "kgrouped_gemm")
 PHASE_RE = re.compile(r"(attn|mlp|dispatch|combine)\(([FBW])\)")
@@ -63,15 +57,7 @@ def part_kernels(spec: Any, part: str, pss: str, tokens: int, seq_len: int,
     layout and the attention backward with its pre/post-processing kernels; in ``B``
     also the forward kernels recomputation re-runs there (``recompute``: {part:
     kernels}, :func:`moesim.validation.gpu.classes.recompute_kernels`)."""
-    phase = "fwd" if pss == "F" else "bwd"
-    if part == "attn":
-        ks = attention_kernels(spec, tokens, seq_len, 1, phase) + router_kernels(spec, tokens,
-                                                                                 phase)
-    else:
-        local = max(spec.n_experts // max(ep, 1), 1)
-        rows = tokens * spec.top_k * ep // max(spec.n_experts, 1)   # per expert, balanced
-        ks = [k for _ in range(local) for k in expert_kernels(spec, rows, phase)]
-        ks += shared_expert_kernels(spec, tokens, 1, phase)
+    ks = dualpipe_part(spec, part, tokens, seq_len, ep, "fwd" if pss == "F" else "bwd")
     if pss != "F":
         ks = backward_part(ks, pss)
     if pss == "B" and recompute:

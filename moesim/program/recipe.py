@@ -1,0 +1,190 @@
+"""The layer's kernel recipe: which kernels make up each compute op of a step (pure).
+
+One function per op the step programs name (``fwd.attn``, ``fwd.router``,
+``fwd.experts``, ``fwd.unpermute``, ``fwd.ffn``, ``fwd.embedding``, ``fwd.lm_head``,
+``fwd.mtp``, ``opt.adam``, their backward ``B``/``W`` parts, ``bwd.recompute``, the
+serving step's attention), each returning the op's kernels on one rank in execution
+order (:class:`moesim.compute.base.Kernel`; their shapes and bytes come from
+:mod:`moesim.model.costs`). This is the one module that calls the model's ``*_kernels``
+functions: the exact builder (:mod:`moesim.program.build`, DualPipe, recompute, the
+serving builder), the fast engine, the op inventory and the GPU validation all take an
+op's kernels from here, so a kernel added to an op here reaches every engine.
+
+``graphs``: the scenario's ``overlap.cuda_graphs`` modules (:mod:`moesim.program.
+cuda_graphs`); ``side``: the shared experts run beside the all-to-alls
+(:mod:`moesim.program.shared_overlap`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from moesim.compute.base import Kernel, fused_launches
+from moesim.model import costs, mtp
+from moesim.model.spec import ModelSpec
+from moesim.program.cuda_graphs import maybe
+from moesim.program.shared_overlap import split
+
+__all__ = ["attn", "attn_w", "backward_part", "decode_attn", "dense_ffn", "dualpipe_part",
+           "embedding", "expert", "expert_post", "lm_head", "mlp_w", "mtp_head",
+           "optimizer", "prefill_attn", "recompute_layer", "router", "shared_part"]
+
+
+def backward_part(kernels: list[Kernel], part: str) -> list[Kernel]:
+    """The ``B`` (input-gradient) or ``W`` (weight-gradient) part of an op's kernels
+    (:func:`moesim.model.costs.backward_part`)."""
+    return costs.backward_part(kernels, part)
+
+
+# ------------------------------------------------------------------ embedding and heads
+def embedding(spec: ModelSpec, tokens: int, tp: int, phase: str = "fwd") -> list[Kernel]:
+    """``fwd.embedding``: the vocabulary-parallel lookup."""
+    return costs.embedding_kernels(spec, tokens, tp, phase)
+
+
+def lm_head(spec: ModelSpec, tokens: int, tp: int, phase: str) -> list[Kernel]:
+    """``fwd.lm_head`` / ``bwd.lm_head``: final norm, LM-head GEMM and the loss."""
+    return costs.lm_head_kernels(spec, tokens, tp, phase)
+
+
+def mtp_head(spec: ModelSpec, tokens: int, tp: int, phase: str) -> list[Kernel]:
+    """``fwd.mtp`` / ``bwd.mtp``: what an MTP depth adds beyond its transformer layer."""
+    return mtp.head_kernels(spec, tokens, tp, phase)
+
+
+def optimizer(shard: float) -> list[Kernel]:
+    """``opt.adam``: the Adam step over the rank's ``shard`` parameters."""
+    return costs.optimizer_kernels(shard)
+
+
+# ------------------------------------------------------------------ one layer
+def attn(spec: ModelSpec, tokens: int, seq: int, tp: int, phase: str,
+         graphs=()) -> list[Kernel]:
+    """``fwd.attn`` / ``bwd.attn``: the layer's norms and attention over ``seq`` keys
+    (one CUDA graph with ``attn`` in ``graphs``)."""
+    return maybe([*costs.norm_kernels(spec, tokens, tp, phase),
+                  *costs.attention_kernels(spec, tokens, seq, tp, phase)], "attn" in graphs)
+
+
+def dense_ffn(spec: ModelSpec, tokens: int, tp: int, phase: str, graphs=()) -> list[Kernel]:
+    """``fwd.ffn`` / ``bwd.ffn``: a dense layer's FFN (one CUDA graph with ``mlp``)."""
+    return maybe(costs.dense_ffn_kernels(spec, tokens, tp, phase), "mlp" in graphs)
+
+
+def router(spec: ModelSpec, ep_tokens: int, sent: int, phase: str, graphs=()) -> list[Kernel]:
+    """``fwd.router`` / ``bwd.router``: the MoE block before the dispatch, router (graphed
+    with ``moe_router``) and the permutation of ``sent`` token copies (graphed with
+    ``moe_preprocess``)."""
+    return [*maybe(costs.router_kernels(spec, ep_tokens, phase), "moe_router" in graphs),
+            *maybe(costs.permute_kernels(spec, sent, phase), "moe_preprocess" in graphs)]
+
+
+def expert(spec: ModelSpec, tokens: int, etp: int, phase: str,
+           fused: bool = False) -> list[Kernel]:
+    """``fwd.experts``: one routed expert's kernels for ``tokens`` (ETP-gathered) tokens at
+    width ``expert_ffn / etp``; ``fused``: an expert after the rank's first under grouped
+    launches (:func:`moesim.compute.base.fused_launches`)."""
+    if etp <= 1:
+        ks = costs.expert_kernels(spec, tokens, phase)
+    else:
+        ks = costs.expert_kernels(spec, tokens, phase, width=spec.expert_ffn // etp)
+    return fused_launches(ks, fused)
+
+
+def expert_post(spec: ModelSpec, sent: int, tokens: int, tp: int, phase: str,
+                side: bool = False) -> list[Kernel]:
+    """``fwd.unpermute`` / ``bwd.unpermute``: the unpermute after the combine, with the
+    shared experts unless they run beside the all-to-alls (``side``)."""
+    return [*costs.unpermute_kernels(spec, sent, phase),
+            *([] if side else costs.shared_expert_kernels(spec, tokens, tp, phase))]
+
+
+def shared_part(spec: ModelSpec, tokens: int, tp: int, phase: str, part: int) -> list[Kernel]:
+    """``fwd.shared_fc1`` ... : part ``part`` (0: beside the pass's first all-to-all, 1:
+    its second) of the shared experts' kernels (:func:`moesim.program.shared_overlap.
+    split`)."""
+    return split(costs.shared_expert_kernels(spec, tokens, tp, phase), phase)[part]
+
+
+# ------------------------------------------------------------------ weight gradients apart
+def mlp_w(spec: ModelSpec, ep_tokens: int, tokens: int, tp: int) -> list[Kernel]:
+    """``bwd.w_mlp`` of an MoE layer (zero-bubble / DualPipe): the router's and the shared
+    experts' weight-gradient GEMMs."""
+    return backward_part([*costs.router_kernels(spec, ep_tokens, "bwd"),
+                          *costs.shared_expert_kernels(spec, tokens, tp, "bwd")], "W")
+
+
+def attn_w(spec: ModelSpec, tokens: int, seq: int, tp: int) -> list[Kernel]:
+    """``bwd.w_attn``: the weight-gradient part of the norms and attention."""
+    return backward_part(attn(spec, tokens, seq, tp, "bwd"), "W")
+
+
+# ------------------------------------------------------------------ recompute
+def recompute_layer(spec: ModelSpec, layer: int, mods: frozenset[str], *, tokens: int,
+                    seq_len: int, tp: int, ep_tokens: int, sent: int) -> list[Kernel]:
+    """``bwd.recompute``: forward kernels, except the routed experts', that the
+    recomputed modules ``mods`` (:func:`moesim.program.recompute.recomputes`) re-run in
+    layer ``layer``'s backward (named ``recompute.<kernel>``)."""
+    if not mods:
+        return []
+    moe = spec.is_moe_layer(layer)
+    full = "full" in mods
+    attn_ks = costs.attention_kernels(spec, tokens, seq_len, tp, "fwd")
+    out: list[Kernel] = []
+    if full:
+        out += costs.norm_kernels(spec, tokens, tp, "fwd") + attn_ks
+    else:
+        if "layernorm" in mods:     # the two RMSNorms, without the residual adds
+            out += [k for k in costs.norm_kernels(spec, tokens, tp, "fwd") if k.name == "norm"]
+        if "core_attn" in mods:
+            out += [k for k in attn_ks if k.name == "attention"]
+        if "mla_up_proj" in mods and spec.attention == "mla":
+            # the up-projection GEMMs (from the q and kv latents) and the RoPE application
+            # and key/query assembly between them and the core attention (elementwise)
+            ranks = {spec.q_lora_rank, spec.kv_lora_rank} - {0}
+            out += [k for k in attn_ks if (k.name == "attention_gemm" and k.k in ranks)
+                    or k.kclass == "elementwise"]
+    if not moe:
+        if full or "mlp" in mods:
+            out += costs.dense_ffn_kernels(spec, tokens, tp, "fwd")
+    elif full or "moe" in mods:
+        out += costs.router_kernels(spec, ep_tokens, "fwd")
+        out += costs.permute_kernels(spec, sent, "fwd")
+        out += costs.unpermute_kernels(spec, sent, "fwd")
+        out += costs.shared_expert_kernels(spec, tokens, tp, "fwd")
+    elif "shared_experts" in mods:
+        out += costs.shared_expert_kernels(spec, tokens, tp, "fwd")
+    return [replace(k, name=f"recompute.{k.name}") for k in out]
+
+
+# ------------------------------------------------------------------ serving
+def prefill_attn(spec: ModelSpec, tokens: int, prompt: int, tp: int,
+                 kv_write: Kernel) -> list[Kernel]:
+    """A prefill step's ``fwd.attn``: training's forward norms and causal attention over
+    the prompt, then ``kv_write`` (:mod:`moesim.serve.costs`)."""
+    return [*attn(spec, tokens, prompt, tp, "fwd"), kv_write]
+
+
+def decode_attn(spec: ModelSpec, tokens: int, tp: int, core: Kernel,
+                kv_write: Kernel) -> list[Kernel]:
+    """A decode step's ``fwd.attn``: the norms, the new tokens' projections, ``core``
+    (attention over the KV cache) before the output projection, then ``kv_write``."""
+    proj = [k for k in costs.attention_kernels(spec, tokens, 1, tp, "fwd")
+            if k.name != "attention"]
+    return [*costs.norm_kernels(spec, tokens, tp, "fwd"), *proj[:-1], core, proj[-1],
+            kv_write]
+
+
+# ------------------------------------------------------------------ GPU validation
+def dualpipe_part(spec: ModelSpec, part: str, tokens: int, seq_len: int, ep: int,
+                  phase: str) -> list[Kernel]:
+    """One layer's kernels on one rank as DualPipe's reference chunks split it (TP 1,
+    balanced routing): ``attn`` the attention and the router, ``mlp`` the rank's routed
+    experts and the shared experts (:mod:`moesim.validation.gpu.validate`)."""
+    if part == "attn":
+        return (costs.attention_kernels(spec, tokens, seq_len, 1, phase)
+                + costs.router_kernels(spec, tokens, phase))
+    local = max(spec.n_experts // max(ep, 1), 1)
+    rows = tokens * spec.top_k * ep // max(spec.n_experts, 1)   # per expert, balanced
+    ks = [k for _ in range(local) for k in costs.expert_kernels(spec, rows, phase)]
+    return ks + costs.shared_expert_kernels(spec, tokens, 1, phase)
