@@ -17,13 +17,14 @@ from moesim.errors import InputError
 from moesim.model import PRESETS
 from moesim.program import recipe
 from moesim.program.build import build_step
-from moesim.scenario import load_scenario, resolve
+from moesim.scenario import load_scenario
+from moesim.wiring import resolve
 
 TOY = PRESETS["toy"]
 
 
 def _experts_ops(*sets):
-    res = resolve(load_scenario("toy-cpu", list(sets), resolve=False))
+    res = resolve(load_scenario("toy-cpu", list(sets)))
     plan = build_step(res)
     return res, [op for op in plan.programs[0] if op.name.endswith(".experts")]
 
@@ -59,17 +60,17 @@ def test_grouped_launches_save_one_set_per_later_expert():
 def test_serving_defaults_to_grouped_and_training_to_per_expert():
     from moesim.compute.select import grouped_experts
     from moesim.serve.config import ServeConfig, serving_scenario
-    scn = load_scenario("toy-cpu", [], resolve=False)
+    scn = load_scenario("toy-cpu", [])
     assert not grouped_experts(scn.compute)
     cfg = ServeConfig(phase="decode", batch_per_gpu=4, ep=2)
     assert grouped_experts(serving_scenario(scn, cfg).compute)
-    mine = load_scenario("toy-cpu", ["compute.expert_launches=per_expert"], resolve=False)
+    mine = load_scenario("toy-cpu", ["compute.expert_launches=per_expert"])
     assert not grouped_experts(serving_scenario(mine, cfg).compute)    # the scenario's own
 
 
 def test_bad_expert_launches_is_one_line():
     with pytest.raises(InputError) as ei:
-        resolve(load_scenario("toy-cpu", ["compute.expert_launches=fused"], resolve=False))
+        resolve(load_scenario("toy-cpu", ["compute.expert_launches=fused"]))
     assert ei.value.field.endswith("compute.expert_launches")
     p = subprocess.run([sys.executable, "-m", "moesim", "run", "toy-cpu", "--no-files",
                         "--set", "compute.expert_launches=fused"], capture_output=True,
@@ -86,13 +87,12 @@ def test_bad_expert_launches_is_one_line():
 def test_grouped_training_step_fast_matches_exact(sets):
     # grouped launches in every expert phase (forward, backward, weight-gradient part,
     # recompute) of both engines: the fast path agrees with the exact engine as without
-    from moesim.engine.api import simulate
+    from moesim.wiring import simulate
     out = {}
     for grouped in (False, True):
         for mode in ("exact", "fast"):
             extra = ["compute.expert_launches=grouped"] if grouped else []
-            res = resolve(load_scenario("toy-cpu", [*sets, *extra, f"engine.mode={mode}"],
-                                        resolve=False))
+            res = resolve(load_scenario("toy-cpu", [*sets, *extra, f"engine.mode={mode}"]))
             out[grouped, mode] = simulate(res).summary["step_time_s"]
     for grouped in (False, True):
         assert out[grouped, "fast"] == pytest.approx(out[grouped, "exact"], rel=2e-3)

@@ -86,9 +86,10 @@ def test_expert_recompute_by_hand():
 
 def _plan(*sets):
     from moesim.program.build import build_step
-    from moesim.scenario import load_scenario, resolve
+    from moesim.scenario import load_scenario
+    from moesim.wiring import resolve
     res = resolve(load_scenario("toy-cpu", ["model.n_experts=0", "model.top_k=0",
-                                            "parallel.ep=1", *sets], resolve=False))
+                                            "parallel.ep=1", *sets]))
     return res, build_step(res)
 
 
@@ -108,7 +109,7 @@ def test_mlp_recompute_in_the_step_program():
 
 
 def test_recompute_time_on_both_engines():
-    from moesim.engine.api import simulate
+    from moesim.wiring import simulate
     steps = {}
     for mode in ("exact", "fast"):
         for r in ("none", "full"):

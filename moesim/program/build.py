@@ -68,7 +68,7 @@ class StepPlan:
 
 def build_step(res, step: int | None = None, *, replicas: str = "independent",
                dedup: bool = False) -> StepPlan:
-    """Programs for every rank of ``res`` (a :class:`moesim.scenario.resolve.Resolved`) for
+    """Programs for every rank of ``res`` (a :class:`moesim.scenario.resolved.Resolved`) for
     training step ``step`` (default: the scenario's ``schedule.step``).
 
     ``replicas="identical"``: every expert-data-parallel replica of an EP group samples

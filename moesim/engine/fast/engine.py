@@ -43,7 +43,7 @@ from moesim.program.build import ACT_BYTES, Builder
 from moesim.program.overlap import PairRule
 from moesim.program.replicas import replicas_mode
 from moesim.program.timer import Timer
-from moesim.scenario.resolve import Resolved
+from moesim.scenario.resolved import Resolved
 from moesim.schedule.a2a_overlap import a2a_1f1b_order
 from moesim.trace.result import SimResult
 from moesim.trace.spans import Span

@@ -35,7 +35,7 @@ from moesim.engine.fast.plan_stats import make_plan, shortcuts
 from moesim.engine.fast.records import _route_rec
 from moesim.engine.summary import link_stats, make_result, summarize
 from moesim.program import recipe
-from moesim.scenario.resolve import Resolved
+from moesim.scenario.resolved import Resolved
 from moesim.trace.result import SimResult
 
 
