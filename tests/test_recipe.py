@@ -18,8 +18,8 @@ from pathlib import Path
 import pytest
 
 from moesim.compute.base import Kernel
-from moesim.engine.api import resolve_path, simulate
 from moesim.program import recipe
+from moesim.wiring import resolve_path, simulate
 
 ROOT = Path(__file__).resolve().parents[1]
 PKG = ROOT / "moesim"
