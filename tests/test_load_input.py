@@ -133,8 +133,8 @@ def test_no_cache_without_a_load_section(capsys):
 
 def test_lengths_never_overflow_to_negative():
     rng = np.random.default_rng(0)
-    x = lengths.draw({"dist": "lognormal", "mean": MAX_TOKENS, "sigma": 10.0,
-                      "max": MAX_TOKENS}, rng, 10_000)
+    x = lengths.draw(lengths.LengthDist(dist="lognormal", mean=MAX_TOKENS, sigma=10.0,
+                                        max=MAX_TOKENS), rng, 10_000)
     assert x.min() >= 1 and x.max() <= MAX_TOKENS
     with pytest.raises(InputError) as e:
         load_from_dict({"arrival": {"rate_rps": 1}, "requests": 3,

@@ -6,10 +6,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from moesim.traffic.costs import LinearStepCosts
-from moesim.rl.config import LengthDist
 from moesim.rl.generate import generate, long_tail
-from moesim.rl.lengths import draw
+from moesim.traffic.costs import LinearStepCosts
+from moesim.traffic.lengths import LengthDist, draw
 
 COSTS = LinearStepCosts(prefill_base_s=0.5, prefill_per_token_s=0.01, decode_base_s=1.0,
                         decode_per_seq_s=0.1, decode_per_ctx_token_s=0.001)
@@ -67,8 +66,8 @@ def test_longest_sample_sets_the_pace_and_long_tail():
 
 def test_every_sample_finishes_with_its_tokens():
     rng = np.random.default_rng(1)
-    p = draw(LengthDist(dist="uniform", min=1, max=50), 200, rng)
-    r = draw(LengthDist(dist="lognormal", mean=40, max=120, sigma=0.8), 200, rng)
+    p = draw(LengthDist(dist="uniform", min=1, max=50), rng, 200)
+    r = draw(LengthDist(dist="lognormal", mean=40, max=120, sigma=0.8), rng, 200)
     g = generate(p, r, COSTS, replicas=3, kv_tokens=1500, max_batch=64)
     assert len(g.finish_s) == 200 and np.all(g.finish_s > 0)
     assert sorted(np.bincount(g.replica).tolist()) == [66, 67, 67]
@@ -81,12 +80,12 @@ def test_every_sample_finishes_with_its_tokens():
 
 def test_lengths():
     rng = np.random.default_rng(0)
-    x = draw(LengthDist(dist="lognormal", mean=2900, max=3840, sigma=0.5), 20000, rng)
+    x = draw(LengthDist(dist="lognormal", mean=2900, max=3840, sigma=0.5), rng, 20000)
     assert x.max() == 3840 and x.min() >= 1
     # the untruncated mean is 2900; truncation at max only lowers it
     assert 2500 < x.mean() < 2900
-    assert np.all(draw(LengthDist(mean=256), 5, rng) == 256)
-    u = draw(LengthDist(dist="uniform", min=3, max=5), 3000, rng)
+    assert np.all(draw(LengthDist(mean=256), rng, 5) == 256)
+    u = draw(LengthDist(dist="uniform", min=3, max=5), rng, 3000)
     assert set(u.tolist()) == {3, 4, 5}
 
 
@@ -107,8 +106,8 @@ def test_generation_skipping_between_events_equals_stepping():
     # preemptions (a small cache), several replicas of two ranks: the engine's skipped
     # runs give every sample the stepwise finish time, float for float
     rng = np.random.default_rng(4)
-    p = draw(LengthDist(dist="uniform", min=5, max=60), 96, rng)
-    r = draw(LengthDist(dist="lognormal", mean=80, max=300, sigma=0.7), 96, rng)
+    p = draw(LengthDist(dist="uniform", min=5, max=60), rng, 96)
+    r = draw(LengthDist(dist="lognormal", mean=80, max=300, sigma=0.7), rng, 96)
     a = generate(p, r, COSTS, replicas=3, kv_tokens=1200, max_batch=24, members=2,
                  skip=False)
     b = generate(p, r, COSTS, replicas=3, kv_tokens=1200, max_batch=24, members=2)

@@ -11,8 +11,9 @@ from moesim.rl.loop import StepDurations, schedule
 
 
 def _d(gen, train, sync, old=0.0, ref=0.0, reward=0.0):
-    return StepDurations(generate=gen, train=train, weight_sync=sync, old_logprob=old,
-                         reference=ref, reward=reward)
+    """GRPO's trainer phases in their order (moesim.rl.algorithms)."""
+    return StepDurations(generate=gen, weight_sync=sync, trainer={
+        "reward": reward, "old_logprob": old, "reference": ref, "train": train})
 
 
 def test_synchronous_step_is_the_sum_of_its_phases():
@@ -83,8 +84,9 @@ def test_lag_never_exceeds_max_lag(k):
 
 
 def test_colocated_runs_phases_in_turn():
-    d = StepDurations(generate=5.0, train=3.0, weight_sync=0.5, old_logprob=1.0,
-                      switch_in=0.25, switch_out=0.75)
+    d = StepDurations(generate=5.0, weight_sync=0.5, switch_in=0.25, switch_out=0.75,
+                      trainer={"reward": 0.0, "old_logprob": 1.0, "reference": 0.0,
+                               "train": 3.0})
     tl = schedule([d] * 2, max_lag=0, colocated=True)
     assert tl.step_end_s == pytest.approx([10.5, 21.0])
     phases = [sp.phase for sp in tl.spans if sp.step == 0]

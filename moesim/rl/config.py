@@ -30,9 +30,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from moesim.errors import InputError
+from moesim.rl.algorithms import ALGORITHMS
+from moesim.traffic.lengths import LengthDist
+from moesim.traffic.lengths import check as check_lengths
 
-DISTS = ("fixed", "uniform", "lognormal", "empirical")
-ALGORITHMS = ("grpo",)
 REWARD_KINDS = ("rule", "model")
 SYNC_METHODS = ("nccl", "ipc", "sharded")
 KV_DTYPES = ("bf16", "fp8")
@@ -48,20 +49,6 @@ DEFAULT_KV_FRACTION = 0.9
 #: most 1024 running sequences per engine step (vllm/engine/arg_utils.py,
 #: EngineArgs.get_batch_defaults, default_max_num_seqs for LLM_CLASS)
 DEFAULT_MAX_BATCH = 1024
-
-
-@dataclass(frozen=True)
-class LengthDist:
-    """Tokens per sequence: ``fixed`` (``mean``), ``uniform`` (``min``..``max``),
-    ``lognormal`` (mean ``mean``, log-space sigma ``sigma``, truncated at ``max``),
-    ``empirical`` (lengths from ``file``, one integer per line)."""
-
-    dist: str = "fixed"
-    mean: float = 256
-    max: int | None = None
-    min: int = 1
-    sigma: float = 0.5          # lognormal only; an assumption of ours, set it from your data
-    file: str | None = None
 
 
 @dataclass(frozen=True)
@@ -152,18 +139,19 @@ class RLConfig:
         return self.rollout.gpus if self.colocated else self.rollout.gpus + self.train.gpus
 
 
-_SUB = {"prompt_tokens": LengthDist, "response_tokens": LengthDist, "rollout": RolloutPool,
-        "train": TrainPool, "reward": RewardConfig, "weight_sync": WeightSyncConfig}
+_SUB = {"rollout": RolloutPool, "train": TrainPool, "reward": RewardConfig,
+        "weight_sync": WeightSyncConfig}
+#: the length distributions (moesim.traffic.lengths) and their defaults: fixed 256 and 1024
+_LENGTHS = {"prompt_tokens": {"dist": "fixed", "mean": 256},
+            "response_tokens": {"dist": "fixed", "mean": 1024}}
 #: field -> (kind, detail): pos int >= 1, nonneg int >= 0, posnum > 0, nonnegnum >= 0,
 #: frac in (0, 1], bool, choice, optpos (None or int >= 1)
 _RULES: dict[str, tuple[str, Any]] = {
-    "algorithm": ("choice", ALGORITHMS), "steps": ("pos", None),
+    "algorithm": ("algorithm", None), "steps": ("pos", None),
     "prompts_per_step": ("pos", None), "samples_per_prompt": ("pos", None),
     "colocated": ("bool", None), "old_logprob": ("bool", None), "reference": ("bool", None),
     "max_lag": ("nonneg", None), "partial_rollouts": ("bool", None),
     "kv_after_sync": ("choice", KV_AFTER_SYNC),
-    "dist": ("choice", DISTS), "mean": ("tokens", None), "max": ("optpos", None),
-    "min": ("pos", None), "sigma": ("nonnegnum", None), "file": ("optstr", None),
     "gpus": ("optpos", None), "tp": ("pos", None), "ep": ("pos", None), "pp": ("pos", None),
     "kv_fraction": ("frac", None), "max_batch": ("pos", None), "kv_dtype": ("choice", KV_DTYPES),
     "cuda_graphs": ("bool", None),
@@ -178,26 +166,22 @@ _RULES: dict[str, tuple[str, Any]] = {
 #: what one machine can simulate: RL steps per run (each simulates a generation of every
 #: sample), samples per step (prompts x group), tokens per sequence (prompt, response,
 #: trainer row: beyond any model's context), running sequences per engine, passes over a
-#: step's samples, a lognormal's log-space sigma (beyond it the draws are all at the cap),
-#: host seconds per parameter tensor and CPU seconds per sample (beyond them a step lasts
+#: step's samples, host seconds per parameter tensor and CPU seconds per sample (beyond them a step lasts
 #: longer than a year), max_lag (at most the steps)
 MAX_STEPS = 10_000
 MAX_SAMPLES = 1_000_000
 MAX_TOKENS = 10_000_000
 MAX_BATCH = 65_536
 MAX_EPOCHS = 1_000
-MAX_SIGMA = 10.0
 MAX_SECONDS = 3_600.0
 _BOUNDS: dict[str, tuple[float, str]] = {
     "steps": (MAX_STEPS, "RL steps one run can simulate"),
     "max_lag": (MAX_STEPS, "the most RL steps one run can simulate"),
     "prompts_per_step": (MAX_SAMPLES, "samples per step one machine can simulate"),
     "samples_per_prompt": (MAX_SAMPLES, "samples per step one machine can simulate"),
-    "mean": (MAX_TOKENS, "tokens per sequence"), "max": (MAX_TOKENS, "tokens per sequence"),
-    "min": (MAX_TOKENS, "tokens per sequence"), "seq_len": (MAX_TOKENS, "tokens per row"),
+    "seq_len": (MAX_TOKENS, "tokens per row"),
     "max_batch": (MAX_BATCH, "running sequences per engine"),
     "epochs": (MAX_EPOCHS, "passes over a step's samples"),
-    "sigma": (MAX_SIGMA, "a lognormal's log-space sigma"),
     "per_tensor_s": (MAX_SECONDS, "seconds per tensor"),
     "cpu_s_per_sample": (MAX_SECONDS, "CPU seconds per sample"),
 }
@@ -220,20 +204,20 @@ def _check(src: str, key: str, name: str, v: Any) -> None:
         "posnum": lambda: not (_is_num(v) and v > 0),
         "nonnegnum": lambda: not (_is_num(v) and v >= 0),
         "frac": lambda: not (_is_num(v) and 0 < v <= 1),
-        "tokens": lambda: not (_is_num(v) and v >= 1),
         "stage": lambda: not (_is_int(v) and 0 <= v <= 3),
         "bool": lambda: not isinstance(v, bool),
         "choice": lambda: v not in detail,
-        "optstr": lambda: v is not None and not (isinstance(v, str) and v),
+        "algorithm": lambda: v not in ALGORITHMS,
         "optdict": lambda: v is not None and not isinstance(v, dict),
     }[kind]
     if bad():
         expected = {"pos": "an integer >= 1", "nonneg": "an integer >= 0",
                     "optpos": "an integer >= 1 (or omit it)", "posnum": "a finite number > 0",
-                    "nonnegnum": "a finite number >= 0", "frac": "a number in (0, 1]", "tokens": "a number of tokens >= 1",
+                    "nonnegnum": "a finite number >= 0", "frac": "a number in (0, 1]",
                     "stage": "a ZeRO stage 0, 1, 2 or 3",
                     "bool": "true or false", "choice": f"one of {list(detail or ())}",
-                    "optstr": "a file path", "optdict": "a model section mapping"}[kind]
+                    "algorithm": f"one of {list(ALGORITHMS.names())}",
+                    "optdict": "a model section mapping"}[kind]
         raise InputError(src, key, expected, v)
     bound = _BOUNDS.get(name)
     if bound is not None and v is not None and v > bound[0]:
@@ -255,6 +239,17 @@ def _sub(src: str, key: str, cls: type, d: Any) -> Any:
     return cls(**d)
 
 
+def _algorithm_fields(d: dict, src: str) -> None:
+    """A key that only other algorithms take (:data:`ALGORITHMS`) is refused, naming the
+    algorithm and the ones that take it."""
+    kind = ALGORITHMS.get(d.get("algorithm", RLConfig.algorithm), src)
+    for k in d:
+        if k in ALGORITHMS.all_fields() and k not in kind.fields:
+            takers = [n for n in ALGORITHMS.names() if k in ALGORITHMS.get(n).fields]
+            raise InputError(src, f"rl.{k}", f"no {k} for algorithm {kind.name} (it takes "
+                             f"{list(kind.fields)}; {k} is for {takers})", d[k])
+
+
 def rl_from_dict(d: Any, source: str, *, world: int | None = None) -> RLConfig:
     """Check the ``rl`` section against itself (and the cluster's ``world`` GPUs)."""
     if not d:
@@ -267,11 +262,14 @@ def rl_from_dict(d: Any, source: str, *, world: int | None = None) -> RLConfig:
     for k, v in d.items():
         if k not in valid:
             raise InputError(source, f"rl.{k}", f"one of the rl keys {valid}", k)
-        if k in _SUB:
+        if k in _LENGTHS:
+            kwargs[k] = check_lengths(v, source, f"rl.{k}", _LENGTHS[k])
+        elif k in _SUB:
             kwargs[k] = _sub(source, f"rl.{k}", _SUB[k], v)
         else:
             _check(source, f"rl.{k}", k, v)
             kwargs[k] = v
+    _algorithm_fields(d, source)
     cfg = RLConfig(**kwargs)
     if cfg.samples_per_step > MAX_SAMPLES:
         raise InputError(source, "rl.samples_per_prompt", f"prompts_per_step x "
@@ -292,17 +290,6 @@ def rl_from_dict(d: Any, source: str, *, world: int | None = None) -> RLConfig:
 
 
 def _consistent(cfg: RLConfig, src: str, world: int | None) -> None:
-    for name in ("prompt_tokens", "response_tokens"):
-        dist = getattr(cfg, name)
-        key = f"rl.{name}"
-        if dist.dist == "empirical" and not dist.file:
-            raise InputError(src, f"{key}.file", "a file of lengths for dist: empirical")
-        if dist.dist == "uniform" and dist.max is None:
-            raise InputError(src, f"{key}.max", "the upper bound of dist: uniform")
-        if dist.max is not None and dist.max < dist.min:
-            raise InputError(src, f"{key}.max", f"at least {key}.min = {dist.min}", dist.max)
-        if dist.max is not None and dist.dist in ("fixed", "lognormal") and dist.mean > dist.max:
-            raise InputError(src, f"{key}.mean", f"at most {key}.max = {dist.max}", dist.mean)
     if cfg.colocated and cfg.max_lag != 0:
         raise InputError(src, "rl.max_lag", "0 with rl.colocated: true (one pool runs the "
                          "phases in turn, so no rollout can overlap training)", cfg.max_lag)

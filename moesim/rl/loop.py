@@ -6,8 +6,11 @@ the start). RL step ``s`` trains on batch ``s`` and publishes version ``s + 1``;
 rollout pool generates batch ``s`` with the version it holds, which must be at least
 ``s - max_lag`` (the sample's lag, ``s - version``, is at most ``max_lag``).
 
-**Disaggregated** (two pools): the trainer scores batch ``s`` (reward, old-policy and
-reference log-probs) once it is generated, trains it, publishes version ``s + 1`` and
+The trainer's phases are the algorithm's (:mod:`moesim.rl.algorithms`; GRPO: reward,
+old-policy and reference log-probs, then training), in :attr:`StepDurations.trainer`.
+
+**Disaggregated** (two pools): the trainer runs its phases on batch ``s`` once it is
+generated (scoring it, then training it), publishes version ``s + 1`` and
 takes part in its weight sync, which needs the rollout pool between two generations. The
 rollout pool, when free, first loads a published version newer than its own (the sync),
 else generates the next batch if its version is recent enough, else waits for the next
@@ -20,36 +23,45 @@ afterwards (their KV cache recomputed, or with ``kv_after_sync: keep`` kept, the
 starting at the engines' next step boundary). A sample's lag counts its oldest version.
 
 **Colocated** (one pool, ``max_lag`` 0): generate, switch to training (onload of the
-optimizer states), score, train, switch back (offload), weight hand-over, in turn.
+optimizer states), the trainer's phases, switch back (offload), weight hand-over, in turn.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-#: the trainer's scoring phases, in the order they run
-SCORE_PHASES = ("reward", "old_logprob", "reference")
-PHASES = ("generate", "old_logprob", "reference", "reward", "train", "weight_sync", "switch")
-
 
 @dataclass(frozen=True)
 class StepDurations:
-    """Wall time of each phase of one RL step (s)."""
+    """Wall time of each phase of one RL step (s): ``trainer``, the algorithm's trainer
+    phases in the order they run (the last, the policy update, always on the timeline;
+    another of 0 s is left out)."""
 
     generate: float
-    train: float
+    trainer: dict[str, float]
     weight_sync: float
-    old_logprob: float = 0.0
-    reference: float = 0.0
-    reward: float = 0.0
     switch_in: float = 0.0      # colocated: rollout -> training (onload)
     switch_out: float = 0.0     # colocated: training -> rollout (offload)
+
+    def of(self, phase: str) -> float:
+        """A phase's wall time (``switch``: both switches; a phase the algorithm does
+        not have: 0)."""
+        if phase == "switch":
+            return self.switch_in + self.switch_out
+        if phase in ("generate", "weight_sync"):
+            return getattr(self, phase)
+        return self.trainer.get(phase, 0.0)
+
+    def trainer_spans(self) -> list[tuple[str, float]]:
+        """(phase, s) of the trainer phases the timeline shows, in order."""
+        items = list(self.trainer.items())
+        return [(p, d) for i, (p, d) in enumerate(items) if d > 0 or i == len(items) - 1]
 
 
 @dataclass
 class Span:
     pool: str                   # rollout | train (colocated: both are the one pool)
-    phase: str                  # one of PHASES
+    phase: str                  # generate, weight_sync, switch or a trainer phase
     step: int
     start_s: float
     end_s: float
@@ -90,13 +102,12 @@ def _colocated(durs: list[StepDurations]) -> Timeline:
     for s, d in enumerate(durs):
         tl.gen_version.append(s)
         tl.gen_start_s.append(t)
-        order = [("rollout", "generate", d.generate), ("train", "switch", d.switch_in)]
-        order += [("train", p, getattr(d, p)) for p in SCORE_PHASES]
-        order += [("train", "train", d.train), ("train", "switch", d.switch_out),
-                  ("rollout", "weight_sync", d.weight_sync)]
+        order = [("rollout", "generate", d.generate)]
+        order += [("train", "switch", d.switch_in)] if d.switch_in > 0 else []
+        order += [("train", p, dur) for p, dur in d.trainer_spans()]
+        order += [("train", "switch", d.switch_out)] if d.switch_out > 0 else []
+        order += [("rollout", "weight_sync", d.weight_sync)]
         for pool, phase, dur in order:
-            if dur <= 0 and phase not in ("generate", "train", "weight_sync"):
-                continue
             ver = s if phase == "generate" else s + 1 if phase == "weight_sync" else None
             tl.spans.append(Span(pool, phase, s, t, t + dur, ver))
             t += dur
@@ -116,11 +127,9 @@ def _disaggregated(durs: list[StepDurations], k: int) -> Timeline:
         if waiting is None and next_train < n and next_train in gen_end:
             s, d = next_train, durs[next_train]
             t = max(t_train, gen_end[s])
-            for phase in (*SCORE_PHASES, "train"):
-                dur = getattr(d, phase)
-                if dur > 0 or phase == "train":
-                    tl.spans.append(Span("train", phase, s, t, t + dur))
-                    t += dur
+            for phase, dur in d.trainer_spans():
+                tl.spans.append(Span("train", phase, s, t, t + dur))
+                t += dur
             t_train = t
             waiting = (s + 1, t)
             next_train += 1
@@ -204,11 +213,9 @@ def schedule_partial(durs: list[StepDurations], max_lag: int, rollout,
         t = end
         d = durs[s]                     # the trainer: score and train, then publish
         u = max(t_train, end)
-        for phase in (*SCORE_PHASES, "train"):
-            dur = getattr(d, phase)
-            if dur > 0 or phase == "train":
-                tl.spans.append(Span("train", phase, s, u, u + dur))
-                u += dur
+        for phase, dur in d.trainer_spans():
+            tl.spans.append(Span("train", phase, s, u, u + dur))
+            u += dur
         pub[s + 1] = (u, u + d.weight_sync)
         t_train = u + d.weight_sync
     while loaded < n:

@@ -1,27 +1,24 @@
-"""One RL step's phase durations from its batch: generation on the rollout pool, scoring
-and training on the trainer pool (:class:`TrainerCosts`), reward, weight sync and switch.
+"""One RL step's phase durations from its batch: generation on the rollout pool, the
+algorithm's trainer phases on the trainer pool (:class:`TrainerCosts`; the phases and
+their costs: :mod:`moesim.rl.algorithms`), weight sync and switch.
 
 The trainer's passes run over the batch packed into rows of the trainer's sequence length
-(:mod:`moesim.rl.packing`): the old-policy and reference log-probs are one forward pass
-each over all of the step's rows; training is ``epochs x mini_batches`` optimizer steps,
-each a training step over its mini-batch's rows. Group-normalised advantages (each
-sample's reward minus its group's mean, over the group's standard deviation) are a
-reduction over a few thousand numbers on the CPU: no time is charged for them.
+(:mod:`moesim.rl.packing`), and over each mini-batch's rows.
 """
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from typing import Protocol
 
 import numpy as np
 
-from moesim.traffic.costs import StepCosts
+from moesim.rl.algorithms import StepInputs, algorithm
 from moesim.rl.config import RLConfig
 from moesim.rl.generate import Generation, generate
 from moesim.rl.loop import StepDurations
 from moesim.rl.packing import pack_rows, split_mini_batches
+from moesim.traffic.costs import StepCosts
 
 
 class TrainerCosts(Protocol):
@@ -89,15 +86,8 @@ def step_work(cfg: RLConfig, batch: Batch, seq_len: int, rollout: StepCosts,
     rows = pack_rows(lengths, seq_len)
     mb_rows = [pack_rows(lengths[ix], seq_len) for ix in split_mini_batches(len(lengths),
                                                                              tr.mini_batches)]
-    train = tr.epochs * sum(trainer.train_step_s(r) for r in mb_rows)
-    rw = cfg.reward
-    if rw.kind == "rule":
-        reward = math.ceil(len(lengths) / rw.workers) * rw.cpu_s_per_sample
-    else:
-        reward = trainer.reward_model_s(rows)
-    d = StepDurations(
-        generate=gen.time_s, train=train, weight_sync=sync_s,
-        old_logprob=trainer.forward_s(rows) if cfg.old_logprob else 0.0,
-        reference=trainer.forward_s(rows) if cfg.reference else 0.0,
-        reward=reward, switch_in=switch_s[0], switch_out=switch_s[1])
+    work = StepInputs(cfg, trainer, len(lengths), rows, mb_rows)
+    d = StepDurations(generate=gen.time_s,
+                      trainer=algorithm(cfg.algorithm).trainer_seconds(work),
+                      weight_sync=sync_s, switch_in=switch_s[0], switch_out=switch_s[1])
     return StepWork(d, gen, rows, mb_rows)

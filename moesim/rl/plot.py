@@ -5,11 +5,13 @@ from __future__ import annotations
 
 from matplotlib.axes import Axes
 
-from moesim.rl.loop import PHASES
+from moesim.rl.algorithms import algorithm
 
 COLORS = {"generate": "#4c78a8", "old_logprob": "#f58518", "reference": "#e45756",
           "reward": "#72b7b2", "train": "#54a24b", "weight_sync": "#b279a2",
           "switch": "#9d755d"}
+#: a phase without a colour of its own (another algorithm's)
+OTHER = "#bab0ac"
 
 
 def plot_gantt(run, ax: Axes, max_steps: int = 4) -> Axes:
@@ -17,14 +19,14 @@ def plot_gantt(run, ax: Axes, max_steps: int = 4) -> Axes:
     spans = [sp for sp in run.timeline.spans if sp.step < max_steps]
     rows = []
     for pool in ("rollout", "train"):
-        for phase in PHASES:
+        for phase in algorithm(run.setup.cfg.algorithm).report:
             if any(sp.pool == pool and sp.phase == phase for sp in spans):
                 rows.append((pool, phase))
     y = {r: i for i, r in enumerate(rows)}
     for sp in spans:
         w = sp.end_s - sp.start_s
         ax.barh(y[(sp.pool, sp.phase)], w, left=sp.start_s, height=0.7,
-                color=COLORS[sp.phase], edgecolor="white", linewidth=0.5)
+                color=COLORS.get(sp.phase, OTHER), edgecolor="white", linewidth=0.5)
         label = f"{sp.step}" + (f" v{sp.version}" if sp.phase == "generate" else "")
         ax.text(sp.start_s + w / 2, y[(sp.pool, sp.phase)], label, ha="center",
                 va="center", fontsize=7, color="white", clip_on=True)

@@ -17,7 +17,6 @@ import numpy as np
 from moesim.errors import InputError
 from moesim.rl.config import RLConfig, rl_from_dict
 from moesim.rl.generate import Rollout
-from moesim.rl.lengths import draw
 from moesim.rl.loop import Timeline, schedule, schedule_partial
 from moesim.rl.memory import replica_weight_bytes, rl_fits
 from moesim.rl.phases import Batch, StepWork, TrainerCosts, step_work
@@ -29,6 +28,7 @@ from moesim.scenario.schema import ParallelConfig, Scenario
 from moesim.serve.kv import kv_bytes_per_token
 from moesim.traffic.costs import StepCosts
 from moesim.traffic.deploy import windows_of
+from moesim.traffic.lengths import draw
 from moesim.wiring import resolve
 
 KV_ELEM = {"bf16": 2, "fp8": 1}
@@ -140,8 +140,10 @@ def draw_batch(setup: RLSetup, step: int) -> Batch:
     of ``samples_per_prompt`` responses (seeded by the scenario's seed and the step)."""
     cfg = setup.cfg
     rng = np.random.default_rng([setup.scenario.seed, step])
-    prompts = draw(cfg.prompt_tokens, cfg.prompts_per_step, rng, "rl.prompt_tokens")
-    response = draw(cfg.response_tokens, cfg.samples_per_step, rng, "rl.response_tokens")
+    prompts = draw(cfg.prompt_tokens, rng, cfg.prompts_per_step, source=setup.source,
+                   field="rl.prompt_tokens")
+    response = draw(cfg.response_tokens, rng, cfg.samples_per_step, source=setup.source,
+                    field="rl.response_tokens")
     batch = Batch(np.repeat(prompts, cfg.samples_per_prompt), response)
     longest = int((batch.prompt + batch.response).max())
     if longest > setup.seq_len:

@@ -20,7 +20,7 @@ from collections import Counter
 import numpy as np
 
 from moesim.memory.fit import fit_line, fit_summary
-from moesim.rl.loop import PHASES
+from moesim.rl.algorithms import algorithm
 
 KEYS = ("step_time_s", "step_time_kind", "steps_averaged", "phases_s", "samples_per_s",
         "tokens_per_s_per_gpu", "utilization", "staleness", "long_tail_s", "steps", "fit",
@@ -70,17 +70,17 @@ def summarize(run) -> dict:
     times = [ends[0]] + [ends[i] - ends[i - 1] for i in range(1, n)]
     kind, first, last = step_window(n, cfg.max_lag)
     step = float(np.mean(times[first:last + 1]))
-    phases = {p: 0.0 for p in PHASES}
+    algo = algorithm(cfg.algorithm)
+    phases = {p: 0.0 for p in algo.report}
     for w in run.works:
         d = w.durations
-        for p in PHASES:
-            phases[p] += (d.switch_in + d.switch_out) if p == "switch" else getattr(d, p)
+        for p in algo.report:
+            phases[p] += d.of(p)
     phases = {p: v / n for p, v in phases.items()}
     span = tl.makespan_s or 1.0
     if cfg.colocated:
         util = {"rollout": _busy(tl.spans, "rollout", ("generate",)) / span,
-                "train": _busy(tl.spans, "train", ("old_logprob", "reference", "reward",
-                                                   "train")) / span}
+                "train": _busy(tl.spans, "train", algo.trainer_phases) / span}
     else:
         util = {"rollout": _busy(tl.spans, "rollout") / span,
                 "train": _busy(tl.spans, "train") / span}
@@ -105,8 +105,7 @@ def summarize(run) -> dict:
                 "two_version_samples": int((tl.first_version[s]
                                             != tl.last_version[s]).sum())}),
             "long_tail_s": w.generation.long_tail_s,
-            "phases_s": {p: ((d.switch_in + d.switch_out) if p == "switch" else getattr(d, p))
-                         for p in PHASES},
+            "phases_s": {p: d.of(p) for p in algo.report},
         })
     return {
         "step_time_s": step,

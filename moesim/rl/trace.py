@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from moesim.rl.loop import PHASES
+from moesim.rl.algorithms import algorithm
 
 PIDS = {"rollout": 1, "train": 2}
 
@@ -38,6 +38,7 @@ def pool_counters(run) -> list[tuple[float, int, float]]:
 
 def trace_events(run) -> list[dict]:
     cfg = run.setup.cfg
+    phases = algorithm(cfg.algorithm).report
     names = ({"rollout": f"pool ({cfg.rollout.gpus} GPUs, colocated)",
               "train": f"pool ({cfg.train.gpus} GPUs, colocated): training"}
              if cfg.colocated else
@@ -49,10 +50,10 @@ def trace_events(run) -> list[dict]:
         ev.append({"ph": "M", "name": "process_name", "pid": pid, "args": {"name": names[pool]}})
         ev.append({"ph": "M", "name": "process_sort_index", "pid": pid,
                    "args": {"sort_index": pid}})
-        for tid, phase in enumerate(PHASES, 1):
+        for tid, phase in enumerate(phases, 1):
             ev.append({"ph": "M", "name": "thread_name", "pid": pid, "tid": tid,
                        "args": {"name": phase}})
-    tids = {p: i for i, p in enumerate(PHASES, 1)}
+    tids = {p: i for i, p in enumerate(phases, 1)}
     for sp in run.timeline.spans:
         args = {"step": sp.step}
         if sp.version is not None:

@@ -33,6 +33,7 @@ import numpy as np
 from moesim.errors import InputError
 from moesim.traffic import arrivals as arr
 from moesim.traffic import lengths as lens
+from moesim.traffic.balancer import BALANCERS
 from moesim.traffic.limits import (
     CV,
     INT_LIMITS,
@@ -40,19 +41,18 @@ from moesim.traffic.limits import (
     MAX_GRID,
     MAX_GRID_POINTS,
     MAX_REQUESTS,
-    MAX_SIGMA,
     MAX_TOKENS,
     RATE_RPS,
 )
 from moesim.traffic.request import Request
-from moesim.traffic.balancer import ROUTERS
+from moesim.traffic.schedulers import SCHEDULERS
 
-SCHEDULERS = ("vllm", "sarathi", "disaggregated")
-
-
+#: the section's keys; a registered scheduler's fields are keys too (:func:`keys`)
 KEYS = ("arrival", "requests", "duration_s", "prompt_tokens", "output_tokens", "scheduler",
         "token_budget", "max_seqs", "block_size", "router", "kv_fraction", "kv_tokens",
         "prefill_groups", "seed", "surface")
+#: the built-in schedulers' fields checked here (integers >= 1, bounded by INT_LIMITS)
+_INT_FIELDS = ("token_budget", "max_seqs", "block_size", "prefill_groups")
 SURFACE_KEYS = ("batches", "contexts", "prompts", "prompt_lens")
 
 
@@ -61,8 +61,8 @@ class LoadConfig:
     arrival: dict = field(default_factory=lambda: {"kind": "poisson", "rate_rps": 1.0})
     requests: int | None = None
     duration_s: float | None = None
-    prompt_tokens: dict = field(default_factory=lambda: {"dist": "fixed", "mean": 1024})
-    output_tokens: dict = field(default_factory=lambda: {"dist": "fixed", "mean": 128})
+    prompt_tokens: lens.LengthDist = field(default_factory=lambda: lens.LengthDist(mean=1024))
+    output_tokens: lens.LengthDist = field(default_factory=lambda: lens.LengthDist(mean=128))
     scheduler: str = "vllm"
     token_budget: int = 2048
     max_seqs: int = 256
@@ -73,6 +73,7 @@ class LoadConfig:
     prefill_groups: int = 1
     seed: int = 0
     surface: dict = field(default_factory=dict)   # grid of the step-cost surface
+    options: dict = field(default_factory=dict)   # a registered scheduler's other fields
     base: str = "."                      # folder relative file names are read from
     source: str = "<load>"
 
@@ -80,6 +81,12 @@ class LoadConfig:
     def rate(self) -> float | None:
         r = self.arrival.get("rate_rps")
         return None if r is None else float(r)
+
+    def scheduler_options(self) -> dict:
+        """The fields the scheduler registered (:data:`SCHEDULERS`), with their values."""
+        kind = SCHEDULERS.get(self.scheduler, self.source)
+        return {f: getattr(self, f) if f in KEYS else self.options.get(f, default)
+                for f, default in kind.fields.items()}
 
     def with_rate(self, rate: float) -> LoadConfig:
         import dataclasses
@@ -129,9 +136,9 @@ def _path(cfg: LoadConfig, name: str) -> Path:
 
 def _counts(cfg: LoadConfig, key: str) -> np.ndarray | None:
     d = getattr(cfg, key)
-    if d["dist"] != "empirical":
+    if d.dist != "empirical":
         return None
-    return lens.read_counts(_path(cfg, d["file"]), d.get("column"), cfg.source, f"load.{key}")
+    return lens.read_counts(_path(cfg, d.file), d.column, cfg.source, f"load.{key}")
 
 
 def _num(v: Any, src: str, fld: str, lo: float, integer: bool = False, strict=False,
@@ -148,32 +155,26 @@ def _num(v: Any, src: str, fld: str, lo: float, integer: bool = False, strict=Fa
     return int(v) if integer else float(v)
 
 
-def _dist(d: Any, src: str, fld: str) -> dict:
-    if not isinstance(d, dict) or d.get("dist") not in lens.DISTS:
-        raise InputError(src, f"{fld}.dist", f"one of {list(lens.DISTS)} in a mapping "
-                         "{dist: ..., mean: ...}", d)
-    d = dict(d)
-    need = {"fixed": ("mean",), "uniform": ("min", "max"), "lognormal": ("mean",),
-            "empirical": ("file",)}[d["dist"]]
-    allowed = {"dist", "mean", "min", "max", "sigma", "file", "column"}
+#: the lognormal's sigma where a load section gives none (the RL section's: 0.5)
+LOAD_LENGTH_DEFAULTS = {"sigma": 1.0}
+
+
+def keys() -> tuple[str, ...]:
+    """The section's keys and every registered scheduler's fields."""
+    return KEYS + tuple(f for f in SCHEDULERS.all_fields() if f not in KEYS)
+
+
+def _scheduler_fields(d: dict, source: str) -> dict:
+    """The scheduler by name from the registry; a key only other schedulers take is
+    refused naming the schedulers that take it. Returns the scheduler's fields that are
+    not section keys (checked by nobody here: the scheduler's factory reads them)."""
+    kind = SCHEDULERS.get(d.get("scheduler", LoadConfig.scheduler), source)
     for k in d:
-        if k not in allowed:
-            raise InputError(src, f"{fld}.{k}", f"one of {sorted(allowed)}", k)
-    for k in need:
-        if k not in d:
-            raise InputError(src, f"{fld}.{k}", f"a value for {d['dist']} lengths", "missing")
-    for k in ("mean", "min", "max"):
-        if k in d:
-            d[k] = _num(d[k], src, f"{fld}.{k}", 1, integer=(k != "mean"), hi=MAX_TOKENS)
-    if "sigma" in d:
-        d["sigma"] = _num(d["sigma"], src, f"{fld}.sigma", 0, hi=MAX_SIGMA)
-    for k in ("file", "column"):
-        if k in d and not isinstance(d[k], str):
-            raise InputError(src, f"{fld}.{k}", "a file name" if k == "file" else
-                             "a column name", d[k])
-    if d["dist"] == "uniform" and d["min"] > d["max"]:
-        raise InputError(src, f"{fld}.max", f">= min ({d['min']})", d["max"])
-    return d
+        if k in SCHEDULERS.all_fields() and k not in kind.fields:
+            takers = [n for n in SCHEDULERS.names() if k in SCHEDULERS.get(n).fields]
+            raise InputError(source, f"load.{k}", f"no {k} for scheduler {kind.name} (it "
+                             f"takes {list(kind.fields)}; {k} is for {takers})", d[k])
+    return {k: d.pop(k) for k in list(d) if k in kind.fields and k not in KEYS}
 
 
 def load_from_dict(d: Any, source: str, seed: int = 0, base: str = ".") -> LoadConfig:
@@ -182,8 +183,8 @@ def load_from_dict(d: Any, source: str, seed: int = 0, base: str = ".") -> LoadC
         raise InputError(source, "load", "a mapping of key: value", d)
     d = dict(d)
     for k in d:
-        if k not in KEYS:
-            raise InputError(source, f"load.{k}", f"one of the load keys {list(KEYS)}", k)
+        if k not in keys():
+            raise InputError(source, f"load.{k}", f"one of the load keys {list(keys())}", k)
     if not isinstance(d.get("arrival") or {}, dict):
         raise InputError(source, "load.arrival", "a mapping {kind: ..., rate_rps: ...}",
                          d["arrival"])
@@ -226,13 +227,11 @@ def load_from_dict(d: Any, source: str, seed: int = 0, base: str = ".") -> LoadC
                              "load.duration_s)", "missing")
     for k in ("prompt_tokens", "output_tokens"):
         if k in d:
-            d[k] = _dist(d[k], source, f"load.{k}")
-    if "scheduler" in d and d["scheduler"] not in SCHEDULERS:
-        raise InputError(source, "load.scheduler", f"one of {list(SCHEDULERS)}",
-                         d["scheduler"])
-    if "router" in d and d["router"] not in ROUTERS:
-        raise InputError(source, "load.router", f"one of {list(ROUTERS)}", d["router"])
-    for k in ("token_budget", "max_seqs", "block_size", "prefill_groups"):
+            d[k] = lens.check(d[k], source, f"load.{k}", LOAD_LENGTH_DEFAULTS)
+    options = _scheduler_fields(d, source)
+    if "router" in d:
+        BALANCERS.get(d["router"], source)
+    for k in _INT_FIELDS:
         if k in d:
             d[k] = _num(d[k], source, f"load.{k}", 1, integer=True, hi=INT_LIMITS[k])
     if d.get("kv_tokens") is not None:
@@ -263,4 +262,4 @@ def load_from_dict(d: Any, source: str, seed: int = 0, base: str = ".") -> LoadC
                          hi=INT_LIMITS["seed"])
     else:
         d["seed"] = seed
-    return LoadConfig(**d, base=base, source=source)
+    return LoadConfig(**d, options=options, base=base, source=source)

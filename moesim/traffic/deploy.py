@@ -16,29 +16,29 @@ group holds only the blocks of its window.
 from __future__ import annotations
 
 from moesim.errors import InputError
-from moesim.traffic.disagg import DecodeOnly, KVTransfer, PrefillOnly
+from moesim.model.window import is_window_layer
 from moesim.traffic.kvcache import BlockManager, kv_groups
 from moesim.traffic.loop import LoadSim
-from moesim.traffic.sarathi import ChunkedPrefill
-from moesim.traffic.vllm import ContinuousBatching
-from moesim.model.window import is_window_layer
-
-POLICIES = {"vllm": ContinuousBatching, "sarathi": ChunkedPrefill}
+from moesim.traffic.schedulers import SCHEDULERS, Deployment
 
 
 def build_sim(costs, groups: list[list[int]], kv_tokens: int, *, scheduler: str = "vllm",
-              router: str = "least_outstanding", max_seqs: int = 256,
-              token_budget: int = 2048, block_size: int = 16, prefill_groups: int = 1,
-              kv_bytes_per_token: float = 0.0, links=None,
-              gpus_of: list[tuple[str, ...]] | None = None, series: bool = True,
-              layer_windows: list[int] | None = None) -> LoadSim:
+              router: str = "least_outstanding", max_seqs: int | None = None,
+              token_budget: int | None = None, block_size: int = 16,
+              prefill_groups: int | None = None, kv_bytes_per_token: float = 0.0,
+              links=None, gpus_of: list[tuple[str, ...]] | None = None, series: bool = True,
+              layer_windows: list[int] | None = None, options: dict | None = None) -> LoadSim:
     """A LoadSim over ``groups`` (member ids 0..M-1) with ``kv_tokens`` of KV cache per
-    member. ``scheduler``: ``vllm`` | ``sarathi`` | ``disaggregated`` (the first
-    ``prefill_groups`` groups prefill, the others decode; their KV caches move as flows
-    over ``links``, a topology, between the GPUs ``gpus_of[member]``: see
-    :class:`moesim.traffic.disagg.KVTransfer`). ``layer_windows``: each layer's sliding
-    window (0: full attention; None: every layer full), which makes the KV cache vLLM's
-    hybrid one (:func:`moesim.traffic.kvcache.kv_groups`)."""
+    member, built by the registered ``scheduler``
+    (:data:`moesim.traffic.schedulers.SCHEDULERS`: ``vllm`` | ``sarathi`` |
+    ``disaggregated``, where the first ``prefill_groups`` groups prefill, the others decode;
+    their KV caches move as flows over ``links``, a topology, between the GPUs
+    ``gpus_of[member]``: see :class:`moesim.traffic.disagg.KVTransfer`). The scheduler
+    gets the fields it registered: ``max_seqs``, ``token_budget``, ``prefill_groups`` when
+    given, else ``options[field]``, else its default. ``layer_windows``: each layer's
+    sliding window (0: full attention; None: every layer full), which makes the KV cache
+    vLLM's hybrid one (:func:`moesim.traffic.kvcache.kv_groups`)."""
+    kind = SCHEDULERS.get(scheduler)
     members = sorted(m for g in groups for m in g)
     if members != list(range(len(members))):
         raise ValueError("members must be numbered 0..M-1")
@@ -49,22 +49,13 @@ def build_sim(costs, groups: list[list[int]], kv_tokens: int, *, scheduler: str 
     def cache() -> BlockManager:
         return BlockManager(blocks, block_size, windows, blocks * block_size * size // layers)
 
-    opts = {"max_seqs": max_seqs, "token_budget": token_budget}
-    if scheduler != "disaggregated":
-        cls = POLICIES[scheduler]
-        scheds = [cls(cache(), **opts) for _ in members]
-        return LoadSim(costs, groups, scheds, router=router, series=series)
-    if not 1 <= prefill_groups < len(groups):
-        raise ValueError("disaggregated serving needs prefill_groups in [1, groups)")
-    pre = {m for g in groups[:prefill_groups] for m in g}
-    scheds = [(PrefillOnly if m in pre else DecodeOnly)(cache(), **opts) for m in members]
-    sim = LoadSim(costs, groups, scheds, router=router, series=series,
-                  entry=sorted(pre))
-    move = KVTransfer(sim, kv_bytes_per_token, links, gpus_of, layer_windows)
-    move.decode_members = [m for m in members if m not in pre]
-    sim.handoff = move
-    sim.transfer = move
-    return sim
+    given = {**(options or {}), **{k: v for k, v in (("max_seqs", max_seqs),
+                                                     ("token_budget", token_budget),
+                                                     ("prefill_groups", prefill_groups))
+                                   if v is not None}}
+    opts = {f: given.get(f, default) for f, default in kind.fields.items()}
+    return kind.factory(Deployment(costs, groups, cache, opts, router, series,
+                                   kv_bytes_per_token, links, gpus_of, layer_windows))
 
 
 def lockstep_groups(layout) -> tuple[list[list[int]], list[int]]:
@@ -119,27 +110,19 @@ def kv_tokens_per_member(res, cfg, load_cfg) -> int:
 def build_for(res, cfg, load_cfg, costs, *, series: bool = True) -> LoadSim:
     """The LoadSim of a resolved serve scenario and its ``load`` section."""
     groups, first = lockstep_groups(res.layout)
+    kind = SCHEDULERS.get(load_cfg.scheduler, load_cfg.source)
+    opts = load_cfg.scheduler_options()
+    if kind.check is not None:
+        kind.check(len(groups), opts, load_cfg.source)
     kv = kv_tokens_per_member(res, cfg, load_cfg)
-    gpus_of = None
-    bpt = 0.0
-    if load_cfg.scheduler == "disaggregated":
-        if len(groups) < 2:
-            raise InputError(load_cfg.source, "load.scheduler", "disaggregated serving on "
-                             "at least two lockstep groups (a cluster larger than one EP "
-                             f"group); this layout has {len(groups)}", "disaggregated")
-        if load_cfg.prefill_groups >= len(groups):
-            raise InputError(load_cfg.source, "load.prefill_groups",
-                             f"fewer than the {len(groups)} lockstep groups",
-                             load_cfg.prefill_groups)
-        from moesim.serve.memory import table
-        bpt = float(table(res.model, cfg, 0.0)["kv_per_token_bytes"])
-        gpus = list(res.topology.gpus)
-        gpus_of = [tuple(gpus[r] for r in res.layout.group_of(f, "tp")) for f in first]
+    from moesim.serve.memory import table
+    bpt = float(table(res.model, cfg, 0.0)["kv_per_token_bytes"])
+    gpus = list(res.topology.gpus)
+    gpus_of = [tuple(gpus[r] for r in res.layout.group_of(f, "tp")) for f in first]
     return build_sim(costs, groups, kv, scheduler=load_cfg.scheduler, router=load_cfg.router,
-                     max_seqs=load_cfg.max_seqs, token_budget=load_cfg.token_budget,
-                     block_size=load_cfg.block_size, prefill_groups=load_cfg.prefill_groups,
-                     kv_bytes_per_token=bpt, links=res.topology if gpus_of else None,
-                     gpus_of=gpus_of, series=series, layer_windows=windows_of(res.model))
+                     block_size=load_cfg.block_size, options=opts, kv_bytes_per_token=bpt,
+                     links=res.topology, gpus_of=gpus_of, series=series,
+                     layer_windows=windows_of(res.model))
 
 
 def windows_of(spec) -> list[int] | None:

@@ -32,8 +32,8 @@ from collections.abc import Callable, Iterable
 import numpy as np
 import simpy
 
+from moesim.traffic.balancer import make_balancer
 from moesim.traffic.request import Request
-from moesim.traffic.balancer import Router
 from moesim.traffic.scheduler import Scheduler
 from moesim.traffic.skip import DecodeRun, delay_to, plan_run
 
@@ -43,7 +43,8 @@ _TBT_LO, _TBT_RES, _TBT_BINS = -6.0, 1000, 12_000
 
 class LoadSim:
     """``groups``: member indices per lockstep group; ``schedulers``: one per member;
-    ``costs``: a StepCosts; ``router``: ``round_robin`` | ``least_outstanding``;
+    ``costs``: a StepCosts; ``router``: a registered balancer's name
+    (:data:`moesim.traffic.balancer.BALANCERS`);
     ``on_step(group, t, batches)``: optional hook after each step;
     ``series``: record (t, running, KV used fraction, queue) per group per step;
     ``skip``: skip between events (above); False steps one by one."""
@@ -57,7 +58,7 @@ class LoadSim:
         self.groups = groups
         self.members = schedulers
         self.group_of = {m: gi for gi, g in enumerate(groups) for m in g}
-        self.router = Router(router, schedulers)
+        self.router = make_balancer(router, schedulers)
         self.entry = entry            # members new requests may join (None: all)
         self.requests: list[Request] = []
         self.finished: list[Request] = []

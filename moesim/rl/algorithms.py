@@ -1,0 +1,109 @@
+"""RL algorithms by name (``rl.algorithm``): each registered once in :data:`ALGORITHMS`
+with its phases.
+
+Every algorithm here generates its step's samples on the rollout pool (``generate``),
+runs its *trainer phases* in turn on the trainer pool (scoring passes, then the policy
+update, always the last), and loads the new weights into the rollout engines
+(``weight_sync``; colocated, a ``switch`` onloads and offloads the trainer around its
+phases). :class:`Algorithm` says which trainer phases, in which order, and what each one
+costs from the step's packed rows (:class:`StepInputs`); the step loop
+(:mod:`moesim.rl.loop`) lays out whatever phases it is given, and the summary, trace and
+plot report the algorithm's :attr:`Algorithm.report` phases. A trainer phase of 0 s (a
+pass the config turns off) is left out of the timeline; the policy update never is.
+
+GRPO (Shao et al. 2024, DeepSeekMath §4.1; verl's and NeMo RL's order): reward (rule:
+CPU workers; model: a forward pass of the reward model), the old policy's log-probs and
+the reference policy's (a forward pass each over all of the step's rows, each optional),
+then ``epochs x mini_batches`` optimizer steps. Group-normalised advantages (each sample's
+reward minus its group's mean, over the group's standard deviation) are a reduction over a
+few thousand numbers on the CPU: no time is charged for them.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from moesim.traffic.registry import Registry
+
+
+@dataclass(frozen=True)
+class StepInputs:
+    """What a trainer phase's cost is computed from: the ``rl`` config, the trainer's
+    costs (:class:`moesim.rl.phases.TrainerCosts`), the step's ``samples``, its packed
+    ``rows`` and each mini-batch's rows."""
+
+    cfg: Any
+    trainer: Any
+    samples: int
+    rows: int
+    mini_batch_rows: list[int]
+
+
+@dataclass(frozen=True)
+class Phase:
+    """A trainer phase: its ``name`` and its ``seconds(StepInputs)`` (0: not run)."""
+
+    name: str
+    seconds: Callable[[StepInputs], float]
+
+
+@dataclass(frozen=True)
+class Algorithm:
+    """``trainer``: the trainer phases in the order they run, the policy update last;
+    ``report``: every phase's name in the order reports list them (``generate``,
+    ``weight_sync`` and ``switch`` among them)."""
+
+    name: str
+    trainer: tuple[Phase, ...]
+    report: tuple[str, ...]
+
+    def trainer_seconds(self, x: StepInputs) -> dict[str, float]:
+        """Each trainer phase's duration for one step, in run order."""
+        return {p.name: p.seconds(x) for p in self.trainer}
+
+    @property
+    def trainer_phases(self) -> tuple[str, ...]:
+        return tuple(p.name for p in self.trainer)
+
+
+#: RL algorithms by name: ``rl.algorithm`` (factory: the :class:`Algorithm`)
+ALGORITHMS = Registry("rl.algorithm")
+
+
+def algorithm(name: str, source: str = "<rl>") -> Algorithm:
+    """The registered algorithm ``name`` (an InputError naming ``rl.algorithm`` if none)."""
+    return ALGORITHMS.get(name, source).factory
+
+
+def _reward_s(x: StepInputs) -> float:
+    rw = x.cfg.reward
+    if rw.kind == "rule":
+        return math.ceil(x.samples / rw.workers) * rw.cpu_s_per_sample
+    return x.trainer.reward_model_s(x.rows)
+
+
+def _old_logprob_s(x: StepInputs) -> float:
+    return x.trainer.forward_s(x.rows) if x.cfg.old_logprob else 0.0
+
+
+def _reference_s(x: StepInputs) -> float:
+    return x.trainer.forward_s(x.rows) if x.cfg.reference else 0.0
+
+
+def _train_s(x: StepInputs) -> float:
+    return x.cfg.train.epochs * sum(x.trainer.train_step_s(r) for r in x.mini_batch_rows)
+
+
+GRPO = Algorithm(
+    "grpo",
+    trainer=(Phase("reward", _reward_s), Phase("old_logprob", _old_logprob_s),
+             Phase("reference", _reference_s), Phase("train", _train_s)),
+    report=("generate", "old_logprob", "reference", "reward", "train", "weight_sync",
+            "switch"))
+
+ALGORITHMS.register("grpo", GRPO, {"old_logprob": True, "reference": True},
+                    "group-relative policy optimisation: reward, old and reference "
+                    "log-probs, then the optimizer steps")
