@@ -59,11 +59,11 @@ def main(argv=None) -> int:
     if args.capacity:
         return capacity(args)
 
+    from moesim.serve.run import resolve_serve
     from moesim.traffic.config import load_from_dict
     from moesim.traffic.deploy import build_for
     from moesim.traffic.run import run_load
     from moesim.traffic.surface import EngineStepCosts
-    from moesim.serve.run import resolve_serve
 
     print(f"load average {os.getloadavg()[0]:.2f} on {os.cpu_count()} CPUs")
     res, cfg = resolve_serve(args.scenario)
@@ -154,12 +154,12 @@ def whole_run_capacity(build, lc, slo: dict, rel_tol: float = 0.02, max_runs: in
 
 def capacity(args) -> int:
     """Capacity with each number of requests: the steady-state search and the old rule."""
-    from moesim.cli.serve_load import _load_cfg
+    from moesim.serve.run import resolve_serve
     from moesim.traffic.deploy import build_for
     from moesim.traffic.metrics import parse_slo
     from moesim.traffic.run import find_capacity
+    from moesim.traffic.session import load_config
     from moesim.traffic.surface import EngineStepCosts
-    from moesim.serve.run import resolve_serve
 
     scenario = "qwen3-30b-a3b-serve-load" if args.scenario == "deepseek-v3-decode" \
         else args.scenario
@@ -175,7 +175,7 @@ def capacity(args) -> int:
 
     rows = []
     for n in (int(x) for x in args.capacity.split(",")):
-        lc = _load_cfg(res, []).with_requests(n)
+        lc = load_config(res).with_requests(n)
         c1 = _cpu()
         cap = find_capacity(build, lc, slo)
         c2 = _cpu()

@@ -9,10 +9,10 @@ import dataclasses
 import numpy as np
 import pytest
 
+from moesim.model.presets import GPT_OSS_120B
 from moesim.traffic.deploy import build_for, build_sim, windows_of
 from moesim.traffic.kvcache import BlockManager, kv_groups
 from moesim.traffic.request import Request
-from moesim.model.presets import GPT_OSS_120B
 from tests.test_load_skip import C, _reqs
 
 
@@ -101,11 +101,11 @@ def test_no_windows_is_the_full_attention_cache():
 
 
 def _gpt_oss(kv_tokens):
-    from moesim.cli.serve_load import _load_cfg
     from moesim.serve.run import resolve_serve
+    from moesim.traffic.session import load_config
     res, cfg = resolve_serve("scenarios/mixtral-8x7b-serve-load.yaml",
                              ["model.preset=gpt-oss-120b"])
-    lc = dataclasses.replace(_load_cfg(res, []), kv_tokens=kv_tokens)
+    lc = dataclasses.replace(load_config(res), kv_tokens=kv_tokens)
     return res, cfg, lc
 
 

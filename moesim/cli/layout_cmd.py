@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import argparse
 import json
-from pathlib import Path
 
 from moesim.cli.common import add_output_flags
 from moesim.errors import InputError
@@ -134,14 +133,12 @@ def _under_load(res, overrides: list[str]) -> dict:
     """A ``load:`` section's scheduler; disaggregated: how many lockstep groups (TP
     groups joined by their EP groups, moesim.traffic.deploy) prefill, checked as
     ``moesim serve`` checks it."""
-    from moesim.traffic.config import load_from_dict
     from moesim.traffic.deploy import lockstep_groups
+    from moesim.traffic.session import load_config
 
     scn = res.scenario
-    src = Path(scn.source)
+    lc = load_config(res, overrides, requests=False)
     try:
-        lc = load_from_dict(dict(scn.load), scn.source, seed=scn.seed,
-                            base=str(src.parent) if src.is_file() else ".")
         out: dict = {"scheduler": lc.scheduler}
         if lc.scheduler == "disaggregated":
             groups = len(lockstep_groups(res.layout)[0])

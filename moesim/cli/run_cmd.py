@@ -52,9 +52,9 @@ def run(args: argparse.Namespace) -> int:
 
 def _simulate_and_report(args: argparse.Namespace, res, out: Path | None) -> int:
     from moesim.engine import collector
+    from moesim.engine.api import simulate
     from moesim.memory.fit import fits_of, flag_fits
     from moesim.trace.report import full_summary, jsonable, write_run_outputs
-    from moesim.wiring import simulate
 
     prog = Progress(0, f"simulating {res.scenario.name}", quiet=args.quiet)
 

@@ -4,7 +4,8 @@ Builds (or reads from the cache) the engine's step-cost surface, runs the reques
 prints the ``load`` summary over the steady-state measurement window
 (:mod:`moesim.traffic.window`; ``--json``: the summary as JSON), optionally the surface's
 error against direct simulation (``--check-surface N``) and the capacity under ``--slo``
-(``--find-capacity``). Files follow the output convention of every command: the folder
+(``--find-capacity``); the work is :func:`moesim.traffic.session.serve_under_load`, this
+module parses flags and prints. Files follow the output convention of every command: the folder
 (``-o DIR``, default ``out/<scenario>``; none with ``--no-files``) is held by this run
 (:func:`moesim.outputs.claim`) and gets ``summary.md``, ``summary.json`` (last),
 ``requests.csv``, ``load.png`` and ``trace.json`` (Perfetto counter tracks), written
@@ -15,28 +16,11 @@ from __future__ import annotations
 
 import json
 import sys
-from collections.abc import Mapping
 from pathlib import Path
 
 CLI = "command line"
 #: direct simulations --check-surface may ask for per phase (each one engine step)
 MAX_CHECK_POINTS = 100
-
-
-def _load_cfg(res, overrides):
-    from moesim.errors import InputError
-    from moesim.scenario.blame import blame_overrides
-    from moesim.traffic.config import load_from_dict
-    scn = res.scenario
-    src = Path(scn.source)
-    base = str(src.parent) if src.is_file() else "."
-    try:
-        cfg = load_from_dict(dict(scn.load) if isinstance(scn.load, Mapping) else scn.load,
-                             scn.source, seed=scn.seed, base=base)
-        cfg.requests_list()     # trace and length files read now, before the long part
-        return cfg
-    except InputError as err:
-        raise blame_overrides(err, scn.source, list(overrides)) from None
 
 
 def _check_flags(args, load_cfg):
@@ -59,17 +43,12 @@ def _check_flags(args, load_cfg):
 
 def run_load_cmd(args, res, cfg) -> int:
     from moesim.cli.common import output_folder
-    from moesim.errors import InputError
     from moesim.outputs import check_run_folder, claim
-    from moesim.scenario.blame import blame_overrides
-    from moesim.traffic.deploy import kv_tokens_per_member
+    from moesim.traffic.session import check_kv_room, load_config
 
-    load_cfg = _load_cfg(res, args.overrides)
+    load_cfg = load_config(res, args.overrides)
     slo = _check_flags(args, load_cfg)
-    try:
-        kv_tokens_per_member(res, cfg, load_cfg)     # room for a KV cache, before the work
-    except InputError as err:
-        raise blame_overrides(err, res.scenario.source, list(args.overrides)) from None
+    check_kv_room(res, cfg, load_cfg, args.overrides)     # before the work
     out = output_folder(args, res.scenario.name, args.overrides)
     ident = res.scenario.to_dict()
     if out is None:
@@ -80,60 +59,18 @@ def run_load_cmd(args, res, cfg) -> int:
 
 
 def _simulate(args, res, cfg, load_cfg, slo, out: Path | None) -> int:
-    from moesim.memory.fit import flag_fits
-    from moesim.traffic.deploy import build_for, kv_tokens_per_member, load_fits
     from moesim.traffic.report import text
-    from moesim.traffic.run import find_capacity, run_load
+    from moesim.traffic.session import serve_under_load
     from moesim.traffic.status import Status
-    from moesim.traffic.surface import EngineStepCosts
 
-    quiet = args.quiet or args.json
-    st = Status("moesim serve", quiet)
-    # the memory verdict first: with --strict a deployment that does not fit stops here
-    fit = flag_fits(load_fits(res, cfg, kv_tokens_per_member(res, cfg, load_cfg)), "serve",
-                    strict=getattr(args, "strict", False))
-    n = [0]
-
-    def point(kw) -> None:
-        n[0] += 1
-        st.show(f"step-cost surface: engine steps simulated: {n[0]}")
-
+    st = Status("moesim serve", args.quiet or args.json)
     try:
-        costs = EngineStepCosts(res, cfg, cache=not args.no_cache, progress=point,
-                                **load_cfg.surface)
-        surf = {"points": costs.sims, "from_cache": costs.from_cache,
-                "build_cpu_s": costs.build_s, "key": costs.key()}
-        if args.check_surface:
-            n[0] = 0
-            chk = costs.check(args.check_surface)
-            surf["check"] = {"points": args.check_surface,
-                             "worst_error": chk["worst_error"],
-                             "worst_at": list(chk["worst"])}
-
-        def build(lc, series):
-            return build_for(res, cfg, lc, costs, series=series)
-
-        st.show(f"running {load_cfg.requests or 'the'} requests")
-        sim, load = run_load(build, load_cfg, slo)
-        if args.find_capacity:
-            k = [0]
-
-            def ran(r) -> None:
-                k[0] += 1
-                st.show(f"capacity search, run {k[0]}: {r['rate_rps']:.4g} requests/s, "
-                        f"{r['requests']:,} requests: "
-                        + ("meets the SLO" if r["met"] else f"fails ({r['verdict']})"))
-
-            load["capacity"] = find_capacity(build, load_cfg, slo, progress=ran)
-            load["capacity_rps"] = load["capacity"]["capacity_rps"]
+        sim, summary = serve_under_load(
+            res, cfg, load_cfg, slo=slo, capacity=args.find_capacity,
+            check_points=args.check_surface, cache=not args.no_cache,
+            strict=getattr(args, "strict", False), show=st.show)
     finally:
         st.close()
-    load["surface"] = surf
-    summary = {"scenario": res.scenario.name, "mode": "load",
-               "scheduler": load_cfg.scheduler, "router": load_cfg.router,
-               "groups": len(sim.groups), "members": len(sim.members),
-               "kv_tokens_per_member": sim.members[0].kv.tokens, "load": load,
-               "fit": fit, "oom": fit["oom"]}
     if out is not None:
         _write(out, sim, summary, args.force)
     if args.json:

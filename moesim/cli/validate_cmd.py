@@ -79,14 +79,10 @@ def _overlay(v, step: int, path: Path, title: str, force: bool) -> None:
     save_figure(fig, path, force=force)
 
 
-def warn_outside_range(ts, model, calib: str) -> dict:
+def warn_outside_range(o: dict, calib: str) -> dict:
     """One warning line on stderr when simulated compute ops fall outside the range the
-    calibration was fitted on (their times are extrapolated)."""
-    import sys
-
-    from moesim.validation.cpu.replay import outside_fitted_range
-
-    o = outside_fitted_range(ts, model)
+    calibration was fitted on (their times are extrapolated; ``o``:
+    :func:`moesim.validation.cpu.replay.outside_fitted_range`)."""
     n = o["gemm"] + o["memory"]
     if n:
         print(f"moesim validate: warning: {n} of {o['compute_ops']} simulated compute ops "
@@ -101,10 +97,9 @@ def run(args: argparse.Namespace) -> int:
     from moesim.compute.calibrated import load_calibration
     from moesim.errors import InputError
     from moesim.outputs import check_dir_target, claim, make_dir, write_text
-    from moesim.validation.cpu.host_facts import warning_line
-    from moesim.validation.cpu.ingest import ingest, trace_files
-    from moesim.validation.cpu.validate import validate
+    from moesim.validation.cpu.ingest import trace_files
     from moesim.validation.gpu.trace import gpu_traces
+    from moesim.validation.runs import validate_recording
 
     gpu = gpu_traces(trace_files([args.trace_dir]))
     if gpu is not None:
@@ -120,20 +115,14 @@ def run(args: argparse.Namespace) -> int:
         if clash and not args.force:
             raise InputError(str(out / clash[0]), "-o", "an OUTDIR without validation.json / "
                              "overlay.png (or --force)", "exists")
-    ts = ingest([args.trace_dir])
-    v = validate(ts, model, source=args.trace_dir)
-    outside = warn_outside_range(ts, model, args.calibration)
+    v, doc = validate_recording(args.trace_dir, args.calibration, model)
+    warn_outside_range(doc["outside_fitted_range"], args.calibration)
     step = v.steps[0] if args.step is None else args.step
     if step not in v.steps:
         raise InputError(args.trace_dir, "--step", f"one of the traced steps {list(v.steps)}",
                          args.step)
-    doc = v.to_json()
-    doc["calibration"] = args.calibration
-    doc["host_warning"] = warning_line(json.loads(Path(args.calibration).read_text()),
-                                       args.trace_dir)
     if doc["host_warning"]:
         print(doc["host_warning"], file=sys.stderr)
-    doc["outside_fitted_range"] = outside
     if out is not None:
         make_dir(out)
         with claim(out):    # one run writes the folder at a time (moesim.outputs)
@@ -167,14 +156,12 @@ def _check_gpu_out(out: Path, force: bool) -> None:
 
 
 def _run_gpu(args: argparse.Namespace, gpu: list) -> int:
-    from moesim.compute.calibrated import load_calibration
     from moesim.errors import InputError
     from moesim.scenario.read import load_scenario
-    from moesim.validation.gpu.classes import class_table, pair_model, recompute_kernels
-    from moesim.validation.gpu.classes import compare as compare_classes
-    from moesim.validation.gpu.pair import measured_streams, simulate_pair
+    from moesim.validation.gpu.classes import class_table
     from moesim.validation.gpu.summary import summarize
-    from moesim.validation.gpu.validate import forward_fit, gpu_validate, text_table
+    from moesim.validation.gpu.validate import text_table
+    from moesim.validation.runs import gpu_compute_model, validate_gpu_trace
     from moesim.wiring import resolve
 
     if args.scenario is None:
@@ -184,33 +171,15 @@ def _run_gpu(args: argparse.Namespace, gpu: list) -> int:
         raise InputError(args.trace_dir, "", "one GPU trace file", f"{len(gpu)} traces")
     res = resolve(load_scenario(args.scenario))
     scn = res.scenario
-    model = load_calibration(args.calibration) if args.calibration else res.compute
     tokens = scn.schedule.micro_batch_size * scn.schedule.seq_len
     g = summarize(gpu[0])
-    fit_doc = None
-    if args.fit_forward:
-        if args.calibration:
-            raise InputError("command line", "--fit-forward", "either --fit-forward or "
-                             "--calibration", "both")
-        model = forward_fit(g, res.model, tokens, scn.schedule.seq_len, scn.parallel.ep,
-                            fallback=res.compute)
-        if model is None:
-            raise InputError(args.trace_dir, "phases", "attn(F)/mlp(F) annotations with "
-                             "GEMM and attention kernels to fit on", "none")
-        fit_doc = {"gemm_flops_per_s": model.gemm_flops_per_s,
-                   "attention_flops_per_s": model.attention_flops_per_s}
+    model, fit_doc = gpu_compute_model(gpu[0], res, args.calibration, args.fit_forward,
+                                       source=args.trace_dir, summary=g)
     if args.output:
         _check_gpu_out(Path(args.output), args.force)   # before the simulation
-    sim = simulate_pair(res, model, g["rank"] if g["rank"] is not None else 0)
-    # the scenario's own model prices kernels on the SMs an overlapped pair leaves them,
-    # as the traced kernels ran (a calibration or a forward fit was measured there)
-    priced = pair_model(res, model) if model is res.compute else model
-    doc = gpu_validate(g, res.model, priced, tokens, scn.schedule.seq_len, scn.parallel.ep,
-                       sim=sim, streams=measured_streams(gpu[0]),
-                       recompute=recompute_kernels(res))
-    doc.update(source=args.trace_dir, scenario=args.scenario,
-               compute_model=args.calibration or getattr(model, "name", "scenario"))
-    doc["kernel_classes"] = compare_classes(gpu[0], res, priced)
+    doc, priced = validate_gpu_trace(gpu[0], res, model, summary=g, about=dict(
+        source=args.trace_dir, scenario=args.scenario,
+        compute_model=args.calibration or getattr(model, "name", "scenario")))
     if fit_doc is not None:
         doc["forward_fit"] = fit_doc
     if args.output:

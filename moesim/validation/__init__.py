@@ -21,9 +21,12 @@ when called):
                    pair read as a trace (``pair``), per-layer phases against a scenario's
                    compute model (``validate``)
 - ``calibration``  fitting models to traces: least squares on CPU traces (``calibrate``),
-                   a device calibration from GPU kernels (``gpu_calibrate``), the fitted
-                   model and its file format (``model``), the shape sweep's table
-                   (``shape_fit``) and the with/without-sweep study (``shape_study``)
+                   a device calibration from GPU kernels (``gpu_calibrate``), the shape
+                   sweep's samples (``shape_fit``) and the with/without-sweep study
+                   (``shape_study``); the fitted model and its file format are
+                   ``moesim.compute.calibrated`` (with ``moesim.compute.shape_table``)
+- ``runs``         a validation end to end (a CPU recording, a GPU trace against a
+                   scenario): what ``moesim validate`` and a notebook call
 
 Order of use (and of dependence): ``recorder`` writes traces; ``kineto`` reads them;
 ``cpu`` and ``gpu`` turn them into steps and kernels; ``calibration`` fits a model from
