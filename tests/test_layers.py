@@ -133,14 +133,25 @@ def test_benchmark_cycle_found_both_ways_of_importing(tmp_path):
 # ---------------------------------------------------------------- the rules hold
 
 
+def tier_problems(tiers: tuple[tuple[str, ...], ...], pkg: Path = PKG) -> list[str]:
+    """Packages of ``pkg`` in no tier or in two, and tier entries naming no package."""
+    declared = [p for tier in tiers for p in tier]
+    present = {package_of(m) for m in import_graph(pkg)}
+    return ([f"{p} is in two tiers" for p in sorted({p for p in declared
+                                                     if declared.count(p) > 1})]
+            + [f"{p} is in no tier" for p in sorted(present - set(declared))]
+            + [f"{p} does not exist" for p in sorted(set(declared) - present)])
+
+
+def test_tier_problems_found(tmp_path):
+    _write(tmp_path, {"moesim/__init__.py": "", "moesim/a/__init__.py": "",
+                      "moesim/b.py": "", "moesim/c/__init__.py": ""})
+    assert tier_problems((("moesim", "a"), ("a", "z")), tmp_path / "moesim") == [
+        "a is in two tiers", "b is in no tier", "c is in no tier", "z does not exist"]
+
+
 def test_every_package_is_in_one_tier():
-    declared = [p for tier in TIERS for p in tier]
-    assert len(declared) == len(set(declared)), "a package is in two tiers"
-    present = {package_of(m) for m in import_graph()}
-    assert sorted(present - set(declared)) == [], "add the package to moesim/layers.py"
-    absent = {p for p in declared
-              if not (PKG / p).is_dir() and not (PKG / f"{p}.py").is_file() and p != "moesim"}
-    assert sorted(absent) == [], "moesim/layers.py names a package that does not exist"
+    assert tier_problems(TIERS) == [], "moesim/layers.py and moesim/ disagree"
 
 
 def test_package_graph_has_no_cycle():
@@ -159,16 +170,30 @@ def test_no_import_cycle_in_benchmarks():
     assert found == [], "import cycles: " + "; ".join(" <-> ".join(c) for c in found)
 
 
-def test_benchmarks_import_moesim_never_the_reverse():
-    """moesim/ imports no benchmark script (the file-level graph of both has no cycle
-    if neither has one alone)."""
-    bench = {p.stem for p in BENCH.glob("*.py")}
+def benchmark_imports(pkg: Path = PKG, folder: Path = BENCH) -> list[str]:
+    """Imports of a benchmark script (``bench_x`` or ``benchmarks.bench_x``) anywhere in
+    the package ``pkg``."""
+    bench = {p.stem for p in folder.glob("*.py")}
     bad = []
-    for p in PKG.rglob("*.py"):
+    for p in sorted(pkg.rglob("*.py")):
         for node in ast.walk(ast.parse(p.read_text(), filename=str(p))):
             names = ([a.name for a in node.names] if isinstance(node, ast.Import) else
                      [node.module or ""] if isinstance(node, ast.ImportFrom) and not node.level
                      else [])
-            bad += [f"{p.relative_to(ROOT)}: {n}" for n in names
-                    if n.split(".")[0] in bench or n.startswith("benchmarks")]
-    assert bad == []
+            bad += [f"{p.relative_to(pkg.parent)}: {n}" for n in names
+                    if n.split(".")[0] in bench or n.split(".")[0] == folder.name]
+    return bad
+
+
+def test_benchmark_imports_found(tmp_path):
+    _write(tmp_path, {"benchmarks/bench_a.py": "import moesim\n",
+                      "moesim/x.py": "def f():\n    import bench_a\n",
+                      "moesim/y.py": "from benchmarks.bench_a import main\nimport numpy\n"})
+    assert benchmark_imports(tmp_path / "moesim", tmp_path / "benchmarks") == [
+        "moesim/x.py: bench_a", "moesim/y.py: benchmarks.bench_a"]
+
+
+def test_benchmarks_import_moesim_never_the_reverse():
+    """moesim/ imports no benchmark script: with neither graph cyclic alone, the
+    file-level graph of both together has no cycle."""
+    assert benchmark_imports() == []
