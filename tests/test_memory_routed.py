@@ -8,7 +8,7 @@ import json
 import pytest
 
 from moesim.cli import main
-from moesim.memory.routed import stage_max_rows
+from moesim.program.routed_memory import stage_max_rows
 from moesim.scenario import load_scenario
 from moesim.wiring import resolve, simulate
 
@@ -52,7 +52,7 @@ def test_hot_expert_rank_row_shows_larger_buffers(capsys):
 
 
 def test_expected_shares_beyond_the_budget(monkeypatch):
-    import moesim.memory.routed as memory_routed
+    import moesim.program.routed_memory as memory_routed
 
     res = resolve(load_scenario("hot-expert", []))
     monkeypatch.setattr(memory_routed, "ROUTE_BUDGET", 0)

@@ -3,7 +3,7 @@
 Every rank of a pipeline stage holds the same layers and (with balanced routing) the
 same bytes, so the table has one row per stage, plus a row for the stage's most loaded
 rank where skewed routing gives it larger token buffers
-(:func:`moesim.memory.routed.stage_max_rows`). Activations alive come from the
+(:func:`moesim.program.routed_memory.stage_max_rows`). Activations alive come from the
 schedule (:func:`moesim.schedule.inflight_microbatches`): GPipe keeps m micro-batches,
 1F1B p-s on stage s; an interleaved rank holds v chunks, each counted with its own
 layers. Categories from :func:`moesim.memory.model.memory_per_rank`.
@@ -30,7 +30,7 @@ from moesim.memory.fit import fit_line, fit_summary, step_fits
 from moesim.memory.matmul import DTYPE_BYTES, matmul_report
 from moesim.memory.megatron import compare
 from moesim.memory.report import memory_table
-from moesim.memory.routed import stage_max_rows
+from moesim.program.routed_memory import stage_max_rows
 from moesim.scenario import load_scenario
 from moesim.units import GiB
 from moesim.wiring import resolve

@@ -22,6 +22,8 @@ from __future__ import annotations
 import numpy as np
 
 from moesim.memory.report import StageMemory
+from moesim.program.build import Builder
+from moesim.program.replicas import replicas_mode
 
 #: routing calls (EP group × MoE layer × micro-batch) ``moesim memory`` makes before it
 #: falls back to expected shares: hot-expert needs 8, mixtral-8x7b-64gpu 2,048,
@@ -36,9 +38,6 @@ def _stage_moe_layers(sm: StageMemory, b, s: int) -> list[int]:
 def stage_max_rows(res) -> dict[int, dict]:
     """Per stage holding MoE layers: ``{"rank", "how", "received", **row}`` of its rank
     with the largest peak (``row``: :meth:`StageMemory.row` bytes)."""
-    from moesim.program.build import Builder
-    from moesim.program.replicas import replicas_mode
-
     lay, scn = res.layout, res.scenario
     if res.model is None or not res.model.n_experts:
         return {}
