@@ -5,18 +5,19 @@ reaches both engines.
 Hand figures for the made-up kernel: toy-cpu shrunk to one rank (tp = pp = ep = dp = 1,
 no communication) runs its 2 layers x 2 micro-batches forward and backward on one
 compute stream, so its ``fwd.attn`` / ``bwd.attn`` ops (8 of them) are all on the
-critical path: a kernel of 1 ms added to the attention op lengthens the step by 8 ms on
-either engine.
+critical path: a kernel of a made-up kind registered at 1 ms of work
+(:mod:`moesim.compute.kinds`) and added to the attention op lengthens the step by
+8 x (1 ms + one launch) on either engine.
 """
 
 from __future__ import annotations
 
 import ast
-import dataclasses
 from pathlib import Path
 
 import pytest
 
+from moesim.compute import kinds
 from moesim.compute.base import Kernel
 from moesim.program import recipe
 from moesim.wiring import resolve_path, simulate
@@ -102,31 +103,19 @@ def test_the_counter_sees_every_way_of_importing(tmp_path):
         (8, "moesim.model.costs.router_kernels")]}
 
 
-class _MadeUpPriced:
-    """The scenario's compute model, with kernels named ``made_up`` priced at a fixed
-    ``seconds`` each (everything else as the wrapped model prices it)."""
-
-    def __init__(self, base, seconds: float) -> None:
-        self.base, self.seconds = base, seconds
-
-    def time_s(self, kernel: Kernel) -> float:
-        return self.seconds if kernel.name == "made_up" else self.base.time_s(kernel)
-
-    def __getattr__(self, name):
-        return getattr(self.base, name)
-
-
 @pytest.mark.parametrize("engine", ["exact", "fast"])
 def test_a_kernel_added_to_the_attention_op_reaches_the_engine(engine, monkeypatch):
     res = resolve_path(ROOT / "scenarios" / "toy-cpu.yaml",
-                       ["cluster.params.gpus_per_node=1", "parallel.ep=1"])
+                       ["cluster.params.gpus_per_node=1", "parallel.ep=1",
+                        "cluster.device=H100"])     # the kernel catalog prices on an H100
     assert res.layout.world == 1
-    secs = 1e-3
-    res = dataclasses.replace(res, compute=_MadeUpPriced(res.compute, secs))
     before = simulate(res, engine=engine).step_time_s
-    made_up = Kernel("made_up", 0.0, 0.0)
+    secs = 1e-3
+    made_up = Kernel("made_up", 0.0, 0.0, kind="made_up")    # one launch
     attn = recipe.attn
     monkeypatch.setattr(recipe, "attn", lambda *a, **k: [*attn(*a, **k), made_up])
-    after = simulate(res, engine=engine).step_time_s
+    with kinds.registered_kind("made_up", kinds.fixed_price(secs)):
+        after = simulate(res, engine=engine).step_time_s
     layers, mbs, phases = 2, 2, 2          # toy: 2 layers; 2 micro-batches; fwd and bwd
-    assert after - before == pytest.approx(layers * mbs * phases * secs, rel=1e-9)
+    per_op = secs + res.device.launch_overhead_s      # its work and its one launch
+    assert after - before == pytest.approx(layers * mbs * phases * per_op, rel=1e-9)
