@@ -15,11 +15,14 @@ from types import MappingProxyType
 from typing import Any
 
 from moesim.layout.mesh import DEFAULT_ORDER
+from moesim.schedule.dualpipe import KINDS as DUALPIPE_KINDS
+from moesim.schedule.pipeline import KINDS as PIPELINE_KINDS
 from moesim.units import MB
 
 NETWORK_MODELS = ("flow", "analytical")
 DTYPES = ("bf16", "fp8", "fp16", "fp32")
-SCHEDULE_KINDS = ("gpipe", "1f1b", "interleaved", "dualpipe", "dualpipev")
+#: schedule.kind: the pipeline schedules moesim.schedule builds (its own lists)
+SCHEDULE_KINDS = PIPELINE_KINDS + DUALPIPE_KINDS
 #: none | static (moesim's pairing of adjacent schedule items, moesim.program.overlap;
 #: also spelled ep_comm_overlap: true) | a2a-1f1b (Megatron-Core's 1F1B with EP
 #: all-to-all overlap, moesim.schedule.a2a_overlap)
