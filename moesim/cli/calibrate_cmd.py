@@ -65,8 +65,7 @@ def run(args: argparse.Namespace) -> int:
     from moesim.compute.devices import DEVICES
     from moesim.errors import InputError
     from moesim.outputs import check_file_target
-    from moesim.validation.calibration.calibrate import calibrate
-    from moesim.validation.cpu.ingest import ingest
+    from moesim.validation.runs import calibrate_recordings
 
     out = check_file_target(args.output, args.force)  # before the slow part
     from moesim.validation.cpu.ingest import trace_files
@@ -87,15 +86,8 @@ def run(args: argparse.Namespace) -> int:
         raise InputError(str(Path(args.trace_dirs[0]) / "routing.json"), "host.cuda_device",
                          f"a GPU of the device catalog ({', '.join(DEVICES)}; "
                          "moesim/compute/devices.py)", device)
-    sets = [ingest([d]) for d in args.trace_dirs]
-    table = None
-    if args.shape_sweep:
-        from moesim.validation.calibration.shape_fit import sweep_table
-
-        table = sweep_table(args.shape_sweep, memory=args.shape_sweep_memory)
-    doc = calibrate(sets, list(args.trace_dirs), backend=backend,
-                    device=device, shapes=table,
-                    shape_sources=list(args.shape_sweep))
+    doc = calibrate_recordings(args.trace_dirs, backend, device, args.shape_sweep,
+                               args.shape_sweep_memory)
     save_calibration(doc, out, force=args.force)
     g, m, c, f = doc["gemm"], doc["memory"], doc["comm"], doc["fit"]
     traffic = (f" + operand bytes / {g['bytes_per_s'] / 1e9:.2f} GB/s"
@@ -135,19 +127,14 @@ def shape_line(sec: dict) -> str:
 def _run_gpu(args: argparse.Namespace, gpu: list, out: Path) -> int:
     from moesim.compute.calibrated import save_calibration
     from moesim.errors import InputError
-    from moesim.validation.calibration.gpu_calibrate import gpu_calibration
+    from moesim.validation.runs import calibrate_gpu_trace
 
     if len(gpu) != 1 or len(args.trace_dirs) != 1:
         raise InputError("command line", "TRACE_DIR", "one GPU trace file",
                          f"{max(len(gpu), len(args.trace_dirs))} traces")
     tr = gpu[0]
-    doc = gpu_calibration(tr, args.device or device_name(tr.device_name))
-    if args.shape_sweep:
-        from moesim.validation.calibration.shape_fit import gpu_samples, shape_section, sweep_table
-
-        table = sweep_table(args.shape_sweep, memory=args.shape_sweep_memory)
-        if table:
-            doc["shape_sweep"] = shape_section(table, *gpu_samples(tr), args.shape_sweep)
+    doc = calibrate_gpu_trace(tr, args.device or device_name(tr.device_name),
+                              args.shape_sweep, args.shape_sweep_memory)
     save_calibration(doc, out, force=args.force)
     g = doc["gpu"]
     for dt, f in g["gemm_by_dtype"].items():

@@ -1,4 +1,9 @@
-"""Validation runs end to end: what ``moesim validate`` and a notebook call.
+"""Validation runs end to end: what ``moesim calibrate``, ``moesim validate`` and a
+notebook call.
+
+- :func:`calibrate_recordings` / :func:`calibrate_gpu_trace`: a calibration document
+  (``moesim calibrate -o``) fitted on CPU recordings or on one GPU trace, with an
+  optional shape sweep;
 
 - :func:`validate_recording`: a CPU recording (rank traces of one ``moesim record``) replayed
   with a calibration, measured against simulated per rank and phase;
@@ -18,11 +23,15 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from moesim.compute.calibrated import load_calibration
 from moesim.errors import InputError
+from moesim.validation.calibration.calibrate import calibrate
+from moesim.validation.calibration.gpu_calibrate import gpu_calibration
+from moesim.validation.calibration.shape_fit import gpu_samples, shape_section, sweep_table
 from moesim.validation.cpu.host_facts import warning_line
 from moesim.validation.cpu.ingest import ingest
 from moesim.validation.cpu.replay import outside_fitted_range
@@ -32,6 +41,30 @@ from moesim.validation.gpu.classes import pair_model, recompute_kernels
 from moesim.validation.gpu.pair import measured_streams, simulate_pair
 from moesim.validation.gpu.summary import summarize
 from moesim.validation.gpu.validate import forward_fit, gpu_validate
+
+
+def calibrate_recordings(trace_dirs: Sequence[str], backend: str, device: str,
+                         shape_sweep: Sequence[str] = (), sweep_memory: bool = False) -> dict:
+    """A calibration fitted on CPU recordings (one ``moesim record`` directory each) of
+    ``backend`` (gloo or nccl) on ``device``; with ``shape_sweep`` (``moesim record
+    --shape-sweep`` directories) its times interpolated by GEMM shape (and, with
+    ``sweep_memory``, memory-bound op size)."""
+    sets = [ingest([d]) for d in trace_dirs]
+    table = sweep_table(list(shape_sweep), memory=sweep_memory) if shape_sweep else None
+    return calibrate(sets, list(trace_dirs), backend=backend, device=device, shapes=table,
+                     shape_sources=list(shape_sweep))
+
+
+def calibrate_gpu_trace(trace: Any, device: str, shape_sweep: Sequence[str] = (),
+                        sweep_memory: bool = False) -> dict:
+    """A device calibration fitted on one GPU Kineto trace's kernels, anchored shape sweep
+    included when ``shape_sweep`` gives one with a family of two sizes or more."""
+    doc = gpu_calibration(trace, device)
+    if shape_sweep:
+        table = sweep_table(list(shape_sweep), memory=sweep_memory)
+        if table:
+            doc["shape_sweep"] = shape_section(table, *gpu_samples(trace), list(shape_sweep))
+    return doc
 
 
 def validate_recording(trace_dir: str, calibration: str, model: Any = None
