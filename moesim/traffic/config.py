@@ -45,6 +45,7 @@ from moesim.traffic.limits import (
     RATE_RPS,
 )
 from moesim.traffic.request import Request
+from moesim.traffic.scheduler import MAX_SEQS, TOKEN_BUDGET
 from moesim.traffic.schedulers import SCHEDULERS
 
 #: the section's keys; a registered scheduler's fields are keys too (:func:`keys`)
@@ -64,8 +65,8 @@ class LoadConfig:
     prompt_tokens: lens.LengthDist = field(default_factory=lambda: lens.LengthDist(mean=1024))
     output_tokens: lens.LengthDist = field(default_factory=lambda: lens.LengthDist(mean=128))
     scheduler: str = "vllm"
-    token_budget: int = 2048
-    max_seqs: int = 256
+    token_budget: int = TOKEN_BUDGET     # the built-in schedulers' fields and defaults
+    max_seqs: int = MAX_SEQS
     block_size: int = 16
     router: str = "least_outstanding"
     kv_fraction: float = 0.9
@@ -167,13 +168,16 @@ def keys() -> tuple[str, ...]:
 def _scheduler_fields(d: dict, source: str) -> dict:
     """The scheduler by name from the registry; a key only other schedulers take is
     refused naming the schedulers that take it. Returns the scheduler's fields that are
-    not section keys (checked by nobody here: the scheduler's factory reads them)."""
+    not section keys (its factory reads them); the fields not given take the scheduler's
+    defaults."""
     kind = SCHEDULERS.get(d.get("scheduler", LoadConfig.scheduler), source)
     for k in d:
         if k in SCHEDULERS.all_fields() and k not in kind.fields:
             takers = [n for n in SCHEDULERS.names() if k in SCHEDULERS.get(n).fields]
             raise InputError(source, f"load.{k}", f"no {k} for scheduler {kind.name} (it "
                              f"takes {list(kind.fields)}; {k} is for {takers})", d[k])
+    for k, default in kind.fields.items():     # the scheduler's defaults
+        d.setdefault(k, default)
     return {k: d.pop(k) for k in list(d) if k in kind.fields and k not in KEYS}
 
 
