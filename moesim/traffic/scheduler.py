@@ -8,7 +8,8 @@ batch with a :class:`moesim.traffic.costs.StepCosts`, waits that long and calls
 :meth:`finish`. Policies (one per module) differ only in :meth:`plan`:
 :mod:`moesim.traffic.vllm` (continuous batching, prefill first), :mod:`moesim.traffic.sarathi`
 (chunked prefill under a token budget), :mod:`moesim.traffic.disagg` (prefill-only and
-decode-only pools).
+decode-only pools); each is registered by name, with its fields, in
+:mod:`moesim.traffic.schedulers`.
 """
 
 from __future__ import annotations
