@@ -111,3 +111,38 @@ def routing_ignored_warnings(policy: Mapping[str, Any]) -> list[str]:
     return [f"routing.{key} applies to routing.kind {' or '.join(kinds)} only: ignored "
             f"with kind {kind}" for key, kinds in keys_by_kind().items()
             if policy.get(key) is not None and kind not in kinds]
+
+
+def check_simulated(scn: Any) -> None:
+    """What the DualPipe programs (moesim.program.dualpipe_build) do not build stops here,
+    in one line: ZeRO-3 with two model copies per rank, and context or expert tensor
+    parallelism (their B/W split is not written for CP's KV ring or ETP's sharded
+    experts); the fast engine's overlapped pairs have no ZeRO-3 gathers."""
+    kind, par = scn.schedule.kind, scn.parallel
+    if kind in ("dualpipe", "dualpipev"):
+        if par.zero == 3:
+            raise InputError(scn.source, "parallel.zero", f"0, 1 or 2 with schedule.kind "
+                             f"{kind} (ZeRO-3 weight gathers are not built for "
+                             "ranks holding two stages)", par.zero)
+        for name in ("cp", "etp"):
+            if getattr(par, name, 1) > 1:
+                raise InputError(scn.source, f"parallel.{name}", f"1 with schedule.kind "
+                                 f"{kind} (not modelled together)", getattr(par, name))
+    paired = scn.overlap.kind != "none" or scn.overlap.ep_comm_overlap
+    if par.zero == 3 and paired and scn.engine.mode == "fast":
+        raise InputError(scn.source, "engine.mode", "exact for ZeRO-3 with overlapped pairs "
+                         "(the fast engine's pair model has no ZeRO-3 gathers)", "fast")
+
+
+def product_error(src: str, par: Any, world: int, overrides: tuple[str, ...]) -> InputError:
+    """tp*cp*pp does not divide ``world``: blame the factor without which it would (one
+    given with --set first, then cp, then pp), naming the others."""
+    given = [k.split("=", 1)[0].strip().removeprefix("parallel.") for k in overrides]
+    sizes = {"tp": par.tp, "cp": par.cp, "pp": par.pp}
+    names = [n for n in given if n in sizes and sizes[n] > 1] + ["cp", "pp"]
+    culprit = next((n for n in names if sizes[n] > 1 and world % (
+        par.tp * par.cp * par.pp // sizes[n]) == 0), "pp")
+    shown = [n for n in ("tp", "cp", "pp") if n != culprit and (n != "cp" or par.cp > 1)]
+    what = "*".join(n for n in ("tp", "cp", "pp") if n != "cp" or par.cp > 1)
+    return InputError(src, f"parallel.{culprit}", f"{what} to divide the world size {world} "
+                      f"({', '.join(f'{n}={sizes[n]}' for n in shown)})", sizes[culprit])
