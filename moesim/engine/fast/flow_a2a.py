@@ -27,56 +27,93 @@ sharing and the link bound time an all-to-all alone).
 
 from __future__ import annotations
 
+from collections import deque
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
+
+#: flow-network all-to-alls kept per group for the sends issued after them (the list
+#: schedule runs a stage ahead of the others by a few items at most)
+RUNS_KEPT = 64
+
+
+@dataclass
+class Run:
+    """One all-to-all run flow by flow: its flows (sender, receiver, bytes), their
+    starts (absolute) and its last delivery."""
+    flows: list
+    starts: np.ndarray
+    end: float
 
 
 @dataclass
 class Held:
     """One stage's send to another: member e of ``src`` sends to member e of ``dst``
-    from ``start[e]``; ``end`` (updated in place) is its delivery."""
+    from ``start[e]``; ``end`` (updated in place) is its delivery; ``past``: the
+    all-to-alls run before it was issued that it overlaps."""
     src: tuple[int, ...]
     dst: tuple[int, ...]
     start: np.ndarray
     end: np.ndarray
     nbytes: np.ndarray          # per member: the bytes that take end - start alone
     on_end: Callable[[np.ndarray], None] | None
+    past: list[Run] = field(default_factory=list)
+    passed: set = field(default_factory=set)   # groups whose all-to-alls are past it
+
+    def flows(self) -> list:
+        return list(zip(self.src, self.dst, self.nbytes.tolist(), strict=True))
 
 
 class HeldSends:
     """The sends in flight, keyed by (source group, message key): a chain run again
-    (for its spans) replaces its first run's entries instead of adding to them."""
+    (for its spans) replaces its first run's entries instead of adding to them; and
+    each group's last :data:`RUNS_KEPT` all-to-alls."""
 
     def __init__(self) -> None:
         self._held: dict[tuple, Held] = {}
-        #: per group: its last flow-network all-to-all (flows, starts, last delivery)
-        self.last: dict[tuple, tuple[list, np.ndarray, float]] = {}
+        self.runs: dict[tuple, deque[Run]] = {}
 
     def hold(self, key: tuple, h: Held) -> None:
         self._held[(h.src, key)] = h
 
-    def take(self, group: tuple[int, ...], first: float, last: float) -> list[Held]:
-        """The held sends of ``group`` (from or to it) that an all-to-all whose members
-        arrive from ``first`` to ``last`` meets: those started before ``last`` and
-        delivered after ``first``; those delivered before ``first`` are dropped."""
+    def ran(self, group: tuple[int, ...], run: Run) -> None:
+        q = self.runs.get(group)
+        if q is None:
+            q = self.runs[group] = deque(maxlen=RUNS_KEPT)
+        q.append(run)
+
+    def overlapping(self, h: Held) -> list[Run]:
+        """The kept all-to-alls of ``h``'s groups running while it is in flight."""
+        lo, hi = float(h.start.min()), float(h.end.max())
+        return [r for g in dict.fromkeys((h.src, h.dst)) for r in self.runs.get(g, ())
+                if r.end > lo and float(r.starts.min()) < hi]
+
+    def in_flight(self, group: tuple[int, ...], first: float) -> list[Held]:
+        """The held sends of ``group`` (from or to it) still in flight at ``first``;
+        one is dropped once the all-to-alls of both its groups have passed it."""
         out, gone = [], []
         for k, h in self._held.items():
-            if h.src != group and h.dst != group:
-                continue
-            if h.end.max() <= first:
-                gone.append(k)
-            elif h.start.min() < last:
-                out.append(h)
-                gone.append(k)
+            if h.src == group or h.dst == group:
+                if h.end.max() > first:
+                    out.append(h)
+                    continue
+                h.passed.add(group)
+                if h.src in h.passed and h.dst in h.passed:
+                    gone.append(k)
         for k in gone:
             del self._held[k]
         return out
 
+    def drop(self, done: list[Held]) -> None:
+        """Forget ``done`` (their delivery is decided)."""
+        ids = {id(h) for h in done}
+        for k in [k for k, h in self._held.items() if id(h) in ids]:
+            del self._held[k]
+
     def clear(self) -> None:
         self._held.clear()
-        self.last.clear()
+        self.runs.clear()
 
 
 def run_flows(fn, flows: list[tuple[int, int, float]], starts: np.ndarray,
@@ -127,7 +164,7 @@ def exact_finish(fn, group: Sequence[int], matrix: np.ndarray,
     > 0) starts at max(arrival i, arrival j) and is delivered after its last byte plus
     its path latency; member i is done at the latest delivery of the flows it sends or
     receives, or at its arrival if it has none. The held pipeline sends the all-to-all
-    meets (:meth:`HeldSends.take`) run beside it from their own starts and get their
+    meets (:meth:`HeldSends.in_flight`) run beside it from their own starts and get their
     delivery; the all-to-all's flows are kept as the group's last (:func:`hold_send`)."""
     m = np.asarray(matrix, dtype=float)
     arr = np.asarray(arrivals, dtype=float)
@@ -136,17 +173,24 @@ def exact_finish(fn, group: Sequence[int], matrix: np.ndarray,
              for a, b in zip(src.tolist(), dst.tolist(), strict=True)]
     starts = np.maximum(arr[src], arr[dst])
     key = tuple(int(r) for r in group)
-    held = fn.held.take(key, float(arr.min()), float(starts.max(initial=arr.max())))
     k = len(src)
-    own = (list(flows), starts)
-    for h in held:
-        flows += [(x, y, b) for x, y, b in zip(h.src, h.dst, h.nbytes.tolist(), strict=True)]
-        starts = np.concatenate([starts, h.start])
-    done = run_flows(fn, flows, starts, float(min(arr.min(), starts.min(initial=np.inf))))
+    cands = fn.held.in_flight(key, float(arr.min()))
+    held: list[Held] = []
+    last = float(starts.max(initial=arr.max()))     # the sends it meets: started before
+    done = None                                     # its last flow, then before its end
+    while True:
+        more = [h for h in cands if all(h is not x for x in held) and h.start.min() < last]
+        if done is not None and not more:
+            break
+        held += more
+        fl, st = _with_held(flows, starts, held)
+        done = run_flows(fn, fl, st, float(min(arr.min(), st.min(initial=np.inf))))
+        last = float(done[:k].max(initial=-np.inf))
+    fn.held.drop(held)
     end = arr.copy()
     np.maximum.at(end, src, done[:k])
     np.maximum.at(end, dst, done[:k])
-    fn.held.last[key] = (*own, float(done[:k].max(initial=-np.inf)))
+    fn.held.ran(key, Run(flows, starts, float(done[:k].max(initial=-np.inf))))
     for h in held:
         n = len(h.src)
         h.end[:] = done[k:k + n]
@@ -156,16 +200,31 @@ def exact_finish(fn, group: Sequence[int], matrix: np.ndarray,
     return end
 
 
+def _with_held(flows: list, starts: np.ndarray, held: list[Held]):
+    """``flows`` and ``starts``, then each held send's flows, then the flows of the
+    earlier all-to-alls they overlap (each once)."""
+    fl, st = list(flows), [starts]
+    for h in held:
+        fl += h.flows()
+        st.append(h.start)
+    past = {id(r): r for h in held for r in h.past}
+    for r in past.values():
+        fl += r.flows
+        st.append(r.starts)
+    return fl, np.concatenate(st)
+
+
 def hold_send(fn, key: tuple, src: tuple[int, ...], dst: tuple[int, ...], start: np.ndarray,
               end: np.ndarray, on_end: Callable[[np.ndarray], None] | None = None) -> None:
     """A pipeline send from member e of ``src`` to member e of ``dst``, timed alone from
-    ``start`` to ``end`` (``fn``: the FastNetwork). If the last all-to-all
-    :func:`exact_finish` ran on either group is still in flight at the send's start (an
-    all-to-all on the ``ep`` stream of overlapped pairs), the send runs again with its
-    flows; else it is held for the next all-to-all of either group that meets it.
-    Either moves ``end`` (in place) to the send's delivery and calls ``on_end(end)``
-    (the earlier all-to-all keeps the ends it had: they are used already). Sends
-    between groups whose all-to-alls are timed in closed form are not held."""
+    ``start`` to ``end`` (``fn``: the FastNetwork). It runs again with the flows of the
+    all-to-alls already run on either group that it overlaps (one on the ``ep`` stream
+    of overlapped pairs; the other stage's, which the list schedule may have run
+    first), and is held for the next all-to-all of either group that meets it
+    (:func:`exact_finish`). Each moves ``end`` (in place) to the send's delivery and
+    calls ``on_end(end)`` (an all-to-all run before keeps the ends it had: they are
+    used already). Sends between groups whose all-to-alls are timed in closed form are
+    not held."""
     if not fn.exact_ok or (fn.stateless(src) and fn.stateless(dst)):
         return
     nbytes = np.empty(len(src))
@@ -174,13 +233,11 @@ def hold_send(fn, key: tuple, src: tuple[int, ...], dst: tuple[int, ...], start:
         lat, cap = fn._p2p[(x, y)]
         nbytes[e] = max(float(end[e] - start[e]) - lat, 0.0) * cap
     h = Held(tuple(src), tuple(dst), np.array(start, dtype=float), end, nbytes, on_end)
-    for g in (h.src, h.dst):
-        last = fn.held.last.get(g)
-        if last is not None and last[2] > h.start.min() and last[1].min() < h.start.max():
-            flows = [*last[0], *zip(h.src, h.dst, nbytes.tolist(), strict=True)]
-            starts = np.concatenate([last[1], h.start])
-            end[:] = run_flows(fn, flows, starts, float(starts.min()))[len(last[0]):]
-            if on_end is not None:
-                on_end(end)
-            return
+    h.passed = {g for g in (h.src, h.dst) if fn.stateless(g)}   # no all-to-all will come
+    h.past = fn.held.overlapping(h)
+    if h.past:
+        fl, st = _with_held([], np.empty(0), [h])
+        end[:] = run_flows(fn, fl, st, float(st.min()))[:len(h.src)]
+        if on_end is not None:
+            on_end(end)
     fn.held.hold(key, h)

@@ -28,7 +28,7 @@ import numpy as np
 
 from moesim.engine.fast import tp_ub
 from moesim.engine.fast.pairs import run_pair
-from moesim.engine.fast.spans import add_spans
+from moesim.engine.fast.spans import add_spans, moved_ends
 from moesim.engine.fast.zero3 import Zero3Gathers
 from moesim.model import window
 from moesim.program import recipe, shared_overlap
@@ -481,7 +481,10 @@ class Chain:
                 [c.net.p2p_time(x, y, c.act_bytes, c.send_share(x, y) if shared else 1.0)
                  for x, y in zip(src, dst, strict=True)])
         c.links.sends(src, dst, c.act_bytes)
-        self.msgs[key] = a + d
-        self.out[s].send_end = a + d
-        self._span(s, "pp", f"{phase}.send", a, a + d, layer, mb, phase, stream="pp",
+        end = self.msgs[key] = self.out[s].send_end = a + d
+        n0 = len(self.spans)
+        self._span(s, "pp", f"{phase}.send", a, end, layer, mb, phase, stream="pp",
                    bytes=c.act_bytes)
+        # an all-to-all it meets on the flow network may move ``end`` (fast.flow_a2a)
+        c.net.hold_send(key, src, dst, a, end,
+                        lambda e: moved_ends(self.spans, n0, self.span_pos[s], e))
