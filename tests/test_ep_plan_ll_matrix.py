@@ -48,7 +48,7 @@ def test_ll_spec_after_the_first_plan_equals_a_planned_spec():
     layers = sorted(b.moe_layers)[:2]
     for layer in layers:
         for mb in (0, 1):
-            r = b.route(g[0], g, layer, mb)
+            r = b.routes.route(g[0], g, layer, mb)
             for name in ("fwd.dispatch", "fwd.combine"):
                 got = be.spec(r, g, name, per)
                 want = EPBackend(res, be.sms).spec(r, g, name, per)

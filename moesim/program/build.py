@@ -27,19 +27,19 @@ import numpy as np
 from moesim.collectives.communicator import CollectiveSpec
 from moesim.compute.base import Kernel
 from moesim.compute.select import grouped_experts
-from moesim.gating import make_placement, route_microbatch
+from moesim.gating import make_placement
 from moesim.model import window
 from moesim.program import recipe, recompute, shared_overlap, tp_overlap
 from moesim.program.dualpipe_build import DualPipeOps, PairedOps
 from moesim.program.ep_backend import EPBackend
 from moesim.program.folding import FoldedOps
 from moesim.program.grads import GradientOps
-from moesim.program.hot import hot_ranks as hot_ranks_of
 from moesim.program.ops import Op
 from moesim.program.overlap import PairRule, ep_stream, interleave
 from moesim.program.recompute_ops import RecomputeOps
 from moesim.program.replicas import ReplicaMap, replica_map
 from moesim.program.timer import Timer
+from moesim.program.token_routing import TokenRouting
 from moesim.scenario.checks import check_seq
 from moesim.schedule.dualpipe import KINDS as DUAL_KINDS
 from moesim.schedule.dualpipe import make_dual_order
@@ -111,22 +111,12 @@ class Builder(GradientOps, DualPipeOps, PairedOps, FoldedOps, RecomputeOps):
         self.pairs = PairRule(self.order, self.pp, self.v) if self.dual is None else None
         self.chunks = stage_chunks(scn, self.spec, self.dual.stages if self.dual is not None
                                    else self.pp * self.v, dual=self.dual is not None)
-        self.moe_layers = [i for i in range(self.spec.blocks) if self.spec.is_moe_layer(i)]
         self.rc = recompute.RecomputeRule(scn.memory, self.chunks, self.spec)
-        self.moe_index = {layer: j for j, layer in enumerate(self.moe_layers)}
         self.gpn = scn.gpus_per_node
         self.routing = res.routing
         E = self.spec.n_experts
-        L = len(self.moe_layers)
-        self.placement = make_placement(E, self.ep, self.routing.replicate,
-                                        self.routing.replica_split, scn.source) if E else None
-        self.expert_tokens = np.zeros((L, E), dtype=np.int64)
-        self.expert_kept = np.zeros((L, E), dtype=np.int64)
-        self.expert_capacity = np.full(L, np.inf)
-        self.lb = np.zeros(L)
-        self.lb_n = np.zeros(L)
-        self.received = np.zeros((self.lay.world, L), dtype=np.int64)
-        self._routes: dict[tuple[int, int, int], object] = {}
+        placement = make_placement(E, self.ep, self.routing.replicate,
+                                   self.routing.replica_split, scn.source) if E else None
         self._specs: dict[tuple, CollectiveSpec] = {}
         self._layer_starts: list[int] = []
         self.a2a_algo = scn.routing.a2a_algo
@@ -134,94 +124,15 @@ class Builder(GradientOps, DualPipeOps, PairedOps, FoldedOps, RecomputeOps):
         self.nccl_sms = scn.overlap.nccl_sms
         self.ep_sms = par.ep_backend.held_sms(self.nccl_sms)
         self.ep_backend = EPBackend(res, self.ep_sms)
-        self._dedup_cache: dict = {}      # probe ratios per (seed, step, layer)
         self.flops = 0.0
         self.rmap: ReplicaMap | None = replica_map(self.lay) if replicas == "identical" else None
         self.dedup = dedup
-        # (group index, layer, micro-batch) already counted in the expert statistics
-        self.routes_counted: set[tuple[int, int, int]] = set()
-        self.journal: list[tuple] | None = None    # account_parts' calls (workers.py)
-        self._rpn: dict[tuple[int, ...], int | None] = {}
-
-    # ---------------------------------------------------------------- routing
-    def route(self, group_idx: int, group: tuple[int, ...], layer: int, mb: int):
-        # identical replicas: the EP groups of one replica class share one sample, drawn
-        # under the representative's group index (so edp = 1 draws exactly as before)
-        canon = int(self.rmap.rep[group_idx]) if self.rmap is not None else group_idx
-        key = (canon, layer, mb)
-        r = self._routes.get(key)
-        if r is None:
-            spec, scn = self.spec, self.scn
-            j = self.moe_index[layer]
-            r = route_microbatch(
-                self.routing, n_experts=spec.n_experts, top_k=spec.top_k,
-                tokens_per_rank=np.full(len(group), self.ep_tokens, dtype=np.int64),
-                placement=self.placement, ranks_per_node=self._ep_ranks_per_node(group),
-                hidden=spec.hidden, dispatch_dtype=scn.routing.dispatch_dtype,
-                combine_dtype=scn.routing.combine_dtype, seed=scn.seed, step=self.step,
-                layer=j, microbatch=canon * self.m + mb, source=scn.source,
-                dedup_ranks_per_node=self.ep_backend.ranks_per_node(group, self.gpn)
-                if self.ep_backend.needs_dedup else None, dedup_cache=self._dedup_cache)
-            self._routes[key] = r
-        if (group_idx, layer, mb) not in self.routes_counted:
-            self.routes_counted.add((group_idx, layer, mb))
-            groups = [group]
-            if self.dedup and self.rmap is not None:  # mirror groups are not built: count them
-                mir = [self.rmap.mirrors.get(int(x), ()) for x in group]
-                groups += [tuple(m[e] for m in mir) for e in range(len(mir[0]))]
-            for g in groups:      # assigned (nothing dropped: kept is assign), kept, ...
-                self.account_parts(self.moe_index[layer], g, r.expert_tokens if r.kept is
-                                   r.assign else r.assign.sum(axis=0), r.expert_tokens,
-                                   float(r.capacity.sum()) if r.capacity.size else np.inf,
-                                   r.lb_loss, np.asarray(r.rank_tokens))
-        return r
-
-    def forget_route(self, group_idx: int, layer: int, mb: int) -> None:
-        """Drop the sample :meth:`route` keeps for (group, layer, mb): keeps memory flat."""
-        canon = int(self.rmap.rep[group_idx]) if self.rmap is not None else group_idx
-        self._routes.pop((canon, layer, mb), None)
-
-    def forget_routes(self) -> None:
-        """Drop every routing sample kept (:meth:`forget_route`)."""
-        self._routes.clear()
-
-    def account_parts(self, j: int, group: tuple[int, ...], assigned, kept, cap: float,
-                      lb, tok: np.ndarray) -> None:
-        """Count a routed micro-batch of MoE layer ``j`` on ``group`` (+ ``journal``)."""
-        if self.journal is not None:
-            self.journal.append((j, group, assigned, kept, cap, lb, tok))
-        self.expert_tokens[j] += assigned
-        self.expert_kept[j] += kept
-        # capacity summed over sources and micro-batches (inf: no capacity factor)
-        prev = self.expert_capacity[j]
-        self.expert_capacity[j] = cap if not np.isfinite(prev) else prev + cap
-        self.lb[j] += lb
-        self.lb_n[j] += 1
-        idx = np.fromiter(group, dtype=np.int64, count=len(group))
-        if tok.dtype.kind == "i" and len(set(group)) == len(group):   # whole numbers
-            self.received[idx, j] = np.maximum(self.received[idx, j], tok)
-            return
-        for pos, rank in enumerate(group):
-            self.received[rank, j] = max(self.received[rank, j], int(tok[pos]))
-
-    def _ep_ranks_per_node(self, group: tuple[int, ...]) -> int | None:
-        """Consecutive EP ranks per node of ``group`` (None: no node structure, or not
-        equally many consecutive ranks per node); remembered per group."""
-        hit = self._rpn.get(group, False)
-        if hit is False:
-            hit = self._rpn[group] = self._ranks_per_node_of(group)
-        return hit
-
-    def _ranks_per_node_of(self, group: tuple[int, ...]) -> int | None:
-        if not self.gpn:
-            return None
-        hosts = [g // self.gpn for g in group]
-        counts = np.bincount(hosts)
-        counts = counts[counts > 0]
-        # node-limited routing needs consecutive EP ranks per node, equally many
-        if len(set(counts.tolist())) == 1 and hosts == sorted(hosts):
-            return int(counts[0])
-        return None
+        # stage 1, token routing: every (EP group, MoE layer, micro-batch)'s sample and the
+        # step's expert statistics (the later stages and the fast engine read it)
+        self.routes = TokenRouting(res, step, placement=placement, ep_tokens=self.ep_tokens,
+                                   microbatches=self.m, rmap=self.rmap, dedup=dedup,
+                                   ep_backend=self.ep_backend)
+        self.moe_layers = self.routes.moe_layers
 
     # ---------------------------------------------------------------- programs
     def build(self) -> StepPlan:
@@ -235,21 +146,9 @@ class Builder(GradientOps, DualPipeOps, PairedOps, FoldedOps, RecomputeOps):
             programs.append(self._rank_program(r))
             if self.dedup and self.rmap is not None:  # the mirrors do the same FLOPs
                 self.flops += (self.flops - before) * len(self.rmap.mirrors.get(r, ()))
-        kept = self.expert_kept
-        return StepPlan(
-            programs=programs, moe_layers=self.moe_layers, expert_tokens=self.expert_tokens,
-            expert_kept=kept, expert_dropped=self.expert_tokens - kept,
-            expert_capacity=self.expert_capacity if self.moe_layers else np.zeros(0),
-            lb_loss=np.divide(self.lb, np.maximum(self.lb_n, 1)), rank_received=self.received,
-            model_flops=self.flops,
-            tokens_per_step=self.tokens * self.m * self.dp * self.cp, hot_ranks=self.hot_ranks(),
-            inflight=self.inflight())
-
-    def hot_ranks(self) -> list[int]:
-        """The ranks holding the most received tokens per stage (:mod:`moesim.program.hot`)."""
-        if not self.moe_layers or self.received.size == 0:
-            return []
-        return hot_ranks_of(self.received, self.lay.coords["pp"])
+        return StepPlan(programs=programs, model_flops=self.flops,
+                        tokens_per_step=self.tokens * self.m * self.dp * self.cp,
+                        inflight=self.inflight(), **self.routes.stats())
 
     def _rank_program(self, rank: int) -> list[Op]:
         if self.dual is not None:
@@ -405,7 +304,7 @@ class Builder(GradientOps, DualPipeOps, PairedOps, FoldedOps, RecomputeOps):
         spec, tp = self.spec, self.tp
         group = self.lay.group_of(rank, "ep")
         pos = group.index(rank)
-        r = self.route(group[0], group, layer, mb)
+        r = self.routes.route(group[0], group, layer, mb)
         k = spec.top_k if self.routing.top_k is None else self.routing.top_k
         sent = self.ep_tokens * k
         recv = int(r.rank_tokens[pos])

@@ -241,7 +241,7 @@ class DualPipeOps:
             self._compute(prog, "bwd.w_mlp", layer, mb, "bwd", ("w_moe", "bwd"), lambda: recipe.mlp_w(
                 spec, self.ep_tokens, tok, tp))
             group = self.lay.group_of(rank, "ep")
-            local = self.route(group[0], group, layer, mb).rank_expert_tokens[group.index(rank)]
+            local = self.routes.route(group[0], group, layer, mb).rank_expert_tokens[group.index(rank)]
             experts = tuple(int(e) for e in local.nonzero()[0])
             t_exp = f_exp = 0.0
             ks: list = []

@@ -81,7 +81,7 @@ class FoldedOps:
         total = np.zeros_like(local)
         for peer in group:
             g = self.lay.group_of(peer, "ep")
-            total = total + self.route(g[0], g, layer, mb).rank_expert_tokens[g.index(peer)]
+            total = total + self.routes.route(g[0], g, layer, mb).rank_expert_tokens[g.index(peer)]
         return total, group
 
     def _etp(self, prog: list[Op], group, gathered, layer: int, mb: int, phase: str,

@@ -9,7 +9,7 @@ with the tokens its experts receive, as the run computes them
 one micro-batch):
 
 - ``routed``: every (EP group, MoE layer, micro-batch) is routed exactly as the step
-  engines route it (same seeds, :meth:`moesim.program.build.Builder.route`), so the
+  engines route it (same seeds, :meth:`moesim.program.token_routing.TokenRouting.route`), so the
   table's peak equals the run's; used while the routing calls stay within
   ``ROUTE_BUDGET``;
 - ``expected``: beyond that, each expert's expected tokens (inclusion probability ×
@@ -32,7 +32,7 @@ ROUTE_BUDGET = 4096
 
 
 def _stage_moe_layers(sm: StageMemory, b, s: int) -> list[int]:
-    return [i for i in sm.stage_layers(s) if i in b.moe_index]
+    return [i for i in sm.stage_layers(s) if i in b.routes.moe_index]
 
 
 def stage_max_rows(res) -> dict[int, dict]:
@@ -52,9 +52,9 @@ def stage_max_rows(res) -> dict[int, dict]:
             g = tuple(int(r) for r in g)
             for layer in _stage_moe_layers(sm, b, int(pp[g[0]])):
                 for mb in range(b.m):
-                    b.route(g[0], g, layer, mb)
-                    b.forget_routes()
-        received = b.received.astype(float)
+                    b.routes.route(g[0], g, layer, mb)
+                    b.routes.forget_all()
+        received = b.routes.received.astype(float)
     else:
         received = _expected(res, b, sm)
     out: dict[int, dict] = {}
@@ -64,7 +64,7 @@ def stage_max_rows(res) -> dict[int, dict]:
             continue
         best = None
         for r in np.flatnonzero(pp == s):
-            recv = [int(round(received[r, b.moe_index[i]])) for i in moe]
+            recv = [int(round(received[r, b.routes.moe_index[i]])) for i in moe]
             row = sm.row(s, recv)
             if best is None or row["peak_bytes"] > best["peak_bytes"]:
                 best = {"rank": int(r), "how": how, "received": recv, **row}
@@ -81,7 +81,7 @@ def _expected(res, b, sm: StageMemory) -> np.ndarray:
     cfg = res.routing
     k = int(cfg.top_k if cfg.top_k is not None else spec.top_k)
     cfg = with_top_k(cfg, k)
-    pl = b.placement
+    pl = b.routes.placement
     out = np.zeros((lay.world, len(b.moe_layers)))
     for j in range(len(b.moe_layers)):
         q = expert_shares(cfg, spec.n_experts, seed=scn.seed, step=b.step, layer=j,

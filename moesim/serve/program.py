@@ -44,7 +44,7 @@ class ServeBuilder(Builder):
         if routing_cache is not None:
             # the routing law per (seed, step, layer) and DeepEP's copy ratios, kept by
             # the caller across steps of one deployment (moesim.serve.steps)
-            self._dedup_cache = routing_cache
+            self.routes.dedup_cache = routing_cache
         self.kv_bytes = cfg.kv_bytes
         # tokens that reach the LM head per micro-batch: one per request (prefill samples
         # the first output token from each prompt's last position)

@@ -7,7 +7,7 @@ summary as :func:`moesim.engine.api.simulate`, computed by a lockstep model:
   the EP groups of one (tp, edp) coordinate across the pipeline stages; each chain
   is list-scheduled item by item with per-rank numpy vectors;
 - routing is the exact engine's: :func:`moesim.gating.route_microbatch` with the
-  same seeds (through the exact builder's ``route``), so token counts, expert
+  same seeds (through the exact builder's ``routes`` stage), so token counts, expert
   statistics and memory equal the exact engine's;
 - all-to-alls, TP and pipeline transfers are charged by the link bound
   (:mod:`moesim.engine.fast.network`); gradient buckets, the optimizer and ZeRO
@@ -254,8 +254,8 @@ def _run_chain(ctx: Context, b: Builder, groups, span_pos, progress=None,
             if hit is not None:
                 return hit
         g = groups[s]
-        r = b.route(g[0], g, layer, mb)
-        b.forget_route(g[0], layer, mb)   # keep memory flat
+        r = b.routes.route(g[0], g, layer, mb)
+        b.routes.forget(g[0], layer, mb)   # keep memory flat
         rec = _route_rec(ctx, r, g)
         if stash is not None and not rerun and ctx.net.stateless(g):
             stash.put(key, rec)     # (records timed on the flow network: built again)
@@ -414,7 +414,7 @@ def _finish(res, ctx, b, pool, stash, chains, copies, want, progress, dedup, mod
     plan = make_plan(b, flops)
     # spans of the ranks that explain the step: their chains run again (moesim.engine.fast.spans)
     hot = sorted({int(b.rmap.rep[x]) if dedup else x for x in plan.hot_ranks})
-    rerun, kept = choose_span_ranks(chains, acc["stall"], b.received.sum(axis=1), hot,
+    rerun, kept = choose_span_ranks(chains, acc["stall"], b.routes.received.sum(axis=1), hot,
                                     want, world)
     ctx.links.enabled = False      # counted on the first run
     if progress and rerun:         # the chains run again count as work still to do

@@ -6,7 +6,7 @@ forward items only, so it is the simplest case of the lockstep model: each EP gr
 chain (:class:`moesim.engine.fast.pipeline.Chain`); every member runs the same attention
 (the caller's :class:`ForwardStep`: e.g. KV-cache reads for decode, the prompt's causal
 attention for prefill), then the EP dispatch, its own experts and the combine, timed as
-the fast engine times them (routing through the builder's ``route``, so token counts and
+the fast engine times them (routing through the builder's ``routes``, so token counts and
 expert statistics equal the exact engine's; all-to-alls by the link bound, DeepEP
 exchanges by the exact engine's rule on link-bound flow ends), then the caller's head. No
 gradient phase, no optimizer.
@@ -281,9 +281,9 @@ def simulate_forward(res: Resolved, builder, *, progress=None, span_ranks: int =
         def route(s: int, layer: int, mb: int, g=g, cache=cache):
             rec = cache.get((layer, mb))
             if rec is None:
-                rec = cache[(layer, mb)] = _route_rec(ctx, b.route(g[0], g, layer, mb), g,
+                rec = cache[(layer, mb)] = _route_rec(ctx, b.routes.route(g[0], g, layer, mb), g,
                                                      forward_only=True)
-                b.forget_route(g[0], layer, mb)      # keep memory flat
+                b.routes.forget(g[0], layer, mb)      # keep memory flat
             return rec
 
         ch = ForwardChain(ctx, groups, route, [[e for e, r in enumerate(g) if r in want]], b)

@@ -3,8 +3,6 @@ step plan without op programs, and the shortcuts it took with their measured bou
 
 from __future__ import annotations
 
-import numpy as np
-
 from moesim.engine.fast.network import EXACT_FLOW_BUDGET
 from moesim.program.build import Builder, StepPlan
 
@@ -42,14 +40,8 @@ BOUNDS = {
 
 
 def make_plan(b: Builder, flops: float) -> StepPlan:
-    L = len(b.moe_layers)
-    return StepPlan(
-        programs=[], moe_layers=b.moe_layers, expert_tokens=b.expert_tokens,
-        expert_kept=b.expert_kept, expert_dropped=b.expert_tokens - b.expert_kept,
-        expert_capacity=b.expert_capacity if L else np.zeros(0),
-        lb_loss=np.divide(b.lb, np.maximum(b.lb_n, 1)), rank_received=b.received,
-        model_flops=flops, tokens_per_step=b.tokens * b.m * b.dp, hot_ranks=b.hot_ranks(),
-        inflight=b.inflight())
+    return StepPlan(programs=[], model_flops=flops, tokens_per_step=b.tokens * b.m * b.dp,
+                    inflight=b.inflight(), **b.routes.stats())
 
 
 def shortcuts(ctx, dedup: bool, n_chains: int, world: int, span_ranks: int

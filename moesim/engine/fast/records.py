@@ -1,7 +1,7 @@
 """One routed micro-batch's record on the fast path (:class:`RouteRec`): its all-to-alls
 timed (DeepEP exchanges by the exact engine's rule on link-bound flow ends, direct
 all-to-alls as byte matrices for the link bound, phased ones by their collective time)
-and its experts priced per rank, from the builder's ``route``."""
+and its experts priced per rank, from the builder's token routing (``b.routes``)."""
 
 from __future__ import annotations
 

@@ -4,8 +4,8 @@
 A step's chains (:mod:`moesim.engine.fast.pipeline`) are independent list schedules.
 They share only what they count:
 
-- the builder's expert statistics, added per routed micro-batch in chain order
-  (:meth:`moesim.program.build.Builder.account_parts`; the load-balancing loss is a
+- the token routing's expert statistics, added per routed micro-batch in chain order
+  (:meth:`moesim.program.token_routing.TokenRouting.account`; the load-balancing loss is a
   float sum, so its order matters);
 - the per-link bytes (:class:`moesim.engine.fast.links.LinkBytes`);
 - the route records each chain keeps for its rerun (:mod:`moesim.engine.fast.stash`).
@@ -119,8 +119,8 @@ class ChainPool:
             msg = c.receive(self._pump)
             if (msg is not None and msg[0] == "done" and self.links.merge(msg[4])):
                 for entry in msg[2]:
-                    self.b.account_parts(*entry)
-                self.b.routes_counted |= msg[3]
+                    self.b.routes.account(*entry)
+                self.b.routes.counted |= msg[3]
                 for ci, out, spans in msg[1]:
                     got[ci] = (out, spans)
                     self.owner[ci] = c
@@ -250,14 +250,15 @@ def _serve(pool: ChainPool, block: list[int], conn, counter, parent_end) -> None
     try:
         b, links = pool.b, pool.links
         links.restart()
-        b.journal = []
-        before = set(b.routes_counted)
+        b.routes.journal = []
+        before = set(b.routes.counted)
         outs = []
         for ci in block:
             ch = pool.run(ci, prog)
             outs.append((ci, ch.out, ch.spans))
-        conn.send(("done", outs, b.journal, b.routes_counted - before, links.export()))
-        b.journal = None
+        conn.send(("done", outs, b.routes.journal, b.routes.counted - before,
+                   links.export()))
+        b.routes.journal = None
         while True:
             msg = conn.recv()
             if msg[0] != "rerun":
