@@ -5,24 +5,25 @@ their NICs.
 flow-level max-min network (:class:`moesim.network.FlowNetwork`), the exact engine's
 communicator semantics (``FastNetwork.exact_finish``, docs/fast-path.md).
 
+A pipeline send between two stages over several hosts leaves through the NICs the
+multi-host all-to-alls of its EP groups use. The exact engine runs both on one max-min
+network, so a send that overlaps an all-to-all (1F1B with static pairs: the forward
+send under the next micro-batch's combine on the ``ep`` stream; a2a-1f1b: the pair's
+two sends under the next pair's first all-to-all) gets a share of the NIC and arrives
+later, and the all-to-all is a little slower. Timed alone, a send took 1.24 ms where
+the exact engine's took 5.6 ms (DeepSeek-V3 cut to 32 GPUs, 1F1B; docs/fast-path.md).
 
-A pipeline send between two stages over several hosts leaves through the same NICs
-as the multi-host all-to-alls of its EP group. The exact engine runs both on one
-max-min network, so a send issued just before its stage's next all-to-all (1F1B's
-forward send, then the next item's dispatch; a2a-1f1b's two sends, then the next
-pair's first all-to-all) gets a share of the NIC and arrives later, and the
-all-to-all is a little slower. The fast path timed the send alone on its path
-(measured on DeepSeek-V3 cut to 32 GPUs, 1F1B: 1.24 ms alone, 5.6 ms in the exact
-engine; docs/fast-path.md).
-
-Here a send timed alone is *held*: the next all-to-all that
-:meth:`moesim.engine.fast.network.FastNetwork.exact_finish` runs flow by flow on a
-group the send leaves from or arrives at, while the send is still in flight, runs the
-send's flows too (from their start, with the bytes that give the alone time: a
-gradient bucket's share of the path stays in), and moves the send's end to their
-delivery. A send is held for one such all-to-all at most (the one it meets first);
-sends of groups whose all-to-alls are not run flow by flow are not held (per-link
-sharing and the link bound time an all-to-all alone).
+So every send of such groups (:func:`hold_send`, from ``Chain._send``) runs again with
+the flows of the all-to-alls already run on its two groups that it overlaps (the list
+schedule may have run the receiving stage ahead), and is *held*: the next all-to-all
+:func:`exact_finish` runs on either group while it is in flight runs its flows too
+(from their start, with the bytes that give its time alone, so a gradient bucket's
+share of the path stays in) and moves its end to their delivery. The receiver takes
+the message once the sender's all-to-alls are past it (``Chain.ready``,
+:meth:`HeldSends.settled`); when every stage waits on such messages only, they are
+taken as sent (:meth:`HeldSends.settle`). The all-to-alls that ran before a send keep
+the ends they had (they are used already). Sends between groups whose all-to-alls are
+timed in closed form (one host, or more than 32 members) are not held.
 """
 
 from __future__ import annotations
@@ -104,6 +105,20 @@ class HeldSends:
         for k in gone:
             del self._held[k]
         return out
+
+    def settled(self, src: tuple, key: tuple) -> bool:
+        """Whether the send ``key`` from ``src`` can move no more: not held, or the
+        all-to-alls of its source group are past it."""
+        h = self._held.get((src, key))
+        return h is None or h.src in h.passed
+
+    def __len__(self) -> int:
+        return len(self._held)
+
+    def settle(self) -> None:
+        """Take every held send as settled (the schedule cannot advance otherwise)."""
+        for h in self._held.values():
+            h.passed.add(h.src)
 
     def drop(self, done: list[Held]) -> None:
         """Forget ``done`` (their delivery is decided)."""
