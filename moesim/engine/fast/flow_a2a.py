@@ -17,8 +17,8 @@ So every send of such groups (:func:`hold_send`, from ``Chain._send``) runs agai
 the flows of the all-to-alls already run on its two groups that it overlaps (the list
 schedule may have run the receiving stage ahead), and is *held*: the next all-to-all
 :func:`exact_finish` runs on either group while it is in flight runs its flows too
-(from their start, with the bytes that give its time alone, so a gradient bucket's
-share of the path stays in) and moves its end to their delivery. The receiver takes
+(from their start) and moves its end to their delivery, never before its end alone
+(which counts a gradient bucket's ring flow on its path; the runs do not). The receiver takes
 the message once the sender's all-to-alls are past it (``Chain.ready``,
 :meth:`HeldSends.settled`); when every stage waits on such messages only, they are
 taken as sent (:meth:`HeldSends.settle`). The all-to-alls that ran before a send keep
@@ -57,13 +57,14 @@ class Held:
     dst: tuple[int, ...]
     start: np.ndarray
     end: np.ndarray
-    nbytes: np.ndarray          # per member: the bytes that take end - start alone
+    nbytes: float
     on_end: Callable[[np.ndarray], None] | None
+    alone: np.ndarray = field(default_factory=lambda: np.empty(0))   # its end alone
     past: list[Run] = field(default_factory=list)
     passed: set = field(default_factory=set)   # groups whose all-to-alls are past it
 
     def flows(self) -> list:
-        return list(zip(self.src, self.dst, self.nbytes.tolist(), strict=True))
+        return [(x, y, self.nbytes) for x, y in zip(self.src, self.dst, strict=True)]
 
 
 class HeldSends:
@@ -208,7 +209,7 @@ def exact_finish(fn, group: Sequence[int], matrix: np.ndarray,
     fn.held.ran(key, Run(flows, starts, float(done[:k].max(initial=-np.inf))))
     for h in held:
         n = len(h.src)
-        h.end[:] = done[k:k + n]
+        h.end[:] = np.maximum(done[k:k + n], h.alone)
         k += n
         if h.on_end is not None:
             h.on_end(h.end)
@@ -230,9 +231,12 @@ def _with_held(flows: list, starts: np.ndarray, held: list[Held]):
 
 
 def hold_send(fn, key: tuple, src: tuple[int, ...], dst: tuple[int, ...], start: np.ndarray,
-              end: np.ndarray, on_end: Callable[[np.ndarray], None] | None = None) -> None:
-    """A pipeline send from member e of ``src`` to member e of ``dst``, timed alone from
-    ``start`` to ``end`` (``fn``: the FastNetwork). It runs again with the flows of the
+              end: np.ndarray, nbytes: float,
+              on_end: Callable[[np.ndarray], None] | None = None) -> None:
+    """A pipeline send of ``nbytes`` from member e of ``src`` to member e of ``dst``,
+    timed alone from ``start`` to ``end`` (``fn``: the FastNetwork; alone on its path,
+    or beside a gradient bucket's ring flow, which the flow runs here do not see: a
+    delivery is never before ``end``). It runs again with the flows of the
     all-to-alls already run on either group that it overlaps (one on the ``ep`` stream
     of overlapped pairs; the other stage's, which the list schedule may have run
     first), and is held for the next all-to-all of either group that meets it
@@ -242,17 +246,13 @@ def hold_send(fn, key: tuple, src: tuple[int, ...], dst: tuple[int, ...], start:
     not held."""
     if not fn.exact_ok or (fn.stateless(src) and fn.stateless(dst)):
         return
-    nbytes = np.empty(len(src))
-    for e, (x, y) in enumerate(zip(src, dst, strict=True)):
-        fn.p2p_time(x, y, 0.0)        # caches the path's (latency, bottleneck)
-        lat, cap = fn._p2p[(x, y)]
-        nbytes[e] = max(float(end[e] - start[e]) - lat, 0.0) * cap
-    h = Held(tuple(src), tuple(dst), np.array(start, dtype=float), end, nbytes, on_end)
+    h = Held(tuple(src), tuple(dst), np.array(start, dtype=float), end, float(nbytes), on_end,
+             end.copy())
     h.passed = {g for g in (h.src, h.dst) if fn.stateless(g)}   # no all-to-all will come
     h.past = fn.held.overlapping(h)
     if h.past:
         fl, st = _with_held([], np.empty(0), [h])
-        end[:] = run_flows(fn, fl, st, float(st.min()))[:len(h.src)]
+        end[:] = np.maximum(run_flows(fn, fl, st, float(st.min()))[:len(h.src)], h.alone)
         if on_end is not None:
             on_end(end)
     fn.held.hold(key, h)

@@ -398,11 +398,11 @@ class FastNetwork:
         return flow_a2a.exact_finish(self, group, matrix, arrivals)
 
     def hold_send(self, key: tuple, src: tuple[int, ...], dst: tuple[int, ...],
-                  start: np.ndarray, end: np.ndarray,
+                  start: np.ndarray, end: np.ndarray, nbytes: float,
                   on_end: Callable[[np.ndarray], None] | None = None) -> None:
         """Hold a pipeline send for the next :meth:`exact_finish` of either group
         (:func:`moesim.engine.fast.flow_a2a.hold_send`)."""
-        flow_a2a.hold_send(self, key, src, dst, start, end, on_end)
+        flow_a2a.hold_send(self, key, src, dst, start, end, nbytes, on_end)
 
     def phases_time(self, phases) -> float:
         """Seconds of phases run one after the other, each charged its link bound."""

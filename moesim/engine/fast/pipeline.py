@@ -490,5 +490,5 @@ class Chain:
         self._span(s, "pp", f"{phase}.send", a, end, layer, mb, phase, stream="pp",
                    bytes=c.act_bytes)
         # an all-to-all it meets on the flow network may move ``end`` (fast.flow_a2a)
-        c.net.hold_send(key, src, dst, a, end,
+        c.net.hold_send(key, src, dst, a, end, c.act_bytes,
                         lambda e: moved_ends(self.spans, n0, self.span_pos[s], e))
