@@ -23,7 +23,8 @@ the message once the sender's all-to-alls are past it (``Chain.ready``,
 :meth:`HeldSends.settled`); when every stage waits on such messages only, they are
 taken as sent (:meth:`HeldSends.settle`). The all-to-alls that ran before a send keep
 the ends they had (they are used already). Sends between groups whose all-to-alls are
-timed in closed form (one host, or more than 32 members) are not held.
+timed in closed form (one host, or more than 32 members) or precomputed (DeepEP's
+kernels) are not held.
 """
 
 from __future__ import annotations
@@ -242,9 +243,9 @@ def hold_send(fn, key: tuple, src: tuple[int, ...], dst: tuple[int, ...], start:
     first), and is held for the next all-to-all of either group that meets it
     (:func:`exact_finish`). Each moves ``end`` (in place) to the send's delivery and
     calls ``on_end(end)`` (an all-to-all run before keeps the ends it had: they are
-    used already). Sends between groups whose all-to-alls are timed in closed form are
-    not held."""
-    if not fn.exact_ok or (fn.stateless(src) and fn.stateless(dst)):
+    used already). Sends between groups with no all-to-all run flow by flow yet (timed
+    in closed form, or precomputed: DeepEP) are not held."""
+    if not fn.exact_ok or (tuple(src) not in fn.held.runs and tuple(dst) not in fn.held.runs):
         return
     h = Held(tuple(src), tuple(dst), np.array(start, dtype=float), end, float(nbytes), on_end,
              end.copy())
