@@ -28,7 +28,6 @@ from moesim.collectives.communicator import CollectiveSpec
 from moesim.compute.base import Kernel
 from moesim.compute.select import grouped_experts
 from moesim.gating import make_placement
-from moesim.model import window
 from moesim.program import recipe, recompute, shared_overlap, tp_overlap
 from moesim.program.dualpipe_build import DualPipeOps, PairedOps
 from moesim.program.ep_backend import EPBackend
@@ -265,10 +264,8 @@ class Builder(GradientOps, DualPipeOps, PairedOps, FoldedOps, RecomputeOps):
         if self.zero == 3 and self.dp > 1:
             deps = self._zero3_gather(prog, rank, layer, mb, phase)
         start = len(prog)
-        seq = window.effective_seq(spec, layer, self.seq)   # a sliding window scores less
-        attn = ("attn", phase) if seq == self.seq else ("attn", phase, seq)
         graphs = self.scn.overlap.cuda_graphs
-        attn_k = lambda: recipe.attn(spec, self.tokens, seq, tp, phase, graphs)  # noqa: E731
+        attn, attn_k = recipe.attn_op(spec, layer, self.tokens, self.seq, tp, phase, graphs)
         if phase == "fwd":
             self._attention(prog, rank, layer, mb, phase, attn, attn_k, deps=deps)
             self._tp_allreduce(prog, rank, layer, mb, phase, "attn")
@@ -354,9 +351,7 @@ class Builder(GradientOps, DualPipeOps, PairedOps, FoldedOps, RecomputeOps):
         pre = lambda: recipe.router(  # noqa: E731
             spec, self.ep_tokens, sent, phase, self.scn.overlap.cuda_graphs)
         side = shared_overlap.enabled(self.scn, spec)
-        post = lambda: recipe.expert_post(  # noqa: E731
-            spec, sent, self.tokens, tp, phase, side)
-        pkey = ("post", phase, "side") if side else ("post", phase)
+        pkey, post = recipe.post_op(spec, sent, self.tokens, tp, phase, side)
         d_out = float(_matrix(disp)[pos].sum())
         c_out = float(_matrix(comb)[pos].sum())
         if phase == "fwd":

@@ -20,14 +20,15 @@ from __future__ import annotations
 from dataclasses import replace
 
 from moesim.compute.base import Kernel, fused_launches
-from moesim.model import costs, mtp
+from moesim.model import costs, mtp, window
 from moesim.model.spec import ModelSpec
 from moesim.program.cuda_graphs import maybe
 from moesim.program.shared_overlap import split
 
-__all__ = ["attn", "attn_w", "backward_part", "decode_attn", "dense_ffn", "dualpipe_part",
-           "embedding", "expert", "expert_post", "lm_head", "mlp_w", "mtp_head",
-           "optimizer", "prefill_attn", "recompute_layer", "router", "shared_part"]
+__all__ = ["attn", "attn_op", "attn_w", "backward_part", "decode_attn", "dense_ffn",
+           "dualpipe_part", "embedding", "expert", "expert_post", "lm_head", "mlp_w",
+           "mtp_head", "optimizer", "post_op", "prefill_attn", "recompute_layer",
+           "recompute_op", "router", "shared_part"]
 
 
 def backward_part(kernels: list[Kernel], part: str) -> list[Kernel]:
@@ -155,6 +156,36 @@ def recompute_layer(spec: ModelSpec, layer: int, mods: frozenset[str], *, tokens
     elif "shared_experts" in mods:
         out += costs.shared_expert_kernels(spec, tokens, tp, "fwd")
     return [replace(k, name=f"recompute.{k.name}") for k in out]
+
+
+# ------------------------------------------------------------------ (timer key, kernels)
+# The ops whose kernel list depends on more than the phase, with the key both engines'
+# timers price them under (an op's kernels are priced once per key).
+def attn_op(spec: ModelSpec, layer: int, tokens: int, seq: int, tp: int, phase: str,
+            graphs=()) -> tuple:
+    """(key, kernel maker) of layer ``layer``'s attention op for sequences of ``seq``
+    tokens: a sliding-window layer scores fewer keys (:func:`moesim.model.window.
+    effective_seq`) and is priced under a key of its own."""
+    eff = window.effective_seq(spec, layer, seq)
+    key = ("attn", phase) if eff == seq else ("attn", phase, eff)
+    return key, lambda: attn(spec, tokens, eff, tp, phase, graphs)
+
+
+def post_op(spec: ModelSpec, sent: int, tokens: int, tp: int, phase: str,
+            side: bool = False) -> tuple:
+    """(key, kernel maker) of the ``unpermute`` op (:func:`expert_post`)."""
+    return ((("post", phase, "side") if side else ("post", phase)),
+            lambda: expert_post(spec, sent, tokens, tp, phase, side))
+
+
+def recompute_op(spec: ModelSpec, layer: int, mods: frozenset[str], *, tokens: int, seq: int,
+                 tp: int, ep_tokens: int, sent: int) -> tuple:
+    """(key, kernel maker) of layer ``layer``'s ``bwd.recompute`` op
+    (:func:`recompute_layer`; a sliding-window layer's attention scores fewer keys)."""
+    eff = window.effective_seq(spec, layer, seq)
+    return (("recompute", spec.is_moe_layer(layer), mods, eff),
+            lambda: recompute_layer(spec, layer, mods, tokens=tokens, seq_len=eff, tp=tp,
+                                    ep_tokens=ep_tokens, sent=sent))
 
 
 # ------------------------------------------------------------------ serving

@@ -5,7 +5,6 @@ activation recomputation's forward kernels, re-run inside the backward
 from __future__ import annotations
 
 from moesim.compute.base import fused_launches
-from moesim.model import window
 from moesim.program import recipe, recompute
 from moesim.program.ops import Op
 
@@ -19,15 +18,12 @@ class RecomputeOps:
         experts'), before its backward."""
         mods = self.rc.mods(layer)
         if mods:
-            spec, moe = self.spec, self.spec.is_moe_layer(layer)
+            spec = self.spec
             k = spec.top_k if self.routing.top_k is None else self.routing.top_k
-            seq = window.effective_seq(spec, layer, self.seq)
-            self._compute(prog, "bwd.recompute", layer, mb, "bwd",
-                          ("recompute", moe, mods, seq),
-                          lambda: recipe.recompute_layer(
-                              spec, layer, mods, tokens=self.tokens, seq_len=seq,
-                              tp=self.tp, ep_tokens=self.ep_tokens, sent=self.ep_tokens * k),
-                          deps=deps)
+            key, make = recipe.recompute_op(spec, layer, mods, tokens=self.tokens, seq=self.seq,
+                                            tp=self.tp, ep_tokens=self.ep_tokens,
+                                            sent=self.ep_tokens * k)
+            self._compute(prog, "bwd.recompute", layer, mb, "bwd", key, make, deps=deps)
 
     def _recompute_experts(self, prog: list[Op], layer: int, mb: int, local, experts,
                            recv: int) -> None:

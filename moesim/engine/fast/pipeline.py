@@ -30,7 +30,6 @@ from moesim.engine.fast import tp_ub
 from moesim.engine.fast.pairs import run_pair
 from moesim.engine.fast.spans import add_spans, moved_ends
 from moesim.engine.fast.zero3 import Zero3Gathers
-from moesim.model import window
 from moesim.program import recipe, shared_overlap
 from moesim.trace.spans import AFTER_EXPERTS, Span, wait_reason
 
@@ -269,11 +268,8 @@ class Chain:
     def attn_op(self, layer: int, phase: str) -> tuple:
         """(timer key, kernel maker) of layer ``layer``'s norms and attention."""
         c = self.c
-        spec, tok, tp = c.spec, c.tokens, c.tp
-        seq = window.effective_seq(spec, layer, c.seq)   # a sliding window scores less
-        graphs = c.res.scenario.overlap.cuda_graphs
-        return (("attn", phase) if seq == c.seq else ("attn", phase, seq),
-                lambda: recipe.attn(spec, tok, seq, tp, phase, graphs))
+        return recipe.attn_op(c.spec, layer, c.tokens, c.seq, c.tp, phase,
+                              c.res.scenario.overlap.cuda_graphs)
 
     def ffn_op(self, phase: str) -> tuple:
         """(timer key, kernel maker) of a dense layer's FFN."""
@@ -287,7 +283,6 @@ class Chain:
             self._zero3(s, layer, mb, phase)
         spec, tok, tp = c.spec, c.tokens, c.tp
         moe = spec.is_moe_layer(layer)
-        seq = window.effective_seq(spec, layer, c.seq)   # a sliding window scores less
         (akey, attn), ffn = self.attn_op(layer, phase), self.ffn_op(phase)[1]
         # sequence parallelism: an MoE layer keeps one reduce-scatter and one all-gather,
         # half the ring bytes of its two all-reduces (moesim.program.folding)
@@ -307,10 +302,9 @@ class Chain:
         else:
             mods = c.rc.mods(layer)
             if mods:        # activation recomputation (moesim.program.recompute)
-                self._compute(s, "bwd.recompute", ("recompute", moe, mods, seq),
-                              lambda: recipe.recompute_layer(
-                                  spec, layer, mods, tokens=tok, seq_len=seq, tp=tp,
-                                  ep_tokens=c.ep_tokens, sent=c.sent), layer, mb, phase)
+                key, make = recipe.recompute_op(spec, layer, mods, tokens=tok, seq=c.seq, tp=tp,
+                                                ep_tokens=c.ep_tokens, sent=c.sent)
+                self._compute(s, "bwd.recompute", key, make, layer, mb, phase)
             if layer >= spec.layers:
                 self._compute(s, "bwd.mtp", ("mtp", phase),
                               lambda: recipe.mtp_head(spec, tok, tp, phase), layer, mb, phase)
@@ -351,9 +345,7 @@ class Chain:
         pre = lambda: recipe.router(  # noqa: E731
             spec, c.ep_tokens, sent, phase, c.res.scenario.overlap.cuda_graphs)
         side = shared_overlap.enabled(c.res.scenario, spec)
-        post = lambda: recipe.expert_post(  # noqa: E731
-            spec, sent, c.tokens, c.tp, phase, side)
-        pkey = ("post", phase, "side") if side else ("post", phase)
+        pkey, post = recipe.post_op(spec, sent, c.tokens, c.tp, phase, side)
         a2a = self._a2a_beside if side else self._a2a
         if phase == "fwd":
             self._compute(s, "fwd.router", ("router", phase), pre, layer, mb, phase)
@@ -374,11 +366,7 @@ class Chain:
     # ------------------------------------------------------------ one schedule item
     def ready(self, s: int, item) -> bool:
         key = self._recv_key(s, item)
-        if key is None:
-            return True
-        # a held send (fast.flow_a2a) is received once its sender's all-to-alls are past it
-        src = (s - 1 if item.kind == "F" else s + 1) % self.c.pp
-        return key in self.msgs and self.c.net.held.settled(self.groups[src], key)
+        return key is None or key in self.msgs
 
     def _recv_key(self, s: int, item):
         c = self.c
@@ -490,5 +478,5 @@ class Chain:
         self._span(s, "pp", f"{phase}.send", a, end, layer, mb, phase, stream="pp",
                    bytes=c.act_bytes)
         # an all-to-all it meets on the flow network may move ``end`` (fast.flow_a2a)
-        c.net.hold_send(key, src, dst, a, end, c.act_bytes,
+        c.net.hold_send(key, src, dst, a, end,
                         lambda e: moved_ends(self.spans, n0, self.span_pos[s], e))
