@@ -366,7 +366,11 @@ class Chain:
     # ------------------------------------------------------------ one schedule item
     def ready(self, s: int, item) -> bool:
         key = self._recv_key(s, item)
-        return key is None or key in self.msgs
+        if key is None:
+            return True
+        # a held send (fast.flow_a2a) is received once its sender's all-to-alls are past it
+        src = (s - 1 if item.kind == "F" else s + 1) % self.c.pp
+        return key in self.msgs and self.c.net.held.settled(self.groups[src], key)
 
     def _recv_key(self, s: int, item):
         c = self.c
@@ -478,5 +482,5 @@ class Chain:
         self._span(s, "pp", f"{phase}.send", a, end, layer, mb, phase, stream="pp",
                    bytes=c.act_bytes)
         # an all-to-all it meets on the flow network may move ``end`` (fast.flow_a2a)
-        c.net.hold_send(key, src, dst, a, end,
+        c.net.hold_send(key, src, dst, a, end, c.act_bytes,
                         lambda e: moved_ends(self.spans, n0, self.span_pos[s], e))
