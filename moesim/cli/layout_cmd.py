@@ -134,23 +134,20 @@ def _under_load(res, overrides: list[str]) -> dict:
     groups joined by their EP groups, moesim.traffic.deploy) prefill, checked as
     ``moesim serve`` checks it."""
     from moesim.traffic.deploy import lockstep_groups
+    from moesim.traffic.schedulers import POLICY_FIELDS, SCHEDULERS
     from moesim.traffic.session import load_config
 
     scn = res.scenario
     lc = load_config(res, overrides, requests=False)
     try:
         out: dict = {"scheduler": lc.scheduler}
-        if lc.scheduler == "disaggregated":
+        kind = SCHEDULERS.get(lc.scheduler, scn.source, "load.scheduler")
+        if kind.check is not None:          # a scheduler that needs a layout (its registry)
             groups = len(lockstep_groups(res.layout)[0])
-            if groups < 2:
-                raise InputError(scn.source, "load.scheduler", "disaggregated serving on at "
-                                 "least two lockstep groups (a cluster larger than one EP "
-                                 f"group); this layout has {groups}", "disaggregated")
-            if not 1 <= lc.prefill_groups < groups:
-                raise InputError(scn.source, "load.prefill_groups", f"fewer than the {groups} "
-                                 "lockstep groups (disaggregated serving needs at least one "
-                                 "group to decode)", lc.prefill_groups)
-            out.update(prefill_groups=lc.prefill_groups, lockstep_groups=groups)
+            opts = lc.scheduler_options()
+            kind.check(groups, opts, scn.source)
+            out.update({k: v for k, v in opts.items() if k not in POLICY_FIELDS},
+                       lockstep_groups=groups)
     except InputError as err:
         raise blame_overrides(err, scn.source, overrides) from None
     return out
