@@ -82,6 +82,12 @@ def build_step(res, step: int | None = None, *, replicas: str = "independent",
 
 
 class Builder(GradientOps, DualPipeOps, PairedOps, FoldedOps, RecomputeOps):
+    """Every rank's program of one step. Token routing is a stage of its own
+    (:class:`moesim.program.token_routing.TokenRouting`, ``self.routes``: samples and
+    expert statistics); each compute op takes its kernels, and its timer key where they
+    depend on more than the phase, from :mod:`moesim.program.recipe`; transfers and the
+    schedule's order are the mixins' (gradients, DualPipe, EP pairs, folding, recompute)."""
+
     def __init__(self, res, step: int, replicas: str = "independent",
                  dedup: bool = False) -> None:
         self.res = res
