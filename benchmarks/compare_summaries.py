@@ -5,6 +5,7 @@ tree, and compare their ``summary.json`` byte for byte.
     python benchmarks/compare_summaries.py REV --only toy-cpu hot-expert
     python benchmarks/compare_summaries.py REV --engine both --only toy-cpu   # exact and fast
     python benchmarks/compare_summaries.py REV --only hot-expert --set schedule.microbatches=2
+    python benchmarks/compare_summaries.py REV --repeat 3    # + median wall time, ratio
 
 The revision is checked out into a temporary git worktree (removed afterwards); each
 scenario runs as ``python -m moesim run scenarios/NAME.yaml -o DIR --quiet`` (``serve``
@@ -21,6 +22,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -74,6 +76,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--engine", choices=("scenario", "exact", "fast", "both"),
                     default="scenario", help="engine of training steps (`moesim run`): the "
                     "scenario's engine.mode, one of the two, or both in turn")
+    ap.add_argument("--repeat", type=int, default=1, help="runs per revision, alternated "
+                    "(the median wall time of each and their ratio are printed)")
     args = ap.parse_args(argv)
     engines = {"scenario": [None], "both": ["exact", "fast"]}.get(args.engine, [args.engine])
     names = args.only or sorted(p.stem for p in (ROOT / "scenarios").glob("*.yaml"))
@@ -94,15 +98,21 @@ def main(argv: list[str] | None = None) -> int:
                 elif eng == "fast":
                     continue                     # serve / rl: one run is enough
                 tag = name if eng is None else f"{name}@{eng}"
-                ta = run(base, scn, Path(tmp) / "a" / tag, Path(tmp) / "cache-a", sets)
-                tb = run(ROOT, scn, Path(tmp) / "b" / tag, Path(tmp) / "cache-b", sets)
-                a, b = ((Path(tmp) / d / tag / "summary.json").read_bytes() for d in "ab")
+                times: dict[str, list[float]] = {"a": [], "b": []}
+                for i in range(max(1, args.repeat)):     # alternated: the same load on both
+                    for d, tree in (("a", base), ("b", ROOT)):
+                        times[d].append(run(tree, scn, Path(tmp) / d / f"{tag}.{i}",
+                                            Path(tmp) / f"cache-{d}", sets))
+                ta, tb = (statistics.median(times[k]) for k in "ab")
+                a, b = ((Path(tmp) / d / f"{tag}.0" / "summary.json").read_bytes() for d in "ab")
                 verdict = ("same" if a == b else
                            "same but the surface's CPU time and key" if equal_but_measured(a, b)
                            else "DIFFERENT")
                 bad += verdict == "DIFFERENT"
                 print(f"{tag:28s} {verdict:9s} "
-                      f"({args.rev}: {ta:.1f} s, working tree: {tb:.1f} s)", flush=True)
+                      f"({args.rev}: {ta:.1f} s, working tree: {tb:.1f} s, ratio {tb / ta:.3f}"
+                      + (f"; medians of {args.repeat}" if args.repeat > 1 else "") + ")",
+                      flush=True)
         finally:
             subprocess.run(["git", "worktree", "remove", "--force", str(base)], cwd=ROOT,
                            check=False)
