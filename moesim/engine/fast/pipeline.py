@@ -92,6 +92,7 @@ class Chain:
         self.z3 = Zero3Gathers(ctx, groups)
         self._send_d: dict[tuple, np.ndarray] = {}
         self._peers: dict[int, tuple] = {}
+        ctx.net.held.clear()    # held sends and kept all-to-alls are a chain's own (flow_a2a)
 
     # ------------------------------------------------------------ spans
     def _span(self, s: int, kind: str, name: str, a, b, layer=-1, mb=-1, phase="",
