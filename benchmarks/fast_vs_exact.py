@@ -16,7 +16,8 @@ issue's bounds); the process exits 1 when any row fails.
 
 The rows: shipped scenarios small enough for the exact engine, and the cases of
 docs/results/fast-path-history.md (DeepSeek-V3 cut to 32, 64 and 128 GPUs; the shipped
-64-GPU Mixtral with static pairs).
+64-GPU Mixtral with static pairs), the interleaved EP16 case of docs/fast-path.md and
+the EP-overlap case of tests/test_fast_path.py on the routing the scenario ships.
 """
 
 from __future__ import annotations
@@ -51,6 +52,10 @@ ROWS: dict[str, tuple[str, list[str], bool]] = {
     "ds128-dualpipe-none": ("deepseek-v3-2048",
                             [*DS128, "overlap.kind=none"], False),
     "ds128-1f1b-static": ("deepseek-v3-2048", [*DS128, "schedule.kind=1f1b"], False),
+    "ds128-1f1b-nccl-overlap": ("deepseek-v3-2048",
+                                [*DS128, "schedule.kind=1f1b", "overlap.kind=none",
+                                 "parallel.ep_backend.kind=nccl",
+                                 "overlap.ep_comm_overlap=true"], False),
     "ds64-pp8-dualpipe": ("deepseek-v3-2048",
                           ["model.first_dense_layers=0", "cluster.nodes=8", "parallel.pp=8",
                            "parallel.ep=8", "model.layers=8", "schedule.microbatches=16",
@@ -62,6 +67,9 @@ ROWS: dict[str, tuple[str, list[str], bool]] = {
     "ds32-a2a-1f1b": ("deepseek-v3-2048",
                       [*DS32, "schedule.kind=interleaved", "parallel.vpp=2",
                        "overlap.kind=a2a-1f1b"], True),
+    "ds32-interleaved": ("deepseek-v3-2048",
+                         [*DS32, "schedule.kind=interleaved", "parallel.vpp=2",
+                          "overlap.kind=none", "overlap.ep_comm_overlap=false"], True),
 }
 
 
