@@ -34,7 +34,7 @@ from moesim.engine.fast.pipeline import Chain, all_pairs
 from moesim.engine.fast.plan_stats import make_plan, shortcuts
 from moesim.engine.fast.records import _route_rec
 from moesim.engine.summary import link_stats, make_result, summarize
-from moesim.program import recipe
+from moesim.program import recipe, shared_overlap
 from moesim.scenario.resolved import Resolved
 from moesim.trace.result import SimResult
 
@@ -102,25 +102,32 @@ class ForwardChain(Chain):
         self.ep_free = np.zeros(self.n)
         self.pairing = True
         gens = [self._segments(s, it) for it in items]
-        waits: list = [None] * len(gens)
+        issued: list = [None] * len(gens)     # each one's last all-to-all, sent back to it
         alive = [True] * len(gens)
         while any(alive):
             for i, g in enumerate(gens):
                 if not alive[i]:
                     continue
-                if waits[i] is not None:
-                    self._wait_ep(s, *waits[i])
                 try:
-                    waits[i] = self._issue(s, *next(g))
+                    issued[i] = self._issue(s, *g.send(issued[i]))
                 except StopIteration:
                     alive[i] = False
         self.pairing = False
         self.out[s].end = self.t[s].copy()
 
     def _segments(self, s: int, item):
-        """One micro-batch's ops; yields at each all-to-all (the end of a segment)."""
+        """One micro-batch's ops; yields at each all-to-all (the end of a segment) and is
+        sent back what :meth:`_issue` made of it. The MoE block's kernels are the exact
+        builder's (:meth:`moesim.program.build.Builder._moe`): the router with the
+        scenario's CUDA-graph modules, the unpermute without the shared experts where they
+        run beside the all-to-alls (their parts open the segment after each all-to-all, as
+        :func:`moesim.program.overlap.interleave` orders them, before its wait)."""
         c, sb, mb = self.c, self.sb, item.mb
         spec, tok, tp = c.spec, c.tokens, c.tp
+        scn = c.res.scenario
+        graphs = scn.overlap.cuda_graphs
+        side = shared_overlap.enabled(scn, spec)
+        pkey, post = recipe.post_op(spec, c.sent, tok, tp, "fwd", side)
         self._compute(s, "fwd.embedding", ("emb", "fwd"),
                       lambda: recipe.embedding(spec, tok, tp, "fwd"), -1, mb, "fwd")
         for layer in range(spec.layers):
@@ -130,17 +137,28 @@ class ForwardChain(Chain):
             if spec.is_moe_layer(layer):
                 rec = self.route(s, layer, mb)
                 self._compute(s, "fwd.router", ("router", "fwd"), lambda: recipe.router(
-                    spec, c.ep_tokens, c.sent, "fwd"), layer, mb, "fwd")
-                yield "ep_dispatch", "fwd.dispatch", rec, layer, mb
+                    spec, c.ep_tokens, c.sent, "fwd", graphs), layer, mb, "fwd")
+                issued = yield "ep_dispatch", "fwd.dispatch", rec, layer, mb
+                self._beside(s, issued, side, 0, layer, mb)
                 self._experts(s, rec, layer, mb, "fwd")
-                yield "ep_combine", "fwd.combine", rec, layer, mb
-                self._compute(s, "fwd.unpermute", ("post", "fwd"), lambda: recipe.expert_post(
-                    spec, c.sent, tok, tp, "fwd"), layer, mb, "fwd")
+                issued = yield "ep_combine", "fwd.combine", rec, layer, mb
+                self._beside(s, issued, side, 1, layer, mb)
+                self._compute(s, "fwd.unpermute", pkey, post, layer, mb, "fwd")
             else:
                 self._compute(s, "fwd.ffn", ("ffn", "fwd"), lambda: recipe.dense_ffn(
                     spec, tok, tp, "fwd"), layer, mb, "fwd")
             self._tp(s, "fwd.tp_mlp", layer, mb, "fwd")
         self._head(s, mb)
+
+    def _beside(self, s: int, issued, side: bool, part: int, layer: int, mb: int) -> None:
+        """The shared experts' part ``part`` beside the all-to-all just ``issued`` (with
+        ``side``: ``overlap.shared_expert``), then the wait for that all-to-all."""
+        if side:
+            c = self.c
+            self._compute(s, shared_overlap.NAMES["fwd"][part], ("shared", "fwd", part),
+                          lambda: recipe.shared_part(c.spec, c.tokens, c.tp, "fwd", part),
+                          layer, mb, "fwd")
+        self._wait_ep(s, *issued)
 
     def _issue(self, s: int, kind: str, name: str, rec, layer: int, mb: int):
         """Start an all-to-all on the ep stream; the compute stream goes on."""
