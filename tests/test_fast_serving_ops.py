@@ -20,6 +20,7 @@ import yaml
 
 from moesim.engine.fast.forward import simulate_forward
 from moesim.program import recipe
+from moesim.serve.config import serving_scenario
 from moesim.serve.program import ServeBuilder, build_serve_step
 from moesim.serve.run import resolve_serve, simulate_serve
 from moesim.wiring import resolve
@@ -157,3 +158,28 @@ def test_step_and_categories_equal_on_both_engines(tmp_path):
     assert beside[1]["ep_dispatch"] + beside[1]["ep_combine"] == 0    # hidden beside
     assert beside[0] < inline[0]
     assert beside[1]["compute"] == pytest.approx(inline[1]["compute"], rel=1e-12)
+
+
+@pytest.mark.parametrize("backend", ["nccl", "deepep"])
+def test_one_microbatch_shared_experts_beside(tmp_path, backend):
+    """One micro-batch: the shared parts still run beside the all-to-alls on both engines
+    (the exact serving builder moves the exchanges to their own stream for them, as the
+    training builder does), hiding part of the exchanges. Under DeepEP's normal kernels
+    (holding SMs) the steps agree but not the split: the exact engine counts the shared
+    part's slowdown as compute, the fast chain's ``_a2a_beside`` as exposed exchange."""
+    res, cfg = _serve(tmp_path)
+    cfg = dataclasses.replace(cfg, two_microbatch=False, ep_backend=backend)
+    one = resolve(serving_scenario(res.scenario, cfg))
+    assert not one.scenario.overlap.ep_comm_overlap
+    got = {}
+    for side in (False, True):
+        r = _with(one, shared_expert=side)
+        exact, fast = _step(r, cfg, "exact"), _step(r, cfg, "fast")
+        assert fast[0] == pytest.approx(exact[0], rel=1e-9), side
+        for k in ("compute", "ep_dispatch", "ep_combine", "stall"):
+            if backend == "nccl" or not side:
+                assert fast[1][k] == pytest.approx(exact[1][k], rel=1e-9, abs=1e-12), (side, k)
+        got[side] = exact
+    assert got[True][0] < got[False][0]
+    if backend == "nccl":
+        assert got[True][1]["compute"] == pytest.approx(got[False][1]["compute"], rel=1e-12)

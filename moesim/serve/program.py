@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from moesim.collectives.communicator import CollectiveSpec
 from moesim.model import costs, window
-from moesim.program import recipe
+from moesim.program import recipe, shared_overlap
 from moesim.program.build import Builder, StepPlan
 from moesim.program.ops import Op
 from moesim.program.overlap import ep_stream, interleave
@@ -56,15 +56,17 @@ class ServeBuilder(Builder):
         prog: list[Op] = []
         self._layer_starts = []
         overlap = self.scn.overlap.ep_comm_overlap and self.ep > 1
+        beside = shared_overlap.enabled(self.scn, self.spec)   # shared experts beside
         pending = None
         for item in self.order[0]:
             if item.kind != "F":          # serving runs the forward only
                 continue
             start = len(prog)
             self._forward(prog, rank, item.mb)
+            if overlap or beside:
+                ep_stream(prog, start)
             if not overlap:
                 continue
-            ep_stream(prog, start)
             if pending is not None:       # the two micro-batches interleave
                 interleave(prog, pending, start, {})
                 pending = None
