@@ -32,7 +32,7 @@ from moesim.program import recipe, recompute, shared_overlap, tp_overlap
 from moesim.program.dualpipe_build import DualPipeOps, PairedOps
 from moesim.program.ep_backend import EPBackend
 from moesim.program.folding import FoldedOps
-from moesim.program.grads import GradientOps
+from moesim.program.grads import GradientStage
 from moesim.program.ops import Op
 from moesim.program.overlap import PairRule, ep_stream, interleave
 from moesim.program.recompute_ops import RecomputeOps
@@ -81,7 +81,7 @@ def build_step(res, step: int | None = None, *, replicas: str = "independent",
                     replicas, dedup).build()
 
 
-class Builder(GradientOps, DualPipeOps, PairedOps, FoldedOps, RecomputeOps):
+class Builder(DualPipeOps, PairedOps, FoldedOps, RecomputeOps):
     """Every rank's program of one step. Token routing is a stage of its own
     (:class:`moesim.program.token_routing.TokenRouting`, ``self.routes``: samples and
     expert statistics); each compute op takes its kernels, and its timer key where they
@@ -138,6 +138,12 @@ class Builder(GradientOps, DualPipeOps, PairedOps, FoldedOps, RecomputeOps):
                                    microbatches=self.m, rmap=self.rmap, dedup=dedup,
                                    ep_backend=self.ep_backend)
         self.moe_layers = self.routes.moe_layers
+        # the gradient stage: DP buckets, optimizer placement, ZeRO gathers (comm stream)
+        self.grads = GradientStage.of(scn, self.lay, self.spec)
+
+    def expert_dp_group(self, rank: int) -> tuple[int, ...]:
+        """Ranks holding the same expert shards as ``rank`` (:class:`GradientStage`)."""
+        return self.grads.expert_dp_group(rank)
 
     # ---------------------------------------------------------------- programs
     def build(self) -> StepPlan:
@@ -238,6 +244,15 @@ class Builder(GradientOps, DualPipeOps, PairedOps, FoldedOps, RecomputeOps):
                        layer=layer, microbatch=mb, phase=phase, deps=deps,
                        kernels=self.timer.kernels_for(key), **kw))
 
+    def _gradients(self, prog: list[Op], rank: int, stage: int, last_bwd: dict[int, int],
+                   parts: list[tuple] | None = None) -> None:
+        """The gradient stage's ops after the rank's backward, the optimizer between."""
+        self.grads.reduce(prog, rank, stage, last_bwd, self._optimizer, parts)
+
+    def _optimizer(self, prog: list[Op], params: float, deps: tuple[int, ...]) -> None:
+        self._compute(prog, "opt.adam", -1, -1, "opt", ("opt", params),
+                      lambda: recipe.optimizer(params), deps=deps)
+
     def _recv(self, src: int, key: tuple, mb: int, phase: str, layer: int) -> Op:
         return Op(stream="compute", kind="pp", name=f"{phase}.recv", recv_from=src, key=key,
                   microbatch=mb, phase=phase, layer=layer)
@@ -267,8 +282,8 @@ class Builder(GradientOps, DualPipeOps, PairedOps, FoldedOps, RecomputeOps):
         spec, tp = self.spec, self.tp
         moe = spec.is_moe_layer(layer)
         deps: tuple[int, ...] = ()
-        if self.zero == 3 and self.dp > 1:
-            deps = self._zero3_gather(prog, rank, layer, mb, phase)
+        if self.grads.zero3:
+            deps = self.grads.zero3_gather(prog, rank, layer, mb, phase, self._layer_starts)
         start = len(prog)
         graphs = self.scn.overlap.cuda_graphs
         attn, attn_k = recipe.attn_op(spec, layer, self.tokens, self.seq, tp, phase, graphs)

@@ -1,0 +1,111 @@
+"""The step builder's stages (moesim.program), each run alone on hand-worked inputs.
+
+Gradient stage (:class:`moesim.program.grads.GradientStage`) on the toy model (2 MoE
+layers, hidden 512, 8 heads of 64, 8 experts of SwiGLU width 1024, vocab 32000, bf16
+weights) over 4 ranks, dp = 4, ep = 2 (so edp = 2: ranks 0 and 2 hold the same experts).
+Per layer one rank holds, in parameters:
+
+- dense: attention 4 x 512 x 512 = 1,048,576, two norms 2 x 512, router 512 x 8 = 4,096:
+  1,053,696 (2,107,392 bytes);
+- experts: 8 / ep = 4 experts of 3 x 512 x 1,024 = 1,572,864: 6,291,456 (12,582,912 bytes);
+
+and a rank holding the only stage adds the embedding and the LM head (32,000 x 512 each)
+and the final norm (512): 32,768,512 dense parameters.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from moesim.layout.mesh import Layout
+from moesim.model.presets import TOY
+from moesim.program.grads import GradientStage
+from moesim.program.ops import Op
+
+LAYER_DENSE = 1_053_696 * 2           # bytes
+LAYER_EXPERT = 6_291_456 * 2
+EXTRA_DENSE = 32_768_512 * 2
+
+
+def stage(zero: int = 0, bucket: float = 1e12, overlap: bool = True,
+          prefetch: int = 1) -> GradientStage:
+    lay = Layout(world=4, dp=4, ep=2)
+    return GradientStage(lay, TOY, tp=1, ep=2, pp=1, zero=zero, bucket_bytes=bucket,
+                         overlap=overlap, prefetch=prefetch, sms=7)
+
+
+def backward() -> tuple[list[Op], dict[int, int]]:
+    """A rank's backward: layer 1's op (index 0), then layer 0's (index 1)."""
+    prog = [Op(stream="compute", kind="compute", name="bwd.layer", layer=layer)
+            for layer in (1, 0)]
+    return prog, {1: 0, 0: 1}
+
+
+def run(st: GradientStage, rank: int = 0):
+    prog, last = backward()
+    calls = []
+
+    def optimizer(p, params, deps):
+        calls.append((len(p), params, deps))
+        p.append(Op(stream="compute", kind="compute", name="opt.adam", phase="opt"))
+    st.reduce(prog, rank, 0, last, optimizer)
+    return prog[2:], calls
+
+
+def test_one_bucket_holds_every_gradient_byte():
+    ops, calls = run(stage())
+    assert [(o.name, o.coll.op, o.coll.group) for o in ops[:2]] == [
+        ("dp.bucket0.dense", "all_reduce", (0, 1, 2, 3)),
+        ("dp.bucket0.experts", "all_reduce", (0, 2))]
+    assert ops[0].nbytes == 2 * LAYER_DENSE + EXTRA_DENSE
+    assert ops[1].nbytes == 2 * LAYER_EXPERT
+    # the bucket starts when its last layer's backward (layer 0, op 1) ends
+    assert ops[0].deps == ops[1].deps == (1,)
+    assert all(o.stream == "comm" and o.sms == 7 for o in ops[:2])
+    # the optimizer (op 4) waits for both reductions, over every parameter (no ZeRO)
+    assert calls == [(4, (2 * LAYER_DENSE + EXTRA_DENSE + 2 * LAYER_EXPERT) / 2, (2, 3))]
+    assert len(ops) == 3
+
+
+def test_small_buckets_cut_per_layer_in_backward_order():
+    ops, _ = run(stage(bucket=1.0))
+    assert [o.name for o in ops[:4]] == ["dp.bucket0.dense", "dp.bucket0.experts",
+                                        "dp.bucket1.dense", "dp.bucket1.experts"]
+    assert [o.layer for o in ops[:4]] == [1, 1, 0, 0]
+    assert [o.deps for o in ops[:4]] == [(0,), (0,), (1,), (1,)]
+    # conservation: the last bucket takes the embedding, head and norm
+    assert [o.nbytes for o in ops[:4]] == [LAYER_DENSE, LAYER_EXPERT,
+                                           LAYER_DENSE + EXTRA_DENSE, LAYER_EXPERT]
+
+
+def test_without_overlap_every_bucket_waits_for_the_backward():
+    ops, _ = run(stage(bucket=1.0, overlap=False))
+    assert [o.deps for o in ops[:4]] == [(1,)] * 4
+
+
+@pytest.mark.parametrize("zero", [1, 2])
+def test_zero_shards_the_optimizer_and_gathers_after_it(zero):
+    ops, calls = run(stage(zero=zero), rank=1)
+    assert [o.coll.op for o in ops[:2]] == ["reduce_scatter"] * 2
+    assert ops[1].coll.group == (1, 3)
+    dense = (2 * LAYER_DENSE + EXTRA_DENSE) / 2 / 4      # parameters over dp = 4
+    expert = 2 * LAYER_EXPERT / 2 / 2                    # over edp = 2
+    assert calls == [(4, dense + expert, (2, 3))]
+    gathers = ops[3:]
+    assert [(o.name, o.coll.op, o.nbytes, o.deps) for o in gathers] == [
+        ("opt.param_gather.dense", "all_gather", 2 * LAYER_DENSE + EXTRA_DENSE, (4,)),
+        ("opt.param_gather.experts", "all_gather", 2 * LAYER_EXPERT, (4,))]
+
+
+def test_zero3_gathers_a_layer_at_most_prefetch_layers_ahead():
+    st = stage(zero=3, prefetch=2)
+    assert st.zero3
+    prog: list[Op] = [Op(stream="compute", kind="compute", name="x")] * 6
+    assert st.zero3_gather(prog, 2, 1, 0, "fwd", [0]) == (6, 7)    # one layer began: free
+    assert st.zero3_gather(prog, 2, 1, 0, "fwd", [0, 3]) == (8, 9)  # waits for layer -2
+    first, experts, _, later = prog[6:10]
+    assert first.deps == () and later.deps == (0,)
+    assert (first.coll.op, first.coll.group, first.nbytes) == ("all_gather", (0, 1, 2, 3),
+                                                              LAYER_DENSE)
+    assert (experts.coll.group, experts.nbytes) == ((0, 2), LAYER_EXPERT)
+    assert not stage(zero=2).zero3
