@@ -1,5 +1,8 @@
 """The step builder's stages (moesim.program), each run alone on hand-worked inputs.
 
+Recompute stage (:class:`moesim.program.recompute_ops.RecomputeStage`): which layers
+re-run their forward in the backward, and the routed experts' re-run priced per expert.
+
 Gradient stage (:class:`moesim.program.grads.GradientStage`) on the toy model (2 MoE
 layers, hidden 512, 8 heads of 64, 8 experts of SwiGLU width 1024, vocab 32000, bf16
 weights) over 4 ranks, dp = 4, ep = 2 (so edp = 2: ranks 0 and 2 hold the same experts).
@@ -21,6 +24,9 @@ from moesim.layout.mesh import Layout
 from moesim.model.presets import TOY
 from moesim.program.grads import GradientStage
 from moesim.program.ops import Op
+from moesim.program.recompute import RecomputeRule
+from moesim.program.recompute_ops import RecomputeStage
+from moesim.scenario.schema import MemoryConfig
 
 LAYER_DENSE = 1_053_696 * 2           # bytes
 LAYER_EXPERT = 6_291_456 * 2
@@ -109,3 +115,43 @@ def test_zero3_gathers_a_layer_at_most_prefetch_layers_ahead():
                                                               LAYER_DENSE)
     assert (experts.coll.group, experts.nbytes) == ((0, 2), LAYER_EXPERT)
     assert not stage(zero=2).zero3
+
+
+# ---------------------------------------------------------------- recompute stage
+def recompute_stage(recompute: str, grouped: bool = True, **mem) -> RecomputeStage:
+    """The toy model's two layers in one stage chunk; 128 tokens, 2 routed per token."""
+    rule = RecomputeRule(MemoryConfig(recompute=recompute, **mem), [[0, 1]], TOY)
+    return RecomputeStage(rule, TOY, tokens=128, seq=128, tp=1, ep_tokens=128, top_k=2,
+                          etp=1, grouped=grouped)
+
+
+class FakeTimer:
+    """Prices n tokens at n seconds and 10 n FLOP; remembers the keys it was asked."""
+
+    def __init__(self) -> None:
+        self.keys: list[tuple] = []
+
+    def __call__(self, key, make):
+        self.keys.append(key)
+        assert make()          # a non-empty kernel list
+        return float(key[1]), 10.0 * key[1]
+
+
+def test_block_recompute_reruns_the_first_layer_of_its_chunk_only():
+    st = recompute_stage("full", recompute_method="block", recompute_num_layers=1)
+    assert st.layer_op(1) is None
+    key, make = st.layer_op(0)
+    assert make()
+    timer = FakeTimer()
+    assert st.experts(1, [5, 7], timer) is None
+    # experts without tokens are skipped; the rank's later experts share the first's launches
+    assert st.experts(0, [5, 0, 7], timer) == (12.0, 120.0)
+    assert timer.keys == [("expert", 5, "fwd", 1), ("expert", 7, "fwd", 1, "fused")]
+
+
+def test_selective_moe_act_reruns_only_the_experts_activation():
+    st = recompute_stage("selective", grouped=False, recompute_modules=("moe_act",))
+    timer = FakeTimer()
+    assert st.experts(1, [3], timer) == (3.0, 30.0)
+    assert timer.keys == [("expert", 3, "act", 1)]
+    assert recompute_stage("none").experts(0, [3], timer) is None

@@ -35,7 +35,7 @@ from moesim.program.folding import FoldedOps
 from moesim.program.grads import GradientStage
 from moesim.program.ops import Op
 from moesim.program.overlap import PairRule, ep_stream, interleave
-from moesim.program.recompute_ops import RecomputeOps
+from moesim.program.recompute_ops import RecomputeStage
 from moesim.program.replicas import ReplicaMap, replica_map
 from moesim.program.timer import Timer
 from moesim.program.token_routing import TokenRouting
@@ -81,7 +81,7 @@ def build_step(res, step: int | None = None, *, replicas: str = "independent",
                     replicas, dedup).build()
 
 
-class Builder(DualPipeOps, PairedOps, FoldedOps, RecomputeOps):
+class Builder(DualPipeOps, PairedOps, FoldedOps):
     """Every rank's program of one step. Token routing is a stage of its own
     (:class:`moesim.program.token_routing.TokenRouting`, ``self.routes``: samples and
     expert statistics); each compute op takes its kernels, and its timer key where they
@@ -140,6 +140,11 @@ class Builder(DualPipeOps, PairedOps, FoldedOps, RecomputeOps):
         self.moe_layers = self.routes.moe_layers
         # the gradient stage: DP buckets, optimizer placement, ZeRO gathers (comm stream)
         self.grads = GradientStage.of(scn, self.lay, self.spec)
+        # the recompute stage: what each layer's backward recomputes, priced
+        self.recompute = RecomputeStage(
+            self.rc, self.spec, self.tokens, self.seq, self.tp, self.ep_tokens,
+            self.spec.top_k if self.routing.top_k is None else self.routing.top_k,
+            self.etp, self.grouped)
 
     def expert_dp_group(self, rank: int) -> tuple[int, ...]:
         """Ranks holding the same expert shards as ``rank`` (:class:`GradientStage`)."""
@@ -400,6 +405,21 @@ class Builder(DualPipeOps, PairedOps, FoldedOps, RecomputeOps):
                        phase, d_out, tokens=recv)
             self._shared_part(prog, layer, mb, phase, 1, side)
             self._compute(prog, "bwd.router", layer, mb, phase, ("router", phase), pre)
+
+    def _recompute(self, prog: list[Op], layer: int, mb: int, deps: tuple[int, ...]) -> None:
+        """``bwd.recompute`` before the layer's backward (:class:`RecomputeStage`)."""
+        op = self.recompute.layer_op(layer)
+        if op is not None:
+            self._compute(prog, "bwd.recompute", layer, mb, "bwd", *op, deps=deps)
+
+    def _recompute_experts(self, prog: list[Op], layer: int, mb: int, local, experts,
+                           recv: int) -> None:
+        """``bwd.recompute_experts`` before the experts' backward (:class:`RecomputeStage`)."""
+        priced = self.recompute.experts(layer, [int(local[e]) for e in experts], self.timer)
+        if priced is not None:
+            prog.append(Op(stream="compute", kind="compute", name="bwd.recompute_experts",
+                           duration_s=priced[0], flops=priced[1], layer=layer, microbatch=mb,
+                           phase="bwd", tokens=recv))
 
     def _shared_part(self, prog: list[Op], layer: int, mb: int, phase: str, part: int,
                      on: bool) -> None:  # beside the all-to-all just issued (shared_overlap)

@@ -1,46 +1,57 @@
-"""The step builder's recompute ops (a mixin of :class:`moesim.program.build.Builder`):
-activation recomputation's forward kernels, re-run inside the backward
-(:mod:`moesim.program.recompute` decides which)."""
+"""The step's recompute stage: activation recomputation's forward kernels, re-run inside
+the backward (:mod:`moesim.program.recompute` decides which).
+
+:class:`RecomputeStage` takes its inputs explicitly (the recompute rule, the model, the
+tokens a rank computes and routes per micro-batch) and prices what a layer's backward
+recomputes; the builder places the ops (``bwd.recompute`` before the layer's backward,
+``bwd.recompute_experts`` before its experts')."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from dataclasses import dataclass
+
 from moesim.compute.base import fused_launches
 from moesim.program import recipe, recompute
-from moesim.program.ops import Op
 
 
-class RecomputeOps:
-    """Needs the builder's spec, rc, routing, tokens, seq, tp, ep_tokens, etp, timer and
-    _compute."""
+@dataclass(frozen=True)
+class RecomputeStage:
+    """What each layer's backward recomputes, priced."""
 
-    def _recompute(self, prog: list[Op], layer: int, mb: int, deps: tuple[int, ...]) -> None:
-        """``bwd.recompute``: the layer's recomputed forward kernels (but the routed
-        experts'), before its backward."""
+    rc: recompute.RecomputeRule  # which modules / experts each layer recomputes
+    spec: object                 # moesim.model ModelSpec
+    tokens: int                  # per rank per micro-batch (after CP)
+    seq: int                     # sequence length (attention's keys)
+    tp: int
+    ep_tokens: int               # tokens routed per rank (sequence-parallel share)
+    top_k: int                   # experts each token is routed to
+    etp: int                     # expert tensor parallelism
+    grouped: bool                # compute.expert_launches: later experts share launches
+
+    def layer_op(self, layer: int) -> tuple[tuple, object] | None:
+        """(timer key, kernel maker) of ``bwd.recompute``: the layer's recomputed forward
+        kernels but the routed experts'; None when it recomputes nothing."""
         mods = self.rc.mods(layer)
-        if mods:
-            spec = self.spec
-            k = spec.top_k if self.routing.top_k is None else self.routing.top_k
-            key, make = recipe.recompute_op(spec, layer, mods, tokens=self.tokens, seq=self.seq,
-                                            tp=self.tp, ep_tokens=self.ep_tokens,
-                                            sent=self.ep_tokens * k)
-            self._compute(prog, "bwd.recompute", layer, mb, "bwd", key, make, deps=deps)
+        if not mods:
+            return None
+        return recipe.recompute_op(self.spec, layer, mods, tokens=self.tokens, seq=self.seq,
+                                   tp=self.tp, ep_tokens=self.ep_tokens,
+                                   sent=self.ep_tokens * self.top_k)
 
-    def _recompute_experts(self, prog: list[Op], layer: int, mb: int, local, experts,
-                           recv: int) -> None:
-        """``bwd.recompute_experts``: the routed experts' forward (``moe``, full) or
-        activation (``moe_act``) again, each with the tokens it received."""
+    def experts(self, layer: int, counts: Sequence[int], timer) -> tuple[float, float] | None:
+        """(seconds, FLOP) of ``bwd.recompute_experts``: the routed experts' forward
+        (``moe``, full) or activation (``moe_act``) again, each with the tokens it received
+        (``counts``, the rank's experts in order), priced by ``timer``; None when the layer
+        recomputes none."""
         rc = self.rc.expert_phase(layer)
-        if rc is None or not experts:
-            return
+        if rc is None or not counts:
+            return None
         spec, etp = self.spec, self.etp
 
         def price(n, make, later):  # grouped: the experts after the rank's first share its launches
             fu = self.grouped and later
-            return self.timer(("expert", n, rc, etp) + (("fused",) if fu else ()),
-                              lambda: fused_launches(make(), fu))
-        t_rc, f_rc = recompute.expert_recompute(
-            spec, layer, self.rc.mods(layer), [int(local[e]) for e in experts], price,
-            lambda n: recipe.expert(spec, n, etp, "fwd"))
-        prog.append(Op(stream="compute", kind="compute", name="bwd.recompute_experts",
-                       duration_s=t_rc, flops=f_rc, layer=layer, microbatch=mb, phase="bwd",
-                       tokens=recv))
+            return timer(("expert", n, rc, etp) + (("fused",) if fu else ()),
+                         lambda: fused_launches(make(), fu))
+        return recompute.expert_recompute(spec, layer, self.rc.mods(layer), list(counts), price,
+                                          lambda n: recipe.expert(spec, n, etp, "fwd"))
