@@ -1,5 +1,8 @@
 """The step builder's stages (moesim.program), each run alone on hand-worked inputs.
 
+Folded transfers (:class:`moesim.program.folding.FoldedTransfers`): TP / SP / CP / ETP
+collectives of a layer, their groups and bytes.
+
 Recompute stage (:class:`moesim.program.recompute_ops.RecomputeStage`): which layers
 re-run their forward in the backward, and the routed experts' re-run priced per expert.
 
@@ -18,10 +21,12 @@ and the final norm (512): 32,768,512 dense parameters.
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
 from moesim.layout.mesh import Layout
 from moesim.model.presets import TOY
+from moesim.program.folding import FoldedTransfers
 from moesim.program.grads import GradientStage
 from moesim.program.ops import Op
 from moesim.program.recompute import RecomputeRule
@@ -155,3 +160,49 @@ def test_selective_moe_act_reruns_only_the_experts_activation():
     assert st.experts(1, [3], timer) == (3.0, 30.0)
     assert timer.keys == [("expert", 3, "act", 1)]
     assert recompute_stage("none").experts(0, [3], timer) is None
+
+
+# ---------------------------------------------------------------- folded transfers
+def folded(**kw) -> FoldedTransfers:
+    """The toy model, 128 tokens per rank and micro-batch (64 with CP = 2), 4 ranks."""
+    lay = Layout(world=4, dp=4 // (kw.get("tp", 1) * kw.get("cp", 1)), ep=2,
+                 tp=kw.get("tp", 1), cp=kw.get("cp", 1), etp=kw.get("etp", 1))
+    args = dict(tokens=128, tp=1, sp=False, cp=1, etp=1, tp_overlap=False) | kw
+    return FoldedTransfers(lay, TOY, **args)
+
+
+def test_tp_all_reduces_a_blocks_output():
+    (t,) = folded(tp=2).tp_reduce(3, 1, 0, "fwd", "attn")
+    assert (t.kind, t.name, t.spec.op, t.spec.group) == ("tp", "fwd.tp_attn", "all_reduce",
+                                                         (2, 3))
+    assert t.nbytes == 128 * 512 * 2 and t.stream == "compute"
+    assert folded().tp_reduce(0, 1, 0, "fwd", "attn") == []
+
+
+def test_sequence_parallel_moe_layer_keeps_one_half_per_block():
+    f = folded(tp=2, sp=True)
+    assert [t.name for t in f.tp_reduce(0, 1, 0, "fwd", "attn")] == ["fwd.sp_attn_reduce_scatter"]
+    assert [t.name for t in f.tp_reduce(0, 1, 0, "fwd", "mlp")] == ["fwd.sp_mlp_all_gather"]
+    # TE's TP overlap: the backward's exchanges are the gradients' own kinds
+    g = folded(tp=2, sp=True, tp_overlap=True)
+    assert [t.name for t in g.tp_reduce(0, 1, 0, "bwd", "attn")] == ["bwd.sp_attn_all_gather"]
+
+
+def test_cp_exchanges_the_other_ranks_kv_beside_attention():
+    f = folded(cp=2, tokens=64)
+    fwd, bwd = f.cp_kv(1, 0, 0, "fwd"), f.cp_kv(1, 0, 0, "bwd")
+    # one peer's K and V: 64 tokens x 8 heads x 64 x 2 (K, V) x 2 bytes; backward twice
+    assert (fwd.nbytes, bwd.nbytes) == (131_072, 262_144)
+    assert (fwd.stream, fwd.name, fwd.spec.group) == ("cp", "fwd.cp_kv", (0, 1))
+    assert folded().cp_kv(1, 0, 0, "fwd") is None
+
+
+def test_etp_gathers_the_peers_tokens_and_scatters_back():
+    f = folded(etp=2)
+    gathered = np.array([3, 0, 5, 2])
+    gather = f.etp_transfer((0, 1), gathered, 1, 0, "fwd", 0)
+    scatter = f.etp_transfer((0, 1), gathered, 1, 0, "fwd", 1)
+    assert (gather.name, gather.spec.op) == ("fwd.etp_gather", "all_gather")
+    assert (scatter.name, scatter.spec.op) == ("fwd.etp_scatter", "reduce_scatter")
+    assert gather.spec.nbytes == 10 * 512 * 2      # the 10 gathered tokens' activations
+    assert f.etp_transfer((0,), gathered, 1, 0, "fwd", 0) is None

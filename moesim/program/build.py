@@ -31,7 +31,7 @@ from moesim.gating import make_placement
 from moesim.program import recipe, recompute, shared_overlap, tp_overlap
 from moesim.program.dualpipe_build import DualPipeOps, PairedOps
 from moesim.program.ep_backend import EPBackend
-from moesim.program.folding import FoldedOps
+from moesim.program.folding import FoldedTransfers, Transfer
 from moesim.program.grads import GradientStage
 from moesim.program.ops import Op
 from moesim.program.overlap import PairRule, ep_stream, interleave
@@ -81,7 +81,7 @@ def build_step(res, step: int | None = None, *, replicas: str = "independent",
                     replicas, dedup).build()
 
 
-class Builder(DualPipeOps, PairedOps, FoldedOps):
+class Builder(DualPipeOps, PairedOps):
     """Every rank's program of one step. Token routing is a stage of its own
     (:class:`moesim.program.token_routing.TokenRouting`, ``self.routes``: samples and
     expert statistics); each compute op takes its kernels, and its timer key where they
@@ -140,6 +140,9 @@ class Builder(DualPipeOps, PairedOps, FoldedOps):
         self.moe_layers = self.routes.moe_layers
         # the gradient stage: DP buckets, optimizer placement, ZeRO gathers (comm stream)
         self.grads = GradientStage.of(scn, self.lay, self.spec)
+        # the folded-parallelism transfers: TP / SP all-reduces, CP's KV ring, ETP's gathers
+        self.folded = FoldedTransfers(self.lay, self.spec, self.tokens, self.tp, self.sp,
+                                      self.cp, self.etp, tp_overlap.enabled(scn), self.routes)
         # the recompute stage: what each layer's backward recomputes, priced
         self.recompute = RecomputeStage(
             self.rc, self.spec, self.tokens, self.seq, self.tp, self.ep_tokens,
@@ -355,7 +358,7 @@ class Builder(DualPipeOps, PairedOps, FoldedOps):
             comb = self._spec(("bcomb",) + gkey, lambda: CollectiveSpec(
                 "all_to_all_v", group, matrix=r.dispatch_tokens * float(grad_bpt),
                 algo=self.a2a_algo))
-        local, etp_g = self._expert_tokens(rank, r, pos, layer, mb)
+        local, etp_g = self.folded.expert_tokens(rank, r, pos, layer, mb)
         experts = tuple(int(e) for e in np.flatnonzero(local))
         hot = int(np.argmax(local)) if experts else -1
         t_exp, f_exp = 0.0, 0.0
@@ -405,6 +408,38 @@ class Builder(DualPipeOps, PairedOps, FoldedOps):
                        phase, d_out, tokens=recv)
             self._shared_part(prog, layer, mb, phase, 1, side)
             self._compute(prog, "bwd.router", layer, mb, phase, ("router", phase), pre)
+
+    def _transfer(self, prog: list[Op], t: Transfer, layer: int, mb: int, phase: str,
+                  deps: tuple[int, ...] = ()) -> None:
+        self._coll(prog, t.kind, t.name, t.spec, t.key, layer, mb, phase, t.nbytes,
+                   stream=t.stream, deps=deps)
+
+    def _tp_allreduce(self, prog: list[Op], rank: int, layer: int, mb: int, phase: str,
+                      which: str) -> None:
+        """TP's all-reduce, or SP's reduce-scatter / all-gather (:class:`FoldedTransfers`)."""
+        for t in self.folded.tp_reduce(rank, layer, mb, phase, which):
+            self._transfer(prog, t, layer, mb, phase)
+
+    def _attention(self, prog: list[Op], rank: int, layer: int, mb: int, phase: str, attn,
+                   attn_k, deps: tuple[int, ...] = ()) -> None:
+        """Attention; with CP the ring's KV exchange on its own stream beside it, and
+        the next op waiting for both (moesim.program.cp)."""
+        kv_t = self.folded.cp_kv(rank, layer, mb, phase)
+        if kv_t is None:
+            self._compute(prog, f"{phase}.attn", layer, mb, phase, attn, attn_k, deps=deps)
+            return
+        kv = len(prog)
+        self._transfer(prog, kv_t, layer, mb, phase, deps=deps + ((kv - 1,) if kv else ()))
+        self._compute(prog, f"{phase}.attn", layer, mb, phase, attn, attn_k, deps=deps)
+        prog.append(Op(stream="compute", kind="compute", name=f"{phase}.cp_wait",
+                       layer=layer, microbatch=mb, phase=phase, deps=(kv,)))
+
+    def _etp(self, prog: list[Op], group, gathered, layer: int, mb: int, phase: str,
+             which: int) -> None:
+        """ETP's all-gather (0, before the experts) or reduce-scatter (1, after)."""
+        t = self.folded.etp_transfer(group, gathered, layer, mb, phase, which)
+        if t is not None:
+            self._transfer(prog, t, layer, mb, phase)
 
     def _recompute(self, prog: list[Op], layer: int, mb: int, deps: tuple[int, ...]) -> None:
         """``bwd.recompute`` before the layer's backward (:class:`RecomputeStage`)."""

@@ -1,4 +1,4 @@
-"""TP, SP, CP and ETP collectives of a rank's program (pure; mixed into the builder).
+"""The step's folded-parallelism transfers: TP, SP, CP and ETP collectives (pure).
 
 Megatron-Core's layouts (megatron/core/parallel_state.py; docs/scenarios.md "Parallel
 folding"): the TP all-reduce, or with sequence parallelism its reduce-scatter +
@@ -7,71 +7,98 @@ all-gather; context parallelism's ring KV exchange beside attention
 around the expert GEMMs (:mod:`moesim.program.etp`). Every one is charged to the
 ``tp`` category of the breakdown; span names tell them apart (``sp_*``, ``cp_kv``,
 ``etp_*``).
+
+:class:`FoldedTransfers` takes its inputs explicitly (layout, model, tokens per rank,
+the TP / SP / CP / ETP settings, the routing stage for ETP's gathered tokens) and
+returns :class:`Transfer` s, the collectives the builder places in a rank's program.
 """
 
 from __future__ import annotations
+
+from dataclasses import dataclass, field
 
 import numpy as np
 
 from moesim.collectives.communicator import CollectiveSpec
 from moesim.program import cp as cpx
 from moesim.program import etp as etpx
-from moesim.program import tp_overlap
-from moesim.program.ops import Op
 
 ACT_BYTES = 2  # bf16 activations on the wire (as moesim.program.build)
 
 
-class FoldedOps:
-    """Mixin for :class:`moesim.program.build.Builder` (uses its layout, spec, tokens
-    and op helpers)."""
+@dataclass(frozen=True)
+class Transfer:
+    """One collective of a rank's program: span kind and name, the collective, its
+    rendezvous key and the bytes this rank sends, on ``stream``."""
 
-    def _tp_allreduce(self, prog: list[Op], rank: int, layer: int, mb: int, phase: str,
-                      which: str) -> None:
-        """The TP all-reduce after attention / MLP; with sequence parallelism
+    kind: str
+    name: str
+    spec: CollectiveSpec
+    key: tuple
+    nbytes: float
+    stream: str = "compute"
+
+
+@dataclass
+class FoldedTransfers:
+    """TP / SP / CP / ETP collectives of every rank."""
+
+    lay: object                  # moesim.layout Layout: groups tp, cp, etp, ep of a rank
+    spec: object                 # moesim.model ModelSpec
+    tokens: int                  # per rank per micro-batch (after CP)
+    tp: int
+    sp: bool                     # sequence parallelism (with tp > 1)
+    cp: int
+    etp: int
+    tp_overlap: bool             # TE's TP overlap (moesim.program.tp_overlap) is on
+    routes: object = None        # moesim.program.token_routing.TokenRouting (ETP only)
+    _specs: dict = field(default_factory=dict, repr=False)
+
+    def _cached(self, key: tuple, make):
+        if key not in self._specs:
+            self._specs[key] = make()
+        return self._specs[key]
+
+    def tp_reduce(self, rank: int, layer: int, mb: int, phase: str,
+                  which: str) -> list[Transfer]:
+        """The TP all-reduce after attention / MLP (``which``); with sequence parallelism
         (Megatron-LM arXiv:2205.05198 §4.2.2) a reduce-scatter of the block's output and
         an all-gather of the next block's input instead (same bytes on a ring). An MoE
         layer takes sequence-parallel input, so it keeps only the reduce-scatter after
         attention and the all-gather before the next attention."""
         if self.tp <= 1:
-            return
+            return []
         group = self.lay.group_of(rank, "tp")
         nbytes = float(self.tokens * self.spec.hidden * ACT_BYTES)
         if not self.sp:
-            spec = self._spec(("tp", group), lambda: CollectiveSpec("all_reduce", group, nbytes))
-            self._coll(prog, "tp", f"{phase}.tp_{which}", spec,
-                       ("tp", which, layer, mb, phase, group[0]), layer, mb, phase, nbytes)
-            return
+            spec = self._cached(("tp", group),
+                                lambda: CollectiveSpec("all_reduce", group, nbytes))
+            return [Transfer("tp", f"{phase}.tp_{which}", spec,
+                             ("tp", which, layer, mb, phase, group[0]), nbytes)]
         ops = ("reduce_scatter", "all_gather")
         if self.spec.is_moe_layer(layer):
             # with TE's overlap the backward's exchanges are the gradients' own kinds
-            swap = phase == "bwd" and tp_overlap.enabled(self.scn)    # (tp_overlap)
+            swap = phase == "bwd" and self.tp_overlap    # (tp_overlap)
             ops = ops[:1] if (which == "attn") != swap else ops[1:]
-        for op in ops:
-            spec = self._spec(("sp", op, group), lambda o=op: CollectiveSpec(o, group, nbytes))
-            self._coll(prog, "tp", f"{phase}.sp_{which}_{op}", spec,
-                       ("sp", op, which, layer, mb, phase, group[0]), layer, mb, phase, nbytes)
+        return [Transfer("tp", f"{phase}.sp_{which}_{op}",
+                         self._cached(("sp", op, group),
+                                      lambda o=op: CollectiveSpec(o, group, nbytes)),
+                         ("sp", op, which, layer, mb, phase, group[0]), nbytes)
+                for op in ops]
 
-    def _attention(self, prog: list[Op], rank: int, layer: int, mb: int, phase: str, attn,
-                   attn_k, deps: tuple[int, ...] = ()) -> None:
-        """Attention; with CP the ring's KV exchange on its own stream beside it, and
-        the next op waiting for both (moesim.program.cp)."""
+    def cp_kv(self, rank: int, layer: int, mb: int, phase: str) -> Transfer | None:
+        """CP's ring KV exchange of a layer's attention, on the ``cp`` stream beside it
+        (moesim.program.cp); None without CP."""
         if self.cp <= 1:
-            self._compute(prog, f"{phase}.attn", layer, mb, phase, attn, attn_k, deps=deps)
-            return
+            return None
         group = self.lay.group_of(rank, "cp")
-        spec = self._spec(("cp", group, phase), lambda: cpx.kv_spec(
+        spec = self._cached(("cp", group, phase), lambda: cpx.kv_spec(
             group, self.spec, self.tokens, self.tp, phase))
-        kv = len(prog)
-        self._coll(prog, "tp", f"{phase}.cp_kv", spec, ("cp", layer, mb, phase, group[0]),
-                   layer, mb, phase, cpx.kv_exchange_bytes(self.spec, self.tokens, self.tp,
-                                                           self.cp, phase),
-                   stream="cp", deps=deps + ((kv - 1,) if kv else ()))
-        self._compute(prog, f"{phase}.attn", layer, mb, phase, attn, attn_k, deps=deps)
-        prog.append(Op(stream="compute", kind="compute", name=f"{phase}.cp_wait",
-                       layer=layer, microbatch=mb, phase=phase, deps=(kv,)))
+        return Transfer("tp", f"{phase}.cp_kv", spec, ("cp", layer, mb, phase, group[0]),
+                        cpx.kv_exchange_bytes(self.spec, self.tokens, self.tp, self.cp, phase),
+                        stream="cp")
 
-    def _expert_tokens(self, rank: int, r, pos: int, layer: int, mb: int):
+    def expert_tokens(self, rank: int, r, pos: int, layer: int, mb: int):
         """(tokens per local expert this rank computes, its ETP group): with ETP > 1 the
         tokens every ETP peer received (same EP position, other EP groups), gathered."""
         local = r.rank_expert_tokens[pos]
@@ -84,15 +111,15 @@ class FoldedOps:
             total = total + self.routes.route(g[0], g, layer, mb).rank_expert_tokens[g.index(peer)]
         return total, group
 
-    def _etp(self, prog: list[Op], group, gathered, layer: int, mb: int, phase: str,
-             which: int) -> None:
-        """ETP all-gather (which 0, before the experts) or reduce-scatter (1, after)."""
+    def etp_transfer(self, group, gathered, layer: int, mb: int, phase: str,
+                     which: int) -> Transfer | None:
+        """ETP all-gather (which 0, before the experts) or reduce-scatter (1, after);
+        None without an ETP group."""
         if len(group) <= 1:
-            return
+            return None
         n = int(gathered.sum())
-        specs = self._spec(("etp", group, layer, mb, phase),
-                           lambda: etpx.etp_specs(group, self.spec, n))
+        specs = self._cached(("etp", group, layer, mb, phase),
+                             lambda: etpx.etp_specs(group, self.spec, n))
         name = ("etp_gather", "etp_scatter")[which]
-        self._coll(prog, "tp", f"{phase}.{name}", specs[which],
-                   ("etp", which, layer, mb, phase, group[0]), layer, mb, phase,
-                   specs[which].nbytes)
+        return Transfer("tp", f"{phase}.{name}", specs[which],
+                        ("etp", which, layer, mb, phase, group[0]), specs[which].nbytes)
