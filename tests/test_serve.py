@@ -299,6 +299,10 @@ def test_same_seed_same_bytes(tmp_path, capsys):
     ("serve.batch_per_gpu=63", "serve.batch_per_gpu"),    # odd with two micro-batches
     ("serve.colour=red", "serve.colour"),
     ("engine.mode=turbo", "engine.mode"),
+    # overlap a serving step sets itself: refused, not dropped without a word
+    ("overlap.shared_expert=true", "overlap.shared_expert"),
+    ("overlap.cuda_graphs=[attn]", "overlap.cuda_graphs"),
+    ("overlap.kind=static", "overlap.kind"),
 ])
 def test_bad_input_one_line(tmp_path, capsys, override, field):
     path = _ep_scenario(tmp_path, "bad", two_microbatch=True)

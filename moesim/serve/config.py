@@ -204,8 +204,15 @@ SERVE_REPLACES = ("tp", "pp", "dp", "ep", "zero", "vpp", "cp", "etp", "sequence_
                   "decoder_last_pipeline_num_layers")
 
 
+#: ``overlap`` fields a serving step sets itself (:func:`serving_scenario`); a scenario's
+#: own value would be dropped without a word, so it is refused (``nccl_sms`` is kept)
+OVERLAP_REPLACES = ("ep_comm_overlap", "dp_overlap", "kind", "cuda_graphs", "shared_expert",
+                    "tp_comm")
+
+
 def check_training_layout_unset(scn: Scenario) -> None:
-    """Refuse a ``parallel.*`` field a serving step would ignore, naming it."""
+    """Refuse a ``parallel.*`` or ``overlap.*`` field a serving step would ignore, naming
+    it."""
     default = ParallelConfig()
     for name in SERVE_REPLACES:
         got = getattr(scn.parallel, name)
@@ -214,6 +221,15 @@ def check_training_layout_unset(scn: Scenario) -> None:
                              f"left unset ({getattr(default, name)}): a serving step takes "
                              "its layout from serve.tp and serve.ep (one pipeline stage, "
                              "attention data parallel)", got)
+    ov = OverlapConfig()
+    for name in OVERLAP_REPLACES:
+        got = getattr(scn.overlap, name)
+        if got != getattr(ov, name):
+            raise InputError(scn.source, f"overlap.{name}",
+                             f"left unset ({getattr(ov, name)}): a serving step takes its "
+                             "overlap from serve.two_microbatch (the all-to-alls of one "
+                             "micro-batch under the other's compute) and serve.cuda_graphs",
+                             got)
 
 
 @functools.lru_cache(maxsize=64)
