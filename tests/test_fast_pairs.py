@@ -204,3 +204,34 @@ def test_pipeline_sends_share_nics_with_all_to_alls():
     assert abs(f.step_time_s / step - 1) < 0.005
     for k, v in e.summary["breakdown_s"].items():
         assert abs(f.summary["breakdown_s"][k] - v) < 0.01 * step, k
+
+
+@pytest.mark.slow
+def test_dualpipe_buckets_share_nics_with_all_to_alls():
+    """DualPipe with static pairs on 32 GPUs: a stage's gradient buckets start while
+    the other stage's backward runs (dp_overlap), and their ring flows share the NICs
+    with its all-to-alls (exact engine: 5.3-5.6 ms each, 4.9 ms with the NICs to
+    themselves). The fast path runs the buckets' rings beside the all-to-alls run flow
+    by flow (moesim.engine.fast.grad_flows): every backward all-to-all of rank 0 from
+    the first bucket on lasts what the exact engine's does (measured within 4.2 %;
+    without the buckets 7-12 % short) and the step is within the issue's bounds
+    (measured +0.10 %, was -0.57 %; docs/results/fast-vs-exact.md)."""
+    from moesim.wiring import simulate
+    e = simulate("deepseek-v3-2048", DS32, engine="exact")
+    f = simulate("deepseek-v3-2048", DS32, engine="fast")
+    first = min(s.start_s for s in e.spans if s.rank == 0 and s.kind == "dp")
+
+    def a2as(r):
+        return {(s.name, s.layer, s.microbatch): s.end_s - s.start_s for s in r.spans
+                if s.rank == 0 and s.kind in ("ep_dispatch", "ep_combine")
+                and s.name.startswith("bwd.") and s.start_s > first}
+
+    got, want = a2as(f), a2as(e)
+    assert len(want) >= 6 and got.keys() == want.keys()
+    for k, v in want.items():
+        assert v > 5.3e-3, k                              # shared: above 4.95 ms alone
+        assert got[k] == pytest.approx(v, rel=0.05), k
+    step = e.step_time_s
+    assert abs(f.step_time_s / step - 1) < 0.005
+    for k, v in e.summary["breakdown_s"].items():
+        assert abs(f.summary["breakdown_s"][k] - v) < 0.01 * step, k

@@ -10,7 +10,7 @@ import pytest
 
 from moesim.errors import InputError
 from moesim.traffic.config import load_from_dict
-from moesim.traffic.costs import LinearStepCosts
+from moesim.traffic.step_costs import LinearStepCosts
 from moesim.traffic.deploy import build_sim
 from moesim.traffic.metrics import parse_slo, summarize
 from moesim.traffic.request import Request

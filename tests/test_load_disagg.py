@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import pytest
 
-from moesim.traffic.costs import LinearStepCosts
+from moesim.traffic.step_costs import LinearStepCosts
 from moesim.traffic.deploy import build_sim
 from moesim.traffic.request import Request
 from moesim.topology.loader import parse_topology

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from moesim.traffic.config import load_from_dict
-from moesim.traffic.costs import LinearStepCosts
+from moesim.traffic.step_costs import LinearStepCosts
 from moesim.traffic.deploy import build_sim
 from moesim.traffic.metrics import summarize
 from moesim.traffic.request import Request

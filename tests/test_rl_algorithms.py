@@ -14,7 +14,7 @@ from moesim.rl.config import rl_from_dict
 from moesim.rl.phases import LinearTrainerCosts
 from moesim.rl.run import resolve_rl, simulate_rl
 from moesim.rl.summary import summarize
-from moesim.traffic.costs import LinearStepCosts
+from moesim.traffic.step_costs import LinearStepCosts
 
 RL = {
     "steps": 2, "prompts_per_step": 4, "samples_per_prompt": 4,

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from moesim.rl.generate import generate, long_tail
-from moesim.traffic.costs import LinearStepCosts
+from moesim.traffic.step_costs import LinearStepCosts
 from moesim.traffic.lengths import LengthDist, draw
 
 COSTS = LinearStepCosts(prefill_base_s=0.5, prefill_per_token_s=0.01, decode_base_s=1.0,

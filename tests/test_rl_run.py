@@ -11,7 +11,7 @@ import pytest
 import yaml
 
 from moesim.cli import main
-from moesim.traffic.costs import LinearStepCosts
+from moesim.traffic.step_costs import LinearStepCosts
 from moesim.rl.phases import LinearTrainerCosts
 from moesim.rl.run import resolve_rl, simulate_rl
 from moesim.rl.summary import KEYS, summarize

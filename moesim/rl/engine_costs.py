@@ -9,7 +9,7 @@
   each data-parallel group holds. Forward passes run with the pipeline stages folded into
   data parallelism (one stage). Times are memoised by their inputs: RL steps whose
   mini-batches pack into the same number of rows per replica are simulated once.
-- :func:`rollout_costs` (a :class:`moesim.traffic.costs.StepCosts`) for one rollout replica:
+- :func:`rollout_costs` (a :class:`moesim.traffic.step_costs.StepCosts`) for one rollout replica:
   the serving issue's step-cost surface (:mod:`moesim.traffic.surface`) on a grid sized to
   the RL step's batches and contexts.
 """

@@ -9,7 +9,7 @@ hold only their window, as vLLM's hybrid cache frees the rest) and runs at most
 ``max_batch`` sequences. Samples
 are dealt to the members round robin. The scheduler admits while blocks are free,
 allocates them as tokens arrive and preempts by recompute when the cache is full; step
-times come from a :class:`moesim.traffic.costs.StepCosts` of one member.
+times come from a :class:`moesim.traffic.step_costs.StepCosts` of one member.
 
 The step's generation ends with its longest sample; ``long_tail_s`` is the time from
 90 % of the samples done to the last.
@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from moesim.traffic.costs import StepCosts
+from moesim.traffic.step_costs import StepCosts
 from moesim.traffic.deploy import build_sim
 from moesim.traffic.request import Request
 

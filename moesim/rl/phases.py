@@ -18,7 +18,7 @@ from moesim.rl.config import RLConfig
 from moesim.rl.generate import Generation, generate
 from moesim.rl.loop import StepDurations
 from moesim.rl.packing import pack_rows, split_mini_batches
-from moesim.traffic.costs import StepCosts
+from moesim.traffic.step_costs import StepCosts
 
 
 class TrainerCosts(Protocol):

@@ -26,7 +26,7 @@ from moesim.scenario.blame import blame_overrides
 from moesim.scenario.resolved import Resolved
 from moesim.scenario.schema import ParallelConfig, Scenario
 from moesim.serve.kv import kv_bytes_per_token
-from moesim.traffic.costs import StepCosts
+from moesim.traffic.step_costs import StepCosts
 from moesim.traffic.deploy import windows_of
 from moesim.traffic.lengths import draw
 from moesim.wiring import resolve

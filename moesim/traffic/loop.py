@@ -5,7 +5,7 @@ A deployment is a list of *groups*; a group is the attention data-parallel ranks
 (*members*, each with its own :class:`moesim.traffic.scheduler.Scheduler`) that step
 together: with expert parallelism every member joins every layer's dispatch and combine,
 so a step of the group lasts as long as its slowest member's (each member's batch priced
-by the :class:`moesim.traffic.costs.StepCosts`; DeepSeek-V3 report §3.4.2 runs decode as one
+by the :class:`moesim.traffic.step_costs.StepCosts`; DeepSeek-V3 report §3.4.2 runs decode as one
 EP group of attention-DP ranks). Without EP a group is one member (an independent replica).
 
 :class:`LoadSim` is the generation engine for serving and for RL rollouts:

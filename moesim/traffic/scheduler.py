@@ -4,7 +4,7 @@ cache, preemption by recompute, and applying a step's progress.
 A scheduler serves one attention data-parallel rank (a *member*: one TP group; with
 ``tp 1`` one GPU). Each step it :meth:`plan`\\ s a :class:`Batch` (prompt tokens to
 prefill, requests to decode), growing KV blocks as it goes; the event loop prices the
-batch with a :class:`moesim.traffic.costs.StepCosts`, waits that long and calls
+batch with a :class:`moesim.traffic.step_costs.StepCosts`, waits that long and calls
 :meth:`finish`. Policies (one per module) differ only in :meth:`plan`:
 :mod:`moesim.traffic.vllm` (continuous batching, prefill first), :mod:`moesim.traffic.sarathi`
 (chunked prefill under a token budget), :mod:`moesim.traffic.disagg` (prefill-only and

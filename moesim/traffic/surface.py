@@ -1,4 +1,4 @@
-"""Step costs from the engine, as a surface: a :class:`moesim.traffic.costs.StepCosts`
+"""Step costs from the engine, as a surface: a :class:`moesim.traffic.step_costs.StepCosts`
 whose times are serving steps simulated at grid points and interpolated.
 
 - decode: the step of ``batch`` requests per attention-DP rank at ``context`` tokens of KV
