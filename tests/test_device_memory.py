@@ -71,10 +71,10 @@ def test_rollout_kv_capacity_by_hand():
 def test_serving_kv_tokens_by_hand():
     """The serving-under-load KV capacity: kv_fraction of the reported memory, less the
     weights and the step's activations, over the bytes per token."""
-    from moesim.traffic.config import LoadConfig
-    from moesim.traffic.deploy import kv_tokens_per_member
     from moesim.serve.memory import table
     from moesim.serve.run import resolve_serve
+    from moesim.traffic.config import LoadConfig
+    from moesim.traffic.deploy import kv_tokens_per_member
     res, cfg = resolve_serve("mixtral-8x7b-serve")
     lc = LoadConfig(source="test", kv_fraction=0.9)
     t = table(res.model, cfg, res.device.hbm_bytes)

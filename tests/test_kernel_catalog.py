@@ -140,7 +140,7 @@ def test_time_is_monotone_in_flops_between_rows(tid):
                 p = model.price(gemm(t.kind, int(per) * g, n, k, pass_=t.passes[0], groups=g))
                 assert p.source == "catalog", p
                 times.append(p.time_s)
-            assert all(b >= a for a, b in zip(times, times[1:])), (n, k, g)
+            assert all(b >= a for a, b in zip(times, times[1:], strict=False)), (n, k, g)
 
 
 def test_attention_time_is_monotone_in_seq_at_fixed_tokens():
@@ -153,7 +153,7 @@ def test_attention_time_is_monotone_in_seq_at_fixed_tokens():
                                    head_dim=d, causal=True))
             assert p.source == "catalog"
             times.append(p.time_s)
-        assert all(b >= a for a, b in zip(times, times[1:])), d
+        assert all(b >= a for a, b in zip(times, times[1:], strict=False)), d
 
 
 def test_unpublished_shape_scaled_by_waves_and_hold_above_by_hand():

@@ -10,11 +10,11 @@ import pytest
 
 from moesim.errors import InputError
 from moesim.traffic.config import load_from_dict
-from moesim.traffic.step_costs import LinearStepCosts
 from moesim.traffic.deploy import build_sim
 from moesim.traffic.metrics import parse_slo, summarize
 from moesim.traffic.request import Request
 from moesim.traffic.run import find_capacity, run_load
+from moesim.traffic.step_costs import LinearStepCosts
 
 C = LinearStepCosts(prefill_base_s=0.010, prefill_per_token_s=0.001, decode_base_s=0.020,
                     decode_per_seq_s=0.002)
@@ -165,7 +165,7 @@ def test_capacity_search_is_monotone_and_meets_its_slo():
     loose = find_capacity(_build, lc, parse_slo("ttft_p99=2s,tpot_p99=60ms"))
     tight = find_capacity(_build, lc, parse_slo("ttft_p99=0.8s,tpot_p99=40ms"))
     assert 0 < tight["capacity_rps"] <= loose["capacity_rps"]
-    for cap, slo in ((loose, "ttft_p99=2s,tpot_p99=60ms"), (tight, "ttft_p99=0.8s,tpot_p99=40ms")):
+    for cap, _slo in ((loose, "ttft_p99=2s,tpot_p99=60ms"), (tight, "ttft_p99=0.8s,tpot_p99=40ms")):
         last = {r["rate_rps"]: r["met"] for r in cap["runs"]}    # a rate's final run
         met = [r for r, ok in last.items() if ok]
         missed = [r for r, ok in last.items() if not ok]

@@ -11,10 +11,10 @@ import numpy as np
 import pytest
 
 from moesim.traffic.config import load_from_dict
-from moesim.traffic.step_costs import LinearStepCosts
 from moesim.traffic.deploy import build_sim
 from moesim.traffic.metrics import parse_slo
 from moesim.traffic.run import find_capacity, run_load
+from moesim.traffic.step_costs import LinearStepCosts
 from moesim.traffic.window import GROWTH_TOL, in_system_seen, measure, mser5
 
 SERVICE_S = 0.010 + 0.001 * 100

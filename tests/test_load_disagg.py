@@ -9,10 +9,10 @@ from __future__ import annotations
 
 import pytest
 
-from moesim.traffic.step_costs import LinearStepCosts
+from moesim.topology.loader import parse_topology
 from moesim.traffic.deploy import build_sim
 from moesim.traffic.request import Request
-from moesim.topology.loader import parse_topology
+from moesim.traffic.step_costs import LinearStepCosts
 
 #: prefill 0.01 s + 0.001 s per prompt token; decode 0.02 s per step
 C = LinearStepCosts(prefill_base_s=0.010, prefill_per_token_s=0.001, decode_base_s=0.020)

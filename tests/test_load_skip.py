@@ -8,11 +8,11 @@ import numpy as np
 import pytest
 
 from moesim.traffic.config import load_from_dict
-from moesim.traffic.step_costs import LinearStepCosts
 from moesim.traffic.deploy import build_sim
 from moesim.traffic.metrics import summarize
 from moesim.traffic.request import Request
 from moesim.traffic.skip import delay_to
+from moesim.traffic.step_costs import LinearStepCosts
 from tests.test_load_disagg import links
 
 # a decode step's cost grows with the context, so every skipped step has its own time

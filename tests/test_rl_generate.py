@@ -7,8 +7,8 @@ import numpy as np
 import pytest
 
 from moesim.rl.generate import generate, long_tail
-from moesim.traffic.step_costs import LinearStepCosts
 from moesim.traffic.lengths import LengthDist, draw
+from moesim.traffic.step_costs import LinearStepCosts
 
 COSTS = LinearStepCosts(prefill_base_s=0.5, prefill_per_token_s=0.01, decode_base_s=1.0,
                         decode_per_seq_s=0.1, decode_per_ctx_token_s=0.001)

@@ -11,10 +11,10 @@ import pytest
 import yaml
 
 from moesim.cli import main
-from moesim.traffic.step_costs import LinearStepCosts
 from moesim.rl.phases import LinearTrainerCosts
 from moesim.rl.run import resolve_rl, simulate_rl
 from moesim.rl.summary import KEYS, summarize
+from moesim.traffic.step_costs import LinearStepCosts
 
 RL = {
     "steps": 3, "prompts_per_step": 4, "samples_per_prompt": 4,

@@ -10,11 +10,11 @@ import pytest
 from moesim.errors import InputError
 from moesim.traffic.balancer import BALANCERS
 from moesim.traffic.config import load_from_dict
-from moesim.traffic.step_costs import LinearStepCosts
 from moesim.traffic.deploy import build_sim
 from moesim.traffic.registry import Registry
 from moesim.traffic.request import Request
 from moesim.traffic.schedulers import SCHEDULERS, per_member
+from moesim.traffic.step_costs import LinearStepCosts
 from moesim.traffic.vllm import ContinuousBatching
 
 C = LinearStepCosts(prefill_base_s=0.010, prefill_per_token_s=0.001, decode_base_s=0.020,

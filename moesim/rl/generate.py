@@ -22,9 +22,9 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from moesim.traffic.step_costs import StepCosts
 from moesim.traffic.deploy import build_sim
 from moesim.traffic.request import Request
+from moesim.traffic.step_costs import StepCosts
 
 
 @dataclass

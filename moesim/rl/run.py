@@ -26,9 +26,9 @@ from moesim.scenario.blame import blame_overrides
 from moesim.scenario.resolved import Resolved
 from moesim.scenario.schema import ParallelConfig, Scenario
 from moesim.serve.kv import kv_bytes_per_token
-from moesim.traffic.step_costs import StepCosts
 from moesim.traffic.deploy import windows_of
 from moesim.traffic.lengths import draw
+from moesim.traffic.step_costs import StepCosts
 from moesim.wiring import resolve
 
 KV_ELEM = {"bf16": 2, "fp8": 1}
