@@ -243,11 +243,7 @@ def _algorithm_fields(d: dict, src: str) -> None:
     """A key that only other algorithms take (:data:`ALGORITHMS`) is refused, naming the
     algorithm and the ones that take it."""
     kind = ALGORITHMS.get(d.get("algorithm", RLConfig.algorithm), src)
-    for k in d:
-        if k in ALGORITHMS.all_fields() and k not in kind.fields:
-            takers = [n for n in ALGORITHMS.names() if k in ALGORITHMS.get(n).fields]
-            raise InputError(src, f"rl.{k}", f"no {k} for algorithm {kind.name} (it takes "
-                             f"{list(kind.fields)}; {k} is for {takers})", d[k])
+    ALGORITHMS.refuse_foreign(d, kind, src, "rl", "algorithm")
 
 
 def rl_from_dict(d: Any, source: str, *, world: int | None = None) -> RLConfig:

@@ -213,23 +213,17 @@ OVERLAP_REPLACES = ("ep_comm_overlap", "dp_overlap", "kind", "cuda_graphs", "sha
 def check_training_layout_unset(scn: Scenario) -> None:
     """Refuse a ``parallel.*`` or ``overlap.*`` field a serving step would ignore, naming
     it."""
-    default = ParallelConfig()
-    for name in SERVE_REPLACES:
-        got = getattr(scn.parallel, name)
-        if got != getattr(default, name):
-            raise InputError(scn.source, f"parallel.{name}",
-                             f"left unset ({getattr(default, name)}): a serving step takes "
-                             "its layout from serve.tp and serve.ep (one pipeline stage, "
-                             "attention data parallel)", got)
-    ov = OverlapConfig()
-    for name in OVERLAP_REPLACES:
-        got = getattr(scn.overlap, name)
-        if got != getattr(ov, name):
-            raise InputError(scn.source, f"overlap.{name}",
-                             f"left unset ({getattr(ov, name)}): a serving step takes its "
-                             "overlap from serve.two_microbatch (the all-to-alls of one "
-                             "micro-batch under the other's compute) and serve.cuda_graphs",
-                             got)
+    why = {"parallel": "its layout from serve.tp and serve.ep (one pipeline stage, attention "
+                       "data parallel)",
+           "overlap": "its overlap from serve.two_microbatch (the all-to-alls of one "
+                      "micro-batch under the other's compute) and serve.cuda_graphs"}
+    for section, default, names in (("parallel", ParallelConfig(), SERVE_REPLACES),
+                                     ("overlap", OverlapConfig(), OVERLAP_REPLACES)):
+        for name in names:
+            got, want = getattr(getattr(scn, section), name), getattr(default, name)
+            if got != want:
+                raise InputError(scn.source, f"{section}.{name}", f"left unset ({want}): a "
+                                 f"serving step takes {why[section]}", got)
 
 
 @functools.lru_cache(maxsize=64)

@@ -171,11 +171,7 @@ def _scheduler_fields(d: dict, source: str) -> dict:
     not section keys (its factory reads them); the fields not given take the scheduler's
     defaults."""
     kind = SCHEDULERS.get(d.get("scheduler", LoadConfig.scheduler), source)
-    for k in d:
-        if k in SCHEDULERS.all_fields() and k not in kind.fields:
-            takers = [n for n in SCHEDULERS.names() if k in SCHEDULERS.get(n).fields]
-            raise InputError(source, f"load.{k}", f"no {k} for scheduler {kind.name} (it "
-                             f"takes {list(kind.fields)}; {k} is for {takers})", d[k])
+    SCHEDULERS.refuse_foreign(d, kind, source, "load", "scheduler")
     for k, default in kind.fields.items():     # the scheduler's defaults
         d.setdefault(k, default)
     return {k: d.pop(k) for k in list(d) if k in kind.fields and k not in KEYS}

@@ -71,3 +71,13 @@ class Registry:
     def all_fields(self) -> tuple[str, ...]:
         """Every field some kind takes (in registration order, once each)."""
         return tuple(dict.fromkeys(f for k in self._kinds.values() for f in k.fields))
+
+    def refuse_foreign(self, d: Mapping[str, Any], kind: Kind, source: str,
+                       section: str, noun: str) -> None:
+        """Refuse a key of section ``d`` that only other kinds take, naming the kind
+        chosen, the fields it takes and the kinds that take the key (one line)."""
+        for k in d:
+            if k in self.all_fields() and k not in kind.fields:
+                takers = [n for n in self.names() if k in self._kinds[n].fields]
+                raise InputError(source, f"{section}.{k}", f"no {k} for {noun} {kind.name} "
+                                 f"(it takes {list(kind.fields)}; {k} is for {takers})", d[k])
