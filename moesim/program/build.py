@@ -29,7 +29,7 @@ from moesim.compute.base import Kernel
 from moesim.compute.select import grouped_experts
 from moesim.gating import make_placement
 from moesim.program import recipe, recompute, shared_overlap, tp_overlap
-from moesim.program.dualpipe_build import DualPipeOps, PairedOps
+from moesim.program.dualpipe_build import DualPipeProgram, a2a_program, inflight
 from moesim.program.ep_backend import EPBackend
 from moesim.program.folding import FoldedTransfers, Transfer
 from moesim.program.grads import GradientStage
@@ -81,12 +81,14 @@ def build_step(res, step: int | None = None, *, replicas: str = "independent",
                     replicas, dedup).build()
 
 
-class Builder(DualPipeOps, PairedOps):
-    """Every rank's program of one step. Token routing is a stage of its own
-    (:class:`moesim.program.token_routing.TokenRouting`, ``self.routes``: samples and
-    expert statistics); each compute op takes its kernels, and its timer key where they
-    depend on more than the phase, from :mod:`moesim.program.recipe`; transfers and the
-    schedule's order are the mixins' (gradients, DualPipe, EP pairs, folding, recompute)."""
+class Builder:
+    """Every rank's program of one step, composed of stages with explicit inputs:
+    routing (:class:`~moesim.program.token_routing.TokenRouting`, ``routes``) -> kernels
+    (:mod:`moesim.program.recipe`; recompute: :class:`RecomputeStage`, ``recompute``) ->
+    transfers (EP all-to-alls here; TP/SP/CP/ETP: :class:`FoldedTransfers`, ``folded``;
+    gradient buckets and ZeRO: :class:`GradientStage`, ``grads``) -> schedule (the
+    pipeline order's items here; DualPipe(V): :class:`DualPipeProgram`, a2a-1f1b:
+    :func:`a2a_program`). The builder places each stage's ops in the rank's program."""
 
     def __init__(self, res, step: int, replicas: str = "independent",
                  dedup: bool = False) -> None:
@@ -143,6 +145,9 @@ class Builder(DualPipeOps, PairedOps):
         # the folded-parallelism transfers: TP / SP all-reduces, CP's KV ring, ETP's gathers
         self.folded = FoldedTransfers(self.lay, self.spec, self.tokens, self.tp, self.sp,
                                       self.cp, self.etp, tp_overlap.enabled(scn), self.routes)
+        # the schedule stage of DualPipe(V) orders (a2a-1f1b: a2a_program)
+        self.dualpipe = (DualPipeProgram(self, self.dual, self.fb_overlap)
+                         if self.dual is not None else None)
         # the recompute stage: what each layer's backward recomputes, priced
         self.recompute = RecomputeStage(
             self.rc, self.spec, self.tokens, self.seq, self.tp, self.ep_tokens,
@@ -152,6 +157,15 @@ class Builder(DualPipeOps, PairedOps):
     def expert_dp_group(self, rank: int) -> tuple[int, ...]:
         """Ranks holding the same expert shards as ``rank`` (:class:`GradientStage`)."""
         return self.grads.expert_dp_group(rank)
+
+    def inflight(self) -> list[int]:
+        """Activations alive per pipeline stage (micro-batches) under this schedule."""
+        return inflight(self)
+
+    @property
+    def fb_overlap(self) -> bool:
+        """A DualPipe F&B pair interleaves its EP all-to-alls (static overlap, EP > 1)."""
+        return self.scn.overlap.kind == "static" and self.ep > 1
 
     # ---------------------------------------------------------------- programs
     def build(self) -> StepPlan:
@@ -171,9 +185,9 @@ class Builder(DualPipeOps, PairedOps):
 
     def _rank_program(self, rank: int) -> list[Op]:
         if self.dual is not None:
-            return self._dual_program(rank)
+            return self.dualpipe.program(rank)
         if self.scn.overlap.kind == "a2a-1f1b":
-            return self._a2a_program(rank)
+            return a2a_program(self, rank)
         lay = self.lay
         stage = int(lay.coords["pp"][rank])
         pp_group = lay.group_of(rank, "pp")

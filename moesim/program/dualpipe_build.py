@@ -1,5 +1,6 @@
 """Op programs of DualPipe / DualPipeV and of Megatron-Core's 1F1B with all-to-all
-overlap (pure: no simpy; mixed into :class:`moesim.program.build.Builder`).
+overlap (pure: no simpy): the schedule stage for those orders, composed into
+:class:`moesim.program.build.Builder` (:class:`DualPipeProgram`, :func:`a2a_program`).
 
 DualPipe(V) (``schedule.kind: dualpipe | dualpipev``): each rank runs its items of
 :func:`moesim.schedule.dualpipe.make_dual_order` (deepseek-ai/DualPipe
@@ -100,36 +101,37 @@ def pair_items(prog: list[Op], a: int, b: int, last: dict[int, int],
             last[layer] = where[idx]
 
 
-class DualPipeOps:
-    """Mixin: DualPipe(V) and a2a-1f1b programs (uses the builder's layer helpers)."""
+class DualPipeProgram:
+    """The schedule stage of DualPipe(V): each rank's program from its items of the dual
+    order. Inputs: the order ``dual`` (:class:`moesim.schedule.dualpipe.DualOrder`),
+    ``fb_overlap`` (an F&B pair interleaves its EP all-to-alls) and the builder ``b`` that
+    writes the ops: its layers (``_layer``), compute, pipeline and gradient ops
+    (``_compute``, ``_recv``, ``_send``, ``_gradients``), model chunks, routing, timer and
+    FLOP count."""
+
+    def __init__(self, b, dual, fb_overlap: bool) -> None:
+        self.b = b
+        self.dual = dual
+        self.fb_overlap = fb_overlap
 
     @contextmanager
     def _part(self, part: str):
-        base = self.timer
-        self.timer = PartTimer(base, part)
+        b = self.b
+        base = b.timer
+        b.timer = PartTimer(base, part)
         try:
             yield
         finally:
-            self.timer = base
-
-    def inflight(self) -> list[int]:
-        if self.dual is not None:
-            return inflight_activations(self.dual)
-        if self.scn.overlap.kind == "a2a-1f1b":
-            return inflight_microbatches(flatten(a2a_1f1b_order(self.pp, self.m, self.v)))
-        return inflight_microbatches(self.order)
-
-    @property
-    def fb_overlap(self) -> bool:
-        return self.scn.overlap.kind == "static" and self.ep > 1
+            b.timer = base
 
     # ---------------------------------------------------------------- DualPipe(V)
-    def _dual_program(self, rank: int) -> list[Op]:
+    def program(self, rank: int) -> list[Op]:
+        b = self.b
         d = self.dual
-        pos = int(self.lay.coords["pp"][rank])
-        pp_group = self.lay.group_of(rank, "pp")
+        pos = int(b.lay.coords["pp"][rank])
+        pp_group = b.lay.group_of(rank, "pp")
         prog: list[Op] = []
-        self._layer_starts = []
+        b._layer_starts = []
         last_w: dict[int, int] = {}     # layer -> index of its last weight-gradient op
         for it in d.items[pos]:
             start = len(prog)
@@ -146,14 +148,15 @@ class DualPipeOps:
                 if self.fb_overlap:
                     ep_stream(prog, start)
                 pair_items(prog, start, mid, last_w, self.fb_overlap)
-        self._gradients(prog, rank, pos, last_w, parts=self._dual_parts(rank, pos, last_w))
+        b._gradients(prog, rank, pos, last_w, parts=self._dual_parts(rank, pos, last_w))
         return prog
 
     def _dual_parts(self, rank: int, pos: int, last_w: dict[int, int]) -> list[tuple]:
         """Gradient parts per held stage, highest stage first on every rank (the copies'
         comm streams issue them in one order): layers last to first; the groups of both
         copies when another rank holds the stage too (DualPipe)."""
-        d, lay = self.dual, self.lay
+        b = self.b
+        d, lay = self.dual, b.lay
         pp_group = lay.group_of(rank, "pp")
         held = sorted({st for it in d.items[pos] for _, _, st in it.parts()}, reverse=True)
         parts = []
@@ -164,47 +167,50 @@ class DualPipeOps:
             for c in copies:
                 peer = pp_group[c]
                 dg |= set(lay.group_of(peer, "dp"))
-                eg |= set(self.expert_dp_group(peer))
-            layers = [x for x in reversed(self.chunks[s]) if x in last_w]
+                eg |= set(b.expert_dp_group(peer))
+            layers = [x for x in reversed(b.chunks[s]) if x in last_w]
             parts.append((layers, s == 0, s == d.stages - 1, tuple(sorted(dg)),
                           tuple(sorted(eg)), f"s{s}."))
         return parts
 
     def _dual_f(self, prog: list[Op], rank: int, pp_group, mb: int, s: int) -> None:
+        b = self.b
         d = self.dual
-        layers = list(self.chunks[s])
+        layers = list(b.chunks[s])
         if s > 0:
             src = pp_group[d.rank(mb, s - 1)]
             if src != rank:
-                prog.append(self._recv(src, ("act", mb, s, rank), mb, "fwd",
+                prog.append(b._recv(src, ("act", mb, s, rank), mb, "fwd",
                                        layers[0] if layers else -1))
         else:
-            self._compute(prog, "fwd.embedding", -1, mb, "fwd", ("emb", "fwd"),
-                          lambda: recipe.embedding(self.spec, self.tokens, self.tp, "fwd"))
+            b._compute(prog, "fwd.embedding", -1, mb, "fwd", ("emb", "fwd"),
+                          lambda: recipe.embedding(b.spec, b.tokens, b.tp, "fwd"))
         for layer in layers:
-            self._layer(prog, rank, layer, mb, "fwd")
+            b._layer(prog, rank, layer, mb, "fwd")
         if s == d.stages - 1:
-            self._compute(prog, "fwd.lm_head", -1, mb, "fwd", ("lm", "fwd"),
-                          lambda: recipe.lm_head(self.spec, self.tokens, self.tp, "fwd"))
+            b._compute(prog, "fwd.lm_head", -1, mb, "fwd", ("lm", "fwd"),
+                          lambda: recipe.lm_head(b.spec, b.tokens, b.tp, "fwd"))
             return
         dst = pp_group[d.rank(mb, s + 1)]
         if dst != rank:
-            prog.append(self._send(prog, dst, ("act", mb, s + 1, dst), mb, "fwd",
+            prog.append(b._send(prog, dst, ("act", mb, s + 1, dst), mb, "fwd",
                                    layers[-1] if layers else -1))
 
     def _lm_head_bwd(self, prog: list[Op], mb: int, part: str) -> None:
+        b = self.b
         name = {"B": "bwd.lm_head", "W": "bwd.w_lm_head"}[part]
-        self._compute(prog, name, -1, mb, "bwd", ("lm", "bwd", part), lambda: recipe.backward_part(
-            recipe.lm_head(self.spec, self.tokens, self.tp, "bwd"), part))
+        b._compute(prog, name, -1, mb, "bwd", ("lm", "bwd", part), lambda: recipe.backward_part(
+            recipe.lm_head(b.spec, b.tokens, b.tp, "bwd"), part))
 
     def _dual_b(self, prog: list[Op], rank: int, pp_group, mb: int, s: int,
                 last_w: dict[int, int], full: bool) -> None:
+        b = self.b
         d = self.dual
-        layers = list(self.chunks[s])
+        layers = list(b.chunks[s])
         if s < d.stages - 1:
             src = pp_group[d.rank(mb, s + 1)]
             if src != rank:
-                prog.append(self._recv(src, ("grad", mb, s, rank), mb, "bwd",
+                prog.append(b._recv(src, ("grad", mb, s, rank), mb, "bwd",
                                        layers[-1] if layers else -1))
         else:
             self._lm_head_bwd(prog, mb, "B")
@@ -212,79 +218,90 @@ class DualPipeOps:
                 self._lm_head_bwd(prog, mb, "W")
         for layer in reversed(layers):
             with self._part("B"):
-                self._layer(prog, rank, layer, mb, "bwd")
+                b._layer(prog, rank, layer, mb, "bwd")
             if full:
                 self._w_layer(prog, rank, layer, mb, last_w)
         if s > 0:
             dst = pp_group[d.rank(mb, s - 1)]
             if dst != rank:
-                prog.append(self._send(prog, dst, ("grad", mb, s - 1, dst), mb, "bwd",
+                prog.append(b._send(prog, dst, ("grad", mb, s - 1, dst), mb, "bwd",
                                        layers[0] if layers else -1))
 
     def _dual_w(self, prog: list[Op], rank: int, mb: int, s: int,
                 last_w: dict[int, int]) -> None:
+        b = self.b
         if s == self.dual.stages - 1:
             self._lm_head_bwd(prog, mb, "W")
-        for layer in reversed(self.chunks[s]):
+        for layer in reversed(b.chunks[s]):
             self._w_layer(prog, rank, layer, mb, last_w)
 
     def _w_layer(self, prog: list[Op], rank: int, layer: int, mb: int,
                  last_w: dict[int, int]) -> None:
         """Weight-gradient GEMMs of one layer: the MLP's (router, shared experts, routed
         experts with the tokens they received, or the dense FFN), then attention's."""
-        spec, tp, tok = self.spec, self.tp, self.tokens
+        b = self.b
+        spec, tp, tok = b.spec, b.tp, b.tokens
         W = recipe.backward_part
         if layer >= spec.layers:     # an MTP depth's eh_proj and output head (moesim.model.mtp)
-            self._compute(prog, "bwd.w_mtp", layer, mb, "bwd", ("mtp", "bwd", "W"),
+            b._compute(prog, "bwd.w_mtp", layer, mb, "bwd", ("mtp", "bwd", "W"),
                           lambda: W(recipe.mtp_head(spec, tok, tp, "bwd"), "W"))
         if spec.is_moe_layer(layer):
-            self._compute(prog, "bwd.w_mlp", layer, mb, "bwd", ("w_moe", "bwd"), lambda: recipe.mlp_w(
-                spec, self.ep_tokens, tok, tp))
-            group = self.lay.group_of(rank, "ep")
-            local = self.routes.route(group[0], group, layer, mb).rank_expert_tokens[group.index(rank)]
+            b._compute(prog, "bwd.w_mlp", layer, mb, "bwd", ("w_moe", "bwd"), lambda: recipe.mlp_w(
+                spec, b.ep_tokens, tok, tp))
+            group = b.lay.group_of(rank, "ep")
+            local = b.routes.route(group[0], group, layer, mb).rank_expert_tokens[group.index(rank)]
             experts = tuple(int(e) for e in local.nonzero()[0])
             t_exp = f_exp = 0.0
             ks: list = []
             for i, e in enumerate(experts):   # grouped: later experts share the 1st's launches
-                fu = self.grouped and i > 0
+                fu = b.grouped and i > 0
                 key = ("expert", int(local[e]), "bwd", "W") + (("fused",) if fu else ())
-                t, f = self.timer(key, lambda n=int(local[e]), fu=fu: W(
+                t, f = b.timer(key, lambda n=int(local[e]), fu=fu: W(
                     recipe.expert(spec, n, 1, "bwd", fu), "W"))
                 t_exp += t
                 f_exp += f
-                ks += self.timer.kernels_for(key)
-            self.flops += f_exp
+                ks += b.timer.kernels_for(key)
+            b.flops += f_exp
             prog.append(Op(stream="compute", kind="compute", name="bwd.w_experts",
                            duration_s=t_exp, flops=f_exp, layer=layer, microbatch=mb,
                            kernels=tuple(ks),
                            phase="bwd", experts=experts,
                            expert_tokens=tuple(int(local[e]) for e in experts)))
         else:
-            self._compute(prog, "bwd.w_mlp", layer, mb, "bwd", ("ffn", "bwd", "W"), lambda: W(
+            b._compute(prog, "bwd.w_mlp", layer, mb, "bwd", ("ffn", "bwd", "W"), lambda: W(
                 recipe.dense_ffn(spec, tok, tp, "bwd"), "W"))
-        self._compute(prog, "bwd.w_attn", layer, mb, "bwd", ("attn", "bwd", "W"), lambda: recipe.attn_w(
-            spec, tok, self.seq, tp))
+        b._compute(prog, "bwd.w_attn", layer, mb, "bwd", ("attn", "bwd", "W"), lambda: recipe.attn_w(
+            spec, tok, b.seq, tp))
         last_w[layer] = len(prog) - 1
 
 
-class PairedOps:
-    """Mixin: Megatron-Core's 1F1B with EP all-to-all overlap (``a2a-1f1b``)."""
+def a2a_program(b, rank: int) -> list[Op]:
+    """``rank``'s program under ``overlap.kind: a2a-1f1b`` (the schedule stage of
+    Megatron-Core's 1F1B with EP all-to-all overlap), written by the builder ``b``: its
+    schedule items (``_item``), layer starts and gradient stage (``_gradients``)."""
+    stage = int(b.lay.coords["pp"][rank])
+    pp_group = b.lay.group_of(rank, "pp")
+    prog: list[Op] = []
+    b._layer_starts = []
+    last_bwd: dict[int, int] = {}
+    for step in a2a_1f1b_order(b.pp, b.m, b.v)[stage]:
+        start = len(prog)
+        b._item(prog, rank, stage, pp_group, step[0], last_bwd)
+        if len(step) == 1:
+            continue
+        mid = len(prog)
+        b._item(prog, rank, stage, pp_group, step[1], last_bwd)
+        ep_stream(prog, start)
+        pair_items(prog, start, mid, last_bwd)
+        b._layer_starts = []
+    b._gradients(prog, rank, stage, last_bwd)
+    return prog
 
-    def _a2a_program(self, rank: int) -> list[Op]:
-        stage = int(self.lay.coords["pp"][rank])
-        pp_group = self.lay.group_of(rank, "pp")
-        prog: list[Op] = []
-        self._layer_starts = []
-        last_bwd: dict[int, int] = {}
-        for step in a2a_1f1b_order(self.pp, self.m, self.v)[stage]:
-            start = len(prog)
-            self._item(prog, rank, stage, pp_group, step[0], last_bwd)
-            if len(step) == 1:
-                continue
-            mid = len(prog)
-            self._item(prog, rank, stage, pp_group, step[1], last_bwd)
-            ep_stream(prog, start)
-            pair_items(prog, start, mid, last_bwd)
-            self._layer_starts = []
-        self._gradients(prog, rank, stage, last_bwd)
-        return prog
+
+def inflight(b) -> list[int]:
+    """Activations alive per pipeline stage (micro-batches) under ``b``'s schedule."""
+    if b.dual is not None:
+        return inflight_activations(b.dual)
+    if b.scn.overlap.kind == "a2a-1f1b":
+        return inflight_microbatches(flatten(a2a_1f1b_order(b.pp, b.m, b.v)))
+    return inflight_microbatches(b.order)
