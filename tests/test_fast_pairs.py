@@ -213,8 +213,8 @@ def test_dualpipe_buckets_share_nics_with_all_to_alls():
     with its all-to-alls (exact engine: 5.3-5.6 ms each, 4.9 ms with the NICs to
     themselves). The fast path runs the buckets' rings beside the all-to-alls run flow
     by flow (moesim.engine.fast.grad_flows): every backward all-to-all of rank 0 from
-    the first bucket on lasts what the exact engine's does (measured within 4.2 %;
-    without the buckets 7-12 % short) and the step is within the issue's bounds
+    the first bucket on lasts what the exact engine's does (measured within 4.1 %;
+    without the buckets 7-11 % short) and the step is within the issue's bounds
     (measured +0.10 %, was -0.57 %; docs/results/fast-vs-exact.md)."""
     from moesim.wiring import simulate
     e = simulate("deepseek-v3-2048", DS32, engine="exact")

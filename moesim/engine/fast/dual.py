@@ -22,6 +22,7 @@ from __future__ import annotations
 import numpy as np
 
 from moesim.engine.fast.dp import buckets, group_collective, optimizer_tail
+from moesim.engine.fast.grad_flows import ChainBuckets
 from moesim.engine.fast.pairs import run_pair
 from moesim.engine.fast.pipeline import Chain
 from moesim.program import recipe
@@ -31,12 +32,15 @@ from moesim.program.dualpipe_build import PartTimer
 class DualChain(Chain):
     """A :class:`Chain` whose positions run DualPipe(V) items."""
 
-    def __init__(self, ctx, groups, route, span_pos, order) -> None:
+    def __init__(self, ctx, groups, route, span_pos, order, prior=None) -> None:
         super().__init__(ctx, groups, route, span_pos)
         self.d = order
         self.part: str | None = None         # "B" while an input-gradient part runs
         self.deferred: list | None = None    # sends held until an F&B pair ends
         self.w_done: dict[int, int] = {}
+        # gradient buckets beside the all-to-alls run flow by flow (fast.grad_flows)
+        self.bk = ChainBuckets(ctx, groups, order, prior) if beside_buckets(ctx, groups) else None
+        ctx.net.held.buckets = self.bk
 
     # ------------------------------------------------------------ messages
     def _keys(self, s: int, it) -> list[tuple[tuple, int]]:
@@ -110,6 +114,9 @@ class DualChain(Chain):
             spec, tok, c.seq, tp), layer, mb, "bwd")
         out = self.out[s]
         self._last_bwd(s, layer)
+        if self.bk is not None:
+            bk = self.bk
+            self._at(s, lambda t: bk.w_end(s, layer, t))
         self.w_done[layer] = self.w_done.get(layer, 0) + 1
         if self.w_done[layer] == c.m:
             self._at(s, lambda _t: setattr(out, "grads", True))
@@ -221,7 +228,38 @@ def run_dual_chain(ctx, groups, span_pos, new_rec, progress=None) -> DualChain:
             cache.pop(key)
         return hit[0]
 
-    ch = DualChain(ctx, groups, route, span_pos, d)
+    prior = None
+    if beside_buckets(ctx, groups):
+        # the buckets' ready times from a first run (fast.grad_flows): an all-to-all the
+        # list schedule runs before the other position's weight gradients meets them too
+        recs: dict[tuple, object] = {}
+
+        def route(s: int, layer: int, mb: int):     # noqa: F811 (every record kept)
+            key = (s, layer, mb)
+            if key not in recs:
+                recs[key] = new_rec(s, layer, mb)
+            return recs[key]
+
+        counting, ctx.links.enabled = ctx.links.enabled, False
+        try:
+            prior = _schedule(DualChain(ctx, groups, route, [[] for _ in groups], d), None).bk
+        finally:
+            ctx.links.enabled = counting
+    return _schedule(DualChain(ctx, groups, route, span_pos, d, prior), progress)
+
+
+def beside_buckets(ctx, groups) -> bool:
+    """Whether the chain's gradient buckets run beside its all-to-alls
+    (:mod:`moesim.engine.fast.grad_flows`): ``dp_overlap``, and all-to-alls run flow by
+    flow (direct NCCL ones, not DeepEP's)."""
+    return bool(ctx.net.exact_ok and ctx.res.scenario.overlap.dp_overlap
+                and not ctx.ep_backend.deepep and ctx.a2a_algo == "direct"
+                and not all(ctx.net.stateless(g) for g in groups))
+
+
+def _schedule(ch: DualChain, progress) -> DualChain:
+    """List-schedule every position's items of ``ch``."""
+    d = ch.d
     pos = [0] * d.ranks
     left = sum(len(x) for x in d.items)
     while left:

@@ -76,6 +76,9 @@ class HeldSends:
     def __init__(self) -> None:
         self._held: dict[tuple, Held] = {}
         self.runs: dict[tuple, deque[Run]] = {}
+        #: the chain's gradient buckets in flight beside its all-to-alls, or None
+        #: (:class:`moesim.engine.fast.grad_flows.ChainBuckets`: DualPipe's ``dp_overlap``)
+        self.buckets = None
 
     def hold(self, key: tuple, h: Held) -> None:
         self._held[(h.src, key)] = h
@@ -131,16 +134,22 @@ class HeldSends:
     def clear(self) -> None:
         self._held.clear()
         self.runs.clear()
+        self.buckets = None
 
 
 def run_flows(fn, flows: list[tuple[int, int, float]], starts: np.ndarray,
-              t0: float) -> np.ndarray:
+              t0: float, rings: list | None = None):
     """Delivery times of ``flows`` (sender rank, receiver rank, bytes), started at
     ``starts`` (absolute, none before ``t0``, the run's clock origin), together on an empty flow network of ``fn`` (a
     :class:`moesim.engine.fast.network.FastNetwork`; max-min re-solved at every start
     and finish; one simpy environment per FastNetwork, each run from its current time;
     with ``coalesce_rtol`` > 0, the scenario's ``engine.coalesce_rtol``, flows finish at
-    most that fraction of their duration early, as in the exact engine)."""
+    most that fraction of their duration early, as in the exact engine). ``rings``:
+    ring collectives run beside them, each ``(start, steps, flows, after)``: ``steps``
+    phases of ``flows``, a phase started when the previous one is delivered (as the
+    exact engine runs a collective's phases), the first once the rings listed in
+    ``after`` (earlier ones) have ended; then the result is ``(deliveries, each ring's
+    end)``."""
     if fn._env is None:   # simpy only here: the rest of the fast path is closed form
         import simpy
 
@@ -170,8 +179,27 @@ def run_flows(fn, flows: list[tuple[int, int, float]], starts: np.ndarray,
                 ev.callbacks.append(lambda _e, f=f: done.__setitem__(f, t0 + env.now - base))
 
     env.process(launch())
+    if not rings:
+        env.run()
+        return done
+    import simpy
+
+    ends = np.full(len(rings), -np.inf)
+    procs: list = []
+
+    def ring(i: int, at: float, steps: int, rf: list, after: list[int]):
+        if at - t0 > env.now - base:
+            yield env.timeout(at - t0 - (env.now - base))
+        if after:
+            yield simpy.AllOf(env, [procs[j] for j in after])
+        for _ in range(steps):
+            yield simpy.AllOf(env, [net.transfer(gpus[a], gpus[b], nb) for a, b, nb in rf])
+        ends[i] = t0 + env.now - base
+
+    for i, (at, steps, rf, after) in enumerate(rings):
+        procs.append(env.process(ring(i, at, steps, rf, after)))
     env.run()
-    return done
+    return done, ends
 
 
 def exact_finish(fn, group: Sequence[int], matrix: np.ndarray,
@@ -195,14 +223,36 @@ def exact_finish(fn, group: Sequence[int], matrix: np.ndarray,
     held: list[Held] = []
     last = float(starts.max(initial=arr.max()))     # the sends it meets: started before
     done = None                                     # its last flow, then before its end
+    bks = fn.held.buckets
+    near: list = []                                 # gradient buckets beside it (grad_flows)
     while True:
         more = [h for h in cands if all(h is not x for x in held) and h.start.min() < last]
-        if done is not None and not more:
+        now = [] if bks is None else bks.beside(key, float(arr.min()), last)
+        if done is not None and not more and len(now) == len(near):
             break
         held += more
+        near = now
         fl, st = _with_held(flows, starts, held)
-        done = run_flows(fn, fl, st, float(min(arr.min(), st.min(initial=np.inf))))
+        t0 = float(min(arr.min(), st.min(initial=np.inf)))
+        if near:      # with the other groups' all-to-alls the rings meet (run before)
+            seen = {id(r) for h in held for r in h.past}
+            for g, q in fn.held.runs.items():
+                for r in q:
+                    if (g != key and id(r) not in seen and r.end > float(arr.min())
+                            and float(r.starts.min()) < last):
+                        fl = fl + r.flows
+                        st = np.concatenate([st, r.starts])
+            rings = [(*bk.ring(float(arr.min())),
+                      [j for j, x in enumerate(near[:i]) if any(x is p for p in bk.prev)])
+                     for i, bk in enumerate(near)]
+            done, ends = run_flows(fn, fl, st, min(t0, min(r[0] for r in rings)), rings)
+        else:
+            done = run_flows(fn, fl, st, t0)
         last = float(done[:k].max(initial=-np.inf))
+    for bk, e in zip(near, ends if near else (), strict=True):
+        bk.moved(float(e))
+    if near:
+        bks.schedule()
     fn.held.drop(held)
     end = arr.copy()
     np.maximum.at(end, src, done[:k])
