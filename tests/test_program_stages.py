@@ -1,5 +1,8 @@
 """The step builder's stages (moesim.program), each run alone on hand-worked inputs.
 
+EP transfers (:class:`moesim.program.ep_transfers.EPTransfers`): a group's dispatch and
+combine, forward and backward.
+
 Folded transfers (:class:`moesim.program.folding.FoldedTransfers`): TP / SP / CP / ETP
 collectives of a layer, their groups and bytes.
 
@@ -26,6 +29,7 @@ import pytest
 
 from moesim.layout.mesh import Layout
 from moesim.model.presets import TOY
+from moesim.program.ep_transfers import EPTransfers
 from moesim.program.folding import FoldedTransfers
 from moesim.program.grads import GradientStage
 from moesim.program.ops import Op
@@ -206,3 +210,33 @@ def test_etp_gathers_the_peers_tokens_and_scatters_back():
     assert (scatter.name, scatter.spec.op) == ("fwd.etp_scatter", "reduce_scatter")
     assert gather.spec.nbytes == 10 * 512 * 2      # the 10 gathered tokens' activations
     assert f.etp_transfer((0,), gathered, 1, 0, "fwd", 0) is None
+
+
+# ---------------------------------------------------------------- EP transfers
+class Route:
+    """A two-rank group's sample: rank 0 sends 3 tokens to rank 1, rank 1 sends 1 to 0
+    (and keeps 2); 1,024 bytes per token forward."""
+    dispatch_tokens = np.array([[0, 3], [1, 2]])
+    combine_tokens = dispatch_tokens.T
+    dispatch_bytes = dispatch_tokens * 1024.0
+    combine_bytes = combine_tokens * 1024.0
+
+
+class Pairwise:
+    deepep = False
+
+
+def test_ep_exchange_forward_then_gradients_reversed():
+    ep = EPTransfers(Pairwise(), hidden=512, gpus_per_node=8, a2a_algo="direct")
+    disp, comb = ep.exchange((4, 6), Route, 3, 1, "fwd")
+    assert (disp.op, disp.group, disp.algo) == ("all_to_all_v", (4, 6), "direct")
+    assert ep.sent_bytes(disp, 0) == 3 * 1024 and ep.sent_bytes(comb, 0) == 1 * 1024
+    # one spec per (group, layer, micro-batch, direction): every member meets in it
+    assert ep.exchange((4, 6), Route, 3, 1, "fwd")[0] is disp
+    bdisp, bcomb = ep.exchange((4, 6), Route, 3, 1, "bwd")
+    # backward: the combine's shape first, 2 x 512 bytes of bf16 gradient per token
+    # (bwd.combine, first: rank 0 sends the output gradients of the 3 tokens it
+    # dispatched; bwd.dispatch: the input gradient of the 1 token it computed back; rank 1
+    # the 3 it computed for rank 0 and the 2 it kept)
+    assert ep.sent_bytes(bdisp, 0) == 1 * 1024 and ep.sent_bytes(bdisp, 1) == 5 * 1024
+    assert ep.sent_bytes(bcomb, 0) == 3 * 1024 and bdisp is not comb

@@ -31,6 +31,7 @@ from moesim.gating import make_placement
 from moesim.program import recipe, recompute, shared_overlap, tp_overlap
 from moesim.program.dualpipe_build import DualPipeProgram, a2a_program, inflight
 from moesim.program.ep_backend import EPBackend
+from moesim.program.ep_transfers import EPTransfers
 from moesim.program.folding import FoldedTransfers, Transfer
 from moesim.program.grads import GradientStage
 from moesim.program.ops import Op
@@ -85,10 +86,11 @@ class Builder:
     """Every rank's program of one step, composed of stages with explicit inputs:
     routing (:class:`~moesim.program.token_routing.TokenRouting`, ``routes``) -> kernels
     (:mod:`moesim.program.recipe`; recompute: :class:`RecomputeStage`, ``recompute``) ->
-    transfers (EP all-to-alls here; TP/SP/CP/ETP: :class:`FoldedTransfers`, ``folded``;
-    gradient buckets and ZeRO: :class:`GradientStage`, ``grads``) -> schedule (the
-    pipeline order's items here; DualPipe(V): :class:`DualPipeProgram`, a2a-1f1b:
-    :func:`a2a_program`). The builder places each stage's ops in the rank's program."""
+    transfers (EP all-to-alls: :class:`EPTransfers`, ``ep_transfers``; TP/SP/CP/ETP:
+    :class:`FoldedTransfers`, ``folded``; gradient buckets and ZeRO:
+    :class:`GradientStage`, ``grads``) -> schedule (the pipeline order's items here;
+    DualPipe(V): :class:`DualPipeProgram`, a2a-1f1b: :func:`a2a_program`). The builder
+    places each stage's ops in the rank's program."""
 
     def __init__(self, res, step: int, replicas: str = "independent",
                  dedup: bool = False) -> None:
@@ -142,6 +144,9 @@ class Builder:
         self.moe_layers = self.routes.moe_layers
         # the gradient stage: DP buckets, optimizer placement, ZeRO gathers (comm stream)
         self.grads = GradientStage.of(scn, self.lay, self.spec)
+        # the EP transfers: every group's dispatch / combine all-to-all-v
+        self.ep_transfers = EPTransfers(self.ep_backend, self.spec.hidden, self.gpn,
+                                        self.a2a_algo)
         # the folded-parallelism transfers: TP / SP all-reduces, CP's KV ring, ETP's gathers
         self.folded = FoldedTransfers(self.lay, self.spec, self.tokens, self.tp, self.sp,
                                       self.cp, self.etp, tp_overlap.enabled(scn), self.routes)
@@ -348,30 +353,8 @@ class Builder:
         k = spec.top_k if self.routing.top_k is None else self.routing.top_k
         sent = self.ep_tokens * k
         recv = int(r.rank_tokens[pos])
-        hid = spec.hidden
-        # backward traffic carries bf16 gradients with the forward's shapes reversed
-        grad_bpt = ACT_BYTES * hid
         gkey = (group[0], layer, mb)
-        if self.ep_backend.deepep:
-            L = self.ep_backend.ranks_per_node(group, self.gpn)
-            mk = self.ep_backend.spec
-            names = (("fwd.dispatch", "fwd.combine") if phase == "fwd"
-                     else ("bwd.dispatch", "bwd.combine"))
-            tags = ("disp", "comb") if phase == "fwd" else ("bdisp", "bcomb")
-            disp = self._spec((tags[0],) + gkey, lambda: mk(r, group, names[0], L))
-            comb = self._spec((tags[1],) + gkey, lambda: mk(r, group, names[1], L))
-        elif phase == "fwd":
-            disp = self._spec(("disp",) + gkey, lambda: CollectiveSpec(
-                "all_to_all_v", group, matrix=r.dispatch_bytes, algo=self.a2a_algo))
-            comb = self._spec(("comb",) + gkey, lambda: CollectiveSpec(
-                "all_to_all_v", group, matrix=r.combine_bytes, algo=self.a2a_algo))
-        else:
-            disp = self._spec(("bdisp",) + gkey, lambda: CollectiveSpec(
-                "all_to_all_v", group, matrix=r.combine_tokens * float(grad_bpt),
-                algo=self.a2a_algo))
-            comb = self._spec(("bcomb",) + gkey, lambda: CollectiveSpec(
-                "all_to_all_v", group, matrix=r.dispatch_tokens * float(grad_bpt),
-                algo=self.a2a_algo))
+        disp, comb = self.ep_transfers.exchange(group, r, layer, mb, phase)
         local, etp_g = self.folded.expert_tokens(rank, r, pos, layer, mb)
         experts = tuple(int(e) for e in np.flatnonzero(local))
         hot = int(np.argmax(local)) if experts else -1
@@ -395,8 +378,8 @@ class Builder:
             spec, self.ep_tokens, sent, phase, self.scn.overlap.cuda_graphs)
         side = shared_overlap.enabled(self.scn, spec)
         pkey, post = recipe.post_op(spec, sent, self.tokens, tp, phase, side)
-        d_out = float(_matrix(disp)[pos].sum())
-        c_out = float(_matrix(comb)[pos].sum())
+        d_out = self.ep_transfers.sent_bytes(disp, pos)
+        c_out = self.ep_transfers.sent_bytes(comb, pos)
         if phase == "fwd":
             self._compute(prog, "fwd.router", layer, mb, phase, ("router", phase), pre, deps=deps)
             self._coll(prog, "ep_dispatch", "fwd.dispatch", disp, ("disp",) + gkey, layer, mb,
@@ -477,8 +460,3 @@ class Builder:
                           ("shared", phase, part), lambda: recipe.shared_part(
                               self.spec, self.tokens, self.tp, phase, part))
 
-
-def _matrix(spec) -> np.ndarray:
-    """Source x destination bytes of an EP exchange (pairwise or planned DeepEP)."""
-    m = getattr(spec, "matrix", None)
-    return m if m is not None else spec.byte_matrix()
