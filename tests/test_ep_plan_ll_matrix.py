@@ -40,7 +40,7 @@ def test_ll_spec_after_the_first_plan_equals_a_planned_spec():
     from moesim.serve.run import resolve_serve
 
     res, cfg = resolve_serve("deepseek-v3-decode", [])
-    b = ServeBuilder(res, cfg)
+    b = ServeBuilder(res, cfg).builder
     be = b.ep_backend
     assert be.kind == "deepep-ll"
     g = tuple(int(x) for x in res.layout.ep_groups[0])

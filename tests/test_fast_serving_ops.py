@@ -2,7 +2,7 @@
 
 A serving step on the fast engine (:func:`moesim.engine.fast.forward.simulate_forward`,
 two micro-batches interleaved) must run the exact serving builder's ops
-(:class:`moesim.serve.program.ServeBuilder` on :meth:`moesim.program.build.Builder._moe`)
+(:class:`moesim.serve.program.ServeBuilder` on :meth:`moesim.program.build.Builder.moe_ops`)
 with the same kernels: the router with the scenario's CUDA-graph modules, the unpermute
 without the shared experts where they run beside the all-to-alls, and the shared parts
 themselves. Each op's seconds on rank 0 (the sum of its kernels' prices over the step)
@@ -79,7 +79,7 @@ def _price(res, kernels) -> float:
 def _by_hand(res, cfg) -> dict[str, float]:
     """Seconds of the MoE block's compute ops on rank 0 over the step, from the recipe:
     M micro-batches x MOE layers x the op's kernels priced one by one."""
-    b = ServeBuilder(res, cfg)
+    b = ServeBuilder(res, cfg).builder
     spec, ov = b.spec, res.scenario.overlap
     sent = b.ep_tokens * spec.top_k
     side = ov.shared_expert

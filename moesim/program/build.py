@@ -173,7 +173,11 @@ class Builder:
         return self.scn.overlap.kind == "static" and self.ep > 1
 
     # ---------------------------------------------------------------- programs
-    def build(self) -> StepPlan:
+    def build(self, rank_program=None) -> StepPlan:
+        """Every rank's program (``rank_program``: rank -> its ops; default the training
+        step's; a forward-only step such as serving passes its own) and the step's
+        statistics."""
+        program = rank_program or self._rank_program
         world = self.lay.world
         programs: list[list[Op]] = []
         for r in range(world):
@@ -181,7 +185,7 @@ class Builder:
                 programs.append([])          # a mirror: its representative stands for it
                 continue
             before = self.flops
-            programs.append(self._rank_program(r))
+            programs.append(program(r))
             if self.dedup and self.rmap is not None:  # the mirrors do the same FLOPs
                 self.flops += (self.flops - before) * len(self.rmap.mirrors.get(r, ()))
         return StepPlan(programs=programs, model_flops=self.flops,
@@ -234,13 +238,13 @@ class Builder:
                 prog.append(self._recv(src, ("act", item.mb, vstage, rank), item.mb, "fwd",
                                        layers[0] if layers else -1))
             if vstage == 0:
-                self._compute(prog, "fwd.embedding", -1, item.mb, "fwd", ("emb", "fwd"),
-                              lambda: recipe.embedding(self.spec, self.tokens, self.tp, "fwd"))
+                self.compute_op(prog, "fwd.embedding", -1, item.mb, "fwd", ("emb", "fwd"),
+                                lambda: recipe.embedding(self.spec, self.tokens, self.tp, "fwd"))
             for layer in layers:
                 self._layer(prog, rank, layer, item.mb, "fwd")
             if vstage == last_v:
-                self._compute(prog, "fwd.lm_head", -1, item.mb, "fwd", ("lm", "fwd"),
-                              lambda: recipe.lm_head(self.spec, self.tokens, self.tp, "fwd"))
+                self.compute_op(prog, "fwd.lm_head", -1, item.mb, "fwd", ("lm", "fwd"),
+                                lambda: recipe.lm_head(self.spec, self.tokens, self.tp, "fwd"))
             else:
                 dst = pp_group[(vstage + 1) % p]
                 prog.append(self._send(prog, dst, ("act", item.mb, vstage + 1, dst), item.mb,
@@ -251,8 +255,8 @@ class Builder:
                 prog.append(self._recv(src, ("grad", item.mb, vstage, rank), item.mb, "bwd",
                                        layers[-1] if layers else -1))
             else:
-                self._compute(prog, "bwd.lm_head", -1, item.mb, "bwd", ("lm", "bwd"),
-                              lambda: recipe.lm_head(self.spec, self.tokens, self.tp, "bwd"))
+                self.compute_op(prog, "bwd.lm_head", -1, item.mb, "bwd", ("lm", "bwd"),
+                                lambda: recipe.lm_head(self.spec, self.tokens, self.tp, "bwd"))
             for layer in reversed(layers):
                 self._layer(prog, rank, layer, item.mb, "bwd")
                 last_bwd[layer] = len(prog) - 1
@@ -261,9 +265,10 @@ class Builder:
                 prog.append(self._send(prog, dst, ("grad", item.mb, vstage - 1, dst), item.mb,
                                        "bwd", layers[0] if layers else -1))
 
-    # ---------------------------------------------------------------- pieces
-    def _compute(self, prog: list[Op], name: str, layer: int, mb: int, phase: str, key: tuple,
-                 make, deps: tuple[int, ...] = (), **kw) -> None:
+    # ------------------------------------------- pieces (public: serving writes its ops)
+    def compute_op(self, prog: list[Op], name: str, layer: int, mb: int, phase: str,
+                   key: tuple, make, deps: tuple[int, ...] = (), **kw) -> None:
+        """A compute op priced by the timer under ``key`` (``make``: its kernels)."""
         t, fl = self.timer(key, make)
         if name != "opt.adam" and not name.startswith("bwd.recompute"):  # model FLOPs only
             self.flops += fl
@@ -277,8 +282,8 @@ class Builder:
         self.grads.reduce(prog, rank, stage, last_bwd, self._optimizer, parts)
 
     def _optimizer(self, prog: list[Op], params: float, deps: tuple[int, ...]) -> None:
-        self._compute(prog, "opt.adam", -1, -1, "opt", ("opt", params),
-                      lambda: recipe.optimizer(params), deps=deps)
+        self.compute_op(prog, "opt.adam", -1, -1, "opt", ("opt", params),
+                        lambda: recipe.optimizer(params), deps=deps)
 
     def _recv(self, src: int, key: tuple, mb: int, phase: str, layer: int) -> Op:
         return Op(stream="compute", kind="pp", name=f"{phase}.recv", recv_from=src, key=key,
@@ -292,15 +297,18 @@ class Builder:
                   nbytes=nbytes, microbatch=mb, phase=phase, layer=layer, deps=deps,
                   sms=self.nccl_sms)
 
-    def _coll(self, prog: list[Op], kind: str, name: str, spec: CollectiveSpec, key: tuple,
-              layer: int, mb: int, phase: str, nbytes: float, stream: str = "compute",
-              deps: tuple[int, ...] = (), tokens: int = 0) -> None:
+    def collective_op(self, prog: list[Op], kind: str, name: str, spec: CollectiveSpec,
+                      key: tuple, layer: int, mb: int, phase: str, nbytes: float,
+                      stream: str = "compute", deps: tuple[int, ...] = (),
+                      tokens: int = 0) -> None:
+        """A collective op holding the SMs of its kind (EP kernels or NCCL)."""
         sms = self.ep_sms if kind in ("ep_dispatch", "ep_combine") else self.nccl_sms
         prog.append(Op(stream=stream, kind=kind, name=name, coll=spec, key=key, nbytes=nbytes,
                        layer=layer, microbatch=mb, phase=phase, deps=deps, tokens=tokens,
                        sms=sms))
 
-    def _spec(self, key: tuple, make) -> CollectiveSpec:
+    def collective_spec(self, key: tuple, make) -> CollectiveSpec:
+        """The collective under ``key``, made once (``make``)."""
         if key not in self._specs:
             self._specs[key] = make()
         return self._specs[key]
@@ -316,36 +324,37 @@ class Builder:
         attn, attn_k = recipe.attn_op(spec, layer, self.tokens, self.seq, tp, phase, graphs)
         if phase == "fwd":
             self._attention(prog, rank, layer, mb, phase, attn, attn_k, deps=deps)
-            self._tp_allreduce(prog, rank, layer, mb, phase, "attn")
+            self.tp_allreduce_ops(prog, rank, layer, mb, phase, "attn")
             if moe:
-                self._moe(prog, rank, layer, mb, phase)
+                self.moe_ops(prog, rank, layer, mb, phase)
             else:
-                self._compute(prog, "fwd.ffn", layer, mb, phase, ("ffn", phase),
-                              lambda: recipe.dense_ffn(spec, self.tokens, tp, phase, graphs))
-            self._tp_allreduce(prog, rank, layer, mb, phase, "mlp")
+                self.compute_op(prog, "fwd.ffn", layer, mb, phase, ("ffn", phase),
+                                lambda: recipe.dense_ffn(spec, self.tokens, tp, phase, graphs))
+            self.tp_allreduce_ops(prog, rank, layer, mb, phase, "mlp")
             if layer >= spec.layers:    # an MTP depth's projection, head and loss
-                self._compute(prog, "fwd.mtp", layer, mb, phase, ("mtp", phase),
-                              lambda: recipe.mtp_head(spec, self.tokens, tp, phase))
+                self.compute_op(prog, "fwd.mtp", layer, mb, phase, ("mtp", phase),
+                                lambda: recipe.mtp_head(spec, self.tokens, tp, phase))
         else:
             self._recompute(prog, layer, mb, deps)
             if layer >= spec.layers:
-                self._compute(prog, "bwd.mtp", layer, mb, phase, ("mtp", phase),
-                              lambda: recipe.mtp_head(spec, self.tokens, tp, phase))
-            self._tp_allreduce(prog, rank, layer, mb, phase, "mlp")
+                self.compute_op(prog, "bwd.mtp", layer, mb, phase, ("mtp", phase),
+                                lambda: recipe.mtp_head(spec, self.tokens, tp, phase))
+            self.tp_allreduce_ops(prog, rank, layer, mb, phase, "mlp")
             if moe:
-                self._moe(prog, rank, layer, mb, phase, deps=deps)
+                self.moe_ops(prog, rank, layer, mb, phase, deps=deps)
                 deps = ()
             else:
-                self._compute(prog, "bwd.ffn", layer, mb, phase, ("ffn", phase),
-                              lambda: recipe.dense_ffn(spec, self.tokens, tp, phase, graphs),
-                              deps=deps)
+                self.compute_op(prog, "bwd.ffn", layer, mb, phase, ("ffn", phase),
+                                lambda: recipe.dense_ffn(spec, self.tokens, tp, phase, graphs),
+                                deps=deps)
                 deps = ()
-            self._tp_allreduce(prog, rank, layer, mb, phase, "attn")
+            self.tp_allreduce_ops(prog, rank, layer, mb, phase, "attn")
             self._attention(prog, rank, layer, mb, phase, attn, attn_k, deps=deps)
         self._layer_starts.append(start)
 
-    def _moe(self, prog: list[Op], rank: int, layer: int, mb: int, phase: str,
-             deps: tuple[int, ...] = ()) -> None:
+    def moe_ops(self, prog: list[Op], rank: int, layer: int, mb: int, phase: str,
+                deps: tuple[int, ...] = ()) -> None:
+        """A MoE block: router, dispatch, (ETP,) experts, combine, unpermute."""
         spec, tp = self.spec, self.tp
         group = self.lay.group_of(rank, "ep")
         pos = group.index(rank)
@@ -381,38 +390,38 @@ class Builder:
         d_out = self.ep_transfers.sent_bytes(disp, pos)
         c_out = self.ep_transfers.sent_bytes(comb, pos)
         if phase == "fwd":
-            self._compute(prog, "fwd.router", layer, mb, phase, ("router", phase), pre, deps=deps)
-            self._coll(prog, "ep_dispatch", "fwd.dispatch", disp, ("disp",) + gkey, layer, mb,
-                       phase, d_out, tokens=sent)
+            self.compute_op(prog, "fwd.router", layer, mb, phase, ("router", phase), pre, deps=deps)
+            self.collective_op(prog, "ep_dispatch", "fwd.dispatch", disp, ("disp",) + gkey,
+                               layer, mb, phase, d_out, tokens=sent)
             self._shared_part(prog, layer, mb, phase, 0, side)
             self._etp(prog, etp_g, local, layer, mb, phase, 0)
             prog.append(exp_op)
             self._etp(prog, etp_g, local, layer, mb, phase, 1)
-            self._coll(prog, "ep_combine", "fwd.combine", comb, ("comb",) + gkey, layer, mb,
-                       phase, c_out, tokens=recv)
+            self.collective_op(prog, "ep_combine", "fwd.combine", comb, ("comb",) + gkey,
+                               layer, mb, phase, c_out, tokens=recv)
             self._shared_part(prog, layer, mb, phase, 1, side)
-            self._compute(prog, "fwd.unpermute", layer, mb, phase, pkey, post)
+            self.compute_op(prog, "fwd.unpermute", layer, mb, phase, pkey, post)
         else:
-            self._compute(prog, "bwd.unpermute", layer, mb, phase, pkey, post, deps=deps)
-            self._coll(prog, "ep_combine", "bwd.combine", comb, ("bcomb",) + gkey, layer, mb,
-                       phase, c_out, tokens=sent)
+            self.compute_op(prog, "bwd.unpermute", layer, mb, phase, pkey, post, deps=deps)
+            self.collective_op(prog, "ep_combine", "bwd.combine", comb, ("bcomb",) + gkey,
+                               layer, mb, phase, c_out, tokens=sent)
             self._shared_part(prog, layer, mb, phase, 0, side)
             self._etp(prog, etp_g, local, layer, mb, phase, 0)
             self._recompute_experts(prog, layer, mb, local, experts, recv)
             prog.append(exp_op)
             self._etp(prog, etp_g, local, layer, mb, phase, 1)
-            self._coll(prog, "ep_dispatch", "bwd.dispatch", disp, ("bdisp",) + gkey, layer, mb,
-                       phase, d_out, tokens=recv)
+            self.collective_op(prog, "ep_dispatch", "bwd.dispatch", disp, ("bdisp",) + gkey,
+                               layer, mb, phase, d_out, tokens=recv)
             self._shared_part(prog, layer, mb, phase, 1, side)
-            self._compute(prog, "bwd.router", layer, mb, phase, ("router", phase), pre)
+            self.compute_op(prog, "bwd.router", layer, mb, phase, ("router", phase), pre)
 
     def _transfer(self, prog: list[Op], t: Transfer, layer: int, mb: int, phase: str,
                   deps: tuple[int, ...] = ()) -> None:
-        self._coll(prog, t.kind, t.name, t.spec, t.key, layer, mb, phase, t.nbytes,
-                   stream=t.stream, deps=deps)
+        self.collective_op(prog, t.kind, t.name, t.spec, t.key, layer, mb, phase, t.nbytes,
+                           stream=t.stream, deps=deps)
 
-    def _tp_allreduce(self, prog: list[Op], rank: int, layer: int, mb: int, phase: str,
-                      which: str) -> None:
+    def tp_allreduce_ops(self, prog: list[Op], rank: int, layer: int, mb: int, phase: str,
+                         which: str) -> None:
         """TP's all-reduce, or SP's reduce-scatter / all-gather (:class:`FoldedTransfers`)."""
         for t in self.folded.tp_reduce(rank, layer, mb, phase, which):
             self._transfer(prog, t, layer, mb, phase)
@@ -423,11 +432,11 @@ class Builder:
         the next op waiting for both (moesim.program.cp)."""
         kv_t = self.folded.cp_kv(rank, layer, mb, phase)
         if kv_t is None:
-            self._compute(prog, f"{phase}.attn", layer, mb, phase, attn, attn_k, deps=deps)
+            self.compute_op(prog, f"{phase}.attn", layer, mb, phase, attn, attn_k, deps=deps)
             return
         kv = len(prog)
         self._transfer(prog, kv_t, layer, mb, phase, deps=deps + ((kv - 1,) if kv else ()))
-        self._compute(prog, f"{phase}.attn", layer, mb, phase, attn, attn_k, deps=deps)
+        self.compute_op(prog, f"{phase}.attn", layer, mb, phase, attn, attn_k, deps=deps)
         prog.append(Op(stream="compute", kind="compute", name=f"{phase}.cp_wait",
                        layer=layer, microbatch=mb, phase=phase, deps=(kv,)))
 
@@ -442,7 +451,7 @@ class Builder:
         """``bwd.recompute`` before the layer's backward (:class:`RecomputeStage`)."""
         op = self.recompute.layer_op(layer)
         if op is not None:
-            self._compute(prog, "bwd.recompute", layer, mb, "bwd", *op, deps=deps)
+            self.compute_op(prog, "bwd.recompute", layer, mb, "bwd", *op, deps=deps)
 
     def _recompute_experts(self, prog: list[Op], layer: int, mb: int, local, experts,
                            recv: int) -> None:
@@ -456,7 +465,7 @@ class Builder:
     def _shared_part(self, prog: list[Op], layer: int, mb: int, phase: str, part: int,
                      on: bool) -> None:  # beside the all-to-all just issued (shared_overlap)
         if on:
-            self._compute(prog, shared_overlap.NAMES[phase][part], layer, mb, phase,
-                          ("shared", phase, part), lambda: recipe.shared_part(
+            self.compute_op(prog, shared_overlap.NAMES[phase][part], layer, mb, phase,
+                            ("shared", phase, part), lambda: recipe.shared_part(
                               self.spec, self.tokens, self.tp, phase, part))
 

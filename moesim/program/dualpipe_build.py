@@ -106,7 +106,7 @@ class DualPipeProgram:
     order. Inputs: the order ``dual`` (:class:`moesim.schedule.dualpipe.DualOrder`),
     ``fb_overlap`` (an F&B pair interleaves its EP all-to-alls) and the builder ``b`` that
     writes the ops: its layers (``_layer``), compute, pipeline and gradient ops
-    (``_compute``, ``_recv``, ``_send``, ``_gradients``), model chunks, routing, timer and
+    (``compute_op``, ``_recv``, ``_send``, ``_gradients``), model chunks, routing, timer and
     FLOP count."""
 
     def __init__(self, b, dual, fb_overlap: bool) -> None:
@@ -183,12 +183,12 @@ class DualPipeProgram:
                 prog.append(b._recv(src, ("act", mb, s, rank), mb, "fwd",
                                        layers[0] if layers else -1))
         else:
-            b._compute(prog, "fwd.embedding", -1, mb, "fwd", ("emb", "fwd"),
+            b.compute_op(prog, "fwd.embedding", -1, mb, "fwd", ("emb", "fwd"),
                           lambda: recipe.embedding(b.spec, b.tokens, b.tp, "fwd"))
         for layer in layers:
             b._layer(prog, rank, layer, mb, "fwd")
         if s == d.stages - 1:
-            b._compute(prog, "fwd.lm_head", -1, mb, "fwd", ("lm", "fwd"),
+            b.compute_op(prog, "fwd.lm_head", -1, mb, "fwd", ("lm", "fwd"),
                           lambda: recipe.lm_head(b.spec, b.tokens, b.tp, "fwd"))
             return
         dst = pp_group[d.rank(mb, s + 1)]
@@ -199,7 +199,7 @@ class DualPipeProgram:
     def _lm_head_bwd(self, prog: list[Op], mb: int, part: str) -> None:
         b = self.b
         name = {"B": "bwd.lm_head", "W": "bwd.w_lm_head"}[part]
-        b._compute(prog, name, -1, mb, "bwd", ("lm", "bwd", part), lambda: recipe.backward_part(
+        b.compute_op(prog, name, -1, mb, "bwd", ("lm", "bwd", part), lambda: recipe.backward_part(
             recipe.lm_head(b.spec, b.tokens, b.tp, "bwd"), part))
 
     def _dual_b(self, prog: list[Op], rank: int, pp_group, mb: int, s: int,
@@ -243,11 +243,11 @@ class DualPipeProgram:
         spec, tp, tok = b.spec, b.tp, b.tokens
         W = recipe.backward_part
         if layer >= spec.layers:     # an MTP depth's eh_proj and output head (moesim.model.mtp)
-            b._compute(prog, "bwd.w_mtp", layer, mb, "bwd", ("mtp", "bwd", "W"),
+            b.compute_op(prog, "bwd.w_mtp", layer, mb, "bwd", ("mtp", "bwd", "W"),
                           lambda: W(recipe.mtp_head(spec, tok, tp, "bwd"), "W"))
         if spec.is_moe_layer(layer):
-            b._compute(prog, "bwd.w_mlp", layer, mb, "bwd", ("w_moe", "bwd"), lambda: recipe.mlp_w(
-                spec, b.ep_tokens, tok, tp))
+            b.compute_op(prog, "bwd.w_mlp", layer, mb, "bwd", ("w_moe", "bwd"),
+                         lambda: recipe.mlp_w(spec, b.ep_tokens, tok, tp))
             group = b.lay.group_of(rank, "ep")
             local = b.routes.route(group[0], group, layer, mb).rank_expert_tokens[group.index(rank)]
             experts = tuple(int(e) for e in local.nonzero()[0])
@@ -268,10 +268,10 @@ class DualPipeProgram:
                            phase="bwd", experts=experts,
                            expert_tokens=tuple(int(local[e]) for e in experts)))
         else:
-            b._compute(prog, "bwd.w_mlp", layer, mb, "bwd", ("ffn", "bwd", "W"), lambda: W(
+            b.compute_op(prog, "bwd.w_mlp", layer, mb, "bwd", ("ffn", "bwd", "W"), lambda: W(
                 recipe.dense_ffn(spec, tok, tp, "bwd"), "W"))
-        b._compute(prog, "bwd.w_attn", layer, mb, "bwd", ("attn", "bwd", "W"), lambda: recipe.attn_w(
-            spec, tok, b.seq, tp))
+        b.compute_op(prog, "bwd.w_attn", layer, mb, "bwd", ("attn", "bwd", "W"),
+                     lambda: recipe.attn_w(spec, tok, b.seq, tp))
         last_w[layer] = len(prog) - 1
 
 

@@ -1,18 +1,19 @@
 """Per-rank op programs of one serving step (pure: no simpy).
 
-A serving step is the forward pass of the training step's machinery
-(:class:`moesim.program.build.Builder`) with serving costs: the same routing per MoE layer
-and micro-batch (:func:`moesim.gating.route_microbatch`, so a hot expert stalls a decode
-step as it stalls training), the same EP exchanges (NCCL all-to-all-v or DeepEP's planned
-normal/low-latency kernels, :mod:`moesim.program.ep_backend`), the same TP all-reduces,
-and, with two micro-batches, the same EP overlap (:mod:`moesim.program.overlap`: the EP
-collectives move to the ``ep`` stream and the two micro-batches interleave segment by
-segment, one's all-to-all under the other's compute, as DeepSeek's prefill and decode
-do: DeepSeek-V3 report §3.4). What differs (:mod:`moesim.serve.costs`): attention reads
-the KV cache (decode; a sliding-window layer only its last ``window`` tokens) or writes it
-(prefill), there is no backward, no gradient and no optimizer, and the LM head samples by
-a vocabulary-parallel distributed top-k (:mod:`moesim.serve.head`) over the TP group, for
-one token per request.
+A serving step is the forward pass of the training step's machinery (a
+:class:`moesim.program.build.Builder` it holds and writes its ops with: ``compute_op``,
+``tp_allreduce_ops``, ``moe_ops``, ``collective_op``) with serving costs: the same routing
+per MoE layer and micro-batch (:func:`moesim.gating.route_microbatch`, so a hot expert
+stalls a decode step as it stalls training), the same EP exchanges (NCCL all-to-all-v or
+DeepEP's planned normal/low-latency kernels, :mod:`moesim.program.ep_backend`), the same
+TP all-reduces, and, with two micro-batches, the same EP overlap
+(:mod:`moesim.program.overlap`: the EP collectives move to the ``ep`` stream and the two
+micro-batches interleave segment by segment, one's all-to-all under the other's compute,
+as DeepSeek's prefill and decode do: DeepSeek-V3 report §3.4). What differs
+(:mod:`moesim.serve.costs`): attention reads the KV cache (decode; a sliding-window layer
+only its last ``window`` tokens) or writes it (prefill), there is no backward, no gradient
+and no optimizer, and the LM head samples by a vocabulary-parallel distributed top-k
+(:mod:`moesim.serve.head`) over the TP group, for one token per request.
 """
 
 from __future__ import annotations
@@ -36,29 +37,41 @@ def build_serve_step(res, cfg: ServeConfig, *, replicas: str = "independent",
     return ServeBuilder(res, cfg, replicas, dedup).build()
 
 
-class ServeBuilder(Builder):
+class ServeBuilder:
+    """Every rank's forward-only program of one serving step, written with the training
+    builder it holds (``builder``: its routing, EP/TP transfers, MoE block and compute
+    model) and the serving kernels (attention over the KV cache, the LM head's top-k).
+    It is the :class:`moesim.engine.fast.forward.ForwardStep` of the fast engine."""
+
     def __init__(self, res, cfg: ServeConfig, replicas: str = "independent",
                  dedup: bool = False, routing_cache: dict | None = None) -> None:
-        super().__init__(res, cfg.step, replicas, dedup)
+        self.builder = b = Builder(res, cfg.step, replicas, dedup)
         self.cfg = cfg
+        self.spec, self.tp, self.tokens = b.spec, b.tp, b.tokens
         if routing_cache is not None:
             # the routing law per (seed, step, layer) and DeepEP's copy ratios, kept by
             # the caller across steps of one deployment (moesim.serve.steps)
-            self.routes.dedup_cache = routing_cache
+            b.routes.dedup_cache = routing_cache
         self.kv_bytes = cfg.kv_bytes
         # tokens that reach the LM head per micro-batch: one per request (prefill samples
         # the first output token from each prompt's last position)
         self.head_tokens = res.scenario.schedule.micro_batch_size
         if self.spec.weight_bytes != costs.ACT_BYTES:     # e.g. an FP8 checkpoint
-            self.timer = Timer(serve_costs.WeightBytes(res.compute, self.spec.weight_bytes))
+            b.timer = Timer(serve_costs.WeightBytes(res.compute, self.spec.weight_bytes))
 
-    def _rank_program(self, rank: int) -> list[Op]:
+    def build(self) -> StepPlan:
+        """Every rank's program and the step's statistics."""
+        return self.builder.build(self.rank_program)
+
+    def rank_program(self, rank: int) -> list[Op]:
+        """Rank ``rank``'s ops: each micro-batch's forward, two interleaved with EP
+        overlap."""
+        b = self.builder
         prog: list[Op] = []
-        self._layer_starts = []
-        overlap = self.scn.overlap.ep_comm_overlap and self.ep > 1
-        beside = shared_overlap.enabled(self.scn, self.spec)   # shared experts beside
+        overlap = b.scn.overlap.ep_comm_overlap and b.ep > 1
+        beside = shared_overlap.enabled(b.scn, self.spec)   # shared experts beside
         pending = None
-        for item in self.order[0]:
+        for item in b.order[0]:
             if item.kind != "F":          # serving runs the forward only
                 continue
             start = len(prog)
@@ -75,11 +88,11 @@ class ServeBuilder(Builder):
         return prog
 
     def _forward(self, prog: list[Op], rank: int, mb: int) -> None:
-        spec, tp = self.spec, self.tp
-        self._compute(prog, "fwd.embedding", -1, mb, "fwd", ("emb", "fwd"),
-                      lambda: recipe.embedding(spec, self.tokens, tp, "fwd"))
+        spec, tp, b = self.spec, self.tp, self.builder
+        b.compute_op(prog, "fwd.embedding", -1, mb, "fwd", ("emb", "fwd"),
+                     lambda: recipe.embedding(spec, self.tokens, tp, "fwd"))
         for layer in range(spec.layers):
-            self._layer(prog, rank, layer, mb, "fwd")
+            self._layer(prog, rank, layer, mb)
         self._head(prog, rank, mb)
 
     def attn_span(self, layer: int) -> float:
@@ -107,19 +120,17 @@ class ServeBuilder(Builder):
         return serve_costs.decode_attention_kernels(spec, self.tokens, int(span), tp,
                                                     self.kv_bytes)
 
-    def _layer(self, prog: list[Op], rank: int, layer: int, mb: int, phase: str) -> None:
-        spec, tp = self.spec, self.tp
-        start = len(prog)
-        self._compute(prog, "fwd.attn", layer, mb, "fwd", self.attn_key(layer),
-                      lambda: self.attn_kernels(layer))
-        self._tp_allreduce(prog, rank, layer, mb, "fwd", "attn")
+    def _layer(self, prog: list[Op], rank: int, layer: int, mb: int) -> None:
+        spec, tp, b = self.spec, self.tp, self.builder
+        b.compute_op(prog, "fwd.attn", layer, mb, "fwd", self.attn_key(layer),
+                     lambda: self.attn_kernels(layer))
+        b.tp_allreduce_ops(prog, rank, layer, mb, "fwd", "attn")
         if spec.is_moe_layer(layer):
-            self._moe(prog, rank, layer, mb, "fwd")
+            b.moe_ops(prog, rank, layer, mb, "fwd")
         else:
-            self._compute(prog, "fwd.ffn", layer, mb, "fwd", ("ffn", "fwd"),
-                          lambda: recipe.dense_ffn(spec, self.tokens, tp, "fwd"))
-        self._tp_allreduce(prog, rank, layer, mb, "fwd", "mlp")
-        self._layer_starts.append(start)
+            b.compute_op(prog, "fwd.ffn", layer, mb, "fwd", ("ffn", "fwd"),
+                         lambda: recipe.dense_ffn(spec, self.tokens, tp, "fwd"))
+        b.tp_allreduce_ops(prog, rank, layer, mb, "fwd", "mlp")
 
     def head_kernels(self):
         """The LM head's kernels for one micro-batch (:class:`ForwardStep`)."""
@@ -137,16 +148,18 @@ class ServeBuilder(Builder):
         """LM head over the vocabulary slice, then the distributed top-k of the TP group:
         all-reduce of the max and of the sum of exponentials (one fp32 per token each),
         all-gather of every rank's k candidates (fp32 value + int32 id)."""
-        b, tp = self.head_tokens, self.tp
-        self._compute(prog, "fwd.lm_head", -1, mb, "fwd", ("head", "fwd"), self.head_kernels)
+        b, tp, sb = self.head_tokens, self.tp, self.builder
+        sb.compute_op(prog, "fwd.lm_head", -1, mb, "fwd", ("head", "fwd"), self.head_kernels)
         if tp <= 1:
             return
-        group = self.lay.group_of(rank, "tp")
+        group = sb.lay.group_of(rank, "tp")
         k = min(self.cfg.sample_top_k, -(-self.spec.vocab // tp))
         stat = float(b * FP32_BYTES)
         gather = float(tp * b * k * (FP32_BYTES + ID_BYTES))
         for name, op, nbytes in (("fwd.head_max", "all_reduce", stat),
                                  ("fwd.head_sumexp", "all_reduce", stat),
                                  ("fwd.head_topk", "all_gather", gather)):
-            spec = self._spec((name, group), lambda o=op, n=nbytes: CollectiveSpec(o, group, n))
-            self._coll(prog, "tp", name, spec, (name, mb, group[0]), -1, mb, "fwd", nbytes)
+            spec = sb.collective_spec((name, group),
+                                      lambda o=op, n=nbytes: CollectiveSpec(o, group, n))
+            sb.collective_op(prog, "tp", name, spec, (name, mb, group[0]), -1, mb, "fwd",
+                             nbytes)

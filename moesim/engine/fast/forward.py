@@ -35,6 +35,7 @@ from moesim.engine.fast.plan_stats import make_plan, shortcuts
 from moesim.engine.fast.records import _route_rec
 from moesim.engine.summary import link_stats, make_result, summarize
 from moesim.program import recipe, shared_overlap
+from moesim.program.build import Builder
 from moesim.scenario.resolved import Resolved
 from moesim.trace.result import SimResult
 
@@ -71,6 +72,7 @@ class ForwardState:
 class ForwardStep(Protocol):
     """What a forward-only step adds to the training builder's machinery."""
 
+    builder: Builder                    # its routing, micro-batches and compute model
     head_tokens: int                    # tokens reaching the head per micro-batch
 
     def attn_key(self, layer: int) -> tuple:
@@ -118,7 +120,7 @@ class ForwardChain(Chain):
     def _segments(self, s: int, item):
         """One micro-batch's ops; yields at each all-to-all (the end of a segment) and is
         sent back what :meth:`_issue` made of it. The MoE block's kernels are the exact
-        builder's (:meth:`moesim.program.build.Builder._moe`): the router with the
+        builder's (:meth:`moesim.program.build.Builder.moe_ops`): the router with the
         scenario's CUDA-graph modules, the unpermute without the shared experts where they
         run beside the all-to-alls (their parts open the segment after each all-to-all, as
         :func:`moesim.program.overlap.interleave` orders them, before its wait)."""
@@ -265,19 +267,19 @@ class ForwardChain(Chain):
             self.t[s] = a + d
 
 
-def simulate_forward(res: Resolved, builder, *, progress=None, span_ranks: int = 64,
-                     step_only: bool = False, state: ForwardState | None = None
-                     ) -> tuple[SimResult | float, object]:
-    """One forward-only step of ``res`` on the lockstep model. ``builder``: the step's
-    :class:`moesim.program.build.Builder` (its routing, micro-batches and compute model)
-    that is also a :class:`ForwardStep`. Spans are kept for the ``span_ranks`` lowest
-    ranks (0: none, the cheapest). Returns the result (training summary keys) and the
+def simulate_forward(res: Resolved, forward: ForwardStep, *, progress=None,
+                     span_ranks: int = 64, step_only: bool = False,
+                     state: ForwardState | None = None) -> tuple[SimResult | float, object]:
+    """One forward-only step of ``res`` on the lockstep model. ``forward``: the step's
+    :class:`ForwardStep` (its ``builder``, a :class:`moesim.program.build.Builder`, gives
+    the routing, micro-batches and compute model). Spans are kept for the ``span_ranks``
+    lowest ranks (0: none, the cheapest). Returns the result (training summary keys) and the
     step plan; ``step_only``: the step time in seconds instead of the result (no
     summary, memory table or spans: what a step-cost surface needs); ``state``: a
     :class:`ForwardState` kept across steps of one deployment."""
     t0 = time.perf_counter()
     lay = res.layout
-    b = builder
+    b = forward.builder
     ctx = Context(res, b)
     ctx.timer = b.timer                 # e.g. FP8 weights: the builder's compute model
     if state is not None:
@@ -304,7 +306,8 @@ def simulate_forward(res: Resolved, builder, *, progress=None, span_ranks: int =
                 b.routes.forget(g[0], layer, mb)      # keep memory flat
             return rec
 
-        ch = ForwardChain(ctx, groups, route, [[e for e, r in enumerate(g) if r in want]], b)
+        ch = ForwardChain(ctx, groups, route, [[e for e, r in enumerate(g) if r in want]],
+                          forward)
         if ctx.overlap and len(items) == 2:
             ch.run_pair(0, items)
         else:
