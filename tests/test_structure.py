@@ -202,17 +202,25 @@ def private_imports() -> list[str]:
     return bad
 
 
-def test_private_import_finder_finds_one(tmp_path, monkeypatch):
+def _two_packages(tmp_path, monkeypatch, files: dict[str, str]) -> None:
+    """A synthetic ``moesim`` with packages ``a`` and ``b`` holding ``files`` (path ->
+    source), made the tree the finders read."""
     pkg = tmp_path / "moesim"
     (pkg / "a").mkdir(parents=True)
     (pkg / "b").mkdir()
     for f in ("__init__.py", "a/__init__.py", "b/__init__.py"):
         (pkg / f).write_text("")
-    (pkg / "a" / "x.py").write_text("def _f():\n    pass\n")
-    (pkg / "a" / "y.py").write_text("from moesim.a.x import _f\n")          # same package
-    (pkg / "b" / "z.py").write_text("def g():\n    from moesim.a.x import _f\n")
+    for f, text in files.items():
+        (pkg / f).write_text(text)
     monkeypatch.setitem(globals(), "ROOT", tmp_path)
     monkeypatch.setitem(globals(), "PKG", pkg)
+
+
+def test_private_import_finder_finds_one(tmp_path, monkeypatch):
+    _two_packages(tmp_path, monkeypatch, {
+        "a/x.py": "def _f():\n    pass\n",
+        "a/y.py": "from moesim.a.x import _f\n",                           # same package
+        "b/z.py": "def g():\n    from moesim.a.x import _f\n"})
     assert private_imports() == ["moesim.b.z imports moesim.a.x._f"]
 
 
@@ -293,21 +301,15 @@ def private_attribute_reads() -> list[str]:
 
 
 def test_private_attribute_finder_finds_one(tmp_path, monkeypatch):
-    pkg = tmp_path / "moesim"
-    (pkg / "a").mkdir(parents=True)
-    (pkg / "b").mkdir()
-    for f in ("__init__.py", "a/__init__.py", "b/__init__.py"):
-        (pkg / f).write_text("")
-    (pkg / "a" / "x.py").write_text(
+    _two_packages(tmp_path, monkeypatch, {
+        "a/x.py":
         "class Builder:\n    __slots__ = ('_slot',)\n\n    def __init__(self):\n"
         "        self._routes = {}\n        self._slot = 0\n\n"
-        "    def n(self, other):\n        return len(self._routes) + other._routes.__len__()\n")
-    (pkg / "a" / "y.py").write_text("def f(b):\n    return b._routes, b._slot\n")  # own package
-    (pkg / "b" / "z.py").write_text(
+        "    def n(self, other):\n        return len(self._routes) + other._routes.__len__()\n",
+        "a/y.py": "def f(b):\n    return b._routes, b._slot\n",                # own package
+        "b/z.py":
         "def g(b):\n    b._routes.clear()\n    b._slot = 1\n    return b.__dict__, b._other\n\n\n"
-        "def h(b):\n    return getattr(b, '_routes', None), getattr(b, 'routes')\n")
-    monkeypatch.setitem(globals(), "ROOT", tmp_path)
-    monkeypatch.setitem(globals(), "PKG", pkg)
+        "def h(b):\n    return getattr(b, '_routes', None), getattr(b, 'routes')\n"})
     assert private_attribute_reads() == [
         "moesim.b.z:2 reads b._routes (defined in a)", "moesim.b.z:3 reads b._slot (defined in a)",
         "moesim.b.z:8 reads getattr(b, '_routes', None) (defined in a)"]
