@@ -4,6 +4,7 @@
     python benchmarks/fast_vs_exact.py --quick         # the small rows only
     python benchmarks/fast_vs_exact.py --only ds32-a2a-1f1b hot-expert
     python benchmarks/fast_vs_exact.py --json out.json # also write the figures
+    python benchmarks/fast_vs_exact.py --write-docs    # also docs/results/fast-vs-exact.md
 
 Each row runs ``moesim.wiring.simulate(name, overrides, engine=...)`` with the exact
 engine (the reference: every flow on the max-min network) and with the fast path, one
@@ -106,8 +107,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--json", help="write every row's figures to this file")
     a = ap.parse_args(argv)
     names = a.only or [n for n, r in ROWS.items() if r[2] or not a.quick]
-    print(f"{'configuration':24s} {'exact ms':>10s} {'fast ms':>10s} {'step':>8s} "
-          f"{'worst category':>22s} {'stall':>8s} {'exact s':>8s} {'fast s':>7s}")
+    print("Each row: the exact step, the fast step, the step error, the category with the\n"
+          "largest gap and the largest per-rank stall gap (both as a fraction of the exact\n"
+          "step), and each engine's wall time in seconds (one run each, at the machine's\n"
+          "load of the moment). Overrides per row: ROWS in benchmarks/fast_vs_exact.py.\n")
+    print("| configuration | exact step (ms) | fast step (ms) | step error | worst category "
+          "| worst stall gap | exact wall (s) | fast wall (s) | bounds |")
+    print("|---|---|---|---|---|---|---|---|---|")
     results, ok = {}, True
     for name in names:
         scenario, overrides, _ = ROWS[name]
@@ -118,9 +124,10 @@ def main(argv: list[str] | None = None) -> int:
         results[name] = r
         ok &= r["ok"]
         cat = f"{r['worst_cat']} {100 * r['worst_cat_gap']:+.2f} %"
-        print(f"{name:24s} {r['exact_ms']:10.3f} {r['fast_ms']:10.3f} "
-              f"{100 * r['step_err']:+7.2f}% {cat:>22s} {100 * r['worst_stall_gap']:+7.2f}% "
-              f"{te:8.1f} {tf:7.1f}  {'ok' if r['ok'] else 'MISS'}", flush=True)
+        print(f"| {name} | {r['exact_ms']:.3f} | {r['fast_ms']:.3f} | "
+              f"{100 * r['step_err']:+.2f} % | {cat} | {100 * r['worst_stall_gap']:+.2f} % | "
+              f"{te:.1f} | {tf:.1f} | {'ok' if r['ok'] else 'MISS'} |", flush=True)
+    print()
     print(("PASS" if ok else "FAIL") + f": step within {100 * STEP_BOUND:.1f} %, every "
           f"category within {100 * CATEGORY_BOUND:.0f} % of the exact step")
     if a.json:
@@ -130,4 +137,6 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    from results_page import run_benchmark
+    sys.exit(run_benchmark(main, "fast-vs-exact",
+                           "Fast path against the exact engine: the comparison configurations"))

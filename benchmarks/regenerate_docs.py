@@ -44,7 +44,8 @@ PAGES: list[tuple[str, list[str], str]] = [
     ("rl", ["bench_rl.py"], ""),
     ("rl-published", ["rl_published.py"], ""),
     ("rl-shipped", ["rl_shipped.py"], ""),
-    ("fast-path", ["bench_fast.py", "--no-scaling"], ""),   # the scaling tables: hours at load
+    ("fast-path", ["bench_fast.py", "--no-scaling"], ""),
+    ("fast-vs-exact", ["fast_vs_exact.py"], ""),   # the scaling tables: hours at load
     ("deepseek-profile", ["deepseek_profile.py", "PATH/train.json"], "profile"),
     ("published", ["published_table.py", "--profile", "PATH/train.json"], "profile"),
 ]
