@@ -11,6 +11,11 @@ Start rules:
   arrived, then run their phases (:mod:`moesim.collectives.algorithms`) one after
   the other, each phase through ``network.transfer_many``; a rank is done at the end
   of the last phase in which it sends or receives.
+* with ``nccl`` (:class:`moesim.collectives.nccl.choice.NcclTuning`, the scenario's
+  ``overlap.nccl_tuning``), a ring collective NCCL would run with another protocol or
+  algorithm than ring/Simple holds NCCL's latency term first, then runs its phases with
+  bytes / the protocol's efficiency and no link latency
+  (:mod:`moesim.collectives.nccl.choice`).
 * a ``direct`` all_to_all(_v) works pairwise like NCCL grouped send/recv: the transfer
   i→j starts once both i and j have arrived; a rank is done when all its sends and
   receives are delivered. Its relevant peers are those it exchanges nonzero bytes with.
@@ -32,6 +37,7 @@ from moesim.collectives.algorithms import (
     Phase,
     check_matrix,
     check_op_algo,
+    default_algo,
     expand,
     uniform_matrix,
 )
@@ -98,8 +104,9 @@ class Communicator:
     """Runs collectives among ``gpus`` (``gpus[rank]`` is the GPU name) on ``network``."""
 
     def __init__(self, env: simpy.Environment, network: Any, gpus: Sequence[str],
-                 rank_host: Sequence[int] | None = None) -> None:
+                 rank_host: Sequence[int] | None = None, nccl: Any = None) -> None:
         self.env = env
+        self.nccl = nccl if rank_host is not None else None
         self.network = network
         self.gpus = list(gpus)
         self.rank_host = None if rank_host is None else [int(h) for h in rank_host]
@@ -181,13 +188,20 @@ class Communicator:
         if st.done == len(st.spec.group):
             del self._active[key]
 
-    def _phases(self, spec: CollectiveSpec) -> list[Phase]:
-        return expand(spec.op, spec.group, spec.nbytes, algo=spec.algo, root=spec.root,
-                      matrix=spec.matrix, rank_host=self.rank_host)
+    def _phases(self, spec: CollectiveSpec, scale: float = 1.0) -> list[Phase]:
+        return expand(spec.op, spec.group, spec.nbytes * scale, algo=spec.algo,
+                      root=spec.root, matrix=spec.matrix, rank_host=self.rank_host)
+
+    def _tuned(self, spec: CollectiveSpec):
+        """NCCL's choice for ``spec`` where it changes the pricing, else None."""
+        if self.nccl is None or spec.algo != default_algo(spec.op):
+            return None
+        return self.nccl.for_group(spec.op, spec.group, spec.nbytes, self.rank_host)
 
     def _run_phased(self, key: Hashable, st: _State):
         spec = st.spec
-        phases = self._phases(spec)
+        tuned = self._tuned(spec)
+        phases = self._phases(spec, 1.0 if tuned is None else 1.0 / tuned.bw_efficiency)
         last = {r: -1 for r in spec.group}
         for i, phase in enumerate(phases):
             for s, d, _ in phase:
@@ -196,9 +210,14 @@ class Communicator:
         for r in spec.group:
             if last[r] < 0:
                 self._finish(key, st, r, others)
+        if tuned is not None and phases:
+            yield self.env.timeout(tuned.latency_s)
         for i, phase in enumerate(phases):
             flows = [(self.gpus[s], self.gpus[d], b) for s, d, b in phase]
-            yield self.network.transfer_many(flows, tag=key)
+            if tuned is None:
+                yield self.network.transfer_many(flows, tag=key)
+            else:   # NCCL's latency term replaces the links'
+                yield self.network.transfer_many(flows, tag=key, latency=False)
             for r in spec.group:
                 if last[r] == i:
                     self._finish(key, st, r, others)

@@ -102,9 +102,9 @@ class _Counting:
         self.flows += 1
         return self.net.transfer(src, dst, nbytes, key=key, tag=tag)
 
-    def transfer_many(self, flows, key: int = 0, tag: Any = None):
+    def transfer_many(self, flows, key: int = 0, tag: Any = None, **kw):
         self.flows += len(flows)
-        return self.net.transfer_many(flows, key=key, tag=tag)
+        return self.net.transfer_many(flows, key=key, tag=tag, **kw)
 
     def link_bytes(self) -> np.ndarray:
         return self.net.link_bytes()

@@ -62,18 +62,19 @@ class AnalyticalNetwork:
         return self.transfer_many([(src, dst, nbytes)], key=key, tag=tag)
 
     def transfer_many(self, flows: Sequence[tuple[str, str, float]], key: int = 0,
-                      tag: Any = None) -> simpy.Event:
+                      tag: Any = None, latency: bool = True) -> simpy.Event:
         """Start several flows now; the event (value ``tag``) succeeds when all are delivered.
 
         Each flow is ``(src, dst, bytes)`` or ``(src, dst, bytes, key)``: a fourth
-        element picks that flow's ECMP path, overriding ``key``."""
+        element picks that flow's ECMP path, overriding ``key``. ``latency=False``:
+        without the path latency (as :meth:`moesim.network.FlowNetwork.transfer_many`)."""
         ev = self.env.event()
         timed = []
         for f in flows:
             src, dst, nbytes, fkey = checked_flow(f, key)   # all checked before any starts
             path, lat, bottleneck = self._route(src, dst, fkey)
             if len(path):   # src == dst crosses no link
-                timed.append((lat + nbytes / bottleneck, path, nbytes))
+                timed.append(((lat if latency else 0.0) + nbytes / bottleneck, path, nbytes))
         self.n_flows += len(timed)
         longest = 0.0
         for t, path, nbytes in timed:

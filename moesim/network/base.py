@@ -52,8 +52,9 @@ class NetworkModel(Protocol):
         (bandwidth share over time, plus the sum of its path's link latencies)."""
 
     def transfer_many(self, flows: Sequence[tuple[str, str, float]], key: int = 0,
-                      tag: Any = None) -> simpy.Event:
-        """Start several flows now; the event succeeds when all are delivered."""
+                      tag: Any = None, latency: bool = True) -> simpy.Event:
+        """Start several flows now; the event succeeds when all are delivered
+        (``latency=False``: without the path latencies)."""
 
     def link_bytes(self) -> np.ndarray:
         """Bytes carried so far per link."""

@@ -183,11 +183,13 @@ class FlowNetwork:
         return True
 
     def transfer_many(self, flows: Sequence[tuple[str, str, float]], key: int = 0,
-                      tag: Any = None) -> simpy.Event:
+                      tag: Any = None, latency: bool = True) -> simpy.Event:
         """Start several flows now; the event (value ``tag``) succeeds when all are delivered.
 
         Each flow is ``(src, dst, bytes)`` or ``(src, dst, bytes, key)``: a fourth
-        element picks that flow's ECMP path, overriding ``key``."""
+        element picks that flow's ECMP path, overriding ``key``. ``latency=False``:
+        delivered at their last byte, without the path latency (a caller that prices
+        the latency itself, as NCCL's model: moesim.collectives.nccl.choice)."""
         ev = self.env.event()
         gid = self._next_group
         self._next_group += 1
@@ -206,7 +208,7 @@ class FlowNetwork:
         paths, sizes, gids, plats, nroute = self._pending
         for r in q_routes:
             paths.append(r[0])
-            plats.append(r[1])
+            plats.append(r[1] if latency else 0.0)
             nroute.append(r[2])
         sizes.extend(q_sizes)
         gids.extend([gid] * count)

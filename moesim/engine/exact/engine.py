@@ -14,6 +14,7 @@ import time
 import simpy
 
 from moesim.collectives.communicator import Communicator
+from moesim.collectives.nccl.choice import scenario_tuning
 from moesim.engine.breakdown import breakdown
 from moesim.engine.exact.execute import Executor
 from moesim.engine.exact.mirrored import MirroredNetwork
@@ -62,7 +63,8 @@ def simulate_exact(res: Resolved, *, progress=None, record_series: bool = True,
     if rmap is not None and mirror_traffic:
         net = MirroredNetwork(net, {gpus[r]: tuple(gpus[m] for m in ms)
                                     for r, ms in rmap.mirrors.items()})
-    comm = Communicator(env, net, gpus, rank_host=[topo.host_of(g) for g in gpus])
+    comm = Communicator(env, net, gpus, rank_host=[topo.host_of(g) for g in gpus],
+                        nccl=scenario_tuning(res))
     ex = Executor(env, net, comm, gpus, plan.programs, progress=progress,
                   mirrors=rmap.mirrors if rmap is not None else None,
                   sm_total=getattr(res.device, "sms", 0))

@@ -47,10 +47,10 @@ class MirroredNetwork:
     def transfer(self, src: str, dst: str, nbytes: float, key: int = 0, tag=None):
         return self.transfer_many([(src, dst, nbytes)], key=key, tag=tag)
 
-    def transfer_many(self, flows, key: int = 0, tag=None):
-        ev = self._net.transfer_many(flows, key=key, tag=tag)
+    def transfer_many(self, flows, key: int = 0, tag=None, **kw):
+        ev = self._net.transfer_many(flows, key=key, tag=tag, **kw)
         if tag is None or tag not in self.full_keys:
             for copy in self._copies(flows):
                 self.n_mirrored += len(copy)
-                self._net.transfer_many(copy, key=key, tag=tag)
+                self._net.transfer_many(copy, key=key, tag=tag, **kw)
         return ev

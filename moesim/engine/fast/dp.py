@@ -42,10 +42,15 @@ def _fill_per_byte(paths, size: np.ndarray, cap: np.ndarray) -> np.ndarray:
 
 
 class RingCost:
-    """Seconds of ring all_reduce / reduce_scatter / all_gather on a group."""
+    """Seconds of ring all_reduce / reduce_scatter / all_gather on a group. ``nccl``
+    (:class:`moesim.collectives.nccl.choice.NcclTuning`, ``overlap.nccl_tuning``):
+    where NCCL would run another protocol or algorithm than ring/Simple, NCCL's latency
+    term plus the steps' bytes / the protocol's efficiency, without link latencies (as
+    the exact engine's communicator runs it)."""
 
-    def __init__(self, topo, gpus, rank_host) -> None:
+    def __init__(self, topo, gpus, rank_host, nccl=None) -> None:
         self.topo, self.gpus, self.rank_host = topo, list(gpus), list(rank_host)
+        self.nccl = nccl
         self.cap = np.asarray(topo.capacity_Bps, dtype=float)
         self._k: dict[tuple[int, ...], tuple[np.ndarray, np.ndarray, int]] = {}
         self._links: dict[tuple[int, ...], frozenset[int]] = {}
@@ -73,6 +78,12 @@ class RingCost:
             hit = self._k[group] = (np.asarray(ks), np.asarray(lats), len(rings))
         return hit
 
+    def choice(self, op: str, group: tuple[int, ...], nbytes: float):
+        """NCCL's choice where it changes the pricing (``nccl`` set), else None."""
+        if self.nccl is None:
+            return None
+        return self.nccl.for_group(op, group, nbytes, self.rank_host)
+
     def time(self, op: str, group: tuple[int, ...], nbytes: float) -> float:
         n = len(group)
         if n < 2 or nbytes <= 0:
@@ -81,6 +92,9 @@ class RingCost:
         steps = 2 * (n - 1) if op == "all_reduce" else n - 1
         if len(k) == 0:
             return 0.0
+        c = self.choice(op, group, nbytes)
+        if c is not None:
+            return c.latency_s + steps * float((nbytes / c.bw_efficiency / n / rings * k).max())
         return steps * float((nbytes / n / rings * k + lat).max())
 
 

@@ -23,6 +23,7 @@ import time
 
 import numpy as np
 
+from moesim.collectives.nccl.choice import scenario_tuning
 from moesim.compute.select import grouped_experts
 from moesim.engine.breakdown import CATEGORIES, rank_breakdown
 from moesim.engine.fast.dp import RingCost, gradient_phase
@@ -74,7 +75,8 @@ class Context:
         self.rank_host = [topo.host_of(g) for g in gpus]
         self.net = FastNetwork(topo, gpus, self.rank_host,
                                coalesce_rtol=res.scenario.engine.coalesce_rtol)
-        self.rings = RingCost(topo, gpus, self.rank_host)
+        nccl = scenario_tuning(res)     # overlap.nccl_tuning (moesim.collectives.nccl.choice)
+        self.rings = RingCost(topo, gpus, self.rank_host, nccl=nccl)
         self.act_bytes = self.tokens * self.spec.hidden * ACT_BYTES / self.tp
         self.a2a_algo = scn.routing.a2a_algo
         self.ep_backend = b.ep_backend          # DeepEP plans (moesim.program.ep_backend)
@@ -90,7 +92,8 @@ class Context:
         self.grad_share = bool(scn.overlap.dp_overlap) and max(res.layout.dp * res.layout.cp,
                                                                  res.layout.edp) > 1
         self.links = LinkBytes(topo, gpus, self.rank_host,
-                               b.rmap.mirrors if b.dedup and b.rmap is not None else None)
+                               b.rmap.mirrors if b.dedup and b.rmap is not None else None,
+                               nccl=nccl)
         self._share: dict[tuple[int, int], float] = {}
         self._tp: dict[int, float] = {}
         self._cp: dict[tuple[int, str], float] = {}

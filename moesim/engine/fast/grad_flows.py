@@ -128,7 +128,9 @@ class ChainBuckets:
                 key = (int(x), int(ring[(i + 1) % n]))
                 per[key] = per.get(key, 0) + 1
         pairs = list(per)
-        chunk = steps * nbytes / n / len(rings)     # a ring's bytes per pair, all steps
+        c = self.rings.choice(self.op, g, nbytes)   # NCCL's protocol: its flags on the wire
+        wire = nbytes if c is None else nbytes / c.bw_efficiency
+        chunk = steps * wire / n / len(rings)       # a ring's bytes per pair, all steps
         return Bucket(g, layer, ready, self.rings.time(self.op, g, nbytes), pairs,
                       [(self.rank_host[x], self.rank_host[y]) for x, y in pairs],
                       [chunk * per[p] for p in pairs], steps)

@@ -27,8 +27,9 @@ class LinkBytes:
     ``enabled`` False ignores every call (a chain run again only for its spans)."""
 
     def __init__(self, topo, gpus: Sequence[str], rank_host: Sequence[int],
-                 mirrors: dict[int, tuple[int, ...]] | None = None) -> None:
+                 mirrors: dict[int, tuple[int, ...]] | None = None, nccl=None) -> None:
         self.topo = topo
+        self.nccl = nccl      # NCCL's choice (overlap.nccl_tuning): LL/LL128 move more bytes
         self.gpus = list(gpus)
         self.rank_host = list(rank_host)
         self.mirrors = mirrors or {}
@@ -221,6 +222,9 @@ class LinkBytes:
         size). ``mirrored``: count it again in every mirror group (TP all-reduces)."""
         if not self.enabled or nbytes <= 0 or len(group) < 2:
             return
+        if self.nccl is not None and algo is None:   # the protocol's flags on the wire
+            c = self.nccl.for_group(op, tuple(group), nbytes, self.rank_host)
+            nbytes = nbytes if c is None else nbytes / c.bw_efficiency
         for g in self._copies(group) if mirrored else [tuple(int(r) for r in group)]:
             key = (op, g, algo)
             hit = self._per_byte.get(key)
