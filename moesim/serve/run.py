@@ -24,6 +24,7 @@ from moesim.serve.config import (
     serve_from_dict,
     serving_scenario,
 )
+from moesim.serve.host import HostStep, host_overhead_of, host_spans, host_step
 from moesim.serve.memory import serve_memory
 from moesim.serve.program import build_serve_step
 from moesim.trace.result import SimResult
@@ -57,16 +58,20 @@ def resolve_serve(target: str | Path, overrides=()) -> tuple[Resolved, ServeConf
 
 
 def simulate_serve(res: Resolved, cfg: ServeConfig, *, progress=None,
-                   record_series: bool = True, spans: bool = True) -> SimResult:
+                   record_series: bool = True, spans: bool = True,
+                   host_overhead: str | None = None) -> SimResult:
     """Run one serving step on the scenario's engine; ``result.summary`` is the serving
     summary (:func:`serve_summary`). ``spans=False``: the fast engine keeps none (a step
-    priced for a surface; the exact engine keeps its own)."""
+    priced for a surface; the exact engine keeps its own). ``host_overhead`` (default:
+    ``cfg.host_overhead``) names the engine whose CPU time per step is added
+    (:mod:`moesim.serve.host`)."""
     if res.scenario.engine.mode == "fast":
         from moesim.serve.fast import simulate_serve_fast
         with collector.paused():   # as for a training step (moesim.engine.collector)
             result, plan = simulate_serve_fast(res, cfg, progress=progress,
                                                span_ranks=64 if spans else 0)
-        result.summary = serve_summary(res, cfg, result.summary, plan)
+        h = _with_host(result, cfg, host_overhead)
+        result.summary = serve_summary(res, cfg, result.summary, plan, h)
         result.summary["engine"] = "fast"
         return result
     plans = []
@@ -78,13 +83,40 @@ def simulate_serve(res: Resolved, cfg: ServeConfig, *, progress=None,
     with collector.paused():
         result = simulate_exact(res, progress=progress, record_series=record_series,
                                 build=build)
-    result.summary = serve_summary(res, cfg, result.summary, plans[-1])
+    h = _with_host(result, cfg, host_overhead)
+    result.summary = serve_summary(res, cfg, result.summary, plans[-1], h)
     return result
 
 
-def serve_summary(res: Resolved, cfg: ServeConfig, s: dict, plan) -> dict:
+def _with_host(result: SimResult, cfg: ServeConfig, name: str | None) -> HostStep | None:
+    """Add the engine's CPU time per step to ``result`` (its step time, breakdown, MFU
+    and a ``host`` span on every rank that has spans); None when there is none."""
+    h = host_step(name or host_overhead_of(cfg), cfg.requests_per_group(),
+                  float(result.summary["step_time_s"]))
+    if h is None:
+        return None
+    s = result.summary
+    s["step_time_s"] = result.step_time_s = h.step_s
+    s["breakdown_s"] = {**s["breakdown_s"], "host": h.exposed_s}
+    if h.step_s > 0:
+        s["mfu"] = s["mfu"] * h.gpu_s / h.step_s
+    result.spans = [*result.spans, *host_spans(h, {sp.rank for sp in result.spans})]
+    return h
+
+
+def _echo(cfg: ServeConfig) -> dict:
+    """The section's fields for the summary; ``host_overhead`` only when it is on."""
+    d = dataclasses.asdict(cfg)
+    if d.get("host_overhead") == "none":
+        del d["host_overhead"]
+    return d
+
+
+def serve_summary(res: Resolved, cfg: ServeConfig, s: dict, plan,
+                  host: HostStep | None = None) -> dict:
     """The serving fields on top of the engine's summary: phase, ttft_s (prefill) or
-    tpot_s (decode), tokens/s (in all and per GPU), the serving memory table."""
+    tpot_s (decode), tokens/s (in all and per GPU), the serving memory table, and with a
+    ``host_overhead`` the step's CPU time (``host``: :meth:`HostStep.summary`)."""
     step = float(s["step_time_s"])
     world = res.layout.world
     tokens = plan.tokens_per_step
@@ -111,11 +143,13 @@ def serve_summary(res: Resolved, cfg: ServeConfig, s: dict, plan) -> dict:
                                                                 "compute_model")
                            if k in s.get("kernel_pricing", {})},
         "hot_ranks": s["hot_ranks"], "warnings": s["warnings"],
-        "serve": {**dataclasses.asdict(cfg), "ep_backend": res.scenario.parallel.ep_backend.kind,
+        "serve": {**_echo(cfg), "ep_backend": res.scenario.parallel.ep_backend.kind,
                   "attn_dp": res.layout.dp, "kv_tokens": cfg.kv_tokens,
                   "tokens_per_gpu": cfg.tokens_per_group() // cfg.tp},
         "engine": "exact", "replicas": s.get("replicas"), "shortcuts": s.get("shortcuts", []),
     })
+    if host is not None:
+        out["host"] = host.summary()
     if "sim_wall_s" in s:
         out["sim_wall_s"] = s["sim_wall_s"]
     return out

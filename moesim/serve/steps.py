@@ -24,6 +24,7 @@ import dataclasses
 
 from moesim.scenario.resolved import Resolved
 from moesim.serve.config import ServeConfig, serving_scenario
+from moesim.serve.host import host_overhead_of, host_step
 from moesim.wiring import resolve
 
 #: routing laws kept (one per seed, routing step and MoE layer) before the cache is dropped
@@ -34,9 +35,12 @@ class ServeSteps:
     """Step times of the deployment ``res`` (resolved by
     :func:`moesim.serve.run.resolve_serve`) for ``cfg`` with fields replaced."""
 
-    def __init__(self, res: Resolved, cfg: ServeConfig) -> None:
+    def __init__(self, res: Resolved, cfg: ServeConfig,
+                 host_overhead: str | None = None) -> None:
         from moesim.engine.fast.forward import ForwardState
         self.res, self.cfg = res, cfg
+        # the engine whose CPU time per step is added (default: the section's)
+        self.host = host_overhead or host_overhead_of(cfg)
         self._resolved: dict = {}
         self._state = ForwardState()
         self._routing: dict = {}     # (seed, step, layer, ...) -> routing law, copy ratios
@@ -71,7 +75,9 @@ class ServeSteps:
 
     def step_s(self, **changes) -> float:
         """Seconds of one serving step of ``cfg`` with ``changes`` (e.g. ``phase``,
-        ``batch_per_gpu``, ``context``, ``prompt``, ``step``) on the scenario's engine."""
+        ``batch_per_gpu``, ``context``, ``prompt``, ``step``) on the scenario's engine,
+        the engine's CPU time per step included (``serve.host_overhead``,
+        :mod:`moesim.serve.host`)."""
         cfg = self.config(**changes)
         res = self.resolved(cfg)
         self.sims += 1
@@ -81,7 +87,10 @@ class ServeSteps:
             from moesim.engine.fast.forward import simulate_forward
             from moesim.serve.program import ServeBuilder
             b = ServeBuilder(res, cfg, routing_cache=self._routing)
-            return simulate_forward(res, b, span_ranks=0, step_only=True,
-                                    state=self._state)[0]
+            gpu = simulate_forward(res, b, span_ranks=0, step_only=True,
+                                   state=self._state)[0]
+            h = host_step(self.host, cfg.requests_per_group(), gpu)
+            return gpu if h is None else h.step_s
         from moesim.serve.run import simulate_serve
-        return float(simulate_serve(res, cfg, spans=False).summary["step_time_s"])
+        return float(simulate_serve(res, cfg, spans=False,
+                                    host_overhead=self.host).summary["step_time_s"])

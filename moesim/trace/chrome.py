@@ -29,7 +29,7 @@ from typing import Any
 from moesim import __version__
 from moesim.errors import InputError
 from moesim.trace.result import SimResult
-from moesim.trace.spans import KINDS, Span
+from moesim.trace.spans import SPAN_KINDS, Span
 
 TID_STRIDE = 16
 WAIT_SLOT = TID_STRIDE - 1
@@ -395,8 +395,9 @@ def load_chrome_trace_dict(data: Any, source: str = "<trace>") -> tuple[list[Spa
         if not (math.isfinite(ts) and math.isfinite(dur)) or dur < 0:
             raise InputError(source, f"traceEvents[{i}].dur", "a finite duration >= 0 µs", dur)
         kind = ev.get("cat")
-        if kind not in KINDS:
-            raise InputError(source, f"traceEvents[{i}].cat", f"one of {', '.join(KINDS)}", kind)
+        if kind not in SPAN_KINDS:
+            raise InputError(source, f"traceEvents[{i}].cat", f"one of {', '.join(SPAN_KINDS)}",
+                             kind)
         a = ev.get("args") or {}
         rank = a.get("rank")
         stream = a.get("stream")

@@ -21,7 +21,7 @@ from matplotlib.path import Path
 from moesim.trace.link_bins import binned_utilization  # noqa: F401
 from moesim.trace.link_plot import busiest_links, link_group, plot_links  # noqa: F401
 from moesim.trace.result import SimResult
-from moesim.trace.spans import COMM_KINDS, KINDS, Span
+from moesim.trace.spans import COMM_KINDS, KINDS, SPAN_KINDS, Span
 from moesim.trace.time_squeeze import mark_cuts, squeeze_map, squeeze_spans
 from moesim.trace.timeline_marks import (
     TITLE_PAD_PT,
@@ -39,7 +39,7 @@ from moesim.trace.timeline_marks import (
 KIND_COLORS = {
     "compute": "#4C72B0", "ep_dispatch": "#55A868", "ep_combine": "#8FD694", "tp": "#8172B3",
     "dp": "#937860", "pp": "#64B5CD", "zero": "#DA8BC3", "bubble": "#CCB974",
-    "stall": "#C44E52", "idle": "#EEEEEE",
+    "stall": "#C44E52", "host": "#8C8C8C", "idle": "#EEEEEE",
 }
 MAX_ROWS = 64  # above this many ranks the timeline aggregates rows
 
@@ -61,8 +61,9 @@ def timeline_figsize(n_ranks: int, ranks_per_node: int = 1) -> tuple[float, floa
 
 
 def _lane(sp: Span) -> int:
-    """0 compute, 1 communication, 2 waiting (stall/bubble)."""
-    if sp.kind in ("stall", "bubble"):
+    """0 compute, 1 communication, 2 waiting (stall/bubble) and the serving engine's CPU
+    work (host)."""
+    if sp.kind in ("stall", "bubble", "host"):
         return 2
     return 1 if sp.kind in COMM_KINDS else 0
 
@@ -240,7 +241,7 @@ def plot_timeline(result: SimResult, ax: Axes, ranks: Iterable[int] | None = Non
                  f"step {result.step_time_s * 1e3:.2f} ms"
                  + (f"; hot-expert ranks {_short_list(sorted(hot))}" if hot else ""),
                  pad=TITLE_PAD_PT if segs else 6.0)
-    order = [k for k in KINDS if k in kinds_seen]
+    order = [k for k in SPAN_KINDS if k in kinds_seen]
     mark_layers(ax, spans, rank_list[0], t0, t1, segs=segs)
     # communication kernels that hold SMs (DeepEP, NCCL with overlap.nccl_sms): say how
     # many, since compute overlapping them runs on the rest

@@ -98,6 +98,11 @@ def render_markdown(s: dict) -> str:
         out.append("| fits in device memory | " + ("**no**: the figures are for a step that "
                                                    "does not fit" if fit.get("oom") else "yes")
                    + " |")
+    host = s.get("host")
+    if isinstance(host, dict):     # a serving step's CPU time (moesim.serve.host)
+        out.append(f"| host CPU per step ({host['engine']}) | {_ms(host['host_s'])} ms, "
+                   f"{_ms(host['exposed_s'])} ms exposed"
+                   + ("; **host-bound**" if host.get("host_bound") else "") + " |")
     kp = s.get("kernel_pricing")
     if isinstance(kp, dict) and kp.get("compute_model"):
         out.append(f"| kernels priced by | {kp['compute_model']}"

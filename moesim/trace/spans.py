@@ -28,6 +28,11 @@ KINDS = (
     "stall",        # waiting in a collective for a late peer (hot expert)
 )
 COMM_KINDS = ("ep_dispatch", "ep_combine", "tp", "dp", "pp", "zero")
+#: the serving engine's CPU work per step, on a rank's ``host`` track
+#: (moesim.serve.host); not a breakdown category: a serving summary reports it apart
+HOST_KIND = "host"
+#: every kind a span may have
+SPAN_KINDS = (*KINDS, HOST_KIND)
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,0 +1,151 @@
+"""The serving engine's CPU time per step, and what of it the GPU waits for.
+
+Between two forward passes a serving engine's CPU schedules the next batch (picks the
+requests, allocates KV blocks, prepares the inputs' metadata) and processes the last
+batch's outputs (copies the sampled tokens back, detokenizes, checks stop conditions,
+answers the client). ``serve.host_overhead`` names the engine whose CPU work is priced:
+
+- ``none`` (default): no CPU time; a step is its GPU work.
+- ``vllm``: vLLM V1's engine core runs ``schedule()``, ``execute_model()`` and
+  ``update_from_output()`` one after the other (vllm-project/vllm
+  ``vllm/v1/engine/core.py``, ``EngineCore.step``), so scheduling is **in series** with
+  the GPU; output processing (detokenization, ``vllm/v1/engine/output_processor.py``)
+  runs in the API-server process, **overlapped** with the next step.
+- ``vllm-async``: vLLM V1 with ``--async-scheduling`` (``EngineCore.step_with_batch_queue``:
+  the next batch is scheduled while the previous one executes): all CPU work overlapped.
+- ``sglang``: SGLang's overlap scheduler (on by default since v0.4; LMSYS blog
+  "SGLang v0.4", 2024-12-04, "Zero-Overhead Batch Scheduler": "The scheduler runs one
+  batch ahead and prepares all the metadata required for the next batch"): all CPU work
+  overlapped.
+
+A step that runs ``serial`` seconds of CPU work in series and ``overlapped`` seconds beside
+the GPU's ``gpu`` seconds lasts ``max(gpu + serial, overlapped)``: work in series adds to
+the step, work overlapped costs only what outlasts the GPU (and the serial part). The
+step is **host-bound** when the CPU's work per step (``serial + overlapped``) is more than
+the GPU's.
+
+CPU seconds per step, linear in the requests ``B`` the engine (one TP group: one
+attention data-parallel rank) steps, from published vLLM measurements on H100 hosts:
+
+- scheduling and input preparation: :data:`SCHEDULE_PER_REQUEST_S` x ``B``, from the
+  GPU's idle gap between two decode steps, "about 5-6ms" at batch 256 (Llama-2-7B, vLLM
+  with asynchronous output processing, so the gap is the scheduling side; vllm-project/vllm
+  issue 10634), 5.5 ms / 256; the same engine before asynchronous output processing idled
+  4-13 ms per decode step (issue 6854). No small-batch figure is published: the cost is
+  taken as proportional to ``B``.
+- output processing: :data:`OUTPUT_PER_REQUEST_S` x ``B``, from vLLM PR 46112's
+  measurement of output processing, 0.142 ms at batch 128 and 0.287 ms at 256 (0.287 ms
+  / 256; 128 gives 0.1435 ms with it, +1 %).
+
+Both engines get the same per-request costs (SGLang's are not published by batch size);
+an overlapped engine pays them only where they outlast the GPU. A prefill step counts its
+prompts as requests (one scheduling decision and one first token each). Constants:
+docs/sources.md.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from moesim.trace.spans import Span
+
+#: seconds of scheduling and input preparation per request per step: vllm-project/vllm
+#: issue 10634, the GPU idle "about 5-6ms" between decode steps at batch 256 (5.5 ms / 256)
+SCHEDULE_PER_REQUEST_S = 5.5e-3 / 256
+#: seconds of output processing per request per step: vllm-project/vllm PR 46112,
+#: 0.287 ms at batch 256 (0.142 ms at 128)
+OUTPUT_PER_REQUEST_S = 0.287e-3 / 256
+
+
+@dataclass(frozen=True)
+class HostEngine:
+    """Which of the engine's CPU work runs in series with the GPU."""
+
+    name: str
+    schedule_in_series: bool     # scheduling + input preparation between the GPU steps
+    output_in_series: bool       # output processing between the GPU steps
+    doc: str
+
+
+#: ``serve.host_overhead`` -> the engine (``none`` has no CPU time)
+ENGINES: dict[str, HostEngine | None] = {
+    "none": None,
+    "vllm": HostEngine("vllm", True, False, "vLLM V1: scheduling in series "
+                       "(EngineCore.step), output processing in the API server, overlapped"),
+    "vllm-async": HostEngine("vllm-async", False, False, "vLLM V1 --async-scheduling: "
+                             "all CPU work overlapped (step_with_batch_queue)"),
+    "sglang": HostEngine("sglang", False, False, "SGLang's overlap scheduler: all CPU "
+                         "work overlapped, one batch ahead"),
+}
+
+
+@dataclass(frozen=True)
+class HostStep:
+    """One step's CPU work against its GPU time (seconds)."""
+
+    engine: str
+    requests: int
+    gpu_s: float
+    schedule_s: float
+    output_s: float
+    serial_s: float          # the part in series with the GPU
+    overlapped_s: float      # the part beside the GPU
+
+    @property
+    def host_s(self) -> float:
+        return self.schedule_s + self.output_s
+
+    @property
+    def step_s(self) -> float:
+        return max(self.gpu_s + self.serial_s, self.overlapped_s)
+
+    @property
+    def exposed_s(self) -> float:
+        """Seconds the step lasts beyond its GPU work."""
+        return self.step_s - self.gpu_s
+
+    @property
+    def host_bound(self) -> bool:
+        return self.host_s > self.gpu_s
+
+    def summary(self) -> dict:
+        return {"engine": self.engine, "requests": self.requests, "gpu_s": self.gpu_s,
+                "schedule_s": self.schedule_s, "output_s": self.output_s,
+                "host_s": self.host_s, "serial_s": self.serial_s,
+                "overlapped_s": self.overlapped_s, "exposed_s": self.exposed_s,
+                "host_bound": self.host_bound}
+
+
+def host_overhead_of(cfg) -> str:
+    """The section's ``serve.host_overhead`` (``none`` where the field is absent)."""
+    return getattr(cfg, "host_overhead", "none")
+
+
+def host_step(name: str, requests: int, gpu_s: float, *,
+              schedule_per_request_s: float = SCHEDULE_PER_REQUEST_S,
+              output_per_request_s: float = OUTPUT_PER_REQUEST_S) -> HostStep | None:
+    """The CPU work of one step of ``requests`` requests whose GPU work is ``gpu_s``
+    under engine ``name`` (None for ``none``)."""
+    eng = ENGINES[name]
+    if eng is None:
+        return None
+    sched = schedule_per_request_s * requests
+    out = output_per_request_s * requests
+    serial = (sched if eng.schedule_in_series else 0.0) + (out if eng.output_in_series else 0.0)
+    return HostStep(name, requests, gpu_s, sched, out, serial, sched + out - serial)
+
+
+def host_spans(h: HostStep, ranks) -> list[Span]:
+    """The step's CPU work on each rank's ``host`` track: the part in series after the
+    GPU work (``host.serial``, from ``gpu_s``), the overlapped part from the step's start
+    (``host.overlapped``: the next step's scheduling or the last step's outputs, done
+    while the GPU runs)."""
+    out: list[Span] = []
+    for r in sorted(set(ranks)):
+        if h.serial_s > 0:
+            out.append(Span(r, "host", "host", "host.serial", h.gpu_s, h.gpu_s + h.serial_s,
+                            tokens=h.requests))
+        if h.overlapped_s > 0:
+            out.append(Span(r, "host", "host", "host.overlapped", 0.0, h.overlapped_s,
+                            tokens=h.requests))
+    return out
