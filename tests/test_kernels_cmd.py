@@ -79,7 +79,9 @@ def test_kernels_json(capsys):
     assert {r["x"] for r in experts} == {4}             # 4 local experts, identical shares
     assert all(r["time_s"] > 0 and r["priced_by"] for r in rows)
     casts = [r for r in rows if r["class"] == "cast"]
-    assert casts and all(r["kind"] == "memory" and r["flops"] == 0 for r in casts)
+    assert casts and all(r["kind"] == "memory" for r in casts)
+    # the SwiGLU with the FP8 cast fused in is a cast (DeepSeek's profile classes it so)
+    assert all(r["flops"] == 0 for r in casts if not r["kernel"].endswith("_act"))
 
 
 def test_kernels_text_and_bad_input(capsys):

@@ -48,7 +48,7 @@ class CatalogModel:
     roofline for what they do not cover."""
 
     def __init__(self, roofline: RooflineModel, tables: tuple[Table, ...],
-                 gemm_library: str = "") -> None:
+                 gemm_library: str = "", memory_kernels: str = "stream") -> None:
         self.roofline = roofline
         self.device = roofline.device
         self.precision = roofline.precision
@@ -60,7 +60,12 @@ class CatalogModel:
         self.tables = tuple(t for t in tables if t.covers(dev)
                             and (t.kind not in GEMM_KINDS or t.library == gemm_library))
         lib = f",{gemm_library}" if gemm_library else ""
-        self.name = f"catalog({dev},{self.precision}{lib})"
+        #: memory-bound kernels: "stream" (the device's streaming bandwidth) or the
+        #: implementation whose published rates by size price them
+        #: (:mod:`moesim.compute.memory_kernels`)
+        self.memory_kernels = memory_kernels
+        mem = "" if memory_kernels == "stream" else f",memory={memory_kernels}"
+        self.name = f"catalog({dev},{self.precision}{lib}{mem})"
         #: pricing calls so far: source -> [kernels, seconds] (see :func:`coverage`)
         self.tally: dict[str, list[float]] = {"catalog": [0, 0.0], "roofline": [0, 0.0]}
         self._memo: dict[Kernel, Priced] = {}    # identical kernels price identically

@@ -15,6 +15,9 @@ Each YAML file under ``moesim/data/kernels/`` (or a user's file or folder named 
   ``seq``, ``tflops`` with table-level
   ``head_dim`` and ``causal``; ``above_range``: ``hold`` or ``roofline`` (default);
 - ``memory`` tables: ``gbps``; ``mla_decode`` tables: ``gbps`` and ``tflops``;
+- ``memory_op`` tables (:mod:`moesim.compute.memory_kernels`): ``op``, ``impls`` and
+  either ``gbps`` or ``columns: [rows, cols, ms]``, ``rows``, ``bytes_per_element``,
+  ``bytes_per_row``;
 - ``library`` (optional, GEMM tables): the kernel library the rows measure. A scenario's
   ``compute.gemm_library`` picks the GEMM tables of one library; tables without one are
   the default's (:mod:`moesim.compute.select`).
@@ -32,19 +35,24 @@ from pathlib import Path
 from typing import Any
 
 from moesim.compute.devices import DEVICES
+from moesim.compute.memory_kernels import parse_table as parse_memory_table
 from moesim.errors import InputError
 from moesim.yamlio import read_yaml
 
 GEMM_KINDS = ("gemm", "grouped_gemm", "kgrouped_gemm")
 ATTN_KINDS = ("attn_fwd", "attn_bwd", "attn_fwdbwd")
 RATE_KINDS = ("memory", "mla_decode")
-KINDS = GEMM_KINDS + ATTN_KINDS + RATE_KINDS
+#: achieved bandwidth of one memory-bound op by size and implementation
+#: (:mod:`moesim.compute.memory_kernels`)
+MEMORY_OP = "memory_op"
+KINDS = GEMM_KINDS + ATTN_KINDS + RATE_KINDS + (MEMORY_OP,)
 DTYPES = ("bf16", "fp8", "fp32", "any")
 PASSES = ("fwd", "dgrad", "wgrad", "bwd", "")
 GEMM_COLUMNS = ("m", "m_per_group", "groups", "n", "k", "tflops", "gbps", "speedup")
 ATTN_COLUMNS = ("seq", "tflops")
 _KEYS = {"id", "kind", "dtype", "passes", "devices", "source", "columns", "rows",
-         "head_dim", "causal", "above_range", "gbps", "tflops", "library"}
+         "head_dim", "causal", "above_range", "gbps", "tflops", "library", "op", "impls",
+         "bytes_per_element", "bytes_per_row"}
 
 
 @dataclass(frozen=True, slots=True)
@@ -81,6 +89,9 @@ class Table:
     gbps: float = 0.0
     tflops: float = 0.0
     library: str = ""          # GEMM tables: the kernel library measured ("" = the default)
+    op: str = ""               # memory_op tables: the op, implementations, (bytes, GB/s)
+    impls: tuple[str, ...] = ()
+    points: tuple[tuple[float, float], ...] = ()
 
     def covers(self, device: str) -> bool:
         return device.lower() in (d.lower() for d in self.devices)
@@ -164,6 +175,9 @@ def _table(t: Any, file: str, at: str) -> Table:
     kind = t.get("kind")
     if kind not in KINDS:
         raise _bad(file, f"{at}.kind", f"one of {', '.join(KINDS)}", kind)
+    only = sorted(set(t) & {"op", "impls", "bytes_per_element", "bytes_per_row"})
+    if only and kind != MEMORY_OP:
+        raise _bad(file, f"{at}.{only[0]}", f"no {only[0]} on a {kind} table", t[only[0]])
     if t.get("dtype") not in DTYPES:
         raise _bad(file, f"{at}.dtype", f"one of {', '.join(DTYPES)}", t.get("dtype"))
     above = t.get("above_range", "roofline")
@@ -178,6 +192,8 @@ def _table(t: Any, file: str, at: str) -> Table:
     if lib != "" and (kind not in GEMM_KINDS or not isinstance(lib, str) or not lib.strip()):
         raise _bad(file, f"{at}.library", "a library name, on a GEMM table", lib)
     kw["library"] = lib
+    if kind == MEMORY_OP:
+        return Table(**kw, **parse_memory_table(t, file, at))
     if kind in RATE_KINDS:
         kw["gbps"] = _positive(t.get("gbps"), file, f"{at}.gbps")
         if kind == "mla_decode":

@@ -47,7 +47,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
-from moesim.compute import catalog_pricing
+from moesim.compute import catalog_pricing, memory_kernels
 from moesim.compute.base import Kernel
 from moesim.errors import InputError
 
@@ -151,6 +151,13 @@ for _name in ("gemm", "grouped_gemm", "kgrouped_gemm"):
 for _name in ("attn_fwd", "attn_bwd"):
     register_kind(_name, catalog_pricing.attention,
                   "flash attention at its published rate by seq and head dim")
-register_kind("memory", catalog_pricing.rate, "bandwidth-bound: bytes / published GB/s")
+def _memory(model: Any, kernel: Kernel) -> tuple[float, str] | str:
+    """``memory``: the published rate by op, size and ``compute.memory_kernels``
+    (:mod:`moesim.compute.memory_kernels`), else the streaming bandwidth."""
+    return memory_kernels.price(model, kernel, catalog_pricing.rate)
+
+
+register_kind("memory", _memory, "bandwidth-bound: bytes / published GB/s (by op and size "
+              "under compute.memory_kernels)")
 register_kind("mla_decode", catalog_pricing.rate,
               "MLA decode: the slower of published bandwidth and compute ceilings")

@@ -89,16 +89,18 @@ def unpermute_kernels(spec: ModelSpec, assignments: int, phase: str = "fwd") -> 
     return [mem("unpermute_bwd", nbytes, "dgrad", "permute", flops=2.0 * assignments * h)]
 
 
-def _act(prefix: str, t: int, width: int, gated: bool, phase: str, fp8: bool,
-         fused_cast: bool) -> list[Kernel]:
+def activation(prefix: str, t: int, width: int, gated: bool, phase: str, fp8: bool = False,
+               fused_cast: bool = False) -> list[Kernel]:
     """SwiGLU (or one-input activation) over t × width outputs; forward writes BF16 or,
     with ``fused_cast``, FP8 with scales; backward reads the saved input(s) and dY and
     writes d(input), recomputing the forward inside the kernel."""
     ins = 2 if gated else 1
-    out = FP8_ACT if fp8 and fused_cast else ACT_BYTES
-    if phase == "fwd":
+    cast = fp8 and fused_cast
+    out = FP8_ACT if cast else ACT_BYTES
+    if phase == "fwd":   # with the cast fused in, a cast kernel (DeepSeek's profile names
+        # it swiglu_forward_with_weight_and_per_token_cast_to_fp8; validation's classes)
         return [mem(f"{prefix}_act", ACT_BYTES * ins * t * width + out * t * width, "fwd",
-                    "elementwise", flops=5.0 * t * width)]
+                    "cast" if cast else "elementwise", flops=5.0 * t * width)]
     return [mem(f"{prefix}_act_bwd", ACT_BYTES * (2 * ins + 1) * t * width, "dgrad",
                 "elementwise", flops=10.0 * t * width)]
 
@@ -114,7 +116,7 @@ def ffn_kernels(spec: ModelSpec, tokens: int, width: int, prefix: str, phase: st
     up_n = (spec.ffn_matrices - 1) * width
     name = f"{prefix}_gemm"
     fc1 = linear(name, t, up_n, h, phase, fp8, kind=kind, cast_input=cast_input)
-    act = _act(prefix, t, width, spec.gated, phase, fp8, fused_cast)
+    act = activation(prefix, t, width, spec.gated, phase, fp8, fused_cast)
     fc2 = linear(name, t, h, width, phase, fp8, kind=kind,
                  cast_input=cast_input and not fused_cast)
     return [*fc1, *act, *fc2] if phase == "fwd" else [*fc2, *act, *fc1]

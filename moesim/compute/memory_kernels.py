@@ -1,0 +1,163 @@
+"""Memory-bound kernels by kind, size and implementation (``compute.memory_kernels``).
+
+Under ``stream`` (the default) every ``memory`` kernel moves its bytes at the device's
+published streaming bandwidth (:func:`moesim.compute.catalog_pricing.rate`). Under
+``eager`` (PyTorch eager ops), ``fused`` (Megatron-Core / Transformer Engine fused
+kernels) or ``liger`` (Liger-Kernel's Triton kernels), a kernel whose kind has a
+``memory_op`` table for that implementation moves its bytes at the rate achieved at its
+size, as the table's authors measured it:
+
+- the kernel's op is read from its name (:data:`OPS`: ``norm`` → ``rmsnorm``,
+  ``*_act`` → ``swiglu``, ``loss`` → ``cross_entropy``, the FP8 casts → ``cast``,
+  ``permute``/``unpermute`` → ``permute``); its pass picks the table (``fwd``, ``dgrad``);
+- a table's rows are published (rows, cols, ms) measurements; with the table's traffic
+  model (``bytes_per_element`` × rows × cols + ``bytes_per_row`` × rows, the same bytes
+  the kernel inventory counts for that kernel, :mod:`moesim.model.kernels`) each is a
+  point (bytes moved, achieved GB/s);
+- the kernel's rate is interpolated log-log along bytes per launch between points and
+  held at the nearest end outside them (so time stays non-decreasing in bytes); its time
+  is its bytes / that rate (the catalog adds the launch cost);
+- an implementation without a table for the op takes the next less fused one's
+  (:data:`FALLBACK`: liger → fused → eager), and no table at all leaves the stream rate,
+  each saying so in the detail.
+
+Tables: ``moesim/data/kernels/liger.yaml`` (docs/kernels.md "Memory-bound kernels by
+kind and size"). A table may instead give one ``gbps`` (a calibrated class rate, its
+split written in docs/studies/memory-kernel-calibration.md).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from moesim.compute.base import Kernel
+from moesim.errors import InputError
+
+#: ``compute.memory_kernels``: ``stream`` first (the default)
+IMPLS = ("stream", "eager", "fused", "liger")
+DEFAULT_IMPL = "stream"
+#: an implementation without a table for an op takes the next one's rows
+FALLBACK = {"liger": ("liger", "fused", "eager"), "fused": ("fused", "eager"),
+            "eager": ("eager",)}
+#: ops a memory_op table may name
+OP_NAMES = ("rmsnorm", "swiglu", "cross_entropy", "cast", "permute", "rope")
+#: kernel base names (no ``recompute.`` prefix, no ``_bwd`` suffix) -> op
+OPS = {
+    "norm": "rmsnorm",
+    "expert_act": "swiglu", "shared_act": "swiglu", "dense_act": "swiglu",
+    "loss": "cross_entropy",
+    "per_token_cast_to_fp8": "cast", "per_channel_cast_and_transpose": "cast",
+    "batched_transpose": "cast",
+    "permute": "permute", "unpermute": "permute",
+    "rotary_kernel": "rope",
+}
+MEMORY_COLUMNS = ("rows", "cols", "ms")
+
+
+def op_of(kernel: Kernel) -> str:
+    """The memory op of ``kernel`` by its name (an FP8 SwiGLU with the cast fused in is
+    a SwiGLU), else ``cast`` or ``permute`` by its class; "" when none."""
+    name = kernel.name.removeprefix("recompute.")
+    op = OPS.get(name.removesuffix("_bwd"), "")
+    return op or (kernel.kclass if kernel.kclass in ("cast", "permute") else "")
+
+
+def _bad(file: str, field: str, expected: str, got: Any) -> InputError:
+    return InputError(file, field, expected, got)
+
+
+def _num(v: Any, file: str, field: str, zero: bool = False) -> float:
+    ok = (isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v)
+          and (v >= 0 if zero else v > 0))
+    if not ok:
+        raise _bad(file, field, "a non-negative number" if zero else "a positive number", v)
+    return float(v)
+
+
+def parse_table(t: dict, file: str, at: str) -> dict:
+    """The ``memory_op`` fields of table ``t``: ``op``, ``impls`` and either ``gbps`` or
+    ``columns: [rows, cols, ms]``, ``rows`` and the traffic model (``bytes_per_element``,
+    ``bytes_per_row``, default 0) → {op, impls, gbps, points}; points (bytes, GB/s) by
+    bytes, time non-decreasing in bytes. InputError naming the field otherwise."""
+    op = t.get("op")
+    if op not in OP_NAMES:
+        raise _bad(file, f"{at}.op", f"one of {', '.join(OP_NAMES)}", op)
+    impls = t.get("impls")
+    if (not isinstance(impls, list) or not impls
+            or any(i not in IMPLS[1:] for i in impls)):
+        raise _bad(file, f"{at}.impls", f"a non-empty list of {', '.join(IMPLS[1:])}", impls)
+    out: dict[str, Any] = {"op": op, "impls": tuple(impls)}
+    if "gbps" in t:
+        if "rows" in t or "columns" in t:
+            raise _bad(file, f"{at}.gbps", "gbps or rows, not both", t["gbps"])
+        out["gbps"] = _num(t["gbps"], file, f"{at}.gbps")
+        return out
+    if t.get("columns") != list(MEMORY_COLUMNS):
+        raise _bad(file, f"{at}.columns", "[rows, cols, ms]", t.get("columns"))
+    bpe = _num(t.get("bytes_per_element"), file, f"{at}.bytes_per_element")
+    bpr = _num(t.get("bytes_per_row", 0), file, f"{at}.bytes_per_row", zero=True)
+    rows = t.get("rows")
+    if not isinstance(rows, list) or not rows:
+        raise _bad(file, f"{at}.rows", "a non-empty list of [rows, cols, ms]", rows)
+    pts = []
+    for i, r in enumerate(rows):
+        where = f"{at}.rows[{i}]"
+        if not isinstance(r, list) or len(r) != 3:
+            raise _bad(file, where, "a list of 3 numbers (rows, cols, ms)", r)
+        n, c, ms = (_num(v, file, f"{where}.{col}") for v, col in zip(r, MEMORY_COLUMNS,
+                                                                        strict=True))
+        nbytes = bpe * n * c + bpr * n
+        pts.append((nbytes, nbytes / (ms * 1e-3) / 1e9))
+    pts.sort()
+    for (a, ra), (b, rb) in zip(pts, pts[1:], strict=False):
+        if a == b:
+            raise _bad(file, f"{at}.rows", "one row per size", f"two rows of {a:g} bytes")
+        if rb / ra > b / a:
+            raise _bad(file, f"{at}.rows", "time non-decreasing in bytes",
+                       f"{a / ra * 1e-6:.4g} ms at {a:g} bytes, {b / rb * 1e-6:.4g} ms at "
+                       f"{b:g} bytes")
+    out["points"] = tuple(pts)
+    return out
+
+
+def rate_at(points: tuple, nbytes: float) -> tuple[float, str]:
+    """GB/s at ``nbytes`` per launch: a point's own, log-log between points, the nearest
+    end's held outside them."""
+    if nbytes <= points[0][0]:
+        return points[0][1], "exact" if nbytes == points[0][0] else "held below"
+    if nbytes >= points[-1][0]:
+        return points[-1][1], "exact" if nbytes == points[-1][0] else "held above"
+    for (a, ra), (b, rb) in zip(points, points[1:], strict=False):
+        if nbytes == a:
+            return ra, "exact"
+        if a < nbytes < b:
+            w = math.log(nbytes / a) / math.log(b / a)
+            return math.exp(math.log(ra) + w * math.log(rb / ra)), "interpolated"
+    return points[-1][1], "exact"
+
+
+def price(model: Any, kernel: Kernel, stream: Any) -> tuple[float, str] | str:
+    """A ``memory`` kernel under ``model.memory_kernels``: its op's table for the
+    implementation (or the next one's), else ``stream(model, kernel)``."""
+    impl = getattr(model, "memory_kernels", DEFAULT_IMPL)
+    if impl == DEFAULT_IMPL:
+        return stream(model, kernel)
+    op = op_of(kernel)
+    pass_ = kernel.pass_ or "fwd"
+    tables = [t for t in model.tables_for(kernel)
+              if t.kind == "memory_op" and t.op == op and pass_ in t.passes] if op else []
+    for cand in FALLBACK[impl]:
+        t = next((t for t in tables if cand in t.impls), None)
+        if t is None:
+            continue
+        per = kernel.bytes / max(kernel.count, 1)
+        gbps, how = (t.gbps, "calibrated") if t.gbps else rate_at(t.points, per)
+        note = "" if cand == impl else f" (no {impl} table: {cand}'s)"
+        return kernel.bytes / (gbps * 1e9), (f"{t.id} {per / 1e6:.4g} MB: {how} "
+                                             f"{gbps:.4g} GB/s{note}")
+    got = stream(model, kernel)
+    if isinstance(got, str):
+        return got
+    why = f"no {op} {pass_} table" if op else "no memory_op for this kernel"
+    return got[0], f"{got[1]} ({why}: stream)"
