@@ -37,8 +37,12 @@ def make_network(env: simpy.Environment, topo: Any, model: str) -> Any:
 def simulate_collective(topo: Any, op: str, nbytes: float = 0.0, algo: str | None = None,
                         ranks: Sequence[int] | None = None, model: str = "flow",
                         matrix: np.ndarray | Sequence[Sequence[float]] | None = None,
-                        root: int | None = None) -> dict:
+                        root: int | None = None, nccl: Any = None) -> dict:
     """Run one collective with every member arriving at t = 0.
+
+    ``nccl``: price it as the engines do with ``overlap.nccl_tuning``
+    (:class:`moesim.collectives.nccl.choice.NcclTuning`; default None: the flow network's
+    phases with their link latencies).
 
     ``op`` all_to_all with a ``matrix`` becomes all_to_all_v. Returns a JSON-able dict:
     op, algo, ranks, n, bytes (nccl-tests S), time_s, algbw_GBps, busbw_GBps, model,
@@ -70,7 +74,7 @@ def simulate_collective(topo: Any, op: str, nbytes: float = 0.0, algo: str | Non
     wall0 = time.perf_counter()
     env = simpy.Environment()
     net = make_network(env, topo, model)
-    comm = Communicator(env, _Counting(net), topo.gpus, rank_host=hosts)
+    comm = Communicator(env, _Counting(net), topo.gpus, rank_host=hosts, nccl=nccl)
     spec = CollectiveSpec(op, group, nbytes=float(nbytes), matrix=matrix, algo=algo, root=root)
     events = [comm.join("collective", r, spec) for r in group]
     env.run()
