@@ -34,6 +34,7 @@ from moesim.program.ep_backend import EPBackend
 from moesim.program.ep_transfers import EPTransfers
 from moesim.program.folding import FoldedTransfers, Transfer
 from moesim.program.grads import GradientStage
+from moesim.program.layer_plan import LayerKernels, LayerPlan, is_recompute
 from moesim.program.ops import Op
 from moesim.program.overlap import PairRule, ep_stream, interleave
 from moesim.program.recompute_ops import RecomputeStage
@@ -127,7 +128,7 @@ class Builder:
         placement = make_placement(E, self.ep, self.routing.replicate,
                                    self.routing.replica_split, scn.source) if E else None
         self._specs: dict[tuple, CollectiveSpec] = {}
-        self._layer_starts: list[int] = []
+        self.layer_starts: list[int] = []
         self.a2a_algo = scn.routing.a2a_algo
         # SMs held by communication kernels while in flight (compute shares the rest)
         self.nccl_sms = scn.overlap.nccl_sms
@@ -158,6 +159,14 @@ class Builder:
             self.rc, self.spec, self.tokens, self.seq, self.tp, self.ep_tokens,
             self.spec.top_k if self.routing.top_k is None else self.routing.top_k,
             self.etp, self.grouped)
+        # one layer's op order (moesim.program.layer_plan): every writer walks it
+        side = shared_overlap.enabled(scn, self.spec)
+        self.layer_plan = LayerPlan(self.spec, zero3=self.grads.zero3, cp=self.cp > 1,
+                                    side=side, etp=self.etp > 1)
+        self.kernels = LayerKernels(
+            self.spec, self.tokens, self.seq, self.tp, self.ep_tokens,
+            self.ep_tokens * self.recompute.top_k, scn.overlap.cuda_graphs, side, self.rc,
+            self.etp)
 
     def expert_dp_group(self, rank: int) -> tuple[int, ...]:
         """Ranks holding the same expert shards as ``rank`` (:class:`GradientStage`)."""
@@ -201,7 +210,7 @@ class Builder:
         stage = int(lay.coords["pp"][rank])
         pp_group = lay.group_of(rank, "pp")
         prog: list[Op] = []
-        self._layer_starts = []
+        self.layer_starts = []
         last_bwd: dict[int, int] = {}    # layer -> index of its last backward op
         overlap = self.scn.overlap.ep_comm_overlap and self.ep > 1
         own_stream = (overlap or self.ep_backend.deepep    # DeepEP; shared experts beside
@@ -209,7 +218,7 @@ class Builder:
         pending = None   # (start index in prog, schedule item) of an unpaired item
         for item in self.order[stage]:
             item_start = len(prog)
-            self._item(prog, rank, stage, pp_group, item, last_bwd)
+            self.item_ops(prog, rank, stage, pp_group, item, last_bwd)
             if tp_overlap.enabled(self.scn):    # TE userbuffers: TP comm beside GEMMs
                 tp_overlap.rewrite(prog, item_start, last_bwd, self.res, self.timer.model)
             if own_stream:
@@ -219,14 +228,14 @@ class Builder:
             if pending is not None and self.pairs.can_pair(stage, pending[1], item):
                 interleave(prog, pending[0], item_start, last_bwd)
                 pending = None
-                self._layer_starts = []
+                self.layer_starts = []
             else:
                 pending = (item_start, item)
-        self._gradients(prog, rank, stage, last_bwd)
+        self.gradient_ops(prog, rank, stage, last_bwd)
         return prog
 
     # ---------------------------------------------------------------- one schedule item
-    def _item(self, prog: list[Op], rank: int, stage: int, pp_group, item,
+    def item_ops(self, prog: list[Op], rank: int, stage: int, pp_group, item,
               last_bwd: dict[int, int]) -> None:
         p = self.pp
         vstage = item.chunk * p + stage
@@ -235,34 +244,34 @@ class Builder:
         if item.kind == "F":
             if vstage > 0:
                 src = pp_group[(vstage - 1) % p]
-                prog.append(self._recv(src, ("act", item.mb, vstage, rank), item.mb, "fwd",
+                prog.append(self.recv_op(src, ("act", item.mb, vstage, rank), item.mb, "fwd",
                                        layers[0] if layers else -1))
             if vstage == 0:
                 self.compute_op(prog, "fwd.embedding", -1, item.mb, "fwd", ("emb", "fwd"),
                                 lambda: recipe.embedding(self.spec, self.tokens, self.tp, "fwd"))
             for layer in layers:
-                self._layer(prog, rank, layer, item.mb, "fwd")
+                self.layer_ops(prog, rank, layer, item.mb, "fwd")
             if vstage == last_v:
                 self.compute_op(prog, "fwd.lm_head", -1, item.mb, "fwd", ("lm", "fwd"),
                                 lambda: recipe.lm_head(self.spec, self.tokens, self.tp, "fwd"))
             else:
                 dst = pp_group[(vstage + 1) % p]
-                prog.append(self._send(prog, dst, ("act", item.mb, vstage + 1, dst), item.mb,
+                prog.append(self.send_op(prog, dst, ("act", item.mb, vstage + 1, dst), item.mb,
                                        "fwd", layers[-1] if layers else -1))
         else:
             if vstage < last_v:
                 src = pp_group[(vstage + 1) % p]
-                prog.append(self._recv(src, ("grad", item.mb, vstage, rank), item.mb, "bwd",
+                prog.append(self.recv_op(src, ("grad", item.mb, vstage, rank), item.mb, "bwd",
                                        layers[-1] if layers else -1))
             else:
                 self.compute_op(prog, "bwd.lm_head", -1, item.mb, "bwd", ("lm", "bwd"),
                                 lambda: recipe.lm_head(self.spec, self.tokens, self.tp, "bwd"))
             for layer in reversed(layers):
-                self._layer(prog, rank, layer, item.mb, "bwd")
+                self.layer_ops(prog, rank, layer, item.mb, "bwd")
                 last_bwd[layer] = len(prog) - 1
             if vstage > 0:
                 dst = pp_group[(vstage - 1) % p]
-                prog.append(self._send(prog, dst, ("grad", item.mb, vstage - 1, dst), item.mb,
+                prog.append(self.send_op(prog, dst, ("grad", item.mb, vstage - 1, dst), item.mb,
                                        "bwd", layers[0] if layers else -1))
 
     # ------------------------------------------- pieces (public: serving writes its ops)
@@ -270,13 +279,13 @@ class Builder:
                    key: tuple, make, deps: tuple[int, ...] = (), **kw) -> None:
         """A compute op priced by the timer under ``key`` (``make``: its kernels)."""
         t, fl = self.timer(key, make)
-        if name != "opt.adam" and not name.startswith("bwd.recompute"):  # model FLOPs only
+        if name != "opt.adam" and not is_recompute(name):  # model FLOPs only
             self.flops += fl
         prog.append(Op(stream="compute", kind="compute", name=name, duration_s=t, flops=fl,
                        layer=layer, microbatch=mb, phase=phase, deps=deps,
                        kernels=self.timer.kernels_for(key), **kw))
 
-    def _gradients(self, prog: list[Op], rank: int, stage: int, last_bwd: dict[int, int],
+    def gradient_ops(self, prog: list[Op], rank: int, stage: int, last_bwd: dict[int, int],
                    parts: list[tuple] | None = None) -> None:
         """The gradient stage's ops after the rank's backward, the optimizer between."""
         self.grads.reduce(prog, rank, stage, last_bwd, self._optimizer, parts)
@@ -285,11 +294,11 @@ class Builder:
         self.compute_op(prog, "opt.adam", -1, -1, "opt", ("opt", params),
                         lambda: recipe.optimizer(params), deps=deps)
 
-    def _recv(self, src: int, key: tuple, mb: int, phase: str, layer: int) -> Op:
+    def recv_op(self, src: int, key: tuple, mb: int, phase: str, layer: int) -> Op:
         return Op(stream="compute", kind="pp", name=f"{phase}.recv", recv_from=src, key=key,
                   microbatch=mb, phase=phase, layer=layer)
 
-    def _send(self, prog: list[Op], dst: int, key: tuple, mb: int, phase: str,
+    def send_op(self, prog: list[Op], dst: int, key: tuple, mb: int, phase: str,
               layer: int) -> Op:
         nbytes = self.tokens * self.spec.hidden * ACT_BYTES / self.tp
         deps = (len(prog) - 1,) if prog else ()
@@ -313,54 +322,50 @@ class Builder:
             self._specs[key] = make()
         return self._specs[key]
 
-    def _layer(self, prog: list[Op], rank: int, layer: int, mb: int, phase: str) -> None:
-        spec, tp = self.spec, self.tp
-        moe = spec.is_moe_layer(layer)
+    def layer_ops(self, prog: list[Op], rank: int, layer: int, mb: int, phase: str,
+                  attn: tuple | None = None) -> None:
+        """Layer ``layer``'s ops of ``phase`` (``fwd``/``bwd``), written by walking its
+        template (:class:`moesim.program.layer_plan.LayerPlan`); ``attn``: a (key, kernel
+        maker) in place of the attention step's (e.g. a serving step's). ZeRO-3's gathers
+        come first; what waits for them is the layer's first op (and its recompute)."""
         deps: tuple[int, ...] = ()
-        if self.grads.zero3:
-            deps = self.grads.zero3_gather(prog, rank, layer, mb, phase, self._layer_starts)
         start = len(prog)
-        graphs = self.scn.overlap.cuda_graphs
-        attn, attn_k = recipe.attn_op(spec, layer, self.tokens, self.seq, tp, phase, graphs)
-        if phase == "fwd":
-            self._attention(prog, rank, layer, mb, phase, attn, attn_k, deps=deps)
-            self.tp_allreduce_ops(prog, rank, layer, mb, phase, "attn")
-            if moe:
-                self.moe_ops(prog, rank, layer, mb, phase)
-            else:
-                self.compute_op(prog, "fwd.ffn", layer, mb, phase, ("ffn", phase),
-                                lambda: recipe.dense_ffn(spec, self.tokens, tp, phase, graphs))
-            self.tp_allreduce_ops(prog, rank, layer, mb, phase, "mlp")
-            if layer >= spec.layers:    # an MTP depth's projection, head and loss
-                self.compute_op(prog, "fwd.mtp", layer, mb, phase, ("mtp", phase),
-                                lambda: recipe.mtp_head(spec, self.tokens, tp, phase))
-        else:
-            self._recompute(prog, layer, mb, deps)
-            if layer >= spec.layers:
-                self.compute_op(prog, "bwd.mtp", layer, mb, phase, ("mtp", phase),
-                                lambda: recipe.mtp_head(spec, self.tokens, tp, phase))
-            self.tp_allreduce_ops(prog, rank, layer, mb, phase, "mlp")
-            if moe:
-                self.moe_ops(prog, rank, layer, mb, phase, deps=deps)
+        for st in self.layer_plan.steps(layer, phase):
+            k = st.kind
+            if k == "zero3":
+                deps = self.grads.zero3_gather(prog, rank, layer, mb, phase, self.layer_starts)
+                start = len(prog)
+            elif k == "tp":
+                self.tp_allreduce_ops(prog, rank, layer, mb, phase, st.arg)
+            elif k == "moe":
+                self._moe_block(prog, rank, layer, mb, phase, st.block, deps)
                 deps = ()
-            else:
-                self.compute_op(prog, "bwd.ffn", layer, mb, phase, ("ffn", phase),
-                                lambda: recipe.dense_ffn(spec, self.tokens, tp, phase, graphs),
-                                deps=deps)
+            elif k == "attn":
+                self._attention(prog, rank, layer, mb, st, attn or self.kernels.op(st, layer),
+                                deps)
                 deps = ()
-            self.tp_allreduce_ops(prog, rank, layer, mb, phase, "attn")
-            self._attention(prog, rank, layer, mb, phase, attn, attn_k, deps=deps)
-        self._layer_starts.append(start)
+            else:               # one compute op: recompute (waits too), ffn, mtp
+                op = self.kernels.op(st, layer)
+                if op is not None:
+                    self.compute_op(prog, st.name, layer, mb, phase, *op,
+                                    deps=deps if k in ("recompute", "ffn") else ())
+                if k == "ffn":
+                    deps = ()
+        self.layer_starts.append(start)
 
     def moe_ops(self, prog: list[Op], rank: int, layer: int, mb: int, phase: str,
                 deps: tuple[int, ...] = ()) -> None:
-        """A MoE block: router, dispatch, (ETP,) experts, combine, unpermute."""
-        spec, tp = self.spec, self.tp
+        """A MoE block: router, dispatch, (ETP,) experts, combine, unpermute
+        (:meth:`LayerPlan.moe`)."""
+        self._moe_block(prog, rank, layer, mb, phase, self.layer_plan.moe(phase), deps)
+
+    def _moe_block(self, prog: list[Op], rank: int, layer: int, mb: int, phase: str, steps,
+                   deps: tuple[int, ...] = ()) -> None:
+        """The MoE block's ``steps`` on ``rank``, routed as the token-routing stage says."""
         group = self.lay.group_of(rank, "ep")
         pos = group.index(rank)
         r = self.routes.route(group[0], group, layer, mb)
-        k = spec.top_k if self.routing.top_k is None else self.routing.top_k
-        sent = self.ep_tokens * k
+        sent = self.kernels.sent
         recv = int(r.rank_tokens[pos])
         gkey = (group[0], layer, mb)
         disp, comb = self.ep_transfers.exchange(group, r, layer, mb, phase)
@@ -370,50 +375,41 @@ class Builder:
         t_exp, f_exp = 0.0, 0.0
         exp_ks: list[Kernel] = []
         for i, e in enumerate(experts):      # grouped: later experts share the 1st's launches
-            fu = self.grouped and i > 0
-            key = ("expert", int(local[e]), phase, self.etp) + (("fused",) if fu else ())
-            t, f = self.timer(key, lambda n=int(local[e]), fu=fu: recipe.expert(
-                spec, n, self.etp, phase, fu))
+            key, make = self.kernels.expert(int(local[e]), phase, self.grouped and i > 0)
+            t, f = self.timer(key, make)
             t_exp += t
             f_exp += f
             exp_ks += self.timer.kernels_for(key)
-        self.flops += f_exp
-        exp_op = Op(stream="compute", kind="compute", name=f"{phase}.experts", duration_s=t_exp,
-                    kernels=tuple(exp_ks),
-                    flops=f_exp, layer=layer, microbatch=mb, phase=phase, tokens=recv,
-                    experts=experts, expert_tokens=tuple(int(local[e]) for e in experts),
-                    hot_expert=hot, hot_tokens=int(local[hot]) if hot >= 0 else 0)
-        pre = lambda: recipe.router(  # noqa: E731
-            spec, self.ep_tokens, sent, phase, self.scn.overlap.cuda_graphs)
-        side = shared_overlap.enabled(self.scn, spec)
-        pkey, post = recipe.post_op(spec, sent, self.tokens, tp, phase, side)
-        d_out = self.ep_transfers.sent_bytes(disp, pos)
-        c_out = self.ep_transfers.sent_bytes(comb, pos)
-        if phase == "fwd":
-            self.compute_op(prog, "fwd.router", layer, mb, phase, ("router", phase), pre, deps=deps)
-            self.collective_op(prog, "ep_dispatch", "fwd.dispatch", disp, ("disp",) + gkey,
-                               layer, mb, phase, d_out, tokens=sent)
-            self._shared_part(prog, layer, mb, phase, 0, side)
-            self._etp(prog, etp_g, local, layer, mb, phase, 0)
-            prog.append(exp_op)
-            self._etp(prog, etp_g, local, layer, mb, phase, 1)
-            self.collective_op(prog, "ep_combine", "fwd.combine", comb, ("comb",) + gkey,
-                               layer, mb, phase, c_out, tokens=recv)
-            self._shared_part(prog, layer, mb, phase, 1, side)
-            self.compute_op(prog, "fwd.unpermute", layer, mb, phase, pkey, post)
-        else:
-            self.compute_op(prog, "bwd.unpermute", layer, mb, phase, pkey, post, deps=deps)
-            self.collective_op(prog, "ep_combine", "bwd.combine", comb, ("bcomb",) + gkey,
-                               layer, mb, phase, c_out, tokens=sent)
-            self._shared_part(prog, layer, mb, phase, 0, side)
-            self._etp(prog, etp_g, local, layer, mb, phase, 0)
-            self._recompute_experts(prog, layer, mb, local, experts, recv)
-            prog.append(exp_op)
-            self._etp(prog, etp_g, local, layer, mb, phase, 1)
-            self.collective_op(prog, "ep_dispatch", "bwd.dispatch", disp, ("bdisp",) + gkey,
-                               layer, mb, phase, d_out, tokens=recv)
-            self._shared_part(prog, layer, mb, phase, 1, side)
-            self.compute_op(prog, "bwd.router", layer, mb, phase, ("router", phase), pre)
+        bwd = "b" if phase == "bwd" else ""
+        for st in steps:
+            k = st.kind
+            if k == "a2a":
+                dispatch = st.arg == "ep_dispatch"
+                first = dispatch == (phase == "fwd")     # the pass's first all-to-all
+                self.collective_op(prog, st.arg, st.name, disp if dispatch else comb,
+                                   (bwd + ("disp" if dispatch else "comb"),) + gkey, layer,
+                                   mb, phase, self.ep_transfers.sent_bytes(
+                                       disp if dispatch else comb, pos),
+                                   tokens=sent if first else recv)
+                if st.beside >= 0:      # the shared experts beside it (shared_overlap)
+                    side, (key, make) = self.kernels.shared(phase, st.beside)
+                    self.compute_op(prog, side.name, layer, mb, phase, key, make)
+            elif k == "etp":
+                self._etp(prog, etp_g, local, layer, mb, phase, st.arg)
+            elif k == "experts":
+                self.flops += f_exp
+                prog.append(Op(stream="compute", kind="compute", name=st.name,
+                               duration_s=t_exp, kernels=tuple(exp_ks), flops=f_exp,
+                               layer=layer, microbatch=mb, phase=phase, tokens=recv,
+                               experts=experts,
+                               expert_tokens=tuple(int(local[e]) for e in experts),
+                               hot_expert=hot, hot_tokens=int(local[hot]) if hot >= 0 else 0))
+            elif k == "recompute_experts":
+                self._recompute_experts(prog, st.name, layer, mb, local, experts, recv)
+            else:               # router, unpermute: the first waits for ``deps``
+                self.compute_op(prog, st.name, layer, mb, phase, *self.kernels.op(st, layer),
+                                deps=deps)
+                deps = ()
 
     def _transfer(self, prog: list[Op], t: Transfer, layer: int, mb: int, phase: str,
                   deps: tuple[int, ...] = ()) -> None:
@@ -426,17 +422,18 @@ class Builder:
         for t in self.folded.tp_reduce(rank, layer, mb, phase, which):
             self._transfer(prog, t, layer, mb, phase)
 
-    def _attention(self, prog: list[Op], rank: int, layer: int, mb: int, phase: str, attn,
-                   attn_k, deps: tuple[int, ...] = ()) -> None:
+    def _attention(self, prog: list[Op], rank: int, layer: int, mb: int, st, op: tuple,
+                   deps: tuple[int, ...] = ()) -> None:
         """Attention; with CP the ring's KV exchange on its own stream beside it, and
         the next op waiting for both (moesim.program.cp)."""
-        kv_t = self.folded.cp_kv(rank, layer, mb, phase)
+        phase = st.phase
+        kv_t = self.folded.cp_kv(rank, layer, mb, phase) if st.cp else None
         if kv_t is None:
-            self.compute_op(prog, f"{phase}.attn", layer, mb, phase, attn, attn_k, deps=deps)
+            self.compute_op(prog, st.name, layer, mb, phase, *op, deps=deps)
             return
         kv = len(prog)
         self._transfer(prog, kv_t, layer, mb, phase, deps=deps + ((kv - 1,) if kv else ()))
-        self.compute_op(prog, f"{phase}.attn", layer, mb, phase, attn, attn_k, deps=deps)
+        self.compute_op(prog, st.name, layer, mb, phase, *op, deps=deps)
         prog.append(Op(stream="compute", kind="compute", name=f"{phase}.cp_wait",
                        layer=layer, microbatch=mb, phase=phase, deps=(kv,)))
 
@@ -447,25 +444,12 @@ class Builder:
         if t is not None:
             self._transfer(prog, t, layer, mb, phase)
 
-    def _recompute(self, prog: list[Op], layer: int, mb: int, deps: tuple[int, ...]) -> None:
-        """``bwd.recompute`` before the layer's backward (:class:`RecomputeStage`)."""
-        op = self.recompute.layer_op(layer)
-        if op is not None:
-            self.compute_op(prog, "bwd.recompute", layer, mb, "bwd", *op, deps=deps)
-
-    def _recompute_experts(self, prog: list[Op], layer: int, mb: int, local, experts,
-                           recv: int) -> None:
-        """``bwd.recompute_experts`` before the experts' backward (:class:`RecomputeStage`)."""
+    def _recompute_experts(self, prog: list[Op], name: str, layer: int, mb: int, local,
+                           experts, recv: int) -> None:
+        """``bwd.recompute_experts`` (``name``) before the experts' backward
+        (:class:`RecomputeStage`)."""
         priced = self.recompute.experts(layer, [int(local[e]) for e in experts], self.timer)
         if priced is not None:
-            prog.append(Op(stream="compute", kind="compute", name="bwd.recompute_experts",
+            prog.append(Op(stream="compute", kind="compute", name=name,
                            duration_s=priced[0], flops=priced[1], layer=layer, microbatch=mb,
                            phase="bwd", tokens=recv))
-
-    def _shared_part(self, prog: list[Op], layer: int, mb: int, phase: str, part: int,
-                     on: bool) -> None:  # beside the all-to-all just issued (shared_overlap)
-        if on:
-            self.compute_op(prog, shared_overlap.NAMES[phase][part], layer, mb, phase,
-                            ("shared", phase, part), lambda: recipe.shared_part(
-                              self.spec, self.tokens, self.tp, phase, part))
-

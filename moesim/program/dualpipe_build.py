@@ -105,8 +105,9 @@ class DualPipeProgram:
     """The schedule stage of DualPipe(V): each rank's program from its items of the dual
     order. Inputs: the order ``dual`` (:class:`moesim.schedule.dualpipe.DualOrder`),
     ``fb_overlap`` (an F&B pair interleaves its EP all-to-alls) and the builder ``b`` that
-    writes the ops: its layers (``_layer``), compute, pipeline and gradient ops
-    (``compute_op``, ``_recv``, ``_send``, ``_gradients``), model chunks, routing, timer and
+    writes the ops through its public interface: its layers (``layer_ops``, ``layer_plan``,
+    ``kernels``), compute, pipeline and gradient ops (``compute_op``, ``recv_op``,
+    ``send_op``, ``gradient_ops``), model chunks, routing, timer and
     FLOP count."""
 
     def __init__(self, b, dual, fb_overlap: bool) -> None:
@@ -131,7 +132,7 @@ class DualPipeProgram:
         pos = int(b.lay.coords["pp"][rank])
         pp_group = b.lay.group_of(rank, "pp")
         prog: list[Op] = []
-        b._layer_starts = []
+        b.layer_starts = []
         last_w: dict[int, int] = {}     # layer -> index of its last weight-gradient op
         for it in d.items[pos]:
             start = len(prog)
@@ -148,7 +149,7 @@ class DualPipeProgram:
                 if self.fb_overlap:
                     ep_stream(prog, start)
                 pair_items(prog, start, mid, last_w, self.fb_overlap)
-        b._gradients(prog, rank, pos, last_w, parts=self._dual_parts(rank, pos, last_w))
+        b.gradient_ops(prog, rank, pos, last_w, parts=self._dual_parts(rank, pos, last_w))
         return prog
 
     def _dual_parts(self, rank: int, pos: int, last_w: dict[int, int]) -> list[tuple]:
@@ -180,20 +181,20 @@ class DualPipeProgram:
         if s > 0:
             src = pp_group[d.rank(mb, s - 1)]
             if src != rank:
-                prog.append(b._recv(src, ("act", mb, s, rank), mb, "fwd",
+                prog.append(b.recv_op(src, ("act", mb, s, rank), mb, "fwd",
                                        layers[0] if layers else -1))
         else:
             b.compute_op(prog, "fwd.embedding", -1, mb, "fwd", ("emb", "fwd"),
                           lambda: recipe.embedding(b.spec, b.tokens, b.tp, "fwd"))
         for layer in layers:
-            b._layer(prog, rank, layer, mb, "fwd")
+            b.layer_ops(prog, rank, layer, mb, "fwd")
         if s == d.stages - 1:
             b.compute_op(prog, "fwd.lm_head", -1, mb, "fwd", ("lm", "fwd"),
                           lambda: recipe.lm_head(b.spec, b.tokens, b.tp, "fwd"))
             return
         dst = pp_group[d.rank(mb, s + 1)]
         if dst != rank:
-            prog.append(b._send(prog, dst, ("act", mb, s + 1, dst), mb, "fwd",
+            prog.append(b.send_op(prog, dst, ("act", mb, s + 1, dst), mb, "fwd",
                                    layers[-1] if layers else -1))
 
     def _lm_head_bwd(self, prog: list[Op], mb: int, part: str) -> None:
@@ -210,7 +211,7 @@ class DualPipeProgram:
         if s < d.stages - 1:
             src = pp_group[d.rank(mb, s + 1)]
             if src != rank:
-                prog.append(b._recv(src, ("grad", mb, s, rank), mb, "bwd",
+                prog.append(b.recv_op(src, ("grad", mb, s, rank), mb, "bwd",
                                        layers[-1] if layers else -1))
         else:
             self._lm_head_bwd(prog, mb, "B")
@@ -218,13 +219,13 @@ class DualPipeProgram:
                 self._lm_head_bwd(prog, mb, "W")
         for layer in reversed(layers):
             with self._part("B"):
-                b._layer(prog, rank, layer, mb, "bwd")
+                b.layer_ops(prog, rank, layer, mb, "bwd")
             if full:
                 self._w_layer(prog, rank, layer, mb, last_w)
         if s > 0:
             dst = pp_group[d.rank(mb, s - 1)]
             if dst != rank:
-                prog.append(b._send(prog, dst, ("grad", mb, s - 1, dst), mb, "bwd",
+                prog.append(b.send_op(prog, dst, ("grad", mb, s - 1, dst), mb, "bwd",
                                        layers[0] if layers else -1))
 
     def _dual_w(self, prog: list[Op], rank: int, mb: int, s: int,
@@ -237,64 +238,57 @@ class DualPipeProgram:
 
     def _w_layer(self, prog: list[Op], rank: int, layer: int, mb: int,
                  last_w: dict[int, int]) -> None:
-        """Weight-gradient GEMMs of one layer: the MLP's (router, shared experts, routed
-        experts with the tokens they received, or the dense FFN), then attention's."""
+        """Weight-gradient GEMMs of one layer, in its template's ``W`` order
+        (:func:`moesim.program.layer_plan.weight_steps`): the routed experts' with the
+        tokens each received."""
         b = self.b
-        spec, tp, tok = b.spec, b.tp, b.tokens
-        W = recipe.backward_part
-        if layer >= spec.layers:     # an MTP depth's eh_proj and output head (moesim.model.mtp)
-            b.compute_op(prog, "bwd.w_mtp", layer, mb, "bwd", ("mtp", "bwd", "W"),
-                          lambda: W(recipe.mtp_head(spec, tok, tp, "bwd"), "W"))
-        if spec.is_moe_layer(layer):
-            b.compute_op(prog, "bwd.w_mlp", layer, mb, "bwd", ("w_moe", "bwd"),
-                         lambda: recipe.mlp_w(spec, b.ep_tokens, tok, tp))
-            group = b.lay.group_of(rank, "ep")
-            local = b.routes.route(group[0], group, layer, mb).rank_expert_tokens[group.index(rank)]
-            experts = tuple(int(e) for e in local.nonzero()[0])
-            t_exp = f_exp = 0.0
-            ks: list = []
-            for i, e in enumerate(experts):   # grouped: later experts share the 1st's launches
-                fu = b.grouped and i > 0
-                key = ("expert", int(local[e]), "bwd", "W") + (("fused",) if fu else ())
-                t, f = b.timer(key, lambda n=int(local[e]), fu=fu: W(
-                    recipe.expert(spec, n, 1, "bwd", fu), "W"))
-                t_exp += t
-                f_exp += f
-                ks += b.timer.kernels_for(key)
-            b.flops += f_exp
-            prog.append(Op(stream="compute", kind="compute", name="bwd.w_experts",
-                           duration_s=t_exp, flops=f_exp, layer=layer, microbatch=mb,
-                           kernels=tuple(ks),
-                           phase="bwd", experts=experts,
-                           expert_tokens=tuple(int(local[e]) for e in experts)))
-        else:
-            b.compute_op(prog, "bwd.w_mlp", layer, mb, "bwd", ("ffn", "bwd", "W"), lambda: W(
-                recipe.dense_ffn(spec, tok, tp, "bwd"), "W"))
-        b.compute_op(prog, "bwd.w_attn", layer, mb, "bwd", ("attn", "bwd", "W"),
-                     lambda: recipe.attn_w(spec, tok, b.seq, tp))
+        for st in b.layer_plan.steps(layer, "W"):
+            if st.kind == "experts":
+                self._w_experts(prog, rank, layer, mb, st.name)
+            else:
+                b.compute_op(prog, st.name, layer, mb, "bwd", *b.kernels.op(st, layer))
         last_w[layer] = len(prog) - 1
+
+    def _w_experts(self, prog: list[Op], rank: int, layer: int, mb: int, name: str) -> None:
+        b = self.b
+        group = b.lay.group_of(rank, "ep")
+        local = b.routes.route(group[0], group, layer, mb).rank_expert_tokens[group.index(rank)]
+        experts = tuple(int(e) for e in local.nonzero()[0])
+        t_exp = f_exp = 0.0
+        ks: list = []
+        for i, e in enumerate(experts):   # grouped: later experts share the 1st's launches
+            key, make = b.kernels.expert(int(local[e]), "bwd", b.grouped and i > 0, "W")
+            t, f = b.timer(key, make)
+            t_exp += t
+            f_exp += f
+            ks += b.timer.kernels_for(key)
+        b.flops += f_exp
+        prog.append(Op(stream="compute", kind="compute", name=name, duration_s=t_exp,
+                       flops=f_exp, layer=layer, microbatch=mb, kernels=tuple(ks),
+                       phase="bwd", experts=experts,
+                       expert_tokens=tuple(int(local[e]) for e in experts)))
 
 
 def a2a_program(b, rank: int) -> list[Op]:
     """``rank``'s program under ``overlap.kind: a2a-1f1b`` (the schedule stage of
     Megatron-Core's 1F1B with EP all-to-all overlap), written by the builder ``b``: its
-    schedule items (``_item``), layer starts and gradient stage (``_gradients``)."""
+    schedule items (``item_ops``), layer starts and gradient stage (``gradient_ops``)."""
     stage = int(b.lay.coords["pp"][rank])
     pp_group = b.lay.group_of(rank, "pp")
     prog: list[Op] = []
-    b._layer_starts = []
+    b.layer_starts = []
     last_bwd: dict[int, int] = {}
     for step in a2a_1f1b_order(b.pp, b.m, b.v)[stage]:
         start = len(prog)
-        b._item(prog, rank, stage, pp_group, step[0], last_bwd)
+        b.item_ops(prog, rank, stage, pp_group, step[0], last_bwd)
         if len(step) == 1:
             continue
         mid = len(prog)
-        b._item(prog, rank, stage, pp_group, step[1], last_bwd)
+        b.item_ops(prog, rank, stage, pp_group, step[1], last_bwd)
         ep_stream(prog, start)
         pair_items(prog, start, mid, last_bwd)
-        b._layer_starts = []
-    b._gradients(prog, rank, stage, last_bwd)
+        b.layer_starts = []
+    b.gradient_ops(prog, rank, stage, last_bwd)
     return prog
 
 

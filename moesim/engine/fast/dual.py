@@ -70,13 +70,12 @@ class DualChain(Chain):
             self._send(s, dst, key, mb, phase, layer)
 
     # ------------------------------------------------------------ parts
-    def _experts(self, s: int, rec, layer: int, mb: int, phase: str) -> None:
+    def _experts(self, s: int, rec, layer: int, mb: int, phase: str, name: str) -> None:
         if self.part is None:
-            return super()._experts(s, rec, layer, mb, phase)
+            return super()._experts(s, rec, layer, mb, phase, name)
         key = f"{phase}.{self.part}"
         dur = rec.exp_t[key]
         self.out[s].flops += rec.exp_f[key]
-        name = f"{phase}.experts" if self.part == "B" else "bwd.w_experts"
         if self.rec is not None:
             self.rec.append(("c", dur, name, layer, mb, phase, {"tokens": rec.recv}))
             return
@@ -95,23 +94,16 @@ class DualChain(Chain):
             c.timer, self.part = base, None
 
     def _w_layer(self, s: int, layer: int, mb: int) -> None:
+        """Layer ``layer``'s deferred weight gradients, in its template's ``W`` order
+        (:func:`moesim.program.layer_plan.weight_steps`)."""
         c = self.c
-        spec, tok, tp = c.spec, c.tokens, c.tp
-        W = recipe.backward_part
-        if layer >= spec.layers:     # an MTP depth's eh_proj and output head (moesim.model.mtp)
-            self._compute(s, "bwd.w_mtp", ("mtp", "bwd", "W"), lambda: W(
-                recipe.mtp_head(spec, tok, tp, "bwd"), "W"), layer, mb, "bwd")
-        if spec.is_moe_layer(layer):
-            self._compute(s, "bwd.w_mlp", ("w_moe", "bwd"), lambda: recipe.mlp_w(
-                spec, c.ep_tokens, tok, tp), layer, mb, "bwd")
-            self.part = "W"
-            self._experts(s, self.route(s, layer, mb), layer, mb, "bwd")
-            self.part = None
-        else:
-            self._compute(s, "bwd.w_mlp", ("ffn", "bwd", "W"), lambda: W(
-                recipe.dense_ffn(spec, tok, tp, "bwd"), "W"), layer, mb, "bwd")
-        self._compute(s, "bwd.w_attn", ("attn", "bwd", "W"), lambda: recipe.attn_w(
-            spec, tok, c.seq, tp), layer, mb, "bwd")
+        for st in self.plan.steps(layer, "W"):
+            if st.kind == "experts":
+                self.part = "W"
+                self._experts(s, self.route(s, layer, mb), layer, mb, "bwd", st.name)
+                self.part = None
+            else:
+                self._compute(s, st.name, *self.kern.op(st, layer), layer, mb, "bwd")
         out = self.out[s]
         self._last_bwd(s, layer)
         if self.bk is not None:

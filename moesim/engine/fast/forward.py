@@ -34,7 +34,7 @@ from moesim.engine.fast.pipeline import Chain, all_pairs
 from moesim.engine.fast.plan_stats import make_plan, shortcuts
 from moesim.engine.fast.records import _route_rec
 from moesim.engine.summary import link_stats, make_result, summarize
-from moesim.program import recipe, shared_overlap
+from moesim.program import recipe
 from moesim.program.build import Builder
 from moesim.scenario.resolved import Resolved
 from moesim.trace.result import SimResult
@@ -119,47 +119,37 @@ class ForwardChain(Chain):
 
     def _segments(self, s: int, item):
         """One micro-batch's ops; yields at each all-to-all (the end of a segment) and is
-        sent back what :meth:`_issue` made of it. The MoE block's kernels are the exact
-        builder's (:meth:`moesim.program.build.Builder.moe_ops`): the router with the
-        scenario's CUDA-graph modules, the unpermute without the shared experts where they
-        run beside the all-to-alls (their parts open the segment after each all-to-all, as
-        :func:`moesim.program.overlap.interleave` orders them, before its wait)."""
-        c, sb, mb = self.c, self.sb, item.mb
-        spec, tok, tp = c.spec, c.tokens, c.tp
-        scn = c.res.scenario
-        graphs = scn.overlap.cuda_graphs
-        side = shared_overlap.enabled(scn, spec)
-        pkey, post = recipe.post_op(spec, c.sent, tok, tp, "fwd", side)
+        sent back what :meth:`_issue` made of it. The layer's steps are the exact
+        builder's (:meth:`moesim.program.layer_plan.LayerPlan.steps`, as
+        :meth:`moesim.program.build.Builder.moe_ops` walks the MoE block): the shared
+        experts' part beside an all-to-all opens the segment after it, as
+        :func:`moesim.program.overlap.interleave` orders them, before its wait."""
+        c, mb = self.c, item.mb
         self._compute(s, "fwd.embedding", ("emb", "fwd"),
-                      lambda: recipe.embedding(spec, tok, tp, "fwd"), -1, mb, "fwd")
-        for layer in range(spec.layers):
-            self._compute(s, "fwd.attn", sb.attn_key(layer),
-                          lambda n=layer: sb.attn_kernels(n), layer, mb, "fwd")
-            self._tp(s, "fwd.tp_attn", layer, mb, "fwd")
-            if spec.is_moe_layer(layer):
+                      lambda: recipe.embedding(c.spec, c.tokens, c.tp, "fwd"), -1, mb, "fwd")
+        do = self._do
+        for layer in range(c.spec.layers):
+            for st in self.plan.steps(layer, "fwd"):
+                if st.kind != "moe":
+                    do[st.kind](s, st, layer, mb)
+                    continue
                 rec = self.route(s, layer, mb)
-                self._compute(s, "fwd.router", ("router", "fwd"), lambda: recipe.router(
-                    spec, c.ep_tokens, c.sent, "fwd", graphs), layer, mb, "fwd")
-                issued = yield "ep_dispatch", "fwd.dispatch", rec, layer, mb
-                self._beside(s, issued, side, 0, layer, mb)
-                self._experts(s, rec, layer, mb, "fwd")
-                issued = yield "ep_combine", "fwd.combine", rec, layer, mb
-                self._beside(s, issued, side, 1, layer, mb)
-                self._compute(s, "fwd.unpermute", pkey, post, layer, mb, "fwd")
-            else:
-                self._compute(s, "fwd.ffn", ("ffn", "fwd"), lambda: recipe.dense_ffn(
-                    spec, tok, tp, "fwd"), layer, mb, "fwd")
-            self._tp(s, "fwd.tp_mlp", layer, mb, "fwd")
+                for x in st.block:
+                    if x.kind == "a2a":
+                        issued = yield x.arg, x.name, rec, layer, mb
+                        self._beside(s, issued, x.beside, layer, mb)
+                    elif x.kind == "experts":
+                        self._experts(s, rec, layer, mb, "fwd", x.name)
+                    else:       # router, unpermute
+                        self._compute(s, x.name, *self.kern.op(x, layer), layer, mb, "fwd")
         self._head(s, mb)
 
-    def _beside(self, s: int, issued, side: bool, part: int, layer: int, mb: int) -> None:
-        """The shared experts' part ``part`` beside the all-to-all just ``issued`` (with
-        ``side``: ``overlap.shared_expert``), then the wait for that all-to-all."""
-        if side:
-            c = self.c
-            self._compute(s, shared_overlap.NAMES["fwd"][part], ("shared", "fwd", part),
-                          lambda: recipe.shared_part(c.spec, c.tokens, c.tp, "fwd", part),
-                          layer, mb, "fwd")
+    def _beside(self, s: int, issued, part: int, layer: int, mb: int) -> None:
+        """The shared experts' part ``part`` (-1: none) beside the all-to-all just
+        ``issued`` (``overlap.shared_expert``), then the wait for that all-to-all."""
+        if part >= 0:
+            side, op = self.kern.shared("fwd", part)
+            self._compute(s, side.name, *op, layer, mb, "fwd")
         self._wait_ep(s, *issued)
 
     def _issue(self, s: int, kind: str, name: str, rec, layer: int, mb: int):
@@ -221,27 +211,21 @@ class ForwardChain(Chain):
         self._span(s, "compute", name, a, a + d, layer, mb, phase, flops=fl)
         self.t[s] = a + d
 
-    def _experts(self, s: int, rec, layer: int, mb: int, phase: str) -> None:
+    def _experts(self, s: int, rec, layer: int, mb: int, phase: str, name: str) -> None:
         a = self.t[s]
         d = self._rate(s, rec.exp_t[phase])
         self.out[s].acc["compute"] += d
         self.out[s].flops += rec.exp_f[phase]
-        self._span(s, "compute", f"{phase}.experts", a, a + d, layer, mb, phase,
+        self._span(s, "compute", name, a, a + d, layer, mb, phase,
                    tokens=rec.recv)
         self.t[s] = a + d
 
     # ------------------------------------------------------------ one micro-batch at a time
-    def layer(self, s: int, layer: int, mb: int, phase: str) -> None:
-        c = self.c
-        self._compute(s, "fwd.attn", self.sb.attn_key(layer),
-                      lambda: self.sb.attn_kernels(layer), layer, mb, "fwd")
-        self._tp(s, "fwd.tp_attn", layer, mb, "fwd")
-        if c.spec.is_moe_layer(layer):
-            self._moe(s, layer, mb, "fwd")
-        else:
-            self._compute(s, "fwd.ffn", ("ffn", "fwd"), lambda: recipe.dense_ffn(
-                c.spec, c.tokens, c.tp, "fwd"), layer, mb, "fwd")
-        self._tp(s, "fwd.tp_mlp", layer, mb, "fwd")
+    def _attn(self, s: int, st, layer: int, mb: int) -> None:
+        """The step's own attention (:class:`ForwardStep`: e.g. over the KV cache)."""
+        sb = self.sb
+        self._compute(s, st.name, sb.attn_key(layer), lambda: sb.attn_kernels(layer), layer,
+                      mb, st.phase)
 
     def item(self, s: int, item, budget: float = 0.0) -> None:
         c = self.c

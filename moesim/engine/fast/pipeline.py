@@ -31,6 +31,7 @@ from moesim.engine.fast.pairs import run_pair
 from moesim.engine.fast.spans import add_spans, moved_ends
 from moesim.engine.fast.zero3 import Zero3Gathers
 from moesim.program import recipe, shared_overlap
+from moesim.program.layer_plan import LayerKernels, LayerPlan, is_recompute
 from moesim.trace.spans import AFTER_EXPERTS, Span, wait_reason
 
 CATS = ("compute", "ep_dispatch", "ep_combine", "tp", "dp", "pp", "zero", "bubble", "stall")
@@ -90,6 +91,16 @@ class Chain:
         self.spans: list[Span] = []
         self.rec: list[tuple] | None = None   # while set, ops are recorded (pairs.run_pair)
         self.z3 = Zero3Gathers(ctx, groups)
+        # one layer's op order (moesim.program.layer_plan), each step priced below
+        scn = ctx.res.scenario
+        side = shared_overlap.enabled(scn, ctx.spec)
+        self.plan = LayerPlan(ctx.spec, zero3=self.z3.on, cp=ctx.cp > 1, side=side,
+                              etp=ctx.etp > 1)
+        self.kern = LayerKernels(ctx.spec, ctx.tokens, ctx.seq, ctx.tp, ctx.ep_tokens,
+                                 ctx.sent, scn.overlap.cuda_graphs, side, ctx.rc, ctx.etp)
+        self._do = {"zero3": self._zero3, "recompute": self._op, "mtp": self._op,
+                    "ffn": self._op, "attn": self._attn, "tp": self._tp_step,
+                    "moe": self._moe}
         self._send_d: dict[tuple, np.ndarray] = {}
         self._peers: dict[int, tuple] = {}
         ctx.net.held.clear()    # held sends and kept all-to-alls are a chain's own (flow_a2a)
@@ -107,7 +118,7 @@ class Chain:
         t, fl = self.c.timer(key, make)
         if t <= 0 and fl <= 0:
             return
-        if not name.startswith("bwd.recompute"):    # model FLOPs only
+        if not is_recompute(name):    # model FLOPs only
             self.out[s].flops += fl * self.n
         if self.rec is not None:
             self.rec.append(("c", t, name, layer, mb, phase, {"flops": fl}))
@@ -210,15 +221,13 @@ class Chain:
         self.t[s] = end
 
     def _a2a_beside(self, s: int, kind: str, name: str, rec: RouteRec, layer: int, mb: int,
-                    phase: str) -> None:
-        """An all-to-all on its own stream with the shared experts' part beside it on
-        the compute stream (``overlap.shared_expert``, moesim.program.shared_overlap): the
-        next op starts when both are done."""
+                    phase: str, part: int) -> None:
+        """An all-to-all on its own stream with the shared experts' part ``part`` beside it
+        on the compute stream (``overlap.shared_expert``, moesim.program.shared_overlap):
+        the next op starts when both are done."""
         c = self.c
-        part = 0 if name in ("fwd.dispatch", "bwd.combine") else 1
-        side = shared_overlap.NAMES[phase][part]
-        d, fl = c.timer(("shared", phase, part), lambda: recipe.shared_part(
-            c.spec, c.tokens, c.tp, phase, part))
+        side, op = self.kern.shared(phase, part)
+        d, fl = c.timer(*op)
         if rec.mats is not None:
             c.links.a2a(self.groups[s], rec.mats[name], c.a2a_algo)
         self.out[s].flops += fl * self.n
@@ -232,29 +241,27 @@ class Chain:
         acc[kind] += np.maximum(0.0, end - np.maximum(start, busy))
         self._a2a_spans(s, kind, name, rec, layer, mb, phase, a, start, end, late,
                         stream="ep")
-        self._span(s, "compute", side, a, busy, layer, mb, phase,
+        self._span(s, "compute", side.name, a, busy, layer, mb, phase,
                    flops=fl)
         self.t[s] = np.maximum(end, busy)
 
-    def _experts(self, s: int, rec: RouteRec, layer: int, mb: int, phase: str) -> None:
-        if self.c.etp > 1:     # ETP all-gather before, reduce-scatter after the experts
-            self._etp(s, rec, layer, mb, phase, "etp_gather")
-        self._expert_gemms(s, rec, layer, mb, phase)
-        if self.c.etp > 1:
-            self._etp(s, rec, layer, mb, phase, "etp_scatter")
+    def _experts(self, s: int, rec: RouteRec, layer: int, mb: int, phase: str,
+                 name: str) -> None:
+        """The routed experts' step ``name``."""
+        self._expert_gemms(s, rec, layer, mb, phase, name, recompute=False)
 
     def _etp(self, s: int, rec: RouteRec, layer, mb, phase, name: str) -> None:
+        """ETP's all-gather before or reduce-scatter after the experts (``name``)."""
         d = self.c.etp_time(self.groups[s], rec.recv)
-        self._charge_tp(s, d, f"{phase}.{name}", layer, mb, phase)
+        self._charge_tp(s, d, name, layer, mb, phase)
 
     def _expert_gemms(self, s: int, rec: RouteRec, layer: int, mb: int, phase: str,
-                      name: str | None = None) -> None:
-        """The routed experts' kernels of ``phase`` (``name``: a recompute of the
-        forward, "fwd" or "act", inside the backward: time, not model FLOPs)."""
+                      name: str, recompute: bool = True) -> None:
+        """The routed experts' kernels of ``phase`` as op ``name`` (``recompute``: the
+        forward, "fwd" or "act", again inside the backward: time, not model FLOPs)."""
         d = rec.exp_t[phase]
-        if name is None:
+        if not recompute:
             self.out[s].flops += rec.exp_f[phase]
-        name = name or f"{phase}.experts"
         ph = "bwd" if name.startswith("bwd.") else phase
         if self.rec is not None:
             self.rec.append(("c", d, name, layer, mb, ph, {"tokens": rec.recv}))
@@ -268,61 +275,42 @@ class Chain:
     # ------------------------------------------------------------ one layer
     def attn_op(self, layer: int, phase: str) -> tuple:
         """(timer key, kernel maker) of layer ``layer``'s norms and attention."""
-        c = self.c
-        return recipe.attn_op(c.spec, layer, c.tokens, c.seq, c.tp, phase,
-                              c.res.scenario.overlap.cuda_graphs)
+        return self.kern.attn(layer, phase)
 
     def ffn_op(self, phase: str) -> tuple:
         """(timer key, kernel maker) of a dense layer's FFN."""
-        c = self.c
-        return ("ffn", phase), lambda: recipe.dense_ffn(
-            c.spec, c.tokens, c.tp, phase, c.res.scenario.overlap.cuda_graphs)
+        return self.kern.ffn(phase)
 
     def layer(self, s: int, layer: int, mb: int, phase: str) -> None:
-        c = self.c
-        if self.z3.on:
-            self._zero3(s, layer, mb, phase)
-        spec, tok, tp = c.spec, c.tokens, c.tp
-        moe = spec.is_moe_layer(layer)
-        (akey, attn), ffn = self.attn_op(layer, phase), self.ffn_op(phase)[1]
+        """Layer ``layer``'s steps of ``phase`` (:meth:`LayerPlan.steps`), each priced by
+        the lockstep model's rule for its kind."""
+        do = self._do
+        for st in self.plan.steps(layer, phase):
+            do[st.kind](s, st, layer, mb)
+
+    def _op(self, s: int, st, layer: int, mb: int) -> None:
+        """One compute step (recompute, dense FFN, MTP head)."""
+        op = self.kern.op(st, layer)
+        if op is not None:
+            self._compute(s, st.name, *op, layer, mb, st.phase)
+
+    def _attn(self, s: int, st, layer: int, mb: int) -> None:
+        key, attn = self.kern.op(st, layer)
+        self._compute(s, st.name, key, attn, layer, mb, st.phase)
+        if st.cp:
+            self._cp(s, key, attn, layer, mb, st.phase)
+
+    def _tp_step(self, s: int, st, layer: int, mb: int) -> None:
         # sequence parallelism: an MoE layer keeps one reduce-scatter and one all-gather,
         # half the ring bytes of its two all-reduces (moesim.program.folding)
-        share = 0.5 if moe and c.sp else 1.0
-        if phase == "fwd":
-            self._compute(s, "fwd.attn", akey, attn, layer, mb, phase)
-            self._cp(s, akey, attn, layer, mb, phase)
-            self._tp(s, "fwd.tp_attn", layer, mb, phase, share)
-            if moe:
-                self._moe(s, layer, mb, phase)
-            else:
-                self._compute(s, "fwd.ffn", ("ffn", phase), ffn, layer, mb, phase)
-            self._tp(s, "fwd.tp_mlp", layer, mb, phase, share)
-            if layer >= spec.layers:    # an MTP depth's projection, head and loss
-                self._compute(s, "fwd.mtp", ("mtp", phase),
-                              lambda: recipe.mtp_head(spec, tok, tp, phase), layer, mb, phase)
-        else:
-            mods = c.rc.mods(layer)
-            if mods:        # activation recomputation (moesim.program.recompute)
-                key, make = recipe.recompute_op(spec, layer, mods, tokens=tok, seq=c.seq, tp=tp,
-                                                ep_tokens=c.ep_tokens, sent=c.sent)
-                self._compute(s, "bwd.recompute", key, make, layer, mb, phase)
-            if layer >= spec.layers:
-                self._compute(s, "bwd.mtp", ("mtp", phase),
-                              lambda: recipe.mtp_head(spec, tok, tp, phase), layer, mb, phase)
-            self._tp(s, "bwd.tp_mlp", layer, mb, phase, share)
-            if moe:
-                self._moe(s, layer, mb, phase)
-            else:
-                self._compute(s, "bwd.ffn", ("ffn", phase), ffn, layer, mb, phase)
-            self._tp(s, "bwd.tp_attn", layer, mb, phase, share)
-            self._compute(s, "bwd.attn", akey, attn, layer, mb, phase)
-            self._cp(s, akey, attn, layer, mb, phase)
+        share = 0.5 if self.c.sp and self.plan.kind(layer)[0] else 1.0
+        self._tp(s, st.name, layer, mb, st.phase, share)
 
-    def _zero3(self, s: int, layer: int, mb: int, phase: str) -> None:
+    def _zero3(self, s: int, st, layer: int, mb: int) -> None:
         """ZeRO-3: wait for this layer's weight gathers (moesim.engine.fast.zero3)."""
         a = self.t[s]
         start, end = self.z3.gather(s, layer, a)
-        self._span(s, "zero", f"{phase}.zero3_gather", start, end, layer, mb, phase,
+        self._span(s, "zero", st.name, start, end, layer, mb, st.phase,
                    stream="comm")
         b = np.maximum(a, end)
         self.out[s].acc["zero"] += b - a
@@ -339,30 +327,28 @@ class Chain:
         if d > 0:
             self._charge_tp(s, d, f"{phase}.cp_kv", layer, mb, phase)
 
-    def _moe(self, s: int, layer: int, mb: int, phase: str) -> None:
+    def _moe(self, s: int, st, layer: int, mb: int) -> None:
+        """The MoE block's steps (``st.block``) on the routed micro-batch."""
         c = self.c
-        spec, sent = c.spec, c.sent
+        phase = st.phase
         rec = self.route(s, layer, mb)
-        pre = lambda: recipe.router(  # noqa: E731
-            spec, c.ep_tokens, sent, phase, c.res.scenario.overlap.cuda_graphs)
-        side = shared_overlap.enabled(c.res.scenario, spec)
-        pkey, post = recipe.post_op(spec, sent, c.tokens, c.tp, phase, side)
-        a2a = self._a2a_beside if side else self._a2a
-        if phase == "fwd":
-            self._compute(s, "fwd.router", ("router", phase), pre, layer, mb, phase)
-            a2a(s, "ep_dispatch", "fwd.dispatch", rec, layer, mb, phase)
-            self._experts(s, rec, layer, mb, phase)
-            a2a(s, "ep_combine", "fwd.combine", rec, layer, mb, phase)
-            self._compute(s, "fwd.unpermute", pkey, post, layer, mb, phase)
-        else:
-            self._compute(s, "bwd.unpermute", pkey, post, layer, mb, phase)
-            a2a(s, "ep_combine", "bwd.combine", rec, layer, mb, phase)
-            rc = c.rc.expert_phase(layer)
-            if rc is not None:      # the experts' forward (or activation) again
-                self._expert_gemms(s, rec, layer, mb, rc, "bwd.recompute_experts")
-            self._experts(s, rec, layer, mb, phase)
-            a2a(s, "ep_dispatch", "bwd.dispatch", rec, layer, mb, phase)
-            self._compute(s, "bwd.router", ("router", phase), pre, layer, mb, phase)
+        for x in st.block:
+            k = x.kind
+            if k == "a2a":
+                if x.beside >= 0:
+                    self._a2a_beside(s, x.arg, x.name, rec, layer, mb, phase, x.beside)
+                else:
+                    self._a2a(s, x.arg, x.name, rec, layer, mb, phase)
+            elif k == "experts":
+                self._experts(s, rec, layer, mb, phase, x.name)
+            elif k == "etp":
+                self._etp(s, rec, layer, mb, phase, x.name)
+            elif k == "recompute_experts":
+                rc = c.rc.expert_phase(layer)
+                if rc is not None:      # the experts' forward (or activation) again
+                    self._expert_gemms(s, rec, layer, mb, rc, x.name)
+            else:               # router, unpermute
+                self._compute(s, x.name, *self.kern.op(x, layer), layer, mb, phase)
 
     # ------------------------------------------------------------ one schedule item
     def ready(self, s: int, item) -> bool:
