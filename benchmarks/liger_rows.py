@@ -2,6 +2,7 @@
 out.
 
     python benchmarks/liger_rows.py
+    python benchmarks/liger_rows.py --write-docs     # docs/results/memory-kernels.md
 
 The rows (linkedin/Liger-Kernel ``benchmark/data/all_benchmark_data.csv``, "NVIDIA H100
 80GB HBM3"): RMSNorm bf16 4096 x 16384 forward (PyTorch, Megatron, Liger), SwiGLU
@@ -99,4 +100,6 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    from results_page import run_benchmark  # this folder
+    sys.exit(run_benchmark(main, "memory-kernels", "Liger-Kernel's rows against moesim's "
+                           "memory-bound kernel tables"))

@@ -2,6 +2,7 @@
 
     python benchmarks/memory_kernels_profile.py PATH/train.json
     python benchmarks/memory_kernels_profile.py PATH/train.json --impls stream,fused --span
+    python benchmarks/memory_kernels_profile.py PATH/train.json --span --write-docs
 
 For each value of ``compute.memory_kernels`` (default: all of stream, eager, fused,
 liger) prints the mean kernel time per layer by pass and class, measured against
@@ -131,4 +132,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    from results_page import run_benchmark  # this folder
+    raise SystemExit(run_benchmark(main, "memory-kernels-profile",
+                                   "DeepSeek's profile: memory-bound kernel classes by "
+                                   "compute.memory_kernels"))

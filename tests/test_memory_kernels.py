@@ -27,7 +27,7 @@ from moesim.compute.roofline import RooflineModel
 from moesim.compute.select import compute_model, parse, shipped_catalog
 from moesim.errors import InputError
 from moesim.model.costs import memory_op
-from moesim.model.kernels.make import rmsnorm
+from moesim.model.kernels.make import mem, rmsnorm
 from moesim.model.kernels.moe import activation
 
 H100 = get_device("H100")
@@ -153,6 +153,8 @@ INVENTORY = {  # op, pass -> the inventory's kernel of that shape
     ("swiglu", "dgrad"): lambda r, c: activation("expert", r, c, True, "bwd")[0],
     ("cross_entropy", "fwd"): lambda r, c: memory_op("loss", r * c * 6, 0, "fwd"),
     ("cross_entropy", "dgrad"): lambda r, c: memory_op("loss", r * c * 6, 0, "bwd"),
+    # attention's rotary_kernel: q and k (c = heads x head dim) read and written, bf16
+    ("rope", "fwd"): lambda r, c: mem("rotary_kernel", 2 * 2 * r * c, "fwd", "elementwise"),
 }
 SHIPPED = [t for t in load_catalog() if t.kind == "memory_op"]
 

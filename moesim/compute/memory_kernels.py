@@ -8,8 +8,9 @@ kernels) or ``liger`` (Liger-Kernel's Triton kernels), a kernel whose kind has a
 size, as the table's authors measured it:
 
 - the kernel's op is read from its name (:data:`OPS`: ``norm`` → ``rmsnorm``,
-  ``*_act`` → ``swiglu``, ``loss`` → ``cross_entropy``, the FP8 casts → ``cast``,
-  ``permute``/``unpermute`` → ``permute``); its pass picks the table (``fwd``, ``dgrad``);
+  ``*_act`` → ``swiglu``, ``loss`` → ``cross_entropy``, ``rotary_kernel`` → ``rope``, the
+  FP8 casts → ``cast``, ``permute``/``unpermute`` → ``permute``); its pass picks the table
+  (``fwd``, ``dgrad``);
 - a table's rows are published (rows, cols, ms) measurements; with the table's traffic
   model (``bytes_per_element`` × rows × cols + ``bytes_per_row`` × rows, the same bytes
   the kernel inventory counts for that kernel, :mod:`moesim.model.kernels`) each is a
@@ -36,6 +37,8 @@ from moesim.errors import InputError
 
 #: ``compute.memory_kernels``: ``stream`` first (the default)
 IMPLS = ("stream", "eager", "fused", "liger")
+#: the default of ``compute.memory_kernels`` (moesim.compute.select reads it): the one line
+#: that turns published rates on for every scenario that does not choose
 DEFAULT_IMPL = "stream"
 #: an implementation without a table for an op takes the next one's rows
 FALLBACK = {"liger": ("liger", "fused", "eager"), "fused": ("fused", "eager"),
