@@ -11,10 +11,11 @@ collective (all-reduce, all-gather, reduce-scatter, broadcast) as
            + the flow network's time for the collective's ring flows, carrying
              bytes / efficiency of the protocol, with no per-hop link latency
 
-where the efficiency is the protocol's share of data on the wire: LL 0.5 (an 8-byte
-line of 4 data bytes and a 4-byte flag, ``union ncclLLFifoLine`` in
-``src/include/device.h``), LL128 120/128 (``NCCL_LL128_DATAELEMS`` /
-``NCCL_LL128_LINEELEMS``, 120 of every 128 bytes, the same header), Simple 1. When
+where the efficiency is the protocol's share of data on the wire: LL 0.5 (a 16-byte
+``union ncclLLFifoLine`` of ``src/include/device.h`` holds two 4-byte data words, each
+with its 4-byte flag), LL128 120/128 (``NCCL_LL128_DATAELEMS`` of
+``NCCL_LL128_LINEELEMS``: 15 of a 128-byte line's 16 ``uint64_t``, the same header),
+Simple 1. When
 NCCL's choice is ring with Simple, the collective is priced exactly as without the knob
 (the flow network's phases with their link latencies: large messages do not move).
 
