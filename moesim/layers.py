@@ -31,8 +31,8 @@ TIERS: tuple[tuple[str, ...], ...] = (
     # a scenario file or name -> resolved objects -> an engine
     ("wiring",),
     # what is built on an engine: the serving step, serving traffic, RL, validation
-    # against recorded traces, sweeps
-    ("serve", "traffic", "rl", "validation", "sweep"),
+    # against recorded traces, sweeps, training campaigns over days
+    ("serve", "traffic", "rl", "validation", "sweep", "campaign"),
     # the command line
     ("cli", "__main__"),
 )

@@ -29,6 +29,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
               "deployment"),
     "rl": ("moesim.cli.rl_cmd", "simulate GRPO post-training steps (rollouts, scoring, "
            "training, weight sync)"),
+    "train": ("moesim.cli.train_cmd", "pre-training over days: failures, checkpoints, "
+              "restarts, ETTR"),
     "memory": ("moesim.cli.memory_cmd", "per-rank memory table of a scenario"),
     "kernels": ("moesim.cli.kernels_cmd", "one layer's kernels by pass: shape, dtype, FLOPs, "
                 "bytes, what priced them, time"),

@@ -1,0 +1,1 @@
+"""Training campaigns over days: failures, checkpoints, restarts, ETTR (docs/campaign.md)."""
