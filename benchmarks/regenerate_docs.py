@@ -46,6 +46,7 @@ PAGES: list[tuple[str, list[str], str]] = [
     ("rl-shipped", ["rl_shipped.py"], ""),
     ("fast-path", ["bench_fast.py", "--no-scaling"], ""),
     ("fast-vs-exact", ["fast_vs_exact.py"], ""),   # the scaling tables: hours at load
+    ("campaign", ["campaign_llama3.py"], ""),
     ("deepseek-profile", ["deepseek_profile.py", "PATH/train.json"], "profile"),
     ("published", ["published_table.py", "--profile", "PATH/train.json"], "profile"),
 ]

@@ -7,8 +7,9 @@
   checkpoint interval for restart dumps", Future Generation Computer Systems 22(3), 2006,
   Eq. 37): ``sqrt(2CM)·[1 + sqrt(C/(2M))/3 + (C/(2M))/9] − C`` for C < 2M, else M.
 - Effective training time ratio (ETTR: productive training time over wall-clock time,
-  Kokolis et al., "Revisiting Reliability in Large-Scale Machine Learning Research
-  Clusters", HPCA 2025, arXiv 2410.21680) to first order in 1/M: each interruption costs
+  the definition of Kokolis et al., "Revisiting Reliability in Large-Scale Machine
+  Learning Research Clusters", HPCA 2025, arXiv 2410.21680) to first order in 1/M,
+  moesim's own derivation from the quantities their estimate uses: each interruption costs
   its restart R plus the work since the last durable checkpoint, on average half a
   cycle (interval Δ plus pause C) plus the lag L until an asynchronous write is durable;
   each cycle spends C of Δ + C paused: ``(1 − (R + (Δ+C)/2 + L)/M) · Δ/(Δ+C)``.
@@ -36,10 +37,12 @@ def daly_interval(cost_s: float, mtbf_s: float) -> float:
 
 
 def expected_ettr(interval_s: float, pause_s: float, restart_s: float, mtbf_s: float,
-                  lag_s: float = 0.0) -> float:
-    """First-order expected ETTR (see the module text), clipped at 0."""
+                  lag_s: float = 0.0, losing: float = 1.0) -> float:
+    """First-order expected ETTR (see the module text), clipped at 0; ``losing``: the
+    share of interruptions that lose the work since the last checkpoint (planned stops
+    and a replica's own restart lose none)."""
     cycle = interval_s + pause_s
-    e = (1.0 - (restart_s + cycle / 2.0 + lag_s) / mtbf_s) * interval_s / cycle
+    e = (1.0 - (restart_s + losing * (cycle / 2.0 + lag_s)) / mtbf_s) * interval_s / cycle
     return max(e, 0.0)
 
 

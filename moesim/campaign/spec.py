@@ -39,6 +39,8 @@ DOMAINS = ("job", "replica")
 PER = ("gpu", "node", "job")
 DETECT = ("crash", "hang")
 SCOPES = ("node", "job")
+#: the shipped campaign files (``--campaign llama3-405b`` names one)
+CAMPAIGN_DIR = Path(__file__).resolve().parents[2] / "campaigns"
 SECTIONS = ("name", "cluster", "step", "failures", "recovery", "checkpoint", "storage",
             "spares", "domain")
 
@@ -191,11 +193,28 @@ def _one(src: str, where: str, name: str, c: dict, per: str, obs: dict, *,
                          SCOPES), planned)
 
 
+def find_campaign(path: str | Path) -> Path:
+    """A campaign file, or a shipped campaign's name (``campaigns/<name>.yaml``)."""
+    from moesim.paths import shown
+
+    p = Path(path)
+    if p.is_file():
+        return p
+    preset = CAMPAIGN_DIR / f"{p.name}.yaml"
+    if p.suffix == "" and p.parent == Path(".") and preset.is_file():
+        return shown(preset)
+    shipped = sorted(q.stem for q in CAMPAIGN_DIR.glob("*.yaml"))
+    raise InputError(str(path), "--campaign", f"an existing campaign file or one of {shipped}",
+                     "a directory" if p.is_dir() else "no such file")
+
+
 def read_campaign(path: str | Path | None) -> Campaign:
     """The campaign file at ``path`` (None: the defaults), checked."""
     if path is None:
         return Campaign(causes=default_causes())
     from moesim.yamlio import read_yaml
+
+    path = find_campaign(path)
 
     src = str(path)
     data = _mapping(src, "", read_yaml(path, f"a mapping of sections ({', '.join(SECTIONS)})"),

@@ -23,12 +23,24 @@ def mtbf_s(camp: Campaign, costs: Costs) -> float:
     return 1.0 / sum(c.rate * units(c, costs) for c in camp.causes)
 
 
-def mean_restart_s(camp: Campaign, costs: Costs) -> float:
-    """Restart seconds averaged over causes by rate (no hot spare)."""
-    w = [(c.rate * units(c, costs), recovery_s(camp, c, costs, None if c.per == "job"
-                                               or c.planned else camp.spare_nodes > 0))
-         for c in camp.causes]
-    return sum(a * b for a, b in w) / sum(a for a, _ in w)
+def restart_and_losing(camp: Campaign, costs: Costs) -> tuple[float, float]:
+    """(mean seconds an interruption stops the job, share of interruptions that lose the
+    work since the last checkpoint), weighted by rate, as :mod:`simulate` charges them
+    (no spare taken: a spare's swap when the campaign has spares)."""
+    tot = down = lose = 0.0
+    for c in camp.causes:
+        r = c.rate * units(c, costs)
+        spare = None if c.per == "job" or c.planned else camp.spare_nodes > 0
+        d = recovery_s(camp, c, costs, spare)
+        if c.planned:
+            d, lost = d + costs.write_s, 0.0
+        elif camp.domain == "replica" and c.scope == "node" and costs.dp > 1:
+            det = camp.detect_hang_s if c.detect == "hang" else camp.detect_crash_s
+            d, lost = det + (d - det - costs.load_s + costs.peer_load_s) / costs.dp, 0.0
+        else:
+            lost = 1.0
+        tot, down, lose = tot + r, down + r * d, lose + r * lost
+    return down / tot, lose / tot
 
 
 def interval_sweep(camp: Campaign, costs: Costs, days: float, seed: int) -> dict:
@@ -36,14 +48,14 @@ def interval_sweep(camp: Campaign, costs: Costs, days: float, seed: int) -> dict
     m = mtbf_s(camp, costs)
     young = young_interval(costs.pause_s, m)
     daly = daly_interval(costs.pause_s, m)
-    restart = mean_restart_s(camp, costs)
+    restart, losing = restart_and_losing(camp, costs)
     rows = []
     for iv in sorted({young * f for f in SWEEP_FACTORS} | {young, daly}):
         tl = simulate_campaign(camp, costs, days=days, seed=seed, interval_s=iv,
                                keep_points=False)
         rows.append({"interval_s": iv, "ettr": tl.work_s / tl.wall_s,
                      "expected_ettr": expected_ettr(iv, costs.pause_s, restart, m,
-                                                    costs.lag_s)})
+                                                    costs.lag_s, losing)})
     best = max(rows, key=lambda r: (r["ettr"], -r["interval_s"]))
     return {"young_s": young, "daly_s": daly, "best_s": best["interval_s"],
             "best_ettr": best["ettr"],
@@ -64,7 +76,7 @@ def summarize(camp: Campaign, costs: Costs, tl: Timeline, sources: dict, *, seed
     lost = sum(x[2] for x in tl.failures)
     down = sum(x[3] for x in tl.failures)
     m = mtbf_s(camp, costs)
-    restart = mean_restart_s(camp, costs)
+    restart, losing = restart_and_losing(camp, costs)
     out = {
         "campaign": camp.name, "source": camp.source, "seed": seed,
         "gpus": costs.gpus, "nodes": costs.nodes, "dp": costs.dp,
@@ -72,7 +84,7 @@ def summarize(camp: Campaign, costs: Costs, tl: Timeline, sources: dict, *, seed
         "wall_days": wall_days,
         "ettr": tl.work_s / tl.wall_s if tl.wall_s > 0 else 0.0,
         "expected_ettr": expected_ettr(camp.interval_s, costs.pause_s, restart, m,
-                                       costs.lag_s),
+                                       costs.lag_s, losing),
         "meta_llama3_ettr_over": D.LLAMA3_ETTR,
         "work_s": tl.work_s, "steps": tl.work_s / costs.step_s if costs.step_s else None,
         "tokens": tl.work_s / costs.step_s * costs.tokens_per_step if costs.step_s else None,
@@ -119,6 +131,10 @@ def text(s: dict) -> str:
     if s["tokens"] is not None:
         lines.append(f"  trained {s['tokens'] / 1e12:,.3f} T tokens in {_f(s['steps'], 0)} "
                      f"steps of {c['step_s']:.3f} s ({c['tokens_per_step']:,.0f} tokens/step)")
+    if s.get("tokens_asked") is not None:
+        lines.append(f"  token budget {s['tokens_asked'] / 1e12:,.3f} T tokens: "
+                     + (f"reached in {_f(s['wall_days'], 2)} wall-clock days"
+                        if s.get("tokens_reached") else "not reached in the days asked"))
     lines += [
         f"  interruptions {s['interruptions']} simulated, {s['interruptions_expected']:.1f} "
         f"± {s['interruptions_sd']:.1f} expected (MTBF {s['mtbf_h']:.2f} h)",

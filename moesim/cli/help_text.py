@@ -75,6 +75,16 @@ else the fill-and-drain mean), the phases, the pools' utilization, and whether t
 trainer and the rollout engines fit in device memory.
 
 {_files_rule("It also gets details.json, trace.json (Perfetto) and gantt.png.")}""",
+    "train": """\
+Simulate pre-training as a campaign over days: failures drawn per component from the
+rates of a campaign file (default: the Llama 3 405B table, 466 interruptions in 54 days
+on 16,384 H100s, scaled to the cluster), detection and restart, checkpoints (sync or
+async, to storage or to peers' memory), hot spares, the failure domain, and the work
+lost since the last checkpoint. The step time comes from one simulated step of the
+scenario (or --step-s), the checkpoint size from its memory model. Prints the ETTR,
+interruptions by cause against their expectation and the best checkpoint interval of a
+sweep beside Young's and Daly's. The folder gets summary.md, summary.json and
+timeline.png (docs/campaign.md).""",
     "memory": """\
 Per-rank memory of a training scenario against device capacity, by pipeline stage:
 weights, gradients, optimizer states, activations, token buffers, recompute workspace.
