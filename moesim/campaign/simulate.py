@@ -17,6 +17,9 @@ uninterrupted training (``work / step_s`` steps).
   the hardware's (a hot spare if one is free, else a cold node), relaunch, NCCL set-up
   and loading the checkpoint. An interruption during recovery starts recovery again.
 - Planned maintenance stops the job after a synchronous checkpoint: no work lost.
+- A straggler (``stragglers`` in the campaign file) slows the synchronous job to
+  1/slowdown for its duration: counted as a stall of duration·(1 − 1/slowdown), no
+  restart, no work lost.
 - With ``domain: replica`` a node-scoped failure restarts only its data-parallel replica:
   no work lost; the job stalls through detection and then runs at (dp−1)/dp until the
   replica is back (counted as a stall of detection + rest/dp), the replica's state coming
@@ -165,7 +168,9 @@ def _interrupt(camp, costs, tl, cause, t, work, durable, fails, spares_back, pt)
     """One interruption at ``t`` and the recovery after it (and any interruption during
     recovery): the new (t, work, durable, next failure time, its cause)."""
     pt((t, work))
-    if cause.planned:           # stopped after a checkpoint: nothing lost
+    if cause.slow_s > 0:        # a straggler: the job runs slower for a while, no restart
+        down, lost = cause.slow_s, 0.0
+    elif cause.planned:         # stopped after a checkpoint: nothing lost
         down = costs.write_s + recovery_s(camp, cause, costs, None)
         durable = work
         lost = 0.0
@@ -186,6 +191,9 @@ def _interrupt(camp, costs, tl, cause, t, work, durable, fails, spares_back, pt)
     tf, ci = next(fails)
     while tf < resume:          # interrupted again while recovering: recover again
         c2 = camp.causes[ci]
+        if c2.slow_s > 0:       # a straggler while the job is down costs nothing
+            tf, ci = next(fails)
+            continue
         spare = _take_spare(camp, tf, spares_back, tl) if (c2.per != "job" and not
                                                            c2.planned) else None
         d2 = recovery_s(camp, c2, costs, spare)

@@ -18,6 +18,7 @@ field and what was expected.
     checkpoint: {interval_s: 1800, mode: sync, target: storage, bytes: 5.67TB}
     storage: {write_GBps: 2000, read_GBps: 2000, capacity: 240PB}
     spares: {nodes: 0, swap_s: 30, repair_days: 3}
+    stragglers: {rate_per_day: 0.001, slowdown: 1.5, duration_s: 3600}   # per node; none
     domain: job                 # job | replica (a node failure restarts its DP replica)
 """
 
@@ -42,7 +43,7 @@ SCOPES = ("node", "job")
 #: the shipped campaign files (``--campaign llama3-405b`` names one)
 CAMPAIGN_DIR = Path(__file__).resolve().parents[2] / "campaigns"
 SECTIONS = ("name", "cluster", "step", "failures", "recovery", "checkpoint", "storage",
-            "spares", "domain")
+            "spares", "domain", "stragglers")
 
 
 @dataclass(frozen=True)
@@ -55,6 +56,7 @@ class Cause:
     detect: str = "crash"
     scope: str = "node"
     planned: bool = False
+    slow_s: float = 0.0     # a straggler: training seconds it costs (0: an interruption)
 
 
 @dataclass(frozen=True)
@@ -265,4 +267,23 @@ def read_campaign(path: str | Path | None) -> Campaign:
         kw["repair_s"] = positive(src, "spares.repair_days", sp["repair_days"]) * DAY
     if "domain" in data:
         kw["domain"] = _choice(src, "domain", data["domain"], DOMAINS)
+    if data.get("stragglers") is not None:
+        kw["causes"] = (*kw["causes"], _straggler(src, data["stragglers"]))
     return Campaign(**kw)
+
+
+def _straggler(src: str, v: Any) -> Cause:
+    """A slow node: the synchronous job runs at 1/slowdown for duration_s (no restart),
+    i.e. it loses duration_s·(1 − 1/slowdown) of training."""
+    st = _mapping(src, "stragglers", v, ("rate_per_day", "slowdown", "duration_s"))
+    for k in ("rate_per_day", "slowdown", "duration_s"):
+        if k not in st:
+            raise InputError(src, f"stragglers.{k}", "a number > 0 (rate_per_day per node, "
+                             "slowdown > 1, duration_s)", None)
+    rate = positive(src, "stragglers.rate_per_day", st["rate_per_day"]) / DAY
+    slow = positive(src, "stragglers.slowdown", st["slowdown"])
+    if slow <= 1:
+        raise InputError(src, "stragglers.slowdown", "a factor > 1 (the step takes that "
+                         "many times longer)", slow)
+    dur = positive(src, "stragglers.duration_s", st["duration_s"])
+    return Cause("straggler", rate, "node", "crash", "job", slow_s=dur * (1 - 1 / slow))

@@ -19,8 +19,14 @@ SWEEP_FACTORS = tuple(float(x) for x in np.geomspace(1 / 8, 8, 19))
 
 
 def mtbf_s(camp: Campaign, costs: Costs) -> float:
-    """Mean wall seconds between interruptions of the job (every cause, planned too)."""
-    return 1.0 / sum(c.rate * units(c, costs) for c in camp.causes)
+    """Mean wall seconds between interruptions of the job (every cause, planned too;
+    stragglers, which interrupt nothing, left out)."""
+    return 1.0 / sum(c.rate * units(c, costs) for c in camp.causes if c.slow_s == 0)
+
+
+def straggle_share(camp: Campaign, costs: Costs) -> float:
+    """Training lost to stragglers per second of wall clock (first order)."""
+    return sum(c.rate * units(c, costs) * c.slow_s for c in camp.causes if c.slow_s > 0)
 
 
 def restart_and_losing(camp: Campaign, costs: Costs) -> tuple[float, float]:
@@ -29,6 +35,8 @@ def restart_and_losing(camp: Campaign, costs: Costs) -> tuple[float, float]:
     (no spare taken: a spare's swap when the campaign has spares)."""
     tot = down = lose = 0.0
     for c in camp.causes:
+        if c.slow_s > 0:
+            continue
         r = c.rate * units(c, costs)
         spare = None if c.per == "job" or c.planned else camp.spare_nodes > 0
         d = recovery_s(camp, c, costs, spare)
@@ -55,7 +63,8 @@ def interval_sweep(camp: Campaign, costs: Costs, days: float, seed: int) -> dict
                                keep_points=False)
         rows.append({"interval_s": iv, "ettr": tl.work_s / tl.wall_s,
                      "expected_ettr": expected_ettr(iv, costs.pause_s, restart, m,
-                                                    costs.lag_s, losing)})
+                                                    costs.lag_s, losing)
+                     * (1 - straggle_share(camp, costs))})
     best = max(rows, key=lambda r: (r["ettr"], -r["interval_s"]))
     return {"young_s": young, "daly_s": daly, "best_s": best["interval_s"],
             "best_ettr": best["ettr"],
@@ -66,15 +75,17 @@ def interval_sweep(camp: Campaign, costs: Costs, days: float, seed: int) -> dict
 def summarize(camp: Campaign, costs: Costs, tl: Timeline, sources: dict, *, seed: int,
               days: float | None, tokens: float | None, sweep: dict | None) -> dict:
     wall_days = tl.wall_s / DAY
+    slow = {c.name for c in camp.causes if c.slow_s > 0}
     counts = Counter(name for _, name, _, _ in tl.failures)
     causes = []
     for c in camp.causes:
         exp = c.rate * units(c, costs) * tl.wall_s
         causes.append({"cause": c.name, "per": c.per, "planned": c.planned,
                        "simulated": counts.get(c.name, 0), "expected": exp})
-    n_exp = sum(r["expected"] for r in causes)
     lost = sum(x[2] for x in tl.failures)
-    down = sum(x[3] for x in tl.failures)
+    down = sum(x[3] for x in tl.failures if x[1] not in slow)
+    straggled = sum(x[3] for x in tl.failures if x[1] in slow)
+    n_exp = sum(r["expected"] for r in causes if r["cause"] not in slow)
     m = mtbf_s(camp, costs)
     restart, losing = restart_and_losing(camp, costs)
     out = {
@@ -84,12 +95,14 @@ def summarize(camp: Campaign, costs: Costs, tl: Timeline, sources: dict, *, seed
         "wall_days": wall_days,
         "ettr": tl.work_s / tl.wall_s if tl.wall_s > 0 else 0.0,
         "expected_ettr": expected_ettr(camp.interval_s, costs.pause_s, restart, m,
-                                       costs.lag_s, losing),
+                                       costs.lag_s, losing) * (1 - straggle_share(camp, costs)),
         "meta_llama3_ettr_over": D.LLAMA3_ETTR,
         "work_s": tl.work_s, "steps": tl.work_s / costs.step_s if costs.step_s else None,
         "tokens": tl.work_s / costs.step_s * costs.tokens_per_step if costs.step_s else None,
         "lost_work_s": lost, "recovery_s": down, "checkpoint_pause_s": tl.paused_s,
-        "interruptions": len(tl.failures), "interruptions_expected": n_exp,
+        "interruptions": sum(1 for x in tl.failures if x[1] not in slow),
+        "interruptions_expected": n_exp,
+        "stragglers": sum(1 for x in tl.failures if x[1] in slow), "straggler_s": straggled,
         "interruptions_sd": math.sqrt(n_exp),
         "mtbf_h": m / 3600.0, "mean_restart_s": restart,
         "checkpoints": len(tl.checkpoints), "spare_waits": tl.spare_waits,
@@ -140,7 +153,9 @@ def text(s: dict) -> str:
         f"± {s['interruptions_sd']:.1f} expected (MTBF {s['mtbf_h']:.2f} h)",
         f"  lost work {_f(s['lost_work_s'] / 3600)} h, recovery {_f(s['recovery_s'] / 3600)} "
         f"h, checkpoint pauses {_f(s['checkpoint_pause_s'] / 3600)} h; "
-        f"{s['checkpoints']} checkpoints durable",
+        f"{s['checkpoints']} checkpoints durable"
+        + (f"; {s['stragglers']} stragglers cost {_f(s['straggler_s'] / 3600)} h"
+           if s["stragglers"] else ""),
         f"  checkpoint {c['checkpoint_TB']:.3f} TB ({c['checkpoint_GB_per_gpu']:.2f} GB per "
         f"GPU), every {_f(p['interval_s'] / 60)} min, {p['mode']} to {p['target']}: pause "
         f"{c['pause_s']:.1f} s, durable {c['lag_s']:.1f} s later, load {c['load_s']:.1f} s",
