@@ -36,7 +36,8 @@ from moesim.compute.base import Kernel
 from moesim.errors import InputError
 
 #: ``compute.memory_kernels``: ``stream`` first (the default)
-IMPLS = ("stream", "eager", "fused", "liger")
+STREAM = "stream"      # every memory kernel at the device's streaming bandwidth
+IMPLS = (STREAM, "eager", "fused", "liger")
 #: the default of ``compute.memory_kernels`` (moesim.compute.select reads it): the one line
 #: that turns published rates on for every scenario that does not choose
 DEFAULT_IMPL = "stream"
@@ -144,7 +145,7 @@ def price(model: Any, kernel: Kernel, stream: Any) -> tuple[float, str] | str:
     """A ``memory`` kernel under ``model.memory_kernels``: its op's table for the
     implementation (or the next one's), else ``stream(model, kernel)``."""
     impl = getattr(model, "memory_kernels", DEFAULT_IMPL)
-    if impl == DEFAULT_IMPL:
+    if impl == STREAM:
         return stream(model, kernel)
     op = op_of(kernel)
     pass_ = kernel.pass_ or "fwd"
