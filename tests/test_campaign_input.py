@@ -66,3 +66,11 @@ def test_other_bad_fields(tmp_path, capsys):
     assert "--step-s: expected a number > 0" in refused(
         capsys, ["train", "--campaign", str(p), "--days", "1", "--step-s", "-2",
                  "--no-files"])
+
+
+def test_a_negative_seed_and_a_serving_scenario(tmp_path, capsys):
+    p = tiny(tmp_path)
+    assert "--seed: expected an integer >= 0" in refused(
+        capsys, ["train", "--campaign", str(p), "--days", "1", "--seed", "-1", "--no-files"])
+    assert "expected a training scenario" in refused(
+        capsys, ["train", "mixtral-8x7b-serve", "--days", "1", "--no-files"])

@@ -80,6 +80,9 @@ def run(args: argparse.Namespace) -> int:
     from moesim.trace.progress import Progress
 
     days, tokens = check_length(args.days, args.tokens)
+    if args.seed < 0:
+        from moesim.errors import InputError
+        raise InputError("command line", "--seed", "an integer >= 0", args.seed)
     if args.step_s is not None:
         positive("command line", "--step-s", args.step_s)
     camp = _what_ifs(read_campaign(args.campaign), args)
@@ -89,6 +92,11 @@ def run(args: argparse.Namespace) -> int:
                 "overrides": list(args.overrides)}
     if out is not None:
         check_run_folder(out, args.force, identity=identity)    # before the long part
+    if args.scenario is not None:   # before a step is simulated
+        from moesim.cli.common import refuse_serving
+        from moesim.scenario import load_scenario
+        refuse_serving(load_scenario(args.scenario, list(args.overrides)), args.overrides,
+                       "train", "count a training step's time and checkpoint")
     res, step_s, step_from = resolve_step(args.scenario, args.overrides, args.step_s)
     prog = Progress(days or 0.0, f"campaign {camp.name} (days)",
                     quiet=args.quiet or args.json)
