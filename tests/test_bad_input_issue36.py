@@ -150,7 +150,7 @@ def test_a_serving_micro_batch_is_bounded_in_requests_and_tokens(capsys, cwd):
     refused(capsys, [*pre, "--set", "serve.prompt=16385"],
             "command line: --set serve.prompt: expected requests per micro-batch x prompt "
             "<= 4,194,304 tokens per micro-batch", "(256 requests", "got 16385")
-    from moesim.serve.config import serve_from_dict
+    from moesim.scenario.sections.serve import serve_from_dict
     cfg = serve_from_dict({"phase": "prefill", "batch_per_gpu": 256, "prompt": 16384}, "t")
     assert cfg.tokens_per_group() == 2**22
     cfg = serve_from_dict({"batch_per_gpu": 8192, "tp": 8, "two_microbatch": True}, "t")

@@ -59,7 +59,8 @@ def test_grouped_launches_save_one_set_per_later_expert():
 
 def test_serving_defaults_to_grouped_and_training_to_per_expert():
     from moesim.compute.select import grouped_experts
-    from moesim.serve.config import ServeConfig, serving_scenario
+    from moesim.scenario.sections.serve import ServeConfig
+    from moesim.serve.config import serving_scenario
     scn = load_scenario("toy-cpu", [])
     assert not grouped_experts(scn.compute)
     cfg = ServeConfig(phase="decode", batch_per_gpu=4, ep=2)

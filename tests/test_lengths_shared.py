@@ -10,9 +10,10 @@ import pytest
 
 from moesim.errors import InputError
 from moesim.rl.config import rl_from_dict
+from moesim.scenario.sections.lengths import LengthDist
 from moesim.traffic import lengths
 from moesim.traffic.config import load_from_dict
-from moesim.traffic.lengths import DISTRIBUTIONS, REQUIRED, LengthDist, check, draw
+from moesim.traffic.lengths import DISTRIBUTIONS, REQUIRED, check, draw
 
 LOAD = {"arrival": {"rate_rps": 1}, "requests": 4}
 RL = {"prompts_per_step": 2, "samples_per_prompt": 2, "rollout": {"gpus": 8},

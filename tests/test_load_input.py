@@ -14,9 +14,9 @@ import pytest
 
 from moesim.cli import main
 from moesim.errors import InputError
+from moesim.scenario.sections.load_limits import MAX_REQUESTS, MAX_TOKENS
 from moesim.traffic import lengths
 from moesim.traffic.config import load_from_dict
-from moesim.traffic.limits import MAX_REQUESTS, MAX_TOKENS
 
 SCN = "mixtral-8x7b-serve-load"
 GRID = ["--set", "load.surface.batches=[1,8]", "--set", "load.surface.contexts=[128,2048]",

@@ -215,7 +215,7 @@ def test_fuzz_cli_one_line_exit_2(tmp_path, capsys):
 
 
 def test_bounds_name_the_limit(tmp_path):
-    from moesim.rl.config import MAX_SAMPLES, MAX_STEPS, MAX_TOKENS
+    from moesim.scenario.sections.rl import MAX_SAMPLES, MAX_STEPS, MAX_TOKENS
 
     p = scenario(tmp_path)
     with pytest.raises(InputError, match=f"{MAX_STEPS:,}"):
@@ -227,7 +227,7 @@ def test_bounds_name_the_limit(tmp_path):
 
 
 def test_steps_on_the_command_line_are_bounded(tmp_path, capsys):
-    from moesim.rl.config import MAX_STEPS
+    from moesim.scenario.sections.rl import MAX_STEPS
 
     p = scenario(tmp_path)
     assert main(["rl", str(p), "--steps", "1000000000", "--no-files"]) == 2

@@ -7,9 +7,11 @@ import dataclasses
 
 import pytest
 
+from moesim.compute.select import parse as parse_compute
 from moesim.rl.engine_costs import EngineTrainerCosts, pool_cluster, rollout_costs
 from moesim.rl.run import resolve_rl
-from moesim.serve.config import ServeConfig, serving_scenario
+from moesim.scenario.sections.serve import ServeConfig
+from moesim.serve.config import serving_scenario
 from moesim.serve.run import simulate_serve
 from moesim.wiring import resolve, simulate
 from tests.test_rl_run import scenario
@@ -24,7 +26,7 @@ def test_rollout_costs_are_serving_steps_of_one_replica(tmp_path):
     sc = rollout_costs(scn, 2, 8, tp=1, ep=2, kv_dtype="bf16", max_batch=64, prompt=64,
                        response_max=128, cache=False)
     assert sc.batches.tolist() == [1, 4, 16, 64] and sc.contexts.tolist() == [64, 128, 192]
-    direct = dataclasses.replace(scn, cluster=pool_cluster(scn, 2, 8), serve={},
+    direct = dataclasses.replace(scn, cluster=pool_cluster(scn, 2, 8), serve=None,
                                  engine=dataclasses.replace(scn.engine, mode="fast"))
     # 4 sequences on one attention-DP rank (TP1, EP2: two ranks per replica)
     cfg = ServeConfig(phase="decode", batch_per_gpu=4, prompt=64, context=192, output=1,
@@ -45,8 +47,8 @@ def test_rollout_cuda_graphs_price_decode_at_the_graph_floor(tmp_path):
     eager = rollout_costs(scn, 2, 8, **kw)
     graphed = rollout_costs(scn, 2, 8, cuda_graphs=True, **kw)
     floor_us = 65536 / 52e9 * 1e6       # H100: gpu-benches' H200 graph replay, 1.26 µs
-    floor = dataclasses.replace(scn, compute={**dict(scn.compute),
-                                              "launch_overhead_us": floor_us})
+    floor = dataclasses.replace(scn, compute=parse_compute(
+        {**scn.compute.as_dict(), "launch_overhead_us": floor_us}, scn.source))
     at_floor = rollout_costs(floor, 2, 8, **kw)
     for b in (1, 16):
         assert graphed.decode_s(b, 192) == pytest.approx(at_floor.decode_s(b, 192), rel=1e-12)
@@ -81,9 +83,9 @@ def test_trainer_passes_launch_experts_one_by_one_rollouts_grouped(tmp_path):
 
     def fwd(s):
         return EngineTrainerCosts(s, 2, 8, tp=1, pp=1, ep=ep, seq_len=128).forward_s(2)
-    per = dataclasses.replace(scn, compute={**dict(scn.compute),
-                                            "expert_launches": "per_expert"})
-    grouped = dataclasses.replace(scn, compute={**dict(scn.compute),
-                                                "expert_launches": "grouped"})
+    per = dataclasses.replace(scn, compute=parse_compute(
+        {**scn.compute.as_dict(), "expert_launches": "per_expert"}, scn.source))
+    grouped = dataclasses.replace(scn, compute=parse_compute(
+        {**scn.compute.as_dict(), "expert_launches": "grouped"}, scn.source))
     assert fwd(scn) == fwd(per)
     assert fwd(grouped) < fwd(per)

@@ -7,7 +7,8 @@ import numpy as np
 import pytest
 
 from moesim.rl.generate import generate, long_tail
-from moesim.traffic.lengths import LengthDist, draw
+from moesim.scenario.sections.lengths import LengthDist
+from moesim.traffic.lengths import draw
 from moesim.traffic.step_costs import LinearStepCosts
 
 COSTS = LinearStepCosts(prefill_base_s=0.5, prefill_per_token_s=0.01, decode_base_s=1.0,

@@ -66,8 +66,8 @@ def test_load_base(base):
     assert s.world == 16
     with pytest.raises(dataclasses.FrozenInstanceError):
         s.parallel.tp = 2  # type: ignore[misc]
-    with pytest.raises(TypeError):
-        s.model["preset"] = "toy"  # type: ignore[index]
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        s.model.preset = "toy"  # type: ignore[misc]
     layout, warns = scenario_layout(s)
     assert layout.edp == 1 and layout.pp_groups[0] == (0, 8) and warns == []
 
@@ -96,7 +96,7 @@ def test_set_changes_exactly_one_field(base):
     s = read_and_resolve(base, ["overlap.dp_overlap=false", "parallel.order=[tp, dp, ep, pp]",
                              "routing.zipf_s=1.5", "model.layers=8", "name=what-if"])
     assert s.overlap.dp_overlap is False and s.parallel.order == ("tp", "dp", "ep", "pp")
-    assert s.routing.policy["zipf_s"] == 1.5 and s.model["layers"] == 8 and s.name == "what-if"
+    assert s.routing.policy["zipf_s"] == 1.5 and dict(s.model.dims)["layers"] == 8 and s.name == "what-if"
 
 
 @pytest.mark.parametrize("item, field, hint", [

@@ -25,7 +25,7 @@ def test_layout_and_batch_are_the_published_ones():
 
 def test_pipeline_layout_puts_two_layers_per_virtual_stage():
     s = resolve(load_scenario("deepseek-v3-1024-h100")).scenario
-    spec = model_from_dict(dict(s.model), s.source)
+    spec = model_from_dict(s.model, s.source)
     assert spec.layers == 61 and spec.mtp_layers == 1
     chunks = stage_chunks(s, spec, 8 * 4)
     # "E t" | 30 x "t t" | "m L": 1 + 60 decoders, then the MTP layer (index 61)

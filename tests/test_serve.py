@@ -16,7 +16,8 @@ import yaml
 
 from moesim.cli import main
 from moesim.model.presets import DEEPSEEK_V3, MIXTRAL_8X7B
-from moesim.serve.config import serve_from_dict, serving_scenario
+from moesim.scenario.sections.serve import serve_from_dict
+from moesim.serve.config import serving_scenario
 from moesim.serve.kv import kv_bytes_per_token
 from moesim.serve.memory import largest_batch, table
 from moesim.serve.program import build_serve_step

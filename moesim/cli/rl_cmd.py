@@ -36,8 +36,8 @@ def run(args: argparse.Namespace) -> int:
     from moesim.cli.common import output_folder
     from moesim.errors import InputError
     from moesim.outputs import check_run_folder, claim
-    from moesim.rl.config import MAX_STEPS
     from moesim.rl.run import resolve_rl
+    from moesim.scenario.sections.rl import MAX_STEPS
 
     if args.steps is not None and not 1 <= args.steps <= MAX_STEPS:
         raise InputError("command line", "--steps", f"an integer from 1 to {MAX_STEPS} (RL "

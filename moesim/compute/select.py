@@ -26,7 +26,9 @@ step summary's ``kernel_pricing`` echoes it with what priced each kernel.
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -34,7 +36,10 @@ from moesim.compute.base import ComputeModel
 from moesim.compute.catalog import CatalogModel
 from moesim.compute.catalog_data import load_catalog
 from moesim.compute.devices import DeviceSpec
-from moesim.compute.roofline import RooflineModel
+from moesim.compute.memory_kernels import DEFAULT_IMPL as DEFAULT_MEMORY
+from moesim.compute.memory_kernels import IMPLS as MEMORY_IMPLS
+from moesim.compute.roofline import _ROOFLINE_KEYS, MFU_LARGE, PRECISIONS, RooflineModel
+from moesim.compute.roofline import _number as _roofline_number
 from moesim.compute.roofline import compute_model_from_dict as _roofline_dict
 from moesim.errors import InputError
 
@@ -43,38 +48,6 @@ DEFAULT_MODEL = "catalog"
 #: ``compute.kind``: the default first
 KINDS = ("catalog", "roofline", "calibration")
 DEFAULT_KIND = "catalog"
-
-
-def describe(d: Any) -> str:
-    """What a (checked) ``compute`` section asks for, in words."""
-    d = {} if not isinstance(d, Mapping) else d
-    kind = d.get("kind", DEFAULT_KIND)
-    if kind == "calibration":
-        return f"calibration ({d.get('file')})"
-    if d.get("model", DEFAULT_MODEL) == "roofline":
-        return "roofline only"
-    lib = d.get("gemm_library")
-    src = f"catalog {d['catalog']}" if d.get("catalog") else "kernel catalog"
-    return src + (f", {lib} GEMMs" if lib else "") + ", roofline where it has no row"
-
-
-def compute_model(d: Any, source: str, device: DeviceSpec) -> ComputeModel:
-    """The compute model for a scenario's ``compute`` mapping ``d`` on ``device``."""
-    d = {} if d is None else d
-    if not isinstance(d, dict):
-        raise InputError(source, "compute", "a mapping (kind, model, precision, ...)", d)
-    launches = d.get("expert_launches", "per_expert")
-    if launches not in EXPERT_LAUNCHES:
-        raise InputError(source, "compute.expert_launches", " or ".join(EXPERT_LAUNCHES),
-                         launches)
-    return _compute_model({k: v for k, v in d.items() if k != "expert_launches"}, source,
-                          device)
-
-
-def grouped_experts(compute: Any) -> bool:
-    """Whether a scenario's ``compute`` mapping (checked by :func:`compute_model`) runs a
-    rank's routed experts in one launch per kernel (``expert_launches: grouped``)."""
-    return isinstance(compute, Mapping) and compute.get("expert_launches") == "grouped"
 
 
 #: ``compute.expert_launches``: ``per_expert`` (default) launches each routed expert's
@@ -87,15 +60,187 @@ def grouped_experts(compute: Any) -> bool:
 EXPERT_LAUNCHES = ("per_expert", "grouped")
 
 
+@dataclass(frozen=True)
+class ComputeSection:
+    """The ``compute`` section, checked when the scenario is read (:func:`parse`); what
+    needs the device (an fp8 peak) or files (a catalog's libraries, a calibration) is
+    checked by :func:`compute_model`. A new key: a field here and a row of
+    :data:`FIELDS`."""
+
+    kind: str = DEFAULT_KIND              # catalog | roofline | calibration
+    model: str = DEFAULT_MODEL            # catalog | roofline (kind catalog or roofline)
+    catalog: str | None = None            # a kernel catalog file or folder (model: catalog)
+    gemm_library: str = ""                # GEMM tables of that library ("": the default)
+    expert_launches: str = "per_expert"   # per_expert | grouped (EXPERT_LAUNCHES)
+    memory_kernels: str = DEFAULT_MEMORY  # stream | eager | fused | liger (memory_kernels.IMPLS)
+    file: str | None = None               # kind: calibration: the calibration file
+    # the roofline's parameters (moesim.compute.roofline; None: its default)
+    precision: str | None = None
+    mfu_large: float | None = None
+    min_efficiency: float | None = None
+    half_efficiency_tokens: float | None = None
+    hbm_efficiency: float | None = None
+    launch_overhead_us: float | None = None
+    #: the section as written (Scenario.to_dict's echo; not a key)
+    written: dict = field(default_factory=dict, compare=False, repr=False)
+
+    def as_dict(self) -> dict:
+        """The section as written (keys given, in order)."""
+        return copy.deepcopy(self.written)
+
+    def with_default(self, key: str, value: Any, source: str) -> ComputeSection:
+        """The section with ``key: value`` where it does not set ``key`` itself."""
+        return parse({key: value, **self.as_dict()}, source)
+
+    @property
+    def grouped(self) -> bool:
+        return self.expert_launches == "grouped"
+
+
+def _choice(allowed: tuple[str, ...]) -> Any:
+    def check(d: dict, key: str, source: str) -> None:
+        if d[key] not in allowed:
+            raise InputError(source, f"compute.{key}", " or ".join(allowed), d[key])
+    return check
+
+
+def _name(expected: str) -> Any:
+    def check(d: dict, key: str, source: str) -> None:
+        if key == "catalog" and d[key] is None:
+            return
+        if not isinstance(d[key], str) or (key != "gemm_library" and not d[key]):
+            raise InputError(source, f"compute.{key}", expected, d[key])
+    return check
+
+
+def _fraction(d: dict, key: str, source: str) -> None:
+    _roofline_number(d, key, source, 0, 1, True)
+
+
+def _nonneg(d: dict, key: str, source: str) -> None:
+    _roofline_number(d, key, source, 0, float("inf"), False)
+
+
+def _min_efficiency(d: dict, key: str, source: str) -> None:
+    _roofline_number(d, key, source, 0, float(d.get("mfu_large", MFU_LARGE)), True)
+
+
+def _precision(d: dict, key: str, source: str) -> None:
+    if d[key] not in PRECISIONS:
+        raise InputError(source, "compute.precision", _ROOFLINE_KEYS["precision"], d[key])
+
+
+#: the section's keys -> their check ``(section, key, source)``, in the order a section
+#: is checked; a key of the roofline's is one of the roofline's (moesim.compute.roofline)
+FIELDS: dict[str, Any] = {
+    "expert_launches": lambda d, k, s: _launches(d[k], s),
+    "kind": _choice(KINDS),
+    "model": _choice(MODELS),
+    "catalog": _name("a path to a kernel catalog YAML file or folder"),
+    "gemm_library": _name("a library name"),
+    "memory_kernels": _choice(MEMORY_IMPLS),
+    "file": _name("a path to a calibration file"),
+    "mfu_large": _fraction, "min_efficiency": _min_efficiency,
+    "half_efficiency_tokens": _nonneg, "hbm_efficiency": _fraction,
+    "launch_overhead_us": _nonneg, "precision": _precision,
+}
+_CATALOG_KEYS = ("model", "catalog", "gemm_library", "memory_kernels")
+
+
+def _launches(v: Any, source: str) -> None:
+    if v not in EXPERT_LAUNCHES:
+        raise InputError(source, "compute.expert_launches", " or ".join(EXPERT_LAUNCHES), v)
+
+
+def parse(d: Any, source: str) -> ComputeSection:
+    """Check a ``compute`` mapping as far as it goes without the device; every problem is
+    one :class:`InputError` (the same line :func:`compute_model` gives)."""
+    if isinstance(d, ComputeSection):
+        return d
+    d = {} if d is None else d
+    if not isinstance(d, Mapping):
+        raise InputError(source, "compute", "a mapping (kind, model, precision, ...)", d)
+    d = dict(d)
+    for key in ("expert_launches", "kind"):
+        if key in d:
+            FIELDS[key](d, key, source)
+    kind = d.get("kind", DEFAULT_KIND)
+    if kind == "calibration":
+        given = sorted(set(d) & set(_CATALOG_KEYS))
+        if given:
+            raise InputError(source, f"compute.{given[0]}", "no model or catalog with kind: "
+                             "calibration (the calibration prices every kernel)", d[given[0]])
+        extra = sorted(set(d) - {"kind", "file", "expert_launches"})
+        if extra:
+            raise InputError(source, f"compute.{extra[0]}", "only kind and file for "
+                             "calibration", extra[0])
+        FIELDS["file"]({"file": d.get("file")}, "file", source)
+    else:
+        for key in ("model", "catalog"):
+            if key in d:
+                FIELDS[key](d, key, source)
+        if d.get("catalog") is not None and d.get("model", DEFAULT_MODEL) != "catalog":
+            raise InputError(source, "compute.catalog", "no catalog with model: roofline",
+                             d["catalog"])
+        for key in ("gemm_library", "memory_kernels"):
+            if key in d:
+                FIELDS[key](d, key, source)
+        for key in d:
+            if key not in (*_CATALOG_KEYS, "kind", "expert_launches", *_ROOFLINE_KEYS):
+                raise InputError(source, f"compute.{key}",
+                                 f"one of kind, {', '.join(_ROOFLINE_KEYS)}", key)
+        for key in _ROOFLINE_KEYS:
+            if key in d:
+                FIELDS[key](d, key, source)
+    return ComputeSection(**d, written=copy.deepcopy(dict(d)))
+
+
+def describe(d: Any) -> str:
+    """What a (checked) ``compute`` section asks for, in words."""
+    d = d.as_dict() if isinstance(d, ComputeSection) else d
+    d = {} if not isinstance(d, Mapping) else d
+    kind = d.get("kind", DEFAULT_KIND)
+    if kind == "calibration":
+        return f"calibration ({d.get('file')})"
+    if d.get("model", DEFAULT_MODEL) == "roofline":
+        return "roofline only"
+    lib = d.get("gemm_library")
+    src = f"catalog {d['catalog']}" if d.get("catalog") else "kernel catalog"
+    return src + (f", {lib} GEMMs" if lib else "") + ", roofline where it has no row"
+
+
+def compute_model(d: Any, source: str, device: DeviceSpec) -> ComputeModel:
+    """The compute model for a scenario's ``compute`` section (or mapping) ``d`` on
+    ``device``."""
+    d = d.as_dict() if isinstance(d, ComputeSection) else {} if d is None else d
+    if not isinstance(d, dict):
+        raise InputError(source, "compute", "a mapping (kind, model, precision, ...)", d)
+    launches = d.get("expert_launches", "per_expert")
+    if launches not in EXPERT_LAUNCHES:
+        raise InputError(source, "compute.expert_launches", " or ".join(EXPERT_LAUNCHES),
+                         launches)
+    return _compute_model({k: v for k, v in d.items() if k != "expert_launches"}, source,
+                          device)
+
+
+def grouped_experts(compute: Any) -> bool:
+    """Whether a scenario's ``compute`` section (or a checked mapping) runs a rank's
+    routed experts in one launch per kernel (``expert_launches: grouped``)."""
+    if isinstance(compute, ComputeSection):
+        return compute.grouped
+    return isinstance(compute, Mapping) and compute.get("expert_launches") == "grouped"
+
+
+
 def _compute_model(d: dict, source: str, device: DeviceSpec) -> ComputeModel:
     kind = d.get("kind", DEFAULT_KIND)
     if kind not in KINDS:
         raise InputError(source, "compute.kind", " or ".join(KINDS), kind)
     if kind == "catalog":   # the roofline's fields set the fallback; model: roofline
         d = {**d, "kind": "roofline"}   # (a what-if: --set compute.model=roofline) drops it
-    rest = {k: v for k, v in d.items() if k not in ("model", "catalog", "gemm_library")}
+    rest = {k: v for k, v in d.items() if k not in _CATALOG_KEYS}
     if d.get("kind") == "calibration":
-        given = sorted(set(d) & {"model", "catalog", "gemm_library"})
+        given = sorted(set(d) & set(_CATALOG_KEYS))
         if given:
             raise InputError(source, f"compute.{given[0]}", "no model or catalog with kind: "
                              "calibration (the calibration prices every kernel)", d[given[0]])
@@ -126,7 +271,10 @@ def _compute_model(d: dict, source: str, device: DeviceSpec) -> ComputeModel:
     if lib != "" and lib not in known:
         raise InputError(source, "compute.gemm_library", "a library of the catalog's GEMM "
                          f"tables ({', '.join(known) or 'none'})", lib)
-    model = CatalogModel(roofline, tables, gemm_library=lib)
+    mem = d.get("memory_kernels", DEFAULT_MEMORY)
+    if mem not in MEMORY_IMPLS:
+        raise InputError(source, "compute.memory_kernels", " or ".join(MEMORY_IMPLS), mem)
+    model = CatalogModel(roofline, tables, gemm_library=lib, memory_kernels=mem)
     return model if model.tables else roofline
 
 

@@ -25,256 +25,35 @@ Every problem is one :class:`~moesim.errors.InputError` naming the file and the
 from __future__ import annotations
 
 import dataclasses
-import math
-from dataclasses import dataclass, field
 from typing import Any
 
 from moesim.errors import InputError
 from moesim.rl.algorithms import ALGORITHMS
-from moesim.traffic.lengths import LengthDist
+from moesim.scenario.sections import written
+from moesim.scenario.sections.rl import LENGTH_DEFAULTS, RLConfig
+from moesim.scenario.sections.rl import rl_from_dict as parse_rl
 from moesim.traffic.lengths import check as check_lengths
-
-REWARD_KINDS = ("rule", "model")
-SYNC_METHODS = ("nccl", "ipc", "sharded")
-KV_DTYPES = ("bf16", "fp8")
-#: partial rollouts, after a weight sync: ``recompute`` each paused sample's KV cache under
-#: the new weights (AReaL's interruptible rollouts), or ``keep`` the caches computed under
-#: the old ones (NeMo RL's in-flight weight updates without
-#: ``recompute_kv_cache_after_weight_updates``)
-KV_AFTER_SYNC = ("recompute", "keep")
-#: vLLM's ``gpu_memory_utilization`` default: the fraction of each GPU's memory the engine
-#: may use for weights, activations and KV cache (vllm/config/cache.py, CacheConfig)
-DEFAULT_KV_FRACTION = 0.9
-#: vLLM's ``max_num_seqs`` default on GPUs of >= 70 GiB other than A100 (H100, H200): at
-#: most 1024 running sequences per engine step (vllm/engine/arg_utils.py,
-#: EngineArgs.get_batch_defaults, default_max_num_seqs for LLM_CLASS)
-DEFAULT_MAX_BATCH = 1024
-
-
-@dataclass(frozen=True)
-class RolloutPool:
-    gpus: int = 8
-    tp: int = 1                 # tensor parallel of one engine replica
-    ep: int = 1                 # expert parallel: 1, or a multiple of tp (attention DP = ep/tp)
-    kv_fraction: float = DEFAULT_KV_FRACTION
-    max_batch: int = DEFAULT_MAX_BATCH
-    kv_dtype: str = "bf16"
-    cuda_graphs: bool = False   # decode steps replayed from CUDA graphs (serve.cuda_graphs)
-
-    @property
-    def replica_gpus(self) -> int:
-        return max(self.tp, self.ep)
-
-    @property
-    def replicas(self) -> int:
-        return self.gpus // self.replica_gpus
-
-
-@dataclass(frozen=True)
-class TrainPool:
-    gpus: int | None = None     # None: the rest of the cluster (colocated: the rollout pool)
-    tp: int = 1
-    pp: int = 1
-    ep: int = 1
-    mini_batches: int = 1       # optimizer steps per RL step (per epoch)
-    epochs: int = 1             # passes over the step's samples
-    seq_len: int | None = None  # packed row length (None: the scenario's schedule.seq_len)
-    #: ZeRO stage over the trainer's data-parallel group (parallel.zero): 1 shards the
-    #: optimizer states, as Megatron's distributed optimizer does (use_distributed_optimizer:
-    #: true in verl's verl/trainer/config/engine/megatron.yaml, 093191fae2, and NeMo RL's
-    #: examples/configs/grpo_math_1B.yaml megatron_cfg.optimizer, 00294d9baa); 3 shards
-    #: weights, gradients and optimizer states, as FSDP's full sharding (verl's and NeMo RL's
-    #: DTensor/FSDP trainers); 0 none
-    zero: int = 0
-
-    @property
-    def dp(self) -> int:
-        return self.gpus // (self.tp * self.pp)
-
-
-@dataclass(frozen=True)
-class RewardConfig:
-    kind: str = "rule"
-    #: rule: CPU seconds per sample (a verifier; an assumption of ours: set it for yours)
-    cpu_s_per_sample: float = 0.001
-    workers: int = 32           # rule: samples scored in parallel (CPU processes)
-    model: Any = None           # model: a model section (None: the policy's own dims)
-
-
-@dataclass(frozen=True)
-class WeightSyncConfig:
-    method: str = "nccl"
-    #: host-side software time per parameter tensor (gather/convert/load call overhead):
-    #: four eager PyTorch ops (gather, dtype cast, send, the engine's load copy) at ~10 us of
-    #: dispatch each; PyTorch eager per-op overhead is ~10 us (moesim.compute.devices), an
-    #: assumption, not a fit: set it from a profile of your stack
-    per_tensor_s: float = 40e-6
-
-
-@dataclass(frozen=True)
-class RLConfig:
-    algorithm: str = "grpo"
-    steps: int = 4
-    prompts_per_step: int = 64
-    samples_per_prompt: int = 8
-    prompt_tokens: LengthDist = field(default_factory=LengthDist)
-    response_tokens: LengthDist = field(default_factory=lambda: LengthDist(mean=1024))
-    colocated: bool = False
-    rollout: RolloutPool = field(default_factory=RolloutPool)
-    train: TrainPool = field(default_factory=TrainPool)
-    old_logprob: bool = True
-    reference: bool = True
-    reward: RewardConfig = field(default_factory=RewardConfig)
-    max_lag: int = 0
-    partial_rollouts: bool = False
-    kv_after_sync: str = "recompute"    # partial rollouts: recompute | keep the KV caches
-    weight_sync: WeightSyncConfig = field(default_factory=WeightSyncConfig)
-
-    @property
-    def samples_per_step(self) -> int:
-        return self.prompts_per_step * self.samples_per_prompt
-
-    @property
-    def total_gpus(self) -> int:
-        return self.rollout.gpus if self.colocated else self.rollout.gpus + self.train.gpus
-
-
-_SUB = {"rollout": RolloutPool, "train": TrainPool, "reward": RewardConfig,
-        "weight_sync": WeightSyncConfig}
-#: the length distributions (moesim.traffic.lengths) and their defaults: fixed 256 and 1024
-_LENGTHS = {"prompt_tokens": {"dist": "fixed", "mean": 256},
-            "response_tokens": {"dist": "fixed", "mean": 1024}}
-#: field -> (kind, detail): pos int >= 1, nonneg int >= 0, posnum > 0, nonnegnum >= 0,
-#: frac in (0, 1], bool, choice, optpos (None or int >= 1)
-_RULES: dict[str, tuple[str, Any]] = {
-    "algorithm": ("algorithm", None), "steps": ("pos", None),
-    "prompts_per_step": ("pos", None), "samples_per_prompt": ("pos", None),
-    "colocated": ("bool", None), "old_logprob": ("bool", None), "reference": ("bool", None),
-    "max_lag": ("nonneg", None), "partial_rollouts": ("bool", None),
-    "kv_after_sync": ("choice", KV_AFTER_SYNC),
-    "gpus": ("optpos", None), "tp": ("pos", None), "ep": ("pos", None), "pp": ("pos", None),
-    "kv_fraction": ("frac", None), "max_batch": ("pos", None), "kv_dtype": ("choice", KV_DTYPES),
-    "cuda_graphs": ("bool", None),
-    "mini_batches": ("pos", None), "epochs": ("pos", None), "seq_len": ("optpos", None),
-    "zero": ("stage", None),
-    "kind": ("choice", REWARD_KINDS), "cpu_s_per_sample": ("nonnegnum", None),
-    "workers": ("pos", None), "model": ("optdict", None),
-    "method": ("choice", SYNC_METHODS), "per_tensor_s": ("nonnegnum", None),
-}
-
-
-#: what one machine can simulate: RL steps per run (each simulates a generation of every
-#: sample), samples per step (prompts x group), tokens per sequence (prompt, response,
-#: trainer row: beyond any model's context), running sequences per engine, passes over a
-#: step's samples, host seconds per parameter tensor and CPU seconds per sample (beyond them a step lasts
-#: longer than a year), max_lag (at most the steps)
-MAX_STEPS = 10_000
-MAX_SAMPLES = 1_000_000
-MAX_TOKENS = 10_000_000
-MAX_BATCH = 65_536
-MAX_EPOCHS = 1_000
-MAX_SECONDS = 3_600.0
-_BOUNDS: dict[str, tuple[float, str]] = {
-    "steps": (MAX_STEPS, "RL steps one run can simulate"),
-    "max_lag": (MAX_STEPS, "the most RL steps one run can simulate"),
-    "prompts_per_step": (MAX_SAMPLES, "samples per step one machine can simulate"),
-    "samples_per_prompt": (MAX_SAMPLES, "samples per step one machine can simulate"),
-    "seq_len": (MAX_TOKENS, "tokens per row"),
-    "max_batch": (MAX_BATCH, "running sequences per engine"),
-    "epochs": (MAX_EPOCHS, "passes over a step's samples"),
-    "per_tensor_s": (MAX_SECONDS, "seconds per tensor"),
-    "cpu_s_per_sample": (MAX_SECONDS, "CPU seconds per sample"),
-}
-
-
-def _is_int(v: Any) -> bool:
-    return isinstance(v, int) and not isinstance(v, bool)
-
-
-def _is_num(v: Any) -> bool:
-    return isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v)
-
-
-def _check(src: str, key: str, name: str, v: Any) -> None:
-    kind, detail = _RULES[name]
-    bad = {
-        "pos": lambda: not (_is_int(v) and v >= 1),
-        "nonneg": lambda: not (_is_int(v) and v >= 0),
-        "optpos": lambda: v is not None and not (_is_int(v) and v >= 1),
-        "posnum": lambda: not (_is_num(v) and v > 0),
-        "nonnegnum": lambda: not (_is_num(v) and v >= 0),
-        "frac": lambda: not (_is_num(v) and 0 < v <= 1),
-        "stage": lambda: not (_is_int(v) and 0 <= v <= 3),
-        "bool": lambda: not isinstance(v, bool),
-        "choice": lambda: v not in detail,
-        "algorithm": lambda: v not in ALGORITHMS,
-        "optdict": lambda: v is not None and not isinstance(v, dict),
-    }[kind]
-    if bad():
-        expected = {"pos": "an integer >= 1", "nonneg": "an integer >= 0",
-                    "optpos": "an integer >= 1 (or omit it)", "posnum": "a finite number > 0",
-                    "nonnegnum": "a finite number >= 0", "frac": "a number in (0, 1]",
-                    "stage": "a ZeRO stage 0, 1, 2 or 3",
-                    "bool": "true or false", "choice": f"one of {list(detail or ())}",
-                    "algorithm": f"one of {list(ALGORITHMS.names())}",
-                    "optdict": "a model section mapping"}[kind]
-        raise InputError(src, key, expected, v)
-    bound = _BOUNDS.get(name)
-    if bound is not None and v is not None and v > bound[0]:
-        top = f"{bound[0]:,}" if isinstance(bound[0], int) else f"{bound[0]:g}"
-        raise InputError(src, key, f"at most {top} ({bound[1]}: the limit of what one "
-                         "machine simulates)", v)
-
-
-def _sub(src: str, key: str, cls: type, d: Any) -> Any:
-    if isinstance(d, cls):
-        return d
-    if not isinstance(d, dict):
-        raise InputError(src, key, f"a mapping of the {key} keys", d)
-    valid = [f.name for f in dataclasses.fields(cls)]
-    for k, v in d.items():
-        if k not in valid:
-            raise InputError(src, f"{key}.{k}", f"one of the {key} keys {valid}", k)
-        _check(src, f"{key}.{k}", k, v)
-    return cls(**d)
 
 
 def _algorithm_fields(d: dict, src: str) -> None:
-    """A key that only other algorithms take (:data:`ALGORITHMS`) is refused, naming the
-    algorithm and the ones that take it."""
+    """The algorithm by name from the registry (:data:`ALGORITHMS`); a key that only
+    other algorithms take is refused, naming the algorithm and the ones that take it."""
     kind = ALGORITHMS.get(d.get("algorithm", RLConfig.algorithm), src)
     ALGORITHMS.refuse_foreign(d, kind, src, "rl", "algorithm")
 
 
-def rl_from_dict(d: Any, source: str, *, world: int | None = None) -> RLConfig:
-    """Check the ``rl`` section against itself (and the cluster's ``world`` GPUs)."""
-    if not d:
+def rl_config(cfg: RLConfig | None, source: str, *, world: int | None = None) -> RLConfig:
+    """The scenario's ``rl`` section (checked against itself when it was read) checked
+    against the registries (the algorithm, the length distributions) and the cluster's
+    ``world`` GPUs; the trainer's GPUs filled in where left to the rest of the cluster."""
+    if cfg is None:
         raise InputError(source, "rl", "an rl section, e.g. rl: {prompts_per_step: 64, "
-                         "samples_per_prompt: 8, rollout: {gpus: 8}, train: {gpus: 8}}", d)
-    if not isinstance(d, dict):
-        raise InputError(source, "rl", "a mapping of key: value", d)
-    valid = [f.name for f in dataclasses.fields(RLConfig)]
-    kwargs = {}
-    for k, v in d.items():
-        if k not in valid:
-            raise InputError(source, f"rl.{k}", f"one of the rl keys {valid}", k)
-        if k in _LENGTHS:
-            kwargs[k] = check_lengths(v, source, f"rl.{k}", _LENGTHS[k])
-        elif k in _SUB:
-            kwargs[k] = _sub(source, f"rl.{k}", _SUB[k], v)
-        else:
-            _check(source, f"rl.{k}", k, v)
-            kwargs[k] = v
-    _algorithm_fields(d, source)
-    cfg = RLConfig(**kwargs)
-    if cfg.samples_per_step > MAX_SAMPLES:
-        raise InputError(source, "rl.samples_per_prompt", f"prompts_per_step x "
-                         f"samples_per_prompt at most {MAX_SAMPLES:,} (samples per step one "
-                         f"machine can simulate; {cfg.prompts_per_step:,} x "
-                         f"{cfg.samples_per_prompt:,} = {cfg.samples_per_step:,})",
-                         cfg.samples_per_prompt)
-    if cfg.rollout.gpus is None:
-        raise InputError(source, "rl.rollout.gpus", "the rollout pool's GPUs, an integer >= 1")
+                         "samples_per_prompt: 8, rollout: {gpus: 8}, train: {gpus: 8}}", {})
+    given = written(cfg)
+    _algorithm_fields(given, source)
+    lengths = {k: check_lengths(given[k], source, f"rl.{k}", LENGTH_DEFAULTS[k])
+               for k in LENGTH_DEFAULTS if k in given}
+    cfg = dataclasses.replace(cfg, **lengths)
     if cfg.train.gpus is None:
         rest = cfg.rollout.gpus if cfg.colocated else (world or 0) - cfg.rollout.gpus
         if rest < 1:
@@ -283,6 +62,11 @@ def rl_from_dict(d: Any, source: str, *, world: int | None = None) -> RLConfig:
         cfg = dataclasses.replace(cfg, train=dataclasses.replace(cfg.train, gpus=rest))
     _consistent(cfg, source, world)
     return cfg
+
+
+def rl_from_dict(d: Any, source: str, *, world: int | None = None) -> RLConfig:
+    """Check an ``rl`` mapping as reading a scenario and running it do."""
+    return rl_config(parse_rl(d, source), source, world=world)
 
 
 def _consistent(cfg: RLConfig, src: str, world: int | None) -> None:

@@ -20,8 +20,10 @@ import dataclasses
 import math
 
 from moesim.model.costs import memory_op
+from moesim.model.read import ModelSection
 from moesim.scenario.schema import ClusterConfig, EngineConfig, ParallelConfig, Scenario
-from moesim.serve.config import ServeConfig, serving_scenario
+from moesim.scenario.sections.serve import ServeConfig
+from moesim.serve.config import serving_scenario
 from moesim.serve.costs import head_kernels
 from moesim.serve.run import simulate_serve
 from moesim.wiring import resolve, simulate
@@ -57,7 +59,7 @@ def trainer_scenario(scn: Scenario, gpus: int, gpus_per_node: int, *, tp: int, p
 
 class EngineTrainerCosts:
     def __init__(self, scn: Scenario, gpus: int, gpus_per_node: int, *, tp: int, pp: int,
-                 ep: int, seq_len: int, reward_model: dict | None = None,
+                 ep: int, seq_len: int, reward_model: ModelSection | None = None,
                  zero: int = 0) -> None:
         self.scn = trainer_scenario(scn, gpus, gpus_per_node, tp=tp, pp=pp, ep=ep,
                                     seq_len=seq_len, zero=zero)
@@ -79,19 +81,19 @@ class EngineTrainerCosts:
             self.simulated += 1
         return self.memo[key]
 
-    def forward_s(self, rows: int, model: dict | None = None) -> float:
+    def forward_s(self, rows: int, model: ModelSection | None = None) -> float:
         """``ceil(rows / groups)`` rows per data-parallel group, each priced as the
         simulated pass over one row per group (rows of ``seq_len`` tokens fill the GEMMs
         already; routing a whole batch of rows costs minutes of CPU at DeepSeek-V3 size)."""
         groups = self.gpus // self.tp            # data-parallel groups, stages folded
         per_group = max(1, math.ceil(rows / groups))
-        key = ("fwd", None if model is None else repr(sorted(model.items())))
+        key = ("fwd", None if model is None else repr(sorted(model.as_dict().items())))
         if key not in self.memo:
             scn = self.scn if model is None else dataclasses.replace(self.scn, model=model)
             # the trainer's pass (Megatron-Core, Transformer Engine's GroupedLinear): each
             # expert launched on its own, not serving's grouped default
-            scn = dataclasses.replace(scn, compute={"expert_launches": "per_expert",
-                                                    **dict(scn.compute)})
+            scn = dataclasses.replace(scn, compute=scn.compute.with_default(
+                "expert_launches", "per_expert", scn.source))
             backend = scn.parallel.ep_backend.kind if self.ep > 1 else "nccl"
             # one request per GPU: a TP group computes tp rows in the step
             cfg = ServeConfig(phase="prefill", batch_per_gpu=1, prompt=self.seq_len,
@@ -106,7 +108,7 @@ class EngineTrainerCosts:
         return per_group * self.memo[key]
 
     def reward_model_s(self, rows: int) -> float:
-        return self.forward_s(rows, self.reward_model or dict(self.scn.model))
+        return self.forward_s(rows, self.reward_model or self.scn.model)
 
 
 def rollout_costs(scn: Scenario, replica_gpus: int, gpus_per_node: int, *, tp: int, ep: int,

@@ -80,7 +80,7 @@ def trainer_fit(setup, batches) -> Fit:
 
 def rollout_need(setup) -> dict:
     """Bytes on one GPU of a rollout engine replica: weights, KV cache, activations."""
-    from moesim.serve.config import ServeConfig
+    from moesim.scenario.sections.serve import ServeConfig
     from moesim.serve.memory import table
 
     ro, spec, dev = setup.cfg.rollout, setup.res.model, setup.res.device

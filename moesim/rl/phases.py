@@ -14,10 +14,10 @@ from typing import Protocol
 import numpy as np
 
 from moesim.rl.algorithms import StepInputs, algorithm
-from moesim.rl.config import RLConfig
 from moesim.rl.generate import Generation, generate
 from moesim.rl.loop import StepDurations
 from moesim.rl.packing import pack_rows, split_mini_batches
+from moesim.scenario.sections.rl import RLConfig
 from moesim.traffic.step_costs import StepCosts
 
 

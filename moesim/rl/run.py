@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 
 from moesim.errors import InputError
-from moesim.rl.config import RLConfig, rl_from_dict
+from moesim.rl.config import rl_config
 from moesim.rl.generate import Rollout
 from moesim.rl.loop import Timeline, schedule, schedule_partial
 from moesim.rl.memory import replica_weight_bytes, rl_fits
@@ -25,6 +25,7 @@ from moesim.scenario import load_scenario
 from moesim.scenario.blame import blame_overrides
 from moesim.scenario.resolved import Resolved
 from moesim.scenario.schema import ParallelConfig, Scenario
+from moesim.scenario.sections.rl import RLConfig
 from moesim.serve.kv import kv_bytes_per_token
 from moesim.traffic.deploy import windows_of
 from moesim.traffic.lengths import draw
@@ -101,7 +102,7 @@ def _check_reward_model(cfg: RLConfig, source: str) -> None:
     from moesim.model.read import model_from_dict
 
     try:
-        model_from_dict(dict(cfg.reward.model), source)
+        model_from_dict(cfg.reward.model, source)
     except InputError as err:
         field = err.field.removeprefix("model.").removeprefix("model")
         raise InputError(source, "rl.reward.model" + (f".{field}" if field else ""),
@@ -125,9 +126,9 @@ def resolve_rl(target: str | Path, overrides=()) -> RLSetup:
     try:
         _refuse_parallel_layout(scn)
         whole = dataclasses.replace(scn, parallel=ParallelConfig(
-            order=scn.parallel.order, ep_backend=scn.parallel.ep_backend), serve={})
+            order=scn.parallel.order, ep_backend=scn.parallel.ep_backend), serve=None)
         res = resolve(whole)
-        cfg = rl_from_dict(dict(scn.rl), scn.source, world=res.layout.world)
+        cfg = rl_config(scn.rl, scn.source, world=res.layout.world)
         _check_reward_model(cfg, scn.source)
     except InputError as err:
         raise blame_overrides(err, scn.source, list(overrides)) from None

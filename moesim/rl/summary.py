@@ -21,6 +21,7 @@ import numpy as np
 
 from moesim.memory.fit import fit_line, fit_summary
 from moesim.rl.algorithms import algorithm
+from moesim.scenario.sections.rl import summary_dict
 
 KEYS = ("step_time_s", "step_time_kind", "steps_averaged", "phases_s", "samples_per_s",
         "tokens_per_s_per_gpu", "utilization", "staleness", "long_tail_s", "steps", "fit",
@@ -129,7 +130,7 @@ def details(run) -> dict:
     setup = run.setup
     return {
         "scenario": setup.scenario.name, "seed": setup.scenario.seed,
-        "rl": dataclasses.asdict(setup.cfg), "trainer_seq_len": setup.seq_len,
+        "rl": summary_dict(setup.cfg), "trainer_seq_len": setup.seq_len,
         "gpus": {"rollout": setup.cfg.rollout.gpus, "train": setup.cfg.train.gpus,
                  "total": setup.cfg.total_gpus},
         "engine_replicas": setup.cfg.rollout.replicas,

@@ -4,9 +4,12 @@
 ``--set dotted.key=value`` overrides (value parsed as a YAML scalar or list),
 and checks every field and the sections against each other. Every problem is an
 :class:`InputError` naming the file, the ``section.field``, the expectation and what was
-found. The scenario read here is data: the owning packages validate the free-form parts
-(model preset, routing policy, device, compute model, topology) and the layout is
-checked against the cluster when :func:`moesim.wiring.resolve` builds them.
+found. The sections with keys of their own are typed and checked here too (``model``,
+``compute``: the lower packages' parsers; ``serve``, ``rl``, ``load``:
+:mod:`moesim.scenario.sections`). The scenario read here is data: the names the
+registries above hold (schedulers, balancers, RL algorithms, length distributions) are
+checked by those packages when they run a section, the routing policy, device, compute
+model's files and topology when :func:`moesim.wiring.resolve` builds them.
 """
 
 from __future__ import annotations
@@ -18,7 +21,9 @@ from typing import Any
 
 import yaml
 
+from moesim.compute.select import parse as parse_compute
 from moesim.errors import InputError
+from moesim.model.read import parse as parse_model
 from moesim.outputs import check_name
 from moesim.paths import shown
 from moesim.scenario.blame import CLI, blame_overrides
@@ -51,6 +56,9 @@ from moesim.scenario.schema import (
     Scenario,
     ScheduleConfig,
 )
+from moesim.scenario.sections.load import load_from_dict
+from moesim.scenario.sections.rl import rl_from_dict
+from moesim.scenario.sections.serve import serve_from_dict
 from moesim.schedule.dualpipe import check as dual_check
 from moesim.yamlio import check_finite, load_text, read_yaml
 
@@ -81,6 +89,7 @@ _RULES: dict[str, tuple[str, Any]] = {
     "overlap.ep_comm_overlap": ("bool", None), "overlap.dp_overlap": ("bool", None),
     "overlap.kind": ("choice", OVERLAP_KINDS), "overlap.shared_expert": ("bool", None),
     "overlap.tp_comm": ("bool", None),
+    "overlap.nccl_tuning": ("bool", None),
     "memory.recompute": ("choice", RECOMPUTE),
     "memory.attention": ("choice", ATTENTION_KERNELS),
     "memory.grad_dtype": ("choice", GRAD_DTYPES), "memory.param_dtype": ("choice", PARAM_DTYPES),
@@ -313,21 +322,30 @@ def build_scenario(data: dict, source: str = "<scenario>",
     scn = Scenario(
         name=name, seed=seed,
         cluster=_fixed(src, data, "cluster", ClusterConfig),
-        model=_section(src, data, "model"),
         routing=RoutingSection(policy=rdict, **dtypes),
         parallel=_fixed(src, data, "parallel", ParallelConfig),
         schedule=_fixed(src, data, "schedule", ScheduleConfig),
-        compute=_section(src, data, "compute"),
         overlap=_fixed(src, data, "overlap", OverlapConfig),
         memory=_fixed(src, data, "memory", MemoryConfig),
         engine=_fixed(src, data, "engine", EngineConfig),
-        serve=_section(src, data, "serve"),   # checked by moesim.serve.config
-        rl=_section(src, data, "rl"),         # checked by moesim.rl.config
-        load=_section(src, data, "load"),     # checked by moesim.traffic.config
         source=src,
     )
     _check_schedule(scn)
-    return _check_overlap(scn)
+    return _sections(_check_overlap(scn), data)
+
+
+def _sections(scn: Scenario, data: dict) -> Scenario:
+    """The sections with keys of their own, typed and checked (the names registered by
+    the packages above, RL algorithms and serving schedulers, are checked by those
+    packages when they run the section)."""
+    src = scn.source
+    serve = _section(src, data, "serve")
+    return dataclasses.replace(
+        scn, model=parse_model(_section(src, data, "model"), src),
+        compute=parse_compute(_section(src, data, "compute"), src),
+        serve=serve_from_dict(serve, src) if serve else None,
+        rl=rl_from_dict(_section(src, data, "rl"), src),
+        load=load_from_dict(_section(src, data, "load"), src, scn.seed))
 
 
 def _check_schedule(scn: Scenario) -> None:

@@ -1,10 +1,12 @@
 """The scenario: frozen dataclasses, one per YAML section, with defaults and units.
 
 YAML keys are the field names below. Sizes at the edge are in MB (10^6 bytes,
-``dp_bucket_MB``); properties give SI values. ``model``, ``routing`` (apart from
-the two dtypes), ``compute`` and ``cluster.params`` are passed as plain dicts to
-the loaders that own them (``moesim.model``, ``moesim.gating``,
-``moesim.compute``, ``moesim.topology``), which validate them.
+``dp_bucket_MB``); properties give SI values. ``model`` and ``compute`` are the lower
+packages' typed sections (:class:`moesim.model.read.ModelSection`,
+:class:`moesim.compute.select.ComputeSection`), ``serve``, ``rl`` and ``load`` this
+package's (:mod:`moesim.scenario.sections`), each checked when the scenario is read;
+``routing`` (apart from the dtypes) and ``cluster.params`` are passed as plain dicts to
+the loaders that own them (``moesim.gating``, ``moesim.topology``), which validate them.
 """
 
 from __future__ import annotations
@@ -14,7 +16,13 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
 
+from moesim.compute.select import ComputeSection
 from moesim.layout.mesh import DEFAULT_ORDER
+from moesim.model.read import ModelSection
+from moesim.scenario.sections import written
+from moesim.scenario.sections.load import LoadSection
+from moesim.scenario.sections.rl import RLConfig
+from moesim.scenario.sections.serve import ServeConfig
 from moesim.schedule.dualpipe import KINDS as DUALPIPE_KINDS
 from moesim.schedule.pipeline import KINDS as PIPELINE_KINDS
 from moesim.units import MB
@@ -162,6 +170,9 @@ class OverlapConfig:
     # Transformer Engine userbuffers (Megatron --tp-comm-overlap): the sequence-parallel
     # all-gathers and reduce-scatters beside the TP GEMMs, chunked (moesim.program.tp_overlap)
     tp_comm: bool = False
+    # ring collectives priced as NCCL runs them: its protocol/algorithm choice and latency
+    # term, the flow network carrying the bytes (moesim.collectives.nccl.choice)
+    nccl_tuning: bool = False
 
 
 def step_graph_floor_s(scn: Any, device: Any) -> float | None:
@@ -175,7 +186,8 @@ def step_graph_floor_s(scn: Any, device: Any) -> float | None:
 
 
 #: OverlapConfig fields that Scenario.to_dict() leaves out while at their defaults
-OVERLAP_OMIT_DEFAULTS = {"cuda_graphs": [], "shared_expert": False, "tp_comm": False}
+OVERLAP_OMIT_DEFAULTS = {"cuda_graphs": [], "shared_expert": False, "tp_comm": False,
+                         "nccl_tuning": False}
 
 
 PARAM_DTYPES = ("bf16", "fp8")
@@ -240,28 +252,21 @@ class Scenario:
     name: str
     seed: int = 0
     cluster: ClusterConfig = field(default_factory=ClusterConfig)
-    model: Any = field(default_factory=dict)     # dict for moesim.model.model_from_dict
+    model: ModelSection = field(default_factory=ModelSection)  # preset, config.json or dims
     routing: RoutingSection = field(default_factory=RoutingSection)
     parallel: ParallelConfig = field(default_factory=ParallelConfig)
     schedule: ScheduleConfig = field(default_factory=ScheduleConfig)
-    compute: Any = field(default_factory=dict)   # dict for compute_model_from_dict
+    compute: ComputeSection = field(default_factory=ComputeSection)  # what prices kernels
     overlap: OverlapConfig = field(default_factory=OverlapConfig)
     memory: MemoryConfig = field(default_factory=MemoryConfig)
     engine: EngineConfig = field(default_factory=EngineConfig)
-    serve: Any = field(default_factory=dict)     # dict for moesim.serve.config (serving)
-    rl: Any = field(default_factory=dict)        # dict for moesim.rl.config (RL post-training)
-    load: Any = field(default_factory=dict)      # dict for moesim.traffic.config (serving traffic)
+    serve: ServeConfig | None = None             # a serving step (None: no serve section)
+    rl: RLConfig | None = None                   # RL post-training (None: no rl section)
+    load: LoadSection | None = None              # serving traffic (None: no load section)
     source: str = "<scenario>"                   # file it came from (for error messages)
     world: int | None = None                     # GPUs in the cluster, once resolved
     gpus_per_node: int | None = None             # from the topology, once resolved
     overrides: tuple[str, ...] = ()              # --set key=value items applied (for errors)
-
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "model", _frozen(self.model))
-        object.__setattr__(self, "compute", _frozen(self.compute))
-        object.__setattr__(self, "serve", _frozen(self.serve))
-        object.__setattr__(self, "rl", _frozen(self.rl))
-        object.__setattr__(self, "load", _frozen(self.load))
 
     def to_dict(self) -> dict:
         """The full configuration, JSON-able (lists, dicts, scalars)."""
@@ -281,12 +286,12 @@ class Scenario:
         r = out["routing"]
         out["routing"] = {**r["policy"], "dispatch_dtype": r["dispatch_dtype"],
                           "combine_dtype": r["combine_dtype"], "a2a_algo": r["a2a_algo"]}
-        if not out["serve"]:    # training scenarios echo exactly what they did before
-            del out["serve"]
-        if not out["rl"]:
-            del out["rl"]
-        if not out["load"]:
-            del out["load"]
+        for k in TYPED_SECTIONS:      # each echoed as written
+            sec = getattr(self, k)
+            out[k] = _plain(written(sec)) if sec is not None else {}
+        for k in ("serve", "rl", "load"):  # training scenarios echo what they did before
+            if not out[k]:
+                del out[k]
         return out
 
 
@@ -309,7 +314,9 @@ SECTIONS: dict[str, type] = {
     "memory": MemoryConfig,
     "engine": EngineConfig,
 }
-#: sections that are free-form dicts validated by their owner
+#: sections with keys of their own, parsed into typed sections (moesim.scenario.read)
 DICT_SECTIONS = ("model", "compute", "serve", "rl", "load")
+#: the sections Scenario.to_dict echoes as written
+TYPED_SECTIONS = DICT_SECTIONS
 TOP_LEVEL = ("name", "seed", "cluster", "model", "routing", "parallel", "schedule", "compute",
              "overlap", "memory", "engine", "serve", "rl", "load")

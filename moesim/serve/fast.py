@@ -9,7 +9,7 @@ attention for prefill, the LM head's distributed top-k over the TP group).
 from __future__ import annotations
 
 from moesim.engine.fast.forward import simulate_forward
-from moesim.serve.config import ServeConfig
+from moesim.scenario.sections.serve import ServeConfig
 from moesim.serve.program import ServeBuilder
 from moesim.trace.result import SimResult
 

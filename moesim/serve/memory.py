@@ -21,7 +21,7 @@ The largest batch is the largest ``batch_per_gpu`` whose table fits the device
 from __future__ import annotations
 
 from moesim.memory.model import ACT_BYTES, layer_activation_bytes, rank_params
-from moesim.serve.config import ServeConfig
+from moesim.scenario.sections.serve import ServeConfig
 from moesim.serve.kv import kv_bytes_per_request, kv_bytes_per_token
 
 FP32_BYTES = 4

@@ -25,8 +25,8 @@ from moesim.program.build import Builder, StepPlan
 from moesim.program.ops import Op
 from moesim.program.overlap import ep_stream, interleave
 from moesim.program.timer import Timer
+from moesim.scenario.sections.serve import ServeConfig
 from moesim.serve import costs as serve_costs
-from moesim.serve.config import ServeConfig
 from moesim.serve.head import FP32_BYTES, ID_BYTES
 
 

@@ -18,10 +18,10 @@ from moesim.memory.fit import fit_summary, step_fits
 from moesim.scenario import load_scenario
 from moesim.scenario.blame import blame_overrides
 from moesim.scenario.resolved import Resolved
+from moesim.scenario.sections.serve import ServeConfig
 from moesim.serve.config import (
-    ServeConfig,
     check_training_layout_unset,
-    serve_from_dict,
+    serve_section,
     serving_scenario,
 )
 from moesim.serve.host import HostStep, host_overhead_of, host_spans, host_step
@@ -41,7 +41,7 @@ def resolve_serve(target: str | Path, overrides=()) -> tuple[Resolved, ServeConf
     resolve the serving layout. Errors name the ``serve`` fields."""
     scn = load_scenario(target, list(overrides))
     try:
-        cfg = serve_from_dict(dict(scn.serve), scn.source)
+        cfg = serve_section(scn)
         check_training_layout_unset(scn)
         try:
             res = resolve(serving_scenario(scn, cfg))

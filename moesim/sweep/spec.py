@@ -241,10 +241,10 @@ def _check_rl_steps(src: str, rl: Any, axes: tuple[Axis, ...]) -> None:
     """A sweep over ``rl.max_lag`` runs enough steps at every point for a steady state:
     ``2 * max_lag + RL_STEADY_STEPS`` (else one line saying which ``rl.steps`` to set)."""
     by_key = {a.key: a.values for a in axes}
-    if "rl.max_lag" not in by_key or not hasattr(rl, "get"):
+    if "rl.max_lag" not in by_key or rl is None:
         return
     lags = [v for v in by_key["rl.max_lag"] if isinstance(v, int) and not isinstance(v, bool)]
-    steps = by_key.get("rl.steps", (rl.get("steps", 4),))
+    steps = by_key.get("rl.steps", (rl.steps,))
     counts = [v for v in steps if isinstance(v, int) and not isinstance(v, bool)]
     if not lags or not counts:
         return      # a bad value: its points are skipped with the reason

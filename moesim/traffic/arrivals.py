@@ -22,9 +22,10 @@ from pathlib import Path
 import numpy as np
 
 from moesim.errors import InputError
-from moesim.traffic.limits import MAX_DURATION_S, MAX_REQUESTS, MAX_TOKENS
+from moesim.scenario.sections.load import ARRIVAL_KINDS
+from moesim.scenario.sections.load_limits import MAX_DURATION_S, MAX_REQUESTS, MAX_TOKENS
 
-KINDS = ("poisson", "gamma", "trace")
+KINDS = ARRIVAL_KINDS
 AZURE = ("TIMESTAMP", "ContextTokens", "GeneratedTokens")
 OWN = ("arrival_s", "prompt_tokens", "output_tokens")
 

@@ -23,34 +23,21 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, fields
+from dataclasses import fields
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from moesim.errors import InputError
-from moesim.traffic.limits import MAX_REQUESTS, MAX_SIGMA, MAX_TOKENS
+from moesim.scenario.sections.lengths import LengthDist
+from moesim.scenario.sections.load_limits import MAX_REQUESTS, MAX_SIGMA, MAX_TOKENS
 from moesim.traffic.registry import Registry
 
 #: a field a distribution cannot do without
 REQUIRED = object()
 #: the longest draw before the cut (a lognormal's tail beyond it would overflow int64)
 CAP = 2 ** 53
-
-
-@dataclass(frozen=True)
-class LengthDist:
-    """A checked distribution (:func:`check`). ``sigma`` 0.5 is an assumption of ours
-    (set it from your data)."""
-
-    dist: str = "fixed"
-    mean: float = 256
-    max: int | None = None
-    min: int = 1
-    sigma: float = 0.5
-    file: str | None = None
-    column: str | None = None
 
 
 #: the fields every distribution takes

@@ -18,13 +18,9 @@ from abc import ABC, abstractmethod
 from collections import deque
 from dataclasses import dataclass, field
 
+from moesim.scenario.sections.load import MAX_SEQS, TOKEN_BUDGET  # vLLM's defaults
 from moesim.traffic.kvcache import BlockManager
 from moesim.traffic.request import Request
-
-#: vLLM's defaults: max_num_seqs 256, max_num_batched_tokens 2048 with chunked prefill
-#: (vllm/config.py, SchedulerConfig; vllm/engine/arg_utils.py)
-MAX_SEQS = 256
-TOKEN_BUDGET = 2048
 
 
 @dataclass

@@ -11,13 +11,14 @@ under an SLO, the capacity search. What ``moesim serve`` (with a ``load:`` secti
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
 from moesim.errors import InputError
 from moesim.memory.fit import flag_fits
 from moesim.scenario.blame import blame_overrides
+from moesim.scenario.sections import written
 from moesim.traffic.config import LoadConfig, load_from_dict
 from moesim.traffic.deploy import build_for, kv_tokens_per_member, load_fits
 from moesim.traffic.run import find_capacity, run_load
@@ -32,7 +33,7 @@ def load_config(res: Any, overrides: Sequence[str] = (), requests: bool = True) 
     src = Path(scn.source)
     base = str(src.parent) if src.is_file() else "."
     try:
-        cfg = load_from_dict(dict(scn.load) if isinstance(scn.load, Mapping) else scn.load,
+        cfg = load_from_dict(written(scn.load) if scn.load is not None else {},
                              scn.source, seed=scn.seed, base=base)
         if requests:
             cfg.requests_list()
@@ -73,7 +74,7 @@ def serve_under_load(res: Any, cfg: Any, load_cfg: LoadConfig, *, slo: dict | No
         n[0] += 1
         say(f"step-cost surface: engine steps simulated: {n[0]}")
 
-    costs = EngineStepCosts(res, cfg, cache=cache, progress=point, **load_cfg.surface)
+    costs = EngineStepCosts(res, cfg, cache=cache, progress=point, **load_cfg.surface.given())
     surf = {"points": costs.sims, "from_cache": costs.from_cache,
             "build_cpu_s": costs.build_s, "key": costs.key()}
     if check_points:

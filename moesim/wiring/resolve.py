@@ -89,7 +89,7 @@ def calibrated_device(device: DeviceSpec, compute: Any, scn: Scenario) -> Device
     return dataclasses.replace(
         device, peak_bf16_flops=compute.gemm_flops_per_s, hbm_Bps=compute.memory_bytes_per_s,
         launch_overhead_s=compute.op_gap_s,
-        calibrated_from=f"{dict(scn.compute).get('file')} (moesim calibrate)")
+        calibrated_from=f"{scn.compute.file} (moesim calibrate)")
 
 
 def calibration_cluster(scn: Scenario) -> Topology:
@@ -136,7 +136,7 @@ def _recheck(scn: Scenario):
     """The same checks on the scenario's file with some of its overrides (see
     :func:`moesim.scenario.blame.blame_overrides`); None for a scenario a command built
     from another (a serving step, an RL trainer: their own callers blame)."""
-    if scn.serve or scn.rl or not Path(scn.source).is_file():
+    if scn.serve is not None or scn.rl is not None or not Path(scn.source).is_file():
         return None
 
     def check(overrides):
@@ -164,9 +164,9 @@ def _resolve(scn: Scenario) -> Resolved:
     scn = dataclasses.replace(scn, world=layout.world, parallel=dataclasses.replace(
         par, dp=layout.dp))
 
-    model = model_from_dict(dict(scn.model), src)
+    model = model_from_dict(scn.model, src)
     # a model read from a Hugging Face config.json: the fields it could not map
-    warns = [*warns, *model_warnings(dict(scn.model), src)]
+    warns = [*warns, *model_warnings(scn.model, src)]
     if getattr(model, "n_experts", 0):
         check_local_experts(src, model.n_experts, layout.ep)
         layout.check_experts(model.n_experts)
@@ -186,7 +186,7 @@ def _resolve(scn: Scenario) -> Resolved:
     if getattr(model, "n_experts", 0):
         check_hot_shares(src, scn.routing.policy, routing, model.n_experts,
                          routing.top_k or model.top_k)
-    limit = check_node_limit(src, routing, layout, scn.gpus_per_node, warn=bool(scn.rl))
+    limit = check_node_limit(src, routing, layout, scn.gpus_per_node, warn=scn.rl is not None)
     warns = [*warns, *([limit] if limit else []),
              *routing_ignored_warnings(scn.routing.policy)]
 
@@ -198,7 +198,7 @@ def _resolve(scn: Scenario) -> Resolved:
         device = name  # the topology already holds a device object
     # compute.model: catalog (default, where the catalog covers the device) or roofline
     if device is not None:
-        cd = dict(scn.compute)
+        cd = scn.compute.as_dict()
         floor = step_graph_floor_s(scn, device)
         if floor is not None and cd.get("kind") != "calibration":
             # a step replayed from one CUDA graph: every kernel costs the graph floor
@@ -207,7 +207,7 @@ def _resolve(scn: Scenario) -> Resolved:
         device = calibrated_device(device, compute, scn)
         check_sms(src, scn, device)
     check_deepep_hidden(src, scn, model)
-    prec = dict(scn.compute).get("precision")
+    prec = scn.compute.precision
     if prec in ("bf16", "fp8") and getattr(model, "precision", prec) != prec:
         model = dataclasses.replace(model, precision=prec)   # the FP8 recipe's kernels
     return Resolved(scn, layout, tuple(warns), topo, model, routing, device, compute)

@@ -1,0 +1,187 @@
+"""The ``serve:`` scenario section (one prefill or decode step of a serving deployment):
+:class:`ServeConfig`, checked when the scenario is read. What the fields mean and how a
+step runs on the training machinery: :mod:`moesim.serve.config` (``serving_scenario``).
+
+```yaml
+serve:
+  phase: decode            # prefill | decode
+  batch_per_gpu: 128       # requests per GPU (alias requests_per_gpu)
+  prompt: 4096             # prompt tokens per request (prefill processes them)
+  context: 4096            # decode: tokens in each request's KV cache at the step
+  output: 1024             # tokens generated per request (decode time per request)
+  tp: 1                    # tensor parallel (attention DP = GPUs / tp)
+  attn_dp: 128             # optional check: must equal GPUs / tp
+  ep: 128                  # expert parallel
+  two_microbatch: true     # two micro-batches, one's all-to-all under the other's compute
+  ep_backend: auto         # auto | nccl | deepep | deepep-ll; auto: deepep for prefill,
+                           # deepep-ll for decode, nccl for a hidden not a multiple of 128
+  kv_dtype: bf16           # bf16 | fp8 (bytes per cached value)
+  sample_top_k: 50         # tokens kept by the sampler's top-k
+  step: 0                  # routing step index (expert popularity drifts per step)
+  cuda_graphs: false       # decode replayed from a CUDA graph: no per-kernel launch cost
+```
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Any
+
+from moesim.errors import InputError
+from moesim.scenario.limits import (
+    FIELD_LIMITS,
+    MAX_MICRO_BATCH_SIZE,
+    MAX_SEQ_LEN,
+    MAX_TOKENS_PER_MICROBATCH,
+)
+from moesim.scenario.sections import as_written
+
+PHASES = ("prefill", "decode")
+BACKENDS = ("auto", "nccl", "deepep", "deepep-ll")
+KV_DTYPES = {"bf16": 2, "fp8": 1}
+#: ``auto``: DeepEP's normal (high-throughput) kernels for prefill and its low-latency
+#: kernels for decode (deepseek-ai/DeepEP README: "normal kernels ... for training and
+#: inference prefilling", "low-latency kernels ... for inference decoding")
+AUTO_BACKEND = {"prefill": "deepep", "decode": "deepep-ll"}
+#: transformers' GenerationConfig default top_k (huggingface/transformers,
+#: src/transformers/generation/configuration_utils.py: ``top_k = 50``)
+DEFAULT_TOP_K = 50
+
+
+@dataclass(frozen=True)
+class ServeConfig:
+    phase: str = "decode"
+    batch_per_gpu: int = 1
+    prompt: int = 4096
+    context: int | None = None       # None: the prompt length
+    output: int = 1
+    tp: int = 1
+    attn_dp: int | None = None
+    ep: int = 1
+    two_microbatch: bool = False
+    ep_backend: str = "auto"
+    kv_dtype: str = "bf16"
+    sample_top_k: int = DEFAULT_TOP_K
+    step: int = 0
+    cuda_graphs: bool = False
+
+    @property
+    def microbatches(self) -> int:
+        return 2 if self.two_microbatch else 1
+
+    @property
+    def kv_tokens(self) -> int:
+        """Tokens in each request's KV cache during the step."""
+        if self.phase == "prefill":
+            return self.prompt
+        return self.prompt if self.context is None else self.context
+
+    @property
+    def kv_bytes(self) -> int:
+        return KV_DTYPES[self.kv_dtype]
+
+    @property
+    def backend(self) -> str:
+        return AUTO_BACKEND[self.phase] if self.ep_backend == "auto" else self.ep_backend
+
+    def requests_per_group(self) -> int:
+        """Requests one TP group (one attention data-parallel rank) serves."""
+        return self.batch_per_gpu * self.tp
+
+    def tokens_per_group(self) -> int:
+        """Tokens one TP group computes in the step (prompt tokens or one per request)."""
+        per = self.prompt if self.phase == "prefill" else 1
+        return self.requests_per_group() * per
+
+
+_INTS = {"batch_per_gpu": 1, "prompt": 1, "context": 1, "output": 1, "tp": 1, "attn_dp": 1,
+         "ep": 1, "sample_top_k": 1, "step": 0}
+
+#: field -> its largest value and what it counts: the training step's limits
+#: (moesim.scenario.limits), which the serving step runs on (tokens of a sequence;
+#: requests of one micro-batch are its sequences; GPUs of a group)
+LIMITS: dict[str, tuple[int, str]] = {
+    "batch_per_gpu": (MAX_MICRO_BATCH_SIZE, "requests per GPU"),
+    "prompt": (MAX_SEQ_LEN, "prompt tokens per request"),
+    "context": (MAX_SEQ_LEN, "tokens in a request's KV cache"),
+    "output": (MAX_SEQ_LEN, "tokens generated per request"),
+    "sample_top_k": (MAX_SEQ_LEN, "tokens kept by the sampler (above any vocabulary)"),
+    "step": (FIELD_LIMITS["schedule.step"][0], "the routing step index"),
+    "tp": (FIELD_LIMITS["parallel.tp"][0], "GPUs per tensor-parallel group"),
+    "attn_dp": (FIELD_LIMITS["parallel.dp"][0], "attention data-parallel ranks"),
+    "ep": (FIELD_LIMITS["parallel.ep"][0], "GPUs per expert-parallel group"),
+}
+_SIZE_NOTE = "the most this simulator runs on one machine; docs/scenarios.md, Size limits"
+
+
+def _int_ok(v: Any, lo: int) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool) and v >= lo
+
+
+def missing(source: str) -> InputError:
+    """The error of a serving command on a scenario without a ``serve:`` section."""
+    return InputError(source, "serve", "a serving scenario with a serve: section, e.g. "
+                      "serve: {phase: decode, batch_per_gpu: 64} (a training scenario "
+                      "runs with `moesim run`)", "no serve section")
+
+
+def serve_from_dict(d: Any, source: str) -> ServeConfig:
+    """Check the ``serve`` section; every problem is one :class:`InputError`."""
+    if not d:
+        raise missing(source)
+    if not isinstance(d, dict):
+        raise InputError(source, "serve", "a mapping of key: value", d)
+    written = dict(d)
+    d = dict(d)
+    if "requests_per_gpu" in d:
+        if "batch_per_gpu" in d:
+            raise InputError(source, "serve.requests_per_gpu",
+                             "either requests_per_gpu or batch_per_gpu (the same field)",
+                             "both")
+        d["batch_per_gpu"] = d.pop("requests_per_gpu")
+    valid = [f.name for f in dataclasses.fields(ServeConfig)]
+    for k, v in d.items():
+        if k not in valid:
+            raise InputError(source, f"serve.{k}", f"one of the serve keys {valid} "
+                             "(or requests_per_gpu)", k)
+        if k in _INTS and not (v is None and k in ("context", "attn_dp")) and \
+                not _int_ok(v, _INTS[k]):
+            raise InputError(source, f"serve.{k}", f"an integer >= {_INTS[k]}", v)
+        if k in LIMITS and v is not None and v > LIMITS[k][0]:
+            raise InputError(source, f"serve.{k}", f"at most {LIMITS[k][0]:,} {LIMITS[k][1]} "
+                             f"({_SIZE_NOTE})", v)
+    choices = {"phase": PHASES, "ep_backend": BACKENDS, "kv_dtype": tuple(KV_DTYPES)}
+    for k, allowed in choices.items():
+        if k in d and d[k] not in allowed:
+            raise InputError(source, f"serve.{k}", f"one of {list(allowed)}", d[k])
+    for k in ("two_microbatch", "cuda_graphs"):
+        if k in d and not isinstance(d[k], bool):
+            raise InputError(source, f"serve.{k}", "true or false", d[k])
+    cfg = as_written(ServeConfig(**d), written)
+    if cfg.requests_per_group() % cfg.microbatches:
+        raise InputError(source, "serve.batch_per_gpu",
+                         f"requests per TP group (batch_per_gpu·tp = "
+                         f"{cfg.requests_per_group()}) divisible into {cfg.microbatches} "
+                         "equal micro-batches", cfg.batch_per_gpu)
+    _check_size(cfg, source)
+    return cfg
+
+
+def _check_size(cfg: ServeConfig, source: str) -> None:
+    """A micro-batch of the step within the training step's limits: at most
+    :data:`MAX_MICRO_BATCH_SIZE` requests (sequences) and
+    :data:`MAX_TOKENS_PER_MICROBATCH` tokens per TP group (routing keeps arrays of
+    tokens x top_k per micro-batch: 10^12 requests asked for 54 TiB)."""
+    per_mb = cfg.requests_per_group() // cfg.microbatches
+    if per_mb > MAX_MICRO_BATCH_SIZE:
+        raise InputError(source, "serve.batch_per_gpu", f"batch_per_gpu·tp / micro-batches "
+                         f"<= {MAX_MICRO_BATCH_SIZE:,} requests per micro-batch of a TP "
+                         f"group (tp={cfg.tp}, {cfg.microbatches} micro-batch(es); "
+                         f"{_SIZE_NOTE})", cfg.batch_per_gpu)
+    per = cfg.prompt if cfg.phase == "prefill" else 1
+    if per_mb * per > MAX_TOKENS_PER_MICROBATCH:
+        raise InputError(source, "serve.prompt", f"requests per micro-batch x prompt <= "
+                         f"{MAX_TOKENS_PER_MICROBATCH:,} tokens per micro-batch of a TP group "
+                         f"for prefill ({per_mb} requests; routing keeps arrays of tokens x "
+                         f"top_k per micro-batch; {_SIZE_NOTE})", cfg.prompt)
