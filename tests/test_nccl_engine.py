@@ -154,6 +154,7 @@ def test_a_step_prices_its_tp_all_reduces_by_nccls_choice(tmp_path):
     path.write_text(TOY_TP4)
     res = resolve_path(path)
     want = 16.0 * US + 6 * (2 * 128 * 512 * 2 / 8) / NIC_BPS
+    link_bytes = {}
     for mode in ("exact", "fast"):
         before = simulate(res, engine=mode)
         after = simulate(_tuned(res), engine=mode)
@@ -165,3 +166,7 @@ def test_a_step_prices_its_tp_all_reduces_by_nccls_choice(tmp_path):
                if s.rank == 0 and s.kind == "tp" and s.name.startswith("fwd.")]
         assert min(old) > 38 * US
         assert after.summary["step_time_s"] < before.summary["step_time_s"]
+        link_bytes[mode] = (before.links.bytes.sum(), after.links.bytes.copy())
+    # LL's flags cross the links too, counted alike by both engines
+    assert link_bytes["exact"][1] == pytest.approx(link_bytes["fast"][1], rel=1e-12)
+    assert link_bytes["exact"][1].sum() > link_bytes["exact"][0]
