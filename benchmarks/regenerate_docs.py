@@ -49,6 +49,9 @@ PAGES: list[tuple[str, list[str], str]] = [
     ("campaign", ["campaign_llama3.py"], ""),
     ("deepseek-profile", ["deepseek_profile.py", "PATH/train.json"], "profile"),
     ("published", ["published_table.py", "--profile", "PATH/train.json"], "profile"),
+    ("memory-kernels", ["liger_rows.py"], ""),
+    ("memory-kernels-profile", ["memory_kernels_profile.py", "PATH/train.json", "--span"],
+     "profile"),
 ]
 
 

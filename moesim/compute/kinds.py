@@ -18,7 +18,8 @@ A pricer is ``price(model, kernel) -> (seconds, detail) | str``:
 
 Built in (:mod:`moesim.compute.catalog_pricing`): ``gemm``, ``grouped_gemm``,
 ``kgrouped_gemm`` (GEMM tables), ``attn_fwd``, ``attn_bwd`` (attention tables),
-``memory``, ``mla_decode`` (bandwidth and compute ceilings).
+``memory``, ``mla_decode`` (bandwidth and compute ceilings; ``memory`` by op and size
+under ``compute.memory_kernels``, :mod:`moesim.compute.memory_kernels`).
 
 Adding a kind: give the kernel its ``kind`` where the layer's kernels are written
 (``moesim/program/recipe.py``) and register its pricer once, here or at import of the
