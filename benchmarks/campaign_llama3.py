@@ -70,6 +70,7 @@ def main() -> int:
           "for every policy)\n")
     sw = one.summary["sweep"]
     best = sw["best_s"]
+    slow = {"write_Bps": 100e9, "read_Bps": 100e9}
     rows = [("as the file: sync to storage every 30 min", {}),
             (f"interval {best / 60:.1f} min (the sweep's best)", {"interval_s": best}),
             (f"interval {sw['young_s'] / 60:.1f} min (Young)", {"interval_s": sw["young_s"]}),
@@ -77,6 +78,9 @@ def main() -> int:
             ("in-memory checkpoints (Gemini)", {"target": "memory"}),
             ("32 hot spare nodes", {"spare_nodes": 32}),
             ("failure domain: DP replica", {"domain": "replica"}),
+            ("storage at 100 GB/s (a 57 s write), sync", slow),
+            ("storage at 100 GB/s, async", dict(slow, mode="async")),
+            ("storage at 100 GB/s, in-memory checkpoints (Gemini)", dict(slow, target="memory")),
             (f"all: {best / 60:.1f} min, async, memory, 32 spares, replica",
              {"interval_s": best, "mode": "async", "target": "memory", "spare_nodes": 32,
               "domain": "replica"})]

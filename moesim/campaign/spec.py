@@ -61,7 +61,7 @@ class Cause:
 
 @dataclass(frozen=True)
 class Campaign:
-    name: str = "campaign"
+    name: str = "llama3-rates"      # the defaults: Llama 3 405B's rates
     source: str = "<defaults>"
     gpus: int | None = None
     gpus_per_node: int | None = None
