@@ -204,3 +204,14 @@ def test_moesim_kernels_prices_by_the_knob(capsys):
     assert "liger-bench-rmsnorm-fwd-liger" in out and "liger-bench-swiglu-fwd-liger" in out
     assert main([*args, "--set", "compute.memory_kernels=stream"]) == 0
     assert "liger-bench" not in capsys.readouterr().out
+
+
+def test_a_one_rate_table_prices_every_size_of_its_op(tmp_path):
+    p = tmp_path / "one.yaml"
+    p.write_text("tables:\n  - id: one\n    kind: memory_op\n    op: cast\n"
+                 "    impls: [fused]\n    dtype: any\n    passes: [fwd]\n"
+                 "    devices: [H100]\n    source: s\n    gbps: 1500\n")
+    cast = Kernel("per_token_cast_to_fp8", 0.0, 3e6, kind="memory", pass_="fwd",
+                  kclass="cast")
+    got = model(load_file(p), "liger").price(cast)      # liger -> fused's
+    assert got.time_s == 3e6 / 1500e9 == 2e-6 and "one rate" in got.detail

@@ -23,8 +23,8 @@ size, as the table's authors measured it:
   each saying so in the detail.
 
 Tables: ``moesim/data/kernels/liger.yaml`` (docs/kernels.md "Memory-bound kernels by
-kind and size"). A table may instead give one ``gbps`` (a calibrated class rate, its
-split written in docs/studies/memory-kernel-calibration.md).
+kind and size"). A table may instead give one ``gbps`` for every size (e.g. a rate
+calibrated with a written split, docs/studies/memory-kernel-calibration.md).
 """
 
 from __future__ import annotations
@@ -156,7 +156,7 @@ def price(model: Any, kernel: Kernel, stream: Any) -> tuple[float, str] | str:
         if t is None:
             continue
         per = kernel.bytes / max(kernel.count, 1)
-        gbps, how = (t.gbps, "calibrated") if t.gbps else rate_at(t.points, per)
+        gbps, how = (t.gbps, "one rate") if t.gbps else rate_at(t.points, per)
         note = "" if cand == impl else f" (no {impl} table: {cand}'s)"
         return kernel.bytes / (gbps * 1e9), (f"{t.id} {per / 1e6:.4g} MB: {how} "
                                              f"{gbps:.4g} GB/s{note}")
