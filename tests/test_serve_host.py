@@ -108,3 +108,18 @@ def test_summary_md_names_a_host_bound_step(tmp_path):
     h = out.summary["host"]
     assert (f"| host CPU per step (sglang) | {h['host_s'] * 1e3:.3f} ms, "
             f"{h['exposed_s'] * 1e3:.3f} ms exposed; **host-bound** |") in md
+
+
+def test_the_section_accepts_exactly_the_engines_priced(tmp_path):
+    """``serve.host_overhead`` takes the names :data:`moesim.serve.host.ENGINES` prices,
+    and nothing else (one line, the field named)."""
+    from moesim.errors import InputError
+    from moesim.scenario.sections.serve import HOST_OVERHEADS, serve_from_dict
+    from moesim.serve import host
+
+    assert tuple(host.ENGINES) == HOST_OVERHEADS
+    cfg = serve_from_dict({"phase": "decode", "host_overhead": "sglang"}, "s.yaml")
+    assert cfg.host_overhead == "sglang"
+    assert serve_from_dict({"phase": "decode"}, "s.yaml").host_overhead == "none"
+    with pytest.raises(InputError, match=r"serve\.host_overhead"):
+        serve_from_dict({"phase": "decode", "host_overhead": "trt"}, "s.yaml")

@@ -116,11 +116,6 @@ class HostStep:
                 "host_bound": self.host_bound}
 
 
-def host_overhead_of(cfg) -> str:
-    """The section's ``serve.host_overhead`` (``none`` where the field is absent)."""
-    return getattr(cfg, "host_overhead", "none")
-
-
 def host_step(name: str, requests: int, gpu_s: float, *,
               schedule_per_request_s: float = SCHEDULE_PER_REQUEST_S,
               output_per_request_s: float = OUTPUT_PER_REQUEST_S) -> HostStep | None:

@@ -24,7 +24,7 @@ from moesim.serve.config import (
     serve_section,
     serving_scenario,
 )
-from moesim.serve.host import HostStep, host_overhead_of, host_spans, host_step
+from moesim.serve.host import HostStep, host_spans, host_step
 from moesim.serve.memory import serve_memory
 from moesim.serve.program import build_serve_step
 from moesim.trace.result import SimResult
@@ -91,7 +91,7 @@ def simulate_serve(res: Resolved, cfg: ServeConfig, *, progress=None,
 def _with_host(result: SimResult, cfg: ServeConfig, name: str | None) -> HostStep | None:
     """Add the engine's CPU time per step to ``result`` (its step time, breakdown, MFU
     and a ``host`` span on every rank that has spans); None when there is none."""
-    h = host_step(name or host_overhead_of(cfg), cfg.requests_per_group(),
+    h = host_step(name or cfg.host_overhead, cfg.requests_per_group(),
                   float(result.summary["step_time_s"]))
     if h is None:
         return None

@@ -24,7 +24,7 @@ import dataclasses
 
 from moesim.scenario.resolved import Resolved
 from moesim.serve.config import ServeConfig, serving_scenario
-from moesim.serve.host import host_overhead_of, host_step
+from moesim.serve.host import host_step
 from moesim.wiring import resolve
 
 #: routing laws kept (one per seed, routing step and MoE layer) before the cache is dropped
@@ -40,7 +40,7 @@ class ServeSteps:
         from moesim.engine.fast.forward import ForwardState
         self.res, self.cfg = res, cfg
         # the engine whose CPU time per step is added (default: the section's)
-        self.host = host_overhead or host_overhead_of(cfg)
+        self.host = host_overhead or cfg.host_overhead
         self._resolved: dict = {}
         self._state = ForwardState()
         self._routing: dict = {}     # (seed, step, layer, ...) -> routing law, copy ratios

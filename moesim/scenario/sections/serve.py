@@ -19,6 +19,8 @@ serve:
   sample_top_k: 50         # tokens kept by the sampler's top-k
   step: 0                  # routing step index (expert popularity drifts per step)
   cuda_graphs: false       # decode replayed from a CUDA graph: no per-kernel launch cost
+  host_overhead: none      # none | vllm | vllm-async | sglang: the engine's CPU time per
+                           # step (moesim.serve.host)
 ```
 """
 
@@ -44,6 +46,9 @@ KV_DTYPES = {"bf16": 2, "fp8": 1}
 #: kernels for decode (deepseek-ai/DeepEP README: "normal kernels ... for training and
 #: inference prefilling", "low-latency kernels ... for inference decoding")
 AUTO_BACKEND = {"prefill": "deepep", "decode": "deepep-ll"}
+#: ``serve.host_overhead``: whose CPU time per step is priced (the engines of
+#: :data:`moesim.serve.host.ENGINES`; ``none``: no CPU time)
+HOST_OVERHEADS = ("none", "vllm", "vllm-async", "sglang")
 #: transformers' GenerationConfig default top_k (huggingface/transformers,
 #: src/transformers/generation/configuration_utils.py: ``top_k = 50``)
 DEFAULT_TOP_K = 50
@@ -65,6 +70,7 @@ class ServeConfig:
     sample_top_k: int = DEFAULT_TOP_K
     step: int = 0
     cuda_graphs: bool = False
+    host_overhead: str = "none"
 
     @property
     def microbatches(self) -> int:
@@ -151,7 +157,8 @@ def serve_from_dict(d: Any, source: str) -> ServeConfig:
         if k in LIMITS and v is not None and v > LIMITS[k][0]:
             raise InputError(source, f"serve.{k}", f"at most {LIMITS[k][0]:,} {LIMITS[k][1]} "
                              f"({_SIZE_NOTE})", v)
-    choices = {"phase": PHASES, "ep_backend": BACKENDS, "kv_dtype": tuple(KV_DTYPES)}
+    choices = {"phase": PHASES, "ep_backend": BACKENDS, "kv_dtype": tuple(KV_DTYPES),
+               "host_overhead": HOST_OVERHEADS}
     for k, allowed in choices.items():
         if k in d and d[k] not in allowed:
             raise InputError(source, f"serve.{k}", f"one of {list(allowed)}", d[k])
