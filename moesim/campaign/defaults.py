@@ -46,7 +46,9 @@ LLAMA3_ETTR = 0.90
 
 # ------------------------------------------------------------------ costs (seconds, B/s)
 #: PyTorch's default collective timeout of ProcessGroupNCCL, 10 minutes
-#: (torch/distributed/constants.py, default_pg_nccl_timeout): a hang is seen after it
+#: (pytorch/pytorch torch/csrc/distributed/c10d/ProcessGroupNCCL.hpp,
+#: kProcessGroupNCCLDefaultTimeout = 10 * 60 * 1000 ms, which torch/distributed/constants.py
+#: exposes as default_pg_nccl_timeout): a hang is seen after it
 DETECT_HANG_S = 600.0
 #: a crashed process is seen by the launcher within seconds: an assumption
 DETECT_CRASH_S = 10.0
