@@ -1,6 +1,6 @@
 """moesim rl's honest summaries, output folder and bad input: "steady state" only when
 there is one, the output convention (summary.md and summary.json, a claimed folder,
-another scenario's outputs kept without --force), --set parallel.* refused, every numeric
+another scenario's outputs kept without --force), the trainer's layout from parallel (rl.train over it), every numeric
 field of rl: fuzzed (NaN, inf, 0, -1, 1e-320, 10^12) to one line or a bounded run."""
 
 from __future__ import annotations
@@ -113,27 +113,69 @@ def test_concurrent_loser_fails_in_one_line_naming_the_other_run(tmp_path, capsy
     assert {f.name: f.read_bytes() for f in out.iterdir()} == before    # nothing lost
 
 
-@pytest.mark.parametrize("item", ["parallel.ep=8", "parallel.tp=2", "parallel.zero=1",
-                                  "parallel.pp=2", "parallel={}"])
-def test_set_parallel_is_refused_naming_rl_train(tmp_path, capsys, item):
+def _trainer(tmp_path, overrides=(), **rl):
+    """The trainer phase (s) of one step priced by the engines, and the setup."""
+    setup = resolve_rl(scenario(tmp_path, steps=1, **rl), list(overrides))
+    run = simulate_rl(setup, 1, rollout_costs=ROLL)
+    return summarize(run)["phases_s"]["train"], setup
+
+
+@pytest.mark.parametrize("item", ["parallel.cp=2", "rl.train.cp=2"])
+def test_context_parallel_reaches_the_trainer(tmp_path, item):
+    """The trainer's layout is the scenario's parallel section, rl.train over it: cp 2 on
+    the 8 trainer GPUs halves data parallelism (8 -> 4), so each replica trains twice the
+    rows, and the run changes."""
+    from moesim.rl.engine_costs import trainer_scenario_of
+
+    base, setup0 = _trainer(tmp_path)
+    cp, setup = _trainer(tmp_path, [item])
+    assert (setup0.cfg.train.cp, setup0.cfg.train.dp) == (1, 8)
+    assert (setup.cfg.train.cp, setup.cfg.train.dp) == (2, 4)
+    assert trainer_scenario_of(setup).parallel.cp == 2
+    assert cp != base
+
+
+def test_rl_train_overrides_parallel_only_where_written(tmp_path):
+    """ZeRO 1 and sequence parallelism reach the trainer (rl.train writes no zero);
+    parallel.tp 4 and ep 4 do not (rl.train writes tp 2 and ep 8)."""
+    from moesim.rl.engine_costs import trainer_scenario_of
+
+    setup = resolve_rl(scenario(tmp_path), ["rl.train.tp=2", "parallel.tp=4", "parallel.ep=4",
+                                            "parallel.zero=1",
+                                            "parallel.sequence_parallel=true"])
+    tr = setup.cfg.train
+    assert (tr.tp, tr.ep, tr.zero, tr.dp) == (2, 8, 1, 4)
+    par = trainer_scenario_of(setup).parallel
+    assert (par.tp, par.ep, par.zero, par.sequence_parallel) == (2, 8, 1, True)
+
+
+@pytest.mark.parametrize("item, field", [("parallel.dp=3", "parallel.dp"),
+                                         ("schedule.microbatches=4", "schedule.microbatches"),
+                                         ("schedule.micro_batch_size=2",
+                                          "schedule.micro_batch_size"),
+                                         ("parallel.cp=3", "rl.train.gpus")])
+def test_what_rl_cannot_use_is_refused_in_one_line(tmp_path, capsys, item, field):
     p = scenario(tmp_path)
     assert main(["rl", str(p), "--set", item, "--no-files"]) == 2
     err = capsys.readouterr().err.strip()
-    assert "\n" not in err and "command line" in err and "rl.train" in err
-    assert "Traceback" not in err
+    assert "\n" not in err and field in err and "Traceback" not in err
+    assert "command line" in err or field == "rl.train.gpus"    # tp x cp x pp = 3
 
 
-def test_a_layout_in_the_files_parallel_section_is_refused(tmp_path):
+def test_a_layout_in_the_files_parallel_section_reaches_the_trainer(tmp_path):
     import yaml
 
-    p = scenario(tmp_path)
+    p = scenario(tmp_path, train={"gpus": 8, "mini_batches": 2, "seq_len": 512})
     data = yaml.safe_load(p.read_text())
-    data["parallel"] = {"tp": 2}
+    data["parallel"] = {"tp": 2, "pp": 2, "ep": 2}
+    p.write_text(yaml.safe_dump(data))
+    tr = resolve_rl(p).cfg.train
+    assert (tr.tp, tr.pp, tr.ep, tr.dp) == (2, 2, 2, 2)
+    data["parallel"] = {"tp": 3}
     p.write_text(yaml.safe_dump(data))
     with pytest.raises(InputError) as e:
         resolve_rl(p)
-    assert e.value.field == "parallel.tp" and "rl.train" in str(e.value)
-    assert e.value.source == str(p)
+    assert e.value.field == "rl.train.gpus" and e.value.source == str(p)
 
 
 def test_the_exchange_backend_is_read_for_the_trainer(tmp_path):

@@ -42,10 +42,27 @@ def _algorithm_fields(d: dict, src: str) -> None:
     ALGORITHMS.refuse_foreign(d, kind, src, "rl", "algorithm")
 
 
-def rl_config(cfg: RLConfig | None, source: str, *, world: int | None = None) -> RLConfig:
+#: the trainer's layout fields ``rl.train`` takes from the scenario's ``parallel`` section
+#: where it does not write them (docs/rl.md, "The trainer's layout")
+TRAIN_FROM_PARALLEL = ("tp", "pp", "ep", "cp", "zero")
+
+
+def trainer_layout(cfg: RLConfig, given_train: dict, parallel) -> RLConfig:
+    """``rl.train``'s layout: each of :data:`TRAIN_FROM_PARALLEL` as ``rl.train`` writes
+    it, else the scenario's ``parallel`` value (``parallel`` None: ``rl.train``'s own)."""
+    if parallel is None:
+        return cfg
+    take = {k: getattr(parallel, k) for k in TRAIN_FROM_PARALLEL if k not in given_train}
+    return dataclasses.replace(cfg, train=dataclasses.replace(cfg.train, **take))
+
+
+def rl_config(cfg: RLConfig | None, source: str, *, world: int | None = None,
+              parallel=None) -> RLConfig:
     """The scenario's ``rl`` section (checked against itself when it was read) checked
     against the registries (the algorithm, the length distributions) and the cluster's
-    ``world`` GPUs; the trainer's GPUs filled in where left to the rest of the cluster."""
+    ``world`` GPUs; the trainer's GPUs filled in where left to the rest of the cluster,
+    its layout from the scenario's ``parallel`` section (a ``ParallelConfig``) where
+    ``rl.train`` does not write it (:func:`trainer_layout`)."""
     if cfg is None:
         raise InputError(source, "rl", "an rl section, e.g. rl: {prompts_per_step: 64, "
                          "samples_per_prompt: 8, rollout: {gpus: 8}, train: {gpus: 8}}", {})
@@ -54,6 +71,8 @@ def rl_config(cfg: RLConfig | None, source: str, *, world: int | None = None) ->
     lengths = {k: check_lengths(given[k], source, f"rl.{k}", LENGTH_DEFAULTS[k])
                for k in LENGTH_DEFAULTS if k in given}
     cfg = dataclasses.replace(cfg, **lengths)
+    train_given = given.get("train") or {}
+    cfg = trainer_layout(cfg, train_given if isinstance(train_given, dict) else {}, parallel)
     if cfg.train.gpus is None:
         rest = cfg.rollout.gpus if cfg.colocated else (world or 0) - cfg.rollout.gpus
         if rest < 1:
@@ -61,6 +80,10 @@ def rl_config(cfg: RLConfig | None, source: str, *, world: int | None = None) ->
                              f"cluster's {world} GPUs is {rest})")
         cfg = dataclasses.replace(cfg, train=dataclasses.replace(cfg.train, gpus=rest))
     _consistent(cfg, source, world)
+    if parallel is not None and parallel.dp is not None and parallel.dp != cfg.train.dp:
+        raise InputError(source, "parallel.dp", f"omitted or rl.train.gpus / (tp x cp x pp) "
+                         f"= {cfg.train.dp} (the trainer pool sets moesim rl's data "
+                         "parallelism)", parallel.dp)
     return cfg
 
 
@@ -94,9 +117,9 @@ def _consistent(cfg: RLConfig, src: str, world: int | None) -> None:
     if ro.gpus % ro.replica_gpus:
         raise InputError(src, "rl.rollout.gpus", f"a multiple of the replica's "
                          f"{ro.replica_gpus} GPUs (max of tp, ep)", ro.gpus)
-    if tr.gpus % (tr.tp * tr.pp):
-        raise InputError(src, "rl.train.gpus", f"a multiple of tp x pp = {tr.tp * tr.pp}",
-                         tr.gpus)
+    if tr.gpus % (tr.tp * tr.cp * tr.pp):
+        raise InputError(src, "rl.train.gpus", f"a multiple of tp x cp x pp = "
+                         f"{tr.tp * tr.cp * tr.pp}", tr.gpus)
     if (tr.gpus // tr.pp) % tr.ep:
         raise InputError(src, "rl.train.ep", f"a divisor of gpus / pp = {tr.gpus // tr.pp}",
                          tr.ep)

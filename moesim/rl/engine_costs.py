@@ -46,25 +46,42 @@ def _serve_time(scn: Scenario, cfg: ServeConfig) -> tuple[float, object]:
 
 
 def trainer_scenario(scn: Scenario, gpus: int, gpus_per_node: int, *, tp: int, pp: int,
-                     ep: int, seq_len: int, zero: int = 0) -> Scenario:
+                     ep: int, seq_len: int, zero: int = 0, cp: int = 1) -> Scenario:
     """The scenario the trainer pool's steps are simulated (and its memory priced) on:
-    the pool's GPUs, its layout and ZeRO stage, one packed row of ``seq_len`` tokens per
-    micro-batch."""
-    par = dataclasses.replace(scn.parallel, tp=tp, pp=pp, ep=ep, dp=None, zero=zero)
+    the pool's GPUs, its layout and ZeRO stage over the scenario's ``parallel`` section
+    (sequence parallelism, expert TP, pipeline layouts, the EP backend as written), its
+    ``memory`` (recompute) and ``schedule`` (kind, buckets), one packed row of ``seq_len``
+    tokens per micro-batch."""
+    par = dataclasses.replace(scn.parallel, tp=tp, pp=pp, ep=ep, cp=cp, dp=None, zero=zero)
     return dataclasses.replace(
         scn, cluster=pool_cluster(scn, gpus, gpus_per_node), parallel=par,
         schedule=dataclasses.replace(scn.schedule, micro_batch_size=1, seq_len=seq_len),
         serve={})
 
 
+def gpus_per_node(setup) -> int:
+    """GPUs per node of an RL setup's cluster (:class:`moesim.rl.run.RLSetup`)."""
+    return setup.res.scenario.gpus_per_node or len(setup.res.topology.gpus)
+
+
+def trainer_scenario_of(setup, microbatches: int = 1) -> Scenario:
+    """The scenario the trainer's steps are simulated and its memory priced on
+    (:func:`moesim.rl.engine_costs.trainer_scenario`) with ``microbatches`` rows."""
+    tr = setup.cfg.train
+    scn = trainer_scenario(setup.scenario, tr.gpus, gpus_per_node(setup), tp=tr.tp,
+                           pp=tr.pp, ep=tr.ep, cp=tr.cp, zero=tr.zero, seq_len=setup.seq_len)
+    return dataclasses.replace(scn, schedule=dataclasses.replace(scn.schedule,
+                                                                 microbatches=microbatches))
+
+
 class EngineTrainerCosts:
     def __init__(self, scn: Scenario, gpus: int, gpus_per_node: int, *, tp: int, pp: int,
                  ep: int, seq_len: int, reward_model: ModelSection | None = None,
-                 zero: int = 0) -> None:
+                 zero: int = 0, cp: int = 1) -> None:
         self.scn = trainer_scenario(scn, gpus, gpus_per_node, tp=tp, pp=pp, ep=ep,
-                                    seq_len=seq_len, zero=zero)
+                                    seq_len=seq_len, zero=zero, cp=cp)
         self.gpus, self.tp, self.pp, self.ep, self.seq_len = gpus, tp, pp, ep, seq_len
-        self.dp = gpus // (tp * pp)
+        self.dp = gpus // (tp * cp * pp)
         self.reward_model = reward_model
         self.memo: dict[tuple, float] = {}
         self.simulated = 0

@@ -24,7 +24,6 @@ checked on its own.
 
 from __future__ import annotations
 
-import dataclasses
 import math
 
 from moesim.memory.fit import Fit
@@ -56,24 +55,22 @@ def max_microbatches(setup, batches) -> int:
 def trainer_table(setup, microbatches: int) -> dict:
     """``moesim memory``'s table of the trainer's layout with ``microbatches`` rows."""
     from moesim.memory.report import memory_table
-    from moesim.rl.engine_costs import trainer_scenario
+    from moesim.rl.engine_costs import trainer_scenario_of
     from moesim.wiring import resolve
 
     tr = setup.cfg.train
-    scn = trainer_scenario(setup.scenario, tr.gpus, _gpus_per_node(setup), tp=tr.tp,
-                           pp=tr.pp, ep=tr.ep, zero=tr.zero, seq_len=setup.seq_len)
     m = microbatches
-    if scn.schedule.kind == "interleaved":
+    if setup.scenario.schedule.kind == "interleaved":
         m = math.ceil(m / tr.pp) * tr.pp
-    scn = dataclasses.replace(scn, schedule=dataclasses.replace(scn.schedule, microbatches=m))
-    return memory_table(resolve(scn))
+    return memory_table(resolve(trainer_scenario_of(setup, m)))
 
 
 def trainer_fit(setup, batches) -> Fit:
     table = trainer_table(setup, max_microbatches(setup, batches))
     worst = max(table["stages"], key=lambda r: r["peak_bytes"])
     tr = setup.cfg.train
-    what = (f"trainer (tp {tr.tp} pp {tr.pp} ep {tr.ep}, ZeRO-{tr.zero}"
+    what = (f"trainer (tp {tr.tp} pp {tr.pp} ep {tr.ep}"
+            + (f" cp {tr.cp}" if tr.cp > 1 else "") + f", ZeRO-{tr.zero}"
             + (f", stage {worst['stage']}" if tr.pp > 1 else "") + ")")
     return Fit(what, worst["peak_bytes"], worst["capacity_bytes"])
 
@@ -104,7 +101,3 @@ def rollout_fit(setup) -> Fit:
 def rl_fits(setup, batches) -> list[Fit]:
     """The trainer's and the rollout engines' verdicts."""
     return [trainer_fit(setup, batches), rollout_fit(setup)]
-
-
-def _gpus_per_node(setup) -> int:
-    return setup.res.scenario.gpus_per_node or len(setup.res.topology.gpus)

@@ -16,6 +16,7 @@ import numpy as np
 
 from moesim.errors import InputError
 from moesim.rl.config import rl_config
+from moesim.rl.engine_costs import gpus_per_node, trainer_scenario_of
 from moesim.rl.generate import Rollout
 from moesim.rl.loop import Timeline, schedule, schedule_partial
 from moesim.rl.memory import replica_weight_bytes, rl_fits
@@ -65,33 +66,15 @@ class RLRun:
     fits: list = dataclasses.field(default_factory=list)   # moesim.memory.fit.Fit
 
 
-#: the parallel section's keys moesim rl reads (the expert exchange's backend, for the
-#: trainer's steps and scoring passes); the layouts are rl.train's and rl.rollout's
-PARALLEL_READ = ("ep_backend", "order")
-_LAYOUT_KEYS = "rl.train.* for the trainer's layout (rl.train.tp, .pp, .ep, .zero) and " \
-    "rl.rollout.* for the engines' (rl.rollout.tp, .ep): moesim rl reads only " \
-    "parallel.ep_backend"
-
-
-def refuse_parallel_overrides(overrides) -> None:
-    """``--set parallel.*`` (but the exchange's backend) would change nothing on ``rl``
-    (the trainer's layout is ``rl.train``'s, the engines' ``rl.rollout``'s): one line
-    saying which keys to use."""
-    for item in overrides:
-        key = str(item).split("=", 1)[0].strip()
-        if key == "parallel" or (key.startswith("parallel.")
-                                 and key.split(".")[1] not in PARALLEL_READ):
-            raise InputError("command line", f"--set {key}", _LAYOUT_KEYS, item)
-
-
-def _refuse_parallel_layout(scn: Scenario) -> None:
-    """A scenario file whose parallel section sets a layout moesim rl would not use."""
-    default = ParallelConfig()
-    for f in dataclasses.fields(ParallelConfig):
-        if f.name not in PARALLEL_READ and getattr(scn.parallel, f.name) != getattr(default,
-                                                                                      f.name):
-            raise InputError(scn.source, f"parallel.{f.name}", _LAYOUT_KEYS,
-                             getattr(scn.parallel, f.name))
+def refuse_unused(scn: Scenario) -> None:
+    """What moesim rl sets itself and a scenario may not: the trainer's micro-batches
+    (each mini-batch packed into rows of ``rl.train.seq_len`` tokens, one row per
+    micro-batch, :mod:`moesim.rl.packing`)."""
+    for name in ("microbatches", "micro_batch_size"):
+        if getattr(scn.schedule, name) != 1:
+            raise InputError(scn.source, f"schedule.{name}", "1 or omitted (moesim rl packs "
+                             "each mini-batch into rows of rl.train.seq_len tokens, one row "
+                             "per micro-batch)", getattr(scn.schedule, name))
 
 
 def _check_reward_model(cfg: RLConfig, source: str) -> None:
@@ -121,19 +104,21 @@ def _check_target(target: str | Path) -> None:
 def resolve_rl(target: str | Path, overrides=()) -> RLSetup:
     """Load a scenario with an ``rl`` section and check it against the cluster."""
     _check_target(target)
-    refuse_parallel_overrides(overrides)
     scn = load_scenario(target, list(overrides))
     try:
-        _refuse_parallel_layout(scn)
+        refuse_unused(scn)
         whole = dataclasses.replace(scn, parallel=ParallelConfig(
             order=scn.parallel.order, ep_backend=scn.parallel.ep_backend), serve=None)
         res = resolve(whole)
-        cfg = rl_config(scn.rl, scn.source, world=res.layout.world)
+        cfg = rl_config(scn.rl, scn.source, world=res.layout.world, parallel=scn.parallel)
         _check_reward_model(cfg, scn.source)
+        # the scenario as written (its parallel section the trainer's, rl.train over it)
+        setup = RLSetup(dataclasses.replace(res.scenario, parallel=scn.parallel), res, cfg,
+                        cfg.train.seq_len or scn.schedule.seq_len)
+        resolve(trainer_scenario_of(setup))     # the trainer's layout checked as moesim run's
     except InputError as err:
         raise blame_overrides(err, scn.source, list(overrides)) from None
-    seq_len = cfg.train.seq_len or scn.schedule.seq_len
-    return RLSetup(res.scenario, res, cfg, seq_len)
+    return setup
 
 
 def draw_batch(setup: RLSetup, step: int) -> Batch:
@@ -201,12 +186,13 @@ def simulate_rl(setup: RLSetup, steps: int, *, rollout_costs: StepCosts | None =
     sync = weight_sync(res.topology, res.model, train, roll, tp=tr.tp, pp=tr.pp, ep=tr.ep,
                        replica_gpus=ro.replica_gpus, per_tensor_s=cfg.weight_sync.per_tensor_s,
                        ipc=cfg.colocated, hbm_Bps=res.device.hbm_Bps, on_solve=on_solve,
-                       sharded=cfg.weight_sync.method == "sharded")
+                       sharded=cfg.weight_sync.method == "sharded",
+                       per_gpu=cfg.weight_sync.per_gpu)
     switch = switch_cost(res.model, tr.gpus, ro.replica_gpus) if cfg.colocated else (0.0, 0.0)
     if rollout_costs is None or trainer_costs is None:
         from moesim.rl.engine_costs import EngineTrainerCosts
         from moesim.rl.engine_costs import rollout_costs as surface
-        gpn = res.scenario.gpus_per_node or len(gpus)
+        gpn = gpus_per_node(setup)
         if rollout_costs is None:
             rollout_costs = surface(
                 setup.scenario, ro.replica_gpus, gpn, tp=ro.tp, ep=ro.ep, kv_dtype=ro.kv_dtype,
@@ -215,7 +201,7 @@ def simulate_rl(setup: RLSetup, steps: int, *, rollout_costs: StepCosts | None =
                 response_max=max(int(b.response.max()) for b in batches))
         if trainer_costs is None:
             trainer_costs = EngineTrainerCosts(
-                setup.scenario, tr.gpus, gpn, tp=tr.tp, pp=tr.pp, ep=tr.ep,
+                setup.scenario, tr.gpus, gpn, tp=tr.tp, pp=tr.pp, ep=tr.ep, cp=tr.cp,
                 seq_len=setup.seq_len, reward_model=cfg.reward.model, zero=tr.zero)
     works = []
     partial = cfg.partial_rollouts

@@ -80,6 +80,7 @@ class TrainPool:
     tp: int = 1
     pp: int = 1
     ep: int = 1
+    cp: int = 1                 # context parallel (Megatron-Core's context_parallel_size)
     mini_batches: int = 1       # optimizer steps per RL step (per epoch)
     epochs: int = 1             # passes over the step's samples
     seq_len: int | None = None  # packed row length (None: the scenario's schedule.seq_len)
@@ -93,7 +94,7 @@ class TrainPool:
 
     @property
     def dp(self) -> int:
-        return self.gpus // (self.tp * self.pp)
+        return self.gpus // (self.tp * self.cp * self.pp)
 
 
 @dataclass(frozen=True)
@@ -113,6 +114,8 @@ class WeightSyncConfig:
     #: dispatch each; PyTorch eager per-op overhead is ~10 us (moesim.compute.devices), an
     #: assumption, not a fit: set it from a profile of your stack
     per_tensor_s: float = 40e-6
+    #: NeMo RL's refit in three steps, gather, transfer, load (moesim.rl.sync.refit_phases)
+    per_gpu: bool = False
 
 
 @dataclass(frozen=True)
@@ -157,6 +160,7 @@ _RULES: dict[str, tuple[str, Any]] = {
     "max_lag": ("nonneg", None), "partial_rollouts": ("bool", None),
     "kv_after_sync": ("choice", KV_AFTER_SYNC),
     "gpus": ("optpos", None), "tp": ("pos", None), "ep": ("pos", None), "pp": ("pos", None),
+    "cp": ("pos", None),
     "kv_fraction": ("frac", None), "max_batch": ("pos", None), "kv_dtype": ("choice", KV_DTYPES),
     "cuda_graphs": ("bool", None),
     "mini_batches": ("pos", None), "epochs": ("pos", None), "seq_len": ("optpos", None),
@@ -164,6 +168,7 @@ _RULES: dict[str, tuple[str, Any]] = {
     "kind": ("choice", REWARD_KINDS), "cpu_s_per_sample": ("nonnegnum", None),
     "workers": ("pos", None), "model": ("optdict", None),
     "method": ("choice", SYNC_METHODS), "per_tensor_s": ("nonnegnum", None),
+    "per_gpu": ("bool", None),
 }
 
 
