@@ -55,8 +55,14 @@ OPS = {
     "batched_transpose": "cast",
     "permute": "permute", "unpermute": "permute",
     "rotary_kernel": "rope",
+    # fused kernels (compute.fusion, moesim.model.kernels.fusion): their memory-bound part
+    "add_norm": "rmsnorm", "norm_cast": "rmsnorm", "add_norm_cast": "rmsnorm",
+    "norm_add": "rmsnorm", "permute_cast": "permute", "loss_chunked": "cross_entropy",
 }
 MEMORY_COLUMNS = ("rows", "cols", "ms")
+#: ``compute.fusion``: the fusions a scenario may name (moesim.model.kernels.fusion); the
+#: default is none, the kernels as the inventory lists them
+FUSIONS = ("residual_norm", "norm_cast", "act_cast", "permute_cast", "ce_chunked")
 
 
 def op_of(kernel: Kernel) -> str:

@@ -37,6 +37,7 @@ from moesim.compute.catalog import CatalogModel
 from moesim.compute.catalog_data import load_catalog
 from moesim.compute.devices import DeviceSpec
 from moesim.compute.memory_kernels import DEFAULT_IMPL as DEFAULT_MEMORY
+from moesim.compute.memory_kernels import FUSIONS
 from moesim.compute.memory_kernels import IMPLS as MEMORY_IMPLS
 from moesim.compute.roofline import _ROOFLINE_KEYS, MFU_LARGE, PRECISIONS, RooflineModel
 from moesim.compute.roofline import _number as _roofline_number
@@ -73,6 +74,9 @@ class ComputeSection:
     gemm_library: str = ""                # GEMM tables of that library ("": the default)
     expert_launches: str = "per_expert"   # per_expert | grouped (EXPERT_LAUNCHES)
     memory_kernels: str = DEFAULT_MEMORY  # stream | eager | fused | liger (memory_kernels.IMPLS)
+    # fused kernel pairs (memory_kernels.FUSIONS; moesim.model.kernels.fusion), written as
+    # a list or as names joined by commas; () = none
+    fusion: tuple[str, ...] = ()
     file: str | None = None               # kind: calibration: the calibration file
     # the roofline's parameters (moesim.compute.roofline; None: its default)
     precision: str | None = None
@@ -125,6 +129,24 @@ def _min_efficiency(d: dict, key: str, source: str) -> None:
     _roofline_number(d, key, source, 0, float(d.get("mfu_large", MFU_LARGE)), True)
 
 
+def _fusion(d: dict, key: str, source: str) -> None:
+    """``compute.fusion``: a list of fusion names or one string of them joined by commas
+    (``--set compute.fusion=norm_cast,residual_norm``); stored as a tuple."""
+    v = d[key]
+    names = [n.strip() for n in v.split(",") if n.strip()] if isinstance(v, str) else v
+    if (not isinstance(names, list | tuple) or not all(isinstance(n, str) for n in names)
+            or any(n not in FUSIONS for n in names)):
+        raise InputError(source, "compute.fusion", f"a list of {', '.join(FUSIONS)}", v)
+    d[key] = tuple(dict.fromkeys(names))
+
+
+def fusion_names(d: Any) -> tuple[str, ...]:
+    """The fusions a (checked) ``compute`` section names (``()``: none)."""
+    if isinstance(d, ComputeSection):
+        return tuple(d.fusion)
+    return tuple(d.get("fusion", ())) if isinstance(d, Mapping) else ()
+
+
 def _precision(d: dict, key: str, source: str) -> None:
     if d[key] not in PRECISIONS:
         raise InputError(source, "compute.precision", _ROOFLINE_KEYS["precision"], d[key])
@@ -139,6 +161,7 @@ FIELDS: dict[str, Any] = {
     "catalog": _name("a path to a kernel catalog YAML file or folder"),
     "gemm_library": _name("a library name"),
     "memory_kernels": _choice(MEMORY_IMPLS),
+    "fusion": _fusion,
     "file": _name("a path to a calibration file"),
     "mfu_large": _fraction, "min_efficiency": _min_efficiency,
     "half_efficiency_tokens": _nonneg, "hbm_efficiency": _fraction,
@@ -161,7 +184,8 @@ def parse(d: Any, source: str) -> ComputeSection:
     if not isinstance(d, Mapping):
         raise InputError(source, "compute", "a mapping (kind, model, precision, ...)", d)
     d = dict(d)
-    for key in ("expert_launches", "kind"):
+    written = copy.deepcopy(dict(d))
+    for key in ("expert_launches", "kind", "fusion"):
         if key in d:
             FIELDS[key](d, key, source)
     kind = d.get("kind", DEFAULT_KIND)
@@ -170,7 +194,7 @@ def parse(d: Any, source: str) -> ComputeSection:
         if given:
             raise InputError(source, f"compute.{given[0]}", "no model or catalog with kind: "
                              "calibration (the calibration prices every kernel)", d[given[0]])
-        extra = sorted(set(d) - {"kind", "file", "expert_launches"})
+        extra = sorted(set(d) - {"kind", "file", "expert_launches", "fusion"})
         if extra:
             raise InputError(source, f"compute.{extra[0]}", "only kind and file for "
                              "calibration", extra[0])
@@ -186,13 +210,14 @@ def parse(d: Any, source: str) -> ComputeSection:
             if key in d:
                 FIELDS[key](d, key, source)
         for key in d:
-            if key not in (*_CATALOG_KEYS, "kind", "expert_launches", *_ROOFLINE_KEYS):
+            if key not in (*_CATALOG_KEYS, "kind", "expert_launches", "fusion",
+                           *_ROOFLINE_KEYS):
                 raise InputError(source, f"compute.{key}",
                                  f"one of kind, {', '.join(_ROOFLINE_KEYS)}", key)
         for key in _ROOFLINE_KEYS:
             if key in d:
                 FIELDS[key](d, key, source)
-    return ComputeSection(**d, written=copy.deepcopy(dict(d)))
+    return ComputeSection(**d, written=written)
 
 
 def describe(d: Any) -> str:
@@ -219,8 +244,8 @@ def compute_model(d: Any, source: str, device: DeviceSpec) -> ComputeModel:
     if launches not in EXPERT_LAUNCHES:
         raise InputError(source, "compute.expert_launches", " or ".join(EXPERT_LAUNCHES),
                          launches)
-    return _compute_model({k: v for k, v in d.items() if k != "expert_launches"}, source,
-                          device)
+    return _compute_model({k: v for k, v in d.items()
+                           if k not in ("expert_launches", "fusion")}, source, device)
 
 
 def grouped_experts(compute: Any) -> bool:

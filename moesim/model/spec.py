@@ -62,6 +62,9 @@ class ModelSpec:
     window: int = 0
     window_full_every: int = 0
     attention_sinks: bool = False   # a learned sink logit per head (GPT-OSS)
+    # fused kernel pairs, set from compute.fusion when the scenario is resolved, as
+    # precision is (moesim.model.kernels.fusion; not a model field: () = none)
+    fusion: tuple[str, ...] = ()
 
     @property
     def moe(self) -> bool:
@@ -96,7 +99,7 @@ class ModelSpec:
         return self.heads * self.head_dim
 
 
-FIELDS = {f.name: f for f in dataclasses.fields(ModelSpec)}
+FIELDS = {f.name: f for f in dataclasses.fields(ModelSpec) if f.name != "fusion"}
 _TYPES = {"str": str, "int": int, "bool": bool}
 #: Largest value of an integer model field (widths, heads, vocabulary: 2^24, far above
 #: any published model's) and of ``layers`` (per-layer programs are built and looped

@@ -10,6 +10,10 @@ functions: the exact builder (:mod:`moesim.program.build`, DualPipe, recompute, 
 serving builder), the fast engine, the op inventory and the GPU validation all take an
 op's kernels from here, so a kernel added to an op here reaches every engine.
 
+Every op's list passes through :func:`with_fusion` once, where it is assembled: the scenario's
+``compute.fusion`` (``spec.fusion``) merges kernel pairs (:mod:`moesim.model.kernels.
+fusion`); with none the lists are the inventory's as they are.
+
 ``graphs``: the scenario's ``overlap.cuda_graphs`` modules (:mod:`moesim.program.
 cuda_graphs`); ``side``: the shared experts run beside the all-to-alls
 (:mod:`moesim.program.shared_overlap`).
@@ -21,6 +25,7 @@ from dataclasses import replace
 
 from moesim.compute.base import Kernel, fused_launches
 from moesim.model import costs, mtp, window
+from moesim.model.kernels.fusion import fuse
 from moesim.model.spec import ModelSpec
 from moesim.program.cuda_graphs import maybe
 from moesim.program.shared_overlap import split
@@ -28,7 +33,12 @@ from moesim.program.shared_overlap import split
 __all__ = ["attn", "attn_op", "attn_w", "backward_part", "decode_attn", "dense_ffn",
            "dualpipe_part", "embedding", "expert", "expert_post", "lm_head", "mlp_w",
            "mtp_head", "optimizer", "post_op", "prefill_attn", "recompute_layer",
-           "recompute_op", "router", "shared_part"]
+           "recompute_op", "router", "shared_part", "with_fusion"]
+
+
+def with_fusion(spec: ModelSpec, kernels: list[Kernel]) -> list[Kernel]:
+    """One op's ``kernels`` with the scenario's fusions (``spec.fusion``) applied."""
+    return fuse(kernels, getattr(spec, "fusion", ()))
 
 
 def backward_part(kernels: list[Kernel], part: str) -> list[Kernel]:
@@ -45,12 +55,12 @@ def embedding(spec: ModelSpec, tokens: int, tp: int, phase: str = "fwd") -> list
 
 def lm_head(spec: ModelSpec, tokens: int, tp: int, phase: str) -> list[Kernel]:
     """``fwd.lm_head`` / ``bwd.lm_head``: final norm, LM-head GEMM and the loss."""
-    return costs.lm_head_kernels(spec, tokens, tp, phase)
+    return with_fusion(spec, costs.lm_head_kernels(spec, tokens, tp, phase))
 
 
 def mtp_head(spec: ModelSpec, tokens: int, tp: int, phase: str) -> list[Kernel]:
     """``fwd.mtp`` / ``bwd.mtp``: what an MTP depth adds beyond its transformer layer."""
-    return mtp.head_kernels(spec, tokens, tp, phase)
+    return with_fusion(spec, mtp.head_kernels(spec, tokens, tp, phase))
 
 
 def optimizer(shard: float) -> list[Kernel]:
@@ -63,21 +73,24 @@ def attn(spec: ModelSpec, tokens: int, seq: int, tp: int, phase: str,
          graphs=()) -> list[Kernel]:
     """``fwd.attn`` / ``bwd.attn``: the layer's norms and attention over ``seq`` keys
     (one CUDA graph with ``attn`` in ``graphs``)."""
-    return maybe([*costs.norm_kernels(spec, tokens, tp, phase),
-                  *costs.attention_kernels(spec, tokens, seq, tp, phase)], "attn" in graphs)
+    return maybe(with_fusion(spec, [*costs.norm_kernels(spec, tokens, tp, phase),
+                              *costs.attention_kernels(spec, tokens, seq, tp, phase)]),
+                 "attn" in graphs)
 
 
 def dense_ffn(spec: ModelSpec, tokens: int, tp: int, phase: str, graphs=()) -> list[Kernel]:
     """``fwd.ffn`` / ``bwd.ffn``: a dense layer's FFN (one CUDA graph with ``mlp``)."""
-    return maybe(costs.dense_ffn_kernels(spec, tokens, tp, phase), "mlp" in graphs)
+    return maybe(with_fusion(spec, costs.dense_ffn_kernels(spec, tokens, tp, phase)),
+                 "mlp" in graphs)
 
 
 def router(spec: ModelSpec, ep_tokens: int, sent: int, phase: str, graphs=()) -> list[Kernel]:
     """``fwd.router`` / ``bwd.router``: the MoE block before the dispatch, router (graphed
     with ``moe_router``) and the permutation of ``sent`` token copies (graphed with
     ``moe_preprocess``)."""
-    return [*maybe(costs.router_kernels(spec, ep_tokens, phase), "moe_router" in graphs),
-            *maybe(costs.permute_kernels(spec, sent, phase), "moe_preprocess" in graphs)]
+    ks = [*maybe(costs.router_kernels(spec, ep_tokens, phase), "moe_router" in graphs),
+          *maybe(costs.permute_kernels(spec, sent, phase), "moe_preprocess" in graphs)]
+    return with_fusion(spec, ks)
 
 
 def expert(spec: ModelSpec, tokens: int, etp: int, phase: str,
@@ -89,30 +102,32 @@ def expert(spec: ModelSpec, tokens: int, etp: int, phase: str,
         ks = costs.expert_kernels(spec, tokens, phase)
     else:
         ks = costs.expert_kernels(spec, tokens, phase, width=spec.expert_ffn // etp)
-    return fused_launches(ks, fused)
+    return fused_launches(with_fusion(spec, ks), fused)
 
 
 def expert_post(spec: ModelSpec, sent: int, tokens: int, tp: int, phase: str,
                 side: bool = False) -> list[Kernel]:
     """``fwd.unpermute`` / ``bwd.unpermute``: the unpermute after the combine, with the
     shared experts unless they run beside the all-to-alls (``side``)."""
-    return [*costs.unpermute_kernels(spec, sent, phase),
-            *([] if side else costs.shared_expert_kernels(spec, tokens, tp, phase))]
+    return with_fusion(spec, [*costs.unpermute_kernels(spec, sent, phase),
+                        *([] if side else costs.shared_expert_kernels(spec, tokens, tp,
+                                                                      phase))])
 
 
 def shared_part(spec: ModelSpec, tokens: int, tp: int, phase: str, part: int) -> list[Kernel]:
     """``fwd.shared_fc1`` ... : part ``part`` (0: beside the pass's first all-to-all, 1:
     its second) of the shared experts' kernels (:func:`moesim.program.shared_overlap.
     split`)."""
-    return split(costs.shared_expert_kernels(spec, tokens, tp, phase), phase)[part]
+    return with_fusion(spec, split(costs.shared_expert_kernels(spec, tokens, tp, phase), phase)[part])
 
 
 # ------------------------------------------------------------------ weight gradients apart
 def mlp_w(spec: ModelSpec, ep_tokens: int, tokens: int, tp: int) -> list[Kernel]:
     """``bwd.w_mlp`` of an MoE layer (zero-bubble / DualPipe): the router's and the shared
     experts' weight-gradient GEMMs."""
-    return backward_part([*costs.router_kernels(spec, ep_tokens, "bwd"),
-                          *costs.shared_expert_kernels(spec, tokens, tp, "bwd")], "W")
+    return backward_part(with_fusion(spec, [*costs.router_kernels(spec, ep_tokens, "bwd"),
+                                      *costs.shared_expert_kernels(spec, tokens, tp, "bwd")]),
+                         "W")
 
 
 def attn_w(spec: ModelSpec, tokens: int, seq: int, tp: int) -> list[Kernel]:
@@ -155,7 +170,7 @@ def recompute_layer(spec: ModelSpec, layer: int, mods: frozenset[str], *, tokens
         out += costs.shared_expert_kernels(spec, tokens, tp, "fwd")
     elif "shared_experts" in mods:
         out += costs.shared_expert_kernels(spec, tokens, tp, "fwd")
-    return [replace(k, name=f"recompute.{k.name}") for k in out]
+    return [replace(k, name=f"recompute.{k.name}") for k in with_fusion(spec, out)]
 
 
 # ------------------------------------------------------------------ (timer key, kernels)
@@ -202,8 +217,8 @@ def decode_attn(spec: ModelSpec, tokens: int, tp: int, core: Kernel,
     (attention over the KV cache) before the output projection, then ``kv_write``."""
     proj = [k for k in costs.attention_kernels(spec, tokens, 1, tp, "fwd")
             if k.name != "attention"]
-    return [*costs.norm_kernels(spec, tokens, tp, "fwd"), *proj[:-1], core, proj[-1],
-            kv_write]
+    return with_fusion(spec, [*costs.norm_kernels(spec, tokens, tp, "fwd"), *proj[:-1], core,
+                        proj[-1], kv_write])
 
 
 # ------------------------------------------------------------------ GPU validation
@@ -213,9 +228,9 @@ def dualpipe_part(spec: ModelSpec, part: str, tokens: int, seq_len: int, ep: int
     balanced routing): ``attn`` the attention and the router, ``mlp`` the rank's routed
     experts and the shared experts (:mod:`moesim.validation.gpu.validate`)."""
     if part == "attn":
-        return (costs.attention_kernels(spec, tokens, seq_len, 1, phase)
-                + costs.router_kernels(spec, tokens, phase))
+        return with_fusion(spec, costs.attention_kernels(spec, tokens, seq_len, 1, phase)
+                     + costs.router_kernels(spec, tokens, phase))
     local = max(spec.n_experts // max(ep, 1), 1)
     rows = tokens * spec.top_k * ep // max(spec.n_experts, 1)   # per expert, balanced
     ks = [k for _ in range(local) for k in costs.expert_kernels(spec, rows, phase)]
-    return ks + costs.shared_expert_kernels(spec, tokens, 1, phase)
+    return with_fusion(spec, ks + costs.shared_expert_kernels(spec, tokens, 1, phase))

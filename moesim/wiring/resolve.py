@@ -210,4 +210,6 @@ def _resolve(scn: Scenario) -> Resolved:
     prec = scn.compute.precision
     if prec in ("bf16", "fp8") and getattr(model, "precision", prec) != prec:
         model = dataclasses.replace(model, precision=prec)   # the FP8 recipe's kernels
+    if scn.compute.fusion:       # compute.fusion: the fused kernels (model.kernels.fusion)
+        model = dataclasses.replace(model, fusion=tuple(scn.compute.fusion))
     return Resolved(scn, layout, tuple(warns), topo, model, routing, device, compute)
