@@ -3,6 +3,7 @@ worked out by hand on tiny shapes, the knob's check, and the knob off = today's 
 
 from __future__ import annotations
 
+import json
 import math
 
 import pytest
@@ -147,3 +148,22 @@ def test_both_engines_step_shrinks_by_the_hand_worked_amount():
         on = simulate("toy-cpu", ["compute.fusion=residual_norm"],
                       engine=engine).summary["step_time_s"]
         assert math.isclose(off - on, expected, rel_tol=1e-9), engine
+
+
+def test_moesim_kernels_shows_unfused_and_fused_side_by_side(capsys):
+    assert main(["kernels", "toy-cpu", "--fusion", "residual_norm", "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    ops = {(r["pass"], r["op"]): r for r in doc["fusion"]["ops"]}
+    e = 128 * 512                          # toy-cpu: 128 tokens, hidden 512, one rank
+    fwd, bwd = ops[("fwd", "fwd.attn")], ops[("dgrad", "bwd.attn")]
+    assert (fwd["bytes_saved"], fwd["launches_saved"]) == (2 * 2 * e, 2)
+    assert (bwd["bytes_saved"], bwd["launches_saved"]) == (2 * 4 * e, 2)
+    # the CPU roofline: 19.2 GB/s, 10 µs per launch
+    assert math.isclose(fwd["unfused_s"] - fwd["fused_s"], 4 * e / 19.2e9 + 2 * 10e-6)
+    assert ops[("fwd", "memory-bound")]["bytes_saved"] == 4 * e
+    assert ops[("fwd", "fwd.router")]["bytes_saved"] == 0
+    assert main(["kernels", "toy-cpu", "--fusion", "residual_norm", "--pass", "fwd"]) == 0
+    out = capsys.readouterr().out
+    assert "fusion residual_norm: layer" in out and "unfused us" in out
+    assert main(["kernels", "toy-cpu", "--pass", "fwd"]) == 0
+    assert "unfused" not in capsys.readouterr().out

@@ -8,6 +8,10 @@ op by op: its name, class, kind, dtype, shape, FLOPs, HBM bytes, what priced it 
 kernel catalog row, or the roofline) and its time on the scenario's compute model.
 Identical kernels of one op (a rank's experts' shares of one grouped launch) are one row
 with their multiplicity ``x``.
+
+``--fusion NAMES`` (or the scenario's ``compute.fusion``) lists the fused kernels and
+then the layer unfused and fused side by side: per op and pass, the time, HBM bytes and
+launches of each, and each pass's memory-bound total (:mod:`moesim.model.kernels.fusion`).
 """
 
 from __future__ import annotations
@@ -31,6 +35,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="one pass only (default: all three)")
     p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                    help="override one field, e.g. --set compute.precision=fp8 (repeatable)")
+    p.add_argument("--fusion", default=None, metavar="NAMES",
+                   help="fuse kernel pairs (comma-separated: residual_norm, norm_cast, "
+                        "act_cast, permute_cast, ce_chunked; = --set compute.fusion=NAMES) "
+                        "and show the layer unfused and fused side by side")
     add_output_flags(p, json_help="print the kernels as JSON", strict=False, quiet=False)
 
 
@@ -50,7 +58,8 @@ def rows_of(res, layer: int, pass_: str) -> list[dict]:
             out.append({"pass": pass_, "op": o.op, "kernel": k.name, "x": n,
                         "class": k.kclass, "kind": k.kind, "dtype": k.dtype or "-",
                         "shape": shape(k), "m": k.m, "n": k.n, "k": k.k, "flops": k.flops,
-                        "bytes": k.bytes, "priced_by": src, "detail": detail, "time_s": t})
+                        "bytes": k.bytes, "launches": 0 if k.fused else k.count,
+                        "priced_by": src, "detail": detail, "time_s": t})
     return out
 
 
@@ -67,6 +76,47 @@ def inventory(res, layer: int, passes: tuple[str, ...]) -> dict:
         "kernels": [r for p in passes for r in rows_of(res, layer, p)],
         "units": "FLOP, bytes (HBM read + written), seconds; x = identical kernels",
     }
+
+
+def _totals(rows: list[dict]) -> dict:
+    """{(pass, op): [seconds, bytes, launches]} and {(pass, "memory-bound"): ...}."""
+    out: dict = {}
+    for r in rows:
+        for key in ((r["pass"], r["op"]),) + (((r["pass"], "memory-bound"),)
+                                              if r["kind"] == "memory" else ()):
+            t = out.setdefault(key, [0.0, 0.0, 0])
+            t[0] += r["x"] * r["time_s"]
+            t[1] += r["x"] * r["bytes"]
+            t[2] += r["x"] * r["launches"]
+    return out
+
+
+def side_by_side(unfused: list[dict], fused: list[dict]) -> list[dict]:
+    """Per pass and op (then each pass's memory-bound kernels), unfused against fused."""
+    a, b = _totals(unfused), _totals(fused)
+    return [{"pass": p, "op": op, "unfused_s": a.get((p, op), [0.0])[0],
+             "fused_s": b.get((p, op), [0.0])[0],
+             "bytes_saved": a.get((p, op), [0, 0.0])[1] - b.get((p, op), [0, 0.0])[1],
+             "launches_saved": a.get((p, op), [0, 0, 0])[2] - b.get((p, op), [0, 0, 0])[2]}
+            for p, op in sorted(dict.fromkeys([*a, *b]),
+                                key=lambda k: (PASSES.index(k[0]), k[1] == "memory-bound"))]
+
+
+def _fmt_fusion(doc: dict) -> str:
+    f = doc["fusion"]
+    lines = ["", f"fusion {', '.join(f['names'])}: layer {doc['layer']} unfused and fused",
+             f"{'pass':<7}{'op':<16}{'unfused us':>11}{'fused us':>11}{'change':>9}"
+             f"{'MB saved':>10}{'launches saved':>16}"]
+    for r in f["ops"]:
+        ch = (r["fused_s"] / r["unfused_s"] - 1) if r["unfused_s"] else 0.0
+        lines.append(f"{r['pass']:<7}{r['op']:<16}{r['unfused_s'] * 1e6:>11.1f}"
+                     f"{r['fused_s'] * 1e6:>11.1f}{ch:>+9.1%}{r['bytes_saved'] / 1e6:>10.2f}"
+                     f"{r['launches_saved']:>16d}")
+    u = sum(r["unfused_s"] for r in f["ops"] if r["op"] != "memory-bound")
+    v = sum(r["fused_s"] for r in f["ops"] if r["op"] != "memory-bound")
+    lines.append(f"layer total {u * 1e3:.3f} ms unfused, {v * 1e3:.3f} ms fused "
+                 f"({(v / u - 1) if u else 0.0:+.2%})")
+    return "\n".join(lines)
 
 
 def _fmt(doc: dict) -> str:
@@ -102,15 +152,20 @@ def _fmt(doc: dict) -> str:
             lines.append(f"pass {p} priced by the roofline: {sum(r['x'] for r in roof)} of "
                          f"{sum(r['x'] for r in ks)} kernels, "
                          f"{rt / total if total else 0:.1%} of the pass's time")
+    if "fusion" in doc:
+        lines.append(_fmt_fusion(doc))
     return "\n".join(lines)
 
 
 def run(args: argparse.Namespace) -> int:
     from moesim.cli.common import refuse_serving
     from moesim.cli.layout_cmd import refuse_rl
-    scn = load_scenario(args.scenario, args.overrides)
-    refuse_serving(scn, args.overrides, "kernels", "list a training layer's kernels")
-    refuse_rl(scn, args.scenario, args.overrides, "kernels",
+    overrides = list(args.overrides)
+    if args.fusion is not None:
+        overrides.append(f"compute.fusion={args.fusion}")
+    scn = load_scenario(args.scenario, overrides)
+    refuse_serving(scn, overrides, "kernels", "list a training layer's kernels")
+    refuse_rl(scn, args.scenario, overrides, "kernels",
               "list the kernels of the parallel: section's layout")
     res = resolve(scn)
     spec = res.model
@@ -124,5 +179,10 @@ def run(args: argparse.Namespace) -> int:
                              f"a layer index from 0 to {top - 1}", layer)
     passes = (args.pass_,) if args.pass_ else PASSES
     doc = inventory(res, layer, passes)
+    names = tuple(scn.compute.fusion)
+    if names:
+        plain = resolve(load_scenario(args.scenario, [*overrides, "compute.fusion=[]"]))
+        doc["fusion"] = {"names": list(names), "ops": side_by_side(
+            inventory(plain, layer, passes)["kernels"], doc["kernels"])}
     print(json.dumps(doc, indent=1) if args.json else _fmt(doc))
     return 0
