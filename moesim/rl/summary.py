@@ -135,7 +135,8 @@ def details(run) -> dict:
                  "total": setup.cfg.total_gpus},
         "engine_replicas": setup.cfg.rollout.replicas,
         "kv_tokens_per_rank": run.kv_tokens,
-        "weight_sync": dataclasses.asdict(s),
+        "weight_sync": {k: v for k, v in dataclasses.asdict(s).items()
+                        if k != "phases" or v is not None},
         "switch_s": {"into_training": run.switch_s[0], "out_of_training": run.switch_s[1]},
     }
 
@@ -163,6 +164,19 @@ def text_summary(summary: dict, det: dict) -> str:
         f"  weight sync {ws['time_s']:.2f} s = flows {ws['flow_s']:.2f} s + copy "
         f"{ws['copy_s']:.2f} s + {ws['tensors']:,} tensors x software "
         f"{ws['software_s']:.2f} s; {ws['param_bytes'] / 1e9:.2f} GB into each replica",
+        *refit_line(ws),
         fit_line(summary.get("fit", {})),
     ]
     return "\n".join(lines)
+
+
+def refit_line(ws: dict) -> list[str]:
+    """The per-GPU refit's three steps (``rl.weight_sync.per_gpu``), else nothing."""
+    ph = ws.get("phases")
+    if not ph:
+        return []
+    ipc = (f"; IPC {ph['ipc_bytes_per_gpu'] / 1e9:.2f} GB per GPU in {ph['buckets']} buckets"
+           if ph["buckets"] else "")
+    return [f"  refit per GPU: gather {ph['gather_s']:.2f} s + transfer "
+            f"{ph['transfer_s']:.2f} s + load {ph['load_s']:.2f} s{ipc}; load "
+            f"{ph['load_bytes_per_gpu'] / 1e9:.2f} GB per GPU"]

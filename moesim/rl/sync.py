@@ -33,6 +33,24 @@ weights and Adam's two moments, 12 bytes per parameter, sharded over the pool as
 Megatron's distributed optimizer do) come back; out of training, the reverse. The KV
 cache is freed and re-allocated, moving no bytes. Host copies run at PCIe Gen5 x16 line
 rate (``PCIE_Bps``).
+
+**Per GPU** (``rl.weight_sync.per_gpu: true``; off by default), the three steps of NeMo
+RL's refit (NVIDIA-NeMo/.github blog/posts/nemo-rl-refit-performance/index.md, commit
+2392b33, "Refit in NeMo-RL takes three steps"), each priced on its own and in series
+(:func:`refit_phases`):
+
+1. *gather*: "the policy workers gather parameters from each device in its
+   model-parallelism. After this step each policy worker gets full model parameters":
+   colocated, every trainer GPU receives the whole model but its own ``1/m`` (``m`` the
+   holders of one copy); inside a node over NVLink, from other nodes over the node's NICs
+   (``B (1 - k/m)`` into each node, ``k`` holders in it, spread over its GPUs' NICs).
+   Disaggregated: the gather flows of the method (``nccl``) alone on the network.
+2. *transfer*: colocated, CUDA IPC handles "no data copy happens"; each executor rebuilds
+   one handle per packed bucket (``IPC_REBUILD_S`` each; buckets of
+   ``REFIT_BUCKET_BYTES``). Disaggregated: the broadcast chain or the sharded pulls,
+   alone on the network.
+3. *load*: vLLM's ``model.load_weights`` over every tensor (``tensors x per_tensor_s``)
+   plus the copy of the executor's ``1/g`` share into its weights (read + write at HBM).
 """
 
 from __future__ import annotations
@@ -55,6 +73,14 @@ OPTIMIZER_BYTES = 12
 #: host <-> GPU copies: PCIe Gen5 x16, 64 GB/s per direction (NVIDIA H100 datasheet:
 #: "PCIe Gen5: 128 GB/s" bidirectional); line rate, an upper bound on pinned copies
 PCIE_Bps = 64e9
+#: seconds per ``rebuild_cuda_tensor`` call, one per IPC handle (NeMo RL refit blog,
+#: NVIDIA-NeMo/.github blog/posts/nemo-rl-refit-performance/index.md, commit 2392b33:
+#: "each invocation of rebuild_cuda_tensor takes about 0.18 milliseconds")
+IPC_REBUILD_S = 0.18e-3
+#: bytes of one packed IPC bucket: NeMo RL's ``refit_buffer_size_gb`` as its tests set it
+#: (2 GiB; NVIDIA-NeMo/RL tests of nemo_rl/weight_sync/ipc_weight_synchronizer.py); unset,
+#: NeMo RL takes 0.3 x the free memory, which moesim does not track here
+REFIT_BUCKET_BYTES = 2 * 1024**3
 
 
 def tensor_count(spec: ModelSpec) -> int:
@@ -122,6 +148,9 @@ class SyncResult:
     tensors: int
     flows: int
     link_bytes_max: float
+    #: per_gpu only (None otherwise, left out of details.json): {gather_s, transfer_s,
+    #: load_s, ipc_bytes_per_gpu, load_bytes_per_gpu, buckets}
+    phases: dict | None = None
 
 
 def run_flows(topo, flows: list[tuple[str, str, float]], on_solve=None
@@ -137,10 +166,16 @@ def run_flows(topo, flows: list[tuple[str, str, float]], on_solve=None
 
 def weight_sync(topo, spec: ModelSpec, train_gpus: list, rollout_gpus: list, *, tp: int,
                 pp: int, ep: int, replica_gpus: int, per_tensor_s: float, ipc: bool,
-                hbm_Bps: float, on_solve=None, sharded: bool = False) -> SyncResult:
+                hbm_Bps: float, on_solve=None, sharded: bool = False,
+                per_gpu: bool = False) -> SyncResult:
     """The sync of ``spec``'s weights from ``train_gpus`` to every engine replica of
     ``rollout_gpus``: gathered and chain-broadcast (``sharded`` False: verl's NCCL
-    checkpoint engine) or pulled shard by shard (``sharded``: :func:`sharded_flows`)."""
+    checkpoint engine) or pulled shard by shard (``sharded``: :func:`sharded_flows`);
+    ``per_gpu``: NeMo RL's three refit steps in series (:func:`refit_phases`)."""
+    if per_gpu:
+        return refit_phases(topo, spec, train_gpus, rollout_gpus, tp=tp, pp=pp, ep=ep,
+                            replica_gpus=replica_gpus, per_tensor_s=per_tensor_s, ipc=ipc,
+                            hbm_Bps=hbm_Bps, on_solve=on_solve, sharded=sharded)
     nbytes = param_bytes(spec)
     src = holders(train_gpus, tp, pp, ep)
     if sharded:
@@ -169,3 +204,86 @@ def switch_cost(spec: ModelSpec, pool_gpus: int, replica_gpus: int) -> tuple[flo
     optim = params * OPTIMIZER_BYTES / pool_gpus
     one_way = (weights + optim) / PCIE_Bps
     return one_way, one_way
+
+
+def path_Bps(topo, a: str, b: str) -> float:
+    """The bottleneck capacity (bytes/s) of the route from GPU ``a`` to GPU ``b``."""
+    return float(min(topo.capacity_Bps[lid] for lid in topo.route(a, b)))
+
+
+def colocated_gather(topo, nbytes: float, gpus: list, m: int) -> tuple[float, float]:
+    """(seconds, bytes each GPU receives) for every GPU of ``gpus`` to hold the whole
+    model, ``m`` GPUs holding one copy (each ``1/m``): over NVLink each receives
+    ``B (1 - 1/m)``; each node needs ``B (1 - k/m)`` from outside (``k = min(gpn, m)``
+    holders in it), spread over its ``gpn`` GPUs' network paths."""
+    if m <= 1 or len(gpus) < 2:
+        return 0.0, 0.0
+    recv = nbytes * (1 - 1 / m)
+    by_host: dict[int, list] = {}
+    for g in gpus:
+        by_host.setdefault(topo.host_of(g), []).append(g)
+    local = by_host[topo.host_of(gpus[0])]
+    gpn = len(local)
+    t = recv / path_Bps(topo, local[0], local[1]) if gpn > 1 else 0.0
+    k = min(gpn, m)
+    if len(by_host) > 1 and k < m:
+        other = next(g for g in gpus if topo.host_of(g) != topo.host_of(gpus[0]))
+        t = max(t, nbytes * (1 - k / m) / gpn / path_Bps(topo, gpus[0], other))
+    return t, recv
+
+
+def broadcast_flows(topo, nbytes: float, train_gpus: list, rollout_gpus: list,
+                    replica_gpus: int) -> list[tuple[str, str, float]]:
+    """The weight broadcast after a full gather (every trainer GPU holds the model):
+    share ``j`` of ``g`` leaves from the first trainer node's GPU ``j mod gpn`` and runs
+    down its chain of replicas, so every NIC of that node carries a share (NeMo RL's
+    topology-aware broadcast, async refit post, Optimization #1: "50 GB/s x 8")."""
+    host = topo.host_of(train_gpus[0])
+    roots = [gp for gp in train_gpus if topo.host_of(gp) == host]
+    flows = []
+    for j in range(replica_gpus):
+        prev = roots[j % len(roots)]
+        for r in range(len(rollout_gpus) // replica_gpus):
+            dst = rollout_gpus[r * replica_gpus + j]
+            flows.append((prev, dst, nbytes / replica_gpus))
+            prev = dst
+    return flows
+
+
+def refit_phases(topo, spec: ModelSpec, train_gpus: list, rollout_gpus: list, *, tp: int,
+                 pp: int, ep: int, replica_gpus: int, per_tensor_s: float, ipc: bool,
+                 hbm_Bps: float, on_solve=None, sharded: bool = False) -> SyncResult:
+    """NeMo RL's refit as three steps in series (module docstring): gather, transfer,
+    load; ``time_s`` is their sum."""
+    nbytes = param_bytes(spec)
+    src = holders(train_gpus, tp, pp, ep)
+    tensors = tensor_count(spec)
+    load_bytes = nbytes / replica_gpus
+    load_s = tensors * per_tensor_s + 2 * load_bytes / hbm_Bps
+    link = np.zeros(0)
+    if ipc:
+        gather_s, gathered = colocated_gather(topo, nbytes, train_gpus, len(src))
+        buckets = math.ceil(nbytes / REFIT_BUCKET_BYTES)
+        transfer_s = buckets * IPC_REBUILD_S
+        ipc_bytes, nflows, gather_bytes = nbytes, 0, gathered * len(train_gpus)
+    else:
+        if sharded:
+            gather_s, gathered = 0.0, 0.0
+            chain = sharded_flows(nbytes, src, rollout_gpus, replica_gpus)
+        else:
+            gather_s, gathered = colocated_gather(topo, nbytes, train_gpus, len(src))
+            chain = broadcast_flows(topo, nbytes, train_gpus, rollout_gpus, replica_gpus)
+        transfer_s, link = run_flows(topo, chain, on_solve)
+        buckets, ipc_bytes, nflows = 0, 0.0, len(chain)
+        gather_bytes = gathered * len(train_gpus)
+    # disaggregated: NeMo RL overlaps the gather of one chunk with the broadcast of the
+    # previous one on two streams (async refit post, Optimization #3, PR 1379)
+    total = gather_s + transfer_s + load_s if ipc or sharded else (
+        max(gather_s, transfer_s) + load_s)
+    phases = {"gather_s": gather_s, "transfer_s": transfer_s, "load_s": load_s,
+              "ipc_bytes_per_gpu": ipc_bytes, "load_bytes_per_gpu": load_bytes,
+              "buckets": buckets}
+    return SyncResult(total, gather_s + (0.0 if ipc else transfer_s),
+                      2 * load_bytes / hbm_Bps, tensors * per_tensor_s, nbytes, nbytes,
+                      gather_bytes, tensors, nflows,
+                      float(link.max()) if link.size else 0.0, phases)

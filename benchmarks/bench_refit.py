@@ -1,0 +1,72 @@
+"""Per-GPU weight sync (``rl.weight_sync.per_gpu``) against NeMo RL's published refits.
+
+Prints each case's simulated refit, its three steps (gather, transfer, load) and its
+error against the published time. Sources (docs/sources.md):
+
+- colocated DeepSeek-V3, training EP64 PP8, generation TP64 (512 H100): 47.2 s = gather
+  12.2 + IPC handle transfer 33.5 + load 1.5 s (NVIDIA-NeMo/.github
+  blog/posts/nemo-rl-refit-performance/index.md, commit 2392b33, Table 1);
+- non-colocated, DGX H100 (discussions/posts/nemo-rl-async-refit-performance/index.md,
+  commit 72b4a40): Qwen3-30B-A3B 1.5 s, Qwen3-235B-A22B 5 s, DeepSeek-V3 14 s. The post
+  gives no layouts: the ones below are ours (those of the reshard table where it has the
+  model);
+- nccl reshard (NVIDIA-NeMo/RL docs/design-docs/nccl-reshard-refit.md, commit 0505ac7,
+  "Expected Performance"): Qwen3-30B BF16 EP8xPP2 -> TP8xDP2 0.74-1.00 s, DeepSeek-V3 BF16
+  PP16xEP16 -> TP32xDP8 2.39-2.83 s.
+
+Run: python benchmarks/bench_refit.py (about a minute: the DeepSeek-V3 reshard has 65,536
+flows).
+"""
+
+from __future__ import annotations
+
+from moesim.compute.devices import DEVICES
+from moesim.model.presets import PRESETS
+from moesim.rl.sync import weight_sync
+from moesim.topology.loader import load_topology
+
+# (label, model, trainer GPUs, tp, pp, ep, engine GPUs, replica GPUs, method, published s)
+CASES = [
+    ("colocated DSV3 EP64xPP8 -> TP64", "deepseek-v3", 512, 1, 8, 64, 512, 64, "ipc",
+     (47.2, 47.2)),
+    ("async Qwen3-30B-A3B EP8xPP2 -> TP8xDP2", "qwen3-30b-a3b", 16, 1, 2, 8, 16, 8, "nccl",
+     (1.5, 1.5)),
+    ("async Qwen3-235B-A22B EP8xPP8 -> TP16xDP4", "qwen3-235b-a22b", 64, 1, 8, 8, 64, 16,
+     "nccl", (5.0, 5.0)),
+    ("async DSV3 PP16xEP16 -> TP32xDP8", "deepseek-v3", 256, 1, 16, 16, 256, 32, "nccl",
+     (14.0, 14.0)),
+    ("reshard Qwen3-30B-A3B EP8xPP2 -> TP8xDP2", "qwen3-30b-a3b", 16, 1, 2, 8, 16, 8,
+     "sharded", (0.74, 1.00)),
+    ("reshard DSV3 PP16xEP16 -> TP32xDP8", "deepseek-v3", 256, 1, 16, 16, 256, 32, "sharded",
+     (2.39, 2.83)),
+]
+
+
+def run(case) -> dict:
+    label, model, n_train, tp, pp, ep, n_gen, g, method, pub = case
+    ipc = method == "ipc"
+    nodes = (n_train + (0 if ipc else n_gen)) // 8
+    topo = load_topology("dgx-h100", nodes=nodes)
+    train = topo.gpus[:n_train]
+    roll = train if ipc else topo.gpus[n_train:n_train + n_gen]
+    r = weight_sync(topo, PRESETS[model], train, roll, tp=tp, pp=pp, ep=ep, replica_gpus=g,
+                    per_tensor_s=40e-6, ipc=ipc, hbm_Bps=DEVICES["H100"].hbm_Bps,
+                    sharded=method == "sharded", per_gpu=True)
+    lo, hi = pub
+    err = 0.0 if lo <= r.time_s <= hi else (r.time_s / (lo if r.time_s < lo else hi) - 1)
+    return {"case": label, "time_s": r.time_s, **r.phases, "published": pub, "error": err}
+
+
+def main() -> None:
+    print("| case | simulated s | gather | transfer | load | published s | error |")
+    print("|---|---:|---:|---:|---:|---:|---:|")
+    for c in CASES:
+        d = run(c)
+        lo, hi = d["published"]
+        pub = f"{lo:g}" if lo == hi else f"{lo:g}-{hi:g}"
+        print(f"| {d['case']} | {d['time_s']:.2f} | {d['gather_s']:.2f} | "
+              f"{d['transfer_s']:.2f} | {d['load_s']:.2f} | {pub} | {d['error'] * 100:+.0f} % |")
+
+
+if __name__ == "__main__":
+    main()
