@@ -138,3 +138,19 @@ def test_default_campaign_is_the_llama3_table():
     assert by["cpu"].rate == pytest.approx(2 / (54 * DAY * 2048))
     n = sum(c.rate * {"gpu": 16384, "node": 2048, "job": 1}[c.per] for c in camp.causes)
     assert n * 54 * DAY == pytest.approx(466)
+
+
+def test_llama3_campaign_counts_match_the_table_over_seeds():
+    from moesim.campaign.run import run_campaign
+
+    camp = read_campaign("llama3-405b")
+    runs = [run_campaign(camp, None, None, "", days=54, tokens=None, seed=s,
+                         sweep=False).summary for s in range(40)]
+    assert runs[0]["interruptions_expected"] == pytest.approx(466.0)
+    # failures arrive over wall clock whatever the job does: each count is Poisson(466),
+    # the mean of 40 within 4 standard errors, 4·sqrt(466/40) = 13.7
+    mean = sum(r["interruptions"] for r in runs) / 40
+    assert abs(mean - 466) < 4 * math.sqrt(466 / 40)
+    gpu = sum(r["by_cause"][0]["simulated"] for r in runs) / 40       # faulty_gpu: 148
+    assert runs[0]["by_cause"][0]["cause"] == "faulty_gpu"
+    assert abs(gpu - 148) < 4 * math.sqrt(148 / 40)
