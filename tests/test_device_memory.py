@@ -18,7 +18,7 @@ MiB = 2**20
 
 #: nvidia-smi totals (devices.py cites where each was seen)
 REPORTED_MIB = {"H100": 81559, "H200": 143771, "H200-NVL": 143771, "H800": 81559,
-                "A100": 81920}
+                "A100": 81920, "H20": 97871}
 
 
 def test_every_gpu_has_the_memory_nvidia_smi_reports():

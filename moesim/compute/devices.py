@@ -1,6 +1,6 @@
 """Accelerator catalog: peak FLOP/s, HBM size and bandwidth, kernel launch overhead.
 
-SI units: FLOP/s, bytes, bytes/s, seconds. Figures from the NVIDIA H100/H200/A100
+SI units: FLOP/s, bytes, bytes/s, seconds. Figures from the NVIDIA H100/H200/A100/H20
 datasheets and, for the H800, the DeepSeek-V3 report (docs/sources.md lists them).
 Dense (non-sparse) tensor-core peaks.
 
@@ -50,6 +50,10 @@ H800_MIB = H100_SXM_MIB
 # A100 SXM4 80GB: 81,920 MiB (modal-labs/modal-client PR #2797: "A100 80GB: 81920MiB
 # (85.89 GB)"; the A800-SXM4-80GB, the same board, reports 81920MiB in dexmal/dexbotic #41).
 A100_80GB_MIB = 81920
+# H20 (96 GB HBM3): 97,871 MiB (nvidia-smi of an "NVIDIA H20" in the test README of the ACE
+# FHE compiler's CGO'25 artifact, docker image opencc/ace:20250524); GH200 with 96 GB of
+# HBM3 reports the same 97871MiB in public nvidia-smi output.
+H20_MIB = 97871
 
 
 @dataclass(frozen=True, slots=True)
@@ -105,6 +109,14 @@ DEVICES: dict[str, DeviceSpec] = {
     # 108 SMs (NVIDIA A100 Tensor Core GPU Architecture whitepaper).
     "A100": DeviceSpec("A100", 312e12, A100_80GB_MIB * MiB, 2.04 * TB, sms=108,
                        notes="SXM4 80GB; NVLink 600 GB/s bidirectional"),
+    # H20 (HGX H20, the Hopper part for China, 400 W): 148 TFLOP/s bf16 and 296 fp8 dense,
+    # 96 GB HBM3 (97,871 MiB reported, above), 4.0 TB/s, NVLink 900 GB/s bidirectional
+    # (NVIDIA HGX H20 specifications; no NVIDIA-hosted page was found to cite, the same
+    # figures on huggingface.co/hardware/h20: "96GB, 148 TFLOPS, 400W"). SMs unpublished by
+    # NVIDIA: 0 (compute not shared with communication kernels).
+    "H20": DeviceSpec("H20", 148e12, H20_MIB * MiB, 4.0 * TB, peak_fp8_flops=296e12,
+                      graph_kernel_s=HOPPER_GRAPH_KERNEL_S,
+                      notes="SXM, 400 W; NVLink 900 GB/s bidirectional"),
     # CPU: a placeholder to be calibrated (moesim calibrate) before its times are trusted.
     # Defaults measured by moesim's author on the dev machine (AMD EPYC, 1 thread,
     # torch 2.13 CPU, 2026-11-29): bf16 1024³ matmul 2.0e11 FLOP/s (fp32: 8.3e10),
