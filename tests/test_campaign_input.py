@@ -74,3 +74,17 @@ def test_a_negative_seed_and_a_serving_scenario(tmp_path, capsys):
         capsys, ["train", "--campaign", str(p), "--days", "1", "--seed", "-1", "--no-files"])
     assert "expected a training scenario" in refused(
         capsys, ["train", "mixtral-8x7b-serve", "--days", "1", "--no-files"])
+
+
+def test_another_campaigns_folder_is_not_replaced_without_force(tmp_path, capsys):
+    p = tiny(tmp_path)
+    out = tmp_path / "o"
+    assert main(["train", "--campaign", str(p), "--days", "1", "-o", str(out), "--quiet",
+                 "--no-sweep"]) == 0
+    capsys.readouterr()
+    (tmp_path / "x").mkdir()
+    q = tiny(tmp_path / "x")                 # another campaign file: another run
+    assert "pass --force to replace" in refused(
+        capsys, ["train", "--campaign", str(q), "--days", "1", "-o", str(out), "--quiet"])
+    assert main(["train", "--campaign", str(q), "--days", "1", "-o", str(out), "--quiet",
+                 "--no-sweep", "--force"]) == 0
