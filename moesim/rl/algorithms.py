@@ -33,13 +33,22 @@ from moesim.traffic.registry import Registry
 class StepInputs:
     """What a trainer phase's cost is computed from: the ``rl`` config, the trainer's
     costs (:class:`moesim.rl.phases.TrainerCosts`), the step's ``samples``, its packed
-    ``rows`` and each mini-batch's rows."""
+    ``rows`` and each mini-batch's rows; the log-prob passes' rows
+    (``logprob_rows``, of ``logprob_tokens`` tokens; None: ``rows`` of the trainer's)."""
 
     cfg: Any
     trainer: Any
     samples: int
     rows: int
     mini_batch_rows: list[int]
+    logprob_rows: int | None = None
+    logprob_tokens: int | None = None
+
+    def logprob_s(self) -> float:
+        """One forward-only log-prob pass over the step's samples."""
+        if self.logprob_tokens is None:
+            return self.trainer.forward_s(self.rows)
+        return self.trainer.forward_s(self.logprob_rows, tokens=self.logprob_tokens)
 
 
 @dataclass(frozen=True)
@@ -86,11 +95,11 @@ def _reward_s(x: StepInputs) -> float:
 
 
 def _old_logprob_s(x: StepInputs) -> float:
-    return x.trainer.forward_s(x.rows) if x.cfg.old_logprob else 0.0
+    return x.logprob_s() if x.cfg.old_logprob else 0.0
 
 
 def _reference_s(x: StepInputs) -> float:
-    return x.trainer.forward_s(x.rows) if x.cfg.reference else 0.0
+    return x.logprob_s() if x.cfg.reference else 0.0
 
 
 def _train_s(x: StepInputs) -> float:

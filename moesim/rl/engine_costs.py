@@ -98,13 +98,16 @@ class EngineTrainerCosts:
             self.simulated += 1
         return self.memo[key]
 
-    def forward_s(self, rows: int, model: ModelSection | None = None) -> float:
-        """``ceil(rows / groups)`` rows per data-parallel group, each priced as the
-        simulated pass over one row per group (rows of ``seq_len`` tokens fill the GEMMs
-        already; routing a whole batch of rows costs minutes of CPU at DeepSeek-V3 size)."""
+    def forward_s(self, rows: int, tokens: int | None = None,
+                  model: ModelSection | None = None) -> float:
+        """``ceil(rows / groups)`` rows of ``tokens`` tokens (None: ``seq_len``) per
+        data-parallel group, each priced as the simulated pass over one row per group
+        (rows of thousands of tokens fill the GEMMs already; routing a whole batch of rows
+        costs minutes of CPU at DeepSeek-V3 size)."""
         groups = self.gpus // self.tp            # data-parallel groups, stages folded
         per_group = max(1, math.ceil(rows / groups))
-        key = ("fwd", None if model is None else repr(sorted(model.as_dict().items())))
+        row = tokens or self.seq_len
+        key = ("fwd", row, None if model is None else repr(sorted(model.as_dict().items())))
         if key not in self.memo:
             scn = self.scn if model is None else dataclasses.replace(self.scn, model=model)
             # the trainer's pass (Megatron-Core, Transformer Engine's GroupedLinear): each
@@ -113,19 +116,19 @@ class EngineTrainerCosts:
                 "expert_launches", "per_expert", scn.source))
             backend = scn.parallel.ep_backend.kind if self.ep > 1 else "nccl"
             # one request per GPU: a TP group computes tp rows in the step
-            cfg = ServeConfig(phase="prefill", batch_per_gpu=1, prompt=self.seq_len,
+            cfg = ServeConfig(phase="prefill", batch_per_gpu=1, prompt=row,
                               output=1, tp=self.tp, ep=self.ep, ep_backend=backend)
             step, res = _serve_time(scn, cfg)
             per_row = step / self.tp
-            tokens = self.seq_len - 1
-            ks = head_kernels(res.model, tokens, self.tp)
-            ks.append(memory_op("logprob_gather", 4 * tokens, tokens))
+            n = row - 1
+            ks = head_kernels(res.model, n, self.tp)
+            ks.append(memory_op("logprob_gather", 4 * n, n))
             self.memo[key] = per_row + sum(res.compute.time_s(k) for k in ks)
             self.simulated += 1
         return per_group * self.memo[key]
 
     def reward_model_s(self, rows: int) -> float:
-        return self.forward_s(rows, self.reward_model or self.scn.model)
+        return self.forward_s(rows, model=self.reward_model or self.scn.model)
 
 
 def rollout_costs(scn: Scenario, replica_gpus: int, gpus_per_node: int, *, tp: int, ep: int,

@@ -1,7 +1,21 @@
 """Packing the step's sequences (prompt + response) into the trainer's rows of
 ``seq_len`` tokens, first fit over the sequences longest first (as sequence packing in
 verl's ``use_dynamic_bsz`` and Megatron's packed-sequence training put several samples
-in one row). A row holds sequences whose lengths sum to at most ``seq_len``."""
+in one row). A row holds sequences whose lengths sum to at most ``seq_len``.
+
+NeMo RL's sequence packing (``BatchedDataDict.shard_by_batch_size`` with
+``sequence_packing_args``, nemo_rl/distributed/batched_data_dict.py, NVIDIA-NeMo/RL
+7ea279abf) differs in two ways that :func:`pack_for_replicas` follows: each sequence is
+first padded to a multiple of ``sequence_length_pad_multiple`` (the policy's
+``make_sequence_length_divisible_by``; for a Megatron worker ``2 cp tp`` with context
+parallelism, else ``tp``: nemo_rl/models/policy/teacher_worker_group.py), and the
+packer's bins (micro-batches of ``train_mb_tokens`` or ``logprob_mb_tokens``) are made
+at least ``dp`` and a multiple of ``dp`` (``min_bin_count = bin_count_multiple =
+shards``, ``SequencePacker._adjust_bin_count`` in nemo_rl/data/packing/algorithms.py,
+which moves one sequence at a time into new bins), dealt round-robin to the ranks. Its
+default packer is modified first fit decreasing (Johnson and Garey 1985); moesim packs
+first fit decreasing, which fills the same or one bin more on such batches.
+"""
 
 from __future__ import annotations
 
@@ -33,6 +47,32 @@ def pack(lengths: np.ndarray, seq_len: int) -> np.ndarray:
         free[rows] = seq_len - x
         rows += 1
     return seq_len - free[:rows]
+
+
+def pad_multiple(tp: int, cp: int) -> int:
+    """NeMo RL's per-sequence pad multiple for a Megatron worker: ``2 cp tp`` with context
+    parallelism, else ``tp``."""
+    return 2 * cp * tp if cp > 1 else tp
+
+
+def padded(lengths: np.ndarray, multiple: int) -> np.ndarray:
+    """Each length rounded up to a multiple of ``multiple``."""
+    lengths = np.asarray(lengths, dtype=np.int64)
+    return -(-lengths // multiple) * multiple
+
+
+def pack_for_replicas(lengths: np.ndarray, seq_len: int, dp: int, multiple: int = 1) -> int:
+    """Rows (micro-batches) NeMo RL makes of ``lengths`` for ``dp`` data-parallel ranks:
+    each length padded to ``multiple``, packed into rows of ``seq_len``, the row count
+    raised to at least ``dp`` and to a multiple of ``dp``, but to no more rows than
+    sequences (NeMo RL refuses such a batch; moesim leaves the extra ranks idle). The
+    busiest rank's rows, ``ceil(rows / dp)``, are what :func:`pack_rows` of the padded
+    lengths gives over ``dp`` ranks."""
+    n = len(lengths)
+    if not n:
+        return 0
+    rows = pack_rows(padded(lengths, multiple), seq_len)
+    return min(-(-max(rows, dp) // dp) * dp, n)
 
 
 def rows_per_replica(rows: int, dp: int) -> int:

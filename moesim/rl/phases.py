@@ -3,7 +3,9 @@ algorithm's trainer phases on the trainer pool (:class:`TrainerCosts`; the phase
 their costs: :mod:`moesim.rl.algorithms`), weight sync and switch.
 
 The trainer's passes run over the batch packed into rows of the trainer's sequence length
-(:mod:`moesim.rl.packing`), and over each mini-batch's rows.
+(:mod:`moesim.rl.packing`), and over each mini-batch's rows; the log-prob passes over rows
+of ``rl.train.logprob_mb_tokens`` when it is set. Each sample is first padded to NeMo RL's
+multiple for the trainer's TP and CP (:func:`moesim.rl.packing.pad_multiple`).
 """
 
 from __future__ import annotations
@@ -16,14 +18,15 @@ import numpy as np
 from moesim.rl.algorithms import StepInputs, algorithm
 from moesim.rl.generate import Generation, generate
 from moesim.rl.loop import StepDurations
-from moesim.rl.packing import pack_rows, split_mini_batches
+from moesim.rl.packing import pack_rows, pad_multiple, padded, split_mini_batches
 from moesim.scenario.sections.rl import RLConfig
 from moesim.traffic.step_costs import StepCosts
 
 
 class TrainerCosts(Protocol):
-    def forward_s(self, rows: int) -> float:
-        """One forward pass (log-probs of every token) over ``rows`` packed rows."""
+    def forward_s(self, rows: int, tokens: int | None = None) -> float:
+        """One forward pass (log-probs of every token) over ``rows`` packed rows of
+        ``tokens`` tokens (None: the trainer's rows)."""
 
     def train_step_s(self, rows: int) -> float:
         """One training step (forward, backward, optimizer) over ``rows`` packed rows."""
@@ -40,8 +43,11 @@ class LinearTrainerCosts:
     train_base_s: float = 0.0
     train_per_row_s: float = 0.0
     reward_per_row_s: float = 0.0
+    forward_per_token_s: float = 0.0    # rows of ``tokens`` tokens: per token instead
 
-    def forward_s(self, rows: int) -> float:
+    def forward_s(self, rows: int, tokens: int | None = None) -> float:
+        if tokens is not None and self.forward_per_token_s:
+            return self.forward_per_token_s * tokens * rows
         return self.forward_per_row_s * rows
 
     def train_step_s(self, rows: int) -> float:
@@ -82,11 +88,15 @@ def step_work(cfg: RLConfig, batch: Batch, seq_len: int, rollout: StepCosts,
                     ro.max_batch, members=ro.replica_gpus // ro.tp,
                     layer_windows=layer_windows) if generation else
            Generation(0.0, np.zeros(0), np.zeros(0, dtype=np.int64), 0.0, 0))
-    lengths = batch.prompt + batch.response
+    # each sample padded as NeMo RL pads it for the trainer's TP and CP (moesim.rl.packing)
+    lengths = padded(batch.prompt + batch.response, pad_multiple(tr.tp, tr.cp))
     rows = pack_rows(lengths, seq_len)
     mb_rows = [pack_rows(lengths[ix], seq_len) for ix in split_mini_batches(len(lengths),
                                                                              tr.mini_batches)]
-    work = StepInputs(cfg, trainer, len(lengths), rows, mb_rows)
+    lp = tr.logprob_mb_tokens
+    work = StepInputs(cfg, trainer, len(lengths), rows, mb_rows,
+                      logprob_rows=None if lp is None else pack_rows(lengths, lp),
+                      logprob_tokens=lp)
     d = StepDurations(generate=gen.time_s,
                       trainer=algorithm(cfg.algorithm).trainer_seconds(work),
                       weight_sync=sync_s, switch_in=switch_s[0], switch_out=switch_s[1])

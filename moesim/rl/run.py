@@ -112,8 +112,11 @@ def resolve_rl(target: str | Path, overrides=()) -> RLSetup:
         res = resolve(whole)
         cfg = rl_config(scn.rl, scn.source, world=res.layout.world, parallel=scn.parallel)
         _check_reward_model(cfg, scn.source)
-        # the scenario as written (its parallel section the trainer's, rl.train over it)
-        setup = RLSetup(dataclasses.replace(res.scenario, parallel=scn.parallel), res, cfg,
+        # the scenario as written (its parallel section the trainer's, rl.train over it;
+        # dp, when not written, the whole cluster's as resolved: the trainer's is the pool's)
+        par = scn.parallel if scn.parallel.dp is not None else dataclasses.replace(
+            scn.parallel, dp=res.scenario.parallel.dp)
+        setup = RLSetup(dataclasses.replace(res.scenario, parallel=par), res, cfg,
                         cfg.train.seq_len or scn.schedule.seq_len)
         resolve(trainer_scenario_of(setup))     # the trainer's layout checked as moesim run's
     except InputError as err:
@@ -136,6 +139,11 @@ def draw_batch(setup: RLSetup, step: int) -> Batch:
         raise setup.error("rl.train.seq_len", f"at least the longest sample, prompt + "
                           f"response = {longest} tokens (the trainer packs samples into rows "
                           "of seq_len)", setup.seq_len)
+    lp = cfg.train.logprob_mb_tokens
+    if lp is not None and longest > lp:
+        raise setup.error("rl.train.logprob_mb_tokens", f"at least the longest sample, prompt "
+                          f"+ response = {longest} tokens (the log-prob passes pack samples "
+                          "into rows of logprob_mb_tokens)", lp)
     return batch
 
 

@@ -84,6 +84,10 @@ class TrainPool:
     mini_batches: int = 1       # optimizer steps per RL step (per epoch)
     epochs: int = 1             # passes over the step's samples
     seq_len: int | None = None  # packed row length (None: the scenario's schedule.seq_len)
+    #: the log-prob passes' packed row length (NeMo RL's sequence_packing.logprob_mb_tokens,
+    #: examples/configs/grpo_math_1B.yaml, NVIDIA-NeMo/RL 7ea279abf; None: seq_len, as
+    #: train_mb_tokens = logprob_mb_tokens there by default)
+    logprob_mb_tokens: int | None = None
     #: ZeRO stage over the trainer's data-parallel group (parallel.zero): 1 shards the
     #: optimizer states, as Megatron's distributed optimizer does (use_distributed_optimizer:
     #: true in verl's verl/trainer/config/engine/megatron.yaml, 093191fae2, and NeMo RL's
@@ -164,6 +168,7 @@ _RULES: dict[str, tuple[str, Any]] = {
     "kv_fraction": ("frac", None), "max_batch": ("pos", None), "kv_dtype": ("choice", KV_DTYPES),
     "cuda_graphs": ("bool", None),
     "mini_batches": ("pos", None), "epochs": ("pos", None), "seq_len": ("optpos", None),
+    "logprob_mb_tokens": ("optpos", None),
     "zero": ("stage", None),
     "kind": ("choice", REWARD_KINDS), "cpu_s_per_sample": ("nonnegnum", None),
     "workers": ("pos", None), "model": ("optdict", None),
@@ -189,6 +194,7 @@ _BOUNDS: dict[str, tuple[float, str]] = {
     "prompts_per_step": (MAX_SAMPLES, "samples per step one machine can simulate"),
     "samples_per_prompt": (MAX_SAMPLES, "samples per step one machine can simulate"),
     "seq_len": (MAX_TOKENS, "tokens per row"),
+    "logprob_mb_tokens": (MAX_TOKENS, "tokens per row"),
     "max_batch": (MAX_BATCH, "running sequences per engine"),
     "epochs": (MAX_EPOCHS, "passes over a step's samples"),
     "per_tensor_s": (MAX_SECONDS, "seconds per tensor"),
