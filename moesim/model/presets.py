@@ -78,6 +78,41 @@ GPT_OSS_120B = ModelSpec(
     window_full_every=2, attention_sinks=True,
 )
 
+# Dense models: no experts (n_experts 0, top_k 0), every layer a SwiGLU FFN of dense_ffn,
+# GQA with head_dim 128, untied embeddings (tie_word_embeddings false). Dims from each model
+# card's config.json (hidden_size, num_hidden_layers, num_attention_heads,
+# num_key_value_heads, intermediate_size, vocab_size); the published parameter counts
+# (the model cards) are checked in tests/test_model_dense.py within 0.5 %.
+# Llama 3.1 8B (huggingface.co/meta-llama/Llama-3.1-8B): 32 layers, hidden 4096, 32 heads,
+# 8 KV heads, FFN 14336, vocab 128256. 8.03B.
+LLAMA_31_8B = ModelSpec(
+    name="llama-3.1-8b", layers=32, hidden=4096, heads=32, kv_heads=8, head_dim=128,
+    vocab=128256, attention="gqa", dense_ffn=14336, first_dense_layers=0, n_experts=0,
+    top_k=0, expert_ffn=0, gated=True, tied_embeddings=False,
+)
+# Llama 3.1 70B (huggingface.co/meta-llama/Llama-3.1-70B): 80 layers, hidden 8192, 64 heads,
+# 8 KV heads, FFN 28672, vocab 128256. 70.6B.
+LLAMA_31_70B = ModelSpec(
+    name="llama-3.1-70b", layers=80, hidden=8192, heads=64, kv_heads=8, head_dim=128,
+    vocab=128256, attention="gqa", dense_ffn=28672, first_dense_layers=0, n_experts=0,
+    top_k=0, expert_ffn=0, gated=True, tied_embeddings=False,
+)
+# Llama 3.1 405B (huggingface.co/meta-llama/Llama-3.1-405B; Llama 3 paper arXiv:2407.21783
+# Table 3): 126 layers, hidden 16384, 128 heads, 8 KV heads, FFN 53248, vocab 128256. 405.9B.
+LLAMA_31_405B = ModelSpec(
+    name="llama-3.1-405b", layers=126, hidden=16384, heads=128, kv_heads=8, head_dim=128,
+    vocab=128256, attention="gqa", dense_ffn=53248, first_dense_layers=0, n_experts=0,
+    top_k=0, expert_ffn=0, gated=True, tied_embeddings=False,
+)
+# Qwen3-32B (huggingface.co/Qwen/Qwen3-32B): 64 layers, hidden 5120, 64 heads, 8 KV heads of
+# head_dim 128 (64 x 128 = 8192, wider than hidden), FFN 25600, vocab 151936. The per-head
+# QK RMSNorm weights (2 x 128 per layer) are not counted. 32.8B.
+QWEN3_32B = ModelSpec(
+    name="qwen3-32b", layers=64, hidden=5120, heads=64, kv_heads=8, head_dim=128,
+    vocab=151936, attention="gqa", dense_ffn=25600, first_dense_layers=0, n_experts=0,
+    top_k=0, expert_ffn=0, gated=True, tied_embeddings=False,
+)
+
 # A toy model for fast CPU runs and tests (not a published model): 2 layers, hidden 512,
 # 8 heads of 64, 8 experts top-2 with SwiGLU FFN 1024, vocab 32000.
 TOY = ModelSpec(
@@ -86,5 +121,6 @@ TOY = ModelSpec(
 )
 
 PRESETS: dict[str, ModelSpec] = {
-    s.name: s for s in (MIXTRAL_8X7B, DEEPSEEK_V3, SWITCH_BASE, QWEN3_235B_A22B, QWEN3_30B_A3B, GPT_OSS_120B, TOY)
+    s.name: s for s in (MIXTRAL_8X7B, DEEPSEEK_V3, SWITCH_BASE, QWEN3_235B_A22B, QWEN3_30B_A3B,
+                        GPT_OSS_120B, LLAMA_31_8B, LLAMA_31_70B, LLAMA_31_405B, QWEN3_32B, TOY)
 }
