@@ -12,7 +12,8 @@ its ops by walking it and the fast engine's chains (``engine/fast/pipeline.py``,
 tp, a2a ...); so a step added or moved here reaches both engines.
 
 :class:`LayerKernels` gives a compute step its (timer key, kernel maker) from
-:mod:`moesim.program.recipe`: the layer's ops call the recipe from here only.
+:mod:`moesim.program.recipe`: the writers above take a layer op's kernels from here, not
+from the recipe.
 
 A :class:`LayerPlan` makes each template once per (layer kind, phase); walking it costs a
 loop over a dozen steps per layer and micro-batch, nothing per token.
@@ -26,11 +27,8 @@ from typing import Any
 from moesim.program import recipe
 from moesim.program.shared_overlap import NAMES
 
-__all__ = ["COMPUTE", "LayerKernels", "LayerPlan", "Step", "dense_block", "is_recompute",
+__all__ = ["LayerKernels", "LayerPlan", "Step", "dense_block", "is_recompute",
            "layer_steps", "moe_block", "weight_steps"]
-
-#: step kinds that are one compute op priced by :meth:`LayerKernels.op`
-COMPUTE = frozenset({"attn", "ffn", "mtp", "router", "post", "shared", "mlp_w", "recompute"})
 
 
 def is_recompute(name: str) -> bool:
