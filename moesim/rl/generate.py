@@ -13,6 +13,16 @@ times come from a :class:`moesim.traffic.step_costs.StepCosts` of one member.
 
 The step's generation ends with its longest sample; ``long_tail_s`` is the time from
 90 % of the samples done to the last.
+
+**Streamed** (:func:`stream`; ``rl.generation: stream``): the steps' samples are one
+queue in step order on the same engines, so a new prompt group starts as soon as a
+sequence slot and KV blocks free up, instead of the next batch waiting for the slowest
+sample of this one: NeMo RL's asynchronous trajectory collector keeps generating prompt
+groups for the next target steps (up to ``max_trajectory_age_steps`` ahead) while the
+trainer consumes earlier ones (NVIDIA-NeMo/RL 002cdc27
+``nemo_rl/algorithms/async_utils/trajectory_collector.py``, ``AsyncTrajectoryCollector``
+``_calculate_target_weights``, ``_collection_loop``). A step's generation is then the
+engine time it adds: its last sample's finish minus the previous step's.
 """
 
 from __future__ import annotations
@@ -172,3 +182,39 @@ class Rollout:
                                  sum(r.preemptions for r in reqs),
                                  [_thin(s) for s in sim.series])
         return self.result
+
+
+def stream(prompts: list, responses: list, costs: StepCosts, replicas: int, kv_tokens: int,
+           max_batch: int, members: int = 1, *, skip: bool = True,
+           layer_windows: list[int] | None = None) -> list[Generation]:
+    """Generate every step's samples as one stream (module docstring): all queued at 0 in
+    step order, admitted by vLLM's scheduler as capacity frees. Per step, a
+    :class:`Generation` whose ``time_s`` is the engine time the step adds (its last
+    finish minus the previous step's, at least 0) and whose ``finish_s`` are from the
+    stream's start."""
+    groups = [[r * members + i for i in range(members)] for r in range(replicas)]
+    sim = build_sim(costs, groups, kv_tokens, scheduler="vllm", router="round_robin",
+                    max_seqs=max_batch, layer_windows=layer_windows)
+    sim.skip = skip
+    reqs, bounds = [], [0]
+    for p, r in zip(prompts, responses, strict=True):
+        for a, b in zip(np.asarray(p, dtype=np.int64), np.asarray(r, dtype=np.int64),
+                        strict=True):
+            reqs.append(Request(id=len(reqs), arrival_s=0.0, prompt=int(a), output=int(b),
+                                tag=len(reqs)))
+        bounds.append(len(reqs))
+    sim.submit(reqs)
+    sim.run()
+    if any(r.rejected or not r.done for r in reqs):
+        raise ValueError("a sample does not fit the KV cache")   # checked by the caller
+    finish = np.array([r.finish_s for r in reqs], dtype=float)
+    rep = np.array([r.member // members for r in reqs], dtype=np.int64)
+    out, prev = [], 0.0
+    for s in range(len(bounds) - 1):
+        f = finish[bounds[s]:bounds[s + 1]]
+        last = float(f.max()) if len(f) else prev
+        pre = sum(r.preemptions for r in reqs[bounds[s]:bounds[s + 1]])
+        out.append(Generation(max(last - prev, 0.0), f, rep[bounds[s]:bounds[s + 1]],
+                              long_tail(f), sim.steps if s == 0 else 0, pre, []))
+        prev = max(prev, last)
+    return out

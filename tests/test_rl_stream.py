@@ -1,0 +1,47 @@
+"""Streamed generation (moesim.rl.generate.stream, rl.generation: stream): a new prompt
+group starts when a sequence slot frees, times by hand."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from moesim.rl.generate import generate, stream
+from moesim.traffic.step_costs import LinearStepCosts
+
+# a prefill step 0.5 s (gives a sample's first token), a decode step 1 s (one more token)
+COSTS = LinearStepCosts(prefill_base_s=0.5, decode_base_s=1.0)
+PROMPTS = [np.full(2, 4), np.full(2, 4)]
+RESPONSES = [np.array([2, 6]), np.array([2, 6])]
+
+
+def test_batch_waits_for_its_slowest_sample():
+    # one replica, two slots: prefill both (0.5 s, token 1), five decode steps: the
+    # 2-token sample is done at 1.5, the 6-token one at 5.5; two steps take 11 s
+    g = generate(PROMPTS[0], RESPONSES[0], COSTS, replicas=1, kv_tokens=10_000, max_batch=2)
+    assert g.time_s == pytest.approx(5.5)
+    assert list(g.finish_s) == pytest.approx([1.5, 5.5])
+
+
+def test_stream_starts_the_next_group_when_a_slot_frees():
+    # step 0's short sample frees its slot at 1.5: step 1's short one is prefilled
+    # (1.5-2.0) and decoded beside the long one (2.0-3.0, done); step 1's long one is
+    # prefilled 3.0-3.5, then decodes 3.5-4.5, 4.5-5.5, 5.5-6.5 beside step 0's long one
+    # and alone 6.5-7.5, 7.5-8.5. Step 0's long one: token 1 at 0.5, 2 at 1.5, waits the
+    # two prefills, tokens 3-6 at 3.0, 4.5, 5.5, 6.5. Steps ready at 6.5 and 8.5: 8.5 s for
+    # both against 11 s batched; step 1 adds 2.0 s.
+    g = stream(PROMPTS, RESPONSES, COSTS, replicas=1, kv_tokens=10_000, max_batch=2)
+    assert [x.time_s for x in g] == pytest.approx([6.5, 2.0])
+    assert list(g[0].finish_s) == pytest.approx([1.5, 6.5])
+    assert list(g[1].finish_s) == pytest.approx([3.0, 8.5])
+    # the same with the engine stepping instead of skipping between events
+    g2 = stream(PROMPTS, RESPONSES, COSTS, replicas=1, kv_tokens=10_000, max_batch=2,
+                skip=False)
+    assert [x.time_s for x in g2] == pytest.approx([6.5, 2.0])
+
+
+def test_one_step_stream_is_the_batch():
+    g = stream(PROMPTS[:1], RESPONSES[:1], COSTS, replicas=1, kv_tokens=10_000, max_batch=2)
+    b = generate(PROMPTS[0], RESPONSES[0], COSTS, replicas=1, kv_tokens=10_000, max_batch=2)
+    assert g[0].time_s == pytest.approx(b.time_s)
+    assert list(g[0].finish_s) == pytest.approx(list(b.finish_s))
