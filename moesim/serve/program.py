@@ -2,8 +2,8 @@
 
 A serving step is the forward pass of the training step's machinery (a
 :class:`moesim.program.build.Builder` it holds and writes its ops with: ``compute_op``,
-``tp_allreduce_ops``, ``moe_ops``, ``collective_op``) with serving costs: the same routing
-per MoE layer and micro-batch (:func:`moesim.gating.route_microbatch`, so a hot expert
+``layer_ops``: the layer template's forward steps, ``collective_op``) with serving costs:
+the same routing per MoE layer and micro-batch (:func:`moesim.gating.route_microbatch`, so a hot expert
 stalls a decode step as it stalls training), the same EP exchanges (NCCL all-to-all-v or
 DeepEP's planned normal/low-latency kernels, :mod:`moesim.program.ep_backend`), the same
 TP all-reduces, and, with two micro-batches, the same EP overlap
@@ -121,16 +121,10 @@ class ServeBuilder:
                                                     self.kv_bytes)
 
     def _layer(self, prog: list[Op], rank: int, layer: int, mb: int) -> None:
-        spec, tp, b = self.spec, self.tp, self.builder
-        b.compute_op(prog, "fwd.attn", layer, mb, "fwd", self.attn_key(layer),
-                     lambda: self.attn_kernels(layer))
-        b.tp_allreduce_ops(prog, rank, layer, mb, "fwd", "attn")
-        if spec.is_moe_layer(layer):
-            b.moe_ops(prog, rank, layer, mb, "fwd")
-        else:
-            b.compute_op(prog, "fwd.ffn", layer, mb, "fwd", ("ffn", "fwd"),
-                         lambda: recipe.dense_ffn(spec, self.tokens, tp, "fwd"))
-        b.tp_allreduce_ops(prog, rank, layer, mb, "fwd", "mlp")
+        """The training builder's layer (:meth:`Builder.layer_ops`, its template's
+        forward steps) with the serving attention."""
+        self.builder.layer_ops(prog, rank, layer, mb, "fwd", attn=(
+            self.attn_key(layer), lambda: self.attn_kernels(layer)))
 
     def head_kernels(self):
         """The LM head's kernels for one micro-batch (:class:`ForwardStep`)."""
