@@ -45,3 +45,15 @@ def test_one_step_stream_is_the_batch():
     b = generate(PROMPTS[0], RESPONSES[0], COSTS, replicas=1, kv_tokens=10_000, max_batch=2)
     assert g[0].time_s == pytest.approx(b.time_s)
     assert list(g[0].finish_s) == pytest.approx(list(b.finish_s))
+
+
+def test_stream_waits_for_the_version_it_may_use():
+    # three steps, max_lag 1, trainer 10 s per step, sync 1 s: step 2 needs version 1,
+    # published at ready[0] + 10 + 1 = 6.5 + 11 = 17.5 (the stream of steps 0 and 1 as
+    # above, idle after 8.5); step 2 then runs alone: prefill 17.5-18.0, short sample done
+    # at 19.0, long at 23.0. Step 2 adds 23.0 - 8.5 = 14.5 s.
+    g = stream(PROMPTS + PROMPTS[:1], RESPONSES + RESPONSES[:1], COSTS, replicas=1,
+               kv_tokens=10_000, max_batch=2, max_lag=1, trainer_s=[10.0] * 3, sync_s=1.0)
+    assert [x.time_s for x in g[:2]] == pytest.approx([6.5, 2.0])
+    assert list(g[2].finish_s) == pytest.approx([19.0, 23.0])
+    assert g[2].time_s == pytest.approx(14.5)

@@ -186,35 +186,62 @@ class Rollout:
 
 def stream(prompts: list, responses: list, costs: StepCosts, replicas: int, kv_tokens: int,
            max_batch: int, members: int = 1, *, skip: bool = True,
-           layer_windows: list[int] | None = None) -> list[Generation]:
-    """Generate every step's samples as one stream (module docstring): all queued at 0 in
-    step order, admitted by vLLM's scheduler as capacity frees. Per step, a
-    :class:`Generation` whose ``time_s`` is the engine time the step adds (its last
-    finish minus the previous step's, at least 0) and whose ``finish_s`` are from the
-    stream's start."""
+           layer_windows: list[int] | None = None, max_lag: int | None = None,
+           trainer_s: list[float] | None = None, sync_s: float = 0.0,
+           poll_s: float = 0.01) -> list[Generation]:
+    """Generate every step's samples as one stream (module docstring): queued in step
+    order, admitted by vLLM's scheduler as capacity frees. With ``max_lag``, step ``s``'s
+    samples arrive once version ``s - max_lag`` is published, as the collector targets at
+    most ``max_trajectory_age_steps`` ahead of its weights: version ``v`` is published at
+    ``pub[v] = max(ready[v-1], pub[v-1]) + trainer_s[v-1] + sync_s`` (``pub[0] = 0``; the
+    trainer takes the steps in turn, each once generated). Per step, a
+    :class:`Generation` whose ``time_s`` is the engine time the step adds (its last finish
+    minus the previous steps' latest, at least 0) and whose ``finish_s`` are from the
+    stream's start. ``poll_s``: how far the engines run at a time while a step's end is
+    awaited (the times themselves are exact)."""
     groups = [[r * members + i for i in range(members)] for r in range(replicas)]
     sim = build_sim(costs, groups, kv_tokens, scheduler="vllm", router="round_robin",
                     max_seqs=max_batch, layer_windows=layer_windows)
     sim.skip = skip
-    reqs, bounds = [], [0]
-    for p, r in zip(prompts, responses, strict=True):
-        for a, b in zip(np.asarray(p, dtype=np.int64), np.asarray(r, dtype=np.int64),
-                        strict=True):
-            reqs.append(Request(id=len(reqs), arrival_s=0.0, prompt=int(a), output=int(b),
-                                tag=len(reqs)))
-        bounds.append(len(reqs))
-    sim.submit(reqs)
+    steps: list[list[Request]] = []
+    ready: list[float] = []
+    pub = [0.0]
+
+    def ready_of(v: int) -> float:
+        while len(ready) <= v:
+            rs = steps[len(ready)]
+            while not all(r.done for r in rs):
+                sim.run(until=sim.now + poll_s)
+            ready.append(max((r.finish_s for r in rs), default=0.0))
+        return ready[v]
+
+    def published(v: int) -> float:
+        while len(pub) <= v:
+            u = len(pub)
+            pub.append(max(ready_of(u - 1), pub[u - 1]) + trainer_s[u - 1] + sync_s)
+        return pub[v]
+
+    n = 0
+    for s, (p, r) in enumerate(zip(prompts, responses, strict=True)):
+        at = 0.0 if max_lag is None or s - max_lag <= 0 else published(s - max_lag)
+        at = max(at, sim.now)
+        rs = [Request(id=n + i, arrival_s=at, prompt=int(a), output=int(b), tag=n + i)
+              for i, (a, b) in enumerate(zip(np.asarray(p, dtype=np.int64),
+                                             np.asarray(r, dtype=np.int64), strict=True))]
+        n += len(rs)
+        steps.append(rs)
+        sim.submit(rs)
     sim.run()
+    reqs = [r for rs in steps for r in rs]
     if any(r.rejected or not r.done for r in reqs):
         raise ValueError("a sample does not fit the KV cache")   # checked by the caller
-    finish = np.array([r.finish_s for r in reqs], dtype=float)
-    rep = np.array([r.member // members for r in reqs], dtype=np.int64)
     out, prev = [], 0.0
-    for s in range(len(bounds) - 1):
-        f = finish[bounds[s]:bounds[s + 1]]
+    for rs in steps:
+        f = np.array([r.finish_s for r in rs], dtype=float)
         last = float(f.max()) if len(f) else prev
-        pre = sum(r.preemptions for r in reqs[bounds[s]:bounds[s + 1]])
-        out.append(Generation(max(last - prev, 0.0), f, rep[bounds[s]:bounds[s + 1]],
-                              long_tail(f), sim.steps if s == 0 else 0, pre, []))
+        rep = np.array([r.member // members for r in rs], dtype=np.int64)
+        out.append(Generation(max(last - prev, 0.0), f, rep, long_tail(f),
+                              sim.steps if not out else 0,
+                              sum(r.preemptions for r in rs), []))
         prev = max(prev, last)
     return out
