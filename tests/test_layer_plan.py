@@ -30,7 +30,7 @@ ROOT = Path(__file__).resolve().parents[1]
 #: the modules that write or price a layer's ops: they walk the template
 WALKERS = ("moesim/program/build.py", "moesim/program/dualpipe_build.py",
            "moesim/engine/fast/pipeline.py", "moesim/engine/fast/forward.py",
-           "moesim/engine/fast/dual.py")
+           "moesim/engine/fast/dual.py", "moesim/serve/program.py")
 #: the recipe's functions of a layer's ops (embedding, heads and optimizer are not a layer's)
 LAYER_OPS = {"attn", "attn_op", "attn_w", "dense_ffn", "router", "expert", "expert_post",
              "post_op", "shared_part", "mtp_head", "mlp_w", "recompute_op",
