@@ -6,7 +6,8 @@ A serving step is the forward pass of the training step's machinery (a
 the same routing per MoE layer and micro-batch (:func:`moesim.gating.route_microbatch`,
 so a hot expert stalls a decode step as it stalls training), the same EP exchanges (NCCL
 all-to-all-v or DeepEP's planned normal/low-latency kernels,
-:mod:`moesim.program.ep_backend`), the same TP all-reduces, and, with two micro-batches, the same EP overlap
+:mod:`moesim.program.ep_backend`), the same TP all-reduces, and, with two micro-batches,
+the same EP overlap
 (:mod:`moesim.program.overlap`: the EP collectives move to the ``ep`` stream and the two
 micro-batches interleave segment by segment, one's all-to-all under the other's compute,
 as DeepSeek's prefill and decode do: DeepSeek-V3 report §3.4). What differs
