@@ -43,6 +43,7 @@ class StepInputs:
     mini_batch_rows: list[int]
     logprob_rows: int | None = None
     logprob_tokens: int | None = None
+    reference_swap_s: float = 0.0       # weights moved around a reference pass
 
     def logprob_s(self) -> float:
         """One forward-only log-prob pass over the step's samples."""
@@ -99,7 +100,7 @@ def _old_logprob_s(x: StepInputs) -> float:
 
 
 def _reference_s(x: StepInputs) -> float:
-    return x.logprob_s() if x.cfg.reference else 0.0
+    return x.logprob_s() + x.reference_swap_s if x.cfg.reference else 0.0
 
 
 def _train_s(x: StepInputs) -> float:

@@ -40,6 +40,33 @@ def replica_weight_bytes(spec, ro) -> float:
     return float(spec.weight_bytes * (dense + expert))
 
 
+#: bytes per trainer weight a reference swap copies: the module's bf16 parameters
+SWAP_PARAM_BYTES = 2
+
+
+def trainer_weight_bytes(spec, tr) -> float:
+    """Weights (bf16) on the busiest GPU of the trainer's layout ``tr`` (``rl.train``):
+    the largest pipeline stage of an even split, dense parts over TP, experts over EP."""
+    per = -(-spec.layers // tr.pp)
+    most = 0.0
+    for s in range(tr.pp):
+        layers = range(s * per, min(spec.layers, (s + 1) * per))
+        dense, expert = rank_params(spec, layers, tp=tr.tp, ep=tr.ep, first=s == 0,
+                                    last=s == tr.pp - 1)
+        most = max(most, dense + expert)
+    return most * SWAP_PARAM_BYTES
+
+
+def reference_swap_s(spec, tr, host_Bps: float) -> float:
+    """Seconds a reference pass spends moving weights when ``rl.train.reference_weights``
+    is ``host`` (NeMo RL's ``use_reference_model``): the policy's weights to the host,
+    the reference's in, the policy's back: three copies of the GPU's weights over its
+    host link, in series."""
+    if tr.reference_weights != "host":
+        return 0.0
+    return 3 * trainer_weight_bytes(spec, tr) / host_Bps
+
+
 def max_microbatches(setup, batches) -> int:
     """Micro-batches (rows) the busiest data-parallel replica of the trainer gets in the
     largest mini-batch of ``batches``."""

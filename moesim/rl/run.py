@@ -17,11 +17,11 @@ import numpy as np
 from moesim.errors import InputError
 from moesim.rl.config import rl_config
 from moesim.rl.engine_costs import gpus_per_node, trainer_scenario_of
-from moesim.rl.generate import Rollout
+from moesim.rl.generate import Rollout, stream
 from moesim.rl.loop import Timeline, schedule, schedule_partial
-from moesim.rl.memory import replica_weight_bytes, rl_fits
+from moesim.rl.memory import reference_swap_s, replica_weight_bytes, rl_fits
 from moesim.rl.phases import Batch, StepWork, TrainerCosts, step_work
-from moesim.rl.sync import SyncResult, switch_cost, weight_sync
+from moesim.rl.sync import PCIE_Bps, SyncResult, switch_cost, weight_sync
 from moesim.scenario import load_scenario
 from moesim.scenario.blame import blame_overrides
 from moesim.scenario.resolved import Resolved
@@ -213,12 +213,15 @@ def simulate_rl(setup: RLSetup, steps: int, *, rollout_costs: StepCosts | None =
                 seq_len=setup.seq_len, reward_model=cfg.reward.model, zero=tr.zero)
     works = []
     partial = cfg.partial_rollouts
+    swap = reference_swap_s(res.model, tr, PCIE_Bps)
     for s, batch in enumerate(batches):
         works.append(step_work(cfg, batch, setup.seq_len, rollout_costs, kv, trainer_costs,
                                sync.time_s, switch, generation=not partial,
-                               layer_windows=windows))
+                               layer_windows=windows, reference_swap_s=swap))
         if progress is not None and not partial:
             progress(s + 1, steps)
+    if cfg.generation == "stream":
+        streamed(setup, batches, works, rollout_costs, kv, windows)
     if not partial:
         tl = schedule([w.durations for w in works], cfg.max_lag, cfg.colocated)
         return RLRun(setup, batches, works, tl, sync, kv, switch, fits)
@@ -238,6 +241,24 @@ def simulate_rl(setup: RLSetup, steps: int, *, rollout_costs: StepCosts | None =
     if progress is not None:
         progress(steps, steps)
     return RLRun(setup, batches, works, tl, sync, kv, switch, fits)
+
+
+def streamed(setup: RLSetup, batches, works, costs, kv: int, windows) -> None:
+    """``rl.generation: stream``: every step's generation from one stream of the steps'
+    samples (:func:`moesim.rl.generate.stream`), in place of the batch's."""
+    cfg, ro = setup.cfg, setup.cfg.rollout
+    if cfg.colocated or cfg.max_lag < 1 or cfg.partial_rollouts:
+        raise setup.error("rl.generation", "batch unless disaggregated with max_lag >= 1 and "
+                          "no partial rollouts (a stream runs ahead of the weights)",
+                          cfg.generation)
+    gens = stream([b.prompt for b in batches], [b.response for b in batches], costs,
+                  ro.replicas, kv, ro.max_batch, ro.replica_gpus // ro.tp,
+                  layer_windows=windows, max_lag=cfg.max_lag,
+                  trainer_s=[sum(w.durations.trainer.values()) for w in works],
+                  sync_s=works[0].durations.weight_sync if works else 0.0)
+    for w, g in zip(works, gens, strict=True):
+        w.generation = g
+        w.durations = dataclasses.replace(w.durations, generate=g.time_s)
 
 
 def rl_summary(target: str | Path, overrides=(), steps: int | None = None) -> dict:

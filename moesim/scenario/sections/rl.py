@@ -41,11 +41,13 @@ from moesim.scenario.sections.lengths import parse as parse_length
 REWARD_KINDS = ("rule", "model")
 SYNC_METHODS = ("nccl", "ipc", "sharded")
 KV_DTYPES = ("bf16", "fp8")
+REFERENCE_WEIGHTS = ("gpu", "host")
 #: partial rollouts, after a weight sync: ``recompute`` each paused sample's KV cache under
 #: the new weights (AReaL's interruptible rollouts), or ``keep`` the caches computed under
 #: the old ones (NeMo RL's in-flight weight updates without
 #: ``recompute_kv_cache_after_weight_updates``)
 KV_AFTER_SYNC = ("recompute", "keep")
+GENERATION_MODES = ("batch", "stream")
 #: vLLM's ``gpu_memory_utilization`` default: the fraction of each GPU's memory the engine
 #: may use for weights, activations and KV cache (vllm/config/cache.py, CacheConfig)
 DEFAULT_KV_FRACTION = 0.9
@@ -88,6 +90,12 @@ class TrainPool:
     #: examples/configs/grpo_math_1B.yaml, NVIDIA-NeMo/RL 7ea279abf; None: seq_len, as
     #: train_mb_tokens = logprob_mb_tokens there by default)
     logprob_mb_tokens: int | None = None
+    #: where the reference policy's weights live between its passes: ``gpu`` (beside the
+    #: policy's, no copy) or ``host``: NeMo RL's Megatron worker keeps the reference state
+    #: dict in CPU memory and, for each reference pass, copies the policy's weights to the
+    #: host, the reference's in and the policy's back (``use_reference_model``,
+    #: nemo_rl/models/policy/workers/megatron_policy_worker.py, NVIDIA-NeMo/RL 7ea279abf)
+    reference_weights: str = "gpu"
     #: ZeRO stage over the trainer's data-parallel group (parallel.zero): 1 shards the
     #: optimizer states, as Megatron's distributed optimizer does (use_distributed_optimizer:
     #: true in verl's verl/trainer/config/engine/megatron.yaml, 093191fae2, and NeMo RL's
@@ -139,6 +147,7 @@ class RLConfig:
     max_lag: int = 0
     partial_rollouts: bool = False
     kv_after_sync: str = "recompute"    # partial rollouts: recompute | keep the KV caches
+    generation: str = "batch"   # batch | stream (moesim.rl.generate.stream; max_lag >= 1)
     weight_sync: WeightSyncConfig = field(default_factory=WeightSyncConfig)
 
     @property
@@ -162,13 +171,14 @@ _RULES: dict[str, tuple[str, Any]] = {
     "prompts_per_step": ("pos", None), "samples_per_prompt": ("pos", None),
     "colocated": ("bool", None), "old_logprob": ("bool", None), "reference": ("bool", None),
     "max_lag": ("nonneg", None), "partial_rollouts": ("bool", None),
-    "kv_after_sync": ("choice", KV_AFTER_SYNC),
+    "kv_after_sync": ("choice", KV_AFTER_SYNC), "generation": ("choice", GENERATION_MODES),
     "gpus": ("optpos", None), "tp": ("pos", None), "ep": ("pos", None), "pp": ("pos", None),
     "cp": ("pos", None),
     "kv_fraction": ("frac", None), "max_batch": ("pos", None), "kv_dtype": ("choice", KV_DTYPES),
     "cuda_graphs": ("bool", None),
     "mini_batches": ("pos", None), "epochs": ("pos", None), "seq_len": ("optpos", None),
     "logprob_mb_tokens": ("optpos", None),
+    "reference_weights": ("choice", REFERENCE_WEIGHTS),
     "zero": ("stage", None),
     "kind": ("choice", REWARD_KINDS), "cpu_s_per_sample": ("nonnegnum", None),
     "workers": ("pos", None), "model": ("optdict", None),

@@ -1,0 +1,68 @@
+"""NeMo RL v0.3's Qwen3-30B-A3B row as a scenario: the trainer's layout comes from its
+parallel section (rl.train writes none), the log-prob passes pack their own rows, and
+the benchmark's phase sums by hand."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+from moesim.rl.engine_costs import trainer_scenario_of
+from moesim.rl.run import resolve_rl
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+import rl_v03  # noqa: E402
+
+
+def test_the_v03_trainer_is_the_scenarios_parallel_section():
+    setup = resolve_rl("grpo-qwen3-30b-a3b-nemo-v03")
+    tr = setup.cfg.train
+    # 64 GPUs, TP2 EP8 from parallel: data parallel 64 / 2 = 32; the distributed optimizer
+    assert (tr.gpus, tr.tp, tr.pp, tr.ep, tr.cp, tr.zero, tr.dp) == (64, 2, 1, 8, 1, 1, 32)
+    assert (setup.seq_len, tr.logprob_mb_tokens, tr.mini_batches) == (4096, 16384, 4)
+    par = trainer_scenario_of(setup).parallel
+    assert par.sequence_parallel and (par.tp, par.ep, par.zero) == (2, 8, 1)
+
+
+def test_the_published_phases_are_summed_as_the_post_sums_them():
+    s = {"phases_s": {"train": 10.0, "weight_sync": 1.0, "switch": 0.5, "generate": 40.0,
+                      "old_logprob": 3.0, "reference": 2.0, "reward": 0.1},
+         "step_time_s": 56.6}
+    got = {name: (sim, pub) for name, sim, pub in rl_v03.rows(s)}
+    assert got == {"policy training": (10.0, 50.0), "refit": (1.5, 12.0),
+                   "generation": (40.0, 78.0), "get logprobs": (5.0, 23.0),
+                   "step": (56.6, 167.0)}
+
+
+def test_reference_weights_on_the_host_cost_three_copies_per_reference_pass(tmp_path):
+    """NeMo RL's use_reference_model: the policy's weights out, the reference's in, the
+    policy's back, each over PCIe at 64 GB/s. The toy model (60,041,728 parameters, 8
+    of which 25,165,824 in its experts, ep 2 and 4 giving 47,458,816 and 41,167,360) with
+    EP8 on one GPU
+    holds all but 7/8 of the experts: 60,041,728 - 7/8 x 25,165,824 = 38,021,632
+    parameters in bf16."""
+    from moesim.model.params import count_params
+    from moesim.model.presets import PRESETS
+    from moesim.rl.memory import trainer_weight_bytes
+    from moesim.rl.run import simulate_rl
+    from moesim.rl.summary import summarize
+    from moesim.scenario.sections.rl import TrainPool
+    from tests.test_rl_run import RL, ROLL, TRAIN, scenario
+
+    toy = PRESETS["toy"]
+    assert count_params(toy).total == 60_041_728
+    assert trainer_weight_bytes(toy, TrainPool(gpus=1)) == 2 * 60_041_728
+    assert trainer_weight_bytes(toy, TrainPool(gpus=8, ep=8)) == 2 * 38_021_632
+
+    def reference_s(where):
+        setup = resolve_rl(scenario(tmp_path, train={**RL["train"],
+                                                     "reference_weights": where}))
+        run = simulate_rl(setup, 1, rollout_costs=ROLL, trainer_costs=TRAIN)
+        return summarize(run)["phases_s"]
+
+    gpu, host = reference_s("gpu"), reference_s("host")
+    assert host["reference"] - gpu["reference"] == pytest.approx(
+        3 * 2 * 38_021_632 / 64e9, rel=1e-12)
+    assert host["old_logprob"] == gpu["old_logprob"]        # the policy's own pass: no swap
