@@ -52,6 +52,7 @@ PAGES: list[tuple[str, list[str], str]] = [
     ("memory-kernels", ["liger_rows.py"], ""),
     ("memory-kernels-profile", ["memory_kernels_profile.py", "PATH/train.json", "--span"],
      "profile"),
+    ("fusion", ["fusion_whatif.py"], ""),
 ]
 
 

@@ -9,31 +9,33 @@ element counts below invert the traffic models of :mod:`moesim.model.kernels.mak
 ``linear`` and ``moe``), and keeps the ``memory`` kind of its memory-bound part, so the
 memory-kernel model (``compute.memory_kernels``) prices it by its bytes:
 
-- ``residual_norm``: the residual add and the RMSNorm that reads the sum (flash-attention
-  ``flash_attn/ops/layer_norm.py`` ``DropoutAddLayerNorm`` at 0dfb2817, DeepSeek's
-  profile; vLLM ``csrc/layernorm_kernels.cu`` ``fused_add_rms_norm`` at c6691785).
-  Forward: the norm's read of the sum is saved (the sum is still written: the residual
+- ``residual_norm``: the residual add and the RMSNorm that reads the sum (Dao-AILab/
+  flash-attention ``flash_attn/ops/layer_norm.py`` at 50c7b6b4,
+  ``DropoutAddLayerNormPrenormFN``: one kernel returns the normed output and the sum, its
+  backward takes the residual's gradient; the kernel DeepSeek's profile names). Forward: the norm's read of the sum is saved (the sum is still written: the residual
   stream carries it to the next add), 2 bytes per element; backward: the norm's input
   gradient is added to the residual gradient in the norm's kernel, its write and read
   saved, 4 bytes per element. A layer's second add (after the MLP) fuses into the next
   layer's first norm, which has the same shape: it pairs with the op's first norm.
-- ``norm_cast``: the RMSNorm and the FP8 per-token cast of its output (Transformer Engine
-  ``transformer_engine/pytorch/module/layernorm_linear.py`` at 3ec87875: the norm writes
-  the FP8 input of the next GEMM): the BF16 output's write and read, 4 bytes per element.
+- ``norm_cast``: the RMSNorm and the FP8 per-token cast of its output (NVIDIA/
+  TransformerEngine ``transformer_engine/pytorch/module/layernorm_linear.py`` at 3ec87875,
+  ``LayerNormLinear``: the norm writes the next GEMM's FP8 input): the BF16 output's write and read, 4 bytes per element.
   Forward only; the pre-MLP norm's output is also read in BF16 by the router GEMM, so its
   dispatch cast (another op) stays.
-- ``act_cast``: the activation and the FP8 cast of its output for the next GEMM (Megatron
-  ``megatron/core/fusions/fused_bias_swiglu.py`` at b1030e9d fuses the bias into SwiGLU;
-  DeepSeek's ``swiglu_forward_with_weight_and_per_token_cast_to_fp8``, which the routed
-  experts already have): 4 bytes per output element.
+- ``act_cast``: the activation and the FP8 cast of its output for the next GEMM (the
+  kernel DeepSeek's profile names ``swiglu_forward_with_weight_and_per_token_cast_to_fp8``,
+  which the routed experts already have; NVIDIA/Megatron-LM
+  ``megatron/core/fusions/fused_bias_swiglu.py`` at b1030e9d fuses only the bias): 4 bytes per output element.
 - ``permute_cast``: the dispatch's FP8 cast and the permutation that reads its output:
   the FP8 tokens' write and one read, 2 × (1 + 4/128) bytes per element. No public kernel
   found fuses both (Transformer Engine's ``moe_permute``,
   ``transformer_engine/pytorch/permutation.py`` at 0a67aa3b, permutes an FP8 tensor cast
   before it); this one is ours.
 - ``ce_chunked``: cross-entropy over the logits chunk by chunk with the logits' gradient
-  written in place in the forward (Liger-Kernel
-  ``src/liger_kernel/ops/fused_linear_cross_entropy.py`` at e11c2d6c): the forward loss
+  written in place in the forward (linkedin/Liger-Kernel
+  ``src/liger_kernel/ops/fused_linear_cross_entropy.py`` at ead96b61: BF16 logits chunk
+  by chunk, ``liger_cross_entropy_kernel`` writes their gradient in place, the backward
+  only scales when the loss's gradient is not 1): the forward loss
   reads the BF16 logits and writes their BF16 gradient (4 bytes per logit instead of 6:
   no FP32 log-probabilities), and the backward loss kernel (12 bytes per logit) is gone.
   Liger also runs the head's gradient GEMMs in the forward; they stay in the backward
