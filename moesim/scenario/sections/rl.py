@@ -79,6 +79,8 @@ class RolloutPool:
 @dataclass(frozen=True)
 class TrainPool:
     gpus: int | None = None     # None: the rest of the cluster (colocated: the rollout pool)
+    # the layout: where rl.train does not write one of tp, pp, ep, cp, zero, moesim rl
+    # takes the scenario's parallel value (moesim.rl.config.trainer_layout)
     tp: int = 1
     pp: int = 1
     ep: int = 1
