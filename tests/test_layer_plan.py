@@ -167,3 +167,20 @@ def test_the_checker_sees_a_restated_layer(tmp_path):
     assert _recipe_calls(tree) & LAYER_OPS == {"router"}
     assert {n.value for n in ast.walk(tree) if isinstance(n, ast.Constant)} & \
         _layer_op_names() == {"fwd.router"}
+
+
+def test_zero3_gathers_over_dp_times_cp_in_both_engines():
+    """ZeRO-3 shards the dense weights over DP x CP (Megatron-Core's data-parallel group
+    with context parallelism), so DP = 1 with CP = 2 still gathers: the template has its
+    gather step and both engines spend the same seconds waiting on it."""
+    over = ["model.layers=2", "schedule.microbatches=1", "parallel.tp=4", "parallel.cp=2",
+            "parallel.ep=8", "parallel.zero=3"]
+    res = resolve_path("mixtral-8x7b-ep8", over)
+    assert (res.layout.dp, res.layout.cp) == (1, 2)
+    plan = build_step(res)
+    names = {op.name for op in plan.programs[0]}
+    assert any("zero3_gather" in n for n in names)
+    exact = simulate("mixtral-8x7b-ep8", over, engine="exact").summary["breakdown_s"]["zero"]
+    fast = simulate("mixtral-8x7b-ep8", over, engine="fast").summary["breakdown_s"]["zero"]
+    assert exact > 0
+    assert exact == pytest.approx(fast, rel=1e-9)

@@ -55,7 +55,7 @@ class GradientStage:
     @property
     def zero3(self) -> bool:
         """ZeRO-3 weight gathers before each layer (a data-parallel group to gather over)."""
-        return self.zero == 3 and self.lay.dp > 1
+        return self.zero == 3 and self.lay.dp * self.lay.cp > 1
 
     def expert_dp_group(self, rank: int) -> tuple[int, ...]:
         """Ranks holding the same expert shards as ``rank``: its expert-data-parallel group
