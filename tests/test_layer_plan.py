@@ -21,7 +21,7 @@ import pytest
 from moesim.compute import kinds
 from moesim.compute.base import Kernel
 from moesim.model.presets import DEEPSEEK_V3
-from moesim.program import layer_plan, recipe
+from moesim.program import inventory, layer_plan, recipe
 from moesim.program.build import build_step
 from moesim.program.layer_plan import LayerPlan, layer_steps, moe_block
 from moesim.wiring import resolve_path, simulate
@@ -131,6 +131,11 @@ def test_two_steps_swapped_in_the_template_swap_in_both_engines(monkeypatch):
     spans = simulate(res, engine="fast").spans
     assert [s.name for s in spans if s.rank == 0 and s.layer == 0 and s.microbatch == 0
             and s.kind != "stall"] == want
+    # the kernel inventory (``moesim kernels``, kernel-class validation) lists the
+    # template's compute steps in the template's order
+    computes = [n for n in want if not n.endswith(("dispatch", "combine"))]
+    assert [o.op for o in inventory.layer_ops(res, 0, "fwd")] == computes[:4]
+    assert [o.op for o in inventory.layer_ops(res, 0, "dgrad")] == computes[4:]
 
 
 # ------------------------------------------------------------------ nobody restates it

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 
 from moesim.compute.base import Kernel
 from moesim.program import recipe, recompute
+from moesim.program.layer_plan import LayerKernels, LayerPlan
 
 PASSES = ("fwd", "dgrad", "wgrad")
 
@@ -41,7 +42,10 @@ def balanced_rows(res) -> tuple[int, int]:
 
 
 def layer_ops(res, layer: int, pass_: str) -> list[OpKernels]:
-    """The ops of ``layer`` in ``pass_`` with their kernels, in execution order."""
+    """The ops of ``layer`` in ``pass_`` with their kernels, in execution order: the
+    compute steps of the layer's template (:class:`moesim.program.layer_plan.LayerPlan`,
+    the order both engines run), each with the kernels :class:`LayerKernels` gives it;
+    the routed experts with balanced rows."""
     if pass_ not in PASSES:
         raise ValueError(f"pass must be one of {PASSES}, got {pass_!r}")
     spec, scn = res.model, res.scenario
@@ -50,28 +54,43 @@ def layer_ops(res, layer: int, pass_: str) -> list[OpKernels]:
     tokens = sch.micro_batch_size * sch.seq_len // cp
     phase = "fwd" if pass_ == "fwd" else "bwd"
     part = {"dgrad": "B", "wgrad": "W"}.get(pass_)
+    ep_tokens = max(1, tokens // tp)
+    lk = LayerKernels(spec, tokens, sch.seq_len, tp, ep_tokens, ep_tokens * spec.top_k,
+                      etp=etp)
 
     def pick(ks: list[Kernel]) -> tuple[Kernel, ...]:
         return tuple(ks if part is None else recipe.backward_part(ks, part))
 
-    pre = "fwd" if phase == "fwd" else "bwd"
-    attn = (f"{pre}.attn", recipe.attn(spec, tokens, sch.seq_len, tp, phase))
-    if spec.is_moe_layer(layer):
-        ep_tokens = max(1, tokens // tp)
-        sent = ep_tokens * spec.top_k
-        local, rows = balanced_rows(res)
-        experts = [k for _ in range(local)
-                   for k in recipe.expert(spec, rows * etp, etp, phase)]
-        mlp = [(f"{pre}.router", recipe.router(spec, ep_tokens, sent, phase)),
-               (f"{pre}.experts", experts),
-               (f"{pre}.unpermute", recipe.expert_post(spec, sent, tokens, tp, phase))]
-    else:
-        mlp = [(f"{pre}.ffn", recipe.dense_ffn(spec, tokens, tp, phase))]
-    ops = [attn, *mlp] if phase == "fwd" else [*mlp[::-1], attn]
-    out = [OpKernels(name, pick(ks)) for name, ks in ops]
-    if pass_ == "dgrad":     # the forward kernels activation recomputation re-runs first
-        out.insert(0, OpKernels("bwd.recompute", tuple(_recomputed(res, layer, tokens))))
+    out = []
+    for st in _compute_steps(LayerPlan(spec).steps(layer, phase)):
+        if st.kind == "recompute":
+            if pass_ == "dgrad":     # the forward kernels recomputation re-runs first
+                out.append(OpKernels(st.name, tuple(_recomputed(res, layer, tokens))))
+        elif st.kind == "experts":
+            local, rows = balanced_rows(res)
+            out.append(OpKernels(st.name, pick(
+                [k for _ in range(local) for k in recipe.expert(spec, rows * etp, etp,
+                                                                phase)])))
+        else:
+            out.append(OpKernels(st.name, pick(lk.op(st, layer)[1]())))
     return [o for o in out if o.kernels]
+
+
+#: the template's steps that run kernels of the layer's own (the rest move bytes, or
+#: re-run the forward as ``bwd.recompute`` does; ``bwd.recompute_experts`` is counted
+#: in ``bwd.recompute``)
+_COMPUTE = ("recompute", "attn", "ffn", "mtp", "router", "experts", "post")
+
+
+def _compute_steps(steps) -> list:
+    """The compute steps of a layer's template, the MoE block's included, in order."""
+    out = []
+    for st in steps:
+        if st.kind == "moe":
+            out += _compute_steps(st.block)
+        elif st.kind in _COMPUTE:
+            out.append(st)
+    return out
 
 
 def _recomputed(res, layer: int, tokens: int) -> list[Kernel]:
