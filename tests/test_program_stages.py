@@ -32,6 +32,7 @@ from moesim.model.presets import TOY
 from moesim.program.ep_transfers import EPTransfers
 from moesim.program.folding import FoldedTransfers
 from moesim.program.grads import GradientStage
+from moesim.program.layer_plan import LayerKernels, Step
 from moesim.program.ops import Op
 from moesim.program.recompute import RecomputeRule
 from moesim.program.recompute_ops import RecomputeStage
@@ -148,8 +149,11 @@ class FakeTimer:
 
 def test_block_recompute_reruns_the_first_layer_of_its_chunk_only():
     st = recompute_stage("full", recompute_method="block", recompute_num_layers=1)
-    assert st.layer_op(1) is None
-    key, make = st.layer_op(0)
+    # the layer's own bwd.recompute op: its template step, priced by LayerKernels
+    lk = LayerKernels(TOY, 128, 128, 1, 128, 256, rc=st.rc)
+    step = Step("recompute", "bwd.recompute", "bwd")
+    assert lk.op(step, 1) is None
+    key, make = lk.op(step, 0)
     assert make()
     timer = FakeTimer()
     assert st.experts(1, [5, 7], timer) is None

@@ -17,7 +17,9 @@ from moesim.program import recipe, recompute
 
 @dataclass(frozen=True)
 class RecomputeStage:
-    """What each layer's backward recomputes, priced."""
+    """What each layer's backward recomputes, priced: the routed experts' part here (the
+    layer's own ``bwd.recompute`` op is a step of its template, priced by
+    :class:`moesim.program.layer_plan.LayerKernels`)."""
 
     rc: recompute.RecomputeRule  # which modules / experts each layer recomputes
     spec: object                 # moesim.model ModelSpec
@@ -28,16 +30,6 @@ class RecomputeStage:
     top_k: int                   # experts each token is routed to
     etp: int                     # expert tensor parallelism
     grouped: bool                # compute.expert_launches: later experts share launches
-
-    def layer_op(self, layer: int) -> tuple[tuple, object] | None:
-        """(timer key, kernel maker) of ``bwd.recompute``: the layer's recomputed forward
-        kernels but the routed experts'; None when it recomputes nothing."""
-        mods = self.rc.mods(layer)
-        if not mods:
-            return None
-        return recipe.recompute_op(self.spec, layer, mods, tokens=self.tokens, seq=self.seq,
-                                   tp=self.tp, ep_tokens=self.ep_tokens,
-                                   sent=self.ep_tokens * self.top_k)
 
     def experts(self, layer: int, counts: Sequence[int], timer) -> tuple[float, float] | None:
         """(seconds, FLOP) of ``bwd.recompute_experts``: the routed experts' forward
