@@ -84,3 +84,34 @@ def test_padding_for_tp_reaches_the_trainers_rows():
     assert step_work(_cfg(), b, 520, None, 0, tc, 0.0, generation=False).rows == 8
     w = step_work(_cfg(tp=2, cp=2), b, 520, None, 0, tc, 0.0, generation=False)
     assert w.rows == 16
+
+
+def test_verls_dynamic_batch_by_hand():
+    from moesim.rl.packing import balanced_ranks, verl_micro_batches
+
+    # 6 samples over 2 ranks, 3 each, longest first to the lighter rank with room:
+    # 500 -> r0, 400 -> r1, 300 -> r1 (700), 200 -> r0 (700), 100 -> r0, 100 -> r1
+    lengths = np.array([500, 400, 300, 200, 100, 100])
+    assert list(balanced_ranks(lengths, 2)) == [800, 800]
+    assert verl_micro_batches(lengths, 512, 2) == 2          # ceil(800 / 512)
+    assert verl_micro_batches(lengths, 4096, 2) == 1
+    assert verl_micro_batches(lengths, 512, 6) == 1          # one sample per rank
+    # no more micro-batches than a rank's samples: 3 samples of 500 on one rank
+    assert verl_micro_batches(np.full(3, 500), 512, 1) == 3
+
+
+def test_verl_packing_counts_each_ranks_tokens_not_rows():
+    # 16 samples of 300 tokens on 8 data-parallel ranks: 2 samples, 600 tokens per rank ->
+    # 2 micro-batches of 512 each, rows = 2 x 8 (nemo: one sample per row of 512, 16 rows)
+    b = Batch(np.full(16, 64), np.full(16, 236))
+    tc = LinearTrainerCosts(train_base_s=1.0, train_per_row_s=0.1)
+    nemo = step_work(_cfg(), b, 512, None, 0, tc, 0.0, generation=False)
+    verl = step_work(_cfg(packing="verl"), b, 512, None, 0, tc, 0.0, generation=False)
+    assert nemo.rows == verl.rows == 16
+    # rows of 1,024: nemo packs 3 samples per row (900 tokens), 6 rows; verl keeps each
+    # rank's 600 tokens in one micro-batch: 1 x 8 rows
+    nemo = step_work(_cfg(), b, 1024, None, 0, tc, 0.0, generation=False)
+    verl = step_work(_cfg(packing="verl"), b, 1024, None, 0, tc, 0.0, generation=False)
+    assert (nemo.rows, verl.rows) == (6, 8)
+    assert nemo.durations.trainer["train"] == pytest.approx(1.0 + 0.1 * 6)
+    assert verl.durations.trainer["train"] == pytest.approx(1.0 + 0.1 * 8)

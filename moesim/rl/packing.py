@@ -75,6 +75,38 @@ def pack_for_replicas(lengths: np.ndarray, seq_len: int, dp: int, multiple: int 
     return min(-(-max(rows, dp) // dp) * dp, n)
 
 
+def balanced_ranks(lengths: np.ndarray, dp: int) -> np.ndarray:
+    """Tokens each of ``dp`` data-parallel ranks gets when the samples are dealt as
+    verl's ``trainer.balance_batch: True`` deals them (verl/trainer/config/
+    ppo_trainer.yaml; equal sample counts, token sums balanced by Karmarkar-Karp,
+    ``get_seqlen_balanced_partitions(..., equal_size=True)``): here longest first, each
+    to the rank with the fewest tokens that still has room."""
+    lengths = np.sort(np.asarray(lengths, dtype=np.int64))[::-1]
+    room = -(-len(lengths) // dp)
+    tokens = np.zeros(dp, dtype=np.int64)
+    count = np.zeros(dp, dtype=np.int64)
+    for x in lengths:
+        open_ = np.flatnonzero(count < room)
+        r = open_[np.argmin(tokens[open_])]
+        tokens[r] += x
+        count[r] += 1
+    return tokens
+
+
+def verl_micro_batches(lengths: np.ndarray, max_token_len: int, dp: int) -> int:
+    """Micro-batches every rank runs under verl's dynamic batch size
+    (``use_dynamic_bsz``, ``rearrange_micro_batches`` in verl/utils/seqlen_balancing.py,
+    volcengine/verl b178a3cd5): each rank's ``min(samples, ceil(tokens /
+    max_token_len))``, the largest over the data-parallel group (an all-reduce of the
+    maximum), each micro-batch a balanced share of the rank's tokens (which may pass
+    ``max_token_len`` a little: moesim prices it as a row of ``max_token_len``). Returns
+    0 for no samples."""
+    if not len(lengths):
+        return 0
+    per_rank = -(-len(lengths) // dp)
+    return int(min(per_rank, -(-balanced_ranks(lengths, dp).max() // max_token_len)))
+
+
 def rows_per_replica(rows: int, dp: int) -> int:
     """Rows the busiest of ``dp`` data-parallel replicas gets (the step waits for it)."""
     return math.ceil(rows / dp) if rows else 0

@@ -18,7 +18,13 @@ import numpy as np
 from moesim.rl.algorithms import StepInputs, algorithm
 from moesim.rl.generate import Generation, generate
 from moesim.rl.loop import StepDurations
-from moesim.rl.packing import pack_rows, pad_multiple, padded, split_mini_batches
+from moesim.rl.packing import (
+    pack_rows,
+    pad_multiple,
+    padded,
+    split_mini_batches,
+    verl_micro_batches,
+)
 from moesim.scenario.sections.rl import RLConfig
 from moesim.traffic.step_costs import StepCosts
 
@@ -89,14 +95,21 @@ def step_work(cfg: RLConfig, batch: Batch, seq_len: int, rollout: StepCosts,
                     ro.max_batch, members=ro.replica_gpus // ro.tp,
                     layer_windows=layer_windows) if generation else
            Generation(0.0, np.zeros(0), np.zeros(0, dtype=np.int64), 0.0, 0))
-    # each sample padded as NeMo RL pads it for the trainer's TP and CP (moesim.rl.packing)
-    lengths = padded(batch.prompt + batch.response, pad_multiple(tr.tp, tr.cp))
-    rows = pack_rows(lengths, seq_len)
-    mb_rows = [pack_rows(lengths[ix], seq_len) for ix in split_mini_batches(len(lengths),
-                                                                             tr.mini_batches)]
+    lengths = batch.prompt + batch.response
     lp = tr.logprob_mb_tokens
+    if tr.packing == "verl":
+        # rows = micro-batches of every rank x dp: the trainer prices ceil(rows / dp)
+        def rows_of(x, cap):
+            return verl_micro_batches(x, cap, tr.dp) * tr.dp
+    else:
+        # each sample padded as NeMo RL pads it for the trainer's TP and CP
+        lengths = padded(lengths, pad_multiple(tr.tp, tr.cp))
+        rows_of = pack_rows
+    rows = rows_of(lengths, seq_len)
+    mb_rows = [rows_of(lengths[ix], seq_len)
+               for ix in split_mini_batches(len(lengths), tr.mini_batches)]
     work = StepInputs(cfg, trainer, len(lengths), rows, mb_rows,
-                      logprob_rows=None if lp is None else pack_rows(lengths, lp),
+                      logprob_rows=None if lp is None else rows_of(lengths, lp),
                       logprob_tokens=lp, reference_swap_s=reference_swap_s)
     d = StepDurations(generate=gen.time_s,
                       trainer=algorithm(cfg.algorithm).trainer_seconds(work),

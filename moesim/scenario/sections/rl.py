@@ -42,6 +42,10 @@ REWARD_KINDS = ("rule", "model")
 SYNC_METHODS = ("nccl", "ipc", "sharded")
 KV_DTYPES = ("bf16", "fp8")
 REFERENCE_WEIGHTS = ("gpu", "host")
+#: how the trainer makes micro-batches of a mini-batch (moesim.rl.packing): ``nemo``,
+#: NeMo RL's sequence packing (samples padded, first fit into rows); ``verl``, verl's
+#: dynamic batch size (each rank's tokens over the row, balanced partitions)
+PACKINGS = ("nemo", "verl")
 #: partial rollouts, after a weight sync: ``recompute`` each paused sample's KV cache under
 #: the new weights (AReaL's interruptible rollouts), or ``keep`` the caches computed under
 #: the old ones (NeMo RL's in-flight weight updates without
@@ -98,6 +102,7 @@ class TrainPool:
     #: host, the reference's in and the policy's back (``use_reference_model``,
     #: nemo_rl/models/policy/workers/megatron_policy_worker.py, NVIDIA-NeMo/RL 7ea279abf)
     reference_weights: str = "gpu"
+    packing: str = "nemo"       # PACKINGS
     #: ZeRO stage over the trainer's data-parallel group (parallel.zero): 1 shards the
     #: optimizer states, as Megatron's distributed optimizer does (use_distributed_optimizer:
     #: true in verl's verl/trainer/config/engine/megatron.yaml, 093191fae2, and NeMo RL's
@@ -181,6 +186,7 @@ _RULES: dict[str, tuple[str, Any]] = {
     "mini_batches": ("pos", None), "epochs": ("pos", None), "seq_len": ("optpos", None),
     "logprob_mb_tokens": ("optpos", None),
     "reference_weights": ("choice", REFERENCE_WEIGHTS),
+    "packing": ("choice", PACKINGS),
     "zero": ("stage", None),
     "kind": ("choice", REWARD_KINDS), "cpu_s_per_sample": ("nonnegnum", None),
     "workers": ("pos", None), "model": ("optdict", None),
