@@ -161,8 +161,7 @@ class Builder:
             self.etp, self.grouped)
         # one layer's op order (moesim.program.layer_plan): every writer walks it
         side = shared_overlap.enabled(scn, self.spec)
-        self.layer_plan = LayerPlan(self.spec, zero3=self.grads.zero3, cp=self.cp > 1,
-                                    side=side, etp=self.etp > 1)
+        self.layer_plan = LayerPlan.of(res, self.spec)
         self.kernels = LayerKernels(
             self.spec, self.tokens, self.seq, self.tp, self.ep_tokens,
             self.ep_tokens * self.recompute.top_k, scn.overlap.cuda_graphs, side, self.rc,

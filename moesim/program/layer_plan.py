@@ -24,7 +24,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from moesim.program import recipe
+from moesim.program import recipe, shared_overlap
 from moesim.program.shared_overlap import NAMES
 
 __all__ = ["LayerKernels", "LayerPlan", "Step", "dense_block", "is_recompute",
@@ -139,6 +139,16 @@ class LayerPlan:
         self.facts = dict(zero3=zero3, cp=cp, side=side, etp=etp)
         self._cache: dict[tuple, tuple[Step, ...]] = {}
         self._kind: dict[int, tuple[bool, bool]] = {}
+
+    @classmethod
+    def of(cls, res, spec=None) -> LayerPlan:
+        """The templates of a resolved scenario: the one reading of its facts that both
+        engines use (ZeRO-3 gathers over DP x CP, CP's ring, the shared experts beside
+        the all-to-alls, ETP)."""
+        scn, lay = res.scenario, res.layout
+        spec = res.model if spec is None else spec
+        return cls(spec, zero3=scn.parallel.zero == 3 and lay.dp * lay.cp > 1,
+                   cp=lay.cp > 1, side=shared_overlap.enabled(scn, spec), etp=lay.etp > 1)
 
     def kind(self, layer: int) -> tuple[bool, bool]:
         """(MoE, MTP depth) of ``layer``."""

@@ -94,8 +94,7 @@ class Chain:
         # one layer's op order (moesim.program.layer_plan), each step priced below
         scn = ctx.res.scenario
         side = shared_overlap.enabled(scn, ctx.spec)
-        self.plan = LayerPlan(ctx.spec, zero3=self.z3.on, cp=ctx.cp > 1, side=side,
-                              etp=ctx.etp > 1)
+        self.plan = LayerPlan.of(ctx.res, ctx.spec)
         self.kern = LayerKernels(ctx.spec, ctx.tokens, ctx.seq, ctx.tp, ctx.ep_tokens,
                                  ctx.sent, scn.overlap.cuda_graphs, side, ctx.rc, ctx.etp)
         self._do = {"zero3": self._zero3, "recompute": self._op, "mtp": self._op,
