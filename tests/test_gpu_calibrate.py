@@ -155,7 +155,7 @@ def test_calibration_without_comm_refused_where_comm_is_needed(tmp_path, capsys)
     scn = tmp_path / "s.yaml"
     scn.write_text(
         "name: t\ncluster: {topology: calibration, nodes: 1, device: H800, "
-        f"params: {{file: {cal}, ranks: 2}}}}\nmodel: {{preset: tiny-moe}}\n")
+        f"params: {{file: {cal}, ranks: 2}}}}\nmodel: {{preset: toy}}\n")
     rc = main(["run", str(scn), "-o", str(tmp_path / "run")])
     err = capsys.readouterr().err.strip()
     assert rc == 2 and len(err.splitlines()) == 1 and "comm: expected an all-to-all fit" in err
