@@ -23,7 +23,6 @@ from moesim.collectives.nccl.choice import (
 from moesim.collectives.simulate import rank_hosts
 from moesim.engine.fast.dp import RingCost
 from moesim.network import FlowNetwork
-from moesim.scenario.schema import OverlapConfig
 from moesim.topology import load_topology
 from moesim.wiring import resolve_path, simulate
 
@@ -134,16 +133,10 @@ compute: {kind: catalog}
 """
 
 
-@dataclasses.dataclass(frozen=True)
-class _Tuned(OverlapConfig):
-    nccl_tuning: bool = True
-
-
-def _tuned(res):
-    """``res`` with ``overlap.nccl_tuning`` on."""
-    ov = {**dataclasses.asdict(res.scenario.overlap), "nccl_tuning": True}
-    return dataclasses.replace(res, scenario=dataclasses.replace(res.scenario,
-                                                                 overlap=_Tuned(**ov)))
+def _tuning(res, on: bool):
+    """``res`` with ``overlap.nccl_tuning`` set to ``on`` (the default is on)."""
+    ov = dataclasses.replace(res.scenario.overlap, nccl_tuning=on)
+    return dataclasses.replace(res, scenario=dataclasses.replace(res.scenario, overlap=ov))
 
 
 def test_a_step_prices_its_tp_all_reduces_by_nccls_choice(tmp_path):
@@ -156,8 +149,9 @@ def test_a_step_prices_its_tp_all_reduces_by_nccls_choice(tmp_path):
     want = 16.0 * US + 6 * (2 * 128 * 512 * 2 / 8) / NIC_BPS
     link_bytes = {}
     for mode in ("exact", "fast"):
-        before = simulate(res, engine=mode)
-        after = simulate(_tuned(res), engine=mode)
+        before = simulate(_tuning(res, False), engine=mode)
+        after = simulate(res, engine=mode)
+        assert res.scenario.overlap.nccl_tuning          # the default
         tp = [s.end_s - s.start_s for s in after.spans
               if s.rank == 0 and s.kind == "tp" and s.name.startswith("fwd.")]
         assert len(tp) == 4

@@ -171,8 +171,9 @@ class OverlapConfig:
     # all-gathers and reduce-scatters beside the TP GEMMs, chunked (moesim.program.tp_overlap)
     tp_comm: bool = False
     # ring collectives priced as NCCL runs them: its protocol/algorithm choice and latency
-    # term, the flow network carrying the bytes (moesim.collectives.nccl.choice)
-    nccl_tuning: bool = False
+    # term, the flow network carrying the bytes (moesim.collectives.nccl.choice); false:
+    # the flow network's ring phases with every link's latency per step
+    nccl_tuning: bool = True
 
 
 def step_graph_floor_s(scn: Any, device: Any) -> float | None:
@@ -187,7 +188,7 @@ def step_graph_floor_s(scn: Any, device: Any) -> float | None:
 
 #: OverlapConfig fields that Scenario.to_dict() leaves out while at their defaults
 OVERLAP_OMIT_DEFAULTS = {"cuda_graphs": [], "shared_expert": False, "tp_comm": False,
-                         "nccl_tuning": False}
+                         "nccl_tuning": True}
 
 
 PARAM_DTYPES = ("bf16", "fp8")
