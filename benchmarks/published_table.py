@@ -144,7 +144,8 @@ def figures(profile: str | None) -> list[dict]:
     if profile:
         saved = RUNS_DIR / RUN_FILES["validate"] if RUNS_DIR is not None else None
         v = (json.loads(saved.read_text()) if saved is not None and saved.is_file() else
-             moesim(["validate", profile, "--scenario", "scenarios/deepseek-v3-fb-pair.yaml",
+             moesim(["validate", str(Path(profile).resolve()), "--scenario",
+                     "scenarios/deepseek-v3-fb-pair.yaml",
                      "--json"]))
         m, s = v["measured"], v["simulated"]
         src = "DeepSeek profile-data train.json (GPU ingest)"
