@@ -140,13 +140,6 @@ def _fusion(d: dict, key: str, source: str) -> None:
     d[key] = tuple(dict.fromkeys(names))
 
 
-def fusion_names(d: Any) -> tuple[str, ...]:
-    """The fusions a (checked) ``compute`` section names (``()``: none)."""
-    if isinstance(d, ComputeSection):
-        return tuple(d.fusion)
-    return tuple(d.get("fusion", ())) if isinstance(d, Mapping) else ()
-
-
 def _precision(d: dict, key: str, source: str) -> None:
     if d[key] not in PRECISIONS:
         raise InputError(source, "compute.precision", _ROOFLINE_KEYS["precision"], d[key])

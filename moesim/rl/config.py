@@ -1,22 +1,8 @@
 """The ``rl:`` scenario section: GRPO post-training steps (docs/rl.md).
 
-```yaml
-rl:
-  algorithm: grpo
-  steps: 4                          # RL steps simulated (moesim rl --steps overrides)
-  prompts_per_step: 64
-  samples_per_prompt: 32            # the GRPO group size
-  prompt_tokens:   {dist: fixed, mean: 256}
-  response_tokens: {dist: lognormal, mean: 2900, max: 3840}
-  colocated: true                   # one pool, phases in turn, a switch cost between them
-  rollout: {gpus: 32, tp: 2, ep: 1, kv_fraction: 0.9}
-  train:   {gpus: 32, tp: 1, pp: 1, ep: 8, mini_batches: 4, epochs: 1}
-  old_logprob: true                 # the old policy's log-probs: a forward pass
-  reference: true                   # the reference policy's log-probs: a forward pass
-  reward: {kind: rule}              # or {kind: model}: a forward pass of a reward model
-  max_lag: 0                        # 0 synchronous; k: rollouts up to k versions old
-  weight_sync: {method: nccl}       # nccl (gather + chain broadcast) | sharded | ipc (colocated)
-```
+The section's fields, an example and their checks are
+:mod:`moesim.scenario.sections.rl`; here the registry names (algorithm, length
+distributions) are checked and the pools laid out.
 
 Every problem is one :class:`~moesim.errors.InputError` naming the file and the
 ``rl.`` field. Defaults and their sources are next to each field.

@@ -1,25 +1,7 @@
 """The ``serve:`` scenario section run: one prefill or decode step of a serving
 deployment. The section is read and checked with the scenario
-(:class:`moesim.scenario.sections.serve.ServeConfig`); its fields:
-
-```yaml
-serve:
-  phase: decode            # prefill | decode
-  batch_per_gpu: 128       # requests per GPU (alias requests_per_gpu)
-  prompt: 4096             # prompt tokens per request (prefill processes them)
-  context: 4096            # decode: tokens in each request's KV cache at the step
-  output: 1024             # tokens generated per request (decode time per request)
-  tp: 1                    # tensor parallel (attention DP = GPUs / tp)
-  attn_dp: 128             # optional check: must equal GPUs / tp
-  ep: 128                  # expert parallel
-  two_microbatch: true     # two micro-batches, one's all-to-all under the other's compute
-  ep_backend: auto         # auto | nccl | deepep | deepep-ll; auto: deepep for prefill,
-                           # deepep-ll for decode, nccl for a hidden not a multiple of 128
-  kv_dtype: bf16           # bf16 | fp8 (bytes per cached value)
-  sample_top_k: 50         # tokens kept by the sampler's top-k
-  step: 0                  # routing step index (expert popularity drifts per step)
-  cuda_graphs: false       # decode replayed from a CUDA graph: no per-kernel launch cost
-```
+(:class:`moesim.scenario.sections.serve.ServeConfig`, where its fields and an example
+are).
 
 A TP group serves ``tp · batch_per_gpu`` requests (attention data parallelism over the
 groups, as DeepSeek's published inference profiles do with TP1: github.com/deepseek-ai/

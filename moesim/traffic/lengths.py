@@ -30,7 +30,7 @@ from typing import Any
 import numpy as np
 
 from moesim.errors import InputError
-from moesim.scenario.sections.lengths import LengthDist
+from moesim.scenario.sections.lengths import LengthDist, bounded_number
 from moesim.scenario.sections.load_limits import MAX_REQUESTS, MAX_SIGMA, MAX_TOKENS
 from moesim.traffic.registry import Registry
 
@@ -131,21 +131,6 @@ def draw(d: LengthDist, rng: np.random.Generator, n: int, values: np.ndarray | N
     return np.maximum(np.minimum(out, int(d.max if d.max is not None else CAP)), int(d.min))
 
 
-def _number(v: Any, src: str, key: str, lo: float, top: float, what: str,
-            integer: bool = False) -> float | int:
-    ok = isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v) \
-        and (not integer or float(v).is_integer())
-    kind = "an integer" if integer else "a number"
-    if not ok or v < lo:
-        raise InputError(src, key, f"{kind} >= {lo:g}", v)
-    if v > top:
-        top = int(top) if float(top).is_integer() else top
-        top_s = f"{top:,}" if float(top).is_integer() else f"{top:g}"
-        raise InputError(src, key, f"at most {top_s} ({what}: the limit of what one "
-                         "machine simulates)", v)
-    return int(v) if integer else float(v)
-
-
 def check(d: Any, source: str, field: str, defaults: Mapping[str, Any] | None = None
           ) -> LengthDist:
     """Check a distribution mapping (``field``: its section key, e.g. ``load.prompt_tokens``;
@@ -163,11 +148,11 @@ def check(d: Any, source: str, field: str, defaults: Mapping[str, Any] | None = 
             raise InputError(source, f"{field}.{k}", f"one of the {field} keys {allowed}", k)
     for k in ("mean", "min", "max"):
         if d.get(k) is not None:
-            d[k] = _number(d[k], source, f"{field}.{k}", 1, MAX_TOKENS, "tokens per sequence",
-                           integer=(k != "mean"))
+            d[k] = bounded_number(d[k], source, f"{field}.{k}", 1, MAX_TOKENS,
+                                  "tokens per sequence", integer=(k != "mean"))
     if "sigma" in d:
-        d["sigma"] = _number(d["sigma"], source, f"{field}.sigma", 0, MAX_SIGMA,
-                             "a lognormal's log-space sigma")
+        d["sigma"] = bounded_number(d["sigma"], source, f"{field}.sigma", 0, MAX_SIGMA,
+                                    "a lognormal's log-space sigma")
     for k in ("file", "column"):
         if d.get(k) is not None and not (isinstance(d[k], str) and d[k]):
             raise InputError(source, f"{field}.{k}", "a file name" if k == "file" else

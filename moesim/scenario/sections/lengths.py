@@ -35,8 +35,10 @@ class LengthDist:
     column: str | None = None
 
 
-def _number(v: Any, src: str, key: str, lo: float, top: float, what: str,
-            integer: bool = False) -> float | int:
+def bounded_number(v: Any, src: str, key: str, lo: float, top: float, what: str,
+                   integer: bool = False) -> float | int:
+    """``v`` as a finite number (``integer``: a whole one) in ``[lo, top]``; else one
+    InputError naming ``key`` (``what``: what the limit ``top`` counts)."""
     ok = isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v) \
         and (not integer or float(v).is_integer())
     kind = "an integer" if integer else "a number"
@@ -68,11 +70,11 @@ def parse(d: Any, source: str, field: str, defaults: Mapping[str, Any] | None = 
             raise InputError(source, f"{field}.{k}", f"one of the {field} keys {list(KEYS)}", k)
     for k in ("mean", "min", "max"):
         if d.get(k) is not None:
-            d[k] = _number(d[k], source, f"{field}.{k}", 1, MAX_TOKENS, "tokens per sequence",
-                           integer=(k != "mean"))
+            d[k] = bounded_number(d[k], source, f"{field}.{k}", 1, MAX_TOKENS,
+                                  "tokens per sequence", integer=(k != "mean"))
     if "sigma" in d:
-        d["sigma"] = _number(d["sigma"], source, f"{field}.sigma", 0, MAX_SIGMA,
-                             "a lognormal's log-space sigma")
+        d["sigma"] = bounded_number(d["sigma"], source, f"{field}.sigma", 0, MAX_SIGMA,
+                                    "a lognormal's log-space sigma")
     for k in ("file", "column"):
         if d.get(k) is not None and not (isinstance(d[k], str) and d[k]):
             raise InputError(source, f"{field}.{k}", "a file name" if k == "file" else
