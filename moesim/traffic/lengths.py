@@ -30,8 +30,8 @@ from typing import Any
 import numpy as np
 
 from moesim.errors import InputError
-from moesim.scenario.sections.lengths import LengthDist, bounded_number
-from moesim.scenario.sections.load_limits import MAX_REQUESTS, MAX_SIGMA, MAX_TOKENS
+from moesim.scenario.sections.lengths import LengthDist, check_values
+from moesim.scenario.sections.load_limits import MAX_REQUESTS, MAX_TOKENS
 from moesim.traffic.registry import Registry
 
 #: a field a distribution cannot do without
@@ -146,17 +146,7 @@ def check(d: Any, source: str, field: str, defaults: Mapping[str, Any] | None = 
     for k in d:
         if k not in allowed:
             raise InputError(source, f"{field}.{k}", f"one of the {field} keys {allowed}", k)
-    for k in ("mean", "min", "max"):
-        if d.get(k) is not None:
-            d[k] = bounded_number(d[k], source, f"{field}.{k}", 1, MAX_TOKENS,
-                                  "tokens per sequence", integer=(k != "mean"))
-    if "sigma" in d:
-        d["sigma"] = bounded_number(d["sigma"], source, f"{field}.sigma", 0, MAX_SIGMA,
-                                    "a lognormal's log-space sigma")
-    for k in ("file", "column"):
-        if d.get(k) is not None and not (isinstance(d[k], str) and d[k]):
-            raise InputError(source, f"{field}.{k}", "a file name" if k == "file" else
-                             "a column name", d[k])
+    check_values(d, source, field)
     for k, default in kind.fields.items():
         if d.get(k) is None and default is REQUIRED:
             raise InputError(source, f"{field}.{k}", f"a value for dist: {kind.name}",

@@ -52,6 +52,22 @@ def bounded_number(v: Any, src: str, key: str, lo: float, top: float, what: str,
     return int(v) if integer else float(v)
 
 
+def check_values(d: dict, source: str, field: str) -> None:
+    """Check and normalise, in place, the values of a distribution mapping ``d``: token
+    counts (``mean``, ``min``, ``max``), ``sigma``, ``file`` and ``column``."""
+    for k in ("mean", "min", "max"):
+        if d.get(k) is not None:
+            d[k] = bounded_number(d[k], source, f"{field}.{k}", 1, MAX_TOKENS,
+                                  "tokens per sequence", integer=(k != "mean"))
+    if "sigma" in d:
+        d["sigma"] = bounded_number(d["sigma"], source, f"{field}.sigma", 0, MAX_SIGMA,
+                                    "a lognormal's log-space sigma")
+    for k in ("file", "column"):
+        if d.get(k) is not None and not (isinstance(d[k], str) and d[k]):
+            raise InputError(source, f"{field}.{k}", "a file name" if k == "file" else
+                             "a column name", d[k])
+
+
 def parse(d: Any, source: str, field: str, defaults: Mapping[str, Any] | None = None
           ) -> LengthDist:
     """Check a distribution mapping's shape, keys and values (``field``: its section key,
@@ -68,17 +84,7 @@ def parse(d: Any, source: str, field: str, defaults: Mapping[str, Any] | None = 
     for k in d:
         if k not in KEYS:
             raise InputError(source, f"{field}.{k}", f"one of the {field} keys {list(KEYS)}", k)
-    for k in ("mean", "min", "max"):
-        if d.get(k) is not None:
-            d[k] = bounded_number(d[k], source, f"{field}.{k}", 1, MAX_TOKENS,
-                                  "tokens per sequence", integer=(k != "mean"))
-    if "sigma" in d:
-        d["sigma"] = bounded_number(d["sigma"], source, f"{field}.sigma", 0, MAX_SIGMA,
-                                    "a lognormal's log-space sigma")
-    for k in ("file", "column"):
-        if d.get(k) is not None and not (isinstance(d[k], str) and d[k]):
-            raise InputError(source, f"{field}.{k}", "a file name" if k == "file" else
-                             "a column name", d[k])
+    check_values(d, source, field)
     out = LengthDist(**{k: v for k, v in d.items() if v is not None or k in ("max", "file",
                                                                              "column")})
     if out.max is not None and out.max < out.min:
