@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 
 from moesim.collectives.communicator import CollectiveSpec
 from moesim.memory.model import rank_params
+from moesim.program.layer_plan import zero3_gathers
 from moesim.program.ops import Op
 
 #: ``optimizer(prog, params, deps)``: append the optimizer's op over ``params`` parameters
@@ -55,7 +56,7 @@ class GradientStage:
     @property
     def zero3(self) -> bool:
         """ZeRO-3 weight gathers before each layer (a data-parallel group to gather over)."""
-        return self.zero == 3 and self.lay.dp * self.lay.cp > 1
+        return zero3_gathers(self.zero, self.lay)
 
     def expert_dp_group(self, rank: int) -> tuple[int, ...]:
         """Ranks holding the same expert shards as ``rank``: its expert-data-parallel group

@@ -28,7 +28,7 @@ from moesim.program import recipe, shared_overlap
 from moesim.program.shared_overlap import NAMES
 
 __all__ = ["LayerKernels", "LayerPlan", "Step", "dense_block", "is_recompute",
-           "layer_steps", "moe_block", "weight_steps"]
+           "layer_steps", "moe_block", "weight_steps", "zero3_gathers"]
 
 
 def is_recompute(name: str) -> bool:
@@ -126,6 +126,13 @@ def layer_steps(moe: bool, mtp: bool, phase: str, *, zero3: bool = False, cp: bo
     return (*z, Step("recompute", "bwd.recompute", p), *head, tp_mlp, mlp, tp_attn, attn)
 
 
+def zero3_gathers(zero: int, lay) -> bool:
+    """Whether ZeRO stage ``zero`` on layout ``lay`` gathers each layer's weights: stage 3
+    with a group to gather over (the dense weights shard over DP x CP, Megatron-Core's
+    data-parallel group with context parallelism)."""
+    return zero == 3 and lay.dp * lay.cp > 1
+
+
 class LayerPlan:
     """The templates of one scenario's layers: ``spec`` the model (which layers are MoE,
     which are MTP depths), and the resolved facts that fold into the order: ``zero3``
@@ -147,7 +154,7 @@ class LayerPlan:
         the all-to-alls, ETP)."""
         scn, lay = res.scenario, res.layout
         spec = res.model if spec is None else spec
-        return cls(spec, zero3=scn.parallel.zero == 3 and lay.dp * lay.cp > 1,
+        return cls(spec, zero3=zero3_gathers(scn.parallel.zero, lay),
                    cp=lay.cp > 1, side=shared_overlap.enabled(scn, spec), etp=lay.etp > 1)
 
     def kind(self, layer: int) -> tuple[bool, bool]:

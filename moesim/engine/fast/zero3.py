@@ -14,12 +14,13 @@ from __future__ import annotations
 import numpy as np
 
 from moesim.memory.model import rank_params
+from moesim.program.layer_plan import zero3_gathers
 
 
 class Zero3Gathers:
     def __init__(self, ctx, groups: list[tuple[int, ...]]) -> None:
         scn, lay = ctx.res.scenario, ctx.res.layout
-        self.on = scn.parallel.zero == 3 and lay.dp * lay.cp > 1
+        self.on = zero3_gathers(scn.parallel.zero, lay)
         self.c, self.groups, self.lay = ctx, groups, lay
         self.ahead = scn.schedule.zero3_prefetch
         n = len(groups[0])
