@@ -160,8 +160,8 @@ class Builder:
             self.spec.top_k if self.routing.top_k is None else self.routing.top_k,
             self.etp, self.grouped)
         # one layer's op order (moesim.program.layer_plan): every writer walks it
-        side = shared_overlap.enabled(scn, self.spec)
         self.layer_plan = LayerPlan.of(res, self.spec)
+        side = self.layer_plan.facts["side"]
         self.kernels = LayerKernels(
             self.spec, self.tokens, self.seq, self.tp, self.ep_tokens,
             self.ep_tokens * self.recompute.top_k, scn.overlap.cuda_graphs, side, self.rc,

@@ -30,7 +30,7 @@ from moesim.engine.fast import tp_ub
 from moesim.engine.fast.pairs import run_pair
 from moesim.engine.fast.spans import add_spans, moved_ends
 from moesim.engine.fast.zero3 import Zero3Gathers
-from moesim.program import recipe, shared_overlap
+from moesim.program import recipe
 from moesim.program.layer_plan import LayerKernels, LayerPlan, is_recompute
 from moesim.trace.spans import AFTER_EXPERTS, Span, wait_reason
 
@@ -93,8 +93,8 @@ class Chain:
         self.z3 = Zero3Gathers(ctx, groups)
         # one layer's op order (moesim.program.layer_plan), each step priced below
         scn = ctx.res.scenario
-        side = shared_overlap.enabled(scn, ctx.spec)
         self.plan = LayerPlan.of(ctx.res, ctx.spec)
+        side = self.plan.facts["side"]
         self.kern = LayerKernels(ctx.spec, ctx.tokens, ctx.seq, ctx.tp, ctx.ep_tokens,
                                  ctx.sent, scn.overlap.cuda_graphs, side, ctx.rc, ctx.etp)
         self._do = {"zero3": self._zero3, "recompute": self._op, "mtp": self._op,
