@@ -31,8 +31,8 @@ TIERS: tuple[tuple[str, ...], ...] = (
     # a scenario file or name -> resolved objects -> an engine
     ("wiring",),
     # what is built on an engine: the serving step, serving traffic, RL, validation
-    # against recorded traces, sweeps, training campaigns over days
-    ("serve", "traffic", "rl", "validation", "sweep", "campaign"),
+    # against recorded traces, sweeps, training campaigns over days, distillation
+    ("serve", "traffic", "rl", "validation", "sweep", "campaign", "distill"),
     # the command line
     ("cli", "__main__"),
 )

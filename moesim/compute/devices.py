@@ -63,6 +63,8 @@ class DeviceSpec:
     hbm_bytes: float                # bytes of device memory as the card reports it (nvidia-smi)
     hbm_Bps: float                  # bytes/s, peak HBM bandwidth
     peak_fp8_flops: float = 0.0     # FLOP/s, dense fp8 peak (0: none)
+    peak_fp4_flops: float = 0.0     # FLOP/s, dense fp4 (NVFP4/MXFP4) peak (0: the device has none)
+    peak_int8_ops: float = 0.0      # op/s, dense int8 tensor-core peak (0: none known)
     launch_overhead_s: float = GPU_LAUNCH_OVERHEAD_S   # seconds per kernel launch
     graph_kernel_s: float = 0.0     # seconds per kernel replayed from a CUDA graph (0: none known)
     sms: int = 0                    # streaming multiprocessors (0: compute is not shared)
