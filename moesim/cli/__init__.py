@@ -29,6 +29,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
               "deployment"),
     "rl": ("moesim.cli.rl_cmd", "simulate GRPO post-training steps (rollouts, scoring, "
            "training, weight sync)"),
+    "distill": ("moesim.cli.distill_cmd", "a student's training step with a teacher's "
+                "forward pass (full or top-k logits, colocated or separate)"),
     "train": ("moesim.cli.train_cmd", "pre-training over days: failures, checkpoints, "
               "restarts, ETTR"),
     "memory": ("moesim.cli.memory_cmd", "per-rank memory table of a scenario"),
