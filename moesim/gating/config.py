@@ -22,6 +22,33 @@ DRIFTS = ("none", "layer", "step", "walk")
 DROP_POLICIES = ("probability", "position")
 REPLICA_SPLITS = ("even", "nearest")
 PATHS = ("auto", "token", "counts")
+EPLB_MODES = ("auto", "hierarchical", "global")
+EPLB_LOADS = ("policy", "trace")
+
+
+@dataclass(frozen=True)
+class EplbSpec:
+    """``routing.placement: {kind: eplb, ...}``: experts and their redundant replicas
+    placed by DeepSeek's EPLB (moesim.gating.eplb) from per-layer expert loads.
+
+    redundant   extra physical expert slots per layer (0 = rearrange only); the EP group
+                then holds E + redundant slots, (E + redundant) / ep per GPU
+    mode        auto | hierarchical | global (auto: hierarchical when the EP group's
+                node count divides ``groups``, as EPLB chooses)
+    loads       policy (expected tokens from the routing policy), trace (the tokens the
+                router draws for the simulated step) or a counts file's path
+    groups      expert groups (DeepSeek-V3: 8, its n_group); 1 = no groups
+    counts      the file's counts (layers x experts), loaded when the section is read
+    sparse      the file was SGLang's long form (layer_id,expert_id,count): its rows are
+                the model's layer indices, missing entries zeros
+    """
+
+    redundant: int = 0
+    mode: str = "auto"
+    loads: str = "policy"
+    groups: int = 1
+    counts: tuple[tuple[float, ...], ...] | None = None
+    sparse: bool = False
 
 
 @dataclass(frozen=True)
@@ -72,6 +99,7 @@ class RoutingConfig:
     replica_split   even | nearest: how tokens for a replicated expert are split
     path            auto | token | counts: per-token sampling, counts-level sampling,
                     or token when tokens × experts <= TOKEN_PATH_LIMIT
+    placement       None (contiguous, plus ``replicate``) or an :class:`EplbSpec`
     """
 
     kind: str = "uniform"
@@ -93,6 +121,7 @@ class RoutingConfig:
     replicate: tuple[ReplicaSpec, ...] = ()
     replica_split: str = "even"
     path: str = "auto"
+    placement: EplbSpec | None = None
 
 
 def with_top_k(cfg: RoutingConfig, top_k: int) -> RoutingConfig:

@@ -62,6 +62,11 @@ class Placement:
               and np.array_equal(self.home, np.arange(self.n_experts) // per))
         return per if ok else 0
 
+    def layer(self, j: int) -> Placement:
+        """The placement of MoE layer ``j``: the same for every layer (an EPLB placement,
+        :class:`moesim.gating.eplb_placement.LayerPlacements`, has one per layer)."""
+        return self
+
     def experts_on(self, rank: int) -> tuple[int, ...]:
         """Experts whose weights live on EP rank ``rank`` (home or replica)."""
         return tuple(e for e, h in enumerate(self.holders) if rank in h)
@@ -114,6 +119,11 @@ class Placement:
     def _split_one(self, n: np.ndarray, holders: tuple[int, ...],
                    ranks_per_node: int | None) -> np.ndarray:
         s_ = n.shape[0]
+        if self.split != "nearest":     # holder p gets one more iff (p - src) mod R < n % R
+            r = len(holders)
+            base, extra = np.divmod(np.asarray(n, dtype=np.int64), r)
+            off = (np.arange(r)[None, :] - np.arange(s_)[:, None]) % r
+            return base[:, None] + (off < extra[:, None])
         out = np.zeros((s_, len(holders)), dtype=np.int64)
         hold = np.asarray(holders)
         for src in range(s_):

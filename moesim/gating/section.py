@@ -18,13 +18,14 @@ from moesim.gating.config import (
     REPLICA_SPLITS,
     RoutingConfig,
 )
+from moesim.gating.eplb_placement import read_placement
 from moesim.gating.fields import choice, integer, number, replicate
 
 #: keys of the ``routing:`` section that every kind reads (after ``kind`` and the
 #: kinds' own keys)
 SHARED_KEYS = (
     "drift", "drift_rate", "top_k", "capacity_factor", "pad_to_capacity", "drop_policy",
-    "max_nodes", "jitter", "replicate", "replica_split", "path",
+    "max_nodes", "jitter", "replicate", "replica_split", "path", "placement",
 )
 
 
@@ -75,6 +76,8 @@ def routing_from_dict(d: dict | None, source: str) -> RoutingConfig:
         kw["max_nodes"] = integer(d["max_nodes"], "max_nodes", source, 1)
     if d.get("replicate") is not None:
         kw["replicate"] = replicate(d["replicate"], source)
+    if d.get("placement") is not None:
+        kw["placement"] = read_placement(d["placement"], source)
     for k in kinds.kinds():
         if k.load is None:
             continue

@@ -88,7 +88,7 @@ def _expected(res, b, sm: StageMemory) -> np.ndarray:
                           source=scn.source)
         pi = inclusion_probs(q, k, strict=cfg.kind == "hot", source=scn.source)
         per_rank = np.zeros(pl.ep)
-        for e, holders in enumerate(pl.holders):
+        for e, holders in enumerate(pl.layer(j).holders):
             for h in holders:
                 per_rank[h] += pi[e] * b.ep_tokens * pl.ep / len(holders)
         for g in lay.ep_groups:

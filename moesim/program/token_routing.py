@@ -17,6 +17,7 @@ from __future__ import annotations
 import numpy as np
 
 from moesim.gating import route_microbatch
+from moesim.gating.eplb_placement import placement_for
 from moesim.program.hot import hot_ranks
 
 
@@ -32,6 +33,14 @@ class TokenRouting:
         self.moe_index = {layer: j for j, layer in enumerate(self.moe_layers)}
         self.placement = placement      # experts on EP ranks (moesim.gating.make_placement)
         E, L = self.spec.n_experts, len(self.moe_layers)
+        self._rpn: dict[tuple[int, ...], int | None] = {}
+        if self.config.placement is not None and E:    # routing.placement: one per layer
+            self.placement = placement_for(
+                self.config, n_experts=E, ep=placement.ep, source=self.scn.source,
+                top_k=self.spec.top_k, moe_layers=self.moe_layers, blocks=self.spec.blocks,
+                ranks_per_node=self._ep_ranks_per_node(tuple(self.lay.ep_groups[0])),
+                tokens_per_rank=ep_tokens, microbatches=microbatches, seed=self.scn.seed,
+                step=step)
         self.expert_tokens = np.zeros((L, E), dtype=np.int64)
         self.expert_kept = np.zeros((L, E), dtype=np.int64)
         self.expert_capacity = np.full(L, np.inf)
@@ -45,7 +54,6 @@ class TokenRouting:
         self.counted: set[tuple[int, int, int]] = set()
         self.journal: list[tuple] | None = None    # account's calls (fast/workers.py)
         self._samples: dict[tuple[int, int, int], object] = {}
-        self._rpn: dict[tuple[int, ...], int | None] = {}
 
     def route(self, group_idx: int, group: tuple[int, ...], layer: int, mb: int):
         """The routing sample of MoE layer ``layer``, micro-batch ``mb`` on EP ``group``
@@ -61,7 +69,8 @@ class TokenRouting:
             r = route_microbatch(
                 self.config, n_experts=spec.n_experts, top_k=spec.top_k,
                 tokens_per_rank=np.full(len(group), self.ep_tokens, dtype=np.int64),
-                placement=self.placement, ranks_per_node=self._ep_ranks_per_node(group),
+                placement=self.placement.layer(j),
+                ranks_per_node=self._ep_ranks_per_node(group),
                 hidden=spec.hidden, dispatch_dtype=scn.routing.dispatch_dtype,
                 combine_dtype=scn.routing.combine_dtype, seed=scn.seed, step=self.step,
                 layer=j, microbatch=canon * self.m + mb, source=scn.source,
