@@ -90,6 +90,7 @@ _RULES: dict[str, tuple[str, Any]] = {
     "overlap.kind": ("choice", OVERLAP_KINDS), "overlap.shared_expert": ("bool", None),
     "overlap.tp_comm": ("bool", None),
     "overlap.nccl_tuning": ("bool", None),
+    "overlap.collective_launch": ("bool", None),
     "memory.recompute": ("choice", RECOMPUTE),
     "memory.attention": ("choice", ATTENTION_KERNELS),
     "memory.grad_dtype": ("choice", GRAD_DTYPES), "memory.param_dtype": ("choice", PARAM_DTYPES),

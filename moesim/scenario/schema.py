@@ -174,6 +174,9 @@ class OverlapConfig:
     # term, the flow network carrying the bytes (moesim.collectives.nccl.choice); false:
     # the flow network's ring phases with every link's latency per step
     nccl_tuning: bool = True
+    # with nccl_tuning: each NCCL collective call also pays its launch and host time,
+    # eagerly or from a whole-step CUDA graph (moesim.collectives.nccl.launch)
+    collective_launch: bool = False
 
 
 def step_graph_floor_s(scn: Any, device: Any) -> float | None:
@@ -188,7 +191,7 @@ def step_graph_floor_s(scn: Any, device: Any) -> float | None:
 
 #: OverlapConfig fields that Scenario.to_dict() leaves out while at their defaults
 OVERLAP_OMIT_DEFAULTS = {"cuda_graphs": [], "shared_expert": False, "tp_comm": False,
-                         "nccl_tuning": True}
+                         "nccl_tuning": True, "collective_launch": False}
 
 
 PARAM_DTYPES = ("bf16", "fp8")

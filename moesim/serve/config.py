@@ -126,7 +126,8 @@ def serving_scenario(scn: Scenario, cfg: ServeConfig, world: int | None = None) 
     graphs = (WHOLE_STEP_GRAPH,) if cfg.cuda_graphs and cfg.phase == "decode" else ()
     ov = OverlapConfig(ep_comm_overlap=cfg.two_microbatch, dp_overlap=False,
                        nccl_sms=scn.overlap.nccl_sms, cuda_graphs=graphs,
-                       nccl_tuning=scn.overlap.nccl_tuning)
+                       nccl_tuning=scn.overlap.nccl_tuning,
+                       collective_launch=scn.overlap.collective_launch)
     # a rank's routed experts run in one launch per kernel (vLLM's fused MoE, DeepGEMM's
     # grouped GEMMs) unless the scenario says otherwise (moesim.compute.select)
     compute = scn.compute.with_default("expert_launches", "grouped", src)

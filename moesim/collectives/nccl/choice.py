@@ -29,16 +29,22 @@ enabled (:mod:`moesim.collectives.nccl.model`).
 
 Send/recv and all-to-all: NCCL has no tuning model for them; the engines keep the flow
 network's pricing (``for_group`` returns None).
+
+``overlap.collective_launch`` adds each call's cost beyond its kernel to the latency
+term (:mod:`moesim.collectives.nccl.launch`): eagerly ``max(L, h - t_est)``, inside a
+whole-step CUDA graph the graph floor. Where NCCL's choice is ring/Simple the call is
+priced as before, without it (large messages: it would be the 2.43 µs launch).
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from moesim.collectives.nccl import constants as C
+from moesim.collectives.nccl import launch as L
 from moesim.collectives.nccl.graphs import NcclFacts, facts_from_params
 from moesim.collectives.nccl.model import algo_time, tune
 from moesim.errors import InputError
@@ -48,6 +54,9 @@ from moesim.errors import InputError
 ENGINE_ALGORITHMS = ("ring", "tree")
 #: ops NCCL's tuning model prices that the engines run as phased ring collectives
 TUNED_OPS = ("all_reduce", "all_gather", "reduce_scatter", "broadcast")
+#: ``overlap.cuda_graphs`` entry of a step replayed whole from one CUDA graph (the value
+#: of moesim.scenario.schema.WHOLE_STEP_GRAPH, a layer above this one)
+WHOLE_STEP_GRAPH = "step"
 #: share of the bytes on the wire that are data, per protocol (see the module doc)
 PROTOCOL_EFFICIENCY = {"LL": 0.5, "LL128": 120.0 / 128.0, "Simple": 1.0}
 
@@ -69,11 +78,14 @@ class Choice:
 
 
 def choose(op: str, nbytes: float, facts: NcclFacts,
-           algorithms: Sequence[str] = ENGINE_ALGORITHMS) -> Choice | None:
+           algorithms: Sequence[str] = ENGINE_ALGORITHMS,
+           call_cost: Callable[[float], float] | None = None) -> Choice | None:
     """NCCL's fastest (algorithm, protocol) for ``op`` of ``nbytes`` (nccl-tests S) on
     the communicator ``facts`` describes, among ``algorithms`` (ties as NCCL's loop:
     algorithm then protocol order), or None when none is enabled or ``op`` is not one
-    NCCL's model prices."""
+    NCCL's model prices. ``call_cost``: seconds a call costs beyond its kernel given
+    NCCL's estimate of it (:func:`moesim.collectives.nccl.launch.extra_s`), added to the
+    latency term."""
     if op not in TUNED_OPS or facts.n_ranks < 2:
         return None
     table = tune(op, facts)
@@ -87,8 +99,9 @@ def choose(op: str, nbytes: float, facts: NcclFacts,
             best = (rank, algo, proto, lat)
     if best is None:
         return None
-    _, algo, proto, lat = best
-    return Choice(algo, proto, lat * 1e-6, PROTOCOL_EFFICIENCY[proto])
+    (t_us, _, _), algo, proto, lat = best
+    extra = 0.0 if call_cost is None else call_cost(t_us * 1e-6)
+    return Choice(algo, proto, lat * 1e-6 + extra, PROTOCOL_EFFICIENCY[proto])
 
 
 def group_shape(group: Sequence[int], rank_host: Sequence[int]) -> tuple[int, int] | None:
@@ -107,12 +120,20 @@ def group_shape(group: Sequence[int], rank_host: Sequence[int]) -> tuple[int, in
 class NcclTuning:
     """NCCL's choice per collective on one topology, memoized: what both engines ask
     (``for_group``). ``params``/``device``: the topology's parameters and device name
-    (:func:`moesim.collectives.nccl.graphs.facts_from_params`)."""
+    (:func:`moesim.collectives.nccl.graphs.facts_from_params`). ``launch``: None (no
+    cost per call), ``"eager"`` or ``"graph"`` (``overlap.collective_launch``,
+    :mod:`moesim.collectives.nccl.launch`; ``graph_floor_s`` the device's floor per
+    graphed kernel); only on :data:`~moesim.collectives.nccl.launch.CALIBRATED_DEVICES`."""
 
     def __init__(self, params: dict[str, Any], device: str,
-                 algorithms: Sequence[str] = ENGINE_ALGORITHMS) -> None:
+                 algorithms: Sequence[str] = ENGINE_ALGORITHMS, launch: str | None = None,
+                 graph_floor_s: float = 0.0) -> None:
         self.params, self.device = dict(params), str(device)
         self.algorithms = tuple(algorithms)
+        self.call_cost: Callable[[float], float] | None = None
+        if launch is not None and self.device in L.CALIBRATED_DEVICES:
+            floor = float(graph_floor_s) if launch == "graph" else None
+            self.call_cost = lambda t_est: L.extra_s(t_est, floor)
         self._facts: dict[tuple[int, int], NcclFacts | None] = {}
         self._choice: dict[tuple, Choice | None] = {}
 
@@ -131,7 +152,8 @@ class NcclTuning:
         if key not in self._choice:
             facts = self.facts(nodes, per_node)
             ok = facts is not None and math.isfinite(nbytes) and nbytes > 0
-            self._choice[key] = choose(op, nbytes, facts, self.algorithms) if ok else None
+            self._choice[key] = (choose(op, nbytes, facts, self.algorithms, self.call_cost)
+                                 if ok else None)
         return self._choice[key]
 
     def for_group(self, op: str, group: Sequence[int], nbytes: float,
@@ -149,21 +171,33 @@ class NcclTuning:
         return None if c is None or c.as_before else c
 
 
-def engine_tuning(topology: Any, device: str | None = None) -> NcclTuning | None:
+def engine_tuning(topology: Any, device: str | None = None, launch: str | None = None,
+                  graph_floor_s: float = 0.0) -> NcclTuning | None:
     """The tuning an engine uses on ``topology`` (``device``: the scenario's device name,
-    default the topology's), or None where NCCL's model cannot describe it (no device
-    it knows, no link parameters)."""
+    default the topology's; ``launch``, ``graph_floor_s``: as :class:`NcclTuning`), or
+    None where NCCL's model cannot describe it (no device it knows, no link
+    parameters)."""
     dev = device or getattr(topology, "device", None)
     params = getattr(topology, "params", None)
     if dev is None or not isinstance(params, Mapping):
         return None
-    return NcclTuning(params, dev)
+    return NcclTuning(params, dev, launch=launch, graph_floor_s=graph_floor_s)
 
 
 def scenario_tuning(res: Any) -> NcclTuning | None:
     """The engines' one reading of the knob: :func:`engine_tuning` for a resolved
     scenario ``res`` (``moesim.scenario.resolved.Resolved``) with
-    ``overlap.nccl_tuning`` on, else None."""
-    if not getattr(res.scenario.overlap, "nccl_tuning", False):
+    ``overlap.nccl_tuning`` on, else None. With ``overlap.collective_launch`` each call
+    also pays its launch: from the graph when the whole step is one CUDA graph (a
+    serving decode with ``serve.cuda_graphs``), else eagerly (training: Megatron's
+    graphed modules leave communication outside)."""
+    ov = res.scenario.overlap
+    if not getattr(ov, "nccl_tuning", False):
         return None
-    return engine_tuning(res.topology, getattr(res.device, "name", None))
+    launch, floor = None, 0.0
+    if getattr(ov, "collective_launch", False):
+        if WHOLE_STEP_GRAPH in getattr(ov, "cuda_graphs", ()):
+            launch, floor = "graph", float(getattr(res.device, "graph_kernel_s", 0.0))
+        else:
+            launch, floor = "eager", 0.0
+    return engine_tuning(res.topology, getattr(res.device, "name", None), launch, floor)
