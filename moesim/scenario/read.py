@@ -56,6 +56,7 @@ from moesim.scenario.schema import (
     Scenario,
     ScheduleConfig,
 )
+from moesim.scenario.sections.distill import distill_from_dict
 from moesim.scenario.sections.load import load_from_dict
 from moesim.scenario.sections.rl import rl_from_dict
 from moesim.scenario.sections.serve import serve_from_dict
@@ -346,7 +347,8 @@ def _sections(scn: Scenario, data: dict) -> Scenario:
         compute=parse_compute(_section(src, data, "compute"), src),
         serve=serve_from_dict(serve, src) if serve else None,
         rl=rl_from_dict(_section(src, data, "rl"), src),
-        load=load_from_dict(_section(src, data, "load"), src, scn.seed))
+        load=load_from_dict(_section(src, data, "load"), src, scn.seed),
+        distill=distill_from_dict(_section(src, data, "distill"), src))
 
 
 def _check_schedule(scn: Scenario) -> None:

@@ -20,6 +20,7 @@ from moesim.compute.select import ComputeSection
 from moesim.layout.mesh import DEFAULT_ORDER
 from moesim.model.read import ModelSection
 from moesim.scenario.sections import written
+from moesim.scenario.sections.distill import DistillSection
 from moesim.scenario.sections.load import LoadSection
 from moesim.scenario.sections.rl import RLConfig
 from moesim.scenario.sections.serve import ServeConfig
@@ -267,6 +268,7 @@ class Scenario:
     serve: ServeConfig | None = None             # a serving step (None: no serve section)
     rl: RLConfig | None = None                   # RL post-training (None: no rl section)
     load: LoadSection | None = None              # serving traffic (None: no load section)
+    distill: DistillSection | None = None        # distillation (None: no distill section)
     source: str = "<scenario>"                   # file it came from (for error messages)
     world: int | None = None                     # GPUs in the cluster, once resolved
     gpus_per_node: int | None = None             # from the topology, once resolved
@@ -293,7 +295,7 @@ class Scenario:
         for k in TYPED_SECTIONS:      # each echoed as written
             sec = getattr(self, k)
             out[k] = _plain(written(sec)) if sec is not None else {}
-        for k in ("serve", "rl", "load"):  # training scenarios echo what they did before
+        for k in ("serve", "rl", "load", "distill"):  # training scenarios echo as before
             if not out[k]:
                 del out[k]
         return out
@@ -319,8 +321,8 @@ SECTIONS: dict[str, type] = {
     "engine": EngineConfig,
 }
 #: sections with keys of their own, parsed into typed sections (moesim.scenario.read)
-DICT_SECTIONS = ("model", "compute", "serve", "rl", "load")
+DICT_SECTIONS = ("model", "compute", "serve", "rl", "load", "distill")
 #: the sections Scenario.to_dict echoes as written
 TYPED_SECTIONS = DICT_SECTIONS
 TOP_LEVEL = ("name", "seed", "cluster", "model", "routing", "parallel", "schedule", "compute",
-             "overlap", "memory", "engine", "serve", "rl", "load")
+             "overlap", "memory", "engine", "serve", "rl", "load", "distill")
