@@ -23,6 +23,7 @@ from typing import Protocol
 from moesim.engine import collector
 from moesim.engine.exact.engine import simulate_exact
 from moesim.engine.fast.engine import simulate_fast
+from moesim.engine.fast.sampled import sampled_count
 from moesim.errors import InputError
 from moesim.scenario.limits import check_work
 from moesim.scenario.resolved import Resolved
@@ -40,16 +41,26 @@ class Engine(Protocol):
 ENGINES: dict[str, Engine] = {"exact": simulate_exact, "fast": simulate_fast}
 
 #: options only the exact engine takes (the fast engine ignores them: it has no flow
-#: series, no per-rank mirrors and no coalescing)
-EXACT_ONLY = ("record_series", "dedup", "mirror_traffic", "coalesce_rtol")
+#: series, no per-rank mirror traffic switch and no coalescing option; ``dedup`` both take)
+EXACT_ONLY = ("record_series", "mirror_traffic", "coalesce_rtol")
 
 
 def check_size(res: Resolved, mode: str | None = None) -> None:
-    """Refuse a step too large to simulate before building it (moesim.scenario.limits)."""
+    """Refuse a step too large to simulate before building it (moesim.scenario.limits):
+    the ranks the engine runs count, on the fast path only the replicas it simulates
+    (``engine.replicas``: identical one, sampled N of the edp; a bad N is refused here)."""
     scn = res.scenario
+    mode = mode or scn.engine.mode
     layers = getattr(res.model, "layers", 1)
-    check_work(scn.source, mode or scn.engine.mode, res.layout.world, layers,
-               scn.schedule.microbatches)
+    world, edp = res.layout.world, res.layout.edp
+    if scn.engine.replicas == "sampled":
+        if mode != "fast":
+            raise InputError(scn.source, "engine.replicas", "independent or identical on the "
+                             "exact engine (sampled runs on engine.mode: fast)", "sampled")
+        world = world // edp * sampled_count(scn, edp)
+    elif scn.engine.replicas == "identical" and mode == "fast":
+        world //= edp
+    check_work(scn.source, mode, world, layers, scn.schedule.microbatches)
 
 
 def simulate(res: Resolved, *, progress: Progress | None = None, engine: str | None = None,

@@ -94,7 +94,7 @@ class Builder:
     places each stage's ops in the rank's program."""
 
     def __init__(self, res, step: int, replicas: str = "independent",
-                 dedup: bool = False) -> None:
+                 dedup: bool = False, rmap: ReplicaMap | None = None) -> None:
         self.res = res
         self.scn = scn = res.scenario
         self.spec = res.model
@@ -135,7 +135,9 @@ class Builder:
         self.ep_sms = par.ep_backend.held_sms(self.nccl_sms)
         self.ep_backend = EPBackend(res, self.ep_sms)
         self.flops = 0.0
-        self.rmap: ReplicaMap | None = replica_map(self.lay) if replicas == "identical" else None
+        # rmap: a caller's own representatives (sampled replicas, moesim.engine.fast.sampled)
+        self.rmap: ReplicaMap | None = rmap if rmap is not None else (
+            replica_map(self.lay) if replicas == "identical" else None)
         self.dedup = dedup
         # stage 1, token routing: every (EP group, MoE layer, micro-batch)'s sample and the
         # step's expert statistics (the later stages and the fast engine read it)

@@ -28,7 +28,7 @@ import numpy as np
 
 from moesim.errors import InputError
 
-REPLICA_MODES = ("independent", "identical")
+REPLICA_MODES = ("independent", "identical", "sampled")
 
 
 @dataclass(frozen=True)

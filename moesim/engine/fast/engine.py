@@ -33,6 +33,8 @@ from moesim.engine.fast.network import EXACT_FLOW_BUDGET, FastNetwork
 from moesim.engine.fast.pipeline import Chain, RouteRec
 from moesim.engine.fast.plan_stats import make_plan, shortcuts
 from moesim.engine.fast.records import _route_rec
+from moesim.engine.fast.sampled import chosen_replicas, sampled_count, sampled_map
+from moesim.engine.fast.sampled import shortcut as sampled_shortcut
 from moesim.engine.fast.spans import choose_span_ranks
 from moesim.engine.fast.stash import RecordStash
 from moesim.engine.fast.workers import ChainPool, workers_for
@@ -331,16 +333,23 @@ def _spans_of(tail, rank: int) -> list[Span]:
 
 
 def simulate_fast(res: Resolved, *, progress=None, span_ranks: int = 64,
-                  replicas: str | None = None) -> SimResult:
+                  replicas: str | None = None, dedup: bool = True) -> SimResult:
     """One step of ``res`` on the lockstep fast path (see module doc). ``spans`` holds
     the ``span_ranks`` lowest ranks and those :func:`choose_span_ranks` picks (listed,
     with the rule, in ``summary["spans_kept"]``); ``summary["per_rank"]`` covers every
-    rank."""
+    rank. ``dedup=False`` with identical replicas runs every chain on the shared samples
+    (the full simulation that one chain per replica class stands for)."""
     t0 = time.perf_counter()
     lay, scn = res.layout, res.scenario
     mode = replicas_mode(scn, replicas)
-    dedup = mode == "identical" and lay.edp > 1
-    b = Builder(res, scn.schedule.step, mode, dedup)
+    sampled, rmap = None, None
+    if mode == "sampled":      # N replicas run, the others copy (moesim.engine.fast.sampled)
+        n = sampled_count(scn, lay.edp)
+        sampled = (n, chosen_replicas(scn.seed, lay.edp, n))
+        rmap = sampled_map(lay, sampled[1]) if n < lay.edp else None
+    dedup = (dedup and mode == "identical" and lay.edp > 1) or rmap is not None
+    b = Builder(res, scn.schedule.step, "identical" if mode == "identical" else "independent",
+                dedup, rmap=rmap)
     ctx = Context(res, b)
     world = lay.world
     chains = _chains(lay)
@@ -369,7 +378,7 @@ def simulate_fast(res: Resolved, *, progress=None, span_ranks: int = 64,
                      b, ctx.links, progress)
     try:
         return _finish(res, ctx, b, pool, stash, chains, copies, want, progress, dedup,
-                       mode, span_ranks, t0)
+                       mode, span_ranks, t0, sampled)
     finally:
         pool.close()
 
@@ -387,7 +396,7 @@ def _workers(ctx: Context, b: Builder, chains, setting: int | None) -> int:
 
 
 def _finish(res, ctx, b, pool, stash, chains, copies, want, progress, dedup, mode,
-            span_ranks, t0):
+            span_ranks, t0, sampled=None):
     """Run the chains in ``pool`` and make the step's result (simulate_fast's second half)."""
     lay = res.layout
     world = lay.world
@@ -466,7 +475,13 @@ def _finish(res, ctx, b, pool, stash, chains, copies, want, progress, dedup, mod
     summary = summarize(res, plan, rows, step)
     summary["engine"] = "fast"
     summary["replicas"] = mode
-    summary["shortcuts"] = shortcuts(ctx, dedup, len(chains), world, span_ranks)
+    summary["shortcuts"] = shortcuts(ctx, dedup and sampled is None, len(chains), world,
+                                     span_ranks)
+    if sampled is not None:    # each simulated replica's pipeline end: their spread
+        edp = lay.coords["edp"]
+        ends = [float(end[edp == i].max(initial=0.0)) for i in sampled[1]]
+        summary["shortcuts"].append(sampled_shortcut(sampled[0], lay.edp, sampled[1], ends,
+                                                     step))
     summary["spans_kept"] = kept
     links = link_stats(res.topology, ctx.links.bytes.copy())
     return make_result(res, plan, spans, summary, step, links, t0)
