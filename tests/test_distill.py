@@ -76,10 +76,10 @@ def test_teacher_output_and_loss_kernels():
     assert out.teacher_output_kernels("logits", 4096, 32000, 4, 8, 4)[0].bytes == \
         4096 * 8000 * 6
     # the loss over the whole vocabulary on one rank: teacher 2 B + student fp32 4 B
-    # read + fp32 gradient 4 B written = 10 B per logit: 1,310,720,000 B
-    assert out.loss_kernel("logits", 4096, 32000, 1, 8, 2).bytes == 1_310_720_000
-    # over the top 8 on TP 2: half the pairs per rank, 2,048 x 8 x (6 + 8) B = 229,376 B
-    assert out.loss_kernel("topk", 4096, 32000, 2, 8, 2).bytes == 229_376
+    # read, fp32 loss 4 B and gradient 4 B written = 14 B per logit: 1,835,008,000 B
+    assert out.loss_kernel("logits", 4096, 32000, 1, 8, 2).bytes == 1_835_008_000
+    # over the top 8 on TP 2: half the pairs per rank, 2,048 x 8 x (6 + 12) B = 294,912 B
+    assert out.loss_kernel("topk", 4096, 32000, 2, 8, 2).bytes == 294_912
 
 
 def test_who_sends_what_to_whom():
@@ -119,8 +119,8 @@ def test_colocated_step_is_student_plus_teacher_plus_loss(tmp_path):
     assert r["sequences_per_teacher_group"] == 2
     assert t["teacher_forward"] == pytest.approx(2 * sum(t["teacher_per_sequence"]
                                                          .values()), rel=1e-12)
-    # the loss: 2 micro-batches of 128 tokens x 8 pairs x (6 + 8) B = 14,336 B each
-    loss = memory_op("distill_loss", 128 * 8 * 14, 5 * 128 * 8)
+    # the loss: 2 micro-batches of 128 tokens x 8 pairs x (6 + 12) B = 18,432 B each
+    loss = memory_op("distill_loss", 128 * 8 * 18, 5 * 128 * 8)
     assert t["loss"] == pytest.approx(2 * s.res.compute.time_s(loss), rel=1e-12)
     assert t["step"] == pytest.approx(1.0 + t["teacher_forward"] + t["loss"], rel=1e-12)
     assert t["added"] == pytest.approx(t["teacher_forward"] + t["loss"], rel=1e-12)

@@ -15,14 +15,21 @@ doc/PERFORMANCE.md) and keeps the top k of the ``tp x k`` candidates (exact:
 (value_bytes + 4)`` bytes: a value and an int32 index per pair.
 
 **The loss** (KL divergence or cross-entropy of the student's distribution against the
-teacher's, one fused forward-and-backward kernel that writes the student logits'
-gradient as it goes, as Liger-Kernel's fused distillation losses do,
-linkedin/Liger-Kernel src/liger_kernel/ops/jsd.py): per student TP rank, over its
-``vocab / tp`` slice (full logits) it reads the teacher's value, the student's fp32
-logit and writes an fp32 gradient; over the top k it reads the pair, gathers the
-student's fp32 logit at the index and writes its gradient (the student's log-softmax
-normaliser is the hard-label cross-entropy's, already in the step). The temperature
-scales values: it changes no byte and no time.
+teacher's): one fused kernel computes the loss and the student's gradient in its forward
+pass, as Liger-Kernel's ``_jsd_kernel`` does (linkedin/Liger-Kernel
+src/liger_kernel/ops/jsd.py at 01ed3837: it reads the student's and the teacher's
+log-probabilities, writes a per-element loss tile and ``dX``, both fp32; the backward
+only scales ``dX``). Per student TP rank, over its ``vocab / tp`` slice (full logits):
+read the teacher's value and the student's fp32 value, write the loss and the gradient,
+``value_bytes + 12`` bytes per logit; over its share of the top-k pairs: read the pair,
+gather the student's fp32 value at the index, write loss and gradient, ``value_bytes +
+16`` bytes per pair (the student's log-softmax normaliser is the hard-label
+cross-entropy's, already in the step). With full logits on a student TP group above 1
+the teacher's softmax over the sharded vocabulary needs two all-reduces of one fp32 per
+token (the maximum, the sum of exponentials), as Megatron's vocabulary-parallel
+cross-entropy does for the student's own (NVIDIA/Megatron-LM
+megatron/core/tensor_parallel/cross_entropy.py at 8e6e7cd7). The temperature scales
+values: it changes no byte and no time.
 """
 
 from __future__ import annotations
@@ -101,8 +108,8 @@ def loss_kernel(outputs: str, tokens: int, vocab: int, tp: int, k: int,
     pairs (``k / tp`` per token on average: the pairs whose index falls in its slice)."""
     if outputs == "logits":
         n = tokens * slice_of(vocab, tp)
-        per = value_bytes + 2 * STUDENT_LOGIT_BYTES
+        per = value_bytes + 3 * STUDENT_LOGIT_BYTES       # + student, loss, gradient
     else:
         n = -(-tokens * k // tp)
-        per = pair_bytes(value_bytes) + 2 * STUDENT_LOGIT_BYTES
+        per = pair_bytes(value_bytes) + 3 * STUDENT_LOGIT_BYTES
     return memory_op("distill_loss", n * per, LOSS_FLOPS_PER_ELEMENT * n)

@@ -50,6 +50,7 @@ class DistillSetup:
     cfg: DistillSection
     teacher: object             # the teacher's ModelSpec
     teacher_gpus: int
+    memory: dict = dataclasses.field(default_factory=dict)   # per GPU, bytes (_memory)
 
 
 def _err(scn: Scenario, field: str, expected: str, got) -> InputError:
@@ -59,8 +60,19 @@ def _err(scn: Scenario, field: str, expected: str, got) -> InputError:
 def distill_setup(path, overrides=()) -> DistillSetup:
     """The student's scenario resolved and its ``distill`` section checked against it:
     the teacher built, its vocabulary the student's, ``k`` at most the vocabulary, its
-    layout dividing its GPUs (whole nodes when separate)."""
+    layout dividing its GPUs (whole nodes when separate), the teacher and its outputs in
+    device memory. An error about a value given by ``--set`` names the command line."""
+    from moesim.scenario.blame import blame_overrides
+
     res = resolve_path(path, overrides)
+    try:
+        return _setup(res)
+    except InputError as err:
+        raise blame_overrides(err, res.scenario.source, res.scenario.overrides,
+                              lambda ovs: _setup(resolve_path(path, ovs))) from None
+
+
+def _setup(res) -> DistillSetup:
     scn = res.scenario
     cfg = scn.distill
     if cfg is None:
@@ -96,7 +108,8 @@ def distill_setup(path, overrides=()) -> DistillSetup:
     if cfg.teacher_ep > 1 and cfg.teacher_ep % cfg.teacher_tp:
         raise _err(scn, "teacher_ep", f"1 or a multiple of teacher_tp ({cfg.teacher_tp})",
                    cfg.teacher_ep)
-    return DistillSetup(scn, res, cfg, teacher, gpus)
+    setup = DistillSetup(scn, res, cfg, teacher, gpus)
+    return dataclasses.replace(setup, memory=_memory(setup))
 
 
 def step_shape(res) -> dict:
@@ -145,28 +158,41 @@ def _transfer(setup: DistillSetup, shape: dict, seq_bytes: float) -> dict:
     return transfer(topo, pairs)
 
 
-def _memory(setup: DistillSetup, shape: dict, seq_bytes: float, tpass: dict,
-            received: float) -> dict:
+def _memory(setup: DistillSetup) -> dict:
+    """Bytes per GPU (module docstring); a teacher, or outputs, that do not fit beside a
+    student that fits alone is one line."""
     from moesim.memory.report import memory_table
     from moesim.serve.memory import table, weight_bytes
 
     res, cfg = setup.res, setup.cfg
+    shape = step_shape(res)
+    seq_bytes = out.output_bytes(cfg.outputs, shape["seq_len"], setup.teacher.vocab, cfg.k,
+                                 cfg.value_bytes)
+    per_group = math.ceil(shape["sequences"] / (setup.teacher_gpus // cfg.teacher_tp))
+    first = 0 if cfg.placement == "colocated" else res.layout.world
+    pairs = pair_bytes_matrix(res.layout, list(range(first, first + setup.teacher_gpus)),
+                              cfg.teacher_tp, seq_bytes, shape["sequences_per_replica"])
+    received: dict[int, float] = {}
+    for (_src, dst), b in pairs.items():
+        received[dst] = received.get(dst, 0.0) + b
     stages = memory_table(res)["stages"]
     student_peak = max(s["peak_bytes"] for s in stages)
     cap = float(res.device.hbm_bytes)
     tw = weight_bytes(setup.teacher, cfg.teacher_tp, cfg.teacher_ep)
     tcfg = serve_config(setup.scenario, cfg, shape["seq_len"])
     tact = table(setup.teacher, tcfg, cap)["activations_bytes"]
-    held = tpass["sequences_per_group"] * seq_bytes / cfg.teacher_tp
     row = {"student_peak_bytes": student_peak, "teacher_weights_bytes": tw,
-           "teacher_activations_bytes": tact, "teacher_outputs_held_bytes": held,
-           "student_received_bytes": received, "capacity_bytes": cap}
+           "teacher_activations_bytes": tact,
+           "teacher_outputs_held_bytes": per_group * seq_bytes / cfg.teacher_tp,
+           "student_received_bytes": max(received.values(), default=0.0),
+           "capacity_bytes": cap}
+    got = row["student_received_bytes"]
     if cfg.placement == "colocated":
-        fits = [Fit("student with a colocated teacher", student_peak + tw + received, cap)]
+        fits = [Fit("student with a colocated teacher", student_peak + tw + got, cap)]
     else:
-        fits = [Fit(f"teacher (tp {cfg.teacher_tp} ep {cfg.teacher_ep})", tw + tact + held,
-                    cap),
-                Fit("student receiving the teacher's outputs", student_peak + received, cap)]
+        fits = [Fit(f"teacher (tp {cfg.teacher_tp} ep {cfg.teacher_ep})",
+                    tw + tact + row["teacher_outputs_held_bytes"], cap),
+                Fit("student receiving the teacher's outputs", student_peak + got, cap)]
     row["checks"] = [f.to_dict() for f in fits]
     bad = [f for f in fits if f.oom]
     if bad and not student_peak > cap:
@@ -190,7 +216,7 @@ def simulate_distill(setup: DistillSetup, student_step_s: float | None = None) -
                             scn.gpus_per_node or len(res.topology.gpus))
     tpass = teacher_pass(tscn, scn, cfg, L, shape["sequences"], setup.teacher_gpus)
     xfer = _transfer(setup, shape, seq_bytes)
-    mem = _memory(setup, shape, seq_bytes, tpass, xfer["max_received_bytes"])
+    mem = setup.memory
     loss = _loss(setup, shape)
     student = (float(simulate(res).summary["step_time_s"]) if student_step_s is None
                else float(student_step_s))
