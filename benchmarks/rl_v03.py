@@ -1,65 +1,140 @@
-"""NeMo RL v0.3's published GRPO phases for Qwen3-30B-A3B against moesim, phase by phase
-(issue 39): the errors printed, nothing fitted.
+"""NeMo RL v0.3's published GRPO phases for its four Megatron-Core rows against moesim,
+phase by phase (issue 39): the errors printed, nothing fitted.
 
-    python benchmarks/rl_v03.py              # about a minute of CPU
-    python benchmarks/rl_v03.py --write-docs # docs/results/rl-v03.md
+    python benchmarks/rl_v03.py                 # a few minutes of CPU
+    python benchmarks/rl_v03.py --only qwen3-30b-a3b
+    python benchmarks/rl_v03.py --write-docs    # docs/results/rl-v03.md
 
 Published: NVIDIA-NeMo/.github blog/posts/nemo-rl-v0.3/index.md (caab149510), the
-Megatron row of Qwen3 30B-A3B on 8 nodes x 8 GPUs: total step 167 s = policy training
-50 + refit 12 + generation 78 + get logprobs 23 s (steps 22-29 averaged), 3,251
-generated tokens per sample. Scenario: ``scenarios/grpo-qwen3-30b-a3b-nemo-v03.yaml``
-(its comments map the recipe to moesim's fields). moesim's phases are summed as the
-post's: log-probs = old policy + reference; refit = weight sync + the colocated switch
-(NeMo RL's refit reloads the engine's weights and memory around the update).
+Megatron rows (steps 22-29 averaged): total step = policy training + refit + generation
++ get logprobs (+ a few seconds of the rest). Scenarios ``scenarios/grpo-*-nemo-v03.yaml``
+(their comments map the recipes, NVIDIA-NeMo/RL v0.3.0 = b1c86a816, to moesim's fields).
+
+moesim's phases are summed as NeMo RL's timers hold them (nemo_rl/algorithms/grpo.py at
+b1c86a816): ``policy_training`` = the optimizer steps (``train``) and the loss's
+full-vocabulary log-probs (``loss_logprob``); ``prepare_for_generation`` (refit) = the
+weight hand-over (``weight_sync``) and the host moves around it (the switch out of
+training: ``offload_before_refit``, vLLM's ``wake_up``, ``offload_after_refit``);
+``generation`` = the rollouts and vLLM's ``sleep`` at ``finish_generation`` (the switch
+into training); ``policy_and_reference_logprobs`` = the old policy's and the reference's
+passes (the reference's weight swap included). The log-prob and training preps
+(``logprob_prep``, ``train_prep``) are timers of their own, outside the four columns,
+inside the step.
 """
 
 from __future__ import annotations
 
 import argparse
 import sys
+import time
+from pathlib import Path
 
-NAME = "grpo-qwen3-30b-a3b-nemo-v03"
-#: phase -> (published s, moesim's phases summed)
-PUBLISHED = {
-    "policy training": (50.0, ("train",)),
-    "refit": (12.0, ("weight_sync", "switch")),
-    "generation": (78.0, ("generate",)),
-    "get logprobs": (23.0, ("old_logprob", "reference")),
-}
-STEP_S = 167.0
-GENERATED = 3251
+ROOT = Path(__file__).resolve().parent.parent
+
+#: (key, scenario, title, published (train, refit, generation, logprobs), step s,
+#:  generated tokens per sample)
+ROWS = (
+    ("llama-3.1-8b", "grpo-llama31-8b-nemo-v03", "Llama-3.1-8B, 1 node (DP8)",
+     (28.0, 5.0, 58.0, 18.0), 112.0, 795),
+    ("llama-3.1-70b", "grpo-llama31-70b-nemo-v03", "Llama-3.1-70B, 8 nodes (TP4 PP4)",
+     (28.0, 14.0, 84.0, 18.0), 147.0, 398),
+    ("qwen3-32b", "grpo-qwen3-32b-nemo-v03", "Qwen3-32B, 8 nodes (TP4 PP2)",
+     (68.0, 7.0, 96.0, 40.0), 213.0, 3283),
+    ("qwen3-30b-a3b", "grpo-qwen3-30b-a3b-nemo-v03", "Qwen3-30B-A3B, 8 nodes (EP8 TP2)",
+     (50.0, 12.0, 78.0, 23.0), 167.0, 3251),
+)
+COLUMNS = ("policy training", "refit", "generation", "get logprobs")
 
 
-def rows(summary: dict) -> list[tuple[str, float, float]]:
-    """(phase, simulated s, published s) for each published phase and the step."""
+def columns(run, summary: dict) -> dict[str, float]:
+    """moesim's seconds per NeMo RL timer (module docstring), mean over the steps."""
     ph = summary["phases_s"]
-    out = [(name, sum(ph.get(p, 0.0) for p in parts), pub)
-           for name, (pub, parts) in PUBLISHED.items()]
-    return [*out, ("step", summary["step_time_s"], STEP_S)]
+    n = len(run.works)
+    sw_in = sum(w.durations.switch_in for w in run.works) / n
+    sw_out = sum(w.durations.switch_out for w in run.works) / n
+    return {
+        "policy training": ph.get("train", 0.0) + ph.get("loss_logprob", 0.0),
+        "refit": ph.get("weight_sync", 0.0) + sw_out,
+        "generation": ph.get("generate", 0.0) + sw_in,
+        "get logprobs": ph.get("old_logprob", 0.0) + ph.get("reference", 0.0),
+    }
+
+
+def parts(run, summary: dict) -> list[tuple[str, float]]:
+    """Each mechanism of the training and refit phases as its own figure."""
+    ph = summary["phases_s"]
+    tc = run.trainer_costs
+    cfg = run.setup.cfg
+    out = [("optimizer steps per RL step", cfg.train.mini_batches * cfg.train.epochs)]
+    mb = [m for w in run.works for m in w.mini_batch_rows]
+    if tc is not None and mb:
+        out.append(("micro-batches per replica per optimizer step (mean)",
+                    sum(tc.micro_batches(r) for r in mb) / len(mb)))
+        bds = list(tc.breakdowns.values())
+        if bds:
+            grad = sum(b.get("dp", 0.0) + b.get("zero", 0.0) for b in bds) / len(bds)
+            out.append(("gradient reduce + parameter gather per optimizer step s", grad))
+    out += [("loss log-probs (full vocabulary, all micro-batches) s",
+             ph.get("loss_logprob", 0.0)),
+            ("log-prob prep (policy weights to GPU) s", ph.get("logprob_prep", 0.0)),
+            ("training prep (gradients, optimizer states to GPU) s",
+             ph.get("train_prep", 0.0))]
+    if run.moves is not None:
+        m = run.moves
+        out += [("host bytes per GPU per step GB", m.bytes_per_step / 1e9),
+                ("vLLM sleep (engine weights to host) s", m.engine_sleep_s),
+                ("refit host moves (grads, optimizer out; engine in; weights out) s",
+                 m.refit_s)]
+    ws = run.sync.phases
+    if ws:
+        out += [(f"refit {k.removesuffix('_s')} s", ws[k])
+                for k in ("gather_s", "transfer_s", "load_s")]
+    return out
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--steps", type=int, default=2, help="RL steps simulated (1 to 20)")
+    ap.add_argument("--only", choices=[r[0] for r in ROWS], help="one row")
     a = ap.parse_args(argv)
     if not 1 <= a.steps <= 20:
         ap.error("--steps: an integer from 1 to 20")
-    from moesim.rl.run import rl_summary
+    from moesim.rl.run import resolve_rl, simulate_rl
+    from moesim.rl.summary import summarize
 
-    s = rl_summary(NAME, [], steps=a.steps)
-    resp = sum(r["response_tokens"] for r in s["steps"]) / sum(r["samples"] for r in s["steps"])
-    print(f"NeMo RL v0.3, Qwen3-30B-A3B on 64 H100 (colocated) against `{NAME}`, "
-          f"{a.steps} simulated steps; mean response {resp:,.0f} tokens (published "
-          f"{GENERATED:,})")
+    print(f"NeMo RL v0.3 Megatron rows against moesim, {a.steps} simulated steps each; "
+          "s = seconds; error = simulated / published - 1")
     print()
-    print("| phase | simulated s | published s | error |")
-    print("|---|---|---|---|")
-    for name, sim, pub in rows(s):
-        print(f"| {name} | {sim:.1f} | {pub:.0f} | {(sim / pub - 1) * 100:+.1f} % |")
+    for key, name, title, pub, step_pub, gen_pub in ROWS:
+        if a.only and key != a.only:
+            continue
+        t0 = time.perf_counter()
+        run = simulate_rl(resolve_rl(ROOT / "scenarios" / f"{name}.yaml"), a.steps)
+        s = summarize(run)
+        resp = (sum(r["response_tokens"] for r in s["steps"])
+                / sum(r["samples"] for r in s["steps"]))
+        cols = columns(run, s)
+        print(f"### {title}: `{name}`")
+        print()
+        print(f"mean response {resp:,.0f} tokens (published {gen_pub:,}); simulated in "
+              f"{time.perf_counter() - t0:.0f} s")
+        print()
+        print("| phase | simulated s | published s | error |")
+        print("|---|---|---|---|")
+        for col, p in zip(COLUMNS, pub, strict=True):
+            print(f"| {col} | {cols[col]:.1f} | {p:.0f} | {(cols[col] / p - 1) * 100:+.1f} % |")
+        st = s["step_time_s"]
+        print(f"| step | {st:.1f} | {step_pub:.0f} | {(st / step_pub - 1) * 100:+.1f} % |")
+        print()
+        print("| part | simulated |")
+        print("|---|---|")
+        for label, v in parts(run, s):
+            print(f"| {label} | {v:,.2f} |")
+        print()
     return 0
 
 
 if __name__ == "__main__":
     from results_page import run_benchmark
-    sys.exit(run_benchmark(main, "rl-v03", "RL phases against NeMo RL v0.3's Qwen3-30B-A3B "
-                                          "breakdown"))
+    sys.exit(run_benchmark(main, "rl-v03", "RL phases against NeMo RL v0.3's published "
+                                          "breakdowns"))

@@ -32,9 +32,10 @@ TRAIN = LinearTrainerCosts(forward_per_row_s=0.05, train_base_s=0.3, train_per_r
 def test_grpo_is_registered_with_its_phases():
     assert ALGORITHMS.names() == ("grpo",)
     assert algorithm("grpo") is GRPO
-    assert GRPO.trainer_phases == ("reward", "old_logprob", "reference", "train")
-    assert GRPO.report == ("generate", "old_logprob", "reference", "reward", "train",
-                           "weight_sync", "switch")
+    assert GRPO.trainer_phases == ("reward", "logprob_prep", "old_logprob", "reference",
+                                   "train_prep", "loss_logprob", "train")
+    assert GRPO.report == ("generate", "logprob_prep", "old_logprob", "reference", "reward",
+                           "train_prep", "loss_logprob", "train", "weight_sync", "switch")
     assert dict(ALGORITHMS.get("grpo").fields) == {"old_logprob": True, "reference": True}
 
 

@@ -26,14 +26,32 @@ def test_the_v03_trainer_is_the_scenarios_parallel_section():
     assert par.sequence_parallel and (par.tp, par.ep, par.zero) == (2, 8, 1)
 
 
-def test_the_published_phases_are_summed_as_the_post_sums_them():
-    s = {"phases_s": {"train": 10.0, "weight_sync": 1.0, "switch": 0.5, "generate": 40.0,
-                      "old_logprob": 3.0, "reference": 2.0, "reward": 0.1},
-         "step_time_s": 56.6}
-    got = {name: (sim, pub) for name, sim, pub in rl_v03.rows(s)}
-    assert got == {"policy training": (10.0, 50.0), "refit": (1.5, 12.0),
-                   "generation": (40.0, 78.0), "get logprobs": (5.0, 23.0),
-                   "step": (56.6, 167.0)}
+def test_the_published_phases_are_summed_as_nemo_rls_timers_hold_them():
+    """policy_training = train + loss_logprob; refit = weight_sync + the switch out of
+    training; generation = generate + the switch into training (vLLM's sleep);
+    get logprobs = old policy + reference."""
+    from types import SimpleNamespace
+
+    from moesim.rl.loop import StepDurations
+
+    d = StepDurations(generate=40.0, trainer={}, weight_sync=1.0, switch_in=0.25,
+                      switch_out=0.5)
+    run = SimpleNamespace(works=[SimpleNamespace(durations=d)] * 2)
+    s = {"phases_s": {"train": 10.0, "loss_logprob": 0.75, "weight_sync": 1.0,
+                      "switch": 0.75, "generate": 40.0, "old_logprob": 3.0,
+                      "reference": 2.0, "reward": 0.1}}
+    assert rl_v03.columns(run, s) == {"policy training": 10.75, "refit": 1.5,
+                                      "generation": 40.25, "get logprobs": 5.0}
+
+
+def test_the_four_rows_are_scenarios_with_the_posts_layouts():
+    root = Path(__file__).resolve().parents[1] / "scenarios"
+    want = {"llama-3.1-8b": (8, 1, 1, 1, 8), "llama-3.1-70b": (64, 4, 4, 1, 4),
+            "qwen3-32b": (64, 4, 2, 1, 8), "qwen3-30b-a3b": (64, 2, 1, 8, 32)}
+    for key, name, *_ in rl_v03.ROWS:
+        tr = resolve_rl(root / f"{name}.yaml").cfg.train
+        assert (tr.gpus, tr.tp, tr.pp, tr.ep, tr.dp) == want[key], key
+        assert (tr.mini_batches, tr.offload, tr.loss_logprob) == (4, "nemo", "nemo")
 
 
 def test_reference_weights_on_the_host_cost_three_copies_per_reference_pass(tmp_path):

@@ -14,7 +14,11 @@ pass the config turns off) is left out of the timeline; the policy update never 
 GRPO (Shao et al. 2024, DeepSeekMath §4.1; verl's and NeMo RL's order): reward (rule:
 CPU workers; model: a forward pass of the reward model), the old policy's log-probs and
 the reference policy's (a forward pass each over all of the step's rows, each optional),
-then ``epochs x mini_batches`` optimizer steps. Group-normalised advantages (each sample's
+then ``epochs x mini_batches`` optimizer steps. With ``rl.train.offload: nemo`` the
+colocated host moves before the log-prob passes and before training are phases of their
+own (``logprob_prep``, ``train_prep``: :mod:`moesim.rl.offload`), and with
+``rl.train.loss_logprob: nemo`` the loss's full-vocabulary log-probs in every
+micro-batch (``loss_logprob``: :mod:`moesim.rl.loss`), each 0 s (left out) otherwise. Group-normalised advantages (each sample's
 reward minus its group's mean, over the group's standard deviation) are a reduction over a
 few thousand numbers on the CPU: no time is charged for them.
 """
@@ -44,6 +48,8 @@ class StepInputs:
     logprob_rows: int | None = None
     logprob_tokens: int | None = None
     reference_swap_s: float = 0.0       # weights moved around a reference pass
+    logprob_prep_s: float = 0.0         # colocated host moves before the log-prob passes
+    train_prep_s: float = 0.0           # ... and before the optimizer steps (moesim.rl.offload)
 
     def logprob_s(self) -> float:
         """One forward-only log-prob pass over the step's samples."""
@@ -107,12 +113,31 @@ def _train_s(x: StepInputs) -> float:
     return x.cfg.train.epochs * sum(x.trainer.train_step_s(r) for r in x.mini_batch_rows)
 
 
+def _loss_logprob_s(x: StepInputs) -> float:
+    """The loss's full-vocabulary log-probs beyond the fused loss, every micro-batch of
+    every optimizer step (:mod:`moesim.rl.loss`; trainer costs without it: 0)."""
+    cost = getattr(x.trainer, "loss_logprob_s", None)
+    if cost is None:
+        return 0.0
+    return x.cfg.train.epochs * sum(cost(r) for r in x.mini_batch_rows)
+
+
+def _logprob_prep_s(x: StepInputs) -> float:
+    return x.logprob_prep_s if (x.cfg.old_logprob or x.cfg.reference) else 0.0
+
+
+def _train_prep_s(x: StepInputs) -> float:
+    return x.train_prep_s
+
+
 GRPO = Algorithm(
     "grpo",
-    trainer=(Phase("reward", _reward_s), Phase("old_logprob", _old_logprob_s),
-             Phase("reference", _reference_s), Phase("train", _train_s)),
-    report=("generate", "old_logprob", "reference", "reward", "train", "weight_sync",
-            "switch"))
+    trainer=(Phase("reward", _reward_s), Phase("logprob_prep", _logprob_prep_s),
+             Phase("old_logprob", _old_logprob_s), Phase("reference", _reference_s),
+             Phase("train_prep", _train_prep_s), Phase("loss_logprob", _loss_logprob_s),
+             Phase("train", _train_s)),
+    report=("generate", "logprob_prep", "old_logprob", "reference", "reward", "train_prep",
+            "loss_logprob", "train", "weight_sync", "switch"))
 
 ALGORITHMS.register("grpo", GRPO, {"old_logprob": True, "reference": True},
                     "group-relative policy optimisation: reward, old and reference "

@@ -97,6 +97,10 @@ def _consistent(cfg: RLConfig, src: str, world: int | None) -> None:
         raise InputError(src, "rl.weight_sync.method", "nccl or sharded for disaggregated "
                          "pools (CUDA IPC hands over memory on the same GPU only)", "ipc")
     ro, tr = cfg.rollout, cfg.train
+    if tr.offload != "none" and not cfg.colocated:
+        raise InputError(src, "rl.train.offload", "none for disaggregated pools (the host "
+                         "moves are those of one pool switching between its phases)",
+                         tr.offload)
     if ro.ep > 1 and ro.ep % ro.tp:
         raise InputError(src, "rl.rollout.ep", f"1 or a multiple of rl.rollout.tp = {ro.tp} "
                          "(a replica spans ep GPUs, attention data parallel ep / tp)", ro.ep)

@@ -77,24 +77,52 @@ def trainer_scenario_of(setup, microbatches: int = 1) -> Scenario:
 class EngineTrainerCosts:
     def __init__(self, scn: Scenario, gpus: int, gpus_per_node: int, *, tp: int, pp: int,
                  ep: int, seq_len: int, reward_model: ModelSection | None = None,
-                 zero: int = 0, cp: int = 1) -> None:
+                 zero: int = 0, cp: int = 1, loss_logprob: str = "none") -> None:
         self.scn = trainer_scenario(scn, gpus, gpus_per_node, tp=tp, pp=pp, ep=ep,
                                     seq_len=seq_len, zero=zero, cp=cp)
         self.gpus, self.tp, self.pp, self.ep, self.seq_len = gpus, tp, pp, ep, seq_len
+        self.cp = cp
         self.dp = gpus // (tp * cp * pp)
         self.reward_model = reward_model
+        self.loss_logprob = loss_logprob
         self.memo: dict[tuple, float] = {}
+        #: micro-batches per replica -> the simulated step's ``breakdown_s``
+        self.breakdowns: dict[int, dict] = {}
         self.simulated = 0
 
-    def train_step_s(self, rows: int) -> float:
+    def micro_batches(self, rows: int) -> int:
+        """Micro-batches the busiest data-parallel replica runs for ``rows`` rows."""
         m = max(1, math.ceil(rows / self.dp))
         if self.scn.schedule.kind == "interleaved":
             m = math.ceil(m / self.pp) * self.pp
+        return m
+
+    def loss_logprob_s(self, rows: int) -> float:
+        """NeMo RL's loss log-probs over ``rows`` rows beyond the fused loss
+        (:mod:`moesim.rl.loss`; 0 unless ``rl.train.loss_logprob: nemo``): one
+        memory-bound pass per micro-batch of the last stage."""
+        if self.loss_logprob != "nemo" or not rows:
+            return 0.0
+        key = ("loss",)
+        if key not in self.memo:
+            from moesim.rl.loss import elements, extra_bytes
+
+            res = resolve(self.scn)
+            n = elements(self.seq_len, res.model.vocab, self.tp, self.cp)
+            op = memory_op("loss_logprob", extra_bytes(self.seq_len, res.model.vocab,
+                                                       self.tp, self.cp), 12 * n)
+            self.memo[key] = float(res.compute.time_s(op))
+        return self.micro_batches(rows) * self.memo[key]
+
+    def train_step_s(self, rows: int) -> float:
+        m = self.micro_batches(rows)
         key = ("train", m)
         if key not in self.memo:
             scn = dataclasses.replace(self.scn, schedule=dataclasses.replace(
                 self.scn.schedule, microbatches=m))
-            self.memo[key] = float(simulate(resolve(scn)).summary["step_time_s"])
+            summary = simulate(resolve(scn)).summary
+            self.memo[key] = float(summary["step_time_s"])
+            self.breakdowns[m] = dict(summary.get("breakdown_s", {}))
             self.simulated += 1
         return self.memo[key]
 
@@ -133,7 +161,7 @@ class EngineTrainerCosts:
 
 def rollout_costs(scn: Scenario, replica_gpus: int, gpus_per_node: int, *, tp: int, ep: int,
                   kv_dtype: str, max_batch: int, prompt: int, response_max: int,
-                  cache: bool = True, cuda_graphs: bool = False):
+                  cache: bool = True, cuda_graphs: bool = False, host_overhead: str = "none"):
     """The serving issue's engine-backed step-cost surface
     (:class:`moesim.traffic.surface.EngineStepCosts`) of one engine replica: decode steps at
     1 .. ``max_batch`` sequences per attention-DP rank and contexts from the prompt to
@@ -146,7 +174,8 @@ def rollout_costs(scn: Scenario, replica_gpus: int, gpus_per_node: int, *, tp: i
                               serve={}, engine=EngineConfig(mode="fast"),
                               parallel=ParallelConfig(order=scn.parallel.order))
     cfg = ServeConfig(phase="decode", batch_per_gpu=1, prompt=prompt, context=prompt,
-                      output=1, tp=tp, ep=ep, kv_dtype=kv_dtype, cuda_graphs=cuda_graphs)
+                      output=1, tp=tp, ep=ep, kv_dtype=kv_dtype, cuda_graphs=cuda_graphs,
+                      host_overhead=host_overhead)
     res = resolve(serving_scenario(one, cfg))
     return EngineStepCosts(
         res, cfg, batches=sorted({b for b in BATCHES if b < max_batch} | {max_batch}),

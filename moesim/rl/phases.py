@@ -87,7 +87,8 @@ def step_work(cfg: RLConfig, batch: Batch, seq_len: int, rollout: StepCosts,
               kv_tokens: int, trainer: TrainerCosts, sync_s: float,
               switch_s: tuple[float, float] = (0.0, 0.0), *,
               generation: bool = True, layer_windows: list[int] | None = None,
-              reference_swap_s: float = 0.0) -> StepWork:
+              reference_swap_s: float = 0.0, logprob_prep_s: float = 0.0,
+              train_prep_s: float = 0.0) -> StepWork:
     """Durations of every phase of one step over ``batch`` (``generation`` False: all
     but the generation, which partial rollouts simulate with the loop)."""
     ro, tr = cfg.rollout, cfg.train
@@ -110,7 +111,8 @@ def step_work(cfg: RLConfig, batch: Batch, seq_len: int, rollout: StepCosts,
                for ix in split_mini_batches(len(lengths), tr.mini_batches)]
     work = StepInputs(cfg, trainer, len(lengths), rows, mb_rows,
                       logprob_rows=None if lp is None else rows_of(lengths, lp),
-                      logprob_tokens=lp, reference_swap_s=reference_swap_s)
+                      logprob_tokens=lp, reference_swap_s=reference_swap_s,
+                      logprob_prep_s=logprob_prep_s, train_prep_s=train_prep_s)
     d = StepDurations(generate=gen.time_s,
                       trainer=algorithm(cfg.algorithm).trainer_seconds(work),
                       weight_sync=sync_s, switch_in=switch_s[0], switch_out=switch_s[1])

@@ -20,6 +20,7 @@ from moesim.rl.engine_costs import gpus_per_node, trainer_scenario_of
 from moesim.rl.generate import Rollout, stream
 from moesim.rl.loop import Timeline, schedule, schedule_partial
 from moesim.rl.memory import reference_swap_s, replica_weight_bytes, rl_fits
+from moesim.rl.offload import HostMoves, setup_moves
 from moesim.rl.phases import Batch, StepWork, TrainerCosts, step_work
 from moesim.rl.sync import PCIE_Bps, SyncResult, switch_cost, weight_sync
 from moesim.scenario import load_scenario
@@ -64,6 +65,8 @@ class RLRun:
     kv_tokens: int              # KV-cache tokens per attention-DP rank of a replica
     switch_s: tuple[float, float]
     fits: list = dataclasses.field(default_factory=list)   # moesim.memory.fit.Fit
+    moves: HostMoves | None = None      # rl.train.offload: nemo (moesim.rl.offload)
+    trainer_costs: object = None        # the TrainerCosts the steps were priced with
 
 
 def refuse_unused(scn: Scenario) -> None:
@@ -197,6 +200,9 @@ def simulate_rl(setup: RLSetup, steps: int, *, rollout_costs: StepCosts | None =
                        sharded=cfg.weight_sync.method == "sharded",
                        per_gpu=cfg.weight_sync.per_gpu)
     switch = switch_cost(res.model, tr.gpus, ro.replica_gpus) if cfg.colocated else (0.0, 0.0)
+    moves = setup_moves(setup, PCIE_Bps)
+    if moves is not None:       # NeMo RL's moves replace the switch's (moesim.rl.offload)
+        switch = (moves.engine_sleep_s, moves.refit_s)
     if rollout_costs is None or trainer_costs is None:
         from moesim.rl.engine_costs import EngineTrainerCosts
         from moesim.rl.engine_costs import rollout_costs as surface
@@ -205,26 +211,30 @@ def simulate_rl(setup: RLSetup, steps: int, *, rollout_costs: StepCosts | None =
             rollout_costs = surface(
                 setup.scenario, ro.replica_gpus, gpn, tp=ro.tp, ep=ro.ep, kv_dtype=ro.kv_dtype,
                 max_batch=ro.max_batch, cache=cache, cuda_graphs=ro.cuda_graphs,
+                host_overhead=ro.host_overhead,
                 prompt=max(1, int(np.mean([b.prompt.mean() for b in batches]))),
                 response_max=max(int(b.response.max()) for b in batches))
         if trainer_costs is None:
             trainer_costs = EngineTrainerCosts(
                 setup.scenario, tr.gpus, gpn, tp=tr.tp, pp=tr.pp, ep=tr.ep, cp=tr.cp,
-                seq_len=setup.seq_len, reward_model=cfg.reward.model, zero=tr.zero)
+                seq_len=setup.seq_len, reward_model=cfg.reward.model, zero=tr.zero,
+                loss_logprob=tr.loss_logprob)
     works = []
     partial = cfg.partial_rollouts
     swap = reference_swap_s(res.model, tr, PCIE_Bps)
     for s, batch in enumerate(batches):
         works.append(step_work(cfg, batch, setup.seq_len, rollout_costs, kv, trainer_costs,
                                sync.time_s, switch, generation=not partial,
-                               layer_windows=windows, reference_swap_s=swap))
+                               layer_windows=windows, reference_swap_s=swap,
+                               logprob_prep_s=moves.logprob_prep_s if moves else 0.0,
+                               train_prep_s=moves.train_prep_s if moves else 0.0))
         if progress is not None and not partial:
             progress(s + 1, steps)
     if cfg.generation == "stream":
         streamed(setup, batches, works, rollout_costs, kv, windows)
     if not partial:
         tl = schedule([w.durations for w in works], cfg.max_lag, cfg.colocated)
-        return RLRun(setup, batches, works, tl, sync, kv, switch, fits)
+        return RLRun(setup, batches, works, tl, sync, kv, switch, fits, moves, trainer_costs)
 
     def rollout(s: int, version: int) -> Rollout:
         if progress is not None and s:
@@ -240,7 +250,7 @@ def simulate_rl(setup: RLSetup, steps: int, *, rollout_costs: StepCosts | None =
         w.durations = dataclasses.replace(w.durations, generate=gen.time_s - r.paused_s)
     if progress is not None:
         progress(steps, steps)
-    return RLRun(setup, batches, works, tl, sync, kv, switch, fits)
+    return RLRun(setup, batches, works, tl, sync, kv, switch, fits, moves, trainer_costs)
 
 
 def streamed(setup: RLSetup, batches, works, costs, kv: int, windows) -> None:

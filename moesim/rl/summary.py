@@ -138,6 +138,7 @@ def details(run) -> dict:
         "weight_sync": {k: v for k, v in dataclasses.asdict(s).items()
                         if k != "phases" or v is not None},
         "switch_s": {"into_training": run.switch_s[0], "out_of_training": run.switch_s[1]},
+        **({} if getattr(run, "moves", None) is None else {"host_moves": run.moves.as_dict()}),
     }
 
 

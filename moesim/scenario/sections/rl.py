@@ -52,6 +52,15 @@ PACKINGS = ("nemo", "verl")
 #: ``recompute_kv_cache_after_weight_updates``)
 KV_AFTER_SYNC = ("recompute", "keep")
 GENERATION_MODES = ("batch", "stream")
+#: colocated host moves around the phases (moesim.rl.offload): ``none`` (only the
+#: switch's), ``nemo`` (NeMo RL's Megatron worker and vLLM's sleep mode, phase by phase)
+OFFLOADS = ("none", "nemo")
+#: the loss's log-probabilities over the full vocabulary in each training micro-batch
+#: (moesim.rl.loss): ``none`` (the model's fused loss only), ``nemo`` (NeMo RL's
+#: DistributedLogprob over the vocab-parallel logits, forward and backward)
+LOSS_LOGPROBS = ("none", "nemo")
+#: the rollout engines' CPU time per step (serve.host_overhead's choices)
+ROLLOUT_HOST = ("none", "vllm", "vllm-async", "sglang")
 #: vLLM's ``gpu_memory_utilization`` default: the fraction of each GPU's memory the engine
 #: may use for weights, activations and KV cache (vllm/config/cache.py, CacheConfig)
 DEFAULT_KV_FRACTION = 0.9
@@ -70,6 +79,7 @@ class RolloutPool:
     max_batch: int = DEFAULT_MAX_BATCH
     kv_dtype: str = "bf16"
     cuda_graphs: bool = False   # decode steps replayed from CUDA graphs (serve.cuda_graphs)
+    host_overhead: str = "none"  # ROLLOUT_HOST: the engine's CPU time per step
 
     @property
     def replica_gpus(self) -> int:
@@ -103,6 +113,8 @@ class TrainPool:
     #: nemo_rl/models/policy/workers/megatron_policy_worker.py, NVIDIA-NeMo/RL 7ea279abf)
     reference_weights: str = "gpu"
     packing: str = "nemo"       # PACKINGS
+    offload: str = "none"       # OFFLOADS (colocated)
+    loss_logprob: str = "none"  # LOSS_LOGPROBS
     #: ZeRO stage over the trainer's data-parallel group (parallel.zero): 1 shards the
     #: optimizer states, as Megatron's distributed optimizer does (use_distributed_optimizer:
     #: true in verl's verl/trainer/config/engine/megatron.yaml, 093191fae2, and NeMo RL's
@@ -182,7 +194,8 @@ _RULES: dict[str, tuple[str, Any]] = {
     "gpus": ("optpos", None), "tp": ("pos", None), "ep": ("pos", None), "pp": ("pos", None),
     "cp": ("pos", None),
     "kv_fraction": ("frac", None), "max_batch": ("pos", None), "kv_dtype": ("choice", KV_DTYPES),
-    "cuda_graphs": ("bool", None),
+    "cuda_graphs": ("bool", None), "host_overhead": ("choice", ROLLOUT_HOST),
+    "offload": ("choice", OFFLOADS), "loss_logprob": ("choice", LOSS_LOGPROBS),
     "mini_batches": ("pos", None), "epochs": ("pos", None), "seq_len": ("optpos", None),
     "logprob_mb_tokens": ("optpos", None),
     "reference_weights": ("choice", REFERENCE_WEIGHTS),

@@ -1,0 +1,100 @@
+"""The training phase as NeMo RL runs it, by hand: one optimizer step per mini-batch, the
+colocated host moves per phase (rl.train.offload: nemo) and the loss's full-vocabulary
+log-probs (rl.train.loss_logprob: nemo)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from moesim.errors import InputError
+from moesim.rl.algorithms import GRPO, StepInputs
+from moesim.rl.config import rl_from_dict
+from moesim.rl.loss import elements, extra_bytes, loss_bytes
+from moesim.rl.offload import HostMoves, host_moves
+from moesim.rl.phases import Batch, LinearTrainerCosts, step_work
+from moesim.rl.run import resolve_rl, simulate_rl
+from moesim.rl.sync import PCIE_Bps
+from tests.test_rl_run import RL, ROLL, TRAIN, scenario
+
+
+class Counting(LinearTrainerCosts):
+    """Linear costs that count the optimizer steps they price."""
+
+    def __init__(self):
+        super().__init__(train_base_s=0.5, train_per_row_s=0.25)
+        object.__setattr__(self, "calls", [])
+
+    def train_step_s(self, rows):
+        self.calls.append(rows)
+        return super().train_step_s(rows)
+
+
+def test_a_rollout_batch_of_2048_with_global_batch_512_is_four_optimizer_steps():
+    """64 prompts x 32 samples of 256 + 768 = 1,024 tokens, rows of 4,096: four samples a
+    row. mini_batches 4 (2,048 / 512): four optimizer steps of 512 / 4 = 128 rows each,
+    each priced with its own gradient reduce and optimizer: 4 x (0.5 + 0.25 x 128) = 130 s."""
+    cfg = rl_from_dict({"prompts_per_step": 64, "samples_per_prompt": 32,
+                        "rollout": {"gpus": 8}, "train": {"gpus": 8, "mini_batches": 4,
+                                                          "seq_len": 4096}}, "s.yaml", world=16)
+    batch = Batch(np.full(2048, 256), np.full(2048, 768))
+    costs = Counting()
+    work = StepInputs(cfg, costs, 2048, 512, [128, 128, 128, 128])
+    assert GRPO.trainer_seconds(work)["train"] == 4 * (0.5 + 0.25 * 128) == 130.0
+    assert costs.calls == [128, 128, 128, 128]
+    w = step_work(cfg, batch, 4096, ROLL, 10**6, Counting(), 0.0, generation=False)
+    assert (w.rows, w.mini_batch_rows) == (512, [128, 128, 128, 128])
+
+
+def test_host_moves_are_each_timers_bytes_over_the_host_link():
+    """Per GPU: weights 8 GB, gradients 8 GB, optimizer states 12 GB, engine 16 GB at
+    64 GB/s. vLLM sleep: 16 / 64 = 0.25 s; log-prob prep (weights in): 0.125 s; training
+    prep (gradients and optimizer states in): 20 / 64 = 0.3125 s; refit (gradients and
+    optimizer out, engine in, weights out): 44 / 64 = 0.6875 s; every byte moves twice a
+    step: 2 x 44 = 88 GB."""
+    m = HostMoves(8e9, 8e9, 12e9, 16e9, 64e9)
+    assert (m.engine_sleep_s, m.logprob_prep_s, m.train_prep_s, m.refit_s) == (
+        0.25, 0.125, 0.3125, 0.6875)
+    assert m.bytes_per_step == 88e9
+    row = {"weights": 8e9, "gradients": 8e9, "optimizer": 12e9, "activations": 1.0}
+    assert host_moves(row, 16e9, 64e9) == m
+
+
+def test_the_loss_log_probs_are_110_extra_bytes_per_logits_element():
+    """Qwen3-30B-A3B's vocabulary 151,936 over TP2: 75,968 per rank; a row of 4,096 tokens:
+    311,164,928 elements; 116 - 6 = 110 bytes each beyond the fused loss; peak 16 bytes
+    each (fp32 logits, saved softmax, int64 one-hot)."""
+    assert elements(4096, 151936, 2) == 4096 * 75968 == 311_164_928
+    assert extra_bytes(4096, 151936, 2) == 311_164_928 * 110
+    assert loss_bytes(4096, 151936, 2) == 311_164_928 * 16
+    assert elements(4096, 151936, 2, cp=2) == 2048 * 75968
+
+
+def test_offload_nemo_replaces_the_switch_and_adds_the_preps(tmp_path):
+    """The toy colocated on 8 GPUs (EP8 trainer, engines of one GPU): the switch into
+    training is vLLM's sleep, the switch out the refit's moves, and the two preps are
+    trainer phases of their own, all from the memory table's bytes at 64 GB/s."""
+    colo = {"colocated": True, "rollout": {"gpus": 8, "tp": 1, "ep": 1},
+            "train": {**RL["train"], "offload": "nemo"},
+            "weight_sync": {"method": "ipc"}}
+    setup = resolve_rl(scenario(tmp_path, **colo))
+    run = simulate_rl(setup, 1, rollout_costs=ROLL, trainer_costs=TRAIN)
+    m = run.moves
+    assert m.host_Bps == PCIE_Bps
+    assert run.switch_s == (m.engine_sleep_s, m.refit_s)
+    d = run.works[0].durations
+    assert d.trainer["logprob_prep"] == m.weights_bytes / PCIE_Bps
+    assert d.trainer["train_prep"] == (m.grads_bytes + m.optimizer_bytes) / PCIE_Bps
+    # bf16 weights and gradients of the same parameters
+    assert m.weights_bytes == m.grads_bytes > 0
+    off = simulate_rl(resolve_rl(scenario(tmp_path, **{**colo, "train": RL["train"]})), 1,
+                      rollout_costs=ROLL, trainer_costs=TRAIN)
+    assert off.moves is None
+    assert off.works[0].durations.trainer["logprob_prep"] == 0.0
+
+
+def test_offload_on_disaggregated_pools_is_refused_in_one_line(tmp_path):
+    with pytest.raises(InputError) as e:
+        resolve_rl(scenario(tmp_path, train={**RL["train"], "offload": "nemo"}))
+    assert str(e.value).startswith(f"{tmp_path / 'rl.yaml'}: rl.train.offload: expected none "
+                                   "for disaggregated pools")
