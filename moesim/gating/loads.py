@@ -12,9 +12,9 @@ The shapes the tools write:
   02295fe5ac5ccff3e8829800d50450351c56fb53): as JSON ``{"logical_count": [...]}``
   (2-D, or 3-D summed over its first axis);
 * Megatron-Core's router counts ``local_tokens_per_expert`` ([num_experts]) per MoE
-  layer (megatron/core/transformer/moe/router.py, commit
-  7d231ef578680f55d7e8b4c158bd9c9fffd23bf7): one row per layer, as CSV rows (no
-  header), a JSON list of lists or ``{"counts": ...}``, or NPY;
+  layer when ``moe_router_enable_expert_bias`` is set (megatron/core/transformer/moe/
+  router.py, ``TopKRouter``, commit 005742ff1f002035922b88a648fa615aec22eeff): one row
+  per layer, as CSV rows (no header), a JSON list of lists or ``{"counts": ...}``, or NPY;
 * a moesim ``summary.json``: its ``experts.tokens_per_expert`` (MoE layers x experts).
 
 :func:`read_loads` returns the table and whether it came from the sparse (long) form,
