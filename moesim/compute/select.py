@@ -22,6 +22,14 @@ kernels of its public training profile) instead of the default tables (DeepGEMM)
 them (relative to the scenario file, else to the working folder), in the format of
 ``moesim/data/kernels``. :func:`describe` says in words what a section asked for; the
 step summary's ``kernel_pricing`` echoes it with what priced each kernel.
+
+``compute.weights`` (``bf16`` | ``fp8`` | ``fp8-block`` | ``mxfp8`` | ``nvfp4`` | ``int8`` |
+``int4``), ``compute.activations`` (the weights' partner by default; ``int8`` weights take
+``bf16`` or ``int8``) and ``compute.sparsity`` (``none`` | ``2:4``), all off by default,
+price the forward weight GEMMs of a quantised or 2:4-sparse checkpoint
+(:mod:`moesim.compute.quant`, :mod:`moesim.compute.sparsity`,
+:class:`moesim.compute.quant_model.QuantModel`); a mode the device cannot run is one
+line, exit 2.
 """
 
 from __future__ import annotations
@@ -32,6 +40,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from moesim.compute import quant
+from moesim.compute import sparsity as sparse
 from moesim.compute.base import ComputeModel
 from moesim.compute.catalog import CatalogModel
 from moesim.compute.catalog_data import load_catalog
@@ -39,6 +49,7 @@ from moesim.compute.devices import DeviceSpec
 from moesim.compute.memory_kernels import DEFAULT_IMPL as DEFAULT_MEMORY
 from moesim.compute.memory_kernels import FUSIONS
 from moesim.compute.memory_kernels import IMPLS as MEMORY_IMPLS
+from moesim.compute.quant_model import QuantModel
 from moesim.compute.roofline import _ROOFLINE_KEYS, MFU_LARGE, PRECISIONS, RooflineModel
 from moesim.compute.roofline import _number as _roofline_number
 from moesim.compute.roofline import compute_model_from_dict as _roofline_dict
@@ -85,6 +96,10 @@ class ComputeSection:
     half_efficiency_tokens: float | None = None
     hbm_efficiency: float | None = None
     launch_overhead_us: float | None = None
+    # a quantised / 2:4-sparse checkpoint (moesim.compute.quant; None / "none": off)
+    weights: str | None = None            # bf16 | fp8 | fp8-block | mxfp8 | nvfp4 | int8 | int4
+    activations: str | None = None        # the weights' partner (quant.MODES)
+    sparsity: str = "none"                # none | 2:4
     #: the section as written (Scenario.to_dict's echo; not a key)
     written: dict = field(default_factory=dict, compare=False, repr=False)
 
@@ -99,6 +114,11 @@ class ComputeSection:
     @property
     def grouped(self) -> bool:
         return self.expert_launches == "grouped"
+
+    @property
+    def quant(self) -> quant.QuantMode:
+        """The checked (weights, activations) mode (bf16: off)."""
+        return quant.mode_of(self.weights, self.activations, "<compute>")
 
 
 def _choice(allowed: tuple[str, ...]) -> Any:
@@ -159,8 +179,17 @@ FIELDS: dict[str, Any] = {
     "mfu_large": _fraction, "min_efficiency": _min_efficiency,
     "half_efficiency_tokens": _nonneg, "hbm_efficiency": _fraction,
     "launch_overhead_us": _nonneg, "precision": _precision,
+    "weights": lambda d, k, s: _quant(d, s),
+    "activations": lambda d, k, s: _quant(d, s),
+    "sparsity": lambda d, k, s: d.__setitem__(k, sparse.check(d[k], s)),
 }
 _CATALOG_KEYS = ("model", "catalog", "gemm_library", "memory_kernels")
+#: the quantisation and sparsity keys (moesim.compute.quant): any kind but calibration
+QUANT_KEYS = ("weights", "activations", "sparsity")
+
+
+def _quant(d: dict, source: str) -> None:
+    quant.mode_of(d.get("weights"), d.get("activations"), source)
 
 
 def _launches(v: Any, source: str) -> None:
@@ -188,6 +217,10 @@ def parse(d: Any, source: str) -> ComputeSection:
             raise InputError(source, f"compute.{given[0]}", "no model or catalog with kind: "
                              "calibration (the calibration prices every kernel)", d[given[0]])
         extra = sorted(set(d) - {"kind", "file", "expert_launches", "fusion"})
+        if extra and extra[0] in QUANT_KEYS:
+            raise InputError(source, f"compute.{extra[0]}", "no quantisation or sparsity "
+                             "with kind: calibration (it prices the kernels it recorded)",
+                             d[extra[0]])
         if extra:
             raise InputError(source, f"compute.{extra[0]}", "only kind and file for "
                              "calibration", extra[0])
@@ -204,10 +237,13 @@ def parse(d: Any, source: str) -> ComputeSection:
                 FIELDS[key](d, key, source)
         for key in d:
             if key not in (*_CATALOG_KEYS, "kind", "expert_launches", "fusion",
-                           *_ROOFLINE_KEYS):
+                           *_ROOFLINE_KEYS, *QUANT_KEYS):
                 raise InputError(source, f"compute.{key}",
                                  f"one of kind, {', '.join(_ROOFLINE_KEYS)}", key)
         for key in _ROOFLINE_KEYS:
+            if key in d:
+                FIELDS[key](d, key, source)
+        for key in QUANT_KEYS:
             if key in d:
                 FIELDS[key](d, key, source)
     return ComputeSection(**d, written=written)
@@ -224,7 +260,20 @@ def describe(d: Any) -> str:
         return "roofline only"
     lib = d.get("gemm_library")
     src = f"catalog {d['catalog']}" if d.get("catalog") else "kernel catalog"
-    return src + (f", {lib} GEMMs" if lib else "") + ", roofline where it has no row"
+    return (src + (f", {lib} GEMMs" if lib else "") + ", roofline where it has no row"
+            + _describe_quant(d))
+
+
+def _describe_quant(d: Mapping) -> str:
+    """The quantisation / sparsity of a section in words ("" when off)."""
+    words = []
+    if d.get("weights") is not None:
+        m = quant.mode_of(d.get("weights"), d.get("activations"), "<compute>")
+        words.append(f"{m.weights} weights, {m.activations} activations")
+    sparsity = sparse.check(d.get("sparsity", "none"), "<compute>")
+    if sparsity != "none":
+        words.append(f"{sparsity} sparse weights")
+    return "; " + ", ".join(words) if words else ""
 
 
 def compute_model(d: Any, source: str, device: DeviceSpec) -> ComputeModel:
@@ -237,8 +286,28 @@ def compute_model(d: Any, source: str, device: DeviceSpec) -> ComputeModel:
     if launches not in EXPERT_LAUNCHES:
         raise InputError(source, "compute.expert_launches", " or ".join(EXPERT_LAUNCHES),
                          launches)
-    return _compute_model({k: v for k, v in d.items()
-                           if k not in ("expert_launches", "fusion")}, source, device)
+    model = _compute_model({k: v for k, v in d.items()
+                            if k not in ("expert_launches", "fusion", *QUANT_KEYS)},
+                           source, device)
+    return _quantised(model, d, source, device)
+
+
+def _quantised(model: ComputeModel, d: Mapping, source: str,
+               device: DeviceSpec) -> ComputeModel:
+    """``model`` wrapped for a quantised / sparse checkpoint when the section asks."""
+    if not any(k in d for k in QUANT_KEYS):
+        return model
+    if d.get("kind") == "calibration":
+        key = next(k for k in QUANT_KEYS if k in d)
+        raise InputError(source, f"compute.{key}", "no quantisation or sparsity with kind: "
+                         "calibration (it prices the kernels it recorded)", d[key])
+    mode = quant.mode_of(d.get("weights"), d.get("activations"), source)
+    sparsity = sparse.check(d.get("sparsity", "none"), source)
+    quant.check_device(mode, device, source)
+    sparse.check_device(sparsity, device, source)
+    if not mode.on and sparsity == "none":
+        return model
+    return QuantModel(model, mode, sparsity)
 
 
 def grouped_experts(compute: Any) -> bool:

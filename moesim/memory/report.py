@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from moesim.errors import InputError
+from moesim.memory.checkpoint import checkpoint_spec
 from moesim.memory.model import memory_per_rank
 from moesim.schedule.a2a_overlap import a2a_1f1b_order, flatten
 from moesim.schedule.dualpipe import KINDS as DUAL_KINDS
@@ -35,6 +36,7 @@ class StageMemory:
             raise InputError(scn.source, "model", "a model and device the memory model can "
                              "read (moesim.model and moesim.compute.devices)", None)
         self.res = res
+        self.spec = checkpoint_spec(res.model, scn.compute)   # compute.weights / sparsity
         sch, par = scn.schedule, scn.parallel
         self.v = v = par.vpp if sch.kind == "interleaved" else 1
         # DualPipe(V): row s is pipeline rank s, holding two stages of the model
@@ -101,7 +103,7 @@ class StageMemory:
             self._cache[key] = d
             return d
         p = self.res.scenario.parallel.pp
-        spec = self.res.model
+        spec = self.spec
         best, best_alive = self.peak_alive(s)
         layers = self.stage_layers(s)
         recv = list(received) if received else None
@@ -130,7 +132,7 @@ class StageMemory:
         stage's activation sets alive at the rank's peak of the order
         (:func:`moesim.schedule.dualpipe.peak_alive`: PP+1 for DualPipe), the larger
         stage's token buffers and workspace."""
-        spec, d = self.res.model, self.dual
+        spec, d = self.spec, self.dual
         hit = self._per_s.get(("peak", s))
         if hit is None:     # the same for every rank of pipeline rank s
             hit = self._per_s[("peak", s)] = peak_alive(d, s)

@@ -20,6 +20,7 @@ The largest batch is the largest ``batch_per_gpu`` whose table fits the device
 
 from __future__ import annotations
 
+from moesim.memory.checkpoint import checkpoint_spec
 from moesim.memory.model import ACT_BYTES, layer_activation_bytes, rank_params
 from moesim.scenario.sections.serve import ServeConfig
 from moesim.serve.kv import kv_bytes_per_request, kv_bytes_per_token
@@ -88,7 +89,7 @@ def serve_memory(res, cfg: ServeConfig, rank_received=None) -> dict:
     micro-batch, ``rank_received`` (world, moe layers)) and the largest batch, in the
     shape of the training summary's ``memory`` (``per_rank``, ``capacity_bytes``,
     ``peak_bytes_max``, ``oom``)."""
-    spec = res.model
+    spec = checkpoint_spec(res.model, res.scenario.compute)   # quantised / 2:4 weights
     cap = float(getattr(res.device, "hbm_bytes", float("inf")))
     rows = []
     for r in range(res.layout.world):
