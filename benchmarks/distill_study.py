@@ -71,7 +71,9 @@ HEADER = ("| teacher | step s | added s | teacher forward s | transfer ms | loss
           "teacher GPU GiB |\n|---|---|---|---|---|---|---|---|---|---|---|---|")
 
 
-def _table(rows: list[tuple[str, list[str]]], lines: list[str]) -> None:
+def _table(rows: list[tuple[str, list[str]]], lines: list[str]) -> dict:
+    """One table's rows (printed as they come); returns label -> result."""
+    results = {}
     student_s = None
     lines.append(HEADER)
     for label, sets in rows:
@@ -80,6 +82,7 @@ def _table(rows: list[tuple[str, list[str]]], lines: list[str]) -> None:
             student_s = float(simulate(setup.res).summary["step_time_s"])
             first = setup
         r = simulate_distill(setup, student_step_s=student_s)
+        results[label] = r
         lines.append(_row(label, r))
         print(lines[-1], flush=True)
     shape = first.res.layout
@@ -88,6 +91,44 @@ def _table(rows: list[tuple[str, list[str]]], lines: list[str]) -> None:
                  f"{student_s:.3f} s without a teacher; {r['tokens']:,} tokens per step "
                  f"({r['replicas']} replicas x {r['sequences_per_replica']} sequences x "
                  f"{r['seq_len']:,}); vocabulary {r['vocab']:,}.")
+    return results
+
+
+def _shows(moe: dict) -> list[str]:
+    """What the MoE table shows, each sentence computed from its rows."""
+    top, full = moe["separate 16 GPUs, top-64"], moe["separate 16 GPUs, full logits"]
+    colo, colo_full = moe["colocated, top-64"], moe["colocated, full logits"]
+    ts, tt = top["time_s"], top["time_s"]["teacher_per_sequence"]
+    hidden = [k for k, r in moe.items() if r["placement"] == "separate"
+              and r["time_s"]["step"] <= r["time_s"]["student_step"] + r["time_s"]["loss"]]
+    cap = top["memory"]["capacity_bytes"]
+    return [
+        f"- The teacher's forward pass is the cost: {ts['teacher_forward']:.2f} s on 16 GPUs "
+        f"against the student's {ts['student_step']:.2f} s step; per sequence "
+        f"{tt['forward_s'] * 1e3:.0f} ms of forward, {tt['lm_head_s'] * 1e3:.1f} ms of LM "
+        f"head, {tt['outputs_kernels_s'] * 1e3:.2f} ms of top-k kernels and "
+        f"{tt['topk_all_gather_s'] * 1e3:.3f} ms of all-gather.",
+        f"- Full logits move {full['bytes']['outputs_per_step'] / top['bytes']['outputs_per_step']:,.0f}"
+        f"x the bytes of top-64 ({full['bytes']['outputs_per_step'] / 1e9:.1f} GB against "
+        f"{top['bytes']['outputs_per_step'] / 1e9:.2f} GB a step): "
+        f"{full['time_s']['transfer'] * 1e3:.0f} ms over the network against "
+        f"{ts['transfer'] * 1e3:.2f} ms, a loss of {full['time_s']['loss'] * 1e3:.1f} ms "
+        f"against {ts['loss'] * 1e3:.3f} ms, and "
+        f"{(full['memory']['student_received_bytes'] - top['memory']['student_received_bytes']) / GiB:.2f}"
+        " GiB more on each student GPU.",
+        f"- Where the teacher's time goes: with EP16 across its two nodes its pass takes "
+        f"{ts['teacher_forward']:.2f} s, with EP8 inside each node "
+        f"{moe['separate 16 GPUs EP8, top-64']['time_s']['teacher_forward']:.2f} s (the "
+        "expert all-to-alls leave the NVLink domain), with TP1 (no distributed top-k) "
+        f"{moe['separate 16 GPUs TP1, top-64']['time_s']['teacher_forward']:.2f} s.",
+        f"- A separate teacher is hidden behind the student's step from: "
+        f"{', '.join(hidden) or 'none of these pools'}; then only the loss is added.",
+        f"- Colocated, the teacher's weights sit beside the student's: "
+        f"{(colo['memory']['checks'][0]['need_bytes']) / GiB:.1f} GiB of {cap / GiB:.1f} GiB "
+        f"per GPU with top-64, {colo_full['memory']['checks'][0]['need_bytes'] / GiB:.1f} GiB "
+        f"with full logits; the step grows by the whole teacher pass "
+        f"({colo['time_s']['added']:.2f} s).",
+    ]
 
 
 def main() -> int:
@@ -109,9 +150,11 @@ def main() -> int:
         "## Qwen3-30B-A3B from Qwen3-235B-A22B (16 H100 for the student, EP8)",
         "",
     ]
-    _table(MOE_ROWS, lines)
+    moe = _table(MOE_ROWS, lines)
     lines += ["", "## Llama 3.1 8B from Llama 3.1 70B (dense, 16 H100 for the student)", ""]
     _table(DENSE_ROWS, lines)
+    lines += ["", "## What it shows", "", *_shows(moe)]
+    print("\n".join(lines[-5:]))
     lines += ["", "## By hand", "",
               "4,096 tokens x 32,000 vocabulary x 2 B = 262,144,000 B of full logits; the "
               "top 8 as (bf16 value, int32 index) pairs: 4,096 x 8 x 6 B = 196,608 B "
@@ -119,7 +162,7 @@ def main() -> int:
     wall = time.time() - t0
     print(f"wall {wall:.0f} s")
     if args.write_docs:
-        write_text(PAGE, "\n".join(lines) + "\n")
+        write_text(PAGE, "\n".join(lines) + "\n", force=True)
         print(f"wrote {PAGE.relative_to(ROOT)}")
     return 0
 
