@@ -94,6 +94,13 @@ def test_who_sends_what_to_whom():
     # vocabulary; each student GPU (the whole vocabulary) gets half of its 200 B from each
     pairs = pair_bytes_matrix(lay, [0, 1], 2, 100.0, 2)
     assert pairs == {(0, 0): 100.0, (1, 0): 100.0, (0, 1): 100.0, (1, 1): 100.0}
+    # two pipeline stages (ranks 0, 1 then 2, 3): the loss is on ranks 2 (replica 0) and
+    # 3 (replica 1); a colocated TP1 teacher on all 4 GPUs computes one sequence each:
+    # GPUs 0, 1 send replica 0's to rank 2, GPU 2 sends replica 1's to rank 3, GPU 3
+    # keeps its own
+    pp = Layout(world=4, pp=2, dp=2)
+    assert pair_bytes_matrix(pp, [0, 1, 2, 3], 1, 100.0, 2) == \
+        {(0, 2): 100.0, (1, 2): 100.0, (2, 3): 100.0, (3, 3): 100.0}
 
 
 def test_transfer_local_pairs_cross_no_link(tmp_path):
@@ -128,6 +135,19 @@ def test_colocated_step_is_student_plus_teacher_plus_loss(tmp_path):
     m = r["memory"]
     assert m["checks"][0]["need_bytes"] == pytest.approx(
         m["student_peak_bytes"] + m["teacher_weights_bytes"] + 24_576 / 2)
+
+
+def test_the_step_counts_the_distributed_topk(tmp_path):
+    # teacher TP 2 on the 2 GPUs: each of the 4 sequences' all-gather is S = 2 ranks x
+    # 128 tokens x 8 pairs x 6 B = 12,288 B, 49,152 B a step; one group computes all 4
+    text = TOY.replace("k: 8", "k: 8\n  teacher_tp: 2")
+    r = simulate_distill(distill_setup(_toy(tmp_path, text)), student_step_s=1.0)
+    assert r["bytes"]["all_gather_per_step"] == 49_152
+    assert r["sequences_per_teacher_group"] == 4
+    assert r["time_s"]["teacher_per_sequence"]["topk_all_gather_s"] > 0
+    # GPU j holds vocabulary half j: it keeps the pairs of its half for its own replica
+    # and sends the other replica's: half the 24,576 B cross the PCIe switch
+    assert r["bytes"]["over_network"] == r["bytes"]["read_from_hbm"] == 12_288
 
 
 def test_separate_step_overlaps_the_teacher(tmp_path):
