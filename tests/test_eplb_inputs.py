@@ -127,3 +127,13 @@ def test_bad_keys_and_modes(capsys, tmp_path):
     _refused(capsys, _scenario(tmp_path, {"kind": "lplb"}), "routing.placement.kind", "eplb")
     _refused(capsys, _scenario(tmp_path, {"kind": "eplb", "loads": "missing.csv"}),
              "routing.placement.loads", "an existing counts file")
+
+
+def test_redundant_experts_with_deepep_normal_kernels_are_refused(capsys, tmp_path):
+    # the normal kernels' plan sends a token's copies to each expert's one home GPU
+    data = {**HOT, "routing": {**HOT["routing"], "placement": {"kind": "eplb",
+                                                               "redundant": 8}},
+            "parallel": {**HOT["parallel"], "ep_backend": {"kind": "deepep", "sms": 20}}}
+    p = tmp_path / "s.yaml"
+    p.write_text(yaml.safe_dump(data, sort_keys=False))
+    _refused(capsys, p, "routing.placement.redundant", "DeepEP's normal kernels", "got 8")

@@ -67,10 +67,12 @@ class EPBackend:
                                  "no replicated experts with a DeepEP backend (its layout "
                                  "sends each token to the expert's one home GPU)",
                                  f"{len(res.routing.replicate)} replica specs")
-            if res.routing.placement is not None and res.routing.placement.redundant:
+            if (self.kind == "deepep" and res.routing.placement is not None
+                    and res.routing.placement.redundant):
                 raise InputError(self.src, "routing.placement.redundant",
-                                 "0 with a DeepEP backend (its layout sends each token to "
-                                 "the expert's one home GPU)", res.routing.placement.redundant)
+                                 "0 with DeepEP's normal kernels (their plan sends each token "
+                                 "to the expert's one home GPU; deepep-ll sends each (token, "
+                                 "expert) to the replica's GPU)", res.routing.placement.redundant)
             if self.kind == "deepep" and (sms < 2 or sms % 2):
                 raise InputError(self.src, "parallel.ep_backend.sms",
                                  "an even number of SMs >= 2 (DeepEP runs 2 SMs per channel)",
