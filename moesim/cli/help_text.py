@@ -75,6 +75,15 @@ else the fill-and-drain mean), the phases, the pools' utilization, and whether t
 trainer and the rollout engines fit in device memory.
 
 {_files_rule("It also gets details.json, trace.json (Perfetto) and gantt.png.")}""",
+    "distill": """\
+Simulate a student's training step with a teacher's forward pass (the scenario's
+distill: section): the teacher colocated on the student's GPUs (in series with its
+step) or on GPUs of its own (one step ahead), its outputs as full logits or the top k
+through a distributed top-k over its TP group. Prints the step, the time distillation
+adds (teacher forward, transfer, loss), the bytes moved and the memory per GPU. A
+teacher or outputs that do not fit beside the student is one line, exit 2. Output
+folder: -o DIR, or out/<scenario name>; --no-files only prints; it gets summary.md and
+summary.json (docs/distillation.md).""",
     "train": """\
 Simulate pre-training as a campaign over days: failures drawn per component from the
 rates of a campaign file (default: the Llama 3 405B table, 466 interruptions in 54 days

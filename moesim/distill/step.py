@@ -183,7 +183,9 @@ def _memory(setup: DistillSetup) -> dict:
     tact = table(setup.teacher, tcfg, cap)["activations_bytes"]
     row = {"student_peak_bytes": student_peak, "teacher_weights_bytes": tw,
            "teacher_activations_bytes": tact,
-           "teacher_outputs_held_bytes": per_group * seq_bytes / cfg.teacher_tp,
+           # full logits: a rank holds its vocabulary slice; top k: every rank the merged k
+           "teacher_outputs_held_bytes": per_group * seq_bytes / (
+               cfg.teacher_tp if cfg.outputs == "logits" else 1),
            "student_received_bytes": max(received.values(), default=0.0),
            "capacity_bytes": cap}
     got = row["student_received_bytes"]
