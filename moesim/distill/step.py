@@ -102,6 +102,9 @@ def _setup(res) -> DistillSetup:
     for name, v in (("teacher_tp", cfg.teacher_tp), ("teacher_ep", cfg.teacher_ep)):
         if gpus % v:
             raise _err(scn, name, f"a divisor of the teacher's {gpus} GPUs", v)
+    if not teacher.moe and cfg.teacher_ep > 1:
+        raise _err(scn, "teacher_ep", f"1 for a dense teacher ({teacher.name})",
+                   cfg.teacher_ep)
     if teacher.moe and teacher.n_experts % cfg.teacher_ep:
         raise _err(scn, "teacher_ep", f"a divisor of the teacher's {teacher.n_experts} "
                    "experts", cfg.teacher_ep)
