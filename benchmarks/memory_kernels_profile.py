@@ -18,6 +18,11 @@ scaled from the pair's SMs to the device's). Checked on the held-out B and W fig
 those rates failed (the study says by how much), so no calibrated table is shipped and
 these classes keep the streaming rate under every value.
 
+Under every value but ``stream`` the inventory also lists the reference code's kernels
+the base inventory leaves out (moesim.model.kernels.reference: the routing-map kernels,
+the FP8 activation caches and their cast-backs, FP8 gradients to the experts), so the
+columns compare both the rates and those kernels with ``stream``'s.
+
 The trace (``train.json`` of github.com/deepseek-ai/profile-data) is not shipped: give
 its path.
 """

@@ -12,6 +12,7 @@ row).
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 from importlib import resources
 
 import pytest
@@ -96,11 +97,15 @@ def test_stream_knob_and_uncovered_kernels_keep_the_streaming_rate(two_rows):
         assert p.time_s == 4e6 / 1000e9 and p.detail.endswith(": stream)")
 
 
-def test_a_missing_implementation_takes_the_next_less_fused_ones_rows(two_rows):
-    # liger -> fused -> eager: only eager rows here
+def test_a_missing_implementation_takes_the_next_fused_ones_rows_never_eagers(two_rows):
+    # liger -> fused; fused alone: only eager rows here, so both keep the stream rate
+    # (a fused implementation does not run the eager ops), 2e6 B at 1000 GB/s
     for impl in ("liger", "fused"):
         p = model(two_rows, impl).price(norm(2e6))
-        assert p.time_s == 1e-6 and f"no {impl} table: eager's" in p.detail
+        assert p.time_s == 2e6 / 1000e9 and p.detail.endswith(": stream)")
+    fused_rows = [replace(t, impls=("fused",)) for t in two_rows]
+    p = model(fused_rows, "liger").price(norm(2e6))
+    assert p.time_s == 1e-6 and "no liger table: fused's" in p.detail
 
 
 def test_launch_cost_is_added_per_launch(two_rows):

@@ -41,9 +41,10 @@ IMPLS = (STREAM, "eager", "fused", "liger")
 #: the default of ``compute.memory_kernels`` (moesim.compute.select reads it): the one line
 #: that turns published rates on for every scenario that does not choose
 DEFAULT_IMPL = "stream"
-#: an implementation without a table for an op takes the next one's rows
-FALLBACK = {"liger": ("liger", "fused", "eager"), "fused": ("fused", "eager"),
-            "eager": ("eager",)}
+#: an implementation without a table for an op takes the next fused one's rows, never
+#: the eager ops' (a fused implementation does not run them): with none, the stream rate
+#: (RoPE under ``fused``: Transformer Engine's fused RoPE publishes no rate by size)
+FALLBACK = {"liger": ("liger", "fused"), "fused": ("fused",), "eager": ("eager",)}
 #: ops a memory_op table may name
 OP_NAMES = ("rmsnorm", "swiglu", "cross_entropy", "cast", "permute", "rope")
 #: kernel base names (no ``recompute.`` prefix, no ``_bwd`` suffix) -> op

@@ -65,6 +65,9 @@ class ModelSpec:
     # fused kernel pairs, set from compute.fusion when the scenario is resolved, as
     # precision is (moesim.model.kernels.fusion; not a model field: () = none)
     fusion: tuple[str, ...] = ()
+    # kernels of the reference code the base inventory leaves out, set when the scenario
+    # is resolved (moesim.model.kernels.reference; not a model field: () = none)
+    reference_kernels: tuple[str, ...] = ()
 
     @property
     def moe(self) -> bool:
@@ -99,7 +102,8 @@ class ModelSpec:
         return self.heads * self.head_dim
 
 
-FIELDS = {f.name: f for f in dataclasses.fields(ModelSpec) if f.name != "fusion"}
+FIELDS = {f.name: f for f in dataclasses.fields(ModelSpec)
+          if f.name not in ("fusion", "reference_kernels")}
 _TYPES = {"str": str, "int": int, "bool": bool}
 #: Largest value of an integer model field (widths, heads, vocabulary: 2^24, far above
 #: any published model's) and of ``layers`` (per-layer programs are built and looped

@@ -20,6 +20,7 @@ from moesim.compute.select import compute_model
 from moesim.errors import InputError
 from moesim.gating import routing_from_dict
 from moesim.model import model_from_dict, model_warnings
+from moesim.model.kernels.reference import for_scenario as reference_kernels
 from moesim.scenario.blame import blame_overrides, named_by
 from moesim.scenario.checks import (
     check_deepep_hidden,
@@ -212,4 +213,8 @@ def _resolve(scn: Scenario) -> Resolved:
         model = dataclasses.replace(model, precision=prec)   # the FP8 recipe's kernels
     if scn.compute.fusion:       # compute.fusion: the fused kernels (model.kernels.fusion)
         model = dataclasses.replace(model, fusion=tuple(scn.compute.fusion))
+    refs = reference_kernels(scn.compute.memory_kernels, scn.compute.precision,
+                             scn.memory.activation_dtype, scn.routing.dispatch_dtype)
+    if refs:                     # model.kernels.reference: listed beside published rates
+        model = dataclasses.replace(model, reference_kernels=refs)
     return Resolved(scn, layout, tuple(warns), topo, model, routing, device, compute)

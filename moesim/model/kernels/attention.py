@@ -22,6 +22,7 @@ not split.
 from __future__ import annotations
 
 from moesim.compute.base import Kernel
+from moesim.model.kernels import reference
 from moesim.model.kernels.linear import CAST_TOKEN, cast_bytes, linear
 from moesim.model.kernels.make import ACT_BYTES, FP32_BYTES, mem, rmsnorm
 from moesim.model.spec import ModelSpec
@@ -99,4 +100,5 @@ def attention_kernels(spec: ModelSpec, tokens: int, seq_len: int, tp: int = 1,
     if phase == "fwd":
         cache = [mem(CAST_TOKEN, cast_bytes(t, out_k), "fwd", "cast")] if fp8 else []
         return [*q, *kv, *layout, *core, *cache, *out]
-    return [*out, *core, *layout, *kv, *q]
+    back = reference.attention_cast_back(spec, t, out_k, fp8)   # where listed
+    return [*out, *back, *core, *layout, *kv, *q]

@@ -27,6 +27,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from moesim.compute.base import Kernel
+from moesim.model.kernels import reference
 from moesim.model.kernels.linear import CAST_TOKEN, cast_bytes, linear
 from moesim.model.kernels.make import ACT_BYTES, FP8_ACT, FP32_BYTES, mem
 from moesim.model.spec import ModelSpec
@@ -68,8 +69,9 @@ def permute_kernels(spec: ModelSpec, assignments: int, phase: str = "fwd",
         return []
     elem = FP8_ACT if fp8 and phase == "fwd" else ACT_BYTES
     nbytes = 2 * elem * assignments * spec.hidden + 4 * assignments
-    if phase == "fwd":
-        return [mem("permute", nbytes, "fwd", "permute")]
+    if phase == "fwd":   # the row map first, where the scenario lists it (reference.py)
+        return [*reference.routing_map(spec, assignments), mem("permute", nbytes, "fwd",
+                                                                "permute")]
     return [mem("permute_bwd", nbytes, "dgrad", "permute")]
 
 
@@ -85,6 +87,9 @@ def unpermute_kernels(spec: ModelSpec, assignments: int, phase: str = "fwd") -> 
     if phase == "fwd":
         nbytes = ACT_BYTES * (assignments * h + out_tokens * h) + FP32_BYTES * assignments
         return [mem("unpermute", nbytes, "fwd", "permute", flops=2.0 * assignments * h)]
+    fp8_grads = reference.fp8_grad_unpermute(spec, assignments, out_tokens)
+    if fp8_grads is not None:
+        return fp8_grads
     nbytes = ACT_BYTES * (out_tokens * h + 2 * assignments * h) + 2 * FP32_BYTES * assignments
     return [mem("unpermute_bwd", nbytes, "dgrad", "permute", flops=2.0 * assignments * h)]
 
@@ -117,6 +122,8 @@ def ffn_kernels(spec: ModelSpec, tokens: int, width: int, prefix: str, phase: st
     name = f"{prefix}_gemm"
     fc1 = linear(name, t, up_n, h, phase, fp8, kind=kind, cast_input=cast_input)
     act = activation(prefix, t, width, spec.gated, phase, fp8, fused_cast)
+    if prefix == "expert":     # the SwiGLU input's FP8 cache, where listed (reference.py)
+        act = [*reference.swiglu_cache(spec, t, up_n, phase, fp8), *act]
     fc2 = linear(name, t, h, width, phase, fp8, kind=kind,
                  cast_input=cast_input and not fused_cast)
     return [*fc1, *act, *fc2] if phase == "fwd" else [*fc2, *act, *fc1]
