@@ -121,8 +121,8 @@ def _shows(moe: dict) -> list[str]:
         f"{moe['separate 16 GPUs EP8, top-64']['time_s']['teacher_forward']:.2f} s (the "
         "expert all-to-alls leave the NVLink domain), with TP1 (no distributed top-k) "
         f"{moe['separate 16 GPUs TP1, top-64']['time_s']['teacher_forward']:.2f} s.",
-        f"- A separate teacher is hidden behind the student's step from: "
-        f"{', '.join(hidden) or 'none of these pools'}; then only the loss is added.",
+        f"- Rows where a separate teacher is hidden behind the student's step (only the "
+        f"loss added): {', '.join(hidden) or 'none'}.",
         f"- Colocated, the teacher's weights sit beside the student's: "
         f"{(colo['memory']['checks'][0]['need_bytes']) / GiB:.1f} GiB of {cap / GiB:.1f} GiB "
         f"per GPU with top-64, {colo_full['memory']['checks'][0]['need_bytes'] / GiB:.1f} GiB "
