@@ -65,7 +65,9 @@ def parts(run, summary: dict) -> list[tuple[str, float]]:
     ph = summary["phases_s"]
     tc = run.trainer_costs
     cfg = run.setup.cfg
-    out = [("optimizer steps per RL step", cfg.train.mini_batches * cfg.train.epochs)]
+    out = [("longest response tokens", max(int(b.response.max()) for b in run.batches)),
+           ("generation long tail (90 % of samples done -> last) s", summary["long_tail_s"]),
+           ("optimizer steps per RL step", cfg.train.mini_batches * cfg.train.epochs)]
     mb = [m for w in run.works for m in w.mini_batch_rows]
     if tc is not None and mb:
         out.append(("micro-batches per replica per optimizer step (mean)",
@@ -77,13 +79,13 @@ def parts(run, summary: dict) -> list[tuple[str, float]]:
     out += [("loss log-probs (full vocabulary, all micro-batches) s",
              ph.get("loss_logprob", 0.0)),
             ("log-prob prep (policy weights to GPU) s", ph.get("logprob_prep", 0.0)),
-            ("training prep (gradients, optimizer states to GPU) s",
+            ("training prep (optimizer states to GPU) s",
              ph.get("train_prep", 0.0))]
     if run.moves is not None:
         m = run.moves
         out += [("host bytes per GPU per step GB", m.bytes_per_step / 1e9),
                 ("vLLM sleep (engine weights to host) s", m.engine_sleep_s),
-                ("refit host moves (grads, optimizer out; engine in; weights out) s",
+                ("refit host moves (optimizer out; engine in; weights out) s",
                  m.refit_s)]
     ws = run.sync.phases
     if ws:

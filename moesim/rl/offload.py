@@ -15,14 +15,21 @@ Read from NVIDIA-NeMo/RL v0.3.0 (b1c86a816), per step and per GPU:
   the policy's bf16 parameters back in (:attr:`HostMoves.logprob_prep_s`);
 - **training prep** (``training_prep`` timer; ``prepare_for_training``: the gradient
   buffers back (``move_model(..., move_grads=True, move_params=True)``; the parameters
-  are already on the GPU) and every optimizer-state tensor ``v.to("cuda")``): gradients
-  and optimizer states in (:attr:`HostMoves.train_prep_s`);
+  are already on the GPU) and every optimizer-state tensor ``v.to("cuda")``): the
+  optimizer states in (:attr:`HostMoves.train_prep_s`);
 - **refit** (``prepare_for_generation`` timer, ``refit_policy_generation``):
-  ``offload_before_refit`` (the gradient buffers and the optimizer states to the host),
-  ``prepare_for_generation(tags=["weights"])`` (vLLM's ``wake_up``: the engine's weights
-  back), then, after the hand-over, ``offload_after_refit`` (the policy's parameters to the
-  host) (:attr:`HostMoves.refit_s`, the colocated ``switch`` out of training). The KV
-  cache is re-allocated (``tags=["kv_cache"]``), moving no bytes.
+  ``offload_before_refit`` (the gradient buffers released, the optimizer states to the
+  host), ``prepare_for_generation(tags=["weights"])`` (vLLM's ``wake_up``: the engine's
+  weights back), then, after the hand-over, ``offload_after_refit`` (the policy's
+  parameters to the host) (:attr:`HostMoves.refit_s`, the colocated ``switch`` out of
+  training). The KV cache is re-allocated (``tags=["kv_cache"]``), moving no bytes.
+
+The gradient buffers cross no link: Megatron-Core's ``_ParamAndGradBuffer.offload_to_cpu``
+(megatron/core/distributed/param_and_grad_buffer.py; NeMo RL v0.3.0 pins
+terrykong/Megatron-LM at 2ff0f099f) releases the gradient storage (``resize_(0)``) and
+``reload_from_cpu`` re-allocates and zeroes it; only the parameters are copied, into
+pinned host memory (``param_data.cpu().pin_memory()`` the first time,
+``param_data_cpu.copy_(..., non_blocking=True)`` after) and back.
 
 Bytes per GPU come from moesim's memory table of the trainer's layout (its busiest
 stage's ``weights``, ``gradients`` and ``optimizer`` categories: bf16 weights and
@@ -44,7 +51,7 @@ class HostMoves:
     """Bytes per GPU of each move and the seconds of each NeMo RL timer's share."""
 
     weights_bytes: float        # the policy's bf16 parameters on the busiest trainer GPU
-    grads_bytes: float          # its gradient buffer
+    grads_bytes: float          # its gradient buffer: released and re-zeroed, not copied
     optimizer_bytes: float      # its optimizer-state shard
     engine_bytes: float         # the engine's weights on one rollout GPU
     host_Bps: float
@@ -59,18 +66,16 @@ class HostMoves:
 
     @property
     def train_prep_s(self) -> float:
-        return (self.grads_bytes + self.optimizer_bytes) / self.host_Bps
+        return self.optimizer_bytes / self.host_Bps
 
     @property
     def refit_s(self) -> float:
-        return (self.grads_bytes + self.optimizer_bytes + self.engine_bytes
-                + self.weights_bytes) / self.host_Bps
+        return (self.optimizer_bytes + self.engine_bytes + self.weights_bytes) / self.host_Bps
 
     @property
     def bytes_per_step(self) -> float:
-        """Every byte a GPU moves over its host link in one step."""
-        return 2 * (self.weights_bytes + self.grads_bytes + self.optimizer_bytes
-                    + self.engine_bytes)
+        """Every byte a GPU moves over its host link in one step (each way once)."""
+        return 2 * (self.weights_bytes + self.optimizer_bytes + self.engine_bytes)
 
     def as_dict(self) -> dict:
         return {**asdict(self), "engine_sleep_s": self.engine_sleep_s,
