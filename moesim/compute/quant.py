@@ -34,9 +34,9 @@ stream table, else the roofline's) and its math:
   ``marlin/marlin_cuda_kernel.cu`` @2f6d7c10: 16-row ``mma.m16n8k16`` FP16 tiles over the
   batch, ``thread_m_blocks`` 1-4) runs the math on the FP16 tensor cores with rows padded to
   16, at the roofline's large-GEMM efficiency; its README publishes "essentially ideal
-  speedups" (3.87x at 4.125 bits) "up to batchsizes around 16-32", so up to 32 rows the
-  price is the published one (counted as catalog), above it the same formula is
-  counted as roofline;
+  speedups" (3.87x at 4.125 bits) "up to batchsizes around 16-32" for INT4, so an INT4 GEMM
+  of up to 32 rows counts as published (catalog); above it, and INT8 weight-only (no
+  figure), the same formula counts as roofline;
 - ``int8`` W8A8, ``mxfp8``, ``nvfp4``: the roofline at the format's peak
   (``DeviceSpec.peak_int8_ops``, ``peak_fp8_flops``, ``peak_fp4_flops``), counted as
   roofline: no per-shape table of these kernels is shipped.
@@ -177,8 +177,7 @@ def is_weight_gemm(kernel: Kernel) -> bool:
         return False
     if kernel.pass_ not in ("", "fwd"):
         return False
-    base = kernel.name.rsplit(".", 1)[-1].removesuffix("_gemm")
-    return base not in HIGH_PRECISION_KERNELS and kernel.name not in HIGH_PRECISION_KERNELS
+    return kernel.name.rsplit(".", 1)[-1] not in HIGH_PRECISION_KERNELS
 
 
 def operand_bytes(kernel: Kernel) -> tuple[float, float]:

@@ -129,10 +129,12 @@ class QuantModel:
         if mode.weight_only:    # Marlin: FP16 math, rows padded to 16-row tiles
             peak = float(self.device.peak_bf16_flops)
             eff = r.mfu_large * fill(k.m, MARLIN_ROWS)
-            published = k.m <= MARLIN_PUBLISHED_ROWS
+            # published: Marlin's INT4 figures up to 32 rows; INT8 weight-only and wider
+            # batches have no published figure (the same formula, counted as roofline)
+            published = mode.weights == "int4" and k.m <= MARLIN_PUBLISHED_ROWS
             return (k.flops / (peak * eff), "catalog" if published else "roofline",
                     f"marlin {mode.weights}xbf16 (IST-DASLab/marlin @2f6d7c10) "
-                    f"{'published regime' if published else 'above 32 rows: roofline'}")
+                    f"{'published regime' if published else 'unpublished: roofline'}")
         peak = float(getattr(self.device, _PEAK[mode.math], 0.0) or 0.0)
         eff = r.efficiency(k.m, k.n, k.k)
         return (k.flops / (peak * eff), "roofline",
