@@ -83,3 +83,13 @@ def test_no_sparse_cores_one_line():
 def test_cpu_exit_2(capsys, tmp_path):
     refused(capsys, ["run", REPO / "scenarios" / "toy-cpu.yaml", "--set",
                      "compute.sparsity=2:4", "-o", tmp_path / "o"], "compute.sparsity", "cpu")
+
+
+def test_sparse_fp8_checkpoint_halves_its_stored_bytes():
+    # model.weight_bytes: 1 (an FP8 checkpoint served): serving hands the model the
+    # stored bytes (QuantModel.stored) in place of its WeightBytes wrapper, so the 2:4
+    # weight is 0.5·1 + 0.125 bytes per element, counted once
+    model = compute_model({"sparsity": "2:4"}, "s.yaml", get_device("H100")).stored(1)
+    kern = _gemm(1, 4096, 4096)
+    nbytes = 2 * 4096 + 0.625 * 4096 * 4096 + 2 * 4096
+    assert model.time_s(kern) == pytest.approx(4e-6 + nbytes / (3.35e12 * 0.8))

@@ -192,7 +192,8 @@ def weight_elements(kernel: Kernel) -> float:
 
 
 def requantised(kernel: Kernel, act_bytes: float, weight_bytes: float) -> Kernel:
-    """``kernel`` with its activation input and weight at these bytes per element."""
+    """``kernel`` (as the recipe wrote it: BF16 or FP8 operands) with its activation
+    input and weight at these bytes per element."""
     a0, w0 = operand_bytes(kernel)
     rows = float(kernel.m) * kernel.k * max(kernel.count, 1)
     nbytes = (kernel.bytes - (a0 - act_bytes) * rows

@@ -45,10 +45,14 @@ _PEAK = {"bf16": "peak_bf16_flops", "fp8": "peak_fp8_flops", "fp4": "peak_fp4_fl
 class QuantModel:
     """A :class:`~moesim.compute.base.ComputeModel` for a quantised / sparse checkpoint."""
 
-    def __init__(self, base: Any, mode: QuantMode, sparsity: str = "none") -> None:
+    def __init__(self, base: Any, mode: QuantMode, sparsity: str = "none",
+                 stored_weight_bytes: float | None = None) -> None:
         self.base = base
         self.mode = mode
         self.sparsity = sparsity
+        #: bytes per weight element of the checkpoint without this mode (the model's
+        #: ``weight_bytes``, e.g. 1 for DeepSeek-V3's FP8 checkpoint; None: the recipe's)
+        self.stored_weight_bytes = stored_weight_bytes
         self.roofline = getattr(base, "roofline", base)
         self.device = self.roofline.device
         self.precision = getattr(base, "precision", "bf16")
@@ -61,6 +65,13 @@ class QuantModel:
             tag.append(f"sparsity={sparsity}")
         self.name = f"{base.name}[{','.join(tag)}]"
         self._memo: dict[Kernel, Priced] = {}
+
+    def stored(self, weight_bytes: float) -> QuantModel:
+        """This model for a checkpoint whose weights are stored at ``weight_bytes`` per
+        element (``model.weight_bytes``): what a sparse checkpoint halves; a ``weights``
+        format replaces it. Serving takes it in place of its ``WeightBytes`` wrapper
+        (moesim.serve.costs), so the weight bytes are rewritten once."""
+        return QuantModel(self.base, self.mode, self.sparsity, float(weight_bytes))
 
     # ------------------------------------------------------------------ interface
     def time_s(self, kernel: Kernel) -> float:
@@ -83,6 +94,8 @@ class QuantModel:
     def operand_bytes(self, kernel: Kernel) -> tuple[float, float]:
         """(activation, weight) bytes per element of ``kernel`` under this mode."""
         a, w = operand_bytes(kernel)
+        if self.stored_weight_bytes is not None:
+            w = self.stored_weight_bytes
         if self.mode.on:
             a, w = self.mode.act_bytes(), self.mode.weight_bytes()
         if self.sparsity != "none":

@@ -58,7 +58,9 @@ class ServeBuilder:
         # the first output token from each prompt's last position)
         self.head_tokens = res.scenario.schedule.micro_batch_size
         if self.spec.weight_bytes != costs.ACT_BYTES:     # e.g. an FP8 checkpoint
-            b.timer = Timer(serve_costs.WeightBytes(res.compute, self.spec.weight_bytes))
+            stored = getattr(res.compute, "stored", None)  # compute.weights / sparsity's
+            b.timer = Timer(stored(self.spec.weight_bytes) if stored else
+                            serve_costs.WeightBytes(res.compute, self.spec.weight_bytes))
 
     def build(self) -> StepPlan:
         """Every rank's program and the step's statistics."""
