@@ -37,7 +37,8 @@ ROWS = (
     ("grpo-qwen3-30b-a3b-nemo-rl", "On policy, colocated", 192.0, 1102.0, 3203),
     ("grpo-qwen3-30b-a3b-nemo-rl-async", "1-step off, 16 + 16 GPUs", 152.0, 1414.0, 3201),
 )
-PHASES = ("generate", "old_logprob", "reference", "reward", "train", "weight_sync", "switch")
+PHASES = ("generate", "logprob_prep", "old_logprob", "reference", "reward", "train_prep",
+          "loss_logprob", "train", "weight_sync", "switch")
 
 
 def _run(name: str, overrides: list[str], steps: int) -> dict:
