@@ -123,3 +123,23 @@ def test_nvfp4_on_h100_exit_2(capsys, tmp_path):
 def test_unknown_mode_exit_2(capsys, tmp_path):
     refused(capsys, ["run", REPO / "scenarios" / "toy-cpu.yaml", "--set",
                      "compute.weights=int2", "-o", tmp_path / "o"], "compute.weights", "int2")
+
+
+def test_blackwell_formats_on_a_device_with_an_fp4_peak():
+    # a device with FP4 and INT8 peaks (no catalog table covers it: the roofline alone);
+    # numbers chosen to work by hand, not a real part
+    from moesim.compute.devices import DeviceSpec
+    dev = DeviceSpec("fp4-test", 1e15, 1e11, 4e12, peak_fp8_flops=2e15,
+                     peak_fp4_flops=4e15, peak_int8_ops=2e15)
+    m, n, k = 4096, 4096, 4096
+    eff = 0.75 * 4096 / (4096 + 128)                  # the roofline's curve at 4096 rows
+    for weights, acts, peak, w_bytes, a_bytes in (
+            ("nvfp4", None, 4e15, 4.5 / 8, 4.5 / 8),
+            ("mxfp8", None, 2e15, 8.25 / 8, 8.25 / 8),
+            ("int8", "int8", 2e15, 8.125 / 8, 1.0)):
+        section = {"weights": weights, **({"activations": acts} if acts else {})}
+        p = price(compute_model(section, "s.yaml", dev), _gemm(m, n, k))
+        math = 2 * m * n * k / (peak * eff)
+        memory = (a_bytes * m * k + w_bytes * k * n + 2 * m * n) / (4e12 * 0.8)
+        assert p.time_s == pytest.approx(4e-6 + max(math, memory), rel=1e-12), weights
+        assert p.source == "roofline"
