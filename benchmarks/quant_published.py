@@ -33,17 +33,20 @@ End-to-end figures (a serving step with the knob off and on; moesim's fast engin
   153.03, int4wo-64 180.80, int4wo-64-sparse-marlin 226.02. moesim: the ``llama-3.1-8b``
   preset (Llama-3-8B's shape) decoding one request with a 256-token cache on one GPU,
   CUDA graphs on. Their INT4 is tinygemm's with a BF16 scale and zero per group of 64
-  (0.5 bits more per weight than moesim's Marlin group-128 format; its model-size column,
-  4.22 of 15.01 GB, says so).
+  (0.5 bits of them per weight, against the 0.125 of moesim's Marlin group-128 format).
 - ``2:4``: the same tutorial's BERT-base (seq 384) inference on A100, eager: batch 16
   19.35 → 15.74 ms (1.23x), batch 64 72.71 → 59.41 ms (1.22x). moesim: a BERT-base-sized
   dense model (12 layers, hidden 768, FFN 3072, non-gated, vocab 28996) as one prefill
   step of 384-token prompts on one A100 (causal attention: moesim's attention kernels
   are causal; BERT's are not).
 
+KV cache (``serve.kv_dtype``): vLLM's log for Qwen3-0.6B on A100 (vllm-project/vllm PR
+#24577, 2025-09-10): 69.66 GiB of KV cache hold 652,144 BF16 tokens, and FP8 doubles the
+concurrency; moesim's bytes per token divide the same budget.
+
 Not reproduced (no published per-shape figure found, no Blackwell or INT8 peak in the
-device table at the time of the run): ``nvfp4``, ``mxfp8``, ``int8`` W8A8, ``int8``
-weight-only, an FP8 end-to-end serving figure. Nothing is fitted: error = (moesim -
+device table at the time of the run): ``nvfp4``, ``mxfp8`` and ``int8`` W8A8 kernels,
+an ``int8`` weight-only kernel, an FP8 KV cache's throughput under load. Nothing is fitted: error = (moesim -
 published) / published.
 """
 
@@ -202,6 +205,34 @@ def e2e_rows(folder: Path) -> list[list[str]]:
     return rows
 
 
+# ------------------------------------------------------------------------ KV cache
+#: vLLM's log for Qwen3-0.6B on A100 with the FlashInfer backend, BF16 KV: "Available KV
+#: cache memory: 69.66 GiB", "GPU KV cache size: 652,144 tokens"; FP8 KV: "the available
+#: concurrency doubles" (vllm-project/vllm PR #24577, mgoin's comment of 2025-09-10)
+VLLM_KV_GIB, VLLM_KV_TOKENS = 69.66, 652_144
+
+
+def kv_rows() -> list[list[str]]:
+    import dataclasses
+
+    from moesim.model.presets import PRESETS
+    from moesim.serve.kv import kv_bytes_per_token
+    # Qwen3-0.6B (huggingface.co/Qwen/Qwen3-0.6B config.json): 28 layers, hidden 1024,
+    # 16 query heads, 8 KV heads of 128
+    spec = dataclasses.replace(PRESETS["qwen3-32b"], name="qwen3-0.6b", layers=28,
+                               hidden=1024, heads=16, kv_heads=8, head_dim=128,
+                               dense_ffn=3072, tied_embeddings=True)
+    rows = []
+    for dtype, nbytes in (("bf16", 2), ("fp8", 1)):
+        tokens = VLLM_KV_GIB * 2 ** 30 / kv_bytes_per_token(spec, nbytes)
+        want = VLLM_KV_TOKENS * (1 if nbytes == 2 else 2)
+        rows.append([f"serve.kv_dtype: {dtype}", "Qwen3-0.6B, A100, 69.66 GiB of KV cache",
+                     f"{want:,} tokens" + (" (2x BF16's)" if nbytes == 1 else ""),
+                     f"{tokens:,.0f} tokens ({kv_bytes_per_token(spec, nbytes):,} B each)",
+                     err(tokens, want)])
+    return rows
+
+
 def table(header: list[str], rows: list[list[str]]) -> str:
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     return "\n".join([*lines, *("| " + " | ".join(r) + " |" for r in rows)])
@@ -211,6 +242,7 @@ def main(argv=None) -> int:
     argparse.ArgumentParser(description=__doc__.splitlines()[0]).parse_args(argv)
     t0 = time.perf_counter()
     kernels = [*marlin_rows(), *te_rows(), deepgemm_row(), *sparse_rows()]
+    kv = kv_rows()
     with tempfile.TemporaryDirectory() as tmp:
         steps = e2e_rows(Path(tmp))
     blackwell = sorted(n for n, d in DEVICES.items() if d.peak_fp4_flops > 0)
@@ -219,6 +251,7 @@ def main(argv=None) -> int:
         kernels=table(["mode", "kernel", "published", "moesim", "error", "priced by"],
                       kernels),
         steps=table(["mode", "step", "published", "moesim", "error"], steps),
+        kv=table(["mode", "cache", "published", "moesim", "error"], kv),
         blackwell=", ".join(blackwell) or "none", int8=", ".join(int8) or "none"))
     print(f"wall time {time.perf_counter() - t0:.1f} s")
     return 0
@@ -255,12 +288,22 @@ The FP8 per-tensor row is slower than BF16 in torchao, which quantises each acti
 on the fly (an amax reduction and a cast per GEMM) and runs a one-row FP8 GEMM that is
 not bound by its weight bytes; moesim prices neither and gives the byte ratio.
 
+## KV cache
+
+{kv}
+
+The tokens a KV budget holds, from moesim's bytes per token (the serving memory table's
+KV line); vLLM rounds its cache to whole blocks of 16 tokens. An FP8 KV cache halves
+the bytes per token and the bytes decode attention reads.
+
 ## Not reproduced
 
 NVFP4, MXFP8 and INT8 W8A8 need a device peak (devices with an FP4 peak at this run:
 {blackwell}; with an INT8 peak: {int8}); no per-shape published figure of those kernels,
 or of INT8 weight-only GEMMs, was found to check against, so they are priced on the
-roofline and counted so."""
+roofline and counted so. An FP8 KV cache's serving throughput under load (SGLang PR #1204:
+Llama-2-13B on A100, 7.04 -> 8.30 req/s) needs a load run of the same traffic, not done
+here."""
 
 
 if __name__ == "__main__":
