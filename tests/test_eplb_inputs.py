@@ -137,3 +137,18 @@ def test_redundant_experts_with_deepep_normal_kernels_are_refused(capsys, tmp_pa
     p = tmp_path / "s.yaml"
     p.write_text(yaml.safe_dump(data, sort_keys=False))
     _refused(capsys, p, "routing.placement.redundant", "DeepEP's normal kernels", "got 8")
+
+
+def test_the_shipped_sample_load_file_replicates_expert_3():
+    # scenarios/loads/hot-expert-sglang.csv: SGLang's form, 4 layers x 8 experts. Layer 0:
+    # expert 3 has 52538, the others 11070 .. 11307. Per replica 52538 / 4 = 13134 > 11307
+    # but / 5 = 10508 < 11247: expert 3 takes 4 of the 8 redundant slots, the 4 heaviest
+    # others (5: 11307, 6: 11300, 4: 11257, 7: 11247) one each
+    arr, sparse = read_loads(REPO / "scenarios" / "loads" / "hot-expert-sglang.csv", "s")
+    assert sparse and arr.shape == (4, 8)
+    assert arr[0].tolist() == [11220, 11133, 11070, 52538, 11257, 11307, 11300, 11247]
+    res = resolve_path("hot-expert", ["routing.placement={kind: eplb, redundant: 8, "
+                                      "loads: loads/hot-expert-sglang.csv}"])
+    plan = Builder(res, 0).routes.placement.plan
+    assert plan.logcnt[0].tolist() == [1, 1, 1, 5, 2, 2, 2, 2]
+    assert plan.logcnt[:, 3].tolist() == [5] * 4
