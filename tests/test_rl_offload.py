@@ -98,3 +98,21 @@ def test_offload_on_disaggregated_pools_is_refused_in_one_line(tmp_path):
         resolve_rl(scenario(tmp_path, train={**RL["train"], "offload": "nemo"}))
     assert str(e.value).startswith(f"{tmp_path / 'rl.yaml'}: rl.train.offload: expected none "
                                    "for disaggregated pools")
+
+
+def test_the_toy_models_host_moves_by_hand(tmp_path):
+    """The toy (60,041,728 parameters) colocated on 8 GPUs, trainer EP8 with ZeRO 0: a
+    trainer GPU holds 38,021,632 parameters (tests/test_rl_v03.py works it out), so
+    weights 2 x 38,021,632 = 76,043,264 bytes and optimizer states 12 x 38,021,632 =
+    456,259,584 (no sharding); an engine GPU (TP1 EP1) holds the whole model,
+    2 x 60,041,728 = 120,083,456 bytes. Refit = (456,259,584 + 120,083,456 +
+    76,043,264) / 64e9 s; a step moves each twice: 1,304,772,608 bytes."""
+    from moesim.rl.offload import setup_moves
+
+    colo = {"colocated": True, "rollout": {"gpus": 8, "tp": 1, "ep": 1},
+            "train": {**RL["train"], "offload": "nemo"}, "weight_sync": {"method": "ipc"}}
+    m = setup_moves(resolve_rl(scenario(tmp_path, **colo)), PCIE_Bps)
+    assert (m.weights_bytes, m.optimizer_bytes, m.engine_bytes) == (
+        76_043_264, 456_259_584, 120_083_456)
+    assert m.refit_s == (456_259_584 + 120_083_456 + 76_043_264) / 64e9
+    assert m.bytes_per_step == 1_304_772_608

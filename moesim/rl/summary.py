@@ -166,9 +166,22 @@ def text_summary(summary: dict, det: dict) -> str:
         f"{ws['copy_s']:.2f} s + {ws['tensors']:,} tensors x software "
         f"{ws['software_s']:.2f} s; {ws['param_bytes'] / 1e9:.2f} GB into each replica",
         *refit_line(ws),
+        *moves_line(det.get("host_moves")),
         fit_line(summary.get("fit", {})),
     ]
     return "\n".join(lines)
+
+
+def moves_line(m: dict | None) -> list[str]:
+    """The colocated host moves (``rl.train.offload: nemo``), else nothing."""
+    if not m:
+        return []
+    return [f"  host moves per GPU: {m['bytes_per_step'] / 1e9:.1f} GB a step (weights "
+            f"{m['weights_bytes'] / 1e9:.2f} GB, optimizer states "
+            f"{m['optimizer_bytes'] / 1e9:.2f} GB, engine {m['engine_bytes'] / 1e9:.2f} GB "
+            f"each way): vLLM sleep {m['engine_sleep_s']:.2f} s, log-prob prep "
+            f"{m['logprob_prep_s']:.2f} s, training prep {m['train_prep_s']:.2f} s, refit "
+            f"{m['refit_s']:.2f} s"]
 
 
 def refit_line(ws: dict) -> list[str]:
