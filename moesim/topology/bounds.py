@@ -1,5 +1,5 @@
 """Sanity bounds on the numbers a topology is made of, and the largest cluster this
-simulator builds.
+simulator builds (measured, see MAX_GPUS).
 
 These are not hardware figures: they keep a typo (``1e300``, a missing decimal
 point) from reaching the flow solver, where it would overflow float arithmetic or
@@ -19,13 +19,23 @@ from moesim.errors import InputError
 MAX_LINK_GBPS = 1e9
 #: Largest per-link latency accepted, µs: one second (10^6 µs) per hop.
 MAX_LINK_LATENCY_US = 1e6
-#: Most GPUs a topology may have (nodes x GPUs per node). Measured with the fast path
-#: (the cheaper engine) on a 4-layer, 4-micro-batch slice of DeepSeek-V3 on a shared
-#: 2-core machine: 2,048 GPUs 4.8 s and 0.29 GB (docs/fast-path.md), 4,096 GPUs 10.4 s
-#: and 0.43 GB, 8,192 GPUs 38.9 s and 1.35 GB: time and memory grow about 3x per
-#: doubling, so beyond 8,192 GPUs even a small slice takes minutes and several GB, and
-#: a full model hours (docs/scenarios.md, "Size limits").
-MAX_GPUS = 8192
+#: Most GPUs a topology may have (nodes x GPUs per node, or GPU nodes of an explicit
+#: graph): 2^17. Measured on a shared 2-core machine (benchmarks/bench_topology_scale.py,
+#: docs/results/topology-scale.md), building the graph, link arrays and structural
+#: router of a three-tier rail-optimized fabric grows linearly with the GPUs:
+#: superpod-h100-16k (16,384 GPUs, 139,264 links) 1.0 s CPU and 0.16 GB of Python heap,
+#: 32,768 GPUs 2.0 s and 0.32 GB, superpod-h100-100k (100,000 GPUs, 1,107,520 links)
+#: 5.4 s and 0.87 GB (1.0 GB resident), 131,072 GPUs 7.3 s and 1.2 GB. The topology is
+#: no longer what limits a step: past 2^17 GPUs nothing (layout, routing statistics,
+#: engines) has been measured, so a larger cluster is refused rather than left to run
+#: for an unknown time (docs/scenarios.md, "Size limits").
+MAX_GPUS = 131072
+#: Most GPUs of a topology routed by graph search (explicit graphs, PCIe trees, NICs on
+#: PCIe switches: moesim.topology.link_routing.GraphRouter, one Dijkstra per
+#: destination): on the 8,192-GPU dgx-h100 fabric (114,688 links) one destination's tree
+#: took 36 ms CPU on the shared 2-core machine, so a step that reaches every GPU builds
+#: 8,192 trees in about 5 minutes; twice the GPUs (and links) would take four times that.
+MAX_SEARCHED_GPUS = 8192
 
 
 def _number(v: Any) -> bool:
@@ -54,9 +64,12 @@ def check_efficiency(v: Any, source: str, field: str) -> float:
     return float(v)
 
 
-def check_gpus(n_gpus: int, source: str, field: str, got: Any) -> None:
-    """Refuse a cluster over MAX_GPUS before it is built."""
-    if n_gpus > MAX_GPUS:
-        raise InputError(source, field, f"at most {MAX_GPUS} GPUs in the cluster ({n_gpus} "
-                         "asked: beyond that one simulated step needs more time and memory "
-                         "than one machine has; docs/scenarios.md, Size limits)", got)
+def check_gpus(n_gpus: int, source: str, field: str, got: Any, searched: bool = False) -> None:
+    """Refuse a cluster over MAX_GPUS (MAX_SEARCHED_GPUS when routed by graph search)
+    before it is built."""
+    limit = MAX_SEARCHED_GPUS if searched else MAX_GPUS
+    if n_gpus > limit:
+        why = ("routes found by graph search, one per destination" if searched
+               else "the largest cluster whose cost was measured")
+        raise InputError(source, field, f"at most {limit} GPUs in the cluster ({n_gpus} "
+                         f"asked: {why}; docs/scenarios.md, Size limits)", got)

@@ -15,9 +15,9 @@ from matplotlib.path import Path as MplPath
 from moesim.topology.graph import Topology
 
 #: layer (y) of each node kind
-LAYER = {"spine": 5, "leaf": 4, "nic": 3, "gpu": 2, "nvswitch": 1, "pcie_switch": 1, "cpu": 0}
+LAYER = {"core": 6, "spine": 5, "leaf": 4, "nic": 3, "gpu": 2, "nvswitch": 1, "pcie_switch": 1, "cpu": 0}
 NODE_COLOR = {"gpu": "#76b900", "nvswitch": "#1f77b4", "pcie_switch": "#9467bd", "cpu": "#8c564b",
-              "nic": "#ff7f0e", "leaf": "#17becf", "spine": "#d62728"}
+              "nic": "#ff7f0e", "leaf": "#17becf", "spine": "#d62728", "core": "#e377c2"}
 LINK_COLOR = {"nvlink": "#1f77b4", "pcie": "#9467bd", "ib": "#ff7f0e", "ethernet": "#2ca02c",
               "cpu": "#8c564b"}
 MAX_LABELS = 90  # above this many nodes, labels would overlap

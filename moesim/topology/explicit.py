@@ -18,7 +18,12 @@ from typing import Any
 import networkx as nx
 
 from moesim.errors import InputError
-from moesim.topology.bounds import MAX_GPUS, check_bandwidth, check_efficiency, check_latency
+from moesim.topology.bounds import (
+    MAX_SEARCHED_GPUS,
+    check_bandwidth,
+    check_efficiency,
+    check_latency,
+)
 from moesim.topology.graph import NODE_KINDS
 from moesim.units import gbps_to_Bps, us_to_s
 
@@ -48,9 +53,10 @@ def _add_nodes(g: nx.DiGraph, nodes: Any, source: str) -> None:
     if not isinstance(nodes, list) or not nodes:
         raise InputError(source, "nodes", "a non-empty list of {id, kind} mappings", nodes)
     gpus = sum(1 for item in nodes if isinstance(item, dict) and item.get("kind") == "gpu")
-    if gpus > MAX_GPUS:
-        raise InputError(source, "nodes", f"at most {MAX_GPUS} GPUs (the most one machine "
-                         "simulates; docs/scenarios.md, Size limits)", gpus)
+    if gpus > MAX_SEARCHED_GPUS:
+        raise InputError(source, "nodes", f"at most {MAX_SEARCHED_GPUS} GPUs (an explicit "
+                         "graph is routed by search, one per destination; docs/scenarios.md, "
+                         "Size limits)", gpus)
     count: dict[int, int] = {}
     for n, item in enumerate(nodes):
         where = f"nodes[{n}]"

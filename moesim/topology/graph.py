@@ -19,7 +19,7 @@ import numpy as np
 
 from moesim.units import Bps_to_gbps, s_to_us
 
-NODE_KINDS = ("gpu", "nvswitch", "pcie_switch", "cpu", "nic", "leaf", "spine")
+NODE_KINDS = ("gpu", "nvswitch", "pcie_switch", "cpu", "nic", "leaf", "spine", "core")
 
 #: route() results kept per topology before the cache is cleared (memory bound)
 ROUTE_CACHE_MAX = 1 << 21

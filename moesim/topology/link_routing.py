@@ -23,7 +23,9 @@ passes through one (unless a topology sets ``gpu_transit``); the relay GPU of
 per destination, run lazily and cached). :class:`ClusterRouter` computes the same
 paths from the structure of :func:`moesim.topology.builders.build_cluster`
 (NVSwitch or no intra-host links, one NIC per GPU) without any search, for
-thousands of GPUs. Tests check that both give identical routes.
+a hundred thousand GPUs: leaf, spine and (with pods) core tiers, ECMP at the leaf among
+its pod's spines and at the spine among its plane's cores. Tests check that both give
+identical routes.
 """
 
 from __future__ import annotations
@@ -198,11 +200,27 @@ class ClusterRouter:
                      for h, nics in enumerate(index.nic)]
         self._l2n = [[lid[(index.leaf[index.leaf_of(h, k)], nic)] for k, nic in enumerate(nics)]
                      for h, nics in enumerate(index.nic)]
-        self._l2s = [[lid[(leaf, sp)] for sp in index.spine] for leaf in index.leaf]
-        self._s2l = [[lid[(sp, leaf)] for leaf in index.leaf] for sp in index.spine]
+        spp, cpp = spec.spines_per_pod, spec.cores_per_plane
+        self._spp, self._cpp = spp, cpp
+        pod = [index.pod_of_leaf(i) for i in range(len(index.leaf))]
+        first: list[int] = []  # pod -> its first leaf (a pod's leaves are consecutive)
+        for i, p in enumerate(pod):
+            if p == len(first):
+                first.append(i)
+        ends = first[1:] + [len(pod)]
+        self._pod, self._first = pod, first
+        # leaf -> the spines of its pod; spine (pod * spp + k) -> the leaves of its pod
+        self._l2s = [[lid[(leaf, sp)] for sp in index.spine[pod[i] * spp:(pod[i] + 1) * spp]]
+                     for i, leaf in enumerate(index.leaf)]
+        self._s2l = [[lid[(sp, leaf)] for leaf in index.leaf[first[j // spp]:ends[j // spp]]]
+                     for j, sp in enumerate(index.spine)] if spp else []
+        # spine -> the cores of its plane; core (k * cpp + m) -> spine k of every pod
+        self._s2c = [[lid[(sp, c)] for c in index.core[(j % spp) * cpp:(j % spp + 1) * cpp]]
+                     for j, sp in enumerate(index.spine)] if cpp else []
+        self._c2s = [[lid[(c, index.spine[p * spp + ci // cpp])] for p in range(spec.n_pods)]
+                     for ci, c in enumerate(index.core)] if cpp else []
         self._leaf = [[index.leaf_of(h, k) for k in range(len(nics))]
                       for h, nics in enumerate(index.nic)]
-        self._n_spines = len(index.spine)
         self._nvswitch = spec.intra == "nvswitch"
 
     def _fabric(self, a: int, i: int, b: int, j: int, src: str, dst: str, key: int,
@@ -213,9 +231,18 @@ class ClusterRouter:
         la, lb = self._leaf[a][ka], self._leaf[b][kb]
         if la == lb:
             return [self._g2n[a][i], self._n2l[a][ka], self._l2n[b][kb], self._n2g[b][j]]
-        k = ecmp_pick(self._n_spines, _label(src, dst, key), self._ix.leaf[la]) if ecmp else 0
-        return [self._g2n[a][i], self._n2l[a][ka], self._l2s[la][k], self._s2l[k][lb],
-                self._l2n[b][kb], self._n2g[b][j]]
+        label = _label(src, dst, key)
+        k = ecmp_pick(self._spp, label, self._ix.leaf[la]) if ecmp else 0
+        pa, pb = self._pod[la], self._pod[lb]
+        sa = pa * self._spp + k
+        if pa == pb:
+            mid = [self._l2s[la][k], self._s2l[sa][lb - self._first[pb]]]
+        else:  # up to a core of plane k, down through spine k of the other pod
+            m = ecmp_pick(self._cpp, label, self._ix.spine[sa]) if ecmp else 0
+            sb = pb * self._spp + k
+            mid = [self._l2s[la][k], self._s2c[sa][m], self._c2s[k * self._cpp + m][pb],
+                   self._s2l[sb][lb - self._first[pb]]]
+        return [self._g2n[a][i], self._n2l[a][ka], *mid, self._l2n[b][kb], self._n2g[b][j]]
 
     def _direct(self, a: int, i: int, b: int, j: int, src: str, dst: str, key: int,
                 ecmp: bool) -> list[int]:

@@ -122,7 +122,7 @@ def parse_topology(data: dict[str, Any], source: str, routing: str | None = None
         merged = {**file_params, **params}
         spec = cluster_spec(builder, merged, source)
         graph, index = build_cluster(spec)
-        structural = spec.intra in ("nvswitch", "none") and spec.nic_attach == "gpu"
+        structural = spec.structural
 
         def factory(g: Any, link_id: dict[tuple[str, str], int]) -> Any:
             if structural:
@@ -131,6 +131,7 @@ def parse_topology(data: dict[str, Any], source: str, routing: str | None = None
 
         topo = Topology(name, graph, routing, factory, source=source, params=merged)
         gpu_transit = False
+        connected = spec.connected  # by construction: no reachability search needed
     elif "nodes" in data or "links" in data:
         extra = set(data) - _EXPLICIT_KEYS
         if extra:
@@ -146,6 +147,7 @@ def parse_topology(data: dict[str, Any], source: str, routing: str | None = None
         graph = build_explicit(data, source)
         topo = Topology(name, graph, routing,
                         lambda g, _ids: GraphRouter(g, routing, gpu_transit), source=source)
+        connected = False
     else:
         raise InputError(source, "builder", "a builder name (preset) or nodes and links "
                          "(explicit graph)", None)
@@ -153,7 +155,7 @@ def parse_topology(data: dict[str, Any], source: str, routing: str | None = None
     if device is not None and not isinstance(device, str):
         raise InputError(source, "device", "a device name (moesim.compute.devices), e.g. H100", device)
     topo.device = device
-    bad = find_unreachable(topo.graph, topo.gpus, gpu_transit)
+    bad = None if connected else find_unreachable(topo.graph, topo.gpus, gpu_transit)
     if bad is not None:
         raise InputError(source, "links", "a path between every pair of GPUs",
                          f"no path from {bad[0]} to {bad[1]}")
