@@ -52,7 +52,8 @@ def test_deferred_whole_bytes_equal_call_by_call_adds():
     calls = [rng.integers(0, 10_000, (16, 16)).astype(float) * 7472 for _ in range(20)]
     lazy = LinkBytes(topo, gpus, hosts)
     eager = np.zeros(len(topo.link_names))
-    pair, link = lazy._pair_links(group)
+    pair, local, ids = lazy._pair_links(group)
+    link = ids[local]
     for m in calls:
         lazy.a2a(group, m)
         eager += np.bincount(link, weights=m.ravel()[pair], minlength=len(eager))

@@ -102,7 +102,7 @@ _RULES: dict[str, tuple[str, Any]] = {
     "memory.recompute_num_layers": ("pos", None),
     "engine.mode": ("choice", ENGINE_MODES), "engine.replicas": ("choice", REPLICA_MODES),
     "engine.coalesce_rtol": ("unit", None),
-    "engine.workers": ("optpos", None),
+    "engine.workers": ("optpos", None), "engine.sampled_replicas": ("optpos", None),
     "routing.dispatch_dtype": ("choice", DTYPES), "routing.combine_dtype": ("choice", DTYPES),
     "routing.a2a_algo": ("choice", ("direct", "hierarchical")),
 }

@@ -226,7 +226,7 @@ MEMORY_OMIT_DEFAULTS = {"attention": "fused", "grad_dtype": "bf16", "param_dtype
 
 
 ENGINE_MODES = ("exact", "fast")
-REPLICA_MODES = ("independent", "identical")
+REPLICA_MODES = ("independent", "identical", "sampled")
 
 
 @dataclass(frozen=True)
@@ -235,6 +235,7 @@ class EngineConfig:
 
     mode: str = "exact"               # exact (simpy + flow network) | fast (analytical lockstep)
     replicas: str = "independent"     # identical: DP replicas share token samples; one is simulated
+    sampled_replicas: int | None = None  # sampled: DP replicas simulated (None: automatic rule)
     coalesce_rtol: float = 0.0        # flow finishes within this fraction of their age coalesce (0 = exact)
     workers: int | None = None        # fast path: processes for its chains (None: auto; docs/fast-path.md)
 
@@ -289,6 +290,8 @@ class Scenario:
                 del out["memory"][k]
         # processes change how fast, not what (moesim.engine.fast.workers): not echoed
         out["engine"].pop("workers")
+        if out["engine"].get("sampled_replicas") is None:   # echoed only when set
+            out["engine"].pop("sampled_replicas")
         r = out["routing"]
         out["routing"] = {**r["policy"], "dispatch_dtype": r["dispatch_dtype"],
                           "combine_dtype": r["combine_dtype"], "a2a_algo": r["a2a_algo"]}

@@ -189,17 +189,17 @@ def gradient_phase(res, rings: RingCost, timer, stages: dict[int, dict], step_hi
     busy_of: dict[tuple[int, ...], list[tuple[float, float]]] = {}
 
     def run_coll(kind, name_op, grp_kind, ranks_s, ready_at, nbytes_of, tag):
-        done = {}
-        for r in ranks_s:
-            g = lay.group_of(int(r), grp_kind)
-            if g in done:
+        covered: set[int] = set()     # members of the groups run: each group once, in order
+        for r in np.asarray(ranks_s).tolist():
+            if r in covered:
                 continue
+            g = lay.group_of(r, grp_kind)
+            covered.update(g)
             nbytes = nbytes_of
             if len(g) < 2 or nbytes <= 0:
-                done[g] = None
                 continue
-            done[g] = group_collective(g, kind, name_op, nbytes, ready_at, ready_cf, busy,
-                                       busy_of, rings, tails, links)
+            group_collective(g, kind, name_op, nbytes, ready_at, ready_cf, busy,
+                             busy_of, rings, tails, links)
     for _s, ranks, lb, end, bks in per_stage:
         for layer, d_b, e_b in bks:
             ready = np.zeros(world)

@@ -307,12 +307,17 @@ def dual_gradient_phase(res, b, rings, timer, stages: dict[int, dict], links=Non
         return hit
 
     def run_coll(kind, name_op, ranks, ready_at, nbytes, st, gk) -> None:
-        done = set()
-        for r in ranks:
-            g = group(int(r), st, gk)
-            if g in done or len(g) < 2 or nbytes <= 0:
+        # every member of a group has that group (the union over the stage's holders
+        # of the DP or EDP groups of the same coordinates): members of a group already
+        # run are skipped, so the groups are found once each, in the same order
+        covered: set[int] = set()
+        for r in ranks.tolist():
+            if r in covered:
                 continue
-            done.add(g)
+            g = group(r, st, gk)
+            covered.update(g)
+            if len(g) < 2 or nbytes <= 0:
+                continue
             group_collective(g, kind, name_op, nbytes, ready_at, ready_cf, busy, busy_of,
                              rings, tails, links)
 

@@ -457,20 +457,26 @@ def _finish(res, ctx, b, pool, stash, chains, copies, want, progress, dedup, mod
     step = float(max(finish.max(initial=0.0), send_end.max(initial=0.0)))
     rows = []
     keep = set(kept["ranks"])
+    # a tail's breakdown depends on its spans' kinds, streams and times only: ranks with
+    # the same tail (replicas, members of one DP group) share one computation
+    tail_rows: dict[tuple, dict[str, float]] = {}
     for r in range(world):
         tail = list(tails[r])
         if send_end[r] > end[r]:
             tail.append(("pp", float(end[r]), float(send_end[r]), "pp", -1))
         tail = [(k, max(a, float(end[r])), e, st, w) for k, a, e, st, w in tail]
-        tspans = _spans_of(tail, r)
-        row = rank_breakdown(tspans, step)
+        key = tuple((k, a, e, st) for k, a, e, st, _ in tail if e > a)
+        hit = tail_rows.get(key)
+        if hit is None:
+            hit = tail_rows[key] = rank_breakdown(_spans_of(tail, r), step)
+        row = dict(hit)
         pipe = {k: float(acc[k][r]) for k in acc}
         row["idle"] += max(0.0, float(end[r]) - sum(pipe.values())) - float(end[r])
         for k, v in pipe.items():
             row[k] += v
         rows.append(row)
         if r in keep:
-            spans += tspans
+            spans += _spans_of(tail, r)
     spans.sort(key=lambda s: (s.rank, s.start_s, s.end_s))
     summary = summarize(res, plan, rows, step)
     summary["engine"] = "fast"

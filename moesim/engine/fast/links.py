@@ -43,9 +43,11 @@ class LinkBytes:
         # of bytes and all of them together stay below 2**53, float64 sums are exact in
         # any order, so the counters come out bit for bit as if added call by call.
         self._pending: dict[tuple[int, ...], np.ndarray] = {}
-        self._whole_total = 0.0     # bytes counted so far, while all whole
+        self._whole_total = 0.0     # bytes held back so far (this run of held sums)
+        self._runs = 0              # runs of held sums put on the links at 2**53 bytes
         self._sends: dict[tuple, float] = {}     # pipeline sends, likewise
         self._send_paths: dict[tuple, tuple[list, int]] = {}
+        self._send_links: dict[tuple, np.ndarray] = {}   # sends added at once: their links
         self._fractional = False    # a count with a fraction of a byte was added
 
     @property
@@ -57,10 +59,7 @@ class LinkBytes:
     def _flush(self) -> None:
         for g, m in self._pending.items():
             for c in self._copy_of[g]:
-                pair, link = self._pair_links(c)
-                if len(pair):
-                    self._bytes += np.bincount(link, weights=m.ravel()[pair],
-                                               minlength=len(self._bytes))
+                self._add_matrix(c, m)
         self._pending.clear()
         for key, b in self._sends.items():
             for path in self._send_paths[key][0]:
@@ -73,7 +72,7 @@ class LinkBytes:
         process counts from zero, and :meth:`merge` adds its :meth:`export` here."""
         self._bytes = np.zeros(len(self._bytes))
         self._pending, self._sends = {}, {}
-        self._whole_total, self._fractional = 0.0, False
+        self._whole_total, self._fractional, self._runs = 0.0, False, 0
 
     def export(self) -> dict | None:
         """The counts since :meth:`restart`, while every one was a whole number of bytes
@@ -88,7 +87,7 @@ class LinkBytes:
         """Add another counter's :meth:`export` as if its calls had been made here, after
         this counter's own: exact while both hold only whole bytes below 2**53 in all
         (every sum is then exact in any order). False, adding nothing, otherwise."""
-        if (part is None or self._fractional
+        if (part is None or self._fractional or self._runs
                 or self._whole_total + part["total"] >= _EXACT_SUM):
             return False
         for g, m, copies in part["pending"]:
@@ -115,8 +114,9 @@ class LinkBytes:
             hit = self._copy_of[key] = [g, *(tuple(m[e] for m in ms) for e in range(n))]
         return hit
 
-    def _pair_links(self, group: tuple[int, ...]) -> tuple[np.ndarray, np.ndarray]:
-        """(flat pair index i*n+j, link id) of every hop of every ordered pair."""
+    def _pair_links(self, group: tuple[int, ...]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(flat pair index i*n+j, position of its link in ``links``, ``links``: the
+        distinct link ids) of every hop of every ordered pair."""
         hit = self._pairs.get(group)
         if hit is None:
             n = len(group)
@@ -127,9 +127,18 @@ class LinkBytes:
                         path = self.topo.route(self.gpus[a], self.gpus[b])
                         pair += [i * n + j] * len(path)
                         link += list(path)
+            ids, local = np.unique(np.asarray(link, dtype=np.int64), return_inverse=True)
             hit = self._pairs[group] = (np.asarray(pair, dtype=np.int64),
-                                        np.asarray(link, dtype=np.int64))
+                                        local.ravel().astype(np.int64), ids)
         return hit
+
+    def _add_matrix(self, group: tuple[int, ...], m: np.ndarray) -> None:
+        """Add all-to-all matrix ``m`` of ``group`` onto its links: per link the sum of
+        its hops' bytes in hop order, then added to the link's count (as a bincount over
+        every link would, touching only the group's links)."""
+        pair, local, ids = self._pair_links(group)
+        if len(pair):
+            self._bytes[ids] += np.bincount(local, weights=m.ravel()[pair], minlength=len(ids))
 
     def a2a(self, group: Sequence[int], matrix: np.ndarray, algo: str = "direct") -> None:
         """A direct all-to-all-v (``matrix[i, j]`` bytes from member i to j), or its
@@ -151,10 +160,7 @@ class LinkBytes:
         self._flush()
         for g in copies:
             if algo == "direct":
-                pair, link = self._pair_links(g)
-                if len(pair):
-                    self._bytes += np.bincount(link, weights=m.ravel()[pair],
-                                               minlength=len(self._bytes))
+                self._add_matrix(g, m)
             else:
                 self._fractional = True
                 for ph in expand("all_to_all_v", g, 0.0, algo=algo, matrix=m,
@@ -164,17 +170,30 @@ class LinkBytes:
 
     def _defer(self, m: np.ndarray, copies: int) -> bool:
         """Whether ``m`` (counted ``copies`` times) may wait in ``_pending``: whole
-        non-negative bytes, nothing fractional counted before, all counts together
-        below 2**53 (then every partial sum on a link is exact). Otherwise the pending
-        sums go onto the links first, and the caller adds ``m`` at once."""
-        if not self._fractional and m.size and m.min() >= 0:
-            total = self._whole_total + float(m.sum()) * copies
-            if total < _EXACT_SUM and np.array_equal(m, np.trunc(m)):
-                self._whole_total = total
-                return True
+        non-negative bytes, nothing fractional counted before, room in the run of held
+        sums (:meth:`_room`). Otherwise the pending sums go onto the links first, and the
+        caller adds ``m`` at once."""
+        if (not self._fractional and m.size and m.min() >= 0
+                and np.array_equal(m, np.trunc(m)) and self._room(float(m.sum()) * copies)):
+            return True
         self._flush()
         self._fractional = True    # from here on every call adds at once
         return False
+
+    def _room(self, nbytes: float) -> bool:
+        """Whether ``nbytes`` more whole bytes may be held back: while all held bytes
+        stay below 2**53 (every sum exact in any order); past that, what is held goes
+        onto the links and a new run of held sums starts (beyond 2**53 bytes no order of
+        adds is exact; adding call by call would cost a pass per mirror and call)."""
+        if self._whole_total + nbytes < _EXACT_SUM:
+            self._whole_total += nbytes
+            return True
+        if nbytes >= _EXACT_SUM:
+            return False
+        self._flush()
+        self._runs += 1
+        self._whole_total = nbytes
+        return True
 
     def _summed_send(self, key: tuple, pairs, nbytes: float) -> bool:
         """Whole-byte sends are summed per ``key`` until read, their paths (of the
@@ -186,10 +205,8 @@ class LinkBytes:
         if hit is None:
             paths = [self.topo.route(self.gpus[s], self.gpus[d]) for s, d in pairs()]
             hit = self._send_paths[key] = (paths, sum(len(p) for p in paths))
-        total = self._whole_total + nbytes * hit[1]
-        if total >= _EXACT_SUM:
+        if not self._room(nbytes * hit[1]):
             return False
-        self._whole_total = total
         self._sends[key] = self._sends.get(key, 0.0) + nbytes
         return True
 
@@ -209,11 +226,21 @@ class LinkBytes:
         if not self.enabled:
             return
         key = (tuple(src), tuple(dst))
-        if self._summed_send(key, lambda: [c for x, y in zip(*key, strict=True)
-                                           for c in self._copies((x, y))], nbytes):
+        pairs = lambda: [c for x, y in zip(*key, strict=True)  # noqa: E731
+                         for c in self._copies((x, y))]
+        if self._summed_send(key, pairs, nbytes):
             return
-        for x, y in zip(src, dst, strict=True):
-            self.p2p(x, y, nbytes)
+        if nbytes > 0:     # every pair's (and mirror's) path, in order: as p2p one by one
+            hit = self._send_links.get(key)
+            if hit is None:
+                hit = self._send_links[key] = np.asarray(
+                    [lk for s, d in pairs() for lk in self.topo.route(self.gpus[s],
+                                                                      self.gpus[d])],
+                    dtype=np.int64)
+            if not self._fractional:
+                self._flush()
+                self._fractional = True
+            np.add.at(self._bytes, hit, nbytes)     # unbuffered: each add in turn
 
     def collective(self, op: str, group: Sequence[int], nbytes: float,
                    algo: str | None = None, mirrored: bool = False) -> None:
@@ -278,8 +305,8 @@ class LinkBytes:
         if nbytes > 0:
             path = self.topo.route(self.gpus[src], self.gpus[dst])
             total = self._whole_total + nbytes * len(path)
-            if self._fractional or nbytes != int(nbytes) or total >= _EXACT_SUM:
-                self._flush()
+            if not self._fractional and (nbytes != int(nbytes) or total >= _EXACT_SUM):
+                self._flush()      # (once fractional, nothing is pending any more)
                 self._fractional = True
             self._whole_total = total
             for lk in path:
