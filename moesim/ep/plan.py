@@ -59,6 +59,16 @@ DISPATCH_CHUNKS = {2: (24, 6), 4: (6, 6), 8: (6, 6), 16: (36, 20), 24: (32, 8), 
 COMBINE_CHUNKS = {2: (10, 6), 4: (9, 6), 8: (4, 6), 16: (4, 12), 24: (1, 8), 32: (1, 8),
                   48: (1, 8), 64: (1, 8), 96: (1, 8), 128: (1, 8), 144: (2, 8), 160: (2, 8)}
 
+#: NVLink peers DeepEP's normal (V1) kernels take: EP ranks r // 8 share NVLink buffers
+#: and the rest is RDMA through the NIC (deepseek-ai/DeepEP dd758ca, csrc/legacy/buffer.hpp:
+#: ``LEGACY_NUM_MAX_NVL_PEERS == 8``, ``rdma_rank = rank / LEGACY_NUM_MAX_NVL_PEERS``; the
+#: internode kernels send with ``nvshmemi_ibgda_put_nbi_warp``, csrc/kernels/legacy/
+#: internode.cu). A larger NVLink domain (GB200 NVL72) is not one "node" to them: "the current
+#: normal kernels limits the number of GPUs per node to 8, the normal mode doesn't support
+#: GB200 yet" (DeepEP issue #392); the low-latency kernels reach every peer of the domain over
+#: NVLink (``nvshmemi_get_p2p_ptr``, internode_ll.cu, with ``allow_mnnvl``).
+NUM_MAX_NVL_PEERS = 8
+
 Flow = tuple[int, int, float]
 
 
@@ -158,6 +168,17 @@ def check_kernel(op: str, kernel: str, sms: int, source: str = "command line",
         # internode.cu: num_channels = num_sms / 2; legacy.py set_num_sms: "must be even"
         raise InputError(source, prefix + "sms", "an even number of SMs >= 2 (2 SMs per channel)",
                          sms)
+
+
+def check_nvl_peers(kernel: str, ranks_per_node: int, source: str = "command line",
+                    field: str = "--kernel") -> None:
+    """InputError when DeepEP's normal kernels would need more than
+    :data:`NUM_MAX_NVL_PEERS` EP ranks in one NVLink domain (an NVL72 rack)."""
+    if kernel == "deepep" and ranks_per_node > NUM_MAX_NVL_PEERS:
+        raise InputError(source, field, "deepep-ll or nccl for an EP group with more than "
+                         f"{NUM_MAX_NVL_PEERS} GPUs in one NVLink domain (DeepEP's normal kernels "
+                         f"take at most {NUM_MAX_NVL_PEERS} NVLink peers, NUM_MAX_NVL_PEERS)",
+                         f"deepep with {ranks_per_node} EP ranks in one NVLink domain")
 
 
 def plan_ep_exchange(counts: DedupCounts, op: str, kernel: str, dtype: str, hidden: int,

@@ -15,7 +15,7 @@ import numpy as np
 
 from moesim.compute.devices import GPU_LAUNCH_OVERHEAD_S, get_device
 from moesim.ep.messages import check_message
-from moesim.ep.plan import DEFAULT_SMS, check_kernel, plan_ep_exchange
+from moesim.ep.plan import DEFAULT_SMS, check_kernel, check_nvl_peers, plan_ep_exchange
 from moesim.ep.timing import time_plan
 from moesim.errors import InputError
 from moesim.gating.config import RoutingConfig
@@ -70,6 +70,7 @@ def simulate_ep(topo: Any, op: str, kernel: str, *, tokens: int, hidden: int, ex
     check_message(dtype, int(hidden), int(top_k))
     cfg = routing or RoutingConfig()
     gpus, L = ep_layout(topo, ranks)
+    check_nvl_peers(kernel, L)
     n = len(gpus)
     if experts % n:
         raise InputError(_SRC, "--experts", f"a multiple of the {n} EP ranks", experts)

@@ -23,7 +23,7 @@ import numpy as np
 
 from moesim.collectives.ep_exchange import EPExchangeSpec
 from moesim.ep.messages import ll_bytes_per_message
-from moesim.ep.plan import ll_matrix, plan_ep_exchange
+from moesim.ep.plan import check_nvl_peers, ll_matrix, plan_ep_exchange
 from moesim.ep.timing import SM_WRITE_BPS, medium_rates, path_latencies
 from moesim.errors import InputError
 from moesim.gating.tokens import DedupCounts
@@ -104,6 +104,7 @@ class EPBackend:
                              "an EP group with the same number of ranks on every node, node "
                              "by node, for DeepEP's rail-aligned forwarding (or kind: nccl)",
                              self.kind)
+        check_nvl_peers(self.kind, int(counts[0]), self.src, "parallel.ep_backend.kind")
         return int(counts[0])
 
     def plan_key(self, name: str) -> tuple[str, str]:
