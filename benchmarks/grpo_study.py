@@ -38,7 +38,8 @@ PUBLISHED = (
     ("NeMo RL v0.3 Qwen3-32B, 64 H100", 96.0, 40.0, 68.0, 7.0, 213.0),
     ("NeMo RL v0.3 Qwen3-30B-A3B, 64 H100", 78.0, 23.0, 50.0, 12.0, 167.0),
     ("verl fully-async README, Qwen3-30B-A3B-Base on 128 H20, colocated "
-     "(verl/experimental/fully_async_policy/README.md)", 348.1, 49.6, 86.3, 0.0, 497.9),
+     "(verl/experimental/fully_async_policy/README.md; no refit figure)", 348.1, 49.6, 86.3,
+     None, 497.9),
 )
 SPLIT = ["rl.colocated=false", "rl.rollout.gpus=4", "rl.train.gpus=4",
          "rl.train.offload=none", "rl.weight_sync.method=nccl",
@@ -60,23 +61,30 @@ def shares(run, summary: dict) -> tuple[dict[str, float], float]:
     return out, summary["step_time_s"]
 
 
-def point(name: str, sets: list[str], steps: int) -> tuple[dict[str, float], float]:
+def point(name: str, sets: list[str], steps: int) -> tuple[dict[str, float], float, int]:
+    """(seconds per group, step s, longest response tokens) of one run."""
     from moesim.rl.run import resolve_rl, simulate_rl
     from moesim.rl.summary import summarize
 
     run = simulate_rl(resolve_rl(ROOT / "scenarios" / f"{name}.yaml", sets), steps)
-    return shares(run, summarize(run))
+    longest = max(int(b.response.max()) for b in run.batches)
+    return (*shares(run, summarize(run)), longest)
 
 
-def row(label: str, parts: dict[str, float], step: float) -> str:
-    busy = sum(parts.values()) or 1.0
-    cells = " | ".join(f"{parts[g] / busy * 100:.0f} %" for g in GROUPS)
-    top = max(parts, key=parts.get)
-    return f"| {label} | {step:.1f} | {cells} | {top} |"
+def row(label: str, parts: dict, step: float, longest: int | None = None) -> str:
+    """A table row: each group's share of the groups' summed time (None: not published)."""
+    busy = sum(v for v in parts.values() if v is not None) or 1.0
+    cells = " | ".join("-" if parts[g] is None else f"{parts[g] / busy * 100:.0f} %"
+                       for g in GROUPS)
+    top = max((g for g in parts if parts[g] is not None), key=parts.get)
+    tail = "" if longest is None else f" | {longest:,}"
+    return f"| {label} | {step:.1f} | {cells} | {top}{tail} |"
 
 
 HEAD = ("| point | step s | " + " | ".join(GROUPS) + " | dominant |\n|---|---|"
         + "---|" * len(GROUPS) + "---|")
+SIM = HEAD.replace(" dominant |", " dominant | longest response |", 1).replace(
+    "---|\n", "---|\n", 1) + "---|"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -94,34 +102,32 @@ def main(argv: list[str] | None = None) -> int:
     print()
     print(f"### Response length (`{BASE}`, mean response tokens)")
     print()
-    print(HEAD)
+    print(SIM)
     for mean in (256, 795, 2048, 3460):
         print(row(f"{mean:,}", *point(BASE, [f"rl.response_tokens.mean={mean}"], 2)))
     print()
     print(f"### Response length (`{QWEN}`, mean response tokens)")
     print()
-    print(HEAD)
+    print(SIM)
     for mean in (795, 2048, 3460):
         print(row(f"{mean:,}", *point(QWEN, [f"rl.response_tokens.mean={mean}"], 1)))
     print()
-    print(f"### Response-length tail (`{BASE}`, mean 795, lognormal sigma; longest "
-          "response in brackets)")
+    print(f"### Response-length tail (`{BASE}`, mean 795, lognormal sigma)")
     print()
-    print(HEAD)
+    print(SIM)
     for sigma in (0.25, 0.5, 1.0):
-        parts, step = point(BASE, [f"rl.response_tokens.sigma={sigma}"], 2)
-        print(row(f"sigma {sigma}", parts, step))
+        print(row(f"sigma {sigma}", *point(BASE, [f"rl.response_tokens.sigma={sigma}"], 2)))
     print()
     print(f"### Group size (`{BASE}`, 64 prompts, global batch 512)")
     print()
-    print(HEAD)
+    print(SIM)
     for g in (8, 16, 32, 64):
         sets = [f"rl.samples_per_prompt={g}", f"rl.train.mini_batches={64 * g // 512}"]
         print(row(f"{g} samples per prompt ({64 * g:,} per step)", *point(BASE, sets, 2)))
     print()
     print(f"### Pools (`{BASE}`, 8 GPUs)")
     print()
-    print(HEAD)
+    print(SIM)
     print(row("colocated (8 GPUs, phases in turn)", *point(BASE, [], 2)))
     print(row("split 4 + 4, on policy", *point(BASE, SPLIT, 2)))
     print(row("split 4 + 4, one step off", *point(BASE, [*SPLIT, "rl.max_lag=1"], 3)))

@@ -84,3 +84,25 @@ def test_reference_weights_on_the_host_cost_three_copies_per_reference_pass(tmp_
     assert host["reference"] - gpu["reference"] == pytest.approx(
         3 * 2 * 38_021_632 / 64e9, rel=1e-12)
     assert host["old_logprob"] == gpu["old_logprob"]        # the policy's own pass: no swap
+
+
+def test_the_grpo_study_shares_by_hand():
+    """Generation 30 s with a 2 s vLLM sleep, log-probs 10 + 8, training 1 + 40, refit
+    1 s with 1 s of host moves: 32 / 18 / 41 / 2 of 93 s; the verl row has no refit."""
+    from types import SimpleNamespace
+
+    import grpo_study
+
+    from moesim.rl.loop import StepDurations
+
+    d = StepDurations(generate=30.0, trainer={}, weight_sync=1.0, switch_in=2.0,
+                      switch_out=1.0)
+    run = SimpleNamespace(works=[SimpleNamespace(durations=d)])
+    s = {"phases_s": {"generate": 30.0, "old_logprob": 10.0, "reference": 8.0,
+                      "loss_logprob": 1.0, "train": 40.0, "weight_sync": 1.0},
+         "step_time_s": 95.0}
+    parts, step = grpo_study.shares(run, s)
+    assert parts == {"generation": 32.0, "log-probs": 18.0, "training": 41.0, "refit": 2.0}
+    assert grpo_study.row("p", parts, step, 3840) == (
+        "| p | 95.0 | 34 % | 19 % | 44 % | 2 % | training | 3,840 |")
+    assert grpo_study.row("q", {**parts, "refit": None}, step).endswith("| - | training |")
