@@ -152,3 +152,19 @@ def test_the_shipped_sample_load_file_replicates_expert_3():
     plan = Builder(res, 0).routes.placement.plan
     assert plan.logcnt[0].tolist() == [1, 1, 1, 5, 2, 2, 2, 2]
     assert plan.logcnt[:, 3].tolist() == [5] * 4
+
+
+def test_hierarchical_needs_the_nodes_to_divide_the_groups():
+    from moesim.errors import InputError
+    from moesim.gating.config import EplbSpec
+    from moesim.gating.eplb_placement import check_spec
+
+    # 2 groups on 4 nodes: EPLB's hierarchical policy packs whole groups onto nodes
+    with pytest.raises(InputError, match=r"routing.placement.mode: expected global, or "
+                       r"groups \(2\) a multiple of the EP group's 4 nodes"):
+        check_spec(EplbSpec(mode="hierarchical", groups=2), n_experts=8, ep=8, nodes=4,
+                   source="s.yaml")
+    # auto falls back to global there, and is hierarchical on 8 groups
+    assert check_spec(EplbSpec(groups=2), n_experts=8, ep=8, nodes=4, source="s") == "global"
+    assert check_spec(EplbSpec(groups=8), n_experts=8, ep=8, nodes=4,
+                      source="s") == "hierarchical"
