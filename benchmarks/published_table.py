@@ -41,6 +41,18 @@ Published figures (original sources; docs/sources.md):
   alone (NVIDIA/TransformerEngine ``docs/examples/gemm_profiling/gemm_profiling.rst``,
   commit 1609c890e), and the best GEMM of a shape search on A100 and H100 (stas00/
   ml-engineering's MAMF table): ``benchmarks/gemm_published.py``, priced in this process.
+- DeepSeek-V3 decode on GB200 NVL72 with SGLang (LMSYS blogs "Deploying DeepSeek on GB200
+  NVL72 with PD and Large Scale EP", part I 2025-06-16 and part II 2025-09-25;
+  lm-sys/lm-sys.github.io blog/2025-06-16-gb200-part-1.md, blog/2025-09-25-gb200-part-2.md):
+  output tokens/s per GPU for 2000-token inputs on 48 decode ranks: part II 9,087 (BF16
+  attention, FP8 MoE) and 13,386 (FP8 KV cache, NVFP4 MoE, batch 1408); part I 7,583 (no
+  batch size published). ``deepseek-v3-decode-gb200`` and ``-nvfp4`` write the settings
+  (EP64 standing for 48 ranks; docs/blackwell.md), ``moesim serve``.
+- DeepSeek-V3 pre-training on 256 GB200 (BF16, TP1 PP4 VP4 EP64: 3139 tokens/s, 782 TFLOP/s
+  per GPU) and on 256 B200 (MXFP8, TP1 PP16 EP8: 2139 tokens/s, 557 TFLOP/s per GPU):
+  Megatron-Bridge ``docs/performance-summary.md`` (NeMo 25.11 container, commit 00b7660be),
+  recipes in ``scripts/performance/configs/deepseek/deepseek_workload_base_configs.py``;
+  ``deepseek-v3-256-gb200``, ``deepseek-v3-256-b200``.
 """
 
 from __future__ import annotations
@@ -63,13 +75,22 @@ RUNS = {
     "mixtral-8x7b-mcore": ("mixtral-8x7b-mcore", []),
     "mixtral-8x7b-64gpu": ("mixtral-8x7b-64gpu", []),
     "deepseek-v3-1024-h100": ("deepseek-v3-1024-h100", []),
+    "deepseek-v3-decode-gb200": ("deepseek-v3-decode-gb200", []),
+    "deepseek-v3-decode-gb200-nvfp4": ("deepseek-v3-decode-gb200-nvfp4", []),
+    "deepseek-v3-256-gb200": ("deepseek-v3-256-gb200", []),
+    "deepseek-v3-256-b200": ("deepseek-v3-256-b200", []),
 }
+#: runs of ``moesim serve`` (one decode step), the rest ``moesim run``
+SERVE_RUNS = {"deepseek-v3-decode-gb200", "deepseek-v3-decode-gb200-nvfp4"}
 
 
 #: --runs-dir: the JSON outputs of the same commands, by file name
 RUN_FILES = {"deepseek-v3-2048": "ds_shipped.json", "mixtral-8x7b-64gpu": "mixtral64.json",
              "mixtral-8x7b-mcore": "mixtral_mcore.json",
-             "deepseek-v3-1024-h100": "ds1024.json", "validate": "validate.json"}
+             "deepseek-v3-1024-h100": "ds1024.json", "validate": "validate.json",
+             "deepseek-v3-decode-gb200": "gb200_decode.json",
+             "deepseek-v3-decode-gb200-nvfp4": "gb200_decode_nvfp4.json",
+             "deepseek-v3-256-gb200": "gb200_train.json", "deepseek-v3-256-b200": "b200_train.json"}
 RUNS_DIR: Path | None = None
 ONLY_SAVED = False
 
@@ -88,7 +109,7 @@ def run(name: str) -> dict:
     if ONLY_SAVED:
         return None
     scn, sets = RUNS[name]
-    args = ["run", scn, "--no-files", "--json", "--quiet"]
+    args = ["serve" if name in SERVE_RUNS else "run", scn, "--no-files", "--json", "--quiet"]
     for s in sets:
         args += ["--set", s]
     t = time.perf_counter()
@@ -129,6 +150,7 @@ def figures(profile: str | None) -> list[dict]:
         out.append({"figure": "DeepSeek-V3, 1024 H100 FP8: TFLOP/s per GPU", "unit": "TFLOP/s",
                     "published": 338.0, "moesim": d["model_flops"] / d["step_time_s"]
                     / d["world"] / 1e12, "source": src})
+    out += blackwell_figures()
     for r in gemm_published.rows():
         dt = "BF16" if r["dtype"] == "bf16" else "FP8 per-tensor"
         out.append({"figure": f"cuBLAS GEMMs, H200 NVL {dt}: one layer's "
@@ -165,6 +187,43 @@ def figures(profile: str | None) -> list[dict]:
         if v.get("kernel_classes"):
             out.append({"figure": "kernel classes", "unit": "table", "source": src,
                         "published": None, "moesim": None, "rows": v["kernel_classes"]["rows"]})
+    return out
+
+
+def blackwell_figures() -> list[dict]:
+    """SGLang's GB200 NVL72 decode and Megatron-Bridge's GB200 / B200 pre-training figures."""
+    out = []
+    sg1 = "SGLang GB200 blog, part I (LMSYS)"
+    sg2 = "SGLang GB200 blog, part II (LMSYS)"
+    d = run("deepseek-v3-decode-gb200")
+    if d is not None:
+        v = d["tokens_per_s_per_gpu"]
+        out.append({"figure": "DeepSeek-V3 decode, GB200 NVL72 (SGLang, 48 ranks, BF16 "
+                    "attention, FP8 MoE): output tokens/s per GPU", "unit": "tokens/s",
+                    "published": 9087.0, "moesim": v, "source": sg2 + "; EP64 for 48, "
+                    "batch by the blog's 'KV cache roughly full' rule"})
+        out.append({"figure": "DeepSeek-V3 decode, GB200 NVL72 (SGLang, 48 ranks, 2000-token "
+                    "input): output tokens/s per GPU", "unit": "tokens/s",
+                    "published": 7583.0, "moesim": v, "source": sg1 + "; no batch size "
+                    "published: part II's run above"})
+    d = run("deepseek-v3-decode-gb200-nvfp4")
+    if d is not None:
+        out.append({"figure": "DeepSeek-V3 decode, GB200 NVL72 (SGLang, 48 ranks, FP8 KV, "
+                    "NVFP4 MoE, batch 1408): output tokens/s per GPU", "unit": "tokens/s",
+                    "published": 13386.0, "moesim": d["tokens_per_s_per_gpu"],
+                    "source": sg2 + "; EP64 for 48"})
+    src = "Megatron-Bridge performance summary (NeMo 25.11, DGX-{})"
+    for name, sys_, prec, tok, tfl in (("deepseek-v3-256-gb200", "GB200", "BF16", 3139.0, 782.0),
+                                       ("deepseek-v3-256-b200", "B200", "MXFP8", 2139.0, 557.0)):
+        d = run(name)
+        if d is None:
+            continue
+        out.append({"figure": f"DeepSeek-V3, 256 {sys_} {prec}: tokens/s per GPU",
+                    "unit": "tokens/s", "published": tok,
+                    "moesim": d["tokens_per_s"] / d["world"], "source": src.format(sys_)})
+        out.append({"figure": f"DeepSeek-V3, 256 {sys_} {prec}: TFLOP/s per GPU",
+                    "unit": "TFLOP/s", "published": tfl, "moesim": d["model_flops"]
+                    / d["step_time_s"] / d["world"] / 1e12, "source": src.format(sys_)})
     return out
 
 
