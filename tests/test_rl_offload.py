@@ -116,3 +116,19 @@ def test_the_toy_models_host_moves_by_hand(tmp_path):
         76_043_264, 456_259_584, 120_083_456)
     assert m.refit_s == (456_259_584 + 120_083_456 + 76_043_264) / 64e9
     assert m.bytes_per_step == 1_304_772_608
+
+
+def test_the_loss_log_probs_hold_12_bytes_per_logits_element_on_the_last_stage(tmp_path):
+    """The toy (vocab 32,000) with rows of 512 tokens on TP1: 512 x 32,000 = 16,384,000
+    logits elements; NeMo RL's saved softmax (fp32) and one-hot (int64) add 12 bytes each
+    beyond the fp32 logits the memory table counts: 196,608,000 bytes on the trainer's
+    peak."""
+    from moesim.rl.memory import loss_extra_bytes, trainer_fit
+
+    on = resolve_rl(scenario(tmp_path, train={**RL["train"], "loss_logprob": "nemo"}))
+    off = resolve_rl(scenario(tmp_path))
+    assert loss_extra_bytes(on) == 12 * 512 * 32000 == 196_608_000
+    assert loss_extra_bytes(off) == 0.0
+    batch = Batch(np.full(16, 64), np.full(16, 128))
+    assert trainer_fit(on, [batch]).need_bytes - trainer_fit(off, [batch]).need_bytes == (
+        196_608_000)

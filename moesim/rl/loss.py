@@ -30,7 +30,8 @@ prices its fused loss over the same logits (:func:`moesim.model.costs` ``loss``:
 one memory-bound op per micro-batch on the compute model (HBM roofline). The three
 all-reduces carry one number per token: left out. The memory: the saved fp32 softmax
 (4 bytes per element) lives from the loss to the backward, and the backward's int64
-one-hot (8 bytes per element) is its transient peak (:func:`loss_bytes`).
+one-hot (8 bytes per element) is its transient peak (:func:`loss_bytes`;
+:func:`moesim.rl.memory.loss_extra_bytes` adds them to the trainer's last stage).
 """
 
 from __future__ import annotations

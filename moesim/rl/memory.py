@@ -92,8 +92,28 @@ def trainer_table(setup, microbatches: int) -> dict:
     return memory_table(resolve(trainer_scenario_of(setup, m)))
 
 
+def loss_extra_bytes(setup) -> float:
+    """Bytes NeMo RL's loss log-probs hold on a last-stage GPU beyond the fp32 logits the
+    memory table counts (``rl.train.loss_logprob: nemo``, :mod:`moesim.rl.loss`): the
+    saved fp32 softmax and the backward's int64 one-hot of one micro-batch, 12 bytes
+    per logits element; 0 otherwise."""
+    from moesim.rl.loss import elements, loss_bytes
+
+    tr = setup.cfg.train
+    if tr.loss_logprob != "nemo":
+        return 0.0
+    v = setup.res.model.vocab
+    return loss_bytes(setup.seq_len, v, tr.tp, tr.cp) - 4.0 * elements(setup.seq_len, v,
+                                                                       tr.tp, tr.cp)
+
+
 def trainer_fit(setup, batches) -> Fit:
     table = trainer_table(setup, max_microbatches(setup, batches))
+    extra = loss_extra_bytes(setup)
+    last = len(table["stages"]) - 1
+    for r in table["stages"]:
+        if r["stage"] == last and extra:
+            r["peak_bytes"] += extra
     worst = max(table["stages"], key=lambda r: r["peak_bytes"])
     tr = setup.cfg.train
     what = (f"trainer (tp {tr.tp} pp {tr.pp} ep {tr.ep}"
