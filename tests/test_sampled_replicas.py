@@ -77,6 +77,14 @@ def test_sampled_replicas_stand_for_the_rest_and_count_every_replica():
     assert (tok.sum(axis=1) == 4096 * 2 * 32 * 4).all()
 
 
+def test_sampled_replicas_in_two_chain_processes_equal_the_serial_run():
+    over = SKEW + ["engine.replicas=sampled", "engine.sampled_replicas=2"]
+    one = simulate("hot-expert", over + ["engine.workers=1"])
+    two = simulate("hot-expert", over + ["engine.workers=2"])
+    _same(one, two, skip=("sim_wall_s",))
+    assert one.links.bytes.tobytes() == two.links.bytes.tobytes()
+
+
 def test_sampled_map_by_hand():
     # world 8, dp 8, ep 2 -> edp 4; edp index of rank r is r // 2 (ep inner)
     lay = Layout(world=8, pp=1, dp=8, ep=2)
@@ -119,6 +127,12 @@ def test_bad_sampled_replicas_is_one_line_exit_2(sets, field, capsys, tmp_path):
     assert len(err.splitlines()) == 1 and field in err and "Traceback" not in err
     with pytest.raises(InputError):
         simulate("hot-expert", over)
+
+
+def test_sampled_asked_of_the_exact_engine_is_refused():
+    with pytest.raises(InputError) as e:
+        simulate("toy-cpu", engine="exact", replicas="sampled")
+    assert "engine.replicas" in str(e.value)
 
 
 def _topo():

@@ -73,6 +73,9 @@ def simulate(res: Resolved, *, progress: Progress | None = None, engine: str | N
         raise InputError(res.scenario.source, "engine.mode", "one of " + ", ".join(ENGINES),
                          mode)
     check_size(res, mode)
+    if mode == "exact" and options.get("replicas") == "sampled":
+        raise InputError(res.scenario.source, "engine.replicas", "independent or identical "
+                         "on the exact engine (sampled runs on engine.mode: fast)", "sampled")
     if mode != "exact":
         options = {k: v for k, v in options.items() if k not in EXACT_ONLY}
     with collector.paused():   # almost no reference cycles; ~15 % of the CPU time
