@@ -141,6 +141,20 @@ def test_shipped_three_tier_presets_by_hand(name, gpus, pods, cores):
     assert spec.core_uplink_GBps == pytest.approx(32 * 50 / (cores // 32))
 
 
+def test_meta_llama3_preset_by_hand():
+    spec = cluster_spec("cluster", read_yaml(resolve("meta-llama3-24k"))["params"], "meta")
+    # 3,072 servers; a ToR (leaf) per 2 servers, not rail-optimized: 1,536 leaves, 192 a
+    # pod of 384 servers (3,072 GPUs), 8 pods; spines 0 -> 96 a pod; cores 0 -> 96 x 4
+    assert spec.nodes * spec.gpus_per_node == 24576 and spec.n_pods == 8
+    assert spec.leaves_per_pod == 192 and spec.spines_per_pod == 96 and spec.n_cores == 384
+    # a ToR: 16 NICs x 50 GB/s up (full bisection) over 96 spines; a spine: 192 x that,
+    # / 7 (the 1:7 aggregation tier), over 4 cores
+    assert spec.uplink_GBps == pytest.approx(16 * 50 / 96)
+    assert spec.core_uplink_GBps == pytest.approx(192 * 16 * 50 / 96 / 7 / 4)
+    # so a pod leaves through 96 x 4 core links = its 3,072 GPUs x 50 GB/s / 7
+    assert 96 * 4 * spec.core_uplink_GBps == pytest.approx(3072 * 50 / 7)
+
+
 def test_two_pods_of_the_16k_preset_built():
     t = load_topology("superpod-h100-16k", nodes=256)
     assert kinds(t) == {"gpu": 2048, "nvswitch": 256, "nic": 2048, "leaf": 64, "spine": 64,

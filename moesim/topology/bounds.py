@@ -19,16 +19,17 @@ from moesim.errors import InputError
 MAX_LINK_GBPS = 1e9
 #: Largest per-link latency accepted, µs: one second (10^6 µs) per hop.
 MAX_LINK_LATENCY_US = 1e6
-#: Most GPUs a topology may have (nodes x GPUs per node, or GPU nodes of an explicit
-#: graph): 2^17. Measured on a shared 2-core machine (benchmarks/bench_topology_scale.py,
-#: docs/results/topology-scale.md), building the graph, link arrays and structural
-#: router of a three-tier rail-optimized fabric grows linearly with the GPUs:
-#: superpod-h100-16k (16,384 GPUs, 139,264 links) 1.0 s CPU and 0.16 GB of Python heap,
-#: 32,768 GPUs 2.0 s and 0.32 GB, superpod-h100-100k (100,000 GPUs, 1,107,520 links)
-#: 5.4 s and 0.87 GB (1.0 GB resident), 131,072 GPUs 7.3 s and 1.2 GB. The topology is
-#: no longer what limits a step: past 2^17 GPUs nothing (layout, routing statistics,
-#: engines) has been measured, so a larger cluster is refused rather than left to run
-#: for an unknown time (docs/scenarios.md, "Size limits").
+#: Most GPUs a topology routed from its structure may have (nodes x GPUs per node): 2^17.
+#: Measured on a shared 2-core machine (benchmarks/bench_topology_scale.py,
+#: docs/results/topology-scale.md, load average about 8): building the graph, the link
+#: arrays and the structural router of a three-tier rail-optimized fabric grows linearly
+#: with the GPUs: superpod-h100-16k (16,384 GPUs, 139,264 links) 0.7 s CPU, 0.11 GB of
+#: Python heap (0.22 GB resident); 32,768 GPUs 1.6 s, 0.23 GB; superpod-h100-100k
+#: (100,000 GPUs, 1,107,520 links) 5.4 s, 0.85 GB (1.03 GB resident); 131,072 GPUs
+#: (1,572,864 links) 7.8 s, 1.22 GB (1.43 GB resident); 10^5 routes 0.3-0.9 s at any
+#: size. The topology no longer bounds a step; past 2^17 GPUs nothing has been measured
+#: (nor the layout and engines above it), so a larger cluster is refused rather than
+#: left to run for an unknown time and memory (docs/scenarios.md, "Size limits").
 MAX_GPUS = 131072
 #: Most GPUs of a topology routed by graph search (explicit graphs, PCIe trees, NICs on
 #: PCIe switches: moesim.topology.link_routing.GraphRouter, one Dijkstra per
