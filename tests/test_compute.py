@@ -32,7 +32,7 @@ def test_catalog_figures():
 def test_unknown_device():
     with pytest.raises(InputError) as ei:
         get_device("TPUv9", "c.yaml")
-    assert ei.value.field == "device" and "H100, H200, H200-NVL, H800, A100, H20, cpu" in str(ei.value)
+    assert ei.value.field == "device" and "H100, H200, H200-NVL, H800, A100, H20, B200, GB200, cpu" in str(ei.value)
 
 
 def test_huge_gemm_runs_at_mfu_large():
