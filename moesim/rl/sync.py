@@ -167,7 +167,8 @@ def run_flows(topo, flows: list[tuple[str, str, float]], on_solve=None
 def weight_sync(topo, spec: ModelSpec, train_gpus: list, rollout_gpus: list, *, tp: int,
                 pp: int, ep: int, replica_gpus: int, per_tensor_s: float, ipc: bool,
                 hbm_Bps: float, on_solve=None, sharded: bool = False,
-                per_gpu: bool = False) -> SyncResult:
+                per_gpu: bool = False, calls: str = "none", etp: int = 1,
+                hbm_bytes: float = 0.0) -> SyncResult:
     """The sync of ``spec``'s weights from ``train_gpus`` to every engine replica of
     ``rollout_gpus``: gathered and chain-broadcast (``sharded`` False: verl's NCCL
     checkpoint engine) or pulled shard by shard (``sharded``: :func:`sharded_flows`);
@@ -175,7 +176,8 @@ def weight_sync(topo, spec: ModelSpec, train_gpus: list, rollout_gpus: list, *, 
     if per_gpu:
         return refit_phases(topo, spec, train_gpus, rollout_gpus, tp=tp, pp=pp, ep=ep,
                             replica_gpus=replica_gpus, per_tensor_s=per_tensor_s, ipc=ipc,
-                            hbm_Bps=hbm_Bps, on_solve=on_solve, sharded=sharded)
+                            hbm_Bps=hbm_Bps, on_solve=on_solve, sharded=sharded,
+                            calls=calls, etp=etp, hbm_bytes=hbm_bytes)
     nbytes = param_bytes(spec)
     src = holders(train_gpus, tp, pp, ep)
     if sharded:
@@ -252,9 +254,12 @@ def broadcast_flows(topo, nbytes: float, train_gpus: list, rollout_gpus: list,
 
 def refit_phases(topo, spec: ModelSpec, train_gpus: list, rollout_gpus: list, *, tp: int,
                  pp: int, ep: int, replica_gpus: int, per_tensor_s: float, ipc: bool,
-                 hbm_Bps: float, on_solve=None, sharded: bool = False) -> SyncResult:
+                 hbm_Bps: float, on_solve=None, sharded: bool = False, calls: str = "none",
+                 etp: int = 1, hbm_bytes: float = 0.0) -> SyncResult:
     """NeMo RL's refit as three steps in series (module docstring): gather, transfer,
-    load; ``time_s`` is their sum."""
+    load; ``time_s`` is their sum. ``calls`` "nemo" (colocated): the gather also pays
+    NeMo RL v0.3's per-key collective calls and the keys go in buckets of 0.2 x the free
+    memory (:mod:`moesim.rl.refit_calls`; ``hbm_bytes`` the device's memory)."""
     nbytes = param_bytes(spec)
     src = holders(train_gpus, tp, pp, ep)
     tensors = tensor_count(spec)
@@ -264,6 +269,15 @@ def refit_phases(topo, spec: ModelSpec, train_gpus: list, rollout_gpus: list, *,
     if ipc:
         gather_s, gathered = colocated_gather(topo, nbytes, train_gpus, len(src))
         buckets = math.ceil(nbytes / REFIT_BUCKET_BYTES)
+        ncalls = 0
+        if calls == "nemo":
+            from moesim.rl import refit_calls
+            ncalls = refit_calls.gather_calls(spec, tp=tp, pp=pp, ep=ep, etp=etp)
+            gather_s += refit_calls.gather_calls_s(spec, tp=tp, pp=pp, ep=ep, etp=etp)
+            # free memory at the refit: the policy's bf16 shard and the engine's share
+            # resident (optimizer states offloaded by offload_before_refit)
+            free = hbm_bytes - nbytes / len(src) - nbytes / replica_gpus
+            buckets = refit_calls.buckets(nbytes, free)
         transfer_s = buckets * IPC_REBUILD_S
         ipc_bytes, nflows, gather_bytes = nbytes, 0, gathered * len(train_gpus)
     else:
@@ -283,6 +297,8 @@ def refit_phases(topo, spec: ModelSpec, train_gpus: list, rollout_gpus: list, *,
     phases = {"gather_s": gather_s, "transfer_s": transfer_s, "load_s": load_s,
               "ipc_bytes_per_gpu": ipc_bytes, "load_bytes_per_gpu": load_bytes,
               "buckets": buckets}
+    if ipc and calls == "nemo":
+        phases["gather_calls"] = ncalls
     return SyncResult(total, gather_s + (0.0 if ipc else transfer_s),
                       2 * load_bytes / hbm_Bps, tensors * per_tensor_s, nbytes, nbytes,
                       gather_bytes, tensors, nflows,

@@ -40,6 +40,7 @@ from moesim.scenario.sections.lengths import parse as parse_length
 
 REWARD_KINDS = ("rule", "model")
 SYNC_METHODS = ("nccl", "ipc", "sharded")
+SYNC_CALLS = ("none", "nemo")
 KV_DTYPES = ("bf16", "fp8")
 REFERENCE_WEIGHTS = ("gpu", "host")
 #: how the trainer makes micro-batches of a mini-batch (moesim.rl.packing): ``nemo``,
@@ -147,6 +148,9 @@ class WeightSyncConfig:
     per_tensor_s: float = 40e-6
     #: NeMo RL's refit in three steps, gather, transfer, load (moesim.rl.sync.refit_phases)
     per_gpu: bool = False
+    #: with per_gpu: "nemo" adds NeMo RL v0.3's per-key gather calls and its buckets of
+    #: 0.2 x free memory (moesim.rl.refit_calls); "none" leaves the refit as before
+    calls: str = "none"
 
 
 @dataclass(frozen=True)
@@ -204,7 +208,7 @@ _RULES: dict[str, tuple[str, Any]] = {
     "kind": ("choice", REWARD_KINDS), "cpu_s_per_sample": ("nonnegnum", None),
     "workers": ("pos", None), "model": ("optdict", None),
     "method": ("choice", SYNC_METHODS), "per_tensor_s": ("nonnegnum", None),
-    "per_gpu": ("bool", None),
+    "per_gpu": ("bool", None), "calls": ("choice", SYNC_CALLS),
 }
 
 

@@ -1,0 +1,105 @@
+"""The calls NeMo RL v0.3's colocated refit makes, counted from its code
+(``rl.weight_sync.calls: nemo``; with ``per_gpu: true``).
+
+What NVIDIA-NeMo/RL v0.3.0 (b1c86a816) runs per refit, colocated (``nemo_rl/algorithms/
+grpo.py`` ``refit_policy_generation``):
+
+1. ``prepare_weights_for_ipc`` (``nemo_rl/models/policy/megatron_policy_worker.py``): the
+   Megatron keys and ``0.2 x`` the GPU's free memory (NVML; ``NRL_REFIT_BUFFER_MEMORY_RATIO``
+   default "0.2"): the keys are split into groups of at most that many bytes
+   (:func:`buckets`).
+2. Per group: ``get_weights_ipc_handles`` on every policy worker (one Ray call each) runs
+   ``gather_params`` (``nemo_rl/models/megatron/refit_utils.py``): **for every key of every
+   pipeline stage**, in sorted order, a ``torch.distributed.all_gather`` over the TP (or
+   expert-TP) group when the key is TP-sharded, a ``torch.distributed.broadcast`` over the
+   PP group (every key, every rank), and an ``all_gather`` over the EP group for expert
+   weights (``mlp.experts.*.weight<i>``): :func:`gather_calls`. Each is one eager
+   collective call, ``CALL_HOST_S`` of host time at least
+   (:mod:`moesim.collectives.nccl.launch`). The HF tensors are then packed into one buffer
+   per dtype (``NEMO_RL_MEGATRON_IPC_TENSOR_PACKING_THRESHOLD``, 32 tensors) and one IPC
+   handle made per buffer.
+3. ``update_weights_from_ipc_handles`` on each vLLM engine's Ray actor, which calls each of
+   its executors with its own device's handles (``nemo_rl/models/generation/vllm.py``);
+   an executor rebuilds one tensor per dtype (``rebuild_cuda_tensor``, 0.18 ms:
+   ``moesim.rl.sync.IPC_REBUILD_S``), takes a view per tensor and calls
+   ``model.load_weights`` (``nemo_rl/models/generation/vllm_backend.py``).
+
+Megatron-Core's keys (:func:`megatron_keys`): per layer the attention's fused
+``linear_qkv`` (TP), its fused input norm, ``linear_proj`` (TP); MLA's down/up projections
+(four, the up ones TP, each up one with its fused norm) and ``linear_proj``; the MLP's
+``pre_mlp_layernorm``, ``router.weight``, and per local expert ``linear_fc1.weight<i>``
+and ``linear_fc2.weight<i>`` (Transformer Engine's GroupedLinear: one parameter per GEMM,
+``moe_grouped_gemm``), shared experts' fc1/fc2 (TP); a dense layer's fc1 (with its fused
+norm, TP) and fc2 (TP); the embedding (TP), final norm and an untied output layer (TP).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from moesim.collectives.nccl.launch import CALL_HOST_S
+from moesim.model.spec import ModelSpec
+
+#: NeMo RL v0.3.0 ``prepare_weights_for_ipc``: ``NRL_REFIT_BUFFER_MEMORY_RATIO`` default
+#: "0.2" of the device's free memory (NVML) per group of keys
+BUFFER_MEMORY_RATIO = 0.2
+
+
+@dataclass(frozen=True)
+class MegatronKeys:
+    """Keys of one Megatron-Core model, all stages: ``total`` of them, ``tp_sharded`` split
+    over the TP group, ``expert`` expert weights of one EP rank (split over expert TP)."""
+
+    total: int
+    tp_sharded: int
+    expert: int
+
+
+def megatron_keys(spec: ModelSpec, ep: int) -> MegatronKeys:
+    """Megatron-Core's state-dict keys of ``spec`` one EP rank holds (module docstring),
+    summed over the pipeline stages (``gather_params`` iterates over all of them)."""
+    total = tp = expert = 0
+    local = spec.n_experts // max(1, ep) if spec.n_experts else 0
+    for i in range(spec.layers):
+        if spec.attention == "mla":
+            total, tp = total + 7, tp + 3      # q_down, q_up(+norm), kv_down, kv_up(+norm), proj
+        else:
+            total, tp = total + 3, tp + 2      # qkv (+ its fused norm), proj
+        if spec.is_moe_layer(i):
+            total += 2                          # pre_mlp_layernorm, router
+            expert += 2 * local
+            total += 2 * local
+            if spec.n_shared_experts:
+                total, tp = total + 2, tp + 2
+        else:
+            total, tp = total + 3, tp + 2       # fc1 (+ its fused norm), fc2
+    total += 2 + (0 if spec.tied_embeddings else 1)
+    tp += 1 + (0 if spec.tied_embeddings else 1)
+    return MegatronKeys(total, tp, expert)
+
+
+def gather_calls(spec: ModelSpec, *, tp: int, pp: int, ep: int, etp: int = 1) -> int:
+    """Eager collective calls ``gather_params`` makes per rank per refit: a PP broadcast per
+    key (a group of one makes no NCCL call), a TP all-gather per TP-sharded non-expert key
+    (``tp > 1``), an expert-TP all-gather per expert key (``etp > 1``) and an EP all-gather
+    per expert key (``ep > 1``)."""
+    k = megatron_keys(spec, ep)
+    calls = k.total if pp > 1 else 0
+    calls += k.tp_sharded if tp > 1 else 0
+    calls += k.expert if etp > 1 else 0
+    calls += k.expert if ep > 1 else 0
+    return calls
+
+
+def gather_calls_s(spec: ModelSpec, *, tp: int, pp: int, ep: int, etp: int = 1) -> float:
+    """Host seconds of :func:`gather_calls`, ``CALL_HOST_S`` each (serial on each rank)."""
+    return gather_calls(spec, tp=tp, pp=pp, ep=ep, etp=etp) * CALL_HOST_S
+
+
+def buckets(nbytes: float, free_bytes: float) -> int:
+    """Groups of keys of at most ``BUFFER_MEMORY_RATIO x free_bytes`` bytes each."""
+    cap = BUFFER_MEMORY_RATIO * free_bytes
+    if cap <= 0:
+        raise ValueError("no free memory for the refit buffer")
+    return max(1, math.ceil(nbytes / cap))

@@ -1,0 +1,63 @@
+"""NeMo RL v0.3's refit calls (rl.weight_sync.calls: nemo, moesim.rl.refit_calls): the
+Megatron keys, the gather's collective calls and the buckets of a tiny model by hand."""
+
+from __future__ import annotations
+
+import pytest
+
+from moesim.collectives.nccl.launch import CALL_HOST_S
+from moesim.model.spec import ModelSpec
+from moesim.rl import refit_calls
+from moesim.rl.sync import IPC_REBUILD_S, weight_sync
+from moesim.topology import load_topology
+
+# layers 2, MHA, 4 experts (SwiGLU), untied head: 198,272 bytes in bf16 (test_rl_refit.py)
+SPEC = ModelSpec(layers=2, hidden=64, heads=4, kv_heads=4, head_dim=16, vocab=128,
+                 n_experts=4, top_k=1, expert_ffn=32, dense_ffn=0)
+B = 198_272
+
+
+def test_megatron_keys_by_hand():
+    # per layer: qkv, its fused norm, proj (3; 2 TP-sharded); pre_mlp_layernorm, router (2);
+    # EP2: 2 local experts x (fc1, fc2) = 4 expert keys -> 9 per layer, 18 for 2 layers;
+    # embedding, final norm, output layer: 21 keys; TP-sharded 2 x 2 + embedding + output = 6
+    k = refit_calls.megatron_keys(SPEC, ep=2)
+    assert (k.total, k.tp_sharded, k.expert) == (21, 6, 8)
+    # EP1: 4 local experts -> 8 expert keys per layer
+    assert refit_calls.megatron_keys(SPEC, ep=1).expert == 16
+
+
+def test_gather_calls_by_hand():
+    # TP2 EP2 PP1: 6 TP all-gathers + 8 EP all-gathers; PP1 broadcasts make no call
+    assert refit_calls.gather_calls(SPEC, tp=2, pp=1, ep=2) == 14
+    # PP2 too: one broadcast per key, 21 more
+    assert refit_calls.gather_calls(SPEC, tp=2, pp=2, ep=2) == 35
+    assert refit_calls.gather_calls(SPEC, tp=1, pp=1, ep=1) == 0
+    assert refit_calls.gather_calls_s(SPEC, tp=2, pp=2, ep=2) == pytest.approx(35 * CALL_HOST_S)
+
+
+def test_buckets_by_hand():
+    # 0.2 x 1,000 free bytes = 200 per bucket: 198,272 bytes -> 992 buckets
+    assert refit_calls.buckets(B, 1000.0) == 992
+    assert refit_calls.buckets(B, 1e12) == 1
+    with pytest.raises(ValueError):
+        refit_calls.buckets(B, 0.0)
+
+
+def test_refit_with_calls_adds_the_calls_and_its_buckets():
+    topo = load_topology("dgx-h100", nodes=1)
+    gpus = topo.gpus
+
+    def sync(calls):
+        return weight_sync(topo, SPEC, gpus, gpus, tp=2, pp=1, ep=2, replica_gpus=8,
+                           per_tensor_s=40e-6, ipc=True, hbm_Bps=3.35e12, per_gpu=True,
+                           calls=calls, hbm_bytes=1e9)
+
+    off, on = sync("none"), sync("nemo")
+    assert on.phases["gather_calls"] == 14
+    assert "gather_calls" not in off.phases
+    assert on.phases["gather_s"] == pytest.approx(off.phases["gather_s"] + 14 * CALL_HOST_S)
+    # free memory 1e9 - B/2 - B/8 leaves one bucket of 0.2 x that: one rebuild
+    assert on.phases["buckets"] == 1
+    assert on.phases["transfer_s"] == pytest.approx(IPC_REBUILD_S)
+    assert on.phases["load_s"] == off.phases["load_s"]
