@@ -93,17 +93,19 @@ def _scenario(tmp_path, placement: dict) -> Path:
     return p
 
 
-def _refused(capsys, path, *names):
-    return refused(capsys, ["run", path, "--no-files", "--quiet"], *names)
+def _refused(capsys, path, *names, command=("run", "--no-files", "--quiet")):
+    return refused(capsys, [command[0], path, *command[1:]], *names)
 
 
 def test_more_redundant_experts_than_slots(capsys, tmp_path):
-    # 8 experts on 8 GPUs: at most 8 x 7 = 56 redundant (every expert on every GPU)
+    # 8 experts on 8 GPUs: at most 8 x 7 = 56 redundant (every expert on every GPU);
+    # `moesim memory` prices the replicas (a training step refuses any: test_eplb_deploy)
     line = _refused(capsys, _scenario(tmp_path, {"kind": "eplb", "redundant": 64}),
-                    "s.yaml", "routing.placement.redundant", "56", "got 64")
+                    "s.yaml", "routing.placement.redundant", "56", "got 64",
+                    command=("memory",))
     assert "every expert on every GPU" in line
     _refused(capsys, _scenario(tmp_path, {"kind": "eplb", "redundant": 3}),
-             "routing.placement.redundant", "multiple of ep = 8", "got 3")
+             "routing.placement.redundant", "multiple of ep = 8", "got 3", command=("memory",))
 
 
 @pytest.mark.parametrize("text, expected", [
@@ -114,7 +116,7 @@ def test_more_redundant_experts_than_slots(capsys, tmp_path):
 ])
 def test_a_load_file_of_the_wrong_shape_or_values(capsys, tmp_path, text, expected):
     (tmp_path / "loads.csv").write_text(text)
-    _refused(capsys, _scenario(tmp_path, {"kind": "eplb", "redundant": 8,
+    _refused(capsys, _scenario(tmp_path, {"kind": "eplb", "redundant": 0,
                                           "loads": "loads.csv"}),
              "loads.csv", "routing.placement.loads", expected)
 
@@ -129,14 +131,13 @@ def test_bad_keys_and_modes(capsys, tmp_path):
              "routing.placement.loads", "an existing counts file")
 
 
-def test_redundant_experts_with_deepep_normal_kernels_are_refused(capsys, tmp_path):
+def test_redundant_experts_with_deepep_normal_kernels_are_refused(capsys):
     # the normal kernels' plan sends a token's copies to each expert's one home GPU
-    data = {**HOT, "routing": {**HOT["routing"], "placement": {"kind": "eplb",
-                                                               "redundant": 8}},
-            "parallel": {**HOT["parallel"], "ep_backend": {"kind": "deepep", "sms": 20}}}
-    p = tmp_path / "s.yaml"
-    p.write_text(yaml.safe_dump(data, sort_keys=False))
-    _refused(capsys, p, "routing.placement.redundant", "DeepEP's normal kernels", "got 8")
+    # (serving: a training step refuses redundant experts before, test_eplb_deploy)
+    refused(capsys, ["serve", "mixtral-8x7b-serve", "--no-files", "--quiet", "--set",
+                     "serve.ep_backend=deepep", "--set",
+                     "routing.placement={kind: eplb, redundant: 8}"],
+            "routing.placement.redundant", "DeepEP's normal kernels", "got 8")
 
 
 def test_the_shipped_sample_load_file_replicates_expert_3():

@@ -13,6 +13,7 @@ import time
 import numpy as np
 
 from moesim.engine.breakdown import CATEGORIES
+from moesim.gating.eplb_placement import plan_summary
 from moesim.memory.fit import fit_summary, step_fits
 from moesim.memory.report import CATEGORIES as MEMORY_CATEGORIES
 from moesim.memory.report import StageMemory
@@ -35,7 +36,7 @@ def summarize(res: Resolved, plan: StepPlan, rows: list[dict[str, float]], step:
                  "breakdown_s": row, "busy_s": step - row["idle"]} for r, row in enumerate(rows)]
     memory = memory_summary(res, plan)
     fit = fit_summary(step_fits(memory))     # the verdict every command reports alike
-    return {
+    out = {
         "scenario": res.scenario.name,
         "world": world,
         "step_time_s": step,
@@ -53,6 +54,9 @@ def summarize(res: Resolved, plan: StepPlan, rows: list[dict[str, float]], step:
         "hot_ranks": plan.hot_ranks,
         "warnings": list(res.warnings),
     }
+    if plan.eplb is not None:    # routing.placement: the EPLB plan the step ran
+        out["eplb"] = plan_summary(plan.eplb, plan.moe_layers, res.routing.placement)
+    return out
 
 
 def kernel_pricing(res: Resolved) -> dict:

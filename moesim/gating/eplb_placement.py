@@ -184,3 +184,57 @@ def placement_for(cfg: RoutingConfig, *, n_experts: int, ep: int, source: str,
                          "(EPLB places the replicas)", f"{len(cfg.replicate)} replica specs")
     make_placement(n_experts, ep, source=source)        # ep divides the experts
     return plan_placements(cfg, n_experts=n_experts, ep=ep, source=source, **plan_args)
+
+
+def experts_held(cfg: RoutingConfig, *, n_experts: int, ep: int, source: str) -> int:
+    """Routed experts the fullest GPU of an EP group holds per MoE layer, replicas
+    included: E / ep; with EPLB (E + redundant) / ep on every GPU (its packing gives
+    each GPU the same number of slots); with ``routing.replicate`` the most any rank
+    holds (home experts plus the replicas listed on it). Refuses what the plan would."""
+    if cfg.placement is None:
+        pl = make_placement(n_experts, ep, cfg.replicate, cfg.replica_split, source)
+        count = np.bincount(np.asarray([r for h in pl.holders for r in h], dtype=np.int64),
+                            minlength=ep)
+        return int(count.max())
+    make_placement(n_experts, ep, source=source)        # ep divides the experts
+    check_spec(cfg.placement, n_experts=n_experts, ep=ep, nodes=1, source=source)
+    return (n_experts + cfg.placement.redundant) // ep
+
+
+#: the sources of the refusal below (docs/routing.md, docs/sources.md)
+TRAINING_REFUSAL = ("0 in a training step: EPLB's redundant experts are an inference "
+                    "deployment feature (DeepSeek-V3 report §3.4.1-§3.4.2; deepseek-ai/EPLB: "
+                    "'our deployed EP load balancing algorithm'); redundant: 0 re-packs the "
+                    "experts")
+
+
+def refuse_training_redundant(cfg: RoutingConfig, source: str) -> None:
+    """A training step with EPLB's redundant experts is refused (one line): no training
+    framework moesim models sums a replica's gradients with its other replicas' before
+    the optimizer (docs/routing.md); re-packing (``redundant: 0``) trains."""
+    spec = cfg.placement
+    if spec is not None and spec.redundant:
+        raise InputError(source, f"{FIELD}.redundant", TRAINING_REFUSAL, spec.redundant)
+
+
+def plan_summary(placements: LayerPlacements, moe_layers: list[int], spec: EplbSpec
+                 ) -> dict:
+    """The summary's ``eplb`` block: the plan's mode, slots, and per MoE layer the
+    replicas of every expert that has more than one (``{expert id: replicas}``), the
+    plan's max and mean GPU load (tokens) and their ratio (EPLB's figure of merit)."""
+    plan = placements.plan
+    mom = plan.max_over_mean
+    layers = []
+    for j, layer in enumerate(moe_layers):
+        cnt = plan.logcnt[j]
+        layers.append({
+            "layer": int(layer),
+            "replicas": {str(e): int(cnt[e]) for e in np.flatnonzero(cnt > 1)},
+            "max_gpu_tokens": float(plan.gpu_load[j].max()),
+            "mean_gpu_tokens": float(plan.gpu_load[j].mean()),
+            "max_over_mean": float(mom[j])})
+    return {"mode": plan.mode, "loads": spec.loads,
+            "redundant": spec.redundant, "groups": spec.groups,
+            "slots_per_gpu": plan.slots_per_gpu,
+            "max_over_mean_mean": float(mom.mean()) if mom.size else 0.0,
+            "layers": layers}

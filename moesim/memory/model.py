@@ -93,9 +93,13 @@ class MemoryBreakdown:
 
 
 def rank_params(spec: ModelSpec, layers: Sequence[int], *, tp: int, ep: int,
-                first: bool, last: bool, etp: int = 1) -> tuple[float, float]:
+                first: bool, last: bool, etp: int = 1,
+                experts_per_rank: int | None = None) -> tuple[float, float]:
     """(non-expert, expert) parameters one rank of this stage holds before ZeRO-3;
-    each expert's matrices split ``etp`` ways (expert tensor parallelism)."""
+    each expert's matrices split ``etp`` ways (expert tensor parallelism).
+    ``experts_per_rank``: routed experts one rank holds per MoE layer, replicas included
+    (:func:`moesim.gating.eplb_placement.experts_held`; None: E / ep)."""
+    held = spec.n_experts // ep if experts_per_rank is None else experts_per_rank
     attn = attention_params(spec)
     dense = 0.0
     expert = 0.0
@@ -104,7 +108,7 @@ def rank_params(spec: ModelSpec, layers: Sequence[int], *, tp: int, ep: int,
         if spec.is_moe_layer(i):
             dense += router_params(spec)
             dense += spec.n_shared_experts * ffn_params(spec, spec.shared_ffn) / tp
-            expert += spec.n_experts // ep * ffn_params(spec, spec.expert_ffn) / etp
+            expert += held * ffn_params(spec, spec.expert_ffn) / etp
         else:
             dense += ffn_params(spec, spec.dense_ffn) / tp
     depths = sum(1 for i in layers if i >= spec.layers)
@@ -178,7 +182,7 @@ def memory_per_rank(
     grad_dtype: str = "bf16", param_dtype: str | None = None,
     recompute_modules: Sequence[str] | None = None, recompute_method: str = "uniform",
     recompute_num_layers: int = 1, activation_dtype: str = "bf16",
-    chunk_ends: tuple[bool, bool] | None = None,
+    chunk_ends: tuple[bool, bool] | None = None, experts_per_rank: int | None = None,
 ) -> MemoryBreakdown:
     """Bytes on one rank of pipeline stage ``stage``.
 
@@ -205,6 +209,9 @@ def memory_per_rank(
     ``chunk_ends``: whether ``layers`` (one virtual chunk of an interleaved stage) hold the
     embedding and the loss, for the activations (None: the first and the last stage, as
     without interleaving); weights follow the stage.
+    ``experts_per_rank``: routed experts one rank holds per MoE layer, redundant replicas
+    included (EPLB: (E + redundant) / ep); each with its weights, gradients and optimizer
+    states like any expert (None: E / ep).
     """
     for name, value in (("tp", tp), ("pp", pp), ("ep", ep), ("dp", dp), ("cp", cp),
                         ("etp", etp),
@@ -248,7 +255,7 @@ def memory_per_rank(
     first, last = stage == 0, stage == pp - 1
 
     dense, expert = rank_params(spec, stage_layers, tp=tp, ep=ep, first=first, last=last,
-                                etp=etp)
+                                etp=etp, experts_per_rank=experts_per_rank)
     w_bytes = spec.weight_bytes if param_dtype is None else DTYPE_BYTES[param_dtype]
     weights = w_bytes * (dense / dpc + expert / edp if zero >= 3 else dense + expert)
     grads = DTYPE_BYTES[grad_dtype] * (dense / dpc + expert / edp if zero >= 2 else dense + expert)

@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from moesim.errors import InputError
+from moesim.gating.eplb_placement import experts_held
 from moesim.memory.checkpoint import checkpoint_spec
 from moesim.memory.model import memory_per_rank
 from moesim.schedule.a2a_overlap import a2a_1f1b_order, flatten
@@ -60,6 +61,10 @@ class StageMemory:
             cp=par.cp, etp=par.etp, sequence_parallel=bool(par.sequence_parallel),
             device=res.device, source=scn.source,
             dispatch_bytes_per_elem=DISPATCH_BYTES[scn.routing.dispatch_dtype])
+        rt = res.routing      # replicas' weights, gradients and optimizer states too
+        if res.model.moe and (rt.placement is not None or rt.replicate):
+            self.common["experts_per_rank"] = experts_held(
+                rt, n_experts=res.model.n_experts, ep=par.ep, source=scn.source)
         self.chunks = stage_chunks(scn, res.model, par.pp * v if self.dual is None
                                    else self.dual.stages,  # virtual stage c*p + s
                                    dual=self.dual is not None)

@@ -65,6 +65,7 @@ class StepPlan:
     tokens_per_step: int                        # tokens of the global batch
     hot_ranks: list[int] = field(default_factory=list)
     inflight: list[int] = field(default_factory=list)  # activations alive per stage (mbs)
+    eplb: object = None      # routing.placement's LayerPlacements (moesim.gating.eplb_placement)
 
 
 def build_step(res, step: int | None = None, *, replicas: str = "independent",

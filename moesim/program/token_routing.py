@@ -127,7 +127,8 @@ class TokenRouting:
                 "expert_kept": kept, "expert_dropped": self.expert_tokens - kept,
                 "expert_capacity": self.expert_capacity if self.moe_layers else np.zeros(0),
                 "lb_loss": np.divide(self.lb, np.maximum(self.lb_n, 1)),
-                "rank_received": self.received, "hot_ranks": self.hot_ranks()}
+                "rank_received": self.received, "hot_ranks": self.hot_ranks(),
+                "eplb": self.placement if self.config.placement is not None else None}
 
     def hot_ranks(self) -> list[int]:
         """The ranks holding the most received tokens per stage (:mod:`moesim.program.hot`)."""

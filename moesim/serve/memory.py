@@ -20,6 +20,7 @@ The largest batch is the largest ``batch_per_gpu`` whose table fits the device
 
 from __future__ import annotations
 
+from moesim.gating.eplb_placement import experts_held
 from moesim.memory.checkpoint import checkpoint_spec
 from moesim.memory.model import ACT_BYTES, layer_activation_bytes, rank_params
 from moesim.scenario.sections.serve import ServeConfig
@@ -30,16 +31,20 @@ FP32_BYTES = 4
 MAX_BATCH = 1 << 24
 
 
-def weight_bytes(spec, tp: int, ep: int) -> float:
-    dense, expert = rank_params(spec, range(spec.layers), tp=tp, ep=ep, first=True, last=True)
+def weight_bytes(spec, tp: int, ep: int, experts: int | None = None) -> float:
+    """``experts``: routed experts the rank holds per MoE layer, EPLB's redundant
+    replicas included (None: E / ep)."""
+    dense, expert = rank_params(spec, range(spec.layers), tp=tp, ep=ep, first=True, last=True,
+                                experts_per_rank=experts)
     return float(spec.weight_bytes * (dense + expert))
 
 
 def table(spec, cfg: ServeConfig, capacity: float, batch: int | None = None,
-          received: float | None = None) -> dict:
+          received: float | None = None, experts: int | None = None) -> dict:
     """The memory table of one rank at ``batch`` requests per GPU (default the
     configuration's); ``received``: routed tokens the rank's experts get in its most
-    loaded MoE layer per micro-batch (default balanced: the tokens it sends × top_k)."""
+    loaded MoE layer per micro-batch (default balanced: the tokens it sends × top_k);
+    ``experts``: routed experts it holds per MoE layer (:func:`weight_bytes`)."""
     b = cfg.batch_per_gpu if batch is None else batch
     tp, m = cfg.tp, cfg.microbatches
     per = cfg.prompt if cfg.phase == "prefill" else 1
@@ -56,7 +61,7 @@ def table(spec, cfg: ServeConfig, capacity: float, batch: int | None = None,
     activations = m * (act_layer + buffers + logits)
     kv_req = float(kv_bytes_per_request(spec, cfg.kv_tokens, cfg.kv_bytes, tp))
     kv_total = kv_req * requests
-    w = weight_bytes(spec, tp, cfg.ep)
+    w = weight_bytes(spec, tp, cfg.ep, experts)
     used = w + kv_total + activations
     return {"batch_per_gpu": b, "weights_bytes": w, "kv_per_token_bytes":
             float(kv_bytes_per_token(spec, cfg.kv_bytes, tp)), "kv_tokens_per_request":
@@ -66,18 +71,21 @@ def table(spec, cfg: ServeConfig, capacity: float, batch: int | None = None,
             "free_bytes": float(capacity) - used, "fits": used <= capacity}
 
 
-def largest_batch(spec, cfg: ServeConfig, capacity: float) -> int:
+def largest_batch(spec, cfg: ServeConfig, capacity: float, experts: int | None = None) -> int:
     """Largest ``batch_per_gpu`` whose :func:`table` fits (0: not even one request)."""
-    if not table(spec, cfg, capacity, 1)["fits"]:
+    def fits(b: int) -> bool:
+        return table(spec, cfg, capacity, b, experts=experts)["fits"]
+
+    if not fits(1):
         return 0
     lo, hi = 1, 2
-    while hi < MAX_BATCH and table(spec, cfg, capacity, hi)["fits"]:
+    while hi < MAX_BATCH and fits(hi):
         lo, hi = hi, hi * 2
-    if hi >= MAX_BATCH and table(spec, cfg, capacity, hi)["fits"]:
+    if hi >= MAX_BATCH and fits(hi):
         return hi
     while hi - lo > 1:              # lo fits, hi does not
         mid = (lo + hi) // 2
-        if table(spec, cfg, capacity, mid)["fits"]:
+        if fits(mid):
             lo = mid
         else:
             hi = mid
@@ -91,18 +99,22 @@ def serve_memory(res, cfg: ServeConfig, rank_received=None) -> dict:
     ``peak_bytes_max``, ``oom``)."""
     spec = checkpoint_spec(res.model, res.scenario.compute)   # quantised / 2:4 weights
     cap = float(getattr(res.device, "hbm_bytes", float("inf")))
+    rt, held = res.routing, None     # EPLB's redundant replicas: their weights too
+    if spec.moe and (rt.placement is not None or rt.replicate):
+        held = experts_held(rt, n_experts=spec.n_experts, ep=cfg.ep,
+                            source=res.scenario.source)
     rows = []
     for r in range(res.layout.world):
         recv = None
         if rank_received is not None and rank_received.shape[1]:
             recv = float(rank_received[r].max())
-        t = table(spec, cfg, cap, received=recv)
+        t = table(spec, cfg, cap, received=recv, experts=held)
         rows.append({"rank": r, "peak_bytes": t["used_bytes"], "oom": not t["fits"],
                      "free_bytes": t["free_bytes"],
                      "by_category": {"weights": t["weights_bytes"],
                                      "kv_cache": t["kv_total_bytes"],
                                      "activations": t["activations_bytes"]}})
-    base = table(spec, cfg, cap)
+    base = table(spec, cfg, cap, experts=held)
     worst = max(rows, key=lambda x: x["peak_bytes"])
     return {
         "weights_bytes": base["weights_bytes"],
@@ -112,7 +124,7 @@ def serve_memory(res, cfg: ServeConfig, rank_received=None) -> dict:
         "activations_bytes": worst["by_category"]["activations"],
         "free_bytes": worst["free_bytes"],
         "capacity_bytes": cap,
-        "largest_batch_per_gpu": largest_batch(spec, cfg, cap),
+        "largest_batch_per_gpu": largest_batch(spec, cfg, cap, held),
         "peak_bytes_max": worst["peak_bytes"],
         "oom": any(x["oom"] for x in rows),
         "per_rank": rows,

@@ -148,6 +148,8 @@ def serve_summary(res: Resolved, cfg: ServeConfig, s: dict, plan,
                   "tokens_per_gpu": cfg.tokens_per_group() // cfg.tp},
         "engine": "exact", "replicas": s.get("replicas"), "shortcuts": s.get("shortcuts", []),
     })
+    if "eplb" in s:        # routing.placement: the EPLB plan (moesim.engine.summary)
+        out["eplb"] = s["eplb"]
     if host is not None:
         out["host"] = host.summary()
     if "sim_wall_s" in s:
