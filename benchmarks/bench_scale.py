@@ -13,8 +13,11 @@ uniform``), more nodes with ``--set cluster.nodes=N``; the 2,048-GPU row as ship
 gradient collectives). Each row runs in a fresh child process with one chain process
 (``engine.workers=1``): CPU s is the child's user + system time (resolving the scenario,
 topology included, and the step), ``engine s`` the step alone, MB its peak resident set
-(``ru_maxrss``, 10^6 bytes). Sizes beyond ``moesim.topology.bounds.MAX_GPUS`` run with
-the limit lifted in the child (``--lift``, on by default) and are marked.
+(``ru_maxrss``, 10^6 bytes). The last rows run on the three-tier rail-optimised
+fat-trees ``superpod-h100-16k`` and ``superpod-h100-100k`` (``--set
+cluster.topology=...``), the latter at 12,288 of its nodes: 98,304 GPUs, the largest
+multiple of PP16 x EP64 = 1,024 GPUs up to 100,000 (DeepSeek-V3's layout cannot fill
+100,000: 100,000 / 16 = 6,250 ranks per stage is no multiple of 64).
 
 Skew table: ``deepseek-v3-2048`` cut to PP4 (2,048 GPUs, EP64, 8 replicas), 8 MoE
 layers, 16 micro-batches, ``routing.kind=zipf routing.zipf_s=0.3`` drawn per replica;
@@ -30,20 +33,17 @@ import subprocess
 import sys
 import time
 
-GPUS = [2048, 4096, 8192, 16384, 98304]
+#: (GPUs, topology or None for the shipped dgx-h800 fabric, engine.replicas)
+ROWS = [(2048, None, "independent"), (2048, None, "identical"), (4096, None, "identical"),
+        (8192, None, "identical"), (16384, None, "identical"),
+        (16384, "superpod-h100-16k", "identical"), (98304, "superpod-h100-100k", "identical")]
 SKEW = ["parallel.pp=4", "model.layers=8", "model.first_dense_layers=0",
         "schedule.microbatches=16", "routing.kind=zipf", "routing.zipf_s=0.3"]
 SAMPLED = [8, 4, 2, 1]
 
 CHILD = r"""
 import json, resource, sys, time
-name, overrides, lift = json.loads(sys.argv[1])
-if lift:     # sizes beyond the topology's MAX_GPUS: lift it in this process only
-    import moesim.topology.bounds as bounds
-    bounds.MAX_GPUS = max(bounds.MAX_GPUS, 1 << 20)
-    import moesim.topology.explicit as explicit
-    if hasattr(explicit, "MAX_GPUS"):
-        explicit.MAX_GPUS = bounds.MAX_GPUS
+name, overrides = json.loads(sys.argv[1])
 from moesim.wiring import resolve_path, simulate
 def cpu():
     s, c = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
@@ -61,11 +61,11 @@ print(json.dumps({"cpu_s": c2 - c0, "engine_s": c2 - c1, "wall_s": time.perf_cou
 """
 
 
-def child(name: str, overrides: list[str], lift: bool, timeout: float) -> dict:
+def child(name: str, overrides: list[str], timeout: float) -> dict:
     """One run in a fresh process; {"error": ...} when it fails or runs out of time."""
     t = time.perf_counter()
     try:
-        p = subprocess.run([sys.executable, "-c", CHILD, json.dumps([name, overrides, lift])],
+        p = subprocess.run([sys.executable, "-c", CHILD, json.dumps([name, overrides])],
                            capture_output=True, text=True, timeout=timeout)
     except subprocess.TimeoutExpired:
         return {"error": f"over {timeout:.0f} s wall"}
@@ -75,29 +75,31 @@ def child(name: str, overrides: list[str], lift: bool, timeout: float) -> dict:
     return json.loads(p.stdout.strip().splitlines()[-1])
 
 
-def scale_table(gpus: list[int], lift: bool, timeout: float) -> None:
+def scale_table(gpus: list[int], timeout: float) -> None:
     print("## DeepSeek-V3 step, balanced routing, by GPUs\n")
-    print("| GPUs | replicas | replicas run | CPU s | engine s | wall s | peak MB | step s |")
-    print("|---|---|---|---|---|---|---|---|")
-    rows = [(2048, "independent")] + [(n, "identical") for n in gpus]
+    print("| GPUs | fabric | replicas | replicas run | CPU s | engine s | wall s | peak MB "
+          "| step s |")
+    print("|---|---|---|---|---|---|---|---|---|")
     base = None
-    for n, mode in rows:
-        if n == 2048 and mode == "independent" and 2048 not in gpus:
+    for n, topo, mode in ROWS:
+        if n not in gpus:
             continue
-        over = [f"cluster.nodes={n // 8}", "engine.workers=1", f"engine.replicas={mode}"]
-        r = child("deepseek-v3-2048", over, lift and n > 8192, timeout)
+        over = ([f"cluster.topology={topo}"] if topo else []) + [
+            f"cluster.nodes={n // 8}", "engine.workers=1", f"engine.replicas={mode}"]
+        r = child("deepseek-v3-2048", over, timeout)
         edp = n // 16 // 64
         run = edp if mode == "independent" else 1
+        fabric = topo or "dgx-h800"
         if "error" in r:
-            print(f"| {n:,} | {mode} | {run} of {edp} | {r['error']} | | | | |")
+            print(f"| {n:,} | {fabric} | {mode} | {run} of {edp} | {r['error']} | | | | |")
             continue
-        if mode == "independent":
+        if mode == "independent" and n == 2048:
             base = r["cpu_s"]
-        print(f"| {n:,}{' (limit lifted)' if lift and n > 8192 else ''} | {mode} | {run} of "
-              f"{edp} | {r['cpu_s']:.1f} | {r['engine_s']:.1f} | {r['wall_s']:.1f} | "
-              f"{r['maxrss_MB']:.0f} | {r['step_s']:.6f} |", flush=True)
-    if base is not None:
-        print(f"\nCPU of each row against the shipped 2,048-GPU step: {base:.1f} s.\n")
+        ratio = f" ({r['cpu_s'] / base:.2f}x)" if base and r["cpu_s"] != base else ""
+        print(f"| {n:,} | {fabric} | {mode} | {run} of {edp} | {r['cpu_s']:.1f}{ratio} | "
+              f"{r['engine_s']:.1f} | {r['wall_s']:.1f} | {r['maxrss_MB']:.0f} | "
+              f"{r['step_s']:.6f} |", flush=True)
+    print("\n(x): CPU against the shipped 2,048-GPU step (first row).\n")
 
 
 def skew_table(timeout: float) -> None:
@@ -109,7 +111,7 @@ def skew_table(timeout: float) -> None:
     for n in SAMPLED:
         over = SKEW + ["engine.workers=1", "engine.replicas=sampled",
                        f"engine.sampled_replicas={n}"]
-        r = child("deepseek-v3-2048", over, False, timeout)
+        r = child("deepseek-v3-2048", over, timeout)
         if "error" in r:
             print(f"| {n} | {r['error']} | | | |")
             continue
@@ -123,15 +125,14 @@ def skew_table(timeout: float) -> None:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--gpus", type=int, nargs="+", default=GPUS)
+    ap.add_argument("--gpus", type=int, nargs="+", default=sorted({r[0] for r in ROWS}))
     ap.add_argument("--no-skew", action="store_true")
     ap.add_argument("--no-scale", action="store_true")
-    ap.add_argument("--no-lift", action="store_true", help="keep MAX_GPUS as shipped")
     ap.add_argument("--timeout", type=float, default=1800.0, help="wall seconds per run")
     args = ap.parse_args()
     t = time.perf_counter()
     if not args.no_scale:
-        scale_table(sorted(args.gpus), not args.no_lift, args.timeout)
+        scale_table(args.gpus, args.timeout)
     if not args.no_skew:
         skew_table(args.timeout)
     print(f"\nbench_scale: {time.perf_counter() - t:.0f} s wall")

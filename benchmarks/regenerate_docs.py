@@ -54,6 +54,7 @@ PAGES: list[tuple[str, list[str], str]] = [
     ("memory-kernels-profile", ["memory_kernels_profile.py", "PATH/train.json", "--span"],
      "profile"),
     ("fusion", ["fusion_whatif.py"], ""),
+    ("scale-any", ["bench_scale.py"], ""),      # about half an hour at load
 ]
 
 
