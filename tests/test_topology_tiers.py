@@ -208,3 +208,12 @@ def test_gpu_limit_is_one_line():
         load_topology("pcie-8gpu", nodes=1025)
     assert f"at most {MAX_SEARCHED_GPUS} GPUs in the cluster (8200 asked: routes found by " \
         "graph search" in str(e.value)
+
+
+def test_servers_without_internal_links_are_still_searched_for_unreachable_gpus():
+    # a fabric joins servers and NVSwitch joins one server's GPUs, so those skip the
+    # search; one server of 2 GPUs with no internal links has no path between them
+    with pytest.raises(InputError) as e:
+        load_topology("fat-tree", nodes=1, gpus_per_node=2)
+    assert "a path between every pair of GPUs" in str(e.value)
+    assert load_topology("fat-tree", nodes=1, gpus_per_node=1).n_gpus == 1
