@@ -21,8 +21,8 @@ from moesim.cli.common import add_output_flags
 from moesim.compute.devices import DEVICES
 from moesim.errors import InputError
 from moesim.model import PRESETS, count_params
-from moesim.topology import load_topology, presets
-from moesim.topology.loader import read_yaml, resolve
+from moesim.topology import presets
+from moesim.topology.loader import read_yaml, resolve, topology_size
 from moesim.units import GB, TB, GiB
 
 CLI = "command line"
@@ -50,13 +50,11 @@ def device_row(d) -> dict:
 
 
 def topology_row(name: str) -> dict:
-    topo = load_topology(name)
-    gpus = len(topo.gpus)
-    per_node = getattr(topo, "gpus_per_node", None) or gpus
-    dev = getattr(topo, "device", None)
+    nodes, per_node, dev = topology_size(name)  # a preset's size without building it
+    gpus = nodes * per_node
     desc = read_yaml(resolve(name)).get("description", "")
-    return {"name": name, "gpus_per_node": per_node, "nodes": gpus // per_node, "gpus": gpus,
-            "device": getattr(dev, "name", dev),
+    return {"name": name, "gpus_per_node": per_node, "nodes": nodes, "gpus": gpus,
+            "device": dev,
             "description": str(desc) or "(nodes and links listed in the file)"}
 
 

@@ -167,3 +167,17 @@ def load_topology(path_or_name: str | Path, routing: str | None = None, **params
     ``params`` (e.g. ``nodes=2``), ``routing`` its routing rule."""
     path = resolve(path_or_name)
     return parse_topology(read_yaml(path), str(path), routing, **params)
+
+
+def topology_size(path_or_name: str | Path) -> tuple[int, int, str | None]:
+    """(servers, GPUs per server, device name) of a topology file; a builder preset is
+    read and checked but not built (the 100,000-GPU preset takes seconds to build)."""
+    path = resolve(path_or_name)
+    data = read_yaml(path)
+    builder = data.get("builder")
+    if isinstance(builder, str) and builder in BUILDERS and isinstance(data.get("params"), dict):
+        spec = cluster_spec(builder, data["params"], str(path))
+        device = data.get("device")
+        return spec.nodes, spec.gpus_per_node, device if isinstance(device, str) else None
+    topo = parse_topology(data, str(path))
+    return topo.n_nodes, topo.gpus_per_node, topo.device
