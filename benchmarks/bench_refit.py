@@ -16,7 +16,7 @@ error against the published time. Sources (docs/sources.md):
   "Expected Performance"): Qwen3-30B BF16 EP8xPP2 -> TP8xDP2 0.74-1.00 s, DeepSeek-V3 BF16
   PP16xEP16 -> TP32xDP8 2.39-2.83 s.
 
-Run: python benchmarks/bench_refit.py (about a minute: the DeepSeek-V3 reshard has 65,536
+Run: python benchmarks/bench_refit.py [--write-docs] (about a minute: the DeepSeek-V3 reshard has 65,536
 flows).
 """
 
@@ -63,11 +63,17 @@ def run(case) -> dict:
     return {"case": label, "time_s": r.time_s, **r.phases, "published": pub, "error": err}
 
 
-def main() -> None:
+def main() -> int:
+    print("The per-GPU refit (`rl.weight_sync.per_gpu: true`, `moesim/rl/sync.py` "
+          "`refit_phases`) prices NeMo RL's three steps from the topology's bandwidths "
+          "(dgx-h100), the H100's HBM, the model's tensor count, the blog's 0.18 ms per "
+          "rebuilt IPC handle and the 40 us per-tensor load assumption; nothing is fitted. "
+          "Error 0 inside a published range.")
+    print()
     print("| case | simulated s | gather | transfer | load | published s | error |")
     print("|---|---:|---:|---:|---:|---:|---:|")
-    for c in CASES:
-        d = run(c)
+    rows = [run(c) for c in CASES]
+    for d in rows:
         lo, hi = d["published"]
         pub = f"{lo:g}" if lo == hi else f"{lo:g}-{hi:g}"
         print(f"| {d['case']} | {d['time_s']:.2f} | {d['gather_s']:.2f} | "
@@ -75,14 +81,30 @@ def main() -> None:
     print()
     print("Colocated DeepSeek-V3, each step against the blog's Table 1 (gather 12.2, IPC "
           "handle transfer 33.5, load 1.5 s):")
-    for c in CASES[:2]:
-        d = run(c)
+    print()
+    for d in rows[:2]:
         errs = ", ".join(f"{k} {d[k + '_s']:.2f} s ({d[k + '_s'] / pub - 1:+.0%})"
                          for k, pub in (("gather", 12.2), ("transfer", 33.5), ("load", 1.5)))
-        extra = (f"; {d['gather_calls']:,} gather calls per rank" if "gather_calls" in d
-                 else "")
+        extra = (f"; {d['gather_calls']:,} gather collective calls per rank"
+                 if "gather_calls" in d else "")
         print(f"- {d['case']}: {errs}; {d['buckets']} buckets{extra}")
+    print()
+    print("Read: the bandwidth part is right where the transport is the bottleneck (the "
+          "reshard rows; the colocated gather near the blog's own 3.3 s speed of light). "
+          "NeMo RL v0.3.0's per-key gather calls (`calls: nemo`: a PP broadcast per "
+          "Megatron key, TP/EP all-gathers, each an eager torch.distributed call) and its "
+          "buckets of 0.2 x free memory add little. What moesim does not price is the "
+          "software the blog names without per-item figures: Ray's serialization of every "
+          "policy worker's per-tensor metadata through the driver to the vLLM workers "
+          "(the 33.5 s IPC handle transfer) and the Megatron-to-HF conversion (the "
+          "gather's 12.2 s against 3.3 s of speed of light). The non-colocated rows are "
+          "short for the same reason; only the reshard rows are within 25 %.")
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    import sys
+
+    from results_page import run_benchmark
+    sys.exit(run_benchmark(main, "rl-refit", "Weight sync per GPU against NeMo RL's "
+                                             "published refits"))

@@ -28,11 +28,14 @@ def test_megatron_keys_by_hand():
 
 
 def test_gather_calls_by_hand():
-    # TP2 EP2 PP1: 6 TP all-gathers + 8 EP all-gathers; PP1 broadcasts make no call
-    assert refit_calls.gather_calls(SPEC, tp=2, pp=1, ep=2) == 14
-    # PP2 too: one broadcast per key, 21 more
+    # TP2 EP2: one PP broadcast per key (21, whatever the PP size) + 6 TP all-gathers
+    # + 8 EP all-gathers
+    assert refit_calls.gather_calls(SPEC, tp=2, pp=1, ep=2) == 35
     assert refit_calls.gather_calls(SPEC, tp=2, pp=2, ep=2) == 35
-    assert refit_calls.gather_calls(SPEC, tp=1, pp=1, ep=1) == 0
+    # TP1 EP1: the broadcasts only, 3 + 2 + 8 = 13 keys per layer, 26 + 3 = 29
+    assert refit_calls.gather_calls(SPEC, tp=1, pp=1, ep=1) == 29
+    # expert TP2 as well: 8 more all-gathers
+    assert refit_calls.gather_calls(SPEC, tp=2, pp=1, ep=2, etp=2) == 43
     assert refit_calls.gather_calls_s(SPEC, tp=2, pp=2, ep=2) == pytest.approx(35 * CALL_HOST_S)
 
 
@@ -54,9 +57,9 @@ def test_refit_with_calls_adds_the_calls_and_its_buckets():
                            calls=calls, hbm_bytes=1e9)
 
     off, on = sync("none"), sync("nemo")
-    assert on.phases["gather_calls"] == 14
+    assert on.phases["gather_calls"] == 35
     assert "gather_calls" not in off.phases
-    assert on.phases["gather_s"] == pytest.approx(off.phases["gather_s"] + 14 * CALL_HOST_S)
+    assert on.phases["gather_s"] == pytest.approx(off.phases["gather_s"] + 35 * CALL_HOST_S)
     # free memory 1e9 - B/2 - B/8 leaves one bucket of 0.2 x that: one rebuild
     assert on.phases["buckets"] == 1
     assert on.phases["transfer_s"] == pytest.approx(IPC_REBUILD_S)

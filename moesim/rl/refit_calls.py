@@ -81,11 +81,12 @@ def megatron_keys(spec: ModelSpec, ep: int) -> MegatronKeys:
 
 def gather_calls(spec: ModelSpec, *, tp: int, pp: int, ep: int, etp: int = 1) -> int:
     """Eager collective calls ``gather_params`` makes per rank per refit: a PP broadcast per
-    key (a group of one makes no NCCL call), a TP all-gather per TP-sharded non-expert key
-    (``tp > 1``), an expert-TP all-gather per expert key (``etp > 1``) and an EP all-gather
-    per expert key (``ep > 1``)."""
+    key (made for every key, also over a PP group of one rank), a TP all-gather per
+    TP-sharded non-expert key (``tp > 1``), an expert-TP all-gather per expert key
+    (``etp > 1``) and an EP all-gather per expert key (``ep > 1``)."""
+    del pp  # the broadcast is called whatever the PP size
     k = megatron_keys(spec, ep)
-    calls = k.total if pp > 1 else 0
+    calls = k.total
     calls += k.tp_sharded if tp > 1 else 0
     calls += k.expert if etp > 1 else 0
     calls += k.expert if ep > 1 else 0

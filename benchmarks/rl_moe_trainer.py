@@ -1,0 +1,110 @@
+"""What NeMo RL v0.3's Megatron-Core trainer runs for Qwen3-30B-A3B, and moesim's shared
+MoE training step against an independent Megatron measurement of the same model.
+
+    python benchmarks/rl_moe_trainer.py                # ~20 s of CPU
+    python benchmarks/rl_moe_trainer.py --write-docs   # docs/results/rl-moe-trainer.md
+
+Part 1 prints the MoE settings of NeMo RL v0.3's Qwen3-30B-A3B GRPO run as its code sets
+them and how moesim prices each (sources in docs/sources.md, RL section). Part 2 runs
+``moesim run`` (the shared training step the RL trainer is built on) on the two
+Qwen3-30B-A3B Megatron-LM configurations alibaba/Pai-Megatron-Patch issue #643 measured on
+H800 (2025-08-08: TP1 PP2 EP8, sequence 8,192, global batch 128, 16 GPUs: 10.361 s per
+iteration, 6,325 tokens/GPU/s; TP1 PP4 EP4, global batch 256: 20.992 s, 6,244; expert TP
+1, micro-batch 1, no recompute, ``--moe-expert-capacity-factor 1.0``, no CUDA graphs) and
+prints the errors. Nothing is fitted.
+"""
+
+from __future__ import annotations
+
+import sys
+import tempfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+#: (setting, what NeMo RL v0.3.0 runs, where it is set, how moesim prices it)
+SETTINGS = (
+    ("moe_grouped_gemm", "true", "NeMo Qwen3MoEConfig (HFQwen3Importer)",
+     "Transformer Engine GroupedLinear: one GEMM per local expert "
+     "(compute.expert_launches per_expert, the trainer's default)"),
+    ("moe_token_dispatcher_type", "alltoall", "NeMo Qwen3MoEConfig",
+     "NCCL all-to-all over the EP group (parallel.ep_backend nccl)"),
+    ("moe_permute_fusion", "true", "NeMo Qwen3MoEConfig",
+     "fused permute kernels (moesim's default permutation)"),
+    ("moe_router_dtype", "fp64", "grpo_math_1B_megatron.yaml -> megatron_policy_worker.py",
+     "not priced: the router GEMM is 2 x 2,048 x 128 flops per token"),
+    ("moe_router_load_balancing_type", "none (router frozen, bias rate 0)",
+     "grpo_math_1B_megatron.yaml", "no aux loss kernels; routing.kind uniform"),
+    ("expert capacity", "dropless (no moe_expert_capacity_factor)", "NeMo Qwen3MoEConfig",
+     "dropless; balanced routing (no published load of this model on this data)"),
+    ("apply_rope_fusion", "true", "grpo_math_1B_megatron.yaml", "fused RoPE"),
+    ("sequence_parallel", "true (TP2)", "grpo_math_qwen30ba3b_megatron.yaml",
+     "parallel.sequence_parallel true"),
+    ("grad_reduce_in_fp32", "false", "grpo_math_1B_megatron.yaml (DDP config)",
+     "memory.grad_dtype bf16"),
+    ("overlap_grad_reduce / overlap_param_gather", "true / true", "DDP config",
+     "schedule dp_overlap (default true)"),
+    ("use_distributed_optimizer", "true (precision-aware)", "grpo_math_1B_megatron.yaml",
+     "parallel.zero 1"),
+    ("host sync per MoE layer", "cuda_sync_point before_ep_alltoall",
+     "Megatron-LM 2ff0f099 token_dispatcher.py (MoEAlltoAllTokenDispatcher)",
+     "not priced (each launch pays its 4 us serially already)"),
+)
+
+#: alibaba/Pai-Megatron-Patch issue #643 (H800): (label, pp, ep, global batch, s/iteration)
+PAI = (("TP1 PP2 EP8, GBS 128", 2, 8, 128, 10.361),
+       ("TP1 PP4 EP4, GBS 256", 4, 4, 256, 20.992))
+SEQ = 8192
+GPUS = 16
+
+SCENARIO = """name: qwen3-30b-a3b-pai-h800
+seed: 0
+cluster: {topology: dgx-h800, nodes: 2, device: H800}
+model: {preset: qwen3-30b-a3b}
+routing: {kind: uniform}
+parallel: {tp: 1, pp: 2, ep: 8, etp: 1, zero: 1}
+schedule: {kind: 1f1b, microbatches: 16, micro_batch_size: 1, seq_len: 8192}
+compute: {kind: catalog}
+memory: {recompute: none}
+engine: {mode: fast}
+"""
+
+
+def main(argv: list[str] | None = None) -> int:
+    from moesim.scenario.read import load_scenario
+    from moesim.wiring import resolve, simulate
+
+    print("### What the trainer runs (NeMo RL v0.3.0 b1c86a816, Megatron-LM 2ff0f099)")
+    print()
+    print("| setting | NeMo RL v0.3 Qwen3-30B-A3B | set in | moesim |")
+    print("|---|---|---|---|")
+    for row in SETTINGS:
+        print("| " + " | ".join(row) + " |")
+    print()
+    print("### moesim's Megatron MoE step against Pai-Megatron-Patch issue #643 (H800)")
+    print()
+    print("| layout | simulated s | published s | error | simulated tokens/GPU/s |")
+    print("|---|---:|---:|---:|---:|")
+    with tempfile.TemporaryDirectory() as d:
+        path = Path(d) / "qwen3-30b-a3b-pai-h800.yaml"
+        path.write_text(SCENARIO)
+        for label, pp, ep, gbs, pub in PAI:
+            dp = GPUS // pp
+            scn = load_scenario(path, [f"parallel.pp={pp}", f"parallel.ep={ep}",
+                                       f"schedule.microbatches={gbs // dp}"])
+            step = float(simulate(resolve(scn)).summary["step_time_s"])
+            tps = gbs * SEQ / step / GPUS
+            print(f"| {label} | {step:.2f} | {pub:.2f} | {(step / pub - 1) * 100:+.1f} % | "
+                  f"{tps:,.0f} |")
+    print()
+    print("NeMo RL v0.3's published policy training, 50 s for 2,048 samples of 256 + 3,251 "
+          "tokens (the prompt length is ours) on 64 H100: "
+          f"{2048 * (256 + 3251) / 50 / 64:,.0f} tokens/GPU/s, against the 6,244-6,325 "
+          "above.")
+    return 0
+
+
+if __name__ == "__main__":
+    from results_page import run_benchmark
+    sys.exit(run_benchmark(main, "rl-moe-trainer", "NeMo RL v0.3's MoE trainer, and "
+                                                   "moesim's MoE step against Megatron"))
