@@ -57,7 +57,8 @@ def run(case) -> dict:
                     per_tensor_s=40e-6, ipc=ipc, hbm_Bps=DEVICES["H100"].hbm_Bps,
                     sharded=method == "sharded", per_gpu=True,
                     calls="nemo" if method == "ipc-calls" else "none",
-                    hbm_bytes=DEVICES["H100"].hbm_bytes)
+                    hbm_bytes=DEVICES["H100"].hbm_bytes,
+                    launch_s=DEVICES["H100"].launch_overhead_s)
     lo, hi = pub
     err = 0.0 if lo <= r.time_s <= hi else (r.time_s / (lo if r.time_s < lo else hi) - 1)
     return {"case": label, "time_s": r.time_s, **r.phases, "published": pub, "error": err}

@@ -39,6 +39,11 @@ def test_gather_calls_by_hand():
     assert refit_calls.gather_calls_s(SPEC, tp=2, pp=2, ep=2) == pytest.approx(35 * CALL_HOST_S)
 
 
+def test_pack_by_hand():
+    # 198,272 bytes read and written at 1e9 B/s + 41 tensors x 4 us
+    assert refit_calls.pack_s(B, 41, 1e9, 4e-6) == pytest.approx(2 * B / 1e9 + 41 * 4e-6)
+
+
 def test_buckets_by_hand():
     # 0.2 x 1,000 free bytes = 200 per bucket: 198,272 bytes -> 992 buckets
     assert refit_calls.buckets(B, 1000.0) == 992
@@ -54,13 +59,15 @@ def test_refit_with_calls_adds_the_calls_and_its_buckets():
     def sync(calls):
         return weight_sync(topo, SPEC, gpus, gpus, tp=2, pp=1, ep=2, replica_gpus=8,
                            per_tensor_s=40e-6, ipc=True, hbm_Bps=3.35e12, per_gpu=True,
-                           calls=calls, hbm_bytes=1e9)
+                           calls=calls, hbm_bytes=1e9, launch_s=4e-6)
 
     off, on = sync("none"), sync("nemo")
     assert on.phases["gather_calls"] == 35
     assert "gather_calls" not in off.phases
     assert on.phases["gather_s"] == pytest.approx(off.phases["gather_s"] + 35 * CALL_HOST_S)
-    # free memory 1e9 - B/2 - B/8 leaves one bucket of 0.2 x that: one rebuild
+    # free memory 1e9 - B/2 - B/8 leaves one bucket of 0.2 x that: one rebuild; the 41
+    # HF tensors (test_rl_refit.py) packed: B read and written at 3.35e12 B/s, 41 launches
     assert on.phases["buckets"] == 1
-    assert on.phases["transfer_s"] == pytest.approx(IPC_REBUILD_S)
+    assert on.phases["transfer_s"] == pytest.approx(
+        IPC_REBUILD_S + 2 * B / 3.35e12 + 41 * 4e-6)
     assert on.phases["load_s"] == off.phases["load_s"]

@@ -17,7 +17,9 @@ grpo.py`` ``refit_policy_generation``):
    collective call, ``CALL_HOST_S`` of host time at least
    (:mod:`moesim.collectives.nccl.launch`). The HF tensors are then packed into one buffer
    per dtype (``NEMO_RL_MEGATRON_IPC_TENSOR_PACKING_THRESHOLD``, 32 tensors) and one IPC
-   handle made per buffer.
+   handle made per buffer: ``packed[offset:offset + size].copy_(tensor.view(-1))`` per HF
+   tensor, so every byte of the model is read and written once more on each GPU, one
+   copy launch per tensor (:func:`pack_s`, in the transfer step).
 3. ``update_weights_from_ipc_handles`` on each vLLM engine's Ray actor, which calls each of
    its executors with its own device's handles (``nemo_rl/models/generation/vllm.py``);
    an executor rebuilds one tensor per dtype (``rebuild_cuda_tensor``, 0.18 ms:
@@ -96,6 +98,13 @@ def gather_calls(spec: ModelSpec, *, tp: int, pp: int, ep: int, etp: int = 1) ->
 def gather_calls_s(spec: ModelSpec, *, tp: int, pp: int, ep: int, etp: int = 1) -> float:
     """Host seconds of :func:`gather_calls`, ``CALL_HOST_S`` each (serial on each rank)."""
     return gather_calls(spec, tp=tp, pp=pp, ep=ep, etp=etp) * CALL_HOST_S
+
+
+def pack_s(nbytes: float, tensors: int, hbm_Bps: float, launch_s: float) -> float:
+    """Seconds to pack ``nbytes`` in ``tensors`` HF tensors into the IPC buffers on one
+    GPU: a read and a write of every byte at HBM bandwidth, one eager copy launch per
+    tensor (``launch_s``, the device's launch overhead)."""
+    return 2 * nbytes / hbm_Bps + tensors * launch_s
 
 
 def buckets(nbytes: float, free_bytes: float) -> int:

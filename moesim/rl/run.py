@@ -199,7 +199,8 @@ def simulate_rl(setup: RLSetup, steps: int, *, rollout_costs: StepCosts | None =
                        ipc=cfg.colocated, hbm_Bps=res.device.hbm_Bps, on_solve=on_solve,
                        sharded=cfg.weight_sync.method == "sharded",
                        per_gpu=cfg.weight_sync.per_gpu, calls=cfg.weight_sync.calls,
-                       etp=setup.scenario.parallel.etp, hbm_bytes=res.device.hbm_bytes)
+                       etp=setup.scenario.parallel.etp, hbm_bytes=res.device.hbm_bytes,
+                       launch_s=res.device.launch_overhead_s)
     switch = switch_cost(res.model, tr.gpus, ro.replica_gpus) if cfg.colocated else (0.0, 0.0)
     moves = setup_moves(setup, PCIE_Bps)
     if moves is not None:       # NeMo RL's moves replace the switch's (moesim.rl.offload)

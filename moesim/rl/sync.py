@@ -168,7 +168,7 @@ def weight_sync(topo, spec: ModelSpec, train_gpus: list, rollout_gpus: list, *, 
                 pp: int, ep: int, replica_gpus: int, per_tensor_s: float, ipc: bool,
                 hbm_Bps: float, on_solve=None, sharded: bool = False,
                 per_gpu: bool = False, calls: str = "none", etp: int = 1,
-                hbm_bytes: float = 0.0) -> SyncResult:
+                hbm_bytes: float = 0.0, launch_s: float = 0.0) -> SyncResult:
     """The sync of ``spec``'s weights from ``train_gpus`` to every engine replica of
     ``rollout_gpus``: gathered and chain-broadcast (``sharded`` False: verl's NCCL
     checkpoint engine) or pulled shard by shard (``sharded``: :func:`sharded_flows`);
@@ -177,7 +177,7 @@ def weight_sync(topo, spec: ModelSpec, train_gpus: list, rollout_gpus: list, *, 
         return refit_phases(topo, spec, train_gpus, rollout_gpus, tp=tp, pp=pp, ep=ep,
                             replica_gpus=replica_gpus, per_tensor_s=per_tensor_s, ipc=ipc,
                             hbm_Bps=hbm_Bps, on_solve=on_solve, sharded=sharded,
-                            calls=calls, etp=etp, hbm_bytes=hbm_bytes)
+                            calls=calls, etp=etp, hbm_bytes=hbm_bytes, launch_s=launch_s)
     nbytes = param_bytes(spec)
     src = holders(train_gpus, tp, pp, ep)
     if sharded:
@@ -255,11 +255,12 @@ def broadcast_flows(topo, nbytes: float, train_gpus: list, rollout_gpus: list,
 def refit_phases(topo, spec: ModelSpec, train_gpus: list, rollout_gpus: list, *, tp: int,
                  pp: int, ep: int, replica_gpus: int, per_tensor_s: float, ipc: bool,
                  hbm_Bps: float, on_solve=None, sharded: bool = False, calls: str = "none",
-                 etp: int = 1, hbm_bytes: float = 0.0) -> SyncResult:
+                 etp: int = 1, hbm_bytes: float = 0.0, launch_s: float = 0.0) -> SyncResult:
     """NeMo RL's refit as three steps in series (module docstring): gather, transfer,
     load; ``time_s`` is their sum. ``calls`` "nemo" (colocated): the gather also pays
-    NeMo RL v0.3's per-key collective calls and the keys go in buckets of 0.2 x the free
-    memory (:mod:`moesim.rl.refit_calls`; ``hbm_bytes`` the device's memory)."""
+    NeMo RL v0.3's per-key collective calls, the keys go in buckets of 0.2 x the free
+    memory and the transfer packs every tensor into them (:mod:`moesim.rl.refit_calls`;
+    ``hbm_bytes`` the device's memory, ``launch_s`` its launch overhead)."""
     nbytes = param_bytes(spec)
     src = holders(train_gpus, tp, pp, ep)
     tensors = tensor_count(spec)
@@ -279,6 +280,8 @@ def refit_phases(topo, spec: ModelSpec, train_gpus: list, rollout_gpus: list, *,
             free = hbm_bytes - nbytes / len(src) - nbytes / replica_gpus
             buckets = refit_calls.buckets(nbytes, free)
         transfer_s = buckets * IPC_REBUILD_S
+        if calls == "nemo":
+            transfer_s += refit_calls.pack_s(nbytes, tensors, hbm_Bps, launch_s)
         ipc_bytes, nflows, gather_bytes = nbytes, 0, gathered * len(train_gpus)
     else:
         if sharded:
