@@ -222,38 +222,15 @@ class ClusterRouter:
         self._leaf = [[index.leaf_of(h, k) for k in range(len(nics))]
                       for h, nics in enumerate(index.nic)]
         self._nvswitch = spec.intra == "nvswitch"
-
-    def _fabric(self, a: int, i: int, b: int, j: int, src: str, dst: str, key: int,
-                ecmp: bool) -> list[int]:
-        ka, kb = self._nic[i], self._nic[j]
-        if a == b and ka == kb:      # GPUs sharing a NIC (no NVSwitch): through the NIC
-            return [self._g2n[a][i], self._n2g[b][j]]
-        la, lb = self._leaf[a][ka], self._leaf[b][kb]
-        if la == lb:
-            return [self._g2n[a][i], self._n2l[a][ka], self._l2n[b][kb], self._n2g[b][j]]
-        label = _label(src, dst, key)
-        k = ecmp_pick(self._spp, label, self._ix.leaf[la]) if ecmp else 0
-        pa, pb = self._pod[la], self._pod[lb]
-        sa = pa * self._spp + k
-        if pa == pb:
-            mid = [self._l2s[la][k], self._s2l[sa][lb - self._first[pb]]]
-        else:  # up to a core of plane k, down through spine k of the other pod
-            m = ecmp_pick(self._cpp, label, self._ix.spine[sa]) if ecmp else 0
-            sb = pb * self._spp + k
-            mid = [self._l2s[la][k], self._s2c[sa][m], self._c2s[k * self._cpp + m][pb],
-                   self._s2l[sb][lb - self._first[pb]]]
-        return [self._g2n[a][i], self._n2l[a][ka], *mid, self._l2n[b][kb], self._n2g[b][j]]
-
-    def _direct(self, a: int, i: int, b: int, j: int, src: str, dst: str, key: int,
-                ecmp: bool) -> list[int]:
-        if a == b:
-            if i == j:
-                return []
-            if self._nvswitch:
-                return [self._up[a][i], self._down[a][j]]
-        return self._fabric(a, i, b, j, src, dst, key, ecmp)
+        self._rail, self._ecmp = policy == "rail", policy != "shortest"
+        # "@node" of each ECMP choice point, as ecmp_pick appends it to the label
+        self._leaf_at = [f"@{name}".encode() for name in index.leaf]
+        self._spine_at = [f"@{name}".encode() for name in index.spine]
 
     def route(self, src: str, dst: str, key: int = 0) -> tuple[int, ...]:
+        """GPU -> (NVSwitch -> relay GPU ->) NIC -> leaf (-> spine (-> core -> spine)
+        -> leaf) -> NIC -> GPU, by table lookups; ECMP hashes ``src>dst#key`` once and
+        extends the CRC with ``@node`` at each choice (= ``ecmp_pick``)."""
         if src == dst:
             return ()
         ps, pd = self._pos.get(src), self._pos.get(dst)
@@ -261,12 +238,37 @@ class ClusterRouter:
             if self._fallback is None:
                 self._fallback = GraphRouter(self._graph, self.policy)
             return self._fallback.route(src, dst, key)
-        (a, i), (b, j) = ps, pd
-        if self.policy == "rail" and a != b and self._nic[i] != self._nic[j] and self._nvswitch:
-            # without NVSwitch the relay leg ends on the relay's own NIC: a loop, skipped
-            return tuple(self._direct(a, i, a, j, src, dst, key, True)
-                         + self._fabric(a, j, b, j, src, dst, key, True))
-        return tuple(self._direct(a, i, b, j, src, dst, key, self.policy != "shortest"))
+        a, i = ps
+        b, j = pd
+        ka, kb = self._nic[i], self._nic[j]
+        head: tuple[int, ...] = ()
+        if a == b:
+            if self._nvswitch:
+                return (self._up[a][i], self._down[a][j])
+            if ka == kb:             # GPUs sharing a NIC (no NVSwitch): through the NIC
+                return (self._g2n[a][i], self._n2g[b][j])
+        elif self._rail and ka != kb and self._nvswitch:
+            # PXN: over NVSwitch to the local GPU on the destination's rail (without
+            # NVSwitch the relay leg would end on the relay's own NIC: a loop, skipped)
+            head = (self._up[a][i], self._down[a][j])
+            i, ka = j, kb
+        la, lb = self._leaf[a][ka], self._leaf[b][kb]
+        ends = (self._l2n[b][kb], self._n2g[b][j])
+        if la == lb:
+            return (*head, self._g2n[a][i], self._n2l[a][ka], *ends)
+        spp, cpp = self._spp, self._cpp
+        base = zlib.crc32(_label(src, dst, key).encode()) if self._ecmp else 0
+        k = zlib.crc32(self._leaf_at[la], base) % spp if self._ecmp and spp > 1 else 0
+        pa, pb = self._pod[la], self._pod[lb]
+        sa = pa * spp + k
+        down = lb - self._first[pb]
+        if pa == pb:
+            return (*head, self._g2n[a][i], self._n2l[a][ka], self._l2s[la][k],
+                    self._s2l[sa][down], *ends)
+        # up to a core of plane k, down through spine k of the other pod
+        m = zlib.crc32(self._spine_at[sa], base) % cpp if self._ecmp and cpp > 1 else 0
+        return (*head, self._g2n[a][i], self._n2l[a][ka], self._l2s[la][k], self._s2c[sa][m],
+                self._c2s[k * cpp + m][pb], self._s2l[pb * spp + k][down], *ends)
 
 
 def find_unreachable(graph: nx.DiGraph, gpus: list[str], gpu_transit: bool) -> tuple[str, str] | None:
