@@ -55,6 +55,12 @@ PAGES: list[tuple[str, list[str], str]] = [
      "profile"),
     ("fusion", ["fusion_whatif.py"], ""),
     ("scale-any", ["bench_scale.py"], ""),      # about half an hour at load
+    ("quantisation", ["quant_published.py"], ""),
+    ("grpo-study", ["grpo_study.py"], ""),
+    ("rl-refit", ["bench_refit.py"], ""),
+    ("rl-moe-trainer", ["rl_moe_trainer.py"], ""),
+    ("collective-launch", ["collective_launch.py"], ""),
+    ("knob-defaults", ["knob_defaults.py"], ""),
 ]
 
 
