@@ -106,7 +106,7 @@ def shortcuts(ctx, dedup: bool, n_chains: int, world: int, span_ranks: int
                     "bound": BOUNDS["a2a_1f1b"]})
     if dedup:
         out.append({"name": "identical_replicas", "simulated_chains": n_chains,
-                    "detail": "routing.replicas=identical: one chain per replica class runs; "
+                    "detail": "engine.replicas=identical: one chain per replica class runs; "
                               "mirrors copy its timeline and join DP collectives",
                     "bound": "exact given identical routing"})
     if ctx.res.scenario.overlap.nccl_sms > 0:
