@@ -61,6 +61,7 @@ PAGES: list[tuple[str, list[str], str]] = [
     ("rl-moe-trainer", ["rl_moe_trainer.py"], ""),
     ("collective-launch", ["collective_launch.py"], ""),
     ("knob-defaults", ["knob_defaults.py"], ""),
+    ("topology-scale", ["bench_topology_scale.py", "--profile"], ""),
 ]
 
 

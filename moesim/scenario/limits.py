@@ -7,8 +7,12 @@ Measured on a shared 2-core machine (docs/scenarios.md, "Size limits"):
   (64 GPUs x 32 layers x 16 micro-batches = 32,768 rank-layer-micro-batches) takes
   25.6 s CPU and 165 MB (docs/results/scale.md), about 0.8 ms and 5 kB per unit;
 * the fast path (docs/fast-path.md) runs ``deepseek-v3-2048`` (2,048 x 61 x 120 =
-  15.0 M units) in 49 s and 286 MB; its memory grows faster than the GPUs (8,192 GPUs
-  of a 4-layer, 4-micro-batch slice: 38.9 s, 1.35 GB; moesim.topology.bounds.MAX_GPUS).
+  15.0 M units) in about 30 s of CPU; it counts only the ranks it runs (one chain per
+  class of identical or sampled replicas, engine/fast/sampled.py), so DeepSeek-V3 on
+  16,384 GPUs took 27-39 s and 1.2-1.5 GB and on 98,304 GPUs 108-122 s and 4.8 GB
+  (docs/results/scale-any.md, docs/results/topology-scale.md); the GPU count itself is
+  bounded by what the topology can be built and routed for
+  (moesim.topology.bounds.MAX_GPUS).
 
 So a step over ``MAX_WORK[mode]`` units would take more than about ten minutes (and,
 on the exact engine, several GB); the per-field limits keep single numbers (a typo
