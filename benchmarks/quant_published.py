@@ -44,9 +44,26 @@ KV cache (``serve.kv_dtype``): vLLM's log for Qwen3-0.6B on A100 (vllm-project/v
 #24577, 2025-09-10): 69.66 GiB of KV cache hold 652,144 BF16 tokens, and FP8 doubles the
 concurrency; moesim's bytes per token divide the same budget.
 
-Not reproduced (no published per-shape figure found, no Blackwell or INT8 peak in the
-device table at the time of the run): ``nvfp4``, ``mxfp8`` and ``int8`` W8A8 kernels,
-an ``int8`` weight-only kernel, an FP8 KV cache's throughput under load. Nothing is fitted: error = (moesim -
+Held-out kernel figures (none of them is in a moesim table):
+
+- ``fp8-block``: DeepGEMM on an H100 80GB HBM3 timed by vLLM's
+  ``benchmark_fp8_block_dense_gemm_table.py`` (vllm-project/vllm PR #13917, 2025-02-26).
+- ``mxfp8``: FlashInfer's ``mm_mxfp8`` (CUTLASS, autotuned) on B200
+  (flashinfer-ai/flashinfer PR #2464, 2026-02-02).
+- ``nvfp4``: FlashInfer's ``mm_fp4`` on B200 at M = 1 (flashinfer-ai/flashinfer issue
+  #1732, 2025-09-19) and M = 32 (vllm-project/vllm PR #42235, 2026-05-14); NVIDIA's
+  CUTLASS NVFP4 GEMM at 8192 and 16384 rows (vllm-project/vllm PR #20646, 2025-07-08);
+  cuBLAS's FP4 x FP4 (MXFP4) on B200 (deepseek-ai/DeepGEMM PR #348, 2026-06-01).
+- ``int8`` W8A8: sgl-kernel's and vLLM's INT8 GEMMs on A100 (sgl-project/sglang PR
+  #2752, 2025-01-06; ``sgl-kernel/benchmark/bench_int8_gemm.py``).
+
+End-to-end ``nvfp4``: SGLang's DeepSeek-V3 decode on GB200 NVL72 with FP8 MoE and with
+NVFP4 MoE + FP8 KV (LMSYS blog, Part II, 2025-09-25), the shipped scenarios
+``deepseek-v3-decode-gb200`` and ``deepseek-v3-decode-gb200-nvfp4``.
+
+Not reproduced: end-to-end figures of ``fp8-block``, ``mxfp8`` and ``int8``
+W8A8 (the page says what was found and why it is not priced), an ``int8`` weight-only
+kernel, an FP8 KV cache's throughput under load. Nothing is fitted: error = (moesim -
 published) / published.
 """
 
@@ -123,6 +140,69 @@ def deepgemm_row() -> list[str]:
             f"{t * 1e6:.1f} us", err(t, want), src]
 
 
+def timed_rows(label: str, section: dict, device: str,
+               rows: list[tuple[int, int, int, float]]) -> list[list[str]]:
+    """One row per published (m, n, k, seconds) of one kernel on ``device``."""
+    out = []
+    for m, n, k, want in rows:
+        t, src = work_s(section, device, gemm(m, n, k))
+        out.append([label, f"{device}, m={m}, n={n}, k={k}", f"{want * 1e6:.1f} us",
+                    f"{t * 1e6:.1f} us", err(t, want), src])
+    return out
+
+
+#: DeepGEMM's block-scaled FP8 GEMM on an H100 80GB HBM3, measured by vLLM's
+#: benchmark_fp8_block_dense_gemm_table.py (vllm-project/vllm PR #13917, 2025-02-26,
+#: "DeepGEMM Implementation" table, Time (us)): shapes outside moesim's DeepGEMM rows
+DEEPGEMM_H100 = [(64, 18432, 7168, 70.4e-6), (128, 18432, 7168, 69.3e-6),
+                 (1024, 18432, 7168, 279.0e-6), (64, 7168, 18432, 69.4e-6),
+                 (128, 7168, 18432, 71.9e-6), (1024, 4096, 7168, 89.7e-6),
+                 (2048, 4096, 7168, 175.1e-6)]
+#: FlashInfer's mm_mxfp8 (CUTLASS, autotuned) on B200 (flashinfer-ai/flashinfer PR #2464,
+#: 2026-02-02, "achieved tflops"): (m, n, k, TFLOP/s)
+MXFP8_B200 = [(1024, 2048, 1024, 789.981), (1024, 4096, 4096, 2014.903),
+              (8192, 8192, 4096, 3200.870), (16384, 16384, 16384, 3099.690)]
+#: NVFP4 GEMMs on B200: flashinfer-ai/flashinfer issue #1732 (2025-09-19; FlashInfer 0.3.1
+#: mm_fp4, CUTLASS backend, do_bench_cudagraph): M=1, N=K=8192 reaches 1.78 TB/s of FP4
+#: weight bytes (N·K/2); vllm-project/vllm PR #42235 (comment of 2026-05-14, "FlashInfer
+#: NVFP4 GEMM Results", SM100, N=7168, K=2048): M=32 at 290.41 TFLOP/s (CuTeDSL, best)
+#: NVIDIA's CUTLASS NVFP4 GEMM without the activation quantisation ("nvfp4-noquant"),
+#: vllm-project/vllm PR #20646 (2025-07-08, "Before" table of bench_nvfp4_gemm.py,
+#: Llama-3.1-8B N=6144 K=4096, TFLOP/s; an SM100 GPU, the PR names no card): batch 8192 at
+#: 3778.76, 16384 at 3904.33; and FP4 x FP4 on B200 in cuBLAS (deepseek-ai/DeepGEMM PR
+#: #348, 2026-06-01, "cBLT TFLOPS" column, cublasTest 13.3, MXFP4: the FP4 tensor-core
+#: rate with E8M0 scales per 32): 4096x4096x7168 at 3939, 8192^3 at 5239
+NVFP4_B200 = {
+    "nvfp4 (FlashInfer CUTLASS)": [(1, 8192, 8192, 8192 * 8192 * 0.5 / 1.78e12)],
+    "nvfp4 (FlashInfer CuTeDSL)": [(32, 7168, 2048, 2 * 32 * 7168 * 2048 / 290.41e12)],
+    "nvfp4 (vLLM's CUTLASS)": [(8192, 6144, 4096, 2 * 8192 * 6144 * 4096 / 3778.76e12),
+                               (16384, 6144, 4096, 2 * 16384 * 6144 * 4096 / 3904.33e12)],
+    "fp4 (cuBLAS, MXFP4)": [(4096, 4096, 7168, 2 * 4096 * 4096 * 7168 / 3939e12),
+                            (8192, 8192, 8192, 2 * 8192 ** 3 / 5239e12)],
+}
+#: INT8 W8A8 GEMMs on A100 (sgl-project/sglang PR #2752, 2025-01-06,
+#: sgl-kernel/benchmark/bench_int8_gemm.py): (m, n, k, provider, its "GB/s" figure), which
+#: the script computes as ((2MNK - MN)·1 + 3MN·4)·1e-9 / seconds
+INT8_A100 = [(2048, 4096, 8192, "sgl-kernel", 498995.824151),
+             (2048, 4096, 8192, "vLLM cutlass_scaled_mm", 459761.520775),
+             (1024, 8192, 21760, "sgl-kernel", 507601.549671),
+             (2048, 8192, 21760, "sgl-kernel", 501544.442461)]
+
+
+def held_out_rows() -> list[list[str]]:
+    rows = timed_rows("fp8-block (DeepGEMM, vLLM's run)", {"weights": "fp8-block"}, "H100",
+                      DEEPGEMM_H100)
+    rows += timed_rows("mxfp8 (FlashInfer CUTLASS)", {"weights": "mxfp8"}, "B200",
+                       [(m, n, k, 2 * m * n * k / (tf * 1e12)) for m, n, k, tf in MXFP8_B200])
+    for label, published in NVFP4_B200.items():
+        rows += timed_rows(label, {"weights": "nvfp4"}, "B200", published)
+    for m, n, k, who, v in INT8_A100:
+        want = ((2 * m * n * k - m * n) + 12 * m * n) / (v * 1e9)
+        rows += timed_rows(f"int8 W8A8 ({who})", {"weights": "int8", "activations": "int8"},
+                           "A100", [(m, n, k, want)])
+    return rows
+
+
 def sparse_rows() -> list[list[str]]:
     m, n, k = 3072, 3072, 10240
     d, sd = work_s({}, "A100", gemm(m, n, k))
@@ -191,8 +271,32 @@ def torchao_rows(folder: Path) -> list[list[str]]:
     return rows
 
 
+#: SGLang's DeepSeek-V3 decode on GB200 NVL72, output tokens/s per GPU (LMSYS blog
+#: "Deploying DeepSeek on GB200 NVL72 with PD and Large Scale EP (Part II)", 2025-09-25):
+#: BF16 attention and FP8 MoE 9,087; FP8 KV cache and NVFP4 MoE 13,386. moesim: the
+#: shipped scenarios of these two runs (their headers give what each stands for)
+SGLANG_GB200 = (("deepseek-v3-decode-gb200", 9087.0), ("deepseek-v3-decode-gb200-nvfp4",
+                                                        13386.0))
+
+
+def gb200_rows() -> list[list[str]]:
+    from moesim.serve.run import resolve_serve, simulate_serve
+    root = Path(__file__).resolve().parent.parent / "scenarios"
+    got = []
+    for name, _ in SGLANG_GB200:
+        res, cfg = resolve_serve(root / f"{name}.yaml", [])
+        got.append(float(simulate_serve(res, cfg, spans=False)
+                         .summary["tokens_per_s_per_gpu"]))
+    (_, b_pub), (_, q_pub) = SGLANG_GB200
+    return [["fp8 MoE, BF16 KV (SGLang)", "DeepSeek-V3 decode, GB200 NVL72, tok/s per GPU",
+             f"{b_pub:,.0f}", f"{got[0]:,.0f}", err(got[0], b_pub)],
+            ["nvfp4 MoE, FP8 KV (SGLang)", "DeepSeek-V3 decode, GB200 NVL72, tok/s per GPU",
+             f"{q_pub:,.0f} = {q_pub / b_pub:.2f}x", f"{got[1]:,.0f} = {got[1] / got[0]:.2f}x",
+             err(got[1], q_pub) + f" (speed-up {err(got[1] / got[0], q_pub / b_pub)})"]]
+
+
 def e2e_rows(folder: Path) -> list[list[str]]:
-    rows = torchao_rows(folder)
+    rows = torchao_rows(folder) + gb200_rows()
     for b, (wd, ws) in ((16, (19.35, 15.74)), (64, (72.71, 59.41))):
         p = scenario(folder, f"bert-base-b{b}", BERT_BASE,
                      f"{{phase: prefill, batch_per_gpu: {b}, prompt: 384}}")
@@ -241,7 +345,8 @@ def table(header: list[str], rows: list[list[str]]) -> str:
 def main(argv=None) -> int:
     argparse.ArgumentParser(description=__doc__.splitlines()[0]).parse_args(argv)
     t0 = time.perf_counter()
-    kernels = [*marlin_rows(), *te_rows(), deepgemm_row(), *sparse_rows()]
+    kernels = [*marlin_rows(), *te_rows(), deepgemm_row(), *sparse_rows(),
+               *held_out_rows()]
     kv = kv_rows()
     with tempfile.TemporaryDirectory() as tmp:
         steps = e2e_rows(Path(tmp))
@@ -273,10 +378,30 @@ count shows them. The Marlin rows are a ratio of two moesim prices; on A100 the 
 GEMM at 32 rows is priced compute-bound by the roofline's small-GEMM curve, so the ratio
 passes the byte ratio there.
 
+The rows below the 2:4 ones are held out: no figure of theirs went into a moesim table.
+fp8-block: DeepGEMM on an H100 as vLLM's benchmark timed it on the day DeepGEMM was
+released, against moesim's DeepGEMM rates (H800, the README of six weeks later, up to
+24 % faster at 4096 rows); the shapes with N = 18432 are near, the K = 18432 and
+N = 4096, M = 1024-2048 ones are not (DeepGEMM's first release was slower there, and
+vLLM's table has outliers: 141 us at M = 128 for the shape that takes 89.7 us at
+M = 1024). mxfp8 and nvfp4 run on the roofline at B200's FP8 and FP4 peaks with the
+efficiency curve every roofline GEMM gets: the large MXFP8 GEMMs land within 8 %; the
+FP4 GEMMs published reach 3.8-5.2 PFLOP/s of the 9 dense, about 0.42-0.58 of the peak
+where the curve gives 0.74, so moesim is 21-42 % fast on them. Kernels of a few
+microseconds (MXFP8 at 1024x2048x1024, NVFP4 at M = 1 and 32) are latency-bound: moesim
+prices their work without a per-kernel floor beyond the launch it leaves out here.
+INT8 W8A8 on A100 (the roofline at the INT8 peak, 624 TOPS) is 4-22 % slow.
+
 ## Steps
 
 {steps}
 
+The GB200 rows are the shipped scenarios `deepseek-v3-decode-gb200` and
+`deepseek-v3-decode-gb200-nvfp4` (also on [published.md](published.md)): the blog's
+reduced-precision run changes the KV cache to FP8 and the batch (1117 by moesim's
+KV-full rule for the BF16 cache, the blog's 1408 for FP8) with NVFP4 experts, and
+moesim prices every weight GEMM in NVFP4 where the blog keeps some attention projections
+in FP8; the speed-up is the blog's comparison, of all three changes together.
 The absolute BERT times are not comparable: the published ones are PyTorch eager with
 its host overhead, moesim's are the GPU work of one step; the check is the speed-up.
 The torchao rows are batch-1 decode steps, bound by the weight bytes. torchao's tables
@@ -298,12 +423,25 @@ the bytes per token and the bytes decode attention reads.
 
 ## Not reproduced
 
-NVFP4, MXFP8 and INT8 W8A8 need a device peak (devices with an FP4 peak at this run:
-{blackwell}; with an INT8 peak: {int8}); no per-shape published figure of those kernels,
-or of INT8 weight-only GEMMs, was found to check against, so they are priced on the
-roofline and counted so. An FP8 KV cache's serving throughput under load (SGLang PR #1204:
-Llama-2-13B on A100, 7.04 -> 8.30 req/s) needs a load run of the same traffic, not done
-here."""
+End-to-end figures for fp8-block, mxfp8 and int8 W8A8 are not priced here.
+Searched (GitHub issues and pull requests of vLLM, SGLang, FlashInfer, TensorRT-LLM,
+CUTLASS, DeepGEMM, pytorch/ao; NVIDIA, PyTorch and vLLM blogs) and found: MXFP8
+training on B200 with torchao and TorchTitan, Llama3-70B, 1.22-1.28x over BF16
+(pytorch.org blog "Accelerating 2K scale pre-training up to 1.28x with TorchAO, MXFP8
+and TorchTitan on Crusoe B200 Cluster"), and Llama4 Scout on GB200, 1.3x (PyTorch blog
+"MXFP8 Training for MoEs"): both need MXFP8 in the backward GEMMs too, which
+`compute.weights` does not price (backward passes keep `compute.precision`); no INT8
+W8A8 or block-FP8-only serving figure with its batch, lengths and engine settings stated
+was found (DeepSeek-V3's published steps on [published.md](published.md) run block-scaled
+FP8 GEMMs through `compute.precision: fp8`, not this knob). NVFP4 at concurrency 1
+(Llama-3.3-70B on 4 GB200 at TP 4, sgl-project/sglang issue #28224) is not priced: a
+serving TP group holds at least `tp` requests.
+Devices with an FP4 peak at this run: {blackwell}; with an INT8 peak: {int8}. An FP8
+KV cache's serving throughput under load (SGLang PR #1204: Llama-2-13B on A100, 7.04 ->
+8.30 req/s) needs a load run of the same traffic, not done here. torchao's INT4 rows
+(tinygemm) stay priced as Marlin: no published per-shape figure of tinygemm's kernel was
+found (pytorch/ao issues and READMEs give only whole-decode tokens/s and bandwidth), so
+no `tinygemm` kernel choice is priced."""
 
 
 if __name__ == "__main__":
