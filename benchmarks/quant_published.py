@@ -379,11 +379,11 @@ GEMM at 32 rows is priced compute-bound by the roofline's small-GEMM curve, so t
 passes the byte ratio there.
 
 The rows below the 2:4 ones are held out: no figure of theirs went into a moesim table.
-fp8-block: DeepGEMM on an H100 as vLLM's benchmark timed it on the day DeepGEMM was
-released, against moesim's DeepGEMM rates (H800, the README of six weeks later, up to
-24 % faster at 4096 rows); the shapes with N = 18432 are near, the K = 18432 and
-N = 4096, M = 1024-2048 ones are not (DeepGEMM's first release was slower there, and
-vLLM's table has outliers: 141 us at M = 128 for the shape that takes 89.7 us at
+fp8-block: DeepGEMM on an H100 as vLLM's benchmark timed it a day after DeepGEMM's
+first release, against moesim's DeepGEMM rates (H800, the README of six weeks later,
+whose 4096-row rates are up to 24 % above the first release's); the shapes with
+N = 18432 are near, the K = 18432 and the N = 4096, M = 1024-2048 ones are 27-41 % fast
+(vLLM's table also has outliers: 141 us at M = 128 for the shape that takes 89.7 us at
 M = 1024). mxfp8 and nvfp4 run on the roofline at B200's FP8 and FP4 peaks with the
 efficiency curve every roofline GEMM gets: the large MXFP8 GEMMs land within 8 %; the
 FP4 GEMMs published reach 3.8-5.2 PFLOP/s of the 9 dense, about 0.42-0.58 of the peak
