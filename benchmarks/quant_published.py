@@ -136,7 +136,8 @@ def deepgemm_row() -> list[str]:
     m, n, k = 64, 7168, 16384
     want = 2 * m * n * k / 336e12
     t, src = work_s({"weights": "fp8-block"}, "H800", gemm(m, n, k))
-    return ["fp8-block (DeepGEMM; the catalog's own row, not a check)", f"H800, m={m}, n={n}, k={k}", f"{want * 1e6:.1f} us",
+    return ["fp8-block (DeepGEMM; the catalog's own row, not a check)",
+            f"H800, m={m}, n={n}, k={k}", f"{want * 1e6:.1f} us",
             f"{t * 1e6:.1f} us", err(t, want), src]
 
 
