@@ -210,7 +210,7 @@ def test_pipeline_sends_share_nics_with_all_to_alls():
 def test_dualpipe_buckets_share_nics_with_all_to_alls():
     """DualPipe with static pairs on 32 GPUs: a stage's gradient buckets start while
     the other stage's backward runs (dp_overlap), and their ring flows share the NICs
-    with its all-to-alls (exact engine: 5.3-5.6 ms each, 4.9 ms with the NICs to
+    with its all-to-alls (exact engine: 5.2-5.6 ms each, 4.95 ms with the NICs to
     themselves). The fast path runs the buckets' rings beside the all-to-alls run flow
     by flow (moesim.engine.fast.grad_flows): every backward all-to-all of rank 0 from
     the first bucket on lasts what the exact engine's does (measured within 4.1 %;
@@ -229,7 +229,7 @@ def test_dualpipe_buckets_share_nics_with_all_to_alls():
     got, want = a2as(f), a2as(e)
     assert len(want) >= 6 and got.keys() == want.keys()
     for k, v in want.items():
-        assert v > 5.3e-3, k                              # shared: above 4.95 ms alone
+        assert v > 5.1e-3, k                              # shared: above 4.95 ms alone
         assert got[k] == pytest.approx(v, rel=0.05), k
     step = e.step_time_s
     assert abs(f.step_time_s / step - 1) < 0.005

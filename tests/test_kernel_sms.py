@@ -61,7 +61,7 @@ def test_default_library_is_deepgemm_and_libraries_do_not_mix():
 def test_gemm_library_from_the_scenario_and_bad_names(tmp_path):
     m = compute_model({"kind": "roofline", "precision": "fp8", "gemm_library": "dpsk-cutlass"},
                       "s.yaml", H800)
-    assert m.gemm_library == "dpsk-cutlass" and m.name == "catalog(H800,fp8,dpsk-cutlass)"
+    assert m.gemm_library == "dpsk-cutlass" and m.name == "catalog(H800,fp8,dpsk-cutlass,memory=fused)"
     with pytest.raises(InputError, match="compute.gemm_library.*dpsk-cutlass.*got 'cublas'"):
         compute_model({"precision": "fp8", "gemm_library": "cublas"}, "s.yaml", H800)
     # the roofline has no library: the field is ignored, as --set compute.model=roofline

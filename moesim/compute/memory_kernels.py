@@ -35,12 +35,14 @@ from typing import Any
 from moesim.compute.base import Kernel
 from moesim.errors import InputError
 
-#: ``compute.memory_kernels``: ``stream`` first (the default)
+#: ``compute.memory_kernels``: ``stream`` first
 STREAM = "stream"      # every memory kernel at the device's streaming bandwidth
 IMPLS = (STREAM, "eager", "fused", "liger")
-#: the default of ``compute.memory_kernels`` (moesim.compute.select reads it): the one line
-#: that turns published rates on for every scenario that does not choose
-DEFAULT_IMPL = "stream"
+#: the default of ``compute.memory_kernels`` (moesim.compute.select reads it): Megatron-Core's
+#: and Transformer Engine's fused kernels, the ones the reference training code runs
+#: (Megatron-LM's ``bias_swiglu_impl``, fused RMSNorm and vocab-parallel cross-entropy);
+#: ``stream`` keeps every memory kernel at the streaming rate
+DEFAULT_IMPL = "fused"
 #: an implementation without a table for an op takes the next fused one's rows, never
 #: the eager ops' (a fused implementation does not run them): with none, the stream rate
 #: (RoPE under ``fused``: Transformer Engine's fused RoPE publishes no rate by size)
