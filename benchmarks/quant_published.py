@@ -34,6 +34,12 @@ End-to-end figures (a serving step with the knob off and on; moesim's fast engin
   preset (Llama-3-8B's shape) decoding one request with a 256-token cache on one GPU,
   CUDA graphs on. Their INT4 is tinygemm's with a BF16 scale and zero per group of 64
   (0.5 bits of them per weight, against the 0.125 of moesim's Marlin group-128 format).
+- ``fp8-block`` and ``int8`` weight-only: Qwen's speed benchmark of Qwen3
+  (qwen.readthedocs.io "Speed Benchmark"; QwenLM/Qwen3
+  ``docs/source/getting_started/speed_benchmark.md``): Qwen3-0.6B on one H20 with SGLang
+  0.4.6.post1, batch 1, input length 1, 2048 tokens generated: BF16 414.17 tokens/s, FP8
+  (block-wise 128x128) 458.03, GPTQ-Int8 344.92. moesim: the ``qwen3-0.6b`` preset
+  decoding one request at a 1024-token context (the run's mean), CUDA graphs on.
 - ``2:4``: the same tutorial's BERT-base (seq 384) inference on A100, eager: batch 16
   19.35 → 15.74 ms (1.23x), batch 64 72.71 → 59.41 ms (1.22x). moesim: a BERT-base-sized
   dense model (12 layers, hidden 768, FFN 3072, non-gated, vocab 28996) as one prefill
@@ -61,9 +67,9 @@ End-to-end ``nvfp4``: SGLang's DeepSeek-V3 decode on GB200 NVL72 with FP8 MoE an
 NVFP4 MoE + FP8 KV (LMSYS blog, Part II, 2025-09-25), the shipped scenarios
 ``deepseek-v3-decode-gb200`` and ``deepseek-v3-decode-gb200-nvfp4``.
 
-Not reproduced: end-to-end figures of ``fp8-block``, ``mxfp8`` and ``int8``
-W8A8 (the page says what was found and why it is not priced), an ``int8`` weight-only
-kernel, an FP8 KV cache's throughput under load. Nothing is fitted: error = (moesim -
+Not reproduced: end-to-end figures of ``mxfp8`` and ``int8`` W8A8 (the page says
+what was found and why it is not priced), an ``int8`` weight-only kernel, an FP8 KV
+cache's throughput under load. Nothing is fitted: error = (moesim -
 published) / published.
 """
 
@@ -217,7 +223,7 @@ def sparse_rows() -> list[list[str]]:
 # -------------------------------------------------------------- end-to-end figures
 BERT_BASE = ("{layers: 12, hidden: 768, heads: 12, kv_heads: 12, head_dim: 64, "
              "vocab: 28996, attention: mha, dense_ffn: 3072, n_experts: 0, gated: false}")
-TOPOLOGY = {"A100": "hgx-a100", "H100": "dgx-h100"}
+TOPOLOGY = {"A100": "hgx-a100", "H100": "dgx-h100", "H20": "dgx-h100"}
 #: torchao's batch-1 decode of Llama-3(.1)-8B, tokens/s: (device, technique) -> (moesim
 #: --set values, published); the first row of a device is its BF16 baseline
 TORCHAO = {
@@ -272,6 +278,36 @@ def torchao_rows(folder: Path) -> list[list[str]]:
     return rows
 
 
+#: Qwen's speed benchmark of Qwen3 (qwen.readthedocs.io "Speed Benchmark", the source
+#: docs/source/getting_started/speed_benchmark.md of QwenLM/Qwen3): Qwen3-0.6B on one H20
+#: 96GB with SGLang 0.4.6.post1, batch 1, input length 1, 2048 generated tokens, tokens/s
+#: = (prompt + generated) / time: BF16 414.17, FP8 (Qwen3-*-FP8: block-wise 128x128
+#: fine-grained FP8) 458.03, GPTQ-Int8 (weight-only) 344.92. moesim: the qwen3-0.6b preset
+#: decoding one request at the mean context of the run (1024), CUDA graphs on (SGLang's
+#: default at batch 1); tokens/s = 1 / step
+QWEN_H20 = [("bf16", [], 414.17), ("fp8-block (Qwen3-FP8)", ["compute.weights=fp8-block"],
+                                    458.03),
+            ("int8 weight-only (GPTQ-Int8)", ["compute.weights=int8"], 344.92)]
+
+
+def qwen_rows(folder: Path) -> list[list[str]]:
+    p = scenario(folder, "qwen3-0.6b-h20", "{preset: qwen3-0.6b}",
+                 "{phase: decode, batch_per_gpu: 1, prompt: 1, context: 1024, "
+                 "cuda_graphs: true}", "H20")
+    rows, base_s, base_pub = [], None, None
+    for label, sets, pub in QWEN_H20:
+        t = step_s(p, sets)
+        if base_s is None:
+            base_s, base_pub = t, pub
+        sp = f" = {base_s / t:.2f}x" if sets else ""
+        psp = f" = {pub / base_pub:.2f}x" if sets else ""
+        rows.append([label, "Qwen3-0.6B decode, batch 1, H20 (SGLang)",
+                     f"{pub:.1f} tok/s{psp}", f"{1 / t:.1f} tok/s{sp}",
+                     err(1 / t, pub) + (f" (speed-up {err(base_s / t, pub / base_pub)})"
+                                        if sets else "")])
+    return rows
+
+
 #: SGLang's DeepSeek-V3 decode on GB200 NVL72, output tokens/s per GPU (LMSYS blog
 #: "Deploying DeepSeek on GB200 NVL72 with PD and Large Scale EP (Part II)", 2025-09-25):
 #: BF16 attention and FP8 MoE 9,087; FP8 KV cache and NVFP4 MoE 13,386. moesim: the
@@ -297,7 +333,7 @@ def gb200_rows() -> list[list[str]]:
 
 
 def e2e_rows(folder: Path) -> list[list[str]]:
-    rows = torchao_rows(folder) + gb200_rows()
+    rows = torchao_rows(folder) + qwen_rows(folder) + gb200_rows()
     for b, (wd, ws) in ((16, (19.35, 15.74)), (64, (72.71, 59.41))):
         p = scenario(folder, f"bert-base-b{b}", BERT_BASE,
                      f"{{phase: prefill, batch_per_gpu: {b}, prompt: 384}}")
@@ -318,15 +354,9 @@ VLLM_KV_GIB, VLLM_KV_TOKENS = 69.66, 652_144
 
 
 def kv_rows() -> list[list[str]]:
-    import dataclasses
-
     from moesim.model.presets import PRESETS
     from moesim.serve.kv import kv_bytes_per_token
-    # Qwen3-0.6B (huggingface.co/Qwen/Qwen3-0.6B config.json): 28 layers, hidden 1024,
-    # 16 query heads, 8 KV heads of 128
-    spec = dataclasses.replace(PRESETS["qwen3-32b"], name="qwen3-0.6b", layers=28,
-                               hidden=1024, heads=16, kv_heads=8, head_dim=128,
-                               dense_ffn=3072, tied_embeddings=True)
+    spec = PRESETS["qwen3-0.6b"]
     rows = []
     for dtype, nbytes in (("bf16", 2), ("fp8", 1)):
         tokens = VLLM_KV_GIB * 2 ** 30 / kv_bytes_per_token(spec, nbytes)
@@ -414,6 +444,16 @@ The FP8 per-tensor row is slower than BF16 in torchao, which quantises each acti
 on the fly (an amax reduction and a cast per GEMM) and runs a one-row FP8 GEMM that is
 not bound by its weight bytes; moesim prices neither and gives the byte ratio.
 
+The Qwen3-0.6B rows (Qwen's speed benchmark, SGLang on an H20) are a 0.6B model at
+batch 1: 414 tokens/s is 2.4 ms a token, where the weights (1.2 GB, the tied embedding
+read once as the LM head) take 0.3 ms at the H20's 4 TB/s peak and moesim's whole step,
+its launches included, 0.9 ms. What SGLang spends beyond the GPU work of the step (its
+scheduler loop and sampling on the host) is not in moesim's step, hence +165 % on BF16;
+the check is the speed-up. Block FP8 halves the
+weight bytes and its speed-up lands near; GPTQ-Int8 is slower than BF16 in SGLang (its
+own note says its GPTQ kernels need work), where moesim prices INT8 weight-only as
+Marlin-class, streaming its bytes as fast as BF16 does.
+
 ## KV cache
 
 {kv}
@@ -424,22 +464,26 @@ the bytes per token and the bytes decode attention reads.
 
 ## Not reproduced
 
-End-to-end figures for fp8-block, mxfp8 and int8 W8A8 are not priced here.
+End-to-end figures for mxfp8 and int8 W8A8 are not priced here.
 Searched (GitHub issues and pull requests of vLLM, SGLang, FlashInfer, TensorRT-LLM,
 CUTLASS, DeepGEMM, pytorch/ao; NVIDIA, PyTorch and vLLM blogs) and found: MXFP8
 training on B200 with torchao and TorchTitan, Llama3-70B, 1.22-1.28x over BF16
 (pytorch.org blog "Accelerating 2K scale pre-training up to 1.28x with TorchAO, MXFP8
 and TorchTitan on Crusoe B200 Cluster"), and Llama4 Scout on GB200, 1.3x (PyTorch blog
 "MXFP8 Training for MoEs"): both need MXFP8 in the backward GEMMs too, which
-`compute.weights` does not price (backward passes keep `compute.precision`); no INT8
-W8A8 or block-FP8-only serving figure with its batch, lengths and engine settings stated
-was found (DeepSeek-V3's published steps on [published.md](published.md) run block-scaled
-FP8 GEMMs through `compute.precision: fp8`, not this knob). NVFP4 at concurrency 1
-(Llama-3.3-70B on 4 GB200 at TP 4, sgl-project/sglang issue #28224) is not priced: a
-serving TP group holds at least `tp` requests.
+`compute.weights` does not price (backward passes keep `compute.precision`); the INT8
+W8A8 serving figures found are load runs (vLLM PR #1508: Llama-13B on one A100, input 640,
+output 100, QPS 14, FP16 574 -> W8A8 per-token 741 tokens/s; SGLang PR #2881:
+Meta-Llama-3-8B W8A8 at 8 requests/s on ShareGPT), which need a traffic run of the same
+arrivals, not done here; no batch-1 or fixed-batch INT8 W8A8 figure was found.
+NVFP4 at concurrency 1 (Llama-3.3-70B on 4 GB200 at TP 4, sgl-project/sglang issue
+#28224) is not priced: a serving TP group holds at least `tp` requests.
 Devices with an FP4 peak at this run: {blackwell}; with an INT8 peak: {int8}. An FP8
 KV cache's serving throughput under load (SGLang PR #1204: Llama-2-13B on A100, 7.04 ->
-8.30 req/s) needs a load run of the same traffic, not done here. torchao's INT4 rows
+8.30 req/s) needs a load run of the same traffic, not done here. No per-shape INT8
+weight-only (W8A16) GEMM figure was found (searched: vLLM's and TensorRT-LLM's kernel
+benchmarks, FasterTransformer's fpA_intB GEMM, Marlin-family READMEs, GitHub code): the
+benchmark scripts exist, their published outputs were not found. torchao's INT4 rows
 (tinygemm) stay priced as Marlin: no published per-shape figure of tinygemm's kernel was
 found (pytorch/ao issues and READMEs give only whole-decode tokens/s and bandwidth), so
 no `tinygemm` kernel choice is priced."""

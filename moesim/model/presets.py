@@ -113,6 +113,14 @@ QWEN3_32B = ModelSpec(
     top_k=0, expert_ffn=0, gated=True, tied_embeddings=False,
 )
 
+# Qwen3-0.6B (huggingface.co/Qwen/Qwen3-0.6B config.json): 28 layers, hidden 1024, 16 heads,
+# 8 KV heads of head_dim 128, FFN 3072, vocab 151936, tied embeddings. 0.6B.
+QWEN3_06B = ModelSpec(
+    name="qwen3-0.6b", layers=28, hidden=1024, heads=16, kv_heads=8, head_dim=128,
+    vocab=151936, attention="gqa", dense_ffn=3072, first_dense_layers=0, n_experts=0,
+    top_k=0, expert_ffn=0, gated=True, tied_embeddings=True,
+)
+
 # A toy model for fast CPU runs and tests (not a published model): 2 layers, hidden 512,
 # 8 heads of 64, 8 experts top-2 with SwiGLU FFN 1024, vocab 32000.
 TOY = ModelSpec(
@@ -122,5 +130,6 @@ TOY = ModelSpec(
 
 PRESETS: dict[str, ModelSpec] = {
     s.name: s for s in (MIXTRAL_8X7B, DEEPSEEK_V3, SWITCH_BASE, QWEN3_235B_A22B, QWEN3_30B_A3B,
-                        GPT_OSS_120B, LLAMA_31_8B, LLAMA_31_70B, LLAMA_31_405B, QWEN3_32B, TOY)
+                        GPT_OSS_120B, LLAMA_31_8B, LLAMA_31_70B, LLAMA_31_405B, QWEN3_32B,
+                        QWEN3_06B, TOY)
 }
