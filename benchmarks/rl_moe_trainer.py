@@ -21,7 +21,9 @@ that would close the gap (to first order: their time per micro-batch and stage t
 the 1F1B critical path of m + pp - 1 micro-batches), the bound on Megatron's per-layer
 host sync, and a what-if run: the same step with every expert GEMM at half the rate
 moesim gives it (a user catalog with a BF16 table at those rates; a sensitivity, not a
-fit, and not a published rate).
+fit, and not a published rate); then the slowdown of all compute, or of the
+all-to-all alone, that would close the gap (the gap over their time on the critical
+path).
 """
 
 from __future__ import annotations
@@ -130,6 +132,7 @@ def what_if_catalog(folder: Path, rows: list[tuple[int, int, list[dict]]],
 
 def main(argv: list[str] | None = None) -> int:
     from moesim.scenario.read import load_scenario
+    from moesim.trace.stalls import path_breakdown
     from moesim.wiring import resolve, simulate
 
     print("### What the trainer runs (NeMo RL v0.3.0 b1c86a816, Megatron-LM 2ff0f099)")
@@ -152,19 +155,21 @@ def main(argv: list[str] | None = None) -> int:
             sets = [f"parallel.pp={pp}", f"parallel.ep={ep}",
                     f"schedule.microbatches={gbs // dp}"]
             res = resolve(load_scenario(path, sets))
-            step = float(simulate(res).summary["step_time_s"])
+            sim = simulate(res)
+            step = float(sim.summary["step_time_s"])
+            crit = path_breakdown(sim)["by_kind"]
             tps = gbs * SEQ / step / GPUS
             print(f"| {label} | {step:.2f} | {pub:.2f} | {(step / pub - 1) * 100:+.1f} % | "
                   f"{tps:,.0f} |")
             ks, per = expert_gemms(res)
-            found.append((label, pp, gbs // dp, sets, step, pub, res, ks, per))
+            found.append((label, pp, gbs // dp, sets, step, pub, res, ks, per, crit))
         print()
         print("### The expert GEMMs per kernel (first MoE layer, one rank, one micro-batch)")
         print()
         print("| layout | pass | kernel | experts | shape per expert (m x n x k) | "
               "us per expert | achieved TFLOP/s | % of BF16 peak |")
         print("|---|---|---|---:|---|---:|---:|---:|")
-        for label, _pp, _m, _sets, _s, _p, res, ks, _per in found:
+        for label, _pp, _m, _sets, _s, _p, res, ks, _per, _c in found:
             peak = res.device.peak_bf16_flops
             for r in ks:
                 rate = r["flops"] / r["time_s"]
@@ -179,7 +184,7 @@ def main(argv: list[str] | None = None) -> int:
         what_if = what_if_catalog(Path(d) / "cat", [(r[7][0]["x"], r[8], r[7])
                                                     for r in found],
                                   found[0][6].compute.launch_overhead_s)
-        for label, pp, m, sets, step, pub, res, ks, per in found:
+        for label, pp, m, sets, step, pub, res, ks, per, _c in found:
             layers = sum(res.model.is_moe_layer(i) for i in range(res.model.layers)) // pp
             per_mb = sum(r["x"] * r["time_s"] for r in ks) * layers
             path_s = per_mb * (m + pp - 1)
@@ -193,6 +198,15 @@ def main(argv: list[str] | None = None) -> int:
             s2 = float(simulate(slow).summary["step_time_s"])
             print(f"| {label} | {per:,} | {path_s:.2f} | {pub - step:.2f} | x{need:.2f} | "
                   f"{sync:.4f} | {s2:.2f} | {(s2 / pub - 1) * 100:+.1f} % |")
+    print()
+    print("| layout | critical path s | compute on it, s | all-to-all on it, s | slowdown of "
+          "all compute alone to close the gap | of the all-to-all alone |")
+    print("|---|---:|---:|---:|---:|---:|")
+    for label, _pp, _m, _sets, step, pub, _res, _ks, _per, crit in found:
+        a2a = crit.get("ep_dispatch", 0.0) + crit.get("ep_combine", 0.0)
+        comp = crit.get("compute", 0.0)
+        print(f"| {label} | {step:.2f} | {comp:.2f} | {a2a:.2f} | "
+              f"x{1 + (pub - step) / comp:.2f} | x{1 + (pub - step) / a2a:.2f} |")
     print()
     print("NeMo RL v0.3's published policy training, 50 s for 2,048 samples of 256 + 3,251 "
           "tokens (the prompt length is ours) on 64 H100: "
