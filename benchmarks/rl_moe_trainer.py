@@ -213,7 +213,7 @@ def main(argv: list[str] | None = None) -> int:
           f"{2048 * (256 + 3251) / 50 / 64:,.0f} tokens/GPU/s, against the 6,244-6,325 "
           "above.")
     nemo = 2048 * (256 + 3251) / 50 / 64
-    print(f"Megatron's own measurement runs {6244 / nemo:.1f}-{6325 / nemo:.1f} x NeMo RL's "
+    print(f"Megatron's own measurement runs {6244 / nemo:.2f}-{6325 / nemo:.2f} x NeMo RL's "
           "training rate: no pricing of the step's kernels closes more of NeMo RL's gap "
           "than the Pai-Megatron gap above.")
     return 0
