@@ -46,6 +46,10 @@ End-to-end figures (a serving step with the knob off and on; moesim's fast engin
   step of 384-token prompts on one A100 (causal attention: moesim's attention kernels
   are causal; BERT's are not).
 
+End-to-end ``mxfp8``: NVIDIA's DeepSeek-V3 pre-training on 256 B200 in MXFP8
+(NVIDIA-NeMo/Megatron-Bridge ``docs/performance-summary.md`` @00b7660be: 2139 tokens/s per
+GPU), the shipped scenario ``deepseek-v3-256-b200`` (also on published.md).
+
 KV cache (``serve.kv_dtype``): vLLM's log for Qwen3-0.6B on A100 (vllm-project/vllm PR
 #24577, 2025-09-10): 69.66 GiB of KV cache hold 652,144 BF16 tokens, and FP8 doubles the
 concurrency; moesim's bytes per token divide the same budget.
@@ -67,8 +71,8 @@ End-to-end ``nvfp4``: SGLang's DeepSeek-V3 decode on GB200 NVL72 with FP8 MoE an
 NVFP4 MoE + FP8 KV (LMSYS blog, Part II, 2025-09-25), the shipped scenarios
 ``deepseek-v3-decode-gb200`` and ``deepseek-v3-decode-gb200-nvfp4``.
 
-Not reproduced: end-to-end figures of ``mxfp8`` and ``int8`` W8A8 (the page says
-what was found and why it is not priced), an ``int8`` weight-only kernel, an FP8 KV
+Not reproduced: an end-to-end figure of ``int8`` W8A8 (the page says what was found
+and why it is not priced), an ``int8`` weight-only kernel, an FP8 KV
 cache's throughput under load. Nothing is fitted: error = (moesim -
 published) / published.
 """
@@ -332,8 +336,30 @@ def gb200_rows() -> list[list[str]]:
              err(got[1], q_pub) + f" (speed-up {err(got[1] / got[0], q_pub / b_pub)})"]]
 
 
+#: NVIDIA's DeepSeek-V3 pre-training on 256 B200 in MXFP8 ("FP8-MX"), tokens/s per GPU
+#: (NVIDIA-NeMo/Megatron-Bridge docs/performance-summary.md @00b7660be, NeMo 25.11,
+#: "System: DGX-B200"): 2139. moesim: the shipped scenario deepseek-v3-256-b200 (its header
+#: gives every setting): forward weight GEMMs in MXFP8 (compute.weights: mxfp8), dgrad and
+#: wgrad in FP8 through compute.precision: fp8 (the FP8 training recipe, with its casts)
+MEGATRON_B200_MXFP8 = 2139.0
+
+
+def mxfp8_train_row() -> list[str]:
+    import json
+    import subprocess
+    import sys
+    root = Path(__file__).resolve().parent.parent
+    p = subprocess.run([sys.executable, "-m", "moesim", "run",
+                        "scenarios/deepseek-v3-256-b200.yaml", "--no-files", "--json",
+                        "--quiet"], capture_output=True, text=True, cwd=root, check=True)
+    d = json.loads(p.stdout)
+    got = d["tokens_per_s"] / d["world"]
+    return ["mxfp8 (Megatron-Bridge FP8-MX)", "DeepSeek-V3 pre-training, 256 B200, tok/s per GPU",
+            f"{MEGATRON_B200_MXFP8:,.0f}", f"{got:,.0f}", err(got, MEGATRON_B200_MXFP8)]
+
+
 def e2e_rows(folder: Path) -> list[list[str]]:
-    rows = torchao_rows(folder) + qwen_rows(folder) + gb200_rows()
+    rows = torchao_rows(folder) + qwen_rows(folder) + gb200_rows() + [mxfp8_train_row()]
     for b, (wd, ws) in ((16, (19.35, 15.74)), (64, (72.71, 59.41))):
         p = scenario(folder, f"bert-base-b{b}", BERT_BASE,
                      f"{{phase: prefill, batch_per_gpu: {b}, prompt: 384}}")
@@ -433,6 +459,13 @@ reduced-precision run changes the KV cache to FP8 and the batch (1117 by moesim'
 KV-full rule for the BF16 cache, the blog's 1408 for FP8) with NVFP4 experts, and
 moesim prices every weight GEMM in NVFP4 where the blog keeps some attention projections
 in FP8; the speed-up is the blog's comparison, of all three changes together.
+The MXFP8 row is the shipped scenario `deepseek-v3-256-b200` (also on
+[published.md](published.md)): Megatron-Bridge's recipe runs every GEMM, forward and
+backward, in MXFP8; moesim prices the forward weight GEMMs with `compute.weights: mxfp8`
+and dgrad and wgrad with `compute.precision: fp8` (FP8 tensor cores, the B200's rate for
+MXFP8 too, with the FP8 recipe's casts). The same model's BF16 run on 256 GB200 is 42 %
+fast on published.md too, so the +68 % is not the format's pricing alone; Megatron-Bridge
+publishes no BF16 run on DGX-B200 to take a speed-up from.
 The absolute BERT times are not comparable: the published ones are PyTorch eager with
 its host overhead, moesim's are the GPU work of one step; the check is the speed-up.
 The torchao rows are batch-1 decode steps, bound by the weight bytes. torchao's tables
@@ -464,14 +497,16 @@ the bytes per token and the bytes decode attention reads.
 
 ## Not reproduced
 
-End-to-end figures for mxfp8 and int8 W8A8 are not priced here.
-Searched (GitHub issues and pull requests of vLLM, SGLang, FlashInfer, TensorRT-LLM,
-CUTLASS, DeepGEMM, pytorch/ao; NVIDIA, PyTorch and vLLM blogs) and found: MXFP8
-training on B200 with torchao and TorchTitan, Llama3-70B, 1.22-1.28x over BF16
-(pytorch.org blog "Accelerating 2K scale pre-training up to 1.28x with TorchAO, MXFP8
-and TorchTitan on Crusoe B200 Cluster"), and Llama4 Scout on GB200, 1.3x (PyTorch blog
-"MXFP8 Training for MoEs"): both need MXFP8 in the backward GEMMs too, which
-`compute.weights` does not price (backward passes keep `compute.precision`); the INT8
+An end-to-end figure for int8 W8A8 is not priced here, nor the MXFP8 speed-ups over
+BF16 published by PyTorch. Searched (GitHub issues and pull requests of vLLM, SGLang,
+FlashInfer, TensorRT-LLM, CUTLASS, DeepGEMM, pytorch/ao; NVIDIA, PyTorch and vLLM blogs)
+and found: MXFP8 training on B200 with torchao and TorchTitan, Llama3-70B, 1.22-1.28x
+over BF16 (pytorch.org blog "Accelerating 2K scale pre-training up to 1.28x with
+TorchAO, MXFP8 and TorchTitan on Crusoe B200 Cluster"), and Llama4 Scout on GB200, 1.3x
+(PyTorch blog "MXFP8 Training for MoEs"): moesim would price them as the MXFP8 row above
+(`compute.weights: mxfp8` with `compute.precision: fp8` for the backward GEMMs), but the
+blogs give the parallelism (HSDP2, context parallel 2, 4-188 nodes) and not the sequence
+length, local batch or activation checkpointing a step needs; the INT8
 W8A8 serving figures found are load runs (vLLM PR #1508: Llama-13B on one A100, input 640,
 output 100, QPS 14, FP16 574 -> W8A8 per-token 741 tokens/s; SGLang PR #2881:
 Meta-Llama-3-8B W8A8 at 8 requests/s on ShareGPT), which need a traffic run of the same
