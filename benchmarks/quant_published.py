@@ -46,6 +46,12 @@ End-to-end figures (a serving step with the knob off and on; moesim's fast engin
   step of 384-token prompts on one A100 (causal attention: moesim's attention kernels
   are causal; BERT's are not).
 
+End-to-end ``fp8`` and ``int8`` W8A8: TensorRT-LLM's quantisation blog
+(nvidia.github.io/TensorRT-LLM/blogs/quantization-in-TRT-LLM.html): LLaMA-v2-7B on one
+H100, input 1024, output 128, speed-up over FP16 at batch 1 and 8: FP8 1.51x and 1.40x,
+INT8 SmoothQuant 1.47x and 1.32x. moesim: a request's time, one prefill and 128 decode
+steps at the mean context, CUDA graphs off (the blog does not say).
+
 End-to-end ``mxfp8``: NVIDIA's DeepSeek-V3 pre-training on 256 B200 in MXFP8
 (NVIDIA-NeMo/Megatron-Bridge ``docs/performance-summary.md`` @00b7660be: 2139 tokens/s per
 GPU), the shipped scenario ``deepseek-v3-256-b200`` (also on published.md).
@@ -71,9 +77,8 @@ End-to-end ``nvfp4``: SGLang's DeepSeek-V3 decode on GB200 NVL72 with FP8 MoE an
 NVFP4 MoE + FP8 KV (LMSYS blog, Part II, 2025-09-25), the shipped scenarios
 ``deepseek-v3-decode-gb200`` and ``deepseek-v3-decode-gb200-nvfp4``.
 
-Not reproduced: an end-to-end figure of ``int8`` W8A8 (the page says what was found
-and why it is not priced), an ``int8`` weight-only kernel, an FP8 KV
-cache's throughput under load. Nothing is fitted: error = (moesim -
+Not reproduced (the page says what was searched): an ``int8`` weight-only kernel, an
+FP8 KV cache's throughput under load. Nothing is fitted: error = (moesim -
 published) / published.
 """
 
@@ -336,6 +341,38 @@ def gb200_rows() -> list[list[str]]:
              err(got[1], q_pub) + f" (speed-up {err(got[1] / got[0], q_pub / b_pub)})"]]
 
 
+#: TensorRT-LLM's quantisation blog (nvidia.github.io/TensorRT-LLM/blogs/
+#: quantization-in-TRT-LLM.html, "Performance"): LLaMA-v2-7B on one H100 80GB, input 1024,
+#: output 128, TP 1, speed-up over FP16: FP8 1.51x at batch 1, 1.40x at batch 8; INT8
+#: SmoothQuant (W8A8) 1.47x and 1.32x. LLaMA-v2-7B (huggingface.co/meta-llama/Llama-2-7b-hf
+#: config.json): 32 layers, hidden 4096, 32 heads of 128 (MHA), FFN 11008, vocab 32000
+LLAMA2_7B = ("{layers: 32, hidden: 4096, heads: 32, kv_heads: 32, head_dim: 128, "
+             "vocab: 32000, attention: mha, dense_ffn: 11008, n_experts: 0, gated: true}")
+TRTLLM_H100 = [("fp8 (per-tensor)", ["compute.weights=fp8"], {1: 1.51, 8: 1.40}),
+               ("int8 W8A8 (SmoothQuant)", ["compute.weights=int8", "compute.activations=int8"],
+                {1: 1.47, 8: 1.32})]
+
+
+def trtllm_rows(folder: Path) -> list[list[str]]:
+    """A request's time: one prefill of ``batch`` 1024-token prompts and 128 decode steps
+    at the mean context (1088), CUDA graphs off (the blog does not say)."""
+    rows = []
+    for b in (1, 8):
+        pre = scenario(folder, f"llama2-7b-prefill-b{b}", LLAMA2_7B,
+                       f"{{phase: prefill, batch_per_gpu: {b}, prompt: 1024}}", "H100")
+        dec = scenario(folder, f"llama2-7b-decode-b{b}", LLAMA2_7B,
+                       f"{{phase: decode, batch_per_gpu: {b}, prompt: 1024, context: 1088}}",
+                       "H100")
+        base = step_s(pre, []) + 128 * step_s(dec, [])
+        for label, sets, pub in TRTLLM_H100:
+            t = step_s(pre, sets) + 128 * step_s(dec, sets)
+            rows.append([label, f"LLaMA-v2-7B, H100, batch {b}, 1024 in / 128 out "
+                         "(TensorRT-LLM)", f"{pub[b]:.2f}x over FP16",
+                         f"{base * 1e3:.0f} -> {t * 1e3:.0f} ms = {base / t:.2f}x",
+                         f"speed-up {err(base / t, pub[b])}"])
+    return rows
+
+
 #: NVIDIA's DeepSeek-V3 pre-training on 256 B200 in MXFP8 ("FP8-MX"), tokens/s per GPU
 #: (NVIDIA-NeMo/Megatron-Bridge docs/performance-summary.md @00b7660be, NeMo 25.11,
 #: "System: DGX-B200"): 2139. moesim: the shipped scenario deepseek-v3-256-b200 (its header
@@ -359,7 +396,8 @@ def mxfp8_train_row() -> list[str]:
 
 
 def e2e_rows(folder: Path) -> list[list[str]]:
-    rows = torchao_rows(folder) + qwen_rows(folder) + gb200_rows() + [mxfp8_train_row()]
+    rows = (torchao_rows(folder) + qwen_rows(folder) + trtllm_rows(folder)
+            + gb200_rows() + [mxfp8_train_row()])
     for b, (wd, ws) in ((16, (19.35, 15.74)), (64, (72.71, 59.41))):
         p = scenario(folder, f"bert-base-b{b}", BERT_BASE,
                      f"{{phase: prefill, batch_per_gpu: {b}, prompt: 384}}")
@@ -459,6 +497,11 @@ reduced-precision run changes the KV cache to FP8 and the batch (1117 by moesim'
 KV-full rule for the BF16 cache, the blog's 1408 for FP8) with NVFP4 experts, and
 moesim prices every weight GEMM in NVFP4 where the blog keeps some attention projections
 in FP8; the speed-up is the blog's comparison, of all three changes together.
+The LLaMA-v2-7B rows (TensorRT-LLM's blog) are a request's whole time; FP8 per-tensor and
+INT8 W8A8 both halve the weight bytes of the decode steps and double the math of the
+prefill, so moesim gives them nearly the same speed-up where TensorRT-LLM's INT8
+SmoothQuant is a little slower than its FP8 (its per-token activation quantisation and
+the dequantising epilogue, which moesim does not price).
 The MXFP8 row is the shipped scenario `deepseek-v3-256-b200` (also on
 [published.md](published.md)): Megatron-Bridge's recipe runs every GEMM, forward and
 backward, in MXFP8; moesim prices the forward weight GEMMs with `compute.weights: mxfp8`
@@ -497,20 +540,18 @@ the bytes per token and the bytes decode attention reads.
 
 ## Not reproduced
 
-An end-to-end figure for int8 W8A8 is not priced here, nor the MXFP8 speed-ups over
-BF16 published by PyTorch. Searched (GitHub issues and pull requests of vLLM, SGLang,
-FlashInfer, TensorRT-LLM, CUTLASS, DeepGEMM, pytorch/ao; NVIDIA, PyTorch and vLLM blogs)
-and found: MXFP8 training on B200 with torchao and TorchTitan, Llama3-70B, 1.22-1.28x
-over BF16 (pytorch.org blog "Accelerating 2K scale pre-training up to 1.28x with
+The MXFP8 speed-ups over BF16 published by PyTorch are not priced here. Searched
+(GitHub issues and pull requests of vLLM, SGLang, FlashInfer, TensorRT-LLM, CUTLASS,
+DeepGEMM, pytorch/ao; NVIDIA, PyTorch and vLLM blogs) and found: MXFP8 training on
+B200 with torchao and TorchTitan, Llama3-70B, 1.22-1.28x over BF16 (pytorch.org blog "Accelerating 2K scale pre-training up to 1.28x with
 TorchAO, MXFP8 and TorchTitan on Crusoe B200 Cluster"), and Llama4 Scout on GB200, 1.3x
 (PyTorch blog "MXFP8 Training for MoEs"): moesim would price them as the MXFP8 row above
 (`compute.weights: mxfp8` with `compute.precision: fp8` for the backward GEMMs), but the
 blogs give the parallelism (HSDP2, context parallel 2, 4-188 nodes) and not the sequence
-length, local batch or activation checkpointing a step needs; the INT8
-W8A8 serving figures found are load runs (vLLM PR #1508: Llama-13B on one A100, input 640,
-output 100, QPS 14, FP16 574 -> W8A8 per-token 741 tokens/s; SGLang PR #2881:
-Meta-Llama-3-8B W8A8 at 8 requests/s on ShareGPT), which need a traffic run of the same
-arrivals, not done here; no batch-1 or fixed-batch INT8 W8A8 figure was found.
+length, local batch or activation checkpointing a step needs. INT8 W8A8 serving
+figures under load (vLLM PR #1508: Llama-13B on one A100, input 640, output 100, QPS 14,
+FP16 574 -> W8A8 per-token 741 tokens/s; SGLang PR #2881: Meta-Llama-3-8B W8A8 at 8
+requests/s on ShareGPT) need a traffic run of the same arrivals, not done here.
 NVFP4 at concurrency 1 (Llama-3.3-70B on 4 GB200 at TP 4, sgl-project/sglang issue
 #28224) is not priced: a serving TP group holds at least `tp` requests.
 Devices with an FP4 peak at this run: {blackwell}; with an INT8 peak: {int8}. An FP8
