@@ -72,14 +72,15 @@ Held-out kernel figures (none of them is in a moesim table):
   cuBLAS's FP4 x FP4 (MXFP4) on B200 (deepseek-ai/DeepGEMM PR #348, 2026-06-01).
 - ``int8`` W8A8: sgl-kernel's and vLLM's INT8 GEMMs on A100 (sgl-project/sglang PR
   #2752, 2025-01-06; ``sgl-kernel/benchmark/bench_int8_gemm.py``).
+- ``int8`` weight-only: vLLM's Marlin W8A16 and PyTorch's FP16 GEMM on an H100 at
+  N = K = 8192, m = 1-4 (inclusionAI/humming PR #2, 2026-03-24), TFLOP/s.
 
 End-to-end ``nvfp4``: SGLang's DeepSeek-V3 decode on GB200 NVL72 with FP8 MoE and with
 NVFP4 MoE + FP8 KV (LMSYS blog, Part II, 2025-09-25), the shipped scenarios
 ``deepseek-v3-decode-gb200`` and ``deepseek-v3-decode-gb200-nvfp4``.
 
-Not reproduced (the page says what was searched): an ``int8`` weight-only kernel, an
-FP8 KV cache's throughput under load. Nothing is fitted: error = (moesim -
-published) / published.
+Not reproduced (the page says what was searched): an FP8 KV cache's throughput under
+load. Nothing is fitted: error = (moesim - published) / published.
 """
 
 from __future__ import annotations
@@ -205,6 +206,13 @@ INT8_A100 = [(2048, 4096, 8192, "sgl-kernel", 498995.824151),
              (2048, 8192, 21760, "sgl-kernel", 501544.442461)]
 
 
+#: Marlin's INT8 weight-only kernel (vLLM's marlin-w8a16, channelwise scales, FP16
+#: activations) and PyTorch's FP16 GEMM on an H100, N = K = 8192 (inclusionAI/humming PR #2,
+#: mgoin, 2026-03-24, "Kernel Benchmarks", TFLOP/s): (m, TFLOP/s); FP16 at m = 1: 2.30
+MARLIN_W8A16_H100 = [(1, 3.46), (2, 6.87), (4, 13.75)]
+TORCH_FP16_H100 = [(1, 2.30), (2, 4.63), (4, 9.26)]
+
+
 def held_out_rows() -> list[list[str]]:
     rows = timed_rows("fp8-block (DeepGEMM, vLLM's run)", {"weights": "fp8-block"}, "H100",
                       DEEPGEMM_H100)
@@ -212,6 +220,12 @@ def held_out_rows() -> list[list[str]]:
                        [(m, n, k, 2 * m * n * k / (tf * 1e12)) for m, n, k, tf in MXFP8_B200])
     for label, published in NVFP4_B200.items():
         rows += timed_rows(label, {"weights": "nvfp4"}, "B200", published)
+    rows += timed_rows("bf16 (torch FP16 GEMM)", {}, "H100",
+                       [(m, 8192, 8192, 2 * m * 8192 ** 2 / (tf * 1e12))
+                        for m, tf in TORCH_FP16_H100])
+    rows += timed_rows("int8 W8A16 (Marlin, vLLM)", {"weights": "int8"}, "H100",
+                       [(m, 8192, 8192, 2 * m * 8192 ** 2 / (tf * 1e12))
+                        for m, tf in MARLIN_W8A16_H100])
     for m, n, k, who, v in INT8_A100:
         want = ((2 * m * n * k - m * n) + 12 * m * n) / (v * 1e9)
         rows += timed_rows(f"int8 W8A8 ({who})", {"weights": "int8", "activations": "int8"},
@@ -486,6 +500,13 @@ where the curve gives 0.74, so moesim is 21-42 % fast on them. Kernels of a few
 microseconds (MXFP8 at 1024x2048x1024, NVFP4 at M = 1 and 32) are latency-bound: moesim
 prices their work without a per-kernel floor beyond the launch it leaves out here.
 INT8 W8A8 on A100 (the roofline at the INT8 peak, 624 TOPS) is 4-22 % slow.
+INT8 weight-only (Marlin's W8A16 on H100, a decode GEMV of 8192 x 8192): the published
+kernel streams its 67 MB of INT8 weight at 1.73 TB/s, where PyTorch's FP16 GEMM beside it
+streams 2.30 TB/s and moesim gives every memory-bound GEMM 80 % of the HBM peak, 2.68
+TB/s: moesim is 14 % fast on FP16 and 35 % fast on W8A16, outside the 20 %. Marlin is an
+Ampere kernel (IST-DASLab/marlin: `mma.sync` tiles fed by `cp.async`, no Hopper TMA or
+`wgmma`); no moesim rate says how much of Hopper's bandwidth it reaches, and none is
+fitted to this figure.
 
 ## Steps
 
@@ -543,8 +564,9 @@ the bytes per token and the bytes decode attention reads.
 The MXFP8 speed-ups over BF16 published by PyTorch are not priced here. Searched
 (GitHub issues and pull requests of vLLM, SGLang, FlashInfer, TensorRT-LLM, CUTLASS,
 DeepGEMM, pytorch/ao; NVIDIA, PyTorch and vLLM blogs) and found: MXFP8 training on
-B200 with torchao and TorchTitan, Llama3-70B, 1.22-1.28x over BF16 (pytorch.org blog "Accelerating 2K scale pre-training up to 1.28x with
-TorchAO, MXFP8 and TorchTitan on Crusoe B200 Cluster"), and Llama4 Scout on GB200, 1.3x
+B200 with torchao and TorchTitan, Llama3-70B, 1.22-1.28x over BF16 (pytorch.org blog
+"Accelerating 2K scale pre-training up to 1.28x with TorchAO, MXFP8 and TorchTitan on
+Crusoe B200 Cluster"), and Llama4 Scout on GB200, 1.3x
 (PyTorch blog "MXFP8 Training for MoEs"): moesim would price them as the MXFP8 row above
 (`compute.weights: mxfp8` with `compute.precision: fp8` for the backward GEMMs), but the
 blogs give the parallelism (HSDP2, context parallel 2, 4-188 nodes) and not the sequence
@@ -556,10 +578,12 @@ NVFP4 at concurrency 1 (Llama-3.3-70B on 4 GB200 at TP 4, sgl-project/sglang iss
 #28224) is not priced: a serving TP group holds at least `tp` requests.
 Devices with an FP4 peak at this run: {blackwell}; with an INT8 peak: {int8}. An FP8
 KV cache's serving throughput under load (SGLang PR #1204: Llama-2-13B on A100, 7.04 ->
-8.30 req/s) needs a load run of the same traffic, not done here. No per-shape INT8
-weight-only (W8A16) GEMM figure was found (searched: vLLM's and TensorRT-LLM's kernel
-benchmarks, FasterTransformer's fpA_intB GEMM, Marlin-family READMEs, GitHub code): the
-benchmark scripts exist, their published outputs were not found. torchao's INT4 rows
+8.30 req/s) needs a load run of the same traffic, not done here. The INT8
+weight-only kernel row (Marlin W8A16 on H100) is 35 % off, see the kernels' notes; no
+A100 figure of an INT8 weight-only GEMM was found (searched: vLLM's and TensorRT-LLM's
+kernel benchmarks, FasterTransformer's fpA_intB GEMM, Marlin-family READMEs; TensorRT-LLM
+issue #740 gives W8A8 : W8A16 = 1800 : 1100 for one shape in a user's framework, no GPU
+named). torchao's INT4 rows
 (tinygemm) stay priced as Marlin: no published per-shape figure of tinygemm's kernel was
 found (pytorch/ao issues and READMEs give only whole-decode tokens/s and bandwidth), so
 no `tinygemm` kernel choice is priced."""
