@@ -92,7 +92,7 @@ def test_explicit_dims_must_be_complete():
 
 
 @pytest.mark.parametrize("d, field, text", [
-    ({"preset": "gpt-9"}, "model.preset", "deepseek-v3, gpt-oss-120b, llama-3.1-405b, llama-3.1-70b, llama-3.1-8b, mixtral-8x7b, qwen3-235b-a22b, qwen3-30b-a3b, qwen3-32b, switch-base, toy"),
+    ({"preset": "gpt-9"}, "model.preset", "deepseek-v3, gpt-oss-120b, llama-3.1-405b, llama-3.1-70b, llama-3.1-8b, mixtral-8x7b, qwen3-0.6b, qwen3-235b-a22b, qwen3-30b-a3b, qwen3-32b, switch-base, toy"),
     ({"preset": "toy", "layerz": 3}, "model.layerz", "a model field"),
     ({"preset": "toy", "layers": "four"}, "model.layers", "an integer"),
     ({"preset": "toy", "layers": 2.5}, "model.layers", "an integer"),

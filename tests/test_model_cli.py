@@ -21,7 +21,7 @@ def _scenario(tmp_path: Path, old: str, new: str) -> Path:
 
 @pytest.mark.parametrize("old, new, field, expected", [
     ("model: {preset: toy}", "model: {preset: toyy}", "model.preset",
-     "one of deepseek-v3, gpt-oss-120b, llama-3.1-405b, llama-3.1-70b, llama-3.1-8b, mixtral-8x7b, qwen3-235b-a22b, qwen3-30b-a3b, qwen3-32b, switch-base, toy"),
+     "one of deepseek-v3, gpt-oss-120b, llama-3.1-405b, llama-3.1-70b, llama-3.1-8b, mixtral-8x7b, qwen3-0.6b, qwen3-235b-a22b, qwen3-30b-a3b, qwen3-32b, switch-base, toy"),
     ("model: {preset: toy}", "model: {preset: toy, hiden: 3}", "model.hiden", "a model field"),
     ("model: {preset: toy}", "model: {preset: toy, top_k: 2.5}", "model.top_k", "an integer"),
     ("device: cpu", "device: tpu", "cluster.device", "one of H100, H200, H200-NVL, H800, A100, H20, B200, GB200, cpu"),

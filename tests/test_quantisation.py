@@ -143,3 +143,13 @@ def test_blackwell_formats_on_a_device_with_an_fp4_peak():
         memory = (a_bytes * m * k + w_bytes * k * n + 2 * m * n) / (4e12 * 0.8)
         assert p.time_s == pytest.approx(4e-6 + max(math, memory), rel=1e-12), weights
         assert p.source == "roofline"
+
+
+def test_qwen3_06b_preset_by_hand():
+    # the Qwen speed benchmark's model (Qwen/Qwen3-0.6B config.json): per layer q 1024 x 2048
+    # + k, v 2 x 1024 x 1024 + o 2048 x 1024 = 6,291,456; FFN 3 x 1024 x 3072 = 9,437,184;
+    # norms 2 x 1024 -> 15,730,688 x 28 = 440,459,264; tied embedding 151936 x 1024
+    # = 155,582,464; final norm 1024
+    from moesim.model.params import count_params
+    from moesim.model.presets import PRESETS
+    assert count_params(PRESETS["qwen3-0.6b"]).total == 596_042_752
