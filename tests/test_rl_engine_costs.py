@@ -8,7 +8,7 @@ import dataclasses
 import pytest
 
 from moesim.compute.select import parse as parse_compute
-from moesim.rl.engine_costs import EngineTrainerCosts, pool_cluster, rollout_costs
+from moesim.rl.engine_costs import EngineTrainerCosts, rollout_costs
 from moesim.rl.run import resolve_rl
 from moesim.scenario.sections.serve import ServeConfig
 from moesim.serve.config import serving_scenario
@@ -26,7 +26,7 @@ def test_rollout_costs_are_serving_steps_of_one_replica(tmp_path):
     sc = rollout_costs(scn, 2, 8, tp=1, ep=2, kv_dtype="bf16", max_batch=64, prompt=64,
                        response_max=128, cache=False)
     assert sc.batches.tolist() == [1, 4, 16, 64] and sc.contexts.tolist() == [64, 128, 192]
-    direct = dataclasses.replace(scn, cluster=pool_cluster(scn, 2, 8), serve=None,
+    direct = dataclasses.replace(scn, cluster=scn.cluster.pool(2, 8), serve=None,
                                  engine=dataclasses.replace(scn.engine, mode="fast"))
     # 4 sequences on one attention-DP rank (TP1, EP2: two ranks per replica)
     cfg = ServeConfig(phase="decode", batch_per_gpu=4, prompt=64, context=192, output=1,
@@ -63,7 +63,7 @@ def test_training_step_is_the_engine_step_over_the_rows(tmp_path):
     # 20 rows on 8 data-parallel replicas: the busiest gets 3 micro-batches of one row
     par = dataclasses.replace(scn.parallel, tp=1, pp=1, ep=8, dp=None)
     direct = dataclasses.replace(
-        scn, cluster=pool_cluster(scn, 8, 8), parallel=par, serve={},
+        scn, cluster=scn.cluster.pool(8, 8), parallel=par, serve={},
         schedule=dataclasses.replace(scn.schedule, microbatches=3, micro_batch_size=1,
                                      seq_len=512))
     want = simulate(resolve(direct)).summary["step_time_s"]

@@ -20,7 +20,7 @@ import dataclasses
 import math
 
 from moesim.distill.outputs import allgather_bytes, teacher_output_kernels
-from moesim.scenario.schema import ClusterConfig, ParallelConfig, Scenario
+from moesim.scenario.schema import ParallelConfig, Scenario
 from moesim.scenario.sections.distill import DistillSection
 from moesim.scenario.sections.serve import ServeConfig
 from moesim.serve.config import serving_scenario
@@ -29,24 +29,13 @@ from moesim.serve.run import simulate_serve
 from moesim.wiring import resolve
 
 
-def pool_cluster(scn: Scenario, gpus: int, gpus_per_node: int) -> ClusterConfig:
-    """The scenario's topology with ``gpus`` GPUs: whole nodes, or part of one node."""
-    params = dict(scn.cluster.params)
-    if gpus < gpus_per_node:
-        params["gpus_per_node"] = gpus
-        nodes = 1
-    else:
-        nodes = math.ceil(gpus / gpus_per_node)
-    return dataclasses.replace(scn.cluster, nodes=nodes, params=params)
-
-
 def teacher_scenario(scn: Scenario, cfg: DistillSection, gpus: int,
                      gpus_per_node: int) -> Scenario:
     """The scenario the teacher's pass runs on: the student's cluster kind cut to the
     teacher's ``gpus``, the teacher's model, no layout of the student's (the serving
     step sets it), experts launched one by one."""
     t = dataclasses.replace(
-        scn, model=cfg.teacher, cluster=pool_cluster(scn, gpus, gpus_per_node),
+        scn, model=cfg.teacher, cluster=scn.cluster.pool(gpus, gpus_per_node),
         parallel=ParallelConfig(order=scn.parallel.order,
                                 ep_backend=scn.parallel.ep_backend),
         serve=None, rl=None, load=None, distill=None)

@@ -21,23 +21,12 @@ import math
 
 from moesim.model.costs import memory_op
 from moesim.model.read import ModelSection
-from moesim.scenario.schema import ClusterConfig, EngineConfig, ParallelConfig, Scenario
+from moesim.scenario.schema import EngineConfig, ParallelConfig, Scenario
 from moesim.scenario.sections.serve import ServeConfig
 from moesim.serve.config import serving_scenario
 from moesim.serve.costs import head_kernels
 from moesim.serve.run import simulate_serve
 from moesim.wiring import resolve, simulate
-
-
-def pool_cluster(scn: Scenario, gpus: int, gpus_per_node: int) -> ClusterConfig:
-    """The scenario's topology cut to ``gpus`` GPUs: whole nodes, or part of one node."""
-    params = dict(scn.cluster.params)
-    if gpus < gpus_per_node:
-        params["gpus_per_node"] = gpus
-        nodes = 1
-    else:
-        nodes = math.ceil(gpus / gpus_per_node)
-    return dataclasses.replace(scn.cluster, nodes=nodes, params=params)
 
 
 def _serve_time(scn: Scenario, cfg: ServeConfig) -> tuple[float, object]:
@@ -54,7 +43,7 @@ def trainer_scenario(scn: Scenario, gpus: int, gpus_per_node: int, *, tp: int, p
     tokens per micro-batch."""
     par = dataclasses.replace(scn.parallel, tp=tp, pp=pp, ep=ep, cp=cp, dp=None, zero=zero)
     return dataclasses.replace(
-        scn, cluster=pool_cluster(scn, gpus, gpus_per_node), parallel=par,
+        scn, cluster=scn.cluster.pool(gpus, gpus_per_node), parallel=par,
         schedule=dataclasses.replace(scn.schedule, micro_batch_size=1, seq_len=seq_len),
         serve={})
 
@@ -170,7 +159,7 @@ def rollout_costs(scn: Scenario, replica_gpus: int, gpus_per_node: int, *, tp: i
     by the scenario's content unless ``cache`` is false)."""
     from moesim.traffic.surface import EngineStepCosts
 
-    one = dataclasses.replace(scn, cluster=pool_cluster(scn, replica_gpus, gpus_per_node),
+    one = dataclasses.replace(scn, cluster=scn.cluster.pool(replica_gpus, gpus_per_node),
                               serve={}, engine=EngineConfig(mode="fast"),
                               parallel=ParallelConfig(order=scn.parallel.order))
     cfg = ServeConfig(phase="decode", batch_per_gpu=1, prompt=prompt, context=prompt,

@@ -73,6 +73,14 @@ class ClusterConfig:
             out["nodes"] = self.nodes
         return out
 
+    def pool(self, gpus: int, gpus_per_node: int) -> ClusterConfig:
+        """The same topology with ``gpus`` GPUs: whole nodes of ``gpus_per_node``, or
+        part of one node (a pool of RL's trainer or rollout, a distillation teacher)."""
+        if gpus < gpus_per_node:
+            return dataclasses.replace(self, nodes=1,
+                                       params={**self.params, "gpus_per_node": gpus})
+        return dataclasses.replace(self, nodes=-(-gpus // gpus_per_node))
+
 
 EP_BACKENDS = ("nccl", "deepep", "deepep-ll")
 #: SMs a DeepEP normal kernel uses unless told: ``Buffer.num_sms = 20`` (deepseek-ai/DeepEP,
