@@ -69,3 +69,15 @@ def refused(capsys, argv, *names, absent=()):
     for name in absent:
         assert name not in lines[0], (name, lines[0])
     return lines[0]
+
+
+#: a toy TP4 step over two nodes of two H100 (its TP all-reduces cross the NICs)
+TOY_TP4 = """
+name: toy-tp4
+cluster: {topology: dgx-h100, nodes: 2, params: {gpus_per_node: 2}}
+model: {preset: toy}
+routing: {kind: uniform}
+parallel: {tp: 4, pp: 1, ep: 1}
+schedule: {kind: 1f1b, microbatches: 1, micro_batch_size: 1, seq_len: 128}
+compute: {kind: catalog}
+"""

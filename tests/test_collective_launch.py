@@ -19,6 +19,7 @@ from moesim.errors import InputError
 from moesim.scenario import schema
 from moesim.topology import load_topology
 from moesim.wiring import resolve_path, simulate
+from tests._util import TOY_TP4 as TOY_TP4_PLAIN
 
 US = 1e-6
 NIC_BPS = 50e9 * 0.95
@@ -66,16 +67,7 @@ def test_only_on_the_devices_it_was_measured_on():
     assert a100.call_cost is None
 
 
-TOY_TP4 = """
-name: toy-tp4
-cluster: {topology: dgx-h100, nodes: 2, params: {gpus_per_node: 2}}
-model: {preset: toy}
-routing: {kind: uniform}
-parallel: {tp: 4, pp: 1, ep: 1}
-schedule: {kind: 1f1b, microbatches: 1, micro_batch_size: 1, seq_len: 128}
-compute: {kind: catalog}
-overlap: {collective_launch: true}
-"""
+TOY_TP4 = TOY_TP4_PLAIN + "overlap: {collective_launch: true}\n"
 
 
 def test_a_training_step_pays_the_eager_call_in_both_engines(tmp_path):

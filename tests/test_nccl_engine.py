@@ -25,6 +25,7 @@ from moesim.engine.fast.dp import RingCost
 from moesim.network import FlowNetwork
 from moesim.topology import load_topology
 from moesim.wiring import resolve_path, simulate
+from tests._util import TOY_TP4
 
 NIC_BPS = 50e9 * 0.95
 US = 1e-6
@@ -122,15 +123,6 @@ def test_a_topology_nccls_model_does_not_know_is_priced_as_before():
     assert nccl.for_group("all_reduce", (0, 1, 2, 3), 4096, rank_hosts(topo)) is None
 
 
-TOY_TP4 = """
-name: toy-tp4
-cluster: {topology: dgx-h100, nodes: 2, params: {gpus_per_node: 2}}
-model: {preset: toy}
-routing: {kind: uniform}
-parallel: {tp: 4, pp: 1, ep: 1}
-schedule: {kind: 1f1b, microbatches: 1, micro_batch_size: 1, seq_len: 128}
-compute: {kind: catalog}
-"""
 
 
 def _tuning(res, on: bool):
