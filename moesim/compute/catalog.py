@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 from moesim.compute import kinds
 from moesim.compute.base import Kernel
-from moesim.compute.catalog_data import GEMM_KINDS, Table
+from moesim.compute.catalog_data import ATTN_KINDS, GEMM_KINDS, Table
 from moesim.compute.roofline import HIGH_PRECISION_KERNELS, RooflineModel
 
 _SUFFIXES = ("_bwd", "_dgrad", "_wgrad")
@@ -48,7 +48,8 @@ class CatalogModel:
     roofline for what they do not cover."""
 
     def __init__(self, roofline: RooflineModel, tables: tuple[Table, ...],
-                 gemm_library: str = "", memory_kernels: str = "stream") -> None:
+                 gemm_library: str = "", memory_kernels: str = "stream",
+                 attention_library: str = "") -> None:
         self.roofline = roofline
         self.device = roofline.device
         self.precision = roofline.precision
@@ -57,9 +58,14 @@ class CatalogModel:
         dev = self.device.name
         #: GEMMs are priced by the tables of this library only ("" = tables without one)
         self.gemm_library = gemm_library
+        #: attention by the tables of this library only ("" = FlashAttention's tables;
+        #: "cudnn": Transformer Engine's fused attention, moesim/data/kernels/cudnn_attention.yaml)
+        self.attention_library = attention_library
         self.tables = tuple(t for t in tables if t.covers(dev)
-                            and (t.kind not in GEMM_KINDS or t.library == gemm_library))
+                            and (t.kind not in GEMM_KINDS or t.library == gemm_library)
+                            and (t.kind not in ATTN_KINDS or t.library == attention_library))
         lib = f",{gemm_library}" if gemm_library else ""
+        lib += f",attn={attention_library}" if attention_library else ""
         #: memory-bound kernels: "stream" (the device's streaming bandwidth) or the
         #: implementation whose published rates by size price them
         #: (:mod:`moesim.compute.memory_kernels`)

@@ -18,9 +18,10 @@ Each YAML file under ``moesim/data/kernels/`` (or a user's file or folder named 
 - ``memory_op`` tables (:mod:`moesim.compute.memory_kernels`): ``op``, ``impls`` and
   either ``gbps`` or ``columns: [rows, cols, ms]``, ``rows``, ``bytes_per_element``,
   ``bytes_per_row``;
-- ``library`` (optional, GEMM tables): the kernel library the rows measure. A scenario's
-  ``compute.gemm_library`` picks the GEMM tables of one library; tables without one are
-  the default's (:mod:`moesim.compute.select`).
+- ``library`` (optional, GEMM and attention tables): the kernel library the rows
+  measure. A scenario's ``compute.gemm_library`` picks the GEMM tables of one library,
+  ``compute.attention_library`` the attention tables of one; tables without one are the
+  default's (:mod:`moesim.compute.select`).
 
 Anything malformed raises :class:`moesim.errors.InputError` naming the file and the
 field (``tables[2].rows[3]``): one line, never a traceback.
@@ -189,8 +190,10 @@ def _table(t: Any, file: str, at: str) -> Table:
         devices=_str_list(t, "devices", file, at, tuple(DEVICES)), file=file,
         hold_above=above == "hold")
     lib = t.get("library", "")
-    if lib != "" and (kind not in GEMM_KINDS or not isinstance(lib, str) or not lib.strip()):
-        raise _bad(file, f"{at}.library", "a library name, on a GEMM table", lib)
+    if lib != "" and (kind not in GEMM_KINDS + ATTN_KINDS or not isinstance(lib, str)
+                      or not lib.strip()):
+        raise _bad(file, f"{at}.library", "a library name, on a GEMM or attention table",
+                   lib)
     kw["library"] = lib
     if kind == MEMORY_OP:
         return Table(**kw, **parse_memory_table(t, file, at))

@@ -18,7 +18,9 @@ The roofline's own fields (``precision``, ``mfu_large``, ...) set the fallback u
 ``catalog`` too. ``compute.gemm_library: NAME`` prices GEMMs by the tables of that kernel
 library (a table's ``library``; shipped: ``dpsk-cutlass``, DeepSeek's in-house CUTLASS
 kernels of its public training profile) instead of the default tables (DeepGEMM).
-``compute.catalog: PATH`` replaces the shipped tables with a YAML file or a folder of
+``compute.attention_library: cudnn`` prices attention by Transformer Engine's fused
+(cuDNN) attention tables, the backend Transformer Engine prefers on Hopper, instead of
+FlashAttention's (the default). ``compute.catalog: PATH`` replaces the shipped tables with a YAML file or a folder of
 them (relative to the scenario file, else to the working folder), in the format of
 ``moesim/data/kernels``. :func:`describe` says in words what a section asked for; the
 step summary's ``kernel_pricing`` echoes it with what priced each kernel.
@@ -44,7 +46,7 @@ from moesim.compute import quant
 from moesim.compute import sparsity as sparse
 from moesim.compute.base import ComputeModel
 from moesim.compute.catalog import CatalogModel
-from moesim.compute.catalog_data import load_catalog
+from moesim.compute.catalog_data import ATTN_KINDS, GEMM_KINDS, load_catalog
 from moesim.compute.devices import DeviceSpec
 from moesim.compute.memory_kernels import DEFAULT_IMPL as DEFAULT_MEMORY
 from moesim.compute.memory_kernels import FUSIONS
@@ -83,6 +85,7 @@ class ComputeSection:
     model: str = DEFAULT_MODEL            # catalog | roofline (kind catalog or roofline)
     catalog: str | None = None            # a kernel catalog file or folder (model: catalog)
     gemm_library: str = ""                # GEMM tables of that library ("": the default)
+    attention_library: str = ""           # attention tables of that library ("": FlashAttention)
     expert_launches: str = "per_expert"   # per_expert | grouped (EXPERT_LAUNCHES)
     memory_kernels: str = DEFAULT_MEMORY  # stream | eager | fused | liger (memory_kernels.IMPLS)
     # fused kernel pairs (memory_kernels.FUSIONS; moesim.model.kernels.fusion), written as
@@ -128,11 +131,15 @@ def _choice(allowed: tuple[str, ...]) -> Any:
     return check
 
 
+#: keys naming a library, where "" (the default tables) is a valid value
+_LIBRARIES = ("gemm_library", "attention_library")
+
+
 def _name(expected: str) -> Any:
     def check(d: dict, key: str, source: str) -> None:
         if key == "catalog" and d[key] is None:
             return
-        if not isinstance(d[key], str) or (key != "gemm_library" and not d[key]):
+        if not isinstance(d[key], str) or (key not in _LIBRARIES and not d[key]):
             raise InputError(source, f"compute.{key}", expected, d[key])
     return check
 
@@ -173,6 +180,7 @@ FIELDS: dict[str, Any] = {
     "model": _choice(MODELS),
     "catalog": _name("a path to a kernel catalog YAML file or folder"),
     "gemm_library": _name("a library name"),
+    "attention_library": _name("a library name"),
     "memory_kernels": _choice(MEMORY_IMPLS),
     "fusion": _fusion,
     "file": _name("a path to a calibration file"),
@@ -183,7 +191,7 @@ FIELDS: dict[str, Any] = {
     "activations": lambda d, k, s: _quant(d, s),
     "sparsity": lambda d, k, s: d.__setitem__(k, sparse.check(d[k], s)),
 }
-_CATALOG_KEYS = ("model", "catalog", "gemm_library", "memory_kernels")
+_CATALOG_KEYS = ("model", "catalog", "gemm_library", "attention_library", "memory_kernels")
 #: the quantisation and sparsity keys (moesim.compute.quant): any kind but calibration
 QUANT_KEYS = ("weights", "activations", "sparsity")
 
@@ -232,7 +240,7 @@ def parse(d: Any, source: str) -> ComputeSection:
         if d.get("catalog") is not None and d.get("model", DEFAULT_MODEL) != "catalog":
             raise InputError(source, "compute.catalog", "no catalog with model: roofline",
                              d["catalog"])
-        for key in ("gemm_library", "memory_kernels"):
+        for key in ("gemm_library", "attention_library", "memory_kernels"):
             if key in d:
                 FIELDS[key](d, key, source)
         for key in d:
@@ -258,9 +266,10 @@ def describe(d: Any) -> str:
         return f"calibration ({d.get('file')})"
     if d.get("model", DEFAULT_MODEL) == "roofline":
         return "roofline only"
-    lib = d.get("gemm_library")
+    lib, attn = d.get("gemm_library"), d.get("attention_library")
     src = f"catalog {d['catalog']}" if d.get("catalog") else "kernel catalog"
-    return (src + (f", {lib} GEMMs" if lib else "") + ", roofline where it has no row"
+    return (src + (f", {lib} GEMMs" if lib else "") + (f", {attn} attention" if attn else "")
+            + ", roofline where it has no row"
             + _describe_quant(d))
 
 
@@ -354,14 +363,20 @@ def _compute_model(d: dict, source: str, device: DeviceSpec) -> ComputeModel:
         tables = load_catalog(p)
     else:
         tables = shipped_catalog()
-    known = sorted({t.library for t in tables if t.library})
-    if lib != "" and lib not in known:
-        raise InputError(source, "compute.gemm_library", "a library of the catalog's GEMM "
-                         f"tables ({', '.join(known) or 'none'})", lib)
+    for key, kinds in (("gemm_library", GEMM_KINDS), ("attention_library", ATTN_KINDS)):
+        want = d.get(key, "")
+        if not isinstance(want, str):
+            raise InputError(source, f"compute.{key}", "a library name", want)
+        known = sorted({t.library for t in tables if t.library and t.kind in kinds})
+        if want != "" and want not in known:
+            raise InputError(source, f"compute.{key}", f"a library of the catalog's "
+                             f"{'GEMM' if kinds is GEMM_KINDS else 'attention'} tables "
+                             f"({', '.join(known) or 'none'})", want)
     mem = d.get("memory_kernels", DEFAULT_MEMORY)
     if mem not in MEMORY_IMPLS:
         raise InputError(source, "compute.memory_kernels", " or ".join(MEMORY_IMPLS), mem)
-    model = CatalogModel(roofline, tables, gemm_library=lib, memory_kernels=mem)
+    model = CatalogModel(roofline, tables, gemm_library=lib, memory_kernels=mem,
+                         attention_library=d.get("attention_library", ""))
     return model if model.tables else roofline
 
 
