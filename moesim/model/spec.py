@@ -62,6 +62,7 @@ class ModelSpec:
     window: int = 0
     window_full_every: int = 0
     attention_sinks: bool = False   # a learned sink logit per head (GPT-OSS)
+    qk_norm: bool = False           # RMSNorm on each query and key head (Qwen3; Megatron qk_layernorm)
     # fused kernel pairs, set from compute.fusion when the scenario is resolved, as
     # precision is (moesim.model.kernels.fusion; not a model field: () = none)
     fusion: tuple[str, ...] = ()

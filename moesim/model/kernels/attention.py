@@ -15,6 +15,9 @@ assembled per head from k_nope and the broadcast k_pe (``_copy_tensor_kernel``) 
 the values copied contiguous (``direct_copy_kernel``); under FP8 the attention output is
 cached in FP8 for the backward (report §3.3.2).
 
+With ``qk_norm`` (Qwen3), an RMSNorm over every query and key head follows the QKV
+projection (Megatron-Core's ``q_layernorm`` / ``k_layernorm``).
+
 Tensor parallelism splits heads over ``tp`` (Megatron-LM); MLA down-projections are
 not split.
 """
@@ -92,7 +95,12 @@ def attention_kernels(spec: ModelSpec, tokens: int, seq_len: int, tp: int = 1,
         d = spec.head_dim
         kvh = max(spec.kv_heads // tp, 1)   # fewer KV heads than tp: each rank keeps a copy
         q = linear(PROJ, t, (a + 2 * kvh) * d, h, phase, fp8)
-        kv = []
+        # Qwen3's QK-norm: an RMSNorm over each query head and each key head after the
+        # projection, before RoPE (Megatron-LM 2ff0f099 megatron/core/transformer/
+        # attention.py: q_layernorm / k_layernorm built with hidden_size =
+        # hidden_size_per_attention_head, applied to query and key when qk_layernorm)
+        kv = (_seq(phase, [rmsnorm(t * a, d, phase)], [rmsnorm(t * kvh, d, phase)])
+              if spec.qk_norm else [])
         layout = [mem("rotary_kernel", 2 * ACT_BYTES * t * (a + kvh) * d, p, "elementwise")]
         core = _core(t, seq_len, a, d, d, 2 * t * kvh * d, phase)
         out_k = a * d
