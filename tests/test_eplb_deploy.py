@@ -1,7 +1,7 @@
 """EPLB's redundant experts where they cost: each replica's weights (and, in `moesim
 memory`, its gradients and optimizer states) on the GPU holding it, serving's KV room
-shrinking by them, a training step refusing them (an inference deployment feature), and
-the plan in the summary. Figures worked out by hand."""
+shrinking by them, a training step taking them (their gradients summed:
+tests/test_eplb_training.py), and the plan in the summary. Figures worked out by hand."""
 
 from __future__ import annotations
 
@@ -14,7 +14,6 @@ from moesim.gating.config import EplbSpec, ReplicaSpec, RoutingConfig
 from moesim.gating.eplb_placement import experts_held
 from moesim.memory.model import memory_per_rank, rank_params
 from moesim.model import PRESETS
-from tests._util import refused
 
 EPLB8 = "routing.placement={kind: eplb, redundant: 8}"
 HOT = ["routing.kind=hot", "routing.hot_experts=[3]", "routing.hot_fraction=0.4"]
@@ -86,11 +85,21 @@ def test_moesim_memory_counts_the_replicas(capsys):
     assert zero["peak_bytes"] == base["peak_bytes"]
 
 
-def test_training_step_refuses_redundant_experts(capsys):
-    line = refused(capsys, ["run", "hot-expert", "--no-files", "--quiet", *_sets(EPLB8)],
-                   "hot-expert.yaml", "routing.placement.redundant",
-                   "inference deployment feature", "DeepSeek-V3 report §3.4", "got 8")
-    assert "redundant: 0 re-packs" in line
+def test_training_step_takes_redundant_experts(capsys):
+    # hot-expert with 8 redundant: the plan of the serving test below (expert 3 on 5
+    # GPUs, experts 0, 1, 2, 4 on 2), each a gradient all-reduce per MoE layer (the
+    # hand-worked bytes and times: tests/test_eplb_training.py); the hot GPU's 3.2x
+    # max/mean falls to 1.0286 and the step with it
+    argv = ["run", "hot-expert", "--no-files", "--quiet", "--json", "--set",
+            "engine.mode=fast"]
+    base = _json(capsys, argv)
+    more = _json(capsys, argv + _sets(EPLB8))
+    e = more["eplb"]
+    assert e["slots_per_gpu"] == 2
+    assert e["layers"][0]["replicas"] == {"0": 2, "1": 2, "2": 2, "3": 5, "4": 2}
+    assert e["max_over_mean_mean"] == pytest.approx(7.2 / 7)
+    assert more["step_time_s"] < base["step_time_s"]
+    assert more["breakdown_s"]["dp"] > base["breakdown_s"]["dp"]
 
 
 def test_training_re_packs_and_the_summary_carries_the_plan(capsys):

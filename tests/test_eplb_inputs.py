@@ -99,7 +99,7 @@ def _refused(capsys, path, *names, command=("run", "--no-files", "--quiet")):
 
 def test_more_redundant_experts_than_slots(capsys, tmp_path):
     # 8 experts on 8 GPUs: at most 8 x 7 = 56 redundant (every expert on every GPU);
-    # `moesim memory` prices the replicas (a training step refuses any: test_eplb_deploy)
+    # `moesim memory` prices the replicas (a training step: test_eplb_training)
     line = _refused(capsys, _scenario(tmp_path, {"kind": "eplb", "redundant": 64}),
                     "s.yaml", "routing.placement.redundant", "56", "got 64",
                     command=("memory",))
@@ -133,7 +133,7 @@ def test_bad_keys_and_modes(capsys, tmp_path):
 
 def test_redundant_experts_with_deepep_normal_kernels_are_refused(capsys):
     # the normal kernels' plan sends a token's copies to each expert's one home GPU
-    # (serving: a training step refuses redundant experts before, test_eplb_deploy)
+    # (serving; a training step refuses them the same way)
     refused(capsys, ["serve", "mixtral-8x7b-serve", "--no-files", "--quiet", "--set",
                      "serve.ep_backend=deepep", "--set",
                      "routing.placement={kind: eplb, redundant: 8}"],

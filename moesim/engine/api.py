@@ -25,7 +25,6 @@ from moesim.engine.exact.engine import simulate_exact
 from moesim.engine.fast.engine import simulate_fast
 from moesim.engine.fast.sampled import sampled_count
 from moesim.errors import InputError
-from moesim.gating.eplb_placement import refuse_training_redundant
 from moesim.scenario.limits import check_work
 from moesim.scenario.resolved import Resolved
 from moesim.trace.result import SimResult
@@ -74,7 +73,6 @@ def simulate(res: Resolved, *, progress: Progress | None = None, engine: str | N
         raise InputError(res.scenario.source, "engine.mode", "one of " + ", ".join(ENGINES),
                          mode)
     check_size(res, mode)
-    refuse_training_redundant(res.routing, res.scenario.source)   # serving takes them
     if mode == "exact" and options.get("replicas") == "sampled":
         raise InputError(res.scenario.source, "engine.replicas", "independent or identical "
                          "on the exact engine (sampled runs on engine.mode: fast)", "sampled")

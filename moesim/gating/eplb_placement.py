@@ -201,22 +201,6 @@ def experts_held(cfg: RoutingConfig, *, n_experts: int, ep: int, source: str) ->
     return (n_experts + cfg.placement.redundant) // ep
 
 
-#: the sources of the refusal below (docs/routing.md, docs/sources.md)
-TRAINING_REFUSAL = ("0 in a training step: EPLB's redundant experts are an inference "
-                    "deployment feature (DeepSeek-V3 report §3.4.1-§3.4.2; deepseek-ai/EPLB: "
-                    "'our deployed EP load balancing algorithm'); redundant: 0 re-packs the "
-                    "experts")
-
-
-def refuse_training_redundant(cfg: RoutingConfig, source: str) -> None:
-    """A training step with EPLB's redundant experts is refused (one line): no training
-    framework moesim models sums a replica's gradients with its other replicas' before
-    the optimizer (docs/routing.md); re-packing (``redundant: 0``) trains."""
-    spec = cfg.placement
-    if spec is not None and spec.redundant:
-        raise InputError(source, f"{FIELD}.redundant", TRAINING_REFUSAL, spec.redundant)
-
-
 def plan_summary(placements: LayerPlacements, moe_layers: list[int], spec: EplbSpec
                  ) -> dict:
     """The summary's ``eplb`` block: the plan's mode, slots, and per MoE layer the

@@ -147,7 +147,7 @@ class Builder:
                                    ep_backend=self.ep_backend)
         self.moe_layers = self.routes.moe_layers
         # the gradient stage: DP buckets, optimizer placement, ZeRO gathers (comm stream)
-        self.grads = GradientStage.of(scn, self.lay, self.spec)
+        self.grads = GradientStage.of(scn, self.lay, self.spec, self.routes)
         # the EP transfers: every group's dispatch / combine all-to-all-v
         self.ep_transfers = EPTransfers(self.ep_backend, self.spec.hidden, self.gpn,
                                         self.a2a_algo)

@@ -13,6 +13,11 @@ all-gathers after it; ZeRO-3 weight all-gathers before each layer's use, at most
 scenario's parallel / overlap / ZeRO settings, :meth:`GradientStage.of`) and appends
 its comm-stream ops to a rank's program; the optimizer's compute op is the caller's
 (``optimizer``: it prices kernels), placed between the buckets and the gathers.
+
+Replicated experts (``routing.placement`` with redundant experts, ``routing.replicate``;
+:mod:`moesim.program.replica_grads`): each bucket's replica all-reduces run just before
+its data-parallel reduces, its EDP reduce and the optimizer carry the replicas' bytes.
+Buckets are cut on the bytes without replicas, so every rank cuts them alike.
 """
 
 from __future__ import annotations
@@ -24,6 +29,7 @@ from moesim.collectives.communicator import CollectiveSpec
 from moesim.memory.model import rank_params
 from moesim.program.layer_plan import zero3_gathers
 from moesim.program.ops import Op
+from moesim.program.replica_grads import TAG, ReplicaGrads
 
 #: ``optimizer(prog, params, deps)``: append the optimizer's op over ``params`` parameters
 #: (this rank's shard), waiting for ``deps``
@@ -44,14 +50,17 @@ class GradientStage:
     overlap: bool                # overlap.dp_overlap: a bucket starts once its layers end
     prefetch: int                # schedule.zero3_prefetch
     sms: int = 0                 # overlap.nccl_sms held by each collective
+    replicas: ReplicaGrads | None = None   # replicated experts' gradients (None: none)
     _specs: dict = field(default_factory=dict, repr=False)
 
     @classmethod
-    def of(cls, scn, lay, spec) -> GradientStage:
-        """The stage of scenario ``scn`` on layout ``lay`` for model ``spec``."""
+    def of(cls, scn, lay, spec, routes=None) -> GradientStage:
+        """The stage of scenario ``scn`` on layout ``lay`` for model ``spec`` (``routes``:
+        the step's token routing, whose placement may replicate experts)."""
         par, sch = scn.parallel, scn.schedule
         return cls(lay, spec, par.tp, par.ep, par.pp, par.zero, sch.dp_bucket_bytes,
-                   scn.overlap.dp_overlap, sch.zero3_prefetch, scn.overlap.nccl_sms)
+                   scn.overlap.dp_overlap, sch.zero3_prefetch, scn.overlap.nccl_sms,
+                   ReplicaGrads.of(scn, lay, spec, routes))
 
     @property
     def zero3(self) -> bool:
@@ -128,14 +137,21 @@ class GradientStage:
             extra_dense, _ = rank_params(self.spec, [], tp=self.tp, ep=self.ep, first=first,
                                          last=last)
             total_dense = total_expert = 0.0
-            acc_d = acc_e = 0.0
+            acc_d = acc_e = acc_r = 0.0
             n_bucket = 0
+            held: list[int] = []          # the bucket's layers
+            rep = self.replicas
             for j, layer in enumerate(order):
                 d, e = self.layer_bytes(layer)
                 acc_d += d
                 acc_e += e
                 total_dense += d
                 total_expert += e
+                held.append(layer)
+                if rep is not None:       # the rank's replicas: bytes beyond the cut
+                    r_b = rep.extra_experts(rank, layer) * rep.expert_bytes
+                    acc_r += r_b
+                    total_expert += r_b
                 final = j == len(order) - 1
                 if final:
                     acc_d += extra_dense * wb
@@ -143,6 +159,16 @@ class GradientStage:
                 if acc_d + acc_e < self.bucket_bytes and not final:
                     continue
                 dep = (last_bwd[layer] if self.overlap else end_bwd,)
+                if rep is not None:
+                    for lyr in held:
+                        for grp, nbytes in rep.syncs(rank, lyr):
+                            spec = CollectiveSpec("all_reduce", grp, nbytes)
+                            reduce_ops.append(len(prog))
+                            key = ("dp", TAG, lyr, grp) + ((ptag,) if ptag else ())
+                            self._coll(prog, "dp", f"dp.{ptag}bucket{n_bucket}.{TAG}", spec,
+                                       key, layer, -1, "bwd", nbytes, dep)
+                acc_e += acc_r
+                held, acc_r = [], 0.0
                 for grp, nbytes, tag in ((dg, acc_d, "dense"), (eg, acc_e, "experts")):
                     if len(grp) > 1 and nbytes > 0:
                         spec = CollectiveSpec(grad_op, grp, nbytes)

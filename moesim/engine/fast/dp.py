@@ -155,14 +155,17 @@ def _past_a2a(intervals, start: float, work: float) -> float:
 
 
 def gradient_phase(res, rings: RingCost, timer, stages: dict[int, dict], step_hint=None,
-                   links=None):
+                   links=None, replicas=None):
     """Run buckets, optimizer and ZeRO gathers for every rank.
 
     ``stages[s]``: ``ranks`` (array), ``last_bwd`` (layer -> end per rank, same order),
     ``end`` (compute stream end per rank). Returns per rank (dict rank -> list of tail
     spans as (kind, start, end, stream, waited_on): waited_on is the group member a
     ``stall`` waits for, else -1) and the end of every rank's work. ``links``: a
-    :class:`moesim.engine.fast.links.LinkBytes` that counts every ring's bytes."""
+    :class:`moesim.engine.fast.links.LinkBytes` that counts every ring's bytes.
+    ``replicas``: the builder's :class:`moesim.program.replica_grads.ReplicaGrads`
+    (replicated experts: their all-reduces before each bucket, their bytes in its EDP
+    reduce and the optimizer, as :mod:`moesim.program.grads` plans them)."""
     lay, scn = res.layout, res.scenario
     zero, overlap = scn.parallel.zero, scn.overlap.dp_overlap
     grad_op = "all_reduce" if zero == 0 else "reduce_scatter"
@@ -195,15 +198,23 @@ def gradient_phase(res, rings: RingCost, timer, stages: dict[int, dict], step_hi
                 continue
             g = lay.group_of(r, grp_kind)
             covered.update(g)
-            nbytes = nbytes_of
+            nbytes = nbytes_of(r) if callable(nbytes_of) else nbytes_of
             if len(g) < 2 or nbytes <= 0:
                 continue
             group_collective(g, kind, name_op, nbytes, ready_at, ready_cf, busy,
                              busy_of, rings, tails, links)
+    extra_e: dict[int, float] = {}      # per rank: its replicas' expert bytes
     for _s, ranks, lb, end, bks in per_stage:
+        order = sorted(lb, key=lambda layer: float(lb[layer][0]))
+        at = 0
         for layer, d_b, e_b in bks:
             ready = np.zeros(world)
             ready[ranks] = lb[layer] if overlap else end
+            held = order[at:order.index(layer) + 1]
+            at += len(held)
+            if replicas is not None:
+                e_b = _replica_syncs(replicas, ranks, held, ready, ready_cf, busy, busy_of,
+                                     rings, tails, links, e_b, extra_e)
             run_coll("dp", grad_op, "dp_cp", ranks, ready, d_b, "dense")
             run_coll("dp", grad_op, "edp", ranks, ready, e_b, "experts")
     opt_end = np.zeros(world)
@@ -211,13 +222,41 @@ def gradient_phase(res, rings: RingCost, timer, stages: dict[int, dict], step_hi
         tot_d = sum(b[1] for b in bks)
         tot_e = sum(b[2] for b in bks)
         dpn, edpn = lay.dp * lay.cp, lay.edp
-        shard = (tot_d / wb / (dpn if zero >= 1 else 1) + tot_e / wb / (edpn if zero >= 1 else 1))
-        optimizer_tail(timer, tails, ranks, end, ready_cf, shard, opt_end)
+        extra = np.asarray([extra_e.get(int(r), 0.0) for r in ranks])
+        for x in np.unique(extra):      # ranks holding as many replicas' bytes, together
+            sel = extra == x
+            shard = (tot_d / wb / (dpn if zero >= 1 else 1)
+                     + (tot_e + x) / wb / (edpn if zero >= 1 else 1))
+            optimizer_tail(timer, tails, ranks[sel], end[sel], ready_cf, shard, opt_end)
         if zero in (1, 2):
             run_coll("zero", "all_gather", "dp_cp", ranks, opt_end, tot_d, "dense")
-            run_coll("zero", "all_gather", "edp", ranks, opt_end, tot_e, "experts")
+            run_coll("zero", "all_gather", "edp", ranks, opt_end,
+                     lambda r, t=tot_e: t + extra_e.get(int(r), 0.0), "experts")
     finish = np.maximum(opt_end, ready_cf)
     return tails, finish
+
+
+def _replica_syncs(replicas, ranks, held, ready, ready_cf, busy, busy_of, rings, tails,
+                   links, e_b, extra_e):
+    """The replica all-reduces of a bucket's layers ``held`` on every EP group of
+    ``ranks``, in the builder's order (layer, then EP positions); returns each rank's
+    EDP bytes of the bucket (``rank -> bytes``) and adds its replicas' bytes to
+    ``extra_e`` (for the optimizer)."""
+    per: dict[int, float] = {}
+    seen: set[tuple[int, ...]] = set()
+    for r in np.asarray(ranks).tolist():
+        add = sum(replicas.extra_experts(r, lyr) for lyr in held) * replicas.expert_bytes
+        extra_e[r] = extra_e.get(r, 0.0) + add
+        per[r] = e_b + add
+        g = replicas.lay.group_of(r, "ep")
+        if g in seen:
+            continue
+        seen.add(g)
+        for lyr in held:
+            for grp, nbytes in replicas.group_syncs(g, lyr):
+                group_collective(grp, "dp", "all_reduce", nbytes, ready, ready_cf, busy,
+                                 busy_of, rings, tails, links)
+    return per.__getitem__
 
 
 def optimizer_tail(timer, tails, ranks, end, ready_cf, shard: float, opt_end) -> None:

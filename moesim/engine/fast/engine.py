@@ -450,7 +450,8 @@ def _finish(res, ctx, b, pool, stash, chains, copies, want, progress, dedup, mod
                                np.array([e[ranks] for _, e in iv]).reshape(len(iv), len(ranks))),
                      "last_bwd": {layer: v[ranks] for layer, v in last_bwd[s].items()}}
     if ctx.dual is None:
-        tails, finish = gradient_phase(res, ctx.rings, ctx.timer, stages, links=ctx.links)
+        tails, finish = gradient_phase(res, ctx.rings, ctx.timer, stages, links=ctx.links,
+                                       replicas=b.grads.replicas)
     else:
         tails, finish = dual_gradient_phase(res, b, ctx.rings, ctx.timer, stages,
                                             links=ctx.links)
