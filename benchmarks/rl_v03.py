@@ -6,7 +6,7 @@ phase by phase (issue 39): the errors printed, nothing fitted.
     python benchmarks/rl_v03.py --write-docs    # docs/results/rl-v03.md
 
 Published: NVIDIA-NeMo/.github blog/posts/nemo-rl-v0.3/index.md (caab149510), the
-Megatron rows (steps 22-29 averaged): total step = policy training + refit + generation
+Megatron rows (steps 22-29 averaged) and the long-sequence row (Llama-3.3-70B at 16,384): total step = policy training + refit + generation
 + get logprobs (+ a few seconds of the rest). Scenarios ``scenarios/grpo-*-nemo-v03.yaml``
 (their comments map the recipes, NVIDIA-NeMo/RL v0.3.0 = b1c86a816, to moesim's fields).
 
@@ -15,8 +15,9 @@ b1c86a816): ``policy_training`` = the optimizer steps (``train``) and the loss's
 full-vocabulary log-probs (``loss_logprob``); ``prepare_for_generation`` (refit) = the
 weight hand-over (``weight_sync``) and the host moves around it (the switch out of
 training: ``offload_before_refit``, vLLM's ``wake_up``, ``offload_after_refit``);
-``generation`` = the rollouts and vLLM's ``sleep`` at ``finish_generation`` (the switch
-into training); ``policy_and_reference_logprobs`` = the old policy's and the reference's
+``generation`` = the rollouts, the rewards (``run_multi_turn_rollout`` scores each turn
+with ``calculate_rewards``, nemo_rl/experience/rollouts.py) and vLLM's ``sleep`` at
+``finish_generation`` (the switch into training); ``policy_and_reference_logprobs`` = the old policy's and the reference's
 passes (the reference's weight swap included). The log-prob and training preps
 (``logprob_prep``, ``train_prep``) are timers of their own, outside the four columns,
 inside the step.
@@ -42,6 +43,8 @@ ROWS = (
      (68.0, 7.0, 96.0, 40.0), 213.0, 3283),
     ("qwen3-30b-a3b", "grpo-qwen3-30b-a3b-nemo-v03", "Qwen3-30B-A3B, 8 nodes (EP8 TP2)",
      (50.0, 12.0, 78.0, 23.0), 167.0, 3251),
+    ("llama-3.3-70b-16k", "grpo-llama33-70b-16k-nemo-v03",
+     "Llama-3.3-70B, 16k sequences, 16 nodes (CP4)", (64.0, 17.0, 287.0, 75.0), 445.0, 749),
 )
 COLUMNS = ("policy training", "refit", "generation", "get logprobs")
 
@@ -55,7 +58,7 @@ def columns(run, summary: dict) -> dict[str, float]:
     return {
         "policy training": ph.get("train", 0.0) + ph.get("loss_logprob", 0.0),
         "refit": ph.get("weight_sync", 0.0) + sw_out,
-        "generation": ph.get("generate", 0.0) + sw_in,
+        "generation": ph.get("generate", 0.0) + ph.get("reward", 0.0) + sw_in,
         "get logprobs": ph.get("old_logprob", 0.0) + ph.get("reference", 0.0),
     }
 

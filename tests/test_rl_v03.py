@@ -40,14 +40,17 @@ def test_the_published_phases_are_summed_as_nemo_rls_timers_hold_them():
     s = {"phases_s": {"train": 10.0, "loss_logprob": 0.75, "weight_sync": 1.0,
                       "switch": 0.75, "generate": 40.0, "old_logprob": 3.0,
                       "reference": 2.0, "reward": 0.1}}
+    # generation holds the rewards too (run_multi_turn_rollout's calculate_rewards)
     assert rl_v03.columns(run, s) == {"policy training": 10.75, "refit": 1.5,
-                                      "generation": 40.25, "get logprobs": 5.0}
+                                      "generation": 40.35, "get logprobs": 5.0}
 
 
 def test_the_four_rows_are_scenarios_with_the_posts_layouts():
     root = Path(__file__).resolve().parents[1] / "scenarios"
     want = {"llama-3.1-8b": (8, 1, 1, 1, 8), "llama-3.1-70b": (64, 4, 4, 1, 4),
-            "qwen3-32b": (64, 4, 2, 1, 8), "qwen3-30b-a3b": (64, 2, 1, 8, 32)}
+            "qwen3-32b": (64, 4, 2, 1, 8), "qwen3-30b-a3b": (64, 2, 1, 8, 32),
+            # 128 GPUs over TP4 PP4 CP4: data parallel 128 / 64 = 2
+            "llama-3.3-70b-16k": (128, 4, 4, 1, 2)}
     for key, name, *_ in rl_v03.ROWS:
         tr = resolve_rl(root / f"{name}.yaml").cfg.train
         assert (tr.gpus, tr.tp, tr.pp, tr.ep, tr.dp) == want[key], key

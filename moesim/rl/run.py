@@ -129,13 +129,23 @@ def resolve_rl(target: str | Path, overrides=()) -> RLSetup:
 
 def draw_batch(setup: RLSetup, step: int) -> Batch:
     """Step ``step``'s samples: ``prompts_per_step`` prompts, each repeated for its group
-    of ``samples_per_prompt`` responses (seeded by the scenario's seed and the step)."""
+    of ``samples_per_prompt`` responses (seeded by the scenario's seed and the step).
+    ``rl.longest_response: limit``: the step's longest response is set to the generation
+    limit (``rl.response_tokens.max``), so a synchronous generation runs as many decode
+    steps as the limit allows; the law's other draws are kept."""
     cfg = setup.cfg
     rng = np.random.default_rng([setup.scenario.seed, step])
     prompts = draw(cfg.prompt_tokens, rng, cfg.prompts_per_step, source=setup.source,
                    field="rl.prompt_tokens")
     response = draw(cfg.response_tokens, rng, cfg.samples_per_step, source=setup.source,
                     field="rl.response_tokens")
+    if cfg.longest_response == "limit":
+        limit = cfg.response_tokens.max
+        if limit is None:
+            raise setup.error("rl.response_tokens.max", "the generation limit, a number of "
+                              "tokens (rl.longest_response: limit sets each step's longest "
+                              "response to it)", None)
+        response[int(np.argmax(response))] = limit
     batch = Batch(np.repeat(prompts, cfg.samples_per_prompt), response)
     longest = int((batch.prompt + batch.response).max())
     if longest > setup.seq_len:

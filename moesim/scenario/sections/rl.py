@@ -53,6 +53,10 @@ PACKINGS = ("nemo", "verl")
 #: ``recompute_kv_cache_after_weight_updates``)
 KV_AFTER_SYNC = ("recompute", "keep")
 GENERATION_MODES = ("batch", "stream")
+#: each step's longest response: ``drawn`` (as response_tokens draws it) or ``limit``
+#: (set to response_tokens.max, the generation limit: a synchronous generation then lasts
+#: as many decode steps as the limit allows, moesim.rl.run.draw_batch)
+LONGEST_RESPONSES = ("drawn", "limit")
 #: colocated host moves around the phases (moesim.rl.offload): ``none`` (only the
 #: switch's), ``nemo`` (NeMo RL's Megatron worker and vLLM's sleep mode, phase by phase)
 OFFLOADS = ("none", "nemo")
@@ -171,6 +175,7 @@ class RLConfig:
     partial_rollouts: bool = False
     kv_after_sync: str = "recompute"    # partial rollouts: recompute | keep the KV caches
     generation: str = "batch"   # batch | stream (moesim.rl.generate.stream; max_lag >= 1)
+    longest_response: str = "drawn"     # LONGEST_RESPONSES
     weight_sync: WeightSyncConfig = field(default_factory=WeightSyncConfig)
 
     @property
@@ -195,6 +200,7 @@ _RULES: dict[str, tuple[str, Any]] = {
     "colocated": ("bool", None), "old_logprob": ("bool", None), "reference": ("bool", None),
     "max_lag": ("nonneg", None), "partial_rollouts": ("bool", None),
     "kv_after_sync": ("choice", KV_AFTER_SYNC), "generation": ("choice", GENERATION_MODES),
+    "longest_response": ("choice", LONGEST_RESPONSES),
     "gpus": ("optpos", None), "tp": ("pos", None), "ep": ("pos", None), "pp": ("pos", None),
     "cp": ("pos", None),
     "kv_fraction": ("frac", None), "max_batch": ("pos", None), "kv_dtype": ("choice", KV_DTYPES),
