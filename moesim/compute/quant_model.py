@@ -24,6 +24,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
+from moesim.compute import quant_kernels as qk
 from moesim.compute import sparsity as sp
 from moesim.compute.base import Kernel
 from moesim.compute.catalog import Priced
@@ -122,8 +123,22 @@ class QuantModel:
             if not published:
                 source = "roofline"
         bound = "memory" if mem_s >= math_s else "math"
+        published = None if self.sparsity != "none" else self._published(k, math_s)
+        if published is not None:
+            t, pdetail = published
+            return Priced(launches + t, "catalog", f"{self.name}: {pdetail}; {k.bytes:.4g} B")
         return Priced(launches + max(math_s, mem_s), source,
                       f"{self.name}: {detail}; {k.bytes:.4g} B, {bound}-bound")
+
+    def _published(self, k: Kernel, math_s: float) -> tuple[float, str] | None:
+        """The kernel classes with a rate model from their published benchmarks
+        (:mod:`moesim.compute.quant_kernels`), on the devices it was calibrated for."""
+        hbm = self.roofline.hbm_Bps
+        if self.mode.weights == "nvfp4" and self.mode.activations == "nvfp4":
+            return qk.nvfp4_s(self.device, k, hbm)
+        if self.mode.weight_only:
+            return qk.marlin_s(self.device, k, hbm, math_s)
+        return None
 
     def _math(self, k: Kernel) -> tuple[float, str, str]:
         """(seconds of math, source, detail) of a rewritten weight GEMM."""
