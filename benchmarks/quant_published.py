@@ -60,6 +60,15 @@ KV cache (``serve.kv_dtype``): vLLM's log for Qwen3-0.6B on A100 (vllm-project/v
 #24577, 2025-09-10): 69.66 GiB of KV cache hold 652,144 BF16 tokens, and FP8 doubles the
 concurrency; moesim's bytes per token divide the same budget.
 
+Calibrated kernel models (moesim/compute/quant_kernels.py; one figure each, marked
+"(calibration)" on the page, every other row of the same kernel a check):
+
+- ``nvfp4`` on B200: vLLM's CUTLASS NVFP4 GEMM at N = 6144, K = 4096, 16384 rows
+  (vllm-project/vllm PR #20646, "Before" table); checks: its other batches, its
+  N = 4096 table at batch 1, FlashInfer issue #1732's M = 1 GEMM.
+- ``int4`` / ``int8`` weight-only on H100: Marlin W4A16 at m = 1, N = K = 8192
+  (inclusionAI/humming PR #2); check: Marlin W8A16 of the same table.
+
 Held-out kernel figures (none of them is in a moesim table):
 
 - ``fp8-block``: DeepGEMM on an H100 80GB HBM3 timed by vLLM's
@@ -67,13 +76,14 @@ Held-out kernel figures (none of them is in a moesim table):
 - ``mxfp8``: FlashInfer's ``mm_mxfp8`` (CUTLASS, autotuned) on B200
   (flashinfer-ai/flashinfer PR #2464, 2026-02-02).
 - ``nvfp4``: FlashInfer's ``mm_fp4`` on B200 at M = 1 (flashinfer-ai/flashinfer issue
-  #1732, 2025-09-19) and M = 32 (vllm-project/vllm PR #42235, 2026-05-14); NVIDIA's
-  CUTLASS NVFP4 GEMM at 8192 and 16384 rows (vllm-project/vllm PR #20646, 2025-07-08);
-  cuBLAS's FP4 x FP4 (MXFP4) on B200 (deepseek-ai/DeepGEMM PR #348, 2026-06-01).
+  #1732, 2025-09-19) and M = 32 (CuTeDSL, another kernel: vllm-project/vllm PR #42235,
+  2026-05-14); cuBLAS's FP4 x FP4 (MXFP4, another kernel and format) on B200
+  (deepseek-ai/DeepGEMM PR #348, 2026-06-01).
 - ``int8`` W8A8: sgl-kernel's and vLLM's INT8 GEMMs on A100 (sgl-project/sglang PR
   #2752, 2025-01-06; ``sgl-kernel/benchmark/bench_int8_gemm.py``).
 - ``int8`` weight-only: vLLM's Marlin W8A16 and PyTorch's FP16 GEMM on an H100 at
-  N = K = 8192, m = 1-4 (inclusionAI/humming PR #2, 2026-03-24), TFLOP/s.
+  N = K = 8192, m = 1-4 (inclusionAI/humming PR #2, 2026-03-24), TFLOP/s (the table
+  whose W4A16 column calibrates Marlin's per-iteration cost).
 
 End-to-end ``nvfp4``: SGLang's DeepSeek-V3 decode on GB200 NVL72 with FP8 MoE and with
 NVFP4 MoE + FP8 KV (LMSYS blog, Part II, 2025-09-25), the shipped scenarios

@@ -39,7 +39,10 @@ stream table, else the roofline's) and its math:
   figure), the same formula counts as roofline;
 - ``int8`` W8A8, ``mxfp8``, ``nvfp4``: the roofline at the format's peak
   (``DeviceSpec.peak_int8_ops``, ``peak_fp8_flops``, ``peak_fp4_flops``), counted as
-  roofline: no per-shape table of these kernels is shipped.
+  roofline: no per-shape table of these kernels is shipped;
+- two kernel classes on the device their published benchmarks calibrate
+  (:mod:`moesim.compute.quant_kernels`): ``nvfp4`` on B200 as CUTLASS's tile waves, and
+  weight-only ``int4`` / ``int8`` on H100 with Marlin's cost per main-loop iteration.
 
 A device without the format's math (``peak_fp4_flops == 0`` for NVFP4, no block-scaled
 tensor cores for MXFP8, no FP8 for FP8) is a one-line :class:`InputError`.

@@ -15,6 +15,10 @@ time = launches + max(math, bytes at the streaming rate), where
   rate, the rate that prices the bytes of every unquantised GEMM (the catalog's GEMM
   tables are rates of FLOPs), so a memory-bound GEMM gains exactly its bytes' ratio.
 
+Where :mod:`moesim.compute.quant_kernels` has a model of the kernel class on the device
+(NVFP4 on B200, Marlin on H100; not under 2:4), that model's time replaces
+max(math, bytes).
+
 :meth:`QuantModel.price` says which prices were published (``catalog``) and which the
 roofline gave (``roofline``), so the step summary's kernel-pricing count covers them.
 """
