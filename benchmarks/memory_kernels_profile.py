@@ -3,12 +3,23 @@
     python benchmarks/memory_kernels_profile.py PATH/train.json
     python benchmarks/memory_kernels_profile.py PATH/train.json --impls stream,fused --span
     python benchmarks/memory_kernels_profile.py PATH/train.json --span --write-docs
+    python benchmarks/memory_kernels_profile.py PATH/train.json --kernels
 
 For each value of ``compute.memory_kernels`` (default: all of stream, eager, fused,
 liger) prints the mean kernel time per layer by pass and class, measured against
 simulated (:mod:`moesim.validation.gpu.classes`, on the SMs the pair leaves compute,
 as ``benchmarks/deepseek_profile.py`` prints it), and with ``--span`` the pair's span and
-compute-stream busy time (the exact engine, ~1 min each).
+compute-stream busy time (the exact engine, ~1 min each), and with ``--kernels`` the
+classes kernel by kernel, the profile's against moesim's, with what explains each
+(``benchmarks/memory_kernels_per_kernel.py``).
+
+``deepseek`` prices the kernels DeepSeek runs as its own at the rate their occupancy,
+block count and bytes in flight per thread allow (gpu-benches' bandwidth by occupancy;
+moesim.compute.occupancy), the rest as ``fused``, and here brings
+``compute.fusion=residual_norm`` with it (:data:`WITH`: DeepSeek's norm is
+flash-attention's layer_norm with the residual add in it; the profile launches no
+residual-add kernel). Nothing in it is calibrated on this profile: the occupancies are
+read from the profile's launch records, never its durations.
 
 It also prints the calibration of the two classes no published rate covers (cast and
 permute on H800), as the split written before fitting says
@@ -50,8 +61,15 @@ MEMORY_CLASSES = ("cast", "norm", "elementwise", "permute")
 CALIBRATED = ("cast", "permute")
 
 
+#: settings a value of compute.memory_kernels brings with it here: DeepSeek's norm is
+#: flash-attention's layer_norm with the residual add in it (the profile launches no
+#: residual-add kernel; csrc/layer_norm ``ln_fwd_cuda_kernel.cu`` ``has_residual``)
+WITH = {"deepseek": ["compute.fusion=residual_norm"]}
+
+
 def _resolve(path: str, impl: str):
-    return resolve(load_scenario(path, [f"compute.memory_kernels={impl}"]))
+    return resolve(load_scenario(path, [f"compute.memory_kernels={impl}",
+                                        *WITH.get(impl, [])]))
 
 
 def calibrate(tr, res) -> dict[str, float]:
@@ -97,9 +115,11 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("path", help="DeepSeek's train.json (github.com/deepseek-ai/profile-data)")
     ap.add_argument("--scenario", default=SCENARIO, help="default: %(default)s")
-    ap.add_argument("--impls", default="stream,eager,fused,liger",
+    ap.add_argument("--impls", default="stream,eager,fused,liger,deepseek",
                     help="values of compute.memory_kernels, comma-separated")
     ap.add_argument("--span", action="store_true", help="also the pair's span (exact engine)")
+    ap.add_argument("--kernels", action="store_true",
+                    help="also the classes kernel by kernel (profile against moesim)")
     args = ap.parse_args(argv)
     try:
         tr = load_gpu_trace(args.path)
@@ -109,7 +129,8 @@ def main(argv: list[str] | None = None) -> int:
         print("calibration of the split (F pass only; not shipped: "
               "docs/studies/memory-kernel-calibration.md): "
               + ", ".join(f"{c} {v:.0f} GB/s" for c, v in cal.items()))
-        table = {impl: class_rows(tr, _resolve(args.scenario, impl)) for impl in impls}
+        resolved = {impl: _resolve(args.scenario, impl) for impl in impls}
+        table = {impl: class_rows(tr, res) for impl, res in resolved.items()}
         g = summarize(tr) if args.span else None
         spans = {impl: span(tr, g, _resolve(args.scenario, impl)) for impl in impls} \
             if args.span else {}
@@ -133,6 +154,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{impl}: span {ss * 1e3:.3f} ms vs {ms * 1e3:.3f} ms measured "
               f"({(ss - ms) / ms:+.1%}); compute streams busy {sb * 1e3:.3f} vs "
               f"{mb * 1e3:.3f} ms ({(sb - mb) / mb:+.1%})")
+    if args.kernels:
+        from memory_kernels_per_kernel import print_listing  # this folder
+        print_listing(tr, args.path, resolved)
     return 0
 
 

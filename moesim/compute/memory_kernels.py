@@ -22,6 +22,12 @@ size, as the table's authors measured it:
   (:data:`FALLBACK`: liger → fused → eager), and no table at all leaves the stream rate,
   each saying so in the detail.
 
+``deepseek`` (off by default; DeepSeek's own kernels, as its public profile launches
+them): a kernel that DeepSeek's training code runs as a kernel of its own
+(:data:`moesim.compute.occupancy.DEEPSEEK`) moves its bytes at the streaming rate its
+occupancy and block count allow (:func:`moesim.compute.occupancy.rate_gbps`,
+gpu-benches' bandwidth by occupancy); every other kernel is priced as under ``fused``.
+
 Tables: ``moesim/data/kernels/liger.yaml`` (docs/kernels.md "Memory-bound kernels by
 kind and size"). A table may instead give one ``gbps`` for every size (e.g. a rate
 calibrated with a written split, docs/studies/memory-kernel-calibration.md).
@@ -32,12 +38,14 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from moesim.compute import occupancy
 from moesim.compute.base import Kernel
 from moesim.errors import InputError
 
 #: ``compute.memory_kernels``: ``stream`` first
 STREAM = "stream"      # every memory kernel at the device's streaming bandwidth
-IMPLS = (STREAM, "eager", "fused", "liger")
+DEEPSEEK = "deepseek"  # DeepSeek's kernels at their occupancy's rate, the rest as fused
+IMPLS = (STREAM, "eager", "fused", "liger", DEEPSEEK)
 #: the default of ``compute.memory_kernels`` (moesim.compute.select reads it): Megatron-Core's
 #: and Transformer Engine's fused kernels, the ones the reference training code runs
 #: (Megatron-LM's ``bias_swiglu_impl``, fused RMSNorm and vocab-parallel cross-entropy);
@@ -46,7 +54,8 @@ DEFAULT_IMPL = "fused"
 #: an implementation without a table for an op takes the next fused one's rows, never
 #: the eager ops' (a fused implementation does not run them): with none, the stream rate
 #: (RoPE under ``fused``: Transformer Engine's fused RoPE publishes no rate by size)
-FALLBACK = {"liger": ("liger", "fused"), "fused": ("fused",), "eager": ("eager",)}
+FALLBACK = {"liger": ("liger", "fused"), "fused": ("fused",), "eager": ("eager",),
+            DEEPSEEK: ("fused",)}
 #: ops a memory_op table may name
 OP_NAMES = ("rmsnorm", "swiglu", "cross_entropy", "cast", "permute", "rope")
 #: kernel base names (no ``recompute.`` prefix, no ``_bwd`` suffix) -> op
@@ -97,9 +106,11 @@ def parse_table(t: dict, file: str, at: str) -> dict:
     if op not in OP_NAMES:
         raise _bad(file, f"{at}.op", f"one of {', '.join(OP_NAMES)}", op)
     impls = t.get("impls")
+    table_impls = IMPLS[1:4]
     if (not isinstance(impls, list) or not impls
-            or any(i not in IMPLS[1:] for i in impls)):
-        raise _bad(file, f"{at}.impls", f"a non-empty list of {', '.join(IMPLS[1:])}", impls)
+            or any(i not in table_impls for i in impls)):
+        raise _bad(file, f"{at}.impls", f"a non-empty list of {', '.join(table_impls)}",
+                   impls)
     out: dict[str, Any] = {"op": op, "impls": tuple(impls)}
     if "gbps" in t:
         if "rows" in t or "columns" in t:
@@ -156,6 +167,10 @@ def price(model: Any, kernel: Kernel, stream: Any) -> tuple[float, str] | str:
     impl = getattr(model, "memory_kernels", DEFAULT_IMPL)
     if impl == STREAM:
         return stream(model, kernel)
+    if impl == DEEPSEEK:
+        got = by_occupancy(model, kernel, stream)
+        if got is not None:
+            return got
     op = op_of(kernel)
     pass_ = kernel.pass_ or "fwd"
     tables = [t for t in model.tables_for(kernel)
@@ -174,3 +189,23 @@ def price(model: Any, kernel: Kernel, stream: Any) -> tuple[float, str] | str:
         return got
     why = f"no {op} {pass_} table" if op else "no memory_op for this kernel"
     return got[0], f"{got[1]} ({why}: stream)"
+
+
+def by_occupancy(model: Any, kernel: Kernel, stream: Any) -> tuple[float, str] | None:
+    """A kernel DeepSeek launches as its own (:data:`occupancy.DEEPSEEK`): its bytes at
+    the rate its occupancy and blocks allow, at most the streaming rate; None for any
+    other kernel (or where the stream rate does not price it)."""
+    launch = occupancy.DEEPSEEK.get(kernel.name.removeprefix("recompute."))
+    if launch is None:
+        return None
+    got = stream(model, kernel)
+    if isinstance(got, str) or got[0] <= 0:
+        return None
+    stream_gbps = kernel.bytes / got[0] / 1e9
+    gbps = occupancy.rate_gbps(launch.effective, launch.blocks,
+                               int(getattr(model.device, "sms", 0) or 0), stream_gbps)
+    blocks = f", {launch.blocks} blocks" if launch.blocks else ""
+    return kernel.bytes / (gbps * 1e9), (f"{launch.profiled} at {launch.occupancy:g} % "
+                                         f"occupancy{blocks}, {launch.inflight:g} B in "
+                                         f"flight per thread: {gbps:.4g} GB/s (stream "
+                                         f"{stream_gbps:.4g}; gpu-benches gpu-stream)")

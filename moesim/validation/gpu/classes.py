@@ -57,10 +57,10 @@ def simulated_class(k: Any) -> str:
     """The comparison class of a simulated kernel."""
     if k.kind in GEMM_KINDS:
         return "gemm"
-    if k.kclass in ("gemm", "attention", "cast", "norm", "permute"):
-        return k.kclass
     if k.name == "batched_transpose":     # the trace's classifier: transposes are elementwise
         return "elementwise"
+    if k.kclass in ("gemm", "attention", "cast", "norm", "permute"):
+        return k.kclass
     if k.kclass in ("elementwise", "router"):
         return "elementwise"
     return "other"
