@@ -134,6 +134,9 @@ def main(argv: list[str] | None = None) -> int:
         for col, p in zip(COLUMNS, pub, strict=True):
             print(f"| {col} | {cols[col]:.1f} | {p:.0f} | {(cols[col] / p - 1) * 100:+.1f} % |")
         st = s["step_time_s"]
+        rest, rest_pub = st - sum(cols.values()), step_pub - sum(pub)
+        print(f"| rest of the step (the preps' timers, data, checks) | {rest:.1f} | "
+              f"{rest_pub:.0f} | - |")
         print(f"| step | {st:.1f} | {step_pub:.0f} | {(st / step_pub - 1) * 100:+.1f} % |")
         print()
         print("| part | simulated |")
@@ -142,16 +145,23 @@ def main(argv: list[str] | None = None) -> int:
             print(f"| {label} | {v:,.2f} |")
         print()
     if not a.only:
-        print("Read: the Qwen3-30B-A3B trainer runs what pretraining runs (grouped GEMMs, "
-              "the all-to-all dispatcher, permute fusion, bf16 gradients, overlapped "
-              "reduces; rl-moe-trainer.md lists each setting from NeMo RL v0.3.0's code); "
-              "its fp64 router and per-layer host sync are small. moesim's shared MoE step "
-              "is itself fast against an independent Megatron measurement of this model "
-              "(rl-moe-trainer.md, Pai-Megatron-Patch on H800), and NeMo RL's published "
-              "training is slower still than that measurement: the rest of the gap is not "
-              "in a setting the recipe turns on. The refit rows price NeMo RL v0.3.0's "
-              "per-key gather calls and buckets (`calls: nemo`); its Ray metadata and "
-              "Megatron-to-HF conversion have no published per-item cost (rl-refit.md).")
+        print("Read: generation waits for the step's longest sample, and the v0.3 scenarios "
+              "put it at the generation limit (rl.longest_response: limit): the two Llama-70B "
+              "rows, 84 s at a 4,096 limit and 287 s at 16,384 for means of 398 and 749 "
+              "tokens, scale with the limit, not the mean, and the 16k row's generation "
+              "lands within a few per cent. The 8B and Qwen3-32B rows reach the limit too "
+              "and stay short: their decode steps cost more than moesim's; NeMo RL runs "
+              "vLLM's engine core in-process (VLLM_ENABLE_V1_MULTIPROCESSING=0), so output "
+              "processing with logprobs=0 is in series with the GPU, with no published "
+              "per-request cost at vLLM 0.9.0. The refit rows price NeMo RL v0.3.0's "
+              "per-key gather calls, buckets and host moves at PCIe line rate; the "
+              "optimizer states' copies into pageable host memory (v.to('cpu')), gc and "
+              "empty_cache, the Megatron-to-HF conversion and Ray's metadata through the "
+              "driver have no published per-item cost (rl-refit.md). The published rest of "
+              "each step (2-4 s: the preps' timers among them) bounds the optimizer's "
+              "reload from pageable memory. The Qwen3-30B-A3B trainer runs what pretraining "
+              "runs (rl-moe-trainer.md); the 16k row's trainer layout beyond CP4 is not "
+              "published (the 70B recipe's is taken).")
     return 0
 
 
