@@ -24,6 +24,17 @@ moesim gives it (a user catalog with a BF16 table at those rates; a sensitivity,
 fit, and not a published rate); then the slowdown of all compute, or of the
 all-to-all alone, that would close the gap (the gap over their time on the critical
 path).
+
+Part 4 compares the step part by part: attention core, dense and expert GEMMs, SwiGLU,
+permutation, norms, router, the all-to-all and the rest, each in seconds per step on the
+1F1B critical path (to first order); then what the reference code runs beyond them, each
+read from its source: Transformer Engine's cuDNN attention on Hopper
+(``--set compute.attention_library=cudnn``) and Qwen3's QK-norm (``--set
+model.qk_norm=true``), both simulated, and, as lower bounds the inventory does not yet
+price, Megatron's ``sort_chunks_by_idxs`` for more than one local expert, its host sync
+per MoE layer and its small count and probs collectives (``token_dispatcher.py`` at
+2ff0f099); and the step with both knobs on, with and without the bounds, against the
+published one. Nothing is fitted.
 """
 
 from __future__ import annotations
@@ -64,7 +75,12 @@ SETTINGS = (
      "parallel.zero 1"),
     ("host sync per MoE layer", "cuda_sync_point before_ep_alltoall",
      "Megatron-LM 2ff0f099 token_dispatcher.py (MoEAlltoAllTokenDispatcher)",
-     "not priced (each launch pays its 4 us serially already)"),
+     "not priced; bounded below (Part 4): one host call per MoE layer and micro-batch"),
+    ("qk_layernorm", "true (Qwen3)", "NeMo Qwen3Config; Megatron-LM 2ff0f099 attention.py",
+     "model.qk_norm (off in the preset; Part 4 turns it on)"),
+    ("attention backend", "Transformer Engine FusedAttention (cuDNN) on Hopper",
+     "TransformerEngine 002a3e57 dot_product_attention/utils.py get_attention_backend",
+     "compute.attention_library cudnn (off by default: FlashAttention-3's rates; Part 4)"),
 )
 
 #: alibaba/Pai-Megatron-Patch issue #643 (H800): (label, pp, ep, global batch, s/iteration)
@@ -128,6 +144,148 @@ def what_if_catalog(folder: Path, rows: list[tuple[int, int, list[dict]]],
         lines += [f"      - [{g}, {m}, {n}, {k}, {t}]" for g, m, n, k, t in sorted(rws)]
     (folder / "zz_what_if.yaml").write_text("\n".join(lines) + "\n")
     return folder
+
+#: Part 4: the mechanisms the reference code runs, as ``--set`` knobs (off by default)
+KNOBS = (("compute.attention_library=cudnn",
+          "attention core at cuDNN's rates (Transformer Engine's backend on Hopper)"),
+         ("model.qk_norm=true", "Qwen3's QK-norm: RMSNorm over each query and key head"))
+#: the parts of one layer's kernels: (part, test on a kernel row of ``moesim kernels``)
+PARTS = (
+    ("attention core", lambda r: r["class"] == "attention"),
+    ("dense GEMMs (QKV, out, router)",
+     lambda r: r["kernel"].startswith("attention_gemm") or r["kernel"].startswith("router")
+     and r["kind"] == "gemm"),
+    ("expert GEMMs", lambda r: r["kernel"].startswith("expert_gemm")),
+    ("expert SwiGLU", lambda r: r["kernel"].startswith("expert_act")),
+    ("permute / unpermute", lambda r: r["class"] == "permute"),
+    ("norms, residuals, RoPE", lambda r: r["class"] in ("norm", "elementwise")
+     and not r["kernel"].startswith("expert_act")),
+    ("router (softmax, top-k, stats)", lambda r: r["class"] == "router" and r["kind"] != "gemm"),
+)
+
+
+def parts(res, layers: int, slots: int) -> list[tuple[str, float]]:
+    """Seconds per step of each part of the first MoE layer's kernels on the 1F1B critical
+    path, to first order: the layer's time × layers per stage × (m + pp - 1) slots."""
+    from moesim.cli.kernels_cmd import inventory
+    from moesim.program.inventory import PASSES
+    rows = inventory(res, 0, PASSES)["kernels"]
+    return [(name, sum(r["x"] * r["time_s"] for r in rows if test(r)) * layers * slots)
+            for name, test in PARTS]
+
+
+def missing(res, layers: int, slots: int, per: int, local: int) -> list[tuple[str, str, float]]:
+    """Lower bounds, in seconds per step, of what Megatron-LM 2ff0f099's
+    MoEAlltoAllTokenDispatcher runs that the inventory lacks (token_dispatcher.py)."""
+    from moesim.cli.kernels_cmd import inventory
+    from moesim.collectives.nccl.launch import CALL_HOST_S
+    from moesim.program.inventory import PASSES
+    rows = inventory(res, 0, PASSES)["kernels"]
+    launch = res.compute.launch_overhead_s
+    perm = next(r for r in rows if r["kernel"] == "permute")
+    rate = perm["bytes"] / (perm["time_s"] - launch * perm["launches"])
+    h = res.model.hidden
+    # sort_chunks_by_idxs (num_local_experts > 1): the received rows re-sorted by local
+    # expert after the dispatch and back before the combine, and both again in the
+    # backward; each reads and writes every row (BF16) and its FP32 prob
+    rows_in = per * local
+    sort = 4 * (rows_in * (2 * 2 * h + 2 * 4) / rate + launch) if local > 1 else 0.0
+    # the host sync per MoE layer forward (cuda_dtoh_stream.synchronize at
+    # cuda_sync_point): the GPU drains, then idles until the host's next call lands;
+    # at least one host call (NCCL's eager host time) and one launch
+    sync = CALL_HOST_S + launch
+    # small eager collectives per MoE layer: the token-count all-gather over TP x EP
+    # (forward) and the probs all-to-all (forward and backward): each at least NCCL's
+    # eager host time
+    small = 3 * CALL_HOST_S
+    return [("sort_chunks_by_idxs x4 (local experts > 1)",
+             f"not in the inventory; {rate / 1e9:,.0f} GB/s, moesim's permute rate",
+             sort * layers * slots),
+            ("host sync before the EP all-to-all", "not priced; bound: one host call + "
+             "one launch", sync * layers * slots),
+            ("token-count all-gather, probs all-to-all x2", "not priced; bound: NCCL's "
+             "eager host time each", small * layers * slots)]
+
+
+def part4(path: Path, found: list) -> None:
+    """The step part by part, the reference code's mechanisms and their effect."""
+    from moesim.scenario.read import load_scenario
+    from moesim.wiring import resolve, simulate
+    print()
+    print("### Part 4: the step part by part")
+    print()
+    print("First-order seconds per step on the 1F1B critical path: the first MoE layer's "
+          "kernels (`moesim kernels`) x MoE layers per stage x (m + pp - 1) micro-batch "
+          "slots; the all-to-all from the simulated critical path; the rest (embedding, LM "
+          "head and loss on the end stages, pipeline sends, gradient reduce, optimizer, and "
+          "the first-order formula's own error) is the step less the parts.")
+    print()
+    print("| part | " + " | ".join(f"{f[0]}: s | share" for f in found) + " |")
+    print("|---|" + "---:|---:|" * len(found))
+    cols = []
+    for _label, pp, m, _sets, step, pub, res, _ks, _per, crit in found:
+        layers = sum(res.model.is_moe_layer(i) for i in range(res.model.layers)) // pp
+        got = parts(res, layers, m + pp - 1)
+        a2a = crit.get("ep_dispatch", 0.0) + crit.get("ep_combine", 0.0)
+        got += [("all-to-all on the critical path", a2a),
+                ("rest", step - a2a - sum(v for _, v in got))]
+        cols.append(dict(got) | {"step (simulated)": step, "published": pub})
+    for name in cols[0]:
+        print(f"| {name} | " + " | ".join(f"{c[name]:.2f} | {100 * c[name] / c['step (simulated)']:.0f} %"
+                                        for c in cols) + " |")
+    print()
+    print("Published figures for the parts:")
+    print()
+    for label, pp, m, _sets, _step, _pub, res, ks, per, crit in found:
+        layers = sum(res.model.is_moe_layer(i) for i in range(res.model.layers)) // pp
+        ep = res.scenario.parallel.ep
+        call = (crit.get("ep_dispatch", 0.0) + crit.get("ep_combine", 0.0)) / (
+            4 * layers * (m + pp - 1))
+        sent = per * ks[0]["x"] * (ep - 1) / ep * res.model.hidden * 2
+        print(f"- {label}: one all-to-all on the path takes {call * 1e3:.2f} ms for "
+              f"{sent / 1e6:.0f} MB leaving each GPU, {sent / call / 1e9:.0f} GB/s; DeepSeek "
+              "measured H800 NVLink at about 160 GB/s one way (DeepSeek-V3 report 3.2.2; "
+              "DeepEP issue 16), the ceiling: no published NCCL all-to-all on H800 was "
+              "found.")
+    print("- Dense GEMMs at hidden 2048 are priced by the roofline (no catalog table covers "
+          "BF16 on H800); the same roofline gives Transformer Engine's GEMM-profiling guide's "
+          "BF16 GEMMs within 2.1 % (hidden 4096, H200 NVL: benchmarks/gemm_published.py). No "
+          "published sweep at hidden 2048 was found.")
+    print("- Expert GEMMs: no published rate at 4,096 or 2,048 rows x 1,536 x 2,048 and "
+          "x 2,048 x 768 (Part 3).")
+    print()
+    print("What the reference code runs beyond that, one knob or bound at a time (s per step; "
+          "a knob's figure is the simulated step with it on less the step without):")
+    print()
+    print("| mechanism | source | in moesim | " + " | ".join(f[0] for f in found) + " |")
+    print("|---|---|---|" + "---:|" * len(found))
+    runs = {}
+    for knob, what in KNOBS:
+        vals = []
+        for _label, _pp, _m, sets, step, *_ in found:
+            s2 = float(simulate(resolve(load_scenario(path, [*sets, knob]))).summary[
+                "step_time_s"])
+            vals.append(s2 - step)
+        runs[knob] = vals
+        print(f"| {what} | see Part 1 | `--set {knob}` | "
+              + " | ".join(f"+{v:.3f}" for v in vals) + " |")
+    bounds = []
+    for _label, pp, m, _sets, _step, _pub, res, ks, per, _crit in found:
+        layers = sum(res.model.is_moe_layer(i) for i in range(res.model.layers)) // pp
+        bounds.append(missing(res, layers, m + pp - 1, per, ks[0]["x"]))
+    for i, (name, how, _) in enumerate(bounds[0]):
+        print(f"| {name} | Megatron-LM 2ff0f099 token_dispatcher.py | {how} | "
+              + " | ".join(f"+{b[i][2]:.3f}" for b in bounds) + " |")
+    print()
+    print("| layout | step, knobs off | both knobs on (simulated) | + the bounds above | "
+          "published | error, knobs on | error, with the bounds |")
+    print("|---|---:|---:|---:|---:|---:|---:|")
+    for j, (label, _pp, _m, sets, step, pub, *_r) in enumerate(found):
+        on = float(simulate(resolve(load_scenario(
+            path, [*sets, *(k for k, _ in KNOBS)]))).summary["step_time_s"])
+        plus = on + sum(b[2] for b in bounds[j])
+        print(f"| {label} | {step:.2f} | {on:.2f} | {plus:.2f} | {pub:.2f} | "
+              f"{(on / pub - 1) * 100:+.1f} % | {(plus / pub - 1) * 100:+.1f} % |")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -198,6 +356,7 @@ def main(argv: list[str] | None = None) -> int:
             s2 = float(simulate(slow).summary["step_time_s"])
             print(f"| {label} | {per:,} | {path_s:.2f} | {pub - step:.2f} | x{need:.2f} | "
                   f"{sync:.4f} | {s2:.2f} | {(s2 / pub - 1) * 100:+.1f} % |")
+        part4(path, found)
     print()
     print("| layout | critical path s | compute on it, s | all-to-all on it, s | slowdown of "
           "all compute alone to close the gap | of the all-to-all alone |")
