@@ -519,9 +519,12 @@ then divides): as the step summary's kernel-pricing count shows them. The A100 M
 rows are a ratio of two moesim prices; on A100 the BF16 GEMM at 32 rows is priced
 compute-bound by the roofline's small-GEMM curve, so the ratio passes the byte ratio.
 
-The split of the two calibrated kernel models (`moesim/compute/quant_kernels.py`),
-fixed before any check was run, one calibration figure each, each model used only for
-its kernel class on its device:
+The split of the two calibrated kernel models (`moesim/compute/quant_kernels.py`): one
+calibration figure each, each model used only for its kernel class on its device. The
+published tables were read before the split was written, so it is not blind: the tile
+and cluster shapes come from the kernel's source, not from the figures, but how many
+16-SM clusters fit in 148 SMs is not published (GPCs); floor(148/16) = 9 is taken, and 8
+would put the few-row NVFP4 rows at -22 to -25 %.
 - NVFP4 on B200, CUTLASS SM100 GEMM (tile waves of 4x4-CTA clusters, 512x1024 output
   tiles, 9 clusters of 16 of the 148 SMs): calibrated on vLLM PR #20646's N=6144,
   K=4096 GEMM at 16384 rows (eta = {eta:.3f} of the FP4 peak in the K loop). Checks: the
@@ -549,10 +552,11 @@ roofline GEMM gets: the large MXFP8 GEMMs land within 8 %; MXFP8 at 1024x2048x10
 kernel of a few microseconds, latency-bound, which the roofline does not price.
 nvfp4: the CUTLASS tile-wave model, calibrated at 16384 rows, gives one wave for up to
 512 rows: the published floor of about 11 us from 1 to 512 rows that a bytes-only price
-(2 us) missed, 15-19 % fast there; 2-7 % on the larger batches. The CuTeDSL kernel at
-M = 32 is 48 % slow: it picks smaller tiles for few rows than the 512x1024 cluster tile
-of vLLM's CUTLASS kernel; cuBLAS's MXFP4 GEMM reaches 0.58 of the peak at 8192^3 where
-the CUTLASS model sustains {eta:.2f}, 37 % slow.
+(2 us) missed, 15-19 % fast there; 2-8 % on the larger batches. The CuTeDSL kernel at
+M = 32 is 48 % slow: another kernel, autotuned, whose tiles the CUTLASS model (one
+512x1024 cluster tile for every shape) does not know; cuBLAS's MXFP4
+GEMM reaches 0.58 of the peak at 8192^3 where the CUTLASS model sustains {eta:.2f},
+37 % slow.
 INT8 W8A8 on A100 (the roofline at the INT8 peak, 624 TOPS) is 4-22 % slow.
 INT8 weight-only (Marlin W8A16 on H100, a decode GEMV of 8192 x 8192): the published
 kernel streams its 67 MB in 38.8 us; with the per-iteration cost calibrated on W4A16,

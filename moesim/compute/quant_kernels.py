@@ -1,8 +1,9 @@
 """Rates of two quantised kernel classes from their published benchmarks, as mechanisms:
 the CUTLASS NVFP4 GEMM on B200 (tile waves) and Marlin's weight-only GEMM on H100 (a
 fixed cost per main-loop iteration in series with the weight stream). Each has one
-calibration figure, named below and written down before the checks; the checks are the
-other figures on docs/results/quantisation.md. Each applies only to its kernel class on
+calibration figure, named below; the checks are the other figures on
+docs/results/quantisation.md (the split was written with the published tables in view,
+as that page says). Each applies only to its kernel class on
 its device (:data:`NVFP4_CUTLASS`, :data:`MARLIN_ITER`); elsewhere the quantised GEMM
 keeps the pricing of :mod:`moesim.compute.quant_model`.
 
@@ -12,7 +13,8 @@ before PR #20646, the version that PR's "Before" table timed) runs ``MmaTileShap
 256×256×256 (a 2-SM MMA, ``PerSmTileShape_MNK`` 128×256×256) in a ``ClusterShape`` of
 4×4 CTAs: a cluster of 16 SMs covers an output tile of 512×1024 and works through its
 K loop at a sustained rate. With 148 SMs (CUDA's device query, pytorch/ao PR #4002)
-floor(148/16) = 9 clusters run at once, so a GEMM takes
+floor(148/16) = 9 clusters are taken to run at once (how 16-SM clusters fit B200's GPCs
+is not published), so a GEMM takes
 
     waves = ceil(ceil(m/512) · ceil(n/1024) · groups / 9)
     time  = max(waves · 2·512·1024·k / (16 · peak_fp4/148 · η), bytes / HBM rate)
