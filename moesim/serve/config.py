@@ -124,8 +124,11 @@ def serving_scenario(scn: Scenario, cfg: ServeConfig, world: int | None = None) 
     sch = ScheduleConfig(kind="gpipe", microbatches=m, micro_batch_size=per_mb, seq_len=seq,
                          step=cfg.step)
     graphs = (WHOLE_STEP_GRAPH,) if cfg.cuda_graphs and cfg.phase == "decode" else ()
+    # DeepSeek's 5-stage decode runs the shared experts under the dispatch
+    # (moesim.serve.five_stage): their kernels leave the unpermute op for the side parts
     ov = OverlapConfig(ep_comm_overlap=cfg.two_microbatch, dp_overlap=False,
                        nccl_sms=scn.overlap.nccl_sms, cuda_graphs=graphs,
+                       shared_expert=cfg.decode_overlap == "five_stage",
                        nccl_tuning=scn.overlap.nccl_tuning,
                        collective_launch=scn.overlap.collective_launch)
     # a rank's routed experts run in one launch per kernel (vLLM's fused MoE, DeepGEMM's

@@ -57,6 +57,10 @@ class ServeBuilder:
         # tokens that reach the LM head per micro-batch: one per request (prefill samples
         # the first output token from each prompt's last position)
         self.head_tokens = res.scenario.schedule.micro_batch_size
+        if cfg.decode_overlap == "five_stage":
+            # the fast engine runs this chain (moesim.engine.fast.forward.simulate_forward)
+            from moesim.serve.five_stage import FiveStageChain
+            self.chain = FiveStageChain
         if self.spec.weight_bytes != costs.ACT_BYTES:     # e.g. an FP8 checkpoint
             stored = getattr(res.compute, "stored", None)  # compute.weights / sparsity's
             b.timer = Timer(stored(self.spec.weight_bytes) if stored else

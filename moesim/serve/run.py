@@ -74,6 +74,10 @@ def simulate_serve(res: Resolved, cfg: ServeConfig, *, progress=None,
         result.summary = serve_summary(res, cfg, result.summary, plan, h)
         result.summary["engine"] = "fast"
         return result
+    if cfg.decode_overlap != "segments":
+        raise InputError(res.scenario.source, "serve.decode_overlap", "segments on the exact "
+                         "engine (five_stage runs on engine.mode: fast, moesim.serve.five_stage)",
+                         cfg.decode_overlap)
     plans = []
 
     def build(r, replicas="independent", dedup=False):
@@ -105,10 +109,13 @@ def _with_host(result: SimResult, cfg: ServeConfig, name: str | None) -> HostSte
 
 
 def _echo(cfg: ServeConfig) -> dict:
-    """The section's fields for the summary; ``host_overhead`` only when it is on."""
+    """The section's fields for the summary; ``host_overhead`` and ``decode_overlap``
+    only when they are not the default."""
     d = dataclasses.asdict(cfg)
     if d.get("host_overhead") == "none":
         del d["host_overhead"]
+    if d.get("decode_overlap") == "segments":
+        del d["decode_overlap"]
     return d
 
 

@@ -51,12 +51,17 @@ class ServeSteps:
         kernels where the deployment decodes on its low-latency ones (deepseek-ai/DeepEP
         README: low-latency kernels for decoding, normal kernels for prefilling; a
         colocated engine switches), one micro-batch when the requests do not split in
-        two."""
+        two, and the segments' overlap where the 5-stage decode pipeline does not apply."""
         cfg = dataclasses.replace(self.cfg, **changes)
         if cfg.phase == "prefill" and cfg.ep_backend == "deepep-ll":
             cfg = dataclasses.replace(cfg, ep_backend="deepep")
         if cfg.requests_per_group() % 2:
             cfg = dataclasses.replace(cfg, two_microbatch=False)
+        if cfg.decode_overlap != "segments" and (cfg.phase != "decode" or
+                                                 not cfg.two_microbatch):
+            # DeepSeek's 5-stage pipeline is its decode overlap of two micro-batches;
+            # its prefill interleaves whole segments (day-6 overview)
+            cfg = dataclasses.replace(cfg, decode_overlap="segments")
         return cfg
 
     def resolved(self, cfg: ServeConfig) -> Resolved:

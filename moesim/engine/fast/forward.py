@@ -290,8 +290,9 @@ def simulate_forward(res: Resolved, forward: ForwardStep, *, progress=None,
                 b.routes.forget(g[0], layer, mb)      # keep memory flat
             return rec
 
-        ch = ForwardChain(ctx, groups, route, [[e for e, r in enumerate(g) if r in want]],
-                          forward)
+        # the step may run its own chain (a serving step's 5-stage decode overlap)
+        ch = getattr(forward, "chain", ForwardChain)(
+            ctx, groups, route, [[e for e, r in enumerate(g) if r in want]], forward)
         if ctx.overlap and len(items) == 2:
             ch.run_pair(0, items)
         else:

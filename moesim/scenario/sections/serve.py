@@ -21,6 +21,8 @@ serve:
   cuda_graphs: false       # decode replayed from a CUDA graph: no per-kernel launch cost
   host_overhead: none      # none | vllm | vllm-async | sglang: the engine's CPU time per
                            # step (moesim.serve.host)
+  decode_overlap: segments # segments | five_stage: how the two micro-batches of a decode
+                           # step overlap (moesim.serve.five_stage)
 ```
 """
 
@@ -52,6 +54,10 @@ HOST_OVERHEADS = ("none", "vllm", "vllm-async", "sglang")
 #: transformers' GenerationConfig default top_k (huggingface/transformers,
 #: src/transformers/generation/configuration_utils.py: ``top_k = 50``)
 DEFAULT_TOP_K = 50
+#: ``serve.decode_overlap``: ``segments``, the training builder's interleave (a segment
+#: ends at each all-to-all, :mod:`moesim.program.overlap`); ``five_stage``, DeepSeek's
+#: decode pipeline (attention split in two, :mod:`moesim.serve.five_stage`)
+DECODE_OVERLAPS = ("segments", "five_stage")
 
 
 @dataclass(frozen=True)
@@ -71,6 +77,7 @@ class ServeConfig:
     step: int = 0
     cuda_graphs: bool = False
     host_overhead: str = "none"
+    decode_overlap: str = "segments"
 
     @property
     def microbatches(self) -> int:
@@ -158,7 +165,7 @@ def serve_from_dict(d: Any, source: str) -> ServeConfig:
             raise InputError(source, f"serve.{k}", f"at most {LIMITS[k][0]:,} {LIMITS[k][1]} "
                              f"({_SIZE_NOTE})", v)
     choices = {"phase": PHASES, "ep_backend": BACKENDS, "kv_dtype": tuple(KV_DTYPES),
-               "host_overhead": HOST_OVERHEADS}
+               "host_overhead": HOST_OVERHEADS, "decode_overlap": DECODE_OVERLAPS}
     for k, allowed in choices.items():
         if k in d and d[k] not in allowed:
             raise InputError(source, f"serve.{k}", f"one of {list(allowed)}", d[k])
@@ -172,7 +179,28 @@ def serve_from_dict(d: Any, source: str) -> ServeConfig:
                          f"{cfg.requests_per_group()}) divisible into {cfg.microbatches} "
                          "equal micro-batches", cfg.batch_per_gpu)
     _check_size(cfg, source)
+    _check_overlap(cfg, source)
     return cfg
+
+
+def _check_overlap(cfg: ServeConfig, source: str) -> None:
+    """``decode_overlap: five_stage`` is a decode step of two micro-batches over DeepEP's
+    low-latency kernels, whose hook-based receive holds no SMs while data moves
+    (deepseek-ai/DeepEP README, "two-micro-batch overlapping"; moesim.serve.five_stage)."""
+    if cfg.decode_overlap != "five_stage":
+        return
+    for ok, field, want, got in (
+            (cfg.phase == "decode", "serve.phase", "decode with decode_overlap: five_stage "
+             "(DeepSeek's 5-stage pipeline is its decoding overlap)", cfg.phase),
+            (cfg.two_microbatch, "serve.two_microbatch", "true with decode_overlap: "
+             "five_stage (it overlaps two micro-batches)", cfg.two_microbatch),
+            (cfg.ep > 1, "serve.ep", "> 1 with decode_overlap: five_stage (it hides the EP "
+             "all-to-alls)", cfg.ep),
+            (cfg.backend == "deepep-ll", "serve.ep_backend", "deepep-ll or auto with "
+             "decode_overlap: five_stage (the low-latency kernels' hook-based receive)",
+             cfg.ep_backend)):
+        if not ok:
+            raise InputError(source, field, want, got)
 
 
 def _check_size(cfg: ServeConfig, source: str) -> None:
