@@ -10,9 +10,11 @@ experts per GPU), 2 micro-batches of 4,096 tokens per GPU, FP8 GEMMs and dispatc
 the fast engine. 26 experts (10.2 % of 256) take 90 % of the routed (token, expert)
 assignments (``routing.kind: hot``). Each fix is one routing setting on that step:
 capacity factor (tokens dropped), EPLB re-packing (``routing.placement`` with 0 redundant
-experts, hierarchical and global: a training step refuses redundant experts, an inference
-deployment feature), node-limited routing (``routing.max_nodes``), DeepEP's kernels; the
-balanced router is the ceiling an auxiliary loss or bias balancing could reach. Then
+experts, hierarchical and global), node-limited routing (``routing.max_nodes``), DeepEP's
+kernels; the balanced router is the ceiling an auxiliary loss or bias balancing could
+reach. Then the same step with N redundant experts: what the plan buys, the replicas'
+gradient all-reduce it adds (priced alone on the topology, and in the step) and the
+memory each replica's weights, gradients and optimizer states take. Then
 serving (``deepseek-v3-decode-sglang``, DeepEP low-latency, the same 90/10 skew): EPLB
 with N redundant experts, the step each buys and the memory each costs (weights per GPU,
 KV room, largest batch: the summary's ``memory`` and ``eplb`` blocks); and the RL step.
@@ -30,6 +32,13 @@ import time
 from pathlib import Path
 
 import numpy as np
+from hot_expert_redundant import (  # this folder
+    full_moe_layers,
+    redundant_analysis,
+    redundant_rows,
+    redundant_table,
+    replica_sync,
+)
 
 from moesim.model.params import ffn_params
 from moesim.outputs import write_text
@@ -93,7 +102,10 @@ def row(label: str, routing: dict, parallel: dict | None = None) -> dict:
             "stall_ms": b["stall"] * 1e3, "gpu_mm": float(tok.max() / tok.mean()),
             "plan": plan_figure(s), "dropped": int(s["experts"]["dropped_total"]),
             "assigned": assigned, "lb": float(s["experts"]["lb_loss_mean"]),
-            "reason": top[0].get("reason", "–"), "gib": s["memory"]}
+            "reason": top[0].get("reason", "–"), "gib": s["memory"],
+            "dp_ms": b["dp"] * 1e3, "peak_gb": s["memory"]["peak_bytes_max"] / 1e9,
+            "oom": s["memory"]["oom"], "cap_gb": s["memory"]["capacity_bytes"] / 1e9,
+            "sync": replica_sync(res)}
 
 
 def table(rows: list[dict], base_ms: float) -> list[str]:
@@ -177,11 +189,10 @@ routed bytes converge on four GPUs' links.
   group 0, which it keeps on one node, so that node's 8 GPUs share 90 % of the rows.
   With ``groups: 8``, EPLB's own choice (``mode: auto``) would be this hierarchical mode,
   since 4 nodes divide 8 groups: a skew concentrated in one group needs ``mode: global``.
-- **Redundant experts** (``redundant > 0``) are refused by a training step: they are an
-  inference deployment feature (DeepSeek-V3 report §3.4.1-§3.4.2; deepseek-ai/EPLB calls
-  itself "our deployed EP load balancing algorithm"), and no trainer moesim models sums a
-  replica's gradients with its other replicas' ([routing guide](../routing.md)). They are
-  priced below, on the serving step.
+- **Redundant experts** (``redundant > 0``): DeepSeek deploys them for inference
+  (DeepSeek-V3 report §3.4.1-§3.4.2; deepseek-ai/EPLB calls itself "our deployed EP load
+  balancing algorithm"); in training each replica's gradient must be summed with its
+  other replicas'. The next section prices that on this step, serving's further below.
 - **Node-limited routing** (``max_nodes``) limits the nodes a token's experts span. With
   NCCL's all-to-all (one copy per (token, expert)) it changes which experts share a
   token, not the counts per (source, expert): max_nodes 1 gives {nl1['step_ms']:.1f} ms,
@@ -285,8 +296,8 @@ SERVE_INTRO = """## Serving: redundant experts, what they buy and what they cost
 
 `moesim serve deepseek-v3-decode-sglang` (DeepSeek-V3 decode on 64 H100, EP64, DeepEP's
 low-latency kernels, 256 requests per GPU of 2,000 tokens of context, FP8 weights) with the same skew:
-26 of 256 experts take 90 % of the routed assignments. Redundant experts are a serving
-feature, so here EPLB gets them. EP64 takes N such that 256 + N is a multiple of 64 (32 is
+26 of 256 experts take 90 % of the routed assignments, and EPLB places redundant experts
+as DeepSeek deploys them for decoding. EP64 takes N such that 256 + N is a multiple of 64 (32 is
 refused: "expected a count making experts + redundant (256 + N) a multiple of ep = 64"),
 so N = 0, 64, 128, 192: 4, 5, 6, 7 expert slots per GPU. Memory figures are the serving
 summary's ``memory`` block (bytes per GPU), the plan's figure its
@@ -332,7 +343,7 @@ def serve_analysis(rows: list[dict], params: int) -> str:
 """
 
 
-def in_short(rows: list[dict], srows: list[dict]) -> list[str]:
+def in_short(rows: list[dict], srows: list[dict], rrows: list[dict]) -> list[str]:
     """The answer in five lines, its figures taken from both tables."""
     r = {x["label"]: x for x in rows}
     s = {x["label"]: x for x in srows}
@@ -357,6 +368,12 @@ def in_short(rows: list[dict], srows: list[dict]) -> list[str]:
         f"- **In serving**: re-packing {s0['step_ms']:.2f} ms; 64 redundant experts "
         f"{s64['step_ms']:.2f} ms for {(s64['weights'] - s0['weights']) / 1e9:.2f} GB more "
         f"weights per GPU (largest batch {s0['batch']} -> {s64['batch']} requests per GPU).",
+        f"- **Redundant experts in training** cost more than they buy on this step: "
+        f"32, 64 and 128 of them take it from {rrows[0]['step_ms']:.1f} to "
+        f"{rrows[1]['step_ms']:.1f}, {rrows[2]['step_ms']:.1f} and {rrows[3]['step_ms']:.1f} "
+        f"ms, since each replica's gradient must be all-reduced with its other replicas' "
+        f"across nodes ({rrows[2]['sync']['ms']:.1f} ms priced alone on the busiest GPU "
+        f"at 64) and each holds its own optimizer state.",
         "- **Node-limited routing** does not fix it: with DeepEP it trims inter-node bytes, "
         "not the hot GPUs' rows. Hierarchical EPLB keeps the hot expert group on one node "
         "and fails here too.", ""]
@@ -393,6 +410,7 @@ def main(argv: list[str] | None = None) -> int:
     base = rows[1]["step_ms"]
     spec = resolved(HOT).model
     params = int(ffn_params(spec, spec.expert_ffn))
+    rrows = redundant_rows(lambda label, routing: row(label, {**HOT, **routing}))
     srows = serve_rows()
     lines = ["# Fixing a hot expert in training and serving: capacity factor, EPLB, node-limited "
              "routing", "",
@@ -400,7 +418,7 @@ def main(argv: list[str] | None = None) -> int:
              "The seed's question: \"Your MoE router sends 90 % of tokens to 10 % of the "
              "experts. What happens to the step, and how do you fix it without hurting the "
              "model?\"", ""]
-    lines += in_short(rows, srows)
+    lines += in_short(rows, srows, rrows)
     lines += ["## Training", "",
               "Reduced DeepSeek-V3 (4 MoE layers, 256 experts, top-8) on 32 H800 (4 DGX H800 "
               "nodes), EP32, 2 x 4,096 tokens per GPU, FP8 GEMMs and dispatch, fast engine, "
@@ -414,6 +432,16 @@ def main(argv: list[str] | None = None) -> int:
     lines += ["", "Top stall cause per setting (the summary's `stalls.top[0].reason`):", ""]
     lines += [f"- {r['label']}: {r['reason']}" for r in rows]
     lines += [analysis(rows)]
+    lines += ["## Training with redundant experts", "",
+              "The same hot step with EPLB's redundant experts (``routing.placement: {kind: "
+              "eplb, redundant: N}``): EP32 takes N such that 256 + N is a multiple of 32. "
+              "Step, stall and gradient times are the summary's (means over the 32 GPUs); "
+              "the replica columns come from the step plan's replica all-reduces "
+              "(``moesim.program.replica_grads``), each priced alone by the fast engine's "
+              "ring pricing on the topology, summed over the ones the busiest GPU joins; "
+              "peak memory is the summary's largest per-GPU peak.", ""]
+    lines += redundant_table(rrows)
+    lines += [redundant_analysis(rrows, params, full_moe_layers())]
     lines += [SERVE_INTRO]
     lines += serve_table(srows)
     lines += ["", "Top stall cause per serving setting (`stalls.top[0].reason`):", ""]
@@ -421,7 +449,7 @@ def main(argv: list[str] | None = None) -> int:
     lines += [serve_analysis(srows, params)]
     lines += ["## RL", "",
               "`moesim rl grpo-qwen3-30b-a3b` (GRPO on Qwen3-30B-A3B) runs its trainer on "
-              "the same routing section, so it takes re-packing only (redundant 0):", ""]
+              "the same routing section; the rows here re-pack only (redundant 0):", ""]
     lines += rl_table()
     lines += ["", "Generation reads only the experts a step's tokens reach: the skewed "
               "router touches fewer experts per decode step, so the RL generate phase is "
