@@ -171,3 +171,19 @@ def test_bad_input_is_one_line(capsys, tmp_path):
             "routing.placement.redundant", "ZeRO-3 or a DualPipe schedule", "got 4")
     refused(capsys, ["run", _scenario(tmp_path, 4, 4, REPLICATE, parallel={"zero": 3}),
                      "--no-files", "--quiet"], "routing.replicate", "got 1")
+
+
+def test_both_engines_run_the_same_replica_plan_bucket_by_bucket(tmp_path):
+    # 2 MoE layers, a 1 MB bucket (one per layer), 8 GPUs in two EP groups of 4;
+    # expert 0 on GPUs {0, 2, 3} of its group, expert 5 on {0, 2}: per bucket and EP group
+    # two all-reduces, in (layer, GPUs) order; the exact and fast steps agree
+    rep = {"replicate": [{"expert": 0, "ranks": [2, 3]}, {"expert": 5, "ranks": [0]}]}
+    path = _scenario(tmp_path, 8, 4, rep, model={"layers": 2},
+                     schedule={"dp_bucket_MB": 1, "microbatches": 2})
+    exact, fast = (simulate(path, engine=e) for e in ("exact", "fast"))
+    got = sorted({(s.name, s.peers) for s in _replica_spans(exact)})
+    assert got == [(f"dp.bucket{b}.replicas", g) for b in (0, 1)
+                   for g in ((0, 2), (0, 2, 3), (4, 6), (4, 6, 7))]
+    assert fast.step_time_s == pytest.approx(exact.step_time_s, rel=1e-12)
+    for a, b in zip(fast.summary["per_rank"], exact.summary["per_rank"], strict=True):
+        assert a["breakdown_s"]["dp"] == pytest.approx(b["breakdown_s"]["dp"], rel=1e-9)
