@@ -8,7 +8,8 @@ Base runs: ``grpo-llama31-8b-nemo-v03`` (NeMo RL v0.3's Llama-3.1-8B row: one DG
 node, colocated, 64 prompts x 32 samples, mean response 795 tokens) for every axis, and
 ``grpo-qwen3-30b-a3b-nemo-v03`` (64 H100) for the response length. Each point changes
 one input with ``--set``; the response law stays lognormal (sigma 0.5 for the 8B row,
-0.25 for the Qwen3 row), its mean the point's, cut at 3,840 tokens. The group-size axis
+0.25 for the Qwen3 row), its mean the point's, cut at 3,840 tokens, each step's longest
+response at that limit (``rl.longest_response: limit``) except where the tail rows draw it. The group-size axis
 keeps 64 prompts and NeMo RL's global batch of 512 samples (optimizer steps = samples /
 512). Split pools: 4 GPUs generate (vLLM TP1 x 4) and 4 train (DP4), NCCL weight sync,
 on policy (``max_lag 0``) and one step off (``max_lag 1``, the steady state of 3 steps).
@@ -110,13 +111,16 @@ def main(argv: list[str] | None = None) -> int:
     print()
     print(SIM)
     for mean in (795, 2048, 3460):
-        print(row(f"{mean:,}", *point(QWEN, [f"rl.response_tokens.mean={mean}"], 1)))
+        print(row(f"{mean:,}", *point(QWEN, [f"rl.response_tokens.mean={mean}",
+                                                  "rl.longest_response=limit"], 1)))
     print()
     print(f"### Response-length tail (`{BASE}`, mean 795, lognormal sigma)")
     print()
     print(SIM)
     for sigma in (0.25, 0.5, 1.0):
-        print(row(f"sigma {sigma}", *point(BASE, [f"rl.response_tokens.sigma={sigma}"], 2)))
+        sets = [f"rl.response_tokens.sigma={sigma}", "rl.longest_response=drawn"]
+        print(row(f"sigma {sigma}, longest as drawn", *point(BASE, sets, 2)))
+    print(row("sigma 0.5, longest at the limit (the scenario)", *point(BASE, [], 2)))
     print()
     print(f"### Group size (`{BASE}`, 64 prompts, global batch 512)")
     print()
