@@ -120,7 +120,7 @@ def _production_overlaps(steps: int) -> None:
         tpot, s, _, _ = _mean_step("deepseek-v3-decode-production",
                                    [f"serve.decode_overlap={ov}", place], steps)
         b = s["breakdown_s"]
-        where = "EPLB (global, no redundant)" if place == EPLB else "contiguous (e // 2)"
+        where = "EPLB (global, no redundant)" if place == EPLB else "in id order (2 per GPU)"
         print(f"| {ov} | {where} | {tpot * 1e3:.2f} ms | "
               f"{(b['ep_dispatch'] + b['ep_combine']) * 1e3:.1f} ms | {1 / tpot:.1f} | "
               f"{(1 / tpot / 21 - 1) * 100:+.1f} % |")

@@ -102,3 +102,54 @@ class PairRule:
         # two items there (else its receive would come first); a backward followed by a
         # forward (1F1B's steady state) is never interleaved
         return sent_y == got_x - 1 and (y.kind, x.kind) == ("B", "F")
+
+
+def insert_op(prog: list[Op], at: int, op: Op) -> None:
+    """Insert ``op`` at index ``at``, renumbering the deps of the ops after it."""
+    prog.insert(at, op)
+    for i in range(at + 1, len(prog)):
+        d = prog[i].deps
+        if any(x >= at for x in d):
+            prog[i] = replace(prog[i], deps=tuple(x + 1 if x >= at else x for x in d))
+
+
+def move_op(prog: list[Op], src: int, dst: int) -> None:
+    """Move the op at ``src`` to just after ``dst`` (``dst < src``), renumbering deps; the
+    moved op keeps only deps before its new place."""
+    order = list(range(len(prog)))
+    order.remove(src)
+    order.insert(dst + 1, src)
+    where = {old: new for new, old in enumerate(order)}
+    new = [replace(prog[old], deps=tuple(where[d] for d in prog[old].deps)) for old in order]
+    moved = new[dst + 1]
+    new[dst + 1] = replace(moved, deps=tuple(d for d in moved.deps if d <= dst))
+    prog[:] = new
+
+
+def interleave_stages(prog: list[Op], a: int, stages: tuple[list, list],
+                      delta: int) -> None:
+    """Interleave two schedule items' stages (``stages[i]``: item i's stages in order, each
+    ``(op indices, wait)``; the items' ops are ``prog[a:]``): the first item's first
+    ``delta`` stages, then one stage of each in turn, the second item ``delta`` stages
+    behind. A stage's ``wait`` (an op index, or None) is an all-to-all the compute stream
+    waits for once the stage is reached: the next compute op placed after it depends on
+    it (DeepSeek's decode pipeline, :mod:`moesim.serve.five_stage`)."""
+    sa, sb = stages
+    seq = list(sa[:delta])
+    for k in range(delta, max(len(sa), len(sb) + delta)):
+        seq += sa[k:k + 1] + sb[k - delta:k - delta + 1]
+    order: list[int] = []
+    extra: dict[int, int] = {}
+    pending = None
+    for idx, wait in seq:
+        for i in idx:
+            if pending is not None and prog[i].stream == "compute":
+                extra[i] = pending
+                pending = None
+            order.append(i)
+        if wait is not None:
+            pending = wait
+    where = {old: a + pos for pos, old in enumerate(order)}
+    prog[a:] = [replace(prog[old], deps=tuple(where.get(d, d) for d in prog[old].deps)
+                        + ((where[extra[old]],) if old in extra else ()))
+                for old in order]

@@ -36,7 +36,9 @@ waits for it (the receive hook), and that wait is the exposed communication. The
 own kernels (a copy of the received tokens) are not priced. Dense layers (DeepSeek-V3's
 first three) have no all-to-all and run whole.
 
-Only the fast engine runs it (``engine.mode: fast``, what a decode of 128 GPUs runs on).
+The fast engine runs it with :class:`FiveStageChain`; the exact engine runs the same
+stages as reordered op programs (:class:`moesim.serve.program.ServeBuilder`,
+:func:`moesim.program.overlap.interleave_stages`), with the same step.
 """
 
 from __future__ import annotations

@@ -10,7 +10,9 @@ all-to-all-v or DeepEP's planned normal/low-latency kernels,
 the same EP overlap
 (:mod:`moesim.program.overlap`: the EP collectives move to the ``ep`` stream and the two
 micro-batches interleave segment by segment, one's all-to-all under the other's compute,
-as DeepSeek's prefill and decode do: DeepSeek-V3 report §3.4). What differs
+as DeepSeek's prefill and decode do: DeepSeek-V3 report §3.4; with ``serve.decode_overlap:
+five_stage`` in the stages of DeepSeek's decode pipeline, :mod:`moesim.serve.five_stage`,
+:func:`moesim.program.overlap.interleave_stages`). What differs
 (:mod:`moesim.serve.costs`): attention reads the KV cache (decode; a sliding-window layer
 only its last ``window`` tokens) or writes it (prefill), there is no backward, no gradient
 and no optimizer, and the LM head samples by a vocabulary-parallel distributed top-k
@@ -19,15 +21,25 @@ and no optimizer, and the LM head samples by a vocabulary-parallel distributed t
 
 from __future__ import annotations
 
+import dataclasses
+
 from moesim.collectives.communicator import CollectiveSpec
 from moesim.model import costs, window
 from moesim.program import recipe, shared_overlap
 from moesim.program.build import Builder, StepPlan
 from moesim.program.ops import Op
-from moesim.program.overlap import ep_stream, interleave
+from moesim.program.overlap import (
+    ep_stream,
+    insert_op,
+    interleave,
+    interleave_stages,
+    is_ep,
+    move_op,
+)
 from moesim.program.timer import Timer
 from moesim.scenario.sections.serve import ServeConfig
 from moesim.serve import costs as serve_costs
+from moesim.serve.five_stage import ATTN_PARTS, DELTA_STAGES, split_attention
 from moesim.serve.head import FP32_BYTES, ID_BYTES
 
 
@@ -77,17 +89,27 @@ class ServeBuilder:
         prog: list[Op] = []
         overlap = b.scn.overlap.ep_comm_overlap and b.ep > 1
         beside = shared_overlap.enabled(b.scn, self.spec)   # shared experts beside
+        five = overlap and self.cfg.decode_overlap == "five_stage"
         pending = None
+        starts = []
         for item in b.order[0]:
             if item.kind != "F":          # serving runs the forward only
                 continue
             start = len(prog)
+            starts.append(start)
             self._forward(prog, rank, item.mb)
+            if five:
+                _shared_together(prog, start)
             if overlap or beside:
                 ep_stream(prog, start)
             if not overlap:
                 continue
-            if pending is not None:       # the two micro-batches interleave
+            if pending is not None and five:
+                interleave_stages(prog, pending, (_stages(prog, pending, start),
+                                                  _stages(prog, start, len(prog))),
+                                  DELTA_STAGES)
+                pending = None
+            elif pending is not None:     # the two micro-batches interleave
                 interleave(prog, pending, start, {})
                 pending = None
             else:
@@ -129,9 +151,22 @@ class ServeBuilder:
 
     def _layer(self, prog: list[Op], rank: int, layer: int, mb: int) -> None:
         """The training builder's layer (:meth:`Builder.layer_ops`, its template's
-        forward steps) with the serving attention."""
-        self.builder.layer_ops(prog, rank, layer, mb, "fwd", attn=(
-            self.attn_key(layer), lambda: self.attn_kernels(layer)))
+        forward steps) with the serving attention; with the 5-stage decode overlap a MoE
+        layer's attention is two ops, ATTN-0 and ATTN-1 (:mod:`moesim.serve.five_stage`)."""
+        b = self.builder
+        if self.cfg.decode_overlap != "five_stage" or not self.spec.is_moe_layer(layer):
+            b.layer_ops(prog, rank, layer, mb, "fwd", attn=(
+                self.attn_key(layer), lambda: self.attn_kernels(layer)))
+            return
+        start = len(prog)
+        half = [((*self.attn_key(layer), ATTN_PARTS[h]),
+                 lambda h=h: split_attention(self.attn_kernels(layer))[h]) for h in (0, 1)]
+        b.layer_ops(prog, rank, layer, mb, "fwd", attn=half[0])
+        at = next(i for i in range(start, len(prog)) if prog[i].name == "fwd.attn")
+        prog[at] = dataclasses.replace(prog[at], name=ATTN_PARTS[0])
+        one: list[Op] = []
+        b.compute_op(one, ATTN_PARTS[1], layer, mb, "fwd", *half[1])
+        insert_op(prog, at + 1, one[0])
 
     def head_kernels(self):
         """The LM head's kernels for one micro-batch (:class:`ForwardStep`)."""
@@ -164,3 +199,34 @@ class ServeBuilder:
                                       lambda o=op, n=nbytes: CollectiveSpec(o, group, n))
             sb.collective_op(prog, "tp", name, spec, (name, mb, group[0]), -1, mb, "fwd",
                              nbytes)
+
+
+def _shared_together(prog: list[Op], start: int) -> None:
+    """The 5-stage pipeline's SHARED: the shared experts' second part (built beside the
+    combine) moved to just after the first (beside the dispatch)."""
+    first, second = shared_overlap.NAMES["fwd"]
+    i = start
+    while i < len(prog):
+        if prog[i].name == second:
+            j = max(k for k in range(start, i) if prog[k].name == first)
+            move_op(prog, i, j)
+        i += 1
+
+
+def _stages(prog: list[Op], lo: int, hi: int) -> list[tuple[list[int], int | None]]:
+    """One micro-batch's ops ``prog[lo:hi]`` cut into the 5-stage pipeline's stages
+    (:mod:`moesim.serve.five_stage`): after ATTN-0, after the gate, after SHARED, after the
+    combine is sent, and an empty stage that waits for the combine."""
+    fc2 = shared_overlap.NAMES["fwd"][1]
+    out: list[tuple[list[int], int | None]] = []
+    cur: list[int] = []
+    for i in range(lo, hi):
+        cur.append(i)
+        op = prog[i]
+        if op.name in (ATTN_PARTS[0], "fwd.router", fc2):
+            out.append((cur, None))
+            cur = []
+        elif is_ep(op) and op.kind == "ep_combine":
+            out += [(cur, None), ([], i)]
+            cur = []
+    return out + ([(cur, None)] if cur else [])

@@ -74,10 +74,6 @@ def simulate_serve(res: Resolved, cfg: ServeConfig, *, progress=None,
         result.summary = serve_summary(res, cfg, result.summary, plan, h)
         result.summary["engine"] = "fast"
         return result
-    if cfg.decode_overlap != "segments":
-        raise InputError(res.scenario.source, "serve.decode_overlap", "segments on the exact "
-                         "engine (five_stage runs on engine.mode: fast, moesim.serve.five_stage)",
-                         cfg.decode_overlap)
     plans = []
 
     def build(r, replicas="independent", dedup=False):
