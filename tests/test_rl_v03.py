@@ -109,3 +109,10 @@ def test_the_grpo_study_shares_by_hand():
     assert grpo_study.row("p", parts, step, 3840) == (
         "| p | 95.0 | 34 % | 19 % | 44 % | 2 % | training | 3,840 |")
     assert grpo_study.row("q", {**parts, "refit": None}, step).endswith("| - | training |")
+
+
+def test_every_phase_outside_its_target_has_a_named_cause():
+    keys = {r[0] for r in rl_v03.ROWS}
+    assert set(rl_v03.CAUSES) == set(rl_v03.COLUMNS)
+    for key, causes in rl_v03.ROW_CAUSES.items():
+        assert key in keys and set(causes) <= set(rl_v03.COLUMNS), key
