@@ -1,7 +1,8 @@
 """DeepSeek-V3 on 2048 GPUs against its published cost, as shipped and with one setting
 changed at a time: the table of docs/deepep.md ("DeepSeek-V3 on 2048 GPUs").
 
-    python benchmarks/deepseek_settings.py            # six runs, ~4 min on 2 cores
+    python benchmarks/deepseek_settings.py            # eight runs, ~6 min on 2 cores
+    python benchmarks/deepseek_settings.py --profile PATH/train.json  # + the composed step
     python benchmarks/deepseek_settings.py --whatifs  # issue 21's sensitivity table
     python benchmarks/deepseek_settings.py --whatifs --json after.json --before before.json
 
@@ -10,6 +11,11 @@ the ``--set`` shown. Published: DeepSeek-V3 technical report (arXiv:2412.19437) 
 180K H800 GPU hours per trillion tokens; at the final batch of 15360 · 4096 = 62.9M
 tokens per step that is 11.3 GPU hours per step, 19.9 s on 2048 GPUs. Nothing in moesim
 is fitted to it.
+
+Part by part (issue 38): the first rows add what the step has that the shipped scenario
+lacks (the MTP module, and a stage split that balances it), the per-pipeline-rank table
+says which rank sets the step, DualPipe's counts say how many overlapped pairs a rank
+runs, and ``--profile`` composes a rank's busy time from DeepSeek's measured pair.
 """
 
 from __future__ import annotations
@@ -22,8 +28,18 @@ import time
 from bench_deepseek import PUBLISHED_STEP_S as PUBLISHED_S  # report §1, §4.2 (this folder)
 
 SCENARIO = "scenarios/deepseek-v3-2048.yaml"
+#: DeepSeek-V3 as trained beyond the shipped scenario (issue 38): one MTP module (report
+#: §2.2; depth D = 1, §4.2) on the last stage, and DualPipe's 16 stages split 3 | 4 x 14 |
+#: 2 (+ MTP): the 14 middle stages hold 4 layers each, as the profile's chunks do
+#: (deepseek-ai/profile-data README), the 5 left on the two ends that rank 0 and rank 15
+#: both hold (stage 0 with the embedding, stage 15 with the MTP module and both heads).
+#: DeepSeek's partition is unpublished; this one makes ranks 1..14 hold 8 layers each.
+AS_TRAINED = ["model.mtp_layers=1", "parallel.decoder_first_pipeline_num_layers=3",
+              "parallel.decoder_last_pipeline_num_layers=2"]
 SETTINGS = [
-    ("as shipped (DualPipe, DeepEP, 20 SMs)", []),
+    ("as trained: MTP depth 1, stages 3 | 4 x 14 | 2 + MTP", AS_TRAINED),
+    ("MTP depth 1, moesim's even split (3 | 4 x 13 | 3 | 3 + MTP)", ["model.mtp_layers=1"]),
+    ("as shipped (DualPipe, DeepEP, 20 SMs; no MTP)", []),
     ("`parallel.ep_backend.sms=24`", ["parallel.ep_backend.sms=24"]),
     ("`overlap.kind=none` (DualPipe order, no F&B interleaving)", ["overlap.kind=none"]),
     ("`parallel.ep_backend.kind=nccl` (DualPipe, NCCL all-to-all)",
@@ -101,6 +117,86 @@ def whatifs(out_json: str | None, before_json: str | None, runs_dir: str | None 
     return 0
 
 
+def dualpipe_counts(P: int, N: int) -> list[tuple[int, int, int, int]]:
+    """(half rank h, F&B pairs, lone forwards, lone backwards) per half rank, from the
+    reference's eight loops (deepseek-ai/DualPipe ``dualpipe/dualpipe.py`` ``step``):
+    pairs 2·(N/2 - P + h + 1) (step 4; the middle rank's first not overlapped) + (P/2 -
+    h - 1) (step 5); forwards 2·(P/2 - h - 1) + 2·(h + 1) + (P/2 - h - 1) (steps 1-3)."""
+    K, half = P // 2, N // 2
+    out = []
+    for h in range(K):
+        pairs = 2 * (half - P + h + 1) - (1 if h == K - 1 else 0) + (K - h - 1)
+        out.append((h, pairs, N - pairs, N - pairs))
+    return out
+
+
+#: the profile's annotations of a lone forward chunk and a lone backward chunk (B + W)
+F_PHASES = ("attn(F)", "dispatch(F)", "mlp(F)", "combine(F)")
+BW_PHASES = ("combine(B)", "mlp(B)", "dispatch(B)", "attn(B)", "mlp(W)", "attn(W)")
+
+
+def profile_parts(path: str) -> dict:
+    """From DeepSeek's profile (one F&B pair of 4-MoE-layer chunks, EP64, 4096 tokens;
+    github.com/deepseek-ai/profile-data ``train.json``): the pair's span, and a lone
+    forward / backward chunk as the GPU busy time of the kernels under its annotations
+    (its all-to-alls then not hidden; measured while overlapped, so an upper bound)."""
+    from moesim.validation.gpu.summary import summarize
+    from moesim.validation.gpu.trace import load_gpu_trace
+    g = summarize(load_gpu_trace(path))
+    busy = {}
+    for row in g["phases"]:
+        busy[row["phase"]] = busy.get(row["phase"], 0.0) + row["gpu_busy_s"]
+    return {"pair": g["span_s"], "F": sum(busy.get(p, 0.0) for p in F_PHASES),
+            "BW": sum(busy.get(p, 0.0) for p in BW_PHASES),
+            "W": busy.get("mlp(W)", 0.0) + busy.get("attn(W)", 0.0)}
+
+
+def profile_step(prof: dict, d: dict) -> None:
+    """The step composed from the measured pair: a rank holding two 4-MoE-layer stages
+    runs pairs x pair + lone chunks x (F + BW) (DualPipe's counts), against the
+    simulated busy time (compute + exposed dispatch/combine) of those ranks."""
+    print("\nComposed from DeepSeek's measured pair (a rank holding two 4-MoE-layer "
+          f"stages): pair {prof['pair'] * 1e3:.1f} ms, lone forward chunk "
+          f"{prof['F'] * 1e3:.1f} ms, lone backward chunk (B + W) {prof['BW'] * 1e3:.1f} ms "
+          "(kernel busy time under each annotation, all-to-alls included); the "
+          "report's bubble (PP/2 - 1)(F&B + B - 3W) = "
+          f"{7 * (prof['pair'] + prof['BW'] - 3 * prof['W']):.2f} s:\n")
+    by: dict[int, list] = {}
+    for r in d["per_rank"]:
+        by.setdefault(r["stage"], []).append(r["breakdown_s"])
+    print("| pipeline rank | pairs | lone F + lone B | from the profile: busy (s) | "
+          "simulated (as trained): compute + exposed EP (s) | difference |")
+    print("|---|---|---|---|---|---|")
+    for h, pairs, lone, _ in dualpipe_counts(16, 120):
+        if h not in (1, 4, 7):
+            continue
+        est = pairs * prof["pair"] + lone * (prof["F"] + prof["BW"])
+        b = by[h]
+        sim = sum(x["compute"] + x["ep_dispatch"] + x["ep_combine"] for x in b) / len(b)
+        print(f"| {h} | {pairs} | {lone} + {lone} | {est:.2f} | {sim:.2f} | "
+              f"{sim / est - 1:+.1%} |")
+
+
+def part_table(rows: list[tuple[str, dict]]) -> None:
+    """Per pipeline rank (mean over its 128 GPUs): compute, exposed EP, bubble, the rest;
+    rank 0 holds stages 0 and 15, rank 7 stages 7 and 8."""
+    print("\nPart by part, per pipeline rank (mean over the rank's 128 GPUs), seconds:\n")
+    print("| setting | pipeline rank | compute | exposed dispatch + combine | bubble | "
+          "dp + zero | stall + idle | step |")
+    print("|---|---|---|---|---|---|---|---|")
+    for label, d in rows:
+        by: dict[int, list] = {}
+        for r in d["per_rank"]:
+            by.setdefault(r["stage"], []).append(r["breakdown_s"])
+        for s in (0, 1, 7):
+            b = by[s]
+            m = {k: sum(x[k] for x in b) / len(b) for k in b[0]}
+            print(f"| {label} | {s} | {m['compute']:.2f} | "
+                  f"{m['ep_dispatch'] + m['ep_combine']:.2f} | {m['bubble']:.2f} | "
+                  f"{m['dp'] + m['zero']:.2f} | {m['stall'] + m['idle']:.2f} | "
+                  f"{d['step_time_s']:.2f} |")
+
+
 def main() -> int:
     import argparse
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -109,6 +205,8 @@ def main() -> int:
     ap.add_argument("--before", help="with --whatifs: rows JSON of an earlier revision")
     ap.add_argument("--runs-dir", help="with --whatifs: read the runs' saved --json outputs "
                     f"({', '.join(f + '.json' for f in WHATIF_FILES)}) instead of running")
+    ap.add_argument("--profile", help="DeepSeek's train.json (github.com/deepseek-ai/"
+                    "profile-data): also compose the step from its measured pair")
     args = ap.parse_args()
     if args.whatifs:
         return whatifs(args.json, args.before, args.runs_dir)
@@ -117,6 +215,7 @@ def main() -> int:
     print("| setting | step (s) | error vs published | compute, mean over ranks (s) | "
           "exposed dispatch + combine (s) | bubble (s) | stall (s) | peak memory (GB/GPU) |")
     print("|---|---|---|---|---|---|---|---|")
+    kept = []
     for label, sets in SETTINGS:
         t0 = time.perf_counter()
         d = run(sets)
@@ -126,6 +225,22 @@ def main() -> int:
               f"{b['ep_dispatch'] + b['ep_combine']:.2f} | {b['bubble']:.2f} | "
               f"{b['stall']:.2f} | {d['memory']['peak_bytes_max'] / 1e9:.1f} |", flush=True)
         print(f"  ({time.perf_counter() - t0:.0f} s)", file=sys.stderr)
+        if len(kept) < 3:
+            kept.append((label.split(":")[0].split(" (")[0], d))
+    ex = kept[0][1]["breakdown_s"]
+    print(f"\nas trained: exposed dispatch + combine {ex['ep_dispatch'] + ex['ep_combine']:.2f} s"
+          f" = {(ex['ep_dispatch'] + ex['ep_combine']) / kept[0][1]['step_time_s']:.1%} of "
+          "the step (mean over ranks; target <= 10 %)")
+    part_table(kept)
+    if args.profile:
+        profile_step(profile_parts(args.profile), kept[0][1])
+    print("\nDualPipe with 16 ranks and 120 micro-batches (15360 / dp 128): every rank runs "
+          "120 forward and 120 backward chunks; how many as overlapped F&B pairs (the "
+          "profile's unit), by half rank h = min(r, 15 - r), from the reference's loops:\n")
+    print("| h | F&B pairs | lone forwards | lone backwards |")
+    print("|---|---|---|---|")
+    for h, pairs, f, bw in dualpipe_counts(16, 120):
+        print(f"| {h} | {pairs} | {f} | {bw} |")
     return 0
 
 

@@ -37,7 +37,7 @@ PAGES: list[tuple[str, list[str], str]] = [
     ("shape-sweep-study-repeat",
      ["shape_sweep_table.py", "--study", "traces/sweep-study-repeat"], ""),
     ("deepep", ["deepep_table.py", "--markdown"], ""),
-    ("deepseek-settings", ["deepseek_settings.py"], ""),
+    ("deepseek-settings", ["deepseek_settings.py", "--profile", "PATH/train.json"], "profile"),
     ("serving-load", ["bench_serve_load.py"], ""),
     ("serving-published", ["serving_published.py"], ""),
     ("serving-steps", ["bench_serve.py"], ""),

@@ -63,12 +63,17 @@ class PartTimer:
 
 
 def pair_items(prog: list[Op], a: int, b: int, last: dict[int, int],
-               interleave: bool = True) -> None:
+               interleave: bool = True, split_dense: bool = False) -> None:
     """Run two items, ``prog[a:b]`` and ``prog[b:]``, as one pair, as the reference
     does: both pipeline receives first, then the compute (``interleave``: segment by
     segment, a segment ending at each EP all-to-all, the second item's first; else the
     first item, then the second), then both pipeline sends, each after the pair's last
     op (``_send_forward`` / ``_send_backward`` follow ``overlapped_forward_backward``).
+    ``split_dense``: an item without all-to-alls (a chunk of dense layers, as DeepSeek-V3's
+    first three) paired with one that has them is cut into as many runs of its compute
+    ops as the other has segments, so each all-to-all flies under a share of the dense
+    chunk's components (report §3.2.1: a chunk's attention and MLP are rearranged around
+    the other's dispatch and combine) instead of the whole dense chunk running first.
     Remaps deps and ``last`` (layer -> op index)."""
     def segments(lo: int, hi: int) -> list[list[int]]:
         out, cur = [], []
@@ -83,6 +88,8 @@ def pair_items(prog: list[Op], a: int, b: int, last: dict[int, int],
 
     order = [i for i in range(a, len(prog)) if prog[i].recv_from >= 0]
     sa, sb = segments(a, b), segments(b, len(prog))
+    if interleave and split_dense:
+        sa, sb = _spread(sa, sb, prog), _spread(sb, sa, prog)
     if interleave:
         sa, sb = sb, sa
     for k in range(max(len(sa), len(sb))):
@@ -99,6 +106,18 @@ def pair_items(prog: list[Op], a: int, b: int, last: dict[int, int],
     for layer, idx in last.items():
         if idx >= a:
             last[layer] = where[idx]
+
+
+def _spread(mine: list[list[int]], other: list[list[int]], prog: list[Op]) -> list[list[int]]:
+    """``mine`` cut into ``len(other)`` runs of near-equal op counts when it holds no
+    all-to-all and ``other`` does (see :func:`pair_items`); else unchanged."""
+    ops = [i for seg in mine for i in seg]
+    if not other or any(is_ep(prog[i]) for i in ops) or \
+            not any(is_ep(prog[i]) for seg in other for i in seg):
+        return mine
+    n = min(len(other), len(ops))
+    cuts = [len(ops) * k // n for k in range(n + 1)]
+    return [ops[cuts[k]:cuts[k + 1]] for k in range(n)]
 
 
 class DualPipeProgram:
@@ -148,7 +167,7 @@ class DualPipeProgram:
                 self._dual_b(prog, rank, pp_group, it.bmb, it.bstage, last_w, True)
                 if self.fb_overlap:
                     ep_stream(prog, start)
-                pair_items(prog, start, mid, last_w, self.fb_overlap)
+                pair_items(prog, start, mid, last_w, self.fb_overlap, split_dense=True)
         b.gradient_ops(prog, rank, pos, last_w, parts=self._dual_parts(rank, pos, last_w))
         return prog
 

@@ -54,10 +54,14 @@ def stage_chunks(scn, spec, n_stages: int, dual: bool = False) -> list[range]:
     first = getattr(par, "decoder_first_pipeline_num_layers", None)
     last = getattr(par, "decoder_last_pipeline_num_layers", None)
     mtp = spec.mtp_layers
-    if (layout is not None or first is not None or last is not None) and dual:
+    # DualPipe's P stages (rank r holds r and P-1-r) take decoder_first/last as Megatron's
+    # first/last stage; a layout string, or DualPipeV's V of 2P stages, is refused
+    uneven_dual = (dual and layout is None and getattr(scn.schedule, "kind", "") == "dualpipe")
+    if (layout is not None or first is not None or last is not None) and dual \
+            and not uneven_dual:
         raise InputError(src, FIELD if layout is not None else
                          "parallel.decoder_first_pipeline_num_layers",
-                         "gpipe, 1f1b or interleaved (DualPipe places its own stages)",
+                         "gpipe, 1f1b, interleaved or (first/last only) dualpipe",
                          layout if layout is not None else first)
     if layout is not None:
         if first is not None or last is not None:
@@ -67,7 +71,8 @@ def stage_chunks(scn, spec, n_stages: int, dual: bool = False) -> list[range]:
                              source=src)
     if first is not None or last is not None:
         pp = par.pp
-        chunks = uneven_chunks(spec.layers, pp, n_stages // pp, first, last, src)
+        chunks = uneven_chunks(spec.layers, pp, 1 if dual else n_stages // pp, first, last,
+                               src)
     else:
         chunks = split_layers(spec.layers, n_stages)
     return with_mtp(chunks, spec.layers, mtp)

@@ -168,7 +168,7 @@ class DualChain(Chain):
             if self.c.fb_overlap:    # interleaved as pair_items: the backward's segment first
                 f = self.record(s, lambda: self.fwd(s, it.mb, it.stage))
                 b = self.record(s, lambda: self.bwd(s, it.bmb, it.bstage, True))
-                run_pair(self, s, b, f)
+                run_pair(self, s, b, f, split_dense=True)
             else:
                 self.fwd(s, it.mb, it.stage)
                 self.bwd(s, it.bmb, it.bstage, True)

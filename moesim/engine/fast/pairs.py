@@ -61,11 +61,28 @@ def segments(ops: list[tuple]) -> list[list[tuple]]:
     return out + ([cur] if cur else [])
 
 
-def run_pair(ch, s: int, first: list[tuple], second: list[tuple]) -> None:
+def spread(mine: list[list[tuple]], other: list[list[tuple]]) -> list[list[tuple]]:
+    """``mine`` (no all-to-all: dense layers) cut into ``len(other)`` runs of near-equal
+    op counts when ``other`` has all-to-alls, as the exact builder's DualPipe pairs
+    (:func:`moesim.program.dualpipe_build.pair_items`, ``split_dense``); else unchanged."""
+    ops = [op for seg in mine for op in seg]
+    if not other or any(op[0] == "a" for op in ops) or \
+            not any(op[0] == "a" for seg in other for op in seg):
+        return mine
+    n = min(len(other), len(ops))
+    cuts = [len(ops) * k // n for k in range(n + 1)]
+    return [ops[cuts[k]:cuts[k + 1]] for k in range(n)]
+
+
+def run_pair(ch, s: int, first: list[tuple], second: list[tuple],
+             split_dense: bool = False) -> None:
     """Run two recorded items on position ``s`` of chain ``ch``, ``first``'s segment
-    first at every step. Sends recorded inline leave when their item's previous op
-    ends; advances ``ch.t[s]`` to the pair's end."""
+    first at every step (``split_dense``: an item without all-to-alls spread over the
+    other's segments, :func:`spread`). Sends recorded inline leave when their item's
+    previous op ends; advances ``ch.t[s]`` to the pair's end."""
     sa, sb = segments(first), segments(second)
+    if split_dense:
+        sa, sb = spread(sa, sb), spread(sb, sa)
     order: list[tuple[int, tuple]] = []
     for k in range(max(len(sa), len(sb))):
         order += [(0, op) for op in (sa[k] if k < len(sa) else [])]
