@@ -3,15 +3,14 @@
     python benchmarks/memory_kernels_profile.py PATH/train.json
     python benchmarks/memory_kernels_profile.py PATH/train.json --impls stream,fused --span
     python benchmarks/memory_kernels_profile.py PATH/train.json --span --write-docs
-    python benchmarks/memory_kernels_profile.py PATH/train.json --kernels
 
 For each value of ``compute.memory_kernels`` (default: all of stream, eager, fused,
 liger) prints the mean kernel time per layer by pass and class, measured against
 simulated (:mod:`moesim.validation.gpu.classes`, on the SMs the pair leaves compute,
 as ``benchmarks/deepseek_profile.py`` prints it), and with ``--span`` the pair's span and
-compute-stream busy time (the exact engine, ~1 min each), and with ``--kernels`` the
-classes kernel by kernel, the profile's against moesim's, with what explains each
-(``benchmarks/memory_kernels_per_kernel.py``).
+compute-stream busy time (the exact engine, ~1 min each); then the classes kernel by
+kernel, the profile's against moesim's, with what explains each
+(``benchmarks/memory_kernels_per_kernel.py``; ``--no-kernels`` leaves it out).
 
 ``deepseek`` prices the kernels DeepSeek runs as its own at the rate their occupancy,
 block count and bytes in flight per thread allow (gpu-benches' bandwidth by occupancy;
@@ -118,8 +117,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--impls", default="stream,eager,fused,liger,deepseek",
                     help="values of compute.memory_kernels, comma-separated")
     ap.add_argument("--span", action="store_true", help="also the pair's span (exact engine)")
-    ap.add_argument("--kernels", action="store_true",
-                    help="also the classes kernel by kernel (profile against moesim)")
+    ap.add_argument("--no-kernels", action="store_true",
+                    help="leave out the classes kernel by kernel (profile against moesim)")
     args = ap.parse_args(argv)
     try:
         tr = load_gpu_trace(args.path)
@@ -150,11 +149,20 @@ def main(argv: list[str] | None = None) -> int:
             cells += f"{s * 1e3:>10.3f}{(s - meas) / meas:>+9.1%}" if meas > 0 else \
                 f"{s * 1e3:>10.3f}{'-':>9}"
         print(f"{p:<5}{c:<13}{meas * 1e3:>10.3f}{cells}")
+    within = {impl: sum(1 for (p, c, meas, sim) in table[impl]
+                        if c != "all compute" and meas > 0 and abs(sim - meas) <= 0.25 * meas)
+              for impl in impls}
+    classes = sum(1 for r in first if r[1] != "all compute" and r[2] > 0)
+    print("classes within 25 %: " + ", ".join(f"{i} {n} of {classes}"
+                                               for i, n in within.items()))
+    for impl in impls:
+        if WITH.get(impl):
+            print(f"{impl} runs with {' '.join(WITH[impl])}")
     for impl, (ms, ss, mb, sb) in spans.items():
         print(f"{impl}: span {ss * 1e3:.3f} ms vs {ms * 1e3:.3f} ms measured "
               f"({(ss - ms) / ms:+.1%}); compute streams busy {sb * 1e3:.3f} vs "
               f"{mb * 1e3:.3f} ms ({(sb - mb) / mb:+.1%})")
-    if args.kernels:
+    if not args.no_kernels:
         from memory_kernels_per_kernel import print_listing  # this folder
         print_listing(tr, args.path, resolved)
     return 0
