@@ -53,3 +53,10 @@ def test_unknown_library_is_one_line():
         model(attention_library="flashinfer")
     with pytest.raises(InputError, match="compute.attention_library"):
         parse({"attention_library": 3}, "<t>")
+
+
+def test_an_empty_value_on_the_command_line_means_the_default():
+    # --set compute.attention_library= reads as None: the FlashAttention tables again
+    m = model(attention_library=None)
+    assert m.time_s(attention("attn_fwd", FLOPS)) == pytest.approx(FLOPS / 602e12, rel=1e-12)
+    assert parse({"attention_library": None}, "<t>").attention_library == ""

@@ -139,6 +139,9 @@ def _name(expected: str) -> Any:
     def check(d: dict, key: str, source: str) -> None:
         if key == "catalog" and d[key] is None:
             return
+        if key in _LIBRARIES and d[key] is None:   # --set compute.KEY= : the default
+            d[key] = ""
+            return
         if not isinstance(d[key], str) or (key not in _LIBRARIES and not d[key]):
             raise InputError(source, f"compute.{key}", expected, d[key])
     return check
@@ -350,7 +353,8 @@ def _compute_model(d: dict, source: str, device: DeviceSpec) -> ComputeModel:
                          "or folder", path)
     if path is not None and which != "catalog":
         raise InputError(source, "compute.catalog", "no catalog with model: roofline", path)
-    lib = d.get("gemm_library", "")   # a catalog choice: model: roofline ignores it
+    lib = "" if d.get("gemm_library") is None else d["gemm_library"]   # model: roofline
+    # ignores it (a catalog choice)
     if not isinstance(lib, str):
         raise InputError(source, "compute.gemm_library", "a library name", lib)
     roofline = _roofline_dict(rest, source, device)
@@ -364,7 +368,7 @@ def _compute_model(d: dict, source: str, device: DeviceSpec) -> ComputeModel:
     else:
         tables = shipped_catalog()
     for key, kinds in (("gemm_library", GEMM_KINDS), ("attention_library", ATTN_KINDS)):
-        want = d.get(key, "")
+        want = "" if d.get(key) is None else d[key]
         if not isinstance(want, str):
             raise InputError(source, f"compute.{key}", "a library name", want)
         known = sorted({t.library for t in tables if t.library and t.kind in kinds})
@@ -376,7 +380,8 @@ def _compute_model(d: dict, source: str, device: DeviceSpec) -> ComputeModel:
     if mem not in MEMORY_IMPLS:
         raise InputError(source, "compute.memory_kernels", " or ".join(MEMORY_IMPLS), mem)
     model = CatalogModel(roofline, tables, gemm_library=lib, memory_kernels=mem,
-                         attention_library=d.get("attention_library", ""))
+                         attention_library="" if d.get("attention_library") is None
+                         else d["attention_library"])
     return model if model.tables else roofline
 
 
