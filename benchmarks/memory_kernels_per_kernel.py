@@ -129,8 +129,9 @@ def simulated_kernels(res_by_impl: dict) -> dict:
                     c = simulated_class(k)
                     if c not in CLASSES:
                         continue
-                    row = out[(p, c)].setdefault(k.name, [0, 0.0, {}])
-                    if impl == next(iter(res_by_impl)):
+                    # launches and bytes as the first value listing the kernel has them
+                    row = out[(p, c)].setdefault(k.name, [0, 0.0, {}, impl])
+                    if impl == row[3]:
                         row[0] += max(k.count, 1)
                         row[1] += k.bytes / 1e6
                     row[2][impl] = row[2].get(impl, 0.0) + model.time_s(k) * 1e6
@@ -142,7 +143,8 @@ def print_listing(tr, path: str, res_by_impl: dict) -> None:
     sim = simulated_kernels(res_by_impl)
     impls = list(res_by_impl)
     print("\nper kernel, mean per layer (profile: DeepSeek's train.json; 'EP' = share of "
-          "the time beside a DeepEP kernel; occ = the profile's est. achieved occupancy):")
+          "the time beside a DeepEP kernel; occ = the profile's est. achieved occupancy; "
+          "moesim's launches and MB as the first value listing the kernel has them):")
     for p in PASS_OF:
         for c in CLASSES:
             rows, simrows = meas.get((p, c), []), sim.get((p, c), {})
@@ -160,7 +162,7 @@ def print_listing(tr, path: str, res_by_impl: dict) -> None:
             if small:
                 print(f"  profile {len(small)} kernels under {SMALL_US:g} us per layer"
                       f"{'':<12} = {sum(r[3] for r in small):7.1f} us")
-            for name, (n, mb, us) in sorted(simrows.items(), key=lambda kv: -max(
+            for name, (n, mb, us, _) in sorted(simrows.items(), key=lambda kv: -max(
                     kv[1][2].values())):
                 cells = "  ".join(f"{i} {us.get(i, 0.0):7.1f}" for i in impls)
                 print(f"  moesim  {name:<46} {n:4d}x {mb:8.1f} MB in all  {cells}")
