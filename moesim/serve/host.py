@@ -13,6 +13,14 @@ answers the client). ``serve.host_overhead`` names the engine whose CPU work is 
   runs in the API-server process, **overlapped** with the next step.
 - ``vllm-async``: vLLM V1 with ``--async-scheduling`` (``EngineCore.step_with_batch_queue``:
   the next batch is scheduled while the previous one executes): all CPU work overlapped.
+- ``vllm-inproc``: vLLM V1 with its engine core in the caller's process
+  (``VLLM_ENABLE_V1_MULTIPROCESSING=0``, as NeMo RL runs it: ``nemo_rl/models/generation/
+  vllm.py``, NVIDIA-NeMo/RL v0.3.0): the ``LLM`` class's ``LLMEngine.step`` runs the
+  engine core's step (``InprocClient``) and then the output processor (detokenization,
+  the requested log-probs, ``RequestOutput``s) in one thread, so **both** are in series
+  with the GPU; what vLLM V1's separate engine-core process overlaps ("de-tokenization,
+  and request streaming", vLLM blog "vLLM V1", 2025-01-27) is not overlapped. Its output
+  processing costs :data:`INPROC_OUTPUT_PER_REQUEST_S` per request (below).
 - ``sglang``: SGLang's overlap scheduler (on by default since v0.4; LMSYS blog
   "SGLang v0.4", 2024-12-04, "Zero-Overhead Batch Scheduler": "The scheduler runs one
   batch ahead and prepares all the metadata required for the next batch"): all CPU work
@@ -37,6 +45,15 @@ attention data-parallel rank) steps, from published vLLM measurements on H100 ho
   measurement of output processing, 0.142 ms at batch 128 and 0.287 ms at 256 (0.287 ms
   / 256; 128 gives 0.1435 ms with it, +1 %).
 
+- in-process output processing (``vllm-inproc``): :data:`INPROC_OUTPUT_PER_REQUEST_S` x
+  ``B``, the scheduling cost scaled by the ratio of the two host shares vLLM's v0.6.0
+  blog measured on Llama-3-8B on one H100 ("vLLM v0.6.0: 2.7x Throughput Improvement
+  and 5x Latency Reduction", 2024-09-05: the API server's work 33 % of the time,
+  scheduling and input preparation 29 %, the GPU 38 %): 21.5 us x 33 / 29 = 24.5 us per
+  request. With the scheduling, 46 us per request in series, 11.7 ms at batch 256: inside
+  the 5-13 ms GPU bubble per decode step that vLLM measured with all its CPU work in
+  series (issue 6854).
+
 Both engines get the same per-request costs (SGLang's are not published by batch size);
 an overlapped engine pays them only where they outlast the GPU. A prefill step counts its
 prompts as requests (one scheduling decision and one first token each). Constants:
@@ -55,6 +72,10 @@ SCHEDULE_PER_REQUEST_S = 5.5e-3 / 256
 #: seconds of output processing per request per step: vllm-project/vllm PR 46112,
 #: 0.287 ms at batch 256 (0.142 ms at 128)
 OUTPUT_PER_REQUEST_S = 0.287e-3 / 256
+#: seconds of output processing per request per step in vLLM's in-process engine: the
+#: scheduling cost x 33 / 29, the API server's and the scheduler's shares of a step in the
+#: vLLM v0.6.0 blog (Llama-3-8B, one H100)
+INPROC_OUTPUT_PER_REQUEST_S = SCHEDULE_PER_REQUEST_S * 33 / 29
 
 
 @dataclass(frozen=True)
@@ -65,6 +86,8 @@ class HostEngine:
     schedule_in_series: bool     # scheduling + input preparation between the GPU steps
     output_in_series: bool       # output processing between the GPU steps
     doc: str
+    #: the engine's own output processing per request (None: ``output_per_request_s``)
+    output_per_request_s: float | None = None
 
 
 #: ``serve.host_overhead`` -> the engine (``none`` has no CPU time)
@@ -76,6 +99,9 @@ ENGINES: dict[str, HostEngine | None] = {
                              "all CPU work overlapped (step_with_batch_queue)"),
     "sglang": HostEngine("sglang", False, False, "SGLang's overlap scheduler: all CPU "
                          "work overlapped, one batch ahead"),
+    "vllm-inproc": HostEngine("vllm-inproc", True, True, "vLLM V1 in-process "
+                              "(VLLM_ENABLE_V1_MULTIPROCESSING=0): scheduling and output "
+                              "processing in series", INPROC_OUTPUT_PER_REQUEST_S),
 }
 
 
@@ -125,6 +151,8 @@ def host_step(name: str, requests: int, gpu_s: float, *,
     if eng is None:
         return None
     sched = schedule_per_request_s * requests
+    if eng.output_per_request_s is not None:
+        output_per_request_s = eng.output_per_request_s
     out = output_per_request_s * requests
     serial = (sched if eng.schedule_in_series else 0.0) + (out if eng.output_in_series else 0.0)
     return HostStep(name, requests, gpu_s, sched, out, serial, sched + out - serial)

@@ -19,10 +19,13 @@ serve:
   sample_top_k: 50         # tokens kept by the sampler's top-k
   step: 0                  # routing step index (expert popularity drifts per step)
   cuda_graphs: false       # decode replayed from a CUDA graph: no per-kernel launch cost
-  host_overhead: none      # none | vllm | vllm-async | sglang: the engine's CPU time per
+  host_overhead: none      # none | vllm | vllm-async | sglang | vllm-inproc: CPU time per
                            # step (moesim.serve.host)
   decode_overlap: segments # segments | five_stage: how the two micro-batches of a decode
                            # step overlap (moesim.serve.five_stage)
+  gemm_sms: all            # all | left_by_ep: with two micro-batches, the FP8 GEMMs run on
+                           # the SMs the EP kernels leave for the whole step, as SGLang's
+                           # prefill TBO runs DeepGEMM (moesim.compute.pinned_sms)
 ```
 """
 
@@ -32,6 +35,7 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
+from moesim.compute.pinned_sms import GEMM_SMS
 from moesim.errors import InputError
 from moesim.scenario.limits import (
     FIELD_LIMITS,
@@ -50,7 +54,7 @@ KV_DTYPES = {"bf16": 2, "fp8": 1}
 AUTO_BACKEND = {"prefill": "deepep", "decode": "deepep-ll"}
 #: ``serve.host_overhead``: whose CPU time per step is priced (the engines of
 #: :data:`moesim.serve.host.ENGINES`; ``none``: no CPU time)
-HOST_OVERHEADS = ("none", "vllm", "vllm-async", "sglang")
+HOST_OVERHEADS = ("none", "vllm", "vllm-async", "sglang", "vllm-inproc")
 #: transformers' GenerationConfig default top_k (huggingface/transformers,
 #: src/transformers/generation/configuration_utils.py: ``top_k = 50``)
 DEFAULT_TOP_K = 50
@@ -78,6 +82,7 @@ class ServeConfig:
     cuda_graphs: bool = False
     host_overhead: str = "none"
     decode_overlap: str = "segments"
+    gemm_sms: str = "all"
 
     @property
     def microbatches(self) -> int:
@@ -165,7 +170,8 @@ def serve_from_dict(d: Any, source: str) -> ServeConfig:
             raise InputError(source, f"serve.{k}", f"at most {LIMITS[k][0]:,} {LIMITS[k][1]} "
                              f"({_SIZE_NOTE})", v)
     choices = {"phase": PHASES, "ep_backend": BACKENDS, "kv_dtype": tuple(KV_DTYPES),
-               "host_overhead": HOST_OVERHEADS, "decode_overlap": DECODE_OVERLAPS}
+               "host_overhead": HOST_OVERHEADS, "decode_overlap": DECODE_OVERLAPS,
+               "gemm_sms": GEMM_SMS}
     for k, allowed in choices.items():
         if k in d and d[k] not in allowed:
             raise InputError(source, f"serve.{k}", f"one of {list(allowed)}", d[k])
@@ -180,6 +186,10 @@ def serve_from_dict(d: Any, source: str) -> ServeConfig:
                          "equal micro-batches", cfg.batch_per_gpu)
     _check_size(cfg, source)
     _check_overlap(cfg, source)
+    if cfg.gemm_sms == "left_by_ep" and not cfg.two_microbatch:
+        raise InputError(source, "serve.two_microbatch", "true with gemm_sms: left_by_ep "
+                         "(GEMMs give the EP kernels their SMs under two-batch overlap)",
+                         cfg.two_microbatch)
     return cfg
 
 
