@@ -60,6 +60,36 @@ def test_host_moves_are_each_timers_bytes_over_the_host_link():
     assert host_moves(row, 16e9, 64e9) == m
 
 
+def test_the_optimizer_states_leave_at_the_pageable_rate_in_the_refit():
+    """The same GPU with ``offload_copy: pageable``: the optimizer states' 12 GB go out at
+    2.8 GB/s (12 / 2.8 = 4.2857 s) and the engine's 16 GB in and the weights' 8 GB out at
+    64 GB/s (0.375 s): refit 4.6607 s; the other timers and the bytes as at line rate."""
+    m = HostMoves(8e9, 8e9, 12e9, 16e9, 64e9, 2.8e9)
+    assert m.optimizer_out_s == pytest.approx(12 / 2.8)
+    assert m.refit_s == pytest.approx(12 / 2.8 + 0.375)
+    assert m.refit_s == pytest.approx(4.6607, abs=1e-4)
+    assert (m.engine_sleep_s, m.logprob_prep_s, m.train_prep_s) == (0.25, 0.125, 0.1875)
+    assert m.bytes_per_step == 72e9
+    assert "pageable_Bps" not in HostMoves(8e9, 8e9, 12e9, 16e9, 64e9).as_dict()
+    assert m.as_dict()["optimizer_out_s"] == m.optimizer_out_s
+
+
+def test_pageable_copy_is_a_knob_of_the_section(tmp_path):
+    """``rl.train.offload_copy: pageable`` reaches the moves (PAGEABLE_D2H_Bps); any other
+    word is refused in one line naming the field."""
+    from moesim.rl.offload import PAGEABLE_D2H_Bps, setup_moves
+
+    colo = {"colocated": True, "rollout": {"gpus": 8, "tp": 1, "ep": 1},
+            "train": {**RL["train"], "offload": "nemo", "offload_copy": "pageable"},
+            "weight_sync": {"method": "ipc"}}
+    m = setup_moves(resolve_rl(scenario(tmp_path, **colo)), PCIE_Bps)
+    assert m.pageable_Bps == PAGEABLE_D2H_Bps == 2.8e9
+    assert m.refit_s == 456_259_584 / 2.8e9 + (120_083_456 + 76_043_264) / 64e9
+    bad = {**colo, "train": {**colo["train"], "offload_copy": "dma"}}
+    with pytest.raises(InputError, match=r"offload_copy"):
+        resolve_rl(scenario(tmp_path, **bad))
+
+
 def test_the_loss_log_probs_are_110_extra_bytes_per_logits_element():
     """Qwen3-30B-A3B's vocabulary 151,936 over TP2: 75,968 per rank; a row of 4,096 tokens:
     311,164,928 elements; 116 - 6 = 110 bytes each beyond the fused loss; peak 16 bytes

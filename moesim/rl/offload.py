@@ -36,14 +36,37 @@ stage's ``weights``, ``gradients`` and ``optimizer`` categories: bf16 weights an
 gradients, NeMo's recipes ``grad_reduce_in_fp32: false``; optimizer states sharded by the
 distributed optimizer) and the engine's weight share
 (:func:`moesim.rl.memory.replica_weight_bytes`). Not priced: ``gc.collect()`` and
-``torch.cuda.empty_cache()`` between them (no published cost), and the slower rate of a
-copy into pageable host memory (``v.to("cpu")`` of the optimizer states): every copy
-runs at the link's line rate, a lower bound on each move.
+``torch.cuda.empty_cache()`` between them (no published cost).
+
+**Pageable copies** (``rl.train.offload_copy: pageable``). ``offload_before_refit`` copies
+the optimizer states out one tensor at a time with ``v.to("cpu")``: a fresh *pageable*
+host tensor each time, a synchronous copy. The CUDA driver cannot DMA into pageable
+memory: it copies through a pinned staging buffer and the calling thread then
+``memcpy``s each chunk into the destination, faulting its fresh pages in as it goes
+(NVIDIA developer blog, M. Harris, "How to Optimize Data Transfers in CUDA C/C++":
+"the CUDA driver must first allocate a temporary page-locked, or 'pinned', host array");
+so the copy's rate is the host thread's, not the link's. The rate taken is
+:data:`PAGEABLE_D2H_Bps`, a published measurement of the same call on a Hopper host:
+``module.to("cpu")`` into pageable memory "effectively ran at only ~2.8 GB/s" on an H200
+(PCIe Gen5 x16) in sgl-project/sglang PR 32032 (offloading a rollout engine's weights in
+colocated RL). One such copy runs per GPU process, eight per node; at 2.8 GB/s each the
+node's host memory (hundreds of GB/s) is not what binds. With ``line`` (default) every
+move runs at the link's line rate, a lower bound. Only the optimizer states' copy out
+(inside the refit timer) is priced at the pageable rate: the copy back
+(``v.to("cuda")`` in the training prep) reads pages already resident, and no published
+figure gives its rate (the published step less its four phases, 2-4 s, bounds it).
 """
 
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
+
+#: bytes/s of a device-to-host copy into fresh pageable host memory (``module.to("cpu")``,
+#: one tensor at a time): "~2.8 GB/s" on an H200 host, PCIe Gen5 x16 (sgl-project/sglang
+#: PR 32032, "[Diffusion] offload rollout weights to pinned host memory")
+PAGEABLE_D2H_Bps = 2.8e9
+#: ``rl.train.offload_copy``: ``line`` (every move at the link's rate) or ``pageable``
+OFFLOAD_COPIES = ("line", "pageable")
 
 
 @dataclass(frozen=True)
@@ -55,6 +78,15 @@ class HostMoves:
     optimizer_bytes: float      # its optimizer-state shard
     engine_bytes: float         # the engine's weights on one rollout GPU
     host_Bps: float
+    #: the optimizer states' copy out into pageable memory (None: at ``host_Bps``)
+    pageable_Bps: float | None = None
+
+    @property
+    def optimizer_out_s(self) -> float:
+        """``offload_before_refit``'s copy of the optimizer states to the host."""
+        rate = self.host_Bps if self.pageable_Bps is None else min(self.host_Bps,
+                                                                    self.pageable_Bps)
+        return self.optimizer_bytes / rate
 
     @property
     def engine_sleep_s(self) -> float:
@@ -70,7 +102,7 @@ class HostMoves:
 
     @property
     def refit_s(self) -> float:
-        return (self.optimizer_bytes + self.engine_bytes + self.weights_bytes) / self.host_Bps
+        return self.optimizer_out_s + (self.engine_bytes + self.weights_bytes) / self.host_Bps
 
     @property
     def bytes_per_step(self) -> float:
@@ -78,16 +110,23 @@ class HostMoves:
         return 2 * (self.weights_bytes + self.optimizer_bytes + self.engine_bytes)
 
     def as_dict(self) -> dict:
-        return {**asdict(self), "engine_sleep_s": self.engine_sleep_s,
+        d = asdict(self)
+        if self.pageable_Bps is None:           # line rate: the summary as before
+            del d["pageable_Bps"]
+        else:
+            d["optimizer_out_s"] = self.optimizer_out_s
+        return {**d, "engine_sleep_s": self.engine_sleep_s,
                 "logprob_prep_s": self.logprob_prep_s, "train_prep_s": self.train_prep_s,
                 "refit_s": self.refit_s, "bytes_per_step": self.bytes_per_step}
 
 
-def host_moves(stage_row: dict, engine_bytes: float, host_Bps: float) -> HostMoves:
+def host_moves(stage_row: dict, engine_bytes: float, host_Bps: float,
+               pageable_Bps: float | None = None) -> HostMoves:
     """The moves from a memory-table row of the trainer's busiest stage (``weights``,
     ``gradients``, ``optimizer`` bytes) and the engine's weight bytes per GPU."""
     return HostMoves(float(stage_row["weights"]), float(stage_row["gradients"]),
-                     float(stage_row["optimizer"]), float(engine_bytes), host_Bps)
+                     float(stage_row["optimizer"]), float(engine_bytes), host_Bps,
+                     pageable_Bps)
 
 
 def setup_moves(setup, host_Bps: float) -> HostMoves | None:
@@ -100,4 +139,6 @@ def setup_moves(setup, host_Bps: float) -> HostMoves | None:
 
     rows = trainer_table(setup, 1)["stages"]
     worst = max(rows, key=lambda r: r["weights"] + r["gradients"] + r["optimizer"])
-    return host_moves(worst, replica_weight_bytes(setup.res.model, cfg.rollout), host_Bps)
+    pageable = PAGEABLE_D2H_Bps if cfg.train.offload_copy == "pageable" else None
+    return host_moves(worst, replica_weight_bytes(setup.res.model, cfg.rollout), host_Bps,
+                      pageable)

@@ -60,12 +60,14 @@ LONGEST_RESPONSES = ("drawn", "limit")
 #: colocated host moves around the phases (moesim.rl.offload): ``none`` (only the
 #: switch's), ``nemo`` (NeMo RL's Megatron worker and vLLM's sleep mode, phase by phase)
 OFFLOADS = ("none", "nemo")
+#: how the optimizer states' copy out in the refit runs (moesim.rl.offload.OFFLOAD_COPIES)
+OFFLOAD_COPIES = ("line", "pageable")
 #: the loss's log-probabilities over the full vocabulary in each training micro-batch
 #: (moesim.rl.loss): ``none`` (the model's fused loss only), ``nemo`` (NeMo RL's
 #: DistributedLogprob over the vocab-parallel logits, forward and backward)
 LOSS_LOGPROBS = ("none", "nemo")
 #: the rollout engines' CPU time per step (serve.host_overhead's choices)
-ROLLOUT_HOST = ("none", "vllm", "vllm-async", "sglang")
+ROLLOUT_HOST = ("none", "vllm", "vllm-async", "sglang", "vllm-inproc")
 #: vLLM's ``gpu_memory_utilization`` default: the fraction of each GPU's memory the engine
 #: may use for weights, activations and KV cache (vllm/config/cache.py, CacheConfig)
 DEFAULT_KV_FRACTION = 0.9
@@ -119,6 +121,10 @@ class TrainPool:
     reference_weights: str = "gpu"
     packing: str = "nemo"       # PACKINGS
     offload: str = "none"       # OFFLOADS (colocated)
+    #: with offload nemo: ``line`` (every move at the host link's rate) or ``pageable``
+    #: (the optimizer states' ``v.to("cpu")`` in the refit at the rate of a copy into
+    #: pageable host memory, moesim.rl.offload.PAGEABLE_D2H_Bps)
+    offload_copy: str = "line"
     loss_logprob: str = "none"  # LOSS_LOGPROBS
     #: ZeRO stage over the trainer's data-parallel group (parallel.zero): 1 shards the
     #: optimizer states, as Megatron's distributed optimizer does (use_distributed_optimizer:
@@ -205,7 +211,8 @@ _RULES: dict[str, tuple[str, Any]] = {
     "cp": ("pos", None),
     "kv_fraction": ("frac", None), "max_batch": ("pos", None), "kv_dtype": ("choice", KV_DTYPES),
     "cuda_graphs": ("bool", None), "host_overhead": ("choice", ROLLOUT_HOST),
-    "offload": ("choice", OFFLOADS), "loss_logprob": ("choice", LOSS_LOGPROBS),
+    "offload": ("choice", OFFLOADS), "offload_copy": ("choice", OFFLOAD_COPIES),
+    "loss_logprob": ("choice", LOSS_LOGPROBS),
     "mini_batches": ("pos", None), "epochs": ("pos", None), "seq_len": ("optpos", None),
     "logprob_mb_tokens": ("optpos", None),
     "reference_weights": ("choice", REFERENCE_WEIGHTS),
@@ -343,6 +350,8 @@ def rl_from_dict(d: Any, source: str) -> RLConfig | None:
 def summary_dict(cfg: RLConfig) -> dict:
     """The checked section as the RL summary echoes it (a reward model as written)."""
     out = dataclasses.asdict(cfg)
+    if cfg.train.offload_copy == "line":    # the default: summaries as before the knob
+        del out["train"]["offload_copy"]
     if cfg.reward.model is not None:
         out["reward"]["model"] = cfg.reward.model.as_dict()
     return out
