@@ -41,6 +41,7 @@ import math
 from dataclasses import dataclass
 
 from moesim.collectives.nccl.launch import CALL_HOST_S
+from moesim.model.params import count_params
 from moesim.model.spec import ModelSpec
 
 #: NeMo RL v0.3.0 ``prepare_weights_for_ipc``: ``NRL_REFIT_BUFFER_MEMORY_RATIO`` default
@@ -113,3 +114,69 @@ def buckets(nbytes: float, free_bytes: float) -> int:
     if cap <= 0:
         raise ValueError("no free memory for the refit buffer")
     return max(1, math.ceil(nbytes / cap))
+
+
+@dataclass(frozen=True)
+class GroupGather:
+    """Bytes one trainer GPU receives in ``gather_params`` through each of its groups, and
+    the seconds of each (``rl.weight_sync.gather: groups``)."""
+
+    tp_bytes: float
+    pp_bytes: float
+    ep_bytes: float
+    tp_s: float
+    pp_s: float
+    ep_s: float
+
+    @property
+    def time_s(self) -> float:
+        return self.tp_s + self.pp_s + self.ep_s
+
+    @property
+    def received_bytes(self) -> float:
+        return self.tp_bytes + self.pp_bytes + self.ep_bytes
+
+
+def _group_s(topo, gpus: list, stride: int, size: int, nbytes: float, path_Bps) -> float:
+    """Seconds for the first GPU's group (ranks ``0, stride, ...``) to deliver ``nbytes``
+    to it: the share its peers on other hosts send over its network path, the rest over
+    NVLink, both at once."""
+    if size <= 1 or nbytes <= 0:
+        return 0.0
+    peers = [gpus[k * stride] for k in range(1, size) if k * stride < len(gpus)]
+    if not peers:
+        return 0.0
+    host = topo.host_of(gpus[0])
+    remote = [g for g in peers if topo.host_of(g) != host]
+    local = [g for g in peers if topo.host_of(g) == host]
+    per_peer = nbytes / len(peers)
+    t = 0.0
+    if remote:
+        t = max(t, per_peer * len(remote) / path_Bps(topo, gpus[0], remote[0]))
+    if local:
+        t = max(t, per_peer * len(local) / path_Bps(topo, gpus[0], local[0]))
+    return t
+
+
+def group_gather(topo, spec: ModelSpec, gpus: list, *, tp: int, pp: int, ep: int,
+                 etp: int = 1, param_bytes: int = 2, path_Bps=None) -> GroupGather:
+    """What ``gather_params`` moves into each trainer GPU, group by group, every GPU at
+    once (its own groups, its own links): the TP all-gather of its stage's TP-sharded
+    weights (``D/pp (1 - 1/tp)``, ``D`` the non-expert bytes; experts' expert-TP likewise),
+    the PP broadcast of every other stage's full tensors (``(D + E/ep)(1 - 1/pp)``, ``E``
+    the routed experts' bytes), the EP all-gather of the other EP ranks' experts
+    (``E (1 - 1/ep)``). Ranks follow Megatron-Core's default order ``tp-cp-ep-dp-pp``
+    (``RankGenerator``): TP neighbours, EP at a stride of the expert TP, PP at a stride of
+    ``world / pp``; a group's peers on other hosts send over the GPU's network path."""
+    c = count_params(spec)
+    e = float(c.routed_experts * param_bytes)
+    d = float(c.total * param_bytes) - e
+    world = len(gpus)
+    tp_b = d / pp * (1 - 1 / tp) + (e / pp / ep * (1 - 1 / etp) if etp > 1 else 0.0)
+    pp_b = (d + e / ep) * (1 - 1 / pp)
+    ep_b = e * (1 - 1 / ep)
+    return GroupGather(
+        tp_b, pp_b, ep_b,
+        _group_s(topo, gpus, 1, max(tp, etp), tp_b, path_Bps),
+        _group_s(topo, gpus, max(1, world // pp), pp, pp_b, path_Bps),
+        _group_s(topo, gpus, max(1, etp), ep, ep_b, path_Bps))

@@ -210,7 +210,8 @@ def simulate_rl(setup: RLSetup, steps: int, *, rollout_costs: StepCosts | None =
                        sharded=cfg.weight_sync.method == "sharded",
                        per_gpu=cfg.weight_sync.per_gpu, calls=cfg.weight_sync.calls,
                        etp=setup.scenario.parallel.etp, hbm_bytes=res.device.hbm_bytes,
-                       launch_s=res.device.launch_overhead_s)
+                       launch_s=res.device.launch_overhead_s,
+                       gather=cfg.weight_sync.gather)
     switch = switch_cost(res.model, tr.gpus, ro.replica_gpus) if cfg.colocated else (0.0, 0.0)
     moves = setup_moves(setup, PCIE_Bps)
     if moves is not None:       # NeMo RL's moves replace the switch's (moesim.rl.offload)

@@ -168,7 +168,8 @@ def weight_sync(topo, spec: ModelSpec, train_gpus: list, rollout_gpus: list, *, 
                 pp: int, ep: int, replica_gpus: int, per_tensor_s: float, ipc: bool,
                 hbm_Bps: float, on_solve=None, sharded: bool = False,
                 per_gpu: bool = False, calls: str = "none", etp: int = 1,
-                hbm_bytes: float = 0.0, launch_s: float = 0.0) -> SyncResult:
+                hbm_bytes: float = 0.0, launch_s: float = 0.0,
+                gather: str = "node") -> SyncResult:
     """The sync of ``spec``'s weights from ``train_gpus`` to every engine replica of
     ``rollout_gpus``: gathered and chain-broadcast (``sharded`` False: verl's NCCL
     checkpoint engine) or pulled shard by shard (``sharded``: :func:`sharded_flows`);
@@ -177,7 +178,8 @@ def weight_sync(topo, spec: ModelSpec, train_gpus: list, rollout_gpus: list, *, 
         return refit_phases(topo, spec, train_gpus, rollout_gpus, tp=tp, pp=pp, ep=ep,
                             replica_gpus=replica_gpus, per_tensor_s=per_tensor_s, ipc=ipc,
                             hbm_Bps=hbm_Bps, on_solve=on_solve, sharded=sharded,
-                            calls=calls, etp=etp, hbm_bytes=hbm_bytes, launch_s=launch_s)
+                            calls=calls, etp=etp, hbm_bytes=hbm_bytes, launch_s=launch_s,
+                            gather=gather)
     nbytes = param_bytes(spec)
     src = holders(train_gpus, tp, pp, ep)
     if sharded:
@@ -255,9 +257,12 @@ def broadcast_flows(topo, nbytes: float, train_gpus: list, rollout_gpus: list,
 def refit_phases(topo, spec: ModelSpec, train_gpus: list, rollout_gpus: list, *, tp: int,
                  pp: int, ep: int, replica_gpus: int, per_tensor_s: float, ipc: bool,
                  hbm_Bps: float, on_solve=None, sharded: bool = False, calls: str = "none",
-                 etp: int = 1, hbm_bytes: float = 0.0, launch_s: float = 0.0) -> SyncResult:
+                 etp: int = 1, hbm_bytes: float = 0.0, launch_s: float = 0.0,
+                 gather: str = "node") -> SyncResult:
     """NeMo RL's refit as three steps in series (module docstring): gather, transfer,
-    load; ``time_s`` is their sum. ``calls`` "nemo" (colocated): the gather also pays
+    load; ``time_s`` is their sum. ``gather`` "groups" (colocated): every GPU gathers
+    through its own TP, PP and EP groups as ``gather_params`` does
+    (:func:`moesim.rl.refit_calls.group_gather`) instead of once per node. ``calls`` "nemo" (colocated): the gather also pays
     NeMo RL v0.3's per-key collective calls, the keys go in buckets of 0.2 x the free
     memory and the transfer packs every tensor into them (:mod:`moesim.rl.refit_calls`;
     ``hbm_bytes`` the device's memory, ``launch_s`` its launch overhead)."""
@@ -267,8 +272,16 @@ def refit_phases(topo, spec: ModelSpec, train_gpus: list, rollout_gpus: list, *,
     load_bytes = nbytes / replica_gpus
     load_s = tensors * per_tensor_s + 2 * load_bytes / hbm_Bps
     link = np.zeros(0)
+    groups = None
     if ipc:
-        gather_s, gathered = colocated_gather(topo, nbytes, train_gpus, len(src))
+        if gather == "groups":
+            from moesim.rl import refit_calls
+            groups = refit_calls.group_gather(topo, spec, train_gpus, tp=tp, pp=pp, ep=ep,
+                                              etp=etp, param_bytes=PARAM_BYTES,
+                                              path_Bps=path_Bps)
+            gather_s, gathered = groups.time_s, groups.received_bytes
+        else:
+            gather_s, gathered = colocated_gather(topo, nbytes, train_gpus, len(src))
         buckets = math.ceil(nbytes / REFIT_BUCKET_BYTES)
         ncalls = 0
         if calls == "nemo":
@@ -302,6 +315,8 @@ def refit_phases(topo, spec: ModelSpec, train_gpus: list, rollout_gpus: list, *,
               "buckets": buckets}
     if ipc and calls == "nemo":
         phases["gather_calls"] = ncalls
+    if groups is not None:
+        phases["gather_groups_s"] = {"tp": groups.tp_s, "pp": groups.pp_s, "ep": groups.ep_s}
     return SyncResult(total, gather_s + (0.0 if ipc else transfer_s),
                       2 * load_bytes / hbm_Bps, tensors * per_tensor_s, nbytes, nbytes,
                       gather_bytes, tensors, nflows,

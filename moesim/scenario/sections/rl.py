@@ -41,6 +41,8 @@ from moesim.scenario.sections.lengths import parse as parse_length
 REWARD_KINDS = ("rule", "model")
 SYNC_METHODS = ("nccl", "ipc", "sharded")
 SYNC_CALLS = ("none", "nemo")
+#: rl.weight_sync.gather (moesim.rl.sync.refit_phases)
+SYNC_GATHERS = ("node", "groups")
 KV_DTYPES = ("bf16", "fp8")
 REFERENCE_WEIGHTS = ("gpu", "host")
 #: how the trainer makes micro-batches of a mini-batch (moesim.rl.packing): ``nemo``,
@@ -161,6 +163,10 @@ class WeightSyncConfig:
     #: with per_gpu: "nemo" adds NeMo RL v0.3's per-key gather calls and its buckets of
     #: 0.2 x free memory (moesim.rl.refit_calls); "none" leaves the refit as before
     calls: str = "none"
+    #: with per_gpu, colocated: "node" (the model into each node once, shared over
+    #: NVLink) or "groups" (every GPU through its own TP, PP and EP groups, as NeMo RL
+    #: v0.3's gather_params: moesim.rl.refit_calls.group_gather)
+    gather: str = "node"
 
 
 @dataclass(frozen=True)
@@ -222,6 +228,7 @@ _RULES: dict[str, tuple[str, Any]] = {
     "workers": ("pos", None), "model": ("optdict", None),
     "method": ("choice", SYNC_METHODS), "per_tensor_s": ("nonnegnum", None),
     "per_gpu": ("bool", None), "calls": ("choice", SYNC_CALLS),
+    "gather": ("choice", SYNC_GATHERS),
 }
 
 
@@ -352,6 +359,8 @@ def summary_dict(cfg: RLConfig) -> dict:
     out = dataclasses.asdict(cfg)
     if cfg.train.offload_copy == "line":    # the default: summaries as before the knob
         del out["train"]["offload_copy"]
+    if cfg.weight_sync.gather == "node":
+        del out["weight_sync"]["gather"]
     if cfg.reward.model is not None:
         out["reward"]["model"] = cfg.reward.model.as_dict()
     return out
