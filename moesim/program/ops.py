@@ -37,6 +37,9 @@ class Op:
     # compute ops: the kernels priced into duration_s (moesim.compute.base.Kernel; shared
     # with the builder's cache, so identical ops hold one tuple): `moesim kernels`
     kernels: tuple = ()
+    # compute ops: seconds of duration_s on SMs no communication kernel takes (GEMMs
+    # pinned to the SMs the EP kernels leave, moesim.compute.pinned_sms): not slowed
+    pinned_s: float = 0.0
 
     @property
     def is_compute(self) -> bool:

@@ -24,6 +24,7 @@ from __future__ import annotations
 import dataclasses
 
 from moesim.collectives.communicator import CollectiveSpec
+from moesim.compute.pinned_sms import PinnedGemms
 from moesim.model import costs, window
 from moesim.program import recipe, shared_overlap
 from moesim.program.build import Builder, StepPlan
@@ -77,6 +78,19 @@ class ServeBuilder:
             stored = getattr(res.compute, "stored", None)  # compute.weights / sparsity's
             b.timer = Timer(stored(self.spec.weight_bytes) if stored else
                             serve_costs.WeightBytes(res.compute, self.spec.weight_bytes))
+        self.pinned = _pin_gemms(res, cfg, b)
+
+    def _pin(self, prog: list[Op], start: int) -> None:
+        """``serve.gemm_sms: left_by_ep``: each compute op of ``prog[start:]`` carries the
+        part of its time its pinned GEMMs take (``Op.pinned_s``), which the engines do not
+        slow while a communication kernel holds SMs."""
+        pin = self.pinned
+        for i in range(start, len(prog)):
+            op = prog[i]
+            if op.kernels and op.is_compute:
+                p = pin.pinned_s(op.kernels)
+                if p > 0:
+                    prog[i] = dataclasses.replace(op, pinned_s=p)
 
     def build(self) -> StepPlan:
         """Every rank's program and the step's statistics."""
@@ -98,6 +112,8 @@ class ServeBuilder:
             start = len(prog)
             starts.append(start)
             self._forward(prog, rank, item.mb)
+            if self.pinned is not None:
+                self._pin(prog, start)
             if five:
                 _shared_together(prog, start)
             if overlap or beside:
@@ -199,6 +215,23 @@ class ServeBuilder:
                                       lambda o=op, n=nbytes: CollectiveSpec(o, group, n))
             sb.collective_op(prog, "tp", name, spec, (name, mb, group[0]), -1, mb, "fwd",
                              nbytes)
+
+
+def _pin_gemms(res, cfg: ServeConfig, b: Builder) -> PinnedGemms | None:
+    """``serve.gemm_sms: left_by_ep`` with two micro-batches over an EP backend holding
+    SMs: the builder's timer prices the FP8 GEMMs on the SMs those kernels leave, for the
+    whole step (:mod:`moesim.compute.pinned_sms`, SGLang's prefill TBO); None otherwise."""
+    total = int(getattr(res.device, "sms", 0) or 0)
+    held = b.ep_sms
+    if (cfg.gemm_sms != "left_by_ep" or not b.scn.overlap.ep_comm_overlap or b.ep <= 1
+            or total <= 0 or not 0 < held < total):
+        return None
+    inner = res.compute
+    b.timer = Timer(PinnedGemms(b.timer.model, total - held, total,
+                                res.scenario.compute.precision,
+                                float(getattr(inner, "launch_overhead_s", 0.0) or 0.0),
+                                float(getattr(inner, "graph_kernel_s", 0.0) or 0.0)))
+    return b.timer.model
 
 
 def _shared_together(prog: list[Op], start: int) -> None:

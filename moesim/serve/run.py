@@ -105,13 +105,15 @@ def _with_host(result: SimResult, cfg: ServeConfig, name: str | None) -> HostSte
 
 
 def _echo(cfg: ServeConfig) -> dict:
-    """The section's fields for the summary; ``host_overhead`` and ``decode_overlap``
-    only when they are not the default."""
+    """The section's fields for the summary; ``host_overhead``, ``decode_overlap`` and
+    ``gemm_sms`` only when they are not the default."""
     d = dataclasses.asdict(cfg)
     if d.get("host_overhead") == "none":
         del d["host_overhead"]
     if d.get("decode_overlap") == "segments":
         del d["decode_overlap"]
+    if d.get("gemm_sms") == "all":
+        del d["gemm_sms"]
     return d
 
 

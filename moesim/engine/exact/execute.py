@@ -13,7 +13,11 @@ SM sharing: a communication op holds ``op.sms`` of its GPU's ``sm_total`` SMs fr
 issue to its end (an NCCL or DeepEP kernel occupies its blocks while it waits for peers
 too); meanwhile a compute op on that GPU progresses at (S - held)/S of its rate, re-rated
 whenever a kernel starts or ends. With no op holding SMs, compute ops take exactly their
-``duration_s``.
+``duration_s``. The part ``pinned_s`` of a compute op's time (GEMMs priced on the SMs the
+communication kernels leave, for the whole step: :mod:`moesim.compute.pinned_sms`) is not
+slowed: the op is taken as an even mix of its pinned and other kernels, so one second of
+its full-rate work takes ``p + (1 - p)·S/(S - held)`` seconds (``p = pinned_s /
+duration_s``) while SMs are held.
 """
 
 from __future__ import annotations
@@ -150,7 +154,7 @@ class Executor:
             else:
                 if op.duration_s > 0:
                     if self._sharing:
-                        yield from self._shared_compute(rank, op.duration_s)
+                        yield from self._shared_compute(rank, op.duration_s, op.pinned_s)
                     else:
                         yield env.timeout(op.duration_s)
                 if op.hot_expert >= 0:
@@ -178,14 +182,19 @@ class Executor:
             self._sm_changed[rank] = None
             ev.succeed()
 
-    def _shared_compute(self, rank: int, work_s: float):
-        """Run ``work_s`` seconds of full-rate compute at (S - held)/S of the rate."""
+    def _shared_compute(self, rank: int, work_s: float, pinned_s: float = 0.0):
+        """Run ``work_s`` seconds of full-rate compute at (S - held)/S of the rate, its
+        pinned part ``pinned_s`` at its own rate (see the module docstring)."""
         env, S = self.env, self.sm_total
         left = work_s
+        p = min(max(pinned_s / work_s, 0.0), 1.0) if pinned_s > 0 else 0.0
         while True:
             held = self._held[rank]
             if held <= 0:      # the whole GPU: the same timeout as without sharing
                 rate = 1.0
+            elif p > 0:        # one second of work: p pinned + (1 - p) slowed
+                rate = (1.0 / (p + (1.0 - p) * S / (S - held)) if held < S
+                        else (1.0 if p >= 1.0 else 0.0))
             else:
                 rate = max(S - held, 0) / S
             changed = self._sm_changed[rank]

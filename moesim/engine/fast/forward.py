@@ -18,7 +18,10 @@ that order on one ``ep`` stream, each starting when its segment's compute and th
 all-to-all are done, and a micro-batch's next segment waits for its all-to-all (that wait
 is its exposed communication). Compute that runs while an all-to-all holding SMs is in
 flight (DeepEP's normal kernels) runs at ``1 - held/SMs`` of its rate until the
-all-to-all ends (the exact engine's re-rating in closed form).
+all-to-all ends (the exact engine's re-rating in closed form); with GEMMs pinned to the SMs
+the EP kernels leave (``serve.gemm_sms: left_by_ep``, :mod:`moesim.compute.pinned_sms`) an
+op's pinned part is not slowed, as the exact engine takes it
+(:mod:`moesim.engine.exact.execute`: an even mix of pinned and other kernels).
 """
 
 from __future__ import annotations
@@ -28,6 +31,7 @@ from typing import Protocol
 
 import numpy as np
 
+from moesim.compute.pinned_sms import pinned_model
 from moesim.engine.breakdown import CATEGORIES
 from moesim.engine.fast.engine import Context, _chains
 from moesim.engine.fast.pipeline import Chain, all_pairs
@@ -97,6 +101,10 @@ class ForwardChain(Chain):
         super().__init__(ctx, groups, route, span_pos)
         self.sb = step
         self.pairing = False
+        # pinned GEMMs (moesim.compute.pinned_sms): the compute model, and per routed
+        # micro-batch record (by id, kept with it) the experts' pinned seconds per member
+        self.pin = pinned_model(ctx.timer.model)
+        self.exp_pinned: dict[int, tuple] = {}
 
     # ------------------------------------------------------------ two micro-batches
     def run_pair(self, s: int, items) -> None:
@@ -189,14 +197,41 @@ class ForwardChain(Chain):
         acc[kind] += done - t - stall
         self.t[s] = done
 
-    def _rate(self, s: int, work):
+    def _rate(self, s: int, work, pinned=None):
         """Duration of ``work`` seconds of compute from now while the ep stream's kernels
-        hold SMs until ``ep_free`` (share f): min(w / (1 - f), w + busy · f)."""
+        hold SMs until ``ep_free`` (share f): min(w / (1 - f), w + busy · f); with
+        ``pinned`` seconds of it not slowed (share p = pinned / w), a second of work takes
+        x = p + (1 - p) / (1 - f) while SMs are held: min(w · x, w + busy · (1 - 1/x))."""
         f = self.c.ep_sm_frac
         if not self.pairing or f <= 0:
             return work
         busy = np.maximum(self.ep_free - self.t[s], 0.0)
-        return np.minimum(work / (1.0 - f), work + busy * f)
+        if pinned is None or not np.any(pinned > 0):
+            return np.minimum(work / (1.0 - f), work + busy * f)
+        p = np.clip(np.divide(pinned, work, out=np.zeros_like(work), where=work > 0),
+                    0.0, 1.0)
+        x = p + (1.0 - p) / (1.0 - f)
+        return np.minimum(work * x, work + busy * (1.0 - 1.0 / x))
+
+    def expert_pinned(self, rec, r) -> None:
+        """Keep the experts' pinned seconds per member of routed micro-batch ``r`` (its
+        record ``rec``), each expert's kernels as :func:`_route_rec` prices them (a rank's
+        later experts share the first's launches under grouped launches)."""
+        c, pin = self.c, self.pin
+        local = r.rank_expert_tokens
+        flat = np.nonzero(local.ravel() != 0)[0]
+        rows, vals = flat // local.shape[1], local.ravel()[flat]
+        later = np.zeros(len(rows), dtype=bool)
+        if c.grouped and len(rows) > 1:
+            np.equal(rows[1:], rows[:-1], out=later[1:])
+        memo: dict[tuple[int, bool], float] = {}
+        p = np.empty(len(rows))
+        for i, (x, f) in enumerate(zip(vals.tolist(), later.tolist(), strict=True)):
+            hit = memo.get((x, f))
+            if hit is None:
+                hit = memo[(x, f)] = pin.pinned_s(c._expert_kernels(x, "fwd", f)[0], memo=False)
+            p[i] = hit
+        self.exp_pinned[id(rec)] = (rec, np.bincount(rows, weights=p, minlength=self.n))
 
     def _compute(self, s: int, name: str, key: tuple, make, layer, mb, phase) -> None:
         if not self.pairing or self.c.ep_sm_frac <= 0:
@@ -204,7 +239,10 @@ class ForwardChain(Chain):
         t, fl = self.c.timer(key, make)
         if t <= 0 and fl <= 0:
             return
-        d = self._rate(s, np.full(self.n, t))
+        pinned = None
+        if self.pin is not None:
+            pinned = np.full(self.n, self.pin.pinned_s(self.c.timer.kernels_for(key)))
+        d = self._rate(s, np.full(self.n, t), pinned)
         a = self.t[s]
         self.out[s].acc["compute"] += d
         self.out[s].flops += fl * self.n
@@ -213,7 +251,9 @@ class ForwardChain(Chain):
 
     def _experts(self, s: int, rec, layer: int, mb: int, phase: str, name: str) -> None:
         a = self.t[s]
-        d = self._rate(s, rec.exp_t[phase])
+        hit = self.exp_pinned.get(id(rec)) if self.pin is not None else None
+        d = self._rate(s, rec.exp_t[phase], hit[1] if hit is not None and hit[0] is rec
+                       else None)
         self.out[s].acc["compute"] += d
         self.out[s].flops += rec.exp_f[phase]
         self._span(s, "compute", name, a, a + d, layer, mb, phase,
@@ -282,17 +322,22 @@ def simulate_forward(res: Resolved, forward: ForwardStep, *, progress=None,
         g = groups[0]
         cache: dict[tuple, object] = {}
 
-        def route(s: int, layer: int, mb: int, g=g, cache=cache):
+        chain: list = []
+
+        def route(s: int, layer: int, mb: int, g=g, cache=cache, chain=chain):
             rec = cache.get((layer, mb))
             if rec is None:
-                rec = cache[(layer, mb)] = _route_rec(ctx, b.routes.route(g[0], g, layer, mb), g,
-                                                     forward_only=True)
+                r = b.routes.route(g[0], g, layer, mb)
+                rec = cache[(layer, mb)] = _route_rec(ctx, r, g, forward_only=True)
+                if chain[0].pin is not None:          # pinned GEMMs: the experts' part
+                    chain[0].expert_pinned(rec, r)
                 b.routes.forget(g[0], layer, mb)      # keep memory flat
             return rec
 
         # the step may run its own chain (a serving step's 5-stage decode overlap)
         ch = getattr(forward, "chain", ForwardChain)(
             ctx, groups, route, [[e for e, r in enumerate(g) if r in want]], forward)
+        chain.append(ch)
         if ctx.overlap and len(items) == 2:
             ch.run_pair(0, items)
         else:
