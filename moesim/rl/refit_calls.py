@@ -139,8 +139,11 @@ class GroupGather:
 
 def _group_s(topo, gpus: list, stride: int, size: int, nbytes: float, path_Bps) -> float:
     """Seconds for the first GPU's group (ranks ``0, stride, ...``) to deliver ``nbytes``
-    to it: the share its peers on other hosts send over its network path, the rest over
-    NVLink, both at once."""
+    to it: the share its peers on other hosts send, the rest over NVLink, both at once.
+    NCCL's rings bring a group's data into a host once and forward it over NVLink, so the
+    remote share enters through the network paths of the group's members on this host
+    (one path each: the PP broadcast of a layout with one stage per host uses the GPU's
+    own NIC; an EP group filling a host spreads over all of its NICs)."""
     if size <= 1 or nbytes <= 0:
         return 0.0
     peers = [gpus[k * stride] for k in range(1, size) if k * stride < len(gpus)]
@@ -152,7 +155,8 @@ def _group_s(topo, gpus: list, stride: int, size: int, nbytes: float, path_Bps) 
     per_peer = nbytes / len(peers)
     t = 0.0
     if remote:
-        t = max(t, per_peer * len(remote) / path_Bps(topo, gpus[0], remote[0]))
+        t = max(t, per_peer * len(remote) / (len(local) + 1)
+                / path_Bps(topo, gpus[0], remote[0]))
     if local:
         t = max(t, per_peer * len(local) / path_Bps(topo, gpus[0], local[0]))
     return t
@@ -167,7 +171,8 @@ def group_gather(topo, spec: ModelSpec, gpus: list, *, tp: int, pp: int, ep: int
     the routed experts' bytes), the EP all-gather of the other EP ranks' experts
     (``E (1 - 1/ep)``). Ranks follow Megatron-Core's default order ``tp-cp-ep-dp-pp``
     (``RankGenerator``): TP neighbours, EP at a stride of the expert TP, PP at a stride of
-    ``world / pp``; a group's peers on other hosts send over the GPU's network path."""
+    ``world / pp``; a group's peers on other hosts send over the network paths of its
+    members on this host (:func:`_group_s`)."""
     c = count_params(spec)
     e = float(c.routed_experts * param_bytes)
     d = float(c.total * param_bytes) - e
