@@ -52,13 +52,16 @@ COLUMNS = ("policy training", "refit", "generation", "get logprobs")
 CAUSES = {
     "policy training": "the Megatron-Core step's layer times (the RL loop's optimizer "
                        "steps, packing and loss log-probs are priced)",
-    "refit": "unpriced, no published per-item cost: the optimizer states' copies into "
-             "pageable host memory (v.to('cpu')), gc.collect and empty_cache per offload, "
-             "a state_dict() per bucket and the Megatron-to-HF conversion, Ray's metadata "
-             "through the driver",
-    "generation": "vLLM 0.9.0's decode steps: NeMo RL runs the engine core in-process "
-                  "(VLLM_ENABLE_V1_MULTIPROCESSING=0), so output processing with "
-                  "logprobs=0 is in series with the GPU, no published per-request cost",
+    "refit": "priced: the optimizer states out into pageable memory at 2.8 GB/s, every "
+             "GPU's gather through its own TP/PP/EP groups, the per-key calls, buckets "
+             "and pack copy; unpriced, no published per-item cost: gc.collect and "
+             "empty_cache per offload, a state_dict() and named_modules() per bucket, the "
+             "Megatron-to-HF conversion, Ray's handles through the driver, vLLM's "
+             "wake_up (cuMemCreate/cuMemMap of the weights and the KV cache)",
+    "generation": "vLLM 0.9.0's decode steps: the in-process engine's scheduling and "
+                  "output processing are priced in series (vllm-inproc, from vLLM's "
+                  "published host shares); vLLM 0.9.0's own per-request costs are not "
+                  "published",
     "get logprobs": "the forward passes' layer times (the reference's weight swap is "
                     "priced)",
 }
@@ -113,13 +116,26 @@ def parts(run, summary: dict) -> list[tuple[str, float]]:
         out += [("host bytes per GPU per step GB", m.bytes_per_step / 1e9),
                 ("vLLM sleep (engine weights to host) s", m.engine_sleep_s),
                 ("refit host moves (optimizer out; engine in; weights out) s",
-                 m.refit_s)]
+                 m.refit_s),
+                ("  of which the optimizer states out s", m.optimizer_out_s)]
+    ro = cfg.rollout
+    if ro.host_overhead != "none":
+        from moesim.serve.host import host_step
+        full = -(-cfg.prompts_per_step * cfg.samples_per_prompt // (ro.gpus // ro.tp))
+        full = min(full, ro.max_batch or full)
+        h = host_step(ro.host_overhead, full, 0.0)
+        out.append((f"engine CPU time in series per decode step at its full batch "
+                    f"({full}) ms", h.serial_s * 1e3))
     ws = run.sync.phases
     if ws:
         out += [(f"refit {k.removesuffix('_s')} s", ws[k])
                 for k in ("gather_s", "transfer_s", "load_s")]
         out += [("refit HF tensors loaded per executor", run.sync.tensors),
                 ("refit buckets (IPC handles per executor)", ws["buckets"])]
+        if "gather_groups_s" in ws:
+            g = ws["gather_groups_s"]
+            out.append(("refit gather through the TP / PP / EP groups s (each GPU)",
+                        g["tp"] + g["pp"] + g["ep"]))
         if "gather_calls" in ws:
             out.append(("refit gather collective calls per rank (NeMo RL v0.3.0)",
                         ws["gather_calls"]))
@@ -181,24 +197,24 @@ def main(argv: list[str] | None = None) -> int:
         print("Read: generation waits for the step's longest sample, and the v0.3 scenarios "
               "put it at the generation limit (rl.longest_response: limit): the two Llama-70B "
               "rows, 84 s at a 4,096 limit and 287 s at 16,384 for means of 398 and 749 "
-              "tokens, scale with the limit, not the mean, and the 16k row's generation "
-              "lands within a few per cent. That row's generation is mostly its tail, "
-              "steps at a batch of one or two, so moesim's small-batch step holds; the "
-              "8B and Qwen3-32B rows reach the limit too and stay short by 18 and 24 s, "
-              "5-6 ms over each of their 3,840 decode steps, against 1.3 ms a step for "
-              "the 16k row: the shortfall is in the steps at large batches (hundreds of "
-              "sequences). NeMo RL runs "
-              "vLLM's engine core in-process (VLLM_ENABLE_V1_MULTIPROCESSING=0), so output "
-              "processing with logprobs=0 is in series with the GPU, with no published "
-              "per-request cost at vLLM 0.9.0. The refit rows price NeMo RL v0.3.0's "
-              "per-key gather calls, buckets and host moves at PCIe line rate; the "
-              "optimizer states' copies into pageable host memory (v.to('cpu')), gc and "
-              "empty_cache, the Megatron-to-HF conversion and Ray's metadata through the "
-              "driver have no published per-item cost (rl-refit.md). The published rest of "
-              "each step (2-4 s: the preps' timers among them) bounds the optimizer's "
-              "reload from pageable memory. The Qwen3-30B-A3B trainer runs what pretraining "
-              "runs (rl-moe-trainer.md); the 16k row's trainer layout beyond CP4 is not "
-              "published (the 70B recipe's is taken).")
+              "tokens, scale with the limit, not the mean. NeMo RL runs vLLM's engine core "
+              "in-process (VLLM_ENABLE_V1_MULTIPROCESSING=0), so the v0.3 scenarios price "
+              "the engine's scheduling and output processing in series with the GPU "
+              "(rl.rollout.host_overhead: vllm-inproc: 46 us per request a step, from "
+              "vLLM's published host shares, not fitted); what the 8B row still misses "
+              "sits in its steps at large batches. Refit: the optimizer states leave "
+              "through pageable host memory at a published 2.8 GB/s (sglang PR 32032, "
+              "module.to('cpu') on an H200 host; rl.train.offload_copy: pageable), which "
+              "brings the one-node 8B row within a few per cent; every GPU gathers the "
+              "model through its own TP, PP and EP groups (rl.weight_sync.gather: groups), "
+              "so the PP broadcast of the other stages crosses each GPU's NIC. The "
+              "multi-node rows still miss several seconds: per bucket a state_dict(), "
+              "named_modules() and the Megatron-to-HF conversion in Python, Ray's handles "
+              "through the driver, gc.collect and empty_cache, and vLLM's wake_up have no "
+              "published cost (rl-refit.md). The Qwen3-30B-A3B row's scenario keeps the "
+              "line-rate copies and vLLM's out-of-process host model (its owner's); its "
+              "trainer runs what pretraining runs (rl-moe-trainer.md); the 16k row's "
+              "trainer layout beyond CP4 is not published (the 70B recipe's is taken).")
     return 0
 
 
