@@ -46,13 +46,16 @@ attention data-parallel rank) steps, from published vLLM measurements on H100 ho
   / 256; 128 gives 0.1435 ms with it, +1 %).
 
 - in-process output processing (``vllm-inproc``): :data:`INPROC_OUTPUT_PER_REQUEST_S` x
-  ``B``, the scheduling cost scaled by the ratio of the two host shares vLLM's v0.6.0
-  blog measured on Llama-3-8B on one H100 ("vLLM v0.6.0: 2.7x Throughput Improvement
-  and 5x Latency Reduction", 2024-09-05: the API server's work 33 % of the time,
-  scheduling and input preparation 29 %, the GPU 38 %): 21.5 us x 33 / 29 = 24.5 us per
-  request. With the scheduling, 46 us per request in series, 11.7 ms at batch 256: inside
-  the 5-13 ms GPU bubble per decode step that vLLM measured with all its CPU work in
-  series (issue 6854).
+  ``B``: what asynchronous output processing took off the GPU's critical path. vLLM
+  measured "5-13ms of GPU bubble" per decode step with all its CPU work in series
+  (issue 6854: the sampled tokens' copy back, detokenization, pythonization, input
+  preparation, scheduling) and "about 5-6ms" at batch 256 once output processing ran
+  beside the GPU (issue 10634); the difference at the large-batch end, 13 - 5.5 =
+  7.5 ms at batch 256 (issue 6854 gives no batch size: its upper end is taken at 10634's
+  256, an assumption), is 29.3 us per request. With the scheduling, 50.8 us per request
+  in series, 13 ms at batch 256. Cross-check, not used: vLLM's v0.6.0 blog measured
+  Llama-3-8B on one H100 with the API server in the engine's process at 62 % CPU and
+  38 % GPU time (host 1.6 x the GPU's).
 
 Both engines get the same per-request costs (SGLang's are not published by batch size);
 an overlapped engine pays them only where they outlast the GPU. A prefill step counts its
@@ -73,9 +76,9 @@ SCHEDULE_PER_REQUEST_S = 5.5e-3 / 256
 #: 0.287 ms at batch 256 (0.142 ms at 128)
 OUTPUT_PER_REQUEST_S = 0.287e-3 / 256
 #: seconds of output processing per request per step in vLLM's in-process engine: the
-#: scheduling cost x 33 / 29, the API server's and the scheduler's shares of a step in the
-#: vLLM v0.6.0 blog (Llama-3-8B, one H100)
-INPROC_OUTPUT_PER_REQUEST_S = SCHEDULE_PER_REQUEST_S * 33 / 29
+#: GPU bubble with all CPU work in series (vllm-project/vllm issue 6854, "5-13ms", its
+#: upper end) less the scheduling side at batch 256 (issue 10634, 5.5 ms), over 256
+INPROC_OUTPUT_PER_REQUEST_S = (13e-3 - 5.5e-3) / 256
 
 
 @dataclass(frozen=True)
