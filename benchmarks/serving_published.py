@@ -246,31 +246,102 @@ def _sglang(steps: int) -> None:
     print()
 
 
+def _priced_parts(name: str, overrides: list[str]) -> dict[str, float]:
+    """Rank 0's compute kernels as priced (seconds summed over its program): the FP8
+    GEMMs (DeepGEMM's, :func:`moesim.compute.pinned_sms.is_pinned`), the other GEMMs,
+    the attention core and every other kernel, and the part that runs pinned."""
+    from moesim.compute.pinned_sms import is_pinned
+    from moesim.serve.program import ServeBuilder
+    from moesim.serve.run import resolve_serve
+    res, cfg = resolve_serve(name, overrides)
+    sb = ServeBuilder(res, cfg)
+    model, prec = sb.builder.timer.model, res.scenario.compute.precision
+    out = dict.fromkeys(("fp8_gemm", "other_gemm", "attention", "other", "pinned"), 0.0)
+    for op in sb.rank_program(0):
+        out["pinned"] += op.pinned_s
+        for k in op.kernels if op.is_compute else ():
+            c = ("fp8_gemm" if is_pinned(k, prec) else "other_gemm"
+                 if k.kind in ("gemm", "grouped_gemm") else "attention"
+                 if k.kind.startswith("attn") else "other")
+            out[c] += model.time_s(k)
+    return out
+
+
 def _sglang_prefill() -> None:
     """SGLang's large-scale-EP prefill on H100 (LMSYS blog, 2025-05-05)."""
     print("## Prefill: deepseek-v3-prefill-sglang (SGLang on H100, EP32, 4 x 4K prompts "
           "per GPU), fast engine")
     print()
-    ttft, s, res, cfg = _mean_step("deepseek-v3-prefill-sglang", ["engine.mode=fast"], 1)
-    nodes = res.layout.world // res.scenario.gpus_per_node
-    per_node = cfg.batch_per_gpu * cfg.prompt * res.layout.world / ttft / nodes
-    print("| quantity | simulated | published | error |")
-    print("|---|---|---|---|")
-    for label, pub in (("input tokens/s per node, \"SGLang (Default)\"",
-                        SGLANG_PREFILL_TOKENS_PER_S_PER_NODE),
-                       ("input tokens/s per node, \"Simulated Perfect EPLB\"",
-                        SGLANG_PREFILL_PERFECT_EPLB_PER_NODE)):
-        print(f"| {label} | {per_node:,.0f} | {pub:,} | {(per_node / pub - 1) * 100:+.1f} % |")
-    lo, hi = SGLANG_TTFT_S
-    print(f"| TTFT (the batch's step) | {ttft:.3f} s | {lo:.0f}-{hi:.0f} s (blog, \"Limitations\", "
-          "whole deployment) | |")
+    name = "deepseek-v3-prefill-sglang"
+    runs = []
+    for label, ov in (("GEMMs on the SMs DeepEP leaves (the scenario)", []),
+                      ("`serve.gemm_sms=all`", ["serve.gemm_sms=all"])):
+        ttft, s, res, cfg = _mean_step(name, ["engine.mode=fast", *ov], 1)
+        runs.append((label, ov, ttft, s, res, cfg))
+    print("| run | quantity | simulated | published | error |")
+    print("|---|---|---|---|---|")
+    for label, _, ttft, _, res, cfg in runs:
+        nodes = res.layout.world // res.scenario.gpus_per_node
+        per_node = cfg.batch_per_gpu * cfg.prompt * res.layout.world / ttft / nodes
+        for what, pub in (("input tokens/s per node, \"SGLang (Default)\"",
+                           SGLANG_PREFILL_TOKENS_PER_S_PER_NODE),
+                          ("input tokens/s per node, \"Simulated Perfect EPLB\"",
+                           SGLANG_PREFILL_PERFECT_EPLB_PER_NODE)):
+            print(f"| {label} | {what} | {per_node:,.0f} | {pub:,} | "
+                  f"{(per_node / pub - 1) * 100:+.1f} % |")
+        lo, hi = SGLANG_TTFT_S
+        print(f"| {label} | TTFT (the batch's step) | {ttft:.3f} s | {lo:.0f}-{hi:.0f} s "
+              "(blog, \"Limitations\", whole deployment) | |")
     print()
+    print("The step's parts, rank 0 (ms): the kernels as priced (FP8 GEMMs: DeepGEMM's, on "
+          "112 SMs with `left_by_ep`), the slowdown of the rest while DeepEP's kernels "
+          "hold 20 SMs (the engine's compute less the priced kernels), and the exposed "
+          "all-to-all:")
+    print()
+    print("| run | FP8 GEMMs | other GEMMs | attention core | other kernels | SM-share "
+          "slowdown | compute | exposed all-to-all | stall | step |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
+    under = 0.0
+    for label, ov, ttft, s, res, _ in runs:
+        p = _priced_parts(name, ov)
+        b = s["per_rank"][0]["breakdown_s"]
+        priced = p["fp8_gemm"] + p["other_gemm"] + p["attention"] + p["other"]
+        if ov:      # gemm_sms=all: the share of the compute under an all-to-all
+            sms = res.device.sms
+            held = res.scenario.parallel.ep_backend.held_sms(res.scenario.overlap.nccl_sms)
+            under = (b["compute"] - priced) / (priced * held / (sms - held))
+        print(f"| {label} | {p['fp8_gemm'] * 1e3:.1f} | {p['other_gemm'] * 1e3:.1f} | "
+              f"{p['attention'] * 1e3:.1f} | {p['other'] * 1e3:.1f} | "
+              f"{(b['compute'] - priced) * 1e3:.1f} | {b['compute'] * 1e3:.1f} | "
+              f"{(b['ep_dispatch'] + b['ep_combine']) * 1e3:.1f} | "
+              f"{b.get('stall', 0.0) * 1e3:.1f} | {ttft * 1e3:.1f} |")
+    print()
+    s = runs[0][3]
     m = s["memory"]
-    print(f"Step {ttft:.3f} s; its parts (mean over ranks): {_parts(s)}; tokens per expert, "
-          f"max/mean over the layers' experts: {s['experts']['max_over_mean_max']:.2f}; "
-          f"memory: weights {m['weights_bytes'] / 1e9:.2f} GB, free "
-          f"{m['free_bytes'] / 1e9:.2f} GB, largest batch {m['largest_batch_per_gpu']} "
-          "prompts per GPU.")
+    print(f"The scenario's step, its parts (mean over ranks): {_parts(s)}; tokens per "
+          f"expert, max/mean over the layers' experts: "
+          f"{s['experts']['max_over_mean_max']:.2f}; memory: weights "
+          f"{m['weights_bytes'] / 1e9:.2f} GB, free {m['free_bytes'] / 1e9:.2f} GB, largest "
+          f"batch {m['largest_batch_per_gpu']} prompts per GPU.")
+    print()
+    print("GEMMs on the SMs DeepEP leaves: SGLang's prefill TBO runs every DeepGEMM GEMM of "
+          "the forward on the device's SMs less DeepEP's, for the whole forward "
+          "(sgl-project/sglang, python/sglang/srt/two_batch_overlap.py `_model_forward_tbo`, "
+          "commit bd2b1925: `configure_deep_gemm_num_sms(operations_strategy."
+          "deep_gemm_num_sms)`; operations_strategy.py `_compute_moe_deepseek_blog_prefill`, "
+          "commit 1e90555b: `total_num_sms - DeepEPConfig.get_instance().num_sms`, DeepEP's "
+          "`Buffer.num_sms` = 20 unless configured: 112 of H100's 132). The scenario sets "
+          "`serve.gemm_sms: left_by_ep`: the FP8 GEMMs are priced by wave quantisation on "
+          "112 SMs and not slowed again while an all-to-all is in flight; the other kernels "
+          "still run at 112/132 of their rate while DeepEP holds its SMs. Before, every "
+          "kernel ran on 132 SMs and all of them slowed only while an all-to-all was in "
+          f"flight. With `all`, the slowdown is {under * 100:.0f} % of what the whole step's "
+          "compute would lose on 112 SMs: an all-to-all is in flight for that share of "
+          "the compute, so pinning the GEMMs for the whole step adds what they lose in "
+          "the rest, less what their waves keep (a GEMM of few tiles loses nothing). The decode strategy "
+          "(`_compute_moe_deepseek_blog_decode`) sets `deep_gemm_num_sms=None` (all SMs), "
+          "and DeepEP's low-latency kernels hold none while data moves: "
+          "deepseek-v3-decode-sglang keeps `gemm_sms: all`.")
     print()
     print("Why it differs: routing here is balanced (uniform), which is the blog's "
           "\"Simulated Perfect EPLB\" (\"random expert selection following group-limited "
@@ -279,21 +350,10 @@ def _sglang_prefill() -> None:
           "The blog finds its communication kernels \"slower than unit test results\" under "
           "TBO and its TBO kernels slower than no-TBO ones at the same kernel batch (\"reduced "
           "streaming multiprocessors (SMs) with TBO, potential noisy neighbor effects\"); "
-          "moesim prices kernels from the "
-          "device's roofline and overlaps whole segments without contention. Not published: "
-          "the number of redundant experts in prefill, dispatch precision, NIC speed, and "
-          "the TTFT of this run (the 2-5 s is the whole deployment's).")
-    print()
-    print("Not modelled yet, found in SGLang's source: its prefill TBO runs every DeepGEMM "
-          "GEMM of the forward on the SMs DeepEP leaves, for the whole forward "
-          "(sgl-project/sglang, python/sglang/srt/two_batch_overlap.py `_model_forward_tbo`: "
-          "`configure_deep_gemm_num_sms(operations_strategy.deep_gemm_num_sms)`; "
-          "operations_strategy.py `_compute_moe_deepseek_blog_prefill`: the device's SMs "
-          "less DeepEP's `num_sms`, `Buffer.num_sms` = 20 unless configured: 112 of H100's "
-          "132), where moesim slows compute by DeepEP's SM share only while a normal-mode "
-          "all-to-all is in flight. A compute-bound GEMM on 112 SMs takes up to "
-          "132/112 = 1.18x as long; pricing it needs the GEMMs apart from the other "
-          "kernels of an op in the engines' SM-share rule, which this page does not do.")
+          "moesim prices kernels from the device's published rates and overlaps whole "
+          "segments with no contention but the SMs DeepEP holds. Not published: the number "
+          "of redundant experts in prefill, dispatch precision, NIC speed, and the TTFT of "
+          "this run (the 2-5 s is the whole deployment's).")
     print()
 
 
