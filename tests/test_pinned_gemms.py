@@ -177,3 +177,28 @@ def test_bad_choice_is_one_line(tmp_path, capsys):
     assert main(["serve", _scenario(tmp_path), "--set", "serve.gemm_sms=half"]) == 2
     err = capsys.readouterr().err.strip()
     assert "\n" not in err and "serve.gemm_sms" in err
+
+
+# ------------------------------------------------------------ one GEMM, end to end
+# The GEMM of 99 tiles (1,408 x 1,152): 1 ms on all 100 SMs, 2 ms pinned to the 80 a
+# communication kernel leaves (one wave -> two). As an op: 2 ms, all of it pinned.
+
+def test_one_gemm_of_known_tiles_on_both_engines():
+    pm = PinnedGemms(OneMs(), 80, 100, "fp8")
+    k = (gemm(1408, 1152),)
+    o = op(sum(pm.time_s(x) for x in k), pm.pinned_s(k))
+    assert (o.duration_s, o.pinned_s) == pytest.approx((2e-3, 2e-3))
+    # exact engine: with a concurrent 10 ms send holding 20 SMs, and without one: 2 ms
+    with_a2a = compute_span(run([[send(20), o], RECV]))
+    alone = compute_span(run([[o], []]))
+    assert with_a2a.end_s - with_a2a.start_s == pytest.approx(2e-3, rel=1e-12)
+    assert alone.end_s - alone.start_s == pytest.approx(2e-3, rel=1e-12)
+    # fast engine: the same, with and without the all-to-all in flight
+    for ep_free in (0.010, 0.0):
+        got = chain(ep_free)._rate(0, np.array([o.duration_s]), np.array([o.pinned_s]))
+        assert got[0] == pytest.approx(2e-3, rel=1e-12)
+    # unpinned (gemm_sms: all): 1 ms on 100 SMs alone, 1.25 ms under the send in both
+    u = op(OneMs().time_s(k[0]), 0.0)
+    c = compute_span(run([[send(20), u], RECV]))
+    assert c.end_s - c.start_s == pytest.approx(1e-3 * 100 / 80, rel=1e-12)
+    assert chain(0.010)._rate(0, np.array([1e-3]), None)[0] == pytest.approx(1.25e-3)
