@@ -35,16 +35,21 @@ NOTES = (
      "beside DeepEP (2 waves on the 112 SMs left); not modelled: moesim scales by 132/112"),
     (r"ln_fwd_kernel", "flash-attention ln_fwd with the residual (no add kernel in the "
      "profile), 112 B in flight/thread: bandwidth-bound; ~105 us alone, ~125 beside DeepEP"),
-    (r"gatherTopK", "torch.topk, one block per token: 66-79 us for 4 MB; moesim's "
-     "router_topk prices its bytes (6 us): radix-select passes, not bytes"),
+    (r"gatherTopK", "torch.topk, one block of 256 per token, 5 per SM: 7 waves of 16 "
+     "radix passes, each ending in barriers; moesim prices its bytes (6 us): not modelled"),
     (r"get_fused_mapping|clean_and_count", "4 blocks: 9-15 us at 4 SMs' occupancy-limited "
      "rate; 62-194 us measured: not bandwidth (source not public)"),
     (r"swiglu_forward_backward", "4 experts in one launch, 2.0 TB/s on 112 SMs; "
      "Megatron's fused rows 0.5 TB/s (fused: 4 x 332 us)"),
-    (r"swiglu_weight_backward", "the routing weights' gradient: no moesim kernel"),
-    (r"batched_transpose", "FP8 transposes: in F here, in B in moesim"),
-    (r"_copy_tensor_kernel", "moesim's 336 MB would need 3.3 TB/s: bytes overcounted"),
-    (r"rotary_kernel", "2 launches (q, k) of 64 us; moesim one of 135 MB"),
+    (r"swiglu_weight_backward", "the routing weights' gradient: expert_act_weight_bwd "
+     "under deepseek (FP8 input + BF16 gradient read)"),
+    (r"batched_transpose", "FP8 weight transposes; F: the 4 experts' (7168 tiles of "
+     "128x128), moved to F under deepseek; B: attention's 5, shared expert's 2"),
+    (r"utils::transpose", "the FP8 scales transposed after a per-token cast: "
+     "scale_transpose under deepseek"),
+    (r"_copy_tensor_kernel", "Triton, 1 program of 128 per token, 31 %: moesim's 336 MB "
+     "would need 3.3 TB/s; what it copies is not public: not changed"),
+    (r"rotary_kernel", "q (grid x heads) and k launches; deepseek: 2 launches of 135 MB"),
     (r"reduce_fused", "unpermute (F) / permute_bwd (B): 75 % occupancy"),
     (r"expand_to_fused", "permute (F) / the FP8 gradient dispatch (B): 100 %"),
     (r"cast_back", "42 % occupancy (112 or 896 blocks)"),

@@ -27,6 +27,8 @@ them): a kernel that DeepSeek's training code runs as a kernel of its own
 (:data:`moesim.compute.occupancy.DEEPSEEK`) moves its bytes at the streaming rate its
 occupancy and block count allow (:func:`moesim.compute.occupancy.rate_gbps`,
 gpu-benches' bandwidth by occupancy); every other kernel is priced as under ``fused``.
+Under it the inventory also lists the kernels where and as DeepSeek launches them
+(:mod:`moesim.model.kernels.deepseek`).
 
 Tables: ``moesim/data/kernels/liger.yaml`` (docs/kernels.md "Memory-bound kernels by
 kind and size"). A table may instead give one ``gbps`` for every size (e.g. a rate

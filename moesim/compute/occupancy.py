@@ -93,6 +93,9 @@ DEEPSEEK = {
     # DeepSeek's own kernels (source not public): gpu-stream's 8 B per thread
     # cuda::swiglu_forward_backward_with_weight_impl, grid ~17,000 x 128 (77 registers)
     "expert_act_bwd": Launch("cuda::swiglu_forward_backward_with_weight_impl", 38.0),
+    # cuda::swiglu_weight_backward_with_weight_impl, grid 53,000-64,000 x 128 (the routing
+    # weights' gradient, moesim.model.kernels.deepseek)
+    "expert_act_weight_bwd": Launch("cuda::swiglu_weight_backward_with_weight_impl", 75.0),
     # cuda::swiglu_backward, grid 112 x 1024
     "shared_act_bwd": Launch("cuda::swiglu_backward", 42.0),
     # cuda::reduce_fused_impl, grid ~30,000 x 128 (F: unpermute; B: the permutation's

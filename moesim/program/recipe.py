@@ -25,6 +25,7 @@ from dataclasses import replace
 
 from moesim.compute.base import Kernel, fused_launches
 from moesim.model import costs, mtp, window
+from moesim.model.kernels.deepseek import launches
 from moesim.model.kernels.fusion import fuse
 from moesim.model.spec import ModelSpec
 from moesim.program.cuda_graphs import maybe
@@ -38,7 +39,7 @@ __all__ = ["attn", "attn_op", "attn_w", "backward_part", "decode_attn", "dense_f
 
 def with_fusion(spec: ModelSpec, kernels: list[Kernel]) -> list[Kernel]:
     """One op's ``kernels`` with the scenario's fusions (``spec.fusion``) applied."""
-    return fuse(kernels, getattr(spec, "fusion", ()))
+    return fuse(launches(spec, kernels), getattr(spec, "fusion", ()))
 
 
 def backward_part(kernels: list[Kernel], part: str) -> list[Kernel]:

@@ -27,7 +27,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from moesim.compute.base import Kernel
-from moesim.model.kernels import reference
+from moesim.model.kernels import deepseek, reference
 from moesim.model.kernels.linear import CAST_TOKEN, cast_bytes, linear
 from moesim.model.kernels.make import ACT_BYTES, FP8_ACT, FP32_BYTES, mem
 from moesim.model.spec import ModelSpec
@@ -51,7 +51,8 @@ def router_kernels(spec: ModelSpec, tokens: int, phase: str = "fwd",
               mem("router_topk", logits + t * k * (FP32_BYTES + INDEX_BYTES), "fwd", "router",
                   flops=float(t * e)),
               mem("router_aux_stats", t * k * INDEX_BYTES + logits + FP32_BYTES * e, "fwd",
-                  "router", flops=float(t * e))]
+                  "router", flops=float(t * e)),
+              *deepseek.router_ops(spec)]   # DeepSeek's small eager kernels, where listed
         if fp8:
             ks.append(mem(CAST_TOKEN, cast_bytes(t, h), "fwd", "cast"))
         return ks
@@ -123,10 +124,14 @@ def ffn_kernels(spec: ModelSpec, tokens: int, width: int, prefix: str, phase: st
     fc1 = linear(name, t, up_n, h, phase, fp8, kind=kind, cast_input=cast_input)
     act = activation(prefix, t, width, spec.gated, phase, fp8, fused_cast)
     if prefix == "expert":     # the SwiGLU input's FP8 cache, where listed (reference.py)
-        act = [*reference.swiglu_cache(spec, t, up_n, phase, fp8), *act]
+        act = [*reference.swiglu_cache(spec, t, up_n, phase, fp8), *act,
+               *deepseek.routing_weight_grad(spec, t, up_n, width, phase, fp8)]
     fc2 = linear(name, t, h, width, phase, fp8, kind=kind,
                  cast_input=cast_input and not fused_cast)
-    return [*fc1, *act, *fc2] if phase == "fwd" else [*fc2, *act, *fc1]
+    ks = [*fc1, *act, *fc2] if phase == "fwd" else [*fc2, *act, *fc1]
+    if prefix == "expert":     # DeepSeek transposes the experts' FP8 weights in the forward
+        ks = deepseek.expert_weight_transposes(spec, (up_n, h), (h, width), phase, fp8, ks)
+    return ks
 
 
 def expert_kernels(spec: ModelSpec, tokens: int, phase: str = "fwd", fp8: bool = False,

@@ -43,6 +43,9 @@ ROUTING_MAP = "routing_map"
 FP8_ACT_CACHE = "fp8_act_cache"
 FP8_GRAD_DISPATCH = "fp8_grad_dispatch"
 NAMES = (ROUTING_MAP, FP8_ACT_CACHE, FP8_GRAD_DISPATCH)
+#: ``compute.memory_kernels: deepseek`` only: the kernels as DeepSeek's training code
+#: launches them (moesim.model.kernels.deepseek), listed after the entries above
+DEEPSEEK_LAUNCHES = "deepseek_launches"
 INDEX_BYTES, ROW_BYTES, COUNT_BYTES = 8, 4, 4     # int64 top-k index, int32 row, int32 count
 CACHE_CAST, CAST_BACK, ATTN_CAST_BACK = ("swiglu_input_cast_to_fp8", "cast_back",
                                          "per_token_cast_back_special_fmt")
@@ -50,13 +53,15 @@ CACHE_CAST, CAST_BACK, ATTN_CAST_BACK = ("swiglu_input_cast_to_fp8", "cast_back"
 
 def for_scenario(memory_kernels: str, precision: str, activation_dtype: str,
                  dispatch_dtype: str) -> tuple[str, ...]:
-    """The entries a scenario's inventory lists: none under ``stream``."""
+    """The entries a scenario's inventory lists: none under ``stream``; under
+    ``deepseek`` also :data:`DEEPSEEK_LAUNCHES`."""
     if memory_kernels == "stream":
         return ()
     fp8 = precision == "fp8"
     return tuple(n for n, on in ((ROUTING_MAP, True),
                                  (FP8_ACT_CACHE, fp8 and activation_dtype == "fp8"),
-                                 (FP8_GRAD_DISPATCH, fp8 and dispatch_dtype == "fp8")) if on)
+                                 (FP8_GRAD_DISPATCH, fp8 and dispatch_dtype == "fp8"),
+                                 (DEEPSEEK_LAUNCHES, memory_kernels == "deepseek")) if on)
 
 
 def on(spec, name: str) -> bool:
@@ -103,5 +108,5 @@ def fp8_grad_unpermute(spec, assignments: int, out_tokens: int) -> list[Kernel] 
             mem("unpermute_bwd", expand, "dgrad", "permute")]
 
 
-__all__ = ["NAMES", "attention_cast_back", "for_scenario", "fp8_grad_unpermute",
+__all__ = ["DEEPSEEK_LAUNCHES", "NAMES", "attention_cast_back", "for_scenario", "fp8_grad_unpermute",
            "on", "routing_map", "swiglu_cache"]
