@@ -60,8 +60,8 @@ CAUSES = {
              "wake_up (cuMemCreate/cuMemMap of the weights and the KV cache)",
     "generation": "vLLM 0.9.0's decode steps: the in-process engine's scheduling and "
                   "output processing are priced in series (vllm-inproc, from vLLM's "
-                  "published host shares); vLLM 0.9.0's own per-request costs are not "
-                  "published",
+                  "published GPU bubbles per decode step); vLLM 0.9.0's own per-request "
+                  "costs are not published",
     "get logprobs": "the forward passes' layer times (the reference's weight swap is "
                     "priced)",
 }
@@ -200,8 +200,8 @@ def main(argv: list[str] | None = None) -> int:
               "tokens, scale with the limit, not the mean. NeMo RL runs vLLM's engine core "
               "in-process (VLLM_ENABLE_V1_MULTIPROCESSING=0), so the v0.3 scenarios price "
               "the engine's scheduling and output processing in series with the GPU "
-              "(rl.rollout.host_overhead: vllm-inproc: 46 us per request a step, from "
-              "vLLM's published host shares, not fitted); what the 8B row still misses "
+              "(rl.rollout.host_overhead: vllm-inproc: 51 us per request a step, from "
+              "vLLM's published GPU bubbles per decode step, not fitted); what the 8B row still misses "
               "sits in its steps at large batches. Refit: the optimizer states leave "
               "through pageable host memory at a published 2.8 GB/s (sglang PR 32032, "
               "module.to('cpu') on an H200 host; rl.train.offload_copy: pageable), which "
