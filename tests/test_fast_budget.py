@@ -8,9 +8,14 @@ import moesim.engine.fast.engine as fast_engine
 import moesim.engine.fast.network as fast_network
 from moesim.wiring import simulate
 
+#: deepseek-v3-2048 ships DeepSeek's MTP module and its first/last stage split; the
+#: cuts below take them off (a pp 2 cut of a few layers cannot hold that split).
+NO_MTP = ("model.mtp_layers=0", "parallel.decoder_first_pipeline_num_layers=null",
+          "parallel.decoder_last_pipeline_num_layers=null")
+
 # deepseek-v3-2048 cut to 32 GPUs: PP2, EP16 over two nodes per stage, 4 MoE layers,
 # 4 micro-batches, NCCL direct all-to-alls, 1F1B
-CASE = ["cluster.nodes=4", "parallel.pp=2", "parallel.ep=16", "routing.max_nodes=null",
+CASE = [*NO_MTP, "cluster.nodes=4", "parallel.pp=2", "parallel.ep=16", "routing.max_nodes=null",
         "parallel.ep_backend.kind=nccl", "schedule.kind=1f1b", "overlap.kind=none",
         "overlap.ep_comm_overlap=false", "model.layers=4", "model.first_dense_layers=0",
         "schedule.microbatches=4", "engine.mode=fast"]

@@ -15,14 +15,19 @@ from moesim.engine.fast.stash import RecordStash
 from moesim.gating.sampling import sample_counts_fast
 from moesim.wiring import resolve_path
 
+#: deepseek-v3-2048 ships DeepSeek's MTP module and its first/last stage split; the
+#: cuts below take them off (a pp 2 cut of a few layers cannot hold that split).
+NO_MTP = ("model.mtp_layers=0", "parallel.decoder_first_pipeline_num_layers=null",
+          "parallel.decoder_last_pipeline_num_layers=null")
+
 # 32 H800 (4 nodes), DualPipe PP2, EP8 in a node (timed in closed form, so its records
 # are stashed), DeepEP as shipped
-SMALL = ["cluster.nodes=4", "parallel.pp=2", "parallel.ep=8", "model.layers=3",
+SMALL = [*NO_MTP, "cluster.nodes=4", "parallel.pp=2", "parallel.ep=8", "model.layers=3",
          "model.first_dense_layers=1", "schedule.microbatches=4", "routing.max_nodes=null"]
 
 
 def _topo():
-    res = resolve_path("deepseek-v3-2048", ["cluster.nodes=16", "parallel.pp=2"])
+    res = resolve_path("deepseek-v3-2048", [*NO_MTP, "cluster.nodes=16", "parallel.pp=2"])
     topo = res.topology
     gpus = list(topo.gpus)
     return topo, gpus, [topo.host_of(g) for g in gpus]
