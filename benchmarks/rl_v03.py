@@ -211,9 +211,8 @@ def main(argv: list[str] | None = None) -> int:
               "multi-node rows still miss several seconds: per bucket a state_dict(), "
               "named_modules() and the Megatron-to-HF conversion in Python, Ray's handles "
               "through the driver, gc.collect and empty_cache, and vLLM's wake_up have no "
-              "published cost (rl-refit.md). The Qwen3-30B-A3B row's scenario keeps the "
-              "line-rate copies and vLLM's out-of-process host model (its owner's); its "
-              "trainer runs what pretraining runs (rl-moe-trainer.md); the 16k row's "
+              "published cost (rl-refit.md). The Qwen3-30B-A3B row's trainer runs what "
+              "pretraining runs (rl-moe-trainer.md); the 16k row's "
               "trainer layout beyond CP4 is not published (the 70B recipe's is taken).")
     return 0
 
