@@ -28,18 +28,18 @@ import time
 from bench_deepseek import PUBLISHED_STEP_S as PUBLISHED_S  # report §1, §4.2 (this folder)
 
 SCENARIO = "scenarios/deepseek-v3-2048.yaml"
-#: DeepSeek-V3 as trained beyond the shipped scenario (issue 38): one MTP module (report
-#: §2.2; depth D = 1, §4.2) on the last stage, and DualPipe's 16 stages split 3 | 4 x 14 |
-#: 2 (+ MTP): the 14 middle stages hold 4 layers each, as the profile's chunks do
+#: DeepSeek-V3 as trained, as the scenario ships it: one MTP module (report §2.2; depth
+#: D = 1, §4.2) on the last stage, and DualPipe's 16 stages split 3 | 4 x 14 | 2 (+ MTP):
+#: the 14 middle stages hold 4 layers each, as the profile's chunks do
 #: (deepseek-ai/profile-data README), the 5 left on the two ends that rank 0 and rank 15
 #: both hold (stage 0 with the embedding, stage 15 with the MTP module and both heads).
 #: DeepSeek's partition is unpublished; this one makes ranks 1..14 hold 8 layers each.
-AS_TRAINED = ["model.mtp_layers=1", "parallel.decoder_first_pipeline_num_layers=3",
-              "parallel.decoder_last_pipeline_num_layers=2"]
+EVEN_SPLIT = ["parallel.decoder_first_pipeline_num_layers=null",
+              "parallel.decoder_last_pipeline_num_layers=null"]
 SETTINGS = [
-    ("MTP depth 1, stages 3 + 4 x 14 + 2 (ranks 1-14 hold 8 layers)", AS_TRAINED),
-    ("MTP depth 1, moesim's even split 3 + 4 x 13 + 3 + 3", ["model.mtp_layers=1"]),
-    ("as shipped (DualPipe, DeepEP, 20 SMs; no MTP)", []),
+    ("as shipped: MTP depth 1, stages 3 + 4 x 14 + 2 (ranks 1-14 hold 8 layers)", []),
+    ("MTP depth 1, moesim's even split 3 + 4 x 13 + 3 + 3", EVEN_SPLIT),
+    ("no MTP, even split (`model.mtp_layers=0`)", ["model.mtp_layers=0", *EVEN_SPLIT]),
     ("`parallel.ep_backend.sms=24`", ["parallel.ep_backend.sms=24"]),
     ("`overlap.kind=none` (DualPipe order, no F&B interleaving)", ["overlap.kind=none"]),
     ("`parallel.ep_backend.kind=nccl` (DualPipe, NCCL all-to-all)",

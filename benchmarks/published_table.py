@@ -124,9 +124,10 @@ def figures(profile: str | None) -> list[dict]:
     d = run("deepseek-v3-2048")
     if d is not None:
         b = d["breakdown_s"]
-        out.append({"figure": "DeepSeek-V3, 2048 H800: step", "unit": "s",
+        out.append({"figure": "DeepSeek-V3, 2048 H800: step (MTP D = 1; stages 3 + 4 x 14 + 2, "
+                    "moesim's split)", "unit": "s",
                     "published": PUBLISHED_STEP_S, "moesim": d["step_time_s"],
-                    "source": "DeepSeek-V3 report §1, §4.2",
+                    "source": "DeepSeek-V3 report §1, §2.2, §4.2",
                     "parts": {"compute": b["compute"], "ep_dispatch+combine":
                               b["ep_dispatch"] + b["ep_combine"], "bubble": b["bubble"],
                               "stall": b["stall"]}})
