@@ -32,13 +32,13 @@ SMALL_US = 10.0
 #: kernels")
 NOTES = (
     (r"ln_bwd_kernel", "flash-attention ln_bwd, grid 132 (1 CTA/SM): ~98 us alone, ~182 "
-     "beside DeepEP (2 waves on the 112 SMs left); not modelled: moesim scales by 132/112"),
+     "beside DeepEP (2 waves on the 112 SMs left); deepseek counts the waves (sm_share)"),
     (r"ln_fwd_kernel", "flash-attention ln_fwd with the residual (no add kernel in the "
      "profile), 112 B in flight/thread: bandwidth-bound; ~105 us alone, ~125 beside DeepEP"),
     (r"gatherTopK", "torch.topk, one block of 256 per token, 5 per SM: 7 waves of 16 "
      "radix passes, each ending in barriers; moesim prices its bytes (6 us): not modelled"),
     (r"get_fused_mapping|clean_and_count", "4 blocks: 9-15 us at 4 SMs' occupancy-limited "
-     "rate; 62-194 us measured: not bandwidth (source not public)"),
+     "rate; 62-194 us measured: not bandwidth (source not public: not modelled)"),
     (r"swiglu_forward_backward", "4 experts in one launch, 2.0 TB/s on 112 SMs; "
      "Megatron's fused rows 0.5 TB/s (fused: 4 x 332 us)"),
     (r"swiglu_weight_backward", "the routing weights' gradient: expert_act_weight_bwd "

@@ -126,3 +126,33 @@ def test_batched_transpose_is_elementwise_on_both_sides():
     # transpose has kclass cast, and compares under elementwise too
     assert simulated_class(kernel("batched_transpose", 1e6, kclass="cast")) == "elementwise"
     assert simulated_class(kernel("per_token_cast_to_fp8", 1e6, kclass="cast")) == "cast"
+
+
+def test_waves_on_the_sms_deepep_leaves_by_hand(tmp_path):
+    """On 112 of the 132 SMs (DeepEP holds 20), 3,000 GB/s stream:
+    - ln_bwd (grid 132, one block per SM, 13 % · 32 B / 8 B = 52 %: 2,308.806 GB/s on
+      132): 112 blocks move 112/132 of the bytes at 112/132 of that rate, then 20 blocks
+      the other 20/132 at 20/132 of it: twice the time (not 132/112);
+    - ln_fwd (grid 396 = 132 x 3, 3 per SM at 19 %, 112 B: each block 88.667 % of
+      gpu-stream's occupancy): on 132 SMs the stream rate, 3,000 GB/s; on 112, 336
+      blocks at min(3000, 112 · 3165 / 132 = 2,685.45) then 60 blocks one per SM at
+      60 · curve(88.667) / 132 = 60 · (3042 + 37 · 1.1667 / 3.1) / 132 = 1,389.06 GB/s:
+      3000 · (336/396 / 2685.45 + 60/396 / 1389.06) = 1.27510 times;
+    - cast_back (grid 112, one per SM) loses nothing: 1;
+    - under fused the S / sms rule: 132 / 112."""
+    from moesim.compute.occupancy import wave_ratio
+    from moesim.compute.sm_share import OnSms
+    assert wave_ratio(DEEPSEEK["norm_bwd"], 112, 132, 3000) == 2.0
+    assert math.isclose(wave_ratio(DEEPSEEK["norm"], 112, 132, 3000), 1.27510, rel_tol=1e-5)
+    assert wave_ratio(DEEPSEEK["cast_back"], 112, 132, 3000) == 1.0
+    assert wave_ratio(DEEPSEEK["expert_act_bwd"], 112, 132, 3000) is None  # per SM unknown
+    ds, fused = model(tmp_path, "deepseek"), model(tmp_path, "fused")
+    k = kernel("norm_bwd", 1e8, pass_="dgrad")
+    assert math.isclose(OnSms(ds, 112).time_s(k), 2 * ds.time_s(k), rel_tol=1e-12)
+    assert math.isclose(OnSms(fused, 112).time_s(k), fused.time_s(k) * 132 / 112,
+                        rel_tol=1e-12)
+    back = kernel("cast_back", 1e8, kclass="cast", pass_="dgrad")
+    assert math.isclose(OnSms(ds, 112).time_s(back), ds.time_s(back), rel_tol=1e-12)
+    # on its 112 blocks, alone as beside DeepEP: 112 · curve(42 %) / 132
+    assert math.isclose(ds.time_s(back), 1e8 / (112 * curve_gbps(42.0) / 132 * 1e9),
+                        rel_tol=1e-12)

@@ -25,7 +25,11 @@ FP8 = 1 + 4 / 128
 
 def test_which_scenarios_list_them():
     assert R.for_scenario("stream", "fp8", "fp8", "fp8") == ()
-    assert R.for_scenario("fused", "fp8", "fp8", "fp8") == R.NAMES
+    three = (R.ROUTING_MAP, R.FP8_ACT_CACHE, R.FP8_GRAD_DISPATCH)
+    assert R.for_scenario("fused", "fp8", "fp8", "fp8") == three
+    assert R.for_scenario("fused", "fp8", "fp8", "fp8", True) == R.NAMES
+    # Megatron's sort is not DeepSeek's code
+    assert R.SORT_CHUNKS not in R.for_scenario("deepseek", "fp8", "fp8", "fp8", True)
     assert R.for_scenario("liger", "bf16", "bf16", "bf16") == (R.ROUTING_MAP,)
     assert R.for_scenario("eager", "fp8", "bf16", "fp8") == (R.ROUTING_MAP,
                                                               R.FP8_GRAD_DISPATCH)
@@ -50,7 +54,8 @@ def test_stream_lists_none_of_them():
 def test_the_pairs_kernels_by_hand():
     f, b = _kernels("fused", "fwd"), _kernels("fused", "dgrad")
     res = resolve(load_scenario(PAIR, ["compute.memory_kernels=fused"]))
-    assert res.model.reference_kernels == R.NAMES
+    assert res.model.reference_kernels == (R.ROUTING_MAP, R.FP8_ACT_CACHE,
+                                           R.FP8_GRAD_DISPATCH)   # DeepEP: no sort
     t, h, e = 4096, 7168, 256
     a = t * 8                                     # the rank's token copies (top-8)
     (gm,), (cc,) = f["get_fused_mapping"], f["clean_and_count_expert"]
@@ -70,3 +75,27 @@ def test_the_pairs_kernels_by_hand():
     assert ub.bytes == pytest.approx(FP8 * (t + a) * h + 4 * a, rel=1e-12)
     stream_ub = _kernels("stream", "dgrad")["unpermute_bwd"][0]
     assert stream_ub.bytes == 2 * (t * h + 2 * a * h) + 2 * 4 * a
+
+
+def test_megatrons_sort_chunks_by_hand():
+    """Megatron's all-to-all dispatcher (NCCL) with 4 local experts (EP64 of 256): the
+    4,096 · 8 = 32,768 rows the rank sends (and, balanced, receives) sorted with their
+    FP32 probs after the dispatch, 32,768 · 2 · (2 · 7168 + 4) = 939,786,240 B, and
+    unsorted before the combine without them, 32,768 · 2 · 2 · 7168 = 939,524,096 B;
+    the backward moves the same bytes; none under stream, deepseek or DeepEP."""
+    def names(impl: str, backend: str, pass_: str) -> dict[str, list]:
+        res = resolve(load_scenario(PAIR, [f"compute.memory_kernels={impl}",
+                                           f"parallel.ep_backend.kind={backend}"]))
+        layer = next(i for i in range(res.model.layers) if res.model.is_moe_layer(i))
+        out: dict[str, list] = {}
+        for o in layer_ops(res, layer, pass_):
+            for k in o.kernels:
+                out.setdefault(k.name, []).append(k)
+        return out
+    f, b = names("fused", "nccl", "fwd"), names("fused", "nccl", "dgrad")
+    assert sorted(k.bytes for k in f["sort_chunks_by_idxs"]) == [939_524_096, 939_786_240]
+    assert sorted(k.bytes for k in b["sort_chunks_by_idxs"]) == [939_524_096, 939_786_240]
+    assert {k.kclass for k in f["sort_chunks_by_idxs"]} == {"permute"}
+    assert {k.pass_ for k in b["sort_chunks_by_idxs"]} == {"dgrad"}
+    for impl, backend in (("stream", "nccl"), ("deepseek", "nccl"), ("fused", "deepep")):
+        assert "sort_chunks_by_idxs" not in names(impl, backend, "fwd")

@@ -211,3 +211,20 @@ def by_occupancy(model: Any, kernel: Kernel, stream: Any) -> tuple[float, str] |
                                          f"occupancy{blocks}, {launch.inflight:g} B in "
                                          f"flight per thread: {gbps:.4g} GB/s (stream "
                                          f"{stream_gbps:.4g}; gpu-benches gpu-stream)")
+
+
+def wave_ratio(model: Any, kernel: Kernel, sms: int) -> float | None:
+    """Under ``deepseek``: how much longer a kernel of :data:`occupancy.DEEPSEEK` whose
+    grid and blocks per SM are known takes on ``sms`` of its device's SMs, wave by wave
+    (:func:`occupancy.wave_ratio`); None for any other kernel or setting."""
+    if getattr(model, "memory_kernels", "") != DEEPSEEK or kernel.kind != "memory":
+        return None
+    launch = occupancy.DEEPSEEK.get(kernel.name.removeprefix("recompute."))
+    tables_for = getattr(model, "tables_for", None)
+    if launch is None or launch.per_sm <= 0 or tables_for is None:
+        return None
+    stream = [t for t in tables_for(kernel) if t.kind == "memory"]
+    if not stream:
+        return None
+    return occupancy.wave_ratio(launch, sms, int(getattr(model.device, "sms", 0) or 0),
+                                stream[0].gbps)

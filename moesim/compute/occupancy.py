@@ -58,6 +58,11 @@ class Launch:
     occupancy: float
     blocks: int = 0
     inflight: float = 8.0
+    #: thread blocks resident per SM at ``occupancy`` (0: not known) and, for a grid
+    #: sized to the device (``blocks`` 0), the blocks launched per SM: what
+    #: :func:`wave_ratio` needs
+    per_sm: int = 0
+    grid_per_sm: int = 0
 
     @property
     def effective(self) -> float:
@@ -83,32 +88,36 @@ DEEPSEEK = {
     # CTAS_PER_ROW 1, WARPS_M 1, WARPS_N 4, BYTES_PER_LDG 16). The profile's
     # ln_fwd_kernel: grid 396 = 132 x 3, 128 threads (19 %); at 7168 each thread
     # loads 7168 x 2 B / (128 x 16 B) = 7 vectors of 16 B of the row: 112 B in flight
-    "norm": Launch("layer_norm::ln_fwd_kernel", 19.0, 0, 112.0),
-    "add_norm": Launch("layer_norm::ln_fwd_kernel (with the residual)", 19.0, 0, 224.0),
+    "norm": Launch("layer_norm::ln_fwd_kernel", 19.0, 0, 112.0, 3, 3),
+    "add_norm": Launch("layer_norm::ln_fwd_kernel (with the residual)", 19.0, 0, 224.0,
+                       3, 3),
     # ln_bwd_kernel: grid 132 x 256 (one CTA per SM, 13 %); each thread loads at least
     # one 16-byte vector of each of dz and x per row: 32 B in flight at the least
-    "norm_bwd": Launch("layer_norm::ln_bwd_kernel", 13.0, 0, 32.0),
+    # (its launcher in csrc/layer_norm at 50c7b6b4: the same persistent grid, SMs x CTAs
+    # per SM, each CTA walking rows in a stride of the grid)
+    "norm_bwd": Launch("layer_norm::ln_bwd_kernel", 13.0, 0, 32.0, 1, 1),
     "norm_add_bwd": Launch("layer_norm::ln_bwd_kernel (with the residual)", 13.0, 0,
-                           32.0),
+                           32.0, 1, 1),
     # DeepSeek's own kernels (source not public): gpu-stream's 8 B per thread
     # cuda::swiglu_forward_backward_with_weight_impl, grid ~17,000 x 128 (77 registers)
     "expert_act_bwd": Launch("cuda::swiglu_forward_backward_with_weight_impl", 38.0),
     # cuda::swiglu_weight_backward_with_weight_impl, grid 53,000-64,000 x 128 (the routing
     # weights' gradient, moesim.model.kernels.deepseek)
     "expert_act_weight_bwd": Launch("cuda::swiglu_weight_backward_with_weight_impl", 75.0),
-    # cuda::swiglu_backward, grid 112 x 1024
-    "shared_act_bwd": Launch("cuda::swiglu_backward", 42.0),
+    # cuda::swiglu_backward, grid 112 x 1024 (one block per SM of the 112 DeepEP leaves)
+    "shared_act_bwd": Launch("cuda::swiglu_backward", 42.0, 112, per_sm=1),
     # cuda::reduce_fused_impl, grid ~30,000 x 128 (F: unpermute; B: the permutation's
     # gradient)
     "unpermute": Launch("cuda::reduce_fused_impl", 75.0),
     "permute_bwd": Launch("cuda::reduce_fused_impl", 75.0),
     # cuda::cast_back_impl, grid 112 x 1024; per_token_cast_back_special_fmt_impl 896 x 128
-    "cast_back": Launch("cuda::cast_back_impl", 42.0),
+    "cast_back": Launch("cuda::cast_back_impl", 42.0, 112, per_sm=1),
     "per_token_cast_back_special_fmt": Launch("cuda::per_token_cast_back_special_fmt_impl",
                                               42.0),
     # the routing-map kernels: 4 blocks of 512 threads (25 % of each of 4 SMs)
-    "get_fused_mapping": Launch("cuda::get_fused_mapping<512>", 25.0, 4),
-    "clean_and_count_expert": Launch("cuda::clean_and_count_expert<512>", 25.0, 4),
+    "get_fused_mapping": Launch("cuda::get_fused_mapping<512>", 25.0, 4, per_sm=1),
+    "clean_and_count_expert": Launch("cuda::clean_and_count_expert<512>", 25.0, 4,
+                                     per_sm=1),
 }
 
 
@@ -130,3 +139,33 @@ def rate_gbps(occupancy: float, blocks: int, device_sms: int, stream_gbps: float
     SMs (``blocks`` 0: all of them), at most ``stream_gbps``."""
     sms = min(blocks, device_sms) if blocks > 0 else device_sms
     return min(stream_gbps, sms * curve_gbps(occupancy) / CURVE_SMS)
+
+
+def wave_s(launch: Launch, grid: int, sms: int, stream_gbps: float) -> float:
+    """Seconds per byte of a launch of ``grid`` equal blocks on ``sms`` SMs: waves of at
+    most ``sms · per_sm`` resident blocks, each spread over ``min(blocks, sms)`` SMs and
+    moving its share of the bytes at ``min(stream, SMs used · curve(blocks per SM's
+    occupancy) / 132)`` (:func:`rate_gbps`'s rule, wave by wave: a last wave of few
+    blocks has few SMs' bandwidth)."""
+    per_block = launch.effective / max(launch.per_sm, 1)
+    cap = sms * max(launch.per_sm, 1)
+    left, t = grid, 0.0
+    while left > 0:
+        b = min(left, cap)
+        used = min(b, sms)
+        gbps = min(stream_gbps, used * curve_gbps(per_block * b / used) / CURVE_SMS)
+        t += (b / grid) / (gbps * 1e9)
+        left -= b
+    return t
+
+
+def wave_ratio(launch: Launch, sms: int, device_sms: int, stream_gbps: float
+               ) -> float | None:
+    """How much longer ``launch`` takes on ``sms`` of the device's ``device_sms`` SMs than
+    on all of them (:func:`wave_s` on each); None when its grid or its blocks per SM are
+    not known."""
+    grid = launch.blocks or launch.grid_per_sm * device_sms
+    if launch.per_sm <= 0 or grid <= 0 or sms <= 0 or device_sms <= 0:
+        return None
+    return wave_s(launch, grid, sms, stream_gbps) / wave_s(launch, grid, device_sms,
+                                                           stream_gbps)

@@ -23,6 +23,15 @@ forward Y (m × n), input gradient dX (m × k), weight gradient dW (k × n); a g
 launch's groups each have their own tiles. For a large GEMM the ratio tends to S / sms;
 a GEMM of fewer tiles than SMs loses nothing; between, the ratio steps.
 
+Under ``compute.memory_kernels: deepseek`` a memory-bound kernel whose launch DeepSeek's
+profile records (grid and blocks resident per SM, :data:`moesim.compute.occupancy.DEEPSEEK`)
+is counted in waves the same way, each wave at the bandwidth its SMs reach
+(:func:`moesim.compute.occupancy.wave_ratio`): flash-attention's ``ln_bwd_kernel``, a
+persistent grid of one block on each of the 132 SMs, runs in two waves on 112 (2×, the
+profile's ~98 µs alone against ~182 µs beside DeepEP); its ``ln_fwd_kernel`` (three
+blocks on each) keeps the HBM busy in the first wave and has 60 blocks left for a second
+(~1.26×; the profile: ~1.19×); a kernel launched on 112 blocks loses nothing.
+
 Every other kernel (attention, memory-bound kernels) runs at ``sms / S`` of its rate, as
 both engines slow compute that shares its GPU with communication kernels
 (:mod:`moesim.engine.exact.execute`).
@@ -33,6 +42,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from moesim.compute import memory_kernels
 from moesim.compute.base import Kernel, per_launch_s
 
 #: Output tile of the GEMM kernels (see the module docstring).
@@ -91,6 +101,8 @@ class OnSms:
     def time_s(self, k: Kernel) -> float:
         t = self.model.time_s(k)
         r = sm_ratio(k, self.sms, self.total)
+        if r != 1.0:
+            r = memory_kernels.wave_ratio(self.model, k, self.sms) or r
         if r == 1.0:
             return t
         per = per_launch_s(k, self.launch_overhead_s, self.graph_kernel_s)

@@ -213,8 +213,11 @@ def _resolve(scn: Scenario) -> Resolved:
         model = dataclasses.replace(model, precision=prec)   # the FP8 recipe's kernels
     if scn.compute.fusion:       # compute.fusion: the fused kernels (model.kernels.fusion)
         model = dataclasses.replace(model, fusion=tuple(scn.compute.fusion))
+    # Megatron's sort_chunks_by_idxs: its all-to-all dispatcher, > 1 local expert, training
+    sort = (scn.serve is None and scn.rl is None and scn.parallel.ep_backend.kind == "nccl"
+            and getattr(model, "n_experts", 0) // max(scn.parallel.ep, 1) > 1)
     refs = reference_kernels(scn.compute.memory_kernels, scn.compute.precision,
-                             scn.memory.activation_dtype, scn.routing.dispatch_dtype)
+                             scn.memory.activation_dtype, scn.routing.dispatch_dtype, sort)
     if refs:                     # model.kernels.reference: listed beside published rates
         model = dataclasses.replace(model, reference_kernels=refs)
     return Resolved(scn, layout, tuple(warns), topo, model, routing, device, compute)

@@ -70,10 +70,12 @@ def permute_kernels(spec: ModelSpec, assignments: int, phase: str = "fwd",
         return []
     elem = FP8_ACT if fp8 and phase == "fwd" else ACT_BYTES
     nbytes = 2 * elem * assignments * spec.hidden + 4 * assignments
+    # Megatron's sort by local expert after the dispatch, where listed (reference.py)
+    sort = reference.sort_chunks(spec, assignments, phase, probs=True)
     if phase == "fwd":   # the row map first, where the scenario lists it (reference.py)
         return [*reference.routing_map(spec, assignments), mem("permute", nbytes, "fwd",
-                                                                "permute")]
-    return [mem("permute_bwd", nbytes, "dgrad", "permute")]
+                                                                "permute"), *sort]
+    return [*sort, mem("permute_bwd", nbytes, "dgrad", "permute")]
 
 
 def unpermute_kernels(spec: ModelSpec, assignments: int, phase: str = "fwd") -> list[Kernel]:
@@ -85,14 +87,18 @@ def unpermute_kernels(spec: ModelSpec, assignments: int, phase: str = "fwd") -> 
         return []
     h = spec.hidden
     out_tokens = -(-assignments // max(spec.top_k, 1))
+    # Megatron's unsort before the combine, where listed (reference.py)
+    sort = reference.sort_chunks(spec, assignments, phase, probs=False)
     if phase == "fwd":
         nbytes = ACT_BYTES * (assignments * h + out_tokens * h) + FP32_BYTES * assignments
-        return [mem("unpermute", nbytes, "fwd", "permute", flops=2.0 * assignments * h)]
+        return [*sort, mem("unpermute", nbytes, "fwd", "permute",
+                           flops=2.0 * assignments * h)]
     fp8_grads = reference.fp8_grad_unpermute(spec, assignments, out_tokens)
     if fp8_grads is not None:
-        return fp8_grads
+        return [*fp8_grads, *sort]
     nbytes = ACT_BYTES * (out_tokens * h + 2 * assignments * h) + 2 * FP32_BYTES * assignments
-    return [mem("unpermute_bwd", nbytes, "dgrad", "permute", flops=2.0 * assignments * h)]
+    return [mem("unpermute_bwd", nbytes, "dgrad", "permute", flops=2.0 * assignments * h),
+            *sort]
 
 
 def activation(prefix: str, t: int, width: int, gated: bool, phase: str, fp8: bool = False,

@@ -28,6 +28,21 @@ of a DualPipe F&B pair gives it (github.com/deepseek-ai/profile-data ``train.jso
   written in FP8 with their scales (the profile's ``expand_to_fused_with_scales`` in
   ``mlp(B)``), not in BF16.
 
+- ``sort_chunks`` (Megatron's all-to-all dispatcher with more than one local expert):
+  ``sort_chunks_by_idxs`` (NVIDIA/Megatron-LM 2ff0f099
+  ``megatron/core/transformer/moe/token_dispatcher.py``, ``dispatch_postprocess`` and
+  ``combine_preprocess`` of ``MoEAlltoAllTokenDispatcher``, run when
+  ``num_local_experts > 1``; fused: Transformer Engine's ``moe_sort_chunks_by_index``):
+  the rows the rank received, in (source rank, local expert) order, re-sorted into
+  (local expert, source rank) order after the dispatch with their FP32 probabilities
+  (read and write each BF16 row and its prob), and back before the combine (the rows
+  only); the backward moves their gradients the same way. Listed with the
+  permutation's ops (the rank's dispatched rows: the rows it receives under balanced
+  routing). DeepSeek's code and Megatron's DeepEP (flex) dispatcher run no such kernel,
+  so it is listed neither under ``deepseek`` nor with ``parallel.ep_backend: deepep``,
+  nor in serving steps (vLLM's and SGLang's MoE layers order rows by expert
+  themselves). Class ``permute``.
+
 Each kernel's bytes are its tensors' sizes, priced as every ``memory`` kernel is
 (``compute.memory_kernels``; no published rate by size exists for casts and the
 permutation, so at the streaming rate).
@@ -42,25 +57,31 @@ from moesim.model.kernels.make import FP8_ACT, mem
 ROUTING_MAP = "routing_map"
 FP8_ACT_CACHE = "fp8_act_cache"
 FP8_GRAD_DISPATCH = "fp8_grad_dispatch"
-NAMES = (ROUTING_MAP, FP8_ACT_CACHE, FP8_GRAD_DISPATCH)
+SORT_CHUNKS = "sort_chunks"
+NAMES = (ROUTING_MAP, FP8_ACT_CACHE, FP8_GRAD_DISPATCH, SORT_CHUNKS)
 #: ``compute.memory_kernels: deepseek`` only: the kernels as DeepSeek's training code
 #: launches them (moesim.model.kernels.deepseek), listed after the entries above
 DEEPSEEK_LAUNCHES = "deepseek_launches"
 INDEX_BYTES, ROW_BYTES, COUNT_BYTES = 8, 4, 4     # int64 top-k index, int32 row, int32 count
+PROB_BYTES = 4                                     # FP32 routing probability
 CACHE_CAST, CAST_BACK, ATTN_CAST_BACK = ("swiglu_input_cast_to_fp8", "cast_back",
                                          "per_token_cast_back_special_fmt")
 
 
 def for_scenario(memory_kernels: str, precision: str, activation_dtype: str,
-                 dispatch_dtype: str) -> tuple[str, ...]:
+                 dispatch_dtype: str, megatron_sort: bool = False) -> tuple[str, ...]:
     """The entries a scenario's inventory lists: none under ``stream``; under
-    ``deepseek`` also :data:`DEEPSEEK_LAUNCHES`."""
+    ``deepseek`` also :data:`DEEPSEEK_LAUNCHES`; :data:`SORT_CHUNKS` where
+    ``megatron_sort`` (Megatron's all-to-all dispatcher in a training step, more than
+    one local expert) and not under ``deepseek``."""
     if memory_kernels == "stream":
         return ()
     fp8 = precision == "fp8"
+    sort = megatron_sort and memory_kernels != "deepseek"
     return tuple(n for n, on in ((ROUTING_MAP, True),
                                  (FP8_ACT_CACHE, fp8 and activation_dtype == "fp8"),
                                  (FP8_GRAD_DISPATCH, fp8 and dispatch_dtype == "fp8"),
+                                 (SORT_CHUNKS, sort),
                                  (DEEPSEEK_LAUNCHES, memory_kernels == "deepseek")) if on)
 
 
@@ -77,6 +98,17 @@ def routing_map(spec, assignments: int) -> list[Kernel]:
     return [mem("get_fused_mapping", a * (INDEX_BYTES + ROW_BYTES) + e * COUNT_BYTES, "fwd",
                 "permute"),
             mem("clean_and_count_expert", a * INDEX_BYTES + e * COUNT_BYTES, "fwd", "permute")]
+
+
+def sort_chunks(spec, rows: int, phase: str, probs: bool) -> list[Kernel]:
+    """Megatron's ``sort_chunks_by_idxs`` over ``rows`` received rows: each BF16 row (and,
+    with ``probs``, its FP32 probability: the sort after the dispatch) read and written;
+    ``phase`` ``fwd`` or ``dgrad`` (the gradients, the same bytes)."""
+    if not on(spec, SORT_CHUNKS) or rows <= 0:
+        return []
+    nbytes = 2 * (2 * spec.hidden + (PROB_BYTES if probs else 0)) * rows
+    return [mem("sort_chunks_by_idxs", nbytes, "fwd" if phase == "fwd" else "dgrad",
+                "permute")]
 
 
 def swiglu_cache(spec, rows: int, width: int, phase: str, fp8: bool) -> list[Kernel]:
@@ -109,4 +141,4 @@ def fp8_grad_unpermute(spec, assignments: int, out_tokens: int) -> list[Kernel] 
 
 
 __all__ = ["DEEPSEEK_LAUNCHES", "NAMES", "attention_cast_back", "for_scenario", "fp8_grad_unpermute",
-           "on", "routing_map", "swiglu_cache"]
+           "on", "routing_map", "sort_chunks", "swiglu_cache"]
