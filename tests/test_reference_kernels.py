@@ -99,3 +99,15 @@ def test_megatrons_sort_chunks_by_hand():
     assert {k.pass_ for k in b["sort_chunks_by_idxs"]} == {"dgrad"}
     for impl, backend in (("stream", "nccl"), ("deepseek", "nccl"), ("fused", "deepep")):
         assert "sort_chunks_by_idxs" not in names(impl, backend, "fwd")
+
+
+def test_which_scenarios_sort_by_local_expert():
+    """toy-cpu: 8 experts over EP2 (4 local), NCCL's all-to-all, a training step: listed;
+    mixtral-8x7b-ep8: 8 experts over EP8, one local expert: not; serving: not."""
+    def refs(name: str, over=()) -> tuple:
+        return resolve(load_scenario(ROOT / "scenarios" / f"{name}.yaml",
+                                     list(over))).model.reference_kernels
+    assert R.SORT_CHUNKS in refs("toy-cpu")
+    assert R.SORT_CHUNKS not in refs("toy-cpu", ["compute.memory_kernels=deepseek"])
+    assert R.SORT_CHUNKS not in refs("mixtral-8x7b-ep8")
+    assert R.SORT_CHUNKS not in refs("mixtral-8x7b-serve")
