@@ -39,6 +39,7 @@ published one. Nothing is fitted.
 
 from __future__ import annotations
 
+import dataclasses
 import shutil
 import sys
 import tempfile
@@ -75,7 +76,7 @@ SETTINGS = (
      "parallel.zero 1"),
     ("host sync per MoE layer", "cuda_sync_point before_ep_alltoall",
      "Megatron-LM 2ff0f099 token_dispatcher.py (MoEAlltoAllTokenDispatcher)",
-     "not priced; bounded below (Part 4): one host call per MoE layer and micro-batch"),
+     "rl.train.host_dispatch: eager (Part 5): each layer's forward max(GPU, host)"),
     ("qk_layernorm", "true (Qwen3)", "NeMo Qwen3Config; Megatron-LM 2ff0f099 attention.py",
      "model.qk_norm (off in the preset; Part 4 turns it on)"),
     ("attention backend", "Transformer Engine FusedAttention (cuDNN) on Hopper",
@@ -88,6 +89,9 @@ PAI = (("TP1 PP2 EP8, GBS 128", 2, 8, 128, 10.361),
        ("TP1 PP4 EP4, GBS 256", 4, 4, 256, 20.992))
 SEQ = 8192
 GPUS = 16
+#: NeMo RL v0.3's published policy training, Qwen3-30B-A3B (NVIDIA-NeMo/.github
+#: blog/posts/nemo-rl-v0.3/index.md)
+NEMO_TRAIN_S = 50.0
 
 SCENARIO = """name: qwen3-30b-a3b-pai-h800
 seed: 0
@@ -205,6 +209,86 @@ def missing(res, layers: int, slots: int, per: int, local: int) -> list[tuple[st
              "one launch", sync * layers * slots),
             ("token-count all-gather, probs all-to-all x2", "not priced; bound: NCCL's "
              "eager host time each", small * layers * slots)]
+
+
+def host_dispatch(found: list) -> None:
+    """Part 5: each MoE layer's forward bounded by the host's eager dispatch between
+    Megatron's per-layer host syncs (moesim.program.host_dispatch), on the Pai layouts
+    and on NeMo RL v0.3's trainer passes."""
+    from moesim.cli.kernels_cmd import inventory
+    from moesim.program import host_dispatch as hd
+    from moesim.program.inventory import PASSES
+    from moesim.rl.engine_costs import EngineTrainerCosts, gpus_per_node
+    from moesim.rl.run import resolve_rl
+    from moesim.wiring import resolve
+
+    def fwd_s(res) -> float:
+        rows = inventory(res, 0, PASSES)["kernels"]
+        return sum(r["x"] * r["time_s"] for r in rows if r["pass"] == "fwd")
+
+    print()
+    print("### Part 5: the host's eager dispatch per MoE layer")
+    print()
+    tp_ops, views, cpp = hd.layer_counts(16, 2)
+    print(f"Host calls of one MoE layer's forward (Megatron-LM 2ff0f099 with Transformer "
+          f"Engine, TP2, 16 local experts): {tp_ops} Python-level ops at "
+          f"{hd.EAGER_OP_S * 1e6:.1f} us, {views} views at {hd.VIEW_OP_S * 1e6:.1f} us, "
+          f"{cpp} GEMMs launched from C++ at {hd.CPP_LAUNCH_S * 1e6:.2f} us: "
+          f"{hd.layer_host_s(16, 2) * 1e6:,.0f} us (TP1: "
+          f"{hd.layer_host_s(16, 1) * 1e6:,.0f} us).")
+    print()
+    print("| part | host us | calls (source: Megatron-LM 2ff0f099) |")
+    print("|---|---:|---|")
+    for name, sec, src in hd.layer_parts(16, 2):
+        print(f"| {name} | {sec * 1e6:.1f} | {src} |")
+    print()
+    print("| run | tokens per micro-batch | MoE layers per stage | forward passes on the path "
+          "| GPU us per layer forward (kernels) | host us per layer | host-bound by, us "
+          "| added s |")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|")
+    for label, pp, m, _sets, _step, _pub, res, _ks, _per, _c in found:
+        layers = sum(res.model.is_moe_layer(i) for i in range(res.model.layers)) // pp
+        g = fwd_s(res)
+        h = hd.layer_host_s(res.model.n_experts // res.layout.ep, res.layout.tp)
+        add = (m + pp - 1) * hd.pass_extra_s(layers, g, h)
+        print(f"| Pai {label} | {SEQ:,} | {layers} | {m + pp - 1} | {g * 1e6:,.0f} | "
+              f"{h * 1e6:,.0f} | {max(0.0, h - g) * 1e6:,.0f} | {add:.3f} |")
+    setup = resolve_rl(ROOT / "scenarios" / "grpo-qwen3-30b-a3b-nemo-v03.yaml")
+    tr = setup.scenario.rl.train
+    c = EngineTrainerCosts(setup.scenario, 64, gpus_per_node(setup), tp=2, pp=1, ep=8,
+                           seq_len=setup.seq_len, zero=1)
+    for what, row in (("train micro-batch", setup.seq_len),
+                      ("log-prob micro-batch", tr.logprob_mb_tokens or setup.seq_len)):
+        scn = dataclasses.replace(c.scn, schedule=dataclasses.replace(
+            c.scn.schedule, seq_len=row, microbatches=1))
+        res = resolve(scn)
+        g = fwd_s(res)
+        h = hd.layer_host_s(res.model.n_experts // 8, 2)
+        c._row_s(row, None)
+        gp = c.memo[("layers", row, None)] / res.model.layers
+        print(f"| NeMo RL v0.3 {what} (TP2 EP8) | {row:,} | {res.model.layers} | 1 | "
+              f"{g * 1e6:,.0f} (whole pass: {gp * 1e6:,.0f}) | {h * 1e6:,.0f} | "
+              f"{max(0.0, h - min(g, gp)) * 1e6:,.0f} | "
+              f"{hd.pass_extra_s(res.model.layers, gp, h):.3f} |")
+    # NeMo RL v0.3's policy training: 4 optimizer steps of 512 samples, one sample per
+    # packed row of 4,096 tokens: 16 micro-batches per data-parallel replica (DP 32) each
+    res = resolve(c.scn)
+    gp = c.memo[("layers", setup.seq_len, None)] / res.model.layers
+    h = hd.layer_host_s(res.model.n_experts // 8, 2)
+    sim = 4 * c.train_step_s(512)
+    gap = (NEMO_TRAIN_S - sim) / (4 * 16 * res.model.layers)
+    print()
+    print(f"NeMo RL v0.3's policy training: simulated {sim:.1f} s (host dispatch on), "
+          f"published {NEMO_TRAIN_S:.0f} s. Were the forward alone host-bound, each of "
+          f"the 64 micro-batches x {res.model.layers} layers' forward would need "
+          f"{(gp + gap) * 1e3:.1f} ms of host time to close the gap: "
+          f"{(gp + gap) / h:.1f} x the {h * 1e6:,.0f} us counted at the published per-op "
+          "costs.")
+    print()
+    print("GPU us per layer forward: the first MoE layer's forward kernels (moesim kernels, "
+          "no all-to-all); for NeMo RL's passes also the simulated forward pass per layer "
+          "(all-to-alls included), which rl.train.host_dispatch: eager compares with the "
+          "host time. Added s: per Pai step, or per NeMo RL forward pass.")
 
 
 def part4(path: Path, found: list) -> None:
@@ -357,6 +441,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"| {label} | {per:,} | {path_s:.2f} | {pub - step:.2f} | x{need:.2f} | "
                   f"{sync:.4f} | {s2:.2f} | {(s2 / pub - 1) * 100:+.1f} % |")
         part4(path, found)
+        host_dispatch(found)
     print()
     print("| layout | critical path s | compute on it, s | all-to-all on it, s | slowdown of "
           "all compute alone to close the gap | of the all-to-all alone |")

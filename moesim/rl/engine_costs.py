@@ -21,6 +21,7 @@ import math
 
 from moesim.model.costs import memory_op
 from moesim.model.read import ModelSection
+from moesim.program.host_dispatch import layer_host_s, pass_extra_s
 from moesim.scenario.schema import EngineConfig, ParallelConfig, Scenario
 from moesim.scenario.sections.serve import ServeConfig
 from moesim.serve.config import serving_scenario
@@ -74,6 +75,10 @@ class EngineTrainerCosts:
         self.dp = gpus // (tp * cp * pp)
         self.reward_model = reward_model
         self.loss_logprob = loss_logprob
+        rl = getattr(scn, "rl", None)
+        #: rl.train.host_dispatch (moesim.program.host_dispatch): "eager" bounds each MoE
+        #: layer's forward by the host time of its ops between Megatron's host syncs
+        self.host_dispatch = getattr(getattr(rl, "train", None), "host_dispatch", "none")
         self.memo: dict[tuple, float] = {}
         #: micro-batches per replica -> the simulated step's ``breakdown_s``
         self.breakdowns: dict[int, dict] = {}
@@ -113,6 +118,29 @@ class EngineTrainerCosts:
             self.memo[key] = float(summary["step_time_s"])
             self.breakdowns[m] = dict(summary.get("breakdown_s", {}))
             self.simulated += 1
+        if self.host_dispatch == "eager":     # the forwards on the 1F1B path: m + pp - 1
+            return self.memo[key] + (m + self.pp - 1) * self.host_pass_s(self.seq_len) / self.pp
+        return self.memo[key]
+
+    def host_pass_s(self, row: int) -> float:
+        """Seconds one forward pass over a row of ``row`` tokens gains when each MoE layer
+        is bounded by the host's eager dispatch (``rl.train.host_dispatch: eager``,
+        :mod:`moesim.program.host_dispatch`): every MoE layer takes ``max(G, H)``, ``G``
+        the pass's GPU time per layer (the simulated forward of one row, LM head left
+        out, over the model's layers), ``H`` the host time of one layer's ops; 0 with the knob off."""
+        if self.host_dispatch != "eager":
+            return 0.0
+        key = ("host", row)
+        if key not in self.memo:
+            spec = resolve(self.scn).model
+            moe = sum(1 for i in range(spec.layers) if spec.is_moe_layer(i))
+            if not moe:
+                self.memo[key] = 0.0
+            else:
+                self._row_s(row, None)          # the layers' part of the pass, no LM head
+                gpu_layer = self.memo[("layers", row, None)] / spec.layers
+                host = layer_host_s(max(1, spec.n_experts // self.ep), self.tp)
+                self.memo[key] = pass_extra_s(moe, gpu_layer, host)
         return self.memo[key]
 
     def forward_s(self, rows: int, tokens: int | None = None,
@@ -124,6 +152,13 @@ class EngineTrainerCosts:
         groups = self.gpus // self.tp            # data-parallel groups, stages folded
         per_group = max(1, math.ceil(rows / groups))
         row = tokens or self.seq_len
+        t = self._row_s(row, model)
+        if model is None and self.host_dispatch == "eager":
+            t += self.host_pass_s(row)
+        return per_group * t
+
+    def _row_s(self, row: int, model: ModelSection | None) -> float:
+        """The simulated forward pass over one row of ``row`` tokens (memoised)."""
         key = ("fwd", row, None if model is None else repr(sorted(model.as_dict().items())))
         if key not in self.memo:
             scn = self.scn if model is None else dataclasses.replace(self.scn, model=model)
@@ -141,8 +176,9 @@ class EngineTrainerCosts:
             ks = head_kernels(res.model, n, self.tp)
             ks.append(memory_op("logprob_gather", 4 * n, n))
             self.memo[key] = per_row + sum(res.compute.time_s(k) for k in ks)
+            self.memo[("layers",) + key[1:]] = per_row
             self.simulated += 1
-        return per_group * self.memo[key]
+        return self.memo[key]
 
     def reward_model_s(self, rows: int) -> float:
         return self.forward_s(rows, model=self.reward_model or self.scn.model)

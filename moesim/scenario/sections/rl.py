@@ -68,6 +68,10 @@ OFFLOAD_COPIES = ("line", "pageable")
 #: (moesim.rl.loss): ``none`` (the model's fused loss only), ``nemo`` (NeMo RL's
 #: DistributedLogprob over the vocab-parallel logits, forward and backward)
 LOSS_LOGPROBS = ("none", "nemo")
+#: the host's per-op dispatch in the trainer's eager forward passes (moesim.program.
+#: host_dispatch): ``none`` (the GPU's time only) or ``eager`` (each MoE layer's forward
+#: bounded by its host time between Megatron's per-layer host syncs)
+HOST_DISPATCH = ("none", "eager")
 #: the rollout engines' CPU time per step (serve.host_overhead's choices)
 ROLLOUT_HOST = ("none", "vllm", "vllm-async", "sglang", "vllm-inproc")
 #: vLLM's ``gpu_memory_utilization`` default: the fraction of each GPU's memory the engine
@@ -128,6 +132,7 @@ class TrainPool:
     #: pageable host memory, moesim.rl.offload.PAGEABLE_D2H_Bps)
     offload_copy: str = "line"
     loss_logprob: str = "none"  # LOSS_LOGPROBS
+    host_dispatch: str = "none"  # HOST_DISPATCH
     #: ZeRO stage over the trainer's data-parallel group (parallel.zero): 1 shards the
     #: optimizer states, as Megatron's distributed optimizer does (use_distributed_optimizer:
     #: true in verl's verl/trainer/config/engine/megatron.yaml, 093191fae2, and NeMo RL's
@@ -218,7 +223,7 @@ _RULES: dict[str, tuple[str, Any]] = {
     "kv_fraction": ("frac", None), "max_batch": ("pos", None), "kv_dtype": ("choice", KV_DTYPES),
     "cuda_graphs": ("bool", None), "host_overhead": ("choice", ROLLOUT_HOST),
     "offload": ("choice", OFFLOADS), "offload_copy": ("choice", OFFLOAD_COPIES),
-    "loss_logprob": ("choice", LOSS_LOGPROBS),
+    "loss_logprob": ("choice", LOSS_LOGPROBS), "host_dispatch": ("choice", HOST_DISPATCH),
     "mini_batches": ("pos", None), "epochs": ("pos", None), "seq_len": ("optpos", None),
     "logprob_mb_tokens": ("optpos", None),
     "reference_weights": ("choice", REFERENCE_WEIGHTS),
@@ -359,6 +364,8 @@ def summary_dict(cfg: RLConfig) -> dict:
     out = dataclasses.asdict(cfg)
     if cfg.train.offload_copy == "line":    # the default: summaries as before the knob
         del out["train"]["offload_copy"]
+    if cfg.train.host_dispatch == "none":   # the default: summaries as before the knob
+        del out["train"]["host_dispatch"]
     if cfg.weight_sync.gather == "node":
         del out["weight_sync"]["gather"]
     if cfg.reward.model is not None:

@@ -1,0 +1,144 @@
+"""The host's per-op dispatch in an eager Megatron-Core MoE forward, and the bound it puts
+on each MoE layer (pure; ``rl.train.host_dispatch: eager``).
+
+PyTorch eager issues every op from the CPU: Python, the dispatcher and the launch, one op
+after the other. The GPU may run behind the host, but Megatron-Core's
+``MoEAlltoAllTokenDispatcher`` synchronises the host once per MoE layer's forward: the
+token counts go to the host on ``cuda_dtoh_stream`` at ``cuda_dtoh_point``
+("before_permutation_1") and the host waits on ``cuda_dtoh_stream.synchronize()`` at
+``cuda_sync_point`` "before_ep_alltoall" (``_maybe_dtoh_and_synchronize``, set in
+``preprocess``; NVIDIA/Megatron-LM 2ff0f099, megatron/core/transformer/moe/
+token_dispatcher.py). So the host cannot run ahead of the GPU past one MoE layer, and a
+layer's forward takes ``max(G, H)``: ``G`` its GPU time, ``H`` the host time of the ops
+issued between two syncs (one layer: the dispatch, experts and combine of one MoE layer,
+then the next layer's attention and router up to its sync).
+
+:data:`FORWARD_OPS` counts the host calls of one layer's forward as that commit issues
+them with Transformer Engine modules (sequence parallel, the alltoall dispatcher,
+``moe_permute_fusion``, ``moe_grouped_gemm`` with TE's GroupedLinear, the router without
+load balancing, as NeMo RL's Megatron worker configures Qwen3-30B-A3B). Three prices,
+each a published measurement:
+
+- a Python-level op that launches work: 16.1 us, PyTorch's operator benchmark
+  ``addmm_M1_N1_K1_cuda`` in eager mode (pytorch/pytorch PR 38421's table; the benchmark
+  calls the op back to back and synchronises once at the end,
+  ``benchmarks/operator_benchmark/benchmark_pytorch.py`` ``run_forward``, so a 1 x 1 x 1
+  GEMM's time is the host's per call);
+- a view or metadata op (reshape, transpose, ravel, indexing): 3.3 us, the same
+  benchmark's ``split_M8_N8_parts2_cuda`` (pytorch/pytorch PR 32194);
+- a kernel launched from C++ inside one such call (GroupedLinear's
+  ``general_grouped_gemm`` loops over the local experts' GEMMs in C++): 2.43 us,
+  te42kyfo/gpu-benches ``gpu-small-kernels`` back-to-back stream launches on an H200
+  (commit 1c36d50), moesim's ``GPU_LAUNCH_OVERHEAD_S`` context.
+
+Transformer Engine's modules run Python beyond their one call (argument checks, FP8
+meta, autograd context); with no published per-call figure each counts as one op: ``H``
+is a lower bound. The backward has no host sync (the all-to-all splits are known), so
+its host work runs ahead of the GPU and is not priced here.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+US = 1e-6
+#: host seconds per Python-level eager op that launches work (PyTorch operator benchmark,
+#: addmm_M1_N1_K1_cuda, pytorch/pytorch PR 38421)
+EAGER_OP_S = 16.1 * US
+#: host seconds per view / metadata op (split_M8_N8_parts2_cuda, pytorch/pytorch PR 32194)
+VIEW_OP_S = 3.3 * US
+#: host seconds per kernel launched from C++ inside one call (te42kyfo/gpu-benches
+#: gpu-small-kernels h200.txt, fit a = 2433 ns, commit 1c36d50)
+CPP_LAUNCH_S = 2.43 * US
+
+MODES = ("none", "eager")
+
+
+@dataclass(frozen=True)
+class Part:
+    """One part of a layer's forward: ``ops`` Python-level calls that launch work,
+    ``views`` view / metadata calls, ``per_expert`` C++ launches per local expert,
+    ``tp_only`` parts issued only at TP > 1; ``source``: where the calls are."""
+
+    name: str
+    ops: int
+    views: int = 0
+    per_expert: int = 0
+    tp_only: bool = False
+    source: str = ""
+
+
+_TD = "megatron/core/transformer/moe/token_dispatcher.py"
+#: one MoE layer's forward on one rank, Megatron-LM 2ff0f099 with Transformer Engine
+FORWARD_OPS: tuple[Part, ...] = (
+    Part("attention block", 10, 4, source=(
+        "transformer_layer.py / attention.py: linear_qkv (TELayerNormColumnParallelLinear, "
+        "its SP all-gather inside), q_layernorm, k_layernorm, rotary x2 (fused), "
+        "core_attention (TE DotProductAttention), linear_proj (TERowParallelLinear, its "
+        "reduce-scatter inside), bias-dropout-add x2, pre_mlp_layernorm; the QKV split "
+        "and the output reshape as views")),
+    Part("router", 13, 1, source=(
+        "router.py gating 76-81 (input.to, weight.to fp64, linear); routing 395 (view); "
+        "moe_utils.py topk_softmax_with_capacity 555-575 (topk, softmax, type_as, "
+        "zeros_like, scatter, zeros_like, int, scatter, bool, sum)")),
+    Part("dispatcher preprocess", 9, 6, source=(
+        f"{_TD} preprocess 377-441: routing_map.sum, long, the input splits' sum, the "
+        "token-count all-gather over TP x EP (empty, all_gather), the local experts' "
+        "slice (contiguous), three sums; reshape, transpose, slice, index, view as views")),
+    Part("token counts to host and the sync", 6, source=(
+        f"{_TD} _maybe_dtoh_and_synchronize 673-710: wait_stream, tokens_per_expert, "
+        "input_splits, output_splits, output_splits_tp to the host, "
+        "cuda_dtoh_stream.synchronize()")),
+    Part("permute", 1, 1, source=f"{_TD} token_permutation 490-504 (fused permute)"),
+    Part("dispatch all-to-alls", 4, source=(
+        f"{_TD} 510-515: all_to_all of the tokens and of the probs (empty, "
+        "all_to_all_single each)")),
+    Part("TP gathers", 5, tp_only=True, source=(
+        f"{_TD} 519-529: output_splits_tp.tolist, gather_from_sequence_parallel_region of "
+        "the tokens and the probs")),
+    Part("sort by local expert", 1, 1, source=f"{_TD} 534-571 sort_chunks_by_idxs (fused)"),
+    Part("experts", 4, 1, per_expert=2, source=(
+        "experts.py TEGroupedMLP.forward 748-800: tokens_per_expert.tolist, unsqueeze, "
+        "linear_fc1 and linear_fc2 (TE GroupedLinear: one GEMM per local expert each, "
+        "launched from C++), weighted_bias_swiglu")),
+    Part("unsort and TP reduce-scatter", 5, 2, source=(
+        f"{_TD} token_unpermutation 596-624: sort_chunks_by_idxs (fused), .T.ravel; "
+        "tolist, .to(probs dtype), reduce_scatter (empty, reduce_scatter), .to")),
+    Part("combine all-to-all and unpermute", 3, 1, source=(
+        f"{_TD} 628-641: all_to_all (empty, all_to_all_single), unpermute (fused), view")),
+)
+
+
+def layer_parts(local_experts: int, tp: int) -> list[tuple[str, float, str]]:
+    """(part, host seconds, source) of one MoE layer's forward on one rank."""
+    out = []
+    for p in FORWARD_OPS:
+        if p.tp_only and tp <= 1:
+            continue
+        s = p.ops * EAGER_OP_S + p.views * VIEW_OP_S + p.per_expert * local_experts * CPP_LAUNCH_S
+        out.append((p.name, s, p.source))
+    return out
+
+
+def layer_host_s(local_experts: int, tp: int) -> float:
+    """Host seconds to issue one MoE layer's forward (the ops between two syncs)."""
+    return sum(s for _, s, _ in layer_parts(local_experts, tp))
+
+
+def layer_counts(local_experts: int, tp: int) -> tuple[int, int, int]:
+    """(Python-level ops, views, C++ launches) of one MoE layer's forward."""
+    ps = [p for p in FORWARD_OPS if not (p.tp_only and tp <= 1)]
+    return (sum(p.ops for p in ps), sum(p.views for p in ps),
+            sum(p.per_expert for p in ps) * local_experts)
+
+
+def segment_s(gpu_s: float, host_s: float) -> float:
+    """One segment between two host syncs: the host issues ``host_s`` of ops while the GPU
+    runs ``gpu_s`` behind it, so the segment takes the longer of the two."""
+    return max(gpu_s, host_s)
+
+
+def pass_extra_s(moe_layers: int, gpu_layer_s: float, host_layer_s: float) -> float:
+    """Seconds a forward pass over ``moe_layers`` MoE layers (each ``gpu_layer_s`` on the
+    GPU) gains when each layer is a segment bounded by its host time ``host_layer_s``."""
+    return moe_layers * (segment_s(gpu_layer_s, host_layer_s) - gpu_layer_s)
