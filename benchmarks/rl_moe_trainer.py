@@ -244,15 +244,16 @@ def host_dispatch(found: list) -> None:
     print()
     print("| run | tokens per micro-batch | MoE layers per stage | forward passes on the path "
           "| GPU us per layer forward (kernels) | host us per layer | host-bound by, us "
-          "| added s |")
-    print("|---|---:|---:|---:|---:|---:|---:|---:|")
+          "| added s | host-bound from, us per eager op |")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|")
     for label, pp, m, _sets, _step, _pub, res, _ks, _per, _c in found:
         layers = sum(res.model.is_moe_layer(i) for i in range(res.model.layers)) // pp
         g = fwd_s(res)
         h = hd.layer_host_s(res.model.n_experts // res.layout.ep, res.layout.tp)
         add = (m + pp - 1) * hd.pass_extra_s(layers, g, h)
         print(f"| Pai {label} | {SEQ:,} | {layers} | {m + pp - 1} | {g * 1e6:,.0f} | "
-              f"{h * 1e6:,.0f} | {max(0.0, h - g) * 1e6:,.0f} | {add:.3f} |")
+              f"{h * 1e6:,.0f} | {max(0.0, h - g) * 1e6:,.0f} | {add:.3f} | "
+              f"{g / h * hd.EAGER_OP_S * 1e6:.1f} |")
     setup = resolve_rl(ROOT / "scenarios" / "grpo-qwen3-30b-a3b-nemo-v03.yaml")
     tr = setup.scenario.rl.train
     c = EngineTrainerCosts(setup.scenario, 64, gpus_per_node(setup), tp=2, pp=1, ep=8,
@@ -269,7 +270,8 @@ def host_dispatch(found: list) -> None:
         print(f"| NeMo RL v0.3 {what} (TP2 EP8) | {row:,} | {res.model.layers} | 1 | "
               f"{g * 1e6:,.0f} (whole pass: {gp * 1e6:,.0f}) | {h * 1e6:,.0f} | "
               f"{max(0.0, h - min(g, gp)) * 1e6:,.0f} | "
-              f"{hd.pass_extra_s(res.model.layers, gp, h):.3f} |")
+              f"{hd.pass_extra_s(res.model.layers, gp, h):.3f} | "
+              f"{gp / h * hd.EAGER_OP_S * 1e6:.1f} |")
     # NeMo RL v0.3's policy training: 4 optimizer steps of 512 samples, one sample per
     # packed row of 4,096 tokens: 16 micro-batches per data-parallel replica (DP 32) each
     res = resolve(c.scn)
@@ -288,7 +290,9 @@ def host_dispatch(found: list) -> None:
     print("GPU us per layer forward: the first MoE layer's forward kernels (moesim kernels, "
           "no all-to-all); for NeMo RL's passes also the simulated forward pass per layer "
           "(all-to-alls included), which rl.train.host_dispatch: eager compares with the "
-          "host time. Added s: per Pai step, or per NeMo RL forward pass.")
+          "host time. Added s: per Pai step, or per NeMo RL forward pass. Host-bound from: the "
+          "cost per eager op (16.1 us published; the view and launch prices scaled alike) "
+          "at which the layer's host time reaches its GPU time.")
 
 
 def part4(path: Path, found: list) -> None:
