@@ -57,3 +57,11 @@ def test_trainer_passes_take_the_host_bound_only_with_eager(tmp_path):
     assert on.forward_s(8) == pytest.approx(off.forward_s(8) + extra, rel=1e-12)
     # training: one forward per micro-batch on the 1F1B path (PP1: m slots)
     assert on.train_step_s(20) == pytest.approx(off.train_step_s(20) + 3 * extra, rel=1e-12)
+
+
+def test_the_rl_summary_echoes_the_knob_only_when_on(tmp_path):
+    from moesim.scenario.sections.rl import summary_dict
+    cfg = resolve_rl(scenario(tmp_path)).scenario.rl
+    assert "host_dispatch" not in summary_dict(cfg)["train"]
+    on = dataclasses.replace(cfg, train=dataclasses.replace(cfg.train, host_dispatch="eager"))
+    assert summary_dict(on)["train"]["host_dispatch"] == "eager"
