@@ -104,14 +104,19 @@ DEEPSEEK = {
     # cuda::swiglu_weight_backward_with_weight_impl, grid 53,000-64,000 x 128 (the routing
     # weights' gradient, moesim.model.kernels.deepseek)
     "expert_act_weight_bwd": Launch("cuda::swiglu_weight_backward_with_weight_impl", 75.0),
-    # cuda::swiglu_backward, grid 112 x 1024 (one block per SM of the 112 DeepEP leaves)
-    "shared_act_bwd": Launch("cuda::swiglu_backward", 42.0, 112, per_sm=1),
+    # cuda::swiglu_backward, grid 112 x 1024 (one block per SM of the 112 DeepEP leaves).
+    # The profile's occupancy (42 %) is its warps per SM averaged over all 132 SMs
+    # (27.15 = 112 x 32 / 132): each of the 112 SMs that runs a block holds 32 of 64
+    # warps, 50 %, the occupancy on the SMs the kernel runs on (as the 4-block kernels'
+    # 25 % below)
+    "shared_act_bwd": Launch("cuda::swiglu_backward", 50.0, 112, per_sm=1),
     # cuda::reduce_fused_impl, grid ~30,000 x 128 (F: unpermute; B: the permutation's
     # gradient)
     "unpermute": Launch("cuda::reduce_fused_impl", 75.0),
     "permute_bwd": Launch("cuda::reduce_fused_impl", 75.0),
-    # cuda::cast_back_impl, grid 112 x 1024; per_token_cast_back_special_fmt_impl 896 x 128
-    "cast_back": Launch("cuda::cast_back_impl", 42.0, 112, per_sm=1),
+    # cuda::cast_back_impl, grid 112 x 1024: 50 % on its 112 SMs (as swiglu_backward);
+    # per_token_cast_back_special_fmt_impl 896 x 128, 6.8 blocks on each of 132 SMs: 42 %
+    "cast_back": Launch("cuda::cast_back_impl", 50.0, 112, per_sm=1),
     "per_token_cast_back_special_fmt": Launch("cuda::per_token_cast_back_special_fmt_impl",
                                               42.0),
     # the routing-map kernels: 4 blocks of 512 threads (25 % of each of 4 SMs)
