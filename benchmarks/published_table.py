@@ -151,6 +151,7 @@ def figures(profile: str | None) -> list[dict]:
         out.append({"figure": "DeepSeek-V3, 1024 H100 FP8: TFLOP/s per GPU", "unit": "TFLOP/s",
                     "published": 338.0, "moesim": d["model_flops"] / d["step_time_s"]
                     / d["world"] / 1e12, "source": src})
+    out += serving_figures()
     out += blackwell_figures()
     for r in gemm_published.rows():
         dt = "BF16" if r["dtype"] == "bf16" else "FP8 per-tensor"
@@ -188,6 +189,35 @@ def figures(profile: str | None) -> list[dict]:
         if v.get("kernel_classes"):
             out.append({"figure": "kernel classes", "unit": "table", "source": src,
                         "published": None, "moesim": None, "rows": v["kernel_classes"]["rows"]})
+    return out
+
+
+def serving_figures(steps: int = 5) -> list[dict]:
+    """DeepSeek's day-6 decode and SGLang's H100 decode and prefill, measured as
+    benchmarks/serving_published.py measures them (mean of ``steps`` routing steps; the
+    prefill one step on the fast engine); the parts are on docs/results/serving-published.md."""
+    if ONLY_SAVED:
+        return []
+    import serving_published as sp  # this folder
+    out = []
+    tpot, _, res, cfg = sp._mean_step("deepseek-v3-decode-production", [], steps)
+    lo, hi = sp.DECODE_TOKENS_PER_S_PER_REQUEST
+    out.append({"figure": "DeepSeek-V3 decode, day-6 production (EP128 for EP144, 5-stage "
+                "overlap, EPLB): output tokens/s per request", "unit": "tokens/s",
+                "published": (lo + hi) / 2, "moesim": 1 / tpot,
+                "source": "DeepSeek open-infra-index day 6 (20-22 tokens/s; 21 taken)"})
+    tpot, _, res, cfg = sp._mean_step("deepseek-v3-decode-sglang", [], steps)
+    out.append({"figure": "DeepSeek-V3 decode, SGLang on 96 H100 (eager): output tokens/s "
+                "per node", "unit": "tokens/s", "published": sp.SGLANG_TOKENS_PER_S_PER_NODE,
+                "moesim": cfg.batch_per_gpu * res.scenario.gpus_per_node / tpot,
+                "source": "LMSYS blog, large-scale EP on 96 H100 (2025-05)"})
+    ttft, _, res, cfg = sp._mean_step("deepseek-v3-prefill-sglang", ["engine.mode=fast"], 1)
+    nodes = res.layout.world // res.scenario.gpus_per_node
+    out.append({"figure": "DeepSeek-V3 prefill, SGLang on 96 H100: input tokens/s per node "
+                "against \"Simulated Perfect EPLB\"", "unit": "tokens/s",
+                "published": sp.SGLANG_PREFILL_PERFECT_EPLB_PER_NODE,
+                "moesim": cfg.batch_per_gpu * cfg.prompt * res.layout.world / ttft / nodes,
+                "source": "LMSYS blog, large-scale EP on 96 H100 (2025-05)"})
     return out
 
 
