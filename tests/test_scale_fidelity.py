@@ -20,7 +20,10 @@ from moesim.wiring import simulate
 
 # 128 GPUs, 4 layers: DeepSeek-V3 shape (H800, EP over 2 nodes, node-limited routing,
 # fp8 dispatch, EP overlap, ZeRO-1), PP2, EP16, DP64 -> 4 replicas of each EP group
-DEEPSEEK_128 = ("deepseek-v3-2048", ["schedule.kind=1f1b", "overlap.kind=none",
+DEEPSEEK_128 = ("deepseek-v3-2048", ["model.mtp_layers=0",       # as cut: no MTP, even split
+                                     "parallel.decoder_first_pipeline_num_layers=null",
+                                     "parallel.decoder_last_pipeline_num_layers=null",
+                                     "schedule.kind=1f1b", "overlap.kind=none",
                                      "parallel.ep_backend.kind=nccl",
                                      "engine.mode=exact", "overlap.ep_comm_overlap=true",
                                      "cluster.nodes=16", "parallel.pp=2", "parallel.ep=16",

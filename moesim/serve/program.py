@@ -28,6 +28,7 @@ from moesim.compute.pinned_sms import PinnedGemms
 from moesim.model import costs, window
 from moesim.program import recipe, shared_overlap
 from moesim.program.build import Builder, StepPlan
+from moesim.program.layer_plan import layer_steps
 from moesim.program.ops import Op
 from moesim.program.overlap import (
     ep_stream,
@@ -42,6 +43,20 @@ from moesim.scenario.sections.serve import ServeConfig
 from moesim.serve import costs as serve_costs
 from moesim.serve.five_stage import ATTN_PARTS, DELTA_STAGES, split_attention
 from moesim.serve.head import FP32_BYTES, ID_BYTES
+
+
+def _forward_op(kind: str) -> str:
+    """The name of a MoE layer's forward op of ``kind``, read from the layer's template
+    (:mod:`moesim.program.layer_plan`), never restated here."""
+    for st in layer_steps(True, False, "fwd"):
+        for s in (st, *st.block):
+            if s.kind == kind:
+                return s.name
+    raise KeyError(kind)
+
+
+ATTN_OP = _forward_op("attn")
+ROUTER_OP = _forward_op("router")
 
 
 def build_serve_step(res, cfg: ServeConfig, *, replicas: str = "independent",
@@ -178,7 +193,7 @@ class ServeBuilder:
         half = [((*self.attn_key(layer), ATTN_PARTS[h]),
                  lambda h=h: split_attention(self.attn_kernels(layer))[h]) for h in (0, 1)]
         b.layer_ops(prog, rank, layer, mb, "fwd", attn=half[0])
-        at = next(i for i in range(start, len(prog)) if prog[i].name == "fwd.attn")
+        at = next(i for i in range(start, len(prog)) if prog[i].name == ATTN_OP)
         prog[at] = dataclasses.replace(prog[at], name=ATTN_PARTS[0])
         one: list[Op] = []
         b.compute_op(one, ATTN_PARTS[1], layer, mb, "fwd", *half[1])
@@ -256,7 +271,7 @@ def _stages(prog: list[Op], lo: int, hi: int) -> list[tuple[list[int], int | Non
     for i in range(lo, hi):
         cur.append(i)
         op = prog[i]
-        if op.name in (ATTN_PARTS[0], "fwd.router", fc2):
+        if op.name in (ATTN_PARTS[0], ROUTER_OP, fc2):
             out.append((cur, None))
             cur = []
         elif is_ep(op) and op.kind == "ep_combine":
