@@ -35,8 +35,8 @@ def test_which_scenarios_list_them():
                                                               R.FP8_GRAD_DISPATCH)
 
 
-def _kernels(impl: str, pass_: str) -> dict[str, list]:
-    res = resolve(load_scenario(PAIR, [f"compute.memory_kernels={impl}"]))
+def _kernels(impl: str, pass_: str, *sets: str) -> dict[str, list]:
+    res = resolve(load_scenario(PAIR, [f"compute.memory_kernels={impl}", *sets]))
     layer = next(i for i in range(res.model.layers) if res.model.is_moe_layer(i))
     out: dict[str, list] = {}
     for o in layer_ops(res, layer, pass_):
@@ -84,14 +84,7 @@ def test_megatrons_sort_chunks_by_hand():
     unsorted before the combine without them, 32,768 · 2 · 2 · 7168 = 939,524,096 B;
     the backward moves the same bytes; none under stream, deepseek or DeepEP."""
     def names(impl: str, backend: str, pass_: str) -> dict[str, list]:
-        res = resolve(load_scenario(PAIR, [f"compute.memory_kernels={impl}",
-                                           f"parallel.ep_backend.kind={backend}"]))
-        layer = next(i for i in range(res.model.layers) if res.model.is_moe_layer(i))
-        out: dict[str, list] = {}
-        for o in layer_ops(res, layer, pass_):
-            for k in o.kernels:
-                out.setdefault(k.name, []).append(k)
-        return out
+        return _kernels(impl, pass_, f"parallel.ep_backend.kind={backend}")
     f, b = names("fused", "nccl", "fwd"), names("fused", "nccl", "dgrad")
     assert sorted(k.bytes for k in f["sort_chunks_by_idxs"]) == [939_524_096, 939_786_240]
     assert sorted(k.bytes for k in b["sort_chunks_by_idxs"]) == [939_524_096, 939_786_240]
