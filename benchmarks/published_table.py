@@ -209,14 +209,13 @@ def serving_figures(steps: int = 5) -> list[dict]:
     tpot, _, res, cfg = sp._mean_step("deepseek-v3-decode-sglang", [], steps)
     out.append({"figure": "DeepSeek-V3 decode, SGLang on 96 H100 (eager): output tokens/s "
                 "per node", "unit": "tokens/s", "published": sp.SGLANG_TOKENS_PER_S_PER_NODE,
-                "moesim": cfg.batch_per_gpu * res.scenario.gpus_per_node / tpot,
+                "moesim": sp.decode_per_node(tpot, res, cfg),
                 "source": "LMSYS blog, large-scale EP on 96 H100 (2025-05)"})
     ttft, _, res, cfg = sp._mean_step("deepseek-v3-prefill-sglang", ["engine.mode=fast"], 1)
-    nodes = res.layout.world // res.scenario.gpus_per_node
     out.append({"figure": "DeepSeek-V3 prefill, SGLang on 96 H100: input tokens/s per node "
                 "against \"Simulated Perfect EPLB\"", "unit": "tokens/s",
                 "published": sp.SGLANG_PREFILL_PERFECT_EPLB_PER_NODE,
-                "moesim": cfg.batch_per_gpu * cfg.prompt * res.layout.world / ttft / nodes,
+                "moesim": sp.prefill_per_node(ttft, res, cfg),
                 "source": "LMSYS blog, large-scale EP on 96 H100 (2025-05)"})
     return out
 

@@ -84,6 +84,18 @@ def _mean_step(name: str, overrides: list[str], steps: int) -> tuple[float, dict
     return statistics.fmean(times), s, res, cfg
 
 
+def decode_per_node(tpot: float, res, cfg) -> float:
+    """Output tokens/s per node of a decode step of ``tpot`` seconds."""
+    return cfg.batch_per_gpu * res.scenario.gpus_per_node / tpot
+
+
+def prefill_per_node(ttft: float, res, cfg) -> float:
+    """Input tokens/s per node of a prefill step of ``ttft`` seconds (every prompt of
+    every GPU computed)."""
+    nodes = res.layout.world // res.scenario.gpus_per_node
+    return cfg.batch_per_gpu * cfg.prompt * res.layout.world / ttft / nodes
+
+
 def _parts(s: dict) -> str:
     b = s["breakdown_s"]
     step = s["step_time_s"]
@@ -145,7 +157,7 @@ def _profile(steps: int) -> None:
         over = ["routing.kind=uniform", f"serve.decode_overlap={ov}"]
         tpot, s, res, cfg = _mean_step("deepseek-v3-decode", over, steps)
         b = s["breakdown_s"]
-        per_node = cfg.batch_per_gpu * res.scenario.gpus_per_node / tpot
+        per_node = decode_per_node(tpot, res, cfg)
         print(f"| {ov} | {tpot * 1e3:.2f} ms | {(b['ep_dispatch'] + b['ep_combine']) * 1e3:.1f}"
               f" ms | {per_node:,.0f} | {pub:,} | {(per_node / pub - 1) * 100:+.1f} % |")
         stages.append((ov, _stages("deepseek-v3-decode", over)))
@@ -181,7 +193,7 @@ def _sglang(steps: int) -> None:
                       ("eager, `serve.decode_overlap=five_stage`",
                        ["serve.decode_overlap=five_stage"])):
         tpot, s, res, cfg = _mean_step("deepseek-v3-decode-sglang", ov, steps)
-        per_node = cfg.batch_per_gpu * res.scenario.gpus_per_node / tpot
+        per_node = decode_per_node(tpot, res, cfg)
         rows.append((label, tpot, s))
         print(f"| {label} | {tpot * 1e3:.2f} ms | {per_node:,.0f} | {pub:,} "
               f"| {(per_node / pub - 1) * 100:+.1f} % |")
@@ -192,7 +204,7 @@ def _sglang(steps: int) -> None:
     off, _, _, _ = _mean_step("deepseek-v3-decode-sglang", ["serve.two_microbatch=false"],
                               steps)
     pub_off = SGLANG_TBO_TOKENS_PER_S_PER_NODE / SGLANG_TBO_SPEEDUP
-    per_off = cfg.batch_per_gpu * res.scenario.gpus_per_node / off
+    per_off = decode_per_node(off, res, cfg)
     print("Two-batch overlap on and off (the blog's TBO ablation at 256 tokens: \"The speedup "
           "reaches 25.5% at 256 tokens with a performance of 22,310 tokens per second\"):")
     print()
@@ -281,8 +293,7 @@ def _sglang_prefill() -> None:
     print("| run | quantity | simulated | published | error |")
     print("|---|---|---|---|---|")
     for label, _, ttft, _, res, cfg in runs:
-        nodes = res.layout.world // res.scenario.gpus_per_node
-        per_node = cfg.batch_per_gpu * cfg.prompt * res.layout.world / ttft / nodes
+        per_node = prefill_per_node(ttft, res, cfg)
         for what, pub in (("input tokens/s per node, \"SGLang (Default)\"",
                            SGLANG_PREFILL_TOKENS_PER_S_PER_NODE),
                           ("input tokens/s per node, \"Simulated Perfect EPLB\"",
@@ -365,8 +376,7 @@ def main(argv: list[str] | None = None) -> int:
     print("## Decode: deepseek-v3-decode-production (EP128, 88 requests per GPU, KV 4,989)")
     print()
     tpot, s, res, cfg = _mean_step("deepseek-v3-decode-production", [], a.steps)
-    gpn = res.scenario.gpus_per_node
-    per_node = cfg.batch_per_gpu * gpn / tpot
+    per_node = decode_per_node(tpot, res, cfg)
     lo, hi = DECODE_TOKENS_PER_S_PER_REQUEST
     print("| quantity | simulated | published | error |")
     print("|---|---|---|---|")
@@ -400,9 +410,7 @@ def main(argv: list[str] | None = None) -> int:
     print("## Prefill: deepseek-v3-prefill (EP32, 4 x 4K prompts per GPU), fast engine")
     print()
     ttft, sp, res_p, cfg_p = _mean_step("deepseek-v3-prefill", ["engine.mode=fast"], 1)
-    tokens = cfg_p.batch_per_gpu * cfg_p.prompt * res_p.layout.world
-    nodes = res_p.layout.world // res_p.scenario.gpus_per_node
-    pre = tokens / ttft / nodes
+    pre = prefill_per_node(ttft, res_p, cfg_p)
     computed = PREFILL_TOKENS_PER_S_PER_NODE * (1 - CACHE_HIT_SHARE)
     print("| quantity | simulated | published | error |")
     print("|---|---|---|---|")
