@@ -265,7 +265,10 @@ def refit_phases(topo, spec: ModelSpec, train_gpus: list, rollout_gpus: list, *,
     (:func:`moesim.rl.refit_calls.group_gather`) instead of once per node. ``calls`` "nemo" (colocated): the gather also pays
     NeMo RL v0.3's per-key collective calls, the keys go in buckets of 0.2 x the free
     memory and the transfer packs every tensor into them (:mod:`moesim.rl.refit_calls`;
-    ``hbm_bytes`` the device's memory, ``launch_s`` its launch overhead)."""
+    ``hbm_bytes`` the device's memory, ``launch_s`` its launch overhead); "nemo-v03"
+    adds the transfer's Ray calls through the driver, the pickling of every worker's
+    per-tensor metadata and each executor's recover of a packed bucket
+    (:mod:`moesim.rl.refit_host`)."""
     nbytes = param_bytes(spec)
     src = holders(train_gpus, tp, pp, ep)
     tensors = tensor_count(spec)
@@ -284,7 +287,8 @@ def refit_phases(topo, spec: ModelSpec, train_gpus: list, rollout_gpus: list, *,
             gather_s, gathered = colocated_gather(topo, nbytes, train_gpus, len(src))
         buckets = math.ceil(nbytes / REFIT_BUCKET_BYTES)
         ncalls = 0
-        if calls == "nemo":
+        nemo = calls in ("nemo", "nemo-v03")
+        if nemo:
             from moesim.rl import refit_calls
             ncalls = refit_calls.gather_calls(spec, tp=tp, pp=pp, ep=ep, etp=etp)
             gather_s += refit_calls.gather_calls_s(spec, tp=tp, pp=pp, ep=ep, etp=etp)
@@ -293,8 +297,16 @@ def refit_phases(topo, spec: ModelSpec, train_gpus: list, rollout_gpus: list, *,
             free = hbm_bytes - nbytes / len(src) - nbytes / replica_gpus
             buckets = refit_calls.buckets(nbytes, free)
         transfer_s = buckets * IPC_REBUILD_S
-        if calls == "nemo":
+        if nemo:
             transfer_s += refit_calls.pack_s(nbytes, tensors, hbm_Bps, launch_s)
+        if calls == "nemo-v03":
+            from moesim.rl import refit_host
+            host = refit_host.ipc_handle_transfer(
+                hf_tensors=tensors, buckets=buckets, policy_workers=len(train_gpus),
+                megatron_keys=refit_calls.megatron_keys(spec, ep).total,
+                engines=len(rollout_gpus) // replica_gpus, engine_gpus=replica_gpus)
+            # the executor's recover of a packed bucket includes its handle's rebuild
+            transfer_s += host.time_s - buckets * IPC_REBUILD_S
         ipc_bytes, nflows, gather_bytes = nbytes, 0, gathered * len(train_gpus)
     else:
         if sharded:
@@ -313,8 +325,10 @@ def refit_phases(topo, spec: ModelSpec, train_gpus: list, rollout_gpus: list, *,
     phases = {"gather_s": gather_s, "transfer_s": transfer_s, "load_s": load_s,
               "ipc_bytes_per_gpu": ipc_bytes, "load_bytes_per_gpu": load_bytes,
               "buckets": buckets}
-    if ipc and calls == "nemo":
+    if ipc and calls in ("nemo", "nemo-v03"):
         phases["gather_calls"] = ncalls
+    if ipc and calls == "nemo-v03":
+        phases["handle_transfer"] = host.as_dict()
     if groups is not None:
         phases["gather_groups_s"] = {"tp": groups.tp_s, "pp": groups.pp_s, "ep": groups.ep_s}
     return SyncResult(total, gather_s + (0.0 if ipc else transfer_s),
