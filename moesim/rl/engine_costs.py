@@ -67,7 +67,8 @@ def trainer_scenario_of(setup, microbatches: int = 1) -> Scenario:
 class EngineTrainerCosts:
     def __init__(self, scn: Scenario, gpus: int, gpus_per_node: int, *, tp: int, pp: int,
                  ep: int, seq_len: int, reward_model: ModelSection | None = None,
-                 zero: int = 0, cp: int = 1, loss_logprob: str = "none") -> None:
+                 zero: int = 0, cp: int = 1, loss_logprob: str = "none",
+                 logprob_softmax: str = "none") -> None:
         self.scn = trainer_scenario(scn, gpus, gpus_per_node, tp=tp, pp=pp, ep=ep,
                                     seq_len=seq_len, zero=zero, cp=cp)
         self.gpus, self.tp, self.pp, self.ep, self.seq_len = gpus, tp, pp, ep, seq_len
@@ -75,6 +76,9 @@ class EngineTrainerCosts:
         self.dp = gpus // (tp * cp * pp)
         self.reward_model = reward_model
         self.loss_logprob = loss_logprob
+        #: rl.train.logprob_softmax: "nemo" adds NeMo RL's fp32 log-softmax to every
+        #: log-prob row (moesim.rl.loss.logprob_extra_bytes)
+        self.logprob_softmax = logprob_softmax
         rl = getattr(scn, "rl", None)
         #: rl.train.host_dispatch (moesim.program.host_dispatch): "eager" bounds each MoE
         #: layer's forward by the host time of its ops between Megatron's host syncs
@@ -155,7 +159,26 @@ class EngineTrainerCosts:
         t = self._row_s(row, model)
         if model is None and self.host_dispatch == "eager":
             t += self.host_pass_s(row)
+        if model is None:
+            t += self.logprob_softmax_s(row)
         return per_group * t
+
+    def logprob_softmax_s(self, row: int) -> float:
+        """Seconds NeMo RL's fp32 cast and log-softmax over one log-prob row of ``row``
+        tokens add to the pass (``rl.train.logprob_softmax: nemo``, :mod:`moesim.rl.loss`):
+        one memory-bound op; 0 with the knob off."""
+        if self.logprob_softmax != "nemo":
+            return 0.0
+        key = ("lp_softmax", row)
+        if key not in self.memo:
+            from moesim.rl.loss import elements, logprob_extra_bytes
+
+            res = resolve(self.scn)
+            n = elements(row, res.model.vocab, self.tp, self.cp)
+            op = memory_op("logprob_softmax", logprob_extra_bytes(
+                row, res.model.vocab, self.tp, self.cp), 4 * n)
+            self.memo[key] = float(res.compute.time_s(op))
+        return self.memo[key]
 
     def _row_s(self, row: int, model: ModelSection | None) -> float:
         """The simulated forward pass over one row of ``row`` tokens (memoised)."""

@@ -11,6 +11,13 @@ vocab-parallel logits (NVIDIA-NeMo/RL v0.3.0, b1c86a816):
   kept for the backward), ``gather`` of the target; ``backward``: ``one_hot`` of the
   targets (int64) times the mask, ``.float()``, ``.sub_(softmax)``, ``.mul_(grad)``.
 
+The log-prob passes (``rl.train.logprob_softmax: nemo``) run the same forward with
+``inference_only=True`` (``megatron_policy_worker.py`` ``get_logprobs`` ``collection_fn``:
+``from_parallel_logits_to_logprobs(output_tensor.to(torch.float32), ...)`` when sequence
+packing is off): the cast and the forward's ops, 54 bytes per element, of which the LM
+head's sampler pass (:func:`moesim.serve.costs.head_kernels`: bf16 read + fp32 write, 6
+bytes) is priced already: 48 more per element of every log-prob micro-batch.
+
 Each op is a pass over the ``tokens x ceil(vocab / tp)`` elements of the rank's logits
 (Megatron's output layer with ``parallel_output=True``: every TP rank holds all of the
 row's tokens and its vocabulary shard). Bytes per element, read + written:
@@ -41,6 +48,9 @@ from __future__ import annotations
 NEMO_BYTES_PER_ELEMENT = 116
 #: of which moesim's fused loss op already prices (bf16 read + fp32 write)
 PRICED_BYTES_PER_ELEMENT = 6
+#: bytes per logits element of a log-prob pass's fp32 cast and DistributedLogprob forward
+#: (the forward half of the table above; ``exp_`` runs whether or not it is saved)
+NEMO_LOGPROB_BYTES_PER_ELEMENT = 54
 
 
 def elements(tokens: int, vocab: int, tp: int, cp: int = 1) -> int:
@@ -53,6 +63,13 @@ def extra_bytes(tokens: int, vocab: int, tp: int, cp: int = 1) -> float:
     """HBM bytes NeMo RL's loss log-probs move beyond moesim's fused loss, one micro-batch."""
     return float(elements(tokens, vocab, tp, cp)
                  * (NEMO_BYTES_PER_ELEMENT - PRICED_BYTES_PER_ELEMENT))
+
+
+def logprob_extra_bytes(tokens: int, vocab: int, tp: int, cp: int = 1) -> float:
+    """HBM bytes NeMo RL's log-prob pass moves over one row of ``tokens`` beyond the LM
+    head's sampler pass that moesim's forward prices (6 bytes per element)."""
+    return float(elements(tokens, vocab, tp, cp)
+                 * (NEMO_LOGPROB_BYTES_PER_ELEMENT - PRICED_BYTES_PER_ELEMENT))
 
 
 def loss_bytes(tokens: int, vocab: int, tp: int, cp: int = 1) -> float:

@@ -107,6 +107,24 @@ def verl_micro_batches(lengths: np.ndarray, max_token_len: int, dp: int) -> int:
     return int(min(per_rank, -(-balanced_ranks(lengths, dp).max() // max_token_len)))
 
 
+def unpacked_rows(lengths: np.ndarray, row_tokens: int, longest: int) -> int:
+    """Micro-batches NeMo RL makes of ``lengths`` without sequence packing
+    (``sequence_packing.enabled: false``, ``dynamic_batching.enabled: false``, as
+    examples/configs/grpo_math_qwen30ba3b_megatron.yaml at NVIDIA-NeMo/RL v0.3.0 =
+    b1c86a816 sets them): grpo.py pads every sample to the step's longest
+    (``batched_message_log_to_flat_message``, rounded to
+    ``make_sequence_length_divisible_by``), and ``megatron_policy_worker.py`` runs
+    micro-batches of whole padded samples (``train()``: ``make_microbatch_iterator(mbs)``
+    over ``[mbs, longest]``; ``get_logprobs()``: ``logprob_batch_size`` samples). A row of
+    ``row_tokens`` (``train_mb_tokens = max_total_sequence_length x train_micro_batch_size``)
+    holds ``row_tokens // longest`` samples, at least one; the row is priced at
+    ``row_tokens``, exact when the longest sample fills the maximum length."""
+    if not len(lengths):
+        return 0
+    per_row = max(1, row_tokens // max(1, int(longest)))
+    return -(-len(lengths) // per_row)
+
+
 def rows_per_replica(rows: int, dp: int) -> int:
     """Rows the busiest of ``dp`` data-parallel replicas gets (the step waits for it)."""
     return math.ceil(rows / dp) if rows else 0

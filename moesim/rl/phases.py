@@ -23,6 +23,7 @@ from moesim.rl.packing import (
     pad_multiple,
     padded,
     split_mini_batches,
+    unpacked_rows,
     verl_micro_batches,
 )
 from moesim.scenario.sections.rl import RLConfig
@@ -102,6 +103,13 @@ def step_work(cfg: RLConfig, batch: Batch, seq_len: int, rollout: StepCosts,
         # rows = micro-batches of every rank x dp: the trainer prices ceil(rows / dp)
         def rows_of(x, cap):
             return verl_micro_batches(x, cap, tr.dp) * tr.dp
+    elif tr.packing == "none":
+        # NeMo RL without packing: every sample padded to the step's longest (itself
+        # padded to the TP multiple), whole samples per micro-batch
+        longest = int(padded(lengths, pad_multiple(tr.tp, tr.cp)).max()) if len(lengths) else 1
+
+        def rows_of(x, cap):
+            return unpacked_rows(x, cap, longest)
     else:
         # each sample padded as NeMo RL pads it for the trainer's TP and CP
         lengths = padded(lengths, pad_multiple(tr.tp, tr.cp))

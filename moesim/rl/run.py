@@ -231,7 +231,7 @@ def simulate_rl(setup: RLSetup, steps: int, *, rollout_costs: StepCosts | None =
             trainer_costs = EngineTrainerCosts(
                 setup.scenario, tr.gpus, gpn, tp=tr.tp, pp=tr.pp, ep=tr.ep, cp=tr.cp,
                 seq_len=setup.seq_len, reward_model=cfg.reward.model, zero=tr.zero,
-                loss_logprob=tr.loss_logprob)
+                loss_logprob=tr.loss_logprob, logprob_softmax=tr.logprob_softmax)
     works = []
     partial = cfg.partial_rollouts
     swap = reference_swap_s(res.model, tr, PCIE_Bps)

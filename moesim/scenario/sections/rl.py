@@ -40,15 +40,17 @@ from moesim.scenario.sections.lengths import parse as parse_length
 
 REWARD_KINDS = ("rule", "model")
 SYNC_METHODS = ("nccl", "ipc", "sharded")
-SYNC_CALLS = ("none", "nemo")
+SYNC_CALLS = ("none", "nemo", "nemo-v03")
 #: rl.weight_sync.gather (moesim.rl.sync.refit_phases)
 SYNC_GATHERS = ("node", "groups")
 KV_DTYPES = ("bf16", "fp8")
 REFERENCE_WEIGHTS = ("gpu", "host")
 #: how the trainer makes micro-batches of a mini-batch (moesim.rl.packing): ``nemo``,
 #: NeMo RL's sequence packing (samples padded, first fit into rows); ``verl``, verl's
-#: dynamic batch size (each rank's tokens over the row, balanced partitions)
-PACKINGS = ("nemo", "verl")
+#: dynamic batch size (each rank's tokens over the row, balanced partitions); ``none``,
+#: NeMo RL without sequence packing (every sample padded to the step's longest, whole
+#: samples per micro-batch: moesim.rl.packing.unpacked_rows)
+PACKINGS = ("nemo", "verl", "none")
 #: partial rollouts, after a weight sync: ``recompute`` each paused sample's KV cache under
 #: the new weights (AReaL's interruptible rollouts), or ``keep`` the caches computed under
 #: the old ones (NeMo RL's in-flight weight updates without
@@ -68,6 +70,10 @@ OFFLOAD_COPIES = ("line", "pageable")
 #: (moesim.rl.loss): ``none`` (the model's fused loss only), ``nemo`` (NeMo RL's
 #: DistributedLogprob over the vocab-parallel logits, forward and backward)
 LOSS_LOGPROBS = ("none", "nemo")
+#: the log-prob passes' log-softmax over the full vocabulary (moesim.rl.loss): ``none``
+#: (the LM head's sampler pass only), ``nemo`` (NeMo RL's fp32 cast and DistributedLogprob
+#: forward over the vocab-parallel logits of every log-prob micro-batch)
+LOGPROB_SOFTMAX = ("none", "nemo")
 #: the host's per-op dispatch in the trainer's eager forward passes (moesim.program.
 #: host_dispatch): ``none`` (the GPU's time only) or ``eager`` (each MoE layer's forward
 #: bounded by its host time between Megatron's per-layer host syncs)
@@ -132,6 +138,7 @@ class TrainPool:
     #: pageable host memory, moesim.rl.offload.PAGEABLE_D2H_Bps)
     offload_copy: str = "line"
     loss_logprob: str = "none"  # LOSS_LOGPROBS
+    logprob_softmax: str = "none"  # LOGPROB_SOFTMAX
     host_dispatch: str = "none"  # HOST_DISPATCH
     #: ZeRO stage over the trainer's data-parallel group (parallel.zero): 1 shards the
     #: optimizer states, as Megatron's distributed optimizer does (use_distributed_optimizer:
@@ -223,7 +230,8 @@ _RULES: dict[str, tuple[str, Any]] = {
     "kv_fraction": ("frac", None), "max_batch": ("pos", None), "kv_dtype": ("choice", KV_DTYPES),
     "cuda_graphs": ("bool", None), "host_overhead": ("choice", ROLLOUT_HOST),
     "offload": ("choice", OFFLOADS), "offload_copy": ("choice", OFFLOAD_COPIES),
-    "loss_logprob": ("choice", LOSS_LOGPROBS), "host_dispatch": ("choice", HOST_DISPATCH),
+    "loss_logprob": ("choice", LOSS_LOGPROBS), "logprob_softmax": ("choice", LOGPROB_SOFTMAX),
+    "host_dispatch": ("choice", HOST_DISPATCH),
     "mini_batches": ("pos", None), "epochs": ("pos", None), "seq_len": ("optpos", None),
     "logprob_mb_tokens": ("optpos", None),
     "reference_weights": ("choice", REFERENCE_WEIGHTS),
@@ -366,6 +374,8 @@ def summary_dict(cfg: RLConfig) -> dict:
         del out["train"]["offload_copy"]
     if cfg.train.host_dispatch == "none":   # the default: summaries as before the knob
         del out["train"]["host_dispatch"]
+    if cfg.train.logprob_softmax == "none":  # the default: summaries as before the knob
+        del out["train"]["logprob_softmax"]
     if cfg.weight_sync.gather == "node":
         del out["weight_sync"]["gather"]
     if cfg.reward.model is not None:
