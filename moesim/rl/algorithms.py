@@ -30,6 +30,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from moesim.rl.seq_host import step_logprob_s, step_train_s
 from moesim.traffic.registry import Registry
 
 
@@ -102,11 +103,11 @@ def _reward_s(x: StepInputs) -> float:
 
 
 def _old_logprob_s(x: StepInputs) -> float:
-    return x.logprob_s() if x.cfg.old_logprob else 0.0
+    return x.logprob_s() + step_logprob_s(x) if x.cfg.old_logprob else 0.0
 
 
 def _reference_s(x: StepInputs) -> float:
-    return x.logprob_s() + x.reference_swap_s if x.cfg.reference else 0.0
+    return x.logprob_s() + step_logprob_s(x) + x.reference_swap_s if x.cfg.reference else 0.0
 
 
 def _train_s(x: StepInputs) -> float:
@@ -115,11 +116,12 @@ def _train_s(x: StepInputs) -> float:
 
 def _loss_logprob_s(x: StepInputs) -> float:
     """The loss's full-vocabulary log-probs beyond the fused loss, every micro-batch of
-    every optimizer step (:mod:`moesim.rl.loss`; trainer costs without it: 0)."""
+    every optimizer step (:mod:`moesim.rl.loss`; trainer costs without it: 0), and with
+    ``rl.train.seq_host: nemo`` NeMo RL's per-sequence loss loops (:mod:`moesim.rl.seq_host`)."""
     cost = getattr(x.trainer, "loss_logprob_s", None)
     if cost is None:
-        return 0.0
-    return x.cfg.train.epochs * sum(cost(r) for r in x.mini_batch_rows)
+        return step_train_s(x)
+    return x.cfg.train.epochs * sum(cost(r) for r in x.mini_batch_rows) + step_train_s(x)
 
 
 def _logprob_prep_s(x: StepInputs) -> float:
