@@ -464,6 +464,9 @@ def main(argv: list[str] | None = None) -> int:
     print(f"Megatron's own measurement runs {6244 / nemo:.2f}-{6325 / nemo:.2f} x NeMo RL's "
           "training rate: no pricing of the step's kernels closes more of NeMo RL's gap "
           "than the Pai-Megatron gap above.")
+    from rl_trainer_leads import leads
+
+    leads()
     return 0
 
 

@@ -86,6 +86,7 @@ class EngineTrainerCosts:
         self.memo: dict[tuple, float] = {}
         #: micro-batches per replica -> the simulated step's ``breakdown_s``
         self.breakdowns: dict[int, dict] = {}
+        self.experts: dict[int, dict | None] = {}
         self.simulated = 0
 
     def micro_batches(self, rows: int) -> int:
@@ -121,6 +122,8 @@ class EngineTrainerCosts:
             summary = simulate(resolve(scn)).summary
             self.memo[key] = float(summary["step_time_s"])
             self.breakdowns[m] = dict(summary.get("breakdown_s", {}))
+            #: micro-batches per replica -> the simulated step's ``experts`` statistics
+            self.experts[m] = summary.get("experts")
             self.simulated += 1
         if self.host_dispatch == "eager":     # the forwards on the 1F1B path: m + pp - 1
             return self.memo[key] + (m + self.pp - 1) * self.host_pass_s(self.seq_len) / self.pp

@@ -1,0 +1,107 @@
+"""Part 6 of ``rl_moe_trainer.py``: what each lead on NeMo RL v0.3's MoE trainer adds to
+the Qwen3-30B-A3B step (``scenarios/grpo-qwen3-30b-a3b-nemo-v03.yaml``), as seconds of
+its training and log-prob phases: the trainer's phases of one RL step (the step's batch
+as ``moesim rl`` draws it; generation, refit and the host moves left out) with one knob
+changed at a time."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+SCENARIO = ROOT / "scenarios" / "grpo-qwen3-30b-a3b-nemo-v03.yaml"
+#: NeMo RL v0.3 blog post (NVIDIA-NeMo/.github blog/posts/nemo-rl-v0.3/index.md): policy
+#: training 50 s, log-probs 23 s per step
+PUBLISHED = {"train": 50.0, "logprobs": 23.0}
+
+#: (label, overrides over the shipped scenario, source)
+LEADS = (
+    ("knobs off (packing nemo, no log-prob softmax)",
+     ("rl.train.packing=nemo", "rl.train.logprob_softmax=none"), "the page's baseline"),
+    ("+ packing none: whole samples padded to the longest",
+     ("rl.train.logprob_softmax=none",),
+     "grpo_math_qwen30ba3b_megatron.yaml sequence_packing.enabled False; "
+     "megatron_policy_worker.py train() / get_logprobs() (NeMo RL b1c86a816)"),
+    ("+ logprob_softmax nemo: fp32 log-softmax in log-prob passes", (),
+     "megatron_policy_worker.py get_logprobs collection_fn; model_utils.py "
+     "DistributedLogprob (b1c86a816): the shipped scenario"),
+    ("+ routing zipf s 0.5, drift layer (not shipped)",
+     ("routing.kind=zipf", "routing.zipf_s=0.5", "routing.drift=layer"),
+     "sensitivity: no published per-micro-batch load of Qwen3-30B-A3B found"),
+    ("+ routing zipf s 1.0, drift layer (not shipped)",
+     ("routing.kind=zipf", "routing.zipf_s=1.0", "routing.drift=layer"),
+     "sensitivity, as above"),
+)
+
+#: the row of the shipped scenario in LEADS
+SHIPPED = 2
+
+#: trainer costs by routing overrides: the knobs of the first rows change rows and one
+#: attribute, not the simulated passes, so those rows share one trainer
+_TRAINERS: dict[tuple, object] = {}
+
+
+def trainer_phases(overrides) -> tuple[dict, float]:
+    """The trainer's phases of step 0 under ``overrides`` and the busiest EP rank's
+    tokens over the mean in the training step (mean over MoE layers)."""
+    from moesim.rl.engine_costs import EngineTrainerCosts, gpus_per_node
+    from moesim.rl.phases import step_work
+    from moesim.rl.run import draw_batch, resolve_rl
+
+    setup = resolve_rl(SCENARIO, overrides)
+    tr = setup.cfg.train
+    key = tuple(o for o in overrides if o.startswith("routing."))
+    if key not in _TRAINERS:
+        _TRAINERS[key] = EngineTrainerCosts(
+            setup.scenario, tr.gpus, gpus_per_node(setup), tp=tr.tp, pp=tr.pp, ep=tr.ep,
+            cp=tr.cp, seq_len=setup.seq_len, zero=tr.zero, loss_logprob=tr.loss_logprob)
+    c = _TRAINERS[key]
+    c.logprob_softmax = tr.logprob_softmax
+    w = step_work(setup.cfg, draw_batch(setup, 0), setup.seq_len, None, 0, c, 0.0,
+                  generation=False)
+    return dict(w.durations.trainer), hot_rank(c, tr.ep)
+
+
+def hot_rank(c, ep: int) -> float:
+    """The busiest EP rank's routed tokens over the mean, averaged over the MoE layers of
+    the simulated training step (experts on ranks in contiguous blocks)."""
+    import numpy as np
+
+    ratios = []
+    for stats in c.experts.values():
+        for layer in (stats or {}).get("tokens_per_expert", []):
+            ranks = np.asarray(layer, dtype=float).reshape(ep, -1).sum(axis=1)
+            ratios.append(ranks.max() / ranks.mean())
+    return float(np.mean(ratios)) if ratios else 1.0
+
+
+def leads() -> None:
+    print()
+    print("### Part 6: what each lead adds to NeMo RL v0.3's Qwen3-30B-A3B trainer")
+    print()
+    print("| run | source | training s | log-probs s | added to training | added to "
+          "log-probs | busiest EP rank / mean |")
+    print("|---|---|---:|---:|---:|---:|---:|")
+    rows = []
+    for i, (label, sets, src) in enumerate(LEADS):
+        ph, hot = trainer_phases(sets)
+        train = ph.get("train", 0.0) + ph.get("loss_logprob", 0.0)
+        lp = ph.get("old_logprob", 0.0) + ph.get("reference", 0.0)
+        # the knobs against the row before; the routing rows against the shipped one
+        ref = None if i == 0 else rows[i - 1] if i < SHIPPED + 1 else rows[SHIPPED]
+        d_t = "" if ref is None else f"{train - ref[0]:+.2f}"
+        d_l = "" if ref is None else f"{lp - ref[1]:+.2f}"
+        print(f"| {label} | {src} | {train:.2f} | {lp:.2f} | {d_t} | {d_l} | {hot:.3f} |")
+        rows.append((train, lp))
+    train, lp = rows[SHIPPED]
+    print()
+    print(f"The shipped scenario's trainer: training {train:.2f} s against the published "
+          f"{PUBLISHED['train']:.0f} s ({(train / PUBLISHED['train'] - 1) * 100:+.1f} %), "
+          f"log-prob passes {lp:.2f} s against {PUBLISHED['logprobs']:.0f} s "
+          f"({(lp / PUBLISHED['logprobs'] - 1) * 100:+.1f} %; the published figure also "
+          "holds the reference swap and the log-prob prep). Training here includes the "
+          "loss's log-softmax phase (loss_logprob). The routing rows are the shipped "
+          "scenario with a skew added, compared with it: a sensitivity, not a calibration "
+          "(no per-micro-batch expert load of Qwen3-30B-A3B on math data was found "
+          "published; ForeMoE, arXiv:2606.11867, describes such micro-step imbalance in RL "
+          "post-training, and its figures were not in the stored material).")
