@@ -35,10 +35,12 @@ NOTES = (
      "beside DeepEP (2 waves on the 112 SMs left); deepseek counts the waves (sm_share)"),
     (r"ln_fwd_kernel", "flash-attention ln_fwd with the residual (no add kernel in the "
      "profile), 112 B in flight/thread: bandwidth-bound; ~105 us alone, ~125 beside DeepEP"),
-    (r"gatherTopK", "torch.topk, one block of 256 per token, 5 per SM: 7 waves of 16 "
-     "radix passes, each ending in barriers; moesim prices its bytes (6 us): not modelled"),
-    (r"get_fused_mapping|clean_and_count", "4 blocks: 9-15 us at 4 SMs' occupancy-limited "
-     "rate; 62-194 us measured: not bandwidth (source not public: not modelled)"),
+    (r"gatherTopK", "torch.topk (sbtopk), one block of 256 per token, 5 per SM: 7 waves "
+     "of 16 radix passes (2 bits of a float each), each ending in barriers; latency, not "
+     "bytes: moesim prices its bytes (6 us), no published time per pass"),
+    (r"get_fused_mapping|clean_and_count", "4 blocks of 512, 8 B in flight: 42 GB/s; "
+     "deepseek reads the received tokens' top-k int64 (TileKernels' get_fused_mapping "
+     "cut at its grid sync); the mapping's block scans not priced"),
     (r"swiglu_forward_backward", "4 experts in one launch, 2.0 TB/s on 112 SMs; "
      "Megatron's fused rows 0.5 TB/s (fused: 4 x 332 us)"),
     (r"swiglu_weight_backward", "the routing weights' gradient: expert_act_weight_bwd "
@@ -50,7 +52,9 @@ NOTES = (
     (r"_copy_tensor_kernel", "Triton, 1 program of 128 per token, 31 %: moesim's 336 MB "
      "would need 3.3 TB/s; what it copies is not public: not changed"),
     (r"rotary_kernel", "q (grid x heads) and k launches; deepseek: 2 launches of 135 MB"),
-    (r"reduce_fused", "unpermute (F) / permute_bwd (B): 75 % occupancy"),
+    (r"reduce_fused", "unpermute (F) / permute_bwd (B): one block per received token "
+     "(TileKernels' reduce_fused), 112 B in flight: stream-bound; deepseek: a rows in, "
+     "received (<= a) out, before the combine"),
     (r"expand_to_fused", "permute (F) / the FP8 gradient dispatch (B): 100 %"),
     (r"cast_back", "42 % occupancy (112 or 896 blocks)"),
 )

@@ -7,8 +7,9 @@ Hand figures from gpu-benches' gpu-stream H200 curve (scale kernel, 132 SMs):
 - 4 blocks at 25 % (the routing-map kernels): 4 of the 132 SMs, 4 · 1395 / 132 =
   42.2727 GB/s; 0.4 MB take 0.4e6 / 42.2727e9 = 9.4624 µs (at the 3,000 GB/s stream
   rate: 0.1333 µs).
-- reduce_fused (unpermute) at 75 %: 2,844 GB/s, under a 3,000 GB/s stream rate; under a
-  2,000 GB/s one the stream rate caps it.
+- reduce_fused (unpermute) at 75 % with 112 B in flight per thread (each of 128 threads
+  holds 56 BF16 of a 7,168 row: TileKernels' reduce_fused): 75 · 112 / 8 = 1,050 %,
+  past the curve (3,165 GB/s), so a 3,000 GB/s stream rate caps it, and a 2,000 one.
 - bytes in flight scale the occupancy (Little's law): flash-attention's norm, 19 % with
   112 B per thread, is 19 · 112 / 8 = 266 %, at the stream rate; its backward, 13 % with
   32 B, is 52 %: 2263 + 71 · 2 / 3.1 = 2,308.806 GB/s.
@@ -89,11 +90,13 @@ def test_deepseek_prices_its_own_kernels_by_occupancy(tmp_path):
     # 53.1 % (2,334): 2,308.806 GB/s; 2,308.806 MB take 1 ms
     nb = ds.price(kernel("norm_bwd", 2308.806e6, pass_="dgrad"))
     assert math.isclose(nb.time_s, 1e-3, rel_tol=1e-6) and "32 B in flight" in nb.detail
-    # unpermute at 75 %: 2,844 GB/s under a 3,000 stream, the stream's 2,000 under 2,000
-    up = kernel("unpermute", 2.844e6, kclass="permute")
+    # unpermute at 75 % x 112 B / 8 B = 1,050 %: the stream's 3,000 GB/s (3 MB in 1 µs),
+    # the stream's 2,000 under 2,000
+    assert DEEPSEEK["unpermute"].effective == DEEPSEEK["permute_bwd"].effective == 1050.0
+    up = kernel("unpermute", 3e6, kclass="permute")
     assert math.isclose(ds.price(up).time_s, 1e-6, rel_tol=1e-12)
     assert math.isclose(model(tmp_path, "deepseek", 2000).price(up).time_s,
-                        2.844e6 / 2000e9, rel_tol=1e-12)
+                        3e6 / 2000e9, rel_tol=1e-12)
 
 
 def test_deepseek_prices_every_other_kernel_as_fused(tmp_path):

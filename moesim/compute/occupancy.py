@@ -110,16 +110,25 @@ DEEPSEEK = {
     # warps, 50 %, the occupancy on the SMs the kernel runs on (as the 4-block kernels'
     # 25 % below)
     "shared_act_bwd": Launch("cuda::swiglu_backward", 50.0, 112, per_sm=1),
-    # cuda::reduce_fused_impl, grid ~30,000 x 128 (F: unpermute; B: the permutation's
-    # gradient)
-    "unpermute": Launch("cuda::reduce_fused_impl", 75.0),
-    "permute_bwd": Launch("cuda::reduce_fused_impl", 75.0),
+    # cuda::reduce_fused_impl<__nv_bfloat16>(int4 const* x, float const* weights,
+    # int const* token_topk_to_pos, int4* out, ...), grid = the tokens DeepEP delivered
+    # (26,592-34,144) x 128 threads, 75 % (F: unpermute; B: the permutation's gradient).
+    # Its public successor, deepseek-ai/TileKernels tile_kernels/moe/reduce_fused_kernel.py
+    # at a06642db (the same arguments): one block of 128 threads per token, each thread
+    # summing its hidden / 128 elements of each of the token's rows into a register
+    # fragment, the row loaded as independent 16-byte vectors: at hidden 7,168, 56 BF16
+    # = 112 B in flight per thread (as flash-attention's ln_fwd)
+    "unpermute": Launch("cuda::reduce_fused_impl", 75.0, 0, 112.0),
+    "permute_bwd": Launch("cuda::reduce_fused_impl", 75.0, 0, 112.0),
     # cuda::cast_back_impl, grid 112 x 1024: 50 % on its 112 SMs (as swiglu_backward);
     # per_token_cast_back_special_fmt_impl 896 x 128, 6.8 blocks on each of 132 SMs: 42 %
     "cast_back": Launch("cuda::cast_back_impl", 50.0, 112, per_sm=1),
     "per_token_cast_back_special_fmt": Launch("cuda::per_token_cast_back_special_fmt_impl",
                                               42.0),
-    # the routing-map kernels: 4 blocks of 512 threads (25 % of each of 4 SMs)
+    # the routing-map kernels: 4 blocks of 512 threads (25 % of each of 4 SMs), each
+    # thread one int64 top-k index in flight (``long const*``; TileKernels'
+    # get_fused_mapping_kernel.py at 1001fca4 loads one index per lane per step):
+    # gpu-stream's 8 B
     "get_fused_mapping": Launch("cuda::get_fused_mapping<512>", 25.0, 4, per_sm=1),
     "clean_and_count_expert": Launch("cuda::clean_and_count_expert<512>", 25.0, 4,
                                      per_sm=1),

@@ -34,6 +34,27 @@ the op it runs in), never by its durations.
   its FP8 cache times the output's gradient, summed. Reads the FP8 input with its scales
   and the BF16 gradient, writes one FP32 per row. (Reading the BF16 input instead would
   take 3.8 TB/s in the profiled 105 µs, above HBM's rate.)
+- :func:`reduce_fused`: the forward's ``unpermute`` is DeepSeek's ``reduce_fused_impl``
+  on the experts' side, before DeepEP's combine, not after it on the tokens' side: its
+  grid is the tokens the rank received (26,592-34,144 in the profile's layers, one block
+  of 128 threads each), and its public successor (deepseek-ai/TileKernels
+  ``tile_kernels/moe/reduce_fused_kernel.py`` at a06642db, the same arguments) reads each
+  received token's rows among the rank's ``a`` expert rows with its top-k weights and
+  positions and writes one BF16 row per received token. A rank receives at most ``a``
+  tokens (one per expert row); the model lists that bound (the profile's grids are 0.93
+  of its expert rows: several of a token's experts on one rank), so it reads and
+  writes ``a`` rows, as the backward's ``permute_bwd``, the same kernel, already does.
+- :func:`routing_map_launches`: the routing-map kernels run after the dispatch over the
+  received tokens' top-k indices (DeepEP's ``recv_topk_idx``, ``received × top_k``
+  int64, the rank's other experts marked −1; the profile runs them just before
+  ``expand_to_fused_with_scales``, after ``dispatch``), not over ``a`` indices: in the
+  public successor (TileKernels ``get_fused_mapping_kernel.py`` at 1001fca4) one kernel
+  writes −1 over its four maps, counts each expert's indices, syncs the grid and writes
+  each copy's position, its index array read once per pass; the profile's two kernels
+  are that kernel cut at the grid sync (``clean_and_count_expert``: the −1 writes and
+  the counts; ``get_fused_mapping``, which takes the counts as its ``int const*``: the
+  positions). Bounded as above (received = ``a``). The second pass's block-wide scans
+  (2,048 B of shared memory: one int per thread) are not priced.
 """
 
 from __future__ import annotations
@@ -44,21 +65,30 @@ from dataclasses import replace
 from moesim.compute.base import Kernel
 from moesim.model.kernels.linear import CAST_TOKEN, WEIGHT_T
 from moesim.model.kernels.make import ACT_BYTES, FP8_ACT, FP8_WEIGHT, FP32_BYTES, TILE, mem
-from moesim.model.kernels.reference import DEEPSEEK_LAUNCHES, FP8_ACT_CACHE, on
+from moesim.model.kernels.reference import (
+    COUNT_BYTES,
+    DEEPSEEK_LAUNCHES,
+    FP8_ACT_CACHE,
+    INDEX_BYTES,
+    ROW_BYTES,
+    on,
+)
 
 SCALE_T = "scale_transpose"
 ROTARY = "rotary_kernel"
 ROUTER_OPS = "router_small_ops"
 WEIGHT_GRAD = "expert_act_weight_bwd"
+UNPERMUTE = "unpermute"
+MAP, COUNT = "get_fused_mapping", "clean_and_count_expert"
 #: the profile's small launches in a layer's forward router (train.json, F, elementwise
 #: class, each under 10 µs: 35 a layer, fill_tensormaps of the grouped GEMM left out)
 #: less the two the inventory lists (router_score, router_aux_stats)
 ROUTER_OPS_LAUNCHES = 33
 RECOMPUTE = "recompute."
 
-__all__ = ["ROUTER_OPS", "ROUTER_OPS_LAUNCHES", "SCALE_T", "WEIGHT_GRAD",
-           "expert_weight_transposes", "launches", "router_ops", "routing_weight_grad",
-           "scale_transpose"]
+__all__ = ["COUNT", "MAP", "ROUTER_OPS", "ROUTER_OPS_LAUNCHES", "SCALE_T", "UNPERMUTE",
+           "WEIGHT_GRAD", "expert_weight_transposes", "launches", "reduce_fused",
+           "router_ops", "routing_map_launches", "routing_weight_grad", "scale_transpose"]
 
 
 def _base(name: str) -> tuple[str, str]:
@@ -84,10 +114,48 @@ def launches(spec, kernels: Iterable[Kernel]) -> list[Kernel]:
     out: list[Kernel] = []
     for k in kernels:
         _, base = _base(k.name)
-        out.append(replace(k, count=2 * max(k.count, 1)) if base == ROTARY else k)
+        if base == ROTARY:
+            k = replace(k, count=2 * max(k.count, 1))
+        elif base == UNPERMUTE and (k.pass_ or "fwd") == "fwd":
+            k = reduce_fused(spec, k)
+        elif base in (MAP, COUNT):
+            k = routing_map_launches(spec, k)
+        out.append(k)
         if base == CAST_TOKEN:
             out.append(scale_transpose(k))
     return out
+
+
+def reduce_fused(spec, unpermute: Kernel) -> Kernel:
+    """The forward ``unpermute`` (``flops`` = 2 · a · h over ``a`` expert rows) as
+    DeepSeek's reduce before the combine: read the ``a`` BF16 rows, write one per
+    received token (at most ``a``: the bound), read each received token's top-k FP32
+    weights and int32 positions: 2 · 2 · a · h + (4 + 4) · a · top_k bytes."""
+    h, k = spec.hidden, max(spec.top_k, 1)
+    a = round(unpermute.flops / (2 * h))
+    received = a
+    return replace(unpermute, bytes=float(ACT_BYTES * h * (a + received)
+                                          + (FP32_BYTES + ROW_BYTES) * received * k))
+
+
+def routing_map_launches(spec, kernel: Kernel) -> Kernel:
+    """``get_fused_mapping`` / ``clean_and_count_expert`` of ``reference.routing_map``
+    (over ``a`` copies) over the received tokens' ``received × top_k`` int64 indices
+    (received at most ``a``: the bound). ``clean_and_count_expert``: read the indices,
+    write −1 over the int32 position of each (token, k) and over the three int32 maps of
+    each expert row (expert, token, (token, k)), the experts' counts;
+    ``get_fused_mapping``: read the indices, write each copy's four int32 entries and the
+    experts' start and end."""
+    _, base = _base(kernel.name)
+    e, k = spec.n_experts, max(spec.top_k, 1)
+    per_copy = INDEX_BYTES + ROW_BYTES if base == MAP else INDEX_BYTES
+    a = round((kernel.bytes - COUNT_BYTES * e) / per_copy)
+    idx = a * k                                     # received (<= a) x top_k indices
+    if base == MAP:
+        nbytes = INDEX_BYTES * idx + 4 * ROW_BYTES * a + 2 * COUNT_BYTES * e
+    else:
+        nbytes = (INDEX_BYTES + ROW_BYTES) * idx + 3 * ROW_BYTES * a + COUNT_BYTES * e
+    return replace(kernel, bytes=float(nbytes))
 
 
 def router_ops(spec) -> list[Kernel]:
