@@ -60,3 +60,12 @@ def test_the_summary_echoes_the_knobs_only_when_on():
     assert "logprob_softmax" not in summary_dict(_cfg())["train"]
     assert summary_dict(_cfg(logprob_softmax="nemo"))["train"]["logprob_softmax"] == "nemo"
     assert summary_dict(_cfg(packing="none"))["train"]["packing"] == "none"
+
+
+def test_v06_logprob_softmax_is_one_pass_lighter():
+    # v0.6.0: cast 6 + amax 4 + sub 8 + exp 8 + sum 4 + sub 8 + exp 8 = 46 bytes, less 6
+    n = 4096 * 151936
+    assert loss.logprob_extra_bytes(4096, 151936, 1, kind="nemo-v06") == pytest.approx(
+        40.0 * n, rel=1e-15)
+    assert loss.logprob_extra_bytes(4096, 151936, 1, kind="nemo-v06") == pytest.approx(
+        24_893_194_240.0)

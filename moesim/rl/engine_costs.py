@@ -76,8 +76,8 @@ class EngineTrainerCosts:
         self.dp = gpus // (tp * cp * pp)
         self.reward_model = reward_model
         self.loss_logprob = loss_logprob
-        #: rl.train.logprob_softmax: "nemo" adds NeMo RL's fp32 log-softmax to every
-        #: log-prob row (moesim.rl.loss.logprob_extra_bytes)
+        #: rl.train.logprob_softmax: "nemo" / "nemo-v06" add NeMo RL's fp32 log-softmax
+        #: to every log-prob row (moesim.rl.loss.logprob_extra_bytes)
         self.logprob_softmax = logprob_softmax
         rl = getattr(scn, "rl", None)
         #: rl.train.host_dispatch (moesim.program.host_dispatch): "eager" bounds each MoE
@@ -168,9 +168,9 @@ class EngineTrainerCosts:
 
     def logprob_softmax_s(self, row: int) -> float:
         """Seconds NeMo RL's fp32 cast and log-softmax over one log-prob row of ``row``
-        tokens add to the pass (``rl.train.logprob_softmax: nemo``, :mod:`moesim.rl.loss`):
+        tokens add to the pass (``rl.train.logprob_softmax``, :mod:`moesim.rl.loss`):
         one memory-bound op; 0 with the knob off."""
-        if self.logprob_softmax != "nemo":
+        if self.logprob_softmax == "none":
             return 0.0
         key = ("lp_softmax", row)
         if key not in self.memo:
@@ -179,7 +179,7 @@ class EngineTrainerCosts:
             res = resolve(self.scn)
             n = elements(row, res.model.vocab, self.tp, self.cp)
             op = memory_op("logprob_softmax", logprob_extra_bytes(
-                row, res.model.vocab, self.tp, self.cp), 4 * n)
+                row, res.model.vocab, self.tp, self.cp, self.logprob_softmax), 4 * n)
             self.memo[key] = float(res.compute.time_s(op))
         return self.memo[key]
 

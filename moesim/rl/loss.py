@@ -16,7 +16,11 @@ The log-prob passes (``rl.train.logprob_softmax: nemo``) run the same forward wi
 ``from_parallel_logits_to_logprobs(output_tensor.to(torch.float32), ...)`` when sequence
 packing is off): the cast and the forward's ops, 54 bytes per element, of which the LM
 head's sampler pass (:func:`moesim.serve.costs.head_kernels`: bf16 read + fp32 write, 6
-bytes) is priced already: 48 more per element of every log-prob micro-batch.
+bytes) is priced already: 48 more per element of every log-prob micro-batch. NeMo RL
+v0.6.0 (5fb588932, ``DistributedLogprob.forward`` in nemo_rl/distributed/model_utils.py)
+casts inside the function and takes the softmax with one out-of-place ``exp`` instead of
+``clone`` + ``exp_``: cast 6, amax 4, sub 8, exp 8, sum 4, sub 8, exp 8 = 46 bytes
+(``rl.train.logprob_softmax: nemo-v06``).
 
 Each op is a pass over the ``tokens x ceil(vocab / tp)`` elements of the rank's logits
 (Megatron's output layer with ``parallel_output=True``: every TP rank holds all of the
@@ -48,9 +52,10 @@ from __future__ import annotations
 NEMO_BYTES_PER_ELEMENT = 116
 #: of which moesim's fused loss op already prices (bf16 read + fp32 write)
 PRICED_BYTES_PER_ELEMENT = 6
-#: bytes per logits element of a log-prob pass's fp32 cast and DistributedLogprob forward
-#: (the forward half of the table above; ``exp_`` runs whether or not it is saved)
-NEMO_LOGPROB_BYTES_PER_ELEMENT = 54
+#: bytes per logits element of a log-prob pass's fp32 cast and DistributedLogprob forward,
+#: by ``rl.train.logprob_softmax``: v0.3.0's (the forward half of the table above; ``exp_``
+#: runs whether or not it is saved) and v0.6.0's (one out-of-place ``exp``, no clone)
+NEMO_LOGPROB_BYTES_PER_ELEMENT = {"nemo": 54, "nemo-v06": 46}
 
 
 def elements(tokens: int, vocab: int, tp: int, cp: int = 1) -> int:
@@ -65,11 +70,13 @@ def extra_bytes(tokens: int, vocab: int, tp: int, cp: int = 1) -> float:
                  * (NEMO_BYTES_PER_ELEMENT - PRICED_BYTES_PER_ELEMENT))
 
 
-def logprob_extra_bytes(tokens: int, vocab: int, tp: int, cp: int = 1) -> float:
-    """HBM bytes NeMo RL's log-prob pass moves over one row of ``tokens`` beyond the LM
-    head's sampler pass that moesim's forward prices (6 bytes per element)."""
+def logprob_extra_bytes(tokens: int, vocab: int, tp: int, cp: int = 1,
+                        kind: str = "nemo") -> float:
+    """HBM bytes NeMo RL's log-prob pass (``kind``: ``nemo`` v0.3.0, ``nemo-v06`` v0.6.0)
+    moves over one row of ``tokens`` beyond the LM head's sampler pass that moesim's
+    forward prices (6 bytes per element)."""
     return float(elements(tokens, vocab, tp, cp)
-                 * (NEMO_LOGPROB_BYTES_PER_ELEMENT - PRICED_BYTES_PER_ELEMENT))
+                 * (NEMO_LOGPROB_BYTES_PER_ELEMENT[kind] - PRICED_BYTES_PER_ELEMENT))
 
 
 def loss_bytes(tokens: int, vocab: int, tp: int, cp: int = 1) -> float:

@@ -71,9 +71,10 @@ OFFLOAD_COPIES = ("line", "pageable")
 #: DistributedLogprob over the vocab-parallel logits, forward and backward)
 LOSS_LOGPROBS = ("none", "nemo")
 #: the log-prob passes' log-softmax over the full vocabulary (moesim.rl.loss): ``none``
-#: (the LM head's sampler pass only), ``nemo`` (NeMo RL's fp32 cast and DistributedLogprob
-#: forward over the vocab-parallel logits of every log-prob micro-batch)
-LOGPROB_SOFTMAX = ("none", "nemo")
+#: (the LM head's sampler pass only), ``nemo`` (NeMo RL v0.3's fp32 cast and
+#: DistributedLogprob forward over the vocab-parallel logits of every log-prob
+#: micro-batch), ``nemo-v06`` (v0.6's, one pass fewer)
+LOGPROB_SOFTMAX = ("none", "nemo", "nemo-v06")
 #: the host's per-op dispatch in the trainer's eager forward passes (moesim.program.
 #: host_dispatch): ``none`` (the GPU's time only) or ``eager`` (each MoE layer's forward
 #: bounded by its host time between Megatron's per-layer host syncs)
