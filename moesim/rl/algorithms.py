@@ -30,6 +30,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from moesim.rl.logprob_pipeline import step_logprob_s as pipelined_logprob_s
 from moesim.rl.seq_host import step_logprob_s, step_train_s
 from moesim.traffic.registry import Registry
 
@@ -53,7 +54,11 @@ class StepInputs:
     train_prep_s: float = 0.0           # ... and before the optimizer steps (moesim.rl.offload)
 
     def logprob_s(self) -> float:
-        """One forward-only log-prob pass over the step's samples."""
+        """One forward-only log-prob pass over the step's samples (as Megatron's pipeline
+        runs it with ``rl.train.logprob_pipeline: megatron``, :mod:`moesim.rl.logprob_pipeline`)."""
+        piped = pipelined_logprob_s(self)
+        if piped is not None:
+            return piped
         if self.logprob_tokens is None:
             return self.trainer.forward_s(self.rows)
         return self.trainer.forward_s(self.logprob_rows, tokens=self.logprob_tokens)

@@ -82,6 +82,9 @@ HOST_DISPATCH = ("none", "eager")
 #: NeMo RL's per-sequence host loops in the trainer's passes (moesim.rl.seq_host): ``none``
 #: or ``nemo`` (the loss, packing and log-prob collection loops of NeMo RL v0.3.0)
 SEQ_HOSTS = ("none", "nemo")
+#: the log-prob passes with pipeline stages (moesim.rl.logprob_pipeline): ``folded`` (the
+#: stages folded into data parallelism) or ``megatron`` (Megatron's forward-only pipeline)
+LOGPROB_PIPELINES = ("folded", "megatron")
 #: the rollout engines' CPU time per step (serve.host_overhead's choices)
 ROLLOUT_HOST = ("none", "vllm", "vllm-async", "sglang", "vllm-inproc")
 #: vLLM's ``gpu_memory_utilization`` default: the fraction of each GPU's memory the engine
@@ -145,6 +148,7 @@ class TrainPool:
     logprob_softmax: str = "none"  # LOGPROB_SOFTMAX
     host_dispatch: str = "none"  # HOST_DISPATCH
     seq_host: str = "none"  # SEQ_HOSTS
+    logprob_pipeline: str = "folded"  # LOGPROB_PIPELINES
     #: ZeRO stage over the trainer's data-parallel group (parallel.zero): 1 shards the
     #: optimizer states, as Megatron's distributed optimizer does (use_distributed_optimizer:
     #: true in verl's verl/trainer/config/engine/megatron.yaml, 093191fae2, and NeMo RL's
@@ -238,6 +242,7 @@ _RULES: dict[str, tuple[str, Any]] = {
     "loss_logprob": ("choice", LOSS_LOGPROBS), "logprob_softmax": ("choice", LOGPROB_SOFTMAX),
     "host_dispatch": ("choice", HOST_DISPATCH),
     "seq_host": ("choice", SEQ_HOSTS),
+    "logprob_pipeline": ("choice", LOGPROB_PIPELINES),
     "mini_batches": ("pos", None), "epochs": ("pos", None), "seq_len": ("optpos", None),
     "logprob_mb_tokens": ("optpos", None),
     "reference_weights": ("choice", REFERENCE_WEIGHTS),
@@ -382,6 +387,8 @@ def summary_dict(cfg: RLConfig) -> dict:
         del out["train"]["host_dispatch"]
     if cfg.train.seq_host == "none":        # the default: summaries as before the knob
         del out["train"]["seq_host"]
+    if cfg.train.logprob_pipeline == "folded":  # the default: summaries as before the knob
+        del out["train"]["logprob_pipeline"]
     if cfg.train.logprob_softmax == "none":  # the default: summaries as before the knob
         del out["train"]["logprob_softmax"]
     if cfg.weight_sync.gather == "node":
