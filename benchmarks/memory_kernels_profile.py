@@ -3,6 +3,8 @@
     python benchmarks/memory_kernels_profile.py PATH/train.json
     python benchmarks/memory_kernels_profile.py PATH/train.json --impls stream,fused --span
     python benchmarks/memory_kernels_profile.py PATH/train.json --span --write-docs
+    python benchmarks/memory_kernels_profile.py PATH/train.json --impls deepseek --span \
+        --set overlap.gemm_sms=left_by_ep
 
 For each value of ``compute.memory_kernels`` (default: all of stream, eager, fused,
 liger) prints the mean kernel time per layer by pass and class, measured against
@@ -66,9 +68,13 @@ CALIBRATED = ("cast", "permute")
 WITH = {"deepseek": ["compute.fusion=residual_norm"]}
 
 
+#: --set overrides given on the command line, passed with every value's run
+EXTRA: list[str] = []
+
+
 def _resolve(path: str, impl: str):
     return resolve(load_scenario(path, [f"compute.memory_kernels={impl}",
-                                        *WITH.get(impl, [])]))
+                                        *WITH.get(impl, []), *EXTRA]))
 
 
 def calibrate(tr, res) -> dict[str, float]:
@@ -119,7 +125,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--span", action="store_true", help="also the pair's span (exact engine)")
     ap.add_argument("--no-kernels", action="store_true",
                     help="leave out the classes kernel by kernel (profile against moesim)")
+    ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                    help="a scenario override for every value's run (repeatable)")
     args = ap.parse_args(argv)
+    EXTRA[:] = args.set
+    if args.set:
+        print("with " + " ".join(f"--set {s}" for s in args.set))
     try:
         tr = load_gpu_trace(args.path)
         impls = args.impls.split(",")
