@@ -22,6 +22,7 @@ from moesim.rl.loop import Timeline, schedule, schedule_partial
 from moesim.rl.memory import reference_swap_s, replica_weight_bytes, rl_fits
 from moesim.rl.offload import HostMoves, setup_moves
 from moesim.rl.phases import Batch, StepWork, TrainerCosts, step_work
+from moesim.rl.sampler_v1 import SamplerStepCosts
 from moesim.rl.sync import PCIE_Bps, SyncResult, switch_cost, weight_sync
 from moesim.scenario import load_scenario
 from moesim.scenario.blame import blame_overrides
@@ -232,6 +233,8 @@ def simulate_rl(setup: RLSetup, steps: int, *, rollout_costs: StepCosts | None =
                 setup.scenario, tr.gpus, gpn, tp=tr.tp, pp=tr.pp, ep=tr.ep, cp=tr.cp,
                 seq_len=setup.seq_len, reward_model=cfg.reward.model, zero=tr.zero,
                 loss_logprob=tr.loss_logprob, logprob_softmax=tr.logprob_softmax)
+    if ro.sampler != "none":         # vLLM 0.9.0's V1 sampler (moesim.rl.sampler_v1)
+        rollout_costs = SamplerStepCosts(rollout_costs, res.compute, res.model.vocab, ro.tp)
     works = []
     partial = cfg.partial_rollouts
     swap = reference_swap_s(res.model, tr, PCIE_Bps)

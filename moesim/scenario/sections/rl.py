@@ -85,6 +85,9 @@ SEQ_HOSTS = ("none", "nemo")
 #: the log-prob passes with pipeline stages (moesim.rl.logprob_pipeline): ``folded`` (the
 #: stages folded into data parallelism) or ``megatron`` (Megatron's forward-only pipeline)
 LOGPROB_PIPELINES = ("folded", "megatron")
+#: the rollout engines' sampler (moesim.rl.sampler_v1): ``none`` (the serving step's pass
+#: over the rank's vocabulary shard) or ``vllm-v1`` (vLLM 0.9.0's V1 sampler with logprobs)
+ROLLOUT_SAMPLERS = ("none", "vllm-v1")
 #: the rollout engines' CPU time per step (serve.host_overhead's choices)
 ROLLOUT_HOST = ("none", "vllm", "vllm-async", "sglang", "vllm-inproc")
 #: vLLM's ``gpu_memory_utilization`` default: the fraction of each GPU's memory the engine
@@ -106,6 +109,7 @@ class RolloutPool:
     kv_dtype: str = "bf16"
     cuda_graphs: bool = False   # decode steps replayed from CUDA graphs (serve.cuda_graphs)
     host_overhead: str = "none"  # ROLLOUT_HOST: the engine's CPU time per step
+    sampler: str = "none"  # ROLLOUT_SAMPLERS
 
     @property
     def replica_gpus(self) -> int:
@@ -238,6 +242,7 @@ _RULES: dict[str, tuple[str, Any]] = {
     "cp": ("pos", None),
     "kv_fraction": ("frac", None), "max_batch": ("pos", None), "kv_dtype": ("choice", KV_DTYPES),
     "cuda_graphs": ("bool", None), "host_overhead": ("choice", ROLLOUT_HOST),
+    "sampler": ("choice", ROLLOUT_SAMPLERS),
     "offload": ("choice", OFFLOADS), "offload_copy": ("choice", OFFLOAD_COPIES),
     "loss_logprob": ("choice", LOSS_LOGPROBS), "logprob_softmax": ("choice", LOGPROB_SOFTMAX),
     "host_dispatch": ("choice", HOST_DISPATCH),
@@ -391,6 +396,8 @@ def summary_dict(cfg: RLConfig) -> dict:
         del out["train"]["logprob_pipeline"]
     if cfg.train.logprob_softmax == "none":  # the default: summaries as before the knob
         del out["train"]["logprob_softmax"]
+    if cfg.rollout.sampler == "none":       # the default: summaries as before the knob
+        del out["rollout"]["sampler"]
     if cfg.weight_sync.gather == "node":
         del out["weight_sync"]["gather"]
     if cfg.reward.model is not None:
