@@ -33,6 +33,14 @@ LEADS = (
      "sensitivity, as above"),
 )
 
+#: H100 SXM FP64 tensor-core peak, FLOP/s (NVIDIA H100 Tensor Core GPU datasheet: 67
+#: teraFLOPS FP64 Tensor Core, SXM)
+H100_FP64_FLOPS = 67e12
+#: ``.item()`` calls in ClippedPGLossFn.__call__ per training micro-batch (NVIDIA-NeMo/RL
+#: b1c86a816 nemo_rl/algorithms/loss_functions.py lines 138, 281, 286, 294, 297, 299,
+#: 300, 301): each a device-to-host read that waits for the GPU
+LOSS_ITEMS = 8
+
 #: the row of the shipped scenario in LEADS
 SHIPPED = 2
 
@@ -94,6 +102,7 @@ def leads() -> None:
         print(f"| {label} | {src} | {train:.2f} | {lp:.2f} | {d_t} | {d_l} | {hot:.3f} |")
         rows.append((train, lp))
     train, lp = rows[SHIPPED]
+    bounds()
     print()
     print(f"The shipped scenario's trainer: training {train:.2f} s against the published "
           f"{PUBLISHED['train']:.0f} s ({(train / PUBLISHED['train'] - 1) * 100:+.1f} %), "
@@ -105,3 +114,36 @@ def leads() -> None:
           "(no per-micro-batch expert load of Qwen3-30B-A3B on math data was found "
           "published; ForeMoE, arXiv:2606.11867, describes such micro-step imbalance in RL "
           "post-training, and its figures were not in the stored material).")
+
+
+def bounds() -> None:
+    """What the worker's source adds beyond the rows above, bounded by hand: the loss's
+    host syncs and the fp64 router GEMMs (``moe_router_dtype: fp64``)."""
+    from moesim.program import host_dispatch as hd
+    from moesim.rl.run import resolve_rl
+
+    setup = resolve_rl(SCENARIO)
+    tr, spec = setup.cfg.train, setup.res.model
+    dp = tr.gpus // tr.tp
+    train_mb = tr.mini_batches * -(-setup.cfg.samples_per_step // tr.mini_batches // dp)
+    lp_rows = -(-setup.cfg.samples_per_step // (tr.logprob_mb_tokens // setup.seq_len))
+    lp_mb = 2 * -(-lp_rows // dp)                      # old policy and reference
+    sync_s = train_mb * LOSS_ITEMS * (hd.EAGER_OP_S + hd.CPP_LAUNCH_S)
+    # the router GEMM over each GPU's sequence-parallel share of the row's tokens, fp64:
+    # forward and input gradient in training (the router is frozen: no weight gradient),
+    # forward in the log-prob passes
+    gemm = 2 * spec.hidden * spec.n_experts
+    moe = sum(1 for i in range(spec.layers) if spec.is_moe_layer(i))
+    router_train = train_mb * moe * 2 * gemm * (setup.seq_len // tr.tp) / H100_FP64_FLOPS
+    router_lp = lp_mb * moe * gemm * (tr.logprob_mb_tokens // tr.tp) / H100_FP64_FLOPS
+    print()
+    print(f"Read in the worker and bounded by hand (not in the rows above): the loss's "
+          f"{LOSS_ITEMS} `.item()` host syncs per training micro-batch x {train_mb} "
+          f"micro-batches at one eager op and one launch each: {sync_s:.3f} s; the fp64 "
+          f"router GEMMs at the H100's FP64 tensor-core peak (67 TFLOP/s): training "
+          f"{router_train:.3f} s, log-prob passes ({lp_mb} micro-batches) "
+          f"{router_lp:.3f} s per step (moesim prices them in bf16); "
+          "`torch.cuda.empty_cache()` after each mini-batch's forward-backward "
+          "(empty_unused_memory_level 1; 4 a step): no published cost, not priced; "
+          "activation checkpointing off and the optimizer on the GPU (no CPU offload in "
+          "the v0.3 recipe): nothing beyond the simulated step.")
