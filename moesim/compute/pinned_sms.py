@@ -21,6 +21,18 @@ quantisation on the SMs left (:func:`moesim.compute.sm_share.sm_ratio`, through
 :class:`moesim.compute.sm_share.OnSms`), and the engines do not slow it again while a
 communication kernel holds SMs: it never had them (:func:`pinned_s` gives the part of a
 kernel list's time that is pinned; ``Op.pinned_s`` carries it to the engines).
+
+Training (``overlap.gemm_sms: left_by_ep``, DualPipe(V) steps: :func:`step_gemms`):
+DeepSeek's public training profile (github.com/deepseek-ai/profile-data, ``train.json``)
+launches every FP8 GEMM of its DualPipe forward+backward pair, the ``fp8_ptp128c``,
+``fp8_dptp128c_acc`` and ``m_grouped_fp8`` kernels of its in-house CUTLASS library,
+forward, input-gradient and weight-gradient alike, on a grid of 112 = 132 - 20 blocks
+(grids [112, 1, 1], [2, 56, 1], [1, 112, 1]), the 20 being DeepEP's
+(DeepSeek-V3 report, arXiv:2412.19437, §3.2.2). The SM count is a process-wide setting
+(DeepGEMM's ``deep_gemm.set_num_sms``, README at a6d97a1c, "Utilities"; SGLang sets it
+once around the whole forward), so moesim takes it for the chunks that run alone too
+(DualPipe's warm-up and cool-down): the profile holds one overlapped pair only, so that
+part is a reading of the setting, not a measurement.
 """
 
 from __future__ import annotations
@@ -29,6 +41,7 @@ from typing import Any
 
 from moesim.compute.base import Kernel
 from moesim.compute.sm_share import GEMM_KINDS, OnSms
+from moesim.schedule.dualpipe import KINDS as DUAL_KINDS
 
 #: ``serve.gemm_sms``: ``all``, every kernel on the whole GPU (slowed only while a
 #: communication kernel holds SMs); ``left_by_ep``, the FP8 GEMMs on the SMs the EP
@@ -83,6 +96,29 @@ class PinnedGemms:
         if memo:
             self._memo[id(kernels)] = (kernels, p)   # the tuple kept: its id stays its own
         return p
+
+
+def step_gemms(res: Any, model: Any = None) -> PinnedGemms | None:
+    """``overlap.gemm_sms: left_by_ep`` of a training scenario ``res`` (resolved): its
+    compute model (``model``, default ``res.compute``) with the FP8 GEMMs on the SMs the
+    EP backend's kernels leave, for the whole step; None when the knob is off or those
+    kernels hold no SMs (or all of them, or the device has no SM count), or the schedule
+    is not DualPipe(V) (``schedule.kind: dualpipe | dualpipev``: the step DeepSeek
+    profiled; elsewhere the knob changes nothing, so a what-if that swaps the schedule
+    keeps working)."""
+    scn = res.scenario
+    if (getattr(scn.overlap, "gemm_sms", "all") != "left_by_ep"
+            or scn.schedule.kind not in DUAL_KINDS):
+        return None
+    total = int(getattr(res.device, "sms", 0) or 0)
+    held = scn.parallel.ep_backend.held_sms(scn.overlap.nccl_sms)
+    if total <= 0 or not 0 < held < total:
+        return None
+    inner = res.compute
+    return PinnedGemms(inner if model is None else model, total - held, total,
+                       scn.compute.precision,
+                       float(getattr(inner, "launch_overhead_s", 0.0) or 0.0),
+                       float(getattr(inner, "graph_kernel_s", 0.0) or 0.0))
 
 
 def pinned_model(model: Any) -> PinnedGemms | None:

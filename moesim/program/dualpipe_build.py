@@ -20,6 +20,12 @@ DualPipe(V) (``schedule.kind: dualpipe | dualpipev``): each rank runs its items 
   micro-batch's dispatch and combine run under the other's compute (DeepSeek-V3
   report §3.2.1, Figure 4); with ``none`` the forward runs, then the backward.
 
+With ``overlap.gemm_sms: left_by_ep`` the builder's timer prices every FP8 GEMM of the
+step on the SMs the EP backend's kernels leave (:func:`moesim.compute.pinned_sms.
+step_gemms`, as DeepSeek's profile launches them), pairs and lone chunks alike, and each
+compute op carries the part of its time those GEMMs take (``Op.pinned_s``), which the
+engines do not slow again while the EP kernels hold SMs.
+
 Pipeline message keys carry (micro-batch, receiving stage, receiving rank): a
 micro-batch runs each stage once, so keys never collide. A stage held by two ranks
 (DualPipe's two copies of the model, rank r and P-1-r) reduces its gradients over both
@@ -37,9 +43,11 @@ from __future__ import annotations
 from contextlib import contextmanager
 from dataclasses import replace
 
+from moesim.compute.pinned_sms import step_gemms
 from moesim.program import recipe
 from moesim.program.ops import Op
 from moesim.program.overlap import ep_stream, is_ep
+from moesim.program.timer import Timer
 from moesim.schedule.a2a_overlap import a2a_1f1b_order, flatten
 from moesim.schedule.dualpipe import inflight_activations
 from moesim.schedule.pipeline import inflight_microbatches
@@ -127,12 +135,16 @@ class DualPipeProgram:
     writes the ops through its public interface: its layers (``layer_ops``, ``layer_plan``,
     ``kernels``), compute, pipeline and gradient ops (``compute_op``, ``recv_op``,
     ``send_op``, ``gradient_ops``), model chunks, routing, timer and
-    FLOP count."""
+    FLOP count. With ``overlap.gemm_sms: left_by_ep`` it gives the builder a timer whose
+    FP8 GEMMs run on the SMs the EP kernels leave (``pinned``, for the whole step)."""
 
     def __init__(self, b, dual, fb_overlap: bool) -> None:
         self.b = b
         self.dual = dual
         self.fb_overlap = fb_overlap
+        self.pinned = step_gemms(b.res, b.timer.model)
+        if self.pinned is not None:
+            b.timer = Timer(self.pinned)
 
     @contextmanager
     def _part(self, part: str):
@@ -169,7 +181,18 @@ class DualPipeProgram:
                     ep_stream(prog, start)
                 pair_items(prog, start, mid, last_w, self.fb_overlap, split_dense=True)
         b.gradient_ops(prog, rank, pos, last_w, parts=self._dual_parts(rank, pos, last_w))
+        if self.pinned is not None:
+            self._pin(prog)
         return prog
+
+    def _pin(self, prog: list[Op]) -> None:
+        """Each compute op's pinned seconds (``Op.pinned_s``: its FP8 GEMMs' share)."""
+        pin = self.pinned
+        for i, op in enumerate(prog):
+            if op.kernels and op.is_compute:
+                p = pin.pinned_s(op.kernels)
+                if p > 0:
+                    prog[i] = replace(op, pinned_s=p)
 
     def _dual_parts(self, rank: int, pos: int, last_w: dict[int, int]) -> list[tuple]:
         """Gradient parts per held stage, highest stage first on every rank (the copies'

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
 
+from moesim.compute.pinned_sms import GEMM_SMS
 from moesim.compute.select import ComputeSection
 from moesim.layout.mesh import DEFAULT_ORDER
 from moesim.model.read import ModelSection
@@ -36,6 +37,8 @@ SCHEDULE_KINDS = PIPELINE_KINDS + DUALPIPE_KINDS
 #: also spelled ep_comm_overlap: true) | a2a-1f1b (Megatron-Core's 1F1B with EP
 #: all-to-all overlap, moesim.schedule.a2a_overlap)
 OVERLAP_KINDS = ("none", "static", "a2a-1f1b")
+#: overlap.gemm_sms: all | left_by_ep (moesim.compute.pinned_sms; DualPipe(V) steps)
+OVERLAP_GEMM_SMS = GEMM_SMS
 RECOMPUTE = ("none", "selective", "full")
 #: memory.attention: fused (FlashAttention/TE: no score matrix) | materialized
 ATTENTION_KERNELS = ("fused", "materialized")
@@ -186,6 +189,11 @@ class OverlapConfig:
     # with nccl_tuning: each NCCL collective call also pays its launch and host time,
     # eagerly or from a whole-step CUDA graph (moesim.collectives.nccl.launch)
     collective_launch: bool = False
+    # DualPipe(V): ``left_by_ep`` launches every FP8 GEMM of the step on the SMs the EP
+    # backend's kernels leave (DeepGEMM's num_sms, as DeepSeek's training profile runs
+    # them: moesim.compute.pinned_sms), priced by wave quantisation there and not slowed
+    # again while those kernels hold SMs; ``all``: every kernel on the whole GPU
+    gemm_sms: str = "all"
 
 
 def step_graph_floor_s(scn: Any, device: Any) -> float | None:
@@ -200,7 +208,8 @@ def step_graph_floor_s(scn: Any, device: Any) -> float | None:
 
 #: OverlapConfig fields that Scenario.to_dict() leaves out while at their defaults
 OVERLAP_OMIT_DEFAULTS = {"cuda_graphs": [], "shared_expert": False, "tp_comm": False,
-                         "nccl_tuning": True, "collective_launch": False}
+                         "nccl_tuning": True, "collective_launch": False,
+                         "gemm_sms": "all"}
 
 
 PARAM_DTYPES = ("bf16", "fp8")

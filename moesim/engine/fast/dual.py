@@ -10,6 +10,9 @@ builder (:mod:`moesim.program.dualpipe_build`) lays them out:
   the pair; with ``overlap.kind: static`` and EP > 1 the two halves interleave
   segment by segment, the backward's first, with the all-to-alls on the ``ep`` stream
   (:func:`moesim.engine.fast.pairs.run_pair`, as for the static pairs of 1F1B);
+  with ``overlap.gemm_sms: left_by_ep`` (the context's ``pin``) every FP8 GEMM is
+  priced on the SMs the EP kernels leave, in pairs and lone chunks alike, and each
+  recorded compute op carries its pinned seconds, not slowed again in the pair;
 - gradient buckets per held stage, highest stage first, over the data-parallel groups
   of every copy of the stage (:func:`dual_gradient_phase`).
 
@@ -69,6 +72,21 @@ class DualChain(Chain):
         else:
             self._send(s, dst, key, mb, phase, layer)
 
+    # ------------------------------------------------------------ pinned GEMMs
+    def _compute(self, s: int, name: str, key: tuple, make, layer, mb, phase) -> None:
+        n = len(self.rec) if self.rec is not None else -1
+        super()._compute(s, name, key, make, layer, mb, phase)
+        pin = self.c.pin
+        if pin is not None and n >= 0 and len(self.rec) > n:   # recorded: + pinned seconds
+            self.rec[-1] += (pin.pinned_s(self.c.timer.kernels_for(key)),)
+
+    def _expert_gemms(self, s: int, rec, layer: int, mb: int, phase: str, name: str,
+                      recompute: bool = True) -> None:
+        n = len(self.rec) if self.rec is not None else -1
+        super()._expert_gemms(s, rec, layer, mb, phase, name, recompute)
+        if rec.exp_p is not None and n >= 0 and len(self.rec) > n:
+            self.rec[-1] += (rec.exp_p[phase],)
+
     # ------------------------------------------------------------ parts
     def _experts(self, s: int, rec, layer: int, mb: int, phase: str, name: str) -> None:
         if self.part is None:
@@ -77,7 +95,8 @@ class DualChain(Chain):
         dur = rec.exp_t[key]
         self.out[s].flops += rec.exp_f[key]
         if self.rec is not None:
-            self.rec.append(("c", dur, name, layer, mb, phase, {"tokens": rec.recv}))
+            self.rec.append(("c", dur, name, layer, mb, phase, {"tokens": rec.recv})
+                            + ((rec.exp_p[key],) if rec.exp_p is not None else ()))
             return
         a = self.t[s]
         self.out[s].acc["compute"] += dur

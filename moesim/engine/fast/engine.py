@@ -24,12 +24,14 @@ import time
 import numpy as np
 
 from moesim.collectives.nccl.choice import scenario_tuning
+from moesim.compute.pinned_sms import step_gemms
 from moesim.compute.select import grouped_experts
 from moesim.engine.breakdown import CATEGORIES, rank_breakdown
 from moesim.engine.fast.dp import RingCost, gradient_phase
 from moesim.engine.fast.dual import a2a_pair, dual_gradient_phase, run_dual_chain
 from moesim.engine.fast.links import LinkBytes
 from moesim.engine.fast.network import EXACT_FLOW_BUDGET, FastNetwork
+from moesim.engine.fast.pinned import PinnedExperts
 from moesim.engine.fast.pipeline import Chain, RouteRec
 from moesim.engine.fast.plan_stats import make_plan, shortcuts
 from moesim.engine.fast.records import _route_rec
@@ -70,7 +72,10 @@ class Context:
         self.chunks, self.order = b.chunks, b.order
         self.rc = b.rc          # activation recomputation (moesim.program.recompute)
         self.tpo = tp_overlap.enabled(scn)     # TE userbuffers (moesim.engine.fast.tp_ub)
-        self.timer = Timer(res.compute)
+        # overlap.gemm_sms: left_by_ep, FP8 GEMMs on the SMs the EP kernels leave
+        self.pin = step_gemms(res)
+        self.timer = Timer(res.compute if self.pin is None else self.pin)
+        self.pinned = PinnedExperts(self, self.pin) if self.pin is not None else None
         self.grouped = grouped_experts(scn.compute)    # compute.expert_launches: grouped
         topo = res.topology
         gpus = list(topo.gpus)

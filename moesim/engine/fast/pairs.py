@@ -18,6 +18,11 @@ list-schedules them with the same rules:
 - an EP kernel holds f = s/S of the SMs from its join to its end: compute on the
   rank runs at 1 - f of its rate meanwhile (piecewise closed form: full rate before
   the kernel joins, 1 - f while it runs, full rate after);
+- with ``overlap.gemm_sms: left_by_ep`` a recorded compute op carries its pinned
+  seconds p·w (its FP8 GEMMs, on the SMs the EP kernels leave for the whole step:
+  :mod:`moesim.compute.pinned_sms`): a second of its work takes p + (1 - p)/(1 - f)
+  while the kernel runs, the exact engine's rate for an even mix of pinned and other
+  kernels (:mod:`moesim.engine.exact.execute`);
 - the breakdown follows :func:`moesim.engine.breakdown.rank_breakdown`: while the
   compute stream waits, a running transfer is exposed communication of its kind, a
   kernel waiting for its partners is a stall, anything else is idle; communication
@@ -95,6 +100,18 @@ def run_pair(ch, s: int, first: list[tuple], second: list[tuple],
     ch.t[s] = ex.tc
 
 
+def pinned_rate(w, pinned, f: float):
+    """Rate of ``w`` seconds of work of which ``pinned`` are pinned GEMMs while a kernel
+    holds the share ``f`` of the SMs: 1 / (p + (1 - p)/(1 - f)), p = pinned / w (clipped
+    to [0, 1]); 1 - f where nothing is pinned (scalars or arrays)."""
+    w = np.asarray(w, dtype=float)
+    pinned = np.asarray(pinned, dtype=float)
+    p = np.clip(np.divide(pinned, w, out=np.zeros(np.broadcast(w, pinned).shape),
+                          where=w > 0), 0.0, 1.0)
+    r = np.where(p > 0, 1.0 / (p + (1.0 - p) / (1.0 - f)), 1.0 - f)
+    return float(r) if r.ndim == 0 else r
+
+
 class _Pair:
     def __init__(self, ch, s: int) -> None:
         self.ch, self.s = ch, s
@@ -128,15 +145,16 @@ class _Pair:
             self._idle_to(self.dep[who])
             self.dep[who] = None
 
-    def _slowed(self, a: np.ndarray, w) -> np.ndarray:
-        """Duration of ``w`` seconds of full-rate compute starting at ``a``."""
+    def _slowed(self, a: np.ndarray, w, pinned=None) -> np.ndarray:
+        """Duration of ``w`` seconds of full-rate compute starting at ``a`` (``pinned``:
+        seconds of it not slowed, scalar or per rank; see the module docstring)."""
         if self.f <= 0 or not self.kern:
             return np.broadcast_to(np.asarray(w, dtype=float), a.shape) + 0.0
         j, _, e, _ = self.kern[-1]
-        r = 1.0 - self.f
+        r = 1.0 - self.f if pinned is None else pinned_rate(w, pinned, self.f)
         kern = _compiled("slowed")
-        if kern is not None and a.ndim == 1:
-            return kern(a, np.asarray(w, dtype=float).reshape(-1), j, e, r)
+        if kern is not None and a.ndim == 1 and np.ndim(r) == 0:
+            return kern(a, np.asarray(w, dtype=float).reshape(-1), j, e, float(r))
         pre = np.maximum(0.0, j - a)                  # full rate before the kernel joins
         win = np.maximum(0.0, e - np.maximum(a, j))   # at rate r while it runs
         w1 = np.maximum(0.0, w - pre)
@@ -174,9 +192,9 @@ class _Pair:
             ch._span(s, "tp", name, a, a + d, layer, mb, phase)
             self.tc = a + d
         else:                            # "c": compute, slowed under a running EP kernel
-            _, w, name, layer, mb, phase, kw = op
+            w, name, layer, mb, phase, kw = op[1:7]
             a = self.tc
-            d = self._slowed(a, w)
+            d = self._slowed(a, w, op[7] if len(op) > 7 else None)
             self.acc["compute"] += d
             ch._span(s, "compute", name, a, a + d, layer, mb, phase, **kw)
             self.tc = a + d

@@ -52,6 +52,8 @@ class RouteRec:
     d_out: np.ndarray                # (n,) dispatch bytes sent (fwd)
     c_out: np.ndarray                # (n,) combine bytes sent (fwd)
     mats: dict[str, np.ndarray] | None = None   # "fwd.dispatch", ... -> (n, n) bytes
+    exp_p: dict[str, np.ndarray] | None = None  # phase -> (n,) seconds of exp_t pinned
+                                                # (overlap.gemm_sms, fast.pinned)
 
 
 @dataclass

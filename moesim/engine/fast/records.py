@@ -65,6 +65,7 @@ def _route_rec(ctx, r, group: tuple[int, ...], forward_only: bool = False) -> Ro
     flat = np.nonzero(local.ravel() != 0)[0]
     rows, vals = flat // local.shape[1], local.ravel()[flat]
     exp_t, exp_f = {}, {}
+    exp_p = {} if ctx.pinned is not None else None   # overlap.gemm_sms (fast.pinned)
     later = None
     if ctx.grouped and len(rows) > 1:   # a rank's later experts share the 1st's launches
         later = np.empty(len(rows), dtype=bool)
@@ -78,12 +79,15 @@ def _route_rec(ctx, r, group: tuple[int, ...], forward_only: bool = False) -> Ro
             t = np.where(later, ctx.expert_cost(vals, phase, fused=True)[0], t)
         exp_t[phase] = np.bincount(rows, weights=t, minlength=n)
         exp_f[phase] = float(f.sum())
+        if exp_p is not None:
+            exp_p[phase] = ctx.pinned.per_rank(rows, vals, later, phase, n)
     top = local.max(axis=1)
     has = top > 0           # token counts are >= 0: a rank with any has a positive max
     hot = np.where(has, local.argmax(axis=1), -1)
     hot_tok = np.where(has, top, 0)
     return RouteRec(a2a=a2a, nz=nz, exp_t=exp_t, exp_f=exp_f, hot=hot, hot_tok=hot_tok,
-                    recv=np.asarray(r.rank_tokens), d_out=d_out, c_out=c_out, mats=mats)
+                    recv=np.asarray(r.rank_tokens), d_out=d_out, c_out=c_out, mats=mats,
+                    exp_p=exp_p)
 
 
 def _ll_forward(ctx, r, group: tuple[int, ...]):
