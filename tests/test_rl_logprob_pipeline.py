@@ -35,6 +35,8 @@ def test_a_pass_by_hand():
     # one stage: the folded pass, m rows of the whole model
     assert lp.pass_s(84, 4, 1, 1.2, 0.005) == pytest.approx(21 * 1.2)
     assert lp.pass_s(0, 4, 4, 1.2, 0.005) == 0.0
+    # CP4: each stage's ranks hold a quarter of the row's tokens
+    assert lp.pass_s(84, 4, 4, 1.2, 0.005, cp=4) == pytest.approx(24 * (0.075 + 2 * 0.005))
 
 
 def test_stage_to_stage_transfer_crosses_the_nic(tmp_path):

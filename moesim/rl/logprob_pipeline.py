@@ -20,7 +20,9 @@ p2p_communication.py:388-402). The tensor sent is one micro-batch's hidden state
 rank's longest (``pad_full_seq_to``, :mod:`moesim.rl.pp_padding`), divided by TP with
 sequence parallelism and by CP.
 
-So a pass takes ``(m + pp - 1)`` cycles of one stage's forward (``1 / pp`` of a row's)
+So a pass takes ``(m + pp - 1)`` cycles of one stage's forward (``1 / (pp cp)`` of a
+row's: the folded pass prices a row on one TP group, where context parallelism splits
+it over ``cp`` ranks)
 plus its blocking transfers: one per micro-batch with two stages (the first stage sends,
 the second receives), two with more (a middle stage receives, then sends), each the
 slowest stage-to-next pair's latency plus bytes over its path's bottleneck. ``m =
@@ -63,15 +65,17 @@ def hidden_bytes(tokens: int, hidden: int, tp: int, cp: int, sequence_parallel: 
     return float(seq * hidden * BF16_BYTES)
 
 
-def pass_s(rows: int, dp: int, pp: int, row_s: float, transfer_s: float) -> float:
+def pass_s(rows: int, dp: int, pp: int, row_s: float, transfer_s: float,
+           cp: int = 1) -> float:
     """One forward-only pass of ``rows`` rows: ``(m + pp - 1)`` cycles of a stage's
-    forward (``row_s / pp``) and its blocking transfers (one with two stages, two with
-    more), ``m = ceil(rows / dp)`` micro-batches on the busiest rank."""
+    forward (``row_s / (pp cp)``: its layers, its context-parallel share of the row) and
+    its blocking transfers (one with two stages, two with more), ``m = ceil(rows / dp)``
+    micro-batches on the busiest rank."""
     if not rows:
         return 0.0
     m = math.ceil(rows / dp)
     per = 1 if pp == 2 else 2 if pp > 2 else 0
-    return float((m + pp - 1) * (row_s / pp + per * transfer_s))
+    return float((m + pp - 1) * (row_s / (pp * cp) + per * transfer_s))
 
 
 def step_logprob_s(x) -> float | None:
@@ -95,4 +99,4 @@ def step_logprob_s(x) -> float | None:
             memo[key] = stage_transfer_s(res, hidden_bytes(
                 tokens, res.model.hidden, tr.tp, tr.cp, bool(par.sequence_parallel)))
         transfer = memo[key]
-    return pass_s(rows, tr.dp, tr.pp, row_s, transfer)
+    return pass_s(rows, tr.dp, tr.pp, row_s, transfer, tr.cp)
