@@ -106,6 +106,7 @@ def parts(run, summary: dict) -> list[tuple[str, float]]:
         if bds:
             grad = sum(b.get("dp", 0.0) + b.get("zero", 0.0) for b in bds) / len(bds)
             out.append(("gradient reduce + parameter gather per optimizer step s", grad))
+    out += _knob_parts(run)
     out += [("loss log-probs (full vocabulary, all micro-batches) s",
              ph.get("loss_logprob", 0.0)),
             ("log-prob prep (policy weights to GPU) s", ph.get("logprob_prep", 0.0)),
@@ -139,6 +140,33 @@ def parts(run, summary: dict) -> list[tuple[str, float]]:
         if "gather_calls" in ws:
             out.append(("refit gather collective calls per rank (NeMo RL v0.3.0)",
                         ws["gather_calls"]))
+    return out
+
+
+def _knob_parts(run) -> list[tuple[str, float]]:
+    """The figures of rl.train.seq_host, rl.train.logprob_pipeline and rl.rollout.sampler,
+    each only when its knob is on (moesim.rl.seq_host, logprob_pipeline, sampler_v1)."""
+    from moesim.rl import seq_host
+    from moesim.rl.sampler_v1 import SamplerStepCosts
+
+    cfg, out = run.setup.cfg, []
+    tr, ro = cfg.train, cfg.rollout
+    if tr.seq_host == "nemo" and run.works:
+        s = sum(seq_host.train_s(cfg.samples_per_step, w.mini_batch_rows, tr.dp, tr.tp,
+                                 tr.cp, tr.pp) for w in run.works) / len(run.works)
+        out.append(("NeMo RL's per-sequence host loops in the optimizer steps s",
+                    tr.epochs * s))
+    memo = getattr(run.trainer_costs, "memo", {})
+    hops = [v for k, v in memo.items() if k[0] == "logprob_pipeline.transfer"]
+    if tr.logprob_pipeline == "megatron" and hops:
+        out.append(("log-prob pass: one stage-to-stage transfer ms", 1e3 * hops[0]))
+    if ro.sampler != "none":
+        full = -(-cfg.prompts_per_step * cfg.samples_per_prompt // (ro.gpus // ro.tp))
+        full = min(full, ro.max_batch or full)
+        res = run.setup.res
+        step = SamplerStepCosts(None, res.compute, res.model.vocab, ro.tp).sampler_s(full)
+        out.append((f"vLLM 0.9.0's V1 sampler beyond the serving step's, per decode step at "
+                    f"its full batch ({full}) ms", 1e3 * step))
     return out
 
 
