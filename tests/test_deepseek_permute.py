@@ -14,6 +14,11 @@ a × 8 = 262,144 int64.
   3 × 32,768 int32 maps, 256 int32 counts: 3,145,728 + 393,216 + 1,024 = 3,539,968 B.
 - get_fused_mapping: read 262,144 int64, write 4 int32 per row and 2 × 256 int32:
   2,097,152 + 524,288 + 2,048 = 2,623,488 B.
+- unpermute_bwd, the FP8 gradient expand on the experts' side: the received (<= a) rows
+  read and a written in FP8 with 1×128 scales (1 + 4/128 = 1.03125 B an element) plus
+  an int32 row map: 2 · 1.03125 · 32,768 · 7,168 + 4 · 32,768 = 484,573,184 B, the
+  forward's permute; on the tokens' side (fused) 1.03125 · (4,096 + 32,768) · 7,168 +
+  131,072 = 272,629,760 B.
 - priced: the routing-map kernels on 4 SMs at 25 % (gpu-stream: 1,395 GB/s on 132 SMs):
   4 · 1,395 / 132 = 42.2727 GB/s, so 2,623,488 B take 62.061 µs and 3,539,968 B 83.740 µs;
   the reduce at 75 % with 112 B in flight (1,050 %: past the curve) at the 3,000 GB/s
@@ -66,6 +71,8 @@ def test_the_permutation_kernels_bytes_by_hand():
     a, h = 32_768, 7_168
     assert fu["fwd", "unpermute"].bytes == 2 * (a * h + a // 8 * h) + 4 * a
     assert fu["fwd", "get_fused_mapping"].bytes == 12 * a + 4 * 256
+    assert ds["dgrad", "unpermute_bwd"].bytes == 484_573_184 == ds["fwd", "permute"].bytes
+    assert fu["dgrad", "unpermute_bwd"].bytes == 272_629_760
     # the backward's reduce (permute_bwd) already reads and writes a rows: unchanged
     assert ds["dgrad", "permute_bwd"].bytes == fu["dgrad", "permute_bwd"].bytes \
         == 4 * a * h + 4 * a
@@ -76,6 +83,7 @@ def test_the_rewrite_leaves_the_backward_and_other_names_alone():
         reference_kernels = ("deepseek_launches",)
         hidden, top_k, n_experts = 7_168, 8, 256
 
+    # the BF16 unpermute_bwd (no FP8 gradient dispatch listed) is left as it is
     bwd = Kernel("unpermute_bwd", 0.0, 5.0, kind="memory", pass_="dgrad", kclass="permute")
     other = Kernel("permute", 0.0, 7.0, kind="memory", pass_="fwd", kclass="permute")
     assert D.launches(Spec(), [bwd, other]) == [bwd, other]
@@ -103,3 +111,16 @@ def test_one_kernels_time_from_its_geometry_and_bytes(tmp_path):
     assert math.isclose(up.time_s, 941_621_248 / 3000e9, rel_tol=1e-12)
     assert math.isclose(up.time_s, 313.874e-6, rel_tol=1e-5)
     assert "112 B in flight" in up.detail
+
+
+def test_the_gradient_expand_from_the_tokens_side_by_hand():
+    class Spec:
+        reference_kernels = ("fp8_grad_dispatch", "deepseek_launches")
+        hidden, top_k, n_experts = 7_168, 8, 256
+
+    # a = 10 copies of 2 tokens (top-8): 1.03125 x (2 + 10) x 7,168 + 4 x 10 = 88,744 B
+    # on the tokens' side; on the experts' side 2 x 1.03125 x 10 x 7,168 + 40 = 147,880
+    grad = Kernel("unpermute_bwd", 0.0, 88_744.0, kind="memory", pass_="dgrad",
+                  kclass="permute")
+    (got,) = D.launches(Spec(), [grad])
+    assert got.bytes == 147_880

@@ -55,6 +55,12 @@ the op it runs in), never by its durations.
   the counts; ``get_fused_mapping``, which takes the counts as its ``int const*``: the
   positions). Bounded as above (received = ``a``). The second pass's block-wide scans
   (2,048 B of shared memory: one int per thread) are not priced.
+- :func:`expand_grad`: the backward's FP8 gradient expand (``unpermute_bwd`` with FP8
+  gradients, ``expand_to_fused_with_scales_impl``) runs on the experts' side after
+  DeepEP has delivered the token gradients, as the forward's ``permute`` does: the
+  profile's backward grids (1,776-2,168 blocks of 512) are those of its forward
+  (1,936-2,304), so it reads the received rows (at most ``a``) in FP8 with their scales
+  and writes ``a``, not the ``a / top_k`` rows of the tokens' side.
 """
 
 from __future__ import annotations
@@ -69,6 +75,7 @@ from moesim.model.kernels.reference import (
     COUNT_BYTES,
     DEEPSEEK_LAUNCHES,
     FP8_ACT_CACHE,
+    FP8_GRAD_DISPATCH,
     INDEX_BYTES,
     ROW_BYTES,
     on,
@@ -79,6 +86,7 @@ ROTARY = "rotary_kernel"
 ROUTER_OPS = "router_small_ops"
 WEIGHT_GRAD = "expert_act_weight_bwd"
 UNPERMUTE = "unpermute"
+UNPERMUTE_BWD = "unpermute_bwd"
 MAP, COUNT = "get_fused_mapping", "clean_and_count_expert"
 #: the profile's small launches in a layer's forward router (train.json, F, elementwise
 #: class, each under 10 µs: 35 a layer, fill_tensormaps of the grouped GEMM left out)
@@ -87,7 +95,8 @@ ROUTER_OPS_LAUNCHES = 33
 RECOMPUTE = "recompute."
 
 __all__ = ["COUNT", "MAP", "ROUTER_OPS", "ROUTER_OPS_LAUNCHES", "SCALE_T", "UNPERMUTE",
-           "WEIGHT_GRAD", "expert_weight_transposes", "launches", "reduce_fused",
+           "UNPERMUTE_BWD", "WEIGHT_GRAD", "expand_grad", "expert_weight_transposes",
+           "launches", "reduce_fused",
            "router_ops", "routing_map_launches", "routing_weight_grad", "scale_transpose"]
 
 
@@ -120,6 +129,8 @@ def launches(spec, kernels: Iterable[Kernel]) -> list[Kernel]:
             k = reduce_fused(spec, k)
         elif base in (MAP, COUNT):
             k = routing_map_launches(spec, k)
+        elif base == UNPERMUTE_BWD and on(spec, FP8_GRAD_DISPATCH):
+            k = expand_grad(spec, k)
         out.append(k)
         if base == CAST_TOKEN:
             out.append(scale_transpose(k))
@@ -136,6 +147,22 @@ def reduce_fused(spec, unpermute: Kernel) -> Kernel:
     received = a
     return replace(unpermute, bytes=float(ACT_BYTES * h * (a + received)
                                           + (FP32_BYTES + ROW_BYTES) * received * k))
+
+
+def expand_grad(spec, kernel: Kernel) -> Kernel:
+    """``reference.fp8_grad_unpermute``'s expand (FP8 with scales: ``FP8_ACT`` · (⌈a /
+    top_k⌉ + a) · h + 4 · a bytes) as DeepSeek runs it on the experts' side: the received
+    rows (at most ``a``) read and ``a`` written, 2 · FP8_ACT · a · h + 4 · a, as the
+    forward's ``permute``."""
+    h, k = spec.hidden, max(spec.top_k, 1)
+
+    def tokens_side(a: int) -> float:
+        return FP8_ACT * (-(-a // k) + a) * h + ROW_BYTES * a
+
+    guess = round(kernel.bytes / (FP8_ACT * h * (1 + 1 / k) + ROW_BYTES))
+    a = min(range(max(guess - 1, 0), guess + 2),
+            key=lambda n: abs(tokens_side(n) - kernel.bytes))
+    return replace(kernel, bytes=float(2 * FP8_ACT * a * h + ROW_BYTES * a))
 
 
 def routing_map_launches(spec, kernel: Kernel) -> Kernel:
