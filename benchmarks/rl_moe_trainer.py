@@ -82,6 +82,14 @@ SETTINGS = (
     ("attention backend", "Transformer Engine FusedAttention (cuDNN) on Hopper",
      "TransformerEngine 002a3e57 dot_product_attention/utils.py get_attention_backend",
      "compute.attention_library cudnn (off by default: FlashAttention-3's rates; Part 4)"),
+    ("sequence packing", "off (whole samples padded to the step's longest; 1 per training, "
+     "4 per log-prob micro-batch)", "grpo_math_qwen30ba3b_megatron.yaml; "
+     "megatron_policy_worker.py train(), get_logprobs()",
+     "rl.train.packing none (Part 6)"),
+    ("attention mask, unpacked", "a causal mask from get_ltor_masks_and_position_ids, "
+     "attn_mask_type causal", "NeMo RL megatron/common.py; TransformerEngine v2.3 "
+     "dot_product_attention.py (the mask is used only for padding or arbitrary types)",
+     "causal fused attention, as packed rows: nothing to add"),
 )
 
 #: alibaba/Pai-Megatron-Patch issue #643 (H800): (label, pp, ep, global batch, s/iteration)
