@@ -191,7 +191,9 @@ def _sglang(steps: int) -> None:
     for label, ov in (("eager (the scenario)", []),
                       ("`serve.cuda_graphs=true`", ["serve.cuda_graphs=true"]),
                       ("eager, `serve.decode_overlap=five_stage`",
-                       ["serve.decode_overlap=five_stage"])):
+                       ["serve.decode_overlap=five_stage"]),
+                      ("eager, `serve.mla_decode=gemm` (training's MLA kernels)",
+                       ["serve.mla_decode=gemm"])):
         tpot, s, res, cfg = _mean_step("deepseek-v3-decode-sglang", ov, steps)
         per_node = decode_per_node(tpot, res, cfg)
         rows.append((label, tpot, s))
@@ -213,7 +215,7 @@ def _sglang(steps: int) -> None:
     print(f"| `serve.two_microbatch=false` | {off * 1e3:.2f} ms | {per_off:,.0f} | "
           f"{pub_off:,.0f} [D] (22,310 / 1.255) | {(per_off / pub_off - 1) * 100:+.1f} % |")
     for label, tpot, _ in rows:
-        if "graphs" in label:       # the run without TBO is eager
+        if "graphs" in label or "mla" in label:     # the run without TBO is the scenario's
             continue
         print(f"| TBO speed-up, {label} | | {off / tpot:.3f}x | {SGLANG_TBO_SPEEDUP:.3f}x | "
               f"{(off / tpot / SGLANG_TBO_SPEEDUP - 1) * 100:+.1f} % |")
@@ -227,6 +229,7 @@ def _sglang(steps: int) -> None:
               f"{s['memory']['free_bytes'] / 1e9:.2f} GB, largest batch "
               f"{s['memory']['largest_batch_per_gpu']} per GPU.")
         print()
+    _decode_parts("deepseek-v3-decode-sglang")
     print(f"Layer {STAGE_LAYER}, micro-batch 0, rank 0, eager, five_stage (µs): "
           f"{_stages('deepseek-v3-decode-sglang', ['serve.decode_overlap=five_stage'])}; "
           f"the blog's profile: dispatch ~{PROFILE_DISPATCH_S * 1e6:.0f} µs per layer "
@@ -240,6 +243,15 @@ def _sglang(steps: int) -> None:
           "scenario keeps `segments` and the five_stage row is printed beside it. It hides "
           "more of the all-to-all, so the step gets shorter and the error grows: what "
           "moesim misses here is outside the overlap.")
+    print()
+    print("The scenario runs MLA as SGLang's decode does (`serve.mla_decode: sglang`, "
+          "moesim.serve.mla; sgl-project/sglang python/sglang/srt/models/deepseek_v2.py "
+          "`forward_absorb_prepare` / `forward_absorb_core`, commit 00114aef): the query "
+          "and the attention output quantised per tensor (two Triton launches each) and "
+          "multiplied by w_kc and w_vc in cuBLASLt batched FP8 GEMMs, one per head, and the "
+          "output's transpose copied, where training's list has one up-projection GEMM, "
+          "per-head key and value copies and an FP8 copy of the output kept for the "
+          "backward. The `mla_decode=gemm` row is training's list.")
     print()
     print("Why it differs: routing here is balanced (uniform), standing for EPLB with 32 "
           "redundant experts placed from a distribution \"matching the input/output data\"; "
@@ -255,6 +267,40 @@ def _sglang(steps: int) -> None:
           "--cuda-graph-bs 256), so both are printed. The published "
           "figure is decode measured alone (\"assuming unlimited resources for the "
           "non-tested phase\"); its output length is not published.")
+    print()
+
+
+def _decode_class(k) -> str:
+    """A decode kernel's part: the attention over the cache, GEMMs (SGLang's batched
+    ``bmm_fp8`` of the absorbed MLA among them), casts and quantisation, other kernels."""
+    if k.name == "attention_decode":
+        return "attention over the cache"
+    if k.kind in ("gemm", "grouped_gemm") or k.kclass == "gemm":
+        return "GEMMs"
+    return "casts" if k.kclass == "cast" else "other kernels"
+
+
+def _decode_parts(name: str) -> None:
+    """Rank 0's decode kernels by part, as priced (ms summed over the step's program),
+    with ``serve.mla_decode`` ``gemm`` and ``sglang``."""
+    from moesim.serve.program import ServeBuilder
+    from moesim.serve.run import resolve_serve
+    cols = ("attention over the cache", "GEMMs", "casts", "other kernels")
+    print("Rank 0's decode kernels as priced (ms over the step, both micro-batches; "
+          "launches included):")
+    print()
+    print("| `serve.mla_decode` | " + " | ".join(cols) + " | sum |")
+    print("|---|" + "---|" * (len(cols) + 1))
+    for mla in ("gemm", "sglang"):
+        res, cfg = resolve_serve(name, [f"serve.mla_decode={mla}"])
+        sb = ServeBuilder(res, cfg)
+        model = sb.builder.timer.model
+        part = dict.fromkeys(cols, 0.0)
+        for op in sb.rank_program(0):
+            for k in op.kernels if op.is_compute else ():
+                part[_decode_class(k)] += model.time_s(k)
+        print(f"| {mla} | " + " | ".join(f"{part[c] * 1e3:.1f}" for c in cols)
+              + f" | {sum(part.values()) * 1e3:.1f} |")
     print()
 
 

@@ -33,6 +33,7 @@ from moesim.model import costs
 from moesim.model.costs import ACT_BYTES, FP32_BYTES, memory_op
 from moesim.model.spec import ModelSpec
 from moesim.program import recipe
+from moesim.serve import mla
 from moesim.serve.kv import kv_values_per_token_layer
 
 #: FLOP per logit of the sampler: max, exp, sum, divide and a top-k compare (~5, as the
@@ -77,11 +78,16 @@ def decode_core_kernel(spec: ModelSpec, tokens: int, context: int, tp: int,
 
 
 def decode_attention_kernels(spec: ModelSpec, tokens: int, context: int, tp: int,
-                             kv_bytes: int) -> list[Kernel]:
-    """Norms, the projections of the new tokens, attention over the cache, the KV write."""
-    return recipe.decode_attn(spec, tokens, tp,
-                              decode_core_kernel(spec, tokens, context, tp, kv_bytes),
-                              kv_write_kernel(spec, tokens, tp, kv_bytes))
+                             kv_bytes: int, mla_decode: str = "gemm") -> list[Kernel]:
+    """Norms, the projections of the new tokens, attention over the cache, the KV write;
+    with ``mla_decode="sglang"`` an MLA model's up-projections as SGLang's absorbed FP8
+    path runs them (:mod:`moesim.serve.mla`)."""
+    core = decode_core_kernel(spec, tokens, context, tp, kv_bytes)
+    ks = recipe.decode_attn(spec, tokens, tp, core, kv_write_kernel(spec, tokens, tp,
+                                                                      kv_bytes))
+    if mla_decode == "sglang":
+        return mla.sglang_decode(spec, ks, tokens, tp, core.name)
+    return ks
 
 
 def head_kernels(spec: ModelSpec, tokens: int, tp: int = 1) -> list[Kernel]:

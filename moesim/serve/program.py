@@ -178,7 +178,7 @@ class ServeBuilder:
             return serve_costs.prefill_attention_kernels(spec, self.tokens, span, tp,
                                                          self.kv_bytes)
         return serve_costs.decode_attention_kernels(spec, self.tokens, int(span), tp,
-                                                    self.kv_bytes)
+                                                    self.kv_bytes, cfg.mla_decode)
 
     def _layer(self, prog: list[Op], rank: int, layer: int, mb: int) -> None:
         """The training builder's layer (:meth:`Builder.layer_ops`, its template's

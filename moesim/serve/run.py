@@ -105,15 +105,13 @@ def _with_host(result: SimResult, cfg: ServeConfig, name: str | None) -> HostSte
 
 
 def _echo(cfg: ServeConfig) -> dict:
-    """The section's fields for the summary; ``host_overhead``, ``decode_overlap`` and
-    ``gemm_sms`` only when they are not the default."""
+    """The section's fields for the summary; ``host_overhead``, ``decode_overlap``,
+    ``gemm_sms`` and ``mla_decode`` only when they are not the default."""
     d = dataclasses.asdict(cfg)
-    if d.get("host_overhead") == "none":
-        del d["host_overhead"]
-    if d.get("decode_overlap") == "segments":
-        del d["decode_overlap"]
-    if d.get("gemm_sms") == "all":
-        del d["gemm_sms"]
+    for key, default in (("host_overhead", "none"), ("decode_overlap", "segments"),
+                         ("gemm_sms", "all"), ("mla_decode", "gemm")):
+        if d.get(key) == default:
+            del d[key]
     return d
 
 

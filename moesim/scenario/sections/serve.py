@@ -26,6 +26,9 @@ serve:
   gemm_sms: all            # all | left_by_ep: with two micro-batches, the FP8 GEMMs run on
                            # the SMs the EP kernels leave for the whole step, as SGLang's
                            # prefill TBO runs DeepGEMM (moesim.compute.pinned_sms)
+  mla_decode: gemm         # gemm | sglang: a decode step's MLA up-projections as one GEMM
+                           # with training's head-layout copies, or as SGLang's absorbed
+                           # FP8 batched GEMMs (moesim.serve.mla)
 ```
 """
 
@@ -62,6 +65,10 @@ DEFAULT_TOP_K = 50
 #: ends at each all-to-all, :mod:`moesim.program.overlap`); ``five_stage``, DeepSeek's
 #: decode pipeline (attention split in two, :mod:`moesim.serve.five_stage`)
 DECODE_OVERLAPS = ("segments", "five_stage")
+#: ``serve.mla_decode``: ``gemm``, the decode's MLA kernels as training's forward lists
+#: them (the key/value up-projection one GEMM, the per-head key/value copies);
+#: ``sglang``, SGLang's weight-absorbed path on an FP8 checkpoint (:mod:`moesim.serve.mla`)
+MLA_DECODES = ("gemm", "sglang")
 
 
 @dataclass(frozen=True)
@@ -83,6 +90,7 @@ class ServeConfig:
     host_overhead: str = "none"
     decode_overlap: str = "segments"
     gemm_sms: str = "all"
+    mla_decode: str = "gemm"
 
     @property
     def microbatches(self) -> int:
@@ -171,7 +179,7 @@ def serve_from_dict(d: Any, source: str) -> ServeConfig:
                              f"({_SIZE_NOTE})", v)
     choices = {"phase": PHASES, "ep_backend": BACKENDS, "kv_dtype": tuple(KV_DTYPES),
                "host_overhead": HOST_OVERHEADS, "decode_overlap": DECODE_OVERLAPS,
-               "gemm_sms": GEMM_SMS}
+               "gemm_sms": GEMM_SMS, "mla_decode": MLA_DECODES}
     for k, allowed in choices.items():
         if k in d and d[k] not in allowed:
             raise InputError(source, f"serve.{k}", f"one of {list(allowed)}", d[k])
@@ -190,6 +198,9 @@ def serve_from_dict(d: Any, source: str) -> ServeConfig:
         raise InputError(source, "serve.two_microbatch", "true with gemm_sms: left_by_ep "
                          "(GEMMs give the EP kernels their SMs under two-batch overlap)",
                          cfg.two_microbatch)
+    if cfg.mla_decode != "gemm" and cfg.phase != "decode":
+        raise InputError(source, "serve.mla_decode", "gemm for a prefill step (it names "
+                         "how a decode step runs MLA)", cfg.mla_decode)
     return cfg
 
 
