@@ -5,6 +5,7 @@ the hidden states' bytes by hand; the knob off by default."""
 from __future__ import annotations
 
 import dataclasses
+from types import SimpleNamespace
 
 import pytest
 import yaml
@@ -86,3 +87,35 @@ def test_the_rl_summary_echoes_the_knob_only_when_on(tmp_path):
     on = dataclasses.replace(cfg, train=dataclasses.replace(cfg.train,
                                                             logprob_pipeline="megatron"))
     assert summary_dict(on)["train"]["logprob_pipeline"] == "megatron"
+
+
+def test_blocking_transfers_of_the_training_steps_by_hand():
+    from moesim.rl import pp_p2p
+    assert [pp_p2p.exchanges_per_slot(p) for p in (1, 2, 4)] == [0, 1, 2]
+    # two optimizer steps of 21 and 22 micro-batches, PP4: 24 and 25 slots, two 5 ms
+    # exchanges each
+    assert pp_p2p.train_s([21, 22], 4, 0.005) == pytest.approx((24 + 25) * 2 * 0.005)
+    assert pp_p2p.train_s([21, 22], 2, 0.005) == pytest.approx((22 + 23) * 0.005)
+    assert pp_p2p.train_s([0], 4, 0.005) == 0.0
+
+
+def test_the_training_transfers_only_with_blocking(tmp_path):
+    from moesim.rl.pp_p2p import step_train_s
+    setup = resolve_rl(scenario(tmp_path, train={"gpus": 8, "tp": 1, "pp": 2, "ep": 1,
+                                                 "mini_batches": 2, "seq_len": 512}))
+    cfg = setup.cfg
+
+    class Costs:            # a scenario-backed trainer stand-in: its memo holds the transfer
+        scn = SimpleNamespace(schedule=SimpleNamespace(seq_len=512))
+        memo = {("logprob_pipeline.transfer", 512): 0.004}
+
+        def micro_batches(self, rows):
+            return -(-rows // 4)
+
+    from moesim.rl.algorithms import StepInputs
+    x = StepInputs(cfg, Costs(), 16, 8, [4, 4])
+    assert step_train_s(x) == 0.0                       # overlapped: the default
+    on = dataclasses.replace(cfg, train=dataclasses.replace(cfg.train, pp_p2p="blocking"))
+    # two mini-batches of 4 rows over DP4: 1 micro-batch each, 2 slots, one exchange
+    assert step_train_s(StepInputs(on, Costs(), 16, 8, [4, 4])) == pytest.approx(
+        2 * 2 * 0.004)

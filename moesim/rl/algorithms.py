@@ -31,6 +31,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from moesim.rl.logprob_pipeline import step_logprob_s as pipelined_logprob_s
+from moesim.rl.pp_p2p import step_train_s as pp_p2p_train_s
 from moesim.rl.seq_host import step_logprob_s, step_train_s
 from moesim.traffic.registry import Registry
 
@@ -116,7 +117,9 @@ def _reference_s(x: StepInputs) -> float:
 
 
 def _train_s(x: StepInputs) -> float:
-    return x.cfg.train.epochs * sum(x.trainer.train_step_s(r) for r in x.mini_batch_rows)
+    # + Megatron's blocking stage-to-stage transfers with rl.train.pp_p2p (moesim.rl.pp_p2p)
+    return (x.cfg.train.epochs * sum(x.trainer.train_step_s(r) for r in x.mini_batch_rows)
+            + pp_p2p_train_s(x))
 
 
 def _loss_logprob_s(x: StepInputs) -> float:

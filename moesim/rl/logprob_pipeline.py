@@ -78,25 +78,31 @@ def pass_s(rows: int, dp: int, pp: int, row_s: float, transfer_s: float,
     return float((m + pp - 1) * (row_s / (pp * cp) + per * transfer_s))
 
 
+def trainer_transfer_s(trainer, train, tokens: int | None) -> float:
+    """One stage-to-stage transfer of a row of ``tokens`` (None: the trainer's rows) in
+    the trainer pool (``trainer``'s scenario, ``rl.train`` ``train``), memoised in the
+    trainer costs; 0 for trainer costs without a scenario (the linear test costs)."""
+    scn = getattr(trainer, "scn", None)
+    if scn is None:
+        return 0.0
+    tokens = tokens or scn.schedule.seq_len
+    key = ("logprob_pipeline.transfer", tokens)
+    if key not in trainer.memo:
+        res = resolve(scn)
+        sp = bool(res.scenario.parallel.sequence_parallel)
+        trainer.memo[key] = stage_transfer_s(res, hidden_bytes(
+            tokens, res.model.hidden, train.tp, train.cp, sp))
+    return trainer.memo[key]
+
+
 def step_logprob_s(x) -> float | None:
     """One log-prob pass of a step as the pipeline runs it (:class:`moesim.rl.algorithms.
-    StepInputs` ``x``), or None where the folded pass stands: knob ``folded``, one stage,
-    or trainer costs without a scenario (the linear test costs: no transfer)."""
+    StepInputs` ``x``), or None where the folded pass stands: knob ``folded`` or one
+    stage."""
     tr = x.cfg.train
     if tr.logprob_pipeline != "megatron" or tr.pp <= 1:
         return None
     rows = x.rows if x.logprob_rows is None else x.logprob_rows
     row_s = x.trainer.forward_s(1, tokens=x.logprob_tokens)   # one row, the whole model
-    scn = getattr(x.trainer, "scn", None)
-    transfer = 0.0
-    if scn is not None:
-        tokens = x.logprob_tokens or scn.schedule.seq_len
-        memo = x.trainer.memo
-        key = ("logprob_pipeline.transfer", tokens)
-        if key not in memo:
-            res = resolve(scn)
-            par = res.scenario.parallel
-            memo[key] = stage_transfer_s(res, hidden_bytes(
-                tokens, res.model.hidden, tr.tp, tr.cp, bool(par.sequence_parallel)))
-        transfer = memo[key]
+    transfer = trainer_transfer_s(x.trainer, tr, x.logprob_tokens)
     return pass_s(rows, tr.dp, tr.pp, row_s, transfer, tr.cp)

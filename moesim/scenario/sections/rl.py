@@ -85,6 +85,9 @@ SEQ_HOSTS = ("none", "nemo")
 #: the log-prob passes with pipeline stages (moesim.rl.logprob_pipeline): ``folded`` (the
 #: stages folded into data parallelism) or ``megatron`` (Megatron's forward-only pipeline)
 LOGPROB_PIPELINES = ("folded", "megatron")
+#: the training steps' stage-to-stage transfers (moesim.rl.pp_p2p): ``overlapped`` (the
+#: engines' sends beside the compute) or ``blocking`` (Megatron's 1F1B waits on each)
+PP_P2P = ("overlapped", "blocking")
 #: the rollout engines' sampler (moesim.rl.sampler_v1): ``none`` (the serving step's pass
 #: over the rank's vocabulary shard) or ``vllm-v1`` (vLLM 0.9.0's V1 sampler with logprobs)
 ROLLOUT_SAMPLERS = ("none", "vllm-v1")
@@ -153,6 +156,7 @@ class TrainPool:
     host_dispatch: str = "none"  # HOST_DISPATCH
     seq_host: str = "none"  # SEQ_HOSTS
     logprob_pipeline: str = "folded"  # LOGPROB_PIPELINES
+    pp_p2p: str = "overlapped"  # PP_P2P
     #: ZeRO stage over the trainer's data-parallel group (parallel.zero): 1 shards the
     #: optimizer states, as Megatron's distributed optimizer does (use_distributed_optimizer:
     #: true in verl's verl/trainer/config/engine/megatron.yaml, 093191fae2, and NeMo RL's
@@ -248,6 +252,7 @@ _RULES: dict[str, tuple[str, Any]] = {
     "host_dispatch": ("choice", HOST_DISPATCH),
     "seq_host": ("choice", SEQ_HOSTS),
     "logprob_pipeline": ("choice", LOGPROB_PIPELINES),
+    "pp_p2p": ("choice", PP_P2P),
     "mini_batches": ("pos", None), "epochs": ("pos", None), "seq_len": ("optpos", None),
     "logprob_mb_tokens": ("optpos", None),
     "reference_weights": ("choice", REFERENCE_WEIGHTS),
@@ -394,6 +399,8 @@ def summary_dict(cfg: RLConfig) -> dict:
         del out["train"]["seq_host"]
     if cfg.train.logprob_pipeline == "folded":  # the default: summaries as before the knob
         del out["train"]["logprob_pipeline"]
+    if cfg.train.pp_p2p == "overlapped":    # the default: summaries as before the knob
+        del out["train"]["pp_p2p"]
     if cfg.train.logprob_softmax == "none":  # the default: summaries as before the knob
         del out["train"]["logprob_softmax"]
     if cfg.rollout.sampler == "none":       # the default: summaries as before the knob
