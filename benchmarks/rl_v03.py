@@ -160,6 +160,12 @@ def _knob_parts(run) -> list[tuple[str, float]]:
     hops = [v for k, v in memo.items() if k[0] == "logprob_pipeline.transfer"]
     if tr.logprob_pipeline == "megatron" and hops:
         out.append(("log-prob pass: one stage-to-stage transfer ms", 1e3 * hops[0]))
+    if tr.pp_p2p == "blocking" and run.works:
+        from moesim.rl.algorithms import StepInputs
+        from moesim.rl.pp_p2p import step_train_s
+        s = sum(step_train_s(StepInputs(cfg, run.trainer_costs, cfg.samples_per_step, w.rows,
+                                        w.mini_batch_rows)) for w in run.works)
+        out.append(("training's blocking stage-to-stage exchanges s", s / len(run.works)))
     if ro.sampler != "none":
         full = -(-cfg.prompts_per_step * cfg.samples_per_prompt // (ro.gpus // ro.tp))
         full = min(full, ro.max_batch or full)
