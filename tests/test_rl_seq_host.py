@@ -74,6 +74,18 @@ def test_a_step_gains_the_loops_only_with_nemo(tmp_path):
         assert on[phase] - off[phase] == pytest.approx((2 * 155.2 + 187.0) * US)
     assert on["train"] == off["train"] and on["generate"] == off["generate"]
 
+    # without sequence packing NeMo RL runs no per-sequence loop
+    setup = resolve_rl(scenario(tmp_path))
+    cfg = setup.cfg
+    cfg = dataclasses.replace(cfg, train=dataclasses.replace(cfg.train, seq_host="nemo",
+                                                             packing="none"))
+    unpacked = summarize(simulate_rl(dataclasses.replace(setup, cfg=cfg), 2,
+                                     rollout_costs=ROLL, trainer_costs=TRAIN))["phases_s"]
+    cfg0 = dataclasses.replace(cfg, train=dataclasses.replace(cfg.train, seq_host="none"))
+    base = summarize(simulate_rl(dataclasses.replace(setup, cfg=cfg0), 2,
+                                 rollout_costs=ROLL, trainer_costs=TRAIN))["phases_s"]
+    assert unpacked == base
+
 
 def test_the_rl_summary_echoes_the_knob_only_when_on(tmp_path):
     from moesim.scenario.sections.rl import summary_dict

@@ -32,6 +32,9 @@ fp32 cast, ``DistributedLogprob``, the KL, ratio and clipping ops, ClippedPGLoss
 sequence's logits, which ``rl.train.loss_logprob`` prices; the loss's backward runs in
 C++ autograd, ahead of the GPU.
 
+Without sequence packing (``rl.train.packing`` other than ``nemo``) none of these loops
+runs: the knob adds nothing.
+
 On the step: a pipeline's steady state runs at its slowest stage's pace, and the last
 stage's loop lies on every micro-batch's path, so the busiest data-parallel rank's
 sequences each add their loop's time: ``ceil(samples / dp)`` sequences per optimizer
@@ -159,7 +162,7 @@ def step_train_s(x) -> float:
     """What the loops add to a step's optimizer steps (:class:`moesim.rl.algorithms.
     StepInputs` ``x``; 0 unless ``rl.train.seq_host: nemo``)."""
     tr = x.cfg.train
-    if tr.seq_host != "nemo":
+    if tr.seq_host != "nemo" or tr.packing != "nemo":
         return 0.0
     return tr.epochs * train_s(x.samples, x.mini_batch_rows, tr.dp, tr.tp, tr.cp, tr.pp)
 
@@ -167,7 +170,7 @@ def step_train_s(x) -> float:
 def step_logprob_s(x) -> float:
     """What the loops add to one of a step's log-prob passes (0 unless ``nemo``)."""
     tr = x.cfg.train
-    if tr.seq_host != "nemo":
+    if tr.seq_host != "nemo" or tr.packing != "nemo":
         return 0.0
     rows = x.rows if x.logprob_rows is None else x.logprob_rows
     return logprob_s(x.samples, rows, tr.dp, tr.tp, tr.cp, tr.pp)
