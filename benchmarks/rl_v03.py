@@ -147,21 +147,21 @@ def _knob_parts(run) -> list[tuple[str, float]]:
     """The figures of rl.train.seq_host, rl.train.logprob_pipeline and rl.rollout.sampler,
     each only when its knob is on (moesim.rl.seq_host, logprob_pipeline, sampler_v1)."""
     from moesim.rl import seq_host
+    from moesim.rl.algorithms import StepInputs
     from moesim.rl.sampler_v1 import SamplerStepCosts
 
     cfg, out = run.setup.cfg, []
     tr, ro = cfg.train, cfg.rollout
     if tr.seq_host == "nemo" and run.works:
-        s = sum(seq_host.train_s(cfg.samples_per_step, w.mini_batch_rows, tr.dp, tr.tp,
-                                 tr.cp, tr.pp) for w in run.works) / len(run.works)
-        out.append(("NeMo RL's per-sequence host loops in the optimizer steps s",
-                    tr.epochs * s))
+        s = sum(seq_host.step_train_s(StepInputs(cfg, run.trainer_costs, cfg.samples_per_step,
+                                                 w.rows, w.mini_batch_rows))
+                for w in run.works) / len(run.works)
+        out.append(("NeMo RL's per-sequence host loops in the optimizer steps s", s))
     memo = getattr(run.trainer_costs, "memo", {})
     hops = [v for k, v in memo.items() if k[0] == "logprob_pipeline.transfer"]
     if tr.logprob_pipeline == "megatron" and hops:
         out.append(("log-prob pass: one stage-to-stage transfer ms", 1e3 * hops[0]))
     if tr.pp_p2p == "blocking" and run.works:
-        from moesim.rl.algorithms import StepInputs
         from moesim.rl.pp_p2p import step_train_s
         s = sum(step_train_s(StepInputs(cfg, run.trainer_costs, cfg.samples_per_step, w.rows,
                                         w.mini_batch_rows)) for w in run.works)
