@@ -71,3 +71,34 @@ def test_prefill_refused():
         serve_from_dict({"phase": "prefill", "mla_decode": "sglang"}, "t")
     with pytest.raises(InputError, match="serve.mla_decode"):
         serve_from_dict({"phase": "decode", "mla_decode": "flashmla"}, "t")
+
+
+def _prefill(mla_prefill: str):
+    from moesim.serve.costs import prefill_attention_kernels
+    spec = dataclasses.replace(model_from_dict({"preset": "deepseek-v3"}, "t"),
+                               precision="fp8")
+    return prefill_attention_kernels(spec, T, T, 1, 2, mla_prefill)
+
+
+def test_sglang_prefill_by_hand():
+    tr, sg = _prefill("training"), _prefill("sglang")
+    names = [k.name for k in sg]
+    # q_a (1536) and kv_a (512 + 64) over one input cast: one GEMM of n = 2,112
+    fused = [k for k in sg if k.name == "attention_gemm" and k.k == 7168]
+    assert [(k.m, k.n) for k in fused] == [(2, 2112)]
+    assert fused[0].flops == sum(k.flops for k in tr if k.name == "attention_gemm"
+                                 and k.k == 7168) == 2 * 2 * 2112 * 7168
+    # the latent made contiguous (2 x 512 BF16 read and written) just before its norm
+    at = names.index("contiguous_copy")
+    assert sg[at].bytes == 2 * 2 * 2 * 512 == 4096
+    assert names[at + 1] == "norm" and sg[at + 1].bytes == 2 * 2 * 2 * 512 + 4 * 2
+    assert "direct_copy_kernel" in [k.name for k in tr] and "direct_copy_kernel" not in names
+    assert "_copy_tensor_kernel" in names          # the key's assembly stays
+    # casts: kv_a's input cast and the output's FP8 copy for a backward are gone
+    assert sum(k.name == "per_token_cast_to_fp8" for k in sg) == \
+        sum(k.name == "per_token_cast_to_fp8" for k in tr) - 2
+
+
+def test_mla_prefill_refused_for_decode():
+    with pytest.raises(InputError, match="serve.mla_prefill"):
+        serve_from_dict({"phase": "decode", "mla_prefill": "sglang"}, "t")

@@ -47,10 +47,15 @@ def kv_write_kernel(spec: ModelSpec, tokens: int, tp: int, kv_bytes: int) -> Ker
 
 
 def prefill_attention_kernels(spec: ModelSpec, tokens: int, prompt: int, tp: int,
-                              kv_bytes: int) -> list[Kernel]:
-    """Norms, causal attention over the prompt (training's forward) and the KV write."""
-    return recipe.prefill_attn(spec, tokens, prompt, tp, kv_write_kernel(spec, tokens, tp,
-                                                                         kv_bytes))
+                              kv_bytes: int, mla_prefill: str = "training") -> list[Kernel]:
+    """Norms, causal attention over the prompt (training's forward) and the KV write;
+    with ``mla_prefill="sglang"`` an MLA model's kernels as SGLang's multi-head prefill
+    runs them (:func:`moesim.serve.mla.sglang_prefill`)."""
+    ks = recipe.prefill_attn(spec, tokens, prompt, tp, kv_write_kernel(spec, tokens, tp,
+                                                                       kv_bytes))
+    if mla_prefill == "sglang":
+        return mla.sglang_prefill(spec, ks, tokens, tp)
+    return ks
 
 
 def decode_core_kernel(spec: ModelSpec, tokens: int, context: int, tp: int,

@@ -39,9 +39,13 @@ memory-bound kernels priced by ``compute.memory_kernels``. Kernels that a scenar
 from __future__ import annotations
 
 from moesim.compute.base import Kernel
-from moesim.model.kernels.linear import CAST_TOKEN, cast_bytes
+from moesim.model.kernels.linear import CAST_TOKEN, cast_bytes, linear
 from moesim.model.kernels.make import ACT_BYTES, mem
 from moesim.model.spec import ModelSpec
+
+#: the kernels training's multi-head attention runs and SGLang's prefill does not: the
+#: values made contiguous (SGLang hands FA3 the strided view ``kv[..., nope:]``)
+VALUE_COPY = "direct_copy_kernel"
 
 #: the kernels training's multi-head attention needs and the absorbed decode does not
 #: (moesim.model.kernels.attention: the key assembled per head, the values contiguous)
@@ -108,3 +112,53 @@ def sglang_decode(spec: ModelSpec, kernels: list[Kernel], tokens: int, tp: int,
     pre, post = absorbed_parts(spec, tokens, tp)
     i = [k.name for k in out].index(core)
     return [*out[:i], *pre, out[i], *post, *twins[:1], *out[i + 1:]]
+
+
+def _drop_output_copy(out: list[Kernel], tokens: int, spec: ModelSpec, a: int
+                      ) -> list[Kernel]:
+    """Without the FP8 copy of the attention output training keeps for its backward:
+    of the two casts of its bytes, o_proj's input cast stays."""
+    kept = cast_bytes(tokens, a * spec.v_head_dim)
+    twins = [i for i, k in enumerate(out) if k.name == CAST_TOKEN and k.bytes == kept]
+    return [k for i, k in enumerate(out) if i != twins[0]] if len(twins) > 1 else out
+
+
+def sglang_prefill(spec: ModelSpec, kernels: list[Kernel], tokens: int, tp: int
+                   ) -> list[Kernel]:
+    """A prefill step's attention kernels (``kernels``, training's forward) as SGLang's
+    multi-head prefill runs them (``forward_normal_chunked_kv_prepare`` / ``_core`` at
+    00114aef, which its FA3 backend takes for prompts without a cached prefix): the
+    query's and the latent's down-projections are one GEMM over one input cast
+    (``fused_qkv_a_proj_with_mqa``, n = q_lora_rank + kv_lora_rank + rope); the latent
+    is made contiguous before its norm (``kv_a.contiguous()``); the values reach FA3 as a
+    strided view (no copy); no FP8 copy of the output is kept. The key's assembly
+    (``k[..., :nope] = k_nope``; ``k[..., nope:] = k_pe``) is training's
+    ``_copy_tensor_kernel``, the same bytes. A model without MLA or without a query
+    down-projection is returned unchanged."""
+    if spec.attention != "mla" or not spec.q_lora_rank:
+        return kernels
+    t, h, a = tokens, spec.hidden, max(spec.heads // tp, 1)
+    ql, kvl, rope = spec.q_lora_rank, spec.kv_lora_rank, spec.qk_rope_dim
+
+    def find(n: int, k: int) -> int | None:
+        return next((i for i, x in enumerate(out) if x.name == "attention_gemm"
+                     and (x.n, x.k) == (n, k)), None)
+
+    out = list(kernels)
+    q_a, kv_a = find(ql, h), find(kvl + rope, h)
+    if q_a is not None and kv_a is not None:
+        out[q_a] = linear(out[q_a].name, t, ql + kvl + rope, h, "fwd",
+                          spec.precision == "fp8", cast_input=False)[0]
+        drop = {kv_a}
+        if kv_a > 0 and out[kv_a - 1].name == CAST_TOKEN \
+                and out[kv_a - 1].bytes == cast_bytes(t, h):
+            drop.add(kv_a - 1)
+        out = [k for i, k in enumerate(out) if i not in drop]
+        # the latent made contiguous just before kv_a_layernorm
+        norm = next((i for i, k in enumerate(out) if k.name == "norm"
+                     and k.bytes == 2 * ACT_BYTES * t * kvl + 4 * t), None)
+        if norm is not None:
+            out.insert(norm, mem("contiguous_copy", 2 * ACT_BYTES * t * kvl, "fwd",
+                                 "elementwise"))
+    out = [k for k in out if k.name != VALUE_COPY]
+    return _drop_output_copy(out, tokens, spec, a)

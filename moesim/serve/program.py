@@ -176,7 +176,7 @@ class ServeBuilder:
         span = self.attn_span(layer)
         if cfg.phase == "prefill":
             return serve_costs.prefill_attention_kernels(spec, self.tokens, span, tp,
-                                                         self.kv_bytes)
+                                                         self.kv_bytes, cfg.mla_prefill)
         return serve_costs.decode_attention_kernels(spec, self.tokens, int(span), tp,
                                                     self.kv_bytes, cfg.mla_decode)
 

@@ -106,10 +106,12 @@ def _with_host(result: SimResult, cfg: ServeConfig, name: str | None) -> HostSte
 
 def _echo(cfg: ServeConfig) -> dict:
     """The section's fields for the summary; ``host_overhead``, ``decode_overlap``,
-    ``gemm_sms`` and ``mla_decode`` only when they are not the default."""
+    ``gemm_sms``, ``mla_decode`` and ``mla_prefill`` only when they are not the
+    default."""
     d = dataclasses.asdict(cfg)
     for key, default in (("host_overhead", "none"), ("decode_overlap", "segments"),
-                         ("gemm_sms", "all"), ("mla_decode", "gemm")):
+                         ("gemm_sms", "all"), ("mla_decode", "gemm"),
+                         ("mla_prefill", "training")):
         if d.get(key) == default:
             del d[key]
     return d

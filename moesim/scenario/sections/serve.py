@@ -29,6 +29,9 @@ serve:
   mla_decode: gemm         # gemm | sglang: a decode step's MLA up-projections as one GEMM
                            # with training's head-layout copies, or as SGLang's absorbed
                            # FP8 batched GEMMs (moesim.serve.mla)
+  mla_prefill: training    # training | sglang: a prefill step's MLA kernels as training's
+                           # forward lists them, or as SGLang's prefill runs them
+                           # (moesim.serve.mla)
 ```
 """
 
@@ -69,6 +72,9 @@ DECODE_OVERLAPS = ("segments", "five_stage")
 #: them (the key/value up-projection one GEMM, the per-head key/value copies);
 #: ``sglang``, SGLang's weight-absorbed path on an FP8 checkpoint (:mod:`moesim.serve.mla`)
 MLA_DECODES = ("gemm", "sglang")
+#: ``serve.mla_prefill``: ``training``, a prefill step's MLA kernels as training's forward
+#: lists them; ``sglang``, as SGLang's multi-head prefill runs them (:mod:`moesim.serve.mla`)
+MLA_PREFILLS = ("training", "sglang")
 
 
 @dataclass(frozen=True)
@@ -91,6 +97,7 @@ class ServeConfig:
     decode_overlap: str = "segments"
     gemm_sms: str = "all"
     mla_decode: str = "gemm"
+    mla_prefill: str = "training"
 
     @property
     def microbatches(self) -> int:
@@ -179,7 +186,8 @@ def serve_from_dict(d: Any, source: str) -> ServeConfig:
                              f"({_SIZE_NOTE})", v)
     choices = {"phase": PHASES, "ep_backend": BACKENDS, "kv_dtype": tuple(KV_DTYPES),
                "host_overhead": HOST_OVERHEADS, "decode_overlap": DECODE_OVERLAPS,
-               "gemm_sms": GEMM_SMS, "mla_decode": MLA_DECODES}
+               "gemm_sms": GEMM_SMS, "mla_decode": MLA_DECODES,
+               "mla_prefill": MLA_PREFILLS}
     for k, allowed in choices.items():
         if k in d and d[k] not in allowed:
             raise InputError(source, f"serve.{k}", f"one of {list(allowed)}", d[k])
@@ -201,6 +209,9 @@ def serve_from_dict(d: Any, source: str) -> ServeConfig:
     if cfg.mla_decode != "gemm" and cfg.phase != "decode":
         raise InputError(source, "serve.mla_decode", "gemm for a prefill step (it names "
                          "how a decode step runs MLA)", cfg.mla_decode)
+    if cfg.mla_prefill != "training" and cfg.phase != "prefill":
+        raise InputError(source, "serve.mla_prefill", "training for a decode step (it "
+                         "names how a prefill step runs MLA)", cfg.mla_prefill)
     return cfg
 
 
