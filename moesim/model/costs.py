@@ -16,8 +16,9 @@ Conventions (all per rank):
   §3.3); core attention, the router GEMM and the LM head stay BF16 (§3.3.1).
 - Tensor parallelism (Megatron-LM, Shoeybi et al. 2019): QKV/out projections, core
   attention (by heads), dense and shared FFN (by width), embedding and LM head (by vocab)
-  are split over ``tp``; norms/residuals by tokens (sequence parallelism, Korthikanti et
-  al. 2022); MLA down-projections, the router and routed experts are not split.
+  are split over ``tp``; norms/residuals by tokens with sequence parallelism (``sp``,
+  Korthikanti et al. 2022), else on all tokens; MLA down-projections, the router and
+  routed experts are not split.
 - :func:`split_backward` separates the input-gradient part ``B`` from the weight-gradient
   part ``W`` by each kernel's pass (zero-bubble pipelines; DualPipe's WeightGradStore).
 """
@@ -115,12 +116,18 @@ def dense_ffn_kernels(spec: ModelSpec, tokens: int, tp: int = 1,
     return _moe.dense_ffn_kernels(spec, tokens, tp, phase, fp8(spec))
 
 
-def norm_kernels(spec: ModelSpec, tokens: int, tp: int = 1, phase: Phase = "fwd") -> list[Kernel]:
+def norm_kernels(spec: ModelSpec, tokens: int, tp: int = 1, phase: Phase = "fwd",
+                 sp: bool = True) -> list[Kernel]:
     """The layer's two RMSNorms (before attention and before the MLP) and two residual
-    adds, sequence-parallel over tp: 2·4 + 2·6 = 20 bytes per token-feature forward,
-    2·6 + 2·6 = 24 backward (:func:`moesim.model.kernels.make.rmsnorm`)."""
+    adds (Megatron-Core's bias-dropout-adds, no dropout): 2·4 + 2·6 = 20 bytes per
+    token-feature forward, 2·6 + 2·6 = 24 backward (:func:`moesim.model.kernels.make.
+    rmsnorm`). With sequence parallelism (``sp``) they run on the rank's ⌈tokens/tp⌉
+    sequence shard (Korthikanti et al. 2022 arXiv:2205.05198 §4.2.2; Megatron-Core
+    ``TransformerLayer``: ``input_layernorm``, ``self_attn_bda``, ``pre_mlp_layernorm``,
+    ``mlp_bda`` on the [s/tp, b, h] hidden states); without it every TP rank runs them
+    on all ``tokens``."""
     _check_phase(phase)
-    rows = -(-tokens // tp)
+    rows = -(-tokens // tp) if sp else tokens
     if rows <= 0:
         return []
     h = spec.hidden
@@ -149,9 +156,12 @@ def embedding_kernels(spec: ModelSpec, tokens: int, tp: int = 1,
 
 
 def lm_head_kernels(spec: ModelSpec, tokens: int, tp: int = 1,
-                    phase: Phase = "fwd") -> list[Kernel]:
+                    phase: Phase = "fwd", sp: bool = False) -> list[Kernel]:
     """Final norm, LM-head GEMM (vocab split over tp, BF16) and the FP32 softmax
-    cross-entropy (~5 FLOP per logit; reads BF16 logits, writes FP32 log-probs)."""
+    cross-entropy (~5 FLOP per logit; reads BF16 logits, writes FP32 log-probs). With
+    sequence parallelism (``sp``) the final norm runs on the rank's ⌈tokens/tp⌉ shard
+    (Megatron-Core ``TransformerBlock.final_layernorm`` on the [s/tp, b, h] output; the
+    output layer all-gathers the sequence)."""
     _check_phase(phase)
     if tokens <= 0:
         return []
@@ -159,7 +169,7 @@ def lm_head_kernels(spec: ModelSpec, tokens: int, tp: int = 1,
     t = tokens
     head = linear("lm_head", t, v, spec.hidden, phase, False, dtype="bf16")
     loss = memory_op("loss", t * v * (ACT_BYTES + FP32_BYTES), 5 * t * v, phase)
-    norm = rmsnorm(t, spec.hidden, phase)
+    norm = rmsnorm(-(-t // tp) if sp else t, spec.hidden, phase)
     return [norm, *head, loss] if phase == "fwd" else [loss, *head, norm]
 
 

@@ -27,15 +27,18 @@ def extra_params(spec: ModelSpec) -> int:
 
 
 def head_kernels(spec: ModelSpec, tokens: int, tp: int = 1,
-                 phase: str = "fwd") -> list[Kernel]:
+                 phase: str = "fwd", sp: bool = True) -> list[Kernel]:
     """One depth's kernels beyond its transformer layer: the shifted tokens' embedding,
     enorm and hnorm, the eh_proj GEMM (tokens x 2h -> h/tp), the final norm, output head
-    and loss (as the main model's, ``costs.lm_head_kernels``)."""
+    and loss (as the main model's, ``costs.lm_head_kernels``). With sequence parallelism
+    (``sp``) enorm, hnorm and the final norm run on the rank's ⌈tokens/tp⌉ shard
+    (``MultiTokenPredictionLayer._concat_embeddings`` takes both inputs on the
+    sequence-parallel shard); without it on all ``tokens``."""
     if tokens <= 0:
         return []
-    th = -(-tokens // tp) * spec.hidden
+    th = (-(-tokens // tp) if sp else tokens) * spec.hidden
     norms = costs.memory_op("mtp_norm", 2 * 4 * th, 2 * 4 * th, phase, count=2)
     proj = costs.gemm("mtp_eh_proj", tokens, spec.hidden // tp, 2 * spec.hidden, phase)
     projs = [proj] if phase == "fwd" else list(proj)   # backward: [dgrad, wgrad]
     return [*costs.embedding_kernels(spec, tokens, tp, phase), norms, *projs,
-            *costs.lm_head_kernels(spec, tokens, tp, phase)]
+            *costs.lm_head_kernels(spec, tokens, tp, phase, sp)]

@@ -168,7 +168,7 @@ class Builder:
         self.kernels = LayerKernels(
             self.spec, self.tokens, self.seq, self.tp, self.ep_tokens,
             self.ep_tokens * self.recompute.top_k, scn.overlap.cuda_graphs, side, self.rc,
-            self.etp)
+            self.etp, self.sp)
 
     def expert_dp_group(self, rank: int) -> tuple[int, ...]:
         """Ranks holding the same expert shards as ``rank`` (:class:`GradientStage`)."""
@@ -255,7 +255,8 @@ class Builder:
                 self.layer_ops(prog, rank, layer, item.mb, "fwd")
             if vstage == last_v:
                 self.compute_op(prog, "fwd.lm_head", -1, item.mb, "fwd", ("lm", "fwd"),
-                                lambda: recipe.lm_head(self.spec, self.tokens, self.tp, "fwd"))
+                                lambda: recipe.lm_head(self.spec, self.tokens, self.tp, "fwd",
+                                                       self.sp))
             else:
                 dst = pp_group[(vstage + 1) % p]
                 prog.append(self.send_op(prog, dst, ("act", item.mb, vstage + 1, dst), item.mb,
@@ -267,7 +268,8 @@ class Builder:
                                        layers[-1] if layers else -1))
             else:
                 self.compute_op(prog, "bwd.lm_head", -1, item.mb, "bwd", ("lm", "bwd"),
-                                lambda: recipe.lm_head(self.spec, self.tokens, self.tp, "bwd"))
+                                lambda: recipe.lm_head(self.spec, self.tokens, self.tp, "bwd",
+                                                       self.sp))
             for layer in reversed(layers):
                 self.layer_ops(prog, rank, layer, item.mb, "bwd")
                 last_bwd[layer] = len(prog) - 1

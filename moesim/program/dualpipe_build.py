@@ -232,7 +232,7 @@ class DualPipeProgram:
             b.layer_ops(prog, rank, layer, mb, "fwd")
         if s == d.stages - 1:
             b.compute_op(prog, "fwd.lm_head", -1, mb, "fwd", ("lm", "fwd"),
-                          lambda: recipe.lm_head(b.spec, b.tokens, b.tp, "fwd"))
+                          lambda: recipe.lm_head(b.spec, b.tokens, b.tp, "fwd", b.sp))
             return
         dst = pp_group[d.rank(mb, s + 1)]
         if dst != rank:
@@ -243,7 +243,7 @@ class DualPipeProgram:
         b = self.b
         name = {"B": "bwd.lm_head", "W": "bwd.w_lm_head"}[part]
         b.compute_op(prog, name, -1, mb, "bwd", ("lm", "bwd", part), lambda: recipe.backward_part(
-            recipe.lm_head(b.spec, b.tokens, b.tp, "bwd"), part))
+            recipe.lm_head(b.spec, b.tokens, b.tp, "bwd", b.sp), part))
 
     def _dual_b(self, prog: list[Op], rank: int, pp_group, mb: int, s: int,
                 last_w: dict[int, int], full: bool) -> None:

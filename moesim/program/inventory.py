@@ -41,6 +41,13 @@ def balanced_rows(res) -> tuple[int, int]:
     return local, int(rows)
 
 
+def sequence_parallel(res) -> bool:
+    """Whether the norms and residual adds run on the rank's sequence shard: sequence
+    parallelism over a TP group (as :class:`moesim.program.build.Builder` reads it)."""
+    par = res.scenario.parallel
+    return bool(par.sequence_parallel) and par.tp > 1
+
+
 def layer_ops(res, layer: int, pass_: str) -> list[OpKernels]:
     """The ops of ``layer`` in ``pass_`` with their kernels, in execution order: the
     compute steps of the layer's template (:class:`moesim.program.layer_plan.LayerPlan`,
@@ -56,7 +63,7 @@ def layer_ops(res, layer: int, pass_: str) -> list[OpKernels]:
     part = {"dgrad": "B", "wgrad": "W"}.get(pass_)
     ep_tokens = max(1, tokens // tp)
     lk = LayerKernels(spec, tokens, sch.seq_len, tp, ep_tokens, ep_tokens * spec.top_k,
-                      etp=etp)
+                      etp=etp, sp=sequence_parallel(res))
 
     def pick(ks: list[Kernel]) -> tuple[Kernel, ...]:
         return tuple(ks if part is None else recipe.backward_part(ks, part))
@@ -106,7 +113,7 @@ def _recomputed(res, layer: int, tokens: int) -> list[Kernel]:
     ep_tokens = max(1, tokens // tp)
     ks = recipe.recompute_layer(
         spec, layer, mods, tokens=tokens, seq_len=scn.schedule.seq_len, tp=tp,
-        ep_tokens=ep_tokens, sent=ep_tokens * spec.top_k)
+        ep_tokens=ep_tokens, sent=ep_tokens * spec.top_k, sp=sequence_parallel(res))
     if spec.is_moe_layer(layer) and ("full" in mods or "moe" in mods):
         local, rows = balanced_rows(res)
         etp = max(res.layout.etp, 1)

@@ -189,7 +189,9 @@ class LayerKernels:
     model ``spec``, ``tokens`` a rank computes per micro-batch, ``seq`` keys, ``tp``,
     ``ep_tokens`` routed per rank, ``sent`` token copies dispatched, CUDA-graph modules
     ``graphs``, ``side`` (shared experts beside the all-to-alls), ``rc`` the recompute
-    rule (:class:`moesim.program.recompute.RecomputeRule`) and ``etp``."""
+    rule (:class:`moesim.program.recompute.RecomputeRule`), ``etp``, and ``sp``: the
+    norms and residual adds on the rank's ⌈tokens/tp⌉ sequence shard (sequence
+    parallelism; False: on all ``tokens``, as every TP rank runs them without it)."""
 
     spec: Any
     tokens: int
@@ -201,6 +203,7 @@ class LayerKernels:
     side: bool = False
     rc: Any = None
     etp: int = 1
+    sp: bool = True
 
     def op(self, st: Step, layer: int) -> tuple | None:
         """(key, make) of compute step ``st`` in layer ``layer``; None when it runs no
@@ -210,21 +213,23 @@ class LayerKernels:
         if st.part == "W":
             W = recipe.backward_part
             if k == "mtp":
-                return ("mtp", "bwd", "W"), lambda: W(recipe.mtp_head(spec, tok, tp, "bwd"), "W")
+                return ("mtp", "bwd", "W"), lambda: W(recipe.mtp_head(spec, tok, tp, "bwd",
+                                                                       self.sp), "W")
             if k == "mlp_w":
                 return ("w_moe", "bwd"), lambda: recipe.mlp_w(spec, self.ep_tokens, tok, tp)
             if k == "ffn":
                 return ("ffn", "bwd", "W"), lambda: W(recipe.dense_ffn(spec, tok, tp, "bwd"),
                                                       "W")
             if k == "attn":
-                return ("attn", "bwd", "W"), lambda: recipe.attn_w(spec, tok, self.seq, tp)
+                return ("attn", "bwd", "W"), lambda: recipe.attn_w(spec, tok, self.seq, tp,
+                                                                    self.sp)
             raise ValueError(f"no kernels for weight-gradient step {k!r}")
         if k == "attn":
-            return recipe.attn_op(spec, layer, tok, self.seq, tp, ph, g)
+            return recipe.attn_op(spec, layer, tok, self.seq, tp, ph, g, self.sp)
         if k == "ffn":
             return ("ffn", ph), lambda: recipe.dense_ffn(spec, tok, tp, ph, g)
         if k == "mtp":
-            return ("mtp", ph), lambda: recipe.mtp_head(spec, tok, tp, ph)
+            return ("mtp", ph), lambda: recipe.mtp_head(spec, tok, tp, ph, self.sp)
         if k == "router":
             return ("router", ph), lambda: recipe.router(spec, self.ep_tokens, self.sent, ph, g)
         if k == "post":
@@ -237,7 +242,7 @@ class LayerKernels:
             if not mods:
                 return None
             return recipe.recompute_op(spec, layer, mods, tokens=tok, seq=self.seq, tp=tp,
-                                       ep_tokens=self.ep_tokens, sent=self.sent)
+                                       ep_tokens=self.ep_tokens, sent=self.sent, sp=self.sp)
         raise ValueError(f"step {k!r} is not one compute op")
 
     def attn(self, layer: int, phase: str) -> tuple:

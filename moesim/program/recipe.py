@@ -54,14 +54,18 @@ def embedding(spec: ModelSpec, tokens: int, tp: int, phase: str = "fwd") -> list
     return costs.embedding_kernels(spec, tokens, tp, phase)
 
 
-def lm_head(spec: ModelSpec, tokens: int, tp: int, phase: str) -> list[Kernel]:
-    """``fwd.lm_head`` / ``bwd.lm_head``: final norm, LM-head GEMM and the loss."""
-    return with_fusion(spec, costs.lm_head_kernels(spec, tokens, tp, phase))
+def lm_head(spec: ModelSpec, tokens: int, tp: int, phase: str,
+            sp: bool = False) -> list[Kernel]:
+    """``fwd.lm_head`` / ``bwd.lm_head``: final norm (on the sequence shard with ``sp``),
+    LM-head GEMM and the loss."""
+    return with_fusion(spec, costs.lm_head_kernels(spec, tokens, tp, phase, sp))
 
 
-def mtp_head(spec: ModelSpec, tokens: int, tp: int, phase: str) -> list[Kernel]:
-    """``fwd.mtp`` / ``bwd.mtp``: what an MTP depth adds beyond its transformer layer."""
-    return with_fusion(spec, mtp.head_kernels(spec, tokens, tp, phase))
+def mtp_head(spec: ModelSpec, tokens: int, tp: int, phase: str,
+             sp: bool = True) -> list[Kernel]:
+    """``fwd.mtp`` / ``bwd.mtp``: what an MTP depth adds beyond its transformer layer
+    (its norms on the sequence shard with ``sp``)."""
+    return with_fusion(spec, mtp.head_kernels(spec, tokens, tp, phase, sp))
 
 
 def optimizer(shard: float) -> list[Kernel]:
@@ -71,10 +75,11 @@ def optimizer(shard: float) -> list[Kernel]:
 
 # ------------------------------------------------------------------ one layer
 def attn(spec: ModelSpec, tokens: int, seq: int, tp: int, phase: str,
-         graphs=()) -> list[Kernel]:
+         graphs=(), sp: bool = True) -> list[Kernel]:
     """``fwd.attn`` / ``bwd.attn``: the layer's norms and attention over ``seq`` keys
-    (one CUDA graph with ``attn`` in ``graphs``)."""
-    return maybe(with_fusion(spec, [*costs.norm_kernels(spec, tokens, tp, phase),
+    (one CUDA graph with ``attn`` in ``graphs``); ``sp``: the norms and residual adds
+    on the rank's sequence shard (:func:`moesim.model.costs.norm_kernels`)."""
+    return maybe(with_fusion(spec, [*costs.norm_kernels(spec, tokens, tp, phase, sp),
                               *costs.attention_kernels(spec, tokens, seq, tp, phase)]),
                  "attn" in graphs)
 
@@ -131,17 +136,19 @@ def mlp_w(spec: ModelSpec, ep_tokens: int, tokens: int, tp: int) -> list[Kernel]
                          "W")
 
 
-def attn_w(spec: ModelSpec, tokens: int, seq: int, tp: int) -> list[Kernel]:
+def attn_w(spec: ModelSpec, tokens: int, seq: int, tp: int, sp: bool = True) -> list[Kernel]:
     """``bwd.w_attn``: the weight-gradient part of the norms and attention."""
-    return backward_part(attn(spec, tokens, seq, tp, "bwd"), "W")
+    return backward_part(attn(spec, tokens, seq, tp, "bwd", sp=sp), "W")
 
 
 # ------------------------------------------------------------------ recompute
 def recompute_layer(spec: ModelSpec, layer: int, mods: frozenset[str], *, tokens: int,
-                    seq_len: int, tp: int, ep_tokens: int, sent: int) -> list[Kernel]:
+                    seq_len: int, tp: int, ep_tokens: int, sent: int,
+                    sp: bool = True) -> list[Kernel]:
     """``bwd.recompute``: forward kernels, except the routed experts', that the
     recomputed modules ``mods`` (:func:`moesim.program.recompute.recomputes`) re-run in
-    layer ``layer``'s backward (named ``recompute.<kernel>``)."""
+    layer ``layer``'s backward (named ``recompute.<kernel>``; ``sp``: the norms on the
+    sequence shard)."""
     if not mods:
         return []
     moe = spec.is_moe_layer(layer)
@@ -149,10 +156,11 @@ def recompute_layer(spec: ModelSpec, layer: int, mods: frozenset[str], *, tokens
     attn_ks = costs.attention_kernels(spec, tokens, seq_len, tp, "fwd")
     out: list[Kernel] = []
     if full:
-        out += costs.norm_kernels(spec, tokens, tp, "fwd") + attn_ks
+        out += costs.norm_kernels(spec, tokens, tp, "fwd", sp) + attn_ks
     else:
         if "layernorm" in mods:     # the two RMSNorms, without the residual adds
-            out += [k for k in costs.norm_kernels(spec, tokens, tp, "fwd") if k.name == "norm"]
+            out += [k for k in costs.norm_kernels(spec, tokens, tp, "fwd", sp)
+                    if k.name == "norm"]
         if "core_attn" in mods:
             out += [k for k in attn_ks if k.name == "attention"]
         if "mla_up_proj" in mods and spec.attention == "mla":
@@ -178,13 +186,13 @@ def recompute_layer(spec: ModelSpec, layer: int, mods: frozenset[str], *, tokens
 # The ops whose kernel list depends on more than the phase, with the key both engines'
 # timers price them under (an op's kernels are priced once per key).
 def attn_op(spec: ModelSpec, layer: int, tokens: int, seq: int, tp: int, phase: str,
-            graphs=()) -> tuple:
+            graphs=(), sp: bool = True) -> tuple:
     """(key, kernel maker) of layer ``layer``'s attention op for sequences of ``seq``
     tokens: a sliding-window layer scores fewer keys (:func:`moesim.model.window.
     effective_seq`) and is priced under a key of its own."""
     eff = window.effective_seq(spec, layer, seq)
     key = ("attn", phase) if eff == seq else ("attn", phase, eff)
-    return key, lambda: attn(spec, tokens, eff, tp, phase, graphs)
+    return key, lambda: attn(spec, tokens, eff, tp, phase, graphs, sp)
 
 
 def post_op(spec: ModelSpec, sent: int, tokens: int, tp: int, phase: str,
@@ -195,13 +203,13 @@ def post_op(spec: ModelSpec, sent: int, tokens: int, tp: int, phase: str,
 
 
 def recompute_op(spec: ModelSpec, layer: int, mods: frozenset[str], *, tokens: int, seq: int,
-                 tp: int, ep_tokens: int, sent: int) -> tuple:
+                 tp: int, ep_tokens: int, sent: int, sp: bool = True) -> tuple:
     """(key, kernel maker) of layer ``layer``'s ``bwd.recompute`` op
     (:func:`recompute_layer`; a sliding-window layer's attention scores fewer keys)."""
     eff = window.effective_seq(spec, layer, seq)
     return (("recompute", spec.is_moe_layer(layer), mods, eff),
             lambda: recompute_layer(spec, layer, mods, tokens=tokens, seq_len=eff, tp=tp,
-                                    ep_tokens=ep_tokens, sent=sent))
+                                    ep_tokens=ep_tokens, sent=sent, sp=sp))
 
 
 # ------------------------------------------------------------------ serving

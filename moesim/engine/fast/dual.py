@@ -136,7 +136,7 @@ class DualChain(Chain):
         c = self.c
         name = "bwd.lm_head" if part == "B" else "bwd.w_lm_head"
         self._compute(s, name, ("lm", "bwd", part), lambda: recipe.backward_part(
-            recipe.lm_head(c.spec, c.tokens, c.tp, "bwd"), part), -1, mb, "bwd")
+            recipe.lm_head(c.spec, c.tokens, c.tp, "bwd", c.sp), part), -1, mb, "bwd")
 
     # ------------------------------------------------------------ items
     def fwd(self, s: int, mb: int, st: int) -> None:
@@ -149,7 +149,7 @@ class DualChain(Chain):
             self.layer(s, layer, mb, "fwd")
         if st == d.stages - 1:
             self._compute(s, "fwd.lm_head", ("lm", "fwd"), lambda: recipe.lm_head(
-                c.spec, c.tokens, c.tp, "fwd"), -1, mb, "fwd")
+                c.spec, c.tokens, c.tp, "fwd", c.sp), -1, mb, "fwd")
         else:
             self._send_to(s, d.rank(mb, st + 1), ("act", mb, st + 1), mb, "fwd",
                           layers[-1] if layers else -1)

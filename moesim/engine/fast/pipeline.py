@@ -98,7 +98,8 @@ class Chain:
         self.plan = LayerPlan.of(ctx.res, ctx.spec)
         side = self.plan.facts["side"]
         self.kern = LayerKernels(ctx.spec, ctx.tokens, ctx.seq, ctx.tp, ctx.ep_tokens,
-                                 ctx.sent, scn.overlap.cuda_graphs, side, ctx.rc, ctx.etp)
+                                 ctx.sent, scn.overlap.cuda_graphs, side, ctx.rc, ctx.etp,
+                                 ctx.sp)
         self._do = {"zero3": self._zero3, "recompute": self._op, "mtp": self._op,
                     "ffn": self._op, "attn": self._attn, "tp": self._tp_step,
                     "moe": self._moe}
@@ -404,7 +405,7 @@ class Chain:
                 self.layer(s, layer, mb, "fwd")
             if vs == last_v:
                 self._compute(s, "fwd.lm_head", ("lm", "fwd"),
-                              lambda: recipe.lm_head(spec, tok, tp, "fwd"), -1, mb,
+                              lambda: recipe.lm_head(spec, tok, tp, "fwd", c.sp), -1, mb,
                               "fwd")
             else:
                 self._send(s, (vs + 1) % p, ("act", mb, vs + 1), mb, "fwd",
@@ -415,7 +416,7 @@ class Chain:
                            layers[-1] if layers else -1, mb, "bwd")
             else:
                 self._compute(s, "bwd.lm_head", ("lm", "bwd"),
-                              lambda: recipe.lm_head(spec, tok, tp, "bwd"), -1, mb,
+                              lambda: recipe.lm_head(spec, tok, tp, "bwd", c.sp), -1, mb,
                               "bwd")
             for layer in reversed(layers):
                 self.layer(s, layer, mb, "bwd")
