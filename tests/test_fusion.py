@@ -121,12 +121,12 @@ def test_unknown_fusion_is_refused_in_one_line(capsys):
 
 def test_fusion_off_leaves_every_op_list_as_it_was():
     assert fuse(lst := [rmsnorm(4, 256, "fwd"), _cast(4, 256)], []) is lst
-    off = resolve(load_scenario("deepseek-v3-fb-pair"))
-    empty = resolve(load_scenario("deepseek-v3-fb-pair", ["compute.fusion=[]"]))
+    off = resolve(load_scenario("deepseek-v3-1024-h100"))
+    empty = resolve(load_scenario("deepseek-v3-1024-h100", ["compute.fusion=[]"]))
     assert off.model == empty.model and off.model.fusion == ()
     for p in PASSES:
         assert layer_ops(off, 3, p) == layer_ops(empty, 3, p)
-    on = resolve(load_scenario("deepseek-v3-fb-pair", ["compute.fusion=" + ",".join(FUSIONS)]))
+    on = resolve(load_scenario("deepseek-v3-1024-h100", ["compute.fusion=" + ",".join(FUSIONS)]))
     assert layer_ops(on, 3, "fwd") != layer_ops(off, 3, "fwd")
     # the recipe is where it applies: the same op, fused or not
     spec = on.model
