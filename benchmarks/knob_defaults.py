@@ -131,7 +131,7 @@ def serving(steps: int) -> None:
                                 [FUSED, FUSION, LAUNCH, f"serve.host_overhead={h}"])
                                for h in hosts]
         for label, sets in knobs:
-            extra = ["engine.mode=fast"] if phase == "prefill" else []
+            extra = []      # the prefill's SGLang TBO order runs on the exact engine
             t, res, cfg = _mean_step(name, extra + sets, 1 if phase == "prefill" else steps)
             gpn = res.scenario.gpus_per_node
             if phase == "decode":

@@ -211,7 +211,7 @@ def serving_figures(steps: int = 5) -> list[dict]:
                 "per node", "unit": "tokens/s", "published": sp.SGLANG_TOKENS_PER_S_PER_NODE,
                 "moesim": sp.decode_per_node(tpot, res, cfg),
                 "source": "LMSYS blog, large-scale EP on 96 H100 (2025-05)"})
-    ttft, _, res, cfg = sp._mean_step("deepseek-v3-prefill-sglang", ["engine.mode=fast"], 1)
+    ttft, _, res, cfg = sp._mean_step("deepseek-v3-prefill-sglang", [], 1)   # exact engine
     out.append({"figure": "DeepSeek-V3 prefill, SGLang on 96 H100: input tokens/s per node "
                 "against \"Simulated Perfect EPLB\"", "unit": "tokens/s",
                 "published": sp.SGLANG_PREFILL_PERFECT_EPLB_PER_NODE,

@@ -58,6 +58,8 @@ SGLANG_TBO_SPEEDUP = 1.255
 SGLANG_PREFILL_TOKENS_PER_S_PER_NODE = 50_302
 SGLANG_PREFILL_PERFECT_EPLB_PER_NODE = 59_337
 SGLANG_TTFT_S = (2.0, 5.0)           # "Time to First Token (TTFT) at 2-5 seconds"
+#: "TBO achieves a 27% to 35% throughput increase compared to the vanilla setup" (prefill)
+SGLANG_PREFILL_TBO_SPEEDUP = (27, 35)
 #: the blog's decode table, column "DeepSeek Profile" (derived by the blog from
 #: deepseek-ai/profile-data's decode.json: batch 128, KV 4,096, 16 nodes)
 DEEPSEEK_PROFILE_TOKENS_PER_S_PER_NODE = 18_598
@@ -237,21 +239,14 @@ def _sglang(steps: int) -> None:
           "causing communication kernels to busy-wait\"), MoE kernels 25 % slower than "
           "DeepSeek's; no other absolute part is in its text (the breakdown is a figure).")
     print()
-    print("SGLang's decode TBO is DeepSeek's 5-stage pipeline (sgl-project/sglang, "
-          "python/sglang/srt/operations_strategy.py, `_compute_moe_deepseek_blog_decode`, "
-          "tbo_delta_stages=2); whether the measured run had it is not in the blog, so the "
-          "scenario keeps `segments` and the five_stage row is printed beside it. It hides "
-          "more of the all-to-all, so the step gets shorter and the error grows: what "
-          "moesim misses here is outside the overlap.")
+    print("SGLang's decode TBO is DeepSeek's 5-stage pipeline (operations_strategy.py "
+          "`_compute_moe_deepseek_blog_decode`, tbo_delta_stages=2); the blog does not say "
+          "the measured run had it, so the scenario keeps `segments` (five_stage beside).")
     print()
-    print("The scenario runs MLA as SGLang's decode does (`serve.mla_decode: sglang`, "
-          "moesim.serve.mla; sgl-project/sglang python/sglang/srt/models/deepseek_v2.py "
-          "`forward_absorb_prepare` / `forward_absorb_core`, commit 00114aef): the query "
-          "and the attention output quantised per tensor (two Triton launches each) and "
-          "multiplied by w_kc and w_vc in cuBLASLt batched FP8 GEMMs, one per head, and the "
-          "output's transpose copied, where training's list has one up-projection GEMM, "
-          "per-head key and value copies and an FP8 copy of the output kept for the "
-          "backward. The `mla_decode=gemm` row is training's list.")
+    print("MLA as SGLang's decode runs it (`serve.mla_decode: sglang`, moesim.serve.mla; "
+          "deepseek_v2.py `forward_absorb_prepare` / `_core` at 00114aef): per-tensor FP8 "
+          "quantisation and batched FP8 GEMMs per head for w_kc and w_vc, where training's "
+          "list (the `mla_decode=gemm` row) has one up-projection GEMM and per-head copies.")
     print()
     print("Why it differs: routing here is balanced (uniform), standing for EPLB with 32 "
           "redundant experts placed from a distribution \"matching the input/output data\"; "
@@ -286,16 +281,13 @@ def _decode_parts(name: str) -> None:
     from moesim.serve.program import ServeBuilder
     from moesim.serve.run import resolve_serve
     cols = ("attention over the cache", "GEMMs", "casts", "other kernels")
-    print("Rank 0's decode kernels as priced (ms over the step, both micro-batches; "
-          "launches included):")
-    print()
+    print("Rank 0's decode kernels as priced (ms over the step, launches included):\n")
     print("| `serve.mla_decode` | " + " | ".join(cols) + " | sum |")
     print("|---|" + "---|" * (len(cols) + 1))
     for mla in ("gemm", "sglang"):
         res, cfg = resolve_serve(name, [f"serve.mla_decode={mla}"])
-        sb = ServeBuilder(res, cfg)
+        sb, part = ServeBuilder(res, cfg), dict.fromkeys(cols, 0.0)
         model = sb.builder.timer.model
-        part = dict.fromkeys(cols, 0.0)
         for op in sb.rank_program(0):
             for k in op.kernels if op.is_compute else ():
                 part[_decode_class(k)] += model.time_s(k)
@@ -328,15 +320,17 @@ def _priced_parts(name: str, overrides: list[str]) -> dict[str, float]:
 def _sglang_prefill() -> None:
     """SGLang's large-scale-EP prefill on H100 (LMSYS blog, 2025-05-05)."""
     print("## Prefill: deepseek-v3-prefill-sglang (SGLang on H100, EP32, 4 x 4K prompts "
-          "per GPU), fast engine")
+          "per GPU), exact engine")
     print()
     name = "deepseek-v3-prefill-sglang"
     runs = []
-    for label, ov in (("GEMMs on the SMs DeepEP leaves (the scenario)", []),
+    for label, ov in (("SGLang's TBO order, GEMMs on the SMs DeepEP leaves (the scenario)",
+                       []),
+                      ("`serve.prefill_overlap=segments`", ["serve.prefill_overlap=segments"]),
                       ("`serve.gemm_sms=all`", ["serve.gemm_sms=all"]),
                       ("`serve.mla_prefill=training` (training's MLA kernels)",
                        ["serve.mla_prefill=training"])):
-        ttft, s, res, cfg = _mean_step(name, ["engine.mode=fast", *ov], 1)
+        ttft, s, res, cfg = _mean_step(name, ov, 1)
         runs.append((label, ov, ttft, s, res, cfg))
     print("| run | quantity | simulated | published | error |")
     print("|---|---|---|---|---|")
@@ -383,33 +377,38 @@ def _sglang_prefill() -> None:
           f"{m['weights_bytes'] / 1e9:.2f} GB, free {m['free_bytes'] / 1e9:.2f} GB, largest "
           f"batch {m['largest_batch_per_gpu']} prompts per GPU.")
     print()
-    print("GEMMs on the SMs DeepEP leaves: SGLang's prefill TBO runs every DeepGEMM GEMM of "
-          "the forward on the device's SMs less DeepEP's, for the whole forward "
-          "(sgl-project/sglang, python/sglang/srt/two_batch_overlap.py `_model_forward_tbo`, "
-          "commit bd2b1925: `configure_deep_gemm_num_sms(operations_strategy."
-          "deep_gemm_num_sms)`; operations_strategy.py `_compute_moe_deepseek_blog_prefill`, "
-          "commit 1e90555b: `total_num_sms - DeepEPConfig.get_instance().num_sms`, DeepEP's "
-          "`Buffer.num_sms` = 20 unless configured: 112 of H100's 132). The scenario sets "
-          "`serve.gemm_sms: left_by_ep`: the FP8 GEMMs are priced by wave quantisation on "
-          "112 SMs and not slowed again while an all-to-all is in flight; the other kernels "
-          "still run at 112/132 of their rate while DeepEP holds its SMs. Before, every "
-          "kernel ran on 132 SMs and all of them slowed only while an all-to-all was in "
-          f"flight. With `all`, the slowdown is {under * 100:.0f} % of what the whole step's "
-          "compute would lose on 112 SMs: an all-to-all is in flight for that share of "
-          "the compute, so pinning the GEMMs for the whole step adds what they lose in "
-          "the rest, less what their waves keep (a GEMM of few tiles loses nothing). The decode strategy "
-          "(`_compute_moe_deepseek_blog_decode`) sets `deep_gemm_num_sms=None` (all SMs), "
-          "and DeepEP's low-latency kernels hold none while data moves: "
+    print("GEMMs on the SMs DeepEP leaves (`serve.gemm_sms: left_by_ep`; two_batch_overlap.py "
+          "`_model_forward_tbo` at bd2b1925, operations_strategy.py at 1e90555b: "
+          "`total_num_sms - DeepEPConfig.get_instance().num_sms`, 112 of 132): the FP8 GEMMs "
+          "are priced by wave quantisation on 112 SMs for the whole step and not slowed again "
+          "while an all-to-all is in flight; the other kernels run at 112/132 of their rate "
+          f"while DeepEP holds its SMs. With `all`, the slowdown is {under * 100:.0f} % of "
+          "what the whole step's compute would lose on 112 SMs (the share of the compute an "
+          "all-to-all is in flight for). The decode strategy sets `deep_gemm_num_sms=None`: "
           "deepseek-v3-decode-sglang keeps `gemm_sms: all`.")
     print()
-    print("The scenario runs MLA's prefill kernels as SGLang does (`serve.mla_prefill: "
-          "sglang`, moesim.serve.mla; sgl-project/sglang python/sglang/srt/models/"
-          "deepseek_v2.py `forward_normal_chunked_kv_prepare`, commit 00114aef): q_a and "
-          "kv_a as one GEMM over one input cast, the latent made contiguous before its "
-          "norm, the values handed to FA3 as a strided view, no FP8 copy of the output "
-          "kept for a backward. That is less work than training's list (the "
-          "`mla_prefill=training` row), so the step gets shorter and the error grows: "
-          "what moesim misses in this prefill is not in the attention's kernel list.")
+    off, _, _, _ = _mean_step(name, ["serve.two_microbatch=false", "serve.gemm_sms=all",
+                                     "serve.prefill_overlap=segments"], 1)
+    lo, hi = SGLANG_PREFILL_TBO_SPEEDUP
+    print(f"Two-batch overlap off (`serve.two_microbatch=false`, GEMMs on all SMs): step "
+          f"{off:.3f} s; TBO speed-up {off / runs[0][2]:.2f}x in SGLang's order, "
+          f"{off / runs[1][2]:.2f}x with `segments`; the blog: TBO \"achieves a {lo}% to "
+          f"{hi}% throughput increase compared to the vanilla setup, even when processing "
+          "the same token count per device\" (not fitted: a check).")
+    print()
+    print("SGLang's TBO order (`serve.prefill_overlap: sglang`, moesim.serve.prefill_tbo; "
+          "sgl-project/sglang operations_strategy.py `_compute_moe_deepseek_blog_prefill`, "
+          "tbo_delta_stages=0): per MoE layer and micro-batch [attention, gate] | "
+          "[dispatch, experts] | [shared experts, combine, output], the micro-batches in "
+          "turn; both micro-batches' all-to-alls on DeepEP's one stream and an in-order "
+          "compute stream, so the second combine overlaps only the shared experts and the "
+          "first micro-batch's output, and the next layer waits for it. `segments` lets one "
+          "micro-batch's next layer run under the other's combine.")
+    print()
+    print("MLA's prefill kernels as SGLang runs them (`serve.mla_prefill: sglang`; "
+          "`forward_normal_chunked_kv_prepare` at 00114aef): q_a and kv_a as one GEMM over one "
+          "cast, the values handed to FA3 as a view, no FP8 output copy for a backward; less "
+          "work than training's list (the `mla_prefill=training` row).")
     print()
     print("Why it differs: routing here is balanced (uniform), which is the blog's "
           "\"Simulated Perfect EPLB\" (\"random expert selection following group-limited "

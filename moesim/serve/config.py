@@ -128,7 +128,8 @@ def serving_scenario(scn: Scenario, cfg: ServeConfig, world: int | None = None) 
     # (moesim.serve.five_stage): their kernels leave the unpermute op for the side parts
     ov = OverlapConfig(ep_comm_overlap=cfg.two_microbatch, dp_overlap=False,
                        nccl_sms=scn.overlap.nccl_sms, cuda_graphs=graphs,
-                       shared_expert=cfg.decode_overlap == "five_stage",
+                       shared_expert=(cfg.decode_overlap == "five_stage"
+                                      or cfg.prefill_overlap == "sglang"),
                        nccl_tuning=scn.overlap.nccl_tuning,
                        collective_launch=scn.overlap.collective_launch)
     # a rank's routed experts run in one launch per kernel (vLLM's fused MoE, DeepGEMM's

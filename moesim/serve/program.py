@@ -43,6 +43,7 @@ from moesim.scenario.sections.serve import ServeConfig
 from moesim.serve import costs as serve_costs
 from moesim.serve.five_stage import ATTN_PARTS, DELTA_STAGES, split_attention
 from moesim.serve.head import FP32_BYTES, ID_BYTES
+from moesim.serve.prefill_tbo import sglang_prefill_stages
 
 
 def _forward_op(kind: str) -> str:
@@ -119,6 +120,7 @@ class ServeBuilder:
         overlap = b.scn.overlap.ep_comm_overlap and b.ep > 1
         beside = shared_overlap.enabled(b.scn, self.spec)   # shared experts beside
         five = overlap and self.cfg.decode_overlap == "five_stage"
+        sgl = overlap and self.cfg.prefill_overlap == "sglang"
         pending = None
         starts = []
         for item in b.order[0]:
@@ -139,6 +141,11 @@ class ServeBuilder:
                 interleave_stages(prog, pending, (_stages(prog, pending, start),
                                                   _stages(prog, start, len(prog))),
                                   DELTA_STAGES)
+                pending = None
+            elif pending is not None and sgl:   # SGLang's prefill TBO order
+                interleave_stages(prog, pending, (sglang_prefill_stages(prog, pending, start),
+                                                  sglang_prefill_stages(prog, start,
+                                                                        len(prog))), 0)
                 pending = None
             elif pending is not None:     # the two micro-batches interleave
                 interleave(prog, pending, start, {})

@@ -46,6 +46,10 @@ def resolve_serve(target: str | Path, overrides=()) -> tuple[Resolved, ServeConf
         try:
             res = resolve(serving_scenario(scn, cfg))
             serving_scenario(scn, cfg, res.layout.world)   # attn_dp and tp against the world
+            if cfg.prefill_overlap == "sglang" and res.scenario.engine.mode == "fast":
+                raise InputError(scn.source, "serve.prefill_overlap", "segments on the fast "
+                                 "engine (SGLang's prefill order runs on the exact engine: "
+                                 "engine.mode exact)", cfg.prefill_overlap)
         except InputError as err:
             field = _FIELDS.get(err.field)
             if field is None:
@@ -111,7 +115,7 @@ def _echo(cfg: ServeConfig) -> dict:
     d = dataclasses.asdict(cfg)
     for key, default in (("host_overhead", "none"), ("decode_overlap", "segments"),
                          ("gemm_sms", "all"), ("mla_decode", "gemm"),
-                         ("mla_prefill", "training")):
+                         ("mla_prefill", "training"), ("prefill_overlap", "segments")):
         if d.get(key) == default:
             del d[key]
     return d

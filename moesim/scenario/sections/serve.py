@@ -32,6 +32,9 @@ serve:
   mla_prefill: training    # training | sglang: a prefill step's MLA kernels as training's
                            # forward lists them, or as SGLang's prefill runs them
                            # (moesim.serve.mla)
+  prefill_overlap: segments # segments | sglang: how a prefill step's two micro-batches
+                           # overlap; sglang: SGLang's TBO stages, each layer ending when both
+                           # combines are done (moesim.serve.prefill_tbo; exact engine)
 ```
 """
 
@@ -75,6 +78,9 @@ MLA_DECODES = ("gemm", "sglang")
 #: ``serve.mla_prefill``: ``training``, a prefill step's MLA kernels as training's forward
 #: lists them; ``sglang``, as SGLang's multi-head prefill runs them (:mod:`moesim.serve.mla`)
 MLA_PREFILLS = ("training", "sglang")
+#: ``serve.prefill_overlap``: ``segments``, the training builder's interleave; ``sglang``,
+#: SGLang's prefill TBO stages (:mod:`moesim.serve.prefill_tbo`)
+PREFILL_OVERLAPS = ("segments", "sglang")
 
 
 @dataclass(frozen=True)
@@ -98,6 +104,7 @@ class ServeConfig:
     gemm_sms: str = "all"
     mla_decode: str = "gemm"
     mla_prefill: str = "training"
+    prefill_overlap: str = "segments"
 
     @property
     def microbatches(self) -> int:
@@ -187,7 +194,7 @@ def serve_from_dict(d: Any, source: str) -> ServeConfig:
     choices = {"phase": PHASES, "ep_backend": BACKENDS, "kv_dtype": tuple(KV_DTYPES),
                "host_overhead": HOST_OVERHEADS, "decode_overlap": DECODE_OVERLAPS,
                "gemm_sms": GEMM_SMS, "mla_decode": MLA_DECODES,
-               "mla_prefill": MLA_PREFILLS}
+               "mla_prefill": MLA_PREFILLS, "prefill_overlap": PREFILL_OVERLAPS}
     for k, allowed in choices.items():
         if k in d and d[k] not in allowed:
             raise InputError(source, f"serve.{k}", f"one of {list(allowed)}", d[k])
@@ -209,6 +216,15 @@ def serve_from_dict(d: Any, source: str) -> ServeConfig:
     if cfg.mla_decode != "gemm" and cfg.phase != "decode":
         raise InputError(source, "serve.mla_decode", "gemm for a prefill step (it names "
                          "how a decode step runs MLA)", cfg.mla_decode)
+    if cfg.prefill_overlap != "segments":
+        for ok, field, want, got in (
+                (cfg.phase == "prefill", "serve.phase", "prefill with prefill_overlap: "
+                 "sglang (SGLang's prefill TBO order)", cfg.phase),
+                (cfg.two_microbatch, "serve.two_microbatch", "true with prefill_overlap: "
+                 "sglang (it orders two micro-batches)", cfg.two_microbatch),
+                (cfg.ep > 1, "serve.ep", "> 1 with prefill_overlap: sglang", cfg.ep)):
+            if not ok:
+                raise InputError(source, field, want, got)
     if cfg.mla_prefill != "training" and cfg.phase != "prefill":
         raise InputError(source, "serve.mla_prefill", "training for a decode step (it "
                          "names how a prefill step runs MLA)", cfg.mla_prefill)
