@@ -195,7 +195,8 @@ def figures(profile: str | None) -> list[dict]:
 def serving_figures(steps: int = 5) -> list[dict]:
     """DeepSeek's day-6 decode and SGLang's H100 decode and prefill, measured as
     benchmarks/serving_published.py measures them (mean of ``steps`` routing steps; the
-    prefill one step on the fast engine); the parts are on docs/results/serving-published.md."""
+    prefill one step on the exact engine, which SGLang's prefill overlap order needs); the
+    parts are on docs/results/serving-published.md."""
     if ONLY_SAVED:
         return []
     import serving_published as sp  # this folder
