@@ -41,6 +41,7 @@ from moesim.program.overlap import (
 from moesim.program.timer import Timer
 from moesim.scenario.sections.serve import ServeConfig
 from moesim.serve import costs as serve_costs
+from moesim.serve import ll_sms
 from moesim.serve.five_stage import ATTN_PARTS, DELTA_STAGES, split_attention
 from moesim.serve.head import FP32_BYTES, ID_BYTES
 from moesim.serve.prefill_tbo import sglang_prefill_stages
@@ -95,6 +96,13 @@ class ServeBuilder:
             b.timer = Timer(stored(self.spec.weight_bytes) if stored else
                             serve_costs.WeightBytes(res.compute, self.spec.weight_bytes))
         self.pinned = _pin_gemms(res, cfg, b)
+        # serve.ll_sms: compute: DeepEP's low-latency send and receive kernels with each
+        # MoE layer's attention (moesim.serve.ll_sms)
+        self.ll = None
+        if cfg.ll_sms == "compute" and b.ep > 1 and b.ep_backend.kind == "deepep-ll":
+            rt = res.scenario.routing
+            self.ll = ll_sms.kernels(self.tokens, self.spec.top_k, self.spec.hidden,
+                                     rt.dispatch_dtype, rt.combine_dtype)
 
     def _pin(self, prog: list[Op], start: int) -> None:
         """``serve.gemm_sms: left_by_ep``: each compute op of ``prog[start:]`` carries the
@@ -175,7 +183,13 @@ class ServeBuilder:
         """Cache key of layer ``layer``'s attention kernels (one per span)."""
         span = self.attn_span(layer)
         full = self.cfg.prompt if self.cfg.phase == "prefill" else self.cfg.kv_tokens
-        return ("attn", "fwd") if span == full else ("attn", "fwd", span)
+        key = ("attn", "fwd") if span == full else ("attn", "fwd", span)
+        return (*key, "ll") if self._ll_layer(layer) else key
+
+    def _ll_layer(self, layer: int) -> bool:
+        """Layer ``layer`` carries DeepEP's low-latency kernels' SM time
+        (``serve.ll_sms: compute``, a MoE layer)."""
+        return self.ll is not None and self.spec.is_moe_layer(layer)
 
     def attn_kernels(self, layer: int = 0):
         """Layer ``layer``'s attention kernels for one micro-batch (:class:`ForwardStep`)."""
@@ -184,8 +198,11 @@ class ServeBuilder:
         if cfg.phase == "prefill":
             return serve_costs.prefill_attention_kernels(spec, self.tokens, span, tp,
                                                          self.kv_bytes, cfg.mla_prefill)
-        return serve_costs.decode_attention_kernels(spec, self.tokens, int(span), tp,
-                                                    self.kv_bytes, cfg.mla_decode)
+        ks = serve_costs.decode_attention_kernels(spec, self.tokens, int(span), tp,
+                                                  self.kv_bytes, cfg.mla_decode)
+        if self._ll_layer(layer):     # the combine's first, the dispatch's last
+            return [self.ll[0], *ks, self.ll[1]]
+        return ks
 
     def _layer(self, prog: list[Op], rank: int, layer: int, mb: int) -> None:
         """The training builder's layer (:meth:`Builder.layer_ops`, its template's

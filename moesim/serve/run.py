@@ -110,12 +110,13 @@ def _with_host(result: SimResult, cfg: ServeConfig, name: str | None) -> HostSte
 
 def _echo(cfg: ServeConfig) -> dict:
     """The section's fields for the summary; ``host_overhead``, ``decode_overlap``,
-    ``gemm_sms``, ``mla_decode`` and ``mla_prefill`` only when they are not the
-    default."""
+    ``gemm_sms``, ``mla_decode``, ``mla_prefill``, ``prefill_overlap`` and ``ll_sms`` only
+    when they are not the default."""
     d = dataclasses.asdict(cfg)
     for key, default in (("host_overhead", "none"), ("decode_overlap", "segments"),
                          ("gemm_sms", "all"), ("mla_decode", "gemm"),
-                         ("mla_prefill", "training"), ("prefill_overlap", "segments")):
+                         ("mla_prefill", "training"), ("prefill_overlap", "segments"),
+                         ("ll_sms", "none")):
         if d.get(key) == default:
             del d[key]
     return d

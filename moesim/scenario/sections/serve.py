@@ -35,6 +35,8 @@ serve:
   prefill_overlap: segments # segments | sglang: how a prefill step's two micro-batches
                            # overlap; sglang: SGLang's TBO stages, each layer ending when both
                            # combines are done (moesim.serve.prefill_tbo; exact engine)
+  ll_sms: none             # none | compute: DeepEP's low-latency send and receive kernels
+                           # hold no SMs, or run on the compute stream (moesim.serve.ll_sms)
 ```
 """
 
@@ -81,6 +83,10 @@ MLA_PREFILLS = ("training", "sglang")
 #: ``serve.prefill_overlap``: ``segments``, the training builder's interleave; ``sglang``,
 #: SGLang's prefill TBO stages (:mod:`moesim.serve.prefill_tbo`)
 PREFILL_OVERLAPS = ("segments", "sglang")
+#: ``serve.ll_sms``: ``none``, DeepEP's low-latency kernels hold no SMs; ``compute``, their
+#: send and receive kernels run on the compute stream, as SGLang calls them with the
+#: receive hook (:mod:`moesim.serve.ll_sms`)
+LL_SMS = ("none", "compute")
 
 
 @dataclass(frozen=True)
@@ -105,6 +111,7 @@ class ServeConfig:
     mla_decode: str = "gemm"
     mla_prefill: str = "training"
     prefill_overlap: str = "segments"
+    ll_sms: str = "none"
 
     @property
     def microbatches(self) -> int:
@@ -194,7 +201,8 @@ def serve_from_dict(d: Any, source: str) -> ServeConfig:
     choices = {"phase": PHASES, "ep_backend": BACKENDS, "kv_dtype": tuple(KV_DTYPES),
                "host_overhead": HOST_OVERHEADS, "decode_overlap": DECODE_OVERLAPS,
                "gemm_sms": GEMM_SMS, "mla_decode": MLA_DECODES,
-               "mla_prefill": MLA_PREFILLS, "prefill_overlap": PREFILL_OVERLAPS}
+               "mla_prefill": MLA_PREFILLS, "prefill_overlap": PREFILL_OVERLAPS,
+               "ll_sms": LL_SMS}
     for k, allowed in choices.items():
         if k in d and d[k] not in allowed:
             raise InputError(source, f"serve.{k}", f"one of {list(allowed)}", d[k])
@@ -223,6 +231,15 @@ def serve_from_dict(d: Any, source: str) -> ServeConfig:
                 (cfg.two_microbatch, "serve.two_microbatch", "true with prefill_overlap: "
                  "sglang (it orders two micro-batches)", cfg.two_microbatch),
                 (cfg.ep > 1, "serve.ep", "> 1 with prefill_overlap: sglang", cfg.ep)):
+            if not ok:
+                raise InputError(source, field, want, got)
+    if cfg.ll_sms != "none":
+        for ok, field, want, got in (
+                (cfg.phase == "decode", "serve.phase", "decode with ll_sms: compute (the "
+                 "low-latency kernels are the decode's)", cfg.phase),
+                (cfg.ep > 1, "serve.ep", "> 1 with ll_sms: compute", cfg.ep),
+                (cfg.backend == "deepep-ll", "serve.ep_backend", "deepep-ll or auto with "
+                 "ll_sms: compute", cfg.ep_backend)):
             if not ok:
                 raise InputError(source, field, want, got)
     if cfg.mla_prefill != "training" and cfg.phase != "prefill":
