@@ -37,92 +37,34 @@ Nothing is fitted: the published figures are only printed beside the simulated o
 from __future__ import annotations
 
 import argparse
-import statistics
 import sys
 import time
 
-#: the day-6 overview's figures (see the module doc)
-DECODE_TOKENS_PER_S_PER_NODE = 14.8e3
-DECODE_TOKENS_PER_S_PER_REQUEST = (20.0, 22.0)
-PREFILL_TOKENS_PER_S_PER_NODE = 73.7e3
-CACHE_HIT_SHARE = 342 / 608          # "608B, of which 342B tokens (56.3%) hit"
-#: the LMSYS blog's decode table, column "SGLang (Default)" (see the module doc)
-SGLANG_TOKENS_PER_S_PER_NODE = 22_282
-SGLANG_ITL_S = 0.100                 # "Inter-Token Latency (ITL) at approximately 100ms"
-#: the blog's TBO ablation for decode: "The speedup reaches 25.5% at 256 tokens with a
-#: performance of 22,310 tokens per second"
-SGLANG_TBO_TOKENS_PER_S_PER_NODE = 22_310
-SGLANG_TBO_SPEEDUP = 1.255
-#: the blog's prefill, 4 nodes EP32, 16,384 tokens per device, input length 4,096 ("Overall
-#: Throughput" table): "SGLang (Default)" and "SGLang + Simulated Perfect EPLB"
-SGLANG_PREFILL_TOKENS_PER_S_PER_NODE = 50_302
-SGLANG_PREFILL_PERFECT_EPLB_PER_NODE = 59_337
-SGLANG_TTFT_S = (2.0, 5.0)           # "Time to First Token (TTFT) at 2-5 seconds"
-#: "TBO achieves a 27% to 35% throughput increase compared to the vanilla setup" (prefill)
-SGLANG_PREFILL_TBO_SPEEDUP = (27, 35)
-#: the blog's decode table, column "DeepSeek Profile" (derived by the blog from
-#: deepseek-ai/profile-data's decode.json: batch 128, KV 4,096, 16 nodes)
-DEEPSEEK_PROFILE_TOKENS_PER_S_PER_NODE = 18_598
-#: the blog's "Detail Breakdown" of decode: "Both DeepSeek and SGLang show dispatch times of
-#: ~0.17ms per layer" (kernel time, "busy-waiting for data")
-PROFILE_DISPATCH_S = 0.17e-3
-#: a MoE layer of the middle of the model, whose stages are printed
-STAGE_LAYER = 30
-#: the overlaps and placements compared on DeepSeek's production point
-EPLB = "routing.placement={kind: eplb, redundant: 0, mode: global, loads: policy}"
-NO_EPLB = "routing.placement=null"
-
-
-def _mean_step(name: str, overrides: list[str], steps: int) -> tuple[float, dict, object, object]:
-    """Mean step time over ``steps`` routing steps (:class:`moesim.serve.steps.ServeSteps`),
-    and the first step's breakdown (a full summary)."""
-    from moesim.serve.run import resolve_serve, simulate_serve
-    from moesim.serve.steps import ServeSteps
-    res, cfg = resolve_serve(name, overrides)
-    pricer = ServeSteps(res, cfg)
-    times = [pricer.step_s(step=cfg.step + i) for i in range(steps)]
-    s = simulate_serve(res, cfg, spans=False).summary
-    assert s["step_time_s"] == times[0]        # the summary's step is the priced one
-    return statistics.fmean(times), s, res, cfg
-
-
-def decode_per_node(tpot: float, res, cfg) -> float:
-    """Output tokens/s per node of a decode step of ``tpot`` seconds."""
-    return cfg.batch_per_gpu * res.scenario.gpus_per_node / tpot
-
-
-def prefill_per_node(ttft: float, res, cfg) -> float:
-    """Input tokens/s per node of a prefill step of ``ttft`` seconds (every prompt of
-    every GPU computed)."""
-    nodes = res.layout.world // res.scenario.gpus_per_node
-    return cfg.batch_per_gpu * cfg.prompt * res.layout.world / ttft / nodes
-
-
-def _parts(s: dict) -> str:
-    b = s["breakdown_s"]
-    step = s["step_time_s"]
-    keep = [k for k in ("compute", "ep_dispatch", "ep_combine", "stall", "tp") if b.get(k)]
-    return ", ".join(f"{k} {b[k] * 1e3:.1f} ms ({b[k] / step * 100:.0f} %)" for k in keep)
-
-
-def _stages(name: str, overrides: list[str]) -> str:
-    """One MoE layer's parts on rank 0, micro-batch 0 (:data:`STAGE_LAYER`): compute
-    blocks and the all-to-alls' time on the wire (from send to received, the late partner
-    included), in µs."""
-    from moesim.serve.run import resolve_serve, simulate_serve
-    res, cfg = resolve_serve(name, overrides)
-    spans = [sp for sp in simulate_serve(res, cfg).spans if sp.rank == 0
-             and sp.layer == STAGE_LAYER and sp.microbatch == 0]
-    parts: dict[str, float] = {}
-    label = {"fwd.attn": "attention", "fwd.attn0": "ATTN-0", "fwd.attn1": "ATTN-1",
-             "fwd.router": "gate", "fwd.shared_fc1": "SHARED", "fwd.shared_fc2": "SHARED",
-             "fwd.experts": "MLP", "fwd.unpermute": "unpermute"}
-    for sp in spans:
-        key = sp.kind.replace("ep_", "").upper() if sp.kind in ("ep_dispatch", "ep_combine") \
-            else label.get(sp.name) if sp.stream == "compute" else None
-        if key:
-            parts[key] = parts.get(key, 0.0) + sp.dur_s
-    return ", ".join(f"{k} {v * 1e6:.0f}" for k, v in parts.items())
+from serving_base import (  # the published figures, shared helpers (this folder)
+    CACHE_HIT_SHARE,
+    DECODE_TOKENS_PER_S_PER_NODE,
+    DECODE_TOKENS_PER_S_PER_REQUEST,
+    DEEPSEEK_PROFILE_TOKENS_PER_S_PER_NODE,
+    EPLB,
+    NO_EPLB,
+    PREFILL_TOKENS_PER_S_PER_NODE,
+    PROFILE_DISPATCH_S,
+    SGLANG_ITL_S,  # noqa: F401  (read from here by published_table, knob_defaults, tests)
+    SGLANG_PREFILL_PERFECT_EPLB_PER_NODE,
+    SGLANG_PREFILL_TBO_SPEEDUP,
+    SGLANG_PREFILL_TOKENS_PER_S_PER_NODE,
+    SGLANG_TBO_SPEEDUP,  # noqa: F401  (read from here by published_table, knob_defaults, tests)
+    SGLANG_TBO_TOKENS_PER_S_PER_NODE,  # noqa: F401  (read from here by published_table, knob_defaults, tests)
+    SGLANG_TOKENS_PER_S_PER_NODE,  # noqa: F401  (read from here by published_table, knob_defaults, tests)
+    SGLANG_TTFT_S,
+    STAGE_LAYER,
+    _mean_step,
+    _parts,
+    _stages,
+    decode_per_node,
+    prefill_per_node,
+)
+from serving_sglang import sglang_decode
 
 
 def _production_overlaps(steps: int) -> None:
@@ -178,121 +120,6 @@ def _profile(steps: int) -> None:
           "reflecting the slowdown caused by MTP's attention\"), and how the blog turned "
           "the profile into tokens/s is not published; moesim decodes one token per "
           "request.")
-    print()
-
-
-def _sglang(steps: int) -> None:
-    """SGLang's large-scale-EP decode on H100 (LMSYS blog, 2025-05-05)."""
-    print("## Decode: deepseek-v3-decode-sglang (SGLang on H100, EP64 for EP72, "
-          "256 requests per GPU, KV 2,000)")
-    print()
-    pub = SGLANG_TOKENS_PER_S_PER_NODE
-    print("| run | TPOT | output tokens/s per node | published | error |")
-    print("|---|---|---|---|---|")
-    rows = []
-    for label, ov in (("eager (the scenario)", []),
-                      ("`serve.cuda_graphs=true`", ["serve.cuda_graphs=true"]),
-                      ("eager, `serve.decode_overlap=five_stage`",
-                       ["serve.decode_overlap=five_stage"]),
-                      ("eager, `serve.mla_decode=gemm` (training's MLA kernels)",
-                       ["serve.mla_decode=gemm"])):
-        tpot, s, res, cfg = _mean_step("deepseek-v3-decode-sglang", ov, steps)
-        per_node = decode_per_node(tpot, res, cfg)
-        rows.append((label, tpot, s))
-        print(f"| {label} | {tpot * 1e3:.2f} ms | {per_node:,.0f} | {pub:,} "
-              f"| {(per_node / pub - 1) * 100:+.1f} % |")
-    step_pub = cfg.batch_per_gpu * res.scenario.gpus_per_node / pub
-    print(f"| published, implied step (256 x 8 / 22,282) | {step_pub * 1e3:.1f} ms [D] | "
-          f"| ITL ~{SGLANG_ITL_S * 1e3:.0f} ms (blog, \"Limitations\") | |")
-    print()
-    off, _, _, _ = _mean_step("deepseek-v3-decode-sglang", ["serve.two_microbatch=false"],
-                              steps)
-    pub_off = SGLANG_TBO_TOKENS_PER_S_PER_NODE / SGLANG_TBO_SPEEDUP
-    per_off = decode_per_node(off, res, cfg)
-    print("Two-batch overlap on and off (the blog's TBO ablation at 256 tokens: \"The speedup "
-          "reaches 25.5% at 256 tokens with a performance of 22,310 tokens per second\"):")
-    print()
-    print("| run | TPOT | output tokens/s per node | published | error |")
-    print("|---|---|---|---|---|")
-    print(f"| `serve.two_microbatch=false` | {off * 1e3:.2f} ms | {per_off:,.0f} | "
-          f"{pub_off:,.0f} [D] (22,310 / 1.255) | {(per_off / pub_off - 1) * 100:+.1f} % |")
-    for label, tpot, _ in rows:
-        if "graphs" in label or "mla" in label:     # the run without TBO is the scenario's
-            continue
-        print(f"| TBO speed-up, {label} | | {off / tpot:.3f}x | {SGLANG_TBO_SPEEDUP:.3f}x | "
-              f"{(off / tpot / SGLANG_TBO_SPEEDUP - 1) * 100:+.1f} % |")
-    print()
-    for label, _, s in rows:
-        print(f"Mean of {steps} routing steps; {label}, the step's parts (mean over ranks, "
-              f"step 0): {_parts(s)}; tokens per expert, max/mean over the layers' "
-              f"experts: {s['experts']['max_over_mean_max']:.2f}; "
-              f"memory: weights {s['memory']['weights_bytes'] / 1e9:.2f} GB, KV "
-              f"{s['memory']['kv_total_bytes'] / 1e9:.2f} GB, free "
-              f"{s['memory']['free_bytes'] / 1e9:.2f} GB, largest batch "
-              f"{s['memory']['largest_batch_per_gpu']} per GPU.")
-        print()
-    _decode_parts("deepseek-v3-decode-sglang")
-    print(f"Layer {STAGE_LAYER}, micro-batch 0, rank 0, eager, five_stage (µs): "
-          f"{_stages('deepseek-v3-decode-sglang', ['serve.decode_overlap=five_stage'])}; "
-          f"the blog's profile: dispatch ~{PROFILE_DISPATCH_S * 1e6:.0f} µs per layer "
-          "(kernel time), combine 2x DeepSeek's (\"due to shorter attention computation, "
-          "causing communication kernels to busy-wait\"), MoE kernels 25 % slower than "
-          "DeepSeek's; no other absolute part is in its text (the breakdown is a figure).")
-    print()
-    print("SGLang's decode TBO is DeepSeek's 5-stage pipeline (operations_strategy.py "
-          "`_compute_moe_deepseek_blog_decode`, tbo_delta_stages=2); the blog does not say "
-          "the measured run had it, so the scenario keeps `segments` (five_stage beside).")
-    print()
-    print("MLA as SGLang's decode runs it (`serve.mla_decode: sglang`, moesim.serve.mla; "
-          "deepseek_v2.py `forward_absorb_prepare` / `_core` at 00114aef): per-tensor FP8 "
-          "quantisation and batched FP8 GEMMs per head for w_kc and w_vc, where training's "
-          "list (the `mla_decode=gemm` row) has one up-projection GEMM and per-head copies.")
-    print()
-    print("Why it differs: routing here is balanced (uniform), standing for EPLB with 32 "
-          "redundant experts placed from a distribution \"matching the input/output data\"; "
-          "the blog says \"even with EPLB, some imbalance is inevitable\" and publishes no "
-          "residual skew, so this is an upper bound on throughput. The blog's own decode "
-          "profile has its MoE kernels \"25% slower\" than DeepSeek's, dispatch at ~0.17 ms "
-          "per layer against 0.06 ms in DeepEP's unit tests (\"busy-waiting for data\"), and "
-          "combine 2x slower than DeepSeek's; moesim prices the kernels from the device's "
-          "roofline, the same for both deployments. EP64 on 8 nodes stands for EP72 on 9 "
-          "(4 experts per GPU in both; 64 peers, not 72). Whether the measured run replayed "
-          "CUDA graphs is not in the blog (decode commands quoted in the thread of the "
-          "reproduction instructions it links, sgl-project/sglang issue 6017, pass "
-          "--cuda-graph-bs 256), so both are printed. The published "
-          "figure is decode measured alone (\"assuming unlimited resources for the "
-          "non-tested phase\"); its output length is not published.")
-    print()
-
-
-def _decode_class(k) -> str:
-    """A decode kernel's part: the attention over the cache, GEMMs (SGLang's batched
-    ``bmm_fp8`` of the absorbed MLA among them), casts and quantisation, other kernels."""
-    if k.name == "attention_decode":
-        return "attention over the cache"
-    if k.kind in ("gemm", "grouped_gemm") or k.kclass == "gemm":
-        return "GEMMs"
-    return "casts" if k.kclass == "cast" else "other kernels"
-
-
-def _decode_parts(name: str) -> None:
-    """Rank 0's decode kernels by part, as priced (ms summed over the step's program),
-    with ``serve.mla_decode`` ``gemm`` and ``sglang``."""
-    from moesim.serve.program import ServeBuilder
-    from moesim.serve.run import resolve_serve
-    cols = ("attention over the cache", "GEMMs", "casts", "other kernels")
-    print("Rank 0's decode kernels as priced (ms over the step, launches included):\n")
-    print("| `serve.mla_decode` | " + " | ".join(cols) + " | sum |")
-    print("|---|" + "---|" * (len(cols) + 1))
-    for mla in ("gemm", "sglang"):
-        res, cfg = resolve_serve(name, [f"serve.mla_decode={mla}"])
-        sb, part = ServeBuilder(res, cfg), dict.fromkeys(cols, 0.0)
-        model = sb.builder.timer.model
-        for op in sb.rank_program(0):
-            for k in op.kernels if op.is_compute else ():
-                part[_decode_class(k)] += model.time_s(k)
-        print(f"| {mla} | " + " | ".join(f"{part[c] * 1e3:.1f}" for c in cols)
-              + f" | {sum(part.values()) * 1e3:.1f} |")
     print()
 
 
@@ -486,7 +313,7 @@ def main(argv: list[str] | None = None) -> int:
           "lengths are not published either (attention grows with the prompt); the "
           "scenario runs the profile's 4K prompts.")
     print()
-    _sglang(a.steps)
+    sglang_decode(a.steps)
     _sglang_prefill()
     print(f"CPU for this page: {time.process_time() - t0:.0f} s.")
     return 0
