@@ -87,3 +87,25 @@ def test_checks(tmp_path, serve, field):
     with pytest.raises(InputError) as e:
         resolve_serve(_scenario(tmp_path, **{"ll_sms": "compute", **serve}))
     assert field in str(e.value)
+
+
+def test_both_engines_take_them_alike(tmp_path):
+    # two micro-batches: under segments the engines give one step; under five_stage (whose
+    # engines differ on this tiny case without the kernels) each step grows by as much
+    # in both, the kernels sitting in ATTN-0 (the combine's) and ATTN-1 (the dispatch's)
+    path = _scenario(tmp_path, two_microbatch=True)
+    step = {}
+    for mode in ("fast", "exact"):
+        for overlap in ("segments", "five_stage"):
+            for ll in ("none", "compute"):
+                res, cfg = resolve_serve(path, [f"engine.mode={mode}",
+                                                f"serve.decode_overlap={overlap}",
+                                                f"serve.ll_sms={ll}"])
+                step[mode, overlap, ll] = simulate_serve(res, cfg).summary["step_time_s"]
+    for ll in ("none", "compute"):
+        assert step["fast", "segments", ll] == pytest.approx(step["exact", "segments", ll],
+                                                             rel=1e-9)
+    grow = {m: step[m, "five_stage", "compute"] - step[m, "five_stage", "none"]
+            for m in ("fast", "exact")}
+    assert grow["fast"] > 0
+    assert grow["fast"] == pytest.approx(grow["exact"], rel=1e-6)
