@@ -388,25 +388,20 @@ def rl_from_dict(d: Any, source: str) -> RLConfig | None:
     return as_written(cfg, d)
 
 
+#: (part, field, default): knobs left out of the summary's echo at their default, so
+#: summaries read as they did before each knob existed
+_ECHO_DEFAULTS = (("train", "offload_copy", "line"), ("train", "host_dispatch", "none"),
+                  ("train", "seq_host", "none"), ("train", "logprob_pipeline", "folded"),
+                  ("train", "pp_p2p", "overlapped"), ("train", "logprob_softmax", "none"),
+                  ("rollout", "sampler", "none"), ("weight_sync", "gather", "node"))
+
+
 def summary_dict(cfg: RLConfig) -> dict:
     """The checked section as the RL summary echoes it (a reward model as written)."""
     out = dataclasses.asdict(cfg)
-    if cfg.train.offload_copy == "line":    # the default: summaries as before the knob
-        del out["train"]["offload_copy"]
-    if cfg.train.host_dispatch == "none":   # the default: summaries as before the knob
-        del out["train"]["host_dispatch"]
-    if cfg.train.seq_host == "none":        # the default: summaries as before the knob
-        del out["train"]["seq_host"]
-    if cfg.train.logprob_pipeline == "folded":  # the default: summaries as before the knob
-        del out["train"]["logprob_pipeline"]
-    if cfg.train.pp_p2p == "overlapped":    # the default: summaries as before the knob
-        del out["train"]["pp_p2p"]
-    if cfg.train.logprob_softmax == "none":  # the default: summaries as before the knob
-        del out["train"]["logprob_softmax"]
-    if cfg.rollout.sampler == "none":       # the default: summaries as before the knob
-        del out["rollout"]["sampler"]
-    if cfg.weight_sync.gather == "node":
-        del out["weight_sync"]["gather"]
+    for part, name, default in _ECHO_DEFAULTS:
+        if getattr(getattr(cfg, part), name) == default:
+            del out[part][name]
     if cfg.reward.model is not None:
         out["reward"]["model"] = cfg.reward.model.as_dict()
     return out
