@@ -97,14 +97,17 @@ def _profile(steps: int) -> None:
           "| published | error |")
     print("|---|---|---|---|---|---|")
     stages = []
-    for ov in ("segments", "five_stage"):
-        over = ["routing.kind=uniform", f"serve.decode_overlap={ov}"]
+    for ov, extra in (("segments", []), ("five_stage", []),
+                      ("five_stage", ["serve.ll_sms=compute"])):
+        over = ["routing.kind=uniform", f"serve.decode_overlap={ov}", *extra]
         tpot, s, res, cfg = _mean_step("deepseek-v3-decode", over, steps)
         b = s["breakdown_s"]
         per_node = decode_per_node(tpot, res, cfg)
-        print(f"| {ov} | {tpot * 1e3:.2f} ms | {(b['ep_dispatch'] + b['ep_combine']) * 1e3:.1f}"
+        label = ov + (", LL send/receive on the SMs (`ll_sms: compute`)" if extra else "")
+        print(f"| {label} | {tpot * 1e3:.2f} ms | {(b['ep_dispatch'] + b['ep_combine']) * 1e3:.1f}"
               f" ms | {per_node:,.0f} | {pub:,} | {(per_node / pub - 1) * 100:+.1f} % |")
-        stages.append((ov, _stages("deepseek-v3-decode", over)))
+        if not extra:
+            stages.append((ov, _stages("deepseek-v3-decode", over)))
     print()
     for ov, st in stages:
         print(f"Layer {STAGE_LAYER}, micro-batch 0, rank 0, {ov} (µs): {st}.")
