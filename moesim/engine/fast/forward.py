@@ -34,6 +34,7 @@ import numpy as np
 from moesim.compute.pinned_sms import pinned_model
 from moesim.engine.breakdown import CATEGORIES
 from moesim.engine.fast.engine import Context, _chains
+from moesim.engine.fast.pairs import pinned_slowdown
 from moesim.engine.fast.pipeline import Chain, all_pairs
 from moesim.engine.fast.plan_stats import make_plan, shortcuts
 from moesim.engine.fast.records import _route_rec
@@ -208,9 +209,7 @@ class ForwardChain(Chain):
         busy = np.maximum(self.ep_free - self.t[s], 0.0)
         if pinned is None or not np.any(pinned > 0):
             return np.minimum(work / (1.0 - f), work + busy * f)
-        p = np.clip(np.divide(pinned, work, out=np.zeros_like(work), where=work > 0),
-                    0.0, 1.0)
-        x = p + (1.0 - p) / (1.0 - f)
+        _, x = pinned_slowdown(work, pinned, f)
         return np.minimum(work * x, work + busy * (1.0 - 1.0 / x))
 
     def expert_pinned(self, rec, r) -> None:

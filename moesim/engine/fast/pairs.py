@@ -100,15 +100,25 @@ def run_pair(ch, s: int, first: list[tuple], second: list[tuple],
     ch.t[s] = ex.tc
 
 
-def pinned_rate(w, pinned, f: float):
-    """Rate of ``w`` seconds of work of which ``pinned`` are pinned GEMMs while a kernel
-    holds the share ``f`` of the SMs: 1 / (p + (1 - p)/(1 - f)), p = pinned / w (clipped
-    to [0, 1]); 1 - f where nothing is pinned (scalars or arrays)."""
+def pinned_slowdown(w, pinned, f: float) -> tuple[np.ndarray, np.ndarray]:
+    """(p, x) for ``w`` seconds of work of which ``pinned`` are pinned GEMMs while a
+    kernel holds the share ``f`` of the SMs: the pinned share p = pinned / w (clipped to
+    [0, 1], 0 where w is 0) and the seconds one second of the work then takes,
+    x = p + (1 - p)/(1 - f) (the exact engine's rate, :mod:`moesim.engine.exact.execute`;
+    scalars or arrays)."""
     w = np.asarray(w, dtype=float)
     pinned = np.asarray(pinned, dtype=float)
     p = np.clip(np.divide(pinned, w, out=np.zeros(np.broadcast(w, pinned).shape),
                           where=w > 0), 0.0, 1.0)
-    r = np.where(p > 0, 1.0 / (p + (1.0 - p) / (1.0 - f)), 1.0 - f)
+    return p, p + (1.0 - p) / (1.0 - f)
+
+
+def pinned_rate(w, pinned, f: float):
+    """Rate of ``w`` seconds of work of which ``pinned`` are pinned GEMMs while a kernel
+    holds the share ``f`` of the SMs: 1 / x (:func:`pinned_slowdown`); 1 - f where
+    nothing is pinned (scalars or arrays)."""
+    p, x = pinned_slowdown(w, pinned, f)
+    r = np.where(p > 0, 1.0 / x, 1.0 - f)
     return float(r) if r.ndim == 0 else r
 
 
