@@ -1,0 +1,104 @@
+"""Published hook-mode logs of DeepEP's low-latency kernels, and which of them set the
+rates of :mod:`moesim.serve.ll_sms` (the split, written down before the fit).
+
+DeepEP's unit test (deepseek-ai/DeepEP ``tests/test_low_latency.py``, ``bench_kineto`` with
+``return_recv_hook=True``) launches the send kernel, runs a large matrix product on the
+host, then the receive hook, and prints each kernel's own GPU time from the Kineto
+profiler: ``Dispatch send/recv time: S + R us | Combine send/recv time: S + R us`` (since
+commit 85793dd, PR 239; before it one sum). The data have arrived before the receive
+kernel starts, so S and R are the SM time of the send and the receive work.
+
+Defaults of that test: 128 tokens per rank, hidden 7168, top-8, 288 experts, FP8 dispatch,
+BF16 combine (zero-copy in the split profiling), 10 of the top-k slots masked. A rank
+sends and receives ``tokens x top-k`` messages (less the <= 10 masked, < 1 %, not counted
+here).
+
+The split (chosen by what the logs can identify, before any rate was computed):
+
+- **fit**: the two "baseline" rows of deepseek-ai/DeepEP PR 385 at 48 ranks (128 and 768
+  tokens): one machine, one rank count, one kernel version, two token counts; the only
+  pair that separates a fixed part from a per-message part. The PR gives ranges; the
+  midpoints are taken.
+- **held out**: PR 385's 128-token row at 4 ranks (another rank count); PR 248's "before"
+  rows (4 ranks, 768 tokens, another kernel version and machine); PR 425's 8-rank rows
+  (128 tokens, one 8-GPU node); the LMSYS blog's dispatch figure (0.06 ms of SM time in
+  the unit test, send and receive together).
+- **left out**: issue 28's sums (16 H800 over RoCE; the maintainers attribute the 2.7 ms
+  dispatch to ranks launching late, i.e. the receive kernel waiting, not working); issue
+  208's rows (ranks run with different ``num_max_dispatch_tokens_per_rank``, which the
+  thread says the kernels do not support); PR 385's "pr" rows (the PR's own kernel).
+
+Every log measured peers reached over NVLink (the send kernels copy the messages
+themselves); none measured ranks reached over RDMA (where the NIC moves the data).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class HookLog:
+    """One published hook-mode log: per-rank SM time of the four kernels, microseconds."""
+
+    source: str          # repository, issue / PR, rows
+    config: str          # what the log says of the run
+    tokens: int          # tokens per rank
+    top_k: int
+    ranks: int
+    dispatch_send_us: float
+    dispatch_recv_us: float
+    combine_send_us: float
+    combine_recv_us: float
+    role: str            # "fit" | "held_out"
+
+    @property
+    def messages(self) -> int:
+        """Messages a rank sends (and receives) per kernel pair: tokens x top-k."""
+        return self.tokens * self.top_k
+
+
+def _mean(*xs: float) -> float:
+    return sum(xs) / len(xs)
+
+
+LOGS: tuple[HookLog, ...] = (
+    HookLog("deepseek-ai/DeepEP PR 385, baseline, 128tok 48rank",
+            "48 ranks over NVLink only (the PR's '48 rank ... pure nvlink'), test defaults "
+            "but the rank count; ranges 28-31 + 7-8 | 31-35 + 9-10 us",
+            128, 8, 48, _mean(28, 31), _mean(7, 8), _mean(31, 35), _mean(9, 10), "fit"),
+    HookLog("deepseek-ai/DeepEP PR 385, baseline, 768tok 48rank",
+            "as above, 768 tokens; ranges 94-104 + 17-20 | 131-137 + 20-22 us",
+            768, 8, 48, _mean(94, 104), _mean(17, 20), _mean(131, 137), _mean(20, 22),
+            "fit"),
+    HookLog("deepseek-ai/DeepEP PR 385, baseline, 128tok 4rank",
+            "4 ranks over NVLink, test defaults; ranges 21-24 + 7-8 | 28-29 + 9-10 us",
+            128, 8, 4, _mean(21, 24), _mean(7, 8), _mean(28, 29), _mean(9, 10),
+            "held_out"),
+    HookLog("deepseek-ai/DeepEP PR 248, 'before', ranks 0, 1, 3",
+            "4 ranks over NVLink; 768 tokens (its printed dispatch bandwidth x time: "
+            "6,134 FP8 messages = 768 x 8 - 10)",
+            768, 8, 4, _mean(67.97, 67.26, 69.99), _mean(19.61, 18.81, 19.07),
+            _mean(103.50, 100.97, 99.63), _mean(60.02, 52.82, 47.81), "held_out"),
+    HookLog("deepseek-ai/DeepEP PR 425, 8-rank rows (ranks 0, 1, 3-7)",
+            "8 ranks in one node over NVLink (dispatch 203 GB/s), test defaults",
+            128, 8, 8, _mean(37.38, 36.32, 35.30, 37.21, 36.69, 36.71, 35.38),
+            _mean(29.93, 32.89, 35.37, 31.54, 29.78, 30.98, 36.78),
+            _mean(38.31, 42.16, 39.19, 39.77, 40.65, 40.65, 39.66),
+            _mean(10.20, 10.19, 10.22, 10.13, 10.19, 10.20, 10.14), "held_out"),
+)
+
+#: the LMSYS blog's dispatch SM time in DeepEP's unit test, send and receive ("a potential
+#: of 0.06ms occupying SMs"; LMSYS blog, 2025-05-05, "Dispatch Optimization Potential"),
+#: held out; its machine and rank count are not given
+BLOG_DISPATCH_US, BLOG_TOKENS, BLOG_TOP_K = 60.0, 128, 8
+
+
+def fit_logs() -> tuple[HookLog, ...]:
+    """The logs that set the rates."""
+    return tuple(g for g in LOGS if g.role == "fit")
+
+
+def held_out_logs() -> tuple[HookLog, ...]:
+    """The logs the rates are checked on."""
+    return tuple(g for g in LOGS if g.role == "held_out")
