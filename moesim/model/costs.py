@@ -76,11 +76,12 @@ def memory_op(name: str, nbytes: float, flops: float, phase: Phase = "fwd",
 
 
 def attention_kernels(spec: ModelSpec, tokens: int, seq_len: int, tp: int = 1,
-                      phase: Phase = "fwd") -> list[Kernel]:
+                      phase: Phase = "fwd", sp: bool = False) -> list[Kernel]:
     """Projections, rotary embedding, head-layout copies and flash attention of one layer
-    (:mod:`moesim.model.kernels.attention`)."""
+    (:mod:`moesim.model.kernels.attention`); with sequence parallelism (``sp``) MLA's
+    latent norms run on the rank's ⌈tokens/tp⌉ shard, else on all ``tokens``."""
     _check_phase(phase)
-    return _attn.attention_kernels(spec, tokens, seq_len, tp, phase, fp8(spec))
+    return _attn.attention_kernels(spec, tokens, seq_len, tp, phase, fp8(spec), sp)
 
 
 def router_kernels(spec: ModelSpec, tokens: int, phase: Phase = "fwd") -> list[Kernel]:

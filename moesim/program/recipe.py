@@ -77,10 +77,11 @@ def optimizer(shard: float) -> list[Kernel]:
 def attn(spec: ModelSpec, tokens: int, seq: int, tp: int, phase: str,
          graphs=(), sp: bool = True) -> list[Kernel]:
     """``fwd.attn`` / ``bwd.attn``: the layer's norms and attention over ``seq`` keys
-    (one CUDA graph with ``attn`` in ``graphs``); ``sp``: the norms and residual adds
-    on the rank's sequence shard (:func:`moesim.model.costs.norm_kernels`)."""
+    (one CUDA graph with ``attn`` in ``graphs``); ``sp``: the norms and residual adds,
+    and MLA's latent norms, on the rank's sequence shard
+    (:func:`moesim.model.costs.norm_kernels`, :func:`~moesim.model.costs.attention_kernels`)."""
     return maybe(with_fusion(spec, [*costs.norm_kernels(spec, tokens, tp, phase, sp),
-                              *costs.attention_kernels(spec, tokens, seq, tp, phase)]),
+                              *costs.attention_kernels(spec, tokens, seq, tp, phase, sp)]),
                  "attn" in graphs)
 
 
@@ -153,7 +154,7 @@ def recompute_layer(spec: ModelSpec, layer: int, mods: frozenset[str], *, tokens
         return []
     moe = spec.is_moe_layer(layer)
     full = "full" in mods
-    attn_ks = costs.attention_kernels(spec, tokens, seq_len, tp, "fwd")
+    attn_ks = costs.attention_kernels(spec, tokens, seq_len, tp, "fwd", sp)
     out: list[Kernel] = []
     if full:
         out += costs.norm_kernels(spec, tokens, tp, "fwd", sp) + attn_ks
@@ -213,21 +214,30 @@ def recompute_op(spec: ModelSpec, layer: int, mods: frozenset[str], *, tokens: i
 
 
 # ------------------------------------------------------------------ serving
+# A serving engine runs no sequence parallelism: vLLM's RowParallelLinear all-reduces
+# its output (vllm-project/vllm 9e109c98 vllm/model_executor/layers/linear.py
+# ``reduce_results and tp_size > 1``), so every TP rank holds all tokens' hidden states
+# and runs the layer's RMSNorms on them (e06c9ba2 vllm/model_executor/models/llama.py
+# ``LlamaDecoderLayer.forward``). ``sp`` is the step plan's (:class:`moesim.program.
+# build.Builder` ``sp``): False for a serving scenario, the trainer's for RL's Megatron
+# log-prob passes.
 def prefill_attn(spec: ModelSpec, tokens: int, prompt: int, tp: int,
-                 kv_write: Kernel) -> list[Kernel]:
-    """A prefill step's ``fwd.attn``: training's forward norms and causal attention over
-    the prompt, then ``kv_write`` (:mod:`moesim.serve.costs`)."""
-    return [*attn(spec, tokens, prompt, tp, "fwd"), kv_write]
+                 kv_write: Kernel, *, sp: bool) -> list[Kernel]:
+    """A prefill step's ``fwd.attn``: training's forward norms (on the sequence shard
+    only with ``sp``) and causal attention over the prompt, then ``kv_write``
+    (:mod:`moesim.serve.costs`)."""
+    return [*attn(spec, tokens, prompt, tp, "fwd", sp=sp), kv_write]
 
 
 def decode_attn(spec: ModelSpec, tokens: int, tp: int, core: Kernel,
-                kv_write: Kernel) -> list[Kernel]:
-    """A decode step's ``fwd.attn``: the norms, the new tokens' projections, ``core``
-    (attention over the KV cache) before the output projection, then ``kv_write``."""
-    proj = [k for k in costs.attention_kernels(spec, tokens, 1, tp, "fwd")
+                kv_write: Kernel, *, sp: bool) -> list[Kernel]:
+    """A decode step's ``fwd.attn``: the norms (on the sequence shard only with ``sp``),
+    the new tokens' projections, ``core`` (attention over the KV cache) before the output
+    projection, then ``kv_write``."""
+    proj = [k for k in costs.attention_kernels(spec, tokens, 1, tp, "fwd", sp)
             if k.name != "attention"]
-    return with_fusion(spec, [*costs.norm_kernels(spec, tokens, tp, "fwd"), *proj[:-1], core,
-                        proj[-1], kv_write])
+    return with_fusion(spec, [*costs.norm_kernels(spec, tokens, tp, "fwd", sp), *proj[:-1],
+                              core, proj[-1], kv_write])
 
 
 # ------------------------------------------------------------------ GPU validation

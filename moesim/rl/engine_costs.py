@@ -30,8 +30,15 @@ from moesim.serve.run import simulate_serve
 from moesim.wiring import resolve, simulate
 
 
-def _serve_time(scn: Scenario, cfg: ServeConfig) -> tuple[float, object]:
-    res = resolve(serving_scenario(scn, cfg))
+def _serve_time(scn: Scenario, cfg: ServeConfig, sp: bool = False) -> tuple[float, object]:
+    """The serving step of ``cfg`` on ``scn`` (its time, its resolved scenario), with
+    sequence parallelism ``sp`` (a Megatron trainer's forward pass: its norms on the
+    sequence shard and its TP exchanges as reduce-scatters and all-gathers)."""
+    one = serving_scenario(scn, cfg)
+    if sp:
+        one = dataclasses.replace(one, parallel=dataclasses.replace(
+            one.parallel, sequence_parallel=True))
+    res = resolve(one)
     return float(simulate_serve(res, cfg, record_series=False).summary["step_time_s"]), res
 
 
@@ -196,10 +203,13 @@ class EngineTrainerCosts:
             # one request per GPU: a TP group computes tp rows in the step
             cfg = ServeConfig(phase="prefill", batch_per_gpu=1, prompt=row,
                               output=1, tp=self.tp, ep=self.ep, ep_backend=backend)
-            step, res = _serve_time(scn, cfg)
+            # the trainer's sequence parallelism: NeMo RL's Megatron log-prob pass runs
+            # the training model's forward
+            sp = bool(self.scn.parallel.sequence_parallel) and self.tp > 1
+            step, res = _serve_time(scn, cfg, sp)
             per_row = step / self.tp
             n = row - 1
-            ks = head_kernels(res.model, n, self.tp)
+            ks = head_kernels(res.model, n, self.tp, sp)
             ks.append(memory_op("logprob_gather", 4 * n, n))
             self.memo[key] = per_row + sum(res.compute.time_s(k) for k in ks)
             self.memo[("layers",) + key[1:]] = per_row

@@ -47,12 +47,15 @@ def kv_write_kernel(spec: ModelSpec, tokens: int, tp: int, kv_bytes: int) -> Ker
 
 
 def prefill_attention_kernels(spec: ModelSpec, tokens: int, prompt: int, tp: int,
-                              kv_bytes: int, mla_prefill: str = "training") -> list[Kernel]:
+                              kv_bytes: int, mla_prefill: str = "training",
+                              sp: bool = False) -> list[Kernel]:
     """Norms, causal attention over the prompt (training's forward) and the KV write;
     with ``mla_prefill="sglang"`` an MLA model's kernels as SGLang's multi-head prefill
-    runs them (:func:`moesim.serve.mla.sglang_prefill`)."""
-    ks = recipe.prefill_attn(spec, tokens, prompt, tp, kv_write_kernel(spec, tokens, tp,
-                                                                       kv_bytes))
+    runs them (:func:`moesim.serve.mla.sglang_prefill`). The norms run on all ``tokens``
+    on every TP rank, as a serving engine runs them, or on the sequence shard with ``sp``
+    (the step plan's sequence parallelism: :func:`moesim.program.recipe.prefill_attn`)."""
+    ks = recipe.prefill_attn(spec, tokens, prompt, tp,
+                             kv_write_kernel(spec, tokens, tp, kv_bytes), sp=sp)
     if mla_prefill == "sglang":
         return mla.sglang_prefill(spec, ks, tokens, tp)
     return ks
@@ -83,27 +86,32 @@ def decode_core_kernel(spec: ModelSpec, tokens: int, context: int, tp: int,
 
 
 def decode_attention_kernels(spec: ModelSpec, tokens: int, context: int, tp: int,
-                             kv_bytes: int, mla_decode: str = "gemm") -> list[Kernel]:
+                             kv_bytes: int, mla_decode: str = "gemm",
+                             sp: bool = False) -> list[Kernel]:
     """Norms, the projections of the new tokens, attention over the cache, the KV write;
     with ``mla_decode="sglang"`` an MLA model's up-projections as SGLang's absorbed FP8
-    path runs them (:mod:`moesim.serve.mla`)."""
+    path runs them (:mod:`moesim.serve.mla`). The norms run on all ``tokens`` on every TP
+    rank, or on the sequence shard with ``sp`` (:func:`moesim.program.recipe.decode_attn`)."""
     core = decode_core_kernel(spec, tokens, context, tp, kv_bytes)
-    ks = recipe.decode_attn(spec, tokens, tp, core, kv_write_kernel(spec, tokens, tp,
-                                                                      kv_bytes))
+    ks = recipe.decode_attn(spec, tokens, tp, core,
+                            kv_write_kernel(spec, tokens, tp, kv_bytes), sp=sp)
     if mla_decode == "sglang":
         return mla.sglang_decode(spec, ks, tokens, tp, core.name)
     return ks
 
 
-def head_kernels(spec: ModelSpec, tokens: int, tp: int = 1) -> list[Kernel]:
-    """Final norm, the vocabulary-parallel LM-head GEMM (``vocab / tp`` rows per rank)
-    and the sampler over the rank's logits: read bf16 logits, write fp32 probabilities
-    of the local top-k candidates (counted as the whole slice, an upper bound)."""
+def head_kernels(spec: ModelSpec, tokens: int, tp: int = 1, sp: bool = False) -> list[Kernel]:
+    """Final norm (on all ``tokens``, or on the rank's ⌈tokens/tp⌉ sequence shard with
+    ``sp``: Megatron-Core's ``final_layernorm`` under sequence parallelism), the
+    vocabulary-parallel LM-head GEMM (``vocab / tp`` rows per rank) and the sampler over
+    the rank's logits: read bf16 logits, write fp32 probabilities of the local top-k
+    candidates (counted as the whole slice, an upper bound)."""
     if tokens <= 0:
         return []
     v = -(-spec.vocab // tp)
+    rows = -(-tokens // tp) if sp else tokens
     return [
-        memory_op("norm", 2 * ACT_BYTES * tokens * spec.hidden, 4 * tokens * spec.hidden),
+        memory_op("norm", 2 * ACT_BYTES * rows * spec.hidden, 4 * rows * spec.hidden),
         costs.gemm("lm_head", tokens, v, spec.hidden),
         memory_op("sampler", tokens * v * (ACT_BYTES + FP32_BYTES),
                   SAMPLER_FLOPS_PER_LOGIT * tokens * v),

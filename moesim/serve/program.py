@@ -195,11 +195,12 @@ class ServeBuilder:
         """Layer ``layer``'s attention kernels for one micro-batch (:class:`ForwardStep`)."""
         spec, tp, cfg = self.spec, self.tp, self.cfg
         span = self.attn_span(layer)
+        sp = self.builder.sp      # the step plan's sequence parallelism (serving: none)
         if cfg.phase == "prefill":
             return serve_costs.prefill_attention_kernels(spec, self.tokens, span, tp,
-                                                         self.kv_bytes, cfg.mla_prefill)
+                                                         self.kv_bytes, cfg.mla_prefill, sp)
         ks = serve_costs.decode_attention_kernels(spec, self.tokens, int(span), tp,
-                                                  self.kv_bytes, cfg.mla_decode)
+                                                  self.kv_bytes, cfg.mla_decode, sp)
         if self._ll_layer(layer):     # the combine's first, the dispatch's last
             return [self.ll[0], *ks, self.ll[1]]
         return ks

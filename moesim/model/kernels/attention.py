@@ -19,7 +19,12 @@ With ``qk_norm`` (Qwen3), an RMSNorm over every query and key head follows the Q
 projection (Megatron-Core's ``q_layernorm`` / ``k_layernorm``).
 
 Tensor parallelism splits heads over ``tp`` (Megatron-LM); MLA down-projections are
-not split.
+not split. MLA's latent norms run on every token each TP rank holds: all of them without
+sequence parallelism, the rank's ``ceil(tokens/tp)`` shard with it (``sp``; Megatron-LM
+d98e8a6 ``multi_latent_attention.py`` ``get_query_key_value_tensors``: ``q_compressed``
+and ``kv_compressed`` are ``[s/TP, b, ...]`` under ``sequence_parallel`` when
+``q_layernorm`` / ``kv_layernorm`` or Transformer Engine's fused ``LayerNormLinear`` of the
+up-projection normalise them).
 """
 
 from __future__ import annotations
@@ -65,9 +70,10 @@ def _seq(phase: str, *parts: list[Kernel]) -> list[Kernel]:
 
 
 def attention_kernels(spec: ModelSpec, tokens: int, seq_len: int, tp: int = 1,
-                      phase: str = "fwd", fp8: bool = False) -> list[Kernel]:
+                      phase: str = "fwd", fp8: bool = False, sp: bool = False) -> list[Kernel]:
     """One layer's attention for ``tokens`` = micro-batch sequences × ``seq_len`` on one
-    rank, in execution order (the backward's from the output projection back)."""
+    rank, in execution order (the backward's from the output projection back); ``sp``:
+    MLA's latent norms on the rank's sequence shard."""
     if tokens <= 0:
         return []
     h, t, a = spec.hidden, tokens, max(spec.heads // tp, 1)
@@ -76,12 +82,13 @@ def attention_kernels(spec: ModelSpec, tokens: int, seq_len: int, tp: int = 1,
         qk, v = spec.qk_nope_dim + spec.qk_rope_dim, spec.v_head_dim
         rope, nope, kvl, ql = spec.qk_rope_dim, spec.qk_nope_dim, spec.kv_lora_rank, \
             spec.q_lora_rank
+        rows = -(-t // tp) if sp else t          # the latent norms' rows
         if ql:
-            q = _seq(phase, linear(PROJ, t, ql, h, phase, fp8), [rmsnorm(t, ql, phase)],
+            q = _seq(phase, linear(PROJ, t, ql, h, phase, fp8), [rmsnorm(rows, ql, phase)],
                      linear(PROJ, t, a * qk, ql, phase, fp8))
         else:
             q = linear(PROJ, t, a * qk, h, phase, fp8)
-        kv = _seq(phase, linear(PROJ, t, kvl + rope, h, phase, fp8), [rmsnorm(t, kvl, phase)],
+        kv = _seq(phase, linear(PROJ, t, kvl + rope, h, phase, fp8), [rmsnorm(rows, kvl, phase)],
                   linear(PROJ, t, a * (nope + v), kvl, phase, fp8))
         layout = [
             mem("rotary_kernel", 2 * ACT_BYTES * t * (a + 1) * rope, p, "elementwise"),
