@@ -22,14 +22,18 @@ The split (chosen by what the logs can identify, before any rate was computed):
 - **held out**: PR 385's 128-token row at 4 ranks (another rank count); PR 248's "before"
   rows (4 ranks, 768 tokens, another kernel version and machine); PR 425's 8-rank rows
   (128 tokens, one 8-GPU node); the LMSYS blog's dispatch figure (0.06 ms of SM time in
-  the unit test, send and receive together).
+  the unit test, send and receive together). Found after the split was committed, and
+  added as held out only: a B200 node's run (yangwhale/gpu-tpu-pedia); Ant Group's H20
+  EP16 dispatch rows by token count over RDMA and NVLink and their 16-rank sums; a
+  16-rank run over RDMA only (IBGDA also inside the node) printed as sums.
 - **left out**: issue 28's sums (16 H800 over RoCE; the maintainers attribute the 2.7 ms
   dispatch to ranks launching late, i.e. the receive kernel waiting, not working); issue
   208's rows (ranks run with different ``num_max_dispatch_tokens_per_rank``, which the
   thread says the kernels do not support); PR 385's "pr" rows (the PR's own kernel).
 
-Every log measured peers reached over NVLink (the send kernels copy the messages
-themselves); none measured ranks reached over RDMA (where the NIC moves the data).
+The fit logs and most held-out ones reached their peers over NVLink (the send kernels copy
+the messages themselves); the H20 rows and the RDMA-only sums reached half or all of them
+over RDMA (the NIC moves the data; the send kernels post work requests).
 """
 
 from __future__ import annotations
@@ -39,18 +43,31 @@ from dataclasses import dataclass
 
 @dataclass(frozen=True)
 class HookLog:
-    """One published hook-mode log: per-rank SM time of the four kernels, microseconds."""
+    """One published hook-mode log: per-rank SM time of the four kernels, microseconds
+    (None where the log does not give it; ``*_total_us`` where it gives only the sum, the
+    format before DeepEP commit 85793dd)."""
 
     source: str          # repository, issue / PR, rows
     config: str          # what the log says of the run
     tokens: int          # tokens per rank
     top_k: int
     ranks: int
-    dispatch_send_us: float
-    dispatch_recv_us: float
-    combine_send_us: float
-    combine_recv_us: float
+    dispatch_send_us: float | None
+    dispatch_recv_us: float | None
+    combine_send_us: float | None
+    combine_recv_us: float | None
     role: str            # "fit" | "held_out"
+    transport: str = "nvlink"      # how the peers were reached: nvlink | rdma | mixed
+    dispatch_total_us: float | None = None
+    combine_total_us: float | None = None
+
+    def total_us(self, side: str) -> float | None:
+        """Send + receive of ``side`` ("dispatch" | "combine"), or None."""
+        given = getattr(self, side + "_total_us")
+        if given is not None:
+            return given
+        a, b = getattr(self, side + "_send_us"), getattr(self, side + "_recv_us")
+        return None if a is None or b is None else a + b
 
     @property
     def messages(self) -> int:
@@ -86,6 +103,31 @@ LOGS: tuple[HookLog, ...] = (
             _mean(29.93, 32.89, 35.37, 31.54, 29.78, 30.98, 36.78),
             _mean(38.31, 42.16, 39.19, 39.77, 40.65, 40.65, 39.66),
             _mean(10.20, 10.19, 10.22, 10.13, 10.19, 10.20, 10.14), "held_out"),
+    HookLog("yangwhale/gpu-tpu-pedia gpu/deepep/README.md @9247f5d, rank 7",
+            "one B200 node (GKE a4-highgpu-8g), 8 ranks over NVLink, test defaults",
+            128, 8, 8, 27.25, 7.71, 32.48, 9.45, "held_out"),
+    *(HookLog(f"Ant Group Theta, 'DeepEP network optimisation' blog, H20 EP16 table, "
+              f"native DeepEP, batch {t}",
+              "2 x 8 H20, 4 x 400 Gb/s NICs per node, 16 ranks (8 peers over NVLink, 8 "
+              "over RDMA), hidden 7168; the dispatch only", t, 8, 16, s, r, None, None,
+              "held_out", "mixed")
+      for t, s, r in ((1, 23.08, 5.41), (8, 13.50, 5.64), (16, 16.31, 5.62),
+                      (32, 14.56, 6.00), (48, 18.14, 6.48), (64, 19.85, 6.74),
+                      (128, 25.12, 10.59))),
+    HookLog("Ant Group Theta blog, sums after the cuBLAS upgrade (ranks 0-7 printed)",
+            "H20, 16 ranks on 2 nodes, test defaults; sums, the pre-85793dd format",
+            128, 8, 16, None, None, None, None, "held_out", "mixed",
+            _mean(39.58, 39.45, 39.95, 39.99, 39.26, 40.22, 39.60, 39.82),
+            _mean(40.99, 40.79, 40.84, 40.64, 40.62, 41.06, 39.95, 40.91)),
+    HookLog("public DeepEP test notes of a Tencent fork ('trmt-deepep'; repository not "
+            "identified), '2 machines 16 GPUs, IBGDA inside the machine too'",
+            "16 ranks on 2 nodes, every peer over RDMA, 128 tokens, hidden 7168, 144 "
+            "experts (its buffer size); sums, the pre-85793dd format",
+            128, 8, 16, None, None, None, None, "held_out", "rdma",
+            _mean(34.92, 34.61, 35.23, 34.81, 35.12, 35.65, 35.19, 34.75,
+                  35.33, 35.25, 35.61, 35.18, 34.27, 35.14, 35.09, 35.03),
+            _mean(42.56, 44.02, 45.39, 44.74, 44.52, 45.86, 44.39, 43.49,
+                  44.52, 43.35, 43.62, 44.15, 42.30, 43.63, 43.17, 44.39)),
 )
 
 #: the LMSYS blog's dispatch SM time in DeepEP's unit test, send and receive ("a potential

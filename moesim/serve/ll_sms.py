@@ -16,17 +16,30 @@ Breakdown" and "Ablation Study: Two-batch Overlap"). Those SMs are the whole GPU
 send and receive kernels run in series with the compute kernels.
 
 With ``compute``, every MoE layer of a decode step over ``deepep-ll`` adds, per
-micro-batch, two kernels to the compute stream (each two launches, send and receive):
+micro-batch, two kernels to the compute stream (each two launches, send and receive),
+priced from DeepEP's own hook-mode logs (:mod:`moesim.serve.ll_logs`: the unit test times
+each of the four kernels alone, the data having arrived before the receive starts).
 
-- the dispatch's, at the blog's unit-test rate: 0.06 ms for DeepEP's low-latency test
-  case (128 tokens per rank, top-8, hidden 7168, FP8 messages of 7,408 B:
-  deepseek-ai/DeepEP ``tests/test_low_latency.py`` defaults, ``internode_ll.cu``
-  ``num_bytes_per_msg``), scaled by the rank's message bytes (tokens x top-k x bytes per
-  message) against that case's;
-- the combine's at the same bytes per second over its BF16 messages (2 x hidden = 14,336
-  B): no SM time is published for the combine, so it is taken as the dispatch's rate
-  per byte of message, an assumption (each kernel copies its messages in and out of the
-  RDMA buffers).
+What the time scales with, from the kernels (deepseek-ai/DeepEP
+``csrc/kernels/internode_ll.cu`` @85793dd): the dispatch's send casts each token to FP8
+and, per top-k destination, copies the message to the peer (a warp's NVLink stores) or
+posts an RDMA write; its receive copies each received message out of the RDMA buffer into
+the experts' layout. The combine's send copies each expert output back (NVLink stores, or
+a staging copy and an RDMA write); its receive waits for the flags and reduces each token's
+top-k rows. A kernel's time is therefore a fixed part (launch with a grid sync, the per
+expert counts, flags and buffer cleaning, all per expert, 288 in the test) and a part per
+message (``tokens x top-k`` of them per rank, sent and received alike under balanced
+routing), the message work growing with its bytes:
+
+    t = fixed + per_message x messages x (message bytes / the test's message bytes)
+
+one rule per kernel (dispatch send, dispatch receive, combine send, combine receive), its
+two constants from the two logs :mod:`moesim.serve.ll_logs` marks ``fit`` (same machine,
+ranks and code, 128 and 768 tokens; the test's FP8 dispatch messages of 7,408 B and BF16
+combine messages of 14,336 B). The held-out logs' errors are printed by
+``benchmarks/ll_sms_logs.py``. Every published log reached its peers over NVLink, where the
+send kernels copy the messages themselves; over RDMA the NIC moves them and the send
+kernels only post, so for ranks across nodes these rates are an upper bound.
 
 Where they go: the combine's with the layer's attention, first (the last layer's combine
 is received before the attention), the dispatch's after it (sent once the attention and
@@ -41,40 +54,69 @@ from __future__ import annotations
 from moesim.compute.base import Kernel
 from moesim.compute.kinds import get_kind, register_kind
 from moesim.ep.messages import ll_bytes_per_message
+from moesim.serve.ll_logs import BLOG_DISPATCH_US, fit_logs
 
-#: the blog's dispatch time "occupying SMs" in DeepEP's unit test (LMSYS blog,
-#: 2025-05-05, "Dispatch Optimization Potential": "a potential of 0.06ms occupying SMs")
-DISPATCH_SM_S = 0.06e-3
+#: the LMSYS blog's dispatch time "occupying SMs" in DeepEP's unit test (held out: LMSYS
+#: blog, 2025-05-05, "Dispatch Optimization Potential": "a potential of 0.06ms occupying
+#: SMs")
+DISPATCH_SM_S = BLOG_DISPATCH_US * 1e-6
 #: DeepEP's low-latency test case (deepseek-ai/DeepEP ``tests/test_low_latency.py``:
-#: ``num_tokens, hidden, num_topk = 128, 7168, 8``), FP8 dispatch messages
+#: ``num_tokens, hidden, num_topk = 128, 7168, 8``), FP8 dispatch, BF16 combine messages
 TEST_TOKENS, TEST_HIDDEN, TEST_TOPK = 128, 7168, 8
-#: message bytes per second the send and receive kernels handle while holding the GPU
-SM_BYTES_PER_S = (TEST_TOKENS * TEST_TOPK
-                  * ll_bytes_per_message("fp8", TEST_HIDDEN, combine=False) / DISPATCH_SM_S)
-#: the kernels' kind (priced at :data:`SM_BYTES_PER_S` by the kernel catalog)
+TEST_MESSAGE_BYTES = {False: ll_bytes_per_message("fp8", TEST_HIDDEN, combine=False),
+                      True: ll_bytes_per_message("bf16", TEST_HIDDEN, combine=True)}
+PARTS = ("dispatch_send", "dispatch_recv", "combine_send", "combine_recv")
+
+
+def fit_parts(logs=None) -> dict[str, tuple[float, float]]:
+    """{part: (fixed seconds, seconds per message of the test's size)} from two logs at
+    different message counts (by default the ``fit`` logs of :mod:`moesim.serve.ll_logs`)."""
+    a, b = logs if logs is not None else fit_logs()
+    out = {}
+    for part in PARTS:
+        ta, tb = getattr(a, part + "_us") * 1e-6, getattr(b, part + "_us") * 1e-6
+        per = (tb - ta) / (b.messages - a.messages)
+        out[part] = (ta - per * a.messages, per)
+    return out
+
+
+#: the fitted rules, {part: (fixed s, s per test-sized message)}
+RATES = fit_parts()
+#: the kernels' kind (priced by :func:`price` through the kernel catalog)
 KIND = "deepep_ll_sms"
 DISPATCH, COMBINE = "deepep_ll_dispatch_sms", "deepep_ll_combine_sms"
 
 
+def part_seconds(part: str, messages: float, message_bytes: float) -> float:
+    """SM seconds of one of :data:`PARTS` for ``messages`` messages of ``message_bytes``."""
+    fixed, per = RATES[part]
+    scale = message_bytes / TEST_MESSAGE_BYTES[part.startswith("combine")]
+    return fixed + per * messages * scale
+
+
 def price(model, kernel: Kernel) -> tuple[float, str]:
-    """Seconds of SM time of one of :func:`kernels` (both its launches' work), and what
-    priced it."""
-    return kernel.bytes / SM_BYTES_PER_S, (f"DeepEP low-latency send + receive at "
-                                           f"{SM_BYTES_PER_S / 1e9:.1f} GB/s of messages")
+    """Seconds of SM time of one of :func:`kernels` (its send and its receive launch), and
+    what priced it. ``kernel.seq`` carries its messages, ``kernel.bytes`` their bytes."""
+    side = "combine" if kernel.name == COMBINE else "dispatch"
+    per_msg = kernel.bytes / kernel.seq if kernel.seq else 0.0
+    t = sum(part_seconds(f"{side}_{ph}", kernel.seq, per_msg) for ph in ("send", "recv"))
+    return t, (f"DeepEP low-latency {side} send + receive: fixed + per message, from "
+               "DeepEP's hook-mode logs (moesim.serve.ll_logs)")
 
 
 if get_kind(KIND) is None:
-    register_kind(KIND, price, "DeepEP low-latency send and receive kernels: message "
-                  "bytes at the SM rate the LMSYS blog's unit test gives")
+    register_kind(KIND, price, "DeepEP low-latency send and receive kernels: a fixed part "
+                  "and a part per message, from DeepEP's published hook-mode logs")
 
 
 def kernels(tokens: int, top_k: int, hidden: int, dispatch_dtype: str,
             combine_dtype: str) -> tuple[Kernel, Kernel]:
     """(the combine's, the dispatch's) send + receive kernels of one micro-batch of
-    ``tokens`` tokens on one rank, each carrying its messages' bytes (two launches)."""
+    ``tokens`` tokens on one rank: ``tokens x top_k`` messages each (``seq``), their
+    bytes (``bytes``), two launches."""
     msgs = tokens * top_k
     return tuple(Kernel(name, 0.0, float(msgs * ll_bytes_per_message(dt, hidden,
                                                                     combine=comb)),
-                        count=2, kind=KIND, kclass="other")
+                        count=2, kind=KIND, kclass="other", seq=msgs)
                  for name, dt, comb in ((COMBINE, combine_dtype, True),
                                         (DISPATCH, dispatch_dtype, False)))
