@@ -268,7 +268,9 @@ def refit_phases(topo, spec: ModelSpec, train_gpus: list, rollout_gpus: list, *,
     ``hbm_bytes`` the device's memory, ``launch_s`` its launch overhead); "nemo-v03"
     adds the transfer's Ray calls through the driver, the pickling of every worker's
     per-tensor metadata and each executor's recover of a packed bucket
-    (:mod:`moesim.rl.refit_host`)."""
+    (:mod:`moesim.rl.refit_host`); "nemo-v03-ops" adds the eager torch ops of the
+    gather, conversion, pack and unpack and the offloads' ``gc.collect`` and
+    ``empty_cache`` (:mod:`moesim.rl.refit_ops`; ``offload_gc_s``, in ``time_s``)."""
     nbytes = param_bytes(spec)
     src = holders(train_gpus, tp, pp, ep)
     tensors = tensor_count(spec)
@@ -276,6 +278,7 @@ def refit_phases(topo, spec: ModelSpec, train_gpus: list, rollout_gpus: list, *,
     load_s = tensors * per_tensor_s + 2 * load_bytes / hbm_Bps
     link = np.zeros(0)
     groups = None
+    offload_gc_s = 0.0
     if ipc:
         if gather == "groups":
             from moesim.rl import refit_calls
@@ -287,7 +290,8 @@ def refit_phases(topo, spec: ModelSpec, train_gpus: list, rollout_gpus: list, *,
             gather_s, gathered = colocated_gather(topo, nbytes, train_gpus, len(src))
         buckets = math.ceil(nbytes / REFIT_BUCKET_BYTES)
         ncalls = 0
-        nemo = calls in ("nemo", "nemo-v03")
+        nemo = calls in ("nemo", "nemo-v03", "nemo-v03-ops")
+        v03 = calls in ("nemo-v03", "nemo-v03-ops")
         if nemo:
             from moesim.rl import refit_calls
             ncalls = refit_calls.gather_calls(spec, tp=tp, pp=pp, ep=ep, etp=etp)
@@ -299,7 +303,7 @@ def refit_phases(topo, spec: ModelSpec, train_gpus: list, rollout_gpus: list, *,
         transfer_s = buckets * IPC_REBUILD_S
         if nemo:
             transfer_s += refit_calls.pack_s(nbytes, tensors, hbm_Bps, launch_s)
-        if calls == "nemo-v03":
+        if v03:
             from moesim.rl import refit_host
             host = refit_host.ipc_handle_transfer(
                 hf_tensors=tensors, buckets=buckets, policy_workers=len(train_gpus),
@@ -307,6 +311,14 @@ def refit_phases(topo, spec: ModelSpec, train_gpus: list, rollout_gpus: list, *,
                 engines=len(rollout_gpus) // replica_gpus, engine_gpus=replica_gpus)
             # the executor's recover of a packed bucket includes its handle's rebuild
             transfer_s += host.time_s - buckets * IPC_REBUILD_S
+        if calls == "nemo-v03-ops":
+            from moesim.rl import refit_ops
+            ops = refit_ops.host_ops(spec, tp=tp, pp=pp, ep=ep, etp=etp, hf_tensors=tensors,
+                                     buckets=buckets)
+            gather_s += ops.gather_s
+            # the pack's copy_ is an op here: its launch leaves pack_s
+            transfer_s += ops.transfer_s - tensors * launch_s
+            offload_gc_s = ops.offload_s
         ipc_bytes, nflows, gather_bytes = nbytes, 0, gathered * len(train_gpus)
     else:
         if sharded:
@@ -320,15 +332,18 @@ def refit_phases(topo, spec: ModelSpec, train_gpus: list, rollout_gpus: list, *,
         gather_bytes = gathered * len(train_gpus)
     # disaggregated: NeMo RL overlaps the gather of one chunk with the broadcast of the
     # previous one on two streams (async refit post, Optimization #3, PR 1379)
-    total = gather_s + transfer_s + load_s if ipc or sharded else (
+    total = gather_s + transfer_s + load_s + offload_gc_s if ipc or sharded else (
         max(gather_s, transfer_s) + load_s)
     phases = {"gather_s": gather_s, "transfer_s": transfer_s, "load_s": load_s,
               "ipc_bytes_per_gpu": ipc_bytes, "load_bytes_per_gpu": load_bytes,
               "buckets": buckets}
-    if ipc and calls in ("nemo", "nemo-v03"):
+    if ipc and calls in ("nemo", "nemo-v03", "nemo-v03-ops"):
         phases["gather_calls"] = ncalls
-    if ipc and calls == "nemo-v03":
+    if ipc and calls in ("nemo-v03", "nemo-v03-ops"):
         phases["handle_transfer"] = host.as_dict()
+    if ipc and calls == "nemo-v03-ops":
+        phases["host_ops"] = ops.as_dict()
+        phases["offload_gc_s"] = offload_gc_s
     if groups is not None:
         phases["gather_groups_s"] = {"tp": groups.tp_s, "pp": groups.pp_s, "ep": groups.ep_s}
     return SyncResult(total, gather_s + (0.0 if ipc else transfer_s),

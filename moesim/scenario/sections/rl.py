@@ -40,7 +40,7 @@ from moesim.scenario.sections.lengths import parse as parse_length
 
 REWARD_KINDS = ("rule", "model")
 SYNC_METHODS = ("nccl", "ipc", "sharded")
-SYNC_CALLS = ("none", "nemo", "nemo-v03")
+SYNC_CALLS = ("none", "nemo", "nemo-v03", "nemo-v03-ops")
 #: rl.weight_sync.gather (moesim.rl.sync.refit_phases)
 SYNC_GATHERS = ("node", "groups")
 KV_DTYPES = ("bf16", "fp8")
@@ -91,6 +91,9 @@ PP_P2P = ("overlapped", "blocking")
 #: the rollout engines' sampler (moesim.rl.sampler_v1): ``none`` (the serving step's pass
 #: over the rank's vocabulary shard) or ``vllm-v1`` (vLLM 0.9.0's V1 sampler with logprobs)
 ROLLOUT_SAMPLERS = ("none", "vllm-v1")
+#: the rollout worker's host work after vLLM returns (moesim.rl.worker_post): ``none`` or
+#: ``nemo-v03`` (NeMo RL v0.3's per-token log-prob copy loop)
+ROLLOUT_POSTS = ("none", "nemo-v03")
 #: the rollout engines' CPU time per step (serve.host_overhead's choices)
 ROLLOUT_HOST = ("none", "vllm", "vllm-async", "sglang", "vllm-inproc")
 #: vLLM's ``gpu_memory_utilization`` default: the fraction of each GPU's memory the engine
@@ -113,6 +116,7 @@ class RolloutPool:
     cuda_graphs: bool = False   # decode steps replayed from CUDA graphs (serve.cuda_graphs)
     host_overhead: str = "none"  # ROLLOUT_HOST: the engine's CPU time per step
     sampler: str = "none"  # ROLLOUT_SAMPLERS
+    post_process: str = "none"  # ROLLOUT_POSTS
 
     @property
     def replica_gpus(self) -> int:
@@ -246,7 +250,7 @@ _RULES: dict[str, tuple[str, Any]] = {
     "cp": ("pos", None),
     "kv_fraction": ("frac", None), "max_batch": ("pos", None), "kv_dtype": ("choice", KV_DTYPES),
     "cuda_graphs": ("bool", None), "host_overhead": ("choice", ROLLOUT_HOST),
-    "sampler": ("choice", ROLLOUT_SAMPLERS),
+    "sampler": ("choice", ROLLOUT_SAMPLERS), "post_process": ("choice", ROLLOUT_POSTS),
     "offload": ("choice", OFFLOADS), "offload_copy": ("choice", OFFLOAD_COPIES),
     "loss_logprob": ("choice", LOSS_LOGPROBS), "logprob_softmax": ("choice", LOGPROB_SOFTMAX),
     "host_dispatch": ("choice", HOST_DISPATCH),
@@ -393,7 +397,8 @@ def rl_from_dict(d: Any, source: str) -> RLConfig | None:
 _ECHO_DEFAULTS = (("train", "offload_copy", "line"), ("train", "host_dispatch", "none"),
                   ("train", "seq_host", "none"), ("train", "logprob_pipeline", "folded"),
                   ("train", "pp_p2p", "overlapped"), ("train", "logprob_softmax", "none"),
-                  ("rollout", "sampler", "none"), ("weight_sync", "gather", "node"))
+                  ("rollout", "sampler", "none"), ("weight_sync", "gather", "node"),
+                  ("rollout", "post_process", "none"))
 
 
 def summary_dict(cfg: RLConfig) -> dict:
