@@ -88,3 +88,27 @@ def test_step_compute_by_hand(tmp_path, mode):
         s = simulate(scenario(tmp_path / f"{mode}{sp}", sp, mode)).summary
         compute[sp] = s["breakdown_s"]["compute"]
     assert compute[False] - compute[True] == pytest.approx(2 * saved / HBM, rel=1e-9)
+
+
+def test_mla_latent_norms_in_the_step_plan_by_hand(tmp_path):
+    # a 1-layer MLA toy (hidden 512, q_lora 256, kv_lora 128) at TP 2 over 512 tokens:
+    # fwd.attn's q_a / kv_a RMSNorms (after the layer's two norms and adds) run on 256
+    # rows per rank with SP (Megatron-LM d98e8a6 multi_latent_attention.py), on
+    # 512 without; forward bytes 4·d + 4 per row
+    mla = {"attention": "mla", "q_lora_rank": 256, "kv_lora_rank": 128, "qk_rope_dim": 32,
+           "qk_nope_dim": 64, "v_head_dim": 64, "head_dim": 96}
+    rows = {}
+    for sp in (False, True):
+        d = tmp_path / str(sp)
+        d.mkdir()
+        path = two_gpu_scenario(d, model={"preset": "toy", "layers": 1, **mla},
+                                parallel={"tp": 2, "pp": 1, "ep": 1, "sequence_parallel": sp},
+                                schedule={"microbatches": 2, "seq_len": 512})
+        res = resolve(load_scenario(path))
+        attn = [o for o in layer_ops(res, 0, "fwd") if o.op == "fwd.attn"][0]
+        rows[sp] = [k.bytes for k in attn.kernels if k.name == "norm"]
+    # the layer's input and pre-MLP norms over hidden 512, the latent norms over 256, 128
+    assert rows[False] == [4 * 512 * 512 + 4 * 512] * 2 + [4 * 512 * 256 + 4 * 512,
+                                                           4 * 512 * 128 + 4 * 512]
+    assert rows[True] == [4 * 256 * 512 + 4 * 256] * 2 + [4 * 256 * 256 + 4 * 256,
+                                                          4 * 256 * 128 + 4 * 256]
