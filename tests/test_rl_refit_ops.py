@@ -30,11 +30,12 @@ def test_published_prices():
 def test_gather_ops_by_hand():
     """TP2 EP2 PP1: every key on the rank's own stage. 6 TP-sharded keys x (2 empty_like
     + cat) = 18; 8 expert keys on a one-rank expert-TP group x (empty_like + cat + the
-    one-rank all-gather) = 24; 8 expert keys x (stack + 2 empty) = 24: 66 ops, 8 unbinds."""
-    assert gather_ops(SPEC, tp=2, pp=1, ep=2) == (66, 8)
+    one-rank all-gather) = 24; 8 expert keys x (stack + 2 empty) = 24: 66 ops; each expert
+    key's 2 gathered tensors unbound: 16 views."""
+    assert gather_ops(SPEC, tp=2, pp=1, ep=2) == (66, 16)
     # PP2: half the 21 keys are another stage's (one empty each), half of the sharded
     # work stays: 10.5 + 9 + 12 + 24
-    assert gather_ops(SPEC, tp=2, pp=2, ep=2) == (55.5, 8)
+    assert gather_ops(SPEC, tp=2, pp=2, ep=2) == (55.5, 16)
     # EP1: 16 expert keys; 16 x (2 + 1) own + 16 x (stack + empty + one-rank all-gather)
     # and 6 x 3 TP-sharded: 48 + 48 + 18
     assert gather_ops(SPEC, tp=2, pp=1, ep=1) == (114, 16)
@@ -55,8 +56,8 @@ def test_host_ops_seconds_by_hand():
     """41 HF tensors in one bucket: pack 1 empty + 41 copy_ ops, 123 views; unpack 82."""
     h = host_ops(SPEC, tp=2, pp=1, ep=2, etp=1, hf_tensors=41, buckets=1)
     assert (h.pack_ops, h.pack_views, h.unpack_views, h.gc_calls) == (42, 123, 82, 3)
-    assert h.gather_s == pytest.approx(72 * EAGER_OP_S + 72 * VIEW_OP_S)
-    assert h.gather_s == pytest.approx(72 * 16.1e-6 + 72 * 3.3e-6)
+    assert h.gather_s == pytest.approx(72 * EAGER_OP_S + 80 * VIEW_OP_S)
+    assert h.gather_s == pytest.approx(72 * 16.1e-6 + 80 * 3.3e-6)
     assert h.transfer_s == pytest.approx(42 * 16.1e-6 + 205 * 3.3e-6)
     assert h.offload_s == pytest.approx(0.21)
 

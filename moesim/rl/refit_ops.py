@@ -14,7 +14,7 @@ collective calls (:mod:`moesim.rl.refit_calls`) and the Ray calls through the dr
    them and ``torch.cat``s them (113-115); on the other stages the key is a fresh
    ``torch.empty`` (119-121) the PP broadcast fills. An expert key is then stacked
    (``torch.stack``, 132), gets one ``torch.empty`` per EP rank (134-141), is all-gathered
-   and ``torch.unbind``-ed (145-147). An all-gather over a group of one rank (TP1, EP1)
+   and each of the ``ep`` gathered tensors ``torch.unbind``-ed (145-147). An all-gather over a group of one rank (TP1, EP1)
    is still called: :mod:`moesim.rl.refit_calls` counts collectives over groups of two or
    more, so such a call is one op here.
 2. **The Megatron-to-HF conversion** (``megatron_policy_worker.py``
@@ -116,8 +116,8 @@ def gather_ops(spec: ModelSpec, *, tp: int, pp: int, ep: int, etp: int = 1
     """(ops, views) ``gather_params`` issues on a mean rank per refit (module docstring,
     1.): a key of another stage one ``torch.empty``; a TP-sharded key of its own stage
     ``w`` ``empty_like``, a ``cat`` and, for ``w = 1``, the one-rank all-gather; an expert
-    key a ``stack``, ``ep`` ``empty``, for ``ep = 1`` the one-rank all-gather, and an
-    ``unbind`` (a view). Its own stage holds ``1/pp`` of the keys."""
+    key a ``stack``, ``ep`` ``empty``, for ``ep = 1`` the one-rank all-gather, and ``ep``
+    ``unbind`` (views). Its own stage holds ``1/pp`` of the keys."""
     k = megatron_keys(spec, ep)
     own = 1 / pp
 
@@ -127,7 +127,7 @@ def gather_ops(spec: ModelSpec, *, tp: int, pp: int, ep: int, etp: int = 1
     ops = k.total * (1 - own)
     ops += k.tp_sharded * own * sharded(tp) + k.expert * own * sharded(etp)
     ops += k.expert * (1 + ep + (1 if ep == 1 else 0))
-    return ops, float(k.expert)
+    return ops, float(k.expert * ep)
 
 
 def convert_ops(spec: ModelSpec, *, tp: int, etp: int = 1) -> tuple[int, int]:
