@@ -54,11 +54,13 @@ CAUSES = {
                        "steps, packing and loss log-probs are priced)",
     "refit": "priced: the optimizer states out into pageable memory at 2.8 GB/s, every "
              "GPU's gather through its own TP/PP/EP groups, the per-key calls, buckets "
-             "and pack copy; unpriced, no published per-item cost: gc.collect and "
-             "empty_cache per offload, a state_dict() and named_modules() per bucket, the "
-             "Megatron-to-HF conversion, Ray calls across nodes (the driver's calls are "
-             "priced on one node's published rate), vLLM's wake_up (cuMemCreate/cuMemMap "
-             "of the weights and the KV cache)",
+             "and pack copy, the driver's Ray calls and pickled metadata, the eager torch "
+             "ops of the gather, conversion, pack and unpack and the offloads' gc.collect "
+             "and empty_cache (calls: nemo-v03-ops); unpriced, no published per-item cost: "
+             "a state_dict() and named_modules() per bucket, the Python of the gather's "
+             "and the conversion's loops over the keys, Ray calls across nodes (the "
+             "driver's calls are priced on one node's published rate), vLLM's wake_up "
+             "(cuMemCreate/cuMemMap of the weights and the KV cache)",
     "generation": "vLLM 0.9.0's decode steps: the in-process engine's scheduling and "
                   "output processing are priced in series (vllm-inproc, from vLLM's "
                   "published GPU bubbles per decode step); vLLM 0.9.0's own per-request "
@@ -244,10 +246,11 @@ def main(argv: list[str] | None = None) -> int:
               "model through its own TP, PP and EP groups (rl.weight_sync.gather: groups), "
               "so the PP broadcast of the other stages crosses each GPU's NIC. The "
               "multi-node rows still miss several seconds: per bucket a state_dict(), "
-              "named_modules() and the Megatron-to-HF conversion in Python, "
-              "gc.collect and empty_cache, and vLLM's wake_up have no published cost; "
-              "the IPC handles' Ray calls and pickled metadata through the driver are "
-              "priced (rl.weight_sync.calls: nemo-v03, rl-refit.md). The Qwen3-30B-A3B "
+              "named_modules() and the Python of the gather's and the conversion's loops, "
+              "and vLLM's wake_up have no published cost; the IPC handles' Ray calls and "
+              "pickled metadata through the driver, the refit's eager torch ops and the "
+              "offloads' gc.collect and empty_cache are priced (rl.weight_sync.calls: "
+              "nemo-v03-ops, rl-refit.md). The Qwen3-30B-A3B "
               "row's trainer runs what pretraining runs (rl-moe-trainer.md); the 16k row's "
               "trainer layout beyond CP4 is not published (the 70B recipe's is taken).")
     return 0
