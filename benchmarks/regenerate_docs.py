@@ -40,6 +40,7 @@ PAGES: list[tuple[str, list[str], str]] = [
     ("deepseek-settings", ["deepseek_settings.py", "--profile", "PATH/train.json"], "profile"),
     ("serving-load", ["bench_serve_load.py"], ""),
     ("serving-published", ["serving_published.py"], ""),
+    ("ll-sms-logs", ["ll_sms_logs.py"], ""),
     ("serving-steps", ["bench_serve.py"], ""),
     ("rl", ["bench_rl.py"], ""),
     ("rl-published", ["rl_published.py"], ""),

@@ -97,9 +97,9 @@ def sglang_decode(steps: int) -> None:
           "residual skew, so this is an upper bound on throughput. The blog's own decode "
           "profile has its MoE kernels \"25% slower\" than DeepSeek's and its combine 2x "
           "slower than DeepSeek's; moesim prices the kernels from published rates, the same "
-          "for both deployments. The combine's send and receive SM time is not published: "
-          "`ll_sms: compute` takes it at the dispatch's rate per message byte (an "
-          "assumption). EP64 on 8 nodes stands for EP72 on 9 (4 experts per GPU in both; 64 "
+          "for both deployments. `ll_sms: compute` prices the send and receive kernels' SM "
+          "time from DeepEP's published hook-mode logs, a fixed part and a part per "
+          "message (held-out errors on [ll-sms-logs](ll-sms-logs.md)). EP64 on 8 nodes stands for EP72 on 9 (4 experts per GPU in both; 64 "
           "peers, not 72). The blog's reproduction commands (sgl-project/sglang issue 6017) "
           "pass --cuda-graph-bs 256: the scenario replays CUDA graphs. The published "
           "figure is decode measured alone (\"assuming unlimited resources for the "
@@ -126,7 +126,8 @@ def _ll_parts(on: dict, off: dict) -> None:
     print("|---|---|---|---|")
     print(f"| dispatch send + receive on the SMs | {disp * 1e6:.1f} | 0 | "
           f"{ll_sms.DISPATCH_SM_S * 1e6:.0f} (\"0.06ms occupying SMs\", DeepEP unit test) |")
-    print(f"| combine send + receive on the SMs | {comb * 1e6:.1f} | 0 | not published |")
+    print(f"| combine send + receive on the SMs | {comb * 1e6:.1f} | 0 | hook-mode logs: "
+          "[ll-sms-logs](ll-sms-logs.md) |")
     for name, key in (("dispatch", "ep_dispatch"), ("combine", "ep_combine")):
         a, b = on["breakdown_s"][key] / calls, off["breakdown_s"][key] / calls
         print(f"| exposed {name} wait (busy-waiting) | {a * 1e6:.1f} | {b * 1e6:.1f} | |")
