@@ -140,3 +140,37 @@ def test_sliding_window_layers_hold_only_their_window():
     assert full.preemptions == 0 and full.time_s == pytest.approx(one_wave, rel=1e-12)
     # the capacity check's need: (110 + 16) / 2 layers, rounded up; every layer full: 110
     assert kv_need(110, [0, 16]) == 63 and kv_need(110, None) == 110
+
+
+def test_the_workers_loop_after_vllm_ends_each_replica():
+    # NeMo RL v0.3's worker copies each generated token's log-prob after vLLM returns
+    # (moesim.rl.worker_post): 12.04 us a token (7.04 the assignment + 5 the index op)
+    from moesim.rl import worker_post as wp
+    assert wp.PER_TOKEN_S == pytest.approx(12.04e-6, rel=1e-12)
+    assert list(wp.per_replica_s([10, 20, 30], [0, 1, 0], 3)) == pytest.approx(
+        [40 * 12.04e-6, 20 * 12.04e-6, 0.0], rel=1e-12)
+    # 4 samples dealt round robin to 2 replicas: replica 0 holds responses 5 and 5,
+    # replica 1 holds 3 and 3; each: one prefill of 2 x 10 tokens, then batch-2 decodes
+    prompt, resp = np.full(4, 10), np.array([5, 3, 5, 3])
+    pre = 0.5 + 0.01 * 20
+    t0 = pre + sum(1.0 + 0.1 * 2 + 0.001 * 2 * c for c in (11, 12, 13, 14))
+    t1 = pre + sum(1.0 + 0.1 * 2 + 0.001 * 2 * c for c in (11, 12))
+    off = generate(prompt, resp, COSTS, replicas=2, kv_tokens=10_000, max_batch=8)
+    assert list(off.replica) == [0, 1, 0, 1]
+    assert off.time_s == pytest.approx(t0, rel=1e-12) and off.post_s == 0.0
+    on = generate(prompt, resp, wp.PostProcessCosts(COSTS), replicas=2,
+                  kv_tokens=10_000, max_batch=8)
+    # replica 0 ends last: its last token, then its 10 tokens' loop
+    assert on.post_s == pytest.approx(10 * 12.04e-6, rel=1e-12)
+    assert on.time_s == pytest.approx(t0 + 10 * 12.04e-6, rel=1e-12)
+    assert list(on.finish_s) == list(off.finish_s)       # the samples' own finishes
+    assert on.steps == off.steps and on.long_tail_s == off.long_tail_s
+
+    class Uneven(wp.PostProcessCosts):
+        def worker_post_s(self, response, replica, replicas):
+            return np.array([0.0, 100.0])                # replica 1's loop outlasts
+    late = generate(prompt, resp, Uneven(COSTS), replicas=2, kv_tokens=10_000,
+                    max_batch=8)
+    assert late.time_s == pytest.approx(t1 + 100.0, rel=1e-12) and late.post_s == 100.0
+    with pytest.raises(ValueError, match="post_process"):
+        wp.PostProcessCosts(COSTS, "nemo-v09")

@@ -12,7 +12,11 @@ allocates them as tokens arrive and preempts by recompute when the cache is full
 times come from a :class:`moesim.traffic.step_costs.StepCosts` of one member.
 
 The step's generation ends with its longest sample; ``long_tail_s`` is the time from
-90 % of the samples done to the last.
+90 % of the samples done to the last. Where the step costs carry the worker's host work
+after its last step (``worker_post_s``: :class:`moesim.rl.worker_post.PostProcessCosts`,
+``rl.rollout.post_process``), each replica ends that much after its last sample and the
+generation with the replica that ends last (the batch's ``generate()`` waits for every
+worker); the samples' own finish times are the engines'.
 
 **Streamed** (:func:`stream`; ``rl.generation: stream``): the steps' samples are one
 queue in step order on the same engines, so a new prompt group starts as soon as a
@@ -47,6 +51,9 @@ class Generation:
     preemptions: int = 0                # samples evicted for recompute, summed
     #: per replica: (t_s, running sequences, KV used fraction) where the batch changes
     series: list[list[tuple[float, int, float]]] = field(default_factory=list)
+    #: the worker's host work after its last step on the replica that ends last
+    #: (``worker_post_s``; 0 without it), included in ``time_s``
+    post_s: float = 0.0
 
 
 def long_tail(finish_s: np.ndarray, fraction: float = 0.9) -> float:
@@ -101,7 +108,7 @@ class Rollout:
                  skip: bool = True, layer_windows: list[int] | None = None) -> None:
         prompt = np.asarray(prompt, dtype=np.int64)
         response = np.asarray(response, dtype=np.int64)
-        self.members = members
+        self.members, self.costs, self.replicas = members, costs, replicas
         n = len(prompt)
         groups = [[r * members + i for i in range(members)] for r in range(replicas)]
         self.sim = build_sim(costs, groups, kv_tokens, scheduler="vllm", router="round_robin",
@@ -177,11 +184,28 @@ class Rollout:
             raise ValueError("a sample does not fit the KV cache")   # checked by the caller
         finish = np.array([r.finish_s for r in reqs], dtype=float)
         rep = np.array([r.member // members for r in reqs], dtype=np.int64)
-        self.result = Generation(float(finish.max()) if n else 0.0, finish, rep,
-                                 long_tail(finish), sim.steps,
+        time_s, post_s = float(finish.max()) if n else 0.0, 0.0
+        worker_post = getattr(self.costs, "worker_post_s", None)
+        if worker_post is not None and n:
+            time_s, post_s = _with_post(finish, rep, np.array([r.output for r in reqs]),
+                                        self.replicas, worker_post)
+        self.result = Generation(time_s, finish, rep, long_tail(finish), sim.steps,
                                  sum(r.preemptions for r in reqs),
-                                 [_thin(s) for s in sim.series])
+                                 [_thin(s) for s in sim.series], post_s)
         return self.result
+
+
+def _with_post(finish: np.ndarray, rep: np.ndarray, response: np.ndarray, replicas: int,
+               worker_post) -> tuple[float, float]:
+    """(the generation's end, the post work of the replica that ends it): each replica
+    with samples ends at its last sample's finish plus ``worker_post(response, rep,
+    replicas)[replica]``."""
+    post = np.asarray(worker_post(response, rep, replicas), dtype=float)
+    last = np.full(replicas, -np.inf)
+    np.maximum.at(last, rep, finish)
+    end = last + post
+    k = int(np.argmax(end))
+    return float(end[k]), float(post[k])
 
 
 def stream(prompts: list, responses: list, costs: StepCosts, replicas: int, kv_tokens: int,

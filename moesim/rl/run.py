@@ -24,6 +24,7 @@ from moesim.rl.offload import HostMoves, setup_moves
 from moesim.rl.phases import Batch, StepWork, TrainerCosts, step_work
 from moesim.rl.sampler_v1 import SamplerStepCosts
 from moesim.rl.sync import PCIE_Bps, SyncResult, switch_cost, weight_sync
+from moesim.rl.worker_post import PostProcessCosts
 from moesim.scenario import load_scenario
 from moesim.scenario.blame import blame_overrides
 from moesim.scenario.resolved import Resolved
@@ -235,6 +236,8 @@ def simulate_rl(setup: RLSetup, steps: int, *, rollout_costs: StepCosts | None =
                 loss_logprob=tr.loss_logprob, logprob_softmax=tr.logprob_softmax)
     if ro.sampler != "none":         # vLLM 0.9.0's V1 sampler (moesim.rl.sampler_v1)
         rollout_costs = SamplerStepCosts(rollout_costs, res.compute, res.model.vocab, ro.tp)
+    if ro.post_process != "none":    # the worker's loop after vLLM (moesim.rl.worker_post)
+        rollout_costs = PostProcessCosts(rollout_costs, ro.post_process)
     works = []
     partial = cfg.partial_rollouts
     swap = reference_swap_s(res.model, tr, PCIE_Bps)
