@@ -17,6 +17,7 @@ import numpy as np
 from moesim.errors import InputError
 from moesim.rl.config import rl_config
 from moesim.rl.engine_costs import gpus_per_node, trainer_scenario_of
+from moesim.rl.executor import ExecutorStepCosts
 from moesim.rl.generate import Rollout, stream
 from moesim.rl.loop import Timeline, schedule, schedule_partial
 from moesim.rl.memory import reference_swap_s, replica_weight_bytes, rl_fits
@@ -236,6 +237,8 @@ def simulate_rl(setup: RLSetup, steps: int, *, rollout_costs: StepCosts | None =
                 loss_logprob=tr.loss_logprob, logprob_softmax=tr.logprob_softmax)
     if ro.sampler != "none":         # vLLM 0.9.0's V1 sampler (moesim.rl.sampler_v1)
         rollout_costs = SamplerStepCosts(rollout_costs, res.compute, res.model.vocab, ro.tp)
+    if ro.executor != "none":        # vLLM's Ray executor per step (moesim.rl.executor)
+        rollout_costs = ExecutorStepCosts(rollout_costs, ro.executor)
     if ro.post_process != "none":    # the worker's loop after vLLM (moesim.rl.worker_post)
         rollout_costs = PostProcessCosts(rollout_costs, ro.post_process)
     works = []

@@ -94,6 +94,9 @@ ROLLOUT_SAMPLERS = ("none", "vllm-v1")
 #: the rollout worker's host work after vLLM returns (moesim.rl.worker_post): ``none`` or
 #: ``nemo-v03`` (NeMo RL v0.3's per-token log-prob copy loop)
 ROLLOUT_POSTS = ("none", "nemo-v03")
+#: the rollout engines' executor (moesim.rl.executor): ``none`` (no executor's time) or
+#: ``ray`` (vLLM V1's Ray Compiled Graph executor, as NeMo RL runs multi-GPU engines)
+ROLLOUT_EXECUTORS = ("none", "ray")
 #: the rollout engines' CPU time per step (serve.host_overhead's choices)
 ROLLOUT_HOST = ("none", "vllm", "vllm-async", "sglang", "vllm-inproc")
 #: vLLM's ``gpu_memory_utilization`` default: the fraction of each GPU's memory the engine
@@ -117,6 +120,7 @@ class RolloutPool:
     host_overhead: str = "none"  # ROLLOUT_HOST: the engine's CPU time per step
     sampler: str = "none"  # ROLLOUT_SAMPLERS
     post_process: str = "none"  # ROLLOUT_POSTS
+    executor: str = "none"  # ROLLOUT_EXECUTORS
 
     @property
     def replica_gpus(self) -> int:
@@ -251,6 +255,7 @@ _RULES: dict[str, tuple[str, Any]] = {
     "kv_fraction": ("frac", None), "max_batch": ("pos", None), "kv_dtype": ("choice", KV_DTYPES),
     "cuda_graphs": ("bool", None), "host_overhead": ("choice", ROLLOUT_HOST),
     "sampler": ("choice", ROLLOUT_SAMPLERS), "post_process": ("choice", ROLLOUT_POSTS),
+    "executor": ("choice", ROLLOUT_EXECUTORS),
     "offload": ("choice", OFFLOADS), "offload_copy": ("choice", OFFLOAD_COPIES),
     "loss_logprob": ("choice", LOSS_LOGPROBS), "logprob_softmax": ("choice", LOGPROB_SOFTMAX),
     "host_dispatch": ("choice", HOST_DISPATCH),
@@ -398,7 +403,7 @@ _ECHO_DEFAULTS = (("train", "offload_copy", "line"), ("train", "host_dispatch", 
                   ("train", "seq_host", "none"), ("train", "logprob_pipeline", "folded"),
                   ("train", "pp_p2p", "overlapped"), ("train", "logprob_softmax", "none"),
                   ("rollout", "sampler", "none"), ("weight_sync", "gather", "node"),
-                  ("rollout", "post_process", "none"))
+                  ("rollout", "post_process", "none"), ("rollout", "executor", "none"))
 
 
 def summary_dict(cfg: RLConfig) -> dict:
