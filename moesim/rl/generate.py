@@ -16,7 +16,11 @@ The step's generation ends with its longest sample; ``long_tail_s`` is the time 
 after its last step (``worker_post_s``: :class:`moesim.rl.worker_post.PostProcessCosts`,
 ``rl.rollout.post_process``), each replica ends that much after its last sample and the
 generation with the replica that ends last (the batch's ``generate()`` waits for every
-worker); the samples' own finish times are the engines'.
+worker); the samples' own finish times are the engines'. Where they carry
+``prefix_group`` (:class:`moesim.rl.prefix_cache.PrefixCacheCosts`,
+``rl.rollout.prefix_cache``), the samples are dealt in contiguous shards, one per member,
+and a group's later samples on a member prefill only what vLLM's prefix cache does not
+hold (the batch generation; not :func:`stream`).
 
 **Streamed** (:func:`stream`; ``rl.generation: stream``): the steps' samples are one
 queue in step order on the same engines, so a new prompt group starts as soon as a
@@ -114,8 +118,8 @@ class Rollout:
         self.sim = build_sim(costs, groups, kv_tokens, scheduler="vllm", router="round_robin",
                              max_seqs=max_batch, layer_windows=layer_windows)
         self.sim.skip = skip
-        self.reqs = [Request(id=i, arrival_s=0.0, prompt=int(prompt[i]),
-                             output=int(response[i]), tag=i) for i in range(n)]
+        self.reqs = _requests(prompt, response, getattr(costs, "prefix_group", None),
+                              replicas * members)
         self.first_version = np.full(n, version, dtype=np.int64)
         self.last_version = np.full(n, version, dtype=np.int64)
         self.paused_s = 0.0
@@ -193,6 +197,28 @@ class Rollout:
                                  sum(r.preemptions for r in reqs),
                                  [_thin(s) for s in sim.series], post_s)
         return self.result
+
+
+def _requests(prompt: np.ndarray, response: np.ndarray, group: int | None,
+              ways: int) -> list[Request]:
+    """The samples as requests (``tag``: the sample's index), in id order: the samples'
+    own order, or, with ``group`` (the costs' ``prefix_group``,
+    :mod:`moesim.rl.prefix_cache`), the order that deals contiguous shards round robin
+    over the ``ways`` members, each sample prefilling only what its group's prompt does
+    not already hold on its member."""
+    n = len(prompt)
+    if not group:
+        return [Request(id=i, arrival_s=0.0, prompt=int(prompt[i]), output=int(response[i]),
+                        tag=i) for i in range(n)]
+    from moesim.rl.prefix_cache import prefill_tokens, submit_order
+
+    order = submit_order(n, ways)
+    left = prefill_tokens(prompt, group, order, ways)
+    pos = np.empty(n, dtype=np.int64)
+    pos[order] = np.arange(n)
+    return [Request(id=int(pos[i]), arrival_s=0.0, prompt=int(prompt[i]),
+                    output=int(response[i]), prefill_left=int(left[i]), tag=i)
+            for i in range(n)]
 
 
 def _with_post(finish: np.ndarray, rep: np.ndarray, response: np.ndarray, replicas: int,

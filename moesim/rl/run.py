@@ -23,6 +23,7 @@ from moesim.rl.loop import Timeline, schedule, schedule_partial
 from moesim.rl.memory import reference_swap_s, replica_weight_bytes, rl_fits
 from moesim.rl.offload import HostMoves, setup_moves
 from moesim.rl.phases import Batch, StepWork, TrainerCosts, step_work
+from moesim.rl.prefix_cache import PrefixCacheCosts
 from moesim.rl.sampler_v1 import SamplerStepCosts
 from moesim.rl.sync import PCIE_Bps, SyncResult, switch_cost, weight_sync
 from moesim.rl.worker_post import PostProcessCosts
@@ -239,6 +240,8 @@ def simulate_rl(setup: RLSetup, steps: int, *, rollout_costs: StepCosts | None =
         rollout_costs = SamplerStepCosts(rollout_costs, res.compute, res.model.vocab, ro.tp)
     if ro.executor != "none":        # vLLM's Ray executor per step (moesim.rl.executor)
         rollout_costs = ExecutorStepCosts(rollout_costs, ro.executor)
+    if ro.prefix_cache != "none":    # a group's shared prompt cached (moesim.rl.prefix_cache)
+        rollout_costs = PrefixCacheCosts(rollout_costs, cfg.samples_per_prompt)
     if ro.post_process != "none":    # the worker's loop after vLLM (moesim.rl.worker_post)
         rollout_costs = PostProcessCosts(rollout_costs, ro.post_process)
     works = []

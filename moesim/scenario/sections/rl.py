@@ -97,6 +97,10 @@ ROLLOUT_POSTS = ("none", "nemo-v03")
 #: the rollout engines' executor (moesim.rl.executor): ``none`` (no executor's time) or
 #: ``ray`` (vLLM V1's Ray Compiled Graph executor, as NeMo RL runs multi-GPU engines)
 ROLLOUT_EXECUTORS = ("none", "ray")
+#: the rollout engines' prefix cache (moesim.rl.prefix_cache): ``none`` (every sample
+#: prefills its prompt) or ``vllm`` (vLLM's automatic prefix caching over each group's
+#: shared prompt, the samples dealt in contiguous shards as NeMo RL's generate() does)
+ROLLOUT_PREFIX_CACHES = ("none", "vllm")
 #: the rollout engines' CPU time per step (serve.host_overhead's choices)
 ROLLOUT_HOST = ("none", "vllm", "vllm-async", "sglang", "vllm-inproc")
 #: vLLM's ``gpu_memory_utilization`` default: the fraction of each GPU's memory the engine
@@ -121,6 +125,7 @@ class RolloutPool:
     sampler: str = "none"  # ROLLOUT_SAMPLERS
     post_process: str = "none"  # ROLLOUT_POSTS
     executor: str = "none"  # ROLLOUT_EXECUTORS
+    prefix_cache: str = "none"  # ROLLOUT_PREFIX_CACHES
 
     @property
     def replica_gpus(self) -> int:
@@ -255,7 +260,7 @@ _RULES: dict[str, tuple[str, Any]] = {
     "kv_fraction": ("frac", None), "max_batch": ("pos", None), "kv_dtype": ("choice", KV_DTYPES),
     "cuda_graphs": ("bool", None), "host_overhead": ("choice", ROLLOUT_HOST),
     "sampler": ("choice", ROLLOUT_SAMPLERS), "post_process": ("choice", ROLLOUT_POSTS),
-    "executor": ("choice", ROLLOUT_EXECUTORS),
+    "executor": ("choice", ROLLOUT_EXECUTORS), "prefix_cache": ("choice", ROLLOUT_PREFIX_CACHES),
     "offload": ("choice", OFFLOADS), "offload_copy": ("choice", OFFLOAD_COPIES),
     "loss_logprob": ("choice", LOSS_LOGPROBS), "logprob_softmax": ("choice", LOGPROB_SOFTMAX),
     "host_dispatch": ("choice", HOST_DISPATCH),
@@ -403,7 +408,8 @@ _ECHO_DEFAULTS = (("train", "offload_copy", "line"), ("train", "host_dispatch", 
                   ("train", "seq_host", "none"), ("train", "logprob_pipeline", "folded"),
                   ("train", "pp_p2p", "overlapped"), ("train", "logprob_softmax", "none"),
                   ("rollout", "sampler", "none"), ("weight_sync", "gather", "node"),
-                  ("rollout", "post_process", "none"), ("rollout", "executor", "none"))
+                  ("rollout", "post_process", "none"), ("rollout", "executor", "none"),
+                  ("rollout", "prefix_cache", "none"))
 
 
 def summary_dict(cfg: RLConfig) -> dict:
