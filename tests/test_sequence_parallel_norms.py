@@ -20,6 +20,9 @@ from tests._util import two_gpu_scenario
 TOY = PRESETS["toy"]
 H = 512
 HBM = 3.35e12 * 0.8        # H100 SXM HBM3 x the roofline's streaming efficiency
+#: a small MLA attention for the toy (DeepSeek-V3's shape, scaled down)
+MLA = {"attention": "mla", "q_lora_rank": 256, "kv_lora_rank": 128, "qk_rope_dim": 32,
+       "qk_nope_dim": 64, "v_head_dim": 64, "head_dim": 96}
 
 
 def scenario(tmp_path, sp: bool, mode: str = "exact"):
@@ -95,13 +98,11 @@ def test_mla_latent_norms_in_the_step_plan_by_hand(tmp_path):
     # fwd.attn's q_a / kv_a RMSNorms (after the layer's two norms and adds) run on 256
     # rows per rank with SP (Megatron-LM d98e8a6 multi_latent_attention.py), on
     # 512 without; forward bytes 4·d + 4 per row
-    mla = {"attention": "mla", "q_lora_rank": 256, "kv_lora_rank": 128, "qk_rope_dim": 32,
-           "qk_nope_dim": 64, "v_head_dim": 64, "head_dim": 96}
     rows = {}
     for sp in (False, True):
         d = tmp_path / str(sp)
         d.mkdir()
-        path = two_gpu_scenario(d, model={"preset": "toy", "layers": 1, **mla},
+        path = two_gpu_scenario(d, model={"preset": "toy", "layers": 1, **MLA},
                                 parallel={"tp": 2, "pp": 1, "ep": 1, "sequence_parallel": sp},
                                 schedule={"microbatches": 2, "seq_len": 512})
         res = resolve(load_scenario(path))
@@ -112,3 +113,26 @@ def test_mla_latent_norms_in_the_step_plan_by_hand(tmp_path):
                                                            4 * 512 * 128 + 4 * 512]
     assert rows[True] == [4 * 256 * 512 + 4 * 256] * 2 + [4 * 256 * 256 + 4 * 256,
                                                           4 * 256 * 128 + 4 * 256]
+
+
+
+@pytest.mark.parametrize("mode", ["exact", "fast"])
+def test_mla_step_compute_by_hand(tmp_path, mode):
+    # the toy step above with MLA: beyond the layer's and the final norms, SP saves the
+    # latent norms' half per micro-batch: forward (4·256·256 + 4·256) + (4·256·128 + 4·256),
+    # backward (6·256·256 + 4·256) + (6·256·128 + 4·256)
+    layer = 2 * 525312 + 2 * 786432 + 2 * 787456 + 2 * 786432
+    final = 525312 + 787456
+    latent = 263168 + 132096 + 394240 + 197632
+    compute = {}
+    for sp in (False, True):
+        d = tmp_path / f"{mode}{sp}"
+        d.mkdir()
+        path = two_gpu_scenario(d, model={"preset": "toy", "layers": 1, **MLA},
+                                parallel={"tp": 2, "pp": 1, "ep": 1, "sequence_parallel": sp},
+                                schedule={"microbatches": 2, "seq_len": 512},
+                                engine={"mode": mode})
+        s = simulate(resolve(load_scenario(path))).summary
+        compute[sp] = s["breakdown_s"]["compute"]
+    saved = layer + final + latent
+    assert compute[False] - compute[True] == pytest.approx(2 * saved / HBM, rel=1e-9)
