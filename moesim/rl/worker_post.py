@@ -2,11 +2,11 @@
 generated token's log-probability into a tensor (``rl.rollout.post_process: nemo-v03``).
 
 NeMo RL v0.3.0 (NVIDIA-NeMo/RL b1c86a816) asks vLLM for the sampled token's log-prob
-(``SamplingParams(logprobs=0)``, nemo_rl/models/generation/vllm.py:425-431), so vLLM
+(``SamplingParams(logprobs=0)``, nemo_rl/models/generation/vllm.py:421-431), so vLLM
 0.9.0's output processor returns one ``{token_id: Logprob}`` dict per generated token
 (vllm/v1/engine/logprobs.py ``LogprobsProcessor._update_sample_logprobs``: ``logprobs``
 is a list whenever ``num_logprobs`` is not None, 0 included). After ``self.llm.generate``
-returns, each vLLM worker (``VllmGenerationWorker.generate``, vllm.py:520-575) loops over
+returns, each vLLM worker (``VllmGenerationWorker.generate``, vllm.py:496-545) loops over
 its samples and, inside, over every generated token::
 
     sequence_length = input_lengths[i]            # a 0-d tensor: no .item()
