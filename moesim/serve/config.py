@@ -86,7 +86,8 @@ def serving_scenario(scn: Scenario, cfg: ServeConfig, world: int | None = None) 
     """The training-step scenario whose forward pass is the serving step: pp 1, dp =
     world / tp (attention DP), ``cfg.ep``, the EP backend, the micro-batches (one
     micro-batch = ``requests_per_group / m`` sequences of ``prompt`` tokens for prefill,
-    of 1 token for decode) and the EP overlap for two micro-batches.
+    of 1 token for decode, of ``1 + draft_tokens`` with ``serve.mtp``) and the EP overlap
+    for two micro-batches.
 
     ``cuda_graphs`` (decode only): the step is replayed from a CUDA graph, as vLLM
     (vllm/config/model.py: ``ModelConfig.enforce_eager`` defaults to False, "use CUDA
@@ -120,7 +121,9 @@ def serving_scenario(scn: Scenario, cfg: ServeConfig, world: int | None = None) 
                                                     sms=scn.parallel.ep_backend.sms))
     m = cfg.microbatches
     per_mb = cfg.requests_per_group() // m
-    seq = cfg.prompt if cfg.phase == "prefill" else 1
+    # decode: one token per request, or with serve.mtp the verified token and its draft
+    # tokens (the target's verify forward, moesim.serve.mtp)
+    seq = cfg.prompt if cfg.phase == "prefill" else cfg.tokens_per_request
     sch = ScheduleConfig(kind="gpipe", microbatches=m, micro_batch_size=per_mb, seq_len=seq,
                          step=cfg.step)
     graphs = (WHOLE_STEP_GRAPH,) if cfg.cuda_graphs and cfg.phase == "decode" else ()

@@ -41,7 +41,7 @@ from moesim.program.overlap import (
 from moesim.program.timer import Timer
 from moesim.scenario.sections.serve import ServeConfig
 from moesim.serve import costs as serve_costs
-from moesim.serve import ll_sms
+from moesim.serve import ll_sms, mtp
 from moesim.serve.five_stage import ATTN_PARTS, DELTA_STAGES, split_attention
 from moesim.serve.head import FP32_BYTES, ID_BYTES
 from moesim.serve.prefill_tbo import sglang_prefill_stages
@@ -76,6 +76,8 @@ class ServeBuilder:
 
     def __init__(self, res, cfg: ServeConfig, replicas: str = "independent",
                  dedup: bool = False, routing_cache: dict | None = None) -> None:
+        # serve.mtp: the MTP depth's decoder layer runs as one more layer (moesim.serve.mtp)
+        res = mtp.with_draft(res, cfg)
         self.builder = b = Builder(res, cfg.step, replicas, dedup)
         self.cfg = cfg
         self.spec, self.tp, self.tokens = b.spec, b.tp, b.tokens
@@ -85,8 +87,12 @@ class ServeBuilder:
             b.routes.dedup_cache = routing_cache
         self.kv_bytes = cfg.kv_bytes
         # tokens that reach the LM head per micro-batch: one per request (prefill samples
-        # the first output token from each prompt's last position)
-        self.head_tokens = res.scenario.schedule.micro_batch_size
+        # the first output token from each prompt's last position); serve.mtp: the
+        # verify's 1 + k per request, and the draft's one per request
+        self.requests = res.scenario.schedule.micro_batch_size
+        self.draft = mtp.draft_layer(self.spec)
+        self.head_tokens = (self.requests if self.draft is None else
+                            self.tokens + self.requests)
         if cfg.decode_overlap == "five_stage":
             # the fast engine runs this chain (moesim.engine.fast.forward.simulate_forward)
             from moesim.serve.five_stage import FiveStageChain
@@ -201,6 +207,9 @@ class ServeBuilder:
                                                          self.kv_bytes, cfg.mla_prefill, sp)
         ks = serve_costs.decode_attention_kernels(spec, self.tokens, int(span), tp,
                                                   self.kv_bytes, cfg.mla_decode, sp)
+        # serve.mtp: 1 + k queries per request, one read of each request's cache
+        ks = mtp.verify_core(ks, spec, self.tokens, cfg.tokens_per_request, int(span), tp,
+                             self.kv_bytes)
         if self._ll_layer(layer):     # the combine's first, the dispatch's last
             return [self.ll[0], *ks, self.ll[1]]
         return ks
@@ -225,8 +234,18 @@ class ServeBuilder:
         insert_op(prog, at + 1, one[0])
 
     def head_kernels(self):
-        """The LM head's kernels for one micro-batch (:class:`ForwardStep`)."""
-        return serve_costs.head_kernels(self.spec, self.head_tokens, self.tp)
+        """The LM head's kernels for one micro-batch (:class:`ForwardStep`); with
+        ``serve.mtp`` the verify's head over every token, then the draft's kernels besides
+        its decoder layer (:func:`moesim.serve.mtp.draft_head_kernels`)."""
+        if self.draft is None:
+            return serve_costs.head_kernels(self.spec, self.head_tokens, self.tp)
+        return [*serve_costs.head_kernels(self.spec, self.tokens, self.tp),
+                *self.draft_kernels()]
+
+    def draft_kernels(self):
+        """``serve.mtp``: the draft's kernels besides its decoder layer (one micro-batch)."""
+        return mtp.draft_head_kernels(self.spec, self.tokens, self.requests, self.tp,
+                                      serve_costs.head_kernels)
 
     def head_tp_s(self, rings, group: tuple[int, ...]) -> float:
         """The distributed top-k over the TP ``group`` on the fast engine's ring model:

@@ -19,6 +19,7 @@ from moesim.scenario import load_scenario
 from moesim.scenario.blame import blame_overrides
 from moesim.scenario.resolved import Resolved
 from moesim.scenario.sections.serve import ServeConfig
+from moesim.serve import mtp
 from moesim.serve.config import (
     check_training_layout_unset,
     serve_section,
@@ -26,7 +27,7 @@ from moesim.serve.config import (
 )
 from moesim.serve.host import HostStep, host_spans, host_step
 from moesim.serve.memory import serve_memory
-from moesim.serve.program import build_serve_step
+from moesim.serve.program import ServeBuilder
 from moesim.trace.result import SimResult
 from moesim.wiring import resolve
 
@@ -46,6 +47,7 @@ def resolve_serve(target: str | Path, overrides=()) -> tuple[Resolved, ServeConf
         try:
             res = resolve(serving_scenario(scn, cfg))
             serving_scenario(scn, cfg, res.layout.world)   # attn_dp and tp against the world
+            mtp.with_draft(res, cfg)          # serve.mtp: the model has an MTP depth
             if cfg.prefill_overlap == "sglang" and res.scenario.engine.mode == "fast":
                 raise InputError(scn.source, "serve.prefill_overlap", "segments on the fast "
                                  "engine (SGLang's prefill order runs on the exact engine: "
@@ -68,28 +70,44 @@ def simulate_serve(res: Resolved, cfg: ServeConfig, *, progress=None,
     summary (:func:`serve_summary`). ``spans=False``: the fast engine keeps none (a step
     priced for a surface; the exact engine keeps its own). ``host_overhead`` (default:
     ``cfg.host_overhead``) names the engine whose CPU time per step is added
-    (:mod:`moesim.serve.host`)."""
+    (:mod:`moesim.serve.host`). With ``serve.mtp`` the step is speculative decoding's
+    (:mod:`moesim.serve.mtp`: the verify forward and the draft's layer)."""
+    res = mtp.with_draft(res, cfg)
     if res.scenario.engine.mode == "fast":
         from moesim.serve.fast import simulate_serve_fast
+        builders: list = []
         with collector.paused():   # as for a training step (moesim.engine.collector)
             result, plan = simulate_serve_fast(res, cfg, progress=progress,
-                                               span_ranks=64 if spans else 0)
+                                               span_ranks=64 if spans else 0,
+                                               builders=builders)
         h = _with_host(result, cfg, host_overhead)
-        result.summary = serve_summary(res, cfg, result.summary, plan, h)
+        result.summary = serve_summary(res, cfg, result.summary, plan, h,
+                                       _draft_s(result, builders[-1], cfg))
         result.summary["engine"] = "fast"
         return result
-    plans = []
+    plans, builders = [], []
 
     def build(r, replicas="independent", dedup=False):
-        plans.append(build_serve_step(r, cfg, replicas=replicas, dedup=dedup))
+        builders.append(ServeBuilder(r, cfg, replicas, dedup))
+        plans.append(builders[-1].build())
         return plans[-1]
 
     with collector.paused():
         result = simulate_exact(res, progress=progress, record_series=record_series,
                                 build=build)
     h = _with_host(result, cfg, host_overhead)
-    result.summary = serve_summary(res, cfg, result.summary, plans[-1], h)
+    result.summary = serve_summary(res, cfg, result.summary, plans[-1], h,
+                                   _draft_s(result, builders[-1], cfg))
     return result
+
+
+def _draft_s(result: SimResult, sb: ServeBuilder, cfg: ServeConfig) -> float | None:
+    """``serve.mtp``: rank 0's compute on the draft (its decoder layer's spans and its
+    other kernels, priced by the step's compute model), None without spans or MTP."""
+    if not mtp.active(cfg):
+        return None
+    t, _ = sb.builder.timer(("mtp", "draft"), sb.draft_kernels)
+    return mtp.draft_compute_s(result.spans, sb.spec, t * sb.builder.m)
 
 
 def _with_host(result: SimResult, cfg: ServeConfig, name: str | None) -> HostStep | None:
@@ -116,14 +134,14 @@ def _echo(cfg: ServeConfig) -> dict:
     for key, default in (("host_overhead", "none"), ("decode_overlap", "segments"),
                          ("gemm_sms", "all"), ("mla_decode", "gemm"),
                          ("mla_prefill", "training"), ("prefill_overlap", "segments"),
-                         ("ll_sms", "none")):
+                         ("ll_sms", "none"), ("mtp", None)):
         if d.get(key) == default:
             del d[key]
     return d
 
 
 def serve_summary(res: Resolved, cfg: ServeConfig, s: dict, plan,
-                  host: HostStep | None = None) -> dict:
+                  host: HostStep | None = None, draft_s: float | None = None) -> dict:
     """The serving fields on top of the engine's summary: phase, ttft_s (prefill) or
     tpot_s (decode), tokens/s (in all and per GPU), the serving memory table, and with a
     ``host_overhead`` the step's CPU time (``host``: :meth:`HostStep.summary`)."""
@@ -131,13 +149,15 @@ def serve_summary(res: Resolved, cfg: ServeConfig, s: dict, plan,
     world = res.layout.world
     tokens = plan.tokens_per_step
     requests = cfg.requests_per_group() * res.layout.dp
+    if mtp.active(cfg):        # tokens emitted: 1 + acceptance per request (moesim.serve.mtp)
+        tokens = requests * mtp.emitted_tokens(cfg)
     out = {"scenario": s["scenario"], "phase": cfg.phase, "world": world,
            "step_time_s": step}
     if cfg.phase == "prefill":
         out["ttft_s"] = step          # the batch's prompts, first token sampled (no queueing)
     else:
-        out["tpot_s"] = step
-        out["request_decode_s"] = cfg.output * step
+        out["tpot_s"] = step / mtp.emitted_tokens(cfg)
+        out["request_decode_s"] = cfg.output * out["tpot_s"]
     tps = tokens / step if step > 0 else 0.0
     memory = serve_memory(res, cfg, plan.rank_received)
     fit = fit_summary(step_fits(memory, "serving step"))   # as every command reports it
@@ -162,6 +182,8 @@ def serve_summary(res: Resolved, cfg: ServeConfig, s: dict, plan,
         out["eplb"] = s["eplb"]
     if host is not None:
         out["host"] = host.summary()
+    if mtp.active(cfg):
+        out["mtp"] = mtp.summary(cfg, step, draft_s)
     if "sim_wall_s" in s:
         out["sim_wall_s"] = s["sim_wall_s"]
     return out

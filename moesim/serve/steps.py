@@ -23,6 +23,7 @@ from __future__ import annotations
 import dataclasses
 
 from moesim.scenario.resolved import Resolved
+from moesim.serve import mtp
 from moesim.serve.config import ServeConfig, serving_scenario
 from moesim.serve.host import host_step
 from moesim.wiring import resolve
@@ -84,7 +85,7 @@ class ServeSteps:
         the engine's CPU time per step included (``serve.host_overhead``,
         :mod:`moesim.serve.host`)."""
         cfg = self.config(**changes)
-        res = self.resolved(cfg)
+        res = mtp.with_draft(self.resolved(cfg), cfg)    # serve.mtp: the draft's layer
         self.sims += 1
         if len(self._routing) > ROUTING_CACHE_MAX:
             self._routing.clear()

@@ -37,6 +37,9 @@ serve:
                            # combines are done (moesim.serve.prefill_tbo; exact engine)
   ll_sms: none             # none | compute: DeepEP's low-latency send and receive kernels
                            # hold no SMs, or run on the compute stream (moesim.serve.ll_sms)
+  mtp:                     # optional (decode): speculative decoding with the model's MTP
+    draft_tokens: 1        # module as draft (moesim.serve.mtp); draft tokens per request
+    acceptance: 0.875      # probability the draft token is accepted (0..1)
 ```
 """
 
@@ -87,6 +90,24 @@ PREFILL_OVERLAPS = ("segments", "sglang")
 #: send and receive kernels run on the compute stream, as SGLang calls them with the
 #: receive hook (:mod:`moesim.serve.ll_sms`)
 LL_SMS = ("none", "compute")
+#: ``serve.mtp.draft_tokens``: draft tokens per request and step that moesim runs (SGLang's
+#: one-step EAGLE draft with DeepSeek's NextN module: ``--speculative-num-steps 1``;
+#: moesim.serve.mtp)
+MTP_DRAFT_TOKENS = (1,)
+
+
+@dataclass(frozen=True)
+class MTPConfig:
+    """``serve.mtp``: speculative decoding with the model's multi-token-prediction module
+    as the draft (:mod:`moesim.serve.mtp`)."""
+    draft_tokens: int = 1
+    acceptance: float = 0.875
+
+    @property
+    def emitted(self) -> float:
+        """Tokens a request emits per step: the verified token plus each draft token
+        accepted (one draft token: ``1 + acceptance``)."""
+        return 1.0 + self.acceptance
 
 
 @dataclass(frozen=True)
@@ -112,6 +133,14 @@ class ServeConfig:
     mla_prefill: str = "training"
     prefill_overlap: str = "segments"
     ll_sms: str = "none"
+    mtp: MTPConfig | None = None
+
+    @property
+    def tokens_per_request(self) -> int:
+        """Tokens each request puts through the model in a decode step: one, or with
+        ``mtp`` the verified token and its draft tokens."""
+        on = self.mtp is not None and self.phase == "decode"
+        return 1 + (self.mtp.draft_tokens if on else 0)
 
     @property
     def microbatches(self) -> int:
@@ -138,7 +167,7 @@ class ServeConfig:
 
     def tokens_per_group(self) -> int:
         """Tokens one TP group computes in the step (prompt tokens or one per request)."""
-        per = self.prompt if self.phase == "prefill" else 1
+        per = self.prompt if self.phase == "prefill" else self.tokens_per_request
         return self.requests_per_group() * per
 
 
@@ -209,6 +238,8 @@ def serve_from_dict(d: Any, source: str) -> ServeConfig:
     for k in ("two_microbatch", "cuda_graphs"):
         if k in d and not isinstance(d[k], bool):
             raise InputError(source, f"serve.{k}", "true or false", d[k])
+    if d.get("mtp") is not None:
+        d["mtp"] = _mtp_from(d["mtp"], d.get("phase", "decode"), source)
     cfg = as_written(ServeConfig(**d), written)
     if cfg.requests_per_group() % cfg.microbatches:
         raise InputError(source, "serve.batch_per_gpu",
@@ -248,6 +279,30 @@ def serve_from_dict(d: Any, source: str) -> ServeConfig:
     return cfg
 
 
+def _mtp_from(m: Any, phase: Any, source: str) -> MTPConfig:
+    """The ``serve.mtp`` mapping, checked: a decode step's draft of one token with an
+    acceptance probability in [0, 1]."""
+    if phase != "decode":
+        raise InputError(source, "serve.phase", "decode with serve.mtp (speculative "
+                         "decoding drafts output tokens)", phase)
+    if not isinstance(m, dict):
+        raise InputError(source, "serve.mtp", "a mapping {draft_tokens: 1, acceptance: "
+                         "0..1}", m)
+    for k in m:
+        if k not in ("draft_tokens", "acceptance"):
+            raise InputError(source, f"serve.mtp.{k}", "one of the keys draft_tokens, "
+                             "acceptance", k)
+    k = m.get("draft_tokens", 1)
+    if not _int_ok(k, 1) or k not in MTP_DRAFT_TOKENS:
+        raise InputError(source, "serve.mtp.draft_tokens", "1 (SGLang's one-step draft; "
+                         "longer drafts are not modelled)", k)
+    a = m.get("acceptance", MTPConfig.acceptance)
+    if isinstance(a, bool) or not isinstance(a, int | float) or not 0 <= a <= 1:
+        raise InputError(source, "serve.mtp.acceptance", "a probability between 0 and 1 "
+                         "(DeepSeek-V3 report §5.4.3: 0.85-0.90 for the second token)", a)
+    return MTPConfig(draft_tokens=k, acceptance=float(a))
+
+
 def _check_overlap(cfg: ServeConfig, source: str) -> None:
     """``decode_overlap: five_stage`` is a decode step of two micro-batches over DeepEP's
     low-latency kernels, whose hook-based receive holds no SMs while data moves
@@ -279,7 +334,7 @@ def _check_size(cfg: ServeConfig, source: str) -> None:
                          f"<= {MAX_MICRO_BATCH_SIZE:,} requests per micro-batch of a TP "
                          f"group (tp={cfg.tp}, {cfg.microbatches} micro-batch(es); "
                          f"{_SIZE_NOTE})", cfg.batch_per_gpu)
-    per = cfg.prompt if cfg.phase == "prefill" else 1
+    per = cfg.prompt if cfg.phase == "prefill" else cfg.tokens_per_request
     if per_mb * per > MAX_TOKENS_PER_MICROBATCH:
         raise InputError(source, "serve.prompt", f"requests per micro-batch x prompt <= "
                          f"{MAX_TOKENS_PER_MICROBATCH:,} tokens per micro-batch of a TP group "
