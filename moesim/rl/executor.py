@@ -23,7 +23,7 @@ is not published, so the price does not grow with it.
 
 from __future__ import annotations
 
-import numpy as np
+from moesim.rl.step_wrap import StepCostsWrapper
 
 #: seconds per engine step that vLLM V1's Ray Compiled Graph executor adds over the
 #: multiprocessing executor: vllm-project/vllm PR 11107's benchmark_latency runs (module
@@ -34,7 +34,7 @@ RAY_STEP_S = (9.42691584636923 - 9.356813629437237) / 256
 EXECUTORS = {"none": 0.0, "ray": RAY_STEP_S}
 
 
-class ExecutorStepCosts:
+class ExecutorStepCosts(StepCostsWrapper):
     """A rollout engine's step costs (:class:`moesim.traffic.step_costs.StepCosts`
     ``inner``) with the executor's time added to every prefill and decode step."""
 
@@ -43,21 +43,8 @@ class ExecutorStepCosts:
             raise ValueError(f"executor {name!r}: one of {sorted(EXECUTORS)}")
         self.inner, self.name, self.step_s = inner, name, EXECUTORS[name]
 
-    def prefill_s(self, tokens: int, prompts: int) -> float:
-        return self.inner.prefill_s(tokens, prompts) + self.step_s
+    def extra_prefill_s(self, tokens: int, prompts: int) -> float:
+        return self.step_s
 
-    def decode_s(self, batch: int, context: int) -> float:
-        return self.inner.decode_s(batch, context) + self.step_s
-
-    def decode_s_many(self, batch: int, contexts):
-        """``decode_s(batch, c)`` for each of ``contexts``."""
-        many = getattr(self.inner, "decode_s_many", None)
-        if many is None:
-            return [self.decode_s(batch, c) for c in contexts]
-        return np.asarray(many(batch, contexts)) + self.step_s
-
-    def __getattr__(self, name):
-        if name == "inner":                      # not set yet (copy, unpickling)
-            raise AttributeError(name)
-        # anything else the generation reads from the engine's costs is the inner costs'
-        return getattr(self.inner, name)
+    def extra_decode_s(self, batch: int) -> float:
+        return self.step_s

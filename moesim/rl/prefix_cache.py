@@ -34,6 +34,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from moesim.rl.step_wrap import StepCostsWrapper
+
 #: tokens per KV block: vLLM's default ``block_size`` on CUDA (CacheConfig, 16)
 BLOCK = 16
 
@@ -81,7 +83,7 @@ def prefill_tokens(prompt, group: int, order: list[int], ways: int) -> np.ndarra
     return out
 
 
-class PrefixCacheCosts:
+class PrefixCacheCosts(StepCostsWrapper):
     """A rollout engine's step costs (``inner``) that also say the step's samples share
     their group's prompt (``prefix_group`` consecutive samples) and are dealt in
     contiguous shards: :class:`moesim.rl.generate.Rollout` reads it. Steps are
@@ -91,14 +93,3 @@ class PrefixCacheCosts:
         if group < 1:
             raise ValueError(f"prefix_cache group {group}: at least 1")
         self.inner, self.prefix_group = inner, int(group)
-
-    def prefill_s(self, tokens: int, prompts: int) -> float:
-        return self.inner.prefill_s(tokens, prompts)
-
-    def decode_s(self, batch: int, context: int) -> float:
-        return self.inner.decode_s(batch, context)
-
-    def __getattr__(self, name):
-        if name == "inner":                      # not set yet (copy, unpickling)
-            raise AttributeError(name)
-        return getattr(self.inner, name)

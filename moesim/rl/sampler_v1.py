@@ -32,6 +32,7 @@ out (no published per-item cost): a lower bound.
 from __future__ import annotations
 
 from moesim.model.costs import memory_op
+from moesim.rl.step_wrap import StepCostsWrapper
 
 #: bytes per logit vLLM 0.9.0's V1 sampler moves with NeMo RL v0.3's parameters (above)
 V1_BYTES_PER_LOGIT = 6 + 6 + 8 + 8 + 4 + 12 + 4 + 6
@@ -46,7 +47,7 @@ def extra_bytes(tokens: int, vocab: int, tp: int) -> float:
                            - -(-vocab // tp) * PRICED_BYTES_PER_LOGIT))
 
 
-class SamplerStepCosts:
+class SamplerStepCosts(StepCostsWrapper):
     """A rollout engine's step costs (:class:`moesim.traffic.step_costs.StepCosts`
     ``inner``) with vLLM 0.9.0's V1 sampler added to each step: ``compute`` prices the
     extra bytes (``time_s(kernel)``), memoised by tokens."""
@@ -65,22 +66,8 @@ class SamplerStepCosts:
                 memory_op("sampler_v1", b, 2.0 * tokens * self.vocab)))
         return self.memo[tokens]
 
-    def prefill_s(self, tokens: int, prompts: int) -> float:
-        return self.inner.prefill_s(tokens, prompts) + self.sampler_s(prompts)
+    def extra_prefill_s(self, tokens: int, prompts: int) -> float:
+        return self.sampler_s(prompts)
 
-    def decode_s(self, batch: int, context: int) -> float:
-        return self.inner.decode_s(batch, context) + self.sampler_s(batch)
-
-    def decode_s_many(self, batch: int, contexts):
-        """``decode_s(batch, c)`` for each of ``contexts``."""
-        many = getattr(self.inner, "decode_s_many", None)
-        if many is None:
-            return [self.decode_s(batch, c) for c in contexts]
-        return many(batch, contexts) + self.sampler_s(batch)
-
-    def __getattr__(self, name):
-        if name == "inner":                      # not set yet (copy, unpickling)
-            raise AttributeError(name)
-        # anything else the generation reads from the engine's costs (its surface's
-        # fields) is the inner costs'
-        return getattr(self.inner, name)
+    def extra_decode_s(self, batch: int) -> float:
+        return self.sampler_s(batch)

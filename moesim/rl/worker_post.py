@@ -40,6 +40,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from moesim.rl.step_wrap import StepCostsWrapper
+
 #: seconds of one element assignment from Python, ``v[0] = 1``: pytorch/pytorch PR 32841's
 #: indexing benchmark (its "New" column, as quoted in PR 45828)
 SETITEM_S = 7.04e-6
@@ -66,7 +68,7 @@ def per_replica_s(response, replica, replicas: int, name: str = "nemo-v03") -> n
     return np.array([post_s(int(t), name) for t in tokens], dtype=float)
 
 
-class PostProcessCosts:
+class PostProcessCosts(StepCostsWrapper):
     """A rollout engine's step costs (:class:`moesim.traffic.step_costs.StepCosts`
     ``inner``) that also say what the worker spends after its last step
     (:meth:`worker_post_s`; :class:`moesim.rl.generate.Rollout` reads it). Steps are ``inner``'s."""
@@ -79,14 +81,3 @@ class PostProcessCosts:
     def worker_post_s(self, response, replica, replicas: int) -> np.ndarray:
         """Per replica, the seconds after its last sample's last token."""
         return per_replica_s(response, replica, replicas, self.name)
-
-    def prefill_s(self, tokens: int, prompts: int) -> float:
-        return self.inner.prefill_s(tokens, prompts)
-
-    def decode_s(self, batch: int, context: int) -> float:
-        return self.inner.decode_s(batch, context)
-
-    def __getattr__(self, name):
-        if name == "inner":                      # not set yet (copy, unpickling)
-            raise AttributeError(name)
-        return getattr(self.inner, name)
