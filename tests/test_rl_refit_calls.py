@@ -25,6 +25,10 @@ def test_megatron_keys_by_hand():
     assert (k.total, k.tp_sharded, k.expert) == (21, 6, 8)
     # EP1: 4 local experts -> 8 expert keys per layer
     assert refit_calls.megatron_keys(SPEC, ep=1).expert == 16
+    # qk_layernorm: q_layernorm and k_layernorm per layer, not TP-sharded -> 21 + 4 keys
+    import dataclasses
+    k = refit_calls.megatron_keys(dataclasses.replace(SPEC, qk_norm=True), ep=2)
+    assert (k.total, k.tp_sharded, k.expert) == (25, 6, 8)
 
 
 def test_gather_calls_by_hand():

@@ -36,6 +36,13 @@ def test_parameter_bytes_and_tensors_by_hand():
     assert tensor_count(spec) == (4 + 2 + 1 + 8 * 3) + 2 + 1
 
 
+def test_qk_norm_adds_two_tensors_a_layer():
+    import dataclasses
+    # Qwen3's q_norm and k_norm per layer: 2 layers -> 4 more than without
+    spec = dataclasses.replace(_toy(2), qk_norm=True)
+    assert tensor_count(spec) == tensor_count(_toy(2)) + 4 == 2 * (4 + 2 + 2 + 1 + 8 * 3) + 3
+
+
 def test_every_replica_receives_the_model_once():
     gpus = [f"g{i}" for i in range(16)]
     gather, chain = sync_flows(1000.0, gpus[8:12], gpus[:8], replica_gpus=2)

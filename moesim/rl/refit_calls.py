@@ -69,6 +69,8 @@ def megatron_keys(spec: ModelSpec, ep: int) -> MegatronKeys:
             total, tp = total + 7, tp + 3      # q_down, q_up(+norm), kv_down, kv_up(+norm), proj
         else:
             total, tp = total + 3, tp + 2      # qkv (+ its fused norm), proj
+        if spec.qk_norm:
+            total += 2                          # q_layernorm, k_layernorm (not TP-sharded)
         if spec.is_moe_layer(i):
             total += 2                          # pre_mlp_layernorm, router
             expert += 2 * local

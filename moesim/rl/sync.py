@@ -85,10 +85,11 @@ REFIT_BUCKET_BYTES = 2 * 1024**3
 
 def tensor_count(spec: ModelSpec) -> int:
     """Parameter tensors of the checkpoint: per layer the attention projections (4 for
-    MHA/GQA; MLA's q_a, q_a_norm, q_b, kv_a, kv_a_norm, kv_b, o: 7), two norms, and
+    MHA/GQA; MLA's q_a, q_a_norm, q_b, kv_a, kv_a_norm, kv_b, o: 7; Qwen3's q_norm and
+    k_norm with ``qk_norm``), two norms, and
     either the router, each routed and shared expert's matrices, or the dense FFN's;
     plus embedding, final norm and an untied LM head."""
-    attn = 7 if spec.attention == "mla" else 4
+    attn = (7 if spec.attention == "mla" else 4) + (2 if spec.qk_norm else 0)
     n = 0
     for i in range(spec.layers):
         n += attn + 2
