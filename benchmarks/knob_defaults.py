@@ -134,8 +134,9 @@ def serving(steps: int) -> None:
             extra = []      # the prefill's SGLang TBO order runs on the exact engine
             t, res, cfg = _mean_step(name, extra + sets, 1 if phase == "prefill" else steps)
             gpn = res.scenario.gpus_per_node
-            if phase == "decode":
-                rate = cfg.batch_per_gpu * gpn / t
+            if phase == "decode":     # tokens a request emits per step (serve.mtp)
+                from moesim.serve.mtp import emitted_tokens
+                rate = cfg.batch_per_gpu * gpn / t * emitted_tokens(cfg)
             else:
                 rate = cfg.batch_per_gpu * cfg.prompt * gpn / t
             ref = (SGLANG_PREFILL_PERFECT_EPLB_PER_NODE

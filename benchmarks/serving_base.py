@@ -41,7 +41,10 @@ NO_EPLB = "routing.placement=null"
 
 def _mean_step(name: str, overrides: list[str], steps: int) -> tuple[float, dict, object, object]:
     """Mean step time over ``steps`` routing steps (:class:`moesim.serve.steps.ServeSteps`),
-    and the first step's breakdown (a full summary)."""
+    per token a request emits in it (a decode step with ``serve.mtp`` emits 1 + acceptance:
+    the mean TPOT, :mod:`moesim.serve.mtp`), and the first step's breakdown (a full
+    summary)."""
+    from moesim.serve.mtp import emitted_tokens
     from moesim.serve.run import resolve_serve, simulate_serve
     from moesim.serve.steps import ServeSteps
     res, cfg = resolve_serve(name, overrides)
@@ -49,7 +52,7 @@ def _mean_step(name: str, overrides: list[str], steps: int) -> tuple[float, dict
     times = [pricer.step_s(step=cfg.step + i) for i in range(steps)]
     s = simulate_serve(res, cfg, spans=False).summary
     assert s["step_time_s"] == times[0]        # the summary's step is the priced one
-    return statistics.fmean(times), s, res, cfg
+    return statistics.fmean(times) / emitted_tokens(cfg), s, res, cfg
 
 
 def decode_per_node(tpot: float, res, cfg) -> float:

@@ -66,21 +66,55 @@ from serving_base import (  # the published figures, shared helpers (this folder
 )
 from serving_sglang import sglang_decode
 
+#: DeepSeek's decode profile as it ran, with MTP speculative decoding (the LMSYS blog:
+#: attention slowed "to the same time as in DeepSeek's profile, accurately reflecting the
+#: slowdown caused by MTP's attention"); the acceptance the production scenario takes
+#: (DeepSeek-V3 report §5.4.3: 85-90 %, the middle)
+PROFILE_MTP = ["model.mtp_layers=1", "serve.mtp={draft_tokens: 1, acceptance: 0.875}"]
+#: the production scenario without speculative decoding (one token per request and step)
+NO_MTP = ["serve.mtp=null"]
+
+
+def _tpot(step: float, cfg) -> float:
+    """TPOT of a decode step of ``step`` seconds: the step over the tokens a request
+    emits in it (``serve.mtp``: 1 + acceptance; :mod:`moesim.serve.mtp`)."""
+    from moesim.serve.mtp import emitted_tokens
+    return step / emitted_tokens(cfg)
+
+
+def _mtp_parts(name: str, overrides: list[str]) -> str:
+    """Step 0's speculative-decoding parts (the summary's ``mtp``, with rank 0's spans),
+    one line."""
+    from moesim.serve.run import resolve_serve, simulate_serve
+    res, cfg = resolve_serve(name, overrides)
+    m = simulate_serve(res, cfg).summary["mtp"]
+    out = (f"speculative decoding with the MTP module, {m['draft_tokens']} draft token per "
+           f"request, acceptance {m['acceptance']}: {m['emitted_per_request']:.3f} tokens "
+           f"per request per step; step {m['step_s'] * 1e3:.2f} ms")
+    if "draft_s" in m:
+        out += (f" = verify {m['verify_s'] * 1e3:.2f} ms + draft {m['draft_s'] * 1e3:.2f} ms "
+                "(rank 0's compute on the MTP layer and its head)")
+    return out + f", TPOT {m['tpot_s'] * 1e3:.2f} ms"
+
 
 def _production_overlaps(steps: int) -> None:
     """The 5-stage overlap and EPLB's placement, each on and off, at the production point."""
-    print("What the overlap and the placement each do (mean of "
-          f"{steps} routing steps; published 1 / 21 s = {1e3 / 21:.1f} ms):")
+    print("What the overlap, the placement and MTP each do (mean of "
+          f"{steps} routing steps; TPOT = step / tokens per request per step; exposed "
+          f"all-to-all per step; published 1 / 21 s = {1e3 / 21:.1f} ms):")
     print()
     print("| `serve.decode_overlap` | experts placed | TPOT | exposed all-to-all | "
           "tokens/s per request | error |")
     print("|---|---|---|---|---|---|")
-    for ov, place in (("segments", NO_EPLB), ("five_stage", NO_EPLB), ("segments", EPLB),
-                      ("five_stage", EPLB)):
+    for ov, place, extra in (("segments", NO_EPLB, []), ("five_stage", NO_EPLB, []),
+                             ("segments", EPLB, []), ("five_stage", EPLB, []),
+                             ("five_stage", EPLB, NO_MTP)):
         tpot, s, _, _ = _mean_step("deepseek-v3-decode-production",
-                                   [f"serve.decode_overlap={ov}", place], steps)
+                                   [f"serve.decode_overlap={ov}", place, *extra], steps)
         b = s["breakdown_s"]
         where = "EPLB (global, no redundant)" if place == EPLB else "in id order (2 per GPU)"
+        if extra:
+            where += ", no MTP (`serve.mtp=null`: one token per step)"
         print(f"| {ov} | {where} | {tpot * 1e3:.2f} ms | "
               f"{(b['ep_dispatch'] + b['ep_combine']) * 1e3:.1f} ms | {1 / tpot:.1f} | "
               f"{(1 / tpot / 21 - 1) * 100:+.1f} % |")
@@ -97,17 +131,24 @@ def _profile(steps: int) -> None:
           "| published | error |")
     print("|---|---|---|---|---|---|")
     stages = []
-    for ov, extra in (("segments", []), ("five_stage", []),
-                      ("five_stage", ["serve.ll_sms=compute"])):
+    for ov, extra in (("segments", PROFILE_MTP), ("five_stage", PROFILE_MTP),
+                      ("five_stage", [*PROFILE_MTP, "serve.ll_sms=compute"]),
+                      ("five_stage", [])):
         over = ["routing.kind=uniform", f"serve.decode_overlap={ov}", *extra]
         tpot, s, res, cfg = _mean_step("deepseek-v3-decode", over, steps)
         b = s["breakdown_s"]
         per_node = decode_per_node(tpot, res, cfg)
-        label = ov + (", LL send/receive on the SMs (`ll_sms: compute`)" if extra else "")
+        label = ov + (", LL send/receive on the SMs (`ll_sms: compute`)"
+                      if "serve.ll_sms=compute" in extra else
+                      ", no MTP (one token per request and step)" if not extra else "")
+        if extra == PROFILE_MTP and ov == "five_stage":
+            parts = _mtp_parts("deepseek-v3-decode", over)
         print(f"| {label} | {tpot * 1e3:.2f} ms | {(b['ep_dispatch'] + b['ep_combine']) * 1e3:.1f}"
               f" ms | {per_node:,.0f} | {pub:,} | {(per_node / pub - 1) * 100:+.1f} % |")
-        if not extra:
+        if extra == PROFILE_MTP:
             stages.append((ov, _stages("deepseek-v3-decode", over)))
+    print()
+    print(f"Speculative decoding on (`{PROFILE_MTP[1]}`), five_stage: {parts}.")
     print()
     for ov, st in stages:
         print(f"Layer {STAGE_LAYER}, micro-batch 0, rank 0, {ov} (µs): {st}.")
@@ -120,9 +161,12 @@ def _profile(steps: int) -> None:
           "MoE routing strategy for profiling\", profile-data README); the shipped "
           "scenario's zipf skew is not. DeepSeek's profile ran with MTP (the blog slows "
           "its own attention to \"the same time as in DeepSeek's profile, accurately "
-          "reflecting the slowdown caused by MTP's attention\"), and how the blog turned "
-          "the profile into tokens/s is not published; moesim decodes one token per "
-          "request.")
+          "reflecting the slowdown caused by MTP's attention\"), so the rows run "
+          "speculative decoding with one draft token (moesim.serve.mtp; SGLang's EAGLE "
+          "worker with one step: the verify forward over 2 tokens per request, the MTP "
+          "layer over 2) and count 1 + 0.875 tokens per request per step, the middle of the "
+          "report's 85-90 % acceptance (§5.4.3); the profile's own acceptance and how the "
+          "blog turned the profile into tokens/s are not published.")
     print()
 
 
@@ -271,12 +315,14 @@ def main(argv: list[str] | None = None) -> int:
     print(f"| output tokens/s per request (1 / TPOT) | {1 / tpot:.1f} | {lo:.0f}-{hi:.0f} | "
           f"{(1 / tpot / ((lo + hi) / 2) - 1) * 100:+.1f} % (against 21) |")
     print(f"| TPOT | {tpot * 1e3:.2f} ms | {1e3 / hi:.1f}-{1e3 / lo:.1f} ms | |")
-    comp = s["breakdown_s"]["compute"]
+    comp = _tpot(s["breakdown_s"]["compute"], cfg)
     print(f"| TPOT without exposed all-to-all (compute only) | {comp * 1e3:.2f} ms | "
           f"{1e3 / hi:.1f}-{1e3 / lo:.1f} ms | {(comp * 21 - 1) * 100:+.1f} % (against 1/21 s) |")
     print()
     print(f"Mean of {a.steps} routing steps; the step's parts (mean over ranks, step 0): "
           f"{_parts(s)}.")
+    print()
+    print(f"Step 0: {_mtp_parts('deepseek-v3-decode-production', [])}.")
     print()
     exposed = s["breakdown_s"]["ep_dispatch"] + s["breakdown_s"]["ep_combine"]
     print(f"Layer {STAGE_LAYER}, micro-batch 0, rank 0 (µs): "
@@ -287,7 +333,12 @@ def main(argv: list[str] | None = None) -> int:
           "(`serve.decode_overlap: five_stage`; same overview, \"Computation-Communication "
           "Overlapping\") with experts placed by EPLB; "
           f"{exposed * 1e3:.1f} ms of the step is all-to-all still exposed, on the GPUs "
-          "whose experts the zipf skew makes hot. The unit is EP128 for DeepSeek's EP144 "
+          "whose experts the zipf skew makes hot. It runs speculative decoding with the MTP "
+          "module (`serve.mtp`, moesim.serve.mtp): each step verifies 2 tokens per request "
+          "and runs the MTP layer over 2, and a request emits 1.875 tokens per step, the "
+          "middle of the report's 85-90 % acceptance of the second token (§5.4.3); whether "
+          "DeepSeek's service runs MTP is not stated in the day-6 overview, its profile "
+          "did (the LMSYS blog). The unit is EP128 for DeepSeek's EP144 "
           "with 32 redundant experts (the scenario's comments): the same experts per GPU, "
           "but no expert is replicated here. The published figures are 24-hour averages "
           "over varying batches and contexts; this is one operating point at their means.")
