@@ -159,3 +159,13 @@ def test_mtp_needs_a_decode_step_and_a_model_with_an_mtp_depth(tmp_path):
     with pytest.raises(InputError) as e:
         resolve_serve(_scenario(tmp_path, mtp_layers=0))
     assert e.value.field == "model.mtp_layers"
+
+
+def test_a_load_run_refuses_mtp_in_one_line():
+    # the request-level run emits one token per request per step: serve.mtp is refused
+    from moesim.traffic.session import load_config, serve_under_load
+    res, cfg = resolve_serve("mixtral-8x7b-serve-load",
+                             ["model.mtp_layers=1", "serve.mtp={draft_tokens: 1}"])
+    with pytest.raises(InputError) as e:
+        serve_under_load(res, cfg, load_config(res, requests=False))
+    assert e.value.field == "serve.mtp" and "\n" not in str(e.value)

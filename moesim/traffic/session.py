@@ -62,6 +62,11 @@ def serve_under_load(res: Any, cfg: Any, load_cfg: LoadConfig, *, slo: dict | No
     simulations), the run, and with ``capacity`` the largest arrival rate meeting ``slo``.
     ``show`` is told what is happening (a status line). Returns the simulation and the
     ``load`` summary (``moesim serve --json``)."""
+    if getattr(cfg, "mtp", None) is not None:   # serve.mtp: one step, not requests
+        raise InputError(res.scenario.source, "serve.mtp", "unset with a load run (the "
+                         "request-level run emits one token per request per step)",
+                         "set")
+
     def say(text: str) -> None:
         if show is not None:
             show(text)
