@@ -106,11 +106,12 @@ def _production_overlaps(steps: int) -> None:
     print("| `serve.decode_overlap` | experts placed | TPOT | exposed all-to-all | "
           "tokens/s per request | error |")
     print("|---|---|---|---|---|---|")
+    tpots = {}
     for ov, place, extra in (("segments", NO_EPLB, []), ("five_stage", NO_EPLB, []),
                              ("segments", EPLB, []), ("five_stage", EPLB, []),
                              ("five_stage", EPLB, NO_MTP)):
-        tpot, s, _, _ = _mean_step("deepseek-v3-decode-production",
-                                   [f"serve.decode_overlap={ov}", place, *extra], steps)
+        tpot, s, _, cfg = _mean_step("deepseek-v3-decode-production",
+                                     [f"serve.decode_overlap={ov}", place, *extra], steps)
         b = s["breakdown_s"]
         where = "EPLB (global, no redundant)" if place == EPLB else "in id order (2 per GPU)"
         if extra:
@@ -118,6 +119,13 @@ def _production_overlaps(steps: int) -> None:
         print(f"| {ov} | {where} | {tpot * 1e3:.2f} ms | "
               f"{(b['ep_dispatch'] + b['ep_combine']) * 1e3:.1f} ms | {1 / tpot:.1f} | "
               f"{(1 / tpot / 21 - 1) * 100:+.1f} % |")
+        tpots[(ov, place, bool(extra))] = tpot, _tpot(1.0, cfg)
+    print()
+    (on, per), (off, _) = tpots[("five_stage", EPLB, False)], tpots[("five_stage", EPLB, True)]
+    print(f"MTP's speed-up at this point: {off / on:.2f}x tokens/s (the step "
+          f"{on / per / off:.2f}x longer for {1 / per:.3f} tokens per request); the report's "
+          "\"1.8 times TPS\" (§5.4.3) gives no batch or deployment, and a step of 88 "
+          "requests per GPU doubles its expert and attention FLOPs.")
     print()
 
 
@@ -335,8 +343,9 @@ def main(argv: list[str] | None = None) -> int:
           f"{exposed * 1e3:.1f} ms of the step is all-to-all still exposed, on the GPUs "
           "whose experts the zipf skew makes hot. It runs speculative decoding with the MTP "
           "module (`serve.mtp`, moesim.serve.mtp): each step verifies 2 tokens per request "
-          "and runs the MTP layer over 2, and a request emits 1.875 tokens per step, the "
-          "middle of the report's 85-90 % acceptance of the second token (§5.4.3); whether "
+          f"and runs the MTP layer over 2, and a request emits {1 / _tpot(1.0, cfg):.3f} "
+          "tokens per step (acceptance 0.875, the middle of the report's 85-90 % for the "
+          "second token, §5.4.3); whether "
           "DeepSeek's service runs MTP is not stated in the day-6 overview, its profile "
           "did (the LMSYS blog). The unit is EP128 for DeepSeek's EP144 "
           "with 32 redundant experts (the scenario's comments): the same experts per GPU, "
