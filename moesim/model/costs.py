@@ -17,8 +17,8 @@ Conventions (all per rank):
 - Tensor parallelism (Megatron-LM, Shoeybi et al. 2019): QKV/out projections, core
   attention (by heads), dense and shared FFN (by width), embedding and LM head (by vocab)
   are split over ``tp``; norms/residuals by tokens with sequence parallelism (``sp``,
-  Korthikanti et al. 2022), else on all tokens; MLA down-projections, the router and
-  routed experts are not split.
+  Korthikanti et al. 2022), else on all tokens; MLA down-projections (on the sequence
+  shard with ``sp``, as MLA's latent norms), the router and routed experts are not split.
 - :func:`split_backward` separates the input-gradient part ``B`` from the weight-gradient
   part ``W`` by each kernel's pass (zero-bubble pipelines; DualPipe's WeightGradStore).
 """
@@ -79,7 +79,8 @@ def attention_kernels(spec: ModelSpec, tokens: int, seq_len: int, tp: int = 1,
                       phase: Phase = "fwd", sp: bool = False) -> list[Kernel]:
     """Projections, rotary embedding, head-layout copies and flash attention of one layer
     (:mod:`moesim.model.kernels.attention`); with sequence parallelism (``sp``) MLA's
-    latent norms run on the rank's ⌈tokens/tp⌉ shard, else on all ``tokens``."""
+    down-projections and latent norms run on the rank's ⌈tokens/tp⌉ shard, else on all
+    ``tokens``."""
     _check_phase(phase)
     return _attn.attention_kernels(spec, tokens, seq_len, tp, phase, fp8(spec), sp)
 

@@ -26,6 +26,44 @@ from moesim.program import etp as etpx
 ACT_BYTES = 2  # bf16 activations on the wire (as moesim.program.build)
 
 
+def attn_input_width(spec) -> int:
+    """Features per token that sequence parallelism all-gathers in front of a layer's
+    attention: the hidden state, or under MLA the latents. Megatron-LM d98e8a6
+    ``megatron/core/transformer/multi_latent_attention.py`` runs MLA's down-projections
+    on the ``[s/TP]`` shard (``_qkv_down_projection``) and gathers what they make: the
+    q latent (``q_lora_rank``) and the kv latent (``kv_lora_rank``) inside the
+    up-projections' column-parallel ``LayerNormColumnParallelLinear`` (Transformer Engine
+    d0067d0 ``layernorm_linear.py``: norm, then ``gather_along_first_dim`` of its output
+    under ``sequence_parallel``), the shared RoPE key (``qk_pos_emb_head_dim``) with
+    ``gather_from_sequence_parallel_region`` (``get_query_key_value_tensors``); without
+    a q latent ``linear_q_proj`` gathers the hidden state."""
+    if spec.attention != "mla":
+        return spec.hidden
+    return (spec.q_lora_rank or spec.hidden) + spec.kv_lora_rank + spec.qk_rope_dim
+
+
+def sp_exchange(spec, tokens: int, layer: int, phase: str, which: str,
+                tp_overlap: bool) -> tuple[tuple[str, float], ...]:
+    """(collective, bytes) of one sequence-parallel exchange (``which``: after the
+    attention, ``"attn"``, or after the MLP, ``"mlp"``), in program order: a reduce-scatter
+    of the block's output and an all-gather of the next block's input, an MoE layer only
+    the reduce-scatter after attention and the all-gather before the next attention
+    (:meth:`FoldedTransfers.tp_reduce`). The all-gather in front of an attention (forward;
+    in the backward the reduce-scatter of its gradient, autograd's reverse) carries
+    :func:`attn_input_width` features per token, every other one the hidden state."""
+    hidden = float(tokens * spec.hidden * ACT_BYTES)
+    ops = ("reduce_scatter", "all_gather")
+    moe = spec.is_moe_layer(layer)
+    if moe:
+        # with TE's overlap the backward's exchanges are the gradients' own kinds
+        swap = phase == "bwd" and tp_overlap    # (tp_overlap)
+        ops = ops[:1] if (which == "attn") != swap else ops[1:]
+    into_attn = "all_gather" if phase == "fwd" else "reduce_scatter"
+    latent = float(tokens * attn_input_width(spec) * ACT_BYTES)
+    return tuple((op, latent if which == "mlp" and (moe or op == into_attn) else hidden)
+                 for op in ops)
+
+
 @dataclass(frozen=True)
 class Transfer:
     """One collective of a rank's program: span kind and name, the collective, its
@@ -63,9 +101,10 @@ class FoldedTransfers:
                   which: str) -> list[Transfer]:
         """The TP all-reduce after attention / MLP (``which``); with sequence parallelism
         (Megatron-LM arXiv:2205.05198 §4.2.2) a reduce-scatter of the block's output and
-        an all-gather of the next block's input instead (same bytes on a ring). An MoE
-        layer takes sequence-parallel input, so it keeps only the reduce-scatter after
-        attention and the all-gather before the next attention."""
+        an all-gather of the next block's input instead (same bytes on a ring; under MLA
+        the all-gather in front of an attention carries the latents, :func:`sp_exchange`).
+        An MoE layer takes sequence-parallel input, so it keeps only the reduce-scatter
+        after attention and the all-gather before the next attention."""
         if self.tp <= 1:
             return []
         group = self.lay.group_of(rank, "tp")
@@ -75,16 +114,12 @@ class FoldedTransfers:
                                 lambda: CollectiveSpec("all_reduce", group, nbytes))
             return [Transfer("tp", f"{phase}.tp_{which}", spec,
                              ("tp", which, layer, mb, phase, group[0]), nbytes)]
-        ops = ("reduce_scatter", "all_gather")
-        if self.spec.is_moe_layer(layer):
-            # with TE's overlap the backward's exchanges are the gradients' own kinds
-            swap = phase == "bwd" and self.tp_overlap    # (tp_overlap)
-            ops = ops[:1] if (which == "attn") != swap else ops[1:]
         return [Transfer("tp", f"{phase}.sp_{which}_{op}",
-                         self._cached(("sp", op, group),
-                                      lambda o=op: CollectiveSpec(o, group, nbytes)),
-                         ("sp", op, which, layer, mb, phase, group[0]), nbytes)
-                for op in ops]
+                         self._cached(("sp", op, group, nb),
+                                      lambda o=op, b=nb: CollectiveSpec(o, group, b)),
+                         ("sp", op, which, layer, mb, phase, group[0]), nb)
+                for op, nb in sp_exchange(self.spec, self.tokens, layer, phase, which,
+                                          self.tp_overlap)]
 
     def cp_kv(self, rank: int, layer: int, mb: int, phase: str) -> Transfer | None:
         """CP's ring KV exchange of a layer's attention, on the ``cp`` stream beside it

@@ -166,10 +166,15 @@ def recompute_layer(spec: ModelSpec, layer: int, mods: frozenset[str], *, tokens
             out += [k for k in attn_ks if k.name == "attention"]
         if "mla_up_proj" in mods and spec.attention == "mla":
             # the up-projection GEMMs (from the q and kv latents) and the RoPE application
-            # and key/query assembly between them and the core attention (elementwise)
+            # and key/query assembly between them and the core attention (elementwise);
+            # with ``sp`` also the latent norms on the shard: Megatron-LM d98e8a6
+            # multi_latent_attention.py checkpoints qkv_up_proj_and_rope_apply, whose
+            # linear_q_up_proj / linear_kv_up_proj are TE's LayerNormColumnParallelLinear
+            # with the norm inside (gpt_layer_specs.py, qk_layernorm). The source does so
+            # at any TP; moesim counts it only under sp (without, unchanged).
             ranks = {spec.q_lora_rank, spec.kv_lora_rank} - {0}
             out += [k for k in attn_ks if (k.name == "attention_gemm" and k.k in ranks)
-                    or k.kclass == "elementwise"]
+                    or k.kclass == "elementwise" or (sp and tp > 1 and k.name == "norm")]
     if not moe:
         if full or "mlp" in mods:
             out += costs.dense_ffn_kernels(spec, tokens, tp, "fwd")

@@ -102,7 +102,7 @@ class Context:
                                b.rmap.mirrors if b.dedup and b.rmap is not None else None,
                                nccl=nccl)
         self._share: dict[tuple[int, int], float] = {}
-        self._tp: dict[int, float] = {}
+        self._tp: dict[object, float] = {}   # by rank; MLA's SP: fast.pipeline._sp_s
         self._cp: dict[tuple[int, str], float] = {}
         self._lut: dict[tuple[str, bool], tuple[np.ndarray, np.ndarray]] = {}
         self.exact_flows = 0    # flows the step would time flow by flow (simulate_fast)

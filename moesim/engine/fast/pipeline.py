@@ -31,6 +31,7 @@ from moesim.engine.fast.pairs import run_pair
 from moesim.engine.fast.spans import add_spans, moved_ends
 from moesim.engine.fast.zero3 import Zero3Gathers
 from moesim.program import recipe
+from moesim.program.folding import sp_exchange
 from moesim.program.layer_plan import LayerKernels, LayerPlan, is_recompute
 from moesim.trace.spans import AFTER_EXPERTS, Span, wait_reason
 
@@ -144,14 +145,31 @@ class Chain:
                        reason=f"waiting for stage {src_stage} ({name})")
         self.t[s] = b
 
-    def _tp(self, s: int, name: str, layer, mb, phase, share: float = 1.0) -> None:
+    def _tp(self, s: int, name: str, layer, mb, phase, share: float = 1.0,
+            which: str = "") -> None:
         if self.c.tpo and tp_ub.charge(self, s, name, layer, mb, phase):
             return          # TE userbuffers: beside the GEMMs (moesim.engine.fast.tp_ub)
-        d = self.c.tp_time(self.groups[s][0]) * share
+        d = self._sp_s(s, layer, phase, which)
+        if d is None:
+            d = self.c.tp_time(self.groups[s][0]) * share
         if d <= 0:
             return
         self.c.tp_bytes(self.groups[s])
         self._charge_tp(s, d, name, layer, mb, phase)
+
+    def _sp_s(self, s: int, layer, phase, which: str) -> float | None:
+        """Seconds of a sequence-parallel exchange under MLA, collective by collective (its
+        all-gather in front of attention carries the latents, moesim.program.folding.
+        sp_exchange); None otherwise (a share of the all-reduce)."""
+        c = self.c
+        if not c.sp or c.spec.attention != "mla":
+            return None
+        key = ("sp", self.groups[s][0], c.spec.is_moe_layer(layer), phase, which)
+        if key not in c._tp:            # the context's TP cache (moesim.engine.fast.engine)
+            g = tuple(c.res.layout.group_of(self.groups[s][0], "tp"))
+            c._tp[key] = sum(c.rings.time(op, g, nb) for op, nb in sp_exchange(
+                c.spec, c.tokens, layer, phase, which, c.tpo))
+        return c._tp[key]
 
     def _charge_tp(self, s: int, d: float, name: str, layer, mb, phase) -> None:
         """``d`` seconds of tensor-parallel communication on rank ``s``: recorded inside
@@ -306,7 +324,7 @@ class Chain:
         # sequence parallelism: an MoE layer keeps one reduce-scatter and one all-gather,
         # half the ring bytes of its two all-reduces (moesim.program.folding)
         share = 0.5 if self.c.sp and self.plan.kind(layer)[0] else 1.0
-        self._tp(s, st.name, layer, mb, st.phase, share)
+        self._tp(s, st.name, layer, mb, st.phase, share, st.arg)
 
     def _zero3(self, s: int, st, layer: int, mb: int) -> None:
         """ZeRO-3: wait for this layer's weight gathers (moesim.engine.fast.zero3)."""

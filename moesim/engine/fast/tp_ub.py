@@ -11,17 +11,8 @@ neighbour is exposed whole. The slowed GEMM's extra time (TE's SM margin) is com
 
 from __future__ import annotations
 
-from moesim.model.costs import ACT_BYTES
 from moesim.program import tp_overlap as tpo
-
-
-def _sp_ops(moe: bool, phase: str, which: str) -> tuple[str, ...]:
-    """The exchange's collectives in program order (moesim.program.folding)."""
-    if not moe:
-        return ("reduce_scatter", "all_gather")
-    if phase == "fwd":
-        return ("reduce_scatter",) if which == "attn" else ("all_gather",)
-    return ("all_gather",) if which == "attn" else ("reduce_scatter",)
+from moesim.program.folding import sp_exchange
 
 
 def _next_in_chunk(c, layer: int) -> bool:
@@ -60,10 +51,10 @@ def charge(chain, s: int, name: str, layer: int, mb: int, phase: str) -> bool:
         return False
     which = "attn" if name.endswith("tp_attn") else "mlp"
     group = tuple(c.res.layout.group_of(chain.groups[s][0], "tp"))
-    nbytes = float(c.tokens * c.spec.hidden * ACT_BYTES)
     sms = int(getattr(c.res.device, "sms", 0) or 0)
     c.tp_bytes(chain.groups[s])
-    for op in _sp_ops(c.spec.is_moe_layer(layer), phase, which):
+    # the exchange's collectives in program order (moesim.program.folding)
+    for op, nbytes in sp_exchange(c.spec, c.tokens, layer, phase, which, True):
         whole = c.rings.time(op, group, nbytes)
         part = _partner(chain, layer, phase, which, op)
         kernels = () if part is None else _kernels(c, *part)

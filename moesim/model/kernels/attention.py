@@ -19,12 +19,19 @@ With ``qk_norm`` (Qwen3), an RMSNorm over every query and key head follows the Q
 projection (Megatron-Core's ``q_layernorm`` / ``k_layernorm``).
 
 Tensor parallelism splits heads over ``tp`` (Megatron-LM); MLA down-projections are
-not split. MLA's latent norms run on every token each TP rank holds: all of them without
-sequence parallelism, the rank's ``ceil(tokens/tp)`` shard with it (``sp``; Megatron-LM
-d98e8a6 ``multi_latent_attention.py`` ``get_query_key_value_tensors``: ``q_compressed``
-and ``kv_compressed`` are ``[s/TP, b, ...]`` under ``sequence_parallel`` when
-``q_layernorm`` / ``kv_layernorm`` or Transformer Engine's fused ``LayerNormLinear`` of the
-up-projection normalise them).
+not split. MLA's down-projections and latent norms run on every token each TP rank
+holds: all of them without sequence parallelism, the rank's ``ceil(tokens/tp)`` shard
+with it (``sp``), and only the up-projections (and RoPE, core attention, output
+projection) on all tokens. Megatron-LM d98e8a6
+``megatron/core/transformer/multi_latent_attention.py``: ``linear_q_down_proj`` /
+``linear_kv_down_proj`` are duplicated ``TELinear`` s (``parallel_mode='duplicated'``,
+``MLASelfAttention.__init__``) applied to the ``[s/TP, b, h]`` hidden states
+(``_qkv_down_projection``: "q_compressed: [s / TP, b, q_lora_rank]"), their forward,
+dgrad and wgrad GEMMs on the shard; ``q_compressed`` / ``kv_compressed`` stay
+``[s/TP, b, ...]`` through the latent norms (``get_query_key_value_tensors``; with
+``qk_layernorm`` Transformer Engine's fused ``LayerNormColumnParallelLinear`` of the
+up-projection normalises its shard, then all-gathers it). The latents' all-gather that
+replaces the hidden state's is :func:`moesim.program.folding.sp_exchange`.
 """
 
 from __future__ import annotations
@@ -82,14 +89,14 @@ def attention_kernels(spec: ModelSpec, tokens: int, seq_len: int, tp: int = 1,
         qk, v = spec.qk_nope_dim + spec.qk_rope_dim, spec.v_head_dim
         rope, nope, kvl, ql = spec.qk_rope_dim, spec.qk_nope_dim, spec.kv_lora_rank, \
             spec.q_lora_rank
-        rows = -(-t // tp) if sp else t          # the latent norms' rows
+        rows = -(-t // tp) if sp else t          # the down-projections' and latent norms' rows
         if ql:
-            q = _seq(phase, linear(PROJ, t, ql, h, phase, fp8), [rmsnorm(rows, ql, phase)],
+            q = _seq(phase, linear(PROJ, rows, ql, h, phase, fp8), [rmsnorm(rows, ql, phase)],
                      linear(PROJ, t, a * qk, ql, phase, fp8))
         else:
             q = linear(PROJ, t, a * qk, h, phase, fp8)
-        kv = _seq(phase, linear(PROJ, t, kvl + rope, h, phase, fp8), [rmsnorm(rows, kvl, phase)],
-                  linear(PROJ, t, a * (nope + v), kvl, phase, fp8))
+        kv = _seq(phase, linear(PROJ, rows, kvl + rope, h, phase, fp8),
+                  [rmsnorm(rows, kvl, phase)], linear(PROJ, t, a * (nope + v), kvl, phase, fp8))
         layout = [
             mem("rotary_kernel", 2 * ACT_BYTES * t * (a + 1) * rope, p, "elementwise"),
             mem("_copy_tensor_kernel", ACT_BYTES * t * (a * nope + rope + a * qk), p,
