@@ -33,7 +33,7 @@ from moesim.program.shared_overlap import split
 
 __all__ = ["attn", "attn_op", "attn_w", "backward_part", "decode_attn", "dense_ffn",
            "dualpipe_part", "embedding", "expert", "expert_post", "lm_head", "mlp_w",
-           "mtp_head", "optimizer", "post_op", "prefill_attn", "recompute_layer",
+           "mtp_draft_pre", "mtp_head", "optimizer", "post_op", "prefill_attn", "recompute_layer",
            "recompute_op", "router", "shared_part", "with_fusion"]
 
 
@@ -66,6 +66,14 @@ def mtp_head(spec: ModelSpec, tokens: int, tp: int, phase: str,
     """``fwd.mtp`` / ``bwd.mtp``: what an MTP depth adds beyond its transformer layer
     (its norms on the sequence shard with ``sp``)."""
     return with_fusion(spec, mtp.head_kernels(spec, tokens, tp, phase, sp))
+
+
+def mtp_draft_pre(spec: ModelSpec, tokens: int, tp: int) -> list[Kernel]:
+    """A serving draft step's MTP kernels before its decoder layer, for ``tokens``
+    tokens: the shared embedding, ``enorm``/``hnorm`` and ``eh_proj`` (:func:`mtp_head`'s
+    forward less its loss head; :mod:`moesim.serve.mtp`)."""
+    pre = mtp.head_kernels(spec, tokens, tp, "fwd", sp=False)
+    return pre[:len(pre) - len(costs.lm_head_kernels(spec, tokens, tp, "fwd", False))]
 
 
 def optimizer(shard: float) -> list[Kernel]:
@@ -166,15 +174,16 @@ def recompute_layer(spec: ModelSpec, layer: int, mods: frozenset[str], *, tokens
             out += [k for k in attn_ks if k.name == "attention"]
         if "mla_up_proj" in mods and spec.attention == "mla":
             # the up-projection GEMMs (from the q and kv latents) and the RoPE application
-            # and key/query assembly between them and the core attention (elementwise);
-            # with ``sp`` also the latent norms on the shard: Megatron-LM d98e8a6
+            # and key/query assembly between them and the core attention (elementwise),
+            # and the latent norms (on the shard with ``sp``): Megatron-LM d98e8a6
             # multi_latent_attention.py checkpoints qkv_up_proj_and_rope_apply, whose
             # linear_q_up_proj / linear_kv_up_proj are TE's LayerNormColumnParallelLinear
-            # with the norm inside (gpt_layer_specs.py, qk_layernorm). The source does so
-            # at any TP; moesim counts it only under sp (without, unchanged).
+            # with the norm inside (gpt_layer_specs.py, qk_layernorm), at any TP; DeepSeek
+            # recomputes "all RMSNorm operations and MLA up-projections" (DeepSeek-V3
+            # report §3.2.3)
             ranks = {spec.q_lora_rank, spec.kv_lora_rank} - {0}
             out += [k for k in attn_ks if (k.name == "attention_gemm" and k.k in ranks)
-                    or k.kclass == "elementwise" or (sp and tp > 1 and k.name == "norm")]
+                    or k.kclass == "elementwise" or k.name == "norm"]
     if not moe:
         if full or "mlp" in mods:
             out += costs.dense_ffn_kernels(spec, tokens, tp, "fwd")

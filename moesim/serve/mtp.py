@@ -39,7 +39,7 @@ import dataclasses
 
 from moesim.compute.base import Kernel
 from moesim.errors import InputError
-from moesim.model import costs, mtp
+from moesim.program import recipe
 from moesim.scenario.sections.serve import ServeConfig
 from moesim.serve.kv import kv_values_per_token_layer
 
@@ -108,9 +108,7 @@ def draft_head_kernels(spec, tokens: int, requests: int, tp: int,
     kernels, :func:`moesim.model.mtp.head_kernels` less its loss head), then the final
     norm, LM head and sampler on ``requests`` (one per request: the last position),
     ``head(spec, n, tp)`` giving the serving head's kernels for ``n`` tokens."""
-    pre = mtp.head_kernels(spec, tokens, tp, "fwd", sp=False)
-    pre = pre[:len(pre) - len(costs.lm_head_kernels(spec, tokens, tp, "fwd", False))]
-    return [*pre, *head(spec, requests, tp)]
+    return [*recipe.mtp_draft_pre(spec, tokens, tp), *head(spec, requests, tp)]
 
 
 def emitted_tokens(cfg: ServeConfig) -> float:
