@@ -6,14 +6,11 @@ from __future__ import annotations
 import pytest
 
 from moesim.collectives.nccl.launch import CALL_HOST_S
-from moesim.model.spec import ModelSpec
 from moesim.rl import refit_calls
-from moesim.rl.sync import IPC_REBUILD_S, weight_sync
-from moesim.topology import load_topology
+from moesim.rl.sync import IPC_REBUILD_S
+from tests._refit import SPEC, one_node_sync
 
-# layers 2, MHA, 4 experts (SwiGLU), untied head: 198,272 bytes in bf16 (test_rl_refit.py)
-SPEC = ModelSpec(layers=2, hidden=64, heads=4, kv_heads=4, head_dim=16, vocab=128,
-                 n_experts=4, top_k=1, expert_ffn=32, dense_ffn=0)
+# SPEC (tests/_refit.py) in bf16: 198,272 bytes (test_rl_refit.py)
 B = 198_272
 
 
@@ -57,15 +54,7 @@ def test_buckets_by_hand():
 
 
 def test_refit_with_calls_adds_the_calls_and_its_buckets():
-    topo = load_topology("dgx-h100", nodes=1)
-    gpus = topo.gpus
-
-    def sync(calls):
-        return weight_sync(topo, SPEC, gpus, gpus, tp=2, pp=1, ep=2, replica_gpus=8,
-                           per_tensor_s=40e-6, ipc=True, hbm_Bps=3.35e12, per_gpu=True,
-                           calls=calls, hbm_bytes=1e9, launch_s=4e-6)
-
-    off, on = sync("none"), sync("nemo")
+    off, on = one_node_sync("none"), one_node_sync("nemo")
     assert on.phases["gather_calls"] == 35
     assert "gather_calls" not in off.phases
     assert on.phases["gather_s"] == pytest.approx(off.phases["gather_s"] + 35 * CALL_HOST_S)

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import pytest
 
-from moesim.model.spec import ModelSpec
 from moesim.rl import refit_host
 from moesim.rl.refit_host import (
     PACKED_RECOVER_S,
@@ -14,12 +13,10 @@ from moesim.rl.refit_host import (
     RAY_CALL_S,
     ipc_handle_transfer,
 )
-from moesim.rl.sync import IPC_REBUILD_S, weight_sync
-from moesim.topology import load_topology
+from moesim.rl.sync import IPC_REBUILD_S
+from tests._refit import one_node_sync
 
 # the tiny MoE of test_rl_refit_calls.py: 41 HF tensors, 21 Megatron keys at EP2
-SPEC = ModelSpec(layers=2, hidden=64, heads=4, kv_heads=4, head_dim=16, vocab=128,
-                 n_experts=4, top_k=1, expert_ffn=32, dense_ffn=0)
 
 
 def test_published_rates():
@@ -60,15 +57,7 @@ def test_refit_transfer_adds_the_host_chain():
     """One DGX node, TP2 EP2 trainer, one engine of 8 GPUs: the nemo-v03 transfer is the
     nemo one with its bucket's rebuild replaced by the host chain (41 tensors, 21 keys,
     one bucket, 8 workers, 1 engine of 8): calls 3 x 8 + 2 + (8 + 1) = 35 plus 8."""
-    topo = load_topology("dgx-h100", nodes=1)
-    gpus = topo.gpus
-
-    def sync(calls):
-        return weight_sync(topo, SPEC, gpus, gpus, tp=2, pp=1, ep=2, replica_gpus=8,
-                           per_tensor_s=40e-6, ipc=True, hbm_Bps=3.35e12, per_gpu=True,
-                           calls=calls, hbm_bytes=1e9, launch_s=4e-6)
-
-    nemo, v03 = sync("nemo"), sync("nemo-v03")
+    nemo, v03 = one_node_sync("nemo"), one_node_sync("nemo-v03")
     host = v03.phases["handle_transfer"]
     assert (host["driver_calls"], host["executor_calls"], host["buckets"]) == (35, 8, 1)
     expect = refit_host.ipc_handle_transfer(hf_tensors=41, megatron_keys=21, buckets=1,

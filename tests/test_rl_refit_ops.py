@@ -9,13 +9,10 @@ from moesim.model.spec import ModelSpec
 from moesim.program.host_dispatch import EAGER_OP_S, VIEW_OP_S
 from moesim.rl import refit_ops
 from moesim.rl.refit_ops import EMPTY_CACHE_S, GC_COLLECT_S, convert_ops, gather_ops, host_ops
-from moesim.rl.sync import weight_sync
-from moesim.topology import load_topology
+from tests._refit import SPEC, one_node_sync
 
 # the tiny MoE of test_rl_refit_calls.py: MHA, 2 MoE layers of 4 experts, untied head;
 # 21 Megatron keys at EP2 (6 TP-sharded, 8 expert), 41 HF tensors
-SPEC = ModelSpec(layers=2, hidden=64, heads=4, kv_heads=4, head_dim=16, vocab=128,
-                 n_experts=4, top_k=1, expert_ffn=32, dense_ffn=0)
 # one dense GQA layer (2 query groups), untied head
 DENSE = ModelSpec(layers=1, hidden=64, heads=4, kv_heads=2, head_dim=16, vocab=128,
                   attention="gqa", dense_ffn=128, n_experts=0, top_k=0)
@@ -66,15 +63,7 @@ def test_refit_adds_the_ops_and_collections():
     """One DGX node, TP2 EP2, one engine of 8: nemo-v03-ops is nemo-v03 with the gather's
     and conversion's ops in the gather, the pack and unpack in the transfer (the pack's
     41 copy launches, 4 us each, now inside their ops), the 0.21 s of collections added."""
-    topo = load_topology("dgx-h100", nodes=1)
-    gpus = topo.gpus
-
-    def sync(calls):
-        return weight_sync(topo, SPEC, gpus, gpus, tp=2, pp=1, ep=2, replica_gpus=8,
-                           per_tensor_s=40e-6, ipc=True, hbm_Bps=3.35e12, per_gpu=True,
-                           calls=calls, hbm_bytes=1e9, launch_s=4e-6)
-
-    v03, ops = sync("nemo-v03"), sync("nemo-v03-ops")
+    v03, ops = one_node_sync("nemo-v03"), one_node_sync("nemo-v03-ops")
     h = host_ops(SPEC, tp=2, pp=1, ep=2, etp=1, hf_tensors=41, buckets=1)
     assert ops.phases["gather_s"] == pytest.approx(v03.phases["gather_s"] + h.gather_s)
     assert ops.phases["transfer_s"] == pytest.approx(
