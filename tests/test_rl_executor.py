@@ -1,19 +1,15 @@
 """vLLM's Ray executor under the rollout engines (moesim.rl.executor, rl.rollout.executor):
-the per-step price, added to every engine step, off by default, echoed only when on, bad
-values refused in one line."""
+the per-step price, added to every engine step, off by default (its echo and bad values:
+test_rl_rollout_knobs.py)."""
 
 from __future__ import annotations
 
-import dataclasses
-
 import pytest
 
-from moesim.cli import main
 from moesim.rl import executor as ex
-from moesim.rl.run import resolve_rl, simulate_rl
-from moesim.rl.summary import summarize
+from moesim.rl.run import resolve_rl
 from moesim.traffic.step_costs import LinearStepCosts
-from tests.test_rl_run import ROLL, TRAIN, hand_generate, scenario
+from tests.test_rl_run import ROLL, hand_generate, hand_summary, scenario, with_rollout
 
 
 @pytest.fixture(autouse=True)
@@ -42,28 +38,10 @@ def test_every_step_gains_the_executors_time():
 def test_the_rollout_gains_it_only_with_the_knob(tmp_path):
     setup = resolve_rl(scenario(tmp_path))
     assert setup.cfg.rollout.executor == "none"
-    off = summarize(simulate_rl(setup, 1, rollout_costs=ROLL, trainer_costs=TRAIN))
-    cfg = dataclasses.replace(setup.cfg, rollout=dataclasses.replace(setup.cfg.rollout,
-                                                                     executor="ray"))
-    on = summarize(simulate_rl(dataclasses.replace(setup, cfg=cfg), 1, rollout_costs=ROLL,
-                               trainer_costs=TRAIN))
+    off, on = hand_summary(setup), hand_summary(with_rollout(setup, executor="ray"))
     assert off["phases_s"]["generate"] == pytest.approx(hand_generate(), rel=1e-12)
     # each replica: one prefill of 2 prompts, then 127 decode steps: 128 engine steps
     assert on["phases_s"]["generate"] == pytest.approx(
         hand_generate() + 128 * ex.RAY_STEP_S, rel=1e-12)
     assert on["phases_s"]["train"] == off["phases_s"]["train"]
 
-
-def test_the_rl_summary_echoes_the_knob_only_when_on(tmp_path):
-    from moesim.scenario.sections.rl import summary_dict
-    cfg = resolve_rl(scenario(tmp_path)).scenario.rl
-    assert "executor" not in summary_dict(cfg)["rollout"]
-    on = dataclasses.replace(cfg, rollout=dataclasses.replace(cfg.rollout, executor="ray"))
-    assert summary_dict(on)["rollout"]["executor"] == "ray"
-
-
-def test_a_bad_value_is_one_line_exit_2(tmp_path, capsys):
-    p = scenario(tmp_path)
-    assert main(["rl", str(p), "--quiet", "--set", "rl.rollout.executor=mp"]) == 2
-    err = capsys.readouterr().err.strip()
-    assert "\n" not in err and "rl.rollout.executor" in err and "Traceback" not in err

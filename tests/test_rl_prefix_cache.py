@@ -1,21 +1,18 @@
 """vLLM's prefix caching over a GRPO group's prompt, the samples dealt in NeMo RL's
 contiguous shards (moesim.rl.prefix_cache, rl.rollout.prefix_cache): hits, shards,
-dealing, a generation by hand, off by default, echoed only when on, bad values refused."""
+dealing, a generation by hand, off by default (its echo and bad values:
+test_rl_rollout_knobs.py)."""
 
 from __future__ import annotations
-
-import dataclasses
 
 import numpy as np
 import pytest
 
-from moesim.cli import main
 from moesim.rl import prefix_cache as pc
 from moesim.rl.generate import generate
-from moesim.rl.run import resolve_rl, simulate_rl
-from moesim.rl.summary import summarize
+from moesim.rl.run import resolve_rl
 from moesim.traffic.step_costs import LinearStepCosts
-from tests.test_rl_run import ROLL, TRAIN, hand_generate, scenario
+from tests.test_rl_run import hand_generate, hand_summary, scenario, with_rollout
 
 COSTS = LinearStepCosts(prefill_base_s=0.5, prefill_per_token_s=0.01, decode_base_s=1.0,
                         decode_per_seq_s=0.1, decode_per_ctx_token_s=0.001)
@@ -66,29 +63,10 @@ def test_a_generation_by_hand():
 def test_the_rollout_prefills_less_only_with_the_knob(tmp_path):
     setup = resolve_rl(scenario(tmp_path))
     assert setup.cfg.rollout.prefix_cache == "none"
-    off = summarize(simulate_rl(setup, 1, rollout_costs=ROLL, trainer_costs=TRAIN))
-    cfg = dataclasses.replace(setup.cfg, rollout=dataclasses.replace(setup.cfg.rollout,
-                                                                     prefix_cache="vllm"))
-    on = summarize(simulate_rl(dataclasses.replace(setup, cfg=cfg), 1, rollout_costs=ROLL,
-                               trainer_costs=TRAIN))
+    off, on = hand_summary(setup), hand_summary(with_rollout(setup, prefix_cache="vllm"))
     assert off["phases_s"]["generate"] == pytest.approx(hand_generate(), rel=1e-12)
     # 4 groups of 4 over 8 replicas in shards of 2: each replica holds two samples of one
     # group; the second prefills 64 - 48 = 16 tokens, 48 fewer at 1e-5 s a token
     assert on["phases_s"]["generate"] == pytest.approx(hand_generate() - 48 * 1e-5,
                                                        rel=1e-12)
 
-
-def test_the_rl_summary_echoes_the_knob_only_when_on(tmp_path):
-    from moesim.scenario.sections.rl import summary_dict
-    cfg = resolve_rl(scenario(tmp_path)).scenario.rl
-    assert "prefix_cache" not in summary_dict(cfg)["rollout"]
-    on = dataclasses.replace(cfg, rollout=dataclasses.replace(cfg.rollout,
-                                                              prefix_cache="vllm"))
-    assert summary_dict(on)["rollout"]["prefix_cache"] == "vllm"
-
-
-def test_a_bad_value_is_one_line_exit_2(tmp_path, capsys):
-    p = scenario(tmp_path)
-    assert main(["rl", str(p), "--quiet", "--set", "rl.rollout.prefix_cache=sglang"]) == 2
-    err = capsys.readouterr().err.strip()
-    assert "\n" not in err and "rl.rollout.prefix_cache" in err and "Traceback" not in err

@@ -49,6 +49,18 @@ def scenario(tmp_path, **rl):
     return p
 
 
+def with_rollout(setup, **fields):
+    """``setup`` with ``rl.rollout``'s ``fields`` set (a rollout knob on)."""
+    cfg = dataclasses.replace(setup.cfg, rollout=dataclasses.replace(setup.cfg.rollout,
+                                                                     **fields))
+    return dataclasses.replace(setup, cfg=cfg)
+
+
+def hand_summary(setup) -> dict:
+    """One RL step of ``setup`` on the hand-checkable linear costs (ROLL, TRAIN)."""
+    return summarize(simulate_rl(setup, 1, rollout_costs=ROLL, trainer_costs=TRAIN))
+
+
 def hand_generate():
     # 16 samples over 8 replicas: 2 per replica; one prefill of 2 x 64 tokens, then 127
     # decode steps at batch 2 over contexts 65 .. 191

@@ -3,15 +3,12 @@ rl.rollout.sampler): bytes per logit, the steps it is added to, off by default."
 
 from __future__ import annotations
 
-import dataclasses
-
 import pytest
 
 from moesim.rl import sampler_v1 as sv
-from moesim.rl.run import resolve_rl, simulate_rl
-from moesim.rl.summary import summarize
+from moesim.rl.run import resolve_rl
 from moesim.traffic.step_costs import LinearStepCosts
-from tests.test_rl_run import ROLL, TRAIN, hand_generate, scenario
+from tests.test_rl_run import ROLL, hand_generate, hand_summary, scenario, with_rollout
 
 
 @pytest.fixture(autouse=True)
@@ -50,12 +47,9 @@ def test_each_step_gains_the_sampler_of_its_tokens():
 
 def test_the_rollout_gains_the_sampler_only_with_the_knob(tmp_path):
     setup = resolve_rl(scenario(tmp_path))
-    off = summarize(simulate_rl(setup, 1, rollout_costs=ROLL, trainer_costs=TRAIN))
+    off = hand_summary(setup)
     assert setup.cfg.rollout.sampler == "none"
-    cfg = dataclasses.replace(setup.cfg, rollout=dataclasses.replace(setup.cfg.rollout,
-                                                                     sampler="vllm-v1"))
-    on = summarize(simulate_rl(dataclasses.replace(setup, cfg=cfg), 1, rollout_costs=ROLL,
-                               trainer_costs=TRAIN))
+    on = hand_summary(with_rollout(setup, sampler="vllm-v1"))
     assert off["phases_s"]["generate"] == pytest.approx(hand_generate())
     # each replica: one prefill of 2 prompts, then 127 decode steps at batch 2: 128 steps
     # sampling 2 tokens each, priced on the cluster's compute model
@@ -65,10 +59,3 @@ def test_the_rollout_gains_the_sampler_only_with_the_knob(tmp_path):
     assert on["phases_s"]["generate"] == pytest.approx(hand_generate() + 128 * step)
     assert on["phases_s"]["train"] == off["phases_s"]["train"]
 
-
-def test_the_rl_summary_echoes_the_knob_only_when_on(tmp_path):
-    from moesim.scenario.sections.rl import summary_dict
-    cfg = resolve_rl(scenario(tmp_path)).scenario.rl
-    assert "sampler" not in summary_dict(cfg)["rollout"]
-    on = dataclasses.replace(cfg, rollout=dataclasses.replace(cfg.rollout, sampler="vllm-v1"))
-    assert summary_dict(on)["rollout"]["sampler"] == "vllm-v1"
