@@ -43,3 +43,14 @@ def test_a_bad_value_is_one_line_exit_2(tmp_path, capsys, field, on, bad):
     assert main(["rl", str(p), "--quiet", "--set", f"rl.rollout.{field}={bad}"]) == 2
     err = capsys.readouterr().err.strip()
     assert "\n" not in err and f"rl.rollout.{field}" in err and "Traceback" not in err
+
+
+@pytest.mark.parametrize("field,on", [("post_process", "nemo-v03"), ("prefix_cache", "vllm")])
+def test_a_batch_knob_under_a_stream_is_one_line_exit_2(tmp_path, capsys, field, on):
+    """post_process and prefix_cache price a batch's generate call, which a streamed
+    generation has not: refused in one line naming the knob, not silently ignored."""
+    p = scenario(tmp_path, colocated=False, max_lag=1, generation="stream")
+    assert main(["rl", str(p), "--quiet", "--set", f"rl.rollout.{field}={on}"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err and f"rl.rollout.{field}" in err and "stream" in err
+    assert main(["rl", str(p), "--quiet"]) == 0      # the same stream without it runs

@@ -286,6 +286,11 @@ def streamed(setup: RLSetup, batches, works, costs, kv: int, windows) -> None:
         raise setup.error("rl.generation", "batch unless disaggregated with max_lag >= 1 and "
                           "no partial rollouts (a stream runs ahead of the weights)",
                           cfg.generation)
+    for knob in ("post_process", "prefix_cache"):   # both act on a batch's generate call
+        if getattr(ro, knob) != "none":
+            raise setup.error(f"rl.rollout.{knob}", "none under rl.generation: stream (it "
+                              "prices a batch's generate call; the stream has none)",
+                              getattr(ro, knob))
     gens = stream([b.prompt for b in batches], [b.response for b in batches], costs,
                   ro.replicas, kv, ro.max_batch, ro.replica_gpus // ro.tp,
                   layer_windows=windows, max_lag=cfg.max_lag,
