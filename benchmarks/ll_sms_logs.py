@@ -1,6 +1,21 @@
 """DeepEP's low-latency send and receive SM time (``serve.ll_sms: compute``) against the
-published hook-mode logs: the rule's rates, the logs that set them, and each held-out
-log's error per kernel.
+published hook-mode logs, per device family: each family's rates, the logs that set them,
+and each held-out log's error per kernel.
+
+The split, written down before the rates were computed (``moesim/serve/ll_logs.py`` gives
+the reasons and the sources):
+
+- Hopper (H100, H800, H200, H20) rates: the dispatch's send and receive from Ant Group's
+  H20 EP16 table (7 token counts, least squares); the combine's from PR 425's 8-rank rows
+  (probably H200; one message count, so the combine's fixed parts are the Hopper
+  dispatch's of the same phase). Held out: PR 425's dispatch, Ant Group's H20 16-rank
+  sums, the LMSYS blog's H100 dispatch figure.
+- Blackwell (B200, GB200) rates: PR 385's two 48-rank rows (GB200). Held out: PR 385's
+  4-rank row, a B200 node.
+- Device not identified (PR 248, a Tencent fork's RDMA-only run): printed against both
+  rules, counted in neither.
+
+Any other device is refused with ``ll_sms: compute``.
 
 Usage: ``python benchmarks/ll_sms_logs.py [--write-docs=ll-sms-logs]`` (under a second).
 """
@@ -12,13 +27,15 @@ import time
 
 from moesim.serve import ll_logs, ll_sms
 
+NAMES = {"hopper": "Hopper (H100, H800, H200, H20)", "blackwell": "Blackwell (B200, GB200)"}
 
-def _pred(log: ll_logs.HookLog) -> dict[str, float]:
+
+def _pred(log: ll_logs.HookLog, family: str) -> dict[str, float]:
     """The rule's microseconds for each part of ``log``'s configuration (test messages)."""
     out = {}
     for part in ll_sms.PARTS:
         size = ll_sms.TEST_MESSAGE_BYTES[part.startswith("combine")]
-        out[part] = ll_sms.part_seconds(part, log.messages, size) * 1e6
+        out[part] = ll_sms.part_seconds(part, log.messages, size, family) * 1e6
     return out
 
 
@@ -26,64 +43,92 @@ def _err(sim: float, pub: float) -> str:
     return f"{(sim / pub - 1) * 100:+.1f} %"
 
 
-def main() -> int:
-    t0 = time.perf_counter()
-    print("## The rule: fixed + per message, per kernel")
-    print()
-    print("Fitted on the logs marked `fit` in `moesim/serve/ll_logs.py` (the split is "
-          "written there, with the reasons for each log's role). Per message is for the "
-          "test's messages (FP8 dispatch 7,408 B, BF16 combine 14,336 B); other sizes "
-          "scale it by their bytes.")
-    print()
-    print("| kernel | fixed (µs) | per message (ns) |")
-    print("|---|---|---|")
-    for part in ll_sms.PARTS:
-        fixed, per = ll_sms.RATES[part]
-        print(f"| {part.replace('_', ' ')} | {fixed * 1e6:.2f} | {per * 1e9:.3f} |")
-    print()
-    print("## Each log against the rule (µs per rank; send + receive)")
-    print()
-    print("| log | role | peers over | messages | part | rule | published | error |")
-    print("|---|---|---|---|---|---|---|---|")
-    errs, both = [], []
-    for log in ll_logs.LOGS:
-        pred = _pred(log)
-        head = f"| {log.source} | {log.role} | {log.transport} | {log.messages:,}"
-        rows = [(part.replace("_", " "), pred[part], getattr(log, part + "_us"))
-                for part in ll_sms.PARTS]
-        rows += [(f"**{side} both**", pred[side + "_send"] + pred[side + "_recv"],
-                  log.total_us(side)) for side in ("dispatch", "combine")]
-        for label, sim, pub in rows:
-            if pub is None:
-                continue
+def _rows(log: ll_logs.HookLog, family: str) -> list[tuple[str, float, float, bool]]:
+    """(label, rule µs, published µs, is a send + receive sum) for what ``log`` gives."""
+    pred = _pred(log, family)
+    rows = [(part.replace("_", " "), pred[part], getattr(log, part + "_us"), False)
+            for part in ll_sms.PARTS]
+    rows += [(f"**{side} both**", pred[side + "_send"] + pred[side + "_recv"],
+              log.total_us(side), True) for side in ("dispatch", "combine")]
+    return [r for r in rows if r[2] is not None]
+
+
+def _table(logs, family: str) -> tuple[list[float], list[float], dict[str, list[str]]]:
+    """Print ``logs`` against ``family``'s rule; the held-out errors (all, sums) and the
+    held-out sums' signed errors by device."""
+    print("| log | device | role | peers over | messages | part | rule | published | "
+          "error |")
+    print("|---|---|---|---|---|---|---|---|---|")
+    errs, both, by_device = [], [], {}
+    for log in logs:
+        head = (f"| {log.source} | {log.device} | {log.role} | {log.transport} | "
+                f"{log.messages:,}")
+        for label, sim, pub, is_sum in _rows(log, family):
             print(f"{head} | {label} | {sim:.1f} | {pub:.1f} | {_err(sim, pub)} |")
             if log.role == "held_out":
                 errs.append(abs(sim / pub - 1))
-                if label.startswith("**"):
+                if is_sum:
                     both.append(abs(sim / pub - 1))
-    msgs = ll_logs.BLOG_TOKENS * ll_logs.BLOG_TOP_K
-    size = ll_sms.TEST_MESSAGE_BYTES[False]
-    blog = sum(ll_sms.part_seconds(p, msgs, size) for p in ll_sms.PARTS[:2]) * 1e6
-    print(f"| LMSYS blog, \"0.06ms occupying SMs\" (DeepEP unit test) | held_out | not "
-          f"given | {msgs:,} "
-          f"| **dispatch both** | {blog:.1f} | {ll_logs.BLOG_DISPATCH_US:.1f} | "
-          f"{_err(blog, ll_logs.BLOG_DISPATCH_US)} |")
-    errs.append(abs(blog / ll_logs.BLOG_DISPATCH_US - 1))
-    both.append(errs[-1])
+                    by_device.setdefault(log.device, []).append(
+                        f"{label.strip('*')} {_err(sim, pub)}")
     print()
-    for name, e in (("every held-out figure", errs), ("send + receive sums only", both)):
-        e.sort()
-        print(f"Held-out errors, {name} ({len(e)}): median {e[len(e) // 2] * 100:.1f} %, "
-              f"largest {e[-1] * 100:.1f} %.")
+    return errs, both, by_device
+
+
+def _summary(name: str, errs: list[float], both: list[float]) -> None:
+    for what, e in (("every held-out figure", errs), ("send + receive sums only", both)):
+        e = sorted(e)
+        print(f"{name}: held-out errors, {what} ({len(e)}): median "
+              f"{e[len(e) // 2] * 100:.1f} %, largest {e[-1] * 100:.1f} %.")
         print()
-    comb = sum(ll_sms.part_seconds(p, msgs, ll_sms.TEST_MESSAGE_BYTES[True])
-               for p in ll_sms.PARTS[2:]) * 1e6
-    print(f"DeepEP's test case (128 tokens x top-8): dispatch {blog:.1f} µs, combine "
-          f"{comb:.1f} µs, combine / dispatch {comb / blog:.2f} (the former rule: 2 x the "
-          "message bytes, 1.94). The fit logs reached their peers over NVLink (the send kernels "
-          "copy the messages); the held-out H20 and RDMA-only rows check the rule where the "
-          "NIC moves them. The machines of PRs 248, 385 and 425 and of the RDMA-only run "
-          "are not stated.")
+
+
+def main() -> int:
+    t0 = time.perf_counter()
+    msgs = ll_sms.TEST_TOKENS * ll_sms.TEST_TOPK
+    for fam in ll_logs.FAMILIES:
+        print(f"## {NAMES[fam]}: the rule, fixed + per message, per kernel")
+        print()
+        print("Fitted on the logs marked `fit` below (the split and the reasons for each "
+              "log's role and device are written in `moesim/serve/ll_logs.py`). Per message "
+              "is for the test's messages (FP8 dispatch 7,408 B, BF16 combine 14,336 B); "
+              "other sizes scale it by their bytes.")
+        print()
+        print("| kernel | fixed (µs) | per message (ns) | at 1,024 messages (µs) |")
+        print("|---|---|---|---|")
+        for part in ll_sms.PARTS:
+            fixed, per = ll_sms.RATES[fam][part]
+            at = ll_sms.part_seconds(part, msgs, ll_sms.TEST_MESSAGE_BYTES[
+                part.startswith("combine")], fam) * 1e6
+            print(f"| {part.replace('_', ' ')} | {fixed * 1e6:.2f} | {per * 1e9:.3f} | "
+                  f"{at:.1f} |")
+        print()
+        print(f"### {NAMES[fam]}: each log against the rule (µs per rank)")
+        print()
+        logs = ll_logs.fit_logs(fam) + ll_logs.held_out_logs(fam)
+        errs, both, by_device = _table(logs, fam)
+        _summary(NAMES[fam], errs, both)
+        print(f"{NAMES[fam]}: held-out send + receive sums by device: " + "; ".join(
+            f"{dev}: {', '.join(e)}" for dev, e in by_device.items()) + ".")
+        print()
+    print("## Logs whose device is not identified, against each family's rule")
+    print()
+    print("Counted in neither family's errors.")
+    print()
+    for fam in ll_logs.FAMILIES:
+        print(f"### Against the {NAMES[fam]} rule")
+        print()
+        _table(ll_logs.shown_logs(), fam)
+    disp = {f: sum(ll_sms.part_seconds(p, msgs, ll_sms.TEST_MESSAGE_BYTES[False], f)
+                   for p in ll_sms.PARTS[:2]) * 1e6 for f in ll_logs.FAMILIES}
+    comb = {f: sum(ll_sms.part_seconds(p, msgs, ll_sms.TEST_MESSAGE_BYTES[True], f)
+                   for p in ll_sms.PARTS[2:]) * 1e6 for f in ll_logs.FAMILIES}
+    for fam in ll_logs.FAMILIES:
+        print(f"{NAMES[fam]}, DeepEP's test case (128 tokens x top-8): dispatch "
+              f"{disp[fam]:.1f} µs, combine {comb[fam]:.1f} µs, combine / dispatch "
+              f"{comb[fam] / disp[fam]:.2f}.")
+        print()
+    print("Any other device is refused with `serve.ll_sms: compute` (no hook-mode logs).")
     print()
     print(f"Wall time {time.perf_counter() - t0:.2f} s.")
     return 0
@@ -93,4 +138,4 @@ if __name__ == "__main__":
     from results_page import run_benchmark
     sys.exit(run_benchmark(main, "ll-sms-logs",
                            "DeepEP's low-latency send and receive SM time against its "
-                           "published hook-mode logs"))
+                           "published hook-mode logs, per device family"))

@@ -107,6 +107,7 @@ class ServeBuilder:
         self.ll = None
         if cfg.ll_sms == "compute" and b.ep > 1 and b.ep_backend.kind == "deepep-ll":
             rt = res.scenario.routing
+            ll_sms.family_of(res.device.name, res.scenario.source)   # refused off Hopper/Blackwell
             self.ll = ll_sms.kernels(self.tokens, self.spec.top_k, self.spec.hidden,
                                      rt.dispatch_dtype, rt.combine_dtype)
 
