@@ -32,6 +32,10 @@ fp32 cast, ``DistributedLogprob``, the KL, ratio and clipping ops, ClippedPGLoss
 sequence's logits, which ``rl.train.loss_logprob`` prices; the loss's backward runs in
 C++ autograd, ahead of the GPU.
 
+With context parallelism (``rl.train.cp`` > 1) the loss and the collection also shard
+each sequence and all-gather its log-probs over the CP group, one NCCL call a sequence:
+:mod:`moesim.rl.cp_loops`, priced under the same knob.
+
 Without sequence packing (``rl.train.packing`` other than ``nemo``) none of these loops
 runs: the knob adds nothing.
 
@@ -45,31 +49,13 @@ step (training) or per pass (log-probs), plus the fixed work of each of its
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 
-from moesim.program.host_dispatch import EAGER_OP_S, VIEW_OP_S
+from moesim.rl import cp_loops
+from moesim.rl.host_calls import Loop
 
 _LF = "nemo_rl/algorithms/loss_functions.py"
 _MC = "nemo_rl/models/megatron/common.py"
 _MU = "nemo_rl/distributed/model_utils.py"
-
-
-@dataclass(frozen=True)
-class Loop:
-    """Host calls of one part: ``ops`` Python-level calls that launch work, ``reads``
-    device-to-host reads the host waits on, ``views`` view / metadata calls;
-    ``padded_only``: run only when sequences are padded (TP > 1, CP > 1 or PP > 1)."""
-
-    name: str
-    ops: int = 0
-    reads: int = 0
-    views: int = 0
-    padded_only: bool = False
-    source: str = ""
-
-    @property
-    def seconds(self) -> float:
-        return (self.ops + self.reads) * EAGER_OP_S + self.views * VIEW_OP_S
 
 
 #: training: one packed sequence's loss on the last stage, outside its logits passes
@@ -164,7 +150,9 @@ def step_train_s(x) -> float:
     tr = x.cfg.train
     if tr.seq_host != "nemo" or tr.packing != "nemo":
         return 0.0
-    return tr.epochs * train_s(x.samples, x.mini_batch_rows, tr.dp, tr.tp, tr.cp, tr.pp)
+    # with CP > 1 also the per-sequence CP all-gathers (moesim.rl.cp_loops)
+    return (tr.epochs * train_s(x.samples, x.mini_batch_rows, tr.dp, tr.tp, tr.cp, tr.pp)
+            + cp_loops.step_train_s(x))
 
 
 def step_logprob_s(x) -> float:
@@ -173,4 +161,4 @@ def step_logprob_s(x) -> float:
     if tr.seq_host != "nemo" or tr.packing != "nemo":
         return 0.0
     rows = x.rows if x.logprob_rows is None else x.logprob_rows
-    return logprob_s(x.samples, rows, tr.dp, tr.tp, tr.cp, tr.pp)
+    return logprob_s(x.samples, rows, tr.dp, tr.tp, tr.cp, tr.pp) + cp_loops.step_logprob_s(x)
