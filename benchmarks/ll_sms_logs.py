@@ -17,7 +17,8 @@ the reasons and the sources):
 
 Any other device is refused with ``ll_sms: compute``.
 
-Usage: ``python benchmarks/ll_sms_logs.py [--write-docs=ll-sms-logs]`` (under a second).
+Usage: ``python benchmarks/ll_sms_logs.py [--write-docs=ll-sms-logs]`` (a few seconds:
+the GB200 decode rows with ``serve.ll_sms=compute`` run at the end).
 """
 
 from __future__ import annotations
@@ -27,6 +28,10 @@ import time
 
 from moesim.serve import ll_logs, ll_sms
 
+#: output tokens/s per GPU, 2000-token inputs, 48 decode ranks (LMSYS blog "Deploying DeepSeek
+#: on GB200 NVL72 with PD and Large Scale EP (Part II)", 2025-09-25: BF16 attention and FP8
+#: MoE 9,087; FP8 KV cache and NVFP4 MoE 13,386)
+GB200_ROWS = (("deepseek-v3-decode-gb200", 9087), ("deepseek-v3-decode-gb200-nvfp4", 13386))
 NAMES = {"hopper": "Hopper (H100, H800, H200, H20)", "blackwell": "Blackwell (B200, GB200)"}
 
 
@@ -83,6 +88,24 @@ def _summary(name: str, errs: list[float], both: list[float]) -> None:
         print()
 
 
+def _gb200() -> None:
+    """The GB200 decode rows (which keep ``ll_sms: none``) with the Blackwell rule on."""
+    from moesim.serve.run import resolve_serve, simulate_serve
+    print("## The GB200 decode rows with `serve.ll_sms=compute` (Blackwell rates)")
+    print()
+    print("The shipped scenarios keep `ll_sms: none`; one routing step each.")
+    print()
+    print("| scenario | `ll_sms` | step | tokens/s per GPU | published | error |")
+    print("|---|---|---|---|---|---|")
+    for name, pub in GB200_ROWS:
+        for ll in ("none", "compute"):
+            s = simulate_serve(*resolve_serve(name, [f"serve.ll_sms={ll}"])).summary
+            tps = s["tokens_per_s_per_gpu"]
+            print(f"| {name} | {ll} | {s['step_time_s'] * 1e3:.2f} ms | {tps:,.0f} | "
+                  f"{pub:,} | {_err(tps, pub)} |")
+    print()
+
+
 def main() -> int:
     t0 = time.perf_counter()
     msgs = ll_sms.TEST_TOKENS * ll_sms.TEST_TOPK
@@ -130,6 +153,7 @@ def main() -> int:
         print()
     print("Any other device is refused with `serve.ll_sms: compute` (no hook-mode logs).")
     print()
+    _gb200()
     print(f"Wall time {time.perf_counter() - t0:.2f} s.")
     return 0
 
