@@ -122,6 +122,9 @@ def parts(run, summary: dict) -> list[tuple[str, float]]:
                 ("refit host moves (optimizer out; engine in; weights out) s",
                  m.refit_s),
                 ("  of which the optimizer states out s", m.optimizer_out_s)]
+        if m.wake_Bps is not None:
+            out.append(("  of which vLLM's wake_up of the engine's weights (every GPU "
+                        "of the host at once) s", m.engine_wake_s))
     ro = cfg.rollout
     if ro.host_overhead != "none":
         from moesim.serve.host import host_step
@@ -140,6 +143,9 @@ def parts(run, summary: dict) -> list[tuple[str, float]]:
             g = ws["gather_groups_s"]
             out.append(("refit gather through the TP / PP / EP groups s (each GPU)",
                         g["tp"] + g["pp"] + g["ep"]))
+        if "blocking_waits" in ws:
+            out.append(("refit blocking ray.get waits (driver + engine) s",
+                        ws["blocking_waits"]["time_s"]))
         if "gather_calls" in ws:
             out.append(("refit gather collective calls per rank (NeMo RL v0.3.0)",
                         ws["gather_calls"]))

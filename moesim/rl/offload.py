@@ -55,6 +55,11 @@ move runs at the link's line rate, a lower bound. Only the optimizer states' cop
 (inside the refit timer) is priced at the pageable rate: the copy back
 (``v.to("cuda")`` in the training prep) reads pages already resident, and no published
 figure gives its rate (the published step less its four phases, 2-4 s, bounds it).
+
+**The wake-up's rate** (``rl.weight_sync.calls: nemo-v03-wake``). vLLM's ``wake_up`` of
+the weights inside the refit restores each GPU's weights with every GPU of the host
+waking at once; its rate is the measured share of the host link's line rate
+(:func:`moesim.rl.refit_wake.wake_Bps`) instead of the line rate.
 """
 
 from __future__ import annotations
@@ -80,6 +85,8 @@ class HostMoves:
     host_Bps: float
     #: the optimizer states' copy out into pageable memory (None: at ``host_Bps``)
     pageable_Bps: float | None = None
+    #: the engine's weights back in at the refit's ``wake_up`` (None: at ``host_Bps``)
+    wake_Bps: float | None = None
 
     @property
     def optimizer_out_s(self) -> float:
@@ -87,6 +94,12 @@ class HostMoves:
         rate = self.host_Bps if self.pageable_Bps is None else min(self.host_Bps,
                                                                     self.pageable_Bps)
         return self.optimizer_bytes / rate
+
+    @property
+    def engine_wake_s(self) -> float:
+        """vLLM's ``wake_up(tags=["weights"])`` in the refit: the engine's weights in."""
+        return self.engine_bytes / (self.host_Bps if self.wake_Bps is None else
+                                    min(self.host_Bps, self.wake_Bps))
 
     @property
     def engine_sleep_s(self) -> float:
@@ -102,7 +115,9 @@ class HostMoves:
 
     @property
     def refit_s(self) -> float:
-        return self.optimizer_out_s + (self.engine_bytes + self.weights_bytes) / self.host_Bps
+        if self.wake_Bps is None:               # as before the wake's rate (same float)
+            return self.optimizer_out_s + (self.engine_bytes + self.weights_bytes) / self.host_Bps
+        return self.optimizer_out_s + self.engine_wake_s + self.weights_bytes / self.host_Bps
 
     @property
     def bytes_per_step(self) -> float:
@@ -115,18 +130,23 @@ class HostMoves:
             del d["pageable_Bps"]
         else:
             d["optimizer_out_s"] = self.optimizer_out_s
+        if self.wake_Bps is None:               # line rate: the summary as before
+            del d["wake_Bps"]
+        else:
+            d["engine_wake_s"] = self.engine_wake_s
         return {**d, "engine_sleep_s": self.engine_sleep_s,
                 "logprob_prep_s": self.logprob_prep_s, "train_prep_s": self.train_prep_s,
                 "refit_s": self.refit_s, "bytes_per_step": self.bytes_per_step}
 
 
 def host_moves(stage_row: dict, engine_bytes: float, host_Bps: float,
-               pageable_Bps: float | None = None) -> HostMoves:
+               pageable_Bps: float | None = None, wake_Bps: float | None = None
+               ) -> HostMoves:
     """The moves from a memory-table row of the trainer's busiest stage (``weights``,
     ``gradients``, ``optimizer`` bytes) and the engine's weight bytes per GPU."""
     return HostMoves(float(stage_row["weights"]), float(stage_row["gradients"]),
                      float(stage_row["optimizer"]), float(engine_bytes), host_Bps,
-                     pageable_Bps)
+                     pageable_Bps, wake_Bps)
 
 
 def setup_moves(setup, host_Bps: float) -> HostMoves | None:
@@ -140,5 +160,9 @@ def setup_moves(setup, host_Bps: float) -> HostMoves | None:
     rows = trainer_table(setup, 1)["stages"]
     worst = max(rows, key=lambda r: r["weights"] + r["gradients"] + r["optimizer"])
     pageable = PAGEABLE_D2H_Bps if cfg.train.offload_copy == "pageable" else None
+    wake = None
+    if cfg.weight_sync.calls == "nemo-v03-wake":
+        from moesim.rl.refit_wake import wake_Bps
+        wake = wake_Bps(host_Bps)
     return host_moves(worst, replica_weight_bytes(setup.res.model, cfg.rollout), host_Bps,
-                      pageable)
+                      pageable, wake)

@@ -271,7 +271,10 @@ def refit_phases(topo, spec: ModelSpec, train_gpus: list, rollout_gpus: list, *,
     per-tensor metadata and each executor's recover of a packed bucket
     (:mod:`moesim.rl.refit_host`); "nemo-v03-ops" adds the eager torch ops of the
     gather, conversion, pack and unpack and the offloads' ``gc.collect`` and
-    ``empty_cache`` (:mod:`moesim.rl.refit_ops`; ``offload_gc_s``, in ``time_s``)."""
+    ``empty_cache`` (:mod:`moesim.rl.refit_ops`; ``offload_gc_s``, in ``time_s``);
+    "nemo-v03-wake" adds the driver's and the engines' blocking ``ray.get`` waits to the
+    transfer (:mod:`moesim.rl.refit_wake`; the wake-up's rate is in the host moves,
+    :mod:`moesim.rl.offload`)."""
     nbytes = param_bytes(spec)
     src = holders(train_gpus, tp, pp, ep)
     tensors = tensor_count(spec)
@@ -291,8 +294,9 @@ def refit_phases(topo, spec: ModelSpec, train_gpus: list, rollout_gpus: list, *,
             gather_s, gathered = colocated_gather(topo, nbytes, train_gpus, len(src))
         buckets = math.ceil(nbytes / REFIT_BUCKET_BYTES)
         ncalls = 0
-        nemo = calls in ("nemo", "nemo-v03", "nemo-v03-ops")
-        v03 = calls in ("nemo-v03", "nemo-v03-ops")
+        nemo = calls in ("nemo", "nemo-v03", "nemo-v03-ops", "nemo-v03-wake")
+        v03 = calls in ("nemo-v03", "nemo-v03-ops", "nemo-v03-wake")
+        v03_ops = calls in ("nemo-v03-ops", "nemo-v03-wake")
         if nemo:
             from moesim.rl import refit_calls
             ncalls = refit_calls.gather_calls(spec, tp=tp, pp=pp, ep=ep, etp=etp)
@@ -312,7 +316,7 @@ def refit_phases(topo, spec: ModelSpec, train_gpus: list, rollout_gpus: list, *,
                 engines=len(rollout_gpus) // replica_gpus, engine_gpus=replica_gpus)
             # the executor's recover of a packed bucket includes its handle's rebuild
             transfer_s += host.time_s - buckets * IPC_REBUILD_S
-        if calls == "nemo-v03-ops":
+        if v03_ops:
             from moesim.rl import refit_ops
             ops = refit_ops.host_ops(spec, tp=tp, pp=pp, ep=ep, etp=etp, hf_tensors=tensors,
                                      buckets=buckets)
@@ -320,6 +324,11 @@ def refit_phases(topo, spec: ModelSpec, train_gpus: list, rollout_gpus: list, *,
             # the pack's copy_ is an op here: its launch leaves pack_s
             transfer_s += ops.transfer_s - tensors * launch_s
             offload_gc_s = ops.offload_s
+        waits = None
+        if calls == "nemo-v03-wake":
+            from moesim.rl import refit_wake
+            waits = refit_wake.blocking_waits(buckets, replica_gpus)
+            transfer_s += waits.time_s
         ipc_bytes, nflows, gather_bytes = nbytes, 0, gathered * len(train_gpus)
     else:
         if sharded:
@@ -338,13 +347,15 @@ def refit_phases(topo, spec: ModelSpec, train_gpus: list, rollout_gpus: list, *,
     phases = {"gather_s": gather_s, "transfer_s": transfer_s, "load_s": load_s,
               "ipc_bytes_per_gpu": ipc_bytes, "load_bytes_per_gpu": load_bytes,
               "buckets": buckets}
-    if ipc and calls in ("nemo", "nemo-v03", "nemo-v03-ops"):
+    if ipc and calls in ("nemo", "nemo-v03", "nemo-v03-ops", "nemo-v03-wake"):
         phases["gather_calls"] = ncalls
-    if ipc and calls in ("nemo-v03", "nemo-v03-ops"):
+    if ipc and calls in ("nemo-v03", "nemo-v03-ops", "nemo-v03-wake"):
         phases["handle_transfer"] = host.as_dict()
-    if ipc and calls == "nemo-v03-ops":
+    if ipc and calls in ("nemo-v03-ops", "nemo-v03-wake"):
         phases["host_ops"] = ops.as_dict()
         phases["offload_gc_s"] = offload_gc_s
+    if ipc and waits is not None:
+        phases["blocking_waits"] = waits.as_dict()
     if groups is not None:
         phases["gather_groups_s"] = {"tp": groups.tp_s, "pp": groups.pp_s, "ep": groups.ep_s}
     return SyncResult(total, gather_s + (0.0 if ipc else transfer_s),

@@ -40,7 +40,7 @@ from moesim.scenario.sections.lengths import parse as parse_length
 
 REWARD_KINDS = ("rule", "model")
 SYNC_METHODS = ("nccl", "ipc", "sharded")
-SYNC_CALLS = ("none", "nemo", "nemo-v03", "nemo-v03-ops")
+SYNC_CALLS = ("none", "nemo", "nemo-v03", "nemo-v03-ops", "nemo-v03-wake")
 #: rl.weight_sync.gather (moesim.rl.sync.refit_phases)
 SYNC_GATHERS = ("node", "groups")
 KV_DTYPES = ("bf16", "fp8")
@@ -77,8 +77,10 @@ LOSS_LOGPROBS = ("none", "nemo")
 LOGPROB_SOFTMAX = ("none", "nemo", "nemo-v06")
 #: the host's per-op dispatch in the trainer's eager forward passes (moesim.program.
 #: host_dispatch): ``none`` (the GPU's time only) or ``eager`` (each MoE layer's forward
-#: bounded by its host time between Megatron's per-layer host syncs)
-HOST_DISPATCH = ("none", "eager")
+#: bounded by its host time between Megatron's per-layer host syncs) or ``timeline`` (the
+#: host and the GPU as two clocks op by op, Transformer Engine's module calls at their
+#: published host cost)
+HOST_DISPATCH = ("none", "eager", "timeline")
 #: NeMo RL's per-sequence host loops in the trainer's passes (moesim.rl.seq_host): ``none``
 #: or ``nemo`` (the loss, packing and log-prob collection loops of NeMo RL v0.3.0)
 SEQ_HOSTS = ("none", "nemo")
@@ -88,6 +90,9 @@ LOGPROB_PIPELINES = ("folded", "megatron")
 #: the training steps' stage-to-stage transfers (moesim.rl.pp_p2p): ``overlapped`` (the
 #: engines' sends beside the compute) or ``blocking`` (Megatron's 1F1B waits on each)
 PP_P2P = ("overlapped", "blocking")
+#: the trainer calls' data (moesim.rl.call_data): ``none`` (not priced) or ``nemo`` (NeMo
+#: RL v0.3.0 hands every worker its data-parallel shard by value through Ray)
+CALL_DATA = ("none", "nemo")
 #: the rollout engines' sampler (moesim.rl.sampler_v1): ``none`` (the serving step's pass
 #: over the rank's vocabulary shard) or ``vllm-v1`` (vLLM 0.9.0's V1 sampler with logprobs)
 ROLLOUT_SAMPLERS = ("none", "vllm-v1")
@@ -167,9 +172,13 @@ class TrainPool:
     loss_logprob: str = "none"  # LOSS_LOGPROBS
     logprob_softmax: str = "none"  # LOGPROB_SOFTMAX
     host_dispatch: str = "none"  # HOST_DISPATCH
+    #: Megatron's sort_chunks_by_idxs in the trainer's passes (its all-to-all dispatcher with
+    #: more than one local expert; moesim.model.kernels.reference): off leaves it out
+    sort_chunks: bool = False
     seq_host: str = "none"  # SEQ_HOSTS
     logprob_pipeline: str = "folded"  # LOGPROB_PIPELINES
     pp_p2p: str = "overlapped"  # PP_P2P
+    call_data: str = "none"  # CALL_DATA
     #: ZeRO stage over the trainer's data-parallel group (parallel.zero): 1 shards the
     #: optimizer states, as Megatron's distributed optimizer does (use_distributed_optimizer:
     #: true in verl's verl/trainer/config/engine/megatron.yaml, 093191fae2, and NeMo RL's
@@ -264,9 +273,11 @@ _RULES: dict[str, tuple[str, Any]] = {
     "offload": ("choice", OFFLOADS), "offload_copy": ("choice", OFFLOAD_COPIES),
     "loss_logprob": ("choice", LOSS_LOGPROBS), "logprob_softmax": ("choice", LOGPROB_SOFTMAX),
     "host_dispatch": ("choice", HOST_DISPATCH),
+    "sort_chunks": ("bool", None),
     "seq_host": ("choice", SEQ_HOSTS),
     "logprob_pipeline": ("choice", LOGPROB_PIPELINES),
     "pp_p2p": ("choice", PP_P2P),
+    "call_data": ("choice", CALL_DATA),
     "mini_batches": ("pos", None), "epochs": ("pos", None), "seq_len": ("optpos", None),
     "logprob_mb_tokens": ("optpos", None),
     "reference_weights": ("choice", REFERENCE_WEIGHTS),
@@ -405,8 +416,10 @@ def rl_from_dict(d: Any, source: str) -> RLConfig | None:
 #: (part, field, default): knobs left out of the summary's echo at their default, so
 #: summaries read as they did before each knob existed
 _ECHO_DEFAULTS = (("train", "offload_copy", "line"), ("train", "host_dispatch", "none"),
-                  ("train", "seq_host", "none"), ("train", "logprob_pipeline", "folded"),
+                  ("train", "sort_chunks", False), ("train", "seq_host", "none"),
+                  ("train", "logprob_pipeline", "folded"),
                   ("train", "pp_p2p", "overlapped"), ("train", "logprob_softmax", "none"),
+                  ("train", "call_data", "none"),
                   ("rollout", "sampler", "none"), ("weight_sync", "gather", "node"),
                   ("rollout", "post_process", "none"), ("rollout", "executor", "none"),
                   ("rollout", "prefix_cache", "none"))
