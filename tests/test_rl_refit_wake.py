@@ -88,3 +88,18 @@ def test_the_knob_sets_the_wake_rate_of_the_host_moves(tmp_path):
     assert m0.wake_Bps is None
     assert m.refit_s - m0.refit_s == pytest.approx(
         m.engine_bytes / wake_Bps(PCIE_Bps) - m.engine_bytes / PCIE_Bps)
+
+
+def test_moesim_rl_prints_the_wake_and_the_waits():
+    """The summary's host-moves line names the wake-up's seconds and the refit line the
+    waits, only with the knob on."""
+    from moesim.rl.summary import moves_line, refit_line
+
+    line = HostMoves(8e9, 8e9, 12e9, 35e9, 64e9, 2.8e9)
+    wake = HostMoves(8e9, 8e9, 12e9, 35e9, 64e9, 2.8e9, wake_Bps(64e9))
+    assert moves_line(wake.as_dict())[0].endswith(
+        f"refit {wake.refit_s:.2f} s (vLLM wake_up 1.60 s)")
+    assert "wake_up" not in moves_line(line.as_dict())[0]
+    ops, on = one_node_sync("nemo-v03-ops"), one_node_sync("nemo-v03-wake")
+    assert refit_line({"phases": on.phases})[0].endswith("; blocking ray.get waits 0.003 s")
+    assert "ray.get" not in refit_line({"phases": ops.phases})[0]

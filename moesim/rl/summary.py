@@ -181,7 +181,8 @@ def moves_line(m: dict | None) -> list[str]:
             f"{m['optimizer_bytes'] / 1e9:.2f} GB, engine {m['engine_bytes'] / 1e9:.2f} GB "
             f"each way): vLLM sleep {m['engine_sleep_s']:.2f} s, log-prob prep "
             f"{m['logprob_prep_s']:.2f} s, training prep {m['train_prep_s']:.2f} s, refit "
-            f"{m['refit_s']:.2f} s"]
+            f"{m['refit_s']:.2f} s"
+            + (f" (vLLM wake_up {m['engine_wake_s']:.2f} s)" if "engine_wake_s" in m else "")]
 
 
 def refit_line(ws: dict) -> list[str]:
@@ -191,6 +192,8 @@ def refit_line(ws: dict) -> list[str]:
         return []
     ipc = (f"; IPC {ph['ipc_bytes_per_gpu'] / 1e9:.2f} GB per GPU in {ph['buckets']} buckets"
            if ph["buckets"] else "")
+    waits = (f"; blocking ray.get waits {ph['blocking_waits']['time_s']:.3f} s"
+             if "blocking_waits" in ph else "")
     return [f"  refit per GPU: gather {ph['gather_s']:.2f} s + transfer "
             f"{ph['transfer_s']:.2f} s + load {ph['load_s']:.2f} s{ipc}; load "
-            f"{ph['load_bytes_per_gpu'] / 1e9:.2f} GB per GPU"]
+            f"{ph['load_bytes_per_gpu'] / 1e9:.2f} GB per GPU{waits}"]
