@@ -30,6 +30,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from moesim.rl import call_data
 from moesim.rl.logprob_pipeline import step_logprob_s as pipelined_logprob_s
 from moesim.rl.pp_p2p import step_train_s as pp_p2p_train_s
 from moesim.rl.seq_host import step_logprob_s, step_train_s
@@ -53,6 +54,7 @@ class StepInputs:
     reference_swap_s: float = 0.0       # weights moved around a reference pass
     logprob_prep_s: float = 0.0         # colocated host moves before the log-prob passes
     train_prep_s: float = 0.0           # ... and before the optimizer steps (moesim.rl.offload)
+    longest: int = 0                    # the step's longest sample (moesim.rl.call_data)
 
     def logprob_s(self) -> float:
         """One forward-only log-prob pass over the step's samples (as Megatron's pipeline
@@ -109,17 +111,20 @@ def _reward_s(x: StepInputs) -> float:
 
 
 def _old_logprob_s(x: StepInputs) -> float:
-    return x.logprob_s() + step_logprob_s(x) if x.cfg.old_logprob else 0.0
+    # + the call's data to every worker with rl.train.call_data (moesim.rl.call_data)
+    return (x.logprob_s() + step_logprob_s(x) + call_data.step_logprob_s(x)
+            if x.cfg.old_logprob else 0.0)
 
 
 def _reference_s(x: StepInputs) -> float:
-    return x.logprob_s() + step_logprob_s(x) + x.reference_swap_s if x.cfg.reference else 0.0
+    return (x.logprob_s() + step_logprob_s(x) + call_data.step_logprob_s(x)
+            + x.reference_swap_s if x.cfg.reference else 0.0)
 
 
 def _train_s(x: StepInputs) -> float:
     # + Megatron's blocking stage-to-stage transfers with rl.train.pp_p2p (moesim.rl.pp_p2p)
     return (x.cfg.train.epochs * sum(x.trainer.train_step_s(r) for r in x.mini_batch_rows)
-            + pp_p2p_train_s(x))
+            + pp_p2p_train_s(x) + call_data.step_train_s(x))
 
 
 def _loss_logprob_s(x: StepInputs) -> float:

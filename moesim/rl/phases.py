@@ -98,6 +98,7 @@ def step_work(cfg: RLConfig, batch: Batch, seq_len: int, rollout: StepCosts,
                     layer_windows=layer_windows) if generation else
            Generation(0.0, np.zeros(0), np.zeros(0, dtype=np.int64), 0.0, 0))
     lengths = batch.prompt + batch.response
+    longest = int(lengths.max()) if len(lengths) else 0
     lp = tr.logprob_mb_tokens
     if tr.packing == "verl":
         # rows = micro-batches of every rank x dp: the trainer prices ceil(rows / dp)
@@ -120,7 +121,8 @@ def step_work(cfg: RLConfig, batch: Batch, seq_len: int, rollout: StepCosts,
     work = StepInputs(cfg, trainer, len(lengths), rows, mb_rows,
                       logprob_rows=None if lp is None else rows_of(lengths, lp),
                       logprob_tokens=lp, reference_swap_s=reference_swap_s,
-                      logprob_prep_s=logprob_prep_s, train_prep_s=train_prep_s)
+                      logprob_prep_s=logprob_prep_s, train_prep_s=train_prep_s,
+                      longest=longest)
     d = StepDurations(generate=gen.time_s,
                       trainer=algorithm(cfg.algorithm).trainer_seconds(work),
                       weight_sync=sync_s, switch_in=switch_s[0], switch_out=switch_s[1])
