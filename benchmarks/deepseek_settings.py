@@ -23,6 +23,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import tempfile
 import time
 
 from bench_deepseek import PUBLISHED_STEP_S as PUBLISHED_S  # report §1, §4.2 (this folder)
@@ -48,6 +49,8 @@ SETTINGS = [
      ["schedule.kind=1f1b", "overlap.kind=none"]),
     ("`schedule.kind=1f1b overlap.kind=none parallel.ep_backend.kind=nccl`",
      ["schedule.kind=1f1b", "overlap.kind=none", "parallel.ep_backend.kind=nccl"]),
+    ("`routing.grad_dispatch_dtype=bf16` (the backward's dispatch in BF16, not FP8)",
+     ["routing.grad_dispatch_dtype=bf16"]),
 ]
 
 
@@ -66,8 +69,10 @@ WHATIFS = [
 ]
 
 
-def run(sets: list[str]) -> dict:
-    cmd = [sys.executable, "-m", "moesim", "run", SCENARIO, "--no-files", "--json", "--quiet"]
+def run(sets: list[str], out: str | None = None) -> dict:
+    """``moesim run`` of the scenario with ``sets``; ``out``: write its files there."""
+    cmd = [sys.executable, "-m", "moesim", "run", SCENARIO, "--json", "--quiet",
+           *(["-o", out, "--force"] if out else ["--no-files"])]
     for s in sets:
         cmd += ["--set", s]
     out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
@@ -177,6 +182,19 @@ def profile_step(prof: dict, d: dict) -> None:
               f"{sim / est - 1:+.1%} |")
 
 
+def lone_parts(profile: str, trace: str) -> None:
+    """The lone chunks phase by phase, and DeepEP's kernels alone, in a lone chunk and
+    inside the profile's pair (``deepseek_lone``)."""
+    from deepseek_lone import kernel_table, print_table, profile_lone, sim_lone  # this folder
+
+    from moesim.validation.gpu.summary import summarize
+    from moesim.validation.gpu.trace import load_gpu_trace
+    prof = profile_lone(summarize(load_gpu_trace(profile)))
+    sim = sim_lone(trace, 7, 128)
+    print_table(sim, prof)
+    kernel_table(sim, prof)
+
+
 def part_table(rows: list[tuple[str, dict]]) -> None:
     """Per pipeline rank (mean over its 128 GPUs): compute, exposed EP, bubble, the rest;
     rank 0 holds stages 0 and 15, rank 7 stages 7 and 8."""
@@ -216,9 +234,10 @@ def main() -> int:
           "exposed dispatch + combine (s) | bubble (s) | stall (s) | peak memory (GB/GPU) |")
     print("|---|---|---|---|---|---|---|---|")
     kept = []
+    tmp = tempfile.TemporaryDirectory()
     for label, sets in SETTINGS:
         t0 = time.perf_counter()
-        d = run(sets)
+        d = run(sets, tmp.name if not kept and args.profile else None)
         b = d["breakdown_s"]
         step = d["step_time_s"]
         print(f"| {label} | {step:.2f} | {step / PUBLISHED_S - 1:+.1%} | {b['compute']:.2f} | "
@@ -238,6 +257,8 @@ def main() -> int:
     part_table(kept)
     if args.profile:
         profile_step(profile_parts(args.profile), kept[0][1])
+        lone_parts(args.profile, f"{tmp.name}/trace.json")
+    tmp.cleanup()
     print("\nDualPipe with 16 ranks and 120 micro-batches (15360 / dp 128): every rank runs "
           "120 forward and 120 backward chunks; how many as overlapped F&B pairs (the "
           "profile's unit), by half rank h = min(r, 15 - r), from the reference's loops:\n")

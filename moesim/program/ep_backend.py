@@ -12,7 +12,11 @@
 
 Directions: the forward dispatch sends tokens in ``routing.dispatch_dtype`` and the
 forward combine expert outputs in ``routing.combine_dtype``; in the backward the
-combine's gradient travels as a dispatch and the dispatch's as a combine, both in bf16.
+combine's gradient travels as a dispatch, in ``routing.grad_dispatch_dtype`` (bf16, or
+fp8 as DeepSeek-V3 casts "the activation gradient before MoE down-projections", report
+§3.3.3; its profile casts per token, then runs DeepEP's cached dispatch, under
+``combine(B)``), and the dispatch's as a combine in bf16 (§3.3.3: "both the forward and
+backward combine components" in BF16).
 """
 
 from __future__ import annotations
@@ -34,7 +38,7 @@ DEEPEP_KINDS = ("deepep", "deepep-ll")
 DIRECTIONS = {
     "fwd.dispatch": ("ep_dispatch", "dispatch"),
     "fwd.combine": ("ep_combine", "combine"),
-    "bwd.combine": ("ep_dispatch", "grad"),     # gradient of the combine's output
+    "bwd.combine": ("ep_dispatch", "grad_dispatch"),   # gradient of the combine's output
     "bwd.dispatch": ("ep_combine", "grad"),     # gradient of the dispatched tokens
 }
 
@@ -53,7 +57,8 @@ class EPBackend:
         k = res.model.top_k if res.routing.top_k is None else res.routing.top_k
         self.top_k = int(k)
         self.dtypes = {"dispatch": scn.routing.dispatch_dtype,
-                       "combine": scn.routing.combine_dtype, "grad": "bf16"}
+                       "combine": scn.routing.combine_dtype, "grad": "bf16",
+                       "grad_dispatch": scn.routing.grad_dispatch_dtype}
         floor = step_graph_floor_s(scn, res.device)     # DeepEP's kernels are captured
         self.launch_s = (float(getattr(res.device, "launch_overhead_s", 0.0)) if floor is None
                          else floor)

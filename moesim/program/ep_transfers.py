@@ -14,6 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from moesim.collectives.communicator import CollectiveSpec
+from moesim.gating.matrices import bytes_per_token
 
 ACT_BYTES = 2  # bf16 gradients on the wire (as moesim.program.build)
 
@@ -51,7 +52,8 @@ class EPTransfers:
             mats = (lambda: r.dispatch_bytes, lambda: r.combine_bytes)
         else:
             grad_bpt = float(ACT_BYTES * self.hidden)
-            mats = (lambda: r.combine_tokens * grad_bpt, lambda: r.dispatch_tokens * grad_bpt)
+            to_experts = bytes_per_token(self.ep_backend.dtypes["grad_dispatch"], self.hidden)
+            mats = (lambda: r.combine_tokens * grad_bpt, lambda: r.dispatch_tokens * to_experts)
         return tuple(self._cached((tag,) + gkey, lambda m=m: CollectiveSpec(
             "all_to_all_v", group, matrix=m(), algo=self.a2a_algo))
             for tag, m in zip(tags, mats, strict=True))

@@ -106,6 +106,7 @@ _RULES: dict[str, tuple[str, Any]] = {
     "engine.coalesce_rtol": ("unit", None),
     "engine.workers": ("optpos", None), "engine.sampled_replicas": ("optpos", None),
     "routing.dispatch_dtype": ("choice", DTYPES), "routing.combine_dtype": ("choice", DTYPES),
+    "routing.grad_dispatch_dtype": ("choice", DTYPES),
     "routing.a2a_algo": ("choice", ("direct", "hierarchical")),
 }
 
@@ -322,7 +323,8 @@ def build_scenario(data: dict, source: str = "<scenario>",
                          "a topology preset name (topologies/*.yaml) or a YAML file path")
     rdict = dict(_section(src, data, "routing"))
     dtypes = {k: _check(src, f"routing.{k}", rdict.pop(k))
-              for k in ("dispatch_dtype", "combine_dtype", "a2a_algo") if k in rdict}
+              for k in ("dispatch_dtype", "combine_dtype", "grad_dispatch_dtype", "a2a_algo")
+              if k in rdict}
     scn = Scenario(
         name=name, seed=seed,
         cluster=_fixed(src, data, "cluster", ClusterConfig),

@@ -264,6 +264,9 @@ class RoutingSection:
     policy: Any = field(default_factory=dict)
     dispatch_dtype: str = "bf16"      # tokens sent to experts (fp8 adds one scale per 128 values)
     combine_dtype: str = "bf16"       # expert outputs sent back
+    # the backward's dispatch (the gradient of the combine's output, to the experts):
+    # bf16, or fp8 as DeepSeek-V3 sends it (report §3.3.3); echoed only when fp8
+    grad_dispatch_dtype: str = "bf16"
     a2a_algo: str = "direct"          # direct (pairwise) | hierarchical (network, then NVLink)
 
     def __post_init__(self) -> None:
@@ -312,6 +315,8 @@ class Scenario:
         r = out["routing"]
         out["routing"] = {**r["policy"], "dispatch_dtype": r["dispatch_dtype"],
                           "combine_dtype": r["combine_dtype"], "a2a_algo": r["a2a_algo"]}
+        if r["grad_dispatch_dtype"] != "bf16":
+            out["routing"]["grad_dispatch_dtype"] = r["grad_dispatch_dtype"]
         for k in TYPED_SECTIONS:      # each echoed as written
             sec = getattr(self, k)
             out[k] = _plain(written(sec)) if sec is not None else {}

@@ -8,6 +8,7 @@ from __future__ import annotations
 import numpy as np
 
 from moesim.engine.fast.pipeline import RouteRec, all_pairs
+from moesim.gating.matrices import bytes_per_token
 from moesim.program.build import ACT_BYTES
 
 
@@ -50,7 +51,8 @@ def _route_rec(ctx, r, group: tuple[int, ...], forward_only: bool = False) -> Ro
         mats = {"fwd.dispatch": r.dispatch_bytes, "fwd.combine": r.combine_bytes}
         if not forward_only:
             grad_bpt = float(ACT_BYTES * ctx.spec.hidden)
-            mats.update({"bwd.combine": r.dispatch_tokens * grad_bpt,
+            to_experts = bytes_per_token(ctx.ep_backend.dtypes["grad_dispatch"], ctx.spec.hidden)
+            mats.update({"bwd.combine": r.dispatch_tokens * to_experts,
                          "bwd.dispatch": r.combine_tokens * grad_bpt})
         d_out, c_out = r.dispatch_bytes.sum(axis=1), r.combine_bytes.sum(axis=1)
         if ctx.a2a_algo == "direct":
