@@ -51,7 +51,13 @@ VIEW_OP_S = 3.3 * US
 #: gpu-small-kernels h200.txt, fit a = 2433 ns, commit 1c36d50)
 CPP_LAUNCH_S = 2.43 * US
 
-MODES = ("none", "eager")
+#: host seconds per forward call of a Transformer Engine linear module as Megatron-Core
+#: wraps it (``TEColumnParallelLinear``, BF16, TP1): 115 us after NVIDIA/TransformerEngine
+#: PR 1191's CPU-overhead cuts (140 us before; Megatron's own ColumnParallelLinear 74 us).
+#: NeMo RL v0.3 pins TE 2.3, which holds that PR; TE's later cuts (PR 2146) came after.
+TE_MODULE_S = 115.0 * US
+
+MODES = ("none", "eager", "timeline")
 
 
 @dataclass(frozen=True)
@@ -66,12 +72,15 @@ class Part:
     per_expert: int = 0
     tp_only: bool = False
     source: str = ""
+    #: of ``ops``, the calls of Transformer Engine linear modules (:data:`TE_MODULE_S`
+    #: each under ``timeline``)
+    te_calls: int = 0
 
 
 _TD = "megatron/core/transformer/moe/token_dispatcher.py"
 #: one MoE layer's forward on one rank, Megatron-LM 2ff0f099 with Transformer Engine
 FORWARD_OPS: tuple[Part, ...] = (
-    Part("attention block", 10, 4, source=(
+    Part("attention block", 10, 4, te_calls=2, source=(
         "transformer_layer.py / attention.py: linear_qkv (TELayerNormColumnParallelLinear, "
         "its SP all-gather inside), q_layernorm, k_layernorm, rotary x2 (fused), "
         "core_attention (TE DotProductAttention), linear_proj (TERowParallelLinear, its "
@@ -97,7 +106,7 @@ FORWARD_OPS: tuple[Part, ...] = (
         f"{_TD} 519-529: output_splits_tp.tolist, gather_from_sequence_parallel_region of "
         "the tokens and the probs")),
     Part("sort by local expert", 1, 1, source=f"{_TD} 534-571 sort_chunks_by_idxs (fused)"),
-    Part("experts", 4, 1, per_expert=2, source=(
+    Part("experts", 4, 1, per_expert=2, te_calls=2, source=(
         "experts.py TEGroupedMLP.forward 748-800: tokens_per_expert.tolist, unsqueeze, "
         "linear_fc1 and linear_fc2 (TE GroupedLinear: one GEMM per local expert each, "
         "launched from C++), weighted_bias_swiglu")),
@@ -109,20 +118,16 @@ FORWARD_OPS: tuple[Part, ...] = (
 )
 
 
-def layer_parts(local_experts: int, tp: int) -> list[tuple[str, float, str]]:
-    """(part, host seconds, source) of one MoE layer's forward on one rank."""
-    out = []
-    for p in FORWARD_OPS:
-        if p.tp_only and tp <= 1:
-            continue
-        s = p.ops * EAGER_OP_S + p.views * VIEW_OP_S + p.per_expert * local_experts * CPP_LAUNCH_S
-        out.append((p.name, s, p.source))
-    return out
+def layer_parts(local_experts: int, tp: int, te: bool = False) -> list[tuple[str, float, str]]:
+    """(part, host seconds, source) of one MoE layer's forward on one rank (``te``: the
+    Transformer Engine module calls at :data:`TE_MODULE_S`)."""
+    return [(p.name, part_host_s(p, local_experts, te), p.source) for p in FORWARD_OPS
+            if not (p.tp_only and tp <= 1)]
 
 
-def layer_host_s(local_experts: int, tp: int) -> float:
+def layer_host_s(local_experts: int, tp: int, te: bool = False) -> float:
     """Host seconds to issue one MoE layer's forward (the ops between two syncs)."""
-    return sum(s for _, s, _ in layer_parts(local_experts, tp))
+    return sum(s for _, s, _ in layer_parts(local_experts, tp, te))
 
 
 def layer_counts(local_experts: int, tp: int) -> tuple[int, int, int]:
@@ -142,3 +147,97 @@ def pass_extra_s(moe_layers: int, gpu_layer_s: float, host_layer_s: float) -> fl
     """Seconds a forward pass over ``moe_layers`` MoE layers (each ``gpu_layer_s`` on the
     GPU) gains when each layer is a segment bounded by its host time ``host_layer_s``."""
     return moe_layers * (segment_s(gpu_layer_s, host_layer_s) - gpu_layer_s)
+
+
+# --- ``timeline``: the host and the GPU as two clocks, op by op -------------------------
+#
+# ``max(G, H)`` lets the GPU run any of a layer's kernels while the host is anywhere in
+# the layer. The sync forbids more: when ``cuda_dtoh_stream.synchronize()`` returns, the
+# GPU has run everything up to the token counts' copy and holds at most the permute the
+# host issued since; every later kernel can start only once the host has issued it. So
+# the host's time to reach a kernel and the GPU's work from it on add up: the layer takes
+# ``max_j(h_j + g_j..)`` over its kernels j rather than ``max(G, H)``. ``timeline_pass_s``
+# runs the two clocks over a pass's layers, each part's Python-level ops and C++ launches
+# issued one by one (the part's host seconds spread evenly over them, its GPU seconds
+# likewise: how a part's kernels split among its launches is not modelled), the sync
+# after the permute (``cuda_sync_point`` "before_ep_alltoall", 2ff0f099).
+
+#: the part after which the token counts' copy is enqueued (``cuda_dtoh_point``
+#: "before_permutation_1") and the part after which the host waits on it
+#: (``cuda_sync_point`` "before_ep_alltoall")
+DTOH_AFTER = "token counts to host and the sync"
+SYNC_AFTER = "permute"
+
+
+def part_of(op: str, kernel: str) -> str:
+    """The :data:`FORWARD_OPS` part that launches an inventory kernel of the forward
+    (``op``, ``kernel``: :func:`moesim.program.inventory.layer_ops`' op and kernel
+    names)."""
+    if op.endswith(".attn"):
+        return "attention block"
+    if kernel == "sort_chunks_by_idxs":
+        return "sort by local expert" if op.endswith(".router") else \
+            "unsort and TP reduce-scatter"
+    if kernel.startswith("router"):
+        return "router"
+    if op.endswith(".unpermute"):
+        return "combine all-to-all and unpermute"
+    if op.endswith(".router"):
+        return "permute"                 # the routing map, the fused permute
+    return "experts"
+
+
+def comm_shares(tokens: int, top_k: int, ep: int, tp: int) -> dict[str, float]:
+    """Each communicating part's share of a layer's forward communication, by the bytes
+    each GPU sends: the dispatch and the combine all-to-all ``tokens x top_k x (ep-1)/ep``
+    rows each, and at TP > 1 the attention block's sequence-parallel all-gather and
+    reduce-scatter ``tokens x (tp-1)`` rows each (``tokens``: the GPU's rows)."""
+    a2a = tokens * top_k * (ep - 1) / ep if ep > 1 else 0.0
+    sp = 2 * tokens * (tp - 1)
+    total = 2 * a2a + sp
+    if total <= 0:
+        return {}
+    out = {"dispatch all-to-alls": a2a / total, "combine all-to-all and unpermute": a2a / total}
+    if sp:
+        out["attention block"] = sp / total
+    return out
+
+
+def part_host_s(p: Part, local_experts: int, te: bool = False) -> float:
+    """Host seconds of one part; with ``te`` its Transformer Engine module calls at
+    :data:`TE_MODULE_S` rather than :data:`EAGER_OP_S`."""
+    op_s = p.ops * EAGER_OP_S + (p.te_calls * (TE_MODULE_S - EAGER_OP_S) if te else 0.0)
+    return op_s + p.views * VIEW_OP_S + p.per_expert * local_experts * CPP_LAUNCH_S
+
+
+def timeline_pass_s(gpu_s: dict[str, float], local_experts: int, tp: int,
+                    layers: int, te: bool = True) -> float:
+    """Seconds of a forward pass over ``layers`` MoE layers on two clocks: the host issues
+    each part's launches in :data:`FORWARD_OPS` order, a kernel starts once issued and
+    once the GPU is free, and after :data:`SYNC_AFTER` the host waits until the GPU has run
+    everything issued up to :data:`DTOH_AFTER`. ``gpu_s``: each part's GPU seconds per
+    layer (missing parts: none). The pass ends when both clocks are done."""
+    host = gpu = dtoh = 0.0
+    for _ in range(layers):
+        for p in FORWARD_OPS:
+            if p.tp_only and tp <= 1:
+                continue
+            n = p.ops + p.per_expert * local_experts
+            h = part_host_s(p, local_experts, te)
+            g = gpu_s.get(p.name, 0.0)
+            for _ in range(max(n, 1)):
+                host += h / max(n, 1)
+                if g:
+                    gpu = max(gpu, host) + g / max(n, 1)
+            if p.name == DTOH_AFTER:
+                dtoh = gpu
+            if p.name == SYNC_AFTER:
+                host = max(host, dtoh)
+    return max(host, gpu)
+
+
+def timeline_extra_s(gpu_s: dict[str, float], local_experts: int, tp: int,
+                     layers: int, te: bool = True) -> float:
+    """Seconds the two clocks add to a forward pass over the GPU's own time."""
+    return (timeline_pass_s(gpu_s, local_experts, tp, layers, te)
+            - layers * sum(gpu_s.values()))

@@ -22,6 +22,8 @@ import math
 from moesim.model.costs import memory_op
 from moesim.model.read import ModelSection
 from moesim.program.host_dispatch import layer_host_s, pass_extra_s
+from moesim.rl.host_timeline import timeline_row_s
+from moesim.rl.trainer_kernels import with_sort_chunks
 from moesim.scenario.schema import EngineConfig, ParallelConfig, Scenario
 from moesim.scenario.sections.serve import ServeConfig
 from moesim.serve.config import serving_scenario
@@ -38,7 +40,7 @@ def _serve_time(scn: Scenario, cfg: ServeConfig, sp: bool = False) -> tuple[floa
     if sp:
         one = dataclasses.replace(one, parallel=dataclasses.replace(
             one.parallel, sequence_parallel=True))
-    res = resolve(one)
+    res = with_sort_chunks(resolve(one))
     return float(simulate_serve(res, cfg, record_series=False).summary["step_time_s"]), res
 
 
@@ -126,13 +128,13 @@ class EngineTrainerCosts:
         if key not in self.memo:
             scn = dataclasses.replace(self.scn, schedule=dataclasses.replace(
                 self.scn.schedule, microbatches=m))
-            summary = simulate(resolve(scn)).summary
+            summary = simulate(with_sort_chunks(resolve(scn))).summary
             self.memo[key] = float(summary["step_time_s"])
             self.breakdowns[m] = dict(summary.get("breakdown_s", {}))
             #: micro-batches per replica -> the simulated step's ``experts`` statistics
             self.experts[m] = summary.get("experts")
             self.simulated += 1
-        if self.host_dispatch == "eager":     # the forwards on the 1F1B path: m + pp - 1
+        if self.host_dispatch != "none":      # the forwards on the 1F1B path: m + pp - 1
             return self.memo[key] + (m + self.pp - 1) * self.host_pass_s(self.seq_len) / self.pp
         return self.memo[key]
 
@@ -142,7 +144,7 @@ class EngineTrainerCosts:
         :mod:`moesim.program.host_dispatch`): every MoE layer takes ``max(G, H)``, ``G``
         the pass's GPU time per layer (the simulated forward of one row, LM head left
         out, over the model's layers), ``H`` the host time of one layer's ops; 0 with the knob off."""
-        if self.host_dispatch != "eager":
+        if self.host_dispatch == "none":
             return 0.0
         key = ("host", row)
         if key not in self.memo:
@@ -154,7 +156,9 @@ class EngineTrainerCosts:
                 self._row_s(row, None)          # the layers' part of the pass, no LM head
                 gpu_layer = self.memo[("layers", row, None)] / spec.layers
                 host = layer_host_s(max(1, spec.n_experts // self.ep), self.tp)
-                self.memo[key] = pass_extra_s(moe, gpu_layer, host)
+                self.memo[key] = (pass_extra_s(moe, gpu_layer, host)
+                                  if self.host_dispatch == "eager" else
+                                  timeline_row_s(self.scn, row, moe, gpu_layer, self.ep))
         return self.memo[key]
 
     def forward_s(self, rows: int, tokens: int | None = None,
@@ -167,7 +171,7 @@ class EngineTrainerCosts:
         per_group = max(1, math.ceil(rows / groups))
         row = tokens or self.seq_len
         t = self._row_s(row, model)
-        if model is None and self.host_dispatch == "eager":
+        if model is None and self.host_dispatch != "none":
             t += self.host_pass_s(row)
         if model is None:
             t += self.logprob_softmax_s(row)
