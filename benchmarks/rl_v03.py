@@ -253,7 +253,7 @@ def main(argv: list[str] | None = None) -> int:
               "sits in its steps at large batches. Refit: the optimizer states leave "
               "through pageable host memory at a published 2.8 GB/s (sglang PR 32032, "
               "module.to('cpu') on an H200 host; rl.train.offload_copy: pageable), which "
-              "brings the one-node 8B row within a few per cent; every GPU gathers the "
+              "brings the one-node 8B row within 20 % (+12 %); every GPU gathers the "
               "model through its own TP, PP and EP groups (rl.weight_sync.gather: groups), "
               "so the PP broadcast of the other stages crosses each GPU's NIC. The "
               "multi-node rows still miss several seconds: per bucket a state_dict(), "
