@@ -67,3 +67,16 @@ def test_the_knob_is_off_by_default_and_checked(tmp_path):
     assert resolve_rl(scenario(tmp_path)).cfg.train.call_data == "none"
     with pytest.raises(InputError, match="call_data"):
         resolve_rl(scenario(tmp_path), ["rl.train.call_data=ray"])
+
+
+def test_a_steps_bytes_by_hand(tmp_path):
+    from types import SimpleNamespace
+    setup = resolve_rl(scenario(tmp_path))
+    cfg = dataclasses.replace(setup.cfg, train=dataclasses.replace(setup.cfg.train,
+                                                                   call_data="nemo"))
+    x = SimpleNamespace(cfg=cfg, trainer=TRAIN, samples=16, longest=192)
+    # two log-prob calls of 2 x 192 x 24 bytes and the training call of 2 x 192 x 32, to
+    # each of 8 workers, all on node 1
+    assert cd.step_bytes(x) == (8 * (2 * 9216 + 12288), 8 * (2 * 9216 + 12288))
+    off = SimpleNamespace(cfg=setup.cfg, trainer=TRAIN, samples=16, longest=192)
+    assert cd.step_bytes(off) == (0, 0)
