@@ -1,7 +1,7 @@
 """DeepSeek-V3 on 2048 GPUs against its published cost, as shipped and with one setting
 changed at a time: the table of docs/deepep.md ("DeepSeek-V3 on 2048 GPUs").
 
-    python benchmarks/deepseek_settings.py            # eight runs, ~6 min on 2 cores
+    python benchmarks/deepseek_settings.py            # nine runs, ~7 min on 2 cores
     python benchmarks/deepseek_settings.py --profile PATH/train.json  # + the composed step
     python benchmarks/deepseek_settings.py --whatifs  # issue 21's sensitivity table
     python benchmarks/deepseek_settings.py --whatifs --json after.json --before before.json
@@ -15,7 +15,10 @@ is fitted to it.
 Part by part (issue 38): the first rows add what the step has that the shipped scenario
 lacks (the MTP module, and a stage split that balances it), the per-pipeline-rank table
 says which rank sets the step, DualPipe's counts say how many overlapped pairs a rank
-runs, and ``--profile`` composes a rank's busy time from DeepSeek's measured pair.
+runs, and ``--profile`` composes a rank's busy time from DeepSeek's measured pair, then
+sets the lone chunks of pipeline rank 7 beside the profile phase by phase, and each DeepEP
+call beside DeepEP's published rate alone (``deepseek_lone.py``; the shipped run then
+writes its files to a temporary folder to read its trace).
 """
 
 from __future__ import annotations
