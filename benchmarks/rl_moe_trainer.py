@@ -454,6 +454,8 @@ def main(argv: list[str] | None = None) -> int:
                   f"{sync:.4f} | {s2:.2f} | {(s2 / pub - 1) * 100:+.1f} % |")
         part4(path, found)
         host_dispatch(found)
+        from rl_moe_part7 import pai_timeline
+        pai_timeline(found)
     print()
     print("| layout | critical path s | compute on it, s | all-to-all on it, s | slowdown of "
           "all compute alone to close the gap | of the all-to-all alone |")

@@ -31,6 +31,15 @@ LEADS = (
     ("+ routing zipf s 1.0, drift layer (not shipped)",
      ("routing.kind=zipf", "routing.zipf_s=1.0", "routing.drift=layer"),
      "sensitivity, as above"),
+    ("+ sort_chunks: Megatron's sort by local expert in the trainer's passes",
+     ("rl.train.sort_chunks=true",),
+     "Megatron-LM 2ff0f099 token_dispatcher.py dispatch_postprocess, combine_preprocess "
+     "(num_local_experts 16 > 1)"),
+    ("+ host_dispatch timeline: host and GPU as two clocks, TE module calls at 115 us",
+     ("rl.train.host_dispatch=timeline",),
+     "Megatron-LM 2ff0f099 token_dispatcher.py (the sync); TransformerEngine PR 1191"),
+    ("+ both (sort_chunks, timeline)",
+     ("rl.train.sort_chunks=true", "rl.train.host_dispatch=timeline"), "the two above"),
 )
 
 #: H100 SXM FP64 tensor-core peak, FLOP/s (NVIDIA H100 Tensor Core GPU datasheet: 67
@@ -44,8 +53,9 @@ LOSS_ITEMS = 8
 #: the row of the shipped scenario in LEADS
 SHIPPED = 2
 
-#: trainer costs by routing overrides: the knobs of the first rows change rows and one
-#: attribute, not the simulated passes, so those rows share one trainer
+#: trainer costs by the overrides that change the simulated passes (routing, sort_chunks,
+#: host_dispatch): the knobs of the first rows change rows and one attribute, not the
+#: simulated passes, so those rows share one trainer
 _TRAINERS: dict[tuple, object] = {}
 
 
@@ -58,7 +68,9 @@ def trainer_phases(overrides) -> tuple[dict, float]:
 
     setup = resolve_rl(SCENARIO, overrides)
     tr = setup.cfg.train
-    key = tuple(o for o in overrides if o.startswith("routing."))
+    # the routing, sort and host-dispatch overrides change the simulated passes
+    key = tuple(o for o in overrides if o.startswith(
+        ("routing.", "rl.train.sort_chunks", "rl.train.host_dispatch")))
     if key not in _TRAINERS:
         _TRAINERS[key] = EngineTrainerCosts(
             setup.scenario, tr.gpus, gpus_per_node(setup), tp=tr.tp, pp=tr.pp, ep=tr.ep,
@@ -102,6 +114,7 @@ def leads() -> None:
         print(f"| {label} | {src} | {train:.2f} | {lp:.2f} | {d_t} | {d_l} | {hot:.3f} |")
         rows.append((train, lp))
     train, lp = rows[SHIPPED]
+    both = rows[-1]
     bounds()
     print()
     print(f"The shipped scenario's trainer: training {train:.2f} s against the published "
@@ -114,6 +127,14 @@ def leads() -> None:
           "(no per-micro-batch expert load of Qwen3-30B-A3B on math data was found "
           "published; ForeMoE, arXiv:2606.11867, describes such micro-step imbalance in RL "
           "post-training, and its figures were not in the stored material).")
+    print()
+    print(f"With both of Part 7's mechanisms on (`--set rl.train.sort_chunks=true --set "
+          f"rl.train.host_dispatch=timeline`): training {both[0]:.2f} s "
+          f"({(both[0] / PUBLISHED['train'] - 1) * 100:+.1f} %), log-prob passes "
+          f"{both[1]:.2f} s ({(both[1] / PUBLISHED['logprobs'] - 1) * 100:+.1f} %).")
+    from rl_moe_part7 import part7
+
+    part7()
 
 
 def bounds() -> None:
