@@ -182,8 +182,37 @@ def placement_for(cfg: RoutingConfig, *, n_experts: int, ep: int, source: str,
     if cfg.replicate:
         raise InputError(source, "routing.replicate", "no replicate with routing.placement "
                          "(EPLB places the replicas)", f"{len(cfg.replicate)} replica specs")
-    make_placement(n_experts, ep, source=source)        # ep divides the experts
+    check_slots(cfg, n_experts=n_experts, ep=ep, source=source)
     return plan_placements(cfg, n_experts=n_experts, ep=ep, source=source, **plan_args)
+
+
+def check_slots(cfg: RoutingConfig, *, n_experts: int, ep: int, source: str) -> None:
+    """EPLB's EP size: a divisor of the experts, or (``redundant`` > 0) of the experts
+    plus their redundant copies, the slots (SGLang's EP72: 288 slots, 4 per GPU); the
+    ``trace`` loads need the default placement, hence an EP that divides the experts."""
+    spec = cfg.placement
+    assert spec is not None
+    if n_experts % ep == 0 or (spec.redundant > 0 and (n_experts + spec.redundant) % ep == 0
+                               and n_experts >= 1):
+        if n_experts % ep and spec.loads == "trace" and spec.counts is None:
+            raise InputError(source, f"{FIELD}.loads", f"policy or a counts file with ep = "
+                             f"{ep} not dividing the {n_experts} experts (trace loads are "
+                             "drawn on the default placement, E / ep per rank)", spec.loads)
+        return
+    make_placement(n_experts, ep, source=source)        # refused: ep divides neither
+
+
+def step_placement(cfg: RoutingConfig, *, n_experts: int, ep: int,
+                   source: str) -> Placement:
+    """The placement a step starts from before :func:`placement_for` replaces it with the
+    EPLB plan: contiguous plus ``routing.replicate``; with an EPLB placement over an EP
+    size that divides only the slots (:func:`check_slots`), expert e's stand-in home is
+    rank ``e * ep // E`` (every rank one or more experts) until the plan replaces it."""
+    if cfg.placement is None or n_experts % ep == 0:
+        return make_placement(n_experts, ep, cfg.replicate, cfg.replica_split, source)
+    check_slots(cfg, n_experts=n_experts, ep=ep, source=source)
+    return Placement(n_experts=n_experts, ep=ep,
+                     holders=tuple((e * ep // n_experts,) for e in range(n_experts)))
 
 
 def experts_held(cfg: RoutingConfig, *, n_experts: int, ep: int, source: str) -> int:
@@ -196,7 +225,7 @@ def experts_held(cfg: RoutingConfig, *, n_experts: int, ep: int, source: str) ->
         count = np.bincount(np.asarray([r for h in pl.holders for r in h], dtype=np.int64),
                             minlength=ep)
         return int(count.max())
-    make_placement(n_experts, ep, source=source)        # ep divides the experts
+    check_slots(cfg, n_experts=n_experts, ep=ep, source=source)
     check_spec(cfg.placement, n_experts=n_experts, ep=ep, nodes=1, source=source)
     return (n_experts + cfg.placement.redundant) // ep
 

@@ -153,7 +153,8 @@ def make_placement(n_experts: int, ep: int, replicate: Sequence[ReplicaSpec] = (
         raise InputError(source, "parallel.ep", "an integer >= 1", ep)
     if n_experts < 1 or n_experts % ep != 0:
         raise InputError(source, "parallel.ep",
-                         f"a divisor of the number of experts ({n_experts})", ep)
+                         f"a divisor of the number of experts ({n_experts}), or with "
+                         "routing.placement EPLB of the experts + its redundant copies", ep)
     if split not in REPLICA_SPLITS:
         raise InputError(source, "routing.replica_split", "one of " + ", ".join(REPLICA_SPLITS),
                          split)

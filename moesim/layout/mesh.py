@@ -248,11 +248,19 @@ class Layout:
         return (g[s - 1] if s > 0 else None, g[s + 1] if s + 1 < len(g) else None)
 
     # ---- checks -----------------------------------------------------------
-    def check_experts(self, n_experts: int) -> None:
-        """Raise InputError unless the routed experts split evenly over ep."""
-        if n_experts % self.ep:
-            raise InputError(self.source, f"{self.field_prefix}.ep",
-                             f"a divisor of the model's {n_experts} routed experts", self.ep)
+    def check_experts(self, n_experts: int, redundant: int = 0) -> None:
+        """Raise InputError unless the routed experts split evenly over ep, or (a serving
+        step whose ``routing.placement`` is EPLB with ``redundant`` > 0 copies) the
+        experts plus their redundant copies do: EPLB's slots, ``(E + redundant) / ep`` on
+        every GPU (SGLang's EP72 decode: 256 + 32 = 288 slots, 4 per GPU)."""
+        if n_experts % self.ep == 0:
+            return
+        if redundant > 0 and (n_experts + redundant) % self.ep == 0:
+            return
+        raise InputError(self.source, f"{self.field_prefix}.ep",
+                         f"a divisor of the model's {n_experts} routed experts, or (serving "
+                         f"with routing.placement EPLB) of {n_experts} + its redundant "
+                         f"experts (here {redundant})", self.ep)
 
     def warnings(self, gpus_per_node: int | None) -> list[str]:
         """Human-readable warnings, e.g. a TP group crossing a node boundary

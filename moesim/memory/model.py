@@ -239,8 +239,10 @@ def memory_per_rank(
            f"a divisor of the model's heads ({spec.heads})", tp)
     _check(pp <= spec.layers, source, "parallel.pp", f"at most layers ({spec.layers})", pp)
     if spec.moe:
-        _check(spec.n_experts % ep == 0, source, "parallel.ep",
-               f"a divisor of n_experts ({spec.n_experts})", ep)
+        # EPLB's slots (experts_per_rank = (E + redundant) / ep) may split where E does not
+        _check(spec.n_experts % ep == 0 or experts_per_rank is not None, source,
+               "parallel.ep", f"a divisor of n_experts ({spec.n_experts}), or with "
+               "routing.placement EPLB of n_experts + its redundant copies", ep)
         _check((tp * cp * dp) % (ep * etp) == 0, source, "parallel.ep",
                f"etp·ep (etp={etp}) to divide tp·cp·dp ({tp * cp * dp}) (expert data "
                "parallel = tp·cp·dp/(etp·ep))", ep)

@@ -27,7 +27,7 @@ import numpy as np
 from moesim.collectives.communicator import CollectiveSpec
 from moesim.compute.base import Kernel
 from moesim.compute.select import grouped_experts
-from moesim.gating import make_placement
+from moesim.gating.eplb_placement import step_placement
 from moesim.program import recipe, recompute, shared_overlap, tp_overlap
 from moesim.program.dualpipe_build import DualPipeProgram, a2a_program, inflight
 from moesim.program.ep_backend import EPBackend
@@ -126,8 +126,8 @@ class Builder:
         self.gpn = scn.gpus_per_node
         self.routing = res.routing
         E = self.spec.n_experts
-        placement = make_placement(E, self.ep, self.routing.replicate,
-                                   self.routing.replica_split, scn.source) if E else None
+        placement = step_placement(self.routing, n_experts=E, ep=self.ep,
+                                   source=scn.source) if E else None
         self._specs: dict[tuple, CollectiveSpec] = {}
         self.layer_starts: list[int] = []
         self.a2a_algo = scn.routing.a2a_algo

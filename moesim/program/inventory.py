@@ -29,15 +29,19 @@ class OpKernels:
 
 
 def balanced_rows(res) -> tuple[int, int]:
-    """(local experts, rows per local expert) of one micro-batch under balanced routing."""
+    """(local experts, rows per local expert) of one micro-batch under balanced routing;
+    with an EPLB placement its slots, ``(E + redundant) / ep`` per rank."""
     spec, par = res.model, res.scenario.parallel
     if not spec.moe:
         return 0, 0
     sch = res.scenario.schedule
     tokens = sch.micro_batch_size * sch.seq_len // max(res.layout.cp, 1)
     ep_tokens = max(1, tokens // par.tp)
-    local = max(spec.n_experts // max(par.ep, 1), 1)
-    rows = ep_tokens * spec.top_k * par.ep // spec.n_experts
+    # EPLB's redundant copies: (E + redundant) / ep slots per rank, each its share
+    eplb = getattr(getattr(res, "routing", None), "placement", None)
+    slots = spec.n_experts + (eplb.redundant if eplb is not None else 0)
+    local = max(slots // max(par.ep, 1), 1)
+    rows = ep_tokens * spec.top_k * par.ep // slots
     return local, int(rows)
 
 

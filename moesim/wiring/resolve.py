@@ -32,6 +32,7 @@ from moesim.scenario.checks import (
     product_error,
     routing_ignored_warnings,
 )
+from moesim.scenario.expert_slots import serving_redundant
 from moesim.scenario.limits import check_local_experts
 from moesim.scenario.read import load_scenario
 from moesim.scenario.resolved import Resolved, scenario_layout
@@ -170,7 +171,7 @@ def _resolve(scn: Scenario) -> Resolved:
     warns = [*warns, *model_warnings(scn.model, src)]
     if getattr(model, "n_experts", 0):
         check_local_experts(src, model.n_experts, layout.ep)
-        layout.check_experts(model.n_experts)
+        layout.check_experts(model.n_experts, serving_redundant(scn))
     chunks = par.pp * par.vpp
     if model.layers < par.pp:
         raise InputError(src, "parallel.pp", f"at most the model's {model.layers} layers",
