@@ -35,8 +35,15 @@ PROFILE_DISPATCH_S = 0.17e-3
 #: a MoE layer of the middle of the model, whose stages are printed
 STAGE_LAYER = 30
 #: the overlaps and placements compared on DeepSeek's production point
-EPLB = "routing.placement={kind: eplb, redundant: 0, mode: global, loads: policy}"
+EPLB = "routing.placement={kind: eplb, redundant: 32, mode: global, loads: policy}"
+EPLB_NO_COPIES = "routing.placement={kind: eplb, redundant: 0, mode: global, loads: policy}"
 NO_EPLB = "routing.placement=null"
+#: the production scenario's earlier layout, EP128 on 16 nodes (2 experts per GPU without
+#: copies), beside DeepSeek's EP144 with 32 redundant
+EP128 = ["cluster.nodes=16", "serve.ep=128"]
+#: the SGLang scenario's earlier layout: EP64 on 8 nodes, uniform routing, no placement
+SGLANG_EARLIER = ["cluster.nodes=8", "serve.ep=64", "routing.kind=uniform",
+                  "routing.placement=null"]
 
 
 def _mean_step(name: str, overrides: list[str], steps: int) -> tuple[float, dict, object, object]:

@@ -11,7 +11,7 @@ Online Service"): per H800 node ~14.8k output tokens/s during decoding and ~73.7
 tokens/s during prefilling, cache hits included (56.3 % of all input tokens hit the
 on-disk KV cache); average output speed 20-22 tokens/s per request; average KV length
 4,989 tokens. Decode: ``scenarios/deepseek-v3-decode-production.yaml`` (that operating
-point; its comments say how it stands for DeepSeek's EP144 unit). Prefill:
+point, DeepSeek's EP144 unit: 256 + 32 redundant experts, 2 per GPU, EPLB). Prefill:
 ``scenarios/deepseek-v3-prefill.yaml`` (DeepSeek's EP32 unit of 4 nodes, the profile's
 4K prompts), on the fast engine (the same step as the exact engine: docs/serving.md).
 SGLang's decode on H100 (LMSYS blog "Deploying DeepSeek with PD Disaggregation and
@@ -19,8 +19,8 @@ Large-scale Expert Parallelism on 96 H100 GPUs", 2025-05-05,
 https://lmsys.org/blog/2025-05-05-large-scale-ep): 22,282 output tokens/s per node on 9
 nodes (EP72, which its 256 + 32 redundant = 288 experts allow; EPLB), 256 requests per
 GPU, KV length 2,000, two-batch overlap, DeepEP low-latency.
-``scenarios/deepseek-v3-decode-sglang.yaml`` (EP64 on 8 nodes standing for EP72: 4 routed
-experts per GPU in both). Its prefill: 50,302 input tokens/s per node on 4 nodes (EP32),
+``scenarios/deepseek-v3-decode-sglang.yaml`` (EP72 on 9 nodes, 256 + 32 redundant experts,
+4 slots per GPU, EPLB over zipf 0.3 routing). Its prefill: 50,302 input tokens/s per node on 4 nodes (EP32),
 16,384 tokens per device of 4,096-token prompts, two-batch overlap, DeepEP normal mode;
 59,337 with "simulated perfect EPLB". ``scenarios/deepseek-v3-prefill-sglang.yaml``, on
 the fast engine as DeepSeek's prefill.
@@ -45,7 +45,9 @@ from serving_base import (  # the published figures, shared helpers (this folder
     DECODE_TOKENS_PER_S_PER_NODE,
     DECODE_TOKENS_PER_S_PER_REQUEST,
     DEEPSEEK_PROFILE_TOKENS_PER_S_PER_NODE,
+    EP128,
     EPLB,
+    EPLB_NO_COPIES,
     NO_EPLB,
     PREFILL_TOKENS_PER_S_PER_NODE,
     PROFILE_DISPATCH_S,
@@ -107,19 +109,24 @@ def _production_overlaps(steps: int) -> None:
           "tokens/s per request | error |")
     print("|---|---|---|---|---|---|")
     tpots = {}
-    for ov, place, extra in (("segments", NO_EPLB, []), ("five_stage", NO_EPLB, []),
-                             ("segments", EPLB, []), ("five_stage", EPLB, []),
-                             ("five_stage", EPLB, NO_MTP)):
+    where_of = {EPLB: "EP144, EPLB (global, 32 redundant: 2 slots per GPU)",
+                EPLB_NO_COPIES: "EP128 on 16 nodes, EPLB (global, no redundant)",
+                NO_EPLB: "EP128 on 16 nodes, in id order (2 per GPU)"}
+    for ov, place, extra in (("segments", EPLB, []), ("five_stage", EPLB, []),
+                             ("five_stage", EPLB, NO_MTP),
+                             ("segments", NO_EPLB, EP128), ("five_stage", NO_EPLB, EP128),
+                             ("segments", EPLB_NO_COPIES, EP128),
+                             ("five_stage", EPLB_NO_COPIES, EP128)):
         tpot, s, _, cfg = _mean_step("deepseek-v3-decode-production",
                                      [f"serve.decode_overlap={ov}", place, *extra], steps)
         b = s["breakdown_s"]
-        where = "EPLB (global, no redundant)" if place == EPLB else "in id order (2 per GPU)"
-        if extra:
+        where = where_of[place]
+        if extra == NO_MTP:
             where += ", no MTP (`serve.mtp=null`: one token per step)"
         print(f"| {ov} | {where} | {tpot * 1e3:.2f} ms | "
               f"{(b['ep_dispatch'] + b['ep_combine']) * 1e3:.1f} ms | {1 / tpot:.1f} | "
               f"{(1 / tpot / 21 - 1) * 100:+.1f} % |")
-        tpots[(ov, place, bool(extra))] = tpot, _tpot(1.0, cfg)
+        tpots[(ov, place, extra == NO_MTP)] = tpot, _tpot(1.0, cfg)
     print()
     (on, per), (off, _) = tpots[("five_stage", EPLB, False)], tpots[("five_stage", EPLB, True)]
     print(f"MTP's speed-up at this point: {off / on:.2f}x tokens/s (the step "
@@ -311,7 +318,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--steps", type=int, default=5, help="routing steps averaged")
     a = ap.parse_args(argv)
     t0 = time.process_time()
-    print("## Decode: deepseek-v3-decode-production (EP128, 88 requests per GPU, KV 4,989)")
+    print("## Decode: deepseek-v3-decode-production (EP144, 32 redundant experts, 88 "
+          "requests per GPU, KV 4,989)")
     print()
     tpot, s, res, cfg = _mean_step("deepseek-v3-decode-production", [], a.steps)
     per_node = decode_per_node(tpot, res, cfg)
@@ -340,16 +348,16 @@ def main(argv: list[str] | None = None) -> int:
     print(f"Why it differs: the scenario runs DeepSeek's 5-stage decode pipeline "
           "(`serve.decode_overlap: five_stage`; same overview, \"Computation-Communication "
           "Overlapping\") with experts placed by EPLB; "
-          f"{exposed * 1e3:.1f} ms of the step is all-to-all still exposed, on the GPUs "
-          "whose experts the zipf skew makes hot. It runs speculative decoding with the MTP "
+          f"{exposed * 1e3:.1f} ms of the step is all-to-all still exposed (mean over "
+          "ranks). It runs speculative decoding with the MTP "
           "module (`serve.mtp`, moesim.serve.mtp): each step verifies 2 tokens per request "
           f"and runs the MTP layer over 2, and a request emits {1 / _tpot(1.0, cfg):.3f} "
           "tokens per step (acceptance 0.875, the middle of the report's 85-90 % for the "
           "second token, §5.4.3); whether "
           "DeepSeek's service runs MTP is not stated in the day-6 overview, its profile "
-          "did (the LMSYS blog). The unit is EP128 for DeepSeek's EP144 "
-          "with 32 redundant experts (the scenario's comments): the same experts per GPU, "
-          "but no expert is replicated here. The published figures are 24-hour averages "
+          "did (the LMSYS blog). The unit is DeepSeek's EP144 with 32 redundant experts, 2 "
+          "slots per GPU, placed by EPLB from the zipf 0.3 routing's expected loads (the "
+          "rows above on EP128 are the scenario's earlier layout). The published figures are 24-hour averages "
           "over varying batches and contexts; this is one operating point at their means.")
     print()
     _profile(a.steps)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from serving_base import (
     PROFILE_DISPATCH_S,
+    SGLANG_EARLIER,
     SGLANG_ITL_S,
     SGLANG_TBO_SPEEDUP,
     SGLANG_TBO_TOKENS_PER_S_PER_NODE,
@@ -20,8 +21,8 @@ from serving_base import (
 
 def sglang_decode(steps: int) -> None:
     """SGLang's large-scale-EP decode on H100 (LMSYS blog, 2025-05-05)."""
-    print("## Decode: deepseek-v3-decode-sglang (SGLang on H100, EP64 for EP72, "
-          "256 requests per GPU, KV 2,000)")
+    print("## Decode: deepseek-v3-decode-sglang (SGLang on H100, EP72 on 9 nodes, 32 "
+          "redundant experts, 256 requests per GPU, KV 2,000)")
     print()
     pub = SGLANG_TOKENS_PER_S_PER_NODE
     print("| run | TPOT | output tokens/s per node | published | error |")
@@ -34,7 +35,9 @@ def sglang_decode(steps: int) -> None:
                       ("`serve.decode_overlap=five_stage`",
                        ["serve.decode_overlap=five_stage"]),
                       ("`serve.mla_decode=gemm` (training's MLA kernels)",
-                       ["serve.mla_decode=gemm"])):
+                       ["serve.mla_decode=gemm"]),
+                      ("EP64 on 8 nodes, uniform routing, no placement (the earlier layout)",
+                       SGLANG_EARLIER)):
         tpot, s, res, cfg = _mean_step("deepseek-v3-decode-sglang", ov, steps)
         per_node = decode_per_node(tpot, res, cfg)
         rows.append((label, tpot, s))
@@ -55,7 +58,18 @@ def sglang_decode(steps: int) -> None:
     print("|---|---|---|---|---|")
     print(f"| `serve.two_microbatch=false` | {off * 1e3:.2f} ms | {per_off:,.0f} | "
           f"{pub_off:,.0f} [D] (22,310 / 1.255) | {(per_off / pub_off - 1) * 100:+.1f} % |")
+    off64, _, _, _ = _mean_step("deepseek-v3-decode-sglang",
+                                [*SGLANG_EARLIER, "serve.two_microbatch=false"], steps)
+    per_off64 = decode_per_node(off64, res, cfg)
+    print(f"| `serve.two_microbatch=false`, EP64 on 8 nodes, uniform (the earlier layout) | "
+          f"{off64 * 1e3:.2f} ms | {per_off64:,.0f} | {pub_off:,.0f} [D] | "
+          f"{(per_off64 / pub_off - 1) * 100:+.1f} % |")
     for label, tpot, _ in rows:
+        if "EP64" in label:
+            print(f"| TBO speed-up, {label} | | {off64 / tpot:.3f}x | "
+                  f"{SGLANG_TBO_SPEEDUP:.3f}x | "
+                  f"{(off64 / tpot / SGLANG_TBO_SPEEDUP - 1) * 100:+.1f} % |")
+            continue
         if "eager" in label or "mla" in label:      # the run without TBO is the scenario's
             continue
         print(f"| TBO speed-up, {label} | | {off / tpot:.3f}x | {SGLANG_TBO_SPEEDUP:.3f}x | "
@@ -91,19 +105,20 @@ def sglang_decode(steps: int) -> None:
           "quantisation and batched FP8 GEMMs per head for w_kc and w_vc, where training's "
           "list (the `mla_decode=gemm` row) has one up-projection GEMM and per-head copies.")
     print()
-    print("Why it differs: routing here is balanced (uniform), standing for EPLB with 32 "
-          "redundant experts placed from a distribution \"matching the input/output data\"; "
-          "the blog says \"even with EPLB, some imbalance is inevitable\" and publishes no "
-          "residual skew, so this is an upper bound on throughput. The blog's own decode "
+    print("Why it differs: the routing is zipf 0.3 (the production scenario's residual "
+          "skew; the blog says \"even with EPLB, some imbalance is inevitable\" and publishes "
+          "none), its experts placed by EPLB with 32 redundant copies from the routing's "
+          "expected loads, standing for the blog's distribution \"matching the input/output "
+          "data\" (in-distribution). The blog's own decode "
           "profile has its MoE kernels \"25% slower\" than DeepSeek's and its combine 2x "
           "slower than DeepSeek's; moesim prices the kernels from published rates, the same "
           "for both deployments. `ll_sms: compute` prices the send and receive kernels' SM "
           "time from DeepEP's published hook-mode logs, a fixed part and a part per "
           "message at the Hopper family's rates (H20's dispatch rows, PR 425's combine; "
           "held-out errors, the blog's \"0.06ms occupying SMs\" among them, on "
-          "[ll-sms-logs](ll-sms-logs.md)). EP64 on 8 nodes stands for EP72 on 9 (4 experts "
-          "per GPU in both; 64 "
-          "peers, not 72). The blog's reproduction commands (sgl-project/sglang issue 6017) "
+          "[ll-sms-logs](ll-sms-logs.md)). The layout is the blog's EP72 on 9 nodes, 288 "
+          "slots (256 + 32 redundant, `--ep-num-redundant-experts 32` in issue 6017's decode "
+          "command), 4 per GPU. The blog's reproduction commands (sgl-project/sglang issue 6017) "
           "pass --cuda-graph-bs 256: the scenario replays CUDA graphs. The published "
           "figure is decode measured alone (\"assuming unlimited resources for the "
           "non-tested phase\"); its output length is not published.")

@@ -27,8 +27,9 @@ def test_each_gpu_holds_two_routed_experts_as_in_deepseeks_ep144_unit():
     # DeepSeek: (256 routed + 32 redundant) / 144 GPUs = 2 per GPU, plus the shared one
     res, cfg = resolve_serve("deepseek-v3-decode-production")
     assert (256 + 32) // 144 == 2
-    assert res.model.n_experts // res.layout.ep == 2 and res.model.n_shared_experts == 1
-    assert res.layout.world == 128 and res.layout.dp == 128      # attention DP, TP1
+    assert res.routing.placement.redundant == 32 and res.layout.ep == 144
+    assert (res.model.n_experts + 32) // res.layout.ep == 2 and res.model.n_shared_experts == 1
+    assert res.layout.world == 144 and res.layout.dp == 144      # attention DP, TP1
 
 
 def test_cache_hit_share_is_the_published_one():
@@ -40,8 +41,9 @@ def test_sglang_scenario_gives_each_gpu_the_blogs_four_expert_slots_and_batch():
     # decode table: batch size 256, KV cache length 2,000, 22,282 tokens/s per node
     res, cfg = resolve_serve("deepseek-v3-decode-sglang")
     assert (256 + 32) // 72 == 4
-    assert res.model.n_experts // res.layout.ep == 4
-    assert res.layout.world == 64 and res.layout.dp == 64 and res.scenario.gpus_per_node == 8
+    assert res.routing.placement.redundant == 32 and res.layout.ep == 72
+    assert (res.model.n_experts + 32) // res.layout.ep == 4
+    assert res.layout.world == 72 and res.layout.dp == 72 and res.scenario.gpus_per_node == 8
     assert cfg.batch_per_gpu == 256 and cfg.kv_tokens == 2000
     assert cfg.phase == "decode" and cfg.microbatches == 2 and cfg.backend == "deepep-ll"
     assert pub.SGLANG_TOKENS_PER_S_PER_NODE == 22_282
