@@ -228,6 +228,7 @@ class Route:
 
 class Pairwise:
     deepep = False
+    dtypes = {"grad_dispatch": "bf16"}     # routing.grad_dispatch_dtype's default
 
 
 def test_ep_exchange_forward_then_gradients_reversed():
