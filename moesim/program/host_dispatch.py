@@ -32,8 +32,9 @@ each a published measurement:
   (commit 1c36d50), moesim's ``GPU_LAUNCH_OVERHEAD_S`` context.
 
 Transformer Engine's modules run Python beyond their one call (argument checks, FP8
-meta, autograd context); with no published per-call figure each counts as one op: ``H``
-is a lower bound. The backward has no host sync (the all-to-all splits are known), so
+meta, autograd context); ``eager`` counts each as one op, so its ``H`` is a lower bound.
+``timeline`` (below) prices the four linear-module calls at :data:`TE_MODULE_S`, the one
+published per-module figure; the attention and norm modules stay at one op each. The backward has no host sync (the all-to-all splits are known), so
 its host work runs ahead of the GPU and is not priced here.
 """
 
