@@ -34,8 +34,9 @@ each a published measurement:
 Transformer Engine's modules run Python beyond their one call (argument checks, FP8
 meta, autograd context); ``eager`` counts each as one op, so its ``H`` is a lower bound.
 ``timeline`` (below) prices the four linear-module calls at :data:`TE_MODULE_S`, the one
-published per-module figure; the attention and norm modules stay at one op each. The backward has no host sync (the all-to-all splits are known), so
-its host work runs ahead of the GPU and is not priced here.
+published per-module figure; the attention and norm modules stay at one op each. The
+backward has no host sync (the all-to-all splits are known), so its host work runs ahead
+of the GPU and is not priced here.
 """
 
 from __future__ import annotations
