@@ -114,9 +114,9 @@ def test_ep72_without_copies_is_refused_in_one_line(capsys):
             "--set", "serve.ep=72"]
     _refused(capsys, base + ["--set", "routing.placement=null"], "serve.ep",
              "a divisor of the model's 256 routed experts, or (serving with "
-             "routing.placement EPLB) of 256 + its redundant experts (here 0)", "got 72")
+             "routing.placement EPLB) of 256 + its redundant experts, got 72")
     _refused(capsys, base + ["--set", "routing.placement={kind: eplb, redundant: 16}"],
-             "serve.ep", "(here 16)", "got 72")
+             "serve.ep", "(256 + 16 = 272 here)", "got 72")
 
 
 def _json(capsys, argv: list[str]) -> dict:

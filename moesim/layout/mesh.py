@@ -257,10 +257,11 @@ class Layout:
             return
         if redundant > 0 and (n_experts + redundant) % self.ep == 0:
             return
+        here = f" ({n_experts} + {redundant} = {n_experts + redundant} here)" if redundant else ""
         raise InputError(self.source, f"{self.field_prefix}.ep",
                          f"a divisor of the model's {n_experts} routed experts, or (serving "
                          f"with routing.placement EPLB) of {n_experts} + its redundant "
-                         f"experts (here {redundant})", self.ep)
+                         f"experts{here}", self.ep)
 
     def warnings(self, gpus_per_node: int | None) -> list[str]:
         """Human-readable warnings, e.g. a TP group crossing a node boundary
