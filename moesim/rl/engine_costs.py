@@ -23,6 +23,7 @@ from moesim.model.costs import memory_op
 from moesim.model.read import ModelSection
 from moesim.program.host_dispatch import layer_host_s, pass_extra_s
 from moesim.rl.host_timeline import timeline_row_s
+from moesim.rl.packed_attention import per_sequence, row_sequences
 from moesim.rl.trainer_kernels import with_sort_chunks
 from moesim.scenario.schema import EngineConfig, ParallelConfig, Scenario
 from moesim.scenario.sections.serve import ServeConfig
@@ -32,16 +33,19 @@ from moesim.serve.run import simulate_serve
 from moesim.wiring import resolve, simulate
 
 
-def _serve_time(scn: Scenario, cfg: ServeConfig, sp: bool = False) -> tuple[float, object]:
+def _serve_time(scn: Scenario, cfg: ServeConfig, sp: bool = False,
+                seqs=None) -> tuple[float, object]:
     """The serving step of ``cfg`` on ``scn`` (its time, its resolved scenario), with
     sequence parallelism ``sp`` (a Megatron trainer's forward pass: its norms on the
-    sequence shard and its TP exchanges as reduce-scatters and all-gathers)."""
+    sequence shard and its TP exchanges as reduce-scatters and all-gathers); ``seqs``:
+    rows' packed sequences, core attention priced per sequence (:mod:`moesim.rl.packed_attention`)."""
     one = serving_scenario(scn, cfg)
     if sp:
         one = dataclasses.replace(one, parallel=dataclasses.replace(
             one.parallel, sequence_parallel=True))
     res = with_sort_chunks(resolve(one))
-    return float(simulate_serve(res, cfg, record_series=False).summary["step_time_s"]), res
+    step = simulate_serve(per_sequence(res, cfg.prompt, seqs), cfg, record_series=False)
+    return float(step.summary["step_time_s"]), res
 
 
 def trainer_scenario(scn: Scenario, gpus: int, gpus_per_node: int, *, tp: int, pp: int,
@@ -92,6 +96,9 @@ class EngineTrainerCosts:
         #: rl.train.host_dispatch (moesim.program.host_dispatch): "eager" bounds each MoE
         #: layer's forward by the host time of its ops between Megatron's host syncs
         self.host_dispatch = getattr(getattr(rl, "train", None), "host_dispatch", "none")
+        #: rl.train.packed_attention (moesim.rl.packed_attention): "per_sequence" prices a
+        #: packed row's core attention per sequence of the rows it is given
+        self.packed_attention = getattr(getattr(rl, "train", None), "packed_attention", "row")
         self.memo: dict[tuple, float] = {}
         #: micro-batches per replica -> the simulated step's ``breakdown_s``
         self.breakdowns: dict[int, dict] = {}
@@ -122,13 +129,20 @@ class EngineTrainerCosts:
             self.memo[key] = float(res.compute.time_s(op))
         return self.micro_batches(rows) * self.memo[key]
 
+    def row_seqs(self, rows: int):
+        """The packed sequences of ``rows`` with ``rl.train.packed_attention: per_sequence``
+        (:func:`moesim.rl.packed_attention.row_sequences`), else None."""
+        return row_sequences(rows, self.pp) if self.packed_attention == "per_sequence" else None
+
     def train_step_s(self, rows: int) -> float:
         m = self.micro_batches(rows)
-        key = ("train", m)
+        seqs = self.row_seqs(rows)
+        key = ("train", m) if seqs is None else ("train", m, seqs)
         if key not in self.memo:
             scn = dataclasses.replace(self.scn, schedule=dataclasses.replace(
                 self.scn.schedule, microbatches=m))
-            summary = simulate(with_sort_chunks(resolve(scn))).summary
+            summary = simulate(per_sequence(with_sort_chunks(resolve(scn)), self.seq_len,
+                                            seqs)).summary
             self.memo[key] = float(summary["step_time_s"])
             self.breakdowns[m] = dict(summary.get("breakdown_s", {}))
             #: micro-batches per replica -> the simulated step's ``experts`` statistics
@@ -170,7 +184,7 @@ class EngineTrainerCosts:
         groups = self.gpus // self.tp            # data-parallel groups, stages folded
         per_group = max(1, math.ceil(rows / groups))
         row = tokens or self.seq_len
-        t = self._row_s(row, model)
+        t = self._row_s(row, model, self.row_seqs(rows))
         if model is None and self.host_dispatch != "none":
             t += self.host_pass_s(row)
         if model is None:
@@ -194,9 +208,11 @@ class EngineTrainerCosts:
             self.memo[key] = float(res.compute.time_s(op))
         return self.memo[key]
 
-    def _row_s(self, row: int, model: ModelSection | None) -> float:
-        """The simulated forward pass over one row of ``row`` tokens (memoised)."""
+    def _row_s(self, row: int, model: ModelSection | None, seqs=None) -> float:
+        """The simulated forward pass over one row of ``row`` tokens (memoised; ``seqs``:
+        rows' packed sequences, core attention priced per sequence)."""
         key = ("fwd", row, None if model is None else repr(sorted(model.as_dict().items())))
+        key = key if seqs is None else key + (seqs,)
         if key not in self.memo:
             scn = self.scn if model is None else dataclasses.replace(self.scn, model=model)
             # the trainer's pass (Megatron-Core, Transformer Engine's GroupedLinear): each
@@ -210,7 +226,7 @@ class EngineTrainerCosts:
             # the trainer's sequence parallelism: NeMo RL's Megatron log-prob pass runs
             # the training model's forward
             sp = bool(self.scn.parallel.sequence_parallel) and self.tp > 1
-            step, res = _serve_time(scn, cfg, sp)
+            step, res = _serve_time(scn, cfg, sp, seqs)
             per_row = step / self.tp
             n = row - 1
             ks = head_kernels(res.model, n, self.tp, sp)

@@ -36,6 +36,7 @@ import math
 
 import numpy as np
 
+from moesim.rl.packing import one_row
 from moesim.wiring import resolve
 
 #: bytes per element of the hidden states a stage sends (``pipeline_dtype: bfloat16`` in
@@ -103,6 +104,6 @@ def step_logprob_s(x) -> float | None:
     if tr.logprob_pipeline != "megatron" or tr.pp <= 1:
         return None
     rows = x.rows if x.logprob_rows is None else x.logprob_rows
-    row_s = x.trainer.forward_s(1, tokens=x.logprob_tokens)   # one row, the whole model
+    row_s = x.trainer.forward_s(one_row(rows), tokens=x.logprob_tokens)   # one row, the whole model
     transfer = trainer_transfer_s(x.trainer, tr, x.logprob_tokens)
     return pass_s(rows, tr.dp, tr.pp, row_s, transfer, tr.cp)

@@ -24,9 +24,53 @@ import math
 import numpy as np
 
 
-def pack_rows(lengths: np.ndarray, seq_len: int) -> int:
-    """Rows of ``seq_len`` tokens that first-fit-decreasing packs ``lengths`` into."""
-    return len(pack(lengths, seq_len))
+class PackedRows(int):
+    """A count of packed rows that also carries rows' sequence lengths (``members``, each
+    row's in the order first fit placed them; ``count`` rows priced, ``len(members)``
+    unless given), for the pricing of a row's attention per sequence
+    (:mod:`moesim.rl.packed_attention`); an ``int`` everywhere else."""
+
+    members: tuple[tuple[int, ...], ...]
+
+    def __new__(cls, members, count: int | None = None) -> PackedRows:
+        rows = int.__new__(cls, len(members) if count is None else count)
+        rows.members = tuple(tuple(int(x) for x in m) for m in members)
+        return rows
+
+
+def pack_rows(lengths: np.ndarray, seq_len: int) -> PackedRows:
+    """Rows of ``seq_len`` tokens that first-fit-decreasing packs ``lengths`` into (with
+    each row's sequences, :class:`PackedRows`)."""
+    return PackedRows(pack_members(lengths, seq_len))
+
+
+def pack_members(lengths: np.ndarray, seq_len: int) -> list[list[int]]:
+    """Each row's sequence lengths when first fit packs ``lengths`` longest first (the
+    rows of :func:`pack`)."""
+    lengths = np.sort(np.asarray(lengths, dtype=np.int64))[::-1]
+    if len(lengths) and lengths[0] > seq_len:
+        raise ValueError(f"a sequence of {lengths[0]} tokens exceeds rows of {seq_len}")
+    free = np.empty(len(lengths), dtype=np.int64)
+    rows: list[list[int]] = []
+    for x in lengths:
+        if rows:
+            fit = np.flatnonzero(free[:len(rows)] >= x)
+            if len(fit):
+                free[fit[0]] -= x
+                rows[fit[0]].append(int(x))
+                continue
+        free[len(rows)] = seq_len - x
+        rows.append([int(x)])
+    return rows
+
+
+def one_row(rows: int) -> int:
+    """One row standing for ``rows``: its sequences with it when ``rows`` carries them
+    (:class:`PackedRows`; a pass priced per row then takes their mean row), else 1."""
+    members = getattr(rows, "members", None)
+    if not members:
+        return 1
+    return PackedRows(members, 1)
 
 
 def pack(lengths: np.ndarray, seq_len: int) -> np.ndarray:

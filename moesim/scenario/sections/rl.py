@@ -93,6 +93,10 @@ PP_P2P = ("overlapped", "blocking")
 #: the trainer calls' data (moesim.rl.call_data): ``none`` (not priced) or ``nemo`` (NeMo
 #: RL v0.3.0 hands every worker its data-parallel shard by value through Ray)
 CALL_DATA = ("none", "nemo")
+#: a packed row's core attention (moesim.rl.packed_attention): ``row`` (one causal
+#: sequence of the row's length) or ``per_sequence`` (each packed sequence on its own, as
+#: Transformer Engine's THD and FlashAttention's varlen kernels attend within cu_seqlens)
+PACKED_ATTENTION = ("row", "per_sequence")
 #: the rollout engines' sampler (moesim.rl.sampler_v1): ``none`` (the serving step's pass
 #: over the rank's vocabulary shard) or ``vllm-v1`` (vLLM 0.9.0's V1 sampler with logprobs)
 ROLLOUT_SAMPLERS = ("none", "vllm-v1")
@@ -179,6 +183,7 @@ class TrainPool:
     logprob_pipeline: str = "folded"  # LOGPROB_PIPELINES
     pp_p2p: str = "overlapped"  # PP_P2P
     call_data: str = "none"  # CALL_DATA
+    packed_attention: str = "row"  # PACKED_ATTENTION
     #: ZeRO stage over the trainer's data-parallel group (parallel.zero): 1 shards the
     #: optimizer states, as Megatron's distributed optimizer does (use_distributed_optimizer:
     #: true in verl's verl/trainer/config/engine/megatron.yaml, 093191fae2, and NeMo RL's
@@ -278,6 +283,7 @@ _RULES: dict[str, tuple[str, Any]] = {
     "logprob_pipeline": ("choice", LOGPROB_PIPELINES),
     "pp_p2p": ("choice", PP_P2P),
     "call_data": ("choice", CALL_DATA),
+    "packed_attention": ("choice", PACKED_ATTENTION),
     "mini_batches": ("pos", None), "epochs": ("pos", None), "seq_len": ("optpos", None),
     "logprob_mb_tokens": ("optpos", None),
     "reference_weights": ("choice", REFERENCE_WEIGHTS),
@@ -419,7 +425,7 @@ _ECHO_DEFAULTS = (("train", "offload_copy", "line"), ("train", "host_dispatch", 
                   ("train", "sort_chunks", False), ("train", "seq_host", "none"),
                   ("train", "logprob_pipeline", "folded"),
                   ("train", "pp_p2p", "overlapped"), ("train", "logprob_softmax", "none"),
-                  ("train", "call_data", "none"),
+                  ("train", "call_data", "none"), ("train", "packed_attention", "row"),
                   ("rollout", "sampler", "none"), ("weight_sync", "gather", "node"),
                   ("rollout", "post_process", "none"), ("rollout", "executor", "none"),
                   ("rollout", "prefix_cache", "none"))
