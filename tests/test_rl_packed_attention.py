@@ -12,7 +12,7 @@ import pytest
 from moesim.cli import main
 from moesim.model.costs import attention_kernels
 from moesim.rl.engine_costs import EngineTrainerCosts
-from moesim.rl.packed_attention import PerSequenceCompute, row_sequences
+from moesim.rl.packed_attention import PerSequenceCompute, causal_tiles, row_sequences
 from moesim.rl.packing import PackedRows, one_row, pack, pack_rows
 from moesim.rl.run import resolve_rl
 from moesim.wiring import resolve_path
@@ -54,6 +54,21 @@ def test_two_sequences_of_512_against_one_of_1024_by_hand(h100):
     seq_b = LAUNCH + 2 * 2.5 * 8192 * 512 ** 2 / (r512 * 1e12)
     assert h100.compute.time_s(bwd) == pytest.approx(row_b, rel=1e-12)
     assert wrap.time_s(bwd) == pytest.approx(seq_b, rel=1e-12)
+
+
+def test_below_the_catalogs_shortest_row_the_tiles_scale_its_price(h100):
+    # FlashAttention-3's tables start at 512: a 256-token sequence takes the price at 512
+    # times its causal tiles over 512's: forward 128 x 128 tiles, 3 of 10; backward
+    # 64 x 128 tiles, 6 of 20 (the catalog alone would hand it to the roofline)
+    wrap = PerSequenceCompute(h100.compute, 1024, ((256, 256, 512),))
+    fwd, _ = _core(h100, 1024, "fwd")
+    w512 = 8192 * 512 ** 2 / 292e12
+    assert wrap.time_s(fwd) == pytest.approx(LAUNCH + 2 * 3 / 10 * w512 + w512, rel=1e-12)
+    bwd, _ = _core(h100, 1024, "bwd")
+    b512 = 2.5 * 8192 * 512 ** 2 / (316 * 292 / 467 * 1e12)
+    assert wrap.time_s(bwd) == pytest.approx(LAUNCH + 2 * 6 / 20 * b512 + b512, rel=1e-12)
+    assert causal_tiles(512, 128, 128) == 10 and causal_tiles(200, 64, 128) == 6
+    assert causal_tiles(256, 128, 128, causal=False) == 4
 
 
 def test_rows_are_averaged_and_other_kernels_unchanged(h100):

@@ -11,8 +11,11 @@ row's length: work ∝ ``seq_len²``. The frameworks attend within each packed s
   common.py`` ``_pack_sequences_for_megatron``, lines 93-175): each sequence padded to the
   pad multiple, and with pipeline parallelism the last sequence of a micro-batch padded up
   to ``pad_packed_seq_to``, the rank's longest micro-batch (lines 97-98, 122-123).
-- verl's remove-padding path calls ``flash_attn_varlen_func`` with the packed sequences'
-  ``cu_seqlens`` (volcengine/verl ``verl/models/transformers/monkey_patch.py``).
+- verl's remove-padding path (``use_remove_padding``) patches transformers'
+  ``_flash_attention_forward`` and calls it with the packed row's ``position_ids``
+  (volcengine/verl 018ee1404c ``verl/models/transformers/monkey_patch.py``
+  ``_ulysses_flash_attention_forward``), from which transformers derives each sequence's
+  ``cu_seqlens`` and calls ``flash_attn_varlen_func``.
 
 A varlen kernel (FlashAttention's ``flash_attn_varlen_func``, Transformer Engine's fused
 attention over THD) runs one launch whose tiles stay within each sequence: a row holding
@@ -26,11 +29,14 @@ length).
 plus, for each packed sequence ``s``, the same kernel scaled to it: query tokens
 ``m s / S`` (the row's CP split and rows per kernel kept), FLOPs × ``(s / S)²``, bytes ×
 ``s / S`` (q, k, v, o and the log-sum-exp are linear in the tokens), at ``seq = s``;
-rows are averaged (the engine runs every micro-batch alike). The recomputed core
+rows are averaged (the engine runs every micro-batch alike). A sequence shorter than the
+catalog's shortest row ``s0`` (whose rates the catalog does not hold below it) takes the
+price at ``s0`` times the ratio of the causal tiles the kernel visits at ``s`` and at
+``s0`` (:func:`causal_tiles`, FlashAttention-3's tiles): a tile costs at least what it
+costs at ``s0``, and a short sequence pays for its partial tiles. The recomputed core
 attention (``recompute.attention``, same shape) is priced the same way. Every other
 kernel, and an attention kernel of another length (a sliding-window layer's), is the
-wrapped model's. Sequences below the catalog's shortest row fall to the roofline, as any
-kernel outside the catalog does.
+wrapped model's; so is every sequence under a compute model without a catalog.
 """
 
 from __future__ import annotations
@@ -66,6 +72,7 @@ class PerSequenceCompute:
         self.inner, self.seq, self.rows = inner, int(seq), rows
         self.name = f"{getattr(inner, 'name', type(inner).__name__)}+per-sequence attention"
         self._memo: dict[Kernel, float] = {}
+        self._short: dict[tuple, int] = {}
 
     def __getattr__(self, name: str) -> Any:
         if name == "inner":
@@ -93,11 +100,55 @@ class PerSequenceCompute:
 
     def _per_sequence_s(self, k: Kernel) -> float:
         launches = self.inner.time_s(dataclasses.replace(k, flops=0.0, bytes=0.0))
-        work = 0.0
+        work, memo = 0.0, {}
         for row in self.rows:
             for s in row:
-                work += self.inner.time_s(sequence_kernel(k, s, self.seq))
+                if s not in memo:
+                    memo[s] = self._sequence_s(k, s)
+                work += memo[s]
         return launches + work / len(self.rows)
+
+    def _sequence_s(self, k: Kernel, s: int) -> float:
+        """One sequence's work: the catalog's price at its length, or below the catalog's
+        shortest row its price there scaled by the causal tiles (:func:`causal_tiles`)."""
+        one = sequence_kernel(k, s, self.seq)
+        s0 = self._shortest(k)
+        if not s0 or s >= s0 or self.inner.price(one).source == "catalog":
+            return self.inner.time_s(one)
+        bm, bn = TILES[k.kind]
+        return (self.inner.time_s(sequence_kernel(k, s0, self.seq))
+                * causal_tiles(s, bm, bn, k.causal) / causal_tiles(s0, bm, bn, k.causal))
+
+    def _shortest(self, k: Kernel) -> int:
+        """The shortest sequence the wrapped catalog prices ``k`` at (0: no catalog)."""
+        key = (k.kind, k.head_dim, k.causal, k.dtype)
+        if key not in self._short:
+            tables = getattr(self.inner, "tables_for", None)
+            axes = sorted({int(r.axis) for t in (tables(k) if tables else ())
+                           if t.kind in TABLE_KINDS for r in t.rows})
+            self._short[key] = next((a for a in axes if self.inner.price(
+                sequence_kernel(k, a, self.seq)).source == "catalog"), 0)
+        return self._short[key]
+
+
+#: (query block, key block) of the kernels' tiles: FlashAttention-3 on Hopper, BF16, head
+#: dim 128, causal: forward 128 x 128 (Dao-AILab/flash-attention 0251105a
+#: hopper/tile_size.h ``tile_size_fwd_sm90``), backward 64 x 128
+#: (hopper/flash_bwd_launch_template.h ``run_mha_bwd_hdim128``)
+TILES = {"attn_fwd": (128, 128), "attn_bwd": (64, 128)}
+#: the catalog's attention table kinds (moesim.compute.catalog_data.ATTN_KINDS)
+TABLE_KINDS = ("attn_fwd", "attn_bwd", "attn_fwdbwd")
+
+
+def causal_tiles(s: int, bm: int, bn: int, causal: bool = True) -> int:
+    """Tiles a FlashAttention kernel visits over one sequence of ``s`` tokens: each query
+    block ``i`` of ``bm`` rows scores the key blocks of ``bn`` up to its last query
+    (``ceil(min(s, (i + 1) bm) / bn)``, FlashAttention's ``n_block_max`` under a causal
+    mask), every key block without one."""
+    q = -(-s // bm)
+    if not causal:
+        return q * -(-s // bn)
+    return sum(-(-min(s, (i + 1) * bm) // bn) for i in range(q))
 
 
 def sequence_kernel(k: Kernel, s: int, seq: int) -> Kernel:
