@@ -142,10 +142,10 @@ def alone() -> dict:
     return out
 
 
-def kernel_table(sim: dict, prof: dict) -> None:
+def kernel_table(sim: dict, prof: dict, ref: dict) -> None:
     """Each DeepEP call of a chunk (ms per layer): alone at DeepEP's published rate and in
-    moesim, in moesim's lone chunks, and inside the profile's pair (data kernel, notify)."""
-    ref = alone()
+    moesim (``ref``, :func:`alone`), in moesim's lone chunks, and inside the profile's
+    pair (data kernel, notify)."""
     print(f"\nDeepEP's calls one by one (ms per MoE layer): alone, at DeepEP's published EP64 "
           f"rate ({PUBLISHED_GBPS['ep_dispatch']:.0f} GB/s dispatch, "
           f"{PUBLISHED_GBPS['ep_combine']:.0f} GB/s combine, RDMA, docs/legacy.md) over the RDMA "
@@ -163,3 +163,18 @@ def kernel_table(sim: dict, prof: dict) -> None:
               f"{s['kernel'] / LAYERS * 1e3:.2f} | {s['wait'] / LAYERS * 1e3:.2f} | "
               f"{p['kernel'] / LAYERS * 1e3:.2f} | {p['notify'] / LAYERS * 1e3:.2f} | "
               f"{p['kernel'] / LAYERS / pub:.2f}x |")
+
+
+def lone_at_published(prof: dict, ref: dict) -> tuple[float, float]:
+    """A lone forward and a lone backward (B + W) chunk composed from the profile with its
+    DeepEP calls (data kernel, notify and layout) replaced by DeepEP's published rate
+    alone: the profile's other kernels under each phase kept (seconds)."""
+    out = []
+    for phases in (F_PHASES, BW_PHASES):
+        t = 0.0
+        for ph in phases:
+            p = prof.get(ph, {"busy": 0.0, "kernel": 0.0, "notify": 0.0})
+            t += p["busy"] - p["kernel"] - p["notify"]
+        t += sum(LAYERS * ref[op]["published"] for ph, _w, op, _d in CALLS if ph in phases)
+        out.append(t)
+    return out[0], out[1]

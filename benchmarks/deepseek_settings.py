@@ -185,17 +185,38 @@ def profile_step(prof: dict, d: dict) -> None:
               f"{sim / est - 1:+.1%} |")
 
 
-def lone_parts(profile: str, trace: str) -> None:
+def lone_parts(profile: str, trace: str, pair: dict, d: dict) -> None:
     """The lone chunks phase by phase, and DeepEP's kernels alone, in a lone chunk and
-    inside the profile's pair (``deepseek_lone``)."""
-    from deepseek_lone import kernel_table, print_table, profile_lone, sim_lone  # this folder
+    inside the profile's pair (``deepseek_lone``); then the rank's busy time composed
+    again with the lone chunks' DeepEP calls at DeepEP's published rate alone."""
+    import deepseek_lone as dl  # this folder
 
     from moesim.validation.gpu.summary import summarize
     from moesim.validation.gpu.trace import load_gpu_trace
-    prof = profile_lone(summarize(load_gpu_trace(profile)))
-    sim = sim_lone(trace, 7, 128)
-    print_table(sim, prof)
-    kernel_table(sim, prof)
+    prof = dl.profile_lone(summarize(load_gpu_trace(profile)))
+    sim = dl.sim_lone(trace, 7, 128)
+    ref = dl.alone()
+    dl.print_table(sim, prof)
+    dl.kernel_table(sim, prof, ref)
+    f, bw = dl.lone_at_published(prof, ref)
+    print(f"\nComposed again, the lone chunks' DeepEP calls (data kernel, notify, layout) at "
+          f"DeepEP's published rate alone, the profile's other kernels kept: lone forward "
+          f"{f * 1e3:.1f} ms, lone backward (B + W) {bw * 1e3:.1f} ms; pairs as measured "
+          f"({pair['pair'] * 1e3:.1f} ms):\n")
+    by: dict[int, list] = {}
+    for r in d["per_rank"]:
+        by.setdefault(r["stage"], []).append(r["breakdown_s"])
+    print("| pipeline rank | pairs | lone F + lone B | composed, lone DeepEP calls alone (s) | "
+          "simulated: compute + exposed EP (s) | difference |")
+    print("|---|---|---|---|---|---|")
+    for h, pairs, lone, _ in dualpipe_counts(16, 120):
+        if h not in (1, 4, 7):
+            continue
+        est = pairs * pair["pair"] + lone * (f + bw)
+        b = by[h]
+        sim_s = sum(x["compute"] + x["ep_dispatch"] + x["ep_combine"] for x in b) / len(b)
+        print(f"| {h} | {pairs} | {lone} + {lone} | {est:.2f} | {sim_s:.2f} | "
+              f"{sim_s / est - 1:+.1%} |")
 
 
 def part_table(rows: list[tuple[str, dict]]) -> None:
@@ -259,8 +280,9 @@ def main() -> int:
     print("DeepSeek's stage partition is unpublished: the two splits bound the step with MTP.")
     part_table(kept)
     if args.profile:
-        profile_step(profile_parts(args.profile), kept[0][1])
-        lone_parts(args.profile, f"{tmp.name}/trace.json")
+        pair = profile_parts(args.profile)
+        profile_step(pair, kept[0][1])
+        lone_parts(args.profile, f"{tmp.name}/trace.json", pair, kept[0][1])
     tmp.cleanup()
     print("\nDualPipe with 16 ranks and 120 micro-batches (15360 / dp 128): every rank runs "
           "120 forward and 120 backward chunks; how many as overlapped F&B pairs (the "

@@ -73,3 +73,17 @@ def test_profile_phases_split_by_hand():
     assert p["dispatch(F)"] == pytest.approx({"busy": 11e-3, "kernel": 7.5e-3,
                                               "notify": 2.7e-3})
     assert p["attn(F)"] == {"busy": 4e-3, "kernel": 0.0, "notify": 0.0}
+
+
+def test_lone_chunks_at_the_published_rate_by_hand():
+    # forward: attn 4 ms; dispatch 6 ms busy of which 4 data kernel + 1.5 notify (0.5 ms
+    # of other kernels stays); mlp 5; combine 8 = 6 + 2. Alone, a dispatch takes 2 ms and
+    # a combine 4 ms a layer, 4 layers a chunk: 4 + 0.5 + 5 + 0 + 4 x (2 + 4) = 33.5 ms.
+    # The backward has no phase in this profile: its 4 dispatches and 4 combines, 24 ms.
+    prof = {"attn(F)": {"busy": 4e-3, "kernel": 0.0, "notify": 0.0},
+            "dispatch(F)": {"busy": 6e-3, "kernel": 4e-3, "notify": 1.5e-3},
+            "mlp(F)": {"busy": 5e-3, "kernel": 0.0, "notify": 0.0},
+            "combine(F)": {"busy": 8e-3, "kernel": 6e-3, "notify": 2e-3}}
+    ref = {"ep_dispatch": {"published": 2e-3}, "ep_combine": {"published": 4e-3}}
+    f, bw = dl.lone_at_published(prof, ref)
+    assert f == pytest.approx(33.5e-3) and bw == pytest.approx(24e-3)
