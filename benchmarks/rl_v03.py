@@ -58,7 +58,7 @@ CAUSES = {
              "ops of the gather, conversion, pack and unpack and the offloads' gc.collect "
              "and empty_cache (calls: nemo-v03-ops), vLLM's wake_up of the weights at the "
              "rate measured with a host's GPUs waking together and the driver's blocking "
-             "ray.get waits (calls: nemo-v03-wake; the 16k row runs nemo-v03-ops); "
+             "ray.get waits (calls: nemo-v03-wake); "
              "unpriced, no published per-item cost: a state_dict() and named_modules() per "
              "bucket, the Python of the gather's and the conversion's loops over the keys "
              "(regex matches per key and pattern), the caching allocator's fresh "
@@ -76,11 +76,24 @@ CAUSES = {
 #: row key -> column -> cause, where the row's own reason differs
 ROW_CAUSES = {
     "qwen3-30b-a3b": {c: "the MoE layers as Megatron-Core runs them (rl-moe-trainer.md: "
-                         "moesim's MoE step is a third fast against Pai-Megatron's "
-                         "measurement)" for c in ("policy training", "get logprobs")},
-    "llama-3.3-70b-16k": {c: "the post publishes CP4 only; the trainer's other settings "
-                             "are the 4,096 recipe's (TP4 PP4), not the run's"
-                          for c in ("policy training", "get logprobs")},
+                         "moesim's MoE step is a fifth to a quarter fast against "
+                         "Pai-Megatron's measurement; priced beyond it: the host and the GPU "
+                         "as two clocks after each layer's sync, Megatron's sorts by local "
+                         "expert, the calls' data through Ray)"
+                      for c in ("policy training", "get logprobs")},
+    "llama-3.3-70b-16k": {
+        "policy training": "the post publishes CP4 only, and no NeMo RL config, doc or PR "
+                           "(650, 651, 704) gives more, so the trainer is the 70B recipe "
+                           "with CP4 (TP4 PP4 DP2, packing, no recompute). Priced: the "
+                           "per-sequence loops with each sequence's CP all-gather, the "
+                           "blocking 1F1B exchanges, attention per packed sequence, and the "
+                           "training call's data handed by value to all 128 workers (sent "
+                           "from the driver's node at Ray issue 42632's 44.9 Gbit/s). "
+                           "Unpriced: the workers' deserialisation of their shards; a send "
+                           "rate measured on DGX nodes (at the issue's other figure, 2-3 GB/s, "
+                           "the data would take 2-3 times as long)",
+        "get logprobs": "as policy training; each pass's data (128 copies of a 403 MB "
+                        "shard) is priced at the same Ray rates"},
 }
 
 
