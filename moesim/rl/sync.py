@@ -274,7 +274,10 @@ def refit_phases(topo, spec: ModelSpec, train_gpus: list, rollout_gpus: list, *,
     ``empty_cache`` (:mod:`moesim.rl.refit_ops`; ``offload_gc_s``, in ``time_s``);
     "nemo-v03-wake" adds the driver's and the engines' blocking ``ray.get`` waits to the
     transfer (:mod:`moesim.rl.refit_wake`; the wake-up's rate is in the host moves,
-    :mod:`moesim.rl.offload`)."""
+    :mod:`moesim.rl.offload`). Disaggregated (method ``nccl``), ``calls`` "nemo-async":
+    NeMo RL's non-colocated refit chunk by chunk, gather and pack, the broadcast of each
+    chunk to the whole model-update group, unpack and load, as a pipeline
+    (:mod:`moesim.rl.refit_async`)."""
     nbytes = param_bytes(spec)
     src = holders(train_gpus, tp, pp, ep)
     tensors = tensor_count(spec)
@@ -282,6 +285,7 @@ def refit_phases(topo, spec: ModelSpec, train_gpus: list, rollout_gpus: list, *,
     load_s = tensors * per_tensor_s + 2 * load_bytes / hbm_Bps
     link = np.zeros(0)
     groups = None
+    ar = None
     offload_gc_s = 0.0
     if ipc:
         if gather == "groups":
@@ -340,10 +344,20 @@ def refit_phases(topo, spec: ModelSpec, train_gpus: list, rollout_gpus: list, *,
         transfer_s, link = run_flows(topo, chain, on_solve)
         buckets, ipc_bytes, nflows = 0, 0.0, len(chain)
         gather_bytes = gathered * len(train_gpus)
+        if calls == "nemo-async" and not sharded:
+            from moesim.rl import refit_async
+            ar = refit_async.async_refit(
+                topo, spec, train_gpus, rollout_gpus, tp=tp, pp=pp, ep=ep, etp=etp,
+                replica_gpus=replica_gpus, per_tensor_s=per_tensor_s, hbm_Bps=hbm_Bps,
+                hbm_bytes=hbm_bytes, nbytes=nbytes, tensors=tensors, path_Bps=path_Bps)
+            gather_s, transfer_s = ar.gather_s + ar.pack_s, ar.broadcast_s
+            load_s = ar.unpack_s + ar.load_s
     # disaggregated: NeMo RL overlaps the gather of one chunk with the broadcast of the
     # previous one on two streams (async refit post, Optimization #3, PR 1379)
     total = gather_s + transfer_s + load_s + offload_gc_s if ipc or sharded else (
         max(gather_s, transfer_s) + load_s)
+    if ar is not None:      # the chunks' three-stage pipeline (moesim.rl.refit_async)
+        total = ar.time_s
     phases = {"gather_s": gather_s, "transfer_s": transfer_s, "load_s": load_s,
               "ipc_bytes_per_gpu": ipc_bytes, "load_bytes_per_gpu": load_bytes,
               "buckets": buckets}
@@ -356,6 +370,8 @@ def refit_phases(topo, spec: ModelSpec, train_gpus: list, rollout_gpus: list, *,
         phases["offload_gc_s"] = offload_gc_s
     if ipc and waits is not None:
         phases["blocking_waits"] = waits.as_dict()
+    if ar is not None:
+        phases["async_refit"] = ar.as_dict()
     if groups is not None:
         phases["gather_groups_s"] = {"tp": groups.tp_s, "pp": groups.pp_s, "ep": groups.ep_s}
     return SyncResult(total, gather_s + (0.0 if ipc else transfer_s),
