@@ -1,0 +1,100 @@
+"""What an Nsight Systems NVTX range around each step of a Megatron-Core MoE layer's
+forward would read, on the host's clock and projected onto the GPU (pure; no simpy).
+
+Megatron-Core's ``MoELayer.forward`` runs four steps (NVIDIA/Megatron-LM
+megatron/core/transformer/moe/moe_layer.py, the 2025 releases): ``router_and_preprocess``
+(the router, then ``token_dispatcher.dispatch_preprocess``: the token counts, their copy
+to the host, the permute), ``dispatch`` (``token_dispatch``: the all-to-all, after the
+host waits on the token counts' copy at ``cuda_sync_point`` "before_ep_alltoall"),
+``experts_compute`` (``dispatch_postprocess``: the sort by local expert; the experts;
+``combine_preprocess``: the unsort) and ``combine`` (``token_combine`` and
+``combine_postprocess``: the all-to-all back and the unpermute). :data:`RANGES` groups
+:data:`moesim.program.host_dispatch.FORWARD_OPS`' parts so.
+
+A push/pop NVTX range is timed on the thread that pushes it: nsys's NVTX range summary
+(``nvtx_sum``) reports how long the host took from push to pop, waits included; its GPU
+projection (``nvtx_gpu_proj_sum``) reports the span from the first GPU operation the range
+launched to the last one's end. :func:`layer_ranges` reads both off the two clocks of
+:func:`moesim.program.host_dispatch.timeline_pass_s` (same host prices, same sync), so a
+host-side range grows by the time the host waits at the sync, and a range whose kernels
+queue behind earlier work projects onto the GPU from when they start.
+"""
+
+from __future__ import annotations
+
+from statistics import median
+
+from moesim.program import host_dispatch as hd
+
+#: Megatron-Core MoELayer.forward's steps, as groups of host_dispatch parts
+RANGES: dict[str, tuple[str, ...]] = {
+    "router_and_preprocess": ("router", "dispatcher preprocess",
+                              "token counts to host and the sync", "permute"),
+    "dispatch": ("dispatch all-to-alls", "TP gathers"),
+    "experts_compute": ("sort by local expert", "experts", "unsort and TP reduce-scatter"),
+    "combine": ("combine all-to-all and unpermute",),
+}
+#: the whole MoE layer (router to combine) and the attention block before it
+MLP = tuple(p for parts in RANGES.values() for p in parts)
+ATTENTION = ("attention block",)
+
+
+def trace(gpu_s: dict[str, float], local_experts: int, tp: int, layers: int,
+          te: bool = True) -> tuple[list[dict[str, tuple]], float]:
+    """Run :func:`~moesim.program.host_dispatch.timeline_pass_s`' two clocks over ``layers``
+    MoE layers and keep, per layer and part, ``(host start, host end, GPU start, GPU end)``
+    (GPU ``None`` where the part launches no GPU work). The host's wait at the sync is
+    the first thing the part after :data:`~moesim.program.host_dispatch.SYNC_AFTER` does
+    (``token_dispatch`` calls ``_maybe_dtoh_and_synchronize`` before its all-to-all).
+    Returns the records and the pass's end (equal to ``timeline_pass_s``)."""
+    host = gpu = dtoh = 0.0
+    wait = False
+    out: list[dict[str, tuple]] = []
+    for _ in range(layers):
+        rec: dict[str, tuple] = {}
+        for p in hd.FORWARD_OPS:
+            if p.tp_only and tp <= 1:
+                continue
+            h0 = host
+            if wait:
+                host, wait = max(host, dtoh), False
+            n = max(p.ops + p.per_expert * local_experts, 1)
+            h = hd.part_host_s(p, local_experts, te)
+            g = gpu_s.get(p.name, 0.0)
+            g0 = None
+            for _ in range(n):
+                host += h / n
+                if g:
+                    start = max(gpu, host)
+                    g0 = start if g0 is None else g0
+                    gpu = start + g / n
+            rec[p.name] = (h0, host, g0, gpu if g else None)
+            if p.name == hd.DTOH_AFTER:
+                dtoh = gpu
+            if p.name == hd.SYNC_AFTER:
+                wait = True
+        out.append(rec)
+    return out, max(host, gpu)
+
+
+def _span(rec: dict[str, tuple], parts: tuple[str, ...]) -> tuple[float, float | None]:
+    """(host seconds, GPU-projected seconds or None) of one range in one layer's record."""
+    got = [rec[p] for p in parts if p in rec]
+    host = got[-1][1] - got[0][0]
+    gs = [(g0, g1) for _, _, g0, g1 in got if g0 is not None]
+    return host, (max(g1 for _, g1 in gs) - min(g0 for g0, _ in gs)) if gs else None
+
+
+def layer_ranges(gpu_s: dict[str, float], local_experts: int, tp: int, layers: int,
+                 te: bool = True) -> dict[str, tuple[float, float | None]]:
+    """Median over a pass's ``layers`` MoE layers (as nsys reports a range's median over
+    its instances) of each range's host seconds and GPU-projected seconds: the four
+    steps of :data:`RANGES`, ``"MLP"`` (router to combine) and ``"attention"``."""
+    recs, _ = trace(gpu_s, local_experts, tp, layers, te)
+    groups = {**RANGES, "MLP": MLP, "attention": ATTENTION}
+    out: dict[str, tuple[float, float | None]] = {}
+    for name, parts in groups.items():
+        spans = [_span(r, parts) for r in recs]
+        gs = [g for _, g in spans if g is not None]
+        out[name] = (median(h for h, _ in spans), median(gs) if gs else None)
+    return out
