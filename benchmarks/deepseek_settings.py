@@ -169,16 +169,25 @@ def profile_step(prof: dict, d: dict) -> None:
           "(kernel busy time under each annotation, all-to-alls included); the "
           "report's bubble (PP/2 - 1)(F&B + B - 3W) = "
           f"{7 * (prof['pair'] + prof['BW'] - 3 * prof['W']):.2f} s:\n")
+    composed_table(d, "from the profile: busy (s)",
+                   "simulated (MTP, 3 + 4 x 14 + 2): compute + exposed EP (s)",
+                   prof["pair"], prof["F"] + prof["BW"])
+
+
+def composed_table(d: dict, est_head: str, sim_head: str, pair_s: float,
+                   lone_s: float) -> None:
+    """Pipeline ranks 1, 4 and 7: pairs x ``pair_s`` + lone chunks x ``lone_s`` (a lone
+    forward and a lone backward) against the simulated compute + exposed EP (mean over
+    the rank's GPUs)."""
     by: dict[int, list] = {}
     for r in d["per_rank"]:
         by.setdefault(r["stage"], []).append(r["breakdown_s"])
-    print("| pipeline rank | pairs | lone F + lone B | from the profile: busy (s) | "
-          "simulated (MTP, 3 + 4 x 14 + 2): compute + exposed EP (s) | difference |")
+    print(f"| pipeline rank | pairs | lone F + lone B | {est_head} | {sim_head} | difference |")
     print("|---|---|---|---|---|---|")
     for h, pairs, lone, _ in dualpipe_counts(16, 120):
         if h not in (1, 4, 7):
             continue
-        est = pairs * prof["pair"] + lone * (prof["F"] + prof["BW"])
+        est = pairs * pair_s + lone * lone_s
         b = by[h]
         sim = sum(x["compute"] + x["ep_dispatch"] + x["ep_combine"] for x in b) / len(b)
         print(f"| {h} | {pairs} | {lone} + {lone} | {est:.2f} | {sim:.2f} | "
@@ -203,21 +212,8 @@ def lone_parts(profile: str, trace: str, pair: dict, d: dict) -> None:
           f"DeepEP's published rate alone, the profile's other kernels kept: lone forward "
           f"{f * 1e3:.1f} ms, lone backward (B + W) {bw * 1e3:.1f} ms; pairs as measured "
           f"({pair['pair'] * 1e3:.1f} ms):\n")
-    by: dict[int, list] = {}
-    for r in d["per_rank"]:
-        by.setdefault(r["stage"], []).append(r["breakdown_s"])
-    print("| pipeline rank | pairs | lone F + lone B | composed, lone DeepEP calls alone (s) | "
-          "simulated: compute + exposed EP (s) | difference |")
-    print("|---|---|---|---|---|---|")
-    for h, pairs, lone, _ in dualpipe_counts(16, 120):
-        if h not in (1, 4, 7):
-            continue
-        est = pairs * pair["pair"] + lone * (f + bw)
-        b = by[h]
-        sim_s = sum(x["compute"] + x["ep_dispatch"] + x["ep_combine"] for x in b) / len(b)
-        print(f"| {h} | {pairs} | {lone} + {lone} | {est:.2f} | {sim_s:.2f} | "
-              f"{sim_s / est - 1:+.1%} |")
-
+    composed_table(d, "composed, lone DeepEP calls alone (s)",
+                   "simulated: compute + exposed EP (s)", pair["pair"], f + bw)
 
 def part_table(rows: list[tuple[str, dict]]) -> None:
     """Per pipeline rank (mean over its 128 GPUs): compute, exposed EP, bubble, the rest;

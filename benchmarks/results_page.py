@@ -32,6 +32,14 @@ RESULTS = ROOT / "docs" / "results"
 FLAG = "--write-docs"
 
 
+def print_table(head: tuple[str, ...], rows) -> None:
+    """A markdown table: ``head`` and one line per row of cells (already strings)."""
+    print("| " + " | ".join(head) + " |")
+    print("|" + "---|" * len(head))
+    for row in rows:
+        print("| " + " | ".join(row) + " |")
+
+
 def machine_line() -> str:
     """The date, load average and machine, as a results page states them."""
     load = ", ".join(f"{x:.2f}" for x in os.getloadavg())

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from results_page import print_table  # this folder
+
 ROOT = Path(__file__).resolve().parents[1]
 
 #: (source, what it measured, the figure, moesim's counterpart)
@@ -58,19 +60,13 @@ def part7() -> None:
     print()
     print("### Part 7: published per-module and per-layer measurements, and two mechanisms")
     print()
-    print("| source | what | figure | in moesim |")
-    print("|---|---|---|---|")
-    for row in PUBLISHED:
-        print("| " + " | ".join(row) + " |")
+    print_table(("source", "what", "figure", "in moesim"), PUBLISHED)
     print()
     print("What the Pai-Megatron run's script leaves at Megatron's defaults "
           "(alibaba/Pai-Megatron-Patch examples/qwen3/run_mcore_qwen3.sh at 0f5c122; "
           "Megatron-LM 6a6cd478 moe_utils.py permute / unpermute / sort_chunks_by_idxs):")
     print()
-    print("| setting | the Pai run | what Megatron then runs |")
-    print("|---|---|---|")
-    for row in PAI_SCRIPT:
-        print("| " + " | ".join(row) + " |")
+    print_table(("setting", "the Pai run", "what Megatron then runs"), PAI_SCRIPT)
     waves()
     nemo_timeline()
 

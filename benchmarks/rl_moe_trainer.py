@@ -45,6 +45,8 @@ import sys
 import tempfile
 from pathlib import Path
 
+from results_page import print_table  # this folder
+
 ROOT = Path(__file__).resolve().parent.parent
 
 #: (setting, what NeMo RL v0.3.0 runs, where it is set, how moesim prices it)
@@ -391,10 +393,7 @@ def main(argv: list[str] | None = None) -> int:
 
     print("### What the trainer runs (NeMo RL v0.3.0 b1c86a816, Megatron-LM 2ff0f099)")
     print()
-    print("| setting | NeMo RL v0.3 Qwen3-30B-A3B | set in | moesim |")
-    print("|---|---|---|---|")
-    for row in SETTINGS:
-        print("| " + " | ".join(row) + " |")
+    print_table(("setting", "NeMo RL v0.3 Qwen3-30B-A3B", "set in", "moesim"), SETTINGS)
     print()
     print("### moesim's Megatron MoE step against Pai-Megatron-Patch issue #643 (H800)")
     print()
