@@ -60,6 +60,7 @@ PAGES: list[tuple[str, list[str], str]] = [
     ("grpo-study", ["grpo_study.py"], ""),
     ("rl-refit", ["bench_refit.py"], ""),
     ("rl-moe-trainer", ["rl_moe_trainer.py"], ""),
+    ("moe-layer-modelzoo", ["moe_layer_modelzoo.py"], ""),
     ("collective-launch", ["collective_launch.py"], ""),
     ("knob-defaults", ["knob_defaults.py"], ""),
     ("topology-scale", ["bench_topology_scale.py", "--profile"], ""),
