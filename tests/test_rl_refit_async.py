@@ -34,6 +34,21 @@ def test_pipeline_by_hand():
     assert pipeline_s(1, 4.0, 8.0, 2.0) == pytest.approx(14.0)
 
 
+def test_bridge_counts_by_hand():
+    """SPEC at EP2: 21 keys per EP rank (test_rl_refit_calls.py), 6 TP-sharded, 8 of
+    experts (2 layers x 2 local experts x fc1, fc2)."""
+    # TP2 PP1 EP2: 6 TP all-gathers (2 + 1 + 1 empty_like each: 3 ops), no PP broadcast;
+    # 8 expert keys, 4 of them fc1 gathered twice: 12 EP all-gathers of 2 empty_like;
+    # the 4 expert fc1 chunked into 2 views
+    assert refit_async.bridge_counts(SPEC, tp=2, pp=1, ep=2) == refit_async.BridgeCounts(
+        18, 42, 8)
+    # TP1 PP2 EP1: 29 keys (4 local experts a layer), a PP broadcast each and a
+    # torch.empty on the stage not owning it, half of them on a mean rank (14.5); no TP
+    # or EP gathers; 8 expert fc1 chunked into 2 views
+    assert refit_async.bridge_counts(SPEC, tp=1, pp=2, ep=1) == refit_async.BridgeCounts(
+        29, 14.5, 16)
+
+
 def _tiny(calls: str, method_sharded: bool = False):
     """SPEC (41 HF tensors, 198,272 bytes) from a TP2 EP2 trainer on DGX H100 node 0 to
     one engine of the 8 GPUs of node 1, 1 GB of total memory (a 20 MB chunk: one)."""
@@ -58,14 +73,20 @@ def test_tiny_refit_by_hand():
     # Ray: 8 policy workers + 1 engine from the driver, 8 executors from the engine
     assert a["ray_calls"] == 17
     assert a["ray_s"] == pytest.approx(17 * RAY_CALL_S)
-    # gather: the colocated one's bytes through the groups + 35 eager calls at 14.57 us
+    # gather: the colocated one's bytes through the groups + Megatron-Bridge's host time
+    # (test_bridge_counts_by_hand: 18 calls at 14.57 us, 42 ops at 16.1 us, 8 views)
     g = refit_calls.group_gather(topo, SPEC, train, tp=2, pp=1, ep=2, etp=1,
                                  param_bytes=2, path_Bps=path_Bps).time_s
-    assert a["gather_s"] == pytest.approx(g + 35 * 14.57 * US)
+    assert (a["bridge_calls"], a["bridge_ops"], a["bridge_views"]) == (18, 42, 8)
+    assert a["bridge_s"] == pytest.approx((18 * 14.57 + 42 * 16.1 + 8 * 3.3) * US)
+    assert a["gather_s"] == pytest.approx(g + a["bridge_s"])
     # the broadcast: NCCL's estimate for the one chunk on 2 nodes x 8 ranks
     facts = facts_from_params(topo.params, topo.device, 2, 8)
     assert a["broadcast_s"] == pytest.approx(estimate("broadcast", 198272, 8, 2, facts)[0])
     assert a["broadcast_s"] > 0
+    # the NIC: no gather bytes (the groups sit on node 0), 1/8 of the model at 47.5 GB/s
+    assert a["nic_bytes"] == pytest.approx(198272 / 8)
+    assert a["nic_s"] == pytest.approx(198272 / 8 / 47.5e9)
     # one chunk: everything in series after the Ray calls
     total = (a["ray_s"] + a["gather_s"] + a["pack_s"] + a["broadcast_s"] + a["unpack_s"]
              + a["load_s"])
@@ -102,3 +123,59 @@ def test_many_chunks_pipeline():
                                                                 facts)[0])
     p, c = a.gather_s + a.pack_s, a.unpack_s + a.load_s
     assert a.time_s == pytest.approx(a.ray_s + pipeline_s(199, p, a.broadcast_s, c))
+
+
+def test_gather_nic_bytes_by_hand():
+    """SPEC (198,272 B, no shared experts) on 2 DGX H100 nodes, 16 trainer GPUs."""
+    topo = load_topology("dgx-h100", nodes=2)
+    gpus = topo.gpus[:16]
+    # PP2: the other stage (GPU 8, node 1) sends its half through GPU 0's own NIC
+    assert refit_async.gather_nic_bytes(topo, SPEC, gpus, tp=1, pp=2, ep=1) == (
+        pytest.approx(198272 / 2))
+    # EP16 over both nodes: the experts' bytes E, 15/16 of them from 15 peers, 8 of them
+    # remote, entering through the 8 NICs of node 0's members: E x 15/16 / 15 x 8 / 8
+    from moesim.model.params import count_params
+    e = count_params(SPEC).routed_experts * 2
+    assert refit_async.gather_nic_bytes(topo, SPEC, gpus, tp=1, pp=1, ep=16) == (
+        pytest.approx(e * 15 / 16 / 15))
+    # TP2 EP2 inside node 0: nothing through the NIC
+    assert refit_async.gather_nic_bytes(topo, SPEC, gpus[:8], tp=2, pp=1, ep=2) == 0.0
+
+
+def test_shared_nic_pipeline_when_it_is_the_larger():
+    """PP2 over 2 nodes, engine on node 2, 1 KB chunks: the NIC pipeline (the gather's
+    remote half and 1/8 of every chunk at 47.5 GB/s, then the consumer) against the
+    three-stage one; the refit takes the larger after the Ray calls."""
+    topo = load_topology("dgx-h100", nodes=3)
+    train, roll = topo.gpus[:16], topo.gpus[16:24]
+    a = refit_async.async_refit(topo, SPEC, train, roll, tp=1, pp=2, ep=1, etp=1,
+                                replica_gpus=8, per_tensor_s=40e-6, hbm_Bps=3.35e12,
+                                hbm_bytes=50_000.0, nbytes=198272.0, tensors=41,
+                                path_Bps=path_Bps)
+    assert a.nic_bytes == pytest.approx(198272 / 2 + 198272 / 8)
+    assert a.nic_s == pytest.approx(a.nic_bytes / 47.5e9)
+    c = a.unpack_s + a.load_s
+    three = pipeline_s(199, a.gather_s + a.pack_s, a.broadcast_s, c)
+    assert a.time_s == pytest.approx(a.ray_s + max(three, pipeline_s(199, a.nic_s, c)))
+
+
+def test_deepseek_refit_is_bound_by_the_shared_nics():
+    """DeepSeek-V3 PP16 EP16 on 32 nodes -> one TP32 engine on 4: the trainer NIC carries
+    the PP broadcast's remote share (every PP peer on another node: its own NIC) and the
+    EP group's remote half, plus 1/8 of the model, so the NIC pipeline is the larger."""
+    from moesim.model.presets import PRESETS
+    from moesim.rl.sync import param_bytes, tensor_count
+    spec = PRESETS["deepseek-v3"]
+    topo = load_topology("dgx-h100", nodes=36)
+    train, roll = topo.gpus[:256], topo.gpus[256:288]
+    nbytes = param_bytes(spec)
+    a = refit_async.async_refit(topo, spec, train, roll, tp=1, pp=16, ep=16, etp=1,
+                                replica_gpus=32, per_tensor_s=40e-6, hbm_Bps=3.35e12,
+                                hbm_bytes=85.52e9, nbytes=nbytes,
+                                tensors=tensor_count(spec), path_Bps=path_Bps)
+    assert a.nic_bytes == pytest.approx(
+        refit_async.gather_nic_bytes(topo, spec, train, tp=1, pp=16, ep=16) + nbytes / 8)
+    c = a.unpack_s + a.load_s
+    nic = pipeline_s(a.chunks, a.nic_s, c)
+    assert nic > pipeline_s(a.chunks, a.gather_s + a.pack_s, a.broadcast_s, c)
+    assert a.time_s == pytest.approx(a.ray_s + nic)

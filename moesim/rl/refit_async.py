@@ -11,12 +11,21 @@ driver calls ``broadcast_weights_for_collective`` on every policy worker and
 waits for all. Then, per chunk (``nemo_rl/utils/packed_tensor.py``):
 
 1. *gather* (every policy worker, ``megatron_policy_worker.py``
-   ``broadcast_weights_for_collective``): Megatron-Bridge's ``export_hf_weights`` yields
-   the HF tensors one by one, each gathered over the TP, PP and EP groups. The post:
-   "This step is completely identical to that of colocated refit", so it is priced as the
-   colocated one: the bytes through every GPU's own groups
-   (:func:`moesim.rl.refit_calls.group_gather`) and one eager collective call per
-   Megatron key and group (:func:`moesim.rl.refit_calls.gather_calls_s`).
+   ``broadcast_weights_for_collective``): Megatron-Bridge's ``export_hf_weights``
+   (NVIDIA-NeMo/Megatron-Bridge 62f4704b8, the submodule NeMo RL pins; ``cpu=False``)
+   runs one conversion task per Megatron key, in order, on every rank
+   (``model_bridge.py`` ``stream_weights_megatron_to_hf``; ``param_mapping.py``): with
+   ``pp > 1`` a ``torch.distributed.broadcast`` over the PP group from the owning stage,
+   the other stages first allocating the tensor (``torch.empty``; the tensor's spec is
+   exchanged once and cached); with ``tp > 1`` an all-gather over the TP group into
+   ``tp`` ``empty_like`` tensors and a ``cat``; a fused ``linear_fc1`` is split into gate
+   and up by ``torch.chunk`` (two views), and an expert key is all-gathered over the EP
+   group into ``ep`` ``empty_like`` tensors, the fc1's gate and up separately
+   (``gather_from_ep_ranks`` twice): :func:`bridge_counts`. The bytes are those of the
+   colocated gather (the post: "This step is completely identical to that of colocated
+   refit"): through every GPU's own groups (:func:`moesim.rl.refit_calls.group_gather`).
+   Each collective is an eager call (``CALL_HOST_S``), each allocation an op
+   (``EAGER_OP_S``), each chunk a view (``VIEW_OP_S``).
 2. *pack* (``packed_broadcast_producer``): per tensor ``.view(torch.uint8).view(-1)`` (two
    views, ``VIEW_OP_S``), until the list passes the target size; then one ``torch.cat``
    (every byte read and written once at HBM bandwidth, one op launch, ``EAGER_OP_S``).
@@ -40,7 +49,12 @@ over two buffers on two CUDA streams, so the producer's gather and pack of chunk
 run while chunk ``i`` is broadcast, and the consumer's unpack and load of chunk ``i``
 (host Python) run while the next broadcast is on the wire: a three-stage pipeline over
 ``n`` chunks, ``time = P/n + B/n + C/n + (n - 1)/n x max(P, B, C)`` (``P`` producer,
-``B`` broadcast, ``C`` consumer totals). The driver's Ray calls come before: one per
+``B`` broadcast, ``C`` consumer totals). The overlapped gather and broadcast share the
+trainer GPUs' network paths ("This may have network resource contentions"): each NIC
+carries its GPU's remote share of the gather (:func:`gather_nic_bytes`) and
+``1/per_node`` of every chunk (NCCL's rings, one per NIC), so the refit also takes at
+least the pipeline of that NIC's bytes at its line rate and the consumer's stage; the
+larger of the two pipelines is taken. The driver's Ray calls come before: one per
 policy worker and per engine, and one engine's calls to its executors, each
 ``RAY_CALL_S`` (Ray's release microbenchmark, :mod:`moesim.rl.refit_host`).
 
@@ -57,6 +71,7 @@ import math
 from dataclasses import asdict, dataclass
 
 from moesim.collectives.nccl.graphs import facts_from_params
+from moesim.collectives.nccl.launch import CALL_HOST_S
 from moesim.collectives.nccl.model import estimate
 from moesim.errors import InputError
 from moesim.model.spec import ModelSpec
@@ -69,10 +84,83 @@ from moesim.rl.refit_host import RAY_CALL_S
 CHUNK_MEMORY_RATIO = 0.02
 #: ... at most 5 GiB ("max size is 5GB")
 CHUNK_MAX_BYTES = 5 * 1024**3
+#: seconds per HF tensor of vLLM's ``model.load_weights``: NeMo RL's refit blog
+#: (NVIDIA-NeMo/.github blog/posts/nemo-rl-refit-performance/index.md, commit 2392b33,
+#: Table 1: DeepSeek-V3's "Generation parameter update" 1.5 s, of which 0.01 s is its
+#: speed of light, the copy) over the 45,395 tensors each vLLM rank loads for
+#: DeepSeek-V3 (NVIDIA-NeMo/RL docs/guides/checkpoint-engine-refit.md, aa8bfb2e8,
+#: "DeepSeek-V3 Benchmark"): 32.8 us. One model's mean, set as
+#: ``rl.weight_sync.per_tensor_s`` (bench_refit's nemo-async rows); how it varies with
+#: the model (vLLM matches each expert tensor's name against a mapping of three entries
+#: per expert) has no published figure
+VLLM_LOAD_PER_TENSOR_S = (1.5 - 0.01) / 45_395
 #: views per HF tensor: the producer's ``.view(torch.uint8).view(-1)``, the consumer's
 #: ``.view(dtype).view(*shape)`` (packed_tensor.py)
 PACK_VIEWS = 2
 UNPACK_VIEWS = 2
+
+
+@dataclass(frozen=True)
+class BridgeCounts:
+    """Per rank per refit: Megatron-Bridge's eager collective calls, the allocations
+    (ops) and views of ``export_hf_weights`` (module docstring, 1.)."""
+
+    calls: int
+    ops: float      # a mean rank's (the PP non-owners' allocations are 1 - 1/pp of them)
+    views: int
+
+    @property
+    def time_s(self) -> float:
+        return self.calls * CALL_HOST_S + self.ops * EAGER_OP_S + self.views * VIEW_OP_S
+
+
+def bridge_counts(spec: ModelSpec, *, tp: int, pp: int, ep: int) -> BridgeCounts:
+    """:class:`BridgeCounts` of ``spec``: the keys of one EP rank
+    (:func:`moesim.rl.refit_calls.megatron_keys`), every rank running every task. A PP
+    broadcast per key (``pp > 1``) and a ``torch.empty`` on the ``pp - 1`` stages that do
+    not own it (a mean rank: ``1 - 1/pp`` of the keys); a TP all-gather, ``tp``
+    ``empty_like`` and a ``cat`` per TP-sharded key (``tp > 1``); per expert key (half
+    fc1, half fc2) ``1.5`` EP all-gathers of ``ep`` ``empty_like`` each (``ep > 1``); two
+    views per fused fc1 (its ``torch.chunk``), experts' and dense or shared ones."""
+    k = refit_calls.megatron_keys(spec, ep)
+    calls = ops = views = 0.0
+    if pp > 1:
+        calls += k.total
+        ops += k.total * (1 - 1 / pp)
+    if tp > 1:
+        calls += k.tp_sharded
+        ops += k.tp_sharded * (tp + 1)
+    fc1 = k.expert // 2
+    if ep > 1:
+        gathers = k.expert - fc1 + 2 * fc1
+        calls += gathers
+        ops += gathers * ep
+    dense_fc1 = sum(1 for i in range(spec.layers)
+                    if not spec.is_moe_layer(i) or spec.n_shared_experts)
+    views += 2 * (fc1 + dense_fc1)
+    return BridgeCounts(round(calls), ops, round(views))
+
+
+def gather_nic_bytes(topo, spec: ModelSpec, gpus: list, *, tp: int, pp: int, ep: int,
+                     etp: int = 1) -> float:
+    """Bytes the first trainer GPU's network path receives in the gather: of each of
+    its TP, PP and EP groups, the share of the peers on other hosts that enters through
+    it, as :func:`moesim.rl.refit_calls.group_gather` prices it (the remote peers' bytes
+    spread over the group's members on this host)."""
+    g = refit_calls.group_gather(topo, spec, gpus, tp=tp, pp=pp, ep=ep, etp=etp,
+                                 param_bytes=2, path_Bps=lambda *_: 1.0)
+    world = len(gpus)
+    host = topo.host_of(gpus[0])
+    total = 0.0
+    for stride, size, nbytes in ((1, max(tp, etp), g.tp_bytes),
+                                 (max(1, world // pp), pp, g.pp_bytes),
+                                 (max(1, etp), ep, g.ep_bytes)):
+        peers = [gpus[k * stride] for k in range(1, size) if k * stride < world]
+        if size <= 1 or nbytes <= 0 or not peers:
+            continue
+        remote = [p for p in peers if topo.host_of(p) != host]
+        total += nbytes / len(peers) * len(remote) / (len(peers) - len(remote) + 1)
+    return total
 
 
 def chunk_bytes(total_memory_bytes: float) -> int:
@@ -102,12 +190,18 @@ class AsyncRefit:
     protocol: str
     ray_calls: int            # the driver's calls plus one engine's to its executors
     ray_s: float
-    gather_s: float           # the gather's bytes and its per-key collective calls
+    bridge_calls: int         # Megatron-Bridge's collective calls per rank
+    bridge_ops: float         # its allocations (a mean rank)
+    bridge_views: int         # its views
+    bridge_s: float           # their host time (in gather_s)
+    gather_s: float           # the gather's bytes through the groups and bridge_s
     pack_s: float             # views, torch.cat launches and the cat's HBM copy
     broadcast_s: float        # every chunk's broadcast
     unpack_s: float           # torch.empty, split_with_sizes and views
     load_s: float             # load_weights per tensor and the share's copy
-    time_s: float             # ray + the three-stage pipeline
+    nic_bytes: float          # a trainer GPU's NIC: its gather's remote share + 1/8 of all
+    nic_s: float              # those bytes at the NIC's line rate
+    time_s: float             # ray + the larger pipeline
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -145,13 +239,21 @@ def async_refit(topo, spec: ModelSpec, train_gpus: list, rollout_gpus: list, *, 
     bcast, one, algo, proto = broadcast_s(topo, nbytes, size, len(hosts), per_node)
     groups = refit_calls.group_gather(topo, spec, train_gpus, tp=tp, pp=pp, ep=ep, etp=etp,
                                       param_bytes=2, path_Bps=path_Bps)
-    gather = groups.time_s + refit_calls.gather_calls_s(spec, tp=tp, pp=pp, ep=ep, etp=etp)
+    bridge = bridge_counts(spec, tp=tp, pp=pp, ep=ep)
+    gather = groups.time_s + bridge.time_s
     pack = tensors * PACK_VIEWS * VIEW_OP_S + n * EAGER_OP_S + 2 * nbytes / hbm_Bps
     unpack = n * (EAGER_OP_S + VIEW_OP_S) + tensors * UNPACK_VIEWS * VIEW_OP_S
     load = tensors * per_tensor_s + 2 * nbytes / replica_gpus / hbm_Bps
     engines = max(1, len(rollout_gpus) // replica_gpus)
     calls = len(train_gpus) + engines + replica_gpus
     ray = calls * RAY_CALL_S
-    total = ray + pipeline_s(n, gather + pack, bcast, unpack + load)
-    return AsyncRefit(n, size, len(hosts), one, algo, proto, calls, ray, gather, pack,
-                      bcast, unpack, load, total)
+    other = next((g for g in list(rollout_gpus) + list(train_gpus)
+                  if topo.host_of(g) != topo.host_of(train_gpus[0])), None)
+    nic_bytes = (gather_nic_bytes(topo, spec, train_gpus, tp=tp, pp=pp, ep=ep, etp=etp)
+                 + nbytes / per_node) if other is not None else 0.0
+    nic = nic_bytes / path_Bps(topo, train_gpus[0], other) if other is not None else 0.0
+    total = ray + max(pipeline_s(n, gather + pack, bcast, unpack + load),
+                      pipeline_s(n, nic, unpack + load))
+    return AsyncRefit(n, size, len(hosts), one, algo, proto, calls, ray, bridge.calls,
+                      bridge.ops, bridge.views, bridge.time_s, gather, pack, bcast, unpack,
+                      load, nic_bytes, nic, total)
