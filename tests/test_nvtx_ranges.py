@@ -56,3 +56,14 @@ def test_median_over_layers_and_gpu_projection():
     assert r["experts_compute"] == (pytest.approx(179.06 * US, rel=1e-12),
                                     pytest.approx(2000 * US, rel=1e-12))
     assert r["dispatch"][1] is None
+
+
+def test_te_gemm_calls_repriced_by_hand():
+    # the experts part's 2 GEMMs per local expert at 13.7 us rather than 2.43: 72.56 +
+    # 2 x 11.27 = 95.10 us; experts_compute 19.4 + 95.10 + 87.1 = 201.6 us
+    r = nr.layer_ranges({}, 1, 1, 1, te=False, cpp_launch_s=13.7 * US)
+    assert r["experts_compute"][0] == pytest.approx(201.6 * US, rel=1e-12)
+    # 16 local experts: 32 calls x 11.279 us more = 360.928 us on the layer
+    _, base = nr.trace({}, 16, 1, 1)
+    _, more = nr.trace({}, 16, 1, 1, cpp_launch_s=nr.TE_GEMM_CALL_S)
+    assert more - base == pytest.approx(360.928 * US, rel=1e-9)

@@ -18,6 +18,16 @@ launched to the last one's end. :func:`layer_ranges` reads both off the two cloc
 :func:`moesim.program.host_dispatch.timeline_pass_s` (same host prices, same sync), so a
 host-side range grows by the time the host waits at the sync, and a range whose kernels
 queue behind earlier work projects onto the GPU from when they start.
+
+``cpp_launch_s`` re-prices each GEMM that Transformer Engine's GroupedLinear issues per
+local expert from C++ (host_dispatch's :data:`~moesim.program.host_dispatch.CPP_LAUNCH_S`,
+a bare kernel launch). Each such GEMM is one ``nvte_cublas_gemm`` call
+(``nvte_multi_stream_cublas_gemm`` loops over them), and that call builds the cuBLASLt
+descriptors, asks ``cublasLtMatmulAlgoGetHeuristic`` for an algorithm and launches, all
+on the host inside one ``NVTE_API_CALL`` NVTX range (NVIDIA/TransformerEngine
+transformer_engine/common/gemm/cublaslt_gemm.cu at 5c62f728; common/nvtx.h
+``NVTXWrapper``: nvtxRangePush / nvtxRangePop). :data:`TE_GEMM_CALL_S` is that range's
+published median.
 """
 
 from __future__ import annotations
@@ -25,6 +35,11 @@ from __future__ import annotations
 from statistics import median
 
 from moesim.program import host_dispatch as hd
+
+#: host seconds of one ``nvte_cublas_gemm`` call: the median of its NVTX range over
+#: 645,099 calls, Qwen3-30B-A3B on 8 B200 under nsys (yanring/Megatron-MoE-ModelZoo issue 7,
+#: 2025-08-18; min 10.3 us; the profiler's own tracing is inside the figure)
+TE_GEMM_CALL_S = 13.709e-6
 
 #: Megatron-Core MoELayer.forward's steps, as groups of host_dispatch parts
 RANGES: dict[str, tuple[str, ...]] = {
@@ -39,14 +54,24 @@ MLP = tuple(p for parts in RANGES.values() for p in parts)
 ATTENTION = ("attention block",)
 
 
+def part_s(p: hd.Part, local_experts: int, te: bool, cpp_launch_s: float | None) -> float:
+    """Host seconds of one part, its per-expert C++ GEMM calls at ``cpp_launch_s`` when
+    given (else host_dispatch's price)."""
+    extra = 0.0 if cpp_launch_s is None else (
+        p.per_expert * local_experts * (cpp_launch_s - hd.CPP_LAUNCH_S))
+    return hd.part_host_s(p, local_experts, te) + extra
+
+
 def trace(gpu_s: dict[str, float], local_experts: int, tp: int, layers: int,
-          te: bool = True) -> tuple[list[dict[str, tuple]], float]:
+          te: bool = True, cpp_launch_s: float | None = None
+          ) -> tuple[list[dict[str, tuple]], float]:
     """Run :func:`~moesim.program.host_dispatch.timeline_pass_s`' two clocks over ``layers``
     MoE layers and keep, per layer and part, ``(host start, host end, GPU start, GPU end)``
     (GPU ``None`` where the part launches no GPU work). The host's wait at the sync is
     the first thing the part after :data:`~moesim.program.host_dispatch.SYNC_AFTER` does
     (``token_dispatch`` calls ``_maybe_dtoh_and_synchronize`` before its all-to-all).
-    Returns the records and the pass's end (equal to ``timeline_pass_s``)."""
+    Returns the records and the pass's end (equal to ``timeline_pass_s`` when
+    ``cpp_launch_s`` is None)."""
     host = gpu = dtoh = 0.0
     wait = False
     out: list[dict[str, tuple]] = []
@@ -59,7 +84,7 @@ def trace(gpu_s: dict[str, float], local_experts: int, tp: int, layers: int,
             if wait:
                 host, wait = max(host, dtoh), False
             n = max(p.ops + p.per_expert * local_experts, 1)
-            h = hd.part_host_s(p, local_experts, te)
+            h = part_s(p, local_experts, te, cpp_launch_s)
             g = gpu_s.get(p.name, 0.0)
             g0 = None
             for _ in range(n):
@@ -86,11 +111,13 @@ def _span(rec: dict[str, tuple], parts: tuple[str, ...]) -> tuple[float, float |
 
 
 def layer_ranges(gpu_s: dict[str, float], local_experts: int, tp: int, layers: int,
-                 te: bool = True) -> dict[str, tuple[float, float | None]]:
+                 te: bool = True, cpp_launch_s: float | None = None
+                 ) -> dict[str, tuple[float, float | None]]:
     """Median over a pass's ``layers`` MoE layers (as nsys reports a range's median over
     its instances) of each range's host seconds and GPU-projected seconds: the four
-    steps of :data:`RANGES`, ``"MLP"`` (router to combine) and ``"attention"``."""
-    recs, _ = trace(gpu_s, local_experts, tp, layers, te)
+    steps of :data:`RANGES`, ``"MLP"`` (router to combine) and ``"attention"``
+    (``cpp_launch_s``: as :func:`trace`)."""
+    recs, _ = trace(gpu_s, local_experts, tp, layers, te, cpp_launch_s)
     groups = {**RANGES, "MLP": MLP, "attention": ATTENTION}
     out: dict[str, tuple[float, float | None]] = {}
     for name, parts in groups.items():
