@@ -179,3 +179,15 @@ def test_deepseek_refit_is_bound_by_the_shared_nics():
     nic = pipeline_s(a.chunks, a.nic_s, c)
     assert nic > pipeline_s(a.chunks, a.gather_s + a.pack_s, a.broadcast_s, c)
     assert a.time_s == pytest.approx(a.ray_s + nic)
+
+
+def test_moesim_rl_prints_the_chunks():
+    from moesim.rl.summary import refit_line
+    ph = {"gather_s": 1.0, "transfer_s": 2.0, "load_s": 0.5, "buckets": 0,
+          "load_bytes_per_gpu": 4e9, "ipc_bytes_per_gpu": 0.0,
+          "async_refit": {"chunks": 36, "chunk_bytes": 1.71e9, "time_s": 2.25}}
+    assert refit_line({"phases": ph}) == [
+        "  refit per GPU: gather 1.00 s + transfer 2.00 s + load 0.50 s; load 4.00 GB per "
+        "GPU; 36 chunks of 1.71 GB overlapped: 2.25 s"]
+    del ph["async_refit"]
+    assert refit_line({"phases": ph})[0].endswith("load 4.00 GB per GPU")

@@ -194,6 +194,9 @@ def refit_line(ws: dict) -> list[str]:
            if ph["buckets"] else "")
     waits = (f"; blocking ray.get waits {ph['blocking_waits']['time_s']:.3f} s"
              if "blocking_waits" in ph else "")
+    a = ph.get("async_refit")      # rl.weight_sync.calls: nemo-async (rl/refit_async.py)
+    chunks = (f"; {a['chunks']} chunks of {a['chunk_bytes'] / 1e9:.2f} GB overlapped: "
+              f"{a['time_s']:.2f} s" if a else "")
     return [f"  refit per GPU: gather {ph['gather_s']:.2f} s + transfer "
             f"{ph['transfer_s']:.2f} s + load {ph['load_s']:.2f} s{ipc}; load "
-            f"{ph['load_bytes_per_gpu'] / 1e9:.2f} GB per GPU{waits}"]
+            f"{ph['load_bytes_per_gpu'] / 1e9:.2f} GB per GPU{waits}{chunks}"]
