@@ -29,9 +29,13 @@ range). Nothing is fitted; each error is printed as it comes.
 
 from __future__ import annotations
 
+import json
+import subprocess
 import sys
 import tempfile
 from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
 
 #: the issue's nsys NVTX range table: range -> (median ns, mean ns, instances)
 PUBLISHED = {
@@ -47,6 +51,9 @@ GEMM_RANGE = (13_709.0, 645_099)
 #: the issue's throughput, TFLOP/s per GPU ("~150 TFLOPs / GPU")
 PUBLISHED_TFLOPS = 150.0
 MICROBATCHES = 8          # GBS 64 / DP 8, MBS 1
+#: NeMo RL v0.3's published policy training, Qwen3-30B-A3B (NVIDIA-NeMo/.github
+#: blog/posts/nemo-rl-v0.3/index.md)
+NEMO_TRAIN_S = 50.0
 
 SCENARIO = """name: qwen3-30b-a3b-modelzoo-b200
 seed: 0
@@ -117,6 +124,112 @@ def part_gpu_s(res, crit: dict[str, float], layers: int) -> dict[str, float]:
     return gpu
 
 
+def _pass_delta(nr, gpu: dict[str, float], local: int, tp: int, layers: int,
+                te: bool) -> float:
+    """Seconds one forward pass gains on two clocks when each per-expert GEMM call costs
+    :data:`~moesim.program.nvtx_ranges.TE_GEMM_CALL_S` on the host."""
+    _, a = nr.trace(gpu, local, tp, layers, te)
+    _, b = nr.trace(gpu, local, tp, layers, te, cpp_launch_s=nr.TE_GEMM_CALL_S)
+    return b - a
+
+
+def gemm_call_effects(hd, nr) -> None:
+    """What the published nvte_cublas_gemm host price does, on two clocks, to the Pai
+    rows and to NeMo RL v0.3's Qwen3-30B-A3B trainer passes (computed here with
+    moesim.program.nvtx_ranges; not wired into ``moesim run`` or ``moesim rl``)."""
+    from rl_moe_trainer import GPUS, PAI
+    from rl_moe_trainer import SCENARIO as PAI_SCENARIO
+
+    from moesim.program.inventory import layer_ops
+    from moesim.rl.engine_costs import EngineTrainerCosts, gpus_per_node
+    from moesim.rl.host_timeline import part_gpu_s as rl_part_gpu_s
+    from moesim.rl.run import resolve_rl
+    from moesim.scenario.read import load_scenario
+    from moesim.trace.stalls import path_breakdown
+    from moesim.wiring import resolve, simulate
+
+    print()
+    print("### A mispriced call: Transformer Engine's GEMM call on the host")
+    print()
+    print("```")
+    print(f"host_dispatch prices each GEMM that GroupedLinear launches per local expert at "
+          f"{hd.CPP_LAUNCH_S * 1e6:.2f} us (a bare kernel launch). Each is one "
+          "nvte_cublas_gemm call, which builds cuBLASLt descriptors, queries the algorithm "
+          "heuristic and launches inside its own NVTX range (TransformerEngine "
+          "cublaslt_gemm.cu 5c62f728, common/nvtx.h): the same table publishes that range "
+          f"at a median of {nr.TE_GEMM_CALL_S * 1e6:.1f} us over 645,099 calls (profiler "
+          "tracing included). moesim.program.nvtx_ranges takes it as cpp_launch_s; below, "
+          "what it adds to a forward pass on two clocks (the backward runs no host sync, so "
+          "its host work stays hidden and is not priced).")
+    print("```")
+    print()
+    print("| run | forward passes on the path, per step | local experts | per-expert GEMM "
+          "calls per layer forward | two clocks add, eager prices, s per step | TE module "
+          "prices, s per step |")
+    print("|---|---:|---:|---:|---:|---:|")
+    with tempfile.TemporaryDirectory() as d:
+        path = Path(d) / "qwen3-30b-a3b-pai-h800.yaml"
+        path.write_text(PAI_SCENARIO)
+        for label, pp, ep, gbs, _pub in PAI:
+            m = gbs // (GPUS // pp)
+            res = resolve(load_scenario(path, [f"parallel.pp={pp}", f"parallel.ep={ep}",
+                                               f"schedule.microbatches={m}"]))
+            crit = path_breakdown(simulate(res))["by_kind"]
+            layers = sum(res.model.is_moe_layer(i) for i in range(res.model.layers)) // pp
+            call = (crit.get("ep_dispatch", 0.0) + crit.get("ep_combine", 0.0)) / (
+                4 * layers * (m + pp - 1))
+            gpu: dict[str, float] = {}
+            for o in layer_ops(res, 0, "fwd"):
+                for k in o.kernels:
+                    p = hd.part_of(o.op, k.name)
+                    gpu[p] = gpu.get(p, 0.0) + float(res.compute.time_s(k))
+            for p in ("dispatch all-to-alls", "combine all-to-all and unpermute"):
+                gpu[p] = gpu.get(p, 0.0) + call
+            local = res.model.n_experts // ep
+            slots = m + pp - 1
+            print(f"| Pai {label} (H800) | {slots} | {local} | {2 * local} | "
+                  f"{slots * _pass_delta(nr, gpu, local, 1, layers, False):.3f} | "
+                  f"{slots * _pass_delta(nr, gpu, local, 1, layers, True):.3f} |")
+    setup = resolve_rl(ROOT / "scenarios" / "grpo-qwen3-30b-a3b-nemo-v03.yaml",
+                       ("rl.train.sort_chunks=true",))
+    tr = setup.scenario.rl.train
+    c = EngineTrainerCosts(setup.scenario, 64, gpus_per_node(setup), tp=2, pp=1, ep=8,
+                           seq_len=setup.seq_len, zero=1)
+    adds = {}
+    for what, row, passes in (("training micro-batch", setup.seq_len, 64),
+                              ("log-prob micro-batch", tr.logprob_mb_tokens or setup.seq_len,
+                               32)):
+        c._row_s(row, None)
+        spec = resolve(c.scn).model
+        gp = c.memo[("layers", row, None)] / spec.layers
+        gpu, local, tp = rl_part_gpu_s(c.scn, row, gp, 8)
+        layers = sum(1 for i in range(spec.layers) if spec.is_moe_layer(i))
+        adds[what] = passes * _pass_delta(nr, gpu, local, tp, layers, True)
+        print(f"| NeMo RL v0.3 {what} ({row:,} tokens, TP2 EP8) | {passes} | {local} | "
+              f"{2 * local} | {passes * _pass_delta(nr, gpu, local, tp, layers, False):.3f} | "
+              f"{passes * _pass_delta(nr, gpu, local, tp, layers, True):.3f} |")
+    print()
+    print("```")
+    print("NeMo RL's rows: the shipped scenario (which runs rl.train.host_dispatch: "
+          "timeline, TE module prices, and sort_chunks), forward passes per step as Part 7 "
+          "of docs/results/rl-moe-trainer.md counts them (64 training, 32 log-prob "
+          "micro-batches). Not wired into moesim rl (moesim/rl is not this page's): the "
+          "training phase would gain the TE-prices figure. The Pai layers and the 16k-token "
+          "log-prob rows stay GPU-bound.")
+    with tempfile.TemporaryDirectory() as d:
+        subprocess.run([sys.executable, "-m", "moesim", "rl", str(
+            ROOT / "scenarios" / "grpo-qwen3-30b-a3b-nemo-v03.yaml"), "-o", d],
+            check=True, capture_output=True)
+        ph = json.loads((Path(d) / "summary.json").read_text())["phases_s"]
+    train = ph["train"] + ph["loss_logprob"]
+    more = train + adds["training micro-batch"]
+    print(f"moesim rl on the shipped scenario: training {ph['train']:.2f} s + loss log-probs "
+          f"{ph['loss_logprob']:.2f} s = {train:.2f} s against the published "
+          f"{NEMO_TRAIN_S:.0f} s ({(train / NEMO_TRAIN_S - 1) * 100:+.1f} %); with the GEMM "
+          f"call price {more:.2f} s ({(more / NEMO_TRAIN_S - 1) * 100:+.1f} %).")
+    print("```")
+
+
 def main() -> int:
     from moesim.program import host_dispatch as hd
     from moesim.program import nvtx_ranges as nr
@@ -143,6 +256,7 @@ def main() -> int:
     gpu = part_gpu_s(res, crit, layers)
     eager = nr.layer_ranges(gpu, local, 1, layers, te=False)
     te = nr.layer_ranges(gpu, local, 1, layers, te=True)
+    tg = nr.layer_ranges(gpu, local, 1, layers, te=True, cpp_launch_s=nr.TE_GEMM_CALL_S)
     groups = {**nr.RANGES, "MLP": nr.MLP}
     issue = {n: sum(hd.part_host_s(p, local) for p in hd.FORWARD_OPS
                     if p.name in parts and not p.tp_only) for n, parts in groups.items()}
@@ -153,15 +267,16 @@ def main() -> int:
     print()
     print("| range (issue's name) | published median (host push/pop) | GPU time, kernels + "
           "all-to-all | error | host issue, eager | error | host push/pop, two clocks, "
-          "eager | error | host push/pop, two clocks, TE modules | error | GPU projection, "
-          "two clocks | error |")
-    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+          "eager | error | host push/pop, two clocks, TE modules | error | the same, "
+          "nvte_cublas_gemm at 13.7 us | error | GPU projection, two clocks | error |")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     for n in ("router_and_preprocess", "dispatch", "experts_compute", "MLP"):
         pub = PUBLISHED[n][0] * 1e-9
-        he, ht, gp = eager[n][0], te[n][0], te[n][1]
+        he, ht, hg, gp = eager[n][0], te[n][0], tg[n][0], te[n][1]
         print(f"| {n} ({NAMES[n]}) | {pub * 1e6:,.0f} | {_us(g_sum[n])} | "
               f"{_err(g_sum[n], pub)} | {_us(issue[n])} | {_err(issue[n], pub)} | "
-              f"{_us(he)} | {_err(he, pub)} | {_us(ht)} | {_err(ht, pub)} | {_us(gp)} | "
+              f"{_us(he)} | {_err(he, pub)} | {_us(ht)} | {_err(ht, pub)} | {_us(hg)} | "
+              f"{_err(hg, pub)} | {_us(gp)} | "
               f"{_err(gp, pub)} |")
     print()
     print("| part (host_dispatch) | GPU us per layer forward | host us, eager | host us, "
@@ -227,6 +342,7 @@ def main() -> int:
   these ranges, and the Pai and NeMo RL rows (docs/results/rl-moe-trainer.md) are
   unchanged by this page.""")
     print("```")
+    gemm_call_effects(hd, nr)
     print()
     print("### Other published figures at this size found, for context (no scenario "
           "written: their batch, sequence or dispatcher differ or are not stated)")
