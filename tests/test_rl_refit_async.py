@@ -7,7 +7,7 @@ import pytest
 
 from moesim.collectives.nccl.graphs import facts_from_params
 from moesim.collectives.nccl.model import estimate
-from moesim.rl import refit_async, refit_calls
+from moesim.rl import refit_async
 from moesim.rl.refit_async import chunk_bytes, chunks, pipeline_s
 from moesim.rl.refit_host import RAY_CALL_S
 from moesim.rl.sync import path_Bps, weight_sync
@@ -64,8 +64,10 @@ def test_tiny_refit_by_hand():
     topo, train, r = _tiny("nemo-async")
     a = r.phases["async_refit"]
     assert (a["chunks"], a["chunk_bytes"], a["group_nodes"]) == (1, 20_000_000, 2)
-    # pack: 41 x 2 views at 3.3 us, one torch.cat at 16.1 us, 2 x 198,272 B at 3.35 TB/s
-    assert a["pack_s"] == pytest.approx(41 * 2 * 3.3 * US + 16.1 * US + 2 * 198272 / 3.35e12)
+    # pack: 41 x 2 views at 3.3 us and one torch.cat at 16.1 us on the host; the cat's
+    # read and write of 198,272 B at 3.35 TB/s on the GPU
+    assert a["pack_host_s"] == pytest.approx(41 * 2 * 3.3 * US + 16.1 * US)
+    assert a["pack_copy_s"] == pytest.approx(2 * 198272 / 3.35e12)
     # unpack: torch.empty 16.1 us + split_with_sizes 3.3 us, 41 x 2 views at 3.3 us
     assert a["unpack_s"] == pytest.approx(19.4 * US + 270.6 * US)
     # load: 41 x 40 us, the engine GPU's 1/8 share read and written
@@ -73,13 +75,22 @@ def test_tiny_refit_by_hand():
     # Ray: 8 policy workers + 1 engine from the driver, 8 executors from the engine
     assert a["ray_calls"] == 17
     assert a["ray_s"] == pytest.approx(17 * RAY_CALL_S)
-    # gather: the colocated one's bytes through the groups + Megatron-Bridge's host time
-    # (test_bridge_counts_by_hand: 18 calls at 14.57 us, 42 ops at 16.1 us, 8 views)
-    g = refit_calls.group_gather(topo, SPEC, train, tp=2, pp=1, ep=2, etp=1,
-                                 param_bytes=2, path_Bps=path_Bps).time_s
+    # the gather on the host: Megatron-Bridge's 18 calls at 14.57 us, 42 allocations at
+    # 16.1 us, 8 views at 3.3 us (test_bridge_counts_by_hand)
     assert (a["bridge_calls"], a["bridge_ops"], a["bridge_views"]) == (18, 42, 8)
     assert a["bridge_s"] == pytest.approx((18 * 14.57 + 42 * 16.1 + 8 * 3.3) * US)
-    assert a["gather_s"] == pytest.approx(g + a["bridge_s"])
+    # on the GPU: 6 TP all-gathers of a non-expert key's mean bytes (99,968 B over 13
+    # keys) and 12 EP all-gathers of 2 x 4,096 B (an expert matrix, 64 x 32 bf16), each
+    # group two GPUs of node 0 (TP: GPUs 0, 1; EP: GPUs 0, 2)
+    facts1 = facts_from_params(topo.params, topo.device, 1, 2)
+    nccl = (6 * estimate("all_gather", 99968 / 13, 2, 1, facts1)[0]
+            + 12 * estimate("all_gather", 2 * 4096, 2, 1, facts1)[0])
+    assert a["gather_nccl_s"] == pytest.approx(nccl)
+    # the list all-gathers' copies: every expert's bytes (98,304) and the 6 TP keys whole
+    assert a["gather_copy_s"] == pytest.approx(2 * (98304 + 6 * 99968 / 13) / 3.35e12)
+    host = a["bridge_s"] + a["pack_host_s"]
+    gpu = a["gather_nccl_s"] + a["gather_copy_s"] + a["pack_copy_s"]
+    assert a["producer_s"] == pytest.approx(max(host, gpu))
     # the broadcast: NCCL's estimate for the one chunk on 2 nodes x 8 ranks
     facts = facts_from_params(topo.params, topo.device, 2, 8)
     assert a["broadcast_s"] == pytest.approx(estimate("broadcast", 198272, 8, 2, facts)[0])
@@ -88,11 +99,11 @@ def test_tiny_refit_by_hand():
     assert a["nic_bytes"] == pytest.approx(198272 / 8)
     assert a["nic_s"] == pytest.approx(198272 / 8 / 47.5e9)
     # one chunk: everything in series after the Ray calls
-    total = (a["ray_s"] + a["gather_s"] + a["pack_s"] + a["broadcast_s"] + a["unpack_s"]
+    total = (a["ray_s"] + a["producer_s"] + a["broadcast_s"] + a["unpack_s"]
              + a["load_s"])
     assert r.time_s == pytest.approx(total)
     # the printed steps: gather (with the pack), transfer (the broadcast), load (with unpack)
-    assert r.phases["gather_s"] == pytest.approx(a["gather_s"] + a["pack_s"])
+    assert r.phases["gather_s"] == pytest.approx(a["producer_s"])
     assert r.phases["transfer_s"] == pytest.approx(a["broadcast_s"])
     assert r.phases["load_s"] == pytest.approx(a["unpack_s"] + a["load_s"])
 
@@ -121,8 +132,8 @@ def test_many_chunks_pipeline():
     one = estimate("broadcast", 1000, 8, 2, facts)[0]
     assert a.broadcast_s == pytest.approx(198 * one + estimate("broadcast", 272, 8, 2,
                                                                 facts)[0])
-    p, c = a.gather_s + a.pack_s, a.unpack_s + a.load_s
-    assert a.time_s == pytest.approx(a.ray_s + pipeline_s(199, p, a.broadcast_s, c))
+    c = a.unpack_s + a.load_s
+    assert a.time_s == pytest.approx(a.ray_s + pipeline_s(199, a.producer_s, a.broadcast_s, c))
 
 
 def test_gather_nic_bytes_by_hand():
@@ -155,14 +166,14 @@ def test_shared_nic_pipeline_when_it_is_the_larger():
     assert a.nic_bytes == pytest.approx(198272 / 2 + 198272 / 8)
     assert a.nic_s == pytest.approx(a.nic_bytes / 47.5e9)
     c = a.unpack_s + a.load_s
-    three = pipeline_s(199, a.gather_s + a.pack_s, a.broadcast_s, c)
+    three = pipeline_s(199, a.producer_s, a.broadcast_s, c)
     assert a.time_s == pytest.approx(a.ray_s + max(three, pipeline_s(199, a.nic_s, c)))
 
 
-def test_deepseek_refit_is_bound_by_the_shared_nics():
+def test_deepseek_refit_nic_bytes():
     """DeepSeek-V3 PP16 EP16 on 32 nodes -> one TP32 engine on 4: the trainer NIC carries
     the PP broadcast's remote share (every PP peer on another node: its own NIC) and the
-    EP group's remote half, plus 1/8 of the model, so the NIC pipeline is the larger."""
+    EP group's remote half, plus 1/8 of the model; the refit takes the larger pipeline."""
     from moesim.model.presets import PRESETS
     from moesim.rl.sync import param_bytes, tensor_count
     spec = PRESETS["deepseek-v3"]
@@ -177,8 +188,8 @@ def test_deepseek_refit_is_bound_by_the_shared_nics():
         refit_async.gather_nic_bytes(topo, spec, train, tp=1, pp=16, ep=16) + nbytes / 8)
     c = a.unpack_s + a.load_s
     nic = pipeline_s(a.chunks, a.nic_s, c)
-    assert nic > pipeline_s(a.chunks, a.gather_s + a.pack_s, a.broadcast_s, c)
-    assert a.time_s == pytest.approx(a.ray_s + nic)
+    three = pipeline_s(a.chunks, a.producer_s, a.broadcast_s, c)
+    assert a.time_s == pytest.approx(a.ray_s + max(nic, three))
 
 
 def test_moesim_rl_prints_the_chunks():
@@ -191,3 +202,19 @@ def test_moesim_rl_prints_the_chunks():
         "GPU; 36 chunks of 1.71 GB overlapped: 2.25 s"]
     del ph["async_refit"]
     assert refit_line({"phases": ph})[0].endswith("load 4.00 GB per GPU")
+
+
+def test_gather_collectives_pp_by_hand():
+    """SPEC at TP1 PP2 EP1 on 16 GPUs of 2 nodes: the PP group is GPUs 0 and 8, one on
+    each node; 29 keys, a broadcast each: 13 non-expert keys of 99,968 / 13 B, 8 expert
+    fc1 of 2 x 4,096 B, 8 fc2 of 4,096 B; no TP or EP gathers, no list copies."""
+    topo = load_topology("dgx-h100", nodes=2)
+    g = refit_async.gather_collectives(topo, SPEC, topo.gpus[:16], tp=1, pp=2, ep=1)
+    assert (g.pp_calls, g.tp_calls, g.ep_calls) == (29, 0, 0)
+    f = facts_from_params(topo.params, topo.device, 2, 1)
+
+    def b(n):
+        return estimate("broadcast", n, 1, 2, f)[0]
+    assert g.pp_s == pytest.approx(13 * b(99968 / 13) + 8 * b(8192) + 8 * b(4096))
+    assert g.time_s == g.pp_s
+    assert refit_async._list_gather_bytes(SPEC, tp=1, ep=1) == 0.0

@@ -21,11 +21,13 @@ waits for all. Then, per chunk (``nemo_rl/utils/packed_tensor.py``):
    ``tp`` ``empty_like`` tensors and a ``cat``; a fused ``linear_fc1`` is split into gate
    and up by ``torch.chunk`` (two views), and an expert key is all-gathered over the EP
    group into ``ep`` ``empty_like`` tensors, the fc1's gate and up separately
-   (``gather_from_ep_ranks`` twice): :func:`bridge_counts`. The bytes are those of the
-   colocated gather (the post: "This step is completely identical to that of colocated
-   refit"): through every GPU's own groups (:func:`moesim.rl.refit_calls.group_gather`).
-   Each collective is an eager call (``CALL_HOST_S``), each allocation an op
-   (``EAGER_OP_S``), each chunk a view (``VIEW_OP_S``).
+   (``gather_from_ep_ranks`` twice): :func:`bridge_counts`. On the host each collective
+   is an eager call (``CALL_HOST_S``), each allocation an op (``EAGER_OP_S``), each chunk
+   a view (``VIEW_OP_S``). On the GPU the collectives run one after another, each priced
+   by NCCL's cost model for its bytes on its group's shape (:func:`gather_collectives`),
+   and every list all-gather copies its outputs out of a flat buffer (PyTorch's
+   ``ProcessGroupNCCL::allgather``; :func:`_list_gather_bytes`) at HBM bandwidth. The
+   eager calls do not block the host, so the step takes the longer of host and GPU.
 2. *pack* (``packed_broadcast_producer``): per tensor ``.view(torch.uint8).view(-1)`` (two
    views, ``VIEW_OP_S``), until the list passes the target size; then one ``torch.cat``
    (every byte read and written once at HBM bandwidth, one op launch, ``EAGER_OP_S``).
@@ -49,7 +51,9 @@ over two buffers on two CUDA streams, so the producer's gather and pack of chunk
 run while chunk ``i`` is broadcast, and the consumer's unpack and load of chunk ``i``
 (host Python) run while the next broadcast is on the wire: a three-stage pipeline over
 ``n`` chunks, ``time = P/n + B/n + C/n + (n - 1)/n x max(P, B, C)`` (``P`` producer,
-``B`` broadcast, ``C`` consumer totals). The overlapped gather and broadcast share the
+``B`` broadcast, ``C`` consumer totals; ``P`` the longer of the producer's host work,
+gather and pack, and its GPU work, the gather's collectives and copies and the pack's
+copy). The overlapped gather and broadcast share the
 trainer GPUs' network paths ("This may have network resource contentions"): each NIC
 carries its GPU's remote share of the gather (:func:`gather_nic_bytes`) and
 ``1/per_node`` of every chunk (NCCL's rings, one per NIC), so the refit also takes at
@@ -74,6 +78,7 @@ from moesim.collectives.nccl.graphs import facts_from_params
 from moesim.collectives.nccl.launch import CALL_HOST_S
 from moesim.collectives.nccl.model import estimate
 from moesim.errors import InputError
+from moesim.model.params import count_params
 from moesim.model.spec import ModelSpec
 from moesim.program.host_dispatch import EAGER_OP_S, VIEW_OP_S
 from moesim.rl import refit_calls
@@ -141,6 +146,97 @@ def bridge_counts(spec: ModelSpec, *, tp: int, pp: int, ep: int) -> BridgeCounts
     return BridgeCounts(round(calls), ops, round(views))
 
 
+@dataclass(frozen=True)
+class GatherCalls:
+    """The gather's collectives of one trainer GPU per refit, each priced by NCCL's
+    model on its group's shape (:func:`gather_collectives`)."""
+
+    pp_calls: int
+    tp_calls: int
+    ep_calls: int
+    pp_s: float
+    tp_s: float
+    ep_s: float
+
+    @property
+    def time_s(self) -> float:
+        return self.pp_s + self.tp_s + self.ep_s
+
+
+def _shape(topo, gpus: list, stride: int, size: int) -> tuple[int, int] | None:
+    """(nodes, GPUs per node) of the group ``gpus[0], gpus[stride], ...`` of ``size``
+    ranks, or None when it is not spread evenly."""
+    members = [gpus[k * stride] for k in range(size) if k * stride < len(gpus)]
+    if len(members) < 2:
+        return None
+    per: dict = {}
+    for g in members:
+        per[topo.host_of(g)] = per.get(topo.host_of(g), 0) + 1
+    counts = set(per.values())
+    return (len(per), counts.pop()) if len(counts) == 1 else None
+
+
+def _calls_s(topo, op: str, shape, nbytes: float, calls: float) -> float:
+    """``calls`` NCCL ``op``s of ``nbytes`` (nccl-tests S) each on a group of ``shape``."""
+    if shape is None or calls <= 0 or nbytes <= 0:
+        return 0.0
+    nodes, per = shape
+    facts = facts_from_params(topo.params, topo.device, nodes, per)
+    return calls * estimate(op, nbytes, per, nodes, facts)[0]
+
+
+def gather_collectives(topo, spec: ModelSpec, gpus: list, *, tp: int, pp: int, ep: int
+                       ) -> GatherCalls:
+    """Megatron-Bridge's gather collectives (:func:`bridge_counts`), one after another on
+    a trainer GPU, each priced by NCCL's cost model for its bytes on its group's shape
+    (Megatron-Core's rank order ``tp-cp-ep-dp-pp``: TP neighbours, EP next, PP at a
+    stride of ``world / pp``): per key a PP broadcast of the key's local bytes, per
+    TP-sharded key a TP all-gather, per expert matrix (the fc1's gate and up, the fc2)
+    an EP all-gather of ``ep`` experts' matrices. An expert matrix is the routed
+    experts' bytes over experts, MoE layers and matrices; a non-expert key the rest's
+    mean (its TP shard, ``1/tp``)."""
+    c = count_params(spec)
+    k = refit_calls.megatron_keys(spec, ep)
+    world = len(gpus)
+    moe_layers = sum(1 for i in range(spec.layers) if spec.is_moe_layer(i))
+    matrix = (c.routed_experts * 2 / (spec.n_experts * moe_layers * spec.ffn_matrices)
+              if spec.n_experts and moe_layers else 0.0)
+    fc1 = k.expert // 2
+    fc2 = k.expert - fc1
+    per_fc1 = spec.ffn_matrices - 1
+    dense_keys = k.total - k.expert
+    dense = (c.total - c.routed_experts) * 2 / max(1, dense_keys)
+    pp_shape = _shape(topo, gpus, max(1, world // pp), pp)
+    tp_shape = _shape(topo, gpus, 1, tp)
+    ep_shape = _shape(topo, gpus, 1 if tp == 1 else tp, ep)
+    pp_calls = k.total if pp > 1 else 0
+    pp_s = 0.0
+    if pp > 1:
+        pp_s = (_calls_s(topo, "broadcast", pp_shape, dense / tp, dense_keys)
+                + _calls_s(topo, "broadcast", pp_shape, matrix * per_fc1, fc1)
+                + _calls_s(topo, "broadcast", pp_shape, matrix, fc2))
+    tp_calls = k.tp_sharded if tp > 1 else 0
+    tp_s = _calls_s(topo, "all_gather", tp_shape, dense, tp_calls) if tp > 1 else 0.0
+    ep_calls = (fc1 * per_fc1 + fc2) if ep > 1 else 0
+    ep_s = _calls_s(topo, "all_gather", ep_shape, matrix * ep, ep_calls) if ep > 1 else 0.0
+    return GatherCalls(pp_calls, tp_calls, ep_calls, pp_s, tp_s, ep_s)
+
+
+def _list_gather_bytes(spec: ModelSpec, *, tp: int, ep: int) -> float:
+    """Bytes one trainer GPU's list all-gathers deliver (PyTorch's
+    ``ProcessGroupNCCL::allgather`` with a list of same-size outputs gathers into one
+    flat buffer, then copies each output out of it on the NCCL stream): every expert
+    matrix of all ``ep`` ranks (the routed experts over ``ep``, times ``ep``) and, with
+    ``tp > 1``, the TP-sharded keys whole."""
+    c = count_params(spec)
+    out = float(c.routed_experts * 2) if ep > 1 else 0.0
+    if tp > 1:
+        k = refit_calls.megatron_keys(spec, ep)
+        dense_keys = max(1, k.total - k.expert)
+        out += (c.total - c.routed_experts) * 2 / dense_keys * k.tp_sharded
+    return out
+
+
 def gather_nic_bytes(topo, spec: ModelSpec, gpus: list, *, tp: int, pp: int, ep: int,
                      etp: int = 1) -> float:
     """Bytes the first trainer GPU's network path receives in the gather: of each of
@@ -193,9 +289,12 @@ class AsyncRefit:
     bridge_calls: int         # Megatron-Bridge's collective calls per rank
     bridge_ops: float         # its allocations (a mean rank)
     bridge_views: int         # its views
-    bridge_s: float           # their host time (in gather_s)
-    gather_s: float           # the gather's bytes through the groups and bridge_s
-    pack_s: float             # views, torch.cat launches and the cat's HBM copy
+    bridge_s: float           # their host time
+    gather_nccl_s: float      # the gather's collectives, NCCL's estimate each, in series
+    gather_copy_s: float      # the list all-gathers' copies out of their flat buffer
+    pack_host_s: float        # the pack's views and torch.cat launches
+    pack_copy_s: float        # the cat's read and write of every byte at HBM bandwidth
+    producer_s: float         # max(host: bridge_s + pack_host_s, GPU: the rest)
     broadcast_s: float        # every chunk's broadcast
     unpack_s: float           # torch.empty, split_with_sizes and views
     load_s: float             # load_weights per tensor and the share's copy
@@ -237,11 +336,13 @@ def async_refit(topo, spec: ModelSpec, train_gpus: list, rollout_gpus: list, *, 
     per_node = len([g for g in topo.gpus if topo.host_of(g) == topo.host_of(train_gpus[0])])
     hosts = {topo.host_of(g) for g in list(train_gpus) + list(rollout_gpus)}
     bcast, one, algo, proto = broadcast_s(topo, nbytes, size, len(hosts), per_node)
-    groups = refit_calls.group_gather(topo, spec, train_gpus, tp=tp, pp=pp, ep=ep, etp=etp,
-                                      param_bytes=2, path_Bps=path_Bps)
     bridge = bridge_counts(spec, tp=tp, pp=pp, ep=ep)
-    gather = groups.time_s + bridge.time_s
-    pack = tensors * PACK_VIEWS * VIEW_OP_S + n * EAGER_OP_S + 2 * nbytes / hbm_Bps
+    coll = gather_collectives(topo, spec, train_gpus, tp=tp, pp=pp, ep=ep)
+    gathered = _list_gather_bytes(spec, tp=tp, ep=ep)
+    gather_copy = 2 * gathered / hbm_Bps
+    pack_host = tensors * PACK_VIEWS * VIEW_OP_S + n * EAGER_OP_S
+    pack_copy = 2 * nbytes / hbm_Bps
+    producer = max(bridge.time_s + pack_host, coll.time_s + gather_copy + pack_copy)
     unpack = n * (EAGER_OP_S + VIEW_OP_S) + tensors * UNPACK_VIEWS * VIEW_OP_S
     load = tensors * per_tensor_s + 2 * nbytes / replica_gpus / hbm_Bps
     engines = max(1, len(rollout_gpus) // replica_gpus)
@@ -252,8 +353,9 @@ def async_refit(topo, spec: ModelSpec, train_gpus: list, rollout_gpus: list, *, 
     nic_bytes = (gather_nic_bytes(topo, spec, train_gpus, tp=tp, pp=pp, ep=ep, etp=etp)
                  + nbytes / per_node) if other is not None else 0.0
     nic = nic_bytes / path_Bps(topo, train_gpus[0], other) if other is not None else 0.0
-    total = ray + max(pipeline_s(n, gather + pack, bcast, unpack + load),
+    total = ray + max(pipeline_s(n, producer, bcast, unpack + load),
                       pipeline_s(n, nic, unpack + load))
     return AsyncRefit(n, size, len(hosts), one, algo, proto, calls, ray, bridge.calls,
-                      bridge.ops, bridge.views, bridge.time_s, gather, pack, bcast, unpack,
-                      load, nic_bytes, nic, total)
+                      bridge.ops, bridge.views, bridge.time_s, coll.time_s, gather_copy,
+                      pack_host, pack_copy, producer, bcast, unpack, load, nic_bytes, nic,
+                      total)

@@ -350,7 +350,7 @@ def refit_phases(topo, spec: ModelSpec, train_gpus: list, rollout_gpus: list, *,
                 topo, spec, train_gpus, rollout_gpus, tp=tp, pp=pp, ep=ep, etp=etp,
                 replica_gpus=replica_gpus, per_tensor_s=per_tensor_s, hbm_Bps=hbm_Bps,
                 hbm_bytes=hbm_bytes, nbytes=nbytes, tensors=tensors, path_Bps=path_Bps)
-            gather_s, transfer_s = ar.gather_s + ar.pack_s, ar.broadcast_s
+            gather_s, transfer_s = ar.producer_s, ar.broadcast_s
             load_s = ar.unpack_s + ar.load_s
     # disaggregated: NeMo RL overlaps the gather of one chunk with the broadcast of the
     # previous one on two streams (async refit post, Optimization #3, PR 1379)
