@@ -7,6 +7,7 @@ import pytest
 
 from moesim.collectives.nccl.graphs import facts_from_params
 from moesim.collectives.nccl.model import estimate
+from moesim.errors import InputError
 from moesim.rl import refit_async
 from moesim.rl.refit_async import chunk_bytes, chunks, pipeline_s
 from moesim.rl.refit_host import RAY_CALL_S
@@ -108,13 +109,16 @@ def test_tiny_refit_by_hand():
     assert r.phases["load_s"] == pytest.approx(a["unpack_s"] + a["load_s"])
 
 
-def test_off_by_default_and_not_for_sharded():
+def test_off_by_default_and_refused_where_it_does_not_apply():
     _, _, base = _tiny("none")
     assert "async_refit" not in base.phases
-    _, _, sh = _tiny("nemo-async", method_sharded=True)
-    _, _, sh0 = _tiny("none", method_sharded=True)
-    assert "async_refit" not in sh.phases
-    assert sh.time_s == sh0.time_s
+    with pytest.raises(InputError, match="nemo-async only with per_gpu"):
+        _tiny("nemo-async", method_sharded=True)
+    topo = load_topology("dgx-h100", nodes=1)
+    with pytest.raises(InputError, match="rl.colocated: false"):
+        weight_sync(topo, SPEC, topo.gpus, topo.gpus, tp=2, pp=1, ep=2, replica_gpus=8,
+                    per_tensor_s=40e-6, ipc=True, hbm_Bps=3.35e12, per_gpu=True,
+                    calls="nemo-async", hbm_bytes=1e9)
 
 
 def test_many_chunks_pipeline():

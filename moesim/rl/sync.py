@@ -61,6 +61,7 @@ from dataclasses import dataclass
 import numpy as np
 import simpy
 
+from moesim.errors import InputError
 from moesim.model.params import count_params
 from moesim.model.spec import ModelSpec
 from moesim.network import FlowNetwork
@@ -175,6 +176,9 @@ def weight_sync(topo, spec: ModelSpec, train_gpus: list, rollout_gpus: list, *, 
     ``rollout_gpus``: gathered and chain-broadcast (``sharded`` False: verl's NCCL
     checkpoint engine) or pulled shard by shard (``sharded``: :func:`sharded_flows`);
     ``per_gpu``: NeMo RL's three refit steps in series (:func:`refit_phases`)."""
+    if calls == "nemo-async" and (ipc or sharded or not per_gpu):
+        raise InputError("rl.weight_sync", "calls", "nemo-async only with per_gpu: true, "
+                         "method nccl and the pools apart (rl.colocated: false)", calls)
     if per_gpu:
         return refit_phases(topo, spec, train_gpus, rollout_gpus, tp=tp, pp=pp, ep=ep,
                             replica_gpus=replica_gpus, per_tensor_s=per_tensor_s, ipc=ipc,
