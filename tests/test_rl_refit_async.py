@@ -138,6 +138,10 @@ def test_many_chunks_pipeline():
                                                                 facts)[0])
     c = a.unpack_s + a.load_s
     assert a.time_s == pytest.approx(a.ray_s + pipeline_s(199, a.producer_s, a.broadcast_s, c))
+    # without the overlap: gather, pack and broadcast of a chunk in series, then the load
+    assert a.no_overlap_s == pytest.approx(
+        a.ray_s + pipeline_s(199, a.producer_s + a.broadcast_s, c))
+    assert a.no_overlap_s >= a.time_s
 
 
 def test_gather_nic_bytes_by_hand():

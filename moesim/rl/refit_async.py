@@ -58,7 +58,9 @@ trainer GPUs' network paths ("This may have network resource contentions"): each
 carries its GPU's remote share of the gather (:func:`gather_nic_bytes`) and
 ``1/per_node`` of every chunk (NCCL's rings, one per NIC), so the refit also takes at
 least the pipeline of that NIC's bytes at its line rate and the consumer's stage; the
-larger of the two pipelines is taken. The driver's Ray calls come before: one per
+larger of the two pipelines is taken. That shares each NIC at line rate, the lower bound
+of the contention; ``no_overlap_s`` is the upper one, the gather and the broadcast of a
+chunk in series as before PR 1379 (the load still overlapped). The driver's Ray calls come before: one per
 policy worker and per engine, and one engine's calls to its executors, each
 ``RAY_CALL_S`` (Ray's release microbenchmark, :mod:`moesim.rl.refit_host`).
 
@@ -301,6 +303,9 @@ class AsyncRefit:
     nic_bytes: float          # a trainer GPU's NIC: its gather's remote share + 1/8 of all
     nic_s: float              # those bytes at the NIC's line rate
     time_s: float             # ray + the larger pipeline
+    #: the bound without PR 1379's overlap of gather and broadcast (contention taking all
+    #: of its gain): ray + the pipeline of (producer + broadcast) and the consumer
+    no_overlap_s: float
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -358,4 +363,4 @@ def async_refit(topo, spec: ModelSpec, train_gpus: list, rollout_gpus: list, *, 
     return AsyncRefit(n, size, len(hosts), one, algo, proto, calls, ray, bridge.calls,
                       bridge.ops, bridge.views, bridge.time_s, coll.time_s, gather_copy,
                       pack_host, pack_copy, producer, bcast, unpack, load, nic_bytes, nic,
-                      total)
+                      total, ray + pipeline_s(n, producer + bcast, unpack + load))
