@@ -211,7 +211,6 @@ def step_rows() -> None:
             print(f"| {label} | {source} | {pub:,.0f} | {got:,.0f} | "
                   f"{(got / pub - 1) * 100:+.0f} % | {gap * 1e3:.1f} | {host} |")
     print()
-    print("```")
     print("Sequence 4096, TP1, EP8, forced-balanced routing in every row. The Megatron-Bridge "
           "25.11 rows' dispatcher and CUDA-graph settings are not in the stored table "
           "(moesim: NCCL all-to-all, eager); the issue-4439 rows' HybridEP is moesim's "
@@ -228,7 +227,6 @@ def step_rows() -> None:
           "grows four-fold, the pattern a fixed cost per micro-batch and layer would leave; "
           "which cost it is (the host's issue, the syncs, launch gaps) these totals cannot "
           "tell.")
-    print("```")
 
 
 def gemm_call_effects(hd, nr) -> None:
@@ -248,7 +246,6 @@ def gemm_call_effects(hd, nr) -> None:
     print()
     print("### A mispriced call: Transformer Engine's GEMM call on the host")
     print()
-    print("```")
     print(f"host_dispatch prices each GEMM that GroupedLinear launches per local expert at "
           f"{hd.CPP_LAUNCH_S * 1e6:.2f} us (a bare kernel launch). Each is one "
           "nvte_cublas_gemm call, which builds cuBLASLt descriptors, queries the algorithm "
@@ -258,7 +255,6 @@ def gemm_call_effects(hd, nr) -> None:
           "tracing included). moesim.program.nvtx_ranges takes it as cpp_launch_s; below, "
           "what it adds to a forward pass on two clocks (the backward runs no host sync, so "
           "its host work stays hidden and is not priced).")
-    print("```")
     print()
     print("| run | forward passes on the path, per step | local experts | per-expert GEMM "
           "calls per layer forward | two clocks add, eager prices, s per step | TE module "
@@ -298,7 +294,6 @@ def gemm_call_effects(hd, nr) -> None:
               f"{2 * local} | {passes * _pass_delta(nr, gpu, local, tp, layers, False):.3f} | "
               f"{passes * _pass_delta(nr, gpu, local, tp, layers, True):.3f} |")
     print()
-    print("```")
     print("NeMo RL's rows: the shipped scenario (which runs rl.train.host_dispatch: "
           "timeline, TE module prices, and sort_chunks), forward passes per step as Part 7 "
           "of docs/results/rl-moe-trainer.md counts them (64 training, 32 log-prob "
@@ -316,7 +311,6 @@ def gemm_call_effects(hd, nr) -> None:
           f"{ph['loss_logprob']:.2f} s = {train:.2f} s against the published "
           f"{NEMO_TRAIN_S:.0f} s ({(train / NEMO_TRAIN_S - 1) * 100:+.1f} %); with the GEMM "
           f"call price {more:.2f} s ({(more / NEMO_TRAIN_S - 1) * 100:+.1f} %).")
-    print("```")
 
 
 def main() -> int:
@@ -378,8 +372,8 @@ def main() -> int:
               f"{hd.part_host_s(p, local) * 1e6:,.1f} | "
               f"{hd.part_host_s(p, local, True) * 1e6:,.1f} |")
 
-    flops_gpu = float(s["model_flops"]) / int(s["world"])
-    implied = flops_gpu / (PUBLISHED_TFLOPS * 1e12)
+    per_gpu = float(s["tokens_per_step"]) / int(s["world"])
+    implied = per_gpu * BRIDGE_FLOP_PER_TOKEN / (PUBLISHED_TFLOPS * 1e12)
     fwd_mlp = MICROBATCHES * layers * PUBLISHED["MLP"][0] * 1e-9
     fwd_mlp_mean = MICROBATCHES * layers * PUBLISHED["MLP"][1] * 1e-9
     print()
@@ -387,23 +381,24 @@ def main() -> int:
     print()
     print("| figure | moesim | published | error |")
     print("|---|---:|---:|---:|")
-    rate = flops_gpu / step / 1e12
-    print(f"| TFLOP/s per GPU (moesim's model FLOPs) | {rate:,.0f} | {PUBLISHED_TFLOPS:,.0f} | "
-          f"{(rate / PUBLISHED_TFLOPS - 1) * 100:+.0f} % |")
-    print(f"| step, s (published: moesim's FLOPs at 150 TFLOP/s) | {step:.3f} | "
+    rate = per_gpu / step * BRIDGE_FLOP_PER_TOKEN / 1e12
+    print(f"| TFLOP/s per GPU (Megatron-Bridge's 23.0 GFLOP a token) | {rate:,.0f} | "
+          f"{PUBLISHED_TFLOPS:,.0f} | {(rate / PUBLISHED_TFLOPS - 1) * 100:+.0f} % |")
+    print(f"| step, s (published: 150 TFLOP/s at 23.0 GFLOP a token) | {step:.3f} | "
           f"{implied:.2f} | {(step / implied - 1) * 100:+.0f} % |")
     print(f"| MLP ranges of a step's forward, s ({MICROBATCHES} micro-batches x {layers} "
           f"layers; published median / mean) | {MICROBATCHES * layers * te['MLP'][0]:.3f} | "
           f"{fwd_mlp:.2f} / {fwd_mlp_mean:.2f} | "
           f"{(MICROBATCHES * layers * te['MLP'][0] / fwd_mlp - 1) * 100:+.0f} % |")
     print()
-    print("```")
     print(f"moesim: step {step:.3f} s, MFU {float(s['mfu']) * 100:.1f} %; all-to-all on the "
           f"critical path {crit.get('ep_dispatch', 0.0) + crit.get('ep_combine', 0.0):.3f} s; "
           f"{local} local experts x {4096 * res.model.top_k // local:,} rows.")
-    print(f"Published: the step implied by 150 TFLOP/s is {implied:.2f} s (moesim's FLOP "
-          "count; Megatron's own formula may count attention differently, so this is "
-          "approximate). The forward's MLP ranges alone take "
+    print(f"Published: the step implied by 150 TFLOP/s is {implied:.2f} s (Megatron-"
+          "Bridge's FLOPs a token from its own table; moesim counts "
+          f"{float(s['model_flops']) / float(s['tokens_per_step']) / 1e9:.1f} GFLOP a token "
+          "and the issue's formula is not stated, so this is approximate). The forward's "
+          "MLP ranges alone take "
           f"{fwd_mlp / implied * 100:.0f} % (medians) to {fwd_mlp_mean / implied * 100:.0f} "
           "% (means) of it, where a GPU-bound step spends about a third of its time in the "
           "whole forward.")
@@ -412,9 +407,7 @@ def main() -> int:
           f" per #MOE_EXPERTS_COMP instance; moesim's layer issues {3 * (2 + 2 * local)}"
           f" GEMMs over forward and backward ({2 + 2 * local} forward: QKV, output and two "
           "per local expert; twice that backward).")
-    print("```")
     print()
-    print("```")
     print("""What the comparison can and cannot say:
 - The run is not an outlier: NVIDIA's own table puts the same layout on DGX-B200 at MBS 1
   at 214 TFLOP/s (FP8-MX; the step rows below).
@@ -432,7 +425,6 @@ def main() -> int:
 - So no figure here is pinned to a mechanism: nothing in moesim was changed to meet
   these ranges, and the Pai and NeMo RL rows (docs/results/rl-moe-trainer.md) are
   unchanged by this page.""")
-    print("```")
     gemm_call_effects(hd, nr)
     step_rows()
     print()
