@@ -203,14 +203,15 @@ def serving_figures(steps: int = 5) -> list[dict]:
     out = []
     tpot, _, res, cfg = sp._mean_step("deepseek-v3-decode-production", [], steps)
     lo, hi = sp.DECODE_TOKENS_PER_S_PER_REQUEST
-    out.append({"figure": "DeepSeek-V3 decode, day-6 production (EP128 for EP144, 5-stage "
-                "overlap, EPLB, DeepEP LL send/receive on the SMs): output tokens/s per "
-                "request", "unit": "tokens/s",
+    out.append({"figure": "DeepSeek-V3 decode, day-6 production (EP144, 32 redundant experts, "
+                "5-stage overlap, EPLB, MTP, DeepEP LL send/receive on the SMs): output "
+                "tokens/s per request", "unit": "tokens/s",
                 "published": (lo + hi) / 2, "moesim": 1 / tpot,
                 "source": "DeepSeek open-infra-index day 6 (20-22 tokens/s; 21 taken)"})
     tpot, _, res, cfg = sp._mean_step("deepseek-v3-decode-sglang", [], steps)
-    out.append({"figure": "DeepSeek-V3 decode, SGLang on 96 H100 (CUDA graphs, DeepEP LL "
-                "send/receive on the SMs): output tokens/s per node", "unit": "tokens/s",
+    out.append({"figure": "DeepSeek-V3 decode, SGLang on 96 H100 (EP72, 32 redundant experts, "
+                "EPLB, CUDA graphs, DeepEP LL send/receive on the SMs): output tokens/s "
+                "per node", "unit": "tokens/s",
                 "published": sp.SGLANG_TOKENS_PER_S_PER_NODE,
                 "moesim": sp.decode_per_node(tpot, res, cfg),
                 "source": "LMSYS blog, large-scale EP on 96 H100 (2025-05)"})
