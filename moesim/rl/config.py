@@ -101,6 +101,10 @@ def _consistent(cfg: RLConfig, src: str, world: int | None) -> None:
         raise InputError(src, "rl.train.offload", "none for disaggregated pools (the host "
                          "moves are those of one pool switching between its phases)",
                          tr.offload)
+    if tr.te_gemm_call != "launch" and tr.host_dispatch != "timeline":
+        raise InputError(src, "rl.train.te_gemm_call", "launch unless rl.train.host_dispatch "
+                         "is timeline (the call's host time is a clock of that timeline)",
+                         tr.te_gemm_call)
     if ro.ep > 1 and ro.ep % ro.tp:
         raise InputError(src, "rl.rollout.ep", f"1 or a multiple of rl.rollout.tp = {ro.tp} "
                          "(a replica spans ep GPUs, attention data parallel ep / tp)", ro.ep)

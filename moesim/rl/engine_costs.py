@@ -96,6 +96,8 @@ class EngineTrainerCosts:
         #: rl.train.host_dispatch (moesim.program.host_dispatch): "eager" bounds each MoE
         #: layer's forward by the host time of its ops between Megatron's host syncs
         self.host_dispatch = getattr(getattr(rl, "train", None), "host_dispatch", "none")
+        #: rl.train.te_gemm_call: TE's per-expert GEMM call's host price on the timeline
+        self.te_gemm_call = getattr(getattr(rl, "train", None), "te_gemm_call", "launch")
         #: rl.train.packed_attention (moesim.rl.packed_attention): "per_sequence" prices a
         #: packed row's core attention per sequence of the rows it is given
         self.packed_attention = getattr(getattr(rl, "train", None), "packed_attention", "row")
@@ -172,7 +174,8 @@ class EngineTrainerCosts:
                 host = layer_host_s(max(1, spec.n_experts // self.ep), self.tp)
                 self.memo[key] = (pass_extra_s(moe, gpu_layer, host)
                                   if self.host_dispatch == "eager" else
-                                  timeline_row_s(self.scn, row, moe, gpu_layer, self.ep))
+                                  timeline_row_s(self.scn, row, moe, gpu_layer, self.ep,
+                                                 self.te_gemm_call))
         return self.memo[key]
 
     def forward_s(self, rows: int, tokens: int | None = None,

@@ -23,6 +23,7 @@ import dataclasses
 
 from moesim.program import host_dispatch as hd
 from moesim.program.inventory import layer_ops
+from moesim.program.nvtx_ranges import TE_GEMM_CALL_S, trace
 from moesim.rl.trainer_kernels import with_sort_chunks
 from moesim.wiring import resolve
 
@@ -50,8 +51,14 @@ def part_gpu_s(scn, row: int, gpu_layer_s: float, ep: int) -> tuple[dict[str, fl
     return gpu, max(1, spec.n_experts // ep), tp
 
 
-def timeline_row_s(scn, row: int, moe_layers: int, gpu_layer_s: float, ep: int) -> float:
+def timeline_row_s(scn, row: int, moe_layers: int, gpu_layer_s: float, ep: int,
+                   te_gemm_call: str = "launch") -> float:
     """Seconds a forward pass over one row of ``row`` tokens gains over the GPU's own time
-    on two clocks, over its ``moe_layers`` MoE layers."""
+    on two clocks, over its ``moe_layers`` MoE layers; with ``te_gemm_call`` ``nvte``
+    each per-expert GEMM that Transformer Engine's GroupedLinear issues costs the host
+    :data:`moesim.program.nvtx_ranges.TE_GEMM_CALL_S` (``rl.train.te_gemm_call``)."""
     gpu, local, tp = part_gpu_s(scn, row, gpu_layer_s, ep)
+    if te_gemm_call == "nvte":
+        _, end = trace(gpu, local, tp, moe_layers, True, cpp_launch_s=TE_GEMM_CALL_S)
+        return max(0.0, end - moe_layers * sum(gpu.values()))
     return max(0.0, hd.timeline_extra_s(gpu, local, tp, moe_layers, te=True))

@@ -97,6 +97,10 @@ CALL_DATA = ("none", "nemo")
 #: sequence of the row's length) or ``per_sequence`` (each packed sequence on its own, as
 #: Transformer Engine's THD and FlashAttention's varlen kernels attend within cu_seqlens)
 PACKED_ATTENTION = ("row", "per_sequence")
+#: Transformer Engine's per-expert GEMM call on the host under ``host_dispatch:
+#: timeline`` (moesim.program.nvtx_ranges): ``launch`` (a bare C++ kernel launch) or
+#: ``nvte`` (the host time TE's own NVTX range around nvte_cublas_gemm encloses)
+TE_GEMM_CALLS = ("launch", "nvte")
 #: the rollout engines' sampler (moesim.rl.sampler_v1): ``none`` (the serving step's pass
 #: over the rank's vocabulary shard) or ``vllm-v1`` (vLLM 0.9.0's V1 sampler with logprobs)
 ROLLOUT_SAMPLERS = ("none", "vllm-v1")
@@ -184,6 +188,7 @@ class TrainPool:
     pp_p2p: str = "overlapped"  # PP_P2P
     call_data: str = "none"  # CALL_DATA
     packed_attention: str = "row"  # PACKED_ATTENTION
+    te_gemm_call: str = "launch"  # TE_GEMM_CALLS
     #: ZeRO stage over the trainer's data-parallel group (parallel.zero): 1 shards the
     #: optimizer states, as Megatron's distributed optimizer does (use_distributed_optimizer:
     #: true in verl's verl/trainer/config/engine/megatron.yaml, 093191fae2, and NeMo RL's
@@ -284,6 +289,7 @@ _RULES: dict[str, tuple[str, Any]] = {
     "pp_p2p": ("choice", PP_P2P),
     "call_data": ("choice", CALL_DATA),
     "packed_attention": ("choice", PACKED_ATTENTION),
+    "te_gemm_call": ("choice", TE_GEMM_CALLS),
     "mini_batches": ("pos", None), "epochs": ("pos", None), "seq_len": ("optpos", None),
     "logprob_mb_tokens": ("optpos", None),
     "reference_weights": ("choice", REFERENCE_WEIGHTS),
@@ -426,6 +432,7 @@ _ECHO_DEFAULTS = (("train", "offload_copy", "line"), ("train", "host_dispatch", 
                   ("train", "logprob_pipeline", "folded"),
                   ("train", "pp_p2p", "overlapped"), ("train", "logprob_softmax", "none"),
                   ("train", "call_data", "none"), ("train", "packed_attention", "row"),
+                  ("train", "te_gemm_call", "launch"),
                   ("rollout", "sampler", "none"), ("weight_sync", "gather", "node"),
                   ("rollout", "post_process", "none"), ("rollout", "executor", "none"),
                   ("rollout", "prefix_cache", "none"))
