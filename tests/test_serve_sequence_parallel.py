@@ -129,9 +129,9 @@ def test_rl_logprob_pass_takes_the_trainers_sp(tmp_path, monkeypatch):
     seen = []
     real = engine_costs._serve_time
 
-    def spy(scn, cfg, sp=False):
+    def spy(scn, cfg, sp=False, *rest):
         seen.append(sp)
-        return real(scn, cfg, sp)
+        return real(scn, cfg, sp, *rest)
 
     monkeypatch.setattr(engine_costs, "_serve_time", spy)
     for sp in (False, True):
