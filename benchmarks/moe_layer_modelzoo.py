@@ -141,15 +141,8 @@ def part_gpu_s(res, crit: dict[str, float], layers: int,
     simulated critical path (4 calls a layer and micro-batch slot on the path: dispatch
     and combine, forward and backward; ``layers`` a stage's MoE layers, ``slots`` the
     micro-batch slots on the 1F1B path, m + pp - 1)."""
-    from moesim.program import host_dispatch as hd
-    from moesim.program.inventory import layer_ops
-    spec = res.model
-    layer = next(i for i in range(spec.layers) if spec.is_moe_layer(i))
-    gpu: dict[str, float] = {}
-    for o in layer_ops(res, layer, "fwd"):
-        for k in o.kernels:
-            p = hd.part_of(o.op, k.name)
-            gpu[p] = gpu.get(p, 0.0) + float(res.compute.time_s(k))
+    from moesim.rl.host_timeline import forward_part_kernels_s
+    gpu = forward_part_kernels_s(res)
     call = (crit.get("ep_dispatch", 0.0) + crit.get("ep_combine", 0.0)) / (
         4 * layers * slots)
     gpu["dispatch all-to-alls"] = gpu.get("dispatch all-to-alls", 0.0) + call
@@ -232,7 +225,8 @@ def step_rows() -> None:
 def gemm_call_effects(hd, nr) -> None:
     """What the published nvte_cublas_gemm host price does, on two clocks, to the Pai
     rows and to NeMo RL v0.3's Qwen3-30B-A3B trainer passes (computed here with
-    moesim.program.nvtx_ranges; not wired into ``moesim run`` or ``moesim rl``)."""
+    moesim.program.nvtx_ranges; ``moesim rl`` prices the same with
+    ``rl.train.te_gemm_call: nvte``, ``moesim run`` does not)."""
     from rl_moe_trainer import GPUS, PAI
     from rl_moe_trainer import SCENARIO as PAI_SCENARIO
 
@@ -294,23 +288,23 @@ def gemm_call_effects(hd, nr) -> None:
               f"{2 * local} | {passes * _pass_delta(nr, gpu, local, tp, layers, False):.3f} | "
               f"{passes * _pass_delta(nr, gpu, local, tp, layers, True):.3f} |")
     print()
-    print("NeMo RL's rows: the shipped scenario (which runs rl.train.host_dispatch: "
+    print("NeMo RL's rows: the shipped scenario's trainer (rl.train.host_dispatch: "
           "timeline, TE module prices, and sort_chunks), forward passes per step as Part 7 "
           "of docs/results/rl-moe-trainer.md counts them (64 training, 32 log-prob "
-          "micro-batches). Not wired into moesim rl (moesim/rl is not this page's): the "
-          "training phase would gain the TE-prices figure. The Pai layers and the 16k-token "
-          "log-prob rows stay GPU-bound.")
+          "micro-batches). moesim rl prices it with rl.train.te_gemm_call: nvte, which the "
+          "shipped scenario sets. The Pai layers and the 16k-token log-prob rows stay "
+          "GPU-bound.")
     with tempfile.TemporaryDirectory() as d:
         subprocess.run([sys.executable, "-m", "moesim", "rl", str(
             ROOT / "scenarios" / "grpo-qwen3-30b-a3b-nemo-v03.yaml"), "-o", d],
             check=True, capture_output=True)
         ph = json.loads((Path(d) / "summary.json").read_text())["phases_s"]
     train = ph["train"] + ph["loss_logprob"]
-    more = train + adds["training micro-batch"]
-    print(f"moesim rl on the shipped scenario: training {ph['train']:.2f} s + loss log-probs "
-          f"{ph['loss_logprob']:.2f} s = {train:.2f} s against the published "
-          f"{NEMO_TRAIN_S:.0f} s ({(train / NEMO_TRAIN_S - 1) * 100:+.1f} %); with the GEMM "
-          f"call price {more:.2f} s ({(more / NEMO_TRAIN_S - 1) * 100:+.1f} %).")
+    print(f"moesim rl on the shipped scenario (te_gemm_call nvte): training "
+          f"{ph['train']:.2f} s + loss log-probs {ph['loss_logprob']:.2f} s = {train:.2f} s "
+          f"against the published {NEMO_TRAIN_S:.0f} s "
+          f"({(train / NEMO_TRAIN_S - 1) * 100:+.1f} %); the GEMM call price in it, by the "
+          f"table above: {adds['training micro-batch']:.2f} s.")
 
 
 def main() -> int:

@@ -28,6 +28,20 @@ from moesim.rl.trainer_kernels import with_sort_chunks
 from moesim.wiring import resolve
 
 
+def forward_part_kernels_s(res) -> dict[str, float]:
+    """{host_dispatch part: GPU seconds} of the first MoE layer's forward kernels of a
+    resolved scenario (``moesim kernels``'s list, each kernel under the part that
+    launches it)."""
+    spec = res.model
+    layer = next(i for i in range(spec.layers) if spec.is_moe_layer(i))
+    gpu: dict[str, float] = {}
+    for o in layer_ops(res, layer, "fwd"):
+        for k in o.kernels:
+            p = hd.part_of(o.op, k.name)
+            gpu[p] = gpu.get(p, 0.0) + float(res.compute.time_s(k))
+    return gpu
+
+
 def part_gpu_s(scn, row: int, gpu_layer_s: float, ep: int) -> tuple[dict[str, float], int, int]:
     """({part: GPU seconds per layer}, local experts, tp) of a forward over one row of
     ``row`` tokens on the trainer's layout (``scn``), the layer taking ``gpu_layer_s`` in
@@ -37,12 +51,7 @@ def part_gpu_s(scn, row: int, gpu_layer_s: float, ep: int) -> tuple[dict[str, fl
         "expert_launches", "per_expert", scn.source))
     res = with_sort_chunks(resolve(one))
     spec = res.model
-    layer = next(i for i in range(spec.layers) if spec.is_moe_layer(i))
-    gpu: dict[str, float] = {}
-    for o in layer_ops(res, layer, "fwd"):
-        for k in o.kernels:
-            p = hd.part_of(o.op, k.name)
-            gpu[p] = gpu.get(p, 0.0) + float(res.compute.time_s(k))
+    gpu = forward_part_kernels_s(res)
     tp = scn.parallel.tp
     sp = bool(scn.parallel.sequence_parallel) and tp > 1
     comm = max(0.0, gpu_layer_s - sum(gpu.values()))
