@@ -166,6 +166,11 @@ def run_flows(topo, flows: list[tuple[str, str, float]], on_solve=None
     return float(env.now), np.asarray(net.link_bytes(), dtype=float)
 
 
+#: ``rl.weight_sync.calls`` for the colocated refit, in order: each level prices what the
+#: one before it does and more (:func:`refit_phases`)
+IPC_CALL_LEVELS = ("none", "nemo", "nemo-v03", "nemo-v03-ops", "nemo-v03-wake")
+
+
 def weight_sync(topo, spec: ModelSpec, train_gpus: list, rollout_gpus: list, *, tp: int,
                 pp: int, ep: int, replica_gpus: int, per_tensor_s: float, ipc: bool,
                 hbm_Bps: float, on_solve=None, sharded: bool = False,
@@ -291,6 +296,9 @@ def refit_phases(topo, spec: ModelSpec, train_gpus: list, rollout_gpus: list, *,
     groups = None
     ar = None
     offload_gc_s = 0.0
+    # the colocated refit's calls levels, each pricing all the one before it does
+    level = IPC_CALL_LEVELS.index(calls) if calls in IPC_CALL_LEVELS else 0
+    nemo, v03, v03_ops, v03_wake = (ipc and level >= k for k in (1, 2, 3, 4))
     if ipc:
         if gather == "groups":
             from moesim.rl import refit_calls
@@ -302,9 +310,6 @@ def refit_phases(topo, spec: ModelSpec, train_gpus: list, rollout_gpus: list, *,
             gather_s, gathered = colocated_gather(topo, nbytes, train_gpus, len(src))
         buckets = math.ceil(nbytes / REFIT_BUCKET_BYTES)
         ncalls = 0
-        nemo = calls in ("nemo", "nemo-v03", "nemo-v03-ops", "nemo-v03-wake")
-        v03 = calls in ("nemo-v03", "nemo-v03-ops", "nemo-v03-wake")
-        v03_ops = calls in ("nemo-v03-ops", "nemo-v03-wake")
         if nemo:
             from moesim.rl import refit_calls
             ncalls = refit_calls.gather_calls(spec, tp=tp, pp=pp, ep=ep, etp=etp)
@@ -332,8 +337,7 @@ def refit_phases(topo, spec: ModelSpec, train_gpus: list, rollout_gpus: list, *,
             # the pack's copy_ is an op here: its launch leaves pack_s
             transfer_s += ops.transfer_s - tensors * launch_s
             offload_gc_s = ops.offload_s
-        waits = None
-        if calls == "nemo-v03-wake":
+        if v03_wake:
             from moesim.rl import refit_wake
             waits = refit_wake.blocking_waits(buckets, replica_gpus)
             transfer_s += waits.time_s
@@ -365,14 +369,14 @@ def refit_phases(topo, spec: ModelSpec, train_gpus: list, rollout_gpus: list, *,
     phases = {"gather_s": gather_s, "transfer_s": transfer_s, "load_s": load_s,
               "ipc_bytes_per_gpu": ipc_bytes, "load_bytes_per_gpu": load_bytes,
               "buckets": buckets}
-    if ipc and calls in ("nemo", "nemo-v03", "nemo-v03-ops", "nemo-v03-wake"):
+    if nemo:
         phases["gather_calls"] = ncalls
-    if ipc and calls in ("nemo-v03", "nemo-v03-ops", "nemo-v03-wake"):
+    if v03:
         phases["handle_transfer"] = host.as_dict()
-    if ipc and calls in ("nemo-v03-ops", "nemo-v03-wake"):
+    if v03_ops:
         phases["host_ops"] = ops.as_dict()
         phases["offload_gc_s"] = offload_gc_s
-    if ipc and waits is not None:
+    if v03_wake:
         phases["blocking_waits"] = waits.as_dict()
     if ar is not None:
         phases["async_refit"] = ar.as_dict()
