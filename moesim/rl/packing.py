@@ -75,22 +75,7 @@ def one_row(rows: int) -> int:
 
 def pack(lengths: np.ndarray, seq_len: int) -> np.ndarray:
     """Tokens in each row when first fit packs ``lengths`` longest first."""
-    lengths = np.sort(np.asarray(lengths, dtype=np.int64))[::-1]
-    if not len(lengths):
-        return np.zeros(0, dtype=np.int64)
-    if lengths[0] > seq_len:
-        raise ValueError(f"a sequence of {lengths[0]} tokens exceeds rows of {seq_len}")
-    free = np.empty(len(lengths), dtype=np.int64)
-    rows = 0
-    for x in lengths:
-        if rows:
-            fit = np.flatnonzero(free[:rows] >= x)
-            if len(fit):
-                free[fit[0]] -= x
-                continue
-        free[rows] = seq_len - x
-        rows += 1
-    return seq_len - free[:rows]
+    return np.array([sum(r) for r in pack_members(lengths, seq_len)], dtype=np.int64)
 
 
 def pad_multiple(tp: int, cp: int) -> int:
