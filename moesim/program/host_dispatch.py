@@ -205,41 +205,69 @@ def comm_shares(tokens: int, top_k: int, ep: int, tp: int) -> dict[str, float]:
     return out
 
 
-def part_host_s(p: Part, local_experts: int, te: bool = False) -> float:
+def part_host_s(p: Part, local_experts: int, te: bool = False,
+                cpp_launch_s: float | None = None) -> float:
     """Host seconds of one part; with ``te`` its Transformer Engine module calls at
-    :data:`TE_MODULE_S` rather than :data:`EAGER_OP_S`."""
+    :data:`TE_MODULE_S` rather than :data:`EAGER_OP_S`; with ``cpp_launch_s`` its
+    per-expert C++ GEMM calls at that price rather than :data:`CPP_LAUNCH_S`."""
     op_s = p.ops * EAGER_OP_S + (p.te_calls * (TE_MODULE_S - EAGER_OP_S) if te else 0.0)
-    return op_s + p.views * VIEW_OP_S + p.per_expert * local_experts * CPP_LAUNCH_S
+    s = op_s + p.views * VIEW_OP_S + p.per_expert * local_experts * CPP_LAUNCH_S
+    if cpp_launch_s is None:
+        return s
+    return s + p.per_expert * local_experts * (cpp_launch_s - CPP_LAUNCH_S)
 
 
-def timeline_pass_s(gpu_s: dict[str, float], local_experts: int, tp: int,
-                    layers: int, te: bool = True) -> float:
-    """Seconds of a forward pass over ``layers`` MoE layers on two clocks: the host issues
-    each part's launches in :data:`FORWARD_OPS` order, a kernel starts once issued and
-    once the GPU is free, and after :data:`SYNC_AFTER` the host waits until the GPU has run
-    everything issued up to :data:`DTOH_AFTER`. ``gpu_s``: each part's GPU seconds per
-    layer (missing parts: none). The pass ends when both clocks are done."""
+def two_clocks(gpu_s: dict[str, float], local_experts: int, tp: int, layers: int,
+               te: bool = True, cpp_launch_s: float | None = None
+               ) -> tuple[list[dict[str, tuple]], float]:
+    """A forward pass over ``layers`` MoE layers on two clocks: the host issues each
+    part's launches in :data:`FORWARD_OPS` order, a kernel starts once issued and once the
+    GPU is free, and after :data:`SYNC_AFTER` the host waits until the GPU has run
+    everything issued up to :data:`DTOH_AFTER` (the wait is the first thing the next part
+    does: ``token_dispatch`` calls ``_maybe_dtoh_and_synchronize`` before its all-to-all).
+    ``gpu_s``: each part's GPU seconds per layer (missing parts: none); ``cpp_launch_s``:
+    as :func:`part_host_s`. Returns, per layer and part, ``(host start, host end, GPU
+    start, GPU end)`` (GPU ``None`` where the part launches no GPU work), and the pass's
+    end, when both clocks are done."""
     host = gpu = dtoh = 0.0
+    wait = False
+    out: list[dict[str, tuple]] = []
     for _ in range(layers):
+        rec: dict[str, tuple] = {}
         for p in FORWARD_OPS:
             if p.tp_only and tp <= 1:
                 continue
-            n = p.ops + p.per_expert * local_experts
-            h = part_host_s(p, local_experts, te)
+            h0 = host
+            if wait:
+                host, wait = max(host, dtoh), False
+            n = max(p.ops + p.per_expert * local_experts, 1)
+            h = part_host_s(p, local_experts, te, cpp_launch_s)
             g = gpu_s.get(p.name, 0.0)
-            for _ in range(max(n, 1)):
-                host += h / max(n, 1)
+            g0 = None
+            for _ in range(n):
+                host += h / n
                 if g:
-                    gpu = max(gpu, host) + g / max(n, 1)
+                    start = max(gpu, host)
+                    g0 = start if g0 is None else g0
+                    gpu = start + g / n
+            rec[p.name] = (h0, host, g0, gpu if g else None)
             if p.name == DTOH_AFTER:
                 dtoh = gpu
             if p.name == SYNC_AFTER:
-                host = max(host, dtoh)
-    return max(host, gpu)
+                wait = True
+        out.append(rec)
+    return out, max(host, gpu)
+
+
+def timeline_pass_s(gpu_s: dict[str, float], local_experts: int, tp: int,
+                    layers: int, te: bool = True, cpp_launch_s: float | None = None) -> float:
+    """Seconds of a forward pass over ``layers`` MoE layers on two clocks
+    (:func:`two_clocks`)."""
+    return two_clocks(gpu_s, local_experts, tp, layers, te, cpp_launch_s)[1]
 
 
 def timeline_extra_s(gpu_s: dict[str, float], local_experts: int, tp: int,
-                     layers: int, te: bool = True) -> float:
+                     layers: int, te: bool = True, cpp_launch_s: float | None = None) -> float:
     """Seconds the two clocks add to a forward pass over the GPU's own time."""
-    return (timeline_pass_s(gpu_s, local_experts, tp, layers, te)
+    return (timeline_pass_s(gpu_s, local_experts, tp, layers, te, cpp_launch_s)
             - layers * sum(gpu_s.values()))

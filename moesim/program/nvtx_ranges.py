@@ -54,52 +54,13 @@ MLP = tuple(p for parts in RANGES.values() for p in parts)
 ATTENTION = ("attention block",)
 
 
-def part_s(p: hd.Part, local_experts: int, te: bool, cpp_launch_s: float | None) -> float:
-    """Host seconds of one part, its per-expert C++ GEMM calls at ``cpp_launch_s`` when
-    given (else host_dispatch's price)."""
-    extra = 0.0 if cpp_launch_s is None else (
-        p.per_expert * local_experts * (cpp_launch_s - hd.CPP_LAUNCH_S))
-    return hd.part_host_s(p, local_experts, te) + extra
-
-
 def trace(gpu_s: dict[str, float], local_experts: int, tp: int, layers: int,
           te: bool = True, cpp_launch_s: float | None = None
           ) -> tuple[list[dict[str, tuple]], float]:
-    """Run :func:`~moesim.program.host_dispatch.timeline_pass_s`' two clocks over ``layers``
-    MoE layers and keep, per layer and part, ``(host start, host end, GPU start, GPU end)``
-    (GPU ``None`` where the part launches no GPU work). The host's wait at the sync is
-    the first thing the part after :data:`~moesim.program.host_dispatch.SYNC_AFTER` does
-    (``token_dispatch`` calls ``_maybe_dtoh_and_synchronize`` before its all-to-all).
-    Returns the records and the pass's end (equal to ``timeline_pass_s`` when
-    ``cpp_launch_s`` is None)."""
-    host = gpu = dtoh = 0.0
-    wait = False
-    out: list[dict[str, tuple]] = []
-    for _ in range(layers):
-        rec: dict[str, tuple] = {}
-        for p in hd.FORWARD_OPS:
-            if p.tp_only and tp <= 1:
-                continue
-            h0 = host
-            if wait:
-                host, wait = max(host, dtoh), False
-            n = max(p.ops + p.per_expert * local_experts, 1)
-            h = part_s(p, local_experts, te, cpp_launch_s)
-            g = gpu_s.get(p.name, 0.0)
-            g0 = None
-            for _ in range(n):
-                host += h / n
-                if g:
-                    start = max(gpu, host)
-                    g0 = start if g0 is None else g0
-                    gpu = start + g / n
-            rec[p.name] = (h0, host, g0, gpu if g else None)
-            if p.name == hd.DTOH_AFTER:
-                dtoh = gpu
-            if p.name == hd.SYNC_AFTER:
-                wait = True
-        out.append(rec)
-    return out, max(host, gpu)
+    """:func:`moesim.program.host_dispatch.two_clocks`: per layer and part the two clocks'
+    ``(host start, host end, GPU start, GPU end)``, and the pass's end (``cpp_launch_s``:
+    each per-expert GEMM call's host price, e.g. :data:`TE_GEMM_CALL_S`)."""
+    return hd.two_clocks(gpu_s, local_experts, tp, layers, te, cpp_launch_s)
 
 
 def _span(rec: dict[str, tuple], parts: tuple[str, ...]) -> tuple[float, float | None]:

@@ -23,7 +23,7 @@ import dataclasses
 
 from moesim.program import host_dispatch as hd
 from moesim.program.inventory import layer_ops
-from moesim.program.nvtx_ranges import TE_GEMM_CALL_S, trace
+from moesim.program.nvtx_ranges import TE_GEMM_CALL_S
 from moesim.rl.trainer_kernels import with_sort_chunks
 from moesim.wiring import resolve
 
@@ -67,7 +67,5 @@ def timeline_row_s(scn, row: int, moe_layers: int, gpu_layer_s: float, ep: int,
     each per-expert GEMM that Transformer Engine's GroupedLinear issues costs the host
     :data:`moesim.program.nvtx_ranges.TE_GEMM_CALL_S` (``rl.train.te_gemm_call``)."""
     gpu, local, tp = part_gpu_s(scn, row, gpu_layer_s, ep)
-    if te_gemm_call == "nvte":
-        _, end = trace(gpu, local, tp, moe_layers, True, cpp_launch_s=TE_GEMM_CALL_S)
-        return max(0.0, end - moe_layers * sum(gpu.values()))
-    return max(0.0, hd.timeline_extra_s(gpu, local, tp, moe_layers, te=True))
+    cpp = TE_GEMM_CALL_S if te_gemm_call == "nvte" else None
+    return max(0.0, hd.timeline_extra_s(gpu, local, tp, moe_layers, te=True, cpp_launch_s=cpp))
