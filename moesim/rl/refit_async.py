@@ -76,6 +76,7 @@ from __future__ import annotations
 import math
 from dataclasses import asdict, dataclass
 
+from moesim.collectives.nccl.choice import group_shape
 from moesim.collectives.nccl.graphs import facts_from_params
 from moesim.collectives.nccl.launch import CALL_HOST_S
 from moesim.collectives.nccl.model import estimate
@@ -171,11 +172,7 @@ def _shape(topo, gpus: list, stride: int, size: int) -> tuple[int, int] | None:
     members = [gpus[k * stride] for k in range(size) if k * stride < len(gpus)]
     if len(members) < 2:
         return None
-    per: dict = {}
-    for g in members:
-        per[topo.host_of(g)] = per.get(topo.host_of(g), 0) + 1
-    counts = set(per.values())
-    return (len(per), counts.pop()) if len(counts) == 1 else None
+    return group_shape(members, {g: topo.host_of(g) for g in members})
 
 
 def _calls_s(topo, op: str, shape, nbytes: float, calls: float) -> float:

@@ -104,7 +104,8 @@ def choose(op: str, nbytes: float, facts: NcclFacts,
     return Choice(algo, proto, lat * 1e-6 + extra, PROTOCOL_EFFICIENCY[proto])
 
 
-def group_shape(group: Sequence[int], rank_host: Sequence[int]) -> tuple[int, int] | None:
+def group_shape(group: Sequence[int], rank_host: Sequence[int] | Mapping[int, int]
+                ) -> tuple[int, int] | None:
     """(nodes, ranks per node) of ``group``, or None when its nodes hold unequal counts
     (NCCL's model assumes the same number on each)."""
     count: dict[int, int] = {}
