@@ -37,7 +37,8 @@ import tempfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-PUBLISHED_STEP_S = 15360 * 4096 * 180e3 / 1e12 * 3600 / 2048
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from deepseek_campaign import PUBLISHED_STEP_S, campaign_wall, line  # noqa: E402  (this folder)
 
 #: the fidelity case: DeepSeek-V3 layers on 16 H800 nodes, PP2 DualPipe (F&B pairs
 #: overlapped), EP16 over two nodes with DeepEP, zipf 0.3 skew, 4 MoE layers, 4
@@ -121,6 +122,7 @@ def main(argv: list[str] | None = None) -> int:
         err = r["step_s"] / PUBLISHED_STEP_S - 1
         print(f"  step {r['step_s']:.2f} s against {PUBLISHED_STEP_S:.2f} s implied by the "
               f"published GPU hours and batch: error {err:+.1%}")
+        print("  " + line(campaign_wall(r["step_s"]), PUBLISHED_STEP_S))
         print("  breakdown (mean over ranks): " + ", ".join(
             f"{k} {v:.2f} s" for k, v in r["breakdown_s"].items() if v > 0.005))
         print(f"  memory: peak {r['peak_GB']:.1f} GB per GPU, oom {r['oom']}")
