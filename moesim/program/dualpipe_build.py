@@ -31,6 +31,17 @@ micro-batch runs each stage once, so keys never collide. A stage held by two ran
 (DualPipe's two copies of the model, rank r and P-1-r) reduces its gradients over both
 copies' data-parallel groups; each stage's buckets start after its last ``W``.
 
+``schedule.pp_comm: reference`` places the pipeline messages as the reference issues
+them (deepseek-ai/DualPipe ``dualpipe/dualpipe.py`` at 3da1bbea, ``_commit_and_wait_comm``:
+``dist.batch_isend_irecv`` of the queued ``append_isend`` / ``append_irecv`` ops, then a
+wait on every request): the items carry no receives or sends; at each commit of
+:func:`moesim.schedule.dualpipe_comm.reference_program` (:meth:`DualPipeProgram._commit`)
+the rank posts its queued messages and its compute stream waits (``bubble``) until every
+one of them is delivered. A message's flow starts once both sides have posted (NCCL's
+p2p rendezvous: the receiver's post is a self-send that the sender's ``pp`` stream waits
+for) and the sender's previous send has been delivered (the ``pp`` stream, one message at
+a time in program order), on the flow network as an eager send.
+
 ``overlap.kind: a2a-1f1b``: the per-stage steps of
 :func:`moesim.schedule.a2a_overlap.a2a_1f1b_order`; a (forward, backward) step is
 interleaved as in Megatron-Core's ``TransformerLayerSchedulePlan.run``: the backward's
@@ -50,6 +61,7 @@ from moesim.program.overlap import ep_stream, is_ep
 from moesim.program.timer import Timer
 from moesim.schedule.a2a_overlap import a2a_1f1b_order, flatten
 from moesim.schedule.dualpipe import inflight_activations
+from moesim.schedule.dualpipe_comm import reference_program
 from moesim.schedule.pipeline import inflight_microbatches
 
 
@@ -142,6 +154,8 @@ class DualPipeProgram:
         self.b = b
         self.dual = dual
         self.fb_overlap = fb_overlap
+        # schedule.pp_comm: reference: messages at the commits, none inside the items
+        self.ref = b.scn.schedule.pp_comm == "reference"
         self.pinned = step_gemms(b.res, b.timer.model)
         if self.pinned is not None:
             b.timer = Timer(self.pinned)
@@ -165,7 +179,18 @@ class DualPipeProgram:
         prog: list[Op] = []
         b.layer_starts = []
         last_w: dict[int, int] = {}     # layer -> index of its last weight-gradient op
-        for it in d.items[pos]:
+        events = (reference_program(d, pos) if self.ref
+                  else [("compute", it) for it in d.items[pos]])
+        batch: list = []
+        for ev in events:
+            if ev[0] != "compute":
+                if ev[0] == "wait":
+                    self._commit(prog, rank, pp_group, batch)
+                    batch = []
+                else:
+                    batch.append(ev)
+                continue
+            it = ev[1]
             start = len(prog)
             if it.kind == "F":
                 self._dual_f(prog, rank, pp_group, it.mb, it.stage)
@@ -184,6 +209,39 @@ class DualPipeProgram:
         if self.pinned is not None:
             self._pin(prog)
         return prog
+
+    def _commit(self, prog: list[Op], rank: int, pp_group, batch: list) -> None:
+        """One ``_commit_and_wait_comm`` of ``batch`` (``("recv" | "send", Transfer)``,
+        in queue order), after the rank's last op so far: each receive posts itself (a
+        self-send of key ``("post", key)``, delivered at once); each send waits on the
+        ``pp`` stream for its receiver's post, then flows; the compute stream waits for
+        every message's delivery, one ``bubble`` per message naming its peer."""
+        if not batch:
+            return
+        b = self.b
+        after = (len(prog) - 1,) if prog else ()
+        waits = []
+        for role, m in batch:
+            src, dst = pp_group[m.src], pp_group[m.dst]
+            key = (m.what, m.mb, m.stage, dst)
+            phase = "fwd" if m.what == "act" else "bwd"
+            layers = b.chunks[m.stage if role == "recv" else
+                              m.stage - 1 if m.what == "act" else m.stage + 1]
+            first = m.what == ("act" if role == "recv" else "grad")
+            layer = (layers[0] if first else layers[-1]) if layers else -1
+            if role == "recv":
+                prog.append(Op(stream="pp.post", kind="pp", name=f"{phase}.post",
+                               send_to=rank, key=("post", *key), microbatch=m.mb,
+                               phase=phase, layer=layer, deps=after))
+            else:
+                prog.append(Op(stream="pp", kind="pp", name=f"{phase}.post", recv_from=dst,
+                               key=("post", *key), microbatch=m.mb, phase=phase,
+                               layer=layer, deps=after))
+                prog.append(b.send_op(prog, dst, key, m.mb, phase, layer))
+            waits.append(Op(stream="compute", kind="pp", name=f"{phase}.{role}",
+                            recv_from=src if role == "recv" else dst, key=key,
+                            microbatch=m.mb, phase=phase, layer=layer))
+        prog += waits
 
     def _pin(self, prog: list[Op]) -> None:
         """Each compute op's pinned seconds (``Op.pinned_s``: its FP8 GEMMs' share)."""
@@ -222,7 +280,7 @@ class DualPipeProgram:
         layers = list(b.chunks[s])
         if s > 0:
             src = pp_group[d.rank(mb, s - 1)]
-            if src != rank:
+            if src != rank and not self.ref:
                 prog.append(b.recv_op(src, ("act", mb, s, rank), mb, "fwd",
                                        layers[0] if layers else -1))
         else:
@@ -235,7 +293,7 @@ class DualPipeProgram:
                           lambda: recipe.lm_head(b.spec, b.tokens, b.tp, "fwd", b.sp))
             return
         dst = pp_group[d.rank(mb, s + 1)]
-        if dst != rank:
+        if dst != rank and not self.ref:
             prog.append(b.send_op(prog, dst, ("act", mb, s + 1, dst), mb, "fwd",
                                    layers[-1] if layers else -1))
 
@@ -252,7 +310,7 @@ class DualPipeProgram:
         layers = list(b.chunks[s])
         if s < d.stages - 1:
             src = pp_group[d.rank(mb, s + 1)]
-            if src != rank:
+            if src != rank and not self.ref:
                 prog.append(b.recv_op(src, ("grad", mb, s, rank), mb, "bwd",
                                        layers[-1] if layers else -1))
         else:
@@ -266,7 +324,7 @@ class DualPipeProgram:
                 self._w_layer(prog, rank, layer, mb, last_w)
         if s > 0:
             dst = pp_group[d.rank(mb, s - 1)]
-            if dst != rank:
+            if dst != rank and not self.ref:
                 prog.append(b.send_op(prog, dst, ("grad", mb, s - 1, dst), mb, "bwd",
                                        layers[0] if layers else -1))
 

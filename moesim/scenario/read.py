@@ -41,6 +41,7 @@ from moesim.scenario.schema import (
     OVERLAP_GEMM_SMS,
     OVERLAP_KINDS,
     PARAM_DTYPES,
+    PP_COMMS,
     RECOMPUTE,
     RECOMPUTE_MODULES,
     REPLICA_MODES,
@@ -87,7 +88,7 @@ _RULES: dict[str, tuple[str, Any]] = {
     "schedule.kind": ("choice", SCHEDULE_KINDS), "schedule.microbatches": ("pos", None),
     "schedule.micro_batch_size": ("pos", None), "schedule.seq_len": ("pos", None),
     "schedule.step": ("nonneg", None), "schedule.dp_bucket_MB": ("posnum", None),
-    "schedule.zero3_prefetch": ("pos", None),
+    "schedule.zero3_prefetch": ("pos", None), "schedule.pp_comm": ("choice", PP_COMMS),
     "overlap.ep_comm_overlap": ("bool", None), "overlap.dp_overlap": ("bool", None),
     "overlap.kind": ("choice", OVERLAP_KINDS), "overlap.shared_expert": ("bool", None),
     "overlap.tp_comm": ("bool", None),
@@ -360,6 +361,9 @@ def _check_schedule(scn: Scenario) -> None:
     check_tokens(src, sch.micro_batch_size, sch.seq_len)
     if par.vpp > 1 and sch.kind != "interleaved":
         raise InputError(src, "parallel.vpp", "1 unless schedule.kind is interleaved", par.vpp)
+    if sch.pp_comm != "eager" and sch.kind not in ("dualpipe", "dualpipev"):
+        raise InputError(src, "schedule.pp_comm", "eager unless schedule.kind is dualpipe or "
+                         "dualpipev", sch.pp_comm)
     if sch.kind in ("dualpipe", "dualpipev"):
         why = dual_check(sch.kind, par.pp, sch.microbatches)
         if why:   # deepseek-ai/DualPipe asserts these in step()

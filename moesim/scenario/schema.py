@@ -26,6 +26,7 @@ from moesim.scenario.sections.load import LoadSection
 from moesim.scenario.sections.rl import RLConfig
 from moesim.scenario.sections.serve import ServeConfig
 from moesim.schedule.dualpipe import KINDS as DUALPIPE_KINDS
+from moesim.schedule.dualpipe_comm import PP_COMMS as DUALPIPE_PP_COMMS
 from moesim.schedule.pipeline import KINDS as PIPELINE_KINDS
 from moesim.units import MB
 
@@ -33,6 +34,8 @@ NETWORK_MODELS = ("flow", "analytical")
 DTYPES = ("bf16", "fp8", "fp16", "fp32")
 #: schedule.kind: the pipeline schedules moesim.schedule builds (its own lists)
 SCHEDULE_KINDS = PIPELINE_KINDS + DUALPIPE_KINDS
+#: schedule.pp_comm: how DualPipe(V)'s pipeline messages are issued
+PP_COMMS = DUALPIPE_PP_COMMS
 #: none | static (moesim's pairing of adjacent schedule items, moesim.program.overlap;
 #: also spelled ep_comm_overlap: true) | a2a-1f1b (Megatron-Core's 1F1B with EP
 #: all-to-all overlap, moesim.schedule.a2a_overlap)
@@ -152,6 +155,10 @@ class ScheduleConfig:
     step: int = 0                     # index of the training step simulated (routing drift)
     dp_bucket_MB: float = 25.0        # gradient bucket; 25 MB is torch DDP's bucket_cap_mb default
     zero3_prefetch: int = 1           # ZeRO-3: layers gathered ahead of the one computing (>= 1)
+    # DualPipe(V)'s pipeline messages (PP_COMMS): eager (each send leaves when its chunk
+    # ends) | reference (queued, issued and waited for at the rank's next commit, as
+    # deepseek-ai/DualPipe's _commit_and_wait_comm: moesim.schedule.dualpipe_comm)
+    pp_comm: str = "eager"
 
     @property
     def dp_bucket_bytes(self) -> float:
@@ -308,6 +315,8 @@ class Scenario:
         for k, default in MEMORY_OMIT_DEFAULTS.items():
             if out["memory"].get(k) == default:
                 del out["memory"][k]
+        if out["schedule"].get("pp_comm") == "eager":   # echoed only when set
+            del out["schedule"]["pp_comm"]
         # processes change how fast, not what (moesim.engine.fast.workers): not echoed
         out["engine"].pop("workers")
         if out["engine"].get("sampled_replicas") is None:   # echoed only when set

@@ -13,6 +13,8 @@ builder (:mod:`moesim.program.dualpipe_build`) lays them out:
   with ``overlap.gemm_sms: left_by_ep`` (the context's ``pin``) every FP8 GEMM is
   priced on the SMs the EP kernels leave, in pairs and lone chunks alike, and each
   recorded compute op carries its pinned seconds, not slowed again in the pair;
+- ``schedule.pp_comm: reference`` (``ref``): items carry no receive or send; the
+  messages go at the reference's commits (:mod:`moesim.engine.fast.dual_ref`);
 - gradient buckets per held stage, highest stage first, over the data-parallel groups
   of every copy of the stage (:func:`dual_gradient_phase`).
 
@@ -25,6 +27,7 @@ from __future__ import annotations
 import numpy as np
 
 from moesim.engine.fast.dp import buckets, group_collective, optimizer_tail
+from moesim.engine.fast.dual_ref import schedule_commits
 from moesim.engine.fast.grad_flows import ChainBuckets
 from moesim.engine.fast.pairs import run_pair
 from moesim.engine.fast.pipeline import Chain
@@ -41,6 +44,8 @@ class DualChain(Chain):
         self.part: str | None = None         # "B" while an input-gradient part runs
         self.deferred: list | None = None    # sends held until an F&B pair ends
         self.w_done: dict[int, int] = {}
+        # schedule.pp_comm: reference: messages at the commits (fast.dual_ref)
+        self.ref = ctx.res.scenario.schedule.pp_comm == "reference"
         # gradient buckets beside the all-to-alls run flow by flow (fast.grad_flows)
         self.bk = ChainBuckets(ctx, groups, order, prior) if beside_buckets(ctx, groups) else None
         ctx.net.held.buckets = self.bk
@@ -65,7 +70,7 @@ class DualChain(Chain):
                        src, -1, key[1], "fwd" if key[0] == "act" else "bwd")
 
     def _send_to(self, s: int, dst: int, key: tuple, mb: int, phase: str, layer: int) -> None:
-        if dst == s:
+        if dst == s or self.ref:
             return
         if self.deferred is not None:
             self.deferred.append((dst, key, mb, phase, layer))
@@ -172,7 +177,8 @@ class DualChain(Chain):
 
     def run(self, s: int, it) -> None:
         """One item on position ``s``."""
-        self._recv(s, it)
+        if not self.ref:
+            self._recv(s, it)
         if it.kind == "F":
             self.fwd(s, it.mb, it.stage)
         elif it.kind in ("B", "BW"):
@@ -269,7 +275,9 @@ def beside_buckets(ctx, groups) -> bool:
 
 
 def _schedule(ch: DualChain, progress) -> DualChain:
-    """List-schedule every position's items of ``ch``."""
+    """List-schedule every position's items of ``ch`` (or its reference events)."""
+    if ch.ref:
+        return schedule_commits(ch, progress)
     d = ch.d
     pos = [0] * d.ranks
     left = sum(len(x) for x in d.items)
