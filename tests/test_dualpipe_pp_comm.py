@@ -170,5 +170,10 @@ def test_bad_values_refused_in_one_line(tmp_path):
     with pytest.raises(InputError, match="schedule.pp_comm") as e:
         resolve_path(p, ["schedule.pp_comm=lazy"])
     assert "\n" not in str(e.value)
-    with pytest.raises(InputError, match="schedule.pp_comm"):
-        resolve_path(p, ["schedule.kind=1f1b", "schedule.pp_comm=reference"])
+    # other schedules have no commits: the knob leaves them as they are (a DualPipe
+    # scenario that ships it keeps its --set schedule.kind=1f1b what-if)
+    one = _scenario(tmp_path, "dualpipe", 2, 4, 2, 20.0)
+    over = ["schedule.kind=1f1b", "schedule.microbatches=4"]
+    a = simulate(one, over, record_series=False).step_time_s
+    assert simulate(one, [*over, "schedule.pp_comm=reference"],
+                    record_series=False).step_time_s == a

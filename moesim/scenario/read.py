@@ -361,9 +361,6 @@ def _check_schedule(scn: Scenario) -> None:
     check_tokens(src, sch.micro_batch_size, sch.seq_len)
     if par.vpp > 1 and sch.kind != "interleaved":
         raise InputError(src, "parallel.vpp", "1 unless schedule.kind is interleaved", par.vpp)
-    if sch.pp_comm != "eager" and sch.kind not in ("dualpipe", "dualpipev"):
-        raise InputError(src, "schedule.pp_comm", "eager unless schedule.kind is dualpipe or "
-                         "dualpipev", sch.pp_comm)
     if sch.kind in ("dualpipe", "dualpipev"):
         why = dual_check(sch.kind, par.pp, sch.microbatches)
         if why:   # deepseek-ai/DualPipe asserts these in step()
