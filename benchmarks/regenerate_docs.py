@@ -59,6 +59,7 @@ PAGES: list[tuple[str, list[str], str]] = [
     ("quantisation", ["quant_published.py"], ""),
     ("grpo-study", ["grpo_study.py"], ""),
     ("rl-refit", ["bench_refit.py"], ""),
+    ("vllm-decode-latency", ["vllm_small_batch.py"], ""),
     ("rl-moe-trainer", ["rl_moe_trainer.py"], ""),
     ("moe-layer-modelzoo", ["moe_layer_modelzoo.py"], ""),
     ("collective-launch", ["collective_launch.py"], ""),

@@ -25,6 +25,7 @@ from moesim.rl.offload import HostMoves, setup_moves
 from moesim.rl.phases import Batch, StepWork, TrainerCosts, step_work
 from moesim.rl.prefix_cache import PrefixCacheCosts
 from moesim.rl.sampler_v1 import SamplerStepCosts
+from moesim.rl.step_fixed import StepFixedCosts
 from moesim.rl.sync import PCIE_Bps, SyncResult, switch_cost, weight_sync
 from moesim.rl.worker_post import PostProcessCosts
 from moesim.scenario import load_scenario
@@ -32,6 +33,7 @@ from moesim.scenario.blame import blame_overrides
 from moesim.scenario.resolved import Resolved
 from moesim.scenario.schema import ParallelConfig, Scenario
 from moesim.scenario.sections.rl import RLConfig
+from moesim.serve.host import STEP_FIXED_ENGINES
 from moesim.serve.kv import kv_bytes_per_token
 from moesim.traffic.deploy import windows_of
 from moesim.traffic.lengths import draw
@@ -195,6 +197,9 @@ def simulate_rl(setup: RLSetup, steps: int, *, rollout_costs: StepCosts | None =
     ``fits``: the pools' memory verdicts (default: :func:`moesim.rl.memory.rl_fits`)."""
     cfg, res = setup.cfg, setup.res
     ro, tr = cfg.rollout, cfg.train
+    if ro.step_fixed != "none" and ro.host_overhead not in STEP_FIXED_ENGINES:
+        raise setup.error("rl.rollout.step_fixed", "none unless rl.rollout.host_overhead "
+                          f"is one of {', '.join(STEP_FIXED_ENGINES)}", ro.step_fixed)
     batches = draw_batches(setup, steps)
     if fits is None:
         fits = rl_fits(setup, batches)
@@ -240,6 +245,8 @@ def simulate_rl(setup: RLSetup, steps: int, *, rollout_costs: StepCosts | None =
         rollout_costs = SamplerStepCosts(rollout_costs, res.compute, res.model.vocab, ro.tp)
     if ro.executor != "none":        # vLLM's Ray executor per step (moesim.rl.executor)
         rollout_costs = ExecutorStepCosts(rollout_costs, ro.executor)
+    if ro.step_fixed != "none":      # vLLM V1's CPU time per step (moesim.rl.step_fixed)
+        rollout_costs = StepFixedCosts(rollout_costs, ro.step_fixed)
     if ro.prefix_cache != "none":    # a group's shared prompt cached (moesim.rl.prefix_cache)
         rollout_costs = PrefixCacheCosts(rollout_costs, cfg.samples_per_prompt)
     if ro.post_process != "none":    # the worker's loop after vLLM (moesim.rl.worker_post)

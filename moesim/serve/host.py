@@ -57,6 +57,27 @@ attention data-parallel rank) steps, from published vLLM measurements on H100 ho
   Llama-3-8B on one H100 with the API server in the engine's process at 62 % CPU and
   38 % GPU time (host 1.6 x the GPU's).
 
+A fixed part per engine step (``rl.rollout.step_fixed: vllm-v1``, :func:`fixed_extra_s`):
+the per-request costs above are anchored at batch 256 and vanish at small batch, but
+vLLM V1's engine step does work whatever its batch (``EngineCore.step``: ``schedule()``,
+the GPU model runner's ``_update_states``, ``_prepare_inputs`` and attention-metadata
+build, the piecewise CUDA graphs' replay with attention launched eagerly between them,
+the sampler's eager ops and the ``.tolist()`` of the sampled ids, then
+``update_from_output``; vllm-project/vllm v0.9.0 ``vllm/v1/engine/core.py``,
+``vllm/v1/worker/gpu_model_runner.py``). Priced from one published small-batch
+measurement, the split written down before any other row was compared:
+:data:`V1_TPOT_1B_S`, vLLM V1's mean time per output token for Llama-3.2-1B served one
+request at a time (vllm-project/vllm PR 17866, the run without the PR's fast path: 100
+requests at 0.92 per second, 500 prompt and 50 output tokens), less moesim's GPU step
+for it (:data:`V1_GPU_1B_S`: H100, CUDA graphs, 525 tokens of context) and less the
+scheduling priced per request; the rest is the fixed part :data:`V1_STEP_FIXED_S`,
+taken from the scheduling side (serving's V1 runs output processing in another
+process). With it the scheduling side of a step of ``B`` requests is
+``F + (5.5 ms - F) x B / 256``: unchanged at batch 256, where its per-request rate was
+measured, and ``F`` at batch 0. The 1B model's step may also hold per-layer host time
+(eager attention between graph pieces) that a larger model's GPU work hides: an upper
+bound for larger models.
+
 Both engines get the same per-request costs (SGLang's are not published by batch size);
 an overlapped engine pays them only where they outlast the GPU. A prefill step counts its
 prompts as requests (one scheduling decision and one first token each). Constants:
@@ -79,6 +100,31 @@ OUTPUT_PER_REQUEST_S = 0.287e-3 / 256
 #: GPU bubble with all CPU work in series (vllm-project/vllm issue 6854, "5-13ms", its
 #: upper end) less the scheduling side at batch 256 (issue 10634, 5.5 ms), over 256
 INPROC_OUTPUT_PER_REQUEST_S = (13e-3 - 5.5e-3) / 256
+
+#: the batch at which the per-request scheduling rate was measured (issue 10634)
+SCHEDULE_ANCHOR_REQUESTS = 256
+#: vLLM V1's mean TPOT for Llama-3.2-1B, one request at a time (vllm-project/vllm PR 17866,
+#: "Without fast-path decode": Mean TPOT 2.73 ms; 100 requests, 0.92 req/s, 500 in, 50 out)
+V1_TPOT_1B_S = 2.73e-3
+#: moesim's GPU step for that row (Llama-3.2-1B, H100, CUDA graphs, batch 1, 525 tokens of
+#: context; benchmarks/vllm_small_batch.py prints it, tests/test_step_fixed.py checks it)
+V1_GPU_1B_S = 1.17726e-3
+#: vLLM V1's fixed CPU time per engine step in series with the GPU: the 1B row's TPOT less
+#: its GPU step and the scheduling side's per-request part, F + (5.5 ms - F) / 256 = rest
+V1_STEP_FIXED_S = ((V1_TPOT_1B_S - V1_GPU_1B_S - SCHEDULE_PER_REQUEST_S)
+                   / (1.0 - 1.0 / SCHEDULE_ANCHOR_REQUESTS))
+#: ``rl.rollout.step_fixed`` -> the fixed CPU seconds per engine step
+STEP_FIXED = {"none": 0.0, "vllm-v1": V1_STEP_FIXED_S}
+#: engines whose scheduling runs in series with the GPU: the fixed part adds to the step
+STEP_FIXED_ENGINES = ("vllm", "vllm-inproc")
+
+
+def fixed_extra_s(requests: int, fixed_s: float = V1_STEP_FIXED_S) -> float:
+    """Seconds a step of ``requests`` requests gains over the per-request scheduling
+    price when ``fixed_s`` of the scheduling side is paid per step: the side becomes
+    ``fixed_s + (anchor - fixed_s) x requests / 256`` (the anchor, 5.5 ms at batch 256,
+    kept), so the step gains ``fixed_s x (1 - requests / 256)`` (less beyond 256)."""
+    return fixed_s * (1.0 - requests / SCHEDULE_ANCHOR_REQUESTS)
 
 
 @dataclass(frozen=True)

@@ -114,6 +114,9 @@ ROLLOUT_EXECUTORS = ("none", "ray")
 #: prefills its prompt) or ``vllm`` (vLLM's automatic prefix caching over each group's
 #: shared prompt, the samples dealt in contiguous shards as NeMo RL's generate() does)
 ROLLOUT_PREFIX_CACHES = ("none", "vllm")
+#: the rollout engines' fixed CPU time per step (moesim.rl.step_fixed): ``none`` or
+#: ``vllm-v1`` (vLLM V1's per-step work whatever the batch, moesim.serve.host)
+ROLLOUT_STEP_FIXED = ("none", "vllm-v1")
 #: the rollout engines' CPU time per step (serve.host_overhead's choices)
 ROLLOUT_HOST = ("none", "vllm", "vllm-async", "sglang", "vllm-inproc")
 #: vLLM's ``gpu_memory_utilization`` default: the fraction of each GPU's memory the engine
@@ -139,6 +142,7 @@ class RolloutPool:
     post_process: str = "none"  # ROLLOUT_POSTS
     executor: str = "none"  # ROLLOUT_EXECUTORS
     prefix_cache: str = "none"  # ROLLOUT_PREFIX_CACHES
+    step_fixed: str = "none"  # ROLLOUT_STEP_FIXED
 
     @property
     def replica_gpus(self) -> int:
@@ -280,6 +284,7 @@ _RULES: dict[str, tuple[str, Any]] = {
     "cuda_graphs": ("bool", None), "host_overhead": ("choice", ROLLOUT_HOST),
     "sampler": ("choice", ROLLOUT_SAMPLERS), "post_process": ("choice", ROLLOUT_POSTS),
     "executor": ("choice", ROLLOUT_EXECUTORS), "prefix_cache": ("choice", ROLLOUT_PREFIX_CACHES),
+    "step_fixed": ("choice", ROLLOUT_STEP_FIXED),
     "offload": ("choice", OFFLOADS), "offload_copy": ("choice", OFFLOAD_COPIES),
     "loss_logprob": ("choice", LOSS_LOGPROBS), "logprob_softmax": ("choice", LOGPROB_SOFTMAX),
     "host_dispatch": ("choice", HOST_DISPATCH),
@@ -435,7 +440,7 @@ _ECHO_DEFAULTS = (("train", "offload_copy", "line"), ("train", "host_dispatch", 
                   ("train", "te_gemm_call", "launch"),
                   ("rollout", "sampler", "none"), ("weight_sync", "gather", "node"),
                   ("rollout", "post_process", "none"), ("rollout", "executor", "none"),
-                  ("rollout", "prefix_cache", "none"))
+                  ("rollout", "prefix_cache", "none"), ("rollout", "step_fixed", "none"))
 
 
 def summary_dict(cfg: RLConfig) -> dict:
