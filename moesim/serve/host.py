@@ -63,8 +63,13 @@ vLLM V1's engine step does work whatever its batch (``EngineCore.step``: ``sched
 the GPU model runner's ``_update_states``, ``_prepare_inputs`` and attention-metadata
 build, the piecewise CUDA graphs' replay with attention launched eagerly between them,
 the sampler's eager ops and the ``.tolist()`` of the sampled ids, then
-``update_from_output``; vllm-project/vllm v0.9.0 ``vllm/v1/engine/core.py``,
-``vllm/v1/worker/gpu_model_runner.py``). Priced from one published small-batch
+``update_from_output``; the vllm 0.9.0 wheel: ``vllm/v1/engine/core.py`` 215-230
+``EngineCore.step``, ``vllm/v1/worker/gpu_model_runner.py`` 1112-1310 ``execute_model``
+(``_update_states``, ``_prepare_inputs``, ``set_forward_context``, the model, the
+logits, the sampler, ``sampled_token_ids.tolist()``), ``vllm/config.py`` 4025-4037 (V1's
+default ``splitting_ops``: the piecewise graphs split at ``vllm.unified_attention``),
+``vllm/v1/engine/llm_engine.py`` 223-241 (the ``LLM`` class's step: the engine core's
+outputs, then the output processor)). Priced from one published small-batch
 measurement, the split written down before any other row was compared:
 :data:`V1_TPOT_1B_S`, vLLM V1's mean time per output token for Llama-3.2-1B served one
 request at a time (vllm-project/vllm PR 17866, the run without the PR's fast path: 100
