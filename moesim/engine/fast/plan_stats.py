@@ -40,7 +40,7 @@ BOUNDS = {
 
 
 def make_plan(b: Builder, flops: float) -> StepPlan:
-    return StepPlan(programs=[], model_flops=flops, tokens_per_step=b.tokens * b.m * b.dp,
+    return StepPlan(programs=[], model_flops=flops, tokens_per_step=b.tokens * b.m * b.dp * b.cp,
                     inflight=b.inflight(), **b.routes.stats())
 
 
