@@ -120,12 +120,14 @@ def _pipeline_end(r) -> float:
 @pytest.mark.parametrize("kind, pp, m, stages", [("dualpipe", 2, 4, 2), ("dualpipe", 4, 8, 4),
                                                  ("dualpipev", 2, 4, 4)])
 @pytest.mark.parametrize("mode", ["exact", "fast"])
-def test_engines_run_the_reference_program(tmp_path, kind, pp, m, stages, mode):
-    # slow links (20 GB/s): every message takes x, the same on every pair of
-    # this PCIe switch; given the engine's own F, B, W and x, the step lies between the
-    # stage-time run of the reference program and that plus the embedding and LM head
-    # (a fixed-order makespan grows by at most the time added)
-    p = _scenario(tmp_path, kind, pp, m, stages, 20.0)
+@pytest.mark.parametrize("gbps", [1e9, 20.0])
+def test_engines_run_the_reference_program(tmp_path, kind, pp, m, stages, mode, gbps):
+    # every message takes x, the same on every pair of this PCIe switch (1e9 GB/s: about
+    # 1e-12 s, communication free; 20 GB/s: 13.1 us); given the engine's own F, B, W and
+    # x, the step lies between the stage-time run of the reference program and that
+    # plus the embedding and LM head (a fixed-order makespan grows by at most the time
+    # added)
+    p = _scenario(tmp_path, kind, pp, m, stages, gbps)
     r = simulate(p, ["schedule.pp_comm=reference", f"engine.mode={mode}"],
                  record_series=False)
     sends = {round(s.dur_s, 15) for s in r.spans if s.kind == "pp" and s.dur_s > 0}
@@ -135,9 +137,9 @@ def test_engines_run_the_reference_program(tmp_path, kind, pp, m, stages, mode):
     want = run_reference(make_dual_order(kind, pp, m), t, transfer=x).step
     end = _pipeline_end(r)
     assert want * (1 - 1e-12) <= end <= (want + extra) * (1 + 1e-12)
-    # the eager run is faster, and by more than the ends' slack: the commits cost time
-    eager = _pipeline_end(simulate(p, [f"engine.mode={mode}"], record_series=False))
-    assert eager + extra < end
+    if gbps < 1e3:   # the eager run is faster, by more than the slack: commits cost time
+        eager = _pipeline_end(simulate(p, [f"engine.mode={mode}"], record_series=False))
+        assert eager + extra < end
     # every commit's wait is a bubble naming its peer stage
     waits = [s for s in r.spans if s.kind == "bubble" and s.name.endswith(".send")]
     assert waits and all(s.waited_on >= 0 for s in waits)
