@@ -8,7 +8,8 @@ Published: NVIDIA-NeMo/Megatron-Bridge ``docs/performance-summary.md`` at 5776a6
 25.11 NeMo container, 2025-12-10), "System: DGX-H100": every dense H100 row it has
 published is FP8 (FP8-CS, Transformer Engine's per-tensor current scaling); no release
 of the page (25.09 to 26.08, and its archive) publishes a BF16 dense H100 row, nor any
-Qwen3-32B row. Each row is written from the recipe the page names (scripts/performance/
+Qwen3-32B row. The 26.04.01 container's 70B row (21d102f5e: GBS 256, the same recipe's V2
+preset) is run too, as the same scenario with 128 micro-batches. Each row is written from the recipe the page names (scripts/performance/
 configs/llama/, the same commit) as a scenario in ``benchmarks/scenarios/`` with the compute
 settings ``moesim rl``'s NeMo RL v0.3 trainer scenarios use (``compute: {kind: catalog}``:
 FlashAttention-3's tables, fused memory-bound kernels) and the recipe's FP8
@@ -51,7 +52,9 @@ from moesim.wiring import resolve_path, simulate
 
 ROOT = Path(__file__).resolve().parent.parent
 SCEN = ROOT / "benchmarks" / "scenarios"
-SOURCE = "Megatron-Bridge docs/performance-summary.md (5776a6d90), 25.11, DGX-H100"
+SOURCE = ("Megatron-Bridge docs/performance-summary.md, DGX-H100: the 25.11 container's rows "
+          "(5776a6d90) and 26.04.01's 70B row at GBS 256 (21d102f5e, the same recipe's V2 "
+          "preset: LLAMA3_70B_PRETRAIN_CONFIG_H100_FP8_CS_V2)")
 #: ml-engineering compute/accelerator/README.md (b9e29720), MAMF table, H100 SXM, TFLOP/s
 MAMF = {"bf16": 794.5, "fp8": 1402.6}
 #: Megatron-Core's make_vocab_size_divisible_by (128) times TP pads the vocabulary
@@ -67,6 +70,7 @@ class Row:
     tokens_gpu: float       # published tokens/s/GPU
     tflops_gpu: float       # published model TFLOP/s/GPU
     note: str = ""
+    overrides: tuple[str, ...] = ()
 
 
 ROWS = (
@@ -74,6 +78,9 @@ ROWS = (
         14451, 744),
     Row("Llama3 70B, 64 GPUs, TP4 PP8 VP5, FP8-CS", "megatron-llama3-70b-h100-fp8.yaml",
         128, 8192, 1602, 719),
+    Row("Llama3 70B GBS 256 (26.04.01), 64 GPUs, TP4 PP8 VP5, FP8-CS",
+        "megatron-llama3-70b-h100-fp8.yaml", 256, 8192, 1664, 731,
+        overrides=("schedule.microbatches=128",)),
     Row("Llama3.1 405B, 1024 GPUs, TP8 PP8 CP2 VP8, FP8-CS",
         "megatron-llama31-405b-h100-fp8.yaml", 512, 8192, 292, 737,
         "TP comm overlap not modelled with CP: SP collectives exposed"),
@@ -165,7 +172,7 @@ def compute_parts(res) -> dict:
 
 def run_row(row: Row, overrides=()) -> dict:
     t0 = time.perf_counter()
-    res = resolve_path(SCEN / row.scenario, list(overrides))
+    res = resolve_path(SCEN / row.scenario, [*row.overrides, *overrides])
     out = simulate(res)
     wall = time.perf_counter() - t0
     s = out.summary
@@ -301,6 +308,11 @@ def print_pipeline(results) -> None:
                  "(p-1)/(v m)", "moesim bubble + sends", "LM head + loss per micro-batch",
                  "x micro-batches (last stage only)"), rows)
     print()
+    print("moesim's bubble is about the last stage's LM head and loss times the "
+          "micro-batches: the 70B recipe splits layers evenly (no "
+          "account_for_loss_in_pipeline_split), so Megatron's last stage carries them too; "
+          "the 405B recipe counts the embedding and the loss as layers (its layout string).")
+    print()
 
 
 def print_bf16(results) -> None:
@@ -342,7 +354,8 @@ def print_attention(results) -> None:
     print()
     rows = []
     for row, r in results:
-        res = resolve_path(SCEN / row.scenario, ["compute.attention_library=cudnn"])
+        res = resolve_path(SCEN / row.scenario,
+                           [*row.overrides, "compute.attention_library=cudnn"])
         c = compute_parts(res)["parts"]["attention"]
         rows.append((short(row), ms(r["parts"]["attention"]), ms(c),
                      err(c, r["parts"]["attention"])))
@@ -387,7 +400,7 @@ def print_finding(results) -> None:
 
 
 def short(row: Row) -> str:
-    return row.name.split(",")[0]
+    return row.name.split(",")[0].replace(" (26.04.01)", "")
 
 
 def main() -> int:
@@ -419,6 +432,11 @@ def main() -> int:
           + "; ".join(f"{short(row)} {r['fpt'] / 1e9:.1f} vs "
                       f"{row.tflops_gpu / row.tokens_gpu * 1e3:.1f} GFLOP"
                       for row, r in results) + ".")
+    for row, r in results:
+        ratio = row.tflops_gpu / row.tokens_gpu * 1e12
+        if abs(r["fpt"] - ratio) > 0.01 * ratio:
+            print(f"{row.name}: the page's TFLOP/s count {ratio / 1e9:.1f} GFLOP per token, "
+                  f"not the 25.11 formula's {r['fpt'] / 1e9:.1f}; read its tokens/s error.")
     print()
     print_parts(results)
     print_gemms(results)
