@@ -68,7 +68,9 @@ CAUSES = {
              "(at line rate)",
     "generation": "vLLM 0.9.0's decode steps: the in-process engine's scheduling and "
                   "output processing are priced in series (vllm-inproc, from vLLM's "
-                  "published GPU bubbles per decode step); vLLM 0.9.0's own per-request "
+                  "published GPU bubbles per decode step), and vLLM V1's fixed CPU time "
+                  "per engine step from one published batch-1 TPOT (rl.rollout.step_fixed, "
+                  "docs/results/vllm-decode-latency.md); vLLM 0.9.0's own per-request "
                   "costs are not published",
     "get logprobs": "the forward passes' layer times (the reference's weight swap is "
                     "priced)",
@@ -171,8 +173,9 @@ def parts(run, summary: dict) -> list[tuple[str, float]]:
 
 
 def _knob_parts(run) -> list[tuple[str, float]]:
-    """The figures of rl.train.seq_host, rl.train.logprob_pipeline and rl.rollout.sampler,
-    each only when its knob is on (moesim.rl.seq_host, logprob_pipeline, sampler_v1)."""
+    """The figures of rl.train.seq_host, rl.train.logprob_pipeline, rl.rollout.sampler and
+    rl.rollout.step_fixed, each only when its knob is on (moesim.rl.seq_host,
+    logprob_pipeline, sampler_v1, step_fixed)."""
     from moesim.rl import seq_host
     from moesim.rl.algorithms import StepInputs
     from moesim.rl.sampler_v1 import SamplerStepCosts
@@ -200,6 +203,10 @@ def _knob_parts(run) -> list[tuple[str, float]]:
         step = SamplerStepCosts(None, res.compute, res.model.vocab, ro.tp).sampler_s(full)
         out.append((f"vLLM 0.9.0's V1 sampler beyond the serving step's, per decode step at "
                     f"its full batch ({full}) ms", 1e3 * step))
+    if ro.step_fixed != "none":
+        from moesim.serve.host import STEP_FIXED, fixed_extra_s
+        out.append(("vLLM V1's fixed CPU time per engine step, added at batch 1 ms",
+                    1e3 * fixed_extra_s(1, STEP_FIXED[ro.step_fixed])))
     return out
 
 
