@@ -49,7 +49,7 @@ class CatalogModel:
 
     def __init__(self, roofline: RooflineModel, tables: tuple[Table, ...],
                  gemm_library: str = "", memory_kernels: str = "stream",
-                 attention_library: str = "") -> None:
+                 attention_library: str = "", fp8_wgrad: str = "deepgemm") -> None:
         self.roofline = roofline
         self.device = roofline.device
         self.precision = roofline.precision
@@ -71,7 +71,11 @@ class CatalogModel:
         #: (:mod:`moesim.compute.memory_kernels`)
         self.memory_kernels = memory_kernels
         mem = "" if memory_kernels == "stream" else f",memory={memory_kernels}"
-        self.name = f"catalog({dev},{self.precision}{lib}{mem})"
+        #: FP8 dense wgrad GEMMs: "deepgemm" (its wgrad tables) or "cublas" (at the forward
+        #: twin's rate; moesim.compute.select.FP8_WGRAD)
+        self.fp8_wgrad = fp8_wgrad
+        wg = "" if fp8_wgrad == "deepgemm" else f",wgrad={fp8_wgrad}"
+        self.name = f"catalog({dev},{self.precision}{lib}{mem}{wg})"
         #: pricing calls so far: source -> [kernels, seconds] (see :func:`coverage`)
         self.tally: dict[str, list[float]] = {"catalog": [0, 0.0], "roofline": [0, 0.0]}
         self._memo: dict[Kernel, Priced] = {}    # identical kernels price identically

@@ -58,6 +58,10 @@ def _interp(points: list[tuple[float, float]], x: float) -> tuple[float, str] | 
 def gemm(model: Any, kernel: Kernel) -> Got:
     """A GEMM kind's time from the tables of its kind and pass."""
     pass_ = kernel.pass_ or "fwd"
+    twin = (pass_ == "wgrad" and kernel.kind == "gemm" and model.dtype_of(kernel) == "fp8"
+            and getattr(model, "fp8_wgrad", "deepgemm") == "cublas")
+    if twin:      # compute.fp8_wgrad cublas: at the forward twin's rate (select.FP8_WGRAD)
+        pass_ = "fwd"
     tables = [t for t in model.tables_for(kernel) if t.kind == kernel.kind and pass_ in t.passes]
     if not tables:
         return model.where(kernel)
@@ -71,6 +75,7 @@ def gemm(model: Any, kernel: Kernel) -> Got:
     per_launch = kernel.flops / count
     why = ""
     wgrad = pass_ == "wgrad"
+    note = " (fp8_wgrad cublas: the forward twin's rate)" if twin else ""
     for t in tables:
         fams = _families(t)
         shape = (n, k) if (n, k) in fams else _nearest(fams, n, k, wgrad)
@@ -92,7 +97,7 @@ def gemm(model: Any, kernel: Kernel) -> Got:
         if shape != (n, k):
             scale, near = wave_scale(model.device, kernel, (n, k), shape, pts[-1][0], wgrad)
         detail = (f"{t.id} m/groups={x:g} n={n} k={k}: {kind} {tflops:.4g} TFLOP/s"
-                  f"{near}{how}")
+                  f"{near}{how}{note}")
         return count * (per_launch / (tflops * 1e12)) * scale, detail
     return why
 

@@ -73,6 +73,14 @@ DEFAULT_KIND = "catalog"
 #: serving steps use ``grouped`` unless the scenario says otherwise
 EXPERT_LAUNCHES = ("per_expert", "grouped")
 
+#: ``compute.fp8_wgrad``: how an FP8 dense weight-gradient GEMM is priced by a catalog.
+#: ``deepgemm`` (default): DeepGEMM's block-scaled wgrad tables (DeepSeek-V3's recipe);
+#: ``cublas``: at its forward twin's rate (the same m x n x k from the forward tables), as
+#: cuBLAS runs Transformer Engine's per-tensor-scaled FP8 GEMMs: TransformerEngine
+#: docs/examples/gemm_profiling/gemm_profiling.rst (1609c890e), one layer's four FP8
+#: current-scaling GEMMs on H200 NVL, Fprop 5.577 ms, Wgrad 5.547 ms
+FP8_WGRAD = ("deepgemm", "cublas")
+
 
 @dataclass(frozen=True)
 class ComputeSection:
@@ -88,6 +96,7 @@ class ComputeSection:
     attention_library: str = ""           # attention tables of that library ("": FlashAttention)
     expert_launches: str = "per_expert"   # per_expert | grouped (EXPERT_LAUNCHES)
     memory_kernels: str = DEFAULT_MEMORY  # stream | eager | fused | liger (memory_kernels.IMPLS)
+    fp8_wgrad: str = "deepgemm"           # deepgemm | cublas (FP8_WGRAD)
     # fused kernel pairs (memory_kernels.FUSIONS; moesim.model.kernels.fusion), written as
     # a list or as names joined by commas; () = none
     fusion: tuple[str, ...] = ()
@@ -185,6 +194,7 @@ FIELDS: dict[str, Any] = {
     "gemm_library": _name("a library name"),
     "attention_library": _name("a library name"),
     "memory_kernels": _choice(MEMORY_IMPLS),
+    "fp8_wgrad": _choice(FP8_WGRAD),
     "fusion": _fusion,
     "file": _name("a path to a calibration file"),
     "mfu_large": _fraction, "min_efficiency": _min_efficiency,
@@ -194,7 +204,8 @@ FIELDS: dict[str, Any] = {
     "activations": lambda d, k, s: _quant(d, s),
     "sparsity": lambda d, k, s: d.__setitem__(k, sparse.check(d[k], s)),
 }
-_CATALOG_KEYS = ("model", "catalog", "gemm_library", "attention_library", "memory_kernels")
+_CATALOG_KEYS = ("model", "catalog", "gemm_library", "attention_library", "memory_kernels",
+                 "fp8_wgrad")
 #: the quantisation and sparsity keys (moesim.compute.quant): any kind but calibration
 QUANT_KEYS = ("weights", "activations", "sparsity")
 
@@ -243,7 +254,7 @@ def parse(d: Any, source: str) -> ComputeSection:
         if d.get("catalog") is not None and d.get("model", DEFAULT_MODEL) != "catalog":
             raise InputError(source, "compute.catalog", "no catalog with model: roofline",
                              d["catalog"])
-        for key in ("gemm_library", "attention_library", "memory_kernels"):
+        for key in ("gemm_library", "attention_library", "memory_kernels", "fp8_wgrad"):
             if key in d:
                 FIELDS[key](d, key, source)
         for key in d:
@@ -379,9 +390,12 @@ def _compute_model(d: dict, source: str, device: DeviceSpec) -> ComputeModel:
     mem = d.get("memory_kernels", DEFAULT_MEMORY)
     if mem not in MEMORY_IMPLS:
         raise InputError(source, "compute.memory_kernels", " or ".join(MEMORY_IMPLS), mem)
+    wgrad = d.get("fp8_wgrad", FP8_WGRAD[0])
+    if wgrad not in FP8_WGRAD:
+        raise InputError(source, "compute.fp8_wgrad", " or ".join(FP8_WGRAD), wgrad)
     model = CatalogModel(roofline, tables, gemm_library=lib, memory_kernels=mem,
                          attention_library="" if d.get("attention_library") is None
-                         else d["attention_library"])
+                         else d["attention_library"], fp8_wgrad=wgrad)
     return model if model.tables else roofline
 
 
