@@ -60,6 +60,7 @@ PAGES: list[tuple[str, list[str], str]] = [
     ("grpo-study", ["grpo_study.py"], ""),
     ("rl-refit", ["bench_refit.py"], ""),
     ("vllm-decode-latency", ["vllm_small_batch.py"], ""),
+    ("megatron-dense-published", ["megatron_dense_published.py"], ""),
     ("rl-moe-trainer", ["rl_moe_trainer.py"], ""),
     ("moe-layer-modelzoo", ["moe_layer_modelzoo.py"], ""),
     ("collective-launch", ["collective_launch.py"], ""),
