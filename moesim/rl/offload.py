@@ -56,6 +56,11 @@ move runs at the link's line rate, a lower bound. Only the optimizer states' cop
 (``v.to("cuda")`` in the training prep) reads pages already resident, and no published
 figure gives its rate (the published step less its four phases, 2-4 s, bounds it).
 
+**Pinned copies out with a host's GPUs copying together** (``rl.train.offload_copy:
+pageable-concurrent``, :mod:`moesim.rl.offload_pinned`): as ``pageable``, and vLLM's sleep
+(the engine's weights out) and the refit's weights out run at the per-GPU rate of a
+published sleep with a host's GPUs copying at once (:func:`moesim.rl.offload_pinned.sleep_Bps`).
+
 **The wake-up's rate** (``rl.weight_sync.calls: nemo-v03-wake``). vLLM's ``wake_up`` of
 the weights inside the refit restores each GPU's weights with every GPU of the host
 waking at once; its rate is the measured share of the host link's line rate
@@ -70,8 +75,10 @@ from dataclasses import asdict, dataclass
 #: one tensor at a time): "~2.8 GB/s" on an H200 host, PCIe Gen5 x16 (sgl-project/sglang
 #: PR 32032, "[Diffusion] offload rollout weights to pinned host memory")
 PAGEABLE_D2H_Bps = 2.8e9
-#: ``rl.train.offload_copy``: ``line`` (every move at the link's rate) or ``pageable``
-OFFLOAD_COPIES = ("line", "pageable")
+#: ``rl.train.offload_copy``: ``line`` (every move at the link's rate), ``pageable`` or
+#: ``pageable-concurrent`` (also the pinned copies out at a host's concurrent rate,
+#: :mod:`moesim.rl.offload_pinned`)
+OFFLOAD_COPIES = ("line", "pageable", "pageable-concurrent")
 
 
 @dataclass(frozen=True)
@@ -87,6 +94,9 @@ class HostMoves:
     pageable_Bps: float | None = None
     #: the engine's weights back in at the refit's ``wake_up`` (None: at ``host_Bps``)
     wake_Bps: float | None = None
+    #: the copies out into pinned memory, vLLM's sleep and the refit's weights out, with
+    #: every GPU of the host copying at once (None: at ``host_Bps``)
+    pinned_out_Bps: float | None = None
 
     @property
     def optimizer_out_s(self) -> float:
@@ -103,7 +113,16 @@ class HostMoves:
 
     @property
     def engine_sleep_s(self) -> float:
-        return self.engine_bytes / self.host_Bps
+        if self.pinned_out_Bps is None:
+            return self.engine_bytes / self.host_Bps
+        return self.engine_bytes / min(self.host_Bps, self.pinned_out_Bps)
+
+    @property
+    def weights_out_s(self) -> float:
+        """``offload_after_refit``'s copy of the policy's parameters to the host."""
+        rate = self.host_Bps if self.pinned_out_Bps is None else min(self.host_Bps,
+                                                                      self.pinned_out_Bps)
+        return self.weights_bytes / rate
 
     @property
     def logprob_prep_s(self) -> float:
@@ -116,8 +135,12 @@ class HostMoves:
     @property
     def refit_s(self) -> float:
         if self.wake_Bps is None:               # as before the wake's rate (same float)
-            return self.optimizer_out_s + (self.engine_bytes + self.weights_bytes) / self.host_Bps
-        return self.optimizer_out_s + self.engine_wake_s + self.weights_bytes / self.host_Bps
+            if self.pinned_out_Bps is None:
+                return self.optimizer_out_s + (self.engine_bytes + self.weights_bytes) / self.host_Bps
+            return self.optimizer_out_s + self.engine_bytes / self.host_Bps + self.weights_out_s
+        if self.pinned_out_Bps is None:         # as before the pinned copies' rate
+            return self.optimizer_out_s + self.engine_wake_s + self.weights_bytes / self.host_Bps
+        return self.optimizer_out_s + self.engine_wake_s + self.weights_out_s
 
     @property
     def bytes_per_step(self) -> float:
@@ -134,19 +157,23 @@ class HostMoves:
             del d["wake_Bps"]
         else:
             d["engine_wake_s"] = self.engine_wake_s
+        if self.pinned_out_Bps is None:         # line rate: the summary as before
+            del d["pinned_out_Bps"]
+        else:
+            d["weights_out_s"] = self.weights_out_s
         return {**d, "engine_sleep_s": self.engine_sleep_s,
                 "logprob_prep_s": self.logprob_prep_s, "train_prep_s": self.train_prep_s,
                 "refit_s": self.refit_s, "bytes_per_step": self.bytes_per_step}
 
 
 def host_moves(stage_row: dict, engine_bytes: float, host_Bps: float,
-               pageable_Bps: float | None = None, wake_Bps: float | None = None
-               ) -> HostMoves:
+               pageable_Bps: float | None = None, wake_Bps: float | None = None,
+               pinned_out_Bps: float | None = None) -> HostMoves:
     """The moves from a memory-table row of the trainer's busiest stage (``weights``,
     ``gradients``, ``optimizer`` bytes) and the engine's weight bytes per GPU."""
     return HostMoves(float(stage_row["weights"]), float(stage_row["gradients"]),
                      float(stage_row["optimizer"]), float(engine_bytes), host_Bps,
-                     pageable_Bps, wake_Bps)
+                     pageable_Bps, wake_Bps, pinned_out_Bps)
 
 
 def setup_moves(setup, host_Bps: float) -> HostMoves | None:
@@ -159,10 +186,14 @@ def setup_moves(setup, host_Bps: float) -> HostMoves | None:
 
     rows = trainer_table(setup, 1)["stages"]
     worst = max(rows, key=lambda r: r["weights"] + r["gradients"] + r["optimizer"])
-    pageable = PAGEABLE_D2H_Bps if cfg.train.offload_copy == "pageable" else None
+    pageable = PAGEABLE_D2H_Bps if cfg.train.offload_copy != "line" else None
+    pinned_out = None
+    if cfg.train.offload_copy == "pageable-concurrent":
+        from moesim.rl.offload_pinned import sleep_Bps
+        pinned_out = sleep_Bps(host_Bps)
     wake = None
     if cfg.weight_sync.calls == "nemo-v03-wake":
         from moesim.rl.refit_wake import wake_Bps
         wake = wake_Bps(host_Bps)
     return host_moves(worst, replica_weight_bytes(setup.res.model, cfg.rollout), host_Bps,
-                      pageable, wake)
+                      pageable, wake, pinned_out)

@@ -64,8 +64,10 @@ LONGEST_RESPONSES = ("drawn", "limit")
 #: colocated host moves around the phases (moesim.rl.offload): ``none`` (only the
 #: switch's), ``nemo`` (NeMo RL's Megatron worker and vLLM's sleep mode, phase by phase)
 OFFLOADS = ("none", "nemo")
-#: how the optimizer states' copy out in the refit runs (moesim.rl.offload.OFFLOAD_COPIES)
-OFFLOAD_COPIES = ("line", "pageable")
+#: how the optimizer states' copy out in the refit runs (moesim.rl.offload.OFFLOAD_COPIES);
+#: ``pageable-concurrent`` also prices the copies into pinned memory with a host's GPUs
+#: copying at once (moesim.rl.offload_pinned)
+OFFLOAD_COPIES = ("line", "pageable", "pageable-concurrent")
 #: the loss's log-probabilities over the full vocabulary in each training micro-batch
 #: (moesim.rl.loss): ``none`` (the model's fused loss only), ``nemo`` (NeMo RL's
 #: DistributedLogprob over the vocab-parallel logits, forward and backward)
@@ -179,7 +181,8 @@ class TrainPool:
     offload: str = "none"       # OFFLOADS (colocated)
     #: with offload nemo: ``line`` (every move at the host link's rate) or ``pageable``
     #: (the optimizer states' ``v.to("cpu")`` in the refit at the rate of a copy into
-    #: pageable host memory, moesim.rl.offload.PAGEABLE_D2H_Bps)
+    #: pageable host memory, moesim.rl.offload.PAGEABLE_D2H_Bps) or ``pageable-concurrent``
+    #: (also vLLM's sleep and the refit's weights out at a host's concurrent pinned rate)
     offload_copy: str = "line"
     loss_logprob: str = "none"  # LOSS_LOGPROBS
     logprob_softmax: str = "none"  # LOGPROB_SOFTMAX
