@@ -48,8 +48,9 @@ Priced here (docs/sources.md):
 Not priced (no published per-item cost): the KV cache's own ``cuMemCreate``/``cuMemMap``
 in the second ``wake_up`` (the published wakes include it, small beside their weights);
 ``offload_after_refit``'s copy of the policy's weights into pinned memory with every GPU
-of the host at once (no published device-to-host rate under that concurrency; it stays at
-the link's line rate); the remote round trips' own network latency.
+of the host at once (at the link's line rate here; ``rl.train.offload_copy:
+pageable-concurrent`` prices it at a published sleep's concurrent rate,
+:mod:`moesim.rl.offload_pinned`); the remote round trips' own network latency.
 """
 
 from __future__ import annotations
