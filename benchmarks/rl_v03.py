@@ -58,14 +58,15 @@ CAUSES = {
              "ops of the gather, conversion, pack and unpack and the offloads' gc.collect "
              "and empty_cache (calls: nemo-v03-ops), vLLM's wake_up of the weights at the "
              "rate measured with a host's GPUs waking together and the driver's blocking "
-             "ray.get waits (calls: nemo-v03-wake); "
+             "ray.get waits (calls: nemo-v03-wake), the policy's weights out into pinned "
+             "memory at the rate of a published sleep with a host's GPUs copying together "
+             "(offload_copy: pageable-concurrent); "
              "unpriced, no published per-item cost: a state_dict() and named_modules() per "
              "bucket, the Python of the gather's and the conversion's loops over the keys "
-             "(regex matches per key and pattern), the caching allocator's fresh "
-             "cudaMalloc after each empty_cache, Ray calls across nodes (priced at one "
-             "node's published rates), the second wake_up's maps of the KV cache, the "
-             "policy's weights out into pinned memory with a host's GPUs copying together "
-             "(at line rate)",
+             "(regex matches per key and pattern), the expandable segments' maps and unmaps "
+             "around each empty_cache (cuMemCreate/Map/SetAccess, cuMemUnmap/Release per "
+             "20 MiB), reduce_tensor per bucket, Ray calls across nodes (priced at one "
+             "node's published rates), the second wake_up's maps of the KV cache",
     "generation": "vLLM 0.9.0's decode steps: the in-process engine's scheduling and "
                   "output processing are priced in series (vllm-inproc, from vLLM's "
                   "published GPU bubbles per decode step), and vLLM V1's fixed CPU time "
@@ -145,6 +146,9 @@ def parts(run, summary: dict) -> list[tuple[str, float]]:
         if m.wake_Bps is not None:
             out.append(("  of which vLLM's wake_up of the engine's weights (every GPU "
                         "of the host at once) s", m.engine_wake_s))
+        if m.pinned_out_Bps is not None:
+            out.append(("  of which the policy's weights out into pinned memory (every GPU "
+                        "of the host at once) s", m.weights_out_s))
     ro = cfg.rollout
     if ro.host_overhead != "none":
         from moesim.serve.host import host_step
