@@ -12,7 +12,11 @@ for every request, sends included), as the exact builder lays them out
   starts once both sides have posted it (NCCL's p2p rendezvous) and its sender's
   previous transfer is delivered (the ``pp`` stream sends one message at a time, in
   program order), and takes the eager send's price (``net.p2p_time``, alone on its
-  path: not held for the all-to-alls of :mod:`moesim.engine.fast.flow_a2a`);
+  path, or the half share beside a gradient bucket's ring). It is not held for the
+  all-to-alls of :mod:`moesim.engine.fast.flow_a2a` as an eager send is: both positions
+  wait in their commits from their post to its delivery and a chunk ends after its
+  last all-to-all, so none of either group's runs beside it (the exact engine's flow
+  network gives it its time alone too, ``tests/test_dualpipe_pp_comm.py``);
 - the position then waits for every message of the batch in queue order, each wait a
   ``bubble`` naming the peer position, so the whole commit counts as bubble.
 """
