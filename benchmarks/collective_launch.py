@@ -135,6 +135,11 @@ def main() -> int:
     print()
     print(f"Held-out eager figures: {_span(held)}; median |error| "
           f"{statistics.median(abs(x) for x in held):.1%}.")
+    print()
+    print("The all-to-all's host path (16 send/recv tasks and 8 planned p2p rounds where the "
+          "all-gather appends one collective) is not priced: no published figure gives its "
+          "host time, so it keeps h (what was read and searched: "
+          "docs/studies/collective-launch-calibration.md, \"The all-to-all's host path\").")
     return 0
 
 
