@@ -35,7 +35,7 @@ seed: 0
 cluster:
   topology: pcie-8gpu
   params: {{gpus_per_node: {gpus}, pcie_switches_per_cpu: 1, cpus: 1,
-           pcie_GBps: 1000000000.0, pcie_latency_us: 0.0}}
+           pcie_GBps: {gbps}, pcie_latency_us: 0.0}}
   device: H100
   network: analytical
 model: {{preset: toy, layers: {layers}, first_dense_layers: {dense}, vocab: 8}}
@@ -53,8 +53,9 @@ def _scenario(tmp_path: Path, kind: str, pp: int, m: int, stages: int | None = N
     stages = stages or pp
     layers = 2 * stages
     p = tmp_path / f"{kind}-{pp}-{m}-{ep}-{overlap}.yaml"
-    p.write_text(TOY_YAML.format(gpus=gpus or pp, layers=layers, dense=layers if dense else 0,
-                                 pp=pp, ep=ep, kind=kind, m=m, overlap=overlap))
+    p.write_text(TOY_YAML.format(gpus=gpus or pp, gbps=1e9, layers=layers,
+                                 dense=layers if dense else 0, pp=pp, ep=ep, kind=kind, m=m,
+                                 overlap=overlap))
     return p
 
 

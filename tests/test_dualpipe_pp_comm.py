@@ -16,25 +16,10 @@ from moesim.schedule.dualpipe import dualpipe_order, dualpipev_order, make_dual_
 from moesim.schedule.dualpipe_comm import run_reference
 from moesim.schedule.evaluate import Durations
 from moesim.wiring import resolve_path, simulate
+from tests.test_dualpipe_engine import TOY_YAML
 
-# the toy model, every layer dense, one GPU per stage, PCIe links of pcie_GBps without
-# latency, no launch cost (as tests/test_dualpipe_engine.py)
-TOY_YAML = """\
-name: pp-comm-toy
-seed: 0
-cluster:
-  topology: pcie-8gpu
-  params: {{gpus_per_node: {gpus}, pcie_switches_per_cpu: 1, cpus: 1,
-           pcie_GBps: {gbps}, pcie_latency_us: 0.0}}
-  device: H100
-  network: analytical
-model: {{preset: toy, layers: {layers}, first_dense_layers: {dense}, vocab: 8}}
-routing: {{kind: uniform}}
-parallel: {{tp: 1, pp: {pp}, ep: {ep}}}
-schedule: {{kind: {kind}, microbatches: {m}, micro_batch_size: 1, seq_len: 256}}
-compute: {{kind: roofline, launch_overhead_us: 0}}
-overlap: {{dp_overlap: true, kind: {overlap}}}
-"""
+# the toy model of tests/test_dualpipe_engine.py: every layer dense, one GPU per stage,
+# PCIe links of pcie_GBps without latency, no launch cost
 
 
 def _scenario(tmp_path: Path, kind: str, pp: int, m: int, stages: int, gbps: float,
