@@ -44,7 +44,9 @@ from deepseek_campaign import PUBLISHED_STEP_S, campaign_wall, line  # noqa: E40
 #: overlapped), EP16 over two nodes with DeepEP, zipf 0.3 skew, 4 MoE layers, 4
 #: micro-batches per replica, ZeRO-1
 FIDELITY = ["cluster.nodes=16", "parallel.pp=2", "parallel.ep=16", "model.layers=4",
-            "model.first_dense_layers=0", "schedule.microbatches=4", "routing.max_nodes=null"]
+            "model.first_dense_layers=0", "schedule.microbatches=4", "routing.max_nodes=null",
+            "model.mtp_layers=0", "parallel.decoder_first_pipeline_num_layers=null",
+            "parallel.decoder_last_pipeline_num_layers=null"]
 
 CHILD = r"""
 import hashlib, json, resource, sys, time

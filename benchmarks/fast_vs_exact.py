@@ -37,7 +37,10 @@ STEP_BOUND = 0.005
 CATEGORY_BOUND = 0.01
 
 #: DeepSeek-V3 cut down: every ``ds*`` row starts from these
-DS = ["model.layers=4", "model.first_dense_layers=0", "schedule.microbatches=4"]
+DS = ["model.layers=4", "model.first_dense_layers=0", "schedule.microbatches=4",
+      # without the shipped scenario's MTP module and its 3 | ... | 2 stage split
+      "model.mtp_layers=0", "parallel.decoder_first_pipeline_num_layers=null",
+      "parallel.decoder_last_pipeline_num_layers=null"]
 DS32 = [*DS, "cluster.nodes=4", "parallel.pp=2", "parallel.ep=16", "routing.max_nodes=null",
         "parallel.ep_backend.kind=nccl"]
 DS128 = [*DS, "cluster.nodes=16", "parallel.pp=2", "parallel.ep=16", "routing.max_nodes=null"]
