@@ -25,9 +25,14 @@ SCENARIOS = ["toy-cpu", "hot-expert", "mixtral-8x7b-ep8", "mixtral-8x7b-64gpu",
              "deepseek-v3-2048"]
 # DeepSeek-V3 shape with a fixed slice of work per replica (as benchmarks/bench_scenarios.py):
 # PP4, EP8 (one node per EP group), 4 MoE layers, 4 micro-batches; GPUs grow with nodes
+# (1F1B, without the shipped scenario's MTP module and its 3 | ... | 2 stage split)
 GPU_SCALING = [(n * 8, [f"cluster.nodes={n}", "parallel.pp=4", "parallel.ep=8",
                         "model.layers=4", "model.first_dense_layers=0",
-                        "schedule.microbatches=4", "routing.max_nodes=null"]) for n in (8, 16, 32, 64, 128, 256)]
+                        "schedule.microbatches=4", "routing.max_nodes=null",
+                        "schedule.kind=1f1b", "model.mtp_layers=0",
+                        "parallel.decoder_first_pipeline_num_layers=null",
+                        "parallel.decoder_last_pipeline_num_layers=null"])
+               for n in (8, 16, 32, 64, 128, 256)]
 MB_SCALING = [(m, ["model.layers=8", f"schedule.microbatches={m}"]) for m in (2, 4, 8, 16, 32)]
 
 CHILD = r"""

@@ -39,7 +39,10 @@ ROWS = [(2048, None, "independent"), (2048, None, "identical"), (4096, None, "id
         (8192, None, "identical"), (16384, None, "identical"),
         (16384, "superpod-h100-16k", "identical"), (98304, "superpod-h100-100k", "identical")]
 SKEW = ["parallel.pp=4", "model.layers=8", "model.first_dense_layers=0",
-        "schedule.microbatches=16", "routing.kind=zipf"]
+        "schedule.microbatches=16", "routing.kind=zipf",
+        # without the shipped scenario's MTP module and its 3 | ... | 2 stage split
+        "model.mtp_layers=0", "parallel.decoder_first_pipeline_num_layers=null",
+        "parallel.decoder_last_pipeline_num_layers=null"]
 #: routing.zipf_s of the skew table: the guide's what-if (hottest expert 3.7x the mean)
 #: and a heavier skew
 ZIPF_S = [0.3, 1.0]

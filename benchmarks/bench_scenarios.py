@@ -37,9 +37,13 @@ TARGETS_S = {"mixtral-8x7b-ep8": 5.0, "mixtral-8x7b-64gpu": 5.0, "deepseek-v3-20
 # DeepSeek-V3 shape (H800, fp8 dispatch, node-limited routing, EP overlap, ZeRO-1) with
 # a fixed slice of work per replica: PP4, EP8 (one node per EP group), 4 MoE layers,
 # 4 micro-batches; GPUs grow by adding data-parallel replicas (dp = GPUs / 4).
+# 1F1B, without the shipped scenario's MTP module and its 3 | ... | 2 stage split.
 GPU_FAMILY = ("deepseek-v3-2048", ["parallel.pp=4", "parallel.ep=8", "model.layers=4",
                                    "model.first_dense_layers=0", "schedule.microbatches=4",
-                                   "routing.max_nodes=null"])
+                                   "routing.max_nodes=null", "schedule.kind=1f1b",
+                                   "model.mtp_layers=0",
+                                   "parallel.decoder_first_pipeline_num_layers=null",
+                                   "parallel.decoder_last_pipeline_num_layers=null"])
 # Mixtral on 16 GPUs (PP2, EP8 per node), 8 layers, growing micro-batches
 MB_FAMILY = ("mixtral-8x7b-ep8", ["model.layers=8"])
 
