@@ -40,6 +40,18 @@ Published figures (original sources; docs/sources.md):
   balance, EP a2a overlap in 1F1B, recompute of the MLA up-projections and the dense
   MLPs, no overlap of the gradient reduce). Its FP8 GEMMs are Transformer Engine's
   (cuBLAS, per-tensor current scaling), priced by the catalog's default tables.
+- Qwen3 MoE pre-training on DGX-H100 in FP8 (Transformer Engine's per-tensor current
+  scaling), Megatron-Bridge's performance summary (``docs/performance-summary-archive.md``,
+  forced-balanced routing, dropless): Qwen3-30B-A3B on 16 GPUs (NeMo 26.04.01, tag v0.4.2:
+  GBS 1024, MBS 1, sequence 4096, TP1 PP1 EP16, HybridEP) 8960 tokens/s and 206 TFLOP/s
+  per GPU; Qwen3-235B-A22B on 256 GPUs (NeMo 25.11, 00b7660be: GBS 2048, MBS 1, TP2 PP8
+  VP4 EP32, the all-to-all dispatcher with Megatron's EP overlap in 1F1B) 1575 tokens/s
+  and 233 TFLOP/s per GPU. ``qwen3-30b-a3b-16-h100`` and ``qwen3-235b-256-h100-fp8``
+  write the recipes field by field. The same 30B layout measured in BF16 (Megatron-Bridge
+  ``skills/nemo-mbridge-perf-moe-comm-overlap/card.yaml`` at 7ded17da, PR 5094: HybridEP,
+  no EP overlap, CUDA graphs of the router and preprocessing): step 24.714 s, 244.0
+  TFLOP/s per GPU, and rank 0's profile, from which the page derives the communication
+  kernels' time, the compute and the GPU's idle time for a comparison by part.
 - cuBLAS GEMMs on an H200 NVL, BF16 and FP8 per-tensor scaling, the per-pass sums of the
   twelve GEMMs of one layer (hidden 4096, intermediate 16384, 15,872 tokens), kernels
   alone (NVIDIA/TransformerEngine ``docs/examples/gemm_profiling/gemm_profiling.rst``,
@@ -84,6 +96,9 @@ RUNS = {
     "deepseek-v3-decode-gb200-nvfp4": ("deepseek-v3-decode-gb200-nvfp4", []),
     "deepseek-v3-256-gb200": ("deepseek-v3-256-gb200", []),
     "deepseek-v3-256-b200": ("deepseek-v3-256-b200", []),
+    "qwen3-30b-a3b-16-h100": ("qwen3-30b-a3b-16-h100", []),
+    "qwen3-235b-256-h100-fp8": ("qwen3-235b-256-h100-fp8", []),
+    "qwen3-30b-a3b-16-h100-bf16": ("qwen3-30b-a3b-16-h100", ["compute.precision=bf16"]),
 }
 #: runs of ``moesim serve`` (one decode step), the rest ``moesim run``
 SERVE_RUNS = {"deepseek-v3-decode-gb200", "deepseek-v3-decode-gb200-nvfp4"}
@@ -95,7 +110,10 @@ RUN_FILES = {"deepseek-v3-2048": "ds_shipped.json", "mixtral-8x7b-64gpu": "mixtr
              "deepseek-v3-1024-h100": "ds1024.json", "validate": "validate.json",
              "deepseek-v3-decode-gb200": "gb200_decode.json",
              "deepseek-v3-decode-gb200-nvfp4": "gb200_decode_nvfp4.json",
-             "deepseek-v3-256-gb200": "gb200_train.json", "deepseek-v3-256-b200": "b200_train.json"}
+             "deepseek-v3-256-gb200": "gb200_train.json", "deepseek-v3-256-b200": "b200_train.json",
+             "qwen3-30b-a3b-16-h100": "qwen3_30b_h100.json",
+             "qwen3-235b-256-h100-fp8": "qwen3_235b_h100.json",
+             "qwen3-30b-a3b-16-h100-bf16": "qwen3_30b_h100_bf16.json"}
 RUNS_DIR: Path | None = None
 ONLY_SAVED = False
 
@@ -163,6 +181,7 @@ def figures(profile: str | None) -> list[dict]:
         out.append({"figure": "DeepSeek-V3, 1024 H100 FP8: TFLOP/s per GPU", "unit": "TFLOP/s",
                     "published": 338.0, "moesim": d["model_flops"] / d["step_time_s"]
                     / d["world"] / 1e12, "source": src})
+    out += qwen3_h100_figures()
     out += serving_figures()
     out += blackwell_figures()
     for r in gemm_published.rows():
@@ -201,6 +220,78 @@ def figures(profile: str | None) -> list[dict]:
         if v.get("kernel_classes"):
             out.append({"figure": "kernel classes", "unit": "table", "source": src,
                         "published": None, "moesim": None, "rows": v["kernel_classes"]["rows"]})
+    return out
+
+
+#: Megatron-Bridge's published Qwen3 MoE pre-training on DGX-H100: (run, figure, source,
+#: tokens/s per GPU, model TFLOP/s per GPU), from docs/performance-summary-archive.md
+QWEN3_H100 = (
+    ("qwen3-30b-a3b-16-h100", "Qwen3-30B-A3B, 16 H100 FP8-CS (EP16, HybridEP)",
+     "Megatron-Bridge performance summary (NeMo 26.04.01, DGX-H100)", 8960.0, 206.0),
+    ("qwen3-235b-256-h100-fp8", "Qwen3-235B-A22B, 256 H100 FP8-CS (TP2 PP8 VP4 EP32)",
+     "Megatron-Bridge performance summary (NeMo 25.11, DGX-H100)", 1575.0, 233.0),
+)
+
+
+#: Megatron-Bridge's measured BF16 run of the same Qwen3-30B-A3B layout (16 H100, EP16,
+#: HybridEP, MBS 1, GBS 1024, no EP overlap; CUDA graphs of the router and preprocessing):
+#: skills/nemo-mbridge-perf-moe-comm-overlap/card.yaml at 7ded17da (PR 5094): step
+#: 24,713.8 ms, 244.039 TFLOP/s per GPU; rank 0's Nsight profile: communication kernels
+#: concurrent with GEMM/attention 9.079 ms = 0.11 % of the communication time, the union of
+#: GPU-active intervals 22,820.667 ms
+QWEN3_30B_BF16_MEASURED = {"step_s": 24.7138, "tflops": 244.039, "overlapped_comm_s": 9.079e-3,
+                           "overlapped_share": 0.0011, "gpu_active_s": 22.820667}
+
+
+def qwen3_30b_bf16_parts() -> dict:
+    """The measured BF16 step's parts as the card's profile gives them (derived: the
+    communication kernels' time = the overlapped time / its share; compute = the GPU-active
+    union less the communication, which barely overlaps it; idle = step - GPU-active)."""
+    m = QWEN3_30B_BF16_MEASURED
+    comm = m["overlapped_comm_s"] / m["overlapped_share"]
+    return {"communication kernels": comm, "compute": m["gpu_active_s"] - comm,
+            "GPU idle": m["step_s"] - m["gpu_active_s"]}
+
+
+def qwen3_h100_figures() -> list[dict]:
+    """Tokens/s and TFLOP/s per GPU of the Qwen3 MoE rows, with the step's parts."""
+    out = []
+    for name, figure, src, tokens, tflops in QWEN3_H100:
+        d = run(name)
+        if d is None:
+            continue
+        b = d["breakdown_s"]
+        parts = {"compute": b["compute"],
+                 "ep_dispatch+combine": b["ep_dispatch"] + b["ep_combine"],
+                 "bubble": b.get("bubble", 0.0)}
+        step_tokens = d["tokens_per_s"] * d["step_time_s"]      # GBS x sequence
+        out.append({"figure": f"{figure}: tokens/s per GPU", "unit": "tokens/s",
+                    "published": tokens, "moesim": d["tokens_per_s"] / d["world"],
+                    "source": src})
+        out.append({"figure": f"{figure}: step (published: GBS x sequence / GPUs / "
+                    "tokens/s per GPU)", "unit": "s",
+                    "published": step_tokens / d["world"] / tokens,
+                    "moesim": d["step_time_s"], "source": src, "parts": parts})
+        out.append({"figure": f"{figure}: TFLOP/s per GPU", "unit": "TFLOP/s",
+                    "published": tflops,
+                    "moesim": d["model_flops"] / d["step_time_s"] / d["world"] / 1e12,
+                    "source": src})
+    d = run("qwen3-30b-a3b-16-h100-bf16")
+    if d is not None:
+        b = d["breakdown_s"]
+        src = "Megatron-Bridge PR 5094 (MoE overlap card, measured)"
+        meas = qwen3_30b_bf16_parts()
+        out.append({"figure": "Qwen3-30B-A3B, 16 H100 BF16 (EP16, HybridEP, no EP overlap): "
+                    "step", "unit": "s", "published": QWEN3_30B_BF16_MEASURED["step_s"],
+                    "moesim": d["step_time_s"], "source": src,
+                    "parts": {"compute": b["compute"],
+                              "ep_dispatch+combine": b["ep_dispatch"] + b["ep_combine"],
+                              "stall and idle": b.get("stall", 0.0) + b.get("idle", 0.0)},
+                    "measured_parts": meas})
+        out.append({"figure": "Qwen3-30B-A3B, 16 H100 BF16: TFLOP/s per GPU",
+                    "unit": "TFLOP/s", "published": QWEN3_30B_BF16_MEASURED["tflops"],
+                    "moesim": d["model_flops"] / d["step_time_s"] / d["world"] / 1e12,
+                    "source": src})
     return out
 
 
@@ -355,6 +446,13 @@ def main(argv: list[str] | None = None) -> int:
     for r in parts:
         body.append(f"{r['figure']}, mean over ranks: " + ", ".join(
             f"{k} {v:.2f} s" for k, v in r["parts"].items()))
+        if r.get("measured_parts"):
+            body.append("")
+            body.append("Measured (rank 0's profile; derived from the card's figures, "
+                        "benchmarks/published_table.py `qwen3_30b_bf16_parts`): " + ", ".join(
+                            f"{k} {v:.2f} s" for k, v in r["measured_parts"].items())
+                        + " (the card rounds the overlapped share to 0.11 %: the communication "
+                        "kernels lie between 7.9 and 8.6 s)")
         body.append("")
     if args.note:
         body += [args.note, ""]

@@ -64,6 +64,7 @@ PAGES: list[tuple[str, list[str], str]] = [
     ("rl-moe-trainer", ["rl_moe_trainer.py"], ""),
     ("moe-layer-modelzoo", ["moe_layer_modelzoo.py"], ""),
     ("collective-launch", ["collective_launch.py"], ""),
+    ("hybridep-published", ["hybridep_published.py"], ""),
     ("knob-defaults", ["knob_defaults.py"], ""),
     ("topology-scale", ["bench_topology_scale.py", "--profile"], ""),
 ]

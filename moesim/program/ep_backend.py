@@ -8,7 +8,11 @@
   from the micro-batch's deduplicated copies (:mod:`moesim.gating.dedup`): one RDMA copy
   per (token, node) to the rail peer, NVLink forwarding per (token, GPU), holding
   ``sms`` SMs (default 20);
-* ``deepep-ll``: the low-latency kernels, one message per (token, expert), no SMs held.
+* ``deepep-ll``: the low-latency kernels, one message per (token, expert), no SMs held;
+* ``hybridep``: HybridEP's kernels: DeepEP's normal copies on the links (the same plan),
+  each rank done no sooner than its (token, node) bytes at HybridEP's published H100 rate
+  (:mod:`moesim.ep.hybridep`; the rate stands for the SM bound and the fill and drain of
+  DeepEP's kernels), holding ``sms`` SMs (default 16).
 
 Directions: the forward dispatch sends tokens in ``routing.dispatch_dtype`` and the
 forward combine expert outputs in ``routing.combine_dtype``; in the backward the
@@ -26,6 +30,7 @@ import dataclasses
 import numpy as np
 
 from moesim.collectives.ep_exchange import EPExchangeSpec
+from moesim.ep import hybridep
 from moesim.ep.messages import ll_bytes_per_message
 from moesim.ep.plan import check_nvl_peers, ll_matrix, plan_ep_exchange
 from moesim.ep.timing import SM_WRITE_BPS, medium_rates, path_latencies
@@ -34,6 +39,8 @@ from moesim.gating.tokens import DedupCounts
 from moesim.scenario.schema import step_graph_floor_s
 
 DEEPEP_KINDS = ("deepep", "deepep-ll")
+#: kinds whose exchanges are planned as DeepEP's (EPExchangeSpec): DeepEP's and HybridEP's
+PLANNED_KINDS = (*DEEPEP_KINDS, "hybridep")
 #: name of the engine's EP op -> (DeepEP op, which dtype) of each direction
 DIRECTIONS = {
     "fwd.dispatch": ("ep_dispatch", "dispatch"),
@@ -66,13 +73,14 @@ class EPBackend:
         self._counts: tuple | None = None     # (routed micro-batch, its DedupCounts)
         self._ll: dict[tuple, EPExchangeSpec] = {}  # (group, op, dtype) -> a planned LL spec
         self._ll_msg: tuple[float, float] | None = None  # bytes of an LL dispatch, combine message
-        if self.kind in DEEPEP_KINDS:
+        self.device = str(getattr(res.device, "name", res.device))
+        if self.kind in PLANNED_KINDS:
             if res.routing.replicate:
                 raise InputError(self.src, "routing.replicate",
                                  "no replicated experts with a DeepEP backend (its layout "
                                  "sends each token to the expert's one home GPU)",
                                  f"{len(res.routing.replicate)} replica specs")
-            if (self.kind == "deepep" and res.routing.placement is not None
+            if (self.kind in ("deepep", "hybridep") and res.routing.placement is not None
                     and res.routing.placement.redundant):
                 raise InputError(self.src, "routing.placement.redundant",
                                  "0 with DeepEP's normal kernels (their plan sends each token "
@@ -82,6 +90,13 @@ class EPBackend:
                 raise InputError(self.src, "parallel.ep_backend.sms",
                                  "an even number of SMs >= 2 (DeepEP runs 2 SMs per channel)",
                                  sms)
+            if self.kind == "hybridep":
+                hybridep.rate_Bps(hybridep.RANKS[0], max(sms, hybridep.SMS[0]), "ep_combine",
+                                  self.dtypes["combine"], self.src)
+                if sms < hybridep.SMS[0]:
+                    raise InputError(self.src, "parallel.ep_backend.sms", "at least "
+                                     f"{hybridep.SMS[0]} SMs for hybridep (its published "
+                                     "rates: 4, 8 and 16 SMs)", sms)
             dev_sms = int(getattr(res.device, "sms", 0) or 0)
             if dev_sms and sms >= dev_sms:
                 raise InputError(self.src, "parallel.ep_backend.sms",
@@ -89,13 +104,16 @@ class EPBackend:
 
     @property
     def deepep(self) -> bool:
-        return self.kind in DEEPEP_KINDS
+        """Whether the exchanges are planned DeepEP-style (EPExchangeSpec): DeepEP's
+        kernels and HybridEP's."""
+        return self.kind in PLANNED_KINDS
 
     @property
     def needs_dedup(self) -> bool:
         """Whether the plan reads the (token, GPU) and (token, node) copies: the normal
-        kernels only (the low-latency ones send one message per (token, expert))."""
-        return self.kind == "deepep"
+        kernels and HybridEP's (the low-latency ones send one message per (token,
+        expert))."""
+        return self.kind in ("deepep", "hybridep")
 
     def ranks_per_node(self, group: tuple[int, ...], gpn: int | None) -> int:
         """EP ranks per node; DeepEP needs the group laid out node by node, equally."""
@@ -109,7 +127,11 @@ class EPBackend:
                              "an EP group with the same number of ranks on every node, node "
                              "by node, for DeepEP's rail-aligned forwarding (or kind: nccl)",
                              self.kind)
-        check_nvl_peers(self.kind, int(counts[0]), self.src, "parallel.ep_backend.kind")
+        if self.kind == "hybridep":
+            hybridep.check_layout(self.device, int(counts[0]), self.src)
+            hybridep.rate_Bps(len(group), self.sms, "ep_combine", "bf16", self.src)
+        else:
+            check_nvl_peers(self.kind, int(counts[0]), self.src, "parallel.ep_backend.kind")
         return int(counts[0])
 
     def plan_key(self, name: str) -> tuple[str, str]:
@@ -157,13 +179,21 @@ class EPBackend:
                 tokens=route.assign.sum(axis=1) // max(self.top_k, 1),
                 ranks_per_node=ranks_per_node))
         counts = self._counts[1]
-        plan = plan_ep_exchange(counts, op, self.kind, self.dtypes[which], self.hidden,
-                                self.top_k, self.sms if self.kind == "deepep" else 20)
+        dtype = self.dtypes[which]
+        planned = "deepep" if self.kind == "hybridep" else self.kind
+        plan = plan_ep_exchange(counts, op, planned, dtype, self.hidden, self.top_k,
+                                self.sms if self.kind == "deepep" else 20)
         fill, notify, _ = self._fixed(group, plan)
-        sm_s = (plan.sm_write_bytes / (plan.sms * SM_WRITE_BPS) if plan.sms
-                else np.zeros(len(group)))
         matrix = sum(st.matrix for st in plan.stages)
         matrix.setflags(write=False)
+        if self.kind == "hybridep":      # the published rate bounds each rank instead
+            sm_s = hybridep.bound_s(counts.node_tokens, self.hidden, op, dtype, self.sms,
+                                    self.src)
+            return EPExchangeSpec(group=tuple(group), kernel=self.kind, ep_op=op,
+                                  matrix=matrix, sm_s=sm_s, fill_s=0.0,
+                                  notify_s=notify(plan), sms=self.sms)
+        sm_s = (plan.sm_write_bytes / (plan.sms * SM_WRITE_BPS) if plan.sms
+                else np.zeros(len(group)))
         out = EPExchangeSpec(group=tuple(group), kernel=self.kind, ep_op=op, matrix=matrix,
                              sm_s=sm_s, fill_s=fill(plan), notify_s=notify(plan),
                              sms=plan.sms)

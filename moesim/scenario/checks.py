@@ -77,7 +77,8 @@ def check_deepep_hidden(src: str, scn: Any, model: Any) -> None:
     step's ``ep_backend: auto`` picks NCCL instead: moesim.serve.config)."""
     kind = scn.parallel.ep_backend.kind
     hidden = int(getattr(model, "hidden", 0) or 0)
-    if kind in ("deepep", "deepep-ll") and scn.parallel.ep > 1 and not deepep_carries(hidden):
+    if kind in ("deepep", "deepep-ll", "hybridep") and scn.parallel.ep > 1 \
+            and not deepep_carries(hidden):
         raise InputError(src, "parallel.ep_backend.kind",
                          "nccl " + deepep_hidden_expected(hidden), kind)
 

@@ -88,10 +88,13 @@ class ClusterConfig:
         return dataclasses.replace(self, nodes=-(-gpus // gpus_per_node))
 
 
-EP_BACKENDS = ("nccl", "deepep", "deepep-ll")
+EP_BACKENDS = ("nccl", "deepep", "deepep-ll", "hybridep")
 #: SMs a DeepEP normal kernel uses unless told: ``Buffer.num_sms = 20`` (deepseek-ai/DeepEP,
 #: deep_ep/buffer.py), the 20 of 132 H800 SMs of DeepSeek-V3's training (report §3.2.2)
 DEEPEP_DEFAULT_SMS = 20
+#: SMs HybridEP uses unless told: Megatron-Core's ``moe_hybridep_num_sms: int = 16``
+#: (NVIDIA/Megatron-LM megatron/core/transformer/transformer_config.py)
+HYBRIDEP_DEFAULT_SMS = 16
 
 
 @dataclass(frozen=True)
@@ -101,7 +104,9 @@ class EPBackendConfig:
     ``nccl``: pairwise all-to-all-v, one copy per (token, expert), holding
     ``overlap.nccl_sms`` SMs; ``deepep``: DeepEP's normal kernels (one RDMA copy per
     (token, node), NVLink forwarding, ``sms`` SMs held, default 20); ``deepep-ll``: the
-    low-latency kernels (one RDMA message per (token, expert), no SMs held in flight)."""
+    low-latency kernels (one RDMA message per (token, expert), no SMs held in flight);
+    ``hybridep``: HybridEP's kernels, DeepEP's copies at HybridEP's published H100 rates
+    (:mod:`moesim.ep.hybridep`), ``sms`` SMs held, default 16."""
 
     kind: str = "nccl"
     sms: int | None = None            # SMs the kernels hold (None: the kind's default)
@@ -111,6 +116,8 @@ class EPBackendConfig:
             return DEEPEP_DEFAULT_SMS if self.sms is None else int(self.sms)
         if self.kind == "deepep-ll":
             return 0
+        if self.kind == "hybridep":
+            return HYBRIDEP_DEFAULT_SMS if self.sms is None else int(self.sms)
         return int(nccl_sms) if self.sms is None else int(self.sms)
 
 
