@@ -40,6 +40,11 @@ Published figures (original sources; docs/sources.md):
   balance, EP a2a overlap in 1F1B, recompute of the MLA up-projections and the dense
   MLPs, no overlap of the gradient reduce). Its FP8 GEMMs are Transformer Engine's
   (cuBLAS, per-tensor current scaling), priced by the catalog's default tables.
+- DeepSeek-V3 on 1024 H100 in BF16, measured by NVIDIA for Megatron-Bridge's model card
+  (``examples/model_verification_cards/deepseek-v3/card.yaml``, pretrain_performance.H100:
+  the recipe ``deepseek_v3_pretrain_1024gpu_h100_bf16_config``, TP2 PP8 VP4 EP64, GBS
+  16384, HybridEP on 16 SMs, no EP overlap; steps 41-50: 61,756 ms, 1061.2 tokens/s and
+  276.0 TFLOP/s per GPU): ``deepseek-v3-1024-h100`` with the recipe's differences set.
 - Qwen3 MoE pre-training on DGX-H100 in FP8 (Transformer Engine's per-tensor current
   scaling), Megatron-Bridge's performance summary (``docs/performance-summary-archive.md``,
   forced-balanced routing, dropless): Qwen3-30B-A3B on 16 GPUs (NeMo 26.04.01, tag v0.4.2:
@@ -99,6 +104,13 @@ RUNS = {
     "qwen3-30b-a3b-16-h100": ("qwen3-30b-a3b-16-h100", []),
     "qwen3-235b-256-h100-fp8": ("qwen3-235b-256-h100-fp8", []),
     "qwen3-30b-a3b-16-h100-bf16": ("qwen3-30b-a3b-16-h100", ["compute.precision=bf16"]),
+    # Megatron-Bridge's BF16 recipe of the same layout (deepseek_v3_pretrain_1024gpu_h100_
+    # bf16_config): GBS 16384 (256 micro-batches a replica), HybridEP on 16 SMs, no EP
+    # overlap, no overlapped gradient reduce; the rest as the FP8 scenario
+    "deepseek-v3-1024-h100-bf16": ("deepseek-v3-1024-h100", [
+        "compute.precision=bf16", "schedule.microbatches=256",
+        "parallel.ep_backend.kind=hybridep", "parallel.ep_backend.sms=16",
+        "overlap.kind=none", "overlap.dp_overlap=false"]),
 }
 #: runs of ``moesim serve`` (one decode step), the rest ``moesim run``
 SERVE_RUNS = {"deepseek-v3-decode-gb200", "deepseek-v3-decode-gb200-nvfp4"}
@@ -113,7 +125,8 @@ RUN_FILES = {"deepseek-v3-2048": "ds_shipped.json", "mixtral-8x7b-64gpu": "mixtr
              "deepseek-v3-256-gb200": "gb200_train.json", "deepseek-v3-256-b200": "b200_train.json",
              "qwen3-30b-a3b-16-h100": "qwen3_30b_h100.json",
              "qwen3-235b-256-h100-fp8": "qwen3_235b_h100.json",
-             "qwen3-30b-a3b-16-h100-bf16": "qwen3_30b_h100_bf16.json"}
+             "qwen3-30b-a3b-16-h100-bf16": "qwen3_30b_h100_bf16.json",
+             "deepseek-v3-1024-h100-bf16": "ds1024_bf16.json"}
 RUNS_DIR: Path | None = None
 ONLY_SAVED = False
 
@@ -181,6 +194,19 @@ def figures(profile: str | None) -> list[dict]:
         out.append({"figure": "DeepSeek-V3, 1024 H100 FP8: TFLOP/s per GPU", "unit": "TFLOP/s",
                     "published": 338.0, "moesim": d["model_flops"] / d["step_time_s"]
                     / d["world"] / 1e12, "source": src})
+    d = run("deepseek-v3-1024-h100-bf16")
+    if d is not None:
+        src = "Megatron-Bridge DeepSeek-V3 model card (H100 BF16, measured)"
+        b = d["breakdown_s"]
+        out.append({"figure": "DeepSeek-V3, 1024 H100 BF16 (GBS 16384, HybridEP): tokens/s "
+                    "per GPU", "unit": "tokens/s", "published": DSV3_H100_BF16["tokens"],
+                    "moesim": d["tokens_per_s"] / d["world"], "source": src})
+        out.append({"figure": "DeepSeek-V3, 1024 H100 BF16: step", "unit": "s",
+                    "published": DSV3_H100_BF16["step_s"], "moesim": d["step_time_s"],
+                    "source": src,
+                    "parts": {"compute": b["compute"],
+                              "ep_dispatch+combine": b["ep_dispatch"] + b["ep_combine"],
+                              "bubble": b.get("bubble", 0.0)}})
     out += qwen3_h100_figures()
     out += serving_figures()
     out += blackwell_figures()
@@ -222,6 +248,11 @@ def figures(profile: str | None) -> list[dict]:
                         "published": None, "moesim": None, "rows": v["kernel_classes"]["rows"]})
     return out
 
+
+#: Megatron-Bridge's measured BF16 DeepSeek-V3 on 1024 H100: examples/model_verification_
+#: cards/deepseek-v3/card.yaml (pretrain_performance.H100, last verified with NeMo 26.08.rc5,
+#: Bridge 79308d0d): TP2 PP8 VP4 EP64, GBS 16384, MBS 1, steps 41-50 averaged
+DSV3_H100_BF16 = {"step_s": 61.75613, "tokens": 1061.206, "tflops": 276.030}
 
 #: Megatron-Bridge's published Qwen3 MoE pre-training on DGX-H100: (run, figure, source,
 #: tokens/s per GPU, model TFLOP/s per GPU), from docs/performance-summary-archive.md
