@@ -56,7 +56,10 @@ Published figures (original sources; docs/sources.md):
   ``skills/nemo-mbridge-perf-moe-comm-overlap/card.yaml`` at 7ded17da, PR 5094: HybridEP,
   no EP overlap, CUDA graphs of the router and preprocessing): step 24.714 s, 244.0
   TFLOP/s per GPU, and rank 0's profile, from which the page derives the communication
-  kernels' time, the compute and the GPU's idle time for a comparison by part.
+  kernels' time, the compute and the GPU's idle time for a comparison by part; and with
+  Megatron's all-to-all dispatcher (NCCL) instead of HybridEP (``docs/training/
+  cuda-graphs.md`` and ``communication-overlap.md`` at 302976773): 41.36 s eager, 31.31 s
+  with the EP overlap (permute fusion off).
 - cuBLAS GEMMs on an H200 NVL, BF16 and FP8 per-tensor scaling, the per-pass sums of the
   twelve GEMMs of one layer (hidden 4096, intermediate 16384, 15,872 tokens), kernels
   alone (NVIDIA/TransformerEngine ``docs/examples/gemm_profiling/gemm_profiling.rst``,
@@ -107,6 +110,10 @@ RUNS = {
     # Megatron-Bridge's BF16 recipe of the same layout (deepseek_v3_pretrain_1024gpu_h100_
     # bf16_config): GBS 16384 (256 micro-batches a replica), HybridEP on 16 SMs, no EP
     # overlap, no overlapped gradient reduce; the rest as the FP8 scenario
+    "qwen3-30b-a3b-16-h100-bf16-a2a": ("qwen3-30b-a3b-16-h100", [
+        "compute.precision=bf16", "parallel.ep_backend.kind=nccl"]),
+    "qwen3-30b-a3b-16-h100-bf16-a2a-overlap": ("qwen3-30b-a3b-16-h100", [
+        "compute.precision=bf16", "parallel.ep_backend.kind=nccl", "overlap.kind=a2a-1f1b"]),
     "deepseek-v3-1024-h100-bf16": ("deepseek-v3-1024-h100", [
         "compute.precision=bf16", "schedule.microbatches=256",
         "parallel.ep_backend.kind=hybridep", "parallel.ep_backend.sms=16",
@@ -126,7 +133,9 @@ RUN_FILES = {"deepseek-v3-2048": "ds_shipped.json", "mixtral-8x7b-64gpu": "mixtr
              "qwen3-30b-a3b-16-h100": "qwen3_30b_h100.json",
              "qwen3-235b-256-h100-fp8": "qwen3_235b_h100.json",
              "qwen3-30b-a3b-16-h100-bf16": "qwen3_30b_h100_bf16.json",
-             "deepseek-v3-1024-h100-bf16": "ds1024_bf16.json"}
+             "deepseek-v3-1024-h100-bf16": "ds1024_bf16.json",
+             "qwen3-30b-a3b-16-h100-bf16-a2a": "qwen3_30b_h100_a2a.json",
+             "qwen3-30b-a3b-16-h100-bf16-a2a-overlap": "qwen3_30b_h100_a2a_overlap.json"}
 RUNS_DIR: Path | None = None
 ONLY_SAVED = False
 
@@ -274,6 +283,14 @@ QWEN3_30B_BF16_MEASURED = {"step_s": 24.7138, "tflops": 244.039, "overlapped_com
                            "overlapped_share": 0.0011, "gpu_active_s": 22.820667}
 
 
+#: the same layout measured with Megatron's all-to-all dispatcher (NCCL), BF16, CUDA
+#: graphs off: eager 41.36 s (docs/training/cuda-graphs.md, PR 3868: iterations 5-8),
+#: and with EP overlap 31.31 s (docs/training/communication-overlap.md: iterations 3-8,
+#: moe_permute_fusion false; 41.25 s without the overlap in that run); Megatron-Bridge
+#: 302976773
+QWEN3_30B_A2A_S = (41.36, 31.31)
+
+
 def qwen3_30b_bf16_parts() -> dict:
     """The measured BF16 step's parts as the card's profile gives them (derived: the
     communication kernels' time = the overlapped time / its share; compute = the GPU-active
@@ -323,6 +340,19 @@ def qwen3_h100_figures() -> list[dict]:
                     "unit": "TFLOP/s", "published": QWEN3_30B_BF16_MEASURED["tflops"],
                     "moesim": d["model_flops"] / d["step_time_s"] / d["world"] / 1e12,
                     "source": src})
+    for name, figure, published in (
+            ("qwen3-30b-a3b-16-h100-bf16-a2a", "the all-to-all dispatcher (NCCL), no EP "
+             "overlap, eager", QWEN3_30B_A2A_S[0]),
+            ("qwen3-30b-a3b-16-h100-bf16-a2a-overlap", "the all-to-all dispatcher, EP "
+             "overlap (permute fusion off in the measured run)", QWEN3_30B_A2A_S[1])):
+        d = run(name)
+        if d is not None:
+            b = d["breakdown_s"]
+            out.append({"figure": f"Qwen3-30B-A3B, 16 H100 BF16, {figure}: step", "unit": "s",
+                        "published": published, "moesim": d["step_time_s"],
+                        "source": "Megatron-Bridge docs/training (measured)",
+                        "parts": {"compute": b["compute"], "ep_dispatch+combine":
+                                  b["ep_dispatch"] + b["ep_combine"]}})
     return out
 
 
