@@ -92,6 +92,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import gemm_published  # noqa: E402  (this folder)
+import megatron_moe_h100  # noqa: E402  (this folder)
 from bench_deepseek import PUBLISHED_STEP_S  # noqa: E402  (this folder)
 from deepseek_campaign import PUBLISHED_DAYS, campaign_wall  # noqa: E402  (this folder)
 
@@ -107,13 +108,14 @@ RUNS = {
     "qwen3-30b-a3b-16-h100": ("qwen3-30b-a3b-16-h100", []),
     "qwen3-235b-256-h100-fp8": ("qwen3-235b-256-h100-fp8", []),
     "qwen3-30b-a3b-16-h100-bf16": ("qwen3-30b-a3b-16-h100", ["compute.precision=bf16"]),
-    # Megatron-Bridge's BF16 recipe of the same layout (deepseek_v3_pretrain_1024gpu_h100_
-    # bf16_config): GBS 16384 (256 micro-batches a replica), HybridEP on 16 SMs, no EP
-    # overlap, no overlapped gradient reduce; the rest as the FP8 scenario
+    # the 30B layout with Megatron's all-to-all dispatcher (NCCL), without and with EP overlap
     "qwen3-30b-a3b-16-h100-bf16-a2a": ("qwen3-30b-a3b-16-h100", [
         "compute.precision=bf16", "parallel.ep_backend.kind=nccl"]),
     "qwen3-30b-a3b-16-h100-bf16-a2a-overlap": ("qwen3-30b-a3b-16-h100", [
         "compute.precision=bf16", "parallel.ep_backend.kind=nccl", "overlap.kind=a2a-1f1b"]),
+    # Megatron-Bridge's BF16 recipe of the same layout (deepseek_v3_pretrain_1024gpu_h100_
+    # bf16_config): GBS 16384 (256 micro-batches a replica), HybridEP on 16 SMs, no EP
+    # overlap, no overlapped gradient reduce; the rest as the FP8 scenario
     "deepseek-v3-1024-h100-bf16": ("deepseek-v3-1024-h100", [
         "compute.precision=bf16", "schedule.microbatches=256",
         "parallel.ep_backend.kind=hybridep", "parallel.ep_backend.sms=16",
@@ -203,20 +205,7 @@ def figures(profile: str | None) -> list[dict]:
         out.append({"figure": "DeepSeek-V3, 1024 H100 FP8: TFLOP/s per GPU", "unit": "TFLOP/s",
                     "published": 338.0, "moesim": d["model_flops"] / d["step_time_s"]
                     / d["world"] / 1e12, "source": src})
-    d = run("deepseek-v3-1024-h100-bf16")
-    if d is not None:
-        src = "Megatron-Bridge DeepSeek-V3 model card (H100 BF16, measured)"
-        b = d["breakdown_s"]
-        out.append({"figure": "DeepSeek-V3, 1024 H100 BF16 (GBS 16384, HybridEP): tokens/s "
-                    "per GPU", "unit": "tokens/s", "published": DSV3_H100_BF16["tokens"],
-                    "moesim": d["tokens_per_s"] / d["world"], "source": src})
-        out.append({"figure": "DeepSeek-V3, 1024 H100 BF16: step", "unit": "s",
-                    "published": DSV3_H100_BF16["step_s"], "moesim": d["step_time_s"],
-                    "source": src,
-                    "parts": {"compute": b["compute"],
-                              "ep_dispatch+combine": b["ep_dispatch"] + b["ep_combine"],
-                              "bubble": b.get("bubble", 0.0)}})
-    out += qwen3_h100_figures()
+    out += megatron_moe_h100.figures(run)
     out += serving_figures()
     out += blackwell_figures()
     for r in gemm_published.rows():
@@ -255,104 +244,6 @@ def figures(profile: str | None) -> list[dict]:
         if v.get("kernel_classes"):
             out.append({"figure": "kernel classes", "unit": "table", "source": src,
                         "published": None, "moesim": None, "rows": v["kernel_classes"]["rows"]})
-    return out
-
-
-#: Megatron-Bridge's measured BF16 DeepSeek-V3 on 1024 H100: examples/model_verification_
-#: cards/deepseek-v3/card.yaml (pretrain_performance.H100, last verified with NeMo 26.08.rc5,
-#: Bridge 79308d0d): TP2 PP8 VP4 EP64, GBS 16384, MBS 1, steps 41-50 averaged
-DSV3_H100_BF16 = {"step_s": 61.75613, "tokens": 1061.206, "tflops": 276.030}
-
-#: Megatron-Bridge's published Qwen3 MoE pre-training on DGX-H100: (run, figure, source,
-#: tokens/s per GPU, model TFLOP/s per GPU), from docs/performance-summary-archive.md
-QWEN3_H100 = (
-    ("qwen3-30b-a3b-16-h100", "Qwen3-30B-A3B, 16 H100 FP8-CS (EP16, HybridEP)",
-     "Megatron-Bridge performance summary (NeMo 26.04.01, DGX-H100)", 8960.0, 206.0),
-    ("qwen3-235b-256-h100-fp8", "Qwen3-235B-A22B, 256 H100 FP8-CS (TP2 PP8 VP4 EP32)",
-     "Megatron-Bridge performance summary (NeMo 25.11, DGX-H100)", 1575.0, 233.0),
-)
-
-
-#: Megatron-Bridge's measured BF16 run of the same Qwen3-30B-A3B layout (16 H100, EP16,
-#: HybridEP, MBS 1, GBS 1024, no EP overlap; CUDA graphs of the router and preprocessing):
-#: skills/nemo-mbridge-perf-moe-comm-overlap/card.yaml at 7ded17da (PR 5094): step
-#: 24,713.8 ms, 244.039 TFLOP/s per GPU; rank 0's Nsight profile: communication kernels
-#: concurrent with GEMM/attention 9.079 ms = 0.11 % of the communication time, the union of
-#: GPU-active intervals 22,820.667 ms
-QWEN3_30B_BF16_MEASURED = {"step_s": 24.7138, "tflops": 244.039, "overlapped_comm_s": 9.079e-3,
-                           "overlapped_share": 0.0011, "gpu_active_s": 22.820667}
-
-
-#: the same layout measured with Megatron's all-to-all dispatcher (NCCL), BF16, CUDA
-#: graphs off: eager 41.36 s (docs/training/cuda-graphs.md, PR 3868: iterations 5-8),
-#: and with EP overlap 31.31 s (docs/training/communication-overlap.md: iterations 3-8,
-#: moe_permute_fusion false; 41.25 s without the overlap in that run); Megatron-Bridge
-#: 302976773
-QWEN3_30B_A2A_S = (41.36, 31.31)
-
-
-def qwen3_30b_bf16_parts() -> dict:
-    """The measured BF16 step's parts as the card's profile gives them (derived: the
-    communication kernels' time = the overlapped time / its share; compute = the GPU-active
-    union less the communication, which barely overlaps it; idle = step - GPU-active)."""
-    m = QWEN3_30B_BF16_MEASURED
-    comm = m["overlapped_comm_s"] / m["overlapped_share"]
-    return {"communication kernels": comm, "compute": m["gpu_active_s"] - comm,
-            "GPU idle": m["step_s"] - m["gpu_active_s"]}
-
-
-def qwen3_h100_figures() -> list[dict]:
-    """Tokens/s and TFLOP/s per GPU of the Qwen3 MoE rows, with the step's parts."""
-    out = []
-    for name, figure, src, tokens, tflops in QWEN3_H100:
-        d = run(name)
-        if d is None:
-            continue
-        b = d["breakdown_s"]
-        parts = {"compute": b["compute"],
-                 "ep_dispatch+combine": b["ep_dispatch"] + b["ep_combine"],
-                 "bubble": b.get("bubble", 0.0)}
-        step_tokens = d["tokens_per_s"] * d["step_time_s"]      # GBS x sequence
-        out.append({"figure": f"{figure}: tokens/s per GPU", "unit": "tokens/s",
-                    "published": tokens, "moesim": d["tokens_per_s"] / d["world"],
-                    "source": src})
-        out.append({"figure": f"{figure}: step (published: GBS x sequence / GPUs / "
-                    "tokens/s per GPU)", "unit": "s",
-                    "published": step_tokens / d["world"] / tokens,
-                    "moesim": d["step_time_s"], "source": src, "parts": parts})
-        out.append({"figure": f"{figure}: TFLOP/s per GPU", "unit": "TFLOP/s",
-                    "published": tflops,
-                    "moesim": d["model_flops"] / d["step_time_s"] / d["world"] / 1e12,
-                    "source": src})
-    d = run("qwen3-30b-a3b-16-h100-bf16")
-    if d is not None:
-        b = d["breakdown_s"]
-        src = "Megatron-Bridge PR 5094 (MoE overlap card, measured)"
-        meas = qwen3_30b_bf16_parts()
-        out.append({"figure": "Qwen3-30B-A3B, 16 H100 BF16 (EP16, HybridEP, no EP overlap): "
-                    "step", "unit": "s", "published": QWEN3_30B_BF16_MEASURED["step_s"],
-                    "moesim": d["step_time_s"], "source": src,
-                    "parts": {"compute": b["compute"],
-                              "ep_dispatch+combine": b["ep_dispatch"] + b["ep_combine"],
-                              "stall and idle": b.get("stall", 0.0) + b.get("idle", 0.0)},
-                    "measured_parts": meas})
-        out.append({"figure": "Qwen3-30B-A3B, 16 H100 BF16: TFLOP/s per GPU",
-                    "unit": "TFLOP/s", "published": QWEN3_30B_BF16_MEASURED["tflops"],
-                    "moesim": d["model_flops"] / d["step_time_s"] / d["world"] / 1e12,
-                    "source": src})
-    for name, figure, published in (
-            ("qwen3-30b-a3b-16-h100-bf16-a2a", "the all-to-all dispatcher (NCCL), no EP "
-             "overlap, eager", QWEN3_30B_A2A_S[0]),
-            ("qwen3-30b-a3b-16-h100-bf16-a2a-overlap", "the all-to-all dispatcher, EP "
-             "overlap (permute fusion off in the measured run)", QWEN3_30B_A2A_S[1])):
-        d = run(name)
-        if d is not None:
-            b = d["breakdown_s"]
-            out.append({"figure": f"Qwen3-30B-A3B, 16 H100 BF16, {figure}: step", "unit": "s",
-                        "published": published, "moesim": d["step_time_s"],
-                        "source": "Megatron-Bridge docs/training (measured)",
-                        "parts": {"compute": b["compute"], "ep_dispatch+combine":
-                                  b["ep_dispatch"] + b["ep_combine"]}})
     return out
 
 
@@ -510,7 +401,7 @@ def main(argv: list[str] | None = None) -> int:
         if r.get("measured_parts"):
             body.append("")
             body.append("Measured (rank 0's profile; derived from the card's figures, "
-                        "benchmarks/published_table.py `qwen3_30b_bf16_parts`): " + ", ".join(
+                        "benchmarks/megatron_moe_h100.py `qwen3_30b_bf16_parts`): " + ", ".join(
                             f"{k} {v:.2f} s" for k, v in r["measured_parts"].items())
                         + " (the card rounds the overlapped share to 0.11 %: the communication "
                         "kernels lie between 7.9 and 8.6 s)")
