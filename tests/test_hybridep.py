@@ -4,6 +4,7 @@ hand, the per-rank bound of an exchange, both engines on one step, and the refus
 
 from __future__ import annotations
 
+import json
 import math
 
 import numpy as np
@@ -104,3 +105,42 @@ def test_another_device_is_refused_in_one_line():
         simulate(_res(["cluster.topology=dgx-h800", "cluster.device=H800"]))
     assert e.value.field == "parallel.ep_backend.kind"
     assert "H100" in e.value.expected
+
+
+def _cli(*extra):
+    return ["collective", "--topology", "dgx-h100", "--nodes", "2", "--kernel", "hybridep",
+            "--tokens", "4096", "--hidden", "7168", "--experts", "128", "--top-k", "8", *extra]
+
+
+def test_cli_prices_the_benchmark_shape_at_the_published_rate(capsys):
+    """On HybridEP's own benchmark shape the links are faster than the published rate, so
+    the slowest rank's (token, node) payload over its time is that rate exactly."""
+    from moesim.cli import main
+
+    for op, dtype, sms, want in (("ep_dispatch", "bf16", 16, 54.47),
+                                 ("ep_combine", "bf16", 8, 56.96),
+                                 ("ep_dispatch", "fp8", 4, 28.09)):
+        assert main([*_cli("--op", op, "--dtype", dtype, "--sms", str(sms), "--json")]) == 0
+        res = json.loads(capsys.readouterr().out)
+        assert res["kernel"] == "hybridep" and res["sms"] == sms and res["ranks"] == 16
+        assert res["rdma_GBps"] == pytest.approx(want, rel=1e-9)
+        # the payload as the benchmark counts it: (token, node) copies x 2H (x fp8 factor)
+        per = 2 * 7168 * (hybridep.FP8_FACTOR if dtype == "fp8" else 1.0)
+        assert res["rdma_bytes_mean"] == pytest.approx(
+            res["token_node_copies"] / 16 * per, rel=1e-12)
+    assert main([*_cli("--op", "ep_dispatch", "--json")]) == 0
+    assert json.loads(capsys.readouterr().out)["sms"] == 16      # Megatron's default
+
+
+@pytest.mark.parametrize("extra, field", [
+    (["--op", "ep_dispatch", "--topology", "dgx-h800"], "--kernel"),
+    (["--op", "ep_dispatch", "--nodes", "1", "--experts", "64"], "--kernel"),
+    (["--op", "ep_combine", "--dtype", "fp8"], "--dtype"),
+    (["--op", "ep_combine", "--sms", "2"], "--sms"),
+])
+def test_cli_refuses_outside_the_table_in_one_line(capsys, extra, field):
+    from moesim.cli import main
+
+    assert main([*_cli(), *extra]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and field in err and "Traceback" not in err

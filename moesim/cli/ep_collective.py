@@ -22,8 +22,9 @@ ep_dispatch / ep_combine: one MoE dispatch or combine of --tokens tokens per ran
 the EP group (all GPUs of the topology unless --ranks), routed by --routing, with
 --kernel deepep (DeepEP normal kernels: one RDMA copy per (token, node) to the GPU
 with the same local index, forwarded over NVLink once per (token, GPU); intranode
-kernels on one node), deepep-ll (low-latency: one message per (token, expert)) or
-nccl (pairwise all-to-all, one copy per (token, expert)).
+kernels on one node), deepep-ll (low-latency: one message per (token, expert)),
+nccl (pairwise all-to-all, one copy per (token, expert)) or hybridep (DeepEP's copies
+at HybridEP's published H100 rates; H100 only, 16-64 ranks of 8 a node).
 Bandwidths are DeepEP's "bottleneck bandwidth": rdma_GBps = rdma_bytes_per_rank /
 time_s and nvl_GBps = nvl_bytes_per_rank / time_s, the bytes the slowest rank
 logically moves over that medium (its own node's share included: for dispatch the
@@ -44,7 +45,8 @@ def add_ep_arguments(p: argparse.ArgumentParser) -> None:
     p.formatter_class = argparse.RawDescriptionHelpFormatter
     p.epilog = EPILOG
     g = p.add_argument_group("ep_dispatch / ep_combine")
-    g.add_argument("--kernel", default=None, help="deepep | deepep-ll | nccl (default deepep)")
+    g.add_argument("--kernel", default=None,
+                   help="deepep | deepep-ll | nccl | hybridep (default deepep)")
     g.add_argument("--tokens", type=int, default=None, help="tokens per rank (default 4096)")
     g.add_argument("--hidden", type=int, default=None, help="hidden size (default 7168)")
     g.add_argument("--experts", type=int, default=None, help="routed experts (default 256)")
@@ -69,7 +71,6 @@ def add_ep_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run_ep(args: argparse.Namespace, ranks: list[int] | None) -> int:
-    from moesim.ep.plan import DEFAULT_SMS
     from moesim.ep.simulate import ep_layout, simulate_ep
     from moesim.gating.section import routing_from_dict
     from moesim.scenario.limits import check_ep_exchange
@@ -91,9 +92,10 @@ def run_ep(args: argparse.Namespace, ranks: list[int] | None) -> int:
                          args.routing)
     if args.max_nodes is not None and args.max_nodes < 1:
         raise InputError(_CLI, "--max-nodes", "an integer >= 1", args.max_nodes)
-    if args.sms is not None and args.kernel != "deepep":
+    if args.sms is not None and args.kernel not in ("deepep", "hybridep"):
         raise InputError(_CLI, "--sms", "no --sms with --kernel " + str(args.kernel) + " (it "
-                         "sets the SMs of DeepEP's normal kernels, --kernel deepep)", args.sms)
+                         "sets the SMs of DeepEP's normal kernels or HybridEP's, --kernel "
+                         "deepep or hybridep)", args.sms)
     rd: dict = {"kind": args.routing}
     for key in ("zipf_s", "hot_experts", "hot_fraction", "max_nodes"):
         if getattr(args, key) is not None:
@@ -115,10 +117,19 @@ def run_ep(args: argparse.Namespace, ranks: list[int] | None) -> int:
                          f"({getattr(topo, 'device', '')})", args.sms)
     res = simulate_ep(topo, args.op, args.kernel, tokens=args.tokens, hidden=args.hidden,
                       experts=args.experts, top_k=args.top_k, dtype=dtype, routing=cfg,
-                      ranks=ranks, sms=DEFAULT_SMS if args.sms is None else args.sms,
+                      ranks=ranks, sms=_default_sms(args.kernel) if args.sms is None
+                      else args.sms,
                       seed=args.seed)
     res["topology"] = args.topology
     return print_result(res, args.json, format_ep)
+
+
+def _default_sms(kernel: str) -> int:
+    """SMs unless told: DeepEP's 20, HybridEP's 16 (Megatron's moe_hybridep_num_sms)."""
+    from moesim.ep.plan import DEFAULT_SMS
+    from moesim.scenario.schema import HYBRIDEP_DEFAULT_SMS
+
+    return HYBRIDEP_DEFAULT_SMS if kernel == "hybridep" else DEFAULT_SMS
 
 
 def _device_sms(topo) -> int:

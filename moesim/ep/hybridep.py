@@ -54,12 +54,18 @@ DEVICES = ("H100",)
 FP8_FACTOR = (1 + 4 / 128) / 2
 
 
+#: the fields an error names: (kind, SMs, combine dtype), in a scenario and on the command
+#: line (``moesim collective``)
+SCENARIO_FIELDS = ("parallel.ep_backend.kind", "parallel.ep_backend.sms", "routing.combine_dtype")
+CLI_FIELDS = ("--kernel", "--sms", "--dtype")
+
+
 def _column(op: str, dtype: str, src: str, field: str) -> int:
     if op == "ep_dispatch":
         return 0 if dtype == "fp8" else 1
     if dtype != "bf16":
-        raise InputError(src, "routing.combine_dtype", "bf16 for a HybridEP combine (its "
-                         "combine runs in BF16 only: tests/test_hybrid_ep.py)", dtype)
+        raise InputError(src, field, "bf16 for a HybridEP combine (its combine runs in BF16 "
+                         "only: tests/test_hybrid_ep.py)", dtype)
     return 2
 
 
@@ -68,17 +74,18 @@ def _interp(x: float, xs: tuple[float, ...], ys: list[float]) -> float:
 
 
 def rate_Bps(ranks: int, sms: int, op: str, dtype: str, src: str = "parallel.ep_backend",
-             field: str = "parallel.ep_backend.kind") -> float:
+             fields: tuple[str, str, str] = SCENARIO_FIELDS) -> float:
     """The published rate (bytes/s) of ``op`` in ``dtype`` on ``ranks`` EP ranks and
-    ``sms`` SMs, interpolated in log2(ranks) and SMs (SMs above 16 at the 16-SM rate)."""
+    ``sms`` SMs, interpolated in log2(ranks) and SMs (SMs above 16 at the 16-SM rate).
+    ``fields``: what an error names (:data:`SCENARIO_FIELDS`, :data:`CLI_FIELDS`)."""
     if not RANKS[0] <= ranks <= RANKS[-1]:
-        raise InputError(src, field, f"an EP group of {RANKS[0]} to {RANKS[-1]} ranks for "
+        raise InputError(src, fields[0], f"an EP group of {RANKS[0]} to {RANKS[-1]} ranks for "
                          "hybridep (its published H100 rates: 16, 32 and 64 ranks)",
                          f"{ranks} ranks")
     if sms < SMS[0]:
-        raise InputError(src, "parallel.ep_backend.sms", f"at least {SMS[0]} SMs for hybridep "
-                         "(its published rates: 4, 8 and 16 SMs)", sms)
-    col = _column(op, dtype, src, field)
+        raise InputError(src, fields[1], f"at least {SMS[0]} SMs for hybridep (its published "
+                         "rates: 4, 8 and 16 SMs)", sms)
+    col = _column(op, dtype, src, fields[2])
     s = min(float(sms), float(SMS[-1]))
     by_ranks = [_interp(s, SMS, [H100_GBPS[(r, m)][col] for m in SMS]) for r in RANKS]
     return _interp(np.log2(ranks), tuple(np.log2(RANKS)), by_ranks) * 1e9
@@ -93,10 +100,11 @@ def payload_bytes(node_tokens: np.ndarray, hidden: int, dtype: str) -> np.ndarra
 
 
 def bound_s(node_tokens: np.ndarray, hidden: int, op: str, dtype: str, sms: int,
-            src: str = "parallel.ep_backend") -> np.ndarray:
+            src: str = "parallel.ep_backend",
+            fields: tuple[str, str, str] = SCENARIO_FIELDS) -> np.ndarray:
     """Per EP rank, the exchange's time at the published rate: its payload / the rate."""
     n = int(np.asarray(node_tokens).shape[0])
-    return payload_bytes(node_tokens, hidden, dtype) / rate_Bps(n, sms, op, dtype, src)
+    return payload_bytes(node_tokens, hidden, dtype) / rate_Bps(n, sms, op, dtype, src, fields)
 
 
 def check_layout(device: str, ranks_per_node: int, src: str,

@@ -8,12 +8,14 @@ chosen kernel (:func:`moesim.ep.plan.plan_ep_exchange`) and times it
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 
 from moesim.compute.devices import GPU_LAUNCH_OVERHEAD_S, get_device
+from moesim.ep import hybridep
 from moesim.ep.messages import check_message
 from moesim.ep.plan import DEFAULT_SMS, check_kernel, check_nvl_peers, plan_ep_exchange
 from moesim.ep.timing import time_plan
@@ -60,9 +62,18 @@ def simulate_ep(topo: Any, op: str, kernel: str, *, tokens: int, hidden: int, ex
                 ranks: Sequence[int] | None = None, sms: int = DEFAULT_SMS,
                 seed: int = 0) -> dict:
     """Simulate one ``op`` (ep_dispatch | ep_combine) of ``tokens`` tokens per rank.
+    ``kernel`` ``hybridep``: DeepEP's normal copies on the links, each rank done no
+    sooner than its (token, node) payload at HybridEP's published H100 rate
+    (:mod:`moesim.ep.hybridep`, as the engines price it); its RDMA bytes are that payload.
 
     Returns a JSON-able dict (see docs/deepep.md for every field)."""
-    check_kernel(op, kernel, sms)
+    hybrid = kernel == "hybridep"
+    if hybrid:
+        check_kernel(op, "deepep", DEFAULT_SMS)
+        if isinstance(sms, bool) or not isinstance(sms, int | np.integer):
+            raise InputError(_SRC, "--sms", "an integer number of SMs", sms)
+    else:
+        check_kernel(op, kernel, sms)
     for name, v, lo in (("--tokens", tokens, 1), ("--hidden", hidden, 1),
                         ("--experts", experts, 1), ("--top-k", top_k, 1), ("--seed", seed, 0)):
         if isinstance(v, bool) or not isinstance(v, int | np.integer) or v < lo:
@@ -70,8 +81,12 @@ def simulate_ep(topo: Any, op: str, kernel: str, *, tokens: int, hidden: int, ex
     check_message(dtype, int(hidden), int(top_k))
     cfg = routing or RoutingConfig()
     gpus, L = ep_layout(topo, ranks)
-    check_nvl_peers(kernel, L)
     n = len(gpus)
+    if hybrid:
+        hybridep.check_layout(str(getattr(topo, "device", None)), L, _SRC, "--kernel")
+        hybridep.rate_Bps(n, int(sms), op, dtype, _SRC, hybridep.CLI_FIELDS)
+    else:
+        check_nvl_peers(kernel, L)
     if experts % n:
         raise InputError(_SRC, "--experts", f"a multiple of the {n} EP ranks", experts)
     if top_k > experts:
@@ -80,12 +95,21 @@ def simulate_ep(topo: Any, op: str, kernel: str, *, tokens: int, hidden: int, ex
     choices = sample_choices(cfg, n_experts=experts, top_k=top_k, tokens_per_rank=[tokens] * n,
                              placement=placement, ranks_per_node=L, seed=seed, source=_SRC)
     counts = dedup_counts(choices, placement.home, L)
-    plan = plan_ep_exchange(counts, op, kernel, dtype, hidden, top_k, sms)
+    plan = plan_ep_exchange(counts, op, "deepep" if hybrid else kernel, dtype, hidden, top_k,
+                            DEFAULT_SMS if hybrid else sms)
     launch_s = _launch_s(topo)
     tm = time_plan(plan, topo, gpus, launch_s)
+    rdma_rank = plan.rdma_bytes_per_rank
+    if hybrid:       # the links' time or the published rate, whichever ends last
+        bound = hybridep.bound_s(counts.node_tokens, hidden, op, dtype, int(sms), _SRC,
+                                 hybridep.CLI_FIELDS)
+        rank_t = np.maximum(tm.rank_net_s, bound) * ((tm.rank_net_s > 0) | (bound > 0))
+        tm = dataclasses.replace(tm, time_s=float(rank_t.max(initial=0.0)),
+                                 rank_time_s=rank_t, rank_sm_s=bound, fill_drain_s=0.0)
+        rdma_rank = hybridep.payload_bytes(counts.node_tokens, hidden, dtype)
     r = int(np.argmax(tm.rank_time_s))
     t = tm.time_s
-    rdma_b = float(plan.rdma_bytes_per_rank[r])
+    rdma_b = float(rdma_rank[r])
     nvl_b = float(plan.nvl_bytes_per_rank[r])
     return {
         "op": op, "kernel": kernel, "ranks": n, "ranks_per_node": L, "tokens": tokens,
@@ -95,10 +119,10 @@ def simulate_ep(topo: Any, op: str, kernel: str, *, tokens: int, hidden: int, ex
         "rdma_GBps": rdma_b / t / 1e9 if t > 0 else 0.0,
         "nvl_GBps": nvl_b / t / 1e9 if t > 0 else 0.0,
         "rdma_bytes_per_rank": rdma_b, "nvl_bytes_per_rank": nvl_b,
-        "rdma_bytes_mean": float(plan.rdma_bytes_per_rank.mean()),
+        "rdma_bytes_mean": float(rdma_rank.mean()),
         "nvl_bytes_mean": float(plan.nvl_bytes_per_rank.mean()),
         "bytes_per_token": plan.bytes_per_token,
-        "sms": plan.sms if kernel != "nccl" else None,
+        "sms": int(sms) if hybrid else (plan.sms if kernel != "nccl" else None),
         "sm_bound_s": float(tm.rank_sm_s.max(initial=0.0)),
         "fill_drain_s": tm.fill_drain_s,
         "slowest_rank": r, "rank_time_s": [float(x) for x in tm.rank_time_s],
