@@ -145,7 +145,8 @@ def main() -> int:
          f"{q['deepep']['ep_s']:.2f}", f"{q['hybridep']['ep_s']:.2f}"),
         ("compute", f"{MEASURED_GPU_ACTIVE_S - hi:.2f}-{MEASURED_GPU_ACTIVE_S - lo:.2f}",
          f"{q['deepep']['compute_s']:.2f}", f"{q['hybridep']['compute_s']:.2f}"),
-        ("GPU idle (moesim: stall and idle)", f"{MEASURED_STEP_S - MEASURED_GPU_ACTIVE_S:.2f}",
+        ("GPU idle (measured: the timed step less the profiled GPU-active union, an "
+         "estimate; moesim: stall and idle)", f"{MEASURED_STEP_S - MEASURED_GPU_ACTIVE_S:.2f}",
          f"{q['deepep']['wait_s']:.2f}",
          f"{q['hybridep']['wait_s']:.2f}")))
     print()
