@@ -43,6 +43,12 @@ QWEN3_30B_BF16_OVERLAP = {"step_s": 20.99203, "tflops": 287.305, "overlapped_com
 QWEN3_30B_A2A_S = (41.36, 31.31)
 
 
+def tflops_per_gpu(d: dict) -> float:
+    """Model TFLOP/s per GPU of a ``moesim run --json`` output: the step's model FLOPs (no
+    recomputation) / step time / GPUs."""
+    return d["model_flops"] / d["step_time_s"] / d["world"] / 1e12
+
+
 def qwen3_30b_bf16_parts(m: dict = QWEN3_30B_BF16_MEASURED) -> dict:
     """A measured BF16 step's parts as the card's profile gives them, derived: the
     communication kernels' time = the time they overlap compute / the overlapped share;
@@ -77,36 +83,28 @@ def qwen3_h100_figures(run) -> list[dict]:
                     "published": step_tokens / d["world"] / tokens,
                     "moesim": d["step_time_s"], "source": src, "parts": parts})
         out.append({"figure": f"{figure}: TFLOP/s per GPU", "unit": "TFLOP/s",
-                    "published": tflops,
-                    "moesim": d["model_flops"] / d["step_time_s"] / d["world"] / 1e12,
-                    "source": src})
-    d = run("qwen3-30b-a3b-16-h100-bf16")
-    if d is not None:
+                    "published": tflops, "moesim": tflops_per_gpu(d), "source": src})
+    src = "Megatron-Bridge PR 5094 (MoE overlap card, measured)"
+    for name, label, measured, ep_part, tflops_row in (
+            ("qwen3-30b-a3b-16-h100-bf16", "no EP overlap", QWEN3_30B_BF16_MEASURED,
+             "ep_dispatch+combine", True),
+            ("qwen3-30b-a3b-16-h100-bf16-overlap", "EP overlap", QWEN3_30B_BF16_OVERLAP,
+             "exposed ep_dispatch+combine", False)):
+        d = run(name)
+        if d is None:
+            continue
         b = d["breakdown_s"]
-        src = "Megatron-Bridge PR 5094 (MoE overlap card, measured)"
-        meas = qwen3_30b_bf16_parts()
-        out.append({"figure": "Qwen3-30B-A3B, 16 H100 BF16 (EP16, HybridEP, no EP overlap): "
-                    "step", "unit": "s", "published": QWEN3_30B_BF16_MEASURED["step_s"],
+        out.append({"figure": f"Qwen3-30B-A3B, 16 H100 BF16 (EP16, HybridEP, {label}): step",
+                    "unit": "s", "published": measured["step_s"],
                     "moesim": d["step_time_s"], "source": src,
                     "parts": {"compute": b["compute"],
-                              "ep_dispatch+combine": b["ep_dispatch"] + b["ep_combine"],
+                              ep_part: b["ep_dispatch"] + b["ep_combine"],
                               "stall and idle": b.get("stall", 0.0) + b.get("idle", 0.0)},
-                    "measured_parts": meas})
-        out.append({"figure": "Qwen3-30B-A3B, 16 H100 BF16: TFLOP/s per GPU",
-                    "unit": "TFLOP/s", "published": QWEN3_30B_BF16_MEASURED["tflops"],
-                    "moesim": d["model_flops"] / d["step_time_s"] / d["world"] / 1e12,
-                    "source": src})
-    d = run("qwen3-30b-a3b-16-h100-bf16-overlap")
-    if d is not None:
-        b = d["breakdown_s"]
-        src = "Megatron-Bridge PR 5094 (MoE overlap card, measured)"
-        out.append({"figure": "Qwen3-30B-A3B, 16 H100 BF16 (EP16, HybridEP, EP overlap): step",
-                    "unit": "s", "published": QWEN3_30B_BF16_OVERLAP["step_s"],
-                    "moesim": d["step_time_s"], "source": src,
-                    "parts": {"compute": b["compute"],
-                              "exposed ep_dispatch+combine": b["ep_dispatch"] + b["ep_combine"],
-                              "stall and idle": b.get("stall", 0.0) + b.get("idle", 0.0)},
-                    "measured_parts": qwen3_30b_bf16_parts(QWEN3_30B_BF16_OVERLAP)})
+                    "measured_parts": qwen3_30b_bf16_parts(measured)})
+        if tflops_row:
+            out.append({"figure": "Qwen3-30B-A3B, 16 H100 BF16: TFLOP/s per GPU",
+                        "unit": "TFLOP/s", "published": measured["tflops"],
+                        "moesim": tflops_per_gpu(d), "source": src})
     for name, figure, published in (
             ("qwen3-30b-a3b-16-h100-bf16-a2a", "the all-to-all dispatcher (NCCL), no EP "
              "overlap, eager", QWEN3_30B_A2A_S[0]),

@@ -195,7 +195,7 @@ def figures(profile: str | None) -> list[dict]:
         d = run(name)
         if d is not None:
             out.append({"figure": figure, "unit": "TFLOP/s", "published": 468.0,
-                        "moesim": d["model_flops"] / d["step_time_s"] / d["world"] / 1e12,
+                        "moesim": megatron_moe_h100.tflops_per_gpu(d),
                         "source": "Megatron-Core MoE README (MCore v0.9)"
                         + ("" if name == "mixtral-8x7b-mcore" else
                            "; moesim's earlier guess at the layout, zipf 0.5 routing")})
@@ -206,8 +206,8 @@ def figures(profile: str | None) -> list[dict]:
                     "unit": "tokens/s", "published": 1297.0,
                     "moesim": d["tokens_per_s"] / d["world"], "source": src})
         out.append({"figure": "DeepSeek-V3, 1024 H100 FP8: TFLOP/s per GPU", "unit": "TFLOP/s",
-                    "published": 338.0, "moesim": d["model_flops"] / d["step_time_s"]
-                    / d["world"] / 1e12, "source": src})
+                    "published": 338.0, "moesim": megatron_moe_h100.tflops_per_gpu(d),
+                    "source": src})
     out += megatron_moe_h100.figures(run)
     out += serving_figures()
     out += blackwell_figures()
@@ -314,8 +314,8 @@ def blackwell_figures() -> list[dict]:
                     "unit": "tokens/s", "published": tok,
                     "moesim": d["tokens_per_s"] / d["world"], "source": src.format(sys_)})
         out.append({"figure": f"DeepSeek-V3, 256 {sys_} {prec}: TFLOP/s per GPU",
-                    "unit": "TFLOP/s", "published": tfl, "moesim": d["model_flops"]
-                    / d["step_time_s"] / d["world"] / 1e12, "source": src.format(sys_)})
+                    "unit": "TFLOP/s", "published": tfl,
+                    "moesim": megatron_moe_h100.tflops_per_gpu(d), "source": src.format(sys_)})
     return out
 
 
