@@ -98,31 +98,28 @@ class HostMoves:
     #: every GPU of the host copying at once (None: at ``host_Bps``)
     pinned_out_Bps: float | None = None
 
+    def _rate(self, measured_Bps: float | None) -> float:
+        """A move's rate: the host link's, capped by its measured rate where one is set."""
+        return self.host_Bps if measured_Bps is None else min(self.host_Bps, measured_Bps)
+
     @property
     def optimizer_out_s(self) -> float:
         """``offload_before_refit``'s copy of the optimizer states to the host."""
-        rate = self.host_Bps if self.pageable_Bps is None else min(self.host_Bps,
-                                                                    self.pageable_Bps)
-        return self.optimizer_bytes / rate
+        return self.optimizer_bytes / self._rate(self.pageable_Bps)
 
     @property
     def engine_wake_s(self) -> float:
         """vLLM's ``wake_up(tags=["weights"])`` in the refit: the engine's weights in."""
-        return self.engine_bytes / (self.host_Bps if self.wake_Bps is None else
-                                    min(self.host_Bps, self.wake_Bps))
+        return self.engine_bytes / self._rate(self.wake_Bps)
 
     @property
     def engine_sleep_s(self) -> float:
-        if self.pinned_out_Bps is None:
-            return self.engine_bytes / self.host_Bps
-        return self.engine_bytes / min(self.host_Bps, self.pinned_out_Bps)
+        return self.engine_bytes / self._rate(self.pinned_out_Bps)
 
     @property
     def weights_out_s(self) -> float:
         """``offload_after_refit``'s copy of the policy's parameters to the host."""
-        rate = self.host_Bps if self.pinned_out_Bps is None else min(self.host_Bps,
-                                                                      self.pinned_out_Bps)
-        return self.weights_bytes / rate
+        return self.weights_bytes / self._rate(self.pinned_out_Bps)
 
     @property
     def logprob_prep_s(self) -> float:
@@ -134,13 +131,9 @@ class HostMoves:
 
     @property
     def refit_s(self) -> float:
-        if self.wake_Bps is None:               # as before the wake's rate (same float)
-            if self.pinned_out_Bps is None:
-                return self.optimizer_out_s + (self.engine_bytes + self.weights_bytes) / self.host_Bps
-            return self.optimizer_out_s + self.engine_bytes / self.host_Bps + self.weights_out_s
-        if self.pinned_out_Bps is None:         # as before the pinned copies' rate
-            return self.optimizer_out_s + self.engine_wake_s + self.weights_bytes / self.host_Bps
-        return self.optimizer_out_s + self.engine_wake_s + self.weights_out_s
+        if self.wake_Bps is None and self.pinned_out_Bps is None:   # the same float as
+            return self.optimizer_out_s + (self.engine_bytes + self.weights_bytes) / self.host_Bps
+        return self.optimizer_out_s + self.engine_wake_s + self.weights_out_s   # before them
 
     @property
     def bytes_per_step(self) -> float:
