@@ -27,6 +27,8 @@ and the times a lower bound (docs/deepep.md).
 
 from __future__ import annotations
 
+from functools import cache
+
 import numpy as np
 
 from moesim.errors import InputError
@@ -73,6 +75,7 @@ def _interp(x: float, xs: tuple[float, ...], ys: list[float]) -> float:
     return float(np.interp(x, xs, ys))
 
 
+@cache     # every exchange of a step asks for one of a few rates
 def rate_Bps(ranks: int, sms: int, op: str, dtype: str, src: str = "parallel.ep_backend",
              fields: tuple[str, str, str] = SCENARIO_FIELDS) -> float:
     """The published rate (bytes/s) of ``op`` in ``dtype`` on ``ranks`` EP ranks and

@@ -90,13 +90,9 @@ class EPBackend:
                 raise InputError(self.src, "parallel.ep_backend.sms",
                                  "an even number of SMs >= 2 (DeepEP runs 2 SMs per channel)",
                                  sms)
-            if self.kind == "hybridep":
-                hybridep.rate_Bps(hybridep.RANKS[0], max(sms, hybridep.SMS[0]), "ep_combine",
-                                  self.dtypes["combine"], self.src)
-                if sms < hybridep.SMS[0]:
-                    raise InputError(self.src, "parallel.ep_backend.sms", "at least "
-                                     f"{hybridep.SMS[0]} SMs for hybridep (its published "
-                                     "rates: 4, 8 and 16 SMs)", sms)
+            if self.kind == "hybridep":       # the SMs and the combine's dtype it has rates for
+                hybridep.rate_Bps(hybridep.RANKS[0], sms, "ep_combine", self.dtypes["combine"],
+                                  self.src)
             dev_sms = int(getattr(res.device, "sms", 0) or 0)
             if dev_sms and sms >= dev_sms:
                 raise InputError(self.src, "parallel.ep_backend.sms",
