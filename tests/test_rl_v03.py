@@ -116,3 +116,22 @@ def test_every_phase_outside_its_target_has_a_named_cause():
     assert set(rl_v03.CAUSES) == set(rl_v03.COLUMNS)
     for key, causes in rl_v03.ROW_CAUSES.items():
         assert key in keys and set(causes) <= set(rl_v03.COLUMNS), key
+
+
+def test_the_phase_table_prints_errors_against_the_post_and_the_rerun():
+    """error = simulated / measured - 1, by hand: refit 6 s against the post's 5 (+20 %)
+    and the rerun's 8 (-25 %); the rest of the step is the step less the four phases."""
+    cols = {"policy training": 21.0, "refit": 6.0, "generation": 58.0, "get logprobs": 9.0}
+    pub = (28.0, 5.0, 58.0, 18.0)
+    rerun = ((27.0, 8.0, 56.0, 18.0), 116.0, 811)
+    rows = rl_v03.phase_table(cols, 100.0, pub, 112.0, rerun)
+    assert rows[0].endswith("| error | rerun s | error vs rerun |")
+    assert rows[3] == "| refit | 6.0 | 5 | +20.0 % | 8 | -25.0 % |"
+    assert rows[4] == "| generation | 58.0 | 58 | +0.0 % | 56 | +3.6 % |"
+    # the rest: 100 - 94 simulated, 112 - 109 published, 116 - 109 rerun
+    assert rows[6] == "| rest of the step (the preps' timers, data, checks) | 6.0 | 3 | - | 7 | - |"
+    assert rows[7] == "| step | 100.0 | 112 | -10.7 % | 116 | -13.8 % |"
+    # a row nobody reran keeps the post's four columns
+    assert rl_v03.phase_table(cols, 100.0, pub, 112.0)[0] == \
+        "| phase | simulated s | published s | error |"
+    assert set(rl_v03.RERUNS) <= {r[0] for r in rl_v03.ROWS}
