@@ -56,6 +56,24 @@ def test_two_sequences_of_512_against_one_of_1024_by_hand(h100):
     assert wrap.time_s(bwd) == pytest.approx(seq_b, rel=1e-12)
 
 
+def test_a_roofline_model_is_wrapped_too(h100):
+    """A device without catalog tables (a RooflineModel, no ``price``): the wrapper's
+    price is the roofline's, per sequence. A row of one full sequence costs the row's
+    time; two sequences of 512 less: at least half the row's work (causal FLOPs go as
+    s^2, so two halves hold half of them) and at most all of it."""
+    from moesim.compute.roofline import RooflineModel
+
+    roof = RooflineModel(h100.compute.device)
+    assert not hasattr(roof, "price")
+    fwd, _ = _core(h100, 1024, "fwd")
+    full = PerSequenceCompute(roof, 1024, ((1024,),)).price(fwd)
+    assert full.source == "roofline" and full.detail.endswith("per packed sequence")
+    assert full.time_s == pytest.approx(roof.time_s(fwd), rel=1e-12)
+    launch = roof.time_s(dataclasses.replace(fwd, flops=0.0, bytes=0.0))
+    half = PerSequenceCompute(roof, 1024, ((512, 512),)).price(fwd).time_s - launch
+    assert 0.5 * (full.time_s - launch) <= half < full.time_s - launch
+
+
 def test_below_the_catalogs_shortest_row_the_tiles_scale_its_price(h100):
     # FlashAttention-3's tables start at 512: a 256-token sequence takes the price at 512
     # times its causal tiles over 512's: forward 128 x 128 tiles, 3 of 10; backward

@@ -45,6 +45,7 @@ import dataclasses
 from typing import Any
 
 from moesim.compute.base import Kernel
+from moesim.compute.catalog import price as provenance
 
 #: the core-attention kernel kinds priced per sequence (moesim.model.kernels.attention._core)
 ATTN_KINDS = ("attn_fwd", "attn_bwd")
@@ -91,8 +92,9 @@ class PerSequenceCompute:
         return t
 
     def price(self, kernel: Kernel):
-        """The wrapped model's :meth:`price` with the per-sequence time where it applies."""
-        p = self.inner.price(kernel)
+        """The wrapped model's price (its provenance where it is a catalog, else its time
+        under its name) with the per-sequence time where it applies."""
+        p = provenance(self.inner, kernel)
         if not self.applies(kernel):
             return p
         return dataclasses.replace(p, time_s=self.time_s(kernel),
@@ -113,7 +115,7 @@ class PerSequenceCompute:
         shortest row its price there scaled by the causal tiles (:func:`causal_tiles`)."""
         one = sequence_kernel(k, s, self.seq)
         s0 = self._shortest(k)
-        if not s0 or s >= s0 or self.inner.price(one).source == "catalog":
+        if not s0 or s >= s0 or provenance(self.inner, one).source == "catalog":
             return self.inner.time_s(one)
         bm, bn = TILES[k.kind]
         return (self.inner.time_s(sequence_kernel(k, s0, self.seq))
@@ -126,8 +128,8 @@ class PerSequenceCompute:
             tables = getattr(self.inner, "tables_for", None)
             axes = sorted({int(r.axis) for t in (tables(k) if tables else ())
                            if t.kind in TABLE_KINDS for r in t.rows})
-            self._short[key] = next((a for a in axes if self.inner.price(
-                sequence_kernel(k, a, self.seq)).source == "catalog"), 0)
+            self._short[key] = next((a for a in axes if provenance(
+                self.inner, sequence_kernel(k, a, self.seq)).source == "catalog"), 0)
         return self._short[key]
 
 
