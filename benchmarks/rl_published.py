@@ -17,6 +17,12 @@ each figure the average of 5 steps):
   ``grpo-qwen3-30ba3b-4n8g-async-1off.yaml``, scenario
   ``scenarios/grpo-qwen3-30b-a3b-nemo-rl-async.yaml``.
 
+- GB200 on policy (table "GB200 BF16 Benchmarks", GB200-NVL72): G-average 3,199, 1,910
+  tokens/s/GPU, 221 s on 16 GPUs; recipe ``grpo-qwen3-30ba3b-4n4g.yaml`` (EP16, vLLM TP1,
+  log-prob rows of 8,192 tokens), scenario ``scenarios/grpo-qwen3-30b-a3b-nemo-rl-gb200.yaml``.
+  moesim's kernel catalog has no Blackwell table, so every kernel of that run is priced by
+  the roofline (the page prints the model that priced each device).
+
 The scenarios' comments map every recipe field to moesim's; the prompt length and the
 response-length law are not published (the law's mean is set so that the mean sample has
 the published G-average length, an input of the run). Both scenarios price vLLM
@@ -34,15 +40,34 @@ from __future__ import annotations
 import argparse
 import sys
 import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
 
 #: (scenario, published row, published step time s, published tokens/s/GPU,
 #:  published G-average sequence length)
 ROWS = (
     ("grpo-qwen3-30b-a3b-nemo-rl", "On policy, colocated", 192.0, 1102.0, 3203),
     ("grpo-qwen3-30b-a3b-nemo-rl-async", "1-step off, 16 + 16 GPUs", 152.0, 1414.0, 3201),
+    ("grpo-qwen3-30b-a3b-nemo-rl-gb200", "GB200: on policy, colocated, 16 GPUs", 221.0,
+     1910.0, 3199),
 )
 PHASES = ("generate", "logprob_prep", "old_logprob", "reference", "reward", "train_prep",
           "loss_logprob", "train", "weight_sync", "switch")
+
+
+def pricing_models() -> list[tuple[str, str]]:
+    """(device, the compute model a ``kind: catalog`` section gets there) per device of
+    the rows: the catalog where it has tables for the device, else the roofline."""
+    from moesim.compute.select import compute_model
+    from moesim.wiring import resolve_path
+
+    out = {}
+    for name, *_ in ROWS:
+        dev = resolve_path(ROOT / "scenarios" / f"{name}.yaml").compute.device
+        if dev.name not in out:
+            out[dev.name] = compute_model({"kind": "catalog"}, "rl_published", dev).name
+    return list(out.items())
 
 
 def _run(name: str, overrides: list[str], steps: int) -> dict:
@@ -64,7 +89,7 @@ def main(argv: list[str] | None = None) -> int:
     if not 3 <= a.steps <= 100:     # max_lag 1: a steady state needs 3 steps or more
         ap.error("--steps: an integer from 3 to 100 (the 1-step-off run's first and last "
                  "steps fill and drain its pipeline)")
-    print(f"NeMo RL v0.6 (H100 BF16 table) against moesim, {a.steps} simulated steps per "
+    print(f"NeMo RL v0.6 (H100 BF16 and GB200 BF16 tables) against moesim, {a.steps} simulated steps per "
           "run (step: the steady-state mean, the 1-step-off run's first and last steps "
           "left out); s = seconds")
     print()
@@ -95,6 +120,9 @@ def main(argv: list[str] | None = None) -> int:
         ph = s["phases_s"]
         print(f"| {row} | " + " | ".join(f"{ph.get(p, 0.0):.2f}" for p in PHASES)
               + f" | {s['long_tail_s']:.2f} |")
+    print()
+    print("What priced the kernels, per device (the scenarios' compute: section): "
+          + "; ".join(f"{d}: {m}" for d, m in pricing_models()))
     print()
     print(f"CPU for this page: {time.process_time() - t0:.0f} s.")
     return 0

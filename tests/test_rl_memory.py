@@ -181,7 +181,8 @@ class _SmallFit:
 
 @pytest.mark.parametrize("name", ["grpo-qwen3-30b-a3b", "grpo-qwen3-30b-a3b-async",
                                   "grpo-qwen3-30b-a3b-nemo-rl",
-                                  "grpo-qwen3-30b-a3b-nemo-rl-async", "grpo-deepseek-v3",
+                                  "grpo-qwen3-30b-a3b-nemo-rl-async",
+                                  "grpo-qwen3-30b-a3b-nemo-rl-gb200", "grpo-deepseek-v3",
                                   "grpo-qwen3-30b-a3b-nemo-v03"])
 def test_every_shipped_rl_scenario_fits(name):
     setup = resolve_rl(name)
