@@ -177,7 +177,8 @@ def test_missing_file_lists_shipped():
 def test_every_shipped_scenario_loads(name):
     s = read_and_resolve(name)
     layout, warns = scenario_layout(s)
-    assert layout.world == s.world == s.parallel.tp * s.parallel.pp * s.parallel.dp
+    par = s.parallel
+    assert layout.world == s.world == par.tp * par.cp * par.pp * par.dp
     assert warns == []  # no shipped scenario puts TP across nodes
     json.dumps(s.to_dict())
 

@@ -32,3 +32,40 @@ def test_gb200_recipe_layout():
     assert (ro.gpus, ro.tp, ro.ep, ro.executor, ro.host_overhead, ro.step_fixed) == (
         16, 1, 1, "none", "vllm-async", "none")
     assert cfg.colocated and cfg.prompts_per_step * cfg.samples_per_prompt == 2048
+
+
+def test_deepseek_v3_recipe_layout():
+    """grpo-deepseek-v3-32n8g.yaml: 256 GPUs, Megatron TP1 PP16 EP16 (data parallel
+    256 / 16 = 16), 3 layers on the first stage and 2 on the last (61 = 3 + 14 x 4 + 2),
+    full recompute; one optimizer step of 512 samples; vLLM TP32: 8 engines."""
+    from moesim.rl.engine_costs import trainer_scenario_of
+
+    setup = resolve_rl("grpo-deepseek-v3-nemo-rl")
+    tr, ro = setup.cfg.train, setup.cfg.rollout
+    assert (tr.gpus, tr.tp, tr.pp, tr.ep, tr.dp, tr.zero) == (256, 1, 16, 16, 16, 1)
+    assert (tr.seq_len, tr.logprob_mb_tokens, tr.mini_batches) == (1536, 1536, 1)
+    assert (ro.gpus // ro.tp, ro.tp, ro.executor, ro.host_overhead) == (8, 32, "ray", "vllm")
+    trainer = trainer_scenario_of(setup)
+    par = trainer.parallel
+    assert (par.decoder_first_pipeline_num_layers, par.decoder_last_pipeline_num_layers) == (3, 2)
+    assert trainer.memory.recompute == "full"
+    from moesim.schedule.layout_string import stage_chunks
+    assert [len(c) for c in stage_chunks(trainer, setup.res.model, 16)] == [3] + [4] * 14 + [2]
+    assert setup.cfg.prompts_per_step * setup.cfg.samples_per_prompt == 512
+
+
+def test_qwen3_235b_recipe_layout():
+    """grpo-qwen3-235b-16n8g.yaml: 128 GPUs, Megatron TP2 (sequence parallel) CP2 PP8 EP16
+    (data parallel 128 / 32 = 4), 11 layers on each end stage (94 = 11 + 6 x 12 + 11),
+    full recompute; one optimizer step of 512 samples; vLLM TP16: 8 engines."""
+    from moesim.rl.engine_costs import trainer_scenario_of
+    from moesim.schedule.layout_string import stage_chunks
+
+    setup = resolve_rl("grpo-qwen3-235b-nemo-rl")
+    tr, ro = setup.cfg.train, setup.cfg.rollout
+    assert (tr.gpus, tr.tp, tr.cp, tr.pp, tr.ep, tr.dp) == (128, 2, 2, 8, 16, 4)
+    assert (tr.seq_len, tr.logprob_mb_tokens, tr.mini_batches) == (8192, 8192, 1)
+    assert (ro.gpus // ro.tp, ro.tp) == (8, 16)
+    trainer = trainer_scenario_of(setup)
+    assert trainer.parallel.sequence_parallel and trainer.memory.recompute == "full"
+    assert [len(c) for c in stage_chunks(trainer, setup.res.model, 8)] == [11] + [12] * 6 + [11]
