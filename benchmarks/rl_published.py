@@ -33,11 +33,13 @@ each figure the average of 5 steps):
 
 The scenarios' comments map every recipe field to moesim's; the prompt length and the
 response-length law are not published (the law's mean is set so that the mean sample has
-the published G-average length, an input of the run). Both scenarios price vLLM
-0.17.1's CPU time per engine step: the on-policy run's synchronous ``LLM`` in-process
-(``rl.rollout.host_overhead: vllm-inproc``), the 1-step-off run's ``AsyncLLM`` with its
-engine core in a process of its own (``vllm``), each with V1's fixed time per step
-(``step_fixed: vllm-v1``), upper bounds for 0.17.1 (docs/rl.md). Nothing is fitted to the
+the published G-average length, an input of the run). Every scenario prices vLLM
+0.17.1's CPU time per engine step: the Qwen3-30B-A3B H100 on-policy run's synchronous
+``LLM`` in-process (``rl.rollout.host_overhead: vllm-inproc``); the 1-step-off run's, and
+the Qwen3-235B and DeepSeek-V3 runs' ``AsyncLLM`` with its engine core in a process of its
+own (``vllm``), each with V1's fixed time per step (``step_fixed: vllm-v1``), upper bounds
+for 0.17.1 (docs/rl.md); the GB200 run's one-GPU engines with vLLM's asynchronous
+scheduling (``vllm-async``), as 0.17.1 defaults for them. Nothing is fitted to the
 step times: they are only printed beside the simulated ones. The last row prices the
 on-policy run's decode steps eagerly (``rl.rollout.cuda_graphs: false``, vLLM's
 ``enforce_eager: True``): what the kernels' host launches cost a generation.

@@ -56,6 +56,8 @@ RERUNS = {
     "llama-3.1-70b": ((31.0, 26.0, 87.0, 20.0), 178.0, 396),
 }
 RERUN_SOURCE = "NVIDIA-NeMo/RL issue 959, the Megatron rerun"
+#: the post's 8B refit (s), which the Read text compares with the rerun's
+POST_REFIT_8B = ROWS[0][3][COLUMNS.index("refit")]
 #: the named cause printed under a phase outside 20 % of the published (what NeMo RL
 #: v0.3.0's code does there that moesim does not price, or what the post leaves out)
 CAUSES = {
@@ -265,7 +267,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"NeMo RL v0.3 Megatron rows against moesim, {a.steps} simulated steps each; "
           "s = seconds; error = simulated / published - 1")
     print()
-    refit_err: dict[str, float] = {}
+    refit_s: dict[str, float] = {}
     for key, name, title, pub, step_pub, gen_pub in ROWS:
         if a.only and key != a.only:
             continue
@@ -288,7 +290,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"rerun: {RERUN_SOURCE} (mean response {RERUNS[key][2]:,} tokens); "
                   "error = simulated / measured - 1")
             print()
-        refit_err[key] = cols["refit"] / pub[COLUMNS.index("refit")] - 1
+        refit_s[key] = cols["refit"]
         missed = [c for c, p in zip(COLUMNS, pub, strict=True) if abs(cols[c] / p - 1) > 0.2]
         if missed:
             print("```")
@@ -315,7 +317,7 @@ def main(argv: list[str] | None = None) -> int:
               "sits in its steps at large batches. Refit: the optimizer states leave "
               "through pageable host memory at a published 2.8 GB/s (sglang PR 32032, "
               "module.to('cpu') on an H200 host; rl.train.offload_copy: pageable), on "
-              f"which the one-node 8B row's refit is {refit_err['llama-3.1-8b'] * 100:+.1f} % "
+              f"which the one-node 8B row's refit is {_err(refit_s['llama-3.1-8b'], POST_REFIT_8B)} "
               "against the post; every GPU gathers the "
               "model through its own TP, PP and EP groups (rl.weight_sync.gather: groups), "
               "so the PP broadcast of the other stages crosses each GPU's NIC. The "
@@ -330,8 +332,10 @@ def main(argv: list[str] | None = None) -> int:
               "RL's users ran the 8B and 70B recipes again (NVIDIA-NeMo/RL issue 959, "
               "the rerun columns): their refits took 8 and 26 s against the post's 5 and "
               "14 s, so the published refit moves between two runs of one recipe by more "
-              "than these rows miss, and the 8B refit is short of the rerun where it is "
-              "long of the post. The Qwen3-30B-A3B "
+              f"than these rows miss (the 8B row's {refit_s['llama-3.1-8b']:.1f} s: "
+              f"{_err(refit_s['llama-3.1-8b'], POST_REFIT_8B)} against the post, "
+              f"{_err(refit_s['llama-3.1-8b'], RERUNS['llama-3.1-8b'][0][1])} against the "
+              "rerun). The Qwen3-30B-A3B "
               "row's trainer runs what pretraining runs (rl-moe-trainer.md); the 16k row's "
               "trainer layout beyond CP4 is not published (the 70B recipe's is taken).")
     return 0
