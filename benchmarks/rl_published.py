@@ -26,6 +26,9 @@ each figure the average of 5 steps):
   GPUs; recipe ``grpo-qwen3-235b-16n8g.yaml`` (16 prompts x 32, max 8,192 tokens, vLLM
   TP16 engines of 2 nodes, trainer TP2 SP CP2 PP8 EP16 with 11 layers on each end stage
   and full recompute), scenario ``scenarios/grpo-qwen3-235b-nemo-rl.yaml``.
+- The same two recipes on twice the GPUs (``SCALED``): Qwen3-235B-A22B on 256 GPUs, 312 s
+  (37.4, 5,713); DeepSeek-V3 on 512 GPUs, 111 s (7.24, 697). The page prints how the step
+  changes from the smaller run, simulated and published.
 - DeepSeek-V3 on policy (H100 table): G-average 701, 12.1 tokens/s/GPU, 134 s on 256
   GPUs; recipe ``grpo-deepseek-v3-32n8g.yaml`` (32 prompts x 16, max 1,536 tokens, vLLM
   TP32 engines of 4 nodes, trainer PP16 EP16 with 3 and 2 layers on the end stages and
@@ -65,6 +68,18 @@ ROWS = (
      58.9, 5698),
     ("grpo-deepseek-v3-nemo-rl", "DeepSeek-V3: on policy, colocated, 256 GPUs", 134.0,
      12.1, 701),
+)
+#: the same recipes on twice the GPUs (the recipes ``grpo-qwen3-235b-32n8g.yaml`` and
+#: ``grpo-deepseek-v3-64n8g.yaml`` at v0.6.0 take the 16- and 32-node ones and set
+#: ``cluster.num_nodes``; DeepSeek-V3's also ``expert_model_parallel_size: 32``, where
+#: the published table prints EP16): (scenario, row, --set overrides, published step s,
+#: tokens/s/GPU, G-average sequence length, the ROWS index of the smaller run)
+SCALED = (
+    ("grpo-qwen3-235b-nemo-rl", "Qwen3-235B-A22B: on policy, colocated, 256 GPUs",
+     ["cluster.nodes=32", "rl.rollout.gpus=256", "rl.train.gpus=256"], 312.0, 37.4, 5713, 3),
+    ("grpo-deepseek-v3-nemo-rl", "DeepSeek-V3: on policy, colocated, 512 GPUs",
+     ["cluster.nodes=64", "rl.rollout.gpus=512", "rl.train.gpus=512", "parallel.ep=32"],
+     111.0, 7.24, 697, 4),
 )
 PHASES = ("generate", "logprob_prep", "old_logprob", "reference", "reward", "train_prep",
           "loss_logprob", "train", "weight_sync", "switch")
@@ -124,6 +139,17 @@ def main(argv: list[str] | None = None) -> int:
         print(f"| {row} | `{name}` | {_mean_len(s):,.0f} / {len_pub:,} tokens | "
               f"{s['step_time_s']:.1f} s | {step_pub:.0f} s | {err:+.1f} % | "
               f"{_rate(s['tokens_per_s_per_gpu'])} / {_rate(tok_pub)} |")
+    scaled = []
+    for name, row, sets, step_pub, tok_pub, len_pub, small in SCALED:
+        s = _run(name, sets, a.steps)
+        assert s["step_time_kind"] == "steady_state", s["steps_averaged"]
+        out.append((name, row, s))
+        scaled.append((row, s["step_time_s"] / out[small][2]["step_time_s"],
+                       step_pub / ROWS[small][2]))
+        err = (s["step_time_s"] / step_pub - 1) * 100
+        print(f"| {row} (`--set {' '.join(sets)}`) | `{name}` | {_mean_len(s):,.0f} / "
+              f"{len_pub:,} tokens | {s['step_time_s']:.1f} s | {step_pub:.0f} s | "
+              f"{err:+.1f} % | {_rate(s['tokens_per_s_per_gpu'])} / {_rate(tok_pub)} |")
     eager = _run(ROWS[0][0], ["rl.rollout.cuda_graphs=false"], a.steps)
     err = (eager["step_time_s"] / ROWS[0][2] - 1) * 100
     print(f"| {ROWS[0][1]}, decode eager (`rl.rollout.cuda_graphs=false`) | `{ROWS[0][0]}` | "
@@ -139,6 +165,9 @@ def main(argv: list[str] | None = None) -> int:
         ph = s["phases_s"]
         print(f"| {row} | " + " | ".join(f"{ph.get(p, 0.0):.2f}" for p in PHASES)
               + f" | {s['long_tail_s']:.2f} |")
+    print()
+    print("Twice the GPUs, the step against the smaller run's (simulated / published): "
+          + "; ".join(f"{row}: x{sim:.2f} / x{pub:.2f}" for row, sim, pub in scaled))
     print()
     print("What priced the kernels, per device (the scenarios' compute: section): "
           + "; ".join(f"{d}: {m}" for d, m in pricing_models()))
