@@ -69,3 +69,18 @@ def test_qwen3_235b_recipe_layout():
     trainer = trainer_scenario_of(setup)
     assert trainer.parallel.sequence_parallel and trainer.memory.recompute == "full"
     assert [len(c) for c in stage_chunks(trainer, setup.res.model, 8)] == [11] + [12] * 6 + [11]
+
+
+def test_deepseek_v3_one_step_off_recipe():
+    """grpo-deepseek-v3-64n8g-async-1off.yaml over the 32-node recipe: 512 GPUs, 256 of
+    them training (PP16 EP16: data parallel 16) and 256 generating (8 engines of TP32),
+    one step off with in-flight weight updates that keep the KV caches; logprob_batch_size
+    2: log-prob rows of 2 x 1,536 tokens; NeMo RL's chunked NCCL refit."""
+    setup = resolve_rl("grpo-deepseek-v3-nemo-rl-async")
+    cfg = setup.cfg
+    tr, ro, ws = cfg.train, cfg.rollout, cfg.weight_sync
+    assert not cfg.colocated and (cfg.max_lag, cfg.partial_rollouts, cfg.kv_after_sync) == (
+        1, True, "keep")
+    assert (tr.gpus, tr.pp, tr.ep, tr.dp, tr.logprob_mb_tokens) == (256, 16, 16, 16, 3072)
+    assert (ro.gpus, ro.gpus // ro.tp, ro.kv_fraction) == (256, 8, 0.8)
+    assert (ws.method, ws.per_gpu, ws.calls) == ("nccl", True, "nemo-async")
