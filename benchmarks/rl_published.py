@@ -121,6 +121,18 @@ def _mean_len(s: dict) -> float:
     return sum(r["prompt_tokens"] + r["response_tokens"] for r in rows) / samples
 
 
+def _row(label: str, name: str, sets: list[str], step_pub: float, tok_pub: float,
+         len_pub: int, steps: int) -> dict:
+    """Run ``name`` with ``sets``, print its comparison row, return its summary."""
+    s = _run(name, sets, steps)
+    assert s["step_time_kind"] == "steady_state", s["steps_averaged"]
+    err = (s["step_time_s"] / step_pub - 1) * 100
+    print(f"| {label} | `{name}` | {_mean_len(s):,.0f} / {len_pub:,} tokens | "
+          f"{s['step_time_s']:.1f} s | {step_pub:.0f} s | {err:+.1f} % | "
+          f"{_rate(s['tokens_per_s_per_gpu'])} / {_rate(tok_pub)} |")
+    return s
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--steps", type=int, default=4, help="RL steps simulated per run")
@@ -138,30 +150,17 @@ def main(argv: list[str] | None = None) -> int:
     print("|---|---|---|---|---|---|---|")
     out = []
     for name, row, step_pub, tok_pub, len_pub in ROWS:
-        s = _run(name, [], a.steps)
-        assert s["step_time_kind"] == "steady_state", s["steps_averaged"]
-        out.append((name, row, s))
-        err = (s["step_time_s"] / step_pub - 1) * 100
-        print(f"| {row} | `{name}` | {_mean_len(s):,.0f} / {len_pub:,} tokens | "
-              f"{s['step_time_s']:.1f} s | {step_pub:.0f} s | {err:+.1f} % | "
-              f"{_rate(s['tokens_per_s_per_gpu'])} / {_rate(tok_pub)} |")
+        out.append((name, row, _row(row, name, [], step_pub, tok_pub, len_pub, a.steps)))
     scaled = []
     for name, row, sets, step_pub, tok_pub, len_pub, small in SCALED:
-        s = _run(name, sets, a.steps)
-        assert s["step_time_kind"] == "steady_state", s["steps_averaged"]
+        s = _row(f"{row} (`--set {' '.join(sets)}`)", name, sets, step_pub, tok_pub, len_pub,
+                 a.steps)
         out.append((name, row, s))
         scaled.append((row, s["step_time_s"] / out[small][2]["step_time_s"],
                        step_pub / ROWS[small][2]))
-        err = (s["step_time_s"] / step_pub - 1) * 100
-        print(f"| {row} (`--set {' '.join(sets)}`) | `{name}` | {_mean_len(s):,.0f} / "
-              f"{len_pub:,} tokens | {s['step_time_s']:.1f} s | {step_pub:.0f} s | "
-              f"{err:+.1f} % | {_rate(s['tokens_per_s_per_gpu'])} / {_rate(tok_pub)} |")
-    eager = _run(ROWS[0][0], ["rl.rollout.cuda_graphs=false"], a.steps)
-    err = (eager["step_time_s"] / ROWS[0][2] - 1) * 100
-    print(f"| {ROWS[0][1]}, decode eager (`rl.rollout.cuda_graphs=false`) | `{ROWS[0][0]}` | "
-          f"{_mean_len(eager):,.0f} / {ROWS[0][4]:,} tokens | {eager['step_time_s']:.1f} s | "
-          f"{ROWS[0][2]:.0f} s | {err:+.1f} % | {eager['tokens_per_s_per_gpu']:,.0f} / "
-          f"{ROWS[0][3]:,.0f} |")
+    name, row, step_pub, tok_pub, len_pub = ROWS[0]
+    eager = _row(f"{row}, decode eager (`rl.rollout.cuda_graphs=false`)", name,
+                 ["rl.rollout.cuda_graphs=false"], step_pub, tok_pub, len_pub, a.steps)
     print()
     print("Simulated phases per step (mean wall time, s; NeMo RL publishes no breakdown):")
     print()
