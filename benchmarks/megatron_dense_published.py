@@ -251,9 +251,11 @@ def print_bounds(results) -> None:
     from results_page import print_table
     print("## What the FP8 rows say about the parts BF16 shares")
     print()
-    print("The FP8-specific parts are priced as DeepSeek-V3's recipe runs them (DeepGEMM's "
-          "block-scaled GEMMs, per-token and per-channel casts), not as Transformer Engine's "
-          "per-tensor current scaling does. Their most favourable reading: every GEMM at "
+    print("The FP8-specific parts: the GEMMs priced by DeepGEMM's block-scaled tables (no "
+          "per-shape table of cuBLAS's per-tensor FP8 GEMMs is published), the casts as "
+          "Transformer Engine's per-tensor current scaling runs them (compute.fp8_recipe "
+          "tensorwise: an amax pass, a scale kernel and a cast-transpose per quantised "
+          "tensor). Their most favourable reading: every GEMM at "
           "cuBLAS's best H100 FP8 shape and no cast at all. If the published step lies between "
           "that and moesim's step, the parts BF16 shares (attention, norms, SwiGLU, loss, "
           "pipeline, TP/SP, DP) are consistent with it; the lower end bounds how much too fast "

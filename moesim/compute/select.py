@@ -81,6 +81,14 @@ EXPERT_LAUNCHES = ("per_expert", "grouped")
 #: current-scaling GEMMs on H200 NVL, Fprop 5.577 ms, Wgrad 5.547 ms
 FP8_WGRAD = ("deepgemm", "cublas")
 
+#: ``compute.fp8_recipe``: which FP8 training recipe's quantisation kernels surround the
+#: FP8 GEMMs (Megatron-LM's ``--fp8-recipe`` names). ``blockwise`` (default): DeepSeek-V3's
+#: 1x128 / 128x128 scaling as its public profile launches it (casts fused into the
+#: dispatch and the SwiGLU); ``tensorwise``: Transformer Engine's per-tensor current
+#: scaling (Float8CurrentScaling), an amax pass, a scale kernel and a cast-transpose per
+#: quantised tensor (moesim.model.kernels.tensorwise)
+FP8_RECIPES = ("blockwise", "tensorwise")
+
 
 @dataclass(frozen=True)
 class ComputeSection:
@@ -97,6 +105,7 @@ class ComputeSection:
     expert_launches: str = "per_expert"   # per_expert | grouped (EXPERT_LAUNCHES)
     memory_kernels: str = DEFAULT_MEMORY  # stream | eager | fused | liger (memory_kernels.IMPLS)
     fp8_wgrad: str = "deepgemm"           # deepgemm | cublas (FP8_WGRAD)
+    fp8_recipe: str = "blockwise"         # blockwise | tensorwise (FP8_RECIPES)
     # fused kernel pairs (memory_kernels.FUSIONS; moesim.model.kernels.fusion), written as
     # a list or as names joined by commas; () = none
     fusion: tuple[str, ...] = ()
@@ -195,6 +204,7 @@ FIELDS: dict[str, Any] = {
     "attention_library": _name("a library name"),
     "memory_kernels": _choice(MEMORY_IMPLS),
     "fp8_wgrad": _choice(FP8_WGRAD),
+    "fp8_recipe": _choice(FP8_RECIPES),
     "fusion": _fusion,
     "file": _name("a path to a calibration file"),
     "mfu_large": _fraction, "min_efficiency": _min_efficiency,
@@ -254,11 +264,12 @@ def parse(d: Any, source: str) -> ComputeSection:
         if d.get("catalog") is not None and d.get("model", DEFAULT_MODEL) != "catalog":
             raise InputError(source, "compute.catalog", "no catalog with model: roofline",
                              d["catalog"])
-        for key in ("gemm_library", "attention_library", "memory_kernels", "fp8_wgrad"):
+        for key in ("gemm_library", "attention_library", "memory_kernels", "fp8_wgrad",
+                    "fp8_recipe"):
             if key in d:
                 FIELDS[key](d, key, source)
         for key in d:
-            if key not in (*_CATALOG_KEYS, "kind", "expert_launches", "fusion",
+            if key not in (*_CATALOG_KEYS, "kind", "expert_launches", "fusion", "fp8_recipe",
                            *_ROOFLINE_KEYS, *QUANT_KEYS):
                 raise InputError(source, f"compute.{key}",
                                  f"one of kind, {', '.join(_ROOFLINE_KEYS)}", key)
@@ -310,7 +321,7 @@ def compute_model(d: Any, source: str, device: DeviceSpec) -> ComputeModel:
         raise InputError(source, "compute.expert_launches", " or ".join(EXPERT_LAUNCHES),
                          launches)
     model = _compute_model({k: v for k, v in d.items()
-                            if k not in ("expert_launches", "fusion", *QUANT_KEYS)},
+                            if k not in ("expert_launches", "fusion", "fp8_recipe", *QUANT_KEYS)},
                            source, device)
     return _quantised(model, d, source, device)
 

@@ -69,6 +69,9 @@ class ModelSpec:
     # kernels of the reference code the base inventory leaves out, set when the scenario
     # is resolved (moesim.model.kernels.reference; not a model field: () = none)
     reference_kernels: tuple[str, ...] = ()
+    # the FP8 recipe's quantisation kernels, set from compute.fp8_recipe when the scenario
+    # is resolved (moesim.model.kernels.tensorwise; not a model field)
+    fp8_recipe: str = "blockwise"
 
     @property
     def moe(self) -> bool:
@@ -104,7 +107,7 @@ class ModelSpec:
 
 
 FIELDS = {f.name: f for f in dataclasses.fields(ModelSpec)
-          if f.name not in ("fusion", "reference_kernels")}
+          if f.name not in ("fusion", "reference_kernels", "fp8_recipe")}
 _TYPES = {"str": str, "int": int, "bool": bool}
 #: Largest value of an integer model field (widths, heads, vocabulary: 2^24, far above
 #: any published model's) and of ``layers`` (per-layer programs are built and looped

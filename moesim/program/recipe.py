@@ -27,6 +27,7 @@ from moesim.compute.base import Kernel, fused_launches
 from moesim.model import costs, mtp, window
 from moesim.model.kernels.deepseek import launches
 from moesim.model.kernels.fusion import fuse
+from moesim.model.kernels.tensorwise import NAMES as TENSORWISE_OPS
 from moesim.model.spec import ModelSpec
 from moesim.program.cuda_graphs import maybe
 from moesim.program.shared_overlap import split
@@ -180,10 +181,16 @@ def recompute_layer(spec: ModelSpec, layer: int, mods: frozenset[str], *, tokens
             # linear_q_up_proj / linear_kv_up_proj are TE's LayerNormColumnParallelLinear
             # with the norm inside (gpt_layer_specs.py, qk_layernorm), at any TP; DeepSeek
             # recomputes "all RMSNorm operations and MLA up-projections" (DeepSeek-V3
-            # report §3.2.3)
+            # report §3.2.3); under per-tensor current scaling each re-run linear
+            # quantises its input again (moesim.model.kernels.tensorwise: the three
+            # kernels just before its GEMM)
             ranks = {spec.q_lora_rank, spec.kv_lora_rank} - {0}
-            out += [k for k in attn_ks if (k.name == "attention_gemm" and k.k in ranks)
-                    or k.kclass == "elementwise" or k.name == "norm"]
+            keep = {i for i, k in enumerate(attn_ks)
+                    if (k.name == "attention_gemm" and k.k in ranks)
+                    or k.kclass == "elementwise" or k.name == "norm"}
+            keep |= {j for i in keep if attn_ks[i].name == "attention_gemm"
+                     for j in range(max(i - 3, 0), i) if attn_ks[j].name in TENSORWISE_OPS}
+            out += [attn_ks[i] for i in sorted(keep)]
     if not moe:
         if full or "mlp" in mods:
             out += costs.dense_ffn_kernels(spec, tokens, tp, "fwd")

@@ -83,6 +83,27 @@ def check_deepep_hidden(src: str, scn: Any, model: Any) -> None:
                          "nccl " + deepep_hidden_expected(hidden), kind)
 
 
+def check_fp8_recipe(src: str, scn: Any) -> None:
+    """``compute.fp8_recipe: tensorwise`` is Transformer Engine's per-tensor current
+    scaling of an FP8 training step (inert under BF16 GEMMs): it quantises after the
+    dispatch and keeps activations in BF16, so DeepSeek-V3's FP8 dispatch and FP8
+    activation caches (and its launch list) belong to the blockwise recipe only."""
+    if scn.compute.fp8_recipe != "tensorwise" or scn.compute.precision != "fp8":
+        return
+    for bad, field, expected, value in (
+            (scn.routing.dispatch_dtype != "bf16", "routing.dispatch_dtype",
+             "bf16 with compute.fp8_recipe tensorwise (Transformer Engine quantises after "
+             "the dispatch)", scn.routing.dispatch_dtype),
+            (scn.memory.activation_dtype == "fp8", "memory.activation_dtype",
+             "bf16 with compute.fp8_recipe tensorwise (DeepSeek-V3's FP8 activation caches "
+             "are the blockwise recipe's)", scn.memory.activation_dtype),
+            (scn.compute.memory_kernels == "deepseek", "compute.memory_kernels",
+             "not deepseek with compute.fp8_recipe tensorwise (DeepSeek's launch list)",
+             scn.compute.memory_kernels)):
+        if bad:
+            raise InputError(src, field, expected, value)
+
+
 def check_node_limit(src: str, routing: RoutingConfig, layout: Any,
                      gpus_per_node: int | None, warn: bool = False) -> str | None:
     """Node-limited routing picks at most ``max_nodes`` of the nodes an EP group spans: a

@@ -24,6 +24,7 @@ from moesim.model.kernels.reference import for_scenario as reference_kernels
 from moesim.scenario.blame import blame_overrides, named_by
 from moesim.scenario.checks import (
     check_deepep_hidden,
+    check_fp8_recipe,
     check_hot_shares,
     check_node_limit,
     check_seq,
@@ -212,6 +213,9 @@ def _resolve(scn: Scenario) -> Resolved:
     prec = scn.compute.precision
     if prec in ("bf16", "fp8") and getattr(model, "precision", prec) != prec:
         model = dataclasses.replace(model, precision=prec)   # the FP8 recipe's kernels
+    check_fp8_recipe(src, scn)
+    if scn.compute.fp8_recipe != "blockwise":    # model.kernels.tensorwise
+        model = dataclasses.replace(model, fp8_recipe=scn.compute.fp8_recipe)
     if scn.compute.fusion:       # compute.fusion: the fused kernels (model.kernels.fusion)
         model = dataclasses.replace(model, fusion=tuple(scn.compute.fusion))
     # Megatron's sort_chunks_by_idxs: its all-to-all dispatcher, > 1 local expert, training

@@ -13,7 +13,8 @@ q_a_layernorm, q_b (up), kv_a (down, with the shared RoPE key), kv_a_layernorm, 
 (up, keys and values per head); RoPE on q_pe and k_pe (``rotary_kernel``); the key is
 assembled per head from k_nope and the broadcast k_pe (``_copy_tensor_kernel``) and
 the values copied contiguous (``direct_copy_kernel``); under FP8 the attention output is
-cached in FP8 for the backward (report §3.3.2).
+cached in FP8 for the backward (report §3.3.2; not under ``fp8_recipe: tensorwise``,
+whose output projection quantises its input itself: moesim.model.kernels.tensorwise).
 
 With ``qk_norm`` (Qwen3), an RMSNorm over every query and key head follows the QKV
 projection (Megatron-Core's ``q_layernorm`` / ``k_layernorm``).
@@ -38,8 +39,10 @@ from __future__ import annotations
 
 from moesim.compute.base import Kernel
 from moesim.model.kernels import reference
-from moesim.model.kernels.linear import CAST_TOKEN, cast_bytes, linear
+from moesim.model.kernels.linear import CAST_TOKEN, cast_bytes
+from moesim.model.kernels.linear import linear as _linear
 from moesim.model.kernels.make import ACT_BYTES, FP32_BYTES, mem, rmsnorm
+from moesim.model.kernels.tensorwise import TENSORWISE
 from moesim.model.spec import ModelSpec
 
 CAUSAL_FRACTION = 0.5
@@ -85,6 +88,10 @@ def attention_kernels(spec: ModelSpec, tokens: int, seq_len: int, tp: int = 1,
         return []
     h, t, a = spec.hidden, tokens, max(spec.heads // tp, 1)
     p = "fwd" if phase == "fwd" else "dgrad"
+    recipe = getattr(spec, "fp8_recipe", "blockwise")
+
+    def linear(name: str, m: int, n: int, k: int, ph: str, f8: bool) -> list[Kernel]:
+        return _linear(name, m, n, k, ph, f8, recipe=recipe)
     if spec.attention == "mla":
         qk, v = spec.qk_nope_dim + spec.qk_rope_dim, spec.v_head_dim
         rope, nope, kvl, ql = spec.qk_rope_dim, spec.qk_nope_dim, spec.kv_lora_rank, \
@@ -120,7 +127,8 @@ def attention_kernels(spec: ModelSpec, tokens: int, seq_len: int, tp: int = 1,
         out_k = a * d
     out = linear(PROJ, t, h, out_k, phase, fp8)
     if phase == "fwd":
-        cache = [mem(CAST_TOKEN, cast_bytes(t, out_k), "fwd", "cast")] if fp8 else []
+        cached = fp8 and recipe != TENSORWISE
+        cache = [mem(CAST_TOKEN, cast_bytes(t, out_k), "fwd", "cast")] if cached else []
         return [*q, *kv, *layout, *core, *cache, *out]
     back = reference.attention_cast_back(spec, t, out_k, fp8)   # where listed
     return [*out, *back, *core, *layout, *kv, *q]

@@ -14,11 +14,15 @@ the kernels as DeepSeek's public profile of a DualPipe F&B pair names them):
 
 ``cast_input=False`` when X already arrives in FP8 (the routed experts' tokens are
 dispatched in FP8, the expert down-projection's input is cast inside the fused SwiGLU).
+
+``recipe="tensorwise"``: Transformer Engine's per-tensor current scaling instead
+(:mod:`moesim.model.kernels.tensorwise`).
 """
 
 from __future__ import annotations
 
 from moesim.compute.base import Kernel
+from moesim.model.kernels import tensorwise
 from moesim.model.kernels.make import ACT_BYTES, FP8_ACT, FP8_WEIGHT, gemm_pass, mem
 
 CAST_TOKEN = "per_token_cast_to_fp8"
@@ -33,9 +37,9 @@ def cast_bytes(rows: int, cols: int) -> float:
 
 def linear(name: str, m: int, n: int, k: int, phase: str, fp8: bool = False, *,
            kind: str = "gemm", dtype: str = "", cast_input: bool = True,
-           kclass: str = "gemm") -> list[Kernel]:
+           kclass: str = "gemm", recipe: str = "blockwise") -> list[Kernel]:
     """Kernels of Y(m, n) = X(m, k)·W(k, n) in ``phase`` "fwd", or "bwd" (the dgrad
-    kernels, then the wgrad kernels)."""
+    kernels, then the wgrad kernels); ``recipe``: the FP8 recipe's quantisation."""
     if phase not in ("fwd", "bwd"):
         raise ValueError(f"phase must be one of ('fwd', 'bwd'), got {phase!r}")
     if m <= 0 or n <= 0 or k <= 0:
@@ -44,6 +48,8 @@ def linear(name: str, m: int, n: int, k: int, phase: str, fp8: bool = False, *,
     def g(p: str) -> Kernel:
         return gemm_pass(name, m, n, k, p, fp8=fp8, kind=kind, dtype=dtype, kclass=kclass)
 
+    if fp8 and recipe == tensorwise.TENSORWISE:
+        return tensorwise.linear(g, m, n, k, phase, cast_input)
     if phase == "fwd":
         pre = [mem(CAST_TOKEN, cast_bytes(m, k), "fwd", "cast")] if fp8 and cast_input else []
         return [*pre, g("fwd")]

@@ -20,6 +20,11 @@ Every local expert is one group of one grouped launch; it is priced here as its 
 layout. Under FP8 the expert tokens arrive in FP8 and the SwiGLU kernel writes its output
 in FP8 (``swiglu_forward_with_weight_and_per_token_cast_to_fp8``), so neither expert GEMM
 has a separate input cast.
+
+Under ``fp8_recipe: tensorwise`` (Transformer Engine's per-tensor current scaling,
+:mod:`moesim.model.kernels.tensorwise`) nothing is cast before the dispatch: the tokens
+travel in BF16, Megatron's SwiGLU writes BF16, and every expert GEMM and the shared
+experts quantise their own input (three kernels each).
 """
 
 from __future__ import annotations
@@ -30,9 +35,14 @@ from moesim.compute.base import Kernel
 from moesim.model.kernels import deepseek, reference
 from moesim.model.kernels.linear import CAST_TOKEN, cast_bytes, linear
 from moesim.model.kernels.make import ACT_BYTES, FP8_ACT, FP32_BYTES, mem
+from moesim.model.kernels.tensorwise import TENSORWISE
 from moesim.model.spec import ModelSpec
 
 INDEX_BYTES = 8          # int64 expert indices (torch.topk)
+
+
+def _recipe(spec: ModelSpec) -> str:
+    return getattr(spec, "fp8_recipe", "blockwise")
 
 
 def router_kernels(spec: ModelSpec, tokens: int, phase: str = "fwd",
@@ -53,7 +63,7 @@ def router_kernels(spec: ModelSpec, tokens: int, phase: str = "fwd",
               mem("router_aux_stats", t * k * INDEX_BYTES + logits + FP32_BYTES * e, "fwd",
                   "router", flops=float(t * e)),
               *deepseek.router_ops(spec)]   # DeepSeek's small eager kernels, where listed
-        if fp8:
+        if fp8 and _recipe(spec) != TENSORWISE:
             ks.append(mem(CAST_TOKEN, cast_bytes(t, h), "fwd", "cast"))
         return ks
     # score backward: read scores and their gradient (scattered from the top-k), write
@@ -127,13 +137,14 @@ def ffn_kernels(spec: ModelSpec, tokens: int, width: int, prefix: str, phase: st
     h, t = spec.hidden, tokens
     up_n = (spec.ffn_matrices - 1) * width
     name = f"{prefix}_gemm"
-    fc1 = linear(name, t, up_n, h, phase, fp8, kind=kind, cast_input=cast_input)
+    recipe = _recipe(spec)
+    fc1 = linear(name, t, up_n, h, phase, fp8, kind=kind, cast_input=cast_input, recipe=recipe)
     act = activation(prefix, t, width, spec.gated, phase, fp8, fused_cast)
     if prefix == "expert":     # the SwiGLU input's FP8 cache, where listed (reference.py)
         act = [*reference.swiglu_cache(spec, t, up_n, phase, fp8), *act,
                *deepseek.routing_weight_grad(spec, t, up_n, width, phase, fp8)]
     fc2 = linear(name, t, h, width, phase, fp8, kind=kind,
-                 cast_input=cast_input and not fused_cast)
+                 cast_input=cast_input and not fused_cast, recipe=recipe)
     ks = [*fc1, *act, *fc2] if phase == "fwd" else [*fc2, *act, *fc1]
     if prefix == "expert":     # DeepSeek transposes the experts' FP8 weights in the forward
         ks = deepseek.expert_weight_transposes(spec, (up_n, h), (h, width), phase, fp8, ks)
@@ -144,8 +155,9 @@ def expert_kernels(spec: ModelSpec, tokens: int, phase: str = "fwd", fp8: bool =
                    width: int | None = None) -> list[Kernel]:
     """One routed expert's share of the grouped launches for its ``tokens`` rows (no TP
     split; ``width`` = expert_ffn / etp under expert tensor parallelism)."""
+    block = _recipe(spec) != TENSORWISE     # DeepSeek's FP8 dispatch and fused SwiGLU cast
     return ffn_kernels(spec, tokens, spec.expert_ffn if width is None else width, "expert",
-                       phase, fp8, kind="grouped_gemm", cast_input=False, fused_cast=True)
+                       phase, fp8, kind="grouped_gemm", cast_input=not block, fused_cast=block)
 
 
 def shared_expert_kernels(spec: ModelSpec, tokens: int, tp: int = 1, phase: str = "fwd",
@@ -153,7 +165,7 @@ def shared_expert_kernels(spec: ModelSpec, tokens: int, tp: int = 1, phase: str 
     """All shared experts of a layer as one FFN of width n_shared·shared_ffn/tp; its
     input is the tokens already cast for the dispatch (FP8)."""
     return ffn_kernels(spec, tokens, spec.n_shared_experts * spec.shared_ffn // tp, "shared",
-                       phase, fp8, cast_input=False)
+                       phase, fp8, cast_input=_recipe(spec) == TENSORWISE)
 
 
 def dense_ffn_kernels(spec: ModelSpec, tokens: int, tp: int = 1, phase: str = "fwd",

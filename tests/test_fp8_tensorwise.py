@@ -1,0 +1,129 @@
+"""``compute.fp8_recipe: tensorwise``: Transformer Engine's per-tensor current scaling
+around the FP8 GEMMs (moesim.model.kernels.tensorwise), worked by hand.
+
+One quantised rows × cols BF16 tensor: ``amax_kernel`` reads 2 bytes per element (and
+writes a 4-byte amax), ``compute_scale_from_amax_kernel`` reads the amax and writes the
+scale (8 bytes), ``cast_transpose_kernel`` reads 2 bytes and writes 1 row-wise and 1
+transposed per element (and reads the scale, writes the inverse: 8 bytes).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from moesim.compute.select import parse
+from moesim.errors import InputError
+from moesim.model.kernels import tensorwise as T
+from moesim.model.kernels.linear import linear
+from moesim.model.kernels.moe import expert_kernels, router_kernels, shared_expert_kernels
+from moesim.model.presets import PRESETS
+from moesim.program.inventory import layer_ops
+from moesim.scenario import load_scenario
+from moesim.wiring import resolve
+
+ROOT = Path(__file__).resolve().parents[1]
+DS1024 = ROOT / "scenarios" / "deepseek-v3-1024-h100.yaml"
+
+
+def names(ks):
+    return [k.name for k in ks]
+
+
+def test_one_tensor_is_three_kernels():
+    amax, scale, ct = T.quantize(4096, 7168, "fwd")
+    e = 4096 * 7168
+    assert (amax.name, scale.name, ct.name) == (T.AMAX, T.SCALE, T.CAST_T)
+    assert amax.bytes == 2 * e + 4
+    assert scale.bytes == 8
+    assert ct.bytes == 4 * e + 8
+    assert {k.kclass for k in (amax, scale, ct)} == {"cast"}
+
+
+def test_a_linear_forward_and_backward():
+    m, n, k = 4096, 2048, 7168
+    fwd = linear("dense_gemm", m, n, k, "fwd", True, recipe="tensorwise")
+    assert names(fwd) == [T.AMAX, T.SCALE, T.CAST_T, "dense_gemm"]
+    assert fwd[0].bytes == 2 * m * k + 4                  # X, m x k
+    bwd = linear("dense_gemm", m, n, k, "bwd", True, recipe="tensorwise")
+    # dY quantised once for both GEMMs; no weight transpose, no per-channel casts
+    assert names(bwd) == [T.AMAX, T.SCALE, T.CAST_T, "dense_gemm_dgrad", "dense_gemm_wgrad"]
+    assert bwd[2].bytes == 4 * m * n + 8                  # dY, m x n
+    # the same GEMMs as the blockwise recipe's
+    block = linear("dense_gemm", m, n, k, "bwd", True)
+    gemms = [x for x in block if x.kind == "gemm"]
+    assert [x for x in bwd if x.kind == "gemm"] == gemms
+    # bf16: the recipe changes nothing
+    assert linear("g", m, n, k, "bwd", False, recipe="tensorwise") == linear("g", m, n, k,
+                                                                            "bwd", False)
+
+
+def test_experts_quantise_their_own_inputs_and_nothing_before_the_dispatch():
+    import dataclasses
+    spec = dataclasses.replace(PRESETS["deepseek-v3"], precision="fp8",
+                               fp8_recipe="tensorwise")
+    block = dataclasses.replace(spec, fp8_recipe="blockwise")
+    rows, h, ffn = 4096, spec.hidden, spec.expert_ffn
+    fwd = expert_kernels(spec, rows, "fwd", True)
+    assert names(fwd) == [T.AMAX, T.SCALE, T.CAST_T, "expert_gemm", "expert_act",
+                          T.AMAX, T.SCALE, T.CAST_T, "expert_gemm"]
+    assert fwd[0].bytes == 2 * rows * h + 4               # the dispatched BF16 rows
+    assert fwd[5].bytes == 2 * rows * ffn + 4             # the SwiGLU's BF16 output
+    act = fwd[4]
+    assert act.kclass == "elementwise"                    # no cast fused into it
+    assert act.bytes == 2 * 2 * rows * ffn + 2 * rows * ffn
+    # the blockwise recipe's experts take FP8 rows and cast inside the SwiGLU
+    assert names(expert_kernels(block, rows, "fwd", True)) == ["expert_gemm", "expert_act",
+                                                               "expert_gemm"]
+    # the router casts nothing for the dispatch under tensorwise; blockwise does
+    assert "per_token_cast_to_fp8" not in names(router_kernels(spec, rows, "fwd", True))
+    assert "per_token_cast_to_fp8" in names(router_kernels(block, rows, "fwd", True))
+    shared = shared_expert_kernels(spec, rows, 1, "fwd", True)
+    assert names(shared)[:4] == [T.AMAX, T.SCALE, T.CAST_T, "shared_gemm"]
+
+
+def _layer(*sets):
+    res = resolve(load_scenario(DS1024, list(sets)))
+    layer = next(i for i in range(res.model.layers) if res.model.is_moe_layer(i))
+    return res, {p: [k for o in layer_ops(res, layer, p) for k in o.kernels]
+                 for p in ("fwd", "dgrad", "wgrad")}
+
+
+def test_the_scenario_reaches_the_inventory():
+    res, ks = _layer("compute.fp8_recipe=tensorwise")
+    assert res.model.fp8_recipe == "tensorwise"
+    every = [k.name for p in ks.values() for k in p]
+    assert T.AMAX in every and T.CAST_T in every
+    assert not {"per_token_cast_to_fp8", "per_channel_cast_and_transpose",
+                "batched_transpose"} & set(every)
+    # nothing is cast in the wgrad pass: the forward kept X's transpose, dgrad dY's
+    assert all(k.kclass != "cast" for k in ks["wgrad"])
+    # one quantisation (three kernels) per GEMM input in the forward, per dY backward
+    fwd_gemms = [k for k in ks["fwd"] if k.kind in ("gemm", "grouped_gemm")
+                 and k.kclass == "gemm"]
+    assert sum(k.name == T.CAST_T for k in ks["fwd"]) == len(fwd_gemms)
+    # and per dY in the backward, and again before each recomputed GEMM (mla_up_proj)
+    dgrads = [k for k in ks["dgrad"] if k.kclass == "gemm"]
+    assert sum(k.name.endswith(T.CAST_T) for k in ks["dgrad"]) == len(dgrads)
+    assert sum(k.name == "recompute." + T.CAST_T for k in ks["dgrad"]) == 2
+    # under bf16 the recipe is inert
+    _, bf = _layer("compute.fp8_recipe=tensorwise", "compute.precision=bf16")
+    _, bf0 = _layer("compute.precision=bf16")
+    assert bf == bf0
+
+
+@pytest.mark.parametrize("sets, field", [
+    (["routing.dispatch_dtype=fp8"], "routing.dispatch_dtype"),
+    (["memory.activation_dtype=fp8"], "memory.activation_dtype"),
+    (["compute.memory_kernels=deepseek"], "compute.memory_kernels"),
+])
+def test_what_only_the_blockwise_recipe_runs_is_refused_in_one_line(sets, field):
+    with pytest.raises(InputError, match=field.replace(".", r"\.") + ".*tensorwise"):
+        resolve(load_scenario(DS1024, ["compute.fp8_recipe=tensorwise", *sets]))
+
+
+def test_bad_value_is_one_line():
+    with pytest.raises(InputError, match=r"compute\.fp8_recipe.*blockwise or tensorwise"):
+        parse({"fp8_recipe": "delayed"}, "s.yaml")
+    assert parse({"fp8_recipe": "tensorwise"}, "s.yaml").fp8_recipe == "tensorwise"
