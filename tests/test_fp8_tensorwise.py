@@ -127,3 +127,56 @@ def test_bad_value_is_one_line():
     with pytest.raises(InputError, match=r"compute\.fp8_recipe.*blockwise or tensorwise"):
         parse({"fp8_recipe": "delayed"}, "s.yaml")
     assert parse({"fp8_recipe": "tensorwise"}, "s.yaml").fp8_recipe == "tensorwise"
+
+
+def test_sequence_parallel_all_gathers_carry_fp8():
+    # DeepSeek-V3's MLA layer (hidden 7168; latents q 1536 + kv 512, shared RoPE key 64)
+    # for 1024 tokens: a reduce-scatter stays BF16; an all-gather carries one byte per
+    # element, except the RoPE key MLA gathers itself (BF16)
+    import dataclasses
+
+    from moesim.program.folding import sp_exchange
+    base = dataclasses.replace(PRESETS["deepseek-v3"], first_dense_layers=1, precision="fp8")
+    te = dataclasses.replace(base, fp8_recipe="tensorwise")
+    t, h = 1024, 7168
+    assert not te.is_moe_layer(0)
+    assert sp_exchange(te, t, 0, "fwd", "attn", False) == (("reduce_scatter", 2.0 * t * h),
+                                                          ("all_gather", 1.0 * t * h))
+    assert sp_exchange(te, t, 0, "fwd", "mlp", False) == (
+        ("reduce_scatter", 2.0 * t * h), ("all_gather", t * ((1536 + 512) * 1.0 + 64 * 2)))
+    # the backward's all-gather (a row-parallel output's gradient) is quantised too
+    assert sp_exchange(te, t, 0, "bwd", "attn", False)[1] == ("all_gather", 1.0 * t * h)
+    # the blockwise recipe and BF16 keep BF16 on the wire
+    for spec in (base, dataclasses.replace(te, precision="bf16")):
+        assert sp_exchange(spec, t, 0, "fwd", "attn", False)[1] == ("all_gather",
+                                                                   2.0 * t * h)
+
+
+@pytest.mark.parametrize("model", [{}, {"attention": "mla", "q_lora_rank": 256,
+                                        "kv_lora_rank": 128, "qk_rope_dim": 32,
+                                        "qk_nope_dim": 64, "v_head_dim": 64,
+                                        "head_dim": 96}])
+def test_both_engines_price_the_fp8_gathers_alike(tmp_path, model):
+    # a 1-layer toy on TP 2 with sequence parallelism and FP8 GEMMs (GQA and MLA): the
+    # fast engine prices the exchange collective by collective, as the step plan lists
+    # them, so the two engines agree, and the FP8 gathers shorten the TP time
+    from moesim.engine.api import simulate
+    from tests._util import two_gpu_scenario
+
+    def run(mode, recipe):
+        folder = tmp_path / f"{mode}-{recipe}"
+        folder.mkdir(exist_ok=True)
+        path = two_gpu_scenario(folder,
+                                model={"preset": "toy", "layers": 1, **model},
+                                parallel={"tp": 2, "pp": 1, "ep": 1,
+                                          "sequence_parallel": True},
+                                schedule={"microbatches": 2, "seq_len": 512},
+                                compute={"kind": "roofline", "precision": "fp8",
+                                         "fp8_recipe": recipe},
+                                engine={"mode": mode})
+        s = simulate(resolve(load_scenario(path))).summary
+        return s["step_time_s"], s["breakdown_s"]["tp"]
+
+    for recipe in ("blockwise", "tensorwise"):
+        assert run("fast", recipe) == pytest.approx(run("exact", recipe), rel=1e-9)
+    assert run("exact", "tensorwise")[1] < run("exact", "blockwise")[1]

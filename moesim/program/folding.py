@@ -24,6 +24,7 @@ from moesim.program import cp as cpx
 from moesim.program import etp as etpx
 
 ACT_BYTES = 2  # bf16 activations on the wire (as moesim.program.build)
+FP8_WIRE = 1   # an FP8 element with one per-tensor scale (moesim.model.kernels.tensorwise)
 
 
 def attn_input_width(spec) -> int:
@@ -51,7 +52,6 @@ def sp_exchange(spec, tokens: int, layer: int, phase: str, which: str,
     (:meth:`FoldedTransfers.tp_reduce`). The all-gather in front of an attention (forward;
     in the backward the reduce-scatter of its gradient, autograd's reverse) carries
     :func:`attn_input_width` features per token, every other one the hidden state."""
-    hidden = float(tokens * spec.hidden * ACT_BYTES)
     ops = ("reduce_scatter", "all_gather")
     moe = spec.is_moe_layer(layer)
     if moe:
@@ -59,9 +59,31 @@ def sp_exchange(spec, tokens: int, layer: int, phase: str, which: str,
         swap = phase == "bwd" and tp_overlap    # (tp_overlap)
         ops = ops[:1] if (which == "attn") != swap else ops[1:]
     into_attn = "all_gather" if phase == "fwd" else "reduce_scatter"
-    latent = float(tokens * attn_input_width(spec) * ACT_BYTES)
-    return tuple((op, latent if which == "mlp" and (moe or op == into_attn) else hidden)
+    return tuple((op, wire_bytes(spec, tokens, op, which == "mlp" and (moe or op == into_attn)))
                  for op in ops)
+
+
+def quantised_gathers(spec) -> bool:
+    """Whether sequence parallelism's all-gathers carry FP8 (:func:`wire_bytes`)."""
+    return (getattr(spec, "precision", "bf16") == "fp8"
+            and getattr(spec, "fp8_recipe", "blockwise") == "tensorwise")
+
+
+def wire_bytes(spec, tokens: int, op: str, latent: bool) -> float:
+    """Bytes of one sequence-parallel collective for ``tokens`` tokens of the hidden
+    state, or with ``latent`` of :func:`attn_input_width`. BF16, except that under
+    Transformer Engine's per-tensor current scaling (``compute.fp8_recipe: tensorwise``)
+    an all-gather carries the tensor already quantised, one byte per element: TE v2.8
+    ``module/linear.py`` and ``layernorm_linear.py`` quantise a column-parallel input
+    on the rank's shard and ``gather_along_first_dim`` it with the quantiser, and
+    ``module/base.py`` ``grad_output_preprocess`` does the same for a row-parallel
+    output's gradient in the backward; MLA's shared RoPE key is gathered outside TE
+    (``gather_from_sequence_parallel_region``), in BF16. Reduce-scatters stay BF16."""
+    width = attn_input_width(spec) if latent else spec.hidden
+    if op != "all_gather" or not quantised_gathers(spec):
+        return float(tokens * width * ACT_BYTES)
+    rope = spec.qk_rope_dim if latent and spec.attention == "mla" else 0
+    return float(tokens * ((width - rope) * FP8_WIRE + rope * ACT_BYTES))
 
 
 @dataclass(frozen=True)

@@ -31,7 +31,7 @@ from moesim.engine.fast.pairs import run_pair
 from moesim.engine.fast.spans import add_spans, moved_ends
 from moesim.engine.fast.zero3 import Zero3Gathers
 from moesim.program import recipe
-from moesim.program.folding import sp_exchange
+from moesim.program.folding import quantised_gathers, sp_exchange
 from moesim.program.layer_plan import LayerKernels, LayerPlan, is_recompute
 from moesim.trace.spans import AFTER_EXPERTS, Span, wait_reason
 
@@ -158,11 +158,12 @@ class Chain:
         self._charge_tp(s, d, name, layer, mb, phase)
 
     def _sp_s(self, s: int, layer, phase, which: str) -> float | None:
-        """Seconds of a sequence-parallel exchange under MLA, collective by collective (its
-        all-gather in front of attention carries the latents, moesim.program.folding.
-        sp_exchange); None otherwise (a share of the all-reduce)."""
+        """Seconds of a sequence-parallel exchange under MLA or with FP8 all-gathers,
+        collective by collective (moesim.program.folding.sp_exchange: the all-gather in
+        front of attention carries the latents; under TE's tensorwise recipe every
+        all-gather is FP8); None otherwise (a share of the all-reduce)."""
         c = self.c
-        if not c.sp or c.spec.attention != "mla":
+        if not c.sp or (c.spec.attention != "mla" and not quantised_gathers(c.spec)):
             return None
         key = ("sp", self.groups[s][0], c.spec.is_moe_layer(layer), phase, which)
         if key not in c._tp:            # the context's TP cache (moesim.engine.fast.engine)
