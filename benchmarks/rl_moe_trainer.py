@@ -476,6 +476,9 @@ def main(argv: list[str] | None = None) -> int:
     from rl_trainer_leads import leads
 
     leads()
+    from rl_moe_sft import sft_bound
+
+    sft_bound()
     return 0
 
 
