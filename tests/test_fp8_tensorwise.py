@@ -180,3 +180,20 @@ def test_both_engines_price_the_fp8_gathers_alike(tmp_path, model):
     for recipe in ("blockwise", "tensorwise"):
         assert run("fast", recipe) == pytest.approx(run("exact", recipe), rel=1e-9)
     assert run("exact", "tensorwise")[1] < run("exact", "blockwise")[1]
+
+
+def test_moesim_kernels_names_the_recipe(capsys):
+    import json
+
+    from moesim.cli import main
+    assert main(["kernels", "deepseek-v3-1024-h100", "--pass", "fwd"]) == 0
+    assert "fp8 GEMMs (tensorwise recipe)" in capsys.readouterr().out.splitlines()[0]
+    assert main(["kernels", "deepseek-v3-1024-h100", "--pass", "fwd", "--json", "--set",
+                 "compute.fp8_recipe=blockwise"]) == 0
+    assert json.loads(capsys.readouterr().out)["fp8_recipe"] == "blockwise"
+    assert main(["kernels", "toy-cpu", "--pass", "fwd", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["fp8_recipe"] is None
+    # a bad value on the command line: one line, exit 2
+    assert main(["kernels", "toy-cpu", "--set", "compute.fp8_recipe=delayed"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "compute.fp8_recipe" in err

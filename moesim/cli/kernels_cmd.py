@@ -71,6 +71,9 @@ def inventory(res, layer: int, passes: tuple[str, ...]) -> dict:
         "device": getattr(res.device, "name", str(res.device)),
         "compute_model": getattr(res.compute, "name", type(res.compute).__name__),
         "precision": spec.precision,
+        # the FP8 recipe's quantisation kernels (compute.fp8_recipe), under FP8 GEMMs
+        "fp8_recipe": getattr(spec, "fp8_recipe", "blockwise") if spec.precision == "fp8"
+        else None,
         "tokens_per_rank": sch.micro_batch_size * sch.seq_len // max(res.layout.cp, 1),
         "local_experts": local, "rows_per_expert": rows,
         "kernels": [r for p in passes for r in rows_of(res, layer, p)],
@@ -122,7 +125,9 @@ def _fmt_fusion(doc: dict) -> str:
 def _fmt(doc: dict) -> str:
     lines = [f"scenario {doc['scenario']}, layer {doc['layer']} "
              f"({'MoE' if doc['moe'] else 'dense'}), one rank, one micro-batch of "
-             f"{doc['tokens_per_rank']} tokens, {doc['precision']} GEMMs, device "
+             f"{doc['tokens_per_rank']} tokens, {doc['precision']} GEMMs"
+             + (f" ({doc['fp8_recipe']} recipe)" if doc.get("fp8_recipe") else "")
+             + ", device "
              f"{doc['device']}, compute model {doc['compute_model']}"]
     if doc["moe"]:
         lines.append(f"balanced routing: {doc['local_experts']} local experts x "
