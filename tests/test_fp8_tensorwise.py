@@ -197,3 +197,32 @@ def test_moesim_kernels_names_the_recipe(capsys):
     assert main(["kernels", "toy-cpu", "--set", "compute.fp8_recipe=delayed"]) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and "compute.fp8_recipe" in err
+
+
+def test_a_layernorm_linear_takes_its_amax_from_the_norm():
+    # Megatron's LayerNormLinear (a dense model's QKV and fc1): the norm kernel writes the
+    # amax, so the forward quantisation is the scale and the cast-transpose only; the
+    # output projection and fc2 quantise with their own amax pass
+    import dataclasses
+
+    from moesim.model.kernels.attention import attention_kernels
+    from moesim.model.kernels.moe import dense_ffn_kernels
+    spec = dataclasses.replace(PRESETS["llama-3.1-8b"], precision="fp8",
+                               fp8_recipe="tensorwise")
+    t, h = 1024, spec.hidden
+    att = names(attention_kernels(spec, t, t, 1, "fwd", True))
+    first = att.index("attention_gemm")
+    assert att[:first] == [T.SCALE, T.CAST_T]                  # QKV: no amax
+    assert att[-4:] == [T.AMAX, T.SCALE, T.CAST_T, "attention_gemm"]   # the projection
+    ffn = dense_ffn_kernels(spec, t, 1, "fwd", True)
+    assert names(ffn) == [T.SCALE, T.CAST_T, "dense_gemm", "dense_act",
+                          T.AMAX, T.SCALE, T.CAST_T, "dense_gemm"]
+    # the backward quantises dY with its own amax either way
+    assert names(dense_ffn_kernels(spec, t, 1, "bwd", True))[:3] == [T.AMAX, T.SCALE, T.CAST_T]
+    # MLA's up-projections fuse their latent norms; the down-projections do not
+    ds = dataclasses.replace(PRESETS["deepseek-v3"], precision="fp8", fp8_recipe="tensorwise")
+    mla = names(attention_kernels(ds, t, t, 1, "fwd", True))
+    gemms = [i for i, n in enumerate(mla) if n == "attention_gemm"]
+    # q_down, q_up, kv_down, kv_up: an amax pass three kernels before the GEMM or not
+    assert [mla[i - 3] == T.AMAX for i in gemms[:4]] == [True, False, True, False]
+    assert [mla[i - 3] for i in gemms[:4]][1::2] == ["norm", "norm"]

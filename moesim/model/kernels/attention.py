@@ -90,8 +90,10 @@ def attention_kernels(spec: ModelSpec, tokens: int, seq_len: int, tp: int = 1,
     p = "fwd" if phase == "fwd" else "dgrad"
     recipe = getattr(spec, "fp8_recipe", "blockwise")
 
-    def linear(name: str, m: int, n: int, k: int, ph: str, f8: bool) -> list[Kernel]:
-        return _linear(name, m, n, k, ph, f8, recipe=recipe)
+    def linear(name: str, m: int, n: int, k: int, ph: str, f8: bool,
+               norm_amax: bool = False) -> list[Kernel]:
+        # norm_amax: Transformer Engine's LayerNormLinear (the norm in front fused in)
+        return _linear(name, m, n, k, ph, f8, recipe=recipe, norm_amax=norm_amax)
     if spec.attention == "mla":
         qk, v = spec.qk_nope_dim + spec.qk_rope_dim, spec.v_head_dim
         rope, nope, kvl, ql = spec.qk_rope_dim, spec.qk_nope_dim, spec.kv_lora_rank, \
@@ -99,11 +101,12 @@ def attention_kernels(spec: ModelSpec, tokens: int, seq_len: int, tp: int = 1,
         rows = -(-t // tp) if sp else t          # the down-projections' and latent norms' rows
         if ql:
             q = _seq(phase, linear(PROJ, rows, ql, h, phase, fp8), [rmsnorm(rows, ql, phase)],
-                     linear(PROJ, t, a * qk, ql, phase, fp8))
+                     linear(PROJ, t, a * qk, ql, phase, fp8, True))
         else:
             q = linear(PROJ, t, a * qk, h, phase, fp8)
         kv = _seq(phase, linear(PROJ, rows, kvl + rope, h, phase, fp8),
-                  [rmsnorm(rows, kvl, phase)], linear(PROJ, t, a * (nope + v), kvl, phase, fp8))
+                  [rmsnorm(rows, kvl, phase)],
+                  linear(PROJ, t, a * (nope + v), kvl, phase, fp8, True))
         layout = [
             mem("rotary_kernel", 2 * ACT_BYTES * t * (a + 1) * rope, p, "elementwise"),
             mem("_copy_tensor_kernel", ACT_BYTES * t * (a * nope + rope + a * qk), p,
@@ -115,7 +118,7 @@ def attention_kernels(spec: ModelSpec, tokens: int, seq_len: int, tp: int = 1,
     else:
         d = spec.head_dim
         kvh = max(spec.kv_heads // tp, 1)   # fewer KV heads than tp: each rank keeps a copy
-        q = linear(PROJ, t, (a + 2 * kvh) * d, h, phase, fp8)
+        q = linear(PROJ, t, (a + 2 * kvh) * d, h, phase, fp8, True)   # the input norm fused
         # Qwen3's QK-norm: an RMSNorm over each query head and each key head after the
         # projection, before RoPE (Megatron-LM 2ff0f099 megatron/core/transformer/
         # attention.py: q_layernorm / k_layernorm built with hidden_size =

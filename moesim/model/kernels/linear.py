@@ -37,9 +37,11 @@ def cast_bytes(rows: int, cols: int) -> float:
 
 def linear(name: str, m: int, n: int, k: int, phase: str, fp8: bool = False, *,
            kind: str = "gemm", dtype: str = "", cast_input: bool = True,
-           kclass: str = "gemm", recipe: str = "blockwise") -> list[Kernel]:
+           kclass: str = "gemm", recipe: str = "blockwise",
+           norm_amax: bool = False) -> list[Kernel]:
     """Kernels of Y(m, n) = X(m, k)·W(k, n) in ``phase`` "fwd", or "bwd" (the dgrad
-    kernels, then the wgrad kernels); ``recipe``: the FP8 recipe's quantisation."""
+    kernels, then the wgrad kernels); ``recipe``: the FP8 recipe's quantisation
+    (``norm_amax``: under ``tensorwise``, X's amax comes from a fused norm)."""
     if phase not in ("fwd", "bwd"):
         raise ValueError(f"phase must be one of ('fwd', 'bwd'), got {phase!r}")
     if m <= 0 or n <= 0 or k <= 0:
@@ -49,7 +51,7 @@ def linear(name: str, m: int, n: int, k: int, phase: str, fp8: bool = False, *,
         return gemm_pass(name, m, n, k, p, fp8=fp8, kind=kind, dtype=dtype, kclass=kclass)
 
     if fp8 and recipe == tensorwise.TENSORWISE:
-        return tensorwise.linear(g, m, n, k, phase, cast_input)
+        return tensorwise.linear(g, m, n, k, phase, cast_input, norm_amax)
     if phase == "fwd":
         pre = [mem(CAST_TOKEN, cast_bytes(m, k), "fwd", "cast")] if fp8 and cast_input else []
         return [*pre, g("fwd")]

@@ -138,7 +138,10 @@ def ffn_kernels(spec: ModelSpec, tokens: int, width: int, prefix: str, phase: st
     up_n = (spec.ffn_matrices - 1) * width
     name = f"{prefix}_gemm"
     recipe = _recipe(spec)
-    fc1 = linear(name, t, up_n, h, phase, fp8, kind=kind, cast_input=cast_input, recipe=recipe)
+    # a dense MLP's fc1 fuses the pre-MLP norm (Megatron's LayerNormLinear; an MoE layer
+    # keeps its norm apart for the router): under tensorwise its amax comes from the norm
+    fc1 = linear(name, t, up_n, h, phase, fp8, kind=kind, cast_input=cast_input, recipe=recipe,
+                 norm_amax=prefix == "dense")
     act = activation(prefix, t, width, spec.gated, phase, fp8, fused_cast)
     if prefix == "expert":     # the SwiGLU input's FP8 cache, where listed (reference.py)
         act = [*reference.swiglu_cache(spec, t, up_n, phase, fp8), *act,

@@ -16,6 +16,13 @@ One quantised tensor is three kernels (NVIDIA/TransformerEngine v2.8,
 Between 1 and 3 a sequence-parallel input's amax is all-reduced over the
 tensor-parallel group (4 bytes, ``with_amax_reduction``): not in this inventory.
 
+A linear with its norm fused in front (``LayerNormLinear``; Megatron-LM's
+``column_parallel_layer_norm_linear``: a dense model's QKV and fc1, MLA's q and kv
+up-projections with ``qk_layernorm``, Megatron-LM d98e8a6
+``megatron/core/models/gpt/gpt_layer_specs.py``) skips kernel 1: the norm writes its
+BF16 output with the amax (``csrc/extensions/normalization.cpp``,
+``FUSED_NORM_AMAX_FP8``), then ``quantize_with_amax`` runs 2 and 3.
+
 Per Linear (``module/linear.py``, ``module/grouped_linear.py``, v2.8):
 
 - forward: X quantised row-wise for the forward GEMM and column-wise for the weight
@@ -48,21 +55,24 @@ NAMES = (AMAX, SCALE, CAST_T)
 FP8_BYTES = 1            # per-tensor scaling: one byte per element, one FP32 scale per tensor
 
 
-def quantize(rows: int, cols: int, pass_: str) -> list[Kernel]:
+def quantize(rows: int, cols: int, pass_: str, norm_amax: bool = False) -> list[Kernel]:
     """The three kernels that quantise one rows × cols BF16 tensor, row-wise and
-    transposed, in ``pass_``."""
+    transposed, in ``pass_``; ``norm_amax``: the two after the amax, which the norm
+    before it computed (below)."""
     elems = float(rows) * cols
-    return [mem(AMAX, ACT_BYTES * elems + FP32_BYTES, pass_, "cast"),
-            mem(SCALE, 2 * FP32_BYTES, pass_, "cast"),
+    amax = [] if norm_amax else [mem(AMAX, ACT_BYTES * elems + FP32_BYTES, pass_, "cast")]
+    return [*amax, mem(SCALE, 2 * FP32_BYTES, pass_, "cast"),
             mem(CAST_T, elems * (ACT_BYTES + 2 * FP8_BYTES) + 2 * FP32_BYTES, pass_, "cast")]
 
 
 def linear(gemm: Callable[[str], Kernel], m: int, n: int, k: int, phase: str,
-           cast_input: bool = True) -> list[Kernel]:
+           cast_input: bool = True, norm_amax: bool = False) -> list[Kernel]:
     """Kernels of Y(m, n) = X(m, k)·W(k, n) under per-tensor current scaling; ``gemm(p)``
-    gives the GEMM of pass ``p``; ``cast_input=False`` when X is already quantised."""
+    gives the GEMM of pass ``p``; ``cast_input=False`` when X is already quantised;
+    ``norm_amax`` when X is the output of the norm a ``LayerNormLinear`` fuses in front
+    (its forward quantisation has no amax pass)."""
     if phase == "fwd":
-        return [*(quantize(m, k, "fwd") if cast_input else []), gemm("fwd")]
+        return [*(quantize(m, k, "fwd", norm_amax) if cast_input else []), gemm("fwd")]
     return [*quantize(m, n, "dgrad"), gemm("dgrad"), gemm("wgrad")]
 
 
