@@ -210,9 +210,11 @@ def test_a_layernorm_linear_takes_its_amax_from_the_norm():
     spec = dataclasses.replace(PRESETS["llama-3.1-8b"], precision="fp8",
                                fp8_recipe="tensorwise")
     t, h = 1024, spec.hidden
-    att = names(attention_kernels(spec, t, t, 1, "fwd", True))
+    ks = attention_kernels(spec, t, t, 1, "fwd", True)
+    att = names(ks)
     first = att.index("attention_gemm")
     assert att[:first] == [T.SCALE, T.CAST_T]                  # QKV: no amax
+    assert ks[1].bytes == 4 * t * h + 8                        # the normed input, t x h
     assert att[-4:] == [T.AMAX, T.SCALE, T.CAST_T, "attention_gemm"]   # the projection
     ffn = dense_ffn_kernels(spec, t, 1, "fwd", True)
     assert names(ffn) == [T.SCALE, T.CAST_T, "dense_gemm", "dense_act",
