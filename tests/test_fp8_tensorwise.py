@@ -123,6 +123,13 @@ def test_what_only_the_blockwise_recipe_runs_is_refused_in_one_line(sets, field)
         resolve(load_scenario(DS1024, ["compute.fp8_recipe=tensorwise", *sets]))
 
 
+def test_serving_and_rl_scenarios_refuse_it_in_one_line():
+    for name in ("deepseek-v3-decode", "grpo-deepseek-v3-nemo-rl"):
+        with pytest.raises(InputError, match=r"compute\.fp8_recipe.*training recipe"):
+            resolve(load_scenario(name, ["compute.precision=fp8",
+                                         "compute.fp8_recipe=tensorwise"]))
+
+
 def test_bad_value_is_one_line():
     with pytest.raises(InputError, match=r"compute\.fp8_recipe.*blockwise or tensorwise"):
         parse({"fp8_recipe": "delayed"}, "s.yaml")

@@ -91,6 +91,9 @@ def check_fp8_recipe(src: str, scn: Any) -> None:
     if scn.compute.fp8_recipe != "tensorwise" or scn.compute.precision != "fp8":
         return
     for bad, field, expected, value in (
+            (scn.serve is not None or scn.rl is not None, "compute.fp8_recipe",
+             "blockwise in a serving or RL scenario (tensorwise is Transformer Engine's "
+             "training recipe: moesim run and moesim train)", scn.compute.fp8_recipe),
             (scn.routing.dispatch_dtype != "bf16", "routing.dispatch_dtype",
              "bf16 with compute.fp8_recipe tensorwise (Transformer Engine quantises after "
              "the dispatch)", scn.routing.dispatch_dtype),

@@ -166,7 +166,8 @@ def expert_kernels(spec: ModelSpec, tokens: int, phase: str = "fwd", fp8: bool =
 def shared_expert_kernels(spec: ModelSpec, tokens: int, tp: int = 1, phase: str = "fwd",
                           fp8: bool = False) -> list[Kernel]:
     """All shared experts of a layer as one FFN of width n_shared·shared_ffn/tp; its
-    input is the tokens already cast for the dispatch (FP8)."""
+    input is the tokens already cast for the dispatch (FP8), or under ``tensorwise``
+    quantised by its own fc1."""
     return ffn_kernels(spec, tokens, spec.n_shared_experts * spec.shared_ffn // tp, "shared",
                        phase, fp8, cast_input=_recipe(spec) == TENSORWISE)
 
