@@ -30,6 +30,10 @@ each figure the average of 5 steps):
   GPUs (256 train, 256 generate); recipe ``grpo-deepseek-v3-64n8g-async-1off.yaml``,
   scenario ``scenarios/grpo-deepseek-v3-nemo-rl-async.yaml`` (NeMo RL's non-colocated
   refit chunk by chunk, ``rl.weight_sync.calls: nemo-async``).
+- Qwen3-235B-A22B one step off (H100 table): G-average 5,721, 58.7 tokens/s/GPU, 231 s on
+  256 GPUs (128 train with TP4 SP PP8 EP16, 128 generate as 16 vLLM engines of TP8);
+  recipe ``grpo-qwen3-235b-32n8g-async-1off.yaml``, scenario
+  ``scenarios/grpo-qwen3-235b-nemo-rl-async.yaml`` (the same chunked refit).
 - The same two recipes on twice the GPUs (``SCALED``): Qwen3-235B-A22B on 256 GPUs, 312 s
   (37.4, 5,713); DeepSeek-V3 on 512 GPUs, 111 s (7.24, 697). The page prints how the step
   changes from the smaller run, simulated and published.
@@ -74,6 +78,8 @@ ROWS = (
      12.1, 701),
     ("grpo-deepseek-v3-nemo-rl-async", "DeepSeek-V3: 1-step off, 256 + 256 GPUs", 64.1,
      12.8, 710),
+    ("grpo-qwen3-235b-nemo-rl-async", "Qwen3-235B-A22B: 1-step off, 128 + 128 GPUs", 231.0,
+     58.7, 5721),
 )
 #: the same recipes on twice the GPUs (the recipes ``grpo-qwen3-235b-32n8g.yaml`` and
 #: ``grpo-deepseek-v3-64n8g.yaml`` at v0.6.0 take the 16- and 32-node ones and set

@@ -185,6 +185,7 @@ class _SmallFit:
                                   "grpo-qwen3-30b-a3b-nemo-rl-gb200", "grpo-deepseek-v3",
                                   "grpo-deepseek-v3-nemo-rl", "grpo-qwen3-235b-nemo-rl",
                                   "grpo-deepseek-v3-nemo-rl-async",
+                                  "grpo-qwen3-235b-nemo-rl-async",
                                   "grpo-qwen3-30b-a3b-nemo-v03"])
 def test_every_shipped_rl_scenario_fits(name):
     setup = resolve_rl(name)

@@ -71,6 +71,28 @@ def test_qwen3_235b_recipe_layout():
     assert [len(c) for c in stage_chunks(trainer, setup.res.model, 8)] == [11] + [12] * 6 + [11]
 
 
+def test_qwen3_235b_one_step_off_recipe():
+    """grpo-qwen3-235b-32n8g-async-1off.yaml over the 16-node recipe: 256 GPUs, 128 of them
+    training (TP4 with sequence parallelism, CP1, PP8, EP16: data parallel 128 / 32 = 4;
+    the end stages' 11 layers) and 128 generating (16 engines of TP8,
+    gpu_memory_utilization 0.8), one step off with in-flight weight updates that keep the
+    KV caches; NeMo RL's chunked NCCL refit."""
+    from moesim.rl.engine_costs import trainer_scenario_of
+    from moesim.schedule.layout_string import stage_chunks
+
+    setup = resolve_rl("grpo-qwen3-235b-nemo-rl-async")
+    cfg = setup.cfg
+    tr, ro, ws = cfg.train, cfg.rollout, cfg.weight_sync
+    assert not cfg.colocated and (cfg.max_lag, cfg.partial_rollouts, cfg.kv_after_sync) == (
+        1, True, "keep")
+    assert (tr.gpus, tr.tp, tr.cp, tr.pp, tr.ep, tr.dp) == (128, 4, 1, 8, 16, 4)
+    assert (ro.gpus, ro.gpus // ro.tp, ro.tp, ro.kv_fraction) == (128, 16, 8, 0.8)
+    assert (ws.method, ws.per_gpu, ws.calls) == ("nccl", True, "nemo-async")
+    trainer = trainer_scenario_of(setup)
+    assert trainer.parallel.sequence_parallel and trainer.memory.recompute == "full"
+    assert [len(c) for c in stage_chunks(trainer, setup.res.model, 8)] == [11] + [12] * 6 + [11]
+
+
 def test_deepseek_v3_one_step_off_recipe():
     """grpo-deepseek-v3-64n8g-async-1off.yaml over the 32-node recipe: 512 GPUs, 256 of
     them training (PP16 EP16: data parallel 16) and 256 generating (8 engines of TP32),
