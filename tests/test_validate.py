@@ -302,6 +302,25 @@ def test_step_without_combine_or_unknown_step_exit_2(tmp_path, capsys):
     assert "--step" in _one_error_line(capsys)
 
 
+def test_a_fast_calibrated_copy_rate_still_builds_the_half_duplex_machine():
+    """A calibration on a noisy trace can fit a copy rate of thousands of GB/s; the free
+    hops around the copy link (1e6 x the rate) stay within a topology's largest link
+    rate, so the machine builds and a transfer still costs latency + bytes / rate."""
+    import simpy
+
+    from moesim.compute.calibrated import CommCalibration
+    from moesim.network import FlowNetwork
+    from moesim.topology.bounds import MAX_LINK_GBPS
+    rate = 6.7e12                                  # 6,700 GB/s: 1e6 x is over the bound
+    topo = machine_topology(2, CommCalibration(10e-6, rate, "gloo", False))
+    assert topo.line_rate_Bps.max() <= MAX_LINK_GBPS * 1e9
+    env = simpy.Environment()
+    net = FlowNetwork(env, topo)
+    g = topo.gpus
+    env.run(net.transfer(g[0], g[1], 1e6))
+    assert env.now == pytest.approx(10e-6 + 1e6 / rate, rel=1e-6)
+
+
 def test_half_duplex_machine_shares_a_rank_between_its_sends_and_receives():
     """gloo (duplex false): two opposite 1 MB transfers between two ranks take
     latency + 2 MB / bandwidth (each rank copies both); duplex: latency + 1 MB / bw."""

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from typing import Protocol
 
+from moesim.topology.bounds import MAX_LINK_GBPS
 from moesim.topology.graph import Topology
 from moesim.topology.loader import parse_topology
 
@@ -44,9 +45,10 @@ def machine_topology(world: int, comm: LinkFit) -> Topology:
         links = [{"src": f"rank{r}", "dst": "switch", "kind": kind,
                   "bandwidth_GBps": bw, "latency_us": half_us} for r in range(world)]
     else:
-        # the hops around the copy link are free: bandwidth far above the copy rate
-        free = {"kind": kind, "bandwidth_GBps": bw * 1e6, "latency_us": 0.0,
-                "bidirectional": False}
+        # the hops around the copy link are free: bandwidth far above the copy rate, and
+        # within what a topology accepts (a fast calibrated copy rate times 1e6 is not)
+        free = {"kind": kind, "bandwidth_GBps": min(bw * 1e6, MAX_LINK_GBPS),
+                "latency_us": 0.0, "bidirectional": False}
         links = []
         for r in range(world):
             a, b = f"in{r}", f"out{r}"
