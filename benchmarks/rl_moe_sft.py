@@ -18,12 +18,11 @@ SCENARIO = Path(__file__).resolve().parent / "scenarios" / "nemo-rl-sft-qwen3-30
 MEASURED_S = 13.0            # issue 966's table: "~13" s/iter
 TOKENS = 512 * 4096          # global batch x max sequence: the most a 4k-capped batch holds
 GPUS = 32
-#: the GRPO row's ratio (rl_moe_trainer.py's last lines): Megatron's measured rate on
-#: H800 over NeMo RL v0.3's training rate
-GRPO_RATIO = (2.78, 2.82)
 
 
-def sft_bound() -> None:
+def sft_bound(grpo_ratio: tuple[float, float]) -> None:
+    """``grpo_ratio``: the GRPO row's (rl_moe_trainer.py computes it), Megatron's measured
+    rates on H800 over NeMo RL v0.3's training rate."""
     from moesim.scenario.read import load_scenario
     from moesim.wiring import resolve, simulate
 
@@ -50,7 +49,7 @@ def sft_bound() -> None:
           "The measured iteration computes at most the simulated tokens, so each ratio is a "
           "lower bound on how far NeMo RL's Megatron MoE training runs behind moesim's "
           "Megatron step for the same work, with no RL phase in it; in GRPO (above) "
-          f"Megatron's own measurement ran {GRPO_RATIO[0]:.2f}-{GRPO_RATIO[1]:.2f} x NeMo "
+          f"Megatron's own measurement ran {grpo_ratio[0]:.2f}-{grpo_ratio[1]:.2f} x NeMo "
           "RL's rate. The issue publishes no profile, sequence lengths or recompute setting, "
           "and moesim prices H200's BF16 GEMMs by the roofline (no catalog table), so this "
           "is a bound, not a check.")

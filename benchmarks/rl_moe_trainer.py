@@ -478,7 +478,7 @@ def main(argv: list[str] | None = None) -> int:
     leads()
     from rl_moe_sft import sft_bound
 
-    sft_bound()
+    sft_bound((6244 / nemo, 6325 / nemo))
     return 0
 
 

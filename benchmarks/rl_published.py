@@ -88,9 +88,6 @@ ROWS = (
     ("grpo-qwen3-30b-a3b-nemo-rl-async-8off", "8-step off, 64 + 128 GPUs (streamed)", 34.5,
      1025.0, 3206),
 )
-#: rows that need more steps than ``--steps`` for a steady state (2 x max_lag + 1 at least;
-#: the scenario's own count)
-STEPS = {"grpo-qwen3-30b-a3b-nemo-rl-async-8off": 20}
 #: the same recipes on twice the GPUs (the recipes ``grpo-qwen3-235b-32n8g.yaml`` and
 #: ``grpo-deepseek-v3-64n8g.yaml`` at v0.6.0 take the 16- and 32-node ones and set
 #: ``cluster.num_nodes``; DeepSeek-V3's also ``expert_model_parallel_size: 32``, where
@@ -119,6 +116,14 @@ def pricing_models() -> list[tuple[str, str]]:
         if dev.name not in out:
             out[dev.name] = compute_model({"kind": "catalog"}, "rl_published", dev).name
     return list(out.items())
+
+
+def _own_steps(name: str) -> tuple[int, int]:
+    """(``rl.steps``, ``rl.max_lag``) as the scenario writes them: a row whose own steps
+    exceed ``--steps`` (a steady state needs 2 x max_lag + 1) runs its own."""
+    from moesim.rl.run import resolve_rl
+    cfg = resolve_rl(name).cfg
+    return cfg.steps, cfg.max_lag
 
 
 def _run(name: str, overrides: list[str], steps: int) -> dict:
@@ -157,16 +162,19 @@ def main(argv: list[str] | None = None) -> int:
     if not 3 <= a.steps <= 100:     # max_lag 1: a steady state needs 3 steps or more
         ap.error("--steps: an integer from 3 to 100 (the 1-step-off run's first and last "
                  "steps fill and drain its pipeline)")
+    own = {name: _own_steps(name) for name, *_ in ROWS}
+    longer = "".join(f"; the {lag}-step-off run {n} steps, its first and last {lag} left out"
+                     for n, lag in own.values() if n > a.steps)
     print(f"NeMo RL v0.6 (H100 BF16 and GB200 BF16 tables) against moesim, {a.steps} simulated steps per "
           "run (step: the steady-state mean, the 1-step-off run's first and last steps "
-          "left out; the 8-step-off run 20 steps, its first and last 8 left out); s = seconds")
+          f"left out{longer}); s = seconds")
     print()
     print("| run | scenario | mean sample (simulated / published) | step simulated | "
           "step published | error | tokens/s/GPU simulated / published |")
     print("|---|---|---|---|---|---|---|")
     out = []
     for name, row, step_pub, tok_pub, len_pub in ROWS:
-        steps = max(a.steps, STEPS.get(name, 0))
+        steps = max(a.steps, own[name][0])
         out.append((name, row, _row(row, name, [], step_pub, tok_pub, len_pub, steps)))
     scaled = []
     for name, row, sets, step_pub, tok_pub, len_pub, small in SCALED:
