@@ -39,6 +39,12 @@ each figure the average of 5 steps):
   ``grpo-qwen3-30ba3b-24n8g-async-8off.yaml``, scenario
   ``scenarios/grpo-qwen3-30b-a3b-nemo-rl-async-8off.yaml`` (generation streamed as NeMo
   RL's asynchronous trajectory collector runs it, ``rl.generation: stream``; 20 steps).
+- DeepSeek-V3 one step off in FP8 (table "H100 FP8 Benchmarks": generation and training
+  in FP8): G-average 721, 14.1 tokens/s/GPU, 59.2 s on 512 GPUs (256 train, 256 generate
+  as 16 vLLM engines of TP16); recipe ``grpo-deepseek-v3-64n8g-fp8-async-1off.yaml``,
+  scenario ``scenarios/grpo-deepseek-v3-nemo-rl-async-fp8.yaml`` (``rl.rollout.precision:
+  fp8``, the engines casting the bf16 weights of every refit). The page compares it with
+  the BF16 row.
 - The same two recipes on twice the GPUs (``SCALED``): Qwen3-235B-A22B on 256 GPUs, 312 s
   (37.4, 5,713); DeepSeek-V3 on 512 GPUs, 111 s (7.24, 697). The page prints how the step
   changes from the smaller run, simulated and published.
@@ -87,7 +93,11 @@ ROWS = (
      58.7, 5721),
     ("grpo-qwen3-30b-a3b-nemo-rl-async-8off", "8-step off, 64 + 128 GPUs (streamed)", 34.5,
      1025.0, 3206),
+    ("grpo-deepseek-v3-nemo-rl-async-fp8", "DeepSeek-V3: 1-step off, FP8, 256 + 256 GPUs",
+     59.2, 14.1, 721),
 )
+#: (FP8 row, BF16 row) of ROWS: the same run in both precisions
+FP8_PAIR = (8, 5)
 #: the same recipes on twice the GPUs (the recipes ``grpo-qwen3-235b-32n8g.yaml`` and
 #: ``grpo-deepseek-v3-64n8g.yaml`` at v0.6.0 take the 16- and 32-node ones and set
 #: ``cluster.num_nodes``; DeepSeek-V3's also ``expert_model_parallel_size: 32``, where
@@ -127,8 +137,30 @@ def _own_steps(name: str) -> tuple[int, int]:
 
 
 def _run(name: str, overrides: list[str], steps: int) -> dict:
-    from moesim.rl.run import rl_summary
-    return rl_summary(name, overrides, steps=steps)
+    """The run's summary with its weight sync's details."""
+    from moesim.rl.run import resolve_rl, simulate_rl
+    from moesim.rl.summary import details, summarize
+    run = simulate_rl(resolve_rl(name, overrides), steps)
+    return {**summarize(run), "weight_sync": details(run)["weight_sync"]}
+
+
+#: the FP8 run on the BF16 run's engines (8 of TP32, vLLM's default max_num_seqs)
+FP8_ON_BF16_ENGINES = ["rl.rollout.tp=32", "rl.rollout.ep=32", "rl.rollout.max_batch=1024"]
+
+
+def fp8_pair(fp8: dict, bf16: dict, published: tuple[float, float], same: dict) -> str:
+    """How the FP8 run's step, generation and refit compare with the BF16 one's
+    (``same``: the FP8 run on the BF16 run's engines)."""
+    cast = fp8["weight_sync"]["phases"]["fp8_cast"]
+    f, b = fp8["phases_s"], bf16["phases_s"]
+    return (f"FP8 against BF16 (DeepSeek-V3, one step off): the step x"
+            f"{fp8['step_time_s'] / bf16['step_time_s']:.2f} simulated, "
+            f"x{published[0] / published[1]:.2f} published; generation {b['generate']:.1f} -> "
+            f"{f['generate']:.1f} s (FP8 weights and GEMMs on the 8 engines of TP32: "
+            f"{same['phases_s']['generate']:.1f} s; then 16 engines of TP16); weight sync {b['weight_sync']:.1f} -> {f['weight_sync']:.1f} s, the "
+            f"engines casting {cast['tensors']:,} tensors ({cast['elements'] / 1e9:.0f} G "
+            f"elements) to FP8 in {cast['time_s']:.1f} s at each refit (host "
+            f"{cast['host_s']:.1f} s, GPU {cast['gpu_s']:.1f} s).")
 
 
 def _rate(x: float) -> str:
@@ -165,7 +197,7 @@ def main(argv: list[str] | None = None) -> int:
     own = {name: _own_steps(name) for name, *_ in ROWS}
     longer = "".join(f"; the {lag}-step-off run {n} steps, its first and last {lag} left out"
                      for n, lag in own.values() if n > a.steps)
-    print(f"NeMo RL v0.6 (H100 BF16 and GB200 BF16 tables) against moesim, {a.steps} simulated steps per "
+    print(f"NeMo RL v0.6 (H100 BF16, H100 FP8 and GB200 BF16 tables) against moesim, {a.steps} simulated steps per "
           "run (step: the steady-state mean, the 1-step-off run's first and last steps "
           f"left out{longer}); s = seconds")
     print()
@@ -195,6 +227,10 @@ def main(argv: list[str] | None = None) -> int:
         ph = s["phases_s"]
         print(f"| {row} | " + " | ".join(f"{ph.get(p, 0.0):.2f}" for p in PHASES)
               + f" | {s['long_tail_s']:.2f} |")
+    print()
+    f8, b16 = FP8_PAIR
+    same = _run(ROWS[f8][0], FP8_ON_BF16_ENGINES, max(a.steps, own[ROWS[f8][0]][0]))
+    print(fp8_pair(out[f8][2], out[b16][2], (ROWS[f8][2], ROWS[b16][2]), same))
     print()
     print("Twice the GPUs, the step against the smaller run's (simulated / published): "
           + "; ".join(f"{row}: x{sim:.2f} / x{pub:.2f}" for row, sim, pub in scaled))

@@ -187,6 +187,7 @@ class _SmallFit:
                                   "grpo-deepseek-v3-nemo-rl-async",
                                   "grpo-qwen3-235b-nemo-rl-async",
                                   "grpo-qwen3-30b-a3b-nemo-rl-async-8off",
+                                  "grpo-deepseek-v3-nemo-rl-async-fp8",
                                   "grpo-qwen3-30b-a3b-nemo-v03"])
 def test_every_shipped_rl_scenario_fits(name):
     setup = resolve_rl(name)

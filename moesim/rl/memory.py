@@ -34,10 +34,13 @@ from moesim.rl.packing import pack_rows, split_mini_batches
 def replica_weight_bytes(spec, ro) -> float:
     """Weights on one GPU of an engine replica: dense layers split over TP, experts over
     EP, or over TP when EP is 1 (vLLM's fused MoE shards every expert over the TP group
-    unless expert parallelism is enabled)."""
+    unless expert parallelism is enabled). ``rl.rollout.precision: fp8``: one byte per
+    weight (:mod:`moesim.rl.rollout_fp8`; the bf16 embedding, head and norms are counted
+    at one byte too, under 0.3 % of DeepSeek-V3's)."""
     dense, expert = rank_params(spec, range(spec.layers), tp=ro.tp, ep=ro.ep, first=True,
                                 last=True, etp=ro.tp if ro.ep == 1 else 1)
-    return float(spec.weight_bytes * (dense + expert))
+    wb = 1 if getattr(ro, "precision", "bf16") == "fp8" else spec.weight_bytes
+    return float(wb * (dense + expert))
 
 
 #: bytes per trainer weight a reference swap copies: the module's bf16 parameters
@@ -141,7 +144,8 @@ def rollout_need(setup) -> dict:
 def rollout_fit(setup) -> Fit:
     ro = setup.cfg.rollout
     need = rollout_need(setup)["total"]
-    return Fit(f"rollout engine (tp {ro.tp} ep {ro.ep}, kv_fraction {ro.kv_fraction:g})",
+    w8 = ", fp8 weights" if getattr(ro, "precision", "bf16") == "fp8" else ""
+    return Fit(f"rollout engine (tp {ro.tp} ep {ro.ep}{w8}, kv_fraction {ro.kv_fraction:g})",
                need, setup.res.device.hbm_bytes)
 
 

@@ -84,7 +84,7 @@ from moesim.errors import InputError
 from moesim.model.params import count_params
 from moesim.model.spec import ModelSpec
 from moesim.program.host_dispatch import EAGER_OP_S, VIEW_OP_S
-from moesim.rl import refit_calls
+from moesim.rl import refit_calls, rollout_fp8
 from moesim.rl.refit_host import RAY_CALL_S
 
 #: NeMo RL 73e0c09d5 ``nemo_rl/utils/packed_tensor.py`` ``get_target_packed_tensor_size``:
@@ -329,10 +329,12 @@ def broadcast_s(topo, nbytes: float, chunk: int, nodes: int, per_node: int
 def async_refit(topo, spec: ModelSpec, train_gpus: list, rollout_gpus: list, *, tp: int,
                 pp: int, ep: int, etp: int, replica_gpus: int, per_tensor_s: float,
                 hbm_Bps: float, hbm_bytes: float, nbytes: float, tensors: int,
-                path_Bps) -> AsyncRefit:
+                path_Bps, precision: str = "bf16", launch_s: float = 0.0) -> AsyncRefit:
     """NeMo RL 73e0c09d5's non-colocated refit of ``spec`` (module docstring): ``nbytes``
     the model's bf16 bytes, ``tensors`` its HF tensors, ``hbm_bytes`` the device's total
-    memory (the chunk size), ``path_Bps`` :func:`moesim.rl.sync.path_Bps`."""
+    memory (the chunk size), ``path_Bps`` :func:`moesim.rl.sync.path_Bps`; ``precision``
+    fp8: the load also casts every FP8 weight (:mod:`moesim.rl.rollout_fp8`, ``launch_s``
+    the device's launch overhead)."""
     size = chunk_bytes(hbm_bytes)
     n = chunks(nbytes, size)
     per_node = len([g for g in topo.gpus if topo.host_of(g) == topo.host_of(train_gpus[0])])
@@ -346,7 +348,10 @@ def async_refit(topo, spec: ModelSpec, train_gpus: list, rollout_gpus: list, *, 
     pack_copy = 2 * nbytes / hbm_Bps
     producer = max(bridge.time_s + pack_host, coll.time_s + gather_copy + pack_copy)
     unpack = n * (EAGER_OP_S + VIEW_OP_S) + tensors * UNPACK_VIEWS * VIEW_OP_S
-    load = tensors * per_tensor_s + 2 * nbytes / replica_gpus / hbm_Bps
+    load = (rollout_fp8.load_entries(spec, tensors, precision) * per_tensor_s
+            + 2 * rollout_fp8.loaded_bytes(spec, nbytes, precision) / replica_gpus / hbm_Bps)
+    if precision == "fp8":
+        load += rollout_fp8.fp8_cast(spec, hbm_Bps, launch_s).time_s
     engines = max(1, len(rollout_gpus) // replica_gpus)
     calls = len(train_gpus) + engines + replica_gpus
     ray = calls * RAY_CALL_S

@@ -24,6 +24,7 @@ from moesim.rl.memory import reference_swap_s, replica_weight_bytes, rl_fits
 from moesim.rl.offload import HostMoves, setup_moves
 from moesim.rl.phases import Batch, StepWork, TrainerCosts, step_work
 from moesim.rl.prefix_cache import PrefixCacheCosts
+from moesim.rl.rollout_fp8 import rollout_scenario
 from moesim.rl.sampler_v1 import SamplerStepCosts
 from moesim.rl.step_fixed import StepFixedCosts
 from moesim.rl.sync import PCIE_Bps, SyncResult, switch_cost, weight_sync
@@ -200,6 +201,11 @@ def simulate_rl(setup: RLSetup, steps: int, *, rollout_costs: StepCosts | None =
     if ro.step_fixed != "none" and ro.host_overhead not in STEP_FIXED_ENGINES:
         raise setup.error("rl.rollout.step_fixed", "none unless rl.rollout.host_overhead "
                           f"is one of {', '.join(STEP_FIXED_ENGINES)}", ro.step_fixed)
+    if ro.precision == "fp8" and (cfg.weight_sync.method == "sharded"
+                                  or not cfg.weight_sync.per_gpu):
+        raise setup.error("rl.rollout.precision", "bf16 unless rl.weight_sync has per_gpu: "
+                          "true and method nccl or ipc (NeMo RL's refit, whose engines cast "
+                          "the bf16 weights they receive to FP8)", ro.precision)
     batches = draw_batches(setup, steps)
     if fits is None:
         fits = rl_fits(setup, batches)
@@ -220,7 +226,7 @@ def simulate_rl(setup: RLSetup, steps: int, *, rollout_costs: StepCosts | None =
                        per_gpu=cfg.weight_sync.per_gpu, calls=cfg.weight_sync.calls,
                        etp=setup.scenario.parallel.etp, hbm_bytes=res.device.hbm_bytes,
                        launch_s=res.device.launch_overhead_s,
-                       gather=cfg.weight_sync.gather)
+                       gather=cfg.weight_sync.gather, precision=ro.precision)
     switch = switch_cost(res.model, tr.gpus, ro.replica_gpus) if cfg.colocated else (0.0, 0.0)
     moves = setup_moves(setup, PCIE_Bps)
     if moves is not None:       # NeMo RL's moves replace the switch's (moesim.rl.offload)
@@ -231,7 +237,8 @@ def simulate_rl(setup: RLSetup, steps: int, *, rollout_costs: StepCosts | None =
         gpn = gpus_per_node(setup)
         if rollout_costs is None:
             rollout_costs = surface(
-                setup.scenario, ro.replica_gpus, gpn, tp=ro.tp, ep=ro.ep, kv_dtype=ro.kv_dtype,
+                rollout_scenario(setup.scenario, ro.precision), ro.replica_gpus, gpn,
+                tp=ro.tp, ep=ro.ep, kv_dtype=ro.kv_dtype,
                 max_batch=ro.max_batch, cache=cache, cuda_graphs=ro.cuda_graphs,
                 host_overhead=ro.host_overhead,
                 prompt=max(1, int(np.mean([b.prompt.mean() for b in batches]))),

@@ -197,6 +197,9 @@ def refit_line(ws: dict) -> list[str]:
     a = ph.get("async_refit")      # rl.weight_sync.calls: nemo-async (rl/refit_async.py)
     chunks = (f"; {a['chunks']} chunks of {a['chunk_bytes'] / 1e9:.2f} GB overlapped: "
               f"{a['time_s']:.2f} s" if a else "")
+    c = ph.get("fp8_cast")         # rl.rollout.precision: fp8 (rl/rollout_fp8.py)
+    cast = (f"; the load casts {c['tensors']:,} tensors to FP8 in {c['time_s']:.2f} s "
+            f"(host {c['host_s']:.2f} s, GPU {c['gpu_s']:.2f} s)" if c else "")
     return [f"  refit per GPU: gather {ph['gather_s']:.2f} s + transfer "
             f"{ph['transfer_s']:.2f} s + load {ph['load_s']:.2f} s{ipc}; load "
-            f"{ph['load_bytes_per_gpu'] / 1e9:.2f} GB per GPU{waits}{chunks}"]
+            f"{ph['load_bytes_per_gpu'] / 1e9:.2f} GB per GPU{waits}{chunks}{cast}"]

@@ -65,6 +65,7 @@ from moesim.errors import InputError
 from moesim.model.params import count_params
 from moesim.model.spec import ModelSpec
 from moesim.network import FlowNetwork
+from moesim.rl import rollout_fp8
 
 #: bytes per parameter moved by a sync: bf16, the dtype the trainer and engine hold
 PARAM_BYTES = 2
@@ -176,11 +177,12 @@ def weight_sync(topo, spec: ModelSpec, train_gpus: list, rollout_gpus: list, *, 
                 hbm_Bps: float, on_solve=None, sharded: bool = False,
                 per_gpu: bool = False, calls: str = "none", etp: int = 1,
                 hbm_bytes: float = 0.0, launch_s: float = 0.0,
-                gather: str = "node") -> SyncResult:
+                gather: str = "node", precision: str = "bf16") -> SyncResult:
     """The sync of ``spec``'s weights from ``train_gpus`` to every engine replica of
     ``rollout_gpus``: gathered and chain-broadcast (``sharded`` False: verl's NCCL
     checkpoint engine) or pulled shard by shard (``sharded``: :func:`sharded_flows`);
-    ``per_gpu``: NeMo RL's three refit steps in series (:func:`refit_phases`)."""
+    ``per_gpu``: NeMo RL's three refit steps in series (:func:`refit_phases`), where the
+    engines' ``precision`` fp8 adds NeMo RL's cast (:mod:`moesim.rl.rollout_fp8`)."""
     if calls == "nemo-async" and (ipc or sharded or not per_gpu):
         raise InputError("rl.weight_sync", "calls", "nemo-async only with per_gpu: true, "
                          "method nccl and the pools apart (rl.colocated: false)", calls)
@@ -189,7 +191,7 @@ def weight_sync(topo, spec: ModelSpec, train_gpus: list, rollout_gpus: list, *, 
                             replica_gpus=replica_gpus, per_tensor_s=per_tensor_s, ipc=ipc,
                             hbm_Bps=hbm_Bps, on_solve=on_solve, sharded=sharded,
                             calls=calls, etp=etp, hbm_bytes=hbm_bytes, launch_s=launch_s,
-                            gather=gather)
+                            gather=gather, precision=precision)
     nbytes = param_bytes(spec)
     src = holders(train_gpus, tp, pp, ep)
     if sharded:
@@ -268,7 +270,7 @@ def refit_phases(topo, spec: ModelSpec, train_gpus: list, rollout_gpus: list, *,
                  pp: int, ep: int, replica_gpus: int, per_tensor_s: float, ipc: bool,
                  hbm_Bps: float, on_solve=None, sharded: bool = False, calls: str = "none",
                  etp: int = 1, hbm_bytes: float = 0.0, launch_s: float = 0.0,
-                 gather: str = "node") -> SyncResult:
+                 gather: str = "node", precision: str = "bf16") -> SyncResult:
     """NeMo RL's refit as three steps in series (module docstring): gather, transfer,
     load; ``time_s`` is their sum. ``gather`` "groups" (colocated): every GPU gathers
     through its own TP, PP and EP groups as ``gather_params`` does
@@ -286,12 +288,17 @@ def refit_phases(topo, spec: ModelSpec, train_gpus: list, rollout_gpus: list, *,
     :mod:`moesim.rl.offload`). Disaggregated (method ``nccl``), ``calls`` "nemo-async":
     NeMo RL's non-colocated refit chunk by chunk, gather and pack, the broadcast of each
     chunk to the whole model-update group, unpack and load, as a pipeline
-    (:mod:`moesim.rl.refit_async`)."""
+    (:mod:`moesim.rl.refit_async`). ``precision`` fp8 (the engines' weights): every
+    engine GPU casts the whole model's FP8 weights it receives, each comes with its scale
+    into ``load_weights`` and the share is copied at one byte
+    (:mod:`moesim.rl.rollout_fp8`)."""
     nbytes = param_bytes(spec)
     src = holders(train_gpus, tp, pp, ep)
     tensors = tensor_count(spec)
-    load_bytes = nbytes / replica_gpus
-    load_s = tensors * per_tensor_s + 2 * load_bytes / hbm_Bps
+    load_bytes = rollout_fp8.loaded_bytes(spec, nbytes, precision) / replica_gpus
+    cast = rollout_fp8.fp8_cast(spec, hbm_Bps, launch_s) if precision == "fp8" else None
+    load_s = (rollout_fp8.load_entries(spec, tensors, precision) * per_tensor_s
+              + 2 * load_bytes / hbm_Bps + (cast.time_s if cast else 0.0))
     link = np.zeros(0)
     groups = None
     ar = None
@@ -357,7 +364,8 @@ def refit_phases(topo, spec: ModelSpec, train_gpus: list, rollout_gpus: list, *,
             ar = refit_async.async_refit(
                 topo, spec, train_gpus, rollout_gpus, tp=tp, pp=pp, ep=ep, etp=etp,
                 replica_gpus=replica_gpus, per_tensor_s=per_tensor_s, hbm_Bps=hbm_Bps,
-                hbm_bytes=hbm_bytes, nbytes=nbytes, tensors=tensors, path_Bps=path_Bps)
+                hbm_bytes=hbm_bytes, nbytes=nbytes, tensors=tensors, path_Bps=path_Bps,
+                precision=precision, launch_s=launch_s)
             gather_s, transfer_s = ar.producer_s, ar.broadcast_s
             load_s = ar.unpack_s + ar.load_s
     # disaggregated: NeMo RL overlaps the gather of one chunk with the broadcast of the
@@ -380,6 +388,8 @@ def refit_phases(topo, spec: ModelSpec, train_gpus: list, rollout_gpus: list, *,
         phases["blocking_waits"] = waits.as_dict()
     if ar is not None:
         phases["async_refit"] = ar.as_dict()
+    if cast is not None:
+        phases["fp8_cast"] = cast.as_dict()
     if groups is not None:
         phases["gather_groups_s"] = {"tp": groups.tp_s, "pp": groups.pp_s, "ep": groups.ep_s}
     return SyncResult(total, gather_s + (0.0 if ipc else transfer_s),

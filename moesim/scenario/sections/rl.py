@@ -119,6 +119,10 @@ ROLLOUT_PREFIX_CACHES = ("none", "vllm")
 #: the rollout engines' fixed CPU time per step (moesim.rl.step_fixed): ``none`` or
 #: ``vllm-v1`` (vLLM V1's per-step work whatever the batch, moesim.serve.host)
 ROLLOUT_STEP_FIXED = ("none", "vllm-v1")
+#: the rollout engines' weights (moesim.rl.rollout_fp8): ``bf16`` (the trainer's weights
+#: as they are) or ``fp8`` (NeMo RL's vLLM ``precision: fp8``: 128 x 128 block-scaled FP8
+#: linear weights, cast from the bf16 weights each refit sends)
+ROLLOUT_PRECISIONS = ("bf16", "fp8")
 #: the rollout engines' CPU time per step (serve.host_overhead's choices)
 ROLLOUT_HOST = ("none", "vllm", "vllm-async", "sglang", "vllm-inproc")
 #: vLLM's ``gpu_memory_utilization`` default: the fraction of each GPU's memory the engine
@@ -145,6 +149,7 @@ class RolloutPool:
     executor: str = "none"  # ROLLOUT_EXECUTORS
     prefix_cache: str = "none"  # ROLLOUT_PREFIX_CACHES
     step_fixed: str = "none"  # ROLLOUT_STEP_FIXED
+    precision: str = "bf16"  # ROLLOUT_PRECISIONS
 
     @property
     def replica_gpus(self) -> int:
@@ -287,7 +292,7 @@ _RULES: dict[str, tuple[str, Any]] = {
     "cuda_graphs": ("bool", None), "host_overhead": ("choice", ROLLOUT_HOST),
     "sampler": ("choice", ROLLOUT_SAMPLERS), "post_process": ("choice", ROLLOUT_POSTS),
     "executor": ("choice", ROLLOUT_EXECUTORS), "prefix_cache": ("choice", ROLLOUT_PREFIX_CACHES),
-    "step_fixed": ("choice", ROLLOUT_STEP_FIXED),
+    "step_fixed": ("choice", ROLLOUT_STEP_FIXED), "precision": ("choice", ROLLOUT_PRECISIONS),
     "offload": ("choice", OFFLOADS), "offload_copy": ("choice", OFFLOAD_COPIES),
     "loss_logprob": ("choice", LOSS_LOGPROBS), "logprob_softmax": ("choice", LOGPROB_SOFTMAX),
     "host_dispatch": ("choice", HOST_DISPATCH),
@@ -443,7 +448,8 @@ _ECHO_DEFAULTS = (("train", "offload_copy", "line"), ("train", "host_dispatch", 
                   ("train", "te_gemm_call", "launch"),
                   ("rollout", "sampler", "none"), ("weight_sync", "gather", "node"),
                   ("rollout", "post_process", "none"), ("rollout", "executor", "none"),
-                  ("rollout", "prefix_cache", "none"), ("rollout", "step_fixed", "none"))
+                  ("rollout", "prefix_cache", "none"), ("rollout", "step_fixed", "none"),
+                  ("rollout", "precision", "bf16"))
 
 
 def summary_dict(cfg: RLConfig) -> dict:
