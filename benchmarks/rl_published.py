@@ -38,7 +38,8 @@ each figure the average of 5 steps):
   192 GPUs (128 train, 64 generate as 32 vLLM engines of TP2); recipe
   ``grpo-qwen3-30ba3b-24n8g-async-8off.yaml``, scenario
   ``scenarios/grpo-qwen3-30b-a3b-nemo-rl-async-8off.yaml`` (generation streamed as NeMo
-  RL's asynchronous trajectory collector runs it, ``rl.generation: stream``; 20 steps).
+  RL's asynchronous trajectory collector runs it, ``rl.generation: stream``, paused by
+  its in-flight weight updates, ``rl.partial_rollouts``; 20 steps).
 - DeepSeek-V3 one step off in FP8 (table "H100 FP8 Benchmarks": generation and training
   in FP8): G-average 721, 14.1 tokens/s/GPU, 59.2 s on 512 GPUs (256 train, 256 generate
   as 16 vLLM engines of TP16); recipe ``grpo-deepseek-v3-64n8g-fp8-async-1off.yaml``,

@@ -353,3 +353,26 @@ def test_partial_rollouts_from_the_command_line(tmp_path, capsys, monkeypatch):
     trace = json.loads((out / "trace.json").read_text())["traceEvents"]
     assert any(e.get("cat") == "weight_sync" for e in trace)
     assert "partial rollouts" in (out / "summary.md").read_text()
+
+
+@pytest.mark.parametrize("keep", ["keep", "recompute"])
+def test_stream_with_partial_rollouts_runs_the_stream_with_pauses(tmp_path, keep):
+    """rl.generation stream with rl.partial_rollouts (verl's fully asynchronous mode): each
+    step's generation is the stream's with the engines paused for every weight sync, the
+    pauses left to the timeline's syncs."""
+    import numpy as np
+
+    from moesim.rl.generate import stream
+
+    setup = resolve_rl(scenario(tmp_path, max_lag=1, generation="stream",
+                                partial_rollouts=True, kv_after_sync=keep))
+    run = simulate_rl(setup, 3, rollout_costs=ROLL, trainer_costs=TRAIN)
+    ro = setup.cfg.rollout
+    want = stream([b.prompt for b in run.batches], [b.response for b in run.batches], ROLL,
+                  ro.replicas, run.kv_tokens, ro.max_batch, 1, max_lag=1,
+                  trainer_s=[sum(w.durations.trainer.values()) for w in run.works],
+                  sync_s=run.works[0].durations.weight_sync, partial=keep)
+    for w, g in zip(run.works, want, strict=True):
+        assert np.array_equal(w.generation.finish_s, g.finish_s)
+        assert w.durations.generate == pytest.approx(g.time_s - g.paused_s)
+    assert sum(g.paused_s for g in want) > 0        # the syncs fell inside generation

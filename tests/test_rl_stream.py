@@ -57,3 +57,44 @@ def test_stream_waits_for_the_version_it_may_use():
     assert [x.time_s for x in g[:2]] == pytest.approx([6.5, 2.0])
     assert list(g[2].finish_s) == pytest.approx([19.0, 23.0])
     assert g[2].time_s == pytest.approx(14.5)
+
+
+# one sample a step, one slot: prefill 0.5 s (token 1) and two decode steps (tokens 2, 3)
+ONE_P = [np.full(1, 4)] * 3
+ONE_R = [np.array([3])] * 3
+
+
+def _one(partial):
+    return stream(ONE_P, ONE_R, COSTS, replicas=1, kv_tokens=10_000, max_batch=1,
+                  max_lag=1, trainer_s=[1.0] * 3, sync_s=1.0, partial=partial)
+
+
+def test_stream_without_partial_rollouts_never_stops():
+    # back to back: 0-2.5, 2.5-5.0, and step 2 (version 1 published at 2.5 + 1 + 1 = 4.5)
+    # when the slot frees at 5.0
+    g = _one(None)
+    assert [x.finish_s[0] for x in g] == pytest.approx([2.5, 5.0, 7.5])
+    assert [x.paused_s for x in g] == [0.0, 0.0, 0.0]
+
+
+def test_stream_pauses_for_in_flight_weight_updates_keeping_kv():
+    # version 1's sync is due when the trainer has trained step 0: 2.5 + 1 = 3.5, in step
+    # 1's decode step 3.0-4.0, which finishes: the engines stop 4.0-5.0 and step 1's last
+    # decode step runs 5.0-6.0. Version 1 is published at 5.0; step 2 (max_lag 1) waits
+    # for the slot: prefill 6.0-6.5, decode 6.5-7.5; version 2's sync is due at
+    # max(6.0, 5.0) + 1 = 7.0, the step in flight ends 7.5, stop 7.5-8.5, last decode
+    # 8.5-9.5
+    g = _one("keep")
+    assert [x.finish_s[0] for x in g] == pytest.approx([2.5, 6.0, 9.5])
+    assert [x.time_s for x in g] == pytest.approx([2.5, 3.5, 3.5])
+    assert [x.paused_s for x in g] == pytest.approx([0.0, 1.0, 1.0])
+
+
+def test_stream_pauses_for_in_flight_weight_updates_recomputing_kv():
+    # the sync at 3.5 drops step 1's decode step in flight (token 1 kept); after the sync
+    # (3.5-4.5) its prefill of prompt + 1 token gives token 2 (4.5-5.0), a decode step
+    # token 3 (5.0-6.0). Version 1 at 4.5; step 2 from 6.0: token 1 at 6.5, the sync due
+    # at 7.0 drops the decode step 6.5-7.5; 7.0-8.0 sync, prefill 8.0-8.5, decode 8.5-9.5
+    g = _one("recompute")
+    assert [x.finish_s[0] for x in g] == pytest.approx([2.5, 6.0, 9.5])
+    assert [x.paused_s for x in g] == pytest.approx([0.0, 1.0, 1.0])

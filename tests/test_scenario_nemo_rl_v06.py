@@ -96,13 +96,16 @@ def test_qwen3_235b_one_step_off_recipe():
 def test_qwen3_30b_eight_steps_off_recipe():
     """grpo-qwen3-30ba3b-24n8g-async-8off.yaml over the 4-node recipe: 192 GPUs, 128 of them
     training (TP1 PP1 EP8: data parallel 128) and 64 generating (32 engines of TP2), at
-    most 8 versions behind, generation streamed as the asynchronous collector runs it; a
-    steady state needs 2 x 8 + 1 steps, and the scenario simulates 20."""
+    most 8 versions behind, generation streamed as the asynchronous collector runs it,
+    paused by the in-flight weight updates; a steady state needs 2 x 8 + 1 steps, and the
+    scenario simulates 20."""
     from moesim.rl.summary import steps_for_steady_state
 
     cfg = resolve_rl("grpo-qwen3-30b-a3b-nemo-rl-async-8off").cfg
     tr, ro = cfg.train, cfg.rollout
     assert not cfg.colocated and (cfg.max_lag, cfg.generation) == (8, "stream")
+    # in_flight_weight_updates with the KV caches kept: the stream's engines pause
+    assert (cfg.partial_rollouts, cfg.kv_after_sync) == (True, "keep")
     assert (tr.gpus, tr.tp, tr.pp, tr.ep, tr.dp) == (128, 1, 1, 8, 128)
     assert (ro.gpus, ro.gpus // ro.tp, ro.tp) == (64, 32, 2)
     assert cfg.steps >= steps_for_steady_state(8) == 17

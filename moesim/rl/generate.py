@@ -30,7 +30,11 @@ groups for the next target steps (up to ``max_trajectory_age_steps`` ahead) whil
 trainer consumes earlier ones (NVIDIA-NeMo/RL 002cdc27
 ``nemo_rl/algorithms/async_utils/trajectory_collector.py``, ``AsyncTrajectoryCollector``
 ``_calculate_target_weights``, ``_collection_loop``). A step's generation is then the
-engine time it adds: its last sample's finish minus the previous step's.
+engine time it adds: its last sample's finish minus the previous step's. With partial
+rollouts (``rl.partial_rollouts``) the stream's engines pause for every weight update,
+keeping their KV caches or recomputing them (``rl.kv_after_sync``): verl's fully
+asynchronous rollouter (volcengine/verl ``verl/experimental/fully_async_policy``,
+``partial_rollout: True``) and NeMo RL's collector with ``in_flight_weight_updates``.
 """
 
 from __future__ import annotations
@@ -58,6 +62,9 @@ class Generation:
     #: the worker's host work after its last step on the replica that ends last
     #: (``worker_post_s``; 0 without it), included in ``time_s``
     post_s: float = 0.0
+    #: a stream with in-flight weight updates: the syncs' pauses of the engines inside
+    #: the time this step adds, included in ``time_s``
+    paused_s: float = 0.0
 
 
 def long_tail(finish_s: np.ndarray, fraction: float = 0.9) -> float:
@@ -238,7 +245,7 @@ def stream(prompts: list, responses: list, costs: StepCosts, replicas: int, kv_t
            max_batch: int, members: int = 1, *, skip: bool = True,
            layer_windows: list[int] | None = None, max_lag: int | None = None,
            trainer_s: list[float] | None = None, sync_s: float = 0.0,
-           poll_s: float = 0.01) -> list[Generation]:
+           poll_s: float = 0.01, partial: str | None = None) -> list[Generation]:
     """Generate every step's samples as one stream (module docstring): queued in step
     order, admitted by vLLM's scheduler as capacity frees. With ``max_lag``, step ``s``'s
     samples arrive once version ``s - max_lag`` is published, as the collector targets at
@@ -248,11 +255,16 @@ def stream(prompts: list, responses: list, costs: StepCosts, replicas: int, kv_t
     :class:`Generation` whose ``time_s`` is the engine time the step adds (its last finish
     minus the previous steps' latest, at least 0) and whose ``finish_s`` are from the
     stream's start. ``poll_s``: how far the engines run at a time while a step's end is
-    awaited (the times themselves are exact)."""
+    awaited (the times themselves are exact). ``partial`` (``keep`` or ``recompute``,
+    with ``max_lag``): every weight update pauses the engines, as :func:`_stream_partial`
+    runs them."""
     groups = [[r * members + i for i in range(members)] for r in range(replicas)]
     sim = build_sim(costs, groups, kv_tokens, scheduler="vllm", router="round_robin",
                     max_seqs=max_batch, layer_windows=layer_windows)
     sim.skip = skip
+    if partial is not None:
+        return _stream_partial(sim, prompts, responses, members, max_lag, trainer_s,
+                               sync_s, poll_s, partial == "keep")
     steps: list[list[Request]] = []
     ready: list[float] = []
     pub = [0.0]
@@ -282,6 +294,13 @@ def stream(prompts: list, responses: list, costs: StepCosts, replicas: int, kv_t
         steps.append(rs)
         sim.submit(rs)
     sim.run()
+    return _per_step(sim, steps, members)
+
+
+def _per_step(sim, steps: list[list[Request]], members: int,
+              pauses: list[tuple[float, float]] = ()) -> list[Generation]:
+    """Per step of a stream, its :class:`Generation` (``time_s`` the engine time it adds;
+    ``paused_s`` the part of it the ``pauses``, (start, end) intervals, take)."""
     reqs = [r for rs in steps for r in rs]
     if any(r.rejected or not r.done for r in reqs):
         raise ValueError("a sample does not fit the KV cache")   # checked by the caller
@@ -290,8 +309,73 @@ def stream(prompts: list, responses: list, costs: StepCosts, replicas: int, kv_t
         f = np.array([r.finish_s for r in rs], dtype=float)
         last = float(f.max()) if len(f) else prev
         rep = np.array([r.member // members for r in rs], dtype=np.int64)
+        paused = sum(max(0.0, min(b, last) - max(a, prev)) for a, b in pauses)
         out.append(Generation(max(last - prev, 0.0), f, rep, long_tail(f),
                               sim.steps if not out else 0,
-                              sum(r.preemptions for r in rs), []))
+                              sum(r.preemptions for r in rs), [], paused_s=paused))
         prev = max(prev, last)
     return out
+
+
+def _stream_partial(sim, prompts: list, responses: list, members: int, max_lag: int,
+                    trainer_s: list[float], sync_s: float, poll_s: float,
+                    keep_kv: bool) -> list[Generation]:
+    """The stream with in-flight weight updates (partial rollouts): verl's fully
+    asynchronous rollouter and NeMo RL's collector with ``in_flight_weight_updates``.
+    Version ``v``'s sync starts when the trainer has trained step ``v - 1``:
+    ``t[v] = max(ready[v-1], pub[v-1]) + trainer_s[v-1]``, and pauses the engines for
+    ``sync_s``, as :meth:`Rollout.pause` does: ``keep_kv``, at the engines' next step
+    boundary, every sample keeping its KV cache; else at once, the unfinished samples
+    leaving and coming back after the sync to recompute their KV caches. Version ``v`` is
+    published when its sync ends (``pub[v]``); step ``s``'s samples arrive then for
+    ``v = s - max_lag``. A step is ready when its last sample is done (found within
+    ``poll_s`` of it: a sync due earlier than that starts when it is found)."""
+    steps: list[list[Request]] = []
+    ready: list[float] = []
+    pub = [0.0]
+    pauses: list[tuple[float, float]] = []
+
+    def note_ready() -> None:
+        while len(ready) < len(steps) and all(r.done for r in steps[len(ready)]):
+            ready.append(max((r.finish_s for r in steps[len(ready)]), default=0.0))
+
+    def advance(until: float) -> None:
+        """Run the engines to ``until``, pausing them for every sync due before it."""
+        while len(pub) <= len(prompts) and len(ready) >= len(pub):
+            v = len(pub)
+            t = max(max(ready[v - 1], pub[v - 1]) + trainer_s[v - 1], sim.now)
+            if t > until:
+                break
+            sim.run(until=t)
+            if keep_kv:
+                t = sim.hold()
+                sim.release(t + sync_s)
+            else:
+                left = sim.interrupt()
+                sim.run(until=t + sync_s)
+                for r in left:
+                    r.arrival_s = sim.now
+                sim.submit(left)
+            pub.append(t + sync_s)
+            pauses.append((t, t + sync_s))
+            note_ready()
+        if until > sim.now:
+            sim.run(until=until)
+        note_ready()
+
+    n = 0
+    for s, (p, r) in enumerate(zip(prompts, responses, strict=True)):
+        v = s - max_lag
+        while v > 0 and len(pub) <= v:
+            advance(sim.now + poll_s)
+        at = max(pub[v] if v > 0 else 0.0, sim.now)
+        rs = [Request(id=n + i, arrival_s=at, prompt=int(a), output=int(b), tag=n + i)
+              for i, (a, b) in enumerate(zip(np.asarray(p, dtype=np.int64),
+                                             np.asarray(r, dtype=np.int64), strict=True))]
+        n += len(rs)
+        steps.append(rs)
+        sim.submit(rs)
+        note_ready()
+    while len(ready) < len(steps):
+        advance(sim.now + poll_s)
+    return _per_step(sim, steps, members, pauses)

@@ -259,7 +259,8 @@ def simulate_rl(setup: RLSetup, steps: int, *, rollout_costs: StepCosts | None =
     if ro.post_process != "none":    # the worker's loop after vLLM (moesim.rl.worker_post)
         rollout_costs = PostProcessCosts(rollout_costs, ro.post_process)
     works = []
-    partial = cfg.partial_rollouts
+    # a stream prices its own in-flight weight updates (moesim.rl.generate.stream)
+    partial = cfg.partial_rollouts and cfg.generation != "stream"
     swap = reference_swap_s(res.model, tr, PCIE_Bps)
     for s, batch in enumerate(batches):
         works.append(step_work(cfg, batch, setup.seq_len, rollout_costs, kv, trainer_costs,
@@ -296,10 +297,9 @@ def streamed(setup: RLSetup, batches, works, costs, kv: int, windows) -> None:
     """``rl.generation: stream``: every step's generation from one stream of the steps'
     samples (:func:`moesim.rl.generate.stream`), in place of the batch's."""
     cfg, ro = setup.cfg, setup.cfg.rollout
-    if cfg.colocated or cfg.max_lag < 1 or cfg.partial_rollouts:
-        raise setup.error("rl.generation", "batch unless disaggregated with max_lag >= 1 and "
-                          "no partial rollouts (a stream runs ahead of the weights)",
-                          cfg.generation)
+    if cfg.colocated or cfg.max_lag < 1:
+        raise setup.error("rl.generation", "batch unless disaggregated with max_lag >= 1 (a "
+                          "stream runs ahead of the weights)", cfg.generation)
     for knob in ("post_process", "prefix_cache"):   # both act on a batch's generate call
         if getattr(ro, knob) != "none":
             raise setup.error(f"rl.rollout.{knob}", "none under rl.generation: stream (it "
@@ -309,10 +309,12 @@ def streamed(setup: RLSetup, batches, works, costs, kv: int, windows) -> None:
                   ro.replicas, kv, ro.max_batch, ro.replica_gpus // ro.tp,
                   layer_windows=windows, max_lag=cfg.max_lag,
                   trainer_s=[sum(w.durations.trainer.values()) for w in works],
-                  sync_s=works[0].durations.weight_sync if works else 0.0)
+                  sync_s=works[0].durations.weight_sync if works else 0.0,
+                  partial=cfg.kv_after_sync if cfg.partial_rollouts else None)
     for w, g in zip(works, gens, strict=True):
         w.generation = g
-        w.durations = dataclasses.replace(w.durations, generate=g.time_s)
+        # the syncs inside the stream take the rollout pool on the timeline already
+        w.durations = dataclasses.replace(w.durations, generate=g.time_s - g.paused_s)
 
 
 def rl_summary(target: str | Path, overrides=(), steps: int | None = None) -> dict:
