@@ -286,15 +286,20 @@ def stream(prompts: list, responses: list, costs: StepCosts, replicas: int, kv_t
     n = 0
     for s, (p, r) in enumerate(zip(prompts, responses, strict=True)):
         at = 0.0 if max_lag is None or s - max_lag <= 0 else published(s - max_lag)
-        at = max(at, sim.now)
-        rs = [Request(id=n + i, arrival_s=at, prompt=int(a), output=int(b), tag=n + i)
-              for i, (a, b) in enumerate(zip(np.asarray(p, dtype=np.int64),
-                                             np.asarray(r, dtype=np.int64), strict=True))]
+        rs = _arrivals(p, r, max(at, sim.now), n)
         n += len(rs)
         steps.append(rs)
         sim.submit(rs)
     sim.run()
     return _per_step(sim, steps, members)
+
+
+def _arrivals(prompt, response, at: float, first: int) -> list[Request]:
+    """One step's samples as requests arriving at ``at``, ids and tags from ``first``."""
+    return [Request(id=first + i, arrival_s=at, prompt=int(a), output=int(b), tag=first + i)
+            for i, (a, b) in enumerate(zip(np.asarray(prompt, dtype=np.int64),
+                                           np.asarray(response, dtype=np.int64),
+                                           strict=True))]
 
 
 def _per_step(sim, steps: list[list[Request]], members: int,
@@ -368,10 +373,7 @@ def _stream_partial(sim, prompts: list, responses: list, members: int, max_lag: 
         v = s - max_lag
         while v > 0 and len(pub) <= v:
             advance(sim.now + poll_s)
-        at = max(pub[v] if v > 0 else 0.0, sim.now)
-        rs = [Request(id=n + i, arrival_s=at, prompt=int(a), output=int(b), tag=n + i)
-              for i, (a, b) in enumerate(zip(np.asarray(p, dtype=np.int64),
-                                             np.asarray(r, dtype=np.int64), strict=True))]
+        rs = _arrivals(p, r, max(pub[v] if v > 0 else 0.0, sim.now), n)
         n += len(rs)
         steps.append(rs)
         sim.submit(rs)
