@@ -115,12 +115,16 @@ def test_async_refit_consumer_casts():
 
 
 def test_rollout_scenario_prices_fp8():
+    bf16 = resolve_rl("grpo-deepseek-v3-nemo-rl-async").scenario
+    assert rollout_fp8.rollout_scenario(bf16, "bf16") is bf16     # as written
     setup = resolve_rl("grpo-deepseek-v3-nemo-rl-async-fp8")
     scn = setup.scenario
-    assert rollout_fp8.rollout_scenario(scn, "bf16") is scn
     one = rollout_fp8.rollout_scenario(scn, "fp8")
     assert one.compute.precision == "fp8" and one.model.as_dict()["weight_bytes"] == 1
     assert scn.model.as_dict().get("weight_bytes") is None     # the trainer's untouched
+    # an FP8 trainer beside bf16 engines: the engines' GEMMs in bf16
+    assert scn.compute.precision == "fp8"
+    assert rollout_fp8.rollout_scenario(scn, "bf16").compute.precision == "bf16"
 
 
 def test_shipped_fp8_engine_fits_where_bf16_does_not():

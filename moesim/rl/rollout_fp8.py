@@ -60,11 +60,15 @@ SCALE_BYTES = 4
 def rollout_scenario(scn, precision: str):
     """The scenario the rollout engines are priced on: ``fp8`` sets the GEMMs to FP8
     (``compute.precision``) and the weights to one byte (``model.weight_bytes``); ``bf16``
-    leaves the scenario as written."""
-    if precision != "fp8":
-        return scn
+    runs the GEMMs in bf16 whatever the trainer's ``compute.precision`` (NeMo RL's
+    default: an FP8 trainer beside bf16 engines), the scenario otherwise as written."""
     from moesim.compute.select import parse as parse_compute
 
+    if precision != "fp8":
+        if scn.compute.precision != "fp8":
+            return scn
+        return dataclasses.replace(scn, compute=parse_compute(
+            {**scn.compute.as_dict(), "precision": "bf16"}, scn.source))
     compute = parse_compute({**scn.compute.as_dict(), "precision": "fp8"}, scn.source)
     model = parse_model({**scn.model.as_dict(), "weight_bytes": 1}, scn.source)
     return dataclasses.replace(scn, compute=compute, model=model)
