@@ -39,7 +39,7 @@ each figure the average of 5 steps):
   ``grpo-qwen3-30ba3b-24n8g-async-8off.yaml``, scenario
   ``scenarios/grpo-qwen3-30b-a3b-nemo-rl-async-8off.yaml`` (generation streamed as NeMo
   RL's asynchronous trajectory collector runs it, ``rl.generation: stream``, paused by
-  its in-flight weight updates, ``rl.partial_rollouts``; 20 steps).
+  its in-flight weight updates, ``rl.partial_rollouts``; 40 steps).
 - DeepSeek-V3 one step off in FP8 (table "H100 FP8 Benchmarks": generation and training
   in FP8): G-average 721, 14.1 tokens/s/GPU, 59.2 s on 512 GPUs (256 train, 256 generate
   as 16 vLLM engines of TP16); recipe ``grpo-deepseek-v3-64n8g-fp8-async-1off.yaml``,
