@@ -376,3 +376,6 @@ def test_stream_with_partial_rollouts_runs_the_stream_with_pauses(tmp_path, keep
         assert np.array_equal(w.generation.finish_s, g.finish_s)
         assert w.durations.generate == pytest.approx(g.time_s - g.paused_s)
     assert sum(g.paused_s for g in want) > 0        # the syncs fell inside generation
+    from moesim.rl.summary import details, text_summary
+    head = text_summary(summarize(run), details(run)).splitlines()[0]
+    assert "generation streamed, partial rollouts" in head

@@ -146,6 +146,8 @@ def text_summary(summary: dict, det: dict) -> str:
     ph = summary["phases_s"]
     cfg = det["rl"]
     mode = "colocated" if cfg["colocated"] else f"disaggregated, max_lag {cfg['max_lag']}"
+    if cfg.get("generation") == "stream":
+        mode += ", generation streamed"
     if cfg.get("partial_rollouts"):
         mode += (", partial rollouts, KV kept across syncs"
                  if cfg.get("kv_after_sync") == "keep" else ", partial rollouts")
