@@ -158,8 +158,8 @@ def fp8_pair(fp8: dict, bf16: dict, published: tuple[float, float], same: dict) 
             f"{fp8['step_time_s'] / bf16['step_time_s']:.2f} simulated, "
             f"x{published[0] / published[1]:.2f} published; generation {b['generate']:.1f} -> "
             f"{f['generate']:.1f} s (FP8 weights and GEMMs on the 8 engines of TP32: "
-            f"{same['phases_s']['generate']:.1f} s; then 16 engines of TP16); weight sync {b['weight_sync']:.1f} -> {f['weight_sync']:.1f} s, the "
-            f"engines casting {cast['tensors']:,} tensors ({cast['elements'] / 1e9:.0f} G "
+            f"{same['phases_s']['generate']:.1f} s; then 16 engines of TP16); weight sync "
+            f"{b['weight_sync']:.1f} -> {f['weight_sync']:.1f} s, the engines casting {cast['tensors']:,} tensors ({cast['elements'] / 1e9:.0f} G "
             f"elements) to FP8 in {cast['time_s']:.1f} s at each refit (host "
             f"{cast['host_s']:.1f} s, GPU {cast['gpu_s']:.1f} s).")
 
@@ -198,9 +198,9 @@ def main(argv: list[str] | None = None) -> int:
     own = {name: _own_steps(name) for name, *_ in ROWS}
     longer = "".join(f"; the {lag}-step-off run {n} steps, its first and last {lag} left out"
                      for n, lag in own.values() if n > a.steps)
-    print(f"NeMo RL v0.6 (H100 BF16, H100 FP8 and GB200 BF16 tables) against moesim, {a.steps} simulated steps per "
-          "run (step: the steady-state mean, the 1-step-off run's first and last steps "
-          f"left out{longer}); s = seconds")
+    print(f"NeMo RL v0.6 (H100 BF16, H100 FP8 and GB200 BF16 tables) against moesim, "
+          f"{a.steps} simulated steps per run (step: the steady-state mean, the 1-step-off "
+          f"run's first and last steps left out{longer}); s = seconds")
     print()
     print("| run | scenario | mean sample (simulated / published) | step simulated | "
           "step published | error | tokens/s/GPU simulated / published |")
