@@ -260,17 +260,19 @@ def simulate_rl(setup: RLSetup, steps: int, *, rollout_costs: StepCosts | None =
         rollout_costs = PostProcessCosts(rollout_costs, ro.post_process)
     works = []
     # a stream prices its own in-flight weight updates (moesim.rl.generate.stream)
-    partial = cfg.partial_rollouts and cfg.generation != "stream"
+    stream_gen = cfg.generation == "stream"
+    partial = cfg.partial_rollouts and not stream_gen
     swap = reference_swap_s(res.model, tr, PCIE_Bps)
     for s, batch in enumerate(batches):
+        # a batch's own generation only where neither the loop nor the stream replaces it
         works.append(step_work(cfg, batch, setup.seq_len, rollout_costs, kv, trainer_costs,
-                               sync.time_s, switch, generation=not partial,
+                               sync.time_s, switch, generation=not (partial or stream_gen),
                                layer_windows=windows, reference_swap_s=swap,
                                logprob_prep_s=moves.logprob_prep_s if moves else 0.0,
                                train_prep_s=moves.train_prep_s if moves else 0.0))
         if progress is not None and not partial:
             progress(s + 1, steps)
-    if cfg.generation == "stream":
+    if stream_gen:
         streamed(setup, batches, works, rollout_costs, kv, windows)
     if not partial:
         tl = schedule([w.durations for w in works], cfg.max_lag, cfg.colocated)
