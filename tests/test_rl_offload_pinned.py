@@ -51,9 +51,10 @@ def test_the_sleep_and_the_weights_out_run_at_the_concurrent_rate():
 
 
 def test_the_knob_is_a_value_of_offload_copy(tmp_path):
-    """The toy colocated on 8 GPUs with ``offload: nemo``: ``pageable-concurrent`` keeps
-    the pageable optimizer copy and sets the pinned copies out to 0.3133 x 64 GB/s;
-    ``pageable`` leaves them at the line rate."""
+    """The toy colocated on 8 GPUs with ``offload: nemo`` and no v0.3 calls:
+    ``pageable-concurrent`` keeps the pageable optimizer copy, sets the pinned copies out
+    to 0.3133 x 64 GB/s and the wake-up in to 0.3415 x 64 GB/s; ``pageable`` leaves both
+    at the line rate."""
     from moesim.rl.offload import PAGEABLE_D2H_Bps
 
     colo = {"colocated": True, "rollout": {"gpus": 8, "tp": 1, "ep": 1},
@@ -66,6 +67,9 @@ def test_the_knob_is_a_value_of_offload_copy(tmp_path):
     pageable = {**colo, "train": {**colo["train"], "offload_copy": "pageable"}}
     m0 = setup_moves(resolve_rl(scenario(tmp_path, **pageable)), PCIE_Bps)
     assert m0.pinned_out_Bps is None
+    assert m.wake_Bps == wake_Bps(PCIE_Bps) == pytest.approx(0.34150 * 64e9, rel=1e-4)
+    assert m0.wake_Bps is None
     assert m.refit_s - m0.refit_s == pytest.approx(
-        m.weights_bytes / sleep_Bps(PCIE_Bps) - m.weights_bytes / PCIE_Bps)
+        m.weights_bytes / sleep_Bps(PCIE_Bps) - m.weights_bytes / PCIE_Bps
+        + m.engine_bytes / wake_Bps(PCIE_Bps) - m.engine_bytes / PCIE_Bps)
     assert m.engine_sleep_s == pytest.approx(m.engine_bytes / (0.31330 * 64e9), rel=1e-4)

@@ -124,3 +124,38 @@ def test_deepseek_v3_one_step_off_recipe():
     assert (tr.gpus, tr.pp, tr.ep, tr.dp, tr.logprob_mb_tokens) == (256, 16, 16, 16, 3072)
     assert (ro.gpus, ro.gpus // ro.tp, ro.kv_fraction) == (256, 8, 0.8)
     assert (ws.method, ws.per_gpu, ws.calls) == ("nccl", True, "nemo-async")
+
+
+@pytest.mark.parametrize("name", ["grpo-qwen3-30b-a3b-nemo-rl", "grpo-qwen3-235b-nemo-rl",
+                                  "grpo-deepseek-v3-nemo-rl"])
+def test_h100_colocated_recipes_copy_the_optimizer_into_pageable_memory(name):
+    """NeMo RL v0.6.0's colocated refit copies each optimizer-state tensor out with
+    ``v.to("cpu")`` (megatron_policy_worker.py move_optimizer) and wakes vLLM with every
+    GPU of the host at once: the optimizer states out at 2.8 GB/s, vLLM's sleep and the
+    weights out at 0.3133 of the 64 GB/s link, the wake-up at 0.3415 of it; the refit's
+    host moves are exactly those three copies."""
+    from moesim.rl.offload import PAGEABLE_D2H_Bps, setup_moves
+    from moesim.rl.offload_pinned import sleep_Bps
+    from moesim.rl.refit_wake import wake_Bps
+    from moesim.rl.sync import PCIE_Bps
+
+    setup = resolve_rl(name)
+    assert setup.cfg.train.offload_copy == "pageable-concurrent"
+    m = setup_moves(setup, PCIE_Bps)
+    assert (m.pageable_Bps, m.pinned_out_Bps, m.wake_Bps) == (
+        PAGEABLE_D2H_Bps, sleep_Bps(64e9), wake_Bps(64e9))
+    assert m.refit_s == pytest.approx(m.optimizer_bytes / 2.8e9
+                                      + m.engine_bytes / (0.341498 * 64e9)
+                                      + m.weights_bytes / (0.313298 * 64e9), rel=1e-5)
+
+
+def test_gb200_recipe_keeps_the_line_rate():
+    """Grace's host link (NVLink-C2C) has no published pageable-copy or wake-up rate: the
+    GB200 recipe's host moves run at the link's line rate."""
+    from moesim.rl.offload import setup_moves
+    from moesim.rl.sync import PCIE_Bps
+
+    setup = resolve_rl("grpo-qwen3-30b-a3b-nemo-rl-gb200")
+    assert setup.cfg.train.offload_copy == "line"
+    m = setup_moves(setup, PCIE_Bps)
+    assert (m.pageable_Bps, m.pinned_out_Bps, m.wake_Bps) == (None, None, None)

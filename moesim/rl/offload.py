@@ -61,10 +61,17 @@ pageable-concurrent``, :mod:`moesim.rl.offload_pinned`): as ``pageable``, and vL
 (the engine's weights out) and the refit's weights out run at the per-GPU rate of a
 published sleep with a host's GPUs copying at once (:func:`moesim.rl.offload_pinned.sleep_Bps`).
 
-**The wake-up's rate** (``rl.weight_sync.calls: nemo-v03-wake``). vLLM's ``wake_up`` of
-the weights inside the refit restores each GPU's weights with every GPU of the host
-waking at once; its rate is the measured share of the host link's line rate
-(:func:`moesim.rl.refit_wake.wake_Bps`) instead of the line rate.
+**The wake-up's rate** (``rl.train.offload_copy: pageable-concurrent`` or
+``rl.weight_sync.calls: nemo-v03-wake``). vLLM's ``wake_up`` of the weights inside the
+refit restores each GPU's weights with every GPU of the host waking at once; its rate is
+the measured share of the host link's line rate (:func:`moesim.rl.refit_wake.wake_Bps`)
+instead of the line rate.
+
+NeMo RL v0.6.0 (5fb588932) moves the same bytes the same way: ``refit_policy_generation``
+(``nemo_rl/algorithms/grpo.py`` 1116-1118) runs ``offload_before_refit`` and vLLM's
+``wake_up`` on a colocated pool; ``move_optimizer("cpu")`` still copies each
+optimizer-state tensor with ``v.to("cpu")`` (``megatron_policy_worker.py`` 1252-1266);
+vLLM 0.17.1's ``sleep(level=1)`` ends generation (``vllm_worker.py`` 1009).
 """
 
 from __future__ import annotations
@@ -185,7 +192,7 @@ def setup_moves(setup, host_Bps: float) -> HostMoves | None:
         from moesim.rl.offload_pinned import sleep_Bps
         pinned_out = sleep_Bps(host_Bps)
     wake = None
-    if cfg.weight_sync.calls == "nemo-v03-wake":
+    if cfg.weight_sync.calls == "nemo-v03-wake" or cfg.train.offload_copy == "pageable-concurrent":
         from moesim.rl.refit_wake import wake_Bps
         wake = wake_Bps(host_Bps)
     return host_moves(worst, replica_weight_bytes(setup.res.model, cfg.rollout), host_Bps,

@@ -1,6 +1,6 @@
 """Copies into pinned host memory with every GPU of a host copying at once
-(``rl.train.offload_copy: pageable-concurrent``: everything ``pageable`` prices, plus this;
-with ``rl.train.offload: nemo``).
+(``rl.train.offload_copy: pageable-concurrent``: everything ``pageable`` prices, plus this
+and the refit's wake-up at its measured rate; with ``rl.train.offload: nemo``).
 
 Two device-to-host copies of a NeMo RL v0.3.0 (b1c86a816) colocated step go into pinned
 host memory on every GPU of every node at the same time:
@@ -35,10 +35,11 @@ The measured sleep includes the pinned allocations, the unmaps and the ``gc.coll
 and ``empty_cache()`` at its end; Megatron's copy reuses its pinned buffer, so for the
 weights out the rate is an upper bound on the time.
 
-The copies in stay as they were: the refit's ``wake_up`` at the measured wake's share
-(``rl.weight_sync.calls: nemo-v03-wake``), the log-prob prep's parameters and the training
-prep's optimizer states at the line rate (no published rate with a host's GPUs copying
-those together).
+The refit's copy in, vLLM's ``wake_up`` of the weights, runs at the measured wake's share
+of the line (:func:`moesim.rl.refit_wake.wake_Bps`, the same post), as with
+``rl.weight_sync.calls: nemo-v03-wake``. The log-prob prep's parameters and the training
+prep's optimizer states stay at the line rate (no published rate with a host's GPUs
+copying those together).
 """
 
 from __future__ import annotations

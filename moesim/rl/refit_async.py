@@ -26,7 +26,7 @@ waits for all. Then, per chunk (``nemo_rl/utils/packed_tensor.py``):
    a view (``VIEW_OP_S``). On the GPU the collectives run one after another, each priced
    by NCCL's cost model for its bytes on its group's shape (:func:`gather_collectives`),
    and every list all-gather copies its outputs out of a flat buffer (PyTorch's
-   ``ProcessGroupNCCL::allgather``; :func:`_list_gather_bytes`) at HBM bandwidth. The
+   ``ProcessGroupNCCL::allgather``; :func:`list_gather_bytes`) at HBM bandwidth. The
    eager calls do not block the host, so the step takes the longer of host and GPU.
 2. *pack* (``packed_broadcast_producer``): per tensor ``.view(torch.uint8).view(-1)`` (two
    views, ``VIEW_OP_S``), until the list passes the target size; then one ``torch.cat``
@@ -221,7 +221,7 @@ def gather_collectives(topo, spec: ModelSpec, gpus: list, *, tp: int, pp: int, e
     return GatherCalls(pp_calls, tp_calls, ep_calls, pp_s, tp_s, ep_s)
 
 
-def _list_gather_bytes(spec: ModelSpec, *, tp: int, ep: int) -> float:
+def list_gather_bytes(spec: ModelSpec, *, tp: int, ep: int) -> float:
     """Bytes one trainer GPU's list all-gathers deliver (PyTorch's
     ``ProcessGroupNCCL::allgather`` with a list of same-size outputs gathers into one
     flat buffer, then copies each output out of it on the NCCL stream): every expert
@@ -342,7 +342,7 @@ def async_refit(topo, spec: ModelSpec, train_gpus: list, rollout_gpus: list, *, 
     bcast, one, algo, proto = broadcast_s(topo, nbytes, size, len(hosts), per_node)
     bridge = bridge_counts(spec, tp=tp, pp=pp, ep=ep)
     coll = gather_collectives(topo, spec, train_gpus, tp=tp, pp=pp, ep=ep)
-    gathered = _list_gather_bytes(spec, tp=tp, ep=ep)
+    gathered = list_gather_bytes(spec, tp=tp, ep=ep)
     gather_copy = 2 * gathered / hbm_Bps
     pack_host = tensors * PACK_VIEWS * VIEW_OP_S + n * EAGER_OP_S
     pack_copy = 2 * nbytes / hbm_Bps

@@ -1,6 +1,8 @@
 """vLLM's ``wake_up`` inside NeMo RL v0.3's refit and the driver's blocking waits
 (``rl.weight_sync.calls: nemo-v03-wake``: everything ``nemo-v03-ops`` prices, plus this;
-with ``per_gpu: true`` and ``rl.train.offload: nemo``).
+with ``per_gpu: true`` and ``rl.train.offload: nemo``). The wake-up's rate alone also
+comes with ``rl.train.offload_copy: pageable-concurrent`` (:mod:`moesim.rl.offload_pinned`),
+which NeMo RL v0.6's colocated refit, waking vLLM the same way, takes without v0.3's calls.
 
 What NVIDIA-NeMo/RL v0.3.0 (b1c86a816) runs inside the refit timer
 (``nemo_rl/algorithms/grpo.py`` ``refit_policy_generation``, lines 396-455, under

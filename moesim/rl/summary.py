@@ -199,6 +199,10 @@ def refit_line(ws: dict) -> list[str]:
     a = ph.get("async_refit")      # rl.weight_sync.calls: nemo-async (rl/refit_async.py)
     chunks = (f"; {a['chunks']} chunks of {a['chunk_bytes'] / 1e9:.2f} GB overlapped: "
               f"{a['time_s']:.2f} s" if a else "")
+    z = ph.get("zmq_refit")        # rl.weight_sync.calls: nemo-v06 (rl/refit_zmq.py)
+    if z:
+        chunks = (f"; {z['buffers']} halves of {z['half_bytes'] / 1e9:.2f} GB, the gather "
+                  f"and pack against the load: {z['time_s']:.2f} s")
     c = ph.get("fp8_cast")         # rl.rollout.precision: fp8 (rl/rollout_fp8.py)
     cast = (f"; the load casts {c['tensors']:,} tensors to FP8 in {c['time_s']:.2f} s "
             f"(host {c['host_s']:.2f} s, GPU {c['gpu_s']:.2f} s)" if c else "")

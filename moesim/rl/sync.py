@@ -186,6 +186,9 @@ def weight_sync(topo, spec: ModelSpec, train_gpus: list, rollout_gpus: list, *, 
     if calls == "nemo-async" and (ipc or sharded or not per_gpu):
         raise InputError("rl.weight_sync", "calls", "nemo-async only with per_gpu: true, "
                          "method nccl and the pools apart (rl.colocated: false)", calls)
+    if calls == "nemo-v06" and (not ipc or not per_gpu):
+        raise InputError("rl.weight_sync", "calls", "nemo-v06 only with per_gpu: true and "
+                         "method ipc (a colocated pool)", calls)
     if per_gpu:
         return refit_phases(topo, spec, train_gpus, rollout_gpus, tp=tp, pp=pp, ep=ep,
                             replica_gpus=replica_gpus, per_tensor_s=per_tensor_s, ipc=ipc,
@@ -288,7 +291,10 @@ def refit_phases(topo, spec: ModelSpec, train_gpus: list, rollout_gpus: list, *,
     :mod:`moesim.rl.offload`). Disaggregated (method ``nccl``), ``calls`` "nemo-async":
     NeMo RL's non-colocated refit chunk by chunk, gather and pack, the broadcast of each
     chunk to the whole model-update group, unpack and load, as a pipeline
-    (:mod:`moesim.rl.refit_async`). ``precision`` fp8 (the engines' weights): every
+    (:mod:`moesim.rl.refit_async`). Colocated, ``calls`` "nemo-v06": NeMo RL v0.6's
+    stream of the whole model through two ping-pong halves of 0.3 x the free memory to
+    the vLLM worker on the same GPU, Megatron-Bridge's gather and the pack against the
+    load (:mod:`moesim.rl.refit_zmq`). ``precision`` fp8 (the engines' weights): every
     engine GPU casts the whole model's FP8 weights it receives, each comes with its scale
     into ``load_weights`` and the share is copied at one byte
     (:mod:`moesim.rl.rollout_fp8`)."""
@@ -301,7 +307,7 @@ def refit_phases(topo, spec: ModelSpec, train_gpus: list, rollout_gpus: list, *,
               + 2 * load_bytes / hbm_Bps + (cast.time_s if cast else 0.0))
     link = np.zeros(0)
     groups = None
-    ar = None
+    ar = zr = None
     offload_gc_s = 0.0
     # the colocated refit's calls levels, each pricing all the one before it does
     level = IPC_CALL_LEVELS.index(calls) if calls in IPC_CALL_LEVELS else 0
@@ -348,6 +354,16 @@ def refit_phases(topo, spec: ModelSpec, train_gpus: list, rollout_gpus: list, *,
             from moesim.rl import refit_wake
             waits = refit_wake.blocking_waits(buckets, replica_gpus)
             transfer_s += waits.time_s
+        if calls == "nemo-v06":
+            from moesim.rl import refit_zmq
+            zr = refit_zmq.zmq_refit(
+                topo, spec, train_gpus, tp=tp, pp=pp, ep=ep, replica_gpus=replica_gpus,
+                engines=max(1, len(rollout_gpus) // replica_gpus), per_tensor_s=per_tensor_s,
+                hbm_Bps=hbm_Bps, free_bytes=hbm_bytes - nbytes / len(src)
+                - nbytes / replica_gpus, nbytes=nbytes, tensors=tensors,
+                rebuild_s=IPC_REBUILD_S, precision=precision, launch_s=launch_s)
+            gather_s, transfer_s = zr.producer_s, zr.ray_s + zr.rebuild_s
+            load_s, buckets = zr.unpack_s + zr.load_s, zr.buffers
         ipc_bytes, nflows, gather_bytes = nbytes, 0, gathered * len(train_gpus)
     else:
         if sharded:
@@ -374,6 +390,8 @@ def refit_phases(topo, spec: ModelSpec, train_gpus: list, rollout_gpus: list, *,
         max(gather_s, transfer_s) + load_s)
     if ar is not None:      # the chunks' three-stage pipeline (moesim.rl.refit_async)
         total = ar.time_s
+    if zr is not None:      # the halves' two-stage pipeline (moesim.rl.refit_zmq)
+        total = zr.time_s
     phases = {"gather_s": gather_s, "transfer_s": transfer_s, "load_s": load_s,
               "ipc_bytes_per_gpu": ipc_bytes, "load_bytes_per_gpu": load_bytes,
               "buckets": buckets}
@@ -388,6 +406,8 @@ def refit_phases(topo, spec: ModelSpec, train_gpus: list, rollout_gpus: list, *,
         phases["blocking_waits"] = waits.as_dict()
     if ar is not None:
         phases["async_refit"] = ar.as_dict()
+    if zr is not None:
+        phases["zmq_refit"] = zr.as_dict()
     if cast is not None:
         phases["fp8_cast"] = cast.as_dict()
     if groups is not None:

@@ -40,7 +40,8 @@ from moesim.scenario.sections.lengths import parse as parse_length
 
 REWARD_KINDS = ("rule", "model")
 SYNC_METHODS = ("nccl", "ipc", "sharded")
-SYNC_CALLS = ("none", "nemo", "nemo-v03", "nemo-v03-ops", "nemo-v03-wake", "nemo-async")
+SYNC_CALLS = ("none", "nemo", "nemo-v03", "nemo-v03-ops", "nemo-v03-wake", "nemo-async",
+              "nemo-v06")
 #: rl.weight_sync.gather (moesim.rl.sync.refit_phases)
 SYNC_GATHERS = ("node", "groups")
 KV_DTYPES = ("bf16", "fp8")
