@@ -73,3 +73,26 @@ def test_the_knob_is_a_value_of_offload_copy(tmp_path):
         m.weights_bytes / sleep_Bps(PCIE_Bps) - m.weights_bytes / PCIE_Bps
         + m.engine_bytes / wake_Bps(PCIE_Bps) - m.engine_bytes / PCIE_Bps)
     assert m.engine_sleep_s == pytest.approx(m.engine_bytes / (0.31330 * 64e9), rel=1e-4)
+
+
+def test_the_reference_swap_copies_at_the_concurrent_rates():
+    """The toy model on one GPU (120,083,456 bytes in bf16): at line rate the swap is three
+    copies at 64 GB/s; with ``pageable-concurrent`` the copy out runs at 0.3133 x 64 GB/s
+    and the two in at 0.3415 x 64 GB/s."""
+    from moesim.model.presets import PRESETS
+    from moesim.rl.memory import reference_swap_s
+    from moesim.rl.offload_pinned import swap_rates
+    from moesim.scenario.sections.rl import TrainPool
+
+    toy, w = PRESETS["toy"], 2 * 60_041_728
+    line = TrainPool(gpus=1, reference_weights="host")
+    assert swap_rates(line, 64e9) == (None, None)
+    assert reference_swap_s(toy, line, 64e9) == pytest.approx(3 * w / 64e9)
+    conc = TrainPool(gpus=1, reference_weights="host", offload_copy="pageable-concurrent")
+    out, into = swap_rates(conc, 64e9)
+    assert (out, into) == (sleep_Bps(64e9), wake_Bps(64e9))
+    assert reference_swap_s(toy, conc, 64e9, out, into) == pytest.approx(
+        w / (0.313298 * 64e9) + 2 * w / (0.341498 * 64e9), rel=1e-5)
+    # nothing moves with the reference on the GPU
+    gpu = TrainPool(gpus=1, reference_weights="gpu", offload_copy="pageable-concurrent")
+    assert reference_swap_s(toy, gpu, 64e9, out, into) == 0.0

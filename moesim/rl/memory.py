@@ -60,14 +60,20 @@ def trainer_weight_bytes(spec, tr) -> float:
     return most * SWAP_PARAM_BYTES
 
 
-def reference_swap_s(spec, tr, host_Bps: float) -> float:
+def reference_swap_s(spec, tr, host_Bps: float, out_Bps: float | None = None,
+                     in_Bps: float | None = None) -> float:
     """Seconds a reference pass spends moving weights when ``rl.train.reference_weights``
     is ``host`` (NeMo RL's ``use_reference_model``): the policy's weights to the host,
     the reference's in, the policy's back: three copies of the GPU's weights over its
-    host link, in series."""
+    host link, in series. ``out_Bps`` / ``in_Bps``: the copy out and the two in at those
+    rates where below the link's (every GPU of the host copying at once, pinned memory:
+    :func:`moesim.rl.offload_pinned.sleep_Bps`, :func:`moesim.rl.refit_wake.wake_Bps`)."""
     if tr.reference_weights != "host":
         return 0.0
-    return 3 * trainer_weight_bytes(spec, tr) / host_Bps
+    w = trainer_weight_bytes(spec, tr)
+    out = min(host_Bps, out_Bps) if out_Bps else host_Bps
+    into = min(host_Bps, in_Bps) if in_Bps else host_Bps
+    return w / out + 2 * w / into
 
 
 def max_microbatches(setup, batches) -> int:

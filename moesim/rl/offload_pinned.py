@@ -35,6 +35,14 @@ The measured sleep includes the pinned allocations, the unmaps and the ``gc.coll
 and ``empty_cache()`` at its end; Megatron's copy reuses its pinned buffer, so for the
 weights out the rate is an upper bound on the time.
 
+The reference pass's swap (``rl.train.reference_weights: host``, NeMo RL's
+``use_reference_model``) copies the same way with every GPU of the host at once: the
+policy's weights out with ``.to("cpu", non_blocking=True, copy=True)``, which PyTorch's
+``_to_copy`` allocates pinned (``pin_out`` for a non-blocking copy from CUDA to CPU,
+aten/src/ATen/native/TensorConversions.cpp) from its caching host allocator, at
+:func:`sleep_Bps`; the reference's weights in and the policy's back (``load_state_dict``
+from pinned tensors) at the measured wake's rate (:func:`swap_rates`).
+
 The refit's copy in, vLLM's ``wake_up`` of the weights, runs at the measured wake's share
 of the line (:func:`moesim.rl.refit_wake.wake_Bps`, the same post), as with
 ``rl.weight_sync.calls: nemo-v03-wake``. The log-prob prep's parameters and the training
@@ -60,3 +68,18 @@ def sleep_Bps(host_Bps: float) -> float:
     """Bytes/s one GPU copies into pinned host memory with every GPU of its host copying
     too: the measured share of its host link's line rate (:data:`SLEEP_LINE_SHARE`)."""
     return host_Bps * SLEEP_LINE_SHARE
+
+
+def swap_rates(train, host_Bps: float) -> tuple[float | None, float | None]:
+    """(out, in) bytes/s of the reference swap's copies (``rl.train.reference_weights:
+    host``) under ``rl.train.offload_copy: pageable-concurrent``, else (None, None): the
+    policy's weights out into pinned memory (``use_reference_model``'s
+    ``.to("cpu", non_blocking=True)``, pinned by PyTorch's ``_to_copy`` and cached by its
+    host allocator) at :func:`sleep_Bps`, the reference's in and the policy's back
+    (``load_state_dict`` from pinned memory) at the measured wake's rate, every GPU of the
+    host swapping at once."""
+    if train.offload_copy != CONCURRENT:
+        return None, None
+    from moesim.rl.refit_wake import wake_Bps
+
+    return sleep_Bps(host_Bps), wake_Bps(host_Bps)
