@@ -89,3 +89,12 @@ def test_other_levels_unchanged_and_refused_apart():
         weight_sync(topo, SPEC, topo.gpus[:8], topo.gpus[8:], tp=2, pp=1, ep=2,
                     replica_gpus=8, per_tensor_s=40e-6, ipc=False, hbm_Bps=3.35e12,
                     per_gpu=True, calls="nemo-v06", hbm_bytes=1e9)
+
+
+def test_no_free_memory_is_refused():
+    """The policy's and the engine's weights fill the GPU: no buffer to stream through."""
+    topo = load_topology("dgx-h100", nodes=1)
+    with pytest.raises(InputError, match="nemo-v06 with device memory left"):
+        refit_zmq.zmq_refit(topo, SPEC, topo.gpus, tp=2, pp=1, ep=2, replica_gpus=8,
+                            engines=1, per_tensor_s=40e-6, hbm_Bps=3.35e12, free_bytes=0.0,
+                            nbytes=BYTES, tensors=TENSORS, rebuild_s=IPC_REBUILD_S)

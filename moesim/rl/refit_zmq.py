@@ -41,6 +41,7 @@ from __future__ import annotations
 import math
 from dataclasses import asdict, dataclass
 
+from moesim.errors import InputError
 from moesim.model.spec import ModelSpec
 from moesim.program.host_dispatch import EAGER_OP_S, VIEW_OP_S
 from moesim.rl import refit_async, rollout_fp8
@@ -96,6 +97,11 @@ def zmq_refit(topo, spec: ModelSpec, train_gpus: list, *, tp: int, pp: int, ep: 
     memory at the refit, ``engines`` the vLLM engines of ``replica_gpus`` GPUs each,
     ``rebuild_s`` one IPC handle's rebuild; ``precision`` fp8: the load also casts every
     FP8 weight (:mod:`moesim.rl.rollout_fp8`, ``launch_s`` the device's launch overhead)."""
+    if not free_bytes > 0:
+        raise InputError("rl.weight_sync", "calls",
+                         "nemo-v06 with device memory left beside the policy's and the "
+                         "engine's weights (the buffer is 0.3 x the free memory)",
+                         f"{free_bytes / 1e9:.1f} GB free")
     half = half_bytes(free_bytes)
     n = max(1, math.ceil(nbytes / half))
     bridge = refit_async.bridge_counts(spec, tp=tp, pp=pp, ep=ep)
