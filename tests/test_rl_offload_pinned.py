@@ -81,15 +81,15 @@ def test_the_reference_swap_copies_at_the_concurrent_rates():
     and the two in at 0.3415 x 64 GB/s."""
     from moesim.model.presets import PRESETS
     from moesim.rl.memory import reference_swap_s
-    from moesim.rl.offload_pinned import swap_rates
+    from moesim.rl.offload_pinned import concurrent_rates
     from moesim.scenario.sections.rl import TrainPool
 
     toy, w = PRESETS["toy"], 2 * 60_041_728
     line = TrainPool(gpus=1, reference_weights="host")
-    assert swap_rates(line, 64e9) == (None, None)
+    assert concurrent_rates(line, 64e9) == (None, None)
     assert reference_swap_s(toy, line, 64e9) == pytest.approx(3 * w / 64e9)
     conc = TrainPool(gpus=1, reference_weights="host", offload_copy="pageable-concurrent")
-    out, into = swap_rates(conc, 64e9)
+    out, into = concurrent_rates(conc, 64e9)
     assert (out, into) == (sleep_Bps(64e9), wake_Bps(64e9))
     assert reference_swap_s(toy, conc, 64e9, out, into) == pytest.approx(
         w / (0.313298 * 64e9) + 2 * w / (0.341498 * 64e9), rel=1e-5)

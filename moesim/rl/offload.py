@@ -187,12 +187,10 @@ def setup_moves(setup, host_Bps: float) -> HostMoves | None:
     rows = trainer_table(setup, 1)["stages"]
     worst = max(rows, key=lambda r: r["weights"] + r["gradients"] + r["optimizer"])
     pageable = PAGEABLE_D2H_Bps if cfg.train.offload_copy != "line" else None
-    pinned_out = None
-    if cfg.train.offload_copy == "pageable-concurrent":
-        from moesim.rl.offload_pinned import sleep_Bps
-        pinned_out = sleep_Bps(host_Bps)
-    wake = None
-    if cfg.weight_sync.calls == "nemo-v03-wake" or cfg.train.offload_copy == "pageable-concurrent":
+    from moesim.rl.offload_pinned import concurrent_rates
+
+    pinned_out, wake = concurrent_rates(cfg.train, host_Bps)
+    if wake is None and cfg.weight_sync.calls == "nemo-v03-wake":
         from moesim.rl.refit_wake import wake_Bps
         wake = wake_Bps(host_Bps)
     return host_moves(worst, replica_weight_bytes(setup.res.model, cfg.rollout), host_Bps,

@@ -41,7 +41,7 @@ policy's weights out with ``.to("cpu", non_blocking=True, copy=True)``, which Py
 ``_to_copy`` allocates pinned (``pin_out`` for a non-blocking copy from CUDA to CPU,
 aten/src/ATen/native/TensorConversions.cpp) from its caching host allocator, at
 :func:`sleep_Bps`; the reference's weights in and the policy's back (``load_state_dict``
-from pinned tensors) at the measured wake's rate (:func:`swap_rates`).
+from pinned tensors) at the measured wake's rate (:func:`concurrent_rates`).
 
 The refit's copy in, vLLM's ``wake_up`` of the weights, runs at the measured wake's share
 of the line (:func:`moesim.rl.refit_wake.wake_Bps`, the same post), as with
@@ -70,14 +70,14 @@ def sleep_Bps(host_Bps: float) -> float:
     return host_Bps * SLEEP_LINE_SHARE
 
 
-def swap_rates(train, host_Bps: float) -> tuple[float | None, float | None]:
-    """(out, in) bytes/s of the reference swap's copies (``rl.train.reference_weights:
-    host``) under ``rl.train.offload_copy: pageable-concurrent``, else (None, None): the
-    policy's weights out into pinned memory (``use_reference_model``'s
-    ``.to("cpu", non_blocking=True)``, pinned by PyTorch's ``_to_copy`` and cached by its
-    host allocator) at :func:`sleep_Bps`, the reference's in and the policy's back
-    (``load_state_dict`` from pinned memory) at the measured wake's rate, every GPU of the
-    host swapping at once."""
+def concurrent_rates(train, host_Bps: float) -> tuple[float | None, float | None]:
+    """(out, in) bytes/s of a GPU's pinned copies with every GPU of its host copying at
+    once, under ``rl.train.offload_copy: pageable-concurrent``, else (None, None: the
+    link's line rate). Out at :func:`sleep_Bps`: vLLM's sleep, the refit's weights out and
+    the reference swap's copy out (``use_reference_model``'s ``.to("cpu",
+    non_blocking=True)``, pinned by PyTorch's ``_to_copy`` and cached by its host
+    allocator). In at the measured wake's rate: vLLM's ``wake_up`` and the swap's two
+    copies in (``load_state_dict`` from pinned memory)."""
     if train.offload_copy != CONCURRENT:
         return None, None
     from moesim.rl.refit_wake import wake_Bps

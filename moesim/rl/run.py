@@ -22,7 +22,7 @@ from moesim.rl.generate import Rollout, stream
 from moesim.rl.loop import Timeline, schedule, schedule_partial
 from moesim.rl.memory import reference_swap_s, replica_weight_bytes, rl_fits
 from moesim.rl.offload import HostMoves, setup_moves
-from moesim.rl.offload_pinned import swap_rates
+from moesim.rl.offload_pinned import concurrent_rates
 from moesim.rl.phases import Batch, StepWork, TrainerCosts, step_work
 from moesim.rl.prefix_cache import PrefixCacheCosts
 from moesim.rl.rollout_fp8 import rollout_scenario
@@ -264,7 +264,7 @@ def simulate_rl(setup: RLSetup, steps: int, *, rollout_costs: StepCosts | None =
     stream_gen = cfg.generation == "stream"
     partial = cfg.partial_rollouts and not stream_gen
     # pageable-concurrent: the swap's pinned copies with the host's GPUs copying at once
-    swap = reference_swap_s(res.model, tr, PCIE_Bps, *swap_rates(tr, PCIE_Bps))
+    swap = reference_swap_s(res.model, tr, PCIE_Bps, *concurrent_rates(tr, PCIE_Bps))
     for s, batch in enumerate(batches):
         # a batch's own generation only where neither the loop nor the stream replaces it
         works.append(step_work(cfg, batch, setup.seq_len, rollout_costs, kv, trainer_costs,

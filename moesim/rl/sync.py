@@ -322,14 +322,14 @@ def refit_phases(topo, spec: ModelSpec, train_gpus: list, rollout_gpus: list, *,
         else:
             gather_s, gathered = colocated_gather(topo, nbytes, train_gpus, len(src))
         buckets = math.ceil(nbytes / REFIT_BUCKET_BYTES)
+        # free memory at the refit: the policy's bf16 shard and the engine's share
+        # resident (optimizer states offloaded by offload_before_refit)
+        free = hbm_bytes - nbytes / len(src) - nbytes / replica_gpus
         ncalls = 0
         if nemo:
             from moesim.rl import refit_calls
             ncalls = refit_calls.gather_calls(spec, tp=tp, pp=pp, ep=ep, etp=etp)
             gather_s += refit_calls.gather_calls_s(spec, tp=tp, pp=pp, ep=ep, etp=etp)
-            # free memory at the refit: the policy's bf16 shard and the engine's share
-            # resident (optimizer states offloaded by offload_before_refit)
-            free = hbm_bytes - nbytes / len(src) - nbytes / replica_gpus
             buckets = refit_calls.buckets(nbytes, free)
         transfer_s = buckets * IPC_REBUILD_S
         if nemo:
@@ -359,8 +359,7 @@ def refit_phases(topo, spec: ModelSpec, train_gpus: list, rollout_gpus: list, *,
             zr = refit_zmq.zmq_refit(
                 topo, spec, train_gpus, tp=tp, pp=pp, ep=ep, replica_gpus=replica_gpus,
                 engines=max(1, len(rollout_gpus) // replica_gpus), per_tensor_s=per_tensor_s,
-                hbm_Bps=hbm_Bps, free_bytes=hbm_bytes - nbytes / len(src)
-                - nbytes / replica_gpus, nbytes=nbytes, tensors=tensors,
+                hbm_Bps=hbm_Bps, free_bytes=free, nbytes=nbytes, tensors=tensors,
                 rebuild_s=IPC_REBUILD_S, precision=precision, launch_s=launch_s)
             gather_s, transfer_s = zr.producer_s, zr.ray_s + zr.rebuild_s
             load_s, buckets = zr.unpack_s + zr.load_s, zr.buffers
