@@ -33,9 +33,10 @@ def test_grpo_is_registered_with_its_phases():
     assert ALGORITHMS.names() == ("grpo",)
     assert algorithm("grpo") is GRPO
     assert GRPO.trainer_phases == ("reward", "logprob_prep", "old_logprob", "reference",
-                                   "train_prep", "loss_logprob", "train")
+                                   "train_prep", "loss_logprob", "cpu_optimizer", "train")
     assert GRPO.report == ("generate", "logprob_prep", "old_logprob", "reference", "reward",
-                           "train_prep", "loss_logprob", "train", "weight_sync", "switch")
+                           "train_prep", "loss_logprob", "cpu_optimizer", "train",
+                           "weight_sync", "switch")
     assert dict(ALGORITHMS.get("grpo").fields) == {"old_logprob": True, "reference": True}
 
 

@@ -55,6 +55,7 @@ class StepInputs:
     logprob_prep_s: float = 0.0         # colocated host moves before the log-prob passes
     train_prep_s: float = 0.0           # ... and before the optimizer steps (moesim.rl.offload)
     longest: int = 0                    # the step's longest sample (moesim.rl.call_data)
+    optimizer_copy_s: float = 0.0       # one host optimizer step's copies (moesim.rl.cpu_optimizer)
 
     def logprob_s(self) -> float:
         """One forward-only log-prob pass over the step's samples (as Megatron's pipeline
@@ -137,6 +138,12 @@ def _loss_logprob_s(x: StepInputs) -> float:
     return x.cfg.train.epochs * sum(cost(r) for r in x.mini_batch_rows) + step_train_s(x)
 
 
+def _cpu_optimizer_s(x: StepInputs) -> float:
+    """With ``rl.train.optimizer: cpu``: every optimizer step's gradients out and fp32
+    parameters back over the host link (:mod:`moesim.rl.cpu_optimizer`)."""
+    return x.cfg.train.epochs * len(x.mini_batch_rows) * x.optimizer_copy_s
+
+
 def _logprob_prep_s(x: StepInputs) -> float:
     return x.logprob_prep_s if (x.cfg.old_logprob or x.cfg.reference) else 0.0
 
@@ -150,9 +157,9 @@ GRPO = Algorithm(
     trainer=(Phase("reward", _reward_s), Phase("logprob_prep", _logprob_prep_s),
              Phase("old_logprob", _old_logprob_s), Phase("reference", _reference_s),
              Phase("train_prep", _train_prep_s), Phase("loss_logprob", _loss_logprob_s),
-             Phase("train", _train_s)),
+             Phase("cpu_optimizer", _cpu_optimizer_s), Phase("train", _train_s)),
     report=("generate", "logprob_prep", "old_logprob", "reference", "reward", "train_prep",
-            "loss_logprob", "train", "weight_sync", "switch"))
+            "loss_logprob", "cpu_optimizer", "train", "weight_sync", "switch"))
 
 ALGORITHMS.register("grpo", GRPO, {"old_logprob": True, "reference": True},
                     "group-relative policy optimisation: reward, old and reference "

@@ -120,13 +120,17 @@ def trainer_fit(setup, batches) -> Fit:
     table = trainer_table(setup, max_microbatches(setup, batches))
     extra = loss_extra_bytes(setup)
     last = len(table["stages"]) - 1
+    host_optimizer = setup.cfg.train.optimizer == "cpu"
     for r in table["stages"]:
         if r["stage"] == last and extra:
             r["peak_bytes"] += extra
+        if host_optimizer:      # the states live in host memory (moesim.rl.cpu_optimizer)
+            r["peak_bytes"] -= r["optimizer"]
     worst = max(table["stages"], key=lambda r: r["peak_bytes"])
     tr = setup.cfg.train
     what = (f"trainer (tp {tr.tp} pp {tr.pp} ep {tr.ep}"
             + (f" cp {tr.cp}" if tr.cp > 1 else "") + f", ZeRO-{tr.zero}"
+            + (", optimizer on the host" if host_optimizer else "")
             + (f", stage {worst['stage']}" if tr.pp > 1 else "") + ")")
     return Fit(what, worst["peak_bytes"], worst["capacity_bytes"])
 

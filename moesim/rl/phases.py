@@ -89,7 +89,7 @@ def step_work(cfg: RLConfig, batch: Batch, seq_len: int, rollout: StepCosts,
               switch_s: tuple[float, float] = (0.0, 0.0), *,
               generation: bool = True, layer_windows: list[int] | None = None,
               reference_swap_s: float = 0.0, logprob_prep_s: float = 0.0,
-              train_prep_s: float = 0.0) -> StepWork:
+              train_prep_s: float = 0.0, optimizer_copy_s: float = 0.0) -> StepWork:
     """Durations of every phase of one step over ``batch`` (``generation`` False: all
     but the generation, which partial rollouts simulate with the loop)."""
     ro, tr = cfg.rollout, cfg.train
@@ -122,7 +122,7 @@ def step_work(cfg: RLConfig, batch: Batch, seq_len: int, rollout: StepCosts,
                       logprob_rows=None if lp is None else rows_of(lengths, lp),
                       logprob_tokens=lp, reference_swap_s=reference_swap_s,
                       logprob_prep_s=logprob_prep_s, train_prep_s=train_prep_s,
-                      longest=longest)
+                      longest=longest, optimizer_copy_s=optimizer_copy_s)
     d = StepDurations(generate=gen.time_s,
                       trainer=algorithm(cfg.algorithm).trainer_seconds(work),
                       weight_sync=sync_s, switch_in=switch_s[0], switch_out=switch_s[1])

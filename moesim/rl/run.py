@@ -16,6 +16,7 @@ import numpy as np
 
 from moesim.errors import InputError
 from moesim.rl.config import rl_config
+from moesim.rl.cpu_optimizer import step_copy_s
 from moesim.rl.engine_costs import gpus_per_node, trainer_scenario_of
 from moesim.rl.executor import ExecutorStepCosts
 from moesim.rl.generate import Rollout, stream
@@ -265,13 +266,16 @@ def simulate_rl(setup: RLSetup, steps: int, *, rollout_costs: StepCosts | None =
     partial = cfg.partial_rollouts and not stream_gen
     # pageable-concurrent: the swap's pinned copies with the host's GPUs copying at once
     swap = reference_swap_s(res.model, tr, PCIE_Bps, *concurrent_rates(tr, PCIE_Bps))
+    # rl.train.optimizer cpu: each optimizer step's copies (moesim.rl.cpu_optimizer)
+    opt_copy = step_copy_s(res.model, tr, PCIE_Bps) if tr.optimizer == "cpu" else 0.0
     for s, batch in enumerate(batches):
         # a batch's own generation only where neither the loop nor the stream replaces it
         works.append(step_work(cfg, batch, setup.seq_len, rollout_costs, kv, trainer_costs,
                                sync.time_s, switch, generation=not (partial or stream_gen),
                                layer_windows=windows, reference_swap_s=swap,
                                logprob_prep_s=moves.logprob_prep_s if moves else 0.0,
-                               train_prep_s=moves.train_prep_s if moves else 0.0))
+                               train_prep_s=moves.train_prep_s if moves else 0.0,
+                               optimizer_copy_s=opt_copy))
         if progress is not None and not partial:
             progress(s + 1, steps)
     if stream_gen:

@@ -100,6 +100,10 @@ CALL_DATA = ("none", "nemo")
 #: sequence of the row's length) or ``per_sequence`` (each packed sequence on its own, as
 #: Transformer Engine's THD and FlashAttention's varlen kernels attend within cu_seqlens)
 PACKED_ATTENTION = ("row", "per_sequence")
+#: where the trainer's optimizer steps run (moesim.rl.cpu_optimizer): ``gpu``, or ``cpu``:
+#: Megatron-Core's HybridDeviceOptimizer with offload fraction 1, as verl's H20 scripts set
+#: it (states in host memory, gradients out and fp32 parameters back every step)
+TRAIN_OPTIMIZERS = ("gpu", "cpu")
 #: Transformer Engine's per-expert GEMM call on the host under ``host_dispatch:
 #: timeline`` (moesim.program.nvtx_ranges): ``launch`` (a bare C++ kernel launch) or
 #: ``nvte`` (the host time TE's own NVTX range around nvte_cublas_gemm encloses)
@@ -202,6 +206,7 @@ class TrainPool:
     call_data: str = "none"  # CALL_DATA
     packed_attention: str = "row"  # PACKED_ATTENTION
     te_gemm_call: str = "launch"  # TE_GEMM_CALLS
+    optimizer: str = "gpu"  # TRAIN_OPTIMIZERS
     #: ZeRO stage over the trainer's data-parallel group (parallel.zero): 1 shards the
     #: optimizer states, as Megatron's distributed optimizer does (use_distributed_optimizer:
     #: true in verl's verl/trainer/config/engine/megatron.yaml, 093191fae2, and NeMo RL's
@@ -304,6 +309,7 @@ _RULES: dict[str, tuple[str, Any]] = {
     "call_data": ("choice", CALL_DATA),
     "packed_attention": ("choice", PACKED_ATTENTION),
     "te_gemm_call": ("choice", TE_GEMM_CALLS),
+    "optimizer": ("choice", TRAIN_OPTIMIZERS),
     "mini_batches": ("pos", None), "epochs": ("pos", None), "seq_len": ("optpos", None),
     "logprob_mb_tokens": ("optpos", None),
     "reference_weights": ("choice", REFERENCE_WEIGHTS),
@@ -446,7 +452,7 @@ _ECHO_DEFAULTS = (("train", "offload_copy", "line"), ("train", "host_dispatch", 
                   ("train", "logprob_pipeline", "folded"),
                   ("train", "pp_p2p", "overlapped"), ("train", "logprob_softmax", "none"),
                   ("train", "call_data", "none"), ("train", "packed_attention", "row"),
-                  ("train", "te_gemm_call", "launch"),
+                  ("train", "te_gemm_call", "launch"), ("train", "optimizer", "gpu"),
                   ("rollout", "sampler", "none"), ("weight_sync", "gather", "node"),
                   ("rollout", "post_process", "none"), ("rollout", "executor", "none"),
                   ("rollout", "prefix_cache", "none"), ("rollout", "step_fixed", "none"),
