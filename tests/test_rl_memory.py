@@ -188,7 +188,9 @@ class _SmallFit:
                                   "grpo-qwen3-235b-nemo-rl-async",
                                   "grpo-qwen3-30b-a3b-nemo-rl-async-8off",
                                   "grpo-deepseek-v3-nemo-rl-async-fp8",
-                                  "grpo-qwen3-30b-a3b-nemo-v03"])
+                                  "grpo-qwen3-30b-a3b-nemo-v03",
+                                  "grpo-deepseek-v3-verl-h20",
+                                  "grpo-qwen3-30b-a3b-verl-h20"])
 def test_every_shipped_rl_scenario_fits(name):
     setup = resolve_rl(name)
     fits = rl_fits(setup, draw_batches(setup, setup.cfg.steps))
