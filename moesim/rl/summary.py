@@ -175,9 +175,16 @@ def text_summary(summary: dict, det: dict) -> str:
 
 
 def moves_line(m: dict | None) -> list[str]:
-    """The colocated host moves (``rl.train.offload: nemo``), else nothing."""
+    """The colocated host moves (``rl.train.offload: nemo`` or ``verl``), else nothing."""
     if not m:
         return []
+    if m.get("framework") == "verl":
+        return [f"  host moves per GPU (verl's parameter offloads): "
+                f"{m['bytes_per_step'] / 1e9:.1f} GB a step (weights "
+                f"{m['weights_bytes'] / 1e9:.2f} GB, out into pageable memory at "
+                f"{m['pageable_Bps'] / 1e9:.1f} GB/s): rollout {m['refit_s']:.2f} s, "
+                f"log-prob passes {m['logprob_prep_s']:.2f} s, update "
+                f"{m['train_prep_s']:.2f} s"]
     return [f"  host moves per GPU: {m['bytes_per_step'] / 1e9:.1f} GB a step (weights "
             f"{m['weights_bytes'] / 1e9:.2f} GB, optimizer states "
             f"{m['optimizer_bytes'] / 1e9:.2f} GB, engine {m['engine_bytes'] / 1e9:.2f} GB "

@@ -63,8 +63,9 @@ GENERATION_MODES = ("batch", "stream")
 #: as many decode steps as the limit allows, moesim.rl.run.draw_batch)
 LONGEST_RESPONSES = ("drawn", "limit")
 #: colocated host moves around the phases (moesim.rl.offload): ``none`` (only the
-#: switch's), ``nemo`` (NeMo RL's Megatron worker and vLLM's sleep mode, phase by phase)
-OFFLOADS = ("none", "nemo")
+#: switch's), ``nemo`` (NeMo RL's Megatron worker and vLLM's sleep mode, phase by phase),
+#: ``verl`` (verl's Megatron worker's parameter offloads, moesim.rl.offload_verl)
+OFFLOADS = ("none", "nemo", "verl")
 #: how the optimizer states' copy out in the refit runs (moesim.rl.offload.OFFLOAD_COPIES);
 #: ``pageable-concurrent`` also prices the copies into pinned memory with a host's GPUs
 #: copying at once (moesim.rl.offload_pinned)
