@@ -144,12 +144,11 @@ def dsv3_section() -> None:
     print()
     print("| lognormal sigma | mean response | rollout time s | error | step s | error |")
     print("|---|---|---|---|---|---|")
-    print(f"| 0.6 (the scenario) | {f['response']:,.0f} | {f['gen_s']:.1f} | "
-          f"{_err(f['gen_s'], p['gen_s'])} | {f['step_s']:.1f} | "
-          f"{_err(f['step_s'], p['step_s'])} |")
-    for sg in DSV3_SIGMAS:
-        g = figures(simulate(DSV3, [f"rl.response_tokens.sigma={sg}"]))
-        print(f"| {sg} | {g['response']:,.0f} | {g['gen_s']:.1f} | "
+    laws = [("0.6 (the scenario)", f)]
+    laws += [(str(sg), figures(simulate(DSV3, [f"rl.response_tokens.sigma={sg}"])))
+             for sg in DSV3_SIGMAS]
+    for label, g in laws:
+        print(f"| {label} | {g['response']:,.0f} | {g['gen_s']:.1f} | "
               f"{_err(g['gen_s'], p['gen_s'])} | {g['step_s']:.1f} | "
               f"{_err(g['step_s'], p['step_s'])} |")
     print()
@@ -161,17 +160,15 @@ def qwen_section() -> None:
     print("| GPUs | mean response | update_policy s | actor MFU (verl's formula) | "
           "published | error |")
     print("|---|---|---|---|---|---|")
-    for gpus, pub in QWEN_PUBLISHED.items():
-        sets = [f"cluster.nodes={gpus // 8}", f"rl.rollout.gpus={gpus}",
-                f"rl.train.gpus={gpus}"]
+    runs = [(str(gpus), pub, [f"cluster.nodes={gpus // 8}", f"rl.rollout.gpus={gpus}",
+                              f"rl.train.gpus={gpus}"])
+            for gpus, pub in QWEN_PUBLISHED.items()]
+    runs += [(f"8, mean {mean:,} (not the scenario's)", QWEN_PUBLISHED[8],
+              [f"rl.response_tokens.mean={mean}"]) for mean in QWEN_MEANS]
+    for label, pub, sets in runs:
         f = figures(simulate(QWEN, sets))
-        print(f"| {gpus} | {f['response']:,.0f} | {f['update_s']:.1f} | {f['mfu']:.3f} | "
+        print(f"| {label} | {f['response']:,.0f} | {f['update_s']:.1f} | {f['mfu']:.3f} | "
               f"{pub:.2f} | {_err(f['mfu'], pub)} |")
-    for mean in QWEN_MEANS:
-        f = figures(simulate(QWEN, [f"rl.response_tokens.mean={mean}"]))
-        print(f"| 8, mean {mean:,} (not the scenario's) | {f['response']:,.0f} | "
-              f"{f['update_s']:.1f} | {f['mfu']:.3f} | {QWEN_PUBLISHED[8]:.2f} | "
-              f"{_err(f['mfu'], QWEN_PUBLISHED[8])} |")
     print()
 
 
