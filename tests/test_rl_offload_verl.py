@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from moesim.rl.offload import PAGEABLE_D2H_Bps, setup_moves
-from moesim.rl.offload_verl import VerlMoves
+from moesim.rl.offload import PAGEABLE_D2H_Bps
+from moesim.rl.offload_verl import VerlMoves, verl_moves
 from moesim.rl.run import resolve_rl
 from tests.test_rl_run import RL, scenario
 
@@ -38,7 +38,7 @@ def test_a_colocated_run_takes_them_in_its_phases(tmp_path):
     the host link's 64 GB/s and the published pageable 2.8 GB/s; the switch out of
     training is the rollout's round trip, the one into training nothing."""
     setup = resolve_rl(scenario(tmp_path, **COLO))
-    m = setup_moves(setup, 64e9)
+    m = verl_moves(setup, 64e9)
     assert isinstance(m, VerlMoves) and m.weights_bytes == W == 76_043_264
     assert m.pageable_Bps == PAGEABLE_D2H_Bps == 2.8e9
     trip = W / 64e9 + W / 2.8e9

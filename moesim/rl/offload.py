@@ -176,14 +176,10 @@ def host_moves(stage_row: dict, engine_bytes: float, host_Bps: float,
                      pageable_Bps, wake_Bps, pinned_out_Bps)
 
 
-def setup_moves(setup, host_Bps: float):
-    """The moves of an RL setup (:class:`moesim.rl.run.RLSetup`) on a colocated pool:
-    :class:`HostMoves` with ``rl.train.offload: nemo``, verl's
-    (:class:`moesim.rl.offload_verl.VerlMoves`) with ``verl``, else None."""
+def setup_moves(setup, host_Bps: float) -> HostMoves | None:
+    """The moves of an RL setup (:class:`moesim.rl.run.RLSetup`) with
+    ``rl.train.offload: nemo`` on a colocated pool, else None."""
     cfg = setup.cfg
-    if cfg.train.offload == "verl" and cfg.colocated:
-        from moesim.rl.offload_verl import verl_moves
-        return verl_moves(setup, host_Bps)
     if cfg.train.offload != "nemo" or not cfg.colocated:
         return None
     from moesim.rl.memory import replica_weight_bytes, trainer_table

@@ -36,6 +36,8 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 
+from moesim.rl.offload import PAGEABLE_D2H_Bps
+
 
 @dataclass(frozen=True)
 class VerlMoves:
@@ -91,7 +93,6 @@ class VerlMoves:
 def verl_moves(setup, host_Bps: float) -> VerlMoves:
     """The moves of an RL setup with ``rl.train.offload: verl`` (colocated)."""
     from moesim.rl.memory import trainer_table
-    from moesim.rl.offload import PAGEABLE_D2H_Bps
 
     rows = trainer_table(setup, 1)["stages"]
     weights = max(float(r["weights"]) for r in rows)

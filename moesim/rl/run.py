@@ -24,6 +24,7 @@ from moesim.rl.loop import Timeline, schedule, schedule_partial
 from moesim.rl.memory import reference_swap_s, replica_weight_bytes, rl_fits
 from moesim.rl.offload import HostMoves, setup_moves
 from moesim.rl.offload_pinned import concurrent_rates
+from moesim.rl.offload_verl import VerlMoves, verl_moves
 from moesim.rl.phases import Batch, StepWork, TrainerCosts, step_work
 from moesim.rl.prefix_cache import PrefixCacheCosts
 from moesim.rl.rollout_fp8 import rollout_scenario
@@ -74,7 +75,7 @@ class RLRun:
     kv_tokens: int              # KV-cache tokens per attention-DP rank of a replica
     switch_s: tuple[float, float]
     fits: list = dataclasses.field(default_factory=list)   # moesim.memory.fit.Fit
-    moves: HostMoves | None = None      # rl.train.offload: nemo (moesim.rl.offload)
+    moves: HostMoves | VerlMoves | None = None   # rl.train.offload: nemo or verl
     trainer_costs: object = None        # the TrainerCosts the steps were priced with
 
 
@@ -230,7 +231,9 @@ def simulate_rl(setup: RLSetup, steps: int, *, rollout_costs: StepCosts | None =
                        launch_s=res.device.launch_overhead_s,
                        gather=cfg.weight_sync.gather, precision=ro.precision)
     switch = switch_cost(res.model, tr.gpus, ro.replica_gpus) if cfg.colocated else (0.0, 0.0)
-    moves = setup_moves(setup, PCIE_Bps)
+    # NeMo RL's host moves (rl.train.offload: nemo) or verl's (verl: moesim.rl.offload_verl)
+    moves = (verl_moves(setup, PCIE_Bps) if tr.offload == "verl" and cfg.colocated
+             else setup_moves(setup, PCIE_Bps))
     if moves is not None:       # NeMo RL's moves replace the switch's (moesim.rl.offload)
         switch = (moves.engine_sleep_s, moves.refit_s)
     if rollout_costs is None or trainer_costs is None:
