@@ -1,6 +1,6 @@
 """The trainer's optimizer steps on the host (``rl.train.optimizer: cpu``), as verl's H20
 scripts run Megatron-Core's HybridDeviceOptimizer with offload fraction 1
-(verl-project/verl e2e4c35ec, ``examples/grpo_trainer/run_deepseek671b_math_megatron_96gb.sh``:
+(volcengine/verl e2e4c35ec, ``examples/grpo_trainer/run_deepseek671b_math_megatron_96gb.sh``:
 ``optimizer_offload_fraction=1``, ``optimizer_cpu_offload=True``,
 ``overlap_cpu_optimizer_d2h_h2d=True``, ``use_precision_aware_optimizer=True``).
 

@@ -1,7 +1,7 @@
 """verl's model FLOPs utilisation of the actor update (``perf/mfu/actor``), computed as verl
 computes it, so that a simulated update can be set beside a published verl MFU.
 
-verl-project/verl e2e4c35ec (the commit that published the DeepSeek-V3 H20 benchmark,
+volcengine/verl e2e4c35ec (the commit that published the DeepSeek-V3 H20 benchmark,
 ``docs/perf/dpsk.md``):
 
 - ``verl/workers/megatron_workers.py`` ``update_actor``: ``estimated_flops * ppo_epochs /
