@@ -26,7 +26,7 @@ reduction and the GPU's own cast of the parameters stay priced as on the GPU.
 
 from __future__ import annotations
 
-from moesim.memory.model import rank_params
+from moesim.rl.memory import stage_params
 
 #: bytes a parameter crosses the host link per step: its fp32 gradient out, fp32 value back
 COPY_BYTES_PER_PARAM = 4 + 4
@@ -39,16 +39,9 @@ def shard_params(spec, tr) -> float:
     """Parameters of the busiest trainer GPU's optimizer shard (Megatron's distributed
     optimizer: dense parameters over the data-parallel x context-parallel group, experts
     over the expert data-parallel group), the layers split evenly over ``tr.pp`` stages."""
-    per = -(-spec.layers // tr.pp)
     dpc = max(tr.dp * tr.cp, 1) if tr.zero >= 1 else 1
     edp = max(tr.tp * tr.cp * tr.dp // tr.ep, 1) if tr.zero >= 1 else 1
-    most = 0.0
-    for s in range(tr.pp):
-        layers = range(s * per, min(spec.layers, (s + 1) * per))
-        dense, expert = rank_params(spec, layers, tp=tr.tp, ep=tr.ep, first=s == 0,
-                                    last=s == tr.pp - 1)
-        most = max(most, dense / dpc + expert / edp)
-    return most
+    return max(dense / dpc + expert / edp for dense, expert in stage_params(spec, tr))
 
 
 def step_copy_s(spec, tr, host_Bps: float) -> float:

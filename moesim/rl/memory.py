@@ -47,17 +47,21 @@ def replica_weight_bytes(spec, ro) -> float:
 SWAP_PARAM_BYTES = 2
 
 
-def trainer_weight_bytes(spec, tr) -> float:
-    """Weights (bf16) on the busiest GPU of the trainer's layout ``tr`` (``rl.train``):
-    the largest pipeline stage of an even split, dense parts over TP, experts over EP."""
+def stage_params(spec, tr):
+    """(dense, expert) parameters one GPU of each pipeline stage of the trainer's layout
+    ``tr`` (``rl.train``) holds, the layers split evenly over the stages, dense parts
+    over TP, experts over EP."""
     per = -(-spec.layers // tr.pp)
-    most = 0.0
     for s in range(tr.pp):
         layers = range(s * per, min(spec.layers, (s + 1) * per))
-        dense, expert = rank_params(spec, layers, tp=tr.tp, ep=tr.ep, first=s == 0,
-                                    last=s == tr.pp - 1)
-        most = max(most, dense + expert)
-    return most * SWAP_PARAM_BYTES
+        yield rank_params(spec, layers, tp=tr.tp, ep=tr.ep, first=s == 0,
+                          last=s == tr.pp - 1)
+
+
+def trainer_weight_bytes(spec, tr) -> float:
+    """Weights (bf16) on the busiest GPU of the trainer's layout ``tr``: the largest
+    pipeline stage of an even split (:func:`stage_params`)."""
+    return max(dense + expert for dense, expert in stage_params(spec, tr)) * SWAP_PARAM_BYTES
 
 
 def reference_swap_s(spec, tr, host_Bps: float, out_Bps: float | None = None,

@@ -112,10 +112,8 @@ def zmq_refit(topo, spec: ModelSpec, train_gpus: list, *, tp: int, pp: int, ep: 
     producer = max(bridge.time_s + pack_host, coll.time_s + gather_copy + pack_copy)
     rebuild = n * rebuild_s
     unpack = tensors * UNPACK_VIEWS * VIEW_OP_S
-    load = (rollout_fp8.load_entries(spec, tensors, precision) * per_tensor_s
-            + 2 * rollout_fp8.loaded_bytes(spec, nbytes, precision) / replica_gpus / hbm_Bps)
-    if precision == "fp8":
-        load += rollout_fp8.fp8_cast(spec, hbm_Bps, launch_s).time_s
+    load = rollout_fp8.engine_load_s(spec, tensors, nbytes, replica_gpus, per_tensor_s,
+                                     hbm_Bps, precision, launch_s)
     consumer = rebuild + unpack + load
     calls = len(train_gpus) + engines + replica_gpus
     ray = calls * RAY_CALL_S

@@ -136,3 +136,17 @@ def loaded_bytes(spec: ModelSpec, nbytes: float, precision: str) -> float:
         return nbytes
     e = fp8_weights(spec)[1]
     return nbytes - 2 * e + e + e / BLOCK_ELEMENTS * SCALE_BYTES
+
+
+def engine_load_s(spec: ModelSpec, tensors: int, nbytes: float, replica_gpus: int,
+                  per_tensor_s: float, hbm_Bps: float, precision: str,
+                  launch_s: float) -> float:
+    """One engine GPU's ``load_weights`` of a refit: ``per_tensor_s`` per loaded entry
+    (:func:`load_entries`), its share of the ``nbytes`` model (:func:`loaded_bytes`) read
+    and written once at HBM bandwidth, and with ``precision`` fp8 the cast of every FP8
+    weight (:func:`fp8_cast`)."""
+    load = (load_entries(spec, tensors, precision) * per_tensor_s
+            + 2 * loaded_bytes(spec, nbytes, precision) / replica_gpus / hbm_Bps)
+    if precision == "fp8":
+        load += fp8_cast(spec, hbm_Bps, launch_s).time_s
+    return load

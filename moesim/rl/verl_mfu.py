@@ -35,25 +35,26 @@ def _attention_square(seqlens: Sequence[int]) -> float:
     return float(sum(int(s) * int(s) for s in seqlens))
 
 
-def _dense_flops(spec, tokens: float, sq: float) -> float:
-    """``_estimate_qwen2_flops``."""
+def _gqa_flops(spec, per_layer: float, tokens: float, sq: float) -> float:
+    """verl's GQA counters around a layer's non-attention parameters ``per_layer``: the
+    q, k, v and output projections, the embedding and head, and the attention squares."""
     q = spec.heads * spec.head_dim
     kv = spec.kv_heads * spec.head_dim
-    mlp = spec.hidden * spec.dense_ffn * 3
     attn = spec.hidden * (q + 2 * kv + q)
-    n = (mlp + attn) * spec.layers + spec.vocab * spec.hidden * 2
+    n = (per_layer + attn) * spec.layers + spec.vocab * spec.hidden * 2
     return 6 * n * tokens + 12 * sq * spec.head_dim * spec.heads * spec.layers
+
+
+def _dense_flops(spec, tokens: float, sq: float) -> float:
+    """``_estimate_qwen2_flops``: a SwiGLU MLP a layer."""
+    return _gqa_flops(spec, spec.hidden * spec.dense_ffn * 3, tokens, sq)
 
 
 def _qwen2_moe_flops(spec, tokens: float, sq: float) -> float:
-    """``_estimate_qwen2_moe_flops`` (qwen3_moe's): every layer an MoE layer, no shared
-    experts counted."""
-    q = spec.heads * spec.head_dim
-    kv = spec.kv_heads * spec.head_dim
+    """``_estimate_qwen2_moe_flops`` (qwen3_moe's): every layer an MoE layer, its top-k
+    experts and the router, no shared experts counted."""
     moe = spec.hidden * spec.top_k * spec.expert_ffn * 3 + spec.hidden * spec.n_experts
-    attn = spec.hidden * (q + 2 * kv + q)
-    n = (moe + attn) * spec.layers + spec.vocab * spec.hidden * 2
-    return 6 * n * tokens + 12 * sq * spec.head_dim * spec.heads * spec.layers
+    return _gqa_flops(spec, moe, tokens, sq)
 
 
 def _deepseek_v3_flops(spec, tokens: float, sq: float) -> float:
