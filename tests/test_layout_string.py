@@ -9,7 +9,7 @@ from moesim.errors import InputError
 from moesim.program.build import build_step
 from moesim.scenario import load_scenario
 from moesim.schedule.layout_string import expand, layout_chunks, uneven_chunks
-from moesim.wiring import resolve
+from moesim.wiring import resolve, simulate
 
 TOY2 = ["parallel.pp=2", "parallel.ep=1", "schedule.microbatches=2"]
 
@@ -63,3 +63,26 @@ def test_layout_puts_each_piece_on_its_stage():
     assert "fwd.lm_head" in names1 and "fwd.embedding" not in names1
     even = _programs("Et|tL")
     assert {op.layer for op in even[0] if op.name == "fwd.router"} == {0}
+
+
+def test_layout_may_give_stages_no_decoder_layer():
+    # 2 layers on pp 2 x vpp 2 = 4 virtual stages: without a layout too many chunks; with
+    # "E|t|t|L" (the embedding and the loss alone, as xtuner's Qwen3-235B PP32 VPP3 split
+    # of 94 layers over 96 stages) each stage's pieces are laid out as written
+    over = ["parallel.pp=2", "parallel.ep=1", "parallel.vpp=2", "schedule.kind=interleaved",
+            "schedule.microbatches=4"]
+    with pytest.raises(InputError) as ei:
+        resolve(load_scenario("toy-cpu", over))
+    assert ei.value.field.endswith("parallel.vpp")
+    res = resolve(load_scenario("toy-cpu", [*over, "parallel.pipeline_layout=E|t|t|L"]))
+    progs = build_step(res).programs
+    # rank 0 holds virtual stages 0 (E) and 2 (t: layer 1); rank 1 stages 1 (layer 0), 3 (L)
+    assert {op.layer for op in progs[0] if op.name == "fwd.attn"} == {1}
+    assert {op.layer for op in progs[1] if op.name == "fwd.attn"} == {0}
+    assert "fwd.embedding" in {op.name for op in progs[0]}
+    assert "fwd.lm_head" in {op.name for op in progs[1]}
+    # and both engines run those stages to the same step time
+    steps = [simulate(resolve(load_scenario("toy-cpu", [
+        *over, "parallel.pipeline_layout=E|t|t|L", f"engine.mode={m}"]))).summary[
+        "step_time_s"] for m in ("exact", "fast")]
+    assert steps[0] == pytest.approx(steps[1], rel=1e-9)

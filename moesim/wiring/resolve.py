@@ -177,7 +177,7 @@ def _resolve(scn: Scenario) -> Resolved:
     if model.layers < par.pp:
         raise InputError(src, "parallel.pp", f"at most the model's {model.layers} layers",
                          par.pp)
-    if model.layers < chunks:
+    if model.layers < chunks and not par.pipeline_layout:   # a layout's stages may hold no layer
         raise InputError(src, "parallel.vpp", f"pp*vpp <= the model's {model.layers} "
                          f"layers (pp={par.pp})", par.vpp)
     # the pipeline layout and the MTP layers' place, checked before any work
