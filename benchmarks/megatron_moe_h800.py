@@ -1,7 +1,7 @@
-"""Megatron-Core MoE pre-training of Qwen3-235B-A22B on 256 H800, as InternLM's xtuner
-measured it layout by layout, against moesim.
+"""Megatron-Core MoE pre-training of Qwen3-235B-A22B on 256 H800 and 256 H100, as
+InternLM's xtuner and NVIDIA measured it layout by layout, against moesim.
 
-    python benchmarks/megatron_moe_h800.py                # ~15 min of CPU
+    python benchmarks/megatron_moe_h800.py                # ~17 min of CPU
     python benchmarks/megatron_moe_h800.py --rows 1,6     # some rows only
     python benchmarks/megatron_moe_h800.py --write-docs   # docs/results/megatron-moe-h800.md
 
@@ -23,6 +23,15 @@ except in the row that the page's overlap table runs without it; TP communicatio
 overlap only in the row that names it. The capacity-factor rows (routing not forced
 balanced, its load not published) are left out. Nothing is fitted: every row is held out.
 
+NVIDIA's rows (13-16): yanring/Megatron-MoE-ModelZoo ``examples/qwen3/readme.md`` at
+17070963, "256 H100 GPUS ... InfiniBand 8x50 GB/s", BF16, sequence 4,096, global batch
+2,048, forced balance: DeepEP TP2 EP32 PP8 VPP4 with ``moe_act`` and ``layernorm``
+recomputed 19.7 s, 17.6 s with the EP all-to-all overlap in 1F1B (``moe_dev`` f3e6c5);
+the all-to-all dispatcher TP2 EP8 PP32 VPP3 24.2 s; DeepEP TP4 EP8 PP8 VPP4 29.0 s
+(``main`` 1e057005); the flags in ``run_235b.sh`` and
+``model_configs/benchmarking/Qwen3-235B-A22B.yaml`` (the same pipeline splits:
+``--account-for-embedding-in-pipeline-split``, ``--account-for-loss-in-pipeline-split``).
+
 Besides each row's error, the page prints what the rows measure against each other (the
 ratios of two rows that differ in one setting), simulated and measured: a mechanism that
 is right moves the step the way the measurement does.
@@ -31,17 +40,21 @@ is right moves the step the way the measurement does.
 from __future__ import annotations
 
 import argparse
+import math
 import resource
 import statistics
 import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import NamedTuple
 
 from results_page import print_table  # this folder
 
 SOURCE = ("InternLM/xtuner docs/en/benchmark/megatron_moe_benchmark.md at 79f21364 "
           "(Pai-Megatron-Patch 2b201af, Megatron-LM 6a6cd478)")
+MODELZOO = ("yanring/Megatron-MoE-ModelZoo examples/qwen3/readme.md and run_235b.sh at "
+            "17070963 (Megatron-LM main 1e057005 and moe_dev f3e6c5)")
 GPUS = 256
 SEQ = 4096
 LAYERS = 94
@@ -64,33 +77,65 @@ RECOMPUTE = {
     "full": ["memory.recompute=full"],      # --recompute-method uniform, 1 layer
 }
 
-#: (row, label as the page writes it, tp, pp, vpp, ep, dispatcher, mbs, gbs, recompute,
-#:  zero overlap, tp overlap, measured s per iteration, measured tokens/GPU/s)
+class Row(NamedTuple):
+    """One measured run: its number here, the source's words for it, its layout and
+    settings, and the measured seconds per iteration and tokens/GPU/s."""
+
+    n: int
+    label: str
+    tp: int
+    pp: int
+    vpp: int
+    ep: int
+    dispatcher: str          # alltoall | deepep
+    mbs: int
+    gbs: int
+    recompute: str           # a key of RECOMPUTE
+    zero_overlap: bool       # --overlap-grad-reduce --overlap-param-gather
+    tp_overlap: bool         # --tp-comm-overlap
+    step_s: float
+    tokens: float
+    system: str = "H800"     # H800: xtuner's cluster; H100: NVIDIA's (DGX H100)
+    a2a_overlap: bool = False   # Megatron's EP all-to-all overlap in 1F1B
+
+
+#: xtuner's rows (SOURCE), then NVIDIA's on 256 H100 (MODELZOO)
 ROWS = (
-    (1, "tp2, ep8, pp32, vpp3, mbs=1, recompute=select", 2, 32, 3, 8, "alltoall", 1, 2048,
-     "select", True, False, 22.42, 1461.56),
-    (2, "tp4, ep8, pp8, vpp4, mbs=1", 4, 8, 4, 8, "alltoall", 1, 2048,
-     "none", True, False, 35.481, 923.53),
-    (3, "tp2, ep32, pp8, vpp4, recompute=select", 2, 8, 4, 32, "alltoall", 1, 2048,
-     "select", True, False, 35.392, 925.87),
-    (4, "tp2, ep32, deepep, pp8, vpp4, recompute=select", 2, 8, 4, 32, "deepep", 1, 2048,
-     "select", True, False, 25.73, 1273.54),
-    (5, "tp2, ep8, pp8, recompute=select", 2, 8, 1, 8, "alltoall", 1, 2048,
-     "select", False, False, 27.555, 1189.17),
-    (6, "tp2, ep8, pp8, recompute=select, zero overlap", 2, 8, 1, 8, "alltoall", 1, 2048,
-     "select", True, False, 29.66, 1104.8),
-    (7, "tp2, ep8, pp8, recompute=select, zero/tp overlap", 2, 8, 1, 8, "alltoall", 1, 2048,
-     "select", True, True, 29.276, 1119.26),
-    (8, "tp2, ep8, pp32, vpp3, mbs=4, recompute=full", 2, 32, 3, 8, "alltoall", 4, 4096,
-     "full", True, False, 43.495, 1506.76),
-    (9, "tp2, ep8, pp32, mbs=4, recompute=full", 2, 32, 1, 8, "alltoall", 4, 8192,
-     "full", True, False, 92.652, 1414.68),
-    (10, "tp1, ep8, pp32, vpp3, mbs=1, recompute=moe", 1, 32, 3, 8, "alltoall", 1, 2048,
-     "moe", True, False, 22.946, 1428.04),
-    (11, "tp1, ep8, pp32, vpp3, mbs=4, recompute=full", 1, 32, 3, 8, "alltoall", 4, 4096,
-     "full", True, False, 42.537, 1540.68),
-    (12, "tp1, ep8, pp32, vpp3, mbs=8, recompute=full", 1, 32, 3, 8, "alltoall", 8, 8192,
-     "full", True, False, 86.186, 1520.8),
+    Row(1, "tp2, ep8, pp32, vpp3, mbs=1, recompute=select", 2, 32, 3, 8, "alltoall", 1, 2048,
+        "select", True, False, 22.42, 1461.56),
+    Row(2, "tp4, ep8, pp8, vpp4, mbs=1", 4, 8, 4, 8, "alltoall", 1, 2048,
+        "none", True, False, 35.481, 923.53),
+    Row(3, "tp2, ep32, pp8, vpp4, recompute=select", 2, 8, 4, 32, "alltoall", 1, 2048,
+        "select", True, False, 35.392, 925.87),
+    Row(4, "tp2, ep32, deepep, pp8, vpp4, recompute=select", 2, 8, 4, 32, "deepep", 1, 2048,
+        "select", True, False, 25.73, 1273.54),
+    Row(5, "tp2, ep8, pp8, recompute=select", 2, 8, 1, 8, "alltoall", 1, 2048,
+        "select", False, False, 27.555, 1189.17),
+    Row(6, "tp2, ep8, pp8, recompute=select, zero overlap", 2, 8, 1, 8, "alltoall", 1, 2048,
+        "select", True, False, 29.66, 1104.8),
+    Row(7, "tp2, ep8, pp8, recompute=select, zero/tp overlap", 2, 8, 1, 8, "alltoall", 1,
+        2048, "select", True, True, 29.276, 1119.26),
+    Row(8, "tp2, ep8, pp32, vpp3, mbs=4, recompute=full", 2, 32, 3, 8, "alltoall", 4, 4096,
+        "full", True, False, 43.495, 1506.76),
+    Row(9, "tp2, ep8, pp32, mbs=4, recompute=full", 2, 32, 1, 8, "alltoall", 4, 8192,
+        "full", True, False, 92.652, 1414.68),
+    Row(10, "tp1, ep8, pp32, vpp3, mbs=1, recompute=moe", 1, 32, 3, 8, "alltoall", 1, 2048,
+        "moe", True, False, 22.946, 1428.04),
+    Row(11, "tp1, ep8, pp32, vpp3, mbs=4, recompute=full", 1, 32, 3, 8, "alltoall", 4, 4096,
+        "full", True, False, 42.537, 1540.68),
+    Row(12, "tp1, ep8, pp32, vpp3, mbs=8, recompute=full", 1, 32, 3, 8, "alltoall", 8, 8192,
+        "full", True, False, 86.186, 1520.8),
+    # NVIDIA's: "recompute norm, act" = --recompute-modules moe_act layernorm
+    # (examples/qwen3/run_235b.sh); tokens/GPU/s = GBS x 4096 / 256 / step
+    Row(13, "DeepEP, TP2 EP32 PP8 VPP4, recompute norm, act", 2, 8, 4, 32, "deepep", 1,
+        2048, "select", True, False, 19.7, 2048 * 4096 / 256 / 19.7, "H100"),
+    Row(14, "DeepEP, TP2 EP32 PP8 VPP4, recompute norm, act, +1f1b overlap", 2, 8, 4, 32,
+        "deepep", 1, 2048, "select", True, False, 17.6, 2048 * 4096 / 256 / 17.6, "H100",
+        True),
+    Row(15, "A2A, TP2 EP8 PP32 VPP3, recompute norm, act", 2, 32, 3, 8, "alltoall", 1, 2048,
+        "select", True, False, 24.2, 2048 * 4096 / 256 / 24.2, "H100"),
+    Row(16, "DeepEP, TP4 EP8 PP8 VPP4, no recompute", 4, 8, 4, 8, "deepep", 1, 2048,
+        "none", True, False, 29.0, 2048 * 4096 / 256 / 29.0, "H100"),
 )
 
 #: pairs of rows that differ in one setting: (what changes, row a, row b); the ratio is
@@ -106,6 +151,11 @@ PAIRS = (
     ("TP2 select -> TP1 moe recompute", 1, 10),
     ("TP2 -> TP1 (mbs 4, full)", 8, 11),
     ("mbs 4 -> mbs 8 (TP1, full; per token)", 11, 12),
+    ("H100: + EP all-to-all overlap in 1F1B", 13, 14),
+    ("H100: EP32 PP8 VPP4 DeepEP -> EP8 PP32 VPP3 A2A", 13, 15),
+    ("H100: TP2 EP32 -> TP4 EP8 (DeepEP, PP8 VPP4)", 13, 16),
+    ("H800 -> H100 (TP2 EP8 PP32 VPP3 A2A)", 1, 15),
+    ("H800 -> H100 (TP2 EP32 PP8 VPP4 DeepEP)", 4, 13),
 )
 
 BASE = """name: qwen3-235b-a22b-xtuner-h800
@@ -127,24 +177,29 @@ engine: {mode: fast}
 """
 
 
-def row_sets(row: tuple) -> list[str]:
+def row_sets(row: Row) -> list[str]:
     """The ``--set`` overrides that write one row on the base scenario."""
-    _n, _label, tp, pp, vpp, ep, disp, mbs, gbs, rec, zero_ov, tp_ov, _s, _t = row
-    dp = GPUS // (tp * pp)
-    sets = [f"parallel.tp={tp}", f"parallel.pp={pp}", f"parallel.vpp={vpp}",
-            f"parallel.ep={ep}", f"parallel.pipeline_layout={LAYOUTS[(pp, vpp)]}",
-            f"parallel.sequence_parallel={'true' if tp > 1 else 'false'}",
-            "schedule.kind=" + ("interleaved" if vpp > 1 else "1f1b"),
-            f"schedule.microbatches={gbs // (dp * mbs)}",
-            f"schedule.micro_batch_size={mbs}",
-            f"overlap.dp_overlap={'true' if zero_ov else 'false'}",
-            f"overlap.tp_comm={'true' if tp_ov else 'false'}",
-            *RECOMPUTE[rec]]
-    if disp == "deepep":
+    dp = GPUS // (row.tp * row.pp)
+    sets = [f"parallel.tp={row.tp}", f"parallel.pp={row.pp}", f"parallel.vpp={row.vpp}",
+            f"parallel.ep={row.ep}",
+            f"parallel.pipeline_layout={LAYOUTS[(row.pp, row.vpp)]}",
+            f"parallel.sequence_parallel={'true' if row.tp > 1 else 'false'}",
+            "schedule.kind=" + ("interleaved" if row.vpp > 1 else "1f1b"),
+            f"schedule.microbatches={row.gbs // (dp * row.mbs)}",
+            f"schedule.micro_batch_size={row.mbs}",
+            f"overlap.dp_overlap={'true' if row.zero_overlap else 'false'}",
+            f"overlap.tp_comm={'true' if row.tp_overlap else 'false'}",
+            *RECOMPUTE[row.recompute]]
+    if row.dispatcher == "deepep":
         # moe_enable_deepep (the flex dispatcher); moe_deepep_num_sms 20 at Megatron-LM
         # 6a6cd478 (transformer_config.py)
-        sets.append("parallel.ep_backend.kind=deepep")
-        sets.append("parallel.ep_backend.sms=20")
+        sets += ["parallel.ep_backend.kind=deepep", "parallel.ep_backend.sms=20"]
+    if row.system == "H100":
+        # NVIDIA's cluster: DGX H100 nodes, "InfiniBand 8x50 GB/s" (MODELZOO)
+        sets += ["cluster.topology=dgx-h100", "cluster.device=H100"]
+    if row.a2a_overlap:
+        # --combined-1f1b --combined-1f1b-recipe ep_a2a (run_235b.sh; moe_dev f3e6c5)
+        sets.append("overlap.kind=a2a-1f1b")
     return sets
 
 
@@ -161,14 +216,15 @@ def main(argv: list[str] | None = None) -> int:
     from moesim.wiring import resolve, simulate
 
     want = {int(x) for x in a.rows.split(",")} if a.rows else None
-    rows = [r for r in ROWS if want is None or r[0] in want]
-    print(f"Qwen3-235B-A22B on {GPUS} H800, BF16, sequence {SEQ:,}, Megatron-Core as "
-          f"measured by {SOURCE}; s = seconds per iteration; error = simulated / measured "
-          "- 1; nothing fitted")
+    rows = [r for r in ROWS if want is None or r.n in want]
+    print(f"Qwen3-235B-A22B on {GPUS} GPUs, BF16, sequence {SEQ:,}, Megatron-Core, forced-"
+          f"balanced routing; rows 1-12 on H800 as measured by {SOURCE}; rows 13-16 on H100 "
+          f"as measured by {MODELZOO}; s = seconds per iteration; error = simulated / "
+          "measured - 1; nothing fitted")
     print()
     found: dict[int, dict] = {}
     with tempfile.TemporaryDirectory() as d:
-        path = Path(d) / "qwen3-235b-a22b-xtuner-h800.yaml"
+        path = Path(d) / "qwen3-235b-a22b-megatron.yaml"
         path.write_text(BASE)
         for row in rows:
             t0 = time.perf_counter()
@@ -176,70 +232,72 @@ def main(argv: list[str] | None = None) -> int:
             sim = simulate(res)
             s = sim.summary
             b = s["breakdown_s"]
-            found[row[0]] = {"step": float(s["step_time_s"]),
-                             "tokens": float(s["tokens_per_s"]) / GPUS,
-                             "compute": b["compute"],
-                             "a2a": b["ep_dispatch"] + b["ep_combine"],
-                             "tp": b.get("tp", 0.0), "bubble": b.get("bubble", 0.0),
-                             "dp": b.get("dp", 0.0) + b.get("zero", 0.0),
-                             "peak": max(r["peak_bytes"] for r in
-                                         memory_table(res)["stages"]) / 2**30,
-                             "cpu": time.perf_counter() - t0}
-            print(f"  row {row[0]}: simulated in {found[row[0]]['cpu']:.0f} s",
-                  file=sys.stderr)
-    out = []
-    for row in rows:
-        n, label, *_rest, rec, zero_ov, tp_ov, pub_s, pub_t = row
-        f = found[n]
-        out.append((str(n), label, f"{pub_s:.2f}", f"{f['step']:.2f}", _err(f["step"], pub_s),
-                    f"{pub_t:,.0f}", f"{f['tokens']:,.0f}", f"{f['compute']:.2f}",
-                    f"{f['a2a']:.2f}", f"{f['tp']:.2f}", f"{f['dp']:.2f}", f"{f['bubble']:.2f}",
-                    f"{f['peak']:.1f}"))
-    print_table(("row", "layout (the page's words)", "measured s", "simulated s", "error",
-                 "measured tokens/GPU/s", "simulated", "compute s", "all-to-all s",
-                 "TP collectives s", "gradient sync s", "bubble s", "memory GiB"), out)
-    print()
-    print("(compute, all-to-all, TP collectives, gradient sync (data-parallel and ZeRO "
-          "collectives), bubble: moesim's breakdown, mean over ranks; memory: `moesim "
-          "memory`'s busiest rank, of the H800's 79.6 GiB)")
-    print()
-    errs = [found[r[0]]["step"] / r[12] - 1 for r in rows]
-    if errs:
-        within = sum(abs(e) <= 0.15 for e in errs)
-        print(f"Errors: median {statistics.median(errs) * 100:+.1f} %, median |error| "
-              f"{statistics.median(abs(e) for e in errs) * 100:.1f} %, "
-              f"{min(errs) * 100:+.1f} % .. {max(errs) * 100:+.1f} %; {within} of "
-              f"{len(errs)} rows within 15 %")
+            found[row.n] = {"step": float(s["step_time_s"]),
+                            "tokens": float(s["tokens_per_s"]) / GPUS,
+                            "compute": b["compute"],
+                            "a2a": b["ep_dispatch"] + b["ep_combine"],
+                            "tp": b.get("tp", 0.0), "bubble": b.get("bubble", 0.0),
+                            "dp": b.get("dp", 0.0) + b.get("zero", 0.0),
+                            "peak": max(r["peak_bytes"] for r in
+                                        memory_table(res)["stages"]) / 2**30,
+                            "cpu": time.perf_counter() - t0}
+            print(f"  row {row.n}: simulated in {found[row.n]['cpu']:.0f} s", file=sys.stderr)
+        out = []
+        for row in rows:
+            f = found[row.n]
+            out.append((str(row.n), row.system, row.label, f"{row.step_s:.2f}",
+                        f"{f['step']:.2f}", _err(f["step"], row.step_s), f"{row.tokens:,.0f}",
+                        f"{f['tokens']:,.0f}", f"{f['compute']:.2f}", f"{f['a2a']:.2f}",
+                        f"{f['tp']:.2f}", f"{f['dp']:.2f}", f"{f['bubble']:.2f}",
+                        f"{f['peak']:.1f}"))
+        print_table(("row", "GPU", "layout (the source's words)", "measured s", "simulated s",
+                     "error", "measured tokens/GPU/s", "simulated", "compute s",
+                     "all-to-all s", "TP collectives s", "gradient sync s", "bubble s",
+                     "memory GiB"), out)
         print()
-    groups = {}
-    for r in rows:
-        groups.setdefault(f"PP{r[3]}", []).append(found[r[0]]["step"] / r[12] - 1)
-    if len(groups) > 1:
-        print("By pipeline depth: " + "; ".join(
-            f"{k}: {len(v)} rows, {min(v) * 100:+.1f} % .. {max(v) * 100:+.1f} % (median "
-            f"{statistics.median(v) * 100:+.1f} %)" for k, v in sorted(groups.items())))
+        print("(compute, all-to-all, TP collectives, gradient sync (data-parallel and ZeRO "
+              "collectives), bubble: moesim's breakdown, mean over ranks; memory: `moesim "
+              "memory`'s busiest rank, of the 79.6 GiB both GPUs have)")
         print()
-    if want is None or 5 in want:
-        vpp = list(next(r for r in ROWS if r[0] == 5))
-        vpp[4] = 4                       # row 5 with VPP4: the page's run out of memory
-        with tempfile.TemporaryDirectory() as d:
-            path = Path(d) / "qwen3-235b-a22b-xtuner-h800.yaml"
-            path.write_text(BASE)
-            res = resolve(load_scenario(path, row_sets(tuple(vpp))))
+        errs = {r.n: found[r.n]["step"] / r.step_s - 1 for r in rows}
+        groups: dict[str, list[float]] = {}
+        for r in rows:
+            groups.setdefault(r.system, []).append(errs[r.n])
+            groups.setdefault(f"{r.system} PP{r.pp}", []).append(errs[r.n])
+        for k, v in sorted(groups.items()):
+            within = sum(abs(e) <= 0.15 for e in v)
+            print(f"{k}: {len(v)} rows, {min(v) * 100:+.1f} % .. {max(v) * 100:+.1f} % (median "
+                  f"{statistics.median(v) * 100:+.1f} %), {within} within 15 %")
+        print()
+        # what a fixed cost per layer and micro-batch would have to be to close each row:
+        # (measured - simulated) / (micro-batches x decoder layers on a rank)
+        per = []
+        for r in rows:
+            passes = r.gbs // (GPUS // (r.tp * r.pp) * r.mbs) * math.ceil(LAYERS / r.pp)
+            per.append((r.n, (r.step_s - found[r.n]["step"]) / passes))
+        lo, hi = min(per, key=lambda x: x[1]), max(per, key=lambda x: x[1])
+        print(f"Gap per layer and micro-batch on a rank ((measured - simulated) / "
+              f"(micro-batches x {LAYERS} / PP layers)): {lo[1] * 1e3:+.1f} ms (row {lo[0]}) "
+              f"to {hi[1] * 1e3:+.1f} ms (row {hi[0]}): no one cost per layer closes them all")
+        print()
+        if want is None or 5 in want:
+            # row 5 with VPP4: the page's run out of memory
+            r5 = next(r for r in ROWS if r.n == 5)._replace(vpp=4)
+            res = resolve(load_scenario(path, row_sets(r5)))
             peak = max(r["peak_bytes"] for r in memory_table(res)["stages"]) / 2**30
-        print(f"Memory held out: row 5 with VPP4 ran out of memory on the page (\"since "
-              f"memory is basically full, once vpp is enabled, it will OOM\"); moesim's "
-              f"busiest rank: {peak:.1f} of 79.6 GiB, so moesim accepts a layout that did "
-              "not fit")
-        print()
+            print("Memory held out: row 5 with VPP4 ran out of memory on xtuner's page "
+                  "(\"since memory is basically full, once vpp is enabled, it will OOM\"); "
+                  f"moesim's busiest rank: {peak:.1f} of 79.6 GiB, so moesim accepts a layout "
+                  "that did not fit")
+            print()
     pairs = []
     for what, ra, rb in PAIRS:
         if ra not in found or rb not in found:
             continue
-        pa, pb = (next(r for r in ROWS if r[0] == x) for x in (ra, rb))
+        pa, pb = (next(r for r in ROWS if r.n == x) for x in (ra, rb))
         # per token where the two rows' global batches differ
-        ma, mb = pa[12] / pa[8], pb[12] / pb[8]
-        sa, sb = found[ra]["step"] / pa[8], found[rb]["step"] / pb[8]
+        ma, mb = pa.step_s / pa.gbs, pb.step_s / pb.gbs
+        sa, sb = found[ra]["step"] / pa.gbs, found[rb]["step"] / pb.gbs
         pairs.append((what, f"{ra} -> {rb}", f"x{mb / ma:.3f}", f"x{sb / sa:.3f}",
                       "yes" if (mb - ma) * (sb - sa) > 0 else "no"))
     if pairs:
@@ -247,10 +305,12 @@ def main(argv: list[str] | None = None) -> int:
         print()
         print_table(("change", "rows", "measured", "simulated", "same direction"), pairs)
         print()
-    print("Ours, not the page's: a row with no recompute= runs without recomputation; zero "
-          "overlap on except in row 5 (the page's overlap table adds it in row 6); TP "
-          "overlap only in row 7; the attention kernels are moesim's default (FlashAttention-"
-          "3's rates: the script's FL switch is not given).")
+    print("Ours, not the sources': in xtuner's rows, a row with no recompute= runs without "
+          "recomputation, zero overlap is on except in row 5 (the page's overlap table adds "
+          "it in row 6) and TP overlap only in row 7. Attention: moesim's default "
+          "(FlashAttention-3's rates) in every row: NVIDIA's config sets --use-flash-attn, "
+          "xtuner's script's FL switch is not given. NVIDIA's FSDP row (TP2 in its table, "
+          "TP1 in its script) is left out.")
     print()
     cpu = sum(f["cpu"] for f in found.values())
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20   # KiB -> GiB
@@ -263,4 +323,5 @@ def main(argv: list[str] | None = None) -> int:
 if __name__ == "__main__":
     from results_page import run_benchmark
     sys.exit(run_benchmark(main, "megatron-moe-h800",
-                           "Megatron MoE pre-training on 256 H800 (xtuner's measurements)"))
+                           "Megatron MoE pre-training of Qwen3-235B-A22B on 256 H800 and "
+                           "256 H100, layout by layout"))

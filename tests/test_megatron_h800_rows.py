@@ -1,5 +1,5 @@
 """The inputs of benchmarks/megatron_moe_h800.py, worked out by hand: each pipeline split
-as xtuner's page describes it, and each row's batch written as the page gives it."""
+as the sources describe it, and each row's batch and GPU written as its source gives it."""
 
 from __future__ import annotations
 
@@ -32,12 +32,13 @@ def test_rows_resolve_to_the_pages_batches(tmp_path):
     path = tmp_path / "base.yaml"
     path.write_text(bench.BASE)
     for row in bench.ROWS:
-        _n, _label, tp, pp, vpp, ep, disp, mbs, gbs, *_rest, pub_s, pub_t = row
-        # the page's two figures agree: tokens/GPU/s = GBS x 4096 / 256 / s per iteration
-        assert gbs * bench.SEQ / bench.GPUS / pub_s == pytest.approx(pub_t, rel=2e-3)
+        # each source's two figures agree: tokens/GPU/s = GBS x 4096 / 256 / s per iteration
+        assert row.gbs * bench.SEQ / bench.GPUS / row.step_s == pytest.approx(row.tokens,
+                                                                               rel=2e-3)
         res = resolve(load_scenario(path, bench.row_sets(row)))
         lay, sch = res.layout, res.scenario.schedule
-        assert (lay.tp, lay.pp, lay.ep) == (tp, pp, ep)
-        assert lay.dp * sch.microbatches * sch.micro_batch_size == gbs
-        assert res.scenario.parallel.ep_backend.kind == ("deepep" if disp == "deepep"
+        assert (lay.tp, lay.pp, lay.ep) == (row.tp, row.pp, row.ep)
+        assert lay.dp * sch.microbatches * sch.micro_batch_size == row.gbs
+        assert res.scenario.parallel.ep_backend.kind == ("deepep" if row.dispatcher == "deepep"
                                                          else "nccl")
+        assert res.device.name == row.system
