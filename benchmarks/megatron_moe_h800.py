@@ -1,7 +1,7 @@
 """Megatron-Core MoE pre-training of Qwen3-235B-A22B on 256 H800 and 256 H100, as
 InternLM's xtuner and NVIDIA measured it layout by layout, against moesim.
 
-    python benchmarks/megatron_moe_h800.py                # ~17 min of CPU
+    python benchmarks/megatron_moe_h800.py                # ~14 min of CPU
     python benchmarks/megatron_moe_h800.py --rows 1,6     # some rows only
     python benchmarks/megatron_moe_h800.py --write-docs   # docs/results/megatron-moe-h800.md
 
@@ -76,6 +76,7 @@ RECOMPUTE = {
     "moe": ["memory.recompute=selective", "memory.recompute_modules=[moe, layernorm]"],
     "full": ["memory.recompute=full"],      # --recompute-method uniform, 1 layer
 }
+
 
 class Row(NamedTuple):
     """One measured run: its number here, the source's words for it, its layout and
