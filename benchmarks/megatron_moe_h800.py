@@ -178,15 +178,25 @@ engine: {mode: fast}
 """
 
 
+def microbatches(row: Row) -> int:
+    """Micro-batches per data-parallel rank in one iteration: GBS / (DP x MBS)."""
+    return row.gbs // (GPUS // (row.tp * row.pp) * row.mbs)
+
+
+def peak_gib(res) -> float:
+    """``moesim memory``'s busiest rank of a resolved run, GiB."""
+    from moesim.memory.report import memory_table
+    return max(r["peak_bytes"] for r in memory_table(res)["stages"]) / 2**30
+
+
 def row_sets(row: Row) -> list[str]:
     """The ``--set`` overrides that write one row on the base scenario."""
-    dp = GPUS // (row.tp * row.pp)
     sets = [f"parallel.tp={row.tp}", f"parallel.pp={row.pp}", f"parallel.vpp={row.vpp}",
             f"parallel.ep={row.ep}",
             f"parallel.pipeline_layout={LAYOUTS[(row.pp, row.vpp)]}",
             f"parallel.sequence_parallel={'true' if row.tp > 1 else 'false'}",
             "schedule.kind=" + ("interleaved" if row.vpp > 1 else "1f1b"),
-            f"schedule.microbatches={row.gbs // (dp * row.mbs)}",
+            f"schedule.microbatches={microbatches(row)}",
             f"schedule.micro_batch_size={row.mbs}",
             f"overlap.dp_overlap={'true' if row.zero_overlap else 'false'}",
             f"overlap.tp_comm={'true' if row.tp_overlap else 'false'}",
@@ -212,7 +222,6 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--rows", help="comma-separated row numbers (default: all)")
     a = ap.parse_args(argv)
-    from moesim.memory.report import memory_table
     from moesim.scenario.read import load_scenario
     from moesim.wiring import resolve, simulate
 
@@ -239,8 +248,7 @@ def main(argv: list[str] | None = None) -> int:
                             "a2a": b["ep_dispatch"] + b["ep_combine"],
                             "tp": b.get("tp", 0.0), "bubble": b.get("bubble", 0.0),
                             "dp": b.get("dp", 0.0) + b.get("zero", 0.0),
-                            "peak": max(r["peak_bytes"] for r in
-                                        memory_table(res)["stages"]) / 2**30,
+                            "peak": peak_gib(res),
                             "cpu": time.perf_counter() - t0}
             print(f"  row {row.n}: simulated in {found[row.n]['cpu']:.0f} s", file=sys.stderr)
         out = []
@@ -274,7 +282,7 @@ def main(argv: list[str] | None = None) -> int:
         # (measured - simulated) / (micro-batches x decoder layers on a rank)
         per = []
         for r in rows:
-            passes = r.gbs // (GPUS // (r.tp * r.pp) * r.mbs) * math.ceil(LAYERS / r.pp)
+            passes = microbatches(r) * math.ceil(LAYERS / r.pp)
             per.append((r.n, (r.step_s - found[r.n]["step"]) / passes))
         lo, hi = min(per, key=lambda x: x[1]), max(per, key=lambda x: x[1])
         print(f"Gap per layer and micro-batch on a rank ((measured - simulated) / "
@@ -285,7 +293,7 @@ def main(argv: list[str] | None = None) -> int:
             # row 5 with VPP4: the page's run out of memory
             r5 = next(r for r in ROWS if r.n == 5)._replace(vpp=4)
             res = resolve(load_scenario(path, row_sets(r5)))
-            peak = max(r["peak_bytes"] for r in memory_table(res)["stages"]) / 2**30
+            peak = peak_gib(res)
             print("Memory held out: row 5 with VPP4 ran out of memory on xtuner's page "
                   "(\"since memory is basically full, once vpp is enabled, it will OOM\"); "
                   f"moesim's busiest rank: {peak:.1f} of 79.6 GiB, so moesim accepts a layout "
