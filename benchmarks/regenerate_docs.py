@@ -48,6 +48,7 @@ PAGES: list[tuple[str, list[str], str]] = [
     ("rl-v03", ["rl_v03.py"], ""),
     ("rl-verl-h20", ["rl_verl_h20.py"], ""),
     ("megatron-moe-h800", ["megatron_moe_h800.py"], ""),
+    ("a2a-overlap-rate", ["a2a_overlap_rate.py"], ""),
     ("fast-path", ["bench_fast.py", "--no-scaling"], ""),
     ("fast-vs-exact", ["fast_vs_exact.py"], ""),   # the scaling tables: hours at load
     ("campaign", ["campaign_llama3.py"], ""),
