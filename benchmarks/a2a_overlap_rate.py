@@ -106,14 +106,13 @@ def rated_pair(base, r: float):
             return x.end
 
         def _settled(self):
-            self.te = self._fix(self.te) if isinstance(self.te, Pending) and \
-                self.te.end is not None else self.te
-            self.dep = [d.end if isinstance(d, Pending) and d.end is not None else d
-                        for d in self.dep]
-            self.last = [x.end if isinstance(x, Pending) and x.end is not None else x
-                         for x in self.last]
-            self.kern = [(j, st, e.end if isinstance(e, Pending) and e.end is not None
-                          else e, k) for j, st, e, k in self.kern]
+            """Every settled Pending held by the pair replaced by its end."""
+            def v(x):
+                return x.end if isinstance(x, Pending) and x.end is not None else x
+            self.te = v(self.te)
+            self.dep = [v(d) for d in self.dep]
+            self.last = [v(x) for x in self.last]
+            self.kern = [(j, st, v(e), k) for j, st, e, k in self.kern]
 
         def _idle_to(self, t):
             keep = self.kern

@@ -55,3 +55,61 @@ def test_rate_from_the_card_split():
     assert 0.34 < bench.R < 0.36
     # the work that ran alone without the overlap is done, with it, alone or at r beside
     assert bench.EXPOSED_S + bench.R * bench.BESIDE_S == pytest.approx(bench.ALONE_S)
+
+
+TOY = """\
+name: a2a-rate-toy
+seed: 0
+cluster:
+  topology: pcie-8gpu
+  params: {gpus_per_node: 2, pcie_switches_per_cpu: 1, cpus: 1, pcie_GBps: 2.0,
+           pcie_latency_us: 0.0}
+  device: H100
+  network: analytical
+model: {preset: toy, layers: 2, first_dense_layers: 0, vocab: 8}
+routing: {kind: uniform}
+parallel: {tp: 1, pp: 1, ep: 2}
+schedule: {kind: 1f1b, microbatches: 4, micro_batch_size: 1, seq_len: 256}
+compute: {kind: roofline, launch_overhead_us: 0}
+overlap: {dp_overlap: true, kind: a2a-1f1b}
+engine: {mode: fast}
+"""
+
+
+def _toy_step(tmp_path, pair_cls) -> dict:
+    from moesim.engine.fast import pairs
+    from moesim.wiring import simulate
+    path = tmp_path / "toy.yaml"
+    path.write_text(TOY)
+    keep = pairs._Pair
+    pairs._Pair = pair_cls(keep)
+    try:
+        s = simulate(path, [], record_series=False).summary
+    finally:
+        pairs._Pair = keep
+    b = s["breakdown_s"]
+    return {"step": s["step_time_s"], "a2a": b["ep_dispatch"] + b["ep_combine"]}
+
+
+def _unslowed(base):
+    class Unslowed(base):       # the SM share off, nothing else changed
+        def __init__(self, ch, s):
+            super().__init__(ch, s)
+            self.f = 0.0
+    return Unslowed
+
+
+def test_rate_one_is_the_engine_with_compute_unslowed(tmp_path):
+    # at r = 1 an all-to-all ends start + its own time whatever runs beside it, so the
+    # lazily settled ends give the step of the unchanged pair with the SM share off
+    one = _toy_step(tmp_path, lambda b: bench.rated_pair(b, 1.0))
+    ref = _toy_step(tmp_path, _unslowed)
+    assert one["step"] == pytest.approx(ref["step"], rel=1e-12)
+    assert one["a2a"] == pytest.approx(ref["a2a"], rel=1e-9, abs=1e-15)
+
+
+def test_a_slower_rate_never_shortens_the_step(tmp_path):
+    steps = [_toy_step(tmp_path, lambda b, r=r: bench.rated_pair(b, r))["step"]
+             for r in (1.0, 0.5, 0.1)]
+    assert steps[0] <= steps[1] <= steps[2]
+    assert steps[2] > steps[0]          # the toy's all-to-alls are not negligible
