@@ -177,8 +177,8 @@ def _modelzoo(row_n: int):
     return mm.BASE, mm.row_sets(row)
 
 
-#: (run, source, measured step s or None, how it is given, scenario or base YAML, sets,
-#:  its no-overlap twin's row label or None)
+#: (run, source, measured step s without the overlap (None: not measured), measured step s
+#:  with it, shipped scenario or "modelzoo:ROW" (a megatron_moe_h800 row), --set overrides)
 RUNS = (
     ("Qwen3-30B-A3B, 16 H100 BF16, HybridEP", "Megatron-Bridge PR 5094 card (calibration)",
      24.7138, 20.99203, "qwen3-30b-a3b-16-h100", ["compute.precision=bf16"]),
