@@ -145,18 +145,12 @@ def rated_pair(base, r: float):
             self._fix(self.dep[who])
             self._fix(self.last[who])
             self._settled()
-            _, kind, name, rec, layer, mb, phase = op
-            ch, s = self.ch, self.s
-            ready = self.last[who] if self.dep[who] is None else self.dep[who]
-            join = np.maximum(ready, self.te)
-            start, end, late = ch._a2a_times(s, name, rec, join)
-            pend = Pending(start, end - start)
+            super()._a2a(who, op)        # the engine's join, times and spans
+            join, start, end, kind = self.kern[-1]
+            pend = Pending(start, end - start)    # its end, settled later by the rule
             self.open.append(pend)
-            self.kern.append((join, start, pend, kind))
+            self.kern[-1] = (join, start, pend, kind)
             self.te = self.dep[who] = self.last[who] = pend
-            ch.out[s].ep_iv.append((start, end))
-            ch._a2a_spans(s, kind, name, rec, layer, mb, phase, join, start, end, late,
-                          stream="ep")
 
     return Rated
 
