@@ -302,10 +302,16 @@ def test_plot_output_errors(tmp_path, capsys, run_dir, target, needle):
 ])
 def test_calibrate_output_checked_before_the_fit(tmp_path, monkeypatch, capsys, target, needle):
     import moesim.validation.cpu.ingest as ingest_mod
+    import moesim.validation.runs as runs_mod
 
     def boom(*a, **k):
         raise AssertionError("fitted before checking -o")
 
+    # the calibrate command reads the traces through runs.py's own binding of ingest (a
+    # `from ... import`), so that name is the one to replace; the module's too, for any
+    # other path (patching only the module's would leave runs.py's, or, imported while
+    # patched, bind boom for the rest of the session)
+    monkeypatch.setattr(runs_mod, "ingest", boom)
     monkeypatch.setattr(ingest_mod, "ingest", boom)
     (tmp_path / "f").write_text("")
     assert main(["calibrate", str(ROOT / "traces/uniform"), "-o", str(tmp_path / target)]) == 2
