@@ -33,6 +33,15 @@ from moesim.schedule.pipeline import PipeOp, check_interleaved, interleaved_op
 #: one stage's items: a single PipeOp, or (forward, backward) run overlapped
 Step = tuple[PipeOp, ...]
 
+#: what resolving a scenario with ``overlap.kind: a2a-1f1b`` warns, so the reader of a
+#: step sees it where the step is printed. The comparisons are docs/schedules.md's: the
+#: three published runs measured with and without Megatron's EP overlap (Megatron-Bridge
+#: PR 5094's card, Megatron-Bridge docs/training, Megatron-MoE-ModelZoo's Qwen3-235B-A22B
+#: rows) each gained less from it than moesim gives.
+TRUST_WARNING = ("overlap.kind a2a-1f1b: the gain from Megatron's EP overlap came out "
+                 "larger than measured on all three published runs compared (docs/"
+                 "schedules.md, \"How far to trust a2a-1f1b\"): read this step as optimistic")
+
 
 def a2a_1f1b_order(p: int, m: int, v: int = 1) -> list[list[Step]]:
     """Per stage, the items of Megatron-Core's (interleaved) 1F1B with EP all-to-all

@@ -38,6 +38,7 @@ from moesim.scenario.limits import check_local_experts
 from moesim.scenario.read import load_scenario
 from moesim.scenario.resolved import Resolved, scenario_layout
 from moesim.scenario.schema import Scenario, step_graph_floor_s
+from moesim.schedule.a2a_overlap import TRUST_WARNING as A2A_1F1B_WARNING
 from moesim.schedule.layout_string import stage_chunks
 from moesim.topology import Topology, load_topology
 from moesim.topology.machine import machine_topology
@@ -191,7 +192,8 @@ def _resolve(scn: Scenario) -> Resolved:
                          routing.top_k or model.top_k)
     limit = check_node_limit(src, routing, layout, scn.gpus_per_node, warn=scn.rl is not None)
     warns = [*warns, *([limit] if limit else []),
-             *routing_ignored_warnings(scn.routing.policy)]
+             *routing_ignored_warnings(scn.routing.policy),
+             *([A2A_1F1B_WARNING] if scn.overlap.kind == "a2a-1f1b" else [])]
 
     device = compute = None
     name = scn.cluster.device or getattr(topo, "device", None)
