@@ -102,6 +102,7 @@ def runs() -> list[dict]:
     return json.loads(p.stdout.strip().splitlines()[-1])
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("case", range(4))
 def test_parallel_chains_give_the_serial_bytes(runs, case):
     r = runs[case]

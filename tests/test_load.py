@@ -160,6 +160,7 @@ def test_same_seed_same_bytes():
     assert c != a
 
 
+@pytest.mark.slow
 def test_capacity_search_is_monotone_and_meets_its_slo():
     lc = _cfg(requests=300)
     loose = find_capacity(_build, lc, parse_slo("ttft_p99=2s,tpot_p99=60ms"))
