@@ -1,6 +1,7 @@
 """A step run with Megatron's EP overlap in 1F1B (``overlap.kind: a2a-1f1b``) says, where
 it is printed, that its gain came out larger than measured (docs/schedules.md, "How far
-to trust a2a-1f1b"): once on stderr and in the summary's warnings; other overlaps do not."""
+to trust a2a-1f1b"): `moesim run` once on stderr and in the summary's warnings, `moesim
+memory` once in its report; other overlaps do not."""
 
 from __future__ import annotations
 
@@ -38,3 +39,10 @@ def test_run_prints_it_once_and_the_summary_carries_it(capsys):
     cap = capsys.readouterr()
     assert cap.err.count(TRUST_WARNING) == 1
     assert json.loads(cap.out)["warnings"] == [TRUST_WARNING]
+
+
+def test_memory_report_carries_it_once(capsys):
+    assert main(["memory", "toy-cpu", "--set", "overlap.kind=a2a-1f1b"]) == 0
+    assert capsys.readouterr().out.count(f"warning: {TRUST_WARNING}") == 1
+    assert main(["memory", "toy-cpu"]) == 0
+    assert TRUST_WARNING not in capsys.readouterr().out

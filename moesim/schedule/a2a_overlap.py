@@ -33,8 +33,9 @@ from moesim.schedule.pipeline import PipeOp, check_interleaved, interleaved_op
 #: one stage's items: a single PipeOp, or (forward, backward) run overlapped
 Step = tuple[PipeOp, ...]
 
-#: what resolving a scenario with ``overlap.kind: a2a-1f1b`` warns, so the reader of a
-#: step sees it where the step is printed. The comparisons are docs/schedules.md's: the
+#: what resolving a scenario with ``overlap.kind: a2a-1f1b`` warns (``moesim run`` and
+#: ``moesim memory`` print a scenario's warnings), so the reader of a step sees it where
+#: the step is printed. The comparisons are docs/schedules.md's: the
 #: three published runs measured with and without Megatron's EP overlap (Megatron-Bridge
 #: PR 5094's card, Megatron-Bridge docs/training, Megatron-MoE-ModelZoo's Qwen3-235B-A22B
 #: rows) each gained less from it than moesim gives.
