@@ -38,15 +38,16 @@ from megatron_moe_h100 import (  # this folder
     QWEN3_30B_BF16_OVERLAP,
     qwen3_30b_bf16_parts,
 )
-from results_page import print_table  # this folder
+from results_page import error_pct, print_table  # this folder
 
 #: the card's rank-0 profile: communication kernels without the overlap (9.079 ms beside
 #: compute = 0.11 % of them: 8.25 s); with it, 3.959 s beside compute = 36.55 % of 10.83 s,
 #: the other 6.87 s exposed
 ALONE_S = qwen3_30b_bf16_parts(QWEN3_30B_BF16_MEASURED)["communication kernels"]
-EXPOSED_S = qwen3_30b_bf16_parts(QWEN3_30B_BF16_OVERLAP)["exposed communication"]
+_WITH = qwen3_30b_bf16_parts(QWEN3_30B_BF16_OVERLAP)
+EXPOSED_S = _WITH["exposed communication"]
 BESIDE_S = QWEN3_30B_BF16_OVERLAP["overlapped_comm_s"]
-COMPUTE_S = qwen3_30b_bf16_parts(QWEN3_30B_BF16_OVERLAP)["compute"]
+COMPUTE_S = _WITH["compute"]
 R = (ALONE_S - EXPOSED_S) / BESIDE_S
 
 
@@ -155,10 +156,6 @@ def rated_pair(base, r: float):
     return Rated
 
 
-def err(sim: float, measured: float) -> str:
-    return f"{(sim / measured - 1) * 100:+.1f} %"
-
-
 def gain(off: float, on: float) -> str:
     """The overlap's step over the step without it."""
     return f"x{on / off:.3f}"
@@ -239,9 +236,9 @@ def main(argv: list[str] | None = None) -> int:
             print(f"  run {n}: {time.perf_counter() - t0:.0f} s", file=sys.stderr, flush=True)
             rows.append((str(n), label, src,
                          "-" if off_s is None else f"{off_s:.2f}", f"{off['step']:.2f}",
-                         "-" if off_s is None else err(off["step"], off_s),
-                         f"{on_s:.2f}", f"{now['step']:.2f}", err(now["step"], on_s),
-                         f"{rated['step']:.2f}", err(rated["step"], on_s),
+                         "-" if off_s is None else error_pct(off["step"], off_s),
+                         f"{on_s:.2f}", f"{now['step']:.2f}", error_pct(now["step"], on_s),
+                         f"{rated['step']:.2f}", error_pct(rated["step"], on_s),
                          "-" if off_s is None else gain(off_s, on_s),
                          gain(off["step"], now["step"]), gain(off["step"], rated["step"])))
             if n == 1:

@@ -26,6 +26,8 @@ from __future__ import annotations
 import sys
 import time
 
+from results_page import error_pct  # this folder
+
 from moesim.serve import ll_logs, ll_sms
 
 #: output tokens/s per GPU, 2000-token inputs, 48 decode ranks (LMSYS blog "Deploying DeepSeek
@@ -42,10 +44,6 @@ def _pred(log: ll_logs.HookLog, family: str) -> dict[str, float]:
         size = ll_sms.TEST_MESSAGE_BYTES[part.startswith("combine")]
         out[part] = ll_sms.part_seconds(part, log.messages, size, family) * 1e6
     return out
-
-
-def _err(sim: float, pub: float) -> str:
-    return f"{(sim / pub - 1) * 100:+.1f} %"
 
 
 def _rows(log: ll_logs.HookLog, family: str) -> list[tuple[str, float, float, bool]]:
@@ -69,13 +67,13 @@ def _table(logs, family: str) -> tuple[list[float], list[float], dict[str, list[
         head = (f"| {log.source} | {log.device} | {log.role} | {log.transport} | "
                 f"{log.messages:,}")
         for label, sim, pub, is_sum in _rows(log, family):
-            print(f"{head} | {label} | {sim:.1f} | {pub:.1f} | {_err(sim, pub)} |")
+            print(f"{head} | {label} | {sim:.1f} | {pub:.1f} | {error_pct(sim, pub)} |")
             if log.role == "held_out":
                 errs.append(abs(sim / pub - 1))
                 if is_sum:
                     both.append(abs(sim / pub - 1))
                     by_device.setdefault(log.device, []).append(
-                        f"{label.strip('*')} {_err(sim, pub)}")
+                        f"{label.strip('*')} {error_pct(sim, pub)}")
     print()
     return errs, both, by_device
 
@@ -102,7 +100,7 @@ def _gb200() -> None:
             s = simulate_serve(*resolve_serve(name, [f"serve.ll_sms={ll}"])).summary
             tps = s["tokens_per_s_per_gpu"]
             print(f"| {name} | {ll} | {s['step_time_s'] * 1e3:.2f} ms | {tps:,.0f} | "
-                  f"{pub:,} | {_err(tps, pub)} |")
+                  f"{pub:,} | {error_pct(tps, pub)} |")
     print()
 
 

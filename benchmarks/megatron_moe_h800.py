@@ -49,7 +49,7 @@ import time
 from pathlib import Path
 from typing import NamedTuple
 
-from results_page import print_table  # this folder
+from results_page import error_pct, print_table  # this folder
 
 SOURCE = ("InternLM/xtuner docs/en/benchmark/megatron_moe_benchmark.md at 79f21364 "
           "(Pai-Megatron-Patch 2b201af, Megatron-LM 6a6cd478)")
@@ -214,10 +214,6 @@ def row_sets(row: Row) -> list[str]:
     return sets
 
 
-def _err(sim: float, pub: float) -> str:
-    return f"{(sim / pub - 1) * 100:+.1f} %"
-
-
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--rows", help="comma-separated row numbers (default: all)")
@@ -255,7 +251,8 @@ def main(argv: list[str] | None = None) -> int:
         for row in rows:
             f = found[row.n]
             out.append((str(row.n), row.system, row.label, f"{row.step_s:.2f}",
-                        f"{f['step']:.2f}", _err(f["step"], row.step_s), f"{row.tokens:,.0f}",
+                        f"{f['step']:.2f}", error_pct(f["step"], row.step_s),
+                        f"{row.tokens:,.0f}",
                         f"{f['tokens']:,.0f}", f"{f['compute']:.2f}", f"{f['a2a']:.2f}",
                         f"{f['tp']:.2f}", f"{f['dp']:.2f}", f"{f['bubble']:.2f}",
                         f"{f['peak']:.1f}"))

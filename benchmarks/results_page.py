@@ -32,6 +32,12 @@ RESULTS = ROOT / "docs" / "results"
 FLAG = "--write-docs"
 
 
+def error_pct(sim: float, ref: float) -> str:
+    """A simulated figure's error against its reference, as the pages print it:
+    ``+12.3 %`` for sim / ref - 1."""
+    return f"{(sim / ref - 1) * 100:+.1f} %"
+
+
 def print_table(head: tuple[str, ...], rows) -> None:
     """A markdown table: ``head`` and one line per row of cells (already strings)."""
     print("| " + " | ".join(head) + " |")
