@@ -6,6 +6,7 @@ memory` once in its report; other overlaps do not."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -27,7 +28,6 @@ def test_resolving_warns_only_for_a2a_1f1b(sets, warned):
 
 def test_the_warning_names_the_page_that_holds_the_comparisons():
     assert 'docs/schedules.md, "How far to trust a2a-1f1b"' in TRUST_WARNING
-    from pathlib import Path
     page = (Path(__file__).resolve().parent.parent / "docs" / "schedules.md").read_text()
     assert "**How far to trust a2a-1f1b.**" in page
     assert "all three runs published with and without Megatron's EP overlap" in page
